@@ -1,0 +1,30 @@
+"""polytile: a tensor compiler with TVM-style schedules lowered through isl.
+
+``polytile.lower(s, args)`` returns the loop IR of a schedule; ``polytile.build(s, args,
+target="llvm")`` compiles it into a callable. See ``README.md`` for a tour.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import (BuildError, InternalError, LoweringError, PolytileError, ScheduleError,
+                     TargetError, TuneError)
+
+
+def lower(sch, args, name: str = "main", **kwargs):
+    """Lower a schedule to loop IR; see :func:`polytile.schedule.lower`."""
+    from polytile.schedule.lower import lower as _lower
+
+    return _lower(sch, args, name=name, **kwargs)
+
+
+def build(sch, args=None, target="llvm", name: str = "main", **kwargs):
+    """Compile a schedule for ``target``; see :func:`polytile.targets.build`."""
+    from polytile.targets import build as _build
+
+    return _build(sch, args, target=target, name=name, **kwargs)
+
+
+__all__ = ["BuildError", "InternalError", "LoweringError", "PolytileError", "ScheduleError",
+           "TargetError", "TuneError", "__version__", "build", "lower"]

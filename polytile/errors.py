@@ -1,0 +1,54 @@
+"""The one exception hierarchy of polytile.
+
+Every error a user can trigger derives from :class:`PolytileError`. Messages follow the house
+format ``<primitive>: <what is wrong>; <what was expected>`` followed by optional labelled
+context lines (``Stage:``, ``Loop nest:``) and a ``hint:`` line.
+"""
+
+from __future__ import annotations
+
+
+class PolytileError(Exception):
+    """Base class of every error raised by polytile."""
+
+
+class ScheduleError(PolytileError, ValueError):
+    """An illegal or malformed schedule: raised by a primitive or at lower time."""
+
+
+class LoweringError(PolytileError):
+    """A schedule that is legal but cannot be lowered (an unsupported construct)."""
+
+
+class TargetError(PolytileError, ValueError):
+    """An unknown target string or a target that this machine cannot run."""
+
+
+class BuildError(PolytileError):
+    """Code generation or native compilation failed; the message carries the log."""
+
+
+class TuneError(PolytileError):
+    """A tuning run cannot proceed (bad template, unreadable records, ...)."""
+
+
+class InternalError(PolytileError):
+    """A bug in polytile itself: please report it with the schedule that triggered it."""
+
+
+def format_error(primitive: str, what: str, expected: str | None = None, *,
+                 hint: str | None = None, **context: str) -> str:
+    """Build a message in the house format.
+
+    ``format_error("split", "iter_var 'k' was already split", "split 'k.outer' instead",
+    Stage="C")`` gives ``split: iter_var 'k' was already split; split 'k.outer' instead``
+    followed by ``Stage: C``.
+    """
+    msg = f"{primitive}: {what}"
+    if expected:
+        msg += f"; {expected}"
+    for label, text in context.items():
+        msg += f"\n  {label.replace('_', ' ')}: {text}"
+    if hint:
+        msg += f"\n  hint: {hint}"
+    return msg

@@ -1,0 +1,47 @@
+"""Tensor expressions: declare *what* to compute.
+
+``placeholder`` declares inputs, ``compute`` defines tensors elementwise, ``reduce_axis``
+and ``sum``/``max``/``min``/``comm_reducer`` express reductions. The schedule API
+(``create_schedule``, ``thread_axis``) is re-exported here under TVM's names.
+"""
+
+from __future__ import annotations
+
+from .dtype import canonical as _canonical_dtype  # noqa: F401
+from .expr import (Call, Cast, Cmp, CommReducer, Const, Expr, IterVar, Range, Reduce,
+                   Select, TensorRead, Var, const)
+from .expr import logical_and as all
+from .expr import logical_or as any
+from .expr import select as if_then_else
+from .intrin import (abs, ceil, cos, erf, exp, exp2, floor, floordiv, floormod, fmod, isnan,
+                     log, log2, log10, pow, power, round, rsqrt, sigmoid, sin, sqrt, tanh,
+                     trunc, truncdiv, truncmod)
+from .reduction import Reducer, comm_reducer, max, max_value, min, min_value, sum
+from .tensor import ComputeOp, Operation, PlaceholderOp, Tensor, compute, placeholder
+from .tensor import reduce_axis, var
+
+
+def create_schedule(ops):
+    """Create a schedule for ``ops`` (an operation or list of them); see
+    :func:`polytile.schedule.create_schedule`."""
+    from polytile.schedule import create_schedule as _cs
+
+    return _cs(ops)
+
+
+def thread_axis(tag: str = "", name: str = ""):
+    """A GPU thread axis; see :func:`polytile.schedule.thread_axis`."""
+    from polytile.schedule import thread_axis as _ta
+
+    return _ta(tag, name)
+
+
+__all__ = [
+    "Call", "Cast", "Cmp", "CommReducer", "ComputeOp", "Const", "Expr", "IterVar",
+    "Operation", "PlaceholderOp", "Range", "Reduce", "Reducer", "Select", "Tensor",
+    "TensorRead", "Var", "abs", "all", "any", "ceil", "comm_reducer", "compute", "const",
+    "cos", "create_schedule", "erf", "exp", "exp2", "floor", "floordiv", "floormod", "fmod",
+    "if_then_else", "isnan", "log", "log2", "log10", "max", "max_value", "min", "min_value",
+    "placeholder", "pow", "power", "reduce_axis", "round", "rsqrt", "sigmoid", "sin", "sqrt",
+    "sum", "tanh", "thread_axis", "trunc", "truncdiv", "truncmod", "var",
+]

@@ -1,0 +1,151 @@
+"""Data types of tensor expressions and their promotion rules.
+
+Dtypes are canonical strings: ``bool``, ``int8/16/32/64``, ``uint8/16/32/64``,
+``float16/32/64``. Any numpy dtype or dtype name is accepted where a dtype is expected and
+is canonicalised by :func:`canonical`.
+
+Promotion (binary arithmetic and comparison operands), numpy-like with *weak* Python
+scalars, as in TVM and numpy 2 (NEP 50):
+
+* two expressions of the same dtype keep it;
+* ``bool`` promotes to the other operand's dtype;
+* int with float gives the float; two floats give the wider one;
+* two signed (or two unsigned) ints give the wider one; signed with unsigned gives a signed
+  int wide enough for both (``int8 + uint8 -> int16``; ``uint64`` with a signed int raises);
+* a Python ``int`` adopts the other operand's dtype (an int operand for an int, the float
+  dtype for a float); a Python ``float`` adopts a float operand's dtype and makes an int
+  operand ``float32`` (TVM's rule).
+
+``/`` is true division: both operands are first promoted, and integer operands are refused
+(use ``//`` for floor division or ``te.truncdiv`` for C division).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_BITS = {
+    "bool": 1, "int8": 8, "int16": 16, "int32": 32, "int64": 64,
+    "uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64,
+    "float16": 16, "float32": 32, "float64": 64,
+}
+
+ALL_DTYPES = tuple(_BITS)
+
+
+def canonical(dtype) -> str:
+    """Return the canonical dtype string for ``dtype`` (a string or numpy dtype).
+
+    Raises
+    ------
+    TypeError
+        If ``dtype`` names no dtype polytile supports.
+    """
+    if isinstance(dtype, str) and dtype in _BITS:
+        return dtype
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = None
+    if name not in _BITS:
+        raise TypeError(
+            f"dtype: unsupported dtype {dtype!r}; expected one of {', '.join(ALL_DTYPES)}"
+        )
+    return name
+
+
+def bits(dtype: str) -> int:
+    """Width of ``dtype`` in bits (1 for ``bool``)."""
+    return _BITS[dtype]
+
+
+def nbytes(dtype: str) -> int:
+    """Storage size of one element in bytes (``bool`` is stored as one byte)."""
+    return max(1, _BITS[dtype] // 8)
+
+
+def is_float(dtype: str) -> bool:
+    return dtype.startswith("float")
+
+
+def is_int(dtype: str) -> bool:
+    """True for signed and unsigned integers (not ``bool``)."""
+    return dtype.startswith("int") or dtype.startswith("uint")
+
+
+def is_signed(dtype: str) -> bool:
+    return dtype.startswith("int") or is_float(dtype)
+
+
+def is_unsigned(dtype: str) -> bool:
+    return dtype.startswith("uint")
+
+
+def is_bool(dtype: str) -> bool:
+    return dtype == "bool"
+
+
+def to_numpy(dtype: str) -> np.dtype:
+    """The numpy dtype used for arrays of ``dtype``."""
+    return np.dtype(dtype)
+
+
+def promote(a: str, b: str) -> str:
+    """Result dtype of a binary arithmetic operation on two expressions (see module doc).
+
+    Raises
+    ------
+    TypeError
+        For ``uint64`` combined with a signed integer (no integer type holds both).
+    """
+    if a == b:
+        return a
+    if a == "bool":
+        return b
+    if b == "bool":
+        return a
+    if is_float(a) or is_float(b):
+        if is_float(a) and is_float(b):
+            return a if bits(a) >= bits(b) else b
+        return a if is_float(a) else b
+    if is_unsigned(a) == is_unsigned(b):
+        return a if bits(a) >= bits(b) else b
+    signed, unsigned = (a, b) if is_signed(a) else (b, a)
+    if bits(signed) > bits(unsigned):
+        return signed
+    if bits(unsigned) >= 64:
+        raise TypeError(f"dtype: no integer type holds both {a} and {b}; cast one explicitly")
+    return f"int{bits(unsigned) * 2}"
+
+
+def scalar_dtype(value, other: str | None) -> str:
+    """Dtype a Python scalar takes when combined with an expression of dtype ``other``."""
+    if isinstance(value, (bool, np.bool_)):
+        return other if other is not None else "bool"
+    if isinstance(value, (int, np.integer)):
+        if other is None or other == "bool":
+            return "int32" if -(2**31) <= int(value) < 2**31 else "int64"
+        return other
+    if isinstance(value, (float, np.floating)):
+        if other is not None and is_float(other):
+            return other
+        return "float32"
+    raise TypeError(f"dtype: cannot use {type(value).__name__} {value!r} in an expression")
+
+
+def min_value(dtype: str):
+    """Smallest finite value of ``dtype`` (``-inf`` for floats), as a Python number."""
+    if is_float(dtype):
+        return float("-inf")
+    if dtype == "bool":
+        return False
+    return int(np.iinfo(dtype).min)
+
+
+def max_value(dtype: str):
+    """Largest finite value of ``dtype`` (``inf`` for floats), as a Python number."""
+    if is_float(dtype):
+        return float("inf")
+    if dtype == "bool":
+        return True
+    return int(np.iinfo(dtype).max)

@@ -1,0 +1,532 @@
+"""Scalar expression nodes of tensor expressions (and of the loop IR, which reuses them).
+
+Meaning of the IR, stated once:
+
+* Every node is immutable and compared by identity (``a is b``); ``==`` builds an equality
+  node, as in TVM. :func:`polytile.te.visitor.structural_equal` compares structure.
+* Every expression has a scalar ``dtype`` (see :mod:`polytile.te.dtype`); vector lanes exist
+  only inside code generation.
+* Integer arithmetic wraps around in two's complement; ``floordiv``/``floormod`` round
+  toward negative infinity (``floormod`` takes the sign of the divisor), ``truncdiv``/
+  ``truncmod`` round toward zero (C semantics). Division by zero is undefined behaviour.
+* Float arithmetic is IEEE-754 without fast-math: code generators may contract ``a*b + c``
+  into one fused multiply-add (as C compilers do by default) and nothing else.
+* ``Select`` (``te.if_then_else``) evaluates only the chosen operand, so an out-of-bounds
+  read guarded by its condition is never performed.
+* Ranges are half open: ``Range(min, extent)`` covers ``min <= x < min + extent``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import dtype as dt
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
+
+
+class ExprOp:
+    """Operator overloading shared by expressions and iteration variables."""
+
+    __slots__ = ()
+
+    def _expr(self) -> Expr:
+        raise NotImplementedError
+
+    # arithmetic ----------------------------------------------------------------------
+    def __add__(self, other):
+        return binary("add", self, other)
+
+    def __radd__(self, other):
+        return binary("add", other, self)
+
+    def __sub__(self, other):
+        return binary("sub", self, other)
+
+    def __rsub__(self, other):
+        return binary("sub", other, self)
+
+    def __mul__(self, other):
+        return binary("mul", self, other)
+
+    def __rmul__(self, other):
+        return binary("mul", other, self)
+
+    def __truediv__(self, other):
+        return binary("div", self, other)
+
+    def __rtruediv__(self, other):
+        return binary("div", other, self)
+
+    def __floordiv__(self, other):
+        return binary("floordiv", self, other)
+
+    def __rfloordiv__(self, other):
+        return binary("floordiv", other, self)
+
+    def __mod__(self, other):
+        return binary("floormod", self, other)
+
+    def __rmod__(self, other):
+        return binary("floormod", other, self)
+
+    def __pow__(self, other):
+        from .intrin import power
+
+        return power(self, other)
+
+    def __rpow__(self, other):
+        from .intrin import power
+
+        return power(other, self)
+
+    def __neg__(self):
+        e = self._expr()
+        return binary("sub", Const(e.dtype, 0), e)
+
+    def __pos__(self):
+        return self._expr()
+
+    def __abs__(self):
+        from .intrin import abs as abs_
+
+        return abs_(self)
+
+    # bitwise / logical -----------------------------------------------------------------
+    def __and__(self, other):
+        return _logic_or_bit("and", self, other)
+
+    def __rand__(self, other):
+        return _logic_or_bit("and", other, self)
+
+    def __or__(self, other):
+        return _logic_or_bit("or", self, other)
+
+    def __ror__(self, other):
+        return _logic_or_bit("or", other, self)
+
+    def __xor__(self, other):
+        return _logic_or_bit("xor", self, other)
+
+    def __rxor__(self, other):
+        return _logic_or_bit("xor", other, self)
+
+    def __invert__(self):
+        e = self._expr()
+        if e.dtype == "bool":
+            return Not("bool", e)
+        if not dt.is_int(e.dtype):
+            raise TypeError(f"~: operand has dtype {e.dtype}; expected bool or an integer")
+        return binary("bitxor", e, Const(e.dtype, -1 if dt.is_signed(e.dtype) else
+                                         dt.max_value(e.dtype)))
+
+    def __lshift__(self, other):
+        return binary("shl", self, other)
+
+    def __rshift__(self, other):
+        return binary("shr", self, other)
+
+    # comparisons -----------------------------------------------------------------------
+    def __lt__(self, other):
+        return compare("lt", self, other)
+
+    def __le__(self, other):
+        return compare("le", self, other)
+
+    def __gt__(self, other):
+        return compare("gt", self, other)
+
+    def __ge__(self, other):
+        return compare("ge", self, other)
+
+    def __eq__(self, other):  # type: ignore[override]
+        return compare("eq", self, other)
+
+    def __ne__(self, other):  # type: ignore[override]
+        return compare("ne", self, other)
+
+    __hash__ = object.__hash__
+
+    def __bool__(self):
+        raise TypeError(
+            "a symbolic expression has no truth value: Python's `if`, `and`, `or`, `not` and "
+            "chained comparisons cannot be used on it inside a compute definition; "
+            "use te.if_then_else(cond, a, b), te.all(...)/te.any(...), or & | ~"
+        )
+
+    def astype(self, dtype) -> Expr:
+        """Convert to ``dtype`` (C conversion rules: floats truncate toward zero into ints)."""
+        return cast(self, dtype)
+
+    def __repr__(self) -> str:
+        from .printer import expr_str
+
+        return expr_str(self._expr())
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Expr(ExprOp):
+    """Base class of scalar expressions; ``dtype`` is a canonical dtype string."""
+
+    dtype: str
+
+    def _expr(self) -> Expr:
+        return self
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Var(Expr):
+    """A scalar variable: an axis of a compute (``is_axis``), or a free parameter from
+    ``te.var``, which becomes a scalar argument of the built function."""
+
+    name: str
+    is_axis: bool = False
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Const(Expr):
+    """A literal; ``value`` is a Python ``bool``, ``int`` or ``float``."""
+
+    value: Any
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Cast(Expr):
+    value: Expr
+
+
+BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "truncdiv", "truncmod",
+              "min", "max", "bitand", "bitor", "bitxor", "shl", "shr")
+INT_ONLY_OPS = ("bitand", "bitor", "bitxor", "shl", "shr")
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Binary(Expr):
+    """``a <op> b`` with both operands already of ``dtype`` (see ``BINARY_OPS``)."""
+
+    op: str
+    a: Expr
+    b: Expr
+
+
+CMP_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Cmp(Expr):
+    """A comparison; ``dtype`` is ``bool`` and both operands share one dtype."""
+
+    op: str
+    a: Expr
+    b: Expr
+
+    def __bool__(self):
+        # Like TVM's EqualOp: `a == b` used as a Python bool compares identity, which keeps
+        # expressions usable in lists and as dict keys.
+        if self.op == "eq":
+            return self.a is self.b
+        if self.op == "ne":
+            return self.a is not self.b
+        return ExprOp.__bool__(self)
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class And(Expr):
+    a: Expr
+    b: Expr
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Or(Expr):
+    a: Expr
+    b: Expr
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Not(Expr):
+    a: Expr
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Select(Expr):
+    """``true_value if cond else false_value``, evaluating only the chosen operand."""
+
+    cond: Expr
+    true_value: Expr
+    false_value: Expr
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Call(Expr):
+    """A pure math intrinsic (``exp``, ``sqrt``, ...) applied to ``args``."""
+
+    name: str
+    args: tuple
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class TensorRead(Expr):
+    """``tensor[indices]``: a read of one element of a tensor (TVM's ProducerLoad)."""
+
+    tensor: Tensor
+    indices: tuple
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Reduce(Expr):
+    """A commutative reduction of ``source`` over ``axis`` where ``condition`` holds.
+
+    Only allowed as the whole body of a compute. ``init`` (optional) replaces the
+    combiner's identity as the initial value.
+    """
+
+    combiner: CommReducer
+    source: Expr
+    axis: tuple
+    condition: Expr | None
+    init: Expr | None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CommReducer:
+    """A commutative, associative combiner ``result(lhs, rhs)`` with an identity element,
+    specialised to one dtype. Built by :func:`polytile.te.comm_reducer`."""
+
+    name: str
+    lhs: Var
+    rhs: Var
+    result: Expr
+    identity: Expr
+
+    def combine(self, acc: Expr, value: Expr) -> Expr:
+        """The combiner applied to two expressions."""
+        from .visitor import substitute
+
+        return substitute(self.result, {self.lhs: acc, self.rhs: value})
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """The half-open integer range ``[min, min + extent)``."""
+
+    min: int
+    extent: int
+
+    @property
+    def max(self) -> int:
+        """Largest value in the range (inclusive)."""
+        return self.min + self.extent - 1
+
+
+ITER_TYPES = ("data_par", "reduce", "thread")
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class IterVar(ExprOp):
+    """An iteration axis: a variable with its range and kind.
+
+    ``iter_type`` is ``"data_par"`` (a spatial axis of a compute), ``"reduce"`` (a reduction
+    axis) or ``"thread"`` (a GPU thread axis with ``thread_tag`` like ``"threadIdx.x"``).
+    Usable directly in expressions, where it stands for its ``var``.
+    """
+
+    var: Var
+    dom: Range | None
+    iter_type: str
+    thread_tag: str = ""
+
+    def _expr(self) -> Expr:
+        return self.var
+
+    @property
+    def name(self) -> str:
+        return self.var.name
+
+    def __repr__(self) -> str:
+        dom = f"[{self.dom.min}, {self.dom.min + self.dom.extent})" if self.dom else "?"
+        return f"IterVar({self.var.name}, {dom}, {self.iter_type})"
+
+    __str__ = __repr__
+
+
+# constructors ------------------------------------------------------------------------------
+
+
+def const(value, dtype=None) -> Const:
+    """A literal of ``dtype`` (inferred from the Python type when omitted: ``int32`` for
+    ints that fit, else ``int64``; ``float32`` for floats; ``bool`` for bools)."""
+    if isinstance(value, Expr):
+        raise TypeError(f"const: expected a Python number, got expression {value}")
+    d = dt.canonical(dtype) if dtype is not None else dt.scalar_dtype(value, None)
+    return Const(d, _coerce(value, d))
+
+
+def _coerce(value, dtype: str):
+    if dtype == "bool":
+        return bool(value)
+    if dt.is_float(dtype):
+        return float(value)
+    if isinstance(value, (float, np.floating)) and not float(value).is_integer():
+        raise TypeError(f"const: {value!r} is not an integer; cannot make a {dtype} constant")
+    v = int(value)
+    lo, hi = dt.min_value(dtype), dt.max_value(dtype)
+    if not lo <= v <= hi:
+        raise OverflowError(f"const: {v} does not fit in {dtype} [{lo}, {hi}]")
+    return v
+
+
+def convert(value, dtype_hint: str | None = None) -> Expr:
+    """Turn ``value`` into an expression: expressions pass through, iteration variables
+    become their variable, Python/numpy scalars become constants (weakly typed, taking
+    ``dtype_hint`` as in :func:`polytile.te.dtype.scalar_dtype`)."""
+    if isinstance(value, ExprOp):
+        return value._expr()
+    if isinstance(value, (bool, int, float, np.number, np.bool_)):
+        d = dt.scalar_dtype(value, dtype_hint)
+        return Const(d, _coerce(value, d))
+    from .tensor import Tensor
+
+    if isinstance(value, Tensor):
+        if value.ndim == 0:
+            return value[()]
+        raise TypeError(f"tensor {value.name!r} of shape {value.shape} used as a scalar; "
+                        f"index it, e.g. {value.name}[i, j]")
+    raise TypeError(f"cannot convert {type(value).__name__} {value!r} to an expression")
+
+
+def cast(value, dtype) -> Expr:
+    """Convert ``value`` to ``dtype`` (a no-op when it already has it)."""
+    d = dt.canonical(dtype)
+    e = convert(value, d)
+    if e.dtype == d:
+        return e
+    if isinstance(e, Const):
+        v = e.value
+        if dt.is_int(d) and not isinstance(v, bool):
+            v = int(v) if dt.is_float(e.dtype) else v
+            v = int(np.array(v).astype(d))  # wrap like the machine does
+        return Const(d, _coerce(v, d))
+    return Cast(d, e)
+
+
+def _operands(a, b, opname: str) -> tuple[Expr, Expr]:
+    a_is_expr, b_is_expr = isinstance(a, ExprOp), isinstance(b, ExprOp)
+    if not a_is_expr and not b_is_expr:
+        raise TypeError(f"{opname}: at least one operand must be an expression")
+    ea = convert(a, None) if a_is_expr else None
+    eb = convert(b, None) if b_is_expr else None
+    if ea is None:
+        ea = convert(a, eb.dtype)
+    if eb is None:
+        eb = convert(b, ea.dtype)
+    t = dt.promote(ea.dtype, eb.dtype)
+    return cast(ea, t), cast(eb, t)
+
+
+def binary(op: str, a, b) -> Expr:
+    """Build ``a <op> b`` after numpy-like promotion (see :mod:`polytile.te.dtype`)."""
+    ea, eb = _operands(a, b, op)
+    t = ea.dtype
+    if op == "div" and not dt.is_float(t):
+        raise TypeError(
+            f"/: both operands are {t}; true division needs floats. Use // (floor "
+            f"division), te.truncdiv (C division) or .astype('float32') first"
+        )
+    if op in ("floormod", "truncmod") and t == "bool":
+        raise TypeError(f"{op}: operands are bool; expected numbers")
+    if op in INT_ONLY_OPS and not (dt.is_int(t) or (t == "bool" and op.startswith("bit"))):
+        raise TypeError(f"{op}: operands have dtype {t}; expected integers")
+    if t == "bool" and op in ("add", "sub", "mul", "floordiv", "truncdiv"):
+        ea, eb = cast(ea, "int32"), cast(eb, "int32")
+        t = "int32"
+    return Binary(t, op, ea, eb)
+
+
+def compare(op: str, a, b) -> Expr:
+    """Build a comparison; the result has dtype ``bool``."""
+    ea, eb = _operands(a, b, op)
+    return Cmp("bool", op, ea, eb)
+
+
+def _logic_or_bit(op: str, a, b) -> Expr:
+    ea, eb = _operands(a, b, op)
+    if ea.dtype == "bool":
+        if op == "and":
+            return And("bool", ea, eb)
+        if op == "or":
+            return Or("bool", ea, eb)
+        return Cmp("bool", "ne", ea, eb)
+    return binary("bit" + op, ea, eb)
+
+
+def logical_and(*conds) -> Expr:
+    """Conjunction of boolean expressions (``te.all``)."""
+    es = [_as_bool(c, "te.all") for c in conds]
+    if not es:
+        return Const("bool", True)
+    out = es[0]
+    for e in es[1:]:
+        out = And("bool", out, e)
+    return out
+
+
+def logical_or(*conds) -> Expr:
+    """Disjunction of boolean expressions (``te.any``)."""
+    es = [_as_bool(c, "te.any") for c in conds]
+    if not es:
+        return Const("bool", False)
+    out = es[0]
+    for e in es[1:]:
+        out = Or("bool", out, e)
+    return out
+
+
+def _as_bool(c, who: str) -> Expr:
+    e = convert(c, "bool")
+    if e.dtype != "bool":
+        raise TypeError(f"{who}: condition {e} has dtype {e.dtype}; expected bool "
+                        f"(compare it, e.g. x != 0)")
+    return e
+
+
+def select(cond, true_value, false_value) -> Expr:
+    """``te.if_then_else``: ``true_value`` where ``cond`` holds, else ``false_value``.
+
+    Only the chosen operand is evaluated, so it may guard an out-of-bounds read (padding).
+    """
+    c = _as_bool(cond, "te.if_then_else")
+    t, f = _operands(true_value, false_value, "te.if_then_else") if (
+        isinstance(true_value, ExprOp) or isinstance(false_value, ExprOp)
+    ) else (convert(true_value), convert(false_value))
+    if t.dtype != f.dtype:
+        d = dt.promote(t.dtype, f.dtype)
+        t, f = cast(t, d), cast(f, d)
+    return Select(t.dtype, c, t, f)
+
+
+# helpers --------------------------------------------------------------------------------
+
+
+def child_fields(node) -> tuple[str, ...]:
+    """Names of the fields of ``node`` that hold sub-expressions (or tuples of them)."""
+    return _CHILDREN[type(node)]
+
+
+_CHILDREN: dict[type, tuple[str, ...]] = {
+    Var: (), Const: (), Cast: ("value",), Binary: ("a", "b"), Cmp: ("a", "b"),
+    And: ("a", "b"), Or: ("a", "b"), Not: ("a",), Select: ("cond", "true_value", "false_value"),
+    Call: ("args",), TensorRead: ("indices",), Reduce: ("source", "condition", "init"),
+}
+
+
+def register_node(cls: type, children: tuple[str, ...]) -> type:
+    """Declare the sub-expression fields of an expression class defined elsewhere (the loop
+    IR's ``Load``), so that visitors and mutators traverse it."""
+    _CHILDREN[cls] = children
+    return cls

@@ -1,0 +1,112 @@
+"""Math intrinsics and integer division helpers.
+
+Float intrinsics take a float expression (an int argument raises ``TypeError``: cast it
+first) and return the same dtype. ``round`` rounds half to even, as ``numpy.round``.
+"""
+
+from __future__ import annotations
+
+from . import dtype as dt
+from .expr import Call, Expr, binary, cast, convert
+
+FLOAT_UNARY = ("exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "tanh", "sigmoid",
+               "erf", "sin", "cos", "floor", "ceil", "round", "trunc")
+
+
+def _float_arg(x, who: str) -> Expr:
+    e = convert(x, "float32")
+    if not dt.is_float(e.dtype):
+        raise TypeError(f"te.{who}: argument {e} has dtype {e.dtype}; expected a float "
+                        f"(use .astype('float32'))")
+    return e
+
+
+def _unary(name: str):
+    def fn(x) -> Expr:
+        e = _float_arg(x, name)
+        return Call(e.dtype, name, (e,))
+
+    fn.__name__ = name
+    fn.__doc__ = f"Elementwise ``{name}`` of a float expression (same dtype)."
+    return fn
+
+
+exp = _unary("exp")
+exp2 = _unary("exp2")
+log = _unary("log")
+log2 = _unary("log2")
+log10 = _unary("log10")
+sqrt = _unary("sqrt")
+rsqrt = _unary("rsqrt")
+tanh = _unary("tanh")
+sigmoid = _unary("sigmoid")
+erf = _unary("erf")
+sin = _unary("sin")
+cos = _unary("cos")
+floor = _unary("floor")
+ceil = _unary("ceil")
+round = _unary("round")
+trunc = _unary("trunc")
+
+
+def abs(x) -> Expr:
+    """Absolute value of an int or float expression (ints wrap at the minimum)."""
+    e = convert(x)
+    if dt.is_unsigned(e.dtype) or e.dtype == "bool":
+        return e
+    return Call(e.dtype, "abs", (e,))
+
+
+def isnan(x) -> Expr:
+    """True where a float expression is NaN."""
+    e = _float_arg(x, "isnan")
+    return Call("bool", "isnan", (e,))
+
+
+def _float_pair(a, b, who: str) -> tuple[Expr, Expr]:
+    ea = convert(a, None) if hasattr(a, "_expr") else None
+    eb = convert(b, None) if hasattr(b, "_expr") else None
+    if ea is None and eb is None:
+        raise TypeError(f"te.{who}: at least one operand must be an expression")
+    ea = ea if ea is not None else convert(a, eb.dtype)
+    eb = eb if eb is not None else convert(b, ea.dtype)
+    d = dt.promote(ea.dtype, eb.dtype)
+    if not dt.is_float(d):
+        raise TypeError(f"te.{who}: operands have dtype {d}; expected floats "
+                        f"(use .astype('float32'))")
+    return cast(ea, d), cast(eb, d)
+
+
+def power(a, b) -> Expr:
+    """``a ** b`` for float expressions."""
+    ea, eb = _float_pair(a, b, "power")
+    return Call(ea.dtype, "pow", (ea, eb))
+
+
+pow = power
+
+
+def fmod(a, b) -> Expr:
+    """C ``fmod``: remainder with the sign of ``a`` (floats)."""
+    ea, eb = _float_pair(a, b, "fmod")
+    return Call(ea.dtype, "fmod", (ea, eb))
+
+
+def floordiv(a, b) -> Expr:
+    """Division rounding toward negative infinity (ints); ``floor(a / b)`` for floats."""
+    return binary("floordiv", a, b)
+
+
+def floormod(a, b) -> Expr:
+    """``a - floordiv(a, b) * b``: the remainder takes the sign of ``b``."""
+    return binary("floormod", a, b)
+
+
+def truncdiv(a, b) -> Expr:
+    """Division rounding toward zero (C's ``/`` on ints)."""
+    return binary("truncdiv", a, b)
+
+
+def truncmod(a, b) -> Expr:
+    """C's ``%``: the remainder takes the sign of ``a``."""
+    return binary("truncmod", a, b)

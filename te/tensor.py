@@ -1,0 +1,326 @@
+"""Tensors and the operations that produce them: ``placeholder`` and ``compute``.
+
+A :class:`Tensor` is one output of an :class:`Operation`. ``PlaceholderOp`` declares an input;
+``ComputeOp`` defines every element of its output by an expression over its spatial axes
+(``op.axis``) and, for a reduction, its reduction axes (``op.reduce_axis``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+from . import dtype as dt
+from .expr import (Const, Expr, ExprOp, IterVar, Range, Reduce, TensorRead, Var, cast,
+                   convert)
+from .visitor import collect
+
+
+class Tensor:
+    """A multi-dimensional array of one dtype: an input or the output of a compute.
+
+    ``T[i, j]`` (or ``T(i, j)``) reads one element inside a compute definition. Arithmetic
+    between tensors (``A + B``, ``A * 2``) builds an elementwise compute with numpy
+    broadcasting.
+    """
+
+    __slots__ = ("op", "value_index", "shape", "dtype")
+
+    def __init__(self, op: Operation, value_index: int, shape: tuple, dtype: str):
+        self.op = op
+        self.value_index = value_index
+        self.shape = shape
+        self.dtype = dtype
+
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __getitem__(self, indices) -> Expr:
+        if not isinstance(indices, tuple):
+            indices = (indices,)
+        if len(indices) != len(self.shape):
+            raise IndexError(f"{self.name}[...]: tensor has {len(self.shape)} dimensions "
+                             f"{self.shape}, got {len(indices)} indices")
+        idx = []
+        for k, x in enumerate(indices):
+            if isinstance(x, slice):
+                raise TypeError(f"{self.name}[...]: slices are not supported in a compute "
+                                f"definition; index every dimension with an expression")
+            e = convert(x, "int32")
+            if not dt.is_int(e.dtype):
+                raise TypeError(f"{self.name}[...]: index {k} ({e}) has dtype {e.dtype}; "
+                                f"expected an integer (use .astype('int32'))")
+            idx.append(e)
+        return TensorRead(self.dtype, self, tuple(idx))
+
+    def __call__(self, *indices) -> Expr:
+        return self[indices]
+
+    def __repr__(self) -> str:
+        return f"Tensor(name={self.name!r}, shape={self.shape}, dtype={self.dtype!r})"
+
+    def __bool__(self):
+        return True
+
+    # elementwise arithmetic with broadcasting (TVM forwards these to topi) ------------------
+    def _bin(self, other, op: str, reverse: bool = False) -> Tensor:
+        return _broadcast_binary(op, other, self) if reverse else _broadcast_binary(
+            op, self, other)
+
+    def __add__(self, o):
+        return self._bin(o, "add")
+
+    def __radd__(self, o):
+        return self._bin(o, "add", True)
+
+    def __sub__(self, o):
+        return self._bin(o, "sub")
+
+    def __rsub__(self, o):
+        return self._bin(o, "sub", True)
+
+    def __mul__(self, o):
+        return self._bin(o, "mul")
+
+    def __rmul__(self, o):
+        return self._bin(o, "mul", True)
+
+    def __truediv__(self, o):
+        return self._bin(o, "div")
+
+    def __rtruediv__(self, o):
+        return self._bin(o, "div", True)
+
+    def __neg__(self):
+        return compute(self.shape, lambda *i: -self[i], name=f"{self.name}_neg")
+
+
+@dataclass(frozen=True, eq=False)
+class Operation:
+    """Base of operations. ``output(i)`` is the ``i``-th output tensor."""
+
+    name: str
+    tag: str = ""
+    attrs: dict = field(default_factory=dict)
+
+    def output(self, index: int) -> Tensor:
+        return self.outputs[index]
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.outputs)
+
+    @property
+    def input_tensors(self) -> list[Tensor]:
+        return []
+
+
+@dataclass(frozen=True, eq=False)
+class PlaceholderOp(Operation):
+    """An input tensor of the program (its values come from the caller)."""
+
+    shape: tuple = ()
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        object.__setattr__(self, "outputs", (Tensor(self, 0, self.shape, self.dtype),))
+
+
+@dataclass(frozen=True, eq=False)
+class ComputeOp(Operation):
+    """``out[axis] = body`` for every point of the spatial ``axis`` box.
+
+    ``body`` is a tuple with one expression; when it is a :class:`Reduce`, ``reduce_axis``
+    lists its reduction axes.
+    """
+
+    axis: tuple = ()
+    reduce_axis: tuple = ()
+    body: tuple = ()
+
+    def __post_init__(self):
+        shape = tuple(iv.dom.extent for iv in self.axis)
+        object.__setattr__(self, "outputs", tuple(
+            Tensor(self, k, shape, b.dtype) for k, b in enumerate(self.body)))
+
+    @property
+    def input_tensors(self) -> list[Tensor]:
+        seen: dict[int, Tensor] = {}
+        for b in self.body:
+            for r in collect(b, TensorRead):
+                seen.setdefault(id(r.tensor), r.tensor)
+        return list(seen.values())
+
+
+def _shape(shape, who: str) -> tuple[int, ...]:
+    if isinstance(shape, (int,)) or hasattr(shape, "__index__") and not isinstance(
+            shape, (tuple, list)):
+        shape = (shape,)
+    out = []
+    for k, s in enumerate(shape):
+        if isinstance(s, ExprOp):
+            raise TypeError(f"{who}: dimension {k} is the expression {s}; symbolic shapes are "
+                            f"not supported yet, expected a positive int")
+        if isinstance(s, bool) or not hasattr(s, "__index__"):
+            raise TypeError(f"{who}: dimension {k} is {s!r}; expected a positive int")
+        if int(s) < 1:
+            raise ValueError(f"{who}: dimension {k} is {int(s)}; expected a positive int")
+        out.append(int(s))
+    return tuple(out)
+
+
+def placeholder(shape, dtype="float32", name: str = "placeholder") -> Tensor:
+    """Declare an input tensor.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+        Extents, each >= 1 (a 0-d tensor has ``shape=()``).
+    dtype : str or numpy dtype
+        Element type (see :mod:`polytile.te.dtype`).
+    name : str
+        Name used in printed IR and as the argument name of built functions.
+    """
+    return PlaceholderOp(name=name, shape=_shape(shape, "placeholder"),
+                         dtype=dt.canonical(dtype)).output(0)
+
+
+def var(name: str = "v", dtype="int32") -> Var:
+    """A free scalar variable, passed as a scalar argument to the built function."""
+    return Var(dt.canonical(dtype), name)
+
+
+def reduce_axis(dom, name: str = "rv") -> IterVar:
+    """A reduction axis over ``dom``: a ``(lo, hi)`` pair (half open) or a :class:`Range`."""
+    if isinstance(dom, Range):
+        rng = dom
+    else:
+        try:
+            lo, hi = dom
+        except (TypeError, ValueError):
+            raise TypeError(f"reduce_axis: dom must be a (lo, hi) pair, got {dom!r}") from None
+        if isinstance(lo, ExprOp) or isinstance(hi, ExprOp):
+            raise TypeError("reduce_axis: symbolic bounds are not supported yet; expected ints")
+        rng = Range(int(lo), int(hi) - int(lo))
+    if rng.extent < 1:
+        raise ValueError(f"reduce_axis: range of {name!r} is empty ({dom!r}); expected lo < hi")
+    return IterVar(Var("int32", name, True), rng, "reduce")
+
+
+def _axis_names(fcompute, ndim: int) -> list[str]:
+    try:
+        params = list(inspect.signature(fcompute).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    if params and params[0].kind == inspect.Parameter.VAR_POSITIONAL:
+        return [f"i{k}" for k in range(ndim)]
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(names) != ndim:
+        raise TypeError(f"compute: fcompute takes {len(names)} index arguments but the shape "
+                        f"has {ndim} dimensions")
+    return names
+
+
+def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -> Tensor:
+    """Define a tensor elementwise: ``out[i, j, ...] = fcompute(i, j, ...)``.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+        Output extents, each >= 1.
+    fcompute : callable
+        Takes one index variable per dimension and returns an expression; for a reduction,
+        the whole body must be one ``te.sum/max/min/<comm_reducer>(...)`` call.
+    name, tag, attrs
+        Stage name (printed IR, argument names), a free-form tag and attributes.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a malformed body: a nested reduction, a reduction axis used outside its
+        reduction, a spatial axis of another compute, a wrong number of index arguments.
+    """
+    shp = _shape(shape, "compute")
+    names = _axis_names(fcompute, len(shp))
+    axis = tuple(IterVar(Var("int32", n, True), Range(0, e), "data_par")
+                 for n, e in zip(names, shp))
+    body = fcompute(*[iv.var for iv in axis])
+    if isinstance(body, (tuple, list)):
+        raise TypeError(f"compute {name!r}: fcompute returned {len(body)} values; computes with "
+                        f"several outputs are not supported yet")
+    body = convert(body)
+    reduce_axes: tuple = ()
+    if isinstance(body, Reduce):
+        reduce_axes = body.axis
+        _check_no_reduce(body.source, name)
+        for part in (body.condition, body.init):
+            if part is not None:
+                _check_no_reduce(part, name)
+        if body.init is not None:
+            _check_no_reduce_vars(body.init, reduce_axes, name, "init")
+    else:
+        _check_no_reduce(body, name)
+    _check_vars(body, axis, reduce_axes, name)
+    op = ComputeOp(name=name, tag=tag, attrs=dict(attrs or {}), axis=axis,
+                   reduce_axis=tuple(reduce_axes), body=(body,))
+    return op.output(0)
+
+
+def _check_no_reduce(e: Expr, name: str) -> None:
+    if collect(e, Reduce):
+        raise TypeError(f"compute {name!r}: a reduction (te.sum/max/min) must be the whole "
+                        f"body of the compute, not part of an expression; split it into two "
+                        f"computes")
+
+
+def _check_no_reduce_vars(e: Expr, reduce_axes, name: str, what: str) -> None:
+    used = {id(v) for v in collect(e, Var)}
+    for iv in reduce_axes:
+        if id(iv.var) in used:
+            raise TypeError(f"compute {name!r}: the {what} of the reduction uses reduce_axis "
+                            f"{iv.var.name!r}; expected only spatial axes")
+
+
+def _check_vars(body: Expr, axis, reduce_axes, name: str) -> None:
+    allowed = {id(iv.var) for iv in axis} | {id(iv.var) for iv in reduce_axes}
+    for v in collect(body, Var):
+        if id(v) in allowed or not v.is_axis:
+            continue
+        raise TypeError(f"compute {name!r}: the body uses axis {v.name!r}, which is neither "
+                        f"an axis of this compute nor one of its reduce_axis (an axis of "
+                        f"another compute, or a reduce_axis not listed in axis=?)")
+
+
+def _broadcast_binary(op: str, a, b) -> Tensor:
+    from .expr import binary
+
+    shapes = [x.shape for x in (a, b) if isinstance(x, Tensor)]
+    ndim = max(len(s) for s in shapes)
+    out = []
+    for k in range(ndim):
+        ext = {s[len(s) - ndim + k] for s in shapes if len(s) - ndim + k >= 0} - {1}
+        if len(ext) > 1:
+            raise ValueError(f"{op}: shapes {shapes[0]} and {shapes[-1]} do not broadcast")
+        out.append(ext.pop() if ext else 1)
+
+    def read(x, idx):
+        if not isinstance(x, Tensor):
+            return x
+        off = ndim - x.ndim
+        return x[tuple(0 if x.shape[d] == 1 and out[d + off] != 1 else idx[d + off]
+                       for d in range(x.ndim))]
+
+    names = [x.name for x in (a, b) if isinstance(x, Tensor)]
+    return compute(tuple(out) if out else (1,), lambda *i: binary(op, read(a, i), read(b, i)),
+                   name=f"T_{op}_{'_'.join(names)}")
+
+
+def is_const_int(e, value: int | None = None) -> bool:
+    """True when ``e`` is an integer constant (equal to ``value`` if given)."""
+    return isinstance(e, Const) and not isinstance(e.value, (bool, float)) and (
+        value is None or e.value == value)
