@@ -1,0 +1,1 @@
+"""Schedules: *how* to compute. Populated as the schedule modules land."""

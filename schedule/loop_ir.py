@@ -1,0 +1,324 @@
+"""The loop IR: what lowering produces and what the targets consume.
+
+Meaning of the IR, stated once:
+
+* Expressions are the nodes of :mod:`polytile.te.expr` plus :class:`Load`; ``TensorRead``
+  and ``Reduce`` never appear after lowering.
+* Loop iterators and all index arithmetic are ``int64`` (two's complement, wrapping).
+* ``For(var, min, extent, step)`` runs ``var = min, min+step, ...`` while
+  ``var < min + extent``; ``extent`` may be an expression, ``step`` is a positive int.
+  ``kind`` is ``serial``, ``parallel`` (iterations may run concurrently on CPU threads),
+  ``vectorized`` (iterations run as SIMD lanes) or ``unrolled``.
+* ``Load``/``Store`` index a :class:`Buffer`. Before storage flattening they carry one
+  index per dimension; afterwards exactly one, the row-major element offset.
+* ``Allocate(buffer, body)`` gives ``buffer`` storage for the duration of ``body``; its
+  contents start undefined. ``scope`` is where it lives: ``global`` (a function argument),
+  ``heap``, ``stack``, and on GPUs ``shared`` and ``local``.
+* ``Seq`` runs statements in order; ``IfThenElse`` runs one branch; ``LetStmt`` binds a
+  variable for its body.
+* A :class:`PrimFunc` is one function: buffers and scalar variables as parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from polytile.te.expr import Expr, Var, register_node
+from polytile.te.printer import ExprPrinter
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Buffer:
+    """A named array: ``shape`` in elements, ``dtype``, storage ``scope``."""
+
+    name: str
+    shape: tuple
+    dtype: str
+    scope: str = "global"
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __repr__(self) -> str:
+        return f"Buffer({self.name}, {self.dtype}{list(self.shape)}, {self.scope})"
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Load(Expr):
+    """``buffer[indices]``; ``dtype`` equals ``buffer.dtype``."""
+
+    buffer: Buffer
+    indices: tuple
+
+
+register_node(Load, ("indices",))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Stmt:
+    """Base class of statements."""
+
+    def __str__(self) -> str:
+        return stmt_str(self)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Store(Stmt):
+    buffer: Buffer
+    indices: tuple
+    value: Expr
+
+
+FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class For(Stmt):
+    var: Var
+    min: Expr
+    extent: Expr
+    kind: str
+    body: Stmt
+    step: int = 1
+    pragmas: tuple = ()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class IfThenElse(Stmt):
+    cond: Expr
+    then_case: Stmt
+    else_case: Stmt | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Seq(Stmt):
+    stmts: tuple
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LetStmt(Stmt):
+    var: Var
+    value: Expr
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Allocate(Stmt):
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Evaluate(Stmt):
+    """Evaluate an expression for its side effects (none today; a no-op placeholder)."""
+
+    value: Expr
+
+
+@dataclass(frozen=True, eq=False)
+class PrimFunc:
+    """A function: ``params`` are :class:`Buffer` (arrays) or :class:`Var` (scalars)."""
+
+    name: str
+    params: tuple
+    body: Stmt
+    attrs: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return func_str(self)
+
+    __repr__ = __str__
+
+
+_STMT_CHILDREN = {
+    Store: ("value", "indices"), For: ("min", "extent", "body"),
+    IfThenElse: ("cond", "then_case", "else_case"), Seq: ("stmts",),
+    LetStmt: ("value", "body"), Allocate: ("body",), Evaluate: ("value",),
+}
+
+
+def seq(*stmts) -> Stmt:
+    """A sequence with nested sequences flattened (one statement is returned as is)."""
+    flat: list = []
+    for s in stmts:
+        if s is None:
+            continue
+        if isinstance(s, Seq):
+            flat.extend(s.stmts)
+        else:
+            flat.append(s)
+    if len(flat) == 1:
+        return flat[0]
+    return Seq(tuple(flat))
+
+
+# traversal -----------------------------------------------------------------------------
+
+
+class StmtVisitor:
+    """Visits statements (``visit_<Class>``) and, through ``visit_expr``, expressions."""
+
+    def visit(self, s):
+        fn = getattr(self, "visit_" + type(s).__name__, None)
+        if fn is not None:
+            return fn(s)
+        return self.generic_visit(s)
+
+    def visit_expr(self, e: Expr) -> None:
+        pass
+
+    def generic_visit(self, s) -> None:
+        for f in _STMT_CHILDREN[type(s)]:
+            v = getattr(s, f)
+            for x in (v if isinstance(v, tuple) else (v,)):
+                if isinstance(x, Stmt):
+                    self.visit(x)
+                elif isinstance(x, Expr):
+                    self.visit_expr(x)
+
+
+class StmtMutator:
+    """Rewrites statements; returns the same object when nothing changed.
+
+    Override ``visit_<Class>`` for statements and ``visit_expr`` for expressions.
+    """
+
+    def visit(self, s):
+        fn = getattr(self, "visit_" + type(s).__name__, None)
+        if fn is not None:
+            return fn(s)
+        return self.generic_visit(s)
+
+    def visit_expr(self, e: Expr) -> Expr:
+        return e
+
+    def generic_visit(self, s):
+        import dataclasses
+
+        changes = {}
+        for f in _STMT_CHILDREN[type(s)]:
+            v = getattr(s, f)
+            if isinstance(v, tuple):
+                nv = tuple(self._one(x) for x in v)
+                if any(a is not b for a, b in zip(nv, v)):
+                    changes[f] = nv
+            elif v is not None:
+                nv = self._one(v)
+                if nv is not v:
+                    changes[f] = nv
+        if not changes:
+            return s
+        out = dataclasses.replace(s, **changes)
+        if isinstance(out, Seq):
+            return seq(*out.stmts)
+        return out
+
+    def _one(self, x):
+        if isinstance(x, Stmt):
+            return self.visit(x)
+        if isinstance(x, Expr):
+            return self.visit_expr(x)
+        return x
+
+
+def walk_stmts(s: Stmt):
+    """Yield every statement of ``s`` in pre-order."""
+    yield s
+    for f in _STMT_CHILDREN[type(s)]:
+        v = getattr(s, f)
+        for x in (v if isinstance(v, tuple) else (v,)):
+            if isinstance(x, Stmt):
+                yield from walk_stmts(x)
+
+
+def stmt_exprs(s: Stmt):
+    """Yield the expressions held directly by statement ``s`` (not by its sub-statements)."""
+    for f in _STMT_CHILDREN[type(s)]:
+        v = getattr(s, f)
+        for x in (v if isinstance(v, tuple) else (v,)):
+            if isinstance(x, Expr):
+                yield x
+
+
+# printing ------------------------------------------------------------------------------
+
+
+class _IRPrinter(ExprPrinter):
+    def print_Load(self, e: Load) -> str:
+        return f"{e.buffer.name}[{', '.join(self(i) for i in e.indices)}]"
+
+
+_P = _IRPrinter()
+
+
+def expr_str(e: Expr) -> str:
+    """Text of an expression that may contain :class:`Load`."""
+    return _P(e)
+
+
+def _range_str(s: For) -> str:
+    lo, ext = _P(s.min), _P(s.extent)
+    from polytile.te.expr import Const
+
+    if isinstance(s.min, Const) and isinstance(s.extent, Const):
+        hi = str(s.min.value + s.extent.value)
+    elif isinstance(s.min, Const) and s.min.value == 0:
+        hi = ext
+    else:
+        hi = f"{lo} + {ext}"
+    step = f", {s.step}" if s.step != 1 else ""
+    return f"{lo}, {hi}{step}"
+
+
+def _lines(s: Stmt, ind: str, out: list) -> None:
+    if isinstance(s, Seq):
+        for x in s.stmts:
+            _lines(x, ind, out)
+    elif isinstance(s, For):
+        name = {"serial": "range"}.get(s.kind, s.kind)
+        prag = "".join(f"  # pragma {p}" for p in s.pragmas)
+        out.append(f"{ind}for {s.var.name} in {name}({_range_str(s)}):{prag}")
+        _lines(s.body, ind + "  ", out)
+    elif isinstance(s, IfThenElse):
+        out.append(f"{ind}if {_P(s.cond)}:")
+        _lines(s.then_case, ind + "  ", out)
+        if s.else_case is not None:
+            out.append(f"{ind}else:")
+            _lines(s.else_case, ind + "  ", out)
+    elif isinstance(s, Store):
+        out.append(f"{ind}{s.buffer.name}[{', '.join(_P(i) for i in s.indices)}] = "
+                   f"{_P(s.value)}")
+    elif isinstance(s, LetStmt):
+        out.append(f"{ind}{s.var.name} = {_P(s.value)}")
+        _lines(s.body, ind, out)
+    elif isinstance(s, Allocate):
+        b = s.buffer
+        out.append(f"{ind}{b.name} = alloc({b.dtype}{list(b.shape)}, scope={b.scope!r})")
+        _lines(s.body, ind, out)
+    elif isinstance(s, Evaluate):
+        out.append(f"{ind}{_P(s.value)}")
+    else:
+        raise TypeError(f"no printer for {type(s).__name__}")
+
+
+def stmt_str(s: Stmt, indent: str = "") -> str:
+    """Deterministic text of a statement."""
+    out: list[str] = []
+    _lines(s, indent, out)
+    return "\n".join(out)
+
+
+def func_str(f: PrimFunc) -> str:
+    """Deterministic text of a function: a signature line, then the indented body."""
+    ps = []
+    for p in f.params:
+        if isinstance(p, Buffer):
+            ps.append(f"{p.name}: {p.dtype}{list(p.shape)}")
+        else:
+            ps.append(f"{p.name}: {p.dtype}")
+    return f"def {f.name}({', '.join(ps)}):\n" + stmt_str(f.body, "  ")
