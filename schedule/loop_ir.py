@@ -249,6 +249,12 @@ def stmt_exprs(s: Stmt):
 
 
 class _IRPrinter(ExprPrinter):
+    def print_Const(self, e) -> str:
+        # indices are int64 throughout the loop IR: print them bare
+        if e.dtype == "int64":
+            return str(e.value)
+        return super().print_Const(e)
+
     def print_Load(self, e: Load) -> str:
         return f"{e.buffer.name}[{', '.join(self(i) for i in e.indices)}]"
 
