@@ -1,1 +1,22 @@
-"""Schedules: *how* to compute. Populated as the schedule modules land."""
+"""Schedules: *how* to compute, and their lowering to loop IR.
+
+``create_schedule`` makes one :class:`Stage` per operation; primitives on stages (split,
+tile, fuse, reorder, vectorize, unroll, parallel, pragma, compute_at, compute_inline,
+compute_root) transform its loops; ``lower`` produces the loop IR.
+"""
+
+from __future__ import annotations
+
+from .relations import Fuse, Split, Step
+from .schedule import Schedule, create_schedule, replay
+from .stage import Stage
+
+
+def lower(sch, args, name: str = "main"):
+    """See :func:`polytile.schedule.lower.lower`."""
+    from .lower import lower as _lower
+
+    return _lower(sch, args, name=name)
+
+
+__all__ = ["Fuse", "Schedule", "Split", "Stage", "Step", "create_schedule", "lower", "replay"]

@@ -1,0 +1,183 @@
+"""isl AST generation and its immediate conversion into polytile's loop IR.
+
+The ``at_each_domain`` hook (the TC/PPCG pattern, ``shared/isl/NOTES.md`` §2.2) records, for
+every statement instance the AST executes, its iteration coordinates and the index
+expressions of its accesses as built by isl (pulled back through the schedule, so they are
+simplified in terms of the loop iterators). Nothing isl outlives this module: the AST is
+converted at once, and callback exceptions (which islpy would swallow) are re-raised.
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+
+from polytile.errors import InternalError
+from polytile.te.expr import Binary, Cast, Cmp, Const, Expr, Var
+from polytile.te.visitor import ExprMutator, substitute
+
+from . import isl_util as iu
+from .loop_ir import (Buffer, For, IfThenElse, LetStmt, Load, Stmt, Store, seq)
+from .model import LoopNode, Model, PolyStmt
+
+_KIND = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"}
+
+
+class _Hook:
+    def __init__(self, model: Model):
+        self.model = model
+        self.info: list = []
+        self.errors: list = []
+        self.placeholders: dict[str, Var] = {}
+
+    def var_of(self, name: str) -> Var:
+        v = self.placeholders.get(name)
+        if v is None:
+            v = self.placeholders[name] = Var("int64", name)
+        return v
+
+    def __call__(self, node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode:
+        try:
+            call = node.user_get_expr()
+            name = call.get_op_arg(0).get_id().get_name()
+            st = self.model.stmts[name]
+            coords = [iu.ast_expr(call.get_op_arg(k), self.var_of)
+                      for k in range(1, call.get_op_n_arg())]
+            it_map = isl.PwMultiAff.from_map(
+                isl.Map.from_union_map(build.get_schedule()).reverse())
+            idx = {}
+            for key, (_, pma) in st.accesses.items():
+                acc = build.access_from_pw_multi_aff(pma.pullback_pw_multi_aff(it_map))
+                idx[key] = tuple(iu.ast_expr(acc.get_op_arg(k), self.var_of)
+                                 for k in range(1, acc.get_op_n_arg()))
+            self.info.append((st, coords, idx))
+            return node.set_annotation(isl.Id(f"U{len(self.info) - 1}"))
+        except BaseException as exc:  # islpy swallows callback exceptions: keep it
+            self.errors.append(exc)
+            return node
+
+
+def generate_ast(model: Model, sched: isl.Schedule) -> Stmt:
+    """Generate the AST of ``sched`` and convert it into a loop-IR statement."""
+    hook = _Hook(model)
+    build = isl.AstBuild.from_context(isl.Set("{ : }"))
+    build, _keep = build.set_at_each_domain(hook)
+    try:
+        ast = build.node_from_schedule(sched)
+    except isl.Error as exc:
+        if hook.errors:
+            raise hook.errors[0] from None
+        raise InternalError(f"isl AST generation failed: {exc}") from exc
+    if hook.errors:
+        raise hook.errors[0]
+    return _Converter(model, hook).convert(ast, {}, None)
+
+
+class _Converter:
+    def __init__(self, model: Model, hook: _Hook):
+        self.model = model
+        self.hook = hook
+
+    def convert(self, node: isl.AstNode, env: dict, pending: LoopNode | None) -> Stmt | None:
+        t = node.get_type()
+        NT = isl.ast_node_type
+        if t == NT.block:
+            ch = node.block_get_children()
+            return seq(*[self.convert(ch.get_at(k), env, pending)
+                         for k in range(ch.n_ast_node())])
+        if t == NT.mark:
+            key = int(node.mark_get_id().get_name()[1:])
+            return self.convert(node.mark_get_node(), env, self.model.loops[key])
+        if t == NT.if_:
+            cond = self.expr(node.if_get_cond(), env)
+            then = self.convert(node.if_get_then_node(), env, pending)
+            other = (self.convert(node.if_get_else_node(), env, pending)
+                     if node.if_has_else_node() else None)
+            return IfThenElse(cond, then, other)
+        if t == NT.for_:
+            return self.convert_for(node, env, pending)
+        if t == NT.user:
+            return self.convert_user(node, env)
+        raise InternalError(f"unexpected isl AST node type {t}")
+
+    def expr(self, e: isl.AstExpr, env: dict) -> Expr:
+        return iu.ast_expr(e, lambda name: env[name])
+
+    def convert_for(self, node: isl.AstNode, env: dict, loop: LoopNode | None) -> Stmt:
+        it = node.for_get_iterator().get_id().get_name()
+        name = loop.iter_var.name if loop is not None else it
+        v = Var("int64", name)
+        inner = {**env, it: v}
+        init = self.expr(node.for_get_init(), env)
+        body = self.convert(node.for_get_body(), inner, None)
+        if node.for_is_degenerate():
+            return LetStmt(v, init, body)
+        cond = self.expr(node.for_get_cond(), inner)
+        if not (isinstance(cond, Cmp) and cond.a is v and cond.op in ("le", "lt")):
+            raise InternalError(f"unexpected isl loop condition {node.for_get_cond().to_C_str()}")
+        upper = cond.b if cond.op == "lt" else Binary("int64", "add", cond.b, Const("int64", 1))
+        extent = Binary("int64", "sub", upper, init)
+        step = node.for_get_inc().get_val().to_python()
+        kind, pragmas = "serial", ()
+        if loop is not None:
+            kind = _KIND.get(loop.annotation, "serial")
+            pragmas = tuple(k for k, _ in loop.plan.stage.pragmas.get(loop.iter_var, ()))
+        return For(v, init, extent, kind, body, step, pragmas)
+
+    def convert_user(self, node: isl.AstNode, env: dict) -> Stmt:
+        st, coords, idx = self.hook.info[int(node.get_annotation().get_name()[1:])]
+        mapping = {ph: env[name] for name, ph in self.hook.placeholders.items() if name in env}
+        coords = [substitute(c, mapping) for c in coords]
+        idx = {k: tuple(substitute(i, mapping) for i in v) for k, v in idx.items()}
+        return make_store(st, coords, idx, self.model)
+
+
+class _Body(ExprMutator):
+    """Tensor-expression body -> loop-IR expression at one statement instance."""
+
+    def __init__(self, env: dict, idx: dict, st: PolyStmt, model: Model):
+        self.env = env
+        self.idx = idx
+        self.st = st
+        self.model = model
+
+    def visit_Var(self, v: Var):
+        return self.env.get(v, v)
+
+    def visit_TensorRead(self, r):
+        key = id(r)
+        if key in self.idx:
+            buf = self.st.accesses[key][0]
+            return Load(r.dtype, buf, self.idx[key])
+        buf: Buffer = self.model.buffers[r.tensor]
+        return Load(r.dtype, buf, tuple(_to_index(self.visit(i)) for i in r.indices))
+
+
+def _to_index(e: Expr) -> Expr:
+    if e.dtype == "int64":
+        return e
+    if isinstance(e, Cast) and e.value.dtype == "int64":
+        return e.value
+    return Cast("int64", e)
+
+
+def make_store(st: PolyStmt, coords: list, idx: dict, model: Model) -> Stmt:
+    """The loop-IR statement of one instance of ``st`` at iteration ``coords``."""
+    p = st.plan
+    own = coords[p.prefix_len:]
+    own_vars = p.axis_vars + (p.reduce_vars if st.kind == "update" else [])
+    env = {v: Cast(v.dtype, c) for v, c in zip(own_vars, own)}
+    body = _Body(env, idx, st, model)
+    buf, _ = st.accesses["w"]
+    widx = idx["w"]
+    if st.kind == "compute":
+        return Store(buf, widx, body.visit(p.body))
+    red = p.body
+    if st.kind == "init":
+        init = red.init if red.init is not None else red.combiner.identity
+        return Store(buf, widx, body.visit(init))
+    acc = Load(buf.dtype, buf, widx)
+    value = red.combiner.combine(acc, body.visit(red.source))
+    s = Store(buf, widx, value)
+    if red.condition is not None:
+        return IfThenElse(body.visit(red.condition), s, None)
+    return s

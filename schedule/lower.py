@@ -1,0 +1,110 @@
+"""``lower``: schedule -> loop IR. The pipeline is the data below, read top to bottom.
+
+1. ``build_model``: inlining, statements, iteration domains, accesses, attach footprints
+   (``model.py``), with argument and bounds checks;
+2. ``check_legality``: dependences of every stage on program order, and each
+   reorder/fuse/parallel/vectorize checked against them (``deps.py``);
+3. ``build_schedule``: the isl schedule tree (``tree.py``);
+4. ``generate_ast``: isl AST generation, converted at once into loop IR (``astgen.py``);
+5. the loop-IR passes of ``PASSES``; then ``allocate_intermediates``.
+
+``finalize`` applies the target-independent steps code generators need after that
+(storage flattening).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from polytile.te.expr import Var
+from polytile.te.visitor import collect
+
+from .astgen import generate_ast
+from .deps import check_legality
+from .loop_ir import PrimFunc, stmt_exprs, walk_stmts
+from .model import build_model
+from .passes.loops import legalize_vector_loops, serialize_nested_parallel, unroll
+from .passes.simplify import simplify
+from .passes.storage import allocate_intermediates, flatten_storage
+from .schedule import Schedule
+from .validate import validate_schedule
+
+log = logging.getLogger("polytile.lower")
+
+#: Loop-IR passes run after AST generation, in order: (name, function).
+PASSES = (
+    ("simplify", simplify),
+    ("legalize_vector_loops", legalize_vector_loops),
+    ("unroll", unroll),
+    ("simplify", simplify),
+    ("serialize_nested_parallel", serialize_nested_parallel),
+)
+
+
+def lower(sch: Schedule, args, name: str = "main") -> PrimFunc:
+    """Lower schedule ``sch`` to a loop-IR function with parameters ``args``.
+
+    Parameters
+    ----------
+    sch : Schedule
+    args : list of Tensor or te.var
+        Function parameters in order: every placeholder read and every output of the
+        schedule, plus scalar ``te.var`` parameters.
+    name : str
+        Function name.
+
+    Returns
+    -------
+    PrimFunc
+        ``str()`` of it is the readable loop nest (multi-dimensional indices, allocations
+        shown).
+
+    Raises
+    ------
+    ScheduleError
+        For an illegal schedule or arguments that do not match it.
+    LoweringError
+        For a legal construct this version cannot lower.
+    """
+    t0 = time.perf_counter()
+    validate_schedule(sch)
+    model = build_model(sch, args)
+    check_legality(model)
+    body = generate_ast(model, _tree(model))
+    for pname, fn in PASSES:
+        body = fn(body)
+        log.debug("after %s:\n%s", pname, body)
+    _check_free_vars(body, model.params)
+    func = allocate_intermediates(PrimFunc(name, tuple(model.params), body))
+    log.debug("lowered %s in %.3f s", name, time.perf_counter() - t0)
+    return func
+
+
+def _tree(model):
+    from .tree import build_schedule
+
+    return build_schedule(model)
+
+
+def finalize(func: PrimFunc) -> PrimFunc:
+    """Target-independent lowering after ``lower``: flatten storage to 1-D offsets."""
+    return flatten_storage(func)
+
+
+def _check_free_vars(body, params) -> None:
+    from polytile.errors import ScheduleError, format_error
+
+    bound = {id(p) for p in params if isinstance(p, Var)}
+    for s in walk_stmts(body):
+        for attr in ("var",):
+            v = getattr(s, attr, None)
+            if isinstance(v, Var):
+                bound.add(id(v))
+    for s in walk_stmts(body):
+        for e in stmt_exprs(s):
+            for v in collect(e, Var):
+                if id(v) not in bound:
+                    raise ScheduleError(format_error(
+                        "lower", f"te.var {v.name!r} is used but not in args",
+                        "add it to args so the built function receives it"))

@@ -1,0 +1,83 @@
+"""Loop-kind passes: unrolling and legalisation of vectorized and parallel loops."""
+
+from __future__ import annotations
+
+from polytile.te.expr import Const
+from polytile.te.visitor import substitute
+
+from ..loop_ir import For, Stmt, StmtMutator, seq, walk_stmts
+
+#: Loops marked ``unroll`` are expanded when their extent is a constant up to this bound.
+MAX_UNROLL = 256
+
+
+class _Subst(StmtMutator):
+    def __init__(self, mapping):
+        self.mapping = mapping
+
+    def visit_expr(self, e):
+        return substitute(e, self.mapping)
+
+
+def substitute_stmt(s: Stmt, mapping: dict) -> Stmt:
+    """Replace variables in every expression of ``s``."""
+    return _Subst(mapping).visit(s)
+
+
+class _Unroll(StmtMutator):
+    def visit_For(self, s: For):
+        s = self.generic_visit(s)
+        if (s.kind != "unrolled" or not isinstance(s.min, Const)
+                or not isinstance(s.extent, Const) or s.extent.value > MAX_UNROLL):
+            return s
+        lo, n = s.min.value, s.extent.value
+        return seq(*[substitute_stmt(s.body, {s.var: Const("int64", v)})
+                     for v in range(lo, lo + n, s.step)])
+
+
+def unroll(stmt: Stmt) -> Stmt:
+    """Expand ``unrolled`` loops of constant extent (at most ``MAX_UNROLL``) into copies
+    of their body. Partial tiles (non-constant extent) stay serial loops. Helps: register
+    reuse and constant indices; costs code size."""
+    return _Unroll().visit(stmt)
+
+
+class _LegalizeVector(StmtMutator):
+    def visit_For(self, s: For):
+        s = self.generic_visit(s)
+        if s.kind != "vectorized":
+            return s
+        inner_loop = any(isinstance(x, For) for x in walk_stmts(s.body))
+        if not isinstance(s.extent, Const) or s.step != 1 or inner_loop:
+            # the partial tile of a non-divisible split runs as scalar code
+            return For(s.var, s.min, s.extent, "serial", s.body, s.step, s.pragmas)
+        return s
+
+
+def legalize_vector_loops(stmt: Stmt) -> Stmt:
+    """Turn vectorized loops that the targets cannot widen (a non-constant extent: the
+    partial tile of a split) into serial loops. Guarantees: every remaining ``vectorized``
+    loop has a constant extent, unit step and no inner loop."""
+    return _LegalizeVector().visit(stmt)
+
+
+class _SerialNested(StmtMutator):
+    def __init__(self):
+        self.depth = 0
+
+    def visit_For(self, s: For):
+        if s.kind != "parallel":
+            return self.generic_visit(s)
+        outer = self.depth > 0
+        self.depth += 1
+        s = self.generic_visit(s)
+        self.depth -= 1
+        if outer:
+            return For(s.var, s.min, s.extent, "serial", s.body, s.step, s.pragmas)
+        return s
+
+
+def serialize_nested_parallel(stmt: Stmt) -> Stmt:
+    """A parallel loop inside another parallel loop runs serially (one level of CPU
+    threads, as TVM and OpenMP's default)."""
+    return _SerialNested().visit(stmt)

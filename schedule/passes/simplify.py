@@ -1,0 +1,221 @@
+"""Expression simplification: constant folding and canonical linear index arithmetic.
+
+Assumes: expressions follow the semantics of :mod:`polytile.te.expr`. Guarantees: the
+result computes the same value for every input (integer folding wraps like the machine;
+float expressions are only folded when every operand is a constant and no rounding
+difference can arise). Helps: loop extents such as ``(min(31, 100 - 32*c0) + 1) - 0`` become
+``min(32, 101 - 32*c0)``, and full-tile extents become constants that vectorize and unroll
+need.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from polytile.te import dtype as dt
+from polytile.te.expr import And, Binary, Cast, Cmp, Const, Expr, Not, Or, Select
+from polytile.te.visitor import ExprMutator
+
+from ..loop_ir import StmtMutator, For, IfThenElse, seq
+
+
+def _wrap(v: int, dtype: str) -> int:
+    return int(np.array(v, dtype=np.int64).astype(dtype)) if dtype != "int64" else \
+        ((v + 2**63) % 2**64) - 2**63
+
+
+def _ci(e: Expr):
+    if isinstance(e, Const) and dt.is_int(e.dtype) and not isinstance(e.value, bool):
+        return e.value
+    return None
+
+
+def _fold_int(op: str, a: int, b: int, dtype: str):
+    if op == "add":
+        return _wrap(a + b, dtype)
+    if op == "sub":
+        return _wrap(a - b, dtype)
+    if op == "mul":
+        return _wrap(a * b, dtype)
+    if op == "min":
+        return min(a, b)
+    if op == "max":
+        return max(a, b)
+    if b == 0:
+        return None
+    if op == "floordiv":
+        return _wrap(a // b, dtype)
+    if op == "floormod":
+        return a % b
+    if op == "truncdiv":
+        q = abs(a) // abs(b)
+        return _wrap(q if (a >= 0) == (b >= 0) else -q, dtype)
+    if op == "truncmod":
+        r = abs(a) % abs(b)
+        return r if a >= 0 else -r
+    return None
+
+
+# linear forms: {var: coef} plus a constant, for int64 index arithmetic --------------------
+
+def _linear(e: Expr):
+    """``(terms, const)`` if ``e`` is a sum of integer multiples of opaque sub-expressions."""
+    if e.dtype != "int64":
+        return None
+    c = _ci(e)
+    if c is not None:
+        return {}, c
+    if isinstance(e, Binary) and e.op in ("add", "sub"):
+        la, lb = _linear(e.a), _linear(e.b)
+        if la is None or lb is None:
+            return None
+        terms = dict(la[0])
+        sign = 1 if e.op == "add" else -1
+        for k, v in lb[0].items():
+            terms[k] = terms.get(k, 0) + sign * v
+        return {k: v for k, v in terms.items() if v}, la[1] + sign * lb[1]
+    if isinstance(e, Binary) and e.op == "mul":
+        ca, cb = _ci(e.a), _ci(e.b)
+        if ca is not None or cb is not None:
+            k, other = (ca, e.b) if ca is not None else (cb, e.a)
+            lo = _linear(other)
+            if lo is None:
+                return None
+            return {t: v * k for t, v in lo[0].items() if v * k}, lo[1] * k
+    return {e: 1}, 0
+
+
+def _rebuild(terms: dict, const: int) -> Expr:
+    i64 = "int64"
+    out = None
+    for t, k in terms.items():
+        term = t if k == 1 else Binary(i64, "mul", Const(i64, k), t) if k != -1 else None
+        if out is None:
+            out = term if term is not None else Binary(i64, "sub", Const(i64, 0), t)
+        elif k > 0:
+            out = Binary(i64, "add", out, t if k == 1 else Binary(i64, "mul", Const(i64, k), t))
+        else:
+            out = Binary(i64, "sub", out, t if k == -1 else Binary(i64, "mul", Const(i64, -k), t))
+    if out is None:
+        return Const(i64, const)
+    if const > 0:
+        return Binary(i64, "add", out, Const(i64, const))
+    if const < 0:
+        return Binary(i64, "sub", out, Const(i64, -const))
+    return out
+
+
+class Simplifier(ExprMutator):
+    def visit_Binary(self, e: Binary):
+        a, b = self.visit(e.a), self.visit(e.b)
+        ca, cb = _ci(a), _ci(b)
+        if ca is not None and cb is not None:
+            v = _fold_int(e.op, ca, cb, e.dtype)
+            if v is not None:
+                return Const(e.dtype, v)
+        if dt.is_int(e.dtype):
+            if e.op in ("add", "sub") and (cb == 0):
+                return a
+            if e.op == "add" and ca == 0:
+                return b
+            if e.op == "mul" and (ca == 1 or cb == 1):
+                return b if ca == 1 else a
+            if e.op == "mul" and (ca == 0 or cb == 0):
+                return Const(e.dtype, 0)
+            if e.op in ("floordiv", "truncdiv") and cb == 1:
+                return a
+            if e.op in ("floormod", "truncmod") and cb == 1:
+                return Const(e.dtype, 0)
+            if e.op in ("min", "max") and a is b:
+                return a
+        out = e if (a is e.a and b is e.b) else Binary(e.dtype, e.op, a, b)
+        if e.dtype == "int64" and e.op in ("add", "sub", "mul"):
+            lin = _linear(out)
+            if lin is not None:
+                return _rebuild(*lin)
+        if e.dtype == "int64" and e.op in ("min", "max"):
+            la, lb = _linear(a), _linear(b)
+            if la is not None and lb is not None and la[0] == lb[0]:
+                pick = min if e.op == "min" else max
+                return a if pick(la[1], lb[1]) == la[1] else b
+        return out
+
+    def visit_Cast(self, e: Cast):
+        v = self.visit(e.value)
+        c = _ci(v)
+        if c is not None and dt.is_int(e.dtype):
+            return Const(e.dtype, _wrap(c, e.dtype))
+        if v.dtype == e.dtype:
+            return v
+        return e if v is e.value else Cast(e.dtype, v)
+
+    def visit_Cmp(self, e: Cmp):
+        a, b = self.visit(e.a), self.visit(e.b)
+        ca, cb = _ci(a), _ci(b)
+        if ca is None and cb is None and a.dtype == "int64":
+            la, lb = _linear(a), _linear(b)
+            if la is not None and lb is not None and la[0] == lb[0]:
+                ca, cb = la[1], lb[1]
+        if ca is not None and cb is not None:
+            r = {"eq": ca == cb, "ne": ca != cb, "lt": ca < cb, "le": ca <= cb,
+                 "gt": ca > cb, "ge": ca >= cb}[e.op]
+            return Const("bool", r)
+        return e if (a is e.a and b is e.b) else Cmp("bool", e.op, a, b)
+
+    def visit_And(self, e: And):
+        a, b = self.visit(e.a), self.visit(e.b)
+        for x, y in ((a, b), (b, a)):
+            if isinstance(x, Const):
+                return y if x.value else x
+        return e if (a is e.a and b is e.b) else And("bool", a, b)
+
+    def visit_Or(self, e: Or):
+        a, b = self.visit(e.a), self.visit(e.b)
+        for x, y in ((a, b), (b, a)):
+            if isinstance(x, Const):
+                return x if x.value else y
+        return e if (a is e.a and b is e.b) else Or("bool", a, b)
+
+    def visit_Not(self, e: Not):
+        a = self.visit(e.a)
+        if isinstance(a, Const):
+            return Const("bool", not a.value)
+        return e if a is e.a else Not("bool", a)
+
+    def visit_Select(self, e: Select):
+        c = self.visit(e.cond)
+        if isinstance(c, Const):
+            return self.visit(e.true_value if c.value else e.false_value)
+        t, f = self.visit(e.true_value), self.visit(e.false_value)
+        if c is e.cond and t is e.true_value and f is e.false_value:
+            return e
+        return Select(e.dtype, c, t, f)
+
+
+def simplify_expr(e: Expr) -> Expr:
+    """Simplified ``e`` (see the module docstring)."""
+    return Simplifier().visit(e)
+
+
+class _SimplifyStmt(StmtMutator):
+    def visit_expr(self, e):
+        return simplify_expr(e)
+
+    def visit_IfThenElse(self, s: IfThenElse):
+        s = self.generic_visit(s)
+        if isinstance(s.cond, Const):
+            return s.then_case if s.cond.value else s.else_case
+        return s
+
+    def visit_For(self, s: For):
+        s = self.generic_visit(s)
+        if isinstance(s.extent, Const) and s.extent.value <= 0:
+            return None
+        return s
+
+
+def simplify(stmt):
+    """Simplify every expression of a statement; drop branches and loops that never run."""
+    out = _SimplifyStmt().visit(stmt)
+    return out if out is not None else seq()
+

@@ -1,0 +1,164 @@
+"""Storage passes: allocation of intermediate buffers and flattening to 1-D offsets."""
+
+from __future__ import annotations
+
+from polytile.te import dtype as dt
+from polytile.te.expr import Binary, Cast, Const, Expr
+from polytile.te.visitor import ExprMutator
+
+from ..loop_ir import (Allocate, Buffer, For, Load, PrimFunc, Stmt, StmtMutator, Store,
+                       stmt_exprs, walk_stmts)
+
+#: Intermediate buffers up to this many bytes live on the stack; larger ones on the heap.
+STACK_LIMIT_BYTES = 64 * 1024
+
+
+def _buffers_used(s: Stmt) -> list[Buffer]:
+    from polytile.te.visitor import collect
+
+    out: dict[int, Buffer] = {}
+    for x in walk_stmts(s):
+        if isinstance(x, Store):
+            out.setdefault(id(x.buffer), x.buffer)
+        for e in stmt_exprs(x):
+            for ld in collect(e, Load):
+                out.setdefault(id(ld.buffer), ld.buffer)
+    return list(out.values())
+
+
+def allocate_intermediates(func: PrimFunc) -> PrimFunc:
+    """Give every non-argument buffer an ``Allocate``.
+
+    A buffer used only inside one parallel loop is allocated in that loop's body, so each
+    thread gets its own copy (privatisation of compute_at buffers); any other buffer is
+    allocated for the whole function. Scope: ``stack`` up to ``STACK_LIMIT_BYTES``, else
+    ``heap``.
+    """
+    params = {id(p) for p in func.params}
+    pending = [b for b in _buffers_used(func.body) if id(b) not in params]
+    if not pending:
+        return func
+    scoped: dict[int, For] = {}
+    for b in pending:
+        loop = _single_parallel_scope(func.body, b)
+        if loop is not None:
+            scoped[id(b)] = loop
+    final = {id(b): Buffer(b.name, b.shape, b.dtype,
+                           "stack" if b.size * dt.nbytes(b.dtype) <= STACK_LIMIT_BYTES
+                           else "heap") for b in pending}
+
+    by_loop: dict[int, list] = {}
+    for b in pending:
+        if id(b) in scoped:
+            by_loop.setdefault(id(scoped[id(b)]), []).append(b)
+
+    class _PlaceInLoops(StmtMutator):
+        def visit_For(self, s: For):
+            new = self.generic_visit(s)
+            bufs = by_loop.get(id(s))
+            if not bufs:
+                return new
+            inner = new.body
+            for b in reversed(bufs):
+                inner = Allocate(b, inner)
+            return For(new.var, new.min, new.extent, new.kind, inner, new.step, new.pragmas)
+
+    body = _PlaceInLoops().visit(func.body)
+    for b in reversed([b for b in pending if id(b) not in scoped]):
+        body = Allocate(b, body)
+    body = _Rescope(final).visit(body)
+    return PrimFunc(func.name, func.params, body, func.attrs)
+
+
+def _single_parallel_scope(body: Stmt, b: Buffer) -> For | None:
+    """The outermost parallel loop containing every use of ``b``, if there is one."""
+    for x in walk_stmts(body):
+        if isinstance(x, For) and x.kind == "parallel":
+            inside = {id(y) for y in _buffers_used(x.body)}
+            if id(b) in inside:
+                total_uses = _count_uses(body, b)
+                return x if _count_uses(x.body, b) == total_uses else None
+    return None
+
+
+def _count_uses(s: Stmt, b: Buffer) -> int:
+    from polytile.te.visitor import collect
+
+    n = 0
+    for x in walk_stmts(s):
+        if isinstance(x, Store) and x.buffer is b:
+            n += 1
+        for e in stmt_exprs(x):
+            n += sum(1 for ld in collect(e, Load) if ld.buffer is b)
+    return n
+
+
+class _RescopeExpr(ExprMutator):
+    def __init__(self, final):
+        self.final = final
+
+    def visit_Load(self, e: Load):
+        idx = tuple(self.visit(i) for i in e.indices)
+        b = self.final.get(id(e.buffer), e.buffer)
+        if b is e.buffer and all(x is y for x, y in zip(idx, e.indices)):
+            return e
+        return Load(e.dtype, b, idx)
+
+
+class _Rescope(StmtMutator):
+    def __init__(self, final):
+        self.final = final
+        self.ex = _RescopeExpr(final)
+
+    def visit_expr(self, e):
+        return self.ex.visit(e)
+
+    def visit_Store(self, s: Store):
+        s = self.generic_visit(s)
+        b = self.final.get(id(s.buffer), s.buffer)
+        return s if b is s.buffer else Store(b, s.indices, s.value)
+
+    def visit_Allocate(self, s: Allocate):
+        s = self.generic_visit(s)
+        b = self.final.get(id(s.buffer), s.buffer)
+        return s if b is s.buffer else Allocate(b, s.body)
+
+
+def _flat_index(buf: Buffer, indices: tuple) -> tuple:
+    if len(indices) == 1:
+        return (_i64(indices[0]),)
+    off: Expr | None = None
+    stride = 1
+    for ext, ix in zip(reversed(buf.shape), reversed(indices)):
+        term = _i64(ix) if stride == 1 else Binary("int64", "mul", _i64(ix),
+                                                   Const("int64", stride))
+        off = term if off is None else Binary("int64", "add", term, off)
+        stride *= ext
+    return (off if off is not None else Const("int64", 0),)
+
+
+def _i64(e: Expr) -> Expr:
+    return e if e.dtype == "int64" else Cast("int64", e)
+
+
+class _FlattenExpr(ExprMutator):
+    def visit_Load(self, e: Load):
+        idx = tuple(self.visit(i) for i in e.indices)
+        return Load(e.dtype, e.buffer, _flat_index(e.buffer, idx))
+
+
+class _Flatten(StmtMutator):
+    ex = _FlattenExpr()
+
+    def visit_expr(self, e):
+        return self.ex.visit(e)
+
+    def visit_Store(self, s: Store):
+        s = self.generic_visit(s)
+        return Store(s.buffer, _flat_index(s.buffer, s.indices), s.value)
+
+
+def flatten_storage(func: PrimFunc) -> PrimFunc:
+    """Rewrite every multi-dimensional ``Load``/``Store`` into a row-major ``int64``
+    element offset (``loop_ir`` contract for code generation)."""
+    return PrimFunc(func.name, func.params, _Flatten().visit(func.body), func.attrs)

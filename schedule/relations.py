@@ -1,0 +1,80 @@
+"""Iteration-variable relations and schedule steps: the data a schedule is made of.
+
+A stage's loops (its *leaf* iteration variables) derive from the compute's axes through
+relations, each the definition of new variables by an index equation:
+
+* ``Split(parent, outer, inner, factor)``: ``parent = min(parent) + outer * factor + inner``
+  with ``0 <= inner < factor``.
+* ``Fuse(outer, inner, fused)``: ``fused = outer * extent(inner) + inner``.
+
+A schedule's *trace* is the list of :class:`Step` records, one per primitive call; replaying
+it on a fresh schedule of the same computation rebuilds the same schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polytile.te.expr import IterVar
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Split:
+    parent: IterVar
+    outer: IterVar
+    inner: IterVar
+    factor: int
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Fuse:
+    outer: IterVar
+    inner: IterVar
+    fused: IterVar
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One primitive call: ``primitive`` on stage ``stage`` with ``args``.
+
+    Iteration variables are recorded as ``("iv", index, name)`` where ``index`` is the
+    position in the stage's ``all_iter_vars`` (stable under replay); stages as
+    ``("stage", name)``; everything else as plain Python values.
+    """
+
+    primitive: str
+    stage: str
+    args: tuple = ()
+    kwargs: tuple = ()
+
+    def __str__(self) -> str:
+        def fmt(a):
+            if isinstance(a, tuple) and a and a[0] == "iv":
+                return a[2]
+            if isinstance(a, tuple) and a and a[0] == "stage":
+                return f"s[{a[1]}]"
+            return repr(a)
+
+        parts = [fmt(a) for a in self.args] + [f"{k}={fmt(v)}" for k, v in self.kwargs]
+        return f"s[{self.stage}].{self.primitive}({', '.join(parts)})"
+
+    def to_json(self) -> list:
+        """A JSON-serialisable form (used by tuning records)."""
+        return [self.primitive, self.stage, _jsonable(self.args), _jsonable(self.kwargs)]
+
+    @staticmethod
+    def from_json(data) -> Step:
+        prim, stage, args, kwargs = data
+        return Step(prim, stage, _tuplify(args), _tuplify(kwargs))
+
+
+def _jsonable(x):
+    if isinstance(x, tuple):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def _tuplify(x):
+    if isinstance(x, list):
+        return tuple(_tuplify(v) for v in x)
+    return x

@@ -1,0 +1,151 @@
+"""The schedule of a whole computation: one stage per operation, and the trace."""
+
+from __future__ import annotations
+
+from polytile.errors import ScheduleError, format_error
+from polytile.te.expr import IterVar
+from polytile.te.tensor import Operation, Tensor
+
+from .relations import Step
+from .stage import Stage
+
+
+def _post_order(outputs: list[Operation]) -> list[Operation]:
+    order: list[Operation] = []
+    seen: set[int] = set()
+
+    def visit(op: Operation):
+        if id(op) in seen:
+            return
+        seen.add(id(op))
+        for t in op.input_tensors:
+            visit(t.op)
+        order.append(op)
+
+    for op in outputs:
+        visit(op)
+    return order
+
+
+class Schedule:
+    """Stages of all operations reachable from ``outputs``, producers before consumers.
+
+    ``s[T]`` (a tensor or operation) gives its :class:`Stage`. ``s.trace`` lists every
+    primitive applied, as :class:`Step` records; :meth:`copy` replays it.
+    """
+
+    def __init__(self, outputs: list[Operation]):
+        self.outputs = list(outputs)
+        self.stages: list[Stage] = []
+        self.stage_map: dict[Operation, Stage] = {}
+        self.trace: list[Step] = []
+        for op in _post_order(self.outputs):
+            st = Stage(op, self)
+            self.stages.append(st)
+            self.stage_map[op] = st
+
+    def __getitem__(self, key) -> Stage:
+        op = key.op if isinstance(key, Tensor) else key
+        if isinstance(key, Stage) and key.schedule is self:
+            return key
+        st = self.stage_map.get(op) if isinstance(op, Operation) else None
+        if st is None:
+            name = getattr(key, "name", repr(key))
+            raise ScheduleError(format_error(
+                "schedule", f"{name!r} is not part of this schedule",
+                "index the schedule with a tensor reachable from its outputs"))
+        return st
+
+    def _owner_of(self, iv: IterVar) -> Stage | None:
+        for st in self.stages:
+            if any(v is iv for v in st.all_iter_vars):
+                return st
+        return None
+
+    def _reads_transitively(self, consumer: Operation, producer: Operation) -> bool:
+        todo, seen = [consumer], set()
+        while todo:
+            op = todo.pop()
+            for t in op.input_tensors:
+                if t.op is producer:
+                    return True
+                if id(t.op) not in seen:
+                    seen.add(id(t.op))
+                    todo.append(t.op)
+        return False
+
+    def copy(self) -> Schedule:
+        """A new schedule of the same operations with the trace replayed."""
+        return replay(self.trace, create_schedule(self.outputs))
+
+    def __repr__(self) -> str:
+        return "Schedule(\n" + "\n".join(f"  {s}" for s in self.trace) + "\n)"
+
+
+def create_schedule(ops) -> Schedule:
+    """Create the default schedule of ``ops`` (an operation, a tensor, or a list of them).
+
+    Every stage starts at the root with its loops in axis order, reduce axes innermost.
+
+    Raises
+    ------
+    TypeError
+        If ``ops`` holds anything but operations or tensors.
+    """
+    if not isinstance(ops, (list, tuple)):
+        ops = [ops]
+    out = []
+    for o in ops:
+        if isinstance(o, Tensor):
+            o = o.op
+        if not isinstance(o, Operation):
+            raise TypeError(f"create_schedule: expected operations (C.op), got {o!r}")
+        out.append(o)
+    if not out:
+        raise TypeError("create_schedule: no operations given")
+    return Schedule(out)
+
+
+def replay(trace: list[Step], sch: Schedule) -> Schedule:
+    """Apply the steps of ``trace`` to ``sch`` (a fresh schedule of the same computation).
+
+    Raises
+    ------
+    ScheduleError
+        If a step names a stage or axis that does not exist in ``sch``.
+    """
+    by_name = {}
+    for st in sch.stages:
+        by_name.setdefault(st.name, st)
+
+    def stage(name: str) -> Stage:
+        if name not in by_name:
+            raise ScheduleError(format_error("replay", f"no stage named {name!r}",
+                                             f"one of {sorted(by_name)}"))
+        return by_name[name]
+
+    def dec(st: Stage, a):
+        if isinstance(a, tuple) and a and a[0] == "iv":
+            return st.all_iter_vars[a[1]]
+        if isinstance(a, tuple) and a and a[0] == "stage":
+            return stage(a[1])
+        if isinstance(a, tuple):
+            return tuple(dec(st, x) for x in a)
+        return a
+
+    for step in trace:
+        st = stage(step.stage)
+        args = list(step.args)
+        if step.primitive == "compute_at":
+            parent = stage(args[0][1])
+            st.compute_at(parent, dec(parent, args[1]))
+            continue
+        fn = getattr(st, step.primitive, None)
+        if fn is None:
+            raise ScheduleError(format_error("replay", f"unknown primitive {step.primitive!r}"))
+        try:
+            fn(*[dec(st, a) for a in args], **{k: dec(st, v) for k, v in step.kwargs})
+        except IndexError:
+            raise ScheduleError(format_error("replay", f"step {step} names an axis that does "
+                                             f"not exist")) from None
+    return sch

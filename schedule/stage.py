@@ -1,0 +1,384 @@
+"""A stage: the loops of one operation and the primitives that transform them.
+
+Each primitive validates its arguments, updates the stage's relations and annotations, and
+appends a :class:`~polytile.schedule.relations.Step` to the schedule's trace. Legality
+against data dependences is checked at the call when it needs no other stage, and again in
+``lower`` (which sees the whole program).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from polytile.errors import ScheduleError, format_error
+from polytile.te.expr import IterVar, Range, Var
+from polytile.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
+
+from .relations import Fuse, Split, Step
+
+if TYPE_CHECKING:
+    from .schedule import Schedule
+
+ANNOTATIONS = ("vectorize", "unroll", "parallel")
+#: Pragmas understood by ``Stage.pragma``: each maps onto an annotation.
+PRAGMAS = {"unroll": "unroll", "vectorize": "vectorize", "parallel": "parallel",
+           "parallel_launch_point": "parallel"}
+#: Largest extent ``vectorize`` accepts (lanes); wider loops should be split first.
+MAX_VECTOR_LANES = 64
+
+
+class Stage:
+    """The schedule of one operation (TVM's ``Stage``), obtained as ``s[tensor]``.
+
+    Attributes
+    ----------
+    op : Operation
+    all_iter_vars : list of IterVar
+        Root axes, reduce axes, then every variable created by split/fuse, in creation order.
+    leaf_iter_vars : list of IterVar
+        The loops of the stage, outermost first.
+    relations : list of Split or Fuse
+    attach_type : str
+        ``"root"``, ``"inline"`` or ``"scope"`` (computed at ``attach_stage``'s
+        ``attach_ivar``).
+    """
+
+    def __init__(self, op: Operation, sch: Schedule):
+        self.op = op
+        self.schedule = sch
+        if isinstance(op, ComputeOp):
+            roots = list(op.axis) + list(op.reduce_axis)
+        else:
+            roots = []
+        self.all_iter_vars: list[IterVar] = list(roots)
+        self.leaf_iter_vars: list[IterVar] = list(roots)
+        self.relations: list = []
+        self.annotations: dict[IterVar, str] = {}
+        self.pragmas: dict[IterVar, tuple] = {}
+        self.attach_type = "root"
+        self.attach_stage: Stage | None = None
+        self.attach_ivar: IterVar | None = None
+
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    @property
+    def origin_op(self) -> Operation:
+        return self.op
+
+    def __repr__(self) -> str:
+        return f"Stage({self.name}, leaves=[{', '.join(v.name for v in self.leaf_iter_vars)}])"
+
+    # helpers ---------------------------------------------------------------------------
+    def _fail(self, primitive: str, what: str, expected: str | None = None, **ctx):
+        raise ScheduleError(format_error(primitive, what, expected, **ctx))
+
+    def _record(self, primitive: str, *args, **kwargs) -> None:
+        def enc(a):
+            if isinstance(a, IterVar):
+                return ("iv", self._index_of(a), a.name)
+            if isinstance(a, Stage):
+                return ("stage", a.name)
+            if isinstance(a, (list, tuple)):
+                return tuple(enc(x) for x in a)
+            return a
+
+        self.schedule.trace.append(Step(primitive, self.name, tuple(enc(a) for a in args),
+                                        tuple((k, enc(v)) for k, v in kwargs.items())))
+
+    def _index_of(self, iv: IterVar) -> int:
+        for k, v in enumerate(self.all_iter_vars):
+            if v is iv:
+                return k
+        # thread axes are not iteration variables of a stage
+        return -1
+
+    def _require_compute(self, primitive: str) -> None:
+        if isinstance(self.op, PlaceholderOp):
+            self._fail(primitive, f"stage {self.name!r} is a placeholder (an input) and has no "
+                       f"loops", "schedule a compute stage")
+
+    def _leaf(self, primitive: str, iv, role: str = "axis") -> IterVar:
+        """Check that ``iv`` is a current loop of this stage and return it."""
+        self._require_compute(primitive)
+        if not isinstance(iv, IterVar):
+            self._fail(primitive, f"{role} {iv!r} is not an IterVar",
+                       "pass an axis such as C.op.axis[0] or a result of split/fuse")
+        for v in self.leaf_iter_vars:
+            if v is iv:
+                return iv
+        for rel in self.relations:
+            if isinstance(rel, Split) and rel.parent is iv:
+                self._fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} was already "
+                           f"split into {rel.outer.name!r} and {rel.inner.name!r}",
+                           "use one of those instead")
+            if isinstance(rel, Fuse) and (rel.outer is iv or rel.inner is iv):
+                self._fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} was already "
+                           f"fused into {rel.fused.name!r}", "use the fused axis instead")
+        owner = self.schedule._owner_of(iv)
+        where = f"it belongs to stage {owner.name!r}" if owner else "it belongs to no stage"
+        self._fail(primitive, f"iter_var {iv.name!r} is not an axis of stage {self.name!r} "
+                   f"({where})", f"expected one of [{self._leaf_names()}]")
+
+    def _leaf_names(self) -> str:
+        return ", ".join(repr(v.name) for v in self.leaf_iter_vars)
+
+    def extent_of(self, iv: IterVar) -> int:
+        """Nominal extent of an iteration variable of this stage (the range its loop spans
+        in a full tile)."""
+        if iv.dom is not None:
+            return iv.dom.extent
+        raise ScheduleError(f"extent: iter_var {iv.name!r} has no range")
+
+    def _new_iv(self, name: str, extent: int, like: IterVar) -> IterVar:
+        iv = IterVar(Var("int32", name, True), Range(0, extent), like.iter_type)
+        self.all_iter_vars.append(iv)
+        return iv
+
+    # primitives --------------------------------------------------------------------------
+    def split(self, parent: IterVar, factor: int | None = None, nparts: int | None = None
+              ) -> tuple[IterVar, IterVar]:
+        """Split a loop in two: ``parent = outer * factor + inner`` (``0 <= inner < factor``).
+
+        Rewrite (``split(i, factor=4)``, extent 10)::
+
+            for i in range(0, 10):          for i.outer in range(0, 3):
+              body(i)                 =>      for i.inner in range(0, min(4, 10 - 4*i.outer)):
+                                                body(i.outer*4 + i.inner)
+
+        Tail: a non-divisible factor gives an exact partial last tile (no guard, no
+        wasted iterations); ``lower`` separates full tiles from it where vectorize/unroll
+        need constant extents. ``nparts=p`` sets ``factor = ceil(extent / p)``.
+        Always legal. Synonyms: Halide ``split``, loopy ``split_iname``, Exo ``divide_loop``.
+
+        Raises
+        ------
+        ScheduleError
+            If ``parent`` is not a loop of this stage, or factor/nparts is missing, both
+            given, or not a positive int.
+        """
+        parent = self._leaf("split", parent)
+        if (factor is None) == (nparts is None):
+            self._fail("split", "give exactly one of factor= and nparts=",
+                       f"got factor={factor!r}, nparts={nparts!r}")
+        which, val = ("factor", factor) if factor is not None else ("nparts", nparts)
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            self._fail("split", f"{which}={val!r} for iter_var {parent.name!r} of stage "
+                       f"{self.name!r}", "expected a positive int (symbolic factors are not "
+                       "affine)")
+        ext = self.extent_of(parent)
+        f = val if factor is not None else -(-ext // val)
+        outer = self._new_iv(f"{parent.name}.outer", -(-ext // f), parent)
+        inner = self._new_iv(f"{parent.name}.inner", f, parent)
+        self.relations.append(Split(parent, outer, inner, f))
+        k = self.leaf_iter_vars.index(parent)
+        self.leaf_iter_vars[k:k + 1] = [outer, inner]
+        self._move_annotation(parent, outer)
+        self._record("split", parent, **({"factor": factor} if factor is not None
+                                          else {"nparts": nparts}))
+        return outer, inner
+
+    def _move_annotation(self, old: IterVar, new: IterVar) -> None:
+        if old in self.annotations:
+            self.annotations[new] = self.annotations.pop(old)
+        if old in self.pragmas:
+            self.pragmas[new] = self.pragmas.pop(old)
+        for st in self.schedule.stages:
+            if st.attach_stage is self and st.attach_ivar is old:
+                st.attach_ivar = new
+
+    def tile(self, x_parent: IterVar, y_parent: IterVar, x_factor: int, y_factor: int
+             ) -> tuple[IterVar, IterVar, IterVar, IterVar]:
+        """Tile two loops: ``split(x)``, ``split(y)``, then ``reorder(xo, yo, xi, yi)``.
+
+        Returns ``(x.outer, y.outer, x.inner, y.inner)``. Built from split and reorder;
+        raises what they raise.
+        """
+        n = len(self.schedule.trace)
+        xo, xi = self.split(x_parent, factor=x_factor)
+        yo, yi = self.split(y_parent, factor=y_factor)
+        self.reorder(xo, yo, xi, yi)
+        del self.schedule.trace[n:]
+        self._record("tile", x_parent, y_parent, x_factor, y_factor)
+        return xo, yo, xi, yi
+
+    def fuse(self, *args: IterVar) -> IterVar:
+        """Fuse adjacent loops into one: ``fused = outer * extent(inner) + inner``.
+
+        The axes must be consecutive in the current loop order, outermost first, and of one
+        kind (all spatial or all reduction). Legal whenever the loops were adjacent.
+
+        Raises
+        ------
+        ScheduleError
+            For non-adjacent loops, mixed spatial/reduce axes, or foreign axes.
+        """
+        if not args:
+            self._fail("fuse", "no axes given", "pass two or more adjacent axes")
+        ivs = [self._leaf("fuse", a) for a in args]
+        if len(ivs) == 1:
+            return ivs[0]
+        n = len(self.schedule.trace)
+        cur = ivs[0]
+        for nxt in ivs[1:]:
+            cur = self._fuse2(cur, nxt)
+        del self.schedule.trace[n:]
+        self._record("fuse", *ivs)
+        return cur
+
+    def _fuse2(self, outer: IterVar, inner: IterVar) -> IterVar:
+        lo = self.leaf_iter_vars.index(outer)
+        li = self.leaf_iter_vars.index(inner)
+        if li != lo + 1:
+            self._fail("fuse", f"iter_vars {outer.name!r} and {inner.name!r} of stage "
+                       f"{self.name!r} are not adjacent in the loop order "
+                       f"[{self._leaf_names()}]", "fuse consecutive loops, outermost first "
+                       "(reorder first)")
+        if outer.iter_type != inner.iter_type:
+            self._fail("fuse", f"{outer.name!r} is a {outer.iter_type} axis and {inner.name!r} "
+                       f"a {inner.iter_type} axis", "fuse axes of one kind")
+        ext = self.extent_of(outer) * self.extent_of(inner)
+        fused = self._new_iv(f"{outer.name}.{inner.name}.fused", ext, outer)
+        self.relations.append(Fuse(outer, inner, fused))
+        self.leaf_iter_vars[lo:li + 1] = [fused]
+        return fused
+
+    def reorder(self, *args: IterVar) -> None:
+        """Reorder loops: the positions held by ``args`` are refilled in the given order.
+
+        Legal when every dependence stays lexicographically positive (checked in ``lower``;
+        pure computes and commutative reductions always are).
+
+        Raises
+        ------
+        ScheduleError
+            For an axis given twice or not a loop of this stage.
+        """
+        ivs = [self._leaf("reorder", a) for a in args]
+        if len({id(v) for v in ivs}) != len(ivs):
+            dup = next(v for v in ivs if sum(w is v for w in ivs) > 1)
+            self._fail("reorder", f"iter_var {dup.name!r} appears twice",
+                       "list each axis once")
+        pos = sorted(self.leaf_iter_vars.index(v) for v in ivs)
+        for p, v in zip(pos, ivs):
+            self.leaf_iter_vars[p] = v
+        self._record("reorder", *ivs)
+
+    def _annotate(self, primitive: str, iv: IterVar, kind: str) -> None:
+        iv = self._leaf(primitive, iv)
+        old = self.annotations.get(iv)
+        if old is not None and old != kind:
+            self._fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} is already "
+                       f"annotated {old!r}", "one of vectorize/unroll/parallel per loop")
+        if kind == "vectorize":
+            ext = self.extent_of(iv)
+            if ext > MAX_VECTOR_LANES:
+                self._fail("vectorize", f"iter_var {iv.name!r} of stage {self.name!r} has "
+                           f"extent {ext}", f"expected at most {MAX_VECTOR_LANES} lanes",
+                           hint=f"split it first: s[{self.name}].split({iv.name}, factor=16)")
+        self.annotations[iv] = kind
+
+    def vectorize(self, iv: IterVar) -> None:
+        """Run the iterations of loop ``iv`` as SIMD lanes.
+
+        The loop must be innermost when lowered, with a constant extent of at most
+        ``MAX_VECTOR_LANES``; it must carry no dependence (a reduction axis cannot be
+        vectorized: use rfactor). Partial tiles run as scalar loops.
+        """
+        self._annotate("vectorize", iv, "vectorize")
+        self._record("vectorize", iv)
+
+    def unroll(self, iv: IterVar) -> None:
+        """Unroll loop ``iv`` completely where its extent is constant (full tiles); partial
+        tiles stay loops. Always legal."""
+        self._annotate("unroll", iv, "unroll")
+        self._record("unroll", iv)
+
+    def parallel(self, iv: IterVar) -> None:
+        """Run the iterations of loop ``iv`` on several CPU threads (OpenMP runtime).
+
+        Legal when the loop carries no dependence (zero distance at ``iv``); a reduction
+        axis is refused (use rfactor). A parallel loop nested in another runs serially.
+        """
+        self._annotate("parallel", iv, "parallel")
+        self._record("parallel", iv)
+
+    def pragma(self, iv: IterVar, pragma_type: str, pragma_value=None) -> None:
+        """Annotate loop ``iv`` with a pragma: ``"unroll"``, ``"vectorize"``, ``"parallel"``
+        (the annotations of the same names) or ``"parallel_launch_point"``.
+
+        Raises
+        ------
+        ScheduleError
+            For an unknown pragma.
+        """
+        if pragma_type not in PRAGMAS:
+            self._leaf("pragma", iv)
+            self._fail("pragma", f"unknown pragma {pragma_type!r} on iter_var {iv.name!r} of "
+                       f"stage {self.name!r}", f"expected one of {sorted(PRAGMAS)}")
+        self._annotate("pragma", iv, PRAGMAS[pragma_type])
+        self.pragmas[iv] = self.pragmas.get(iv, ()) + ((pragma_type, pragma_value),)
+        self._record("pragma", iv, pragma_type, pragma_value)
+
+    def compute_inline(self) -> None:
+        """Substitute this stage's expression into every consumer; it gets no loops.
+
+        Raises
+        ------
+        ScheduleError
+            For a reduction, a placeholder, or an output of the schedule.
+        """
+        self._require_compute("compute_inline")
+        if self.op.reduce_axis:
+            self._fail("compute_inline", f"stage {self.name!r} is a reduction",
+                       "only elementwise computes can be inlined",
+                       hint="use compute_at to fuse a reduction into its consumer")
+        if self.op in self.schedule.outputs:
+            self._fail("compute_inline", f"stage {self.name!r} is an output of the schedule",
+                       "inline intermediate stages only")
+        self.attach_type, self.attach_stage, self.attach_ivar = "inline", None, None
+        self._record("compute_inline")
+
+    def compute_root(self) -> None:
+        """Compute this stage in its own loop nest at the top level (the default)."""
+        self._require_compute("compute_root")
+        self.attach_type, self.attach_stage, self.attach_ivar = "root", None, None
+        self._record("compute_root")
+
+    def compute_at(self, parent: Stage, scope: IterVar) -> None:
+        """Compute this stage inside loop ``scope`` of its consumer ``parent``.
+
+        Each iteration of ``scope`` computes exactly the region of this stage that the
+        consumer reads in that iteration (the image of the consumer's accesses, found with
+        isl, halos included), into a buffer of the region's bounding box.
+
+        Raises
+        ------
+        ScheduleError
+            If ``parent`` does not read this stage, ``scope`` is not a loop of ``parent``,
+            the attach would form a cycle, or this stage is an output.
+        """
+        self._require_compute("compute_at")
+        if isinstance(parent, Tensor):
+            parent = self.schedule[parent]
+        if not isinstance(parent, Stage) or parent.schedule is not self.schedule:
+            self._fail("compute_at", f"parent {parent!r} is not a stage of this schedule",
+                       "pass s[consumer]")
+        if parent is self:
+            self._fail("compute_at", f"stage {self.name!r} cannot be computed inside itself")
+        parent._leaf("compute_at", scope, role="scope")
+        if self.op in self.schedule.outputs:
+            self._fail("compute_at", f"stage {self.name!r} is an output of the schedule",
+                       "attach intermediate stages only")
+        st = parent
+        while st is not None:
+            if st is self:
+                self._fail("compute_at", f"attaching {self.name!r} to {parent.name!r} forms a "
+                           f"cycle of attaches", "attach a producer to its consumer")
+            st = st.attach_stage
+        if not self.schedule._reads_transitively(parent.op, self.op):
+            self._fail("compute_at", f"stage {parent.name!r} does not read {self.name!r}",
+                       f"attach {self.name!r} to one of its consumers")
+        self.attach_type, self.attach_stage, self.attach_ivar = "scope", parent, scope
+        self._record("compute_at", parent, scope)

@@ -1,0 +1,133 @@
+"""Small read-only analyses of loop IR used by the LLVM backend.
+
+* :func:`may_trap` decides whether an operand of a lazy ``Select`` (or of ``And``/``Or``)
+  must stay behind a branch: evaluating it could read memory or divide by zero.
+* :func:`used_symbols` lists the variables and buffers a statement reads (what an outlined
+  parallel body captures).
+* :func:`stored_buffers` lists the buffers a function writes (the wrapper refuses read-only
+  arrays for them).
+* :func:`varying_vars` finds the ``LetStmt`` variables of a vectorized body that depend on
+  its loop variable.
+"""
+
+from __future__ import annotations
+
+from polytile.schedule.loop_ir import (Allocate, Buffer, For, LetStmt, Load, Stmt, Store,
+                                       stmt_exprs, walk_stmts)
+from polytile.te import dtype as dt
+from polytile.te.expr import Binary, Const, Expr, Var, child_fields
+
+_DIVS = ("truncdiv", "truncmod", "floordiv", "floormod")
+
+
+def node_ids(e: Expr) -> set[int]:
+    """Identities of every node of ``e`` (shared nodes counted once)."""
+    out: set[int] = set()
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if id(x) in out:
+            continue
+        out.add(id(x))
+        stack.extend(_children(x))
+    return out
+
+
+def _children(e: Expr):
+    for f in child_fields(e):
+        v = getattr(e, f)
+        for x in (v if isinstance(v, tuple) else (v,)):
+            if isinstance(x, Expr):
+                yield x
+
+
+def _safe_divisor(b: Expr) -> bool:
+    # x / c cannot trap for a constant c other than 0 and -1 (INT_MIN / -1 traps on x86)
+    return isinstance(b, Const) and b.value not in (0, -1)
+
+
+def may_trap(e: Expr, done: set[int] = frozenset()) -> bool:
+    """True when evaluating ``e`` may read memory (a ``Load``) or perform an integer
+    division by a divisor that is not a constant other than 0 and -1, counting only nodes
+    whose identity is not in ``done`` (nodes already evaluated unconditionally, such as the
+    ``Select`` condition that shares them)."""
+    stack, seen = [e], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in done or id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, Load):
+            return True
+        if (isinstance(x, Binary) and x.op in _DIVS and not dt.is_float(x.dtype)
+                and not _safe_divisor(x.b)):
+            return True
+        stack.extend(_children(x))
+    return False
+
+
+def _expr_symbols(e: Expr, out: dict) -> None:
+    stack = [e]
+    seen: set[int] = set()
+    order = []
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        order.append(x)
+        stack.extend(reversed(list(_children(x))))
+    for x in order:
+        if isinstance(x, Var):
+            out.setdefault(x, None)
+        elif isinstance(x, Load):
+            out.setdefault(x.buffer, None)
+
+
+def used_symbols(s: Stmt) -> list:
+    """Variables and buffers read or written anywhere in ``s`` (including the shape
+    expressions of its allocations), in first-use order, without duplicates."""
+    out: dict = {}
+    for x in walk_stmts(s):
+        if isinstance(x, Store):
+            out.setdefault(x.buffer, None)
+        if isinstance(x, Allocate):
+            for d in x.buffer.shape:
+                if isinstance(d, Expr):
+                    _expr_symbols(d, out)
+        for e in stmt_exprs(x):
+            _expr_symbols(e, out)
+    return list(out)
+
+
+def stored_buffers(s: Stmt) -> set[Buffer]:
+    """Buffers that some ``Store`` in ``s`` writes."""
+    return {x.buffer for x in walk_stmts(s) if isinstance(x, Store)}
+
+
+def has_inner_for(s: Stmt) -> bool:
+    """True when ``s`` contains a ``For`` statement."""
+    return any(isinstance(x, For) for x in walk_stmts(s))
+
+
+def depends_on(e: Expr, vs: set) -> bool:
+    """True when expression ``e`` reads one of the variables ``vs``."""
+    stack, seen = [e], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, Var) and x in vs:
+            return True
+        stack.extend(_children(x))
+    return False
+
+
+def varying_vars(loop_var: Var, body: Stmt) -> set:
+    """``loop_var`` and the ``LetStmt`` variables of ``body`` whose value depends on it."""
+    vs = {loop_var}
+    for x in walk_stmts(body):
+        if isinstance(x, LetStmt) and depends_on(x.value, vs):
+            vs.add(x.var)
+    return vs

@@ -1,0 +1,416 @@
+"""Loop IR → LLVM IR, through llvmlite's typed IR builder.
+
+``codegen_llvm(func, target)`` turns one :class:`~polytile.schedule.loop_ir.PrimFunc` into an
+``llvmlite.ir.Module`` holding ``i32 @<func.name>(params...)``:
+
+* ``Buffer`` parameters become ``noalias`` pointers to their element type (``bool`` arrays
+  are ``i8*``), ``Var`` parameters scalars of their dtype (``bool`` is passed as ``i8`` and
+  ``float16`` as its ``i16`` bit pattern, because ctypes has neither).
+* The result is a status: 0 on success, 1 when a heap allocation failed (see
+  :data:`.intrinsics.STATUS_NO_MEMORY`). A failing path frees the live heap buffers of its
+  function before returning.
+* ``For`` loops: ``serial``/``unrolled`` become a counted loop over an ``i64`` phi;
+  ``parallel`` loops are outlined and run through libgomp (:mod:`.parallel`); ``vectorized``
+  loops are widened to ``<N x T>`` code (:mod:`.vectorize`).
+* ``Allocate``: ``stack`` buffers are ``alloca``\\ s of constant size in the entry block of the
+  enclosing LLVM function (never inside a loop), ``heap`` buffers ``malloc``/``free``.
+* ``Select`` is lazy: when an operand may trap (a ``Load`` or an integer division, see
+  :func:`.analysis.may_trap`) it is emitted with branches and a ``phi``, else as ``select``.
+  ``And``/``Or`` with a right operand that may trap short-circuit the same way.
+* ``floordiv``/``floormod`` are rewritten by :mod:`polytile.schedule.intdiv`.
+
+The pass is pure: it reads ``func`` and returns a new module.
+"""
+
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+
+from polytile.errors import BuildError, InternalError, format_error
+from polytile.schedule.intdiv import floordiv_expr, floormod_expr
+from polytile.schedule.loop_ir import (Allocate, Buffer, Evaluate, For, IfThenElse, LetStmt,
+                                       Load, PrimFunc, Seq, Stmt, Store)
+from polytile.te import dtype as dt
+from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select,
+                              Var)
+
+from ..target import Target
+from . import intrinsics as llx
+from .analysis import may_trap, node_ids
+from .intrinsics import I1, I8, I8P, I32, I64
+
+
+def param_llvm_type(p) -> ir.Type:
+    """LLVM type of a function parameter (see the module docstring)."""
+    if isinstance(p, Buffer):
+        return llx.mem_type(p.dtype).as_pointer()
+    if p.dtype == "bool":
+        return I8
+    if p.dtype == "float16":
+        return ir.IntType(16)
+    return llx.llvm_type(p.dtype)
+
+
+class FnState:
+    """Code generation state of one LLVM function (the main one or an outlined body).
+
+    ``env`` maps ``Var`` to its current LLVM value and ``Buffer`` to its base pointer;
+    ``heap`` lists the heap pointers live at the current point (freed on failure);
+    ``in_parallel`` is true inside an outlined parallel body (inner parallel loops then
+    run serially).
+    """
+
+    def __init__(self, fn: ir.Function, env: dict, in_parallel: bool):
+        self.fn = fn
+        self.env = env
+        self.in_parallel = in_parallel
+        self.heap: list = []
+        # "entry" holds only the allocas; the code starts in "start" (see finish)
+        self.entry = fn.append_basic_block("entry")
+        self.b = ir.IRBuilder(fn.append_basic_block("start"))
+
+    def finish(self) -> None:
+        """Close the alloca block with a branch to the code."""
+        ir.IRBuilder(self.entry).branch(self.fn.blocks[1])
+
+
+class CodeGen:
+    """Emits statements and scalar expressions; :mod:`.vectorize` and :mod:`.parallel`
+    call back into it."""
+
+    def __init__(self, func: PrimFunc, target: Target):
+        self.func = func
+        self.target = target
+        self.fast = target.fast_math
+        self.module = ir.Module(name=func.name)
+        self.module.triple = llvm.get_process_triple()
+        self.st: FnState | None = None
+        self.n_outlined = 0
+
+    # ---------------------------------------------------------------- function level
+    @property
+    def b(self) -> ir.IRBuilder:
+        return self.st.b
+
+    def run(self) -> ir.Module:
+        f = self.func
+        for p in f.params:
+            if isinstance(p, Buffer) and p.scope != "global":
+                raise BuildError(format_error(
+                    "codegen_llvm", f"parameter buffer {p.name!r} has scope {p.scope!r}",
+                    "scope 'global' for function arguments"))
+            if not isinstance(p, (Buffer, Var)):
+                raise BuildError(format_error(
+                    "codegen_llvm", f"parameter {p!r} is a {type(p).__name__}",
+                    "Buffer or Var parameters"))
+        fnty = ir.FunctionType(I32, [param_llvm_type(p) for p in f.params])
+        fn = ir.Function(self.module, fnty, name=f.name)
+        self.st = FnState(fn, {}, in_parallel=False)
+        for p, a in zip(f.params, fn.args):
+            a.name = p.name
+            if isinstance(p, Buffer):
+                a.add_attribute("noalias")
+                self.st.env[p] = a
+            elif p.dtype == "bool":
+                self.st.env[p] = self.b.icmp_unsigned("!=", a, I8(0))
+            elif p.dtype == "float16":
+                self.st.env[p] = self.b.bitcast(a, ir.HalfType())
+            else:
+                self.st.env[p] = a
+        self.stmt(f.body)
+        self.b.ret(I32(llx.STATUS_OK))
+        self.st.finish()
+        return self.module
+
+    def new_function(self, suffix: str, ret: ir.Type, args: list) -> ir.Function:
+        """A fresh internal function ``<name>.<suffix><k>`` in the module."""
+        name = f"{self.func.name}.{suffix}{self.n_outlined}"
+        self.n_outlined += 1
+        fn = ir.Function(self.module, ir.FunctionType(ret, args), name=name)
+        fn.linkage = "internal"
+        return fn
+
+    def fail(self, status: ir.Value) -> None:
+        """Terminate the current block: free the live heap buffers, return ``status``."""
+        free = llx.declare(self.module, "free", llx.VOID, [I8P])
+        for p in reversed(self.st.heap):
+            self.b.call(free, [self.b.bitcast(p, I8P)])
+        self.b.ret(status)
+
+    def alloca(self, ty: ir.Type, count: int, name: str) -> ir.Value:
+        """An ``alloca`` of ``count`` elements of ``ty`` at the start of the entry block."""
+        p = ir.IRBuilder(self.st.entry).alloca(ty, size=I64(count), name=name)
+        p.align = 64
+        return p
+
+    # ---------------------------------------------------------------- statements
+    def stmt(self, s: Stmt) -> None:
+        """Emit statement ``s`` at the builder's position."""
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                self.stmt(x)
+        elif isinstance(s, Store):
+            self.store(s)
+        elif isinstance(s, For):
+            self.for_(s)
+        elif isinstance(s, IfThenElse):
+            self.if_(s)
+        elif isinstance(s, LetStmt):
+            self.let(s.var, self.expr(s.value), lambda: self.stmt(s.body))
+        elif isinstance(s, Allocate):
+            self.allocate(s)
+        elif isinstance(s, Evaluate):
+            pass  # expressions have no side effects
+        else:
+            raise BuildError(format_error("codegen_llvm", f"unknown statement "
+                                          f"{type(s).__name__}", "a loop IR statement"))
+
+    def let(self, var: Var, value, body) -> None:
+        """Bind ``var`` to ``value`` while ``body()`` runs."""
+        env = self.st.env
+        old = env.get(var, None)
+        env[var] = value
+        try:
+            body()
+        finally:
+            if old is None:
+                env.pop(var, None)
+            else:
+                env[var] = old
+
+    def for_(self, s: For) -> None:
+        if s.kind == "parallel" and not self.st.in_parallel:
+            from .parallel import emit_parallel
+
+            emit_parallel(self, s)
+        elif s.kind == "vectorized":
+            from .vectorize import emit_vectorized
+
+            emit_vectorized(self, s)
+        elif s.kind in ("serial", "unrolled", "parallel"):
+            lo = self.index(s.min)
+            end = self.b.add(lo, self.index(s.extent))
+            self.loop(lo, end, s.step, s.var.name,
+                      lambda iv: self.let(s.var, iv, lambda: self.stmt(s.body)))
+        else:
+            raise BuildError(format_error("codegen_llvm", f"loop {s.var.name!r} has kind "
+                                          f"{s.kind!r}", "serial, unrolled, parallel or "
+                                          "vectorized"))
+
+    def loop(self, lo: ir.Value, end: ir.Value, step: int, name: str, body) -> None:
+        """``for (iv = lo; iv < end; iv += step) body(iv)`` over ``i64``."""
+        b = self.b
+        pre = b.block
+        header = b.append_basic_block(f"{name}.header")
+        blk = b.append_basic_block(f"{name}.body")
+        exit_ = b.append_basic_block(f"{name}.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        iv = b.phi(I64, name=name)
+        iv.add_incoming(lo, pre)
+        b.cbranch(b.icmp_signed("<", iv, end), blk, exit_)
+        b.position_at_end(blk)
+        body(iv)
+        nxt = self.b.add(iv, I64(step), name=f"{name}.next")
+        iv.add_incoming(nxt, self.b.block)
+        self.b.branch(header)
+        self.b.position_at_end(exit_)
+
+    def if_(self, s: IfThenElse) -> None:
+        cond = self.expr(s.cond)
+        if s.else_case is None:
+            with self.b.if_then(cond):
+                self.stmt(s.then_case)
+        else:
+            with self.b.if_else(cond) as (then, other):
+                with then:
+                    self.stmt(s.then_case)
+                with other:
+                    self.stmt(s.else_case)
+
+    def allocate(self, s: Allocate) -> None:
+        buf = s.buffer
+        ety = llx.mem_type(buf.dtype)
+        if buf.scope == "stack":
+            n = 1
+            for d in buf.shape:
+                v = d.value if isinstance(d, Const) else d
+                if not isinstance(v, int):
+                    raise InternalError(format_error(
+                        "codegen_llvm", f"stack buffer {buf.name!r} has the non-constant "
+                        f"shape {list(buf.shape)}", "a constant shape (or scope 'heap')"))
+                n *= v
+            ptr = self.alloca(ety, max(n, 1), buf.name)
+            self.let(buf, ptr, lambda: self.stmt(s.body))
+        elif buf.scope == "heap":
+            raw = self.malloc(buf)
+            ptr = self.b.bitcast(raw, ety.as_pointer(), name=buf.name)
+            self.st.heap.append(ptr)
+            self.let(buf, ptr, lambda: self.stmt(s.body))
+            self.st.heap.pop()
+            self.b.call(llx.declare(self.module, "free", llx.VOID, [I8P]), [raw])
+        else:
+            raise BuildError(format_error(
+                "codegen_llvm", f"buffer {buf.name!r} has scope {buf.scope!r}",
+                "scope 'stack' or 'heap' for allocations on CPU"))
+
+    def malloc(self, buf: Buffer) -> ir.Value:
+        """``malloc`` the bytes of ``buf``; on overflow of the size or a NULL result the
+        function fails with the out-of-memory status."""
+        b = self.b
+        size, over = I64(dt.nbytes(buf.dtype)), I1(0)
+        for d in buf.shape:
+            dim = self.index(d if isinstance(d, Expr) else Const("int64", int(d)))
+            res = b.umul_with_overflow(size, dim)
+            size = b.extract_value(res, 0)
+            over = b.or_(over, b.extract_value(res, 1))
+        size = b.select(b.icmp_unsigned("==", size, I64(0)), I64(1), size)
+        malloc = llx.declare(self.module, "malloc", I8P, [I64])
+        raw = b.call(malloc, [size], name=f"{buf.name}.raw")
+        bad = b.or_(over, b.icmp_unsigned("==", raw, ir.Constant(I8P, None)))
+        with b.if_then(bad, likely=False):
+            self.fail(I32(llx.STATUS_NO_MEMORY))
+        return raw
+
+    # ---------------------------------------------------------------- memory access
+    def index(self, e: Expr) -> ir.Value:
+        """Evaluate an index or loop bound as ``i64``."""
+        return llx.cast(self.b, self.expr(e), e.dtype, "int64") if e.dtype != "int64" \
+            else self.expr(e)
+
+    def buffer_ptr(self, buf: Buffer) -> ir.Value:
+        try:
+            return self.st.env[buf]
+        except KeyError:
+            raise BuildError(format_error(
+                "codegen_llvm", f"buffer {buf.name!r} is used outside its allocation",
+                "a parameter buffer or one introduced by an enclosing Allocate")) from None
+
+    def element_ptr(self, buf: Buffer, indices: tuple) -> ir.Value:
+        if len(indices) != 1:
+            raise InternalError(format_error(
+                "codegen_llvm", f"access to {buf.name!r} has {len(indices)} indices",
+                "exactly one (flattened) index after storage flattening"))
+        return self.b.gep(self.buffer_ptr(buf), [self.index(indices[0])], inbounds=True)
+
+    def store(self, s: Store) -> None:
+        v = self.expr(s.value)
+        if s.value.dtype != s.buffer.dtype:
+            v = llx.cast(self.b, v, s.value.dtype, s.buffer.dtype)
+        if s.buffer.dtype == "bool":
+            v = self.b.zext(v, I8)
+        self.b.store(v, self.element_ptr(s.buffer, s.indices), align=dt.nbytes(s.buffer.dtype))
+
+    # ---------------------------------------------------------------- expressions
+    def expr(self, e: Expr) -> ir.Value:
+        """Evaluate scalar expression ``e`` at the builder's position."""
+        fn = getattr(self, "expr_" + type(e).__name__, None)
+        if fn is None:
+            raise InternalError(format_error(
+                "codegen_llvm", f"expression node {type(e).__name__} reached code generation",
+                "only loop IR expressions (TensorRead and Reduce are removed by lowering)"))
+        return fn(e)
+
+    def expr_Var(self, e: Var) -> ir.Value:
+        try:
+            return self.st.env[e]
+        except KeyError:
+            raise BuildError(format_error(
+                "codegen_llvm", f"variable {e.name!r} is used but not defined",
+                "a parameter, a loop variable or a LetStmt variable in scope")) from None
+
+    def expr_Const(self, e: Const) -> ir.Value:
+        return llx.const(e.dtype, e.value)
+
+    def expr_Cast(self, e: Cast) -> ir.Value:
+        return llx.cast(self.b, self.expr(e.value), e.value.dtype, e.dtype)
+
+    def expr_Binary(self, e: Binary) -> ir.Value:
+        if e.op == "floordiv":
+            return self.expr(floordiv_expr(e.a, e.b))
+        if e.op == "floormod":
+            return self.expr(floormod_expr(e.a, e.b))
+        return llx.binop(self.b, e.op, self.expr(e.a), self.expr(e.b), e.dtype, self.fast)
+
+    def expr_Cmp(self, e: Cmp) -> ir.Value:
+        return llx.compare(self.b, e.op, self.expr(e.a), self.expr(e.b), e.a.dtype)
+
+    def expr_And(self, e: And) -> ir.Value:
+        if may_trap(e.b, node_ids(e.a)):
+            return self.expr(Select("bool", e.a, e.b, Const("bool", False)))
+        return self.b.and_(self.expr(e.a), self.expr(e.b))
+
+    def expr_Or(self, e: Or) -> ir.Value:
+        if may_trap(e.b, node_ids(e.a)):
+            return self.expr(Select("bool", e.a, Const("bool", True), e.b))
+        return self.b.or_(self.expr(e.a), self.expr(e.b))
+
+    def expr_Not(self, e: Not) -> ir.Value:
+        return self.b.not_(self.expr(e.a))
+
+    def expr_Select(self, e: Select) -> ir.Value:
+        cond = self.expr(e.cond)
+        done = node_ids(e.cond)
+        if not (may_trap(e.true_value, done) or may_trap(e.false_value, done)):
+            return self.b.select(cond, self.expr(e.true_value), self.expr(e.false_value))
+        return self.branch_select(cond, lambda: self.expr(e.true_value),
+                                  lambda: self.expr(e.false_value))
+
+    def branch_select(self, cond: ir.Value, then_fn, else_fn) -> ir.Value:
+        """``cond ? then_fn() : else_fn()`` evaluating only the chosen side (branches and a
+        ``phi``); the two callables must return values of one LLVM type."""
+        b = self.b
+        with b.if_else(cond) as (then, other):
+            with then:
+                tv = then_fn()
+                tb = b.block
+            with other:
+                fv = else_fn()
+                fb = b.block
+        phi = b.phi(tv.type)
+        phi.add_incoming(tv, tb)
+        phi.add_incoming(fv, fb)
+        return phi
+
+    def expr_Call(self, e: Call) -> ir.Value:
+        args = [self.expr(a) for a in e.args]
+        return llx.math_call(self.b, e.name, args, e.args[0].dtype, self.fast)
+
+    def expr_Load(self, e: Load) -> ir.Value:
+        v = self.b.load(self.element_ptr(e.buffer, e.indices), align=dt.nbytes(e.buffer.dtype))
+        if e.buffer.dtype == "bool":
+            v = self.b.icmp_unsigned("!=", v, I8(0))
+        if e.dtype != e.buffer.dtype:
+            v = llx.cast(self.b, v, e.buffer.dtype, e.dtype)
+        return v
+
+
+def codegen_llvm(func: PrimFunc, target: Target) -> ir.Module:
+    """Translate ``func`` into an LLVM module (unoptimised), for a CPU ``target``.
+
+    Parameters
+    ----------
+    func : PrimFunc
+        Lowered loop IR: flattened one-index accesses, ``int64`` loop variables and indices.
+    target : Target
+        An ``llvm`` target; its ``fast_math`` flag picks the float instruction flags.
+
+    Returns
+    -------
+    llvmlite.ir.Module
+        The module defining ``i32 @<func.name>(...)`` (and internal outlined bodies).
+
+    Raises
+    ------
+    BuildError
+        For constructs the CPU backend does not support (unknown statements, GPU scopes,
+        undefined variables, unknown intrinsics).
+    InternalError
+        When ``func`` breaks the loop-IR contract (several indices per access, a vectorized
+        loop with a non-constant extent or an inner loop, a non-constant stack buffer).
+    """
+    if target.kind != "llvm":
+        raise BuildError(format_error("codegen_llvm", f"target {str(target)!r} is not a CPU "
+                                      "target", "an 'llvm' target"))
+    return CodeGen(func, target).run()

@@ -1,0 +1,261 @@
+"""LLVM types, constants and lane-polymorphic operations of the LLVM backend.
+
+Every function here takes LLVM values that are either scalars or vectors (``<N x T>``) of
+one element type and emits the same instructions for both, so the scalar code generator
+(:mod:`.codegen`) and the vector widener (:mod:`.vectorize`) share them.
+
+Type mapping: ``bool`` is ``i1`` in registers and ``i8`` in memory (numpy's layout), signed
+and unsigned ints are ``iN`` (signedness lives in the polytile dtype, which picks ``sdiv`` or
+``udiv``, ``ashr`` or ``lshr``, ...), ``float16/32/64`` are ``half/float/double``.
+
+Float semantics: ``contract`` on ``fadd``/``fsub``/``fmul`` (FMA formation only, as C
+compilers do by default), or ``fast`` when the target asks for ``-fast-math``. Float
+``min``/``max`` are ``select(a < b, a, b)`` (TVM's choice; lowers to ``vminps``).
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from polytile.errors import BuildError, format_error
+from polytile.te import dtype as dt
+
+I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
+VOID = ir.VoidType()
+I8P = I8.as_pointer()
+
+_FLOAT_TYPES = {"float16": ir.HalfType(), "float32": ir.FloatType(),
+                "float64": ir.DoubleType()}
+
+STATUS_OK = 0
+STATUS_NO_MEMORY = 1
+
+
+def llvm_type(dtype: str, lanes: int = 1) -> ir.Type:
+    """Register type of ``dtype`` (``<lanes x T>`` when ``lanes > 1``)."""
+    t = I1 if dtype == "bool" else _FLOAT_TYPES.get(dtype) or ir.IntType(dt.bits(dtype))
+    return ir.VectorType(t, lanes) if lanes > 1 else t
+
+
+def mem_type(dtype: str, lanes: int = 1) -> ir.Type:
+    """In-memory type of ``dtype`` (``bool`` is one byte)."""
+    return llvm_type("int8" if dtype == "bool" else dtype, lanes)
+
+
+def lanes_of(v: ir.Value) -> int:
+    """Number of lanes of an LLVM value (1 for scalars)."""
+    return v.type.count if isinstance(v.type, ir.VectorType) else 1
+
+
+def const(dtype: str, value, lanes: int = 1) -> ir.Constant:
+    """An LLVM constant of ``dtype`` (a splat vector when ``lanes > 1``)."""
+    t = llvm_type(dtype)
+    if dtype == "bool":
+        c = ir.Constant(t, int(bool(value)))
+    elif dt.is_float(dtype):
+        c = ir.Constant(t, float(value))
+    else:
+        bits = dt.bits(dtype)
+        v = int(value) & ((1 << bits) - 1)
+        if v >= 1 << (bits - 1):
+            v -= 1 << bits  # print as signed two's complement
+        c = ir.Constant(t, v)
+    if lanes > 1:
+        return ir.Constant(ir.VectorType(t, lanes), [c] * lanes)
+    return c
+
+
+def splat(b: ir.IRBuilder, v: ir.Value, lanes: int) -> ir.Value:
+    """Broadcast scalar ``v`` to ``<lanes x T>`` (insertelement + shufflevector)."""
+    if isinstance(v, ir.Constant) and not isinstance(v.type, ir.VectorType):
+        return ir.Constant(ir.VectorType(v.type, lanes), [v] * lanes)
+    vt = ir.VectorType(v.type, lanes)
+    one = b.insert_element(ir.Constant(vt, ir.Undefined), v, I32(0))
+    return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined),
+                            ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+
+
+def _fm(fast: bool) -> tuple[str, ...]:
+    return ("fast",) if fast else ("contract",)
+
+
+def declare(module: ir.Module, name: str, ret: ir.Type, args: list) -> ir.Function:
+    """Declare (once) an external function or intrinsic ``name`` in ``module``."""
+    g = module.globals.get(name)
+    if g is None:
+        g = ir.Function(module, ir.FunctionType(ret, args), name=name)
+    return g
+
+
+def _suffix(t: ir.Type) -> str:
+    """LLVM's overload suffix of a type: ``f32``, ``i64``, ``v16f32``, ``p0``."""
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{_suffix(t.element)}"
+    if isinstance(t, ir.PointerType):
+        return f"p{t.addrspace}"
+    return t.intrinsic_name
+
+
+def call_intrinsic(b: ir.IRBuilder, base: str, args: list, ret: ir.Type | None = None,
+                   extra: tuple = (), fastmath: tuple = ()) -> ir.Value:
+    """Call ``llvm.<base>.<type suffix>`` overloaded on the first argument's type; ``extra``
+    are additional (non-overloaded) constant arguments appended to ``args``."""
+    t = args[0].type
+    fn = declare(b.module, f"llvm.{base}.{_suffix(t)}", ret or t,
+                 [a.type for a in args] + [x.type for x in extra])
+    return b.call(fn, list(args) + list(extra), fastmath=fastmath)
+
+
+# arithmetic ------------------------------------------------------------------------------
+
+
+def binop(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str,
+          fast: bool = False) -> ir.Value:
+    """``x <op> y`` for the ``Binary`` ops except ``floordiv``/``floormod`` (rewritten by
+    :mod:`polytile.schedule.intdiv` before reaching here).
+
+    Raises
+    ------
+    BuildError
+        For an op that does not exist for ``dtype`` (``div`` on ints, shifts on floats).
+    """
+    if dt.is_float(dtype):
+        fl = _fm(fast)
+        if op == "add":
+            return b.fadd(x, y, flags=fl)
+        if op == "sub":
+            return b.fsub(x, y, flags=fl)
+        if op == "mul":
+            return b.fmul(x, y, flags=fl)
+        if op == "div":
+            return b.fdiv(x, y, flags=("fast",) if fast else ())
+        if op in ("min", "max"):
+            c = b.fcmp_ordered("<" if op == "min" else ">", x, y)
+            return b.select(c, x, y)
+    else:
+        signed = dt.is_signed(dtype)
+        simple = {"add": b.add, "sub": b.sub, "mul": b.mul, "bitand": b.and_,
+                  "bitor": b.or_, "bitxor": b.xor, "shl": b.shl}
+        if op in simple:
+            return simple[op](x, y)
+        if op == "truncdiv":
+            return b.sdiv(x, y) if signed else b.udiv(x, y)
+        if op == "truncmod":
+            return b.srem(x, y) if signed else b.urem(x, y)
+        if op == "shr":
+            return b.ashr(x, y) if signed else b.lshr(x, y)
+        if op in ("min", "max"):
+            name = ("s" if signed else "u") + op
+            return call_intrinsic(b, name, [x, y])
+    raise BuildError(format_error("codegen_llvm", f"binary op {op!r} on {dtype} operands",
+                                  "an op that polytile.te defines for this dtype"))
+
+
+_ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def compare(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str) -> ir.Value:
+    """``x <op> y`` giving ``i1`` lanes; floats compare ordered except ``ne`` (unordered,
+    so ``NaN != x`` holds, as in C)."""
+    if dt.is_float(dtype):
+        if op == "ne":
+            return b.fcmp_unordered("!=", x, y)
+        return b.fcmp_ordered(_ICMP[op], x, y)
+    if dt.is_signed(dtype):
+        return b.icmp_signed(_ICMP[op], x, y)
+    return b.icmp_unsigned(_ICMP[op], x, y)
+
+
+def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
+    """Convert ``v`` from dtype ``src`` to ``dst`` with C rules: floats truncate toward zero
+    into ints, anything to ``bool`` is ``!= 0``, ints narrow by truncation and widen by sign
+    (signed source) or zero (unsigned source, bool) extension."""
+    if src == dst:
+        return v
+    lanes = lanes_of(v)
+    to = llvm_type(dst, lanes)
+    if dst == "bool":
+        zero = const(src, 0, lanes)
+        if dt.is_float(src):
+            return b.fcmp_unordered("!=", v, zero)
+        return b.icmp_unsigned("!=", v, zero)
+    if dt.is_float(src):
+        if dt.is_float(dst):
+            return b.fpext(v, to) if dt.bits(dst) > dt.bits(src) else b.fptrunc(v, to)
+        return b.fptosi(v, to) if dt.is_signed(dst) else b.fptoui(v, to)
+    # src is an int or bool
+    if dt.is_float(dst):
+        return b.sitofp(v, to) if dt.is_signed(src) else b.uitofp(v, to)
+    sb, db = dt.bits(src), dt.bits(dst)
+    if sb == db:
+        return v
+    if sb > db:
+        return b.trunc(v, to)
+    return b.sext(v, to) if dt.is_signed(src) else b.zext(v, to)
+
+
+# math intrinsics -------------------------------------------------------------------------
+
+_LLVM_UNARY = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log10": "log10",
+               "sqrt": "sqrt", "sin": "sin", "cos": "cos", "floor": "floor", "ceil": "ceil",
+               "round": "roundeven", "trunc": "trunc"}
+_LIBM = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf")}
+CALL_NAMES = tuple(_LLVM_UNARY) + tuple(_LIBM) + ("rsqrt", "sigmoid", "abs", "isnan", "pow",
+                                                  "fmod")
+
+
+def _libm(b: ir.IRBuilder, name: str, x: ir.Value, dtype: str) -> ir.Value:
+    """A libm call (``tanhf``...), per lane for vectors; ``half`` goes through ``float``."""
+    fname, dname = _LIBM[name]
+    lanes = lanes_of(x)
+    if dtype == "float16":
+        xf = b.fpext(x, llvm_type("float32", lanes))
+        return b.fptrunc(_libm(b, name, xf, "float32"), x.type)
+    st = llvm_type(dtype)
+    fn = declare(b.module, fname if dtype == "float32" else dname, st, [st])
+    if lanes == 1:
+        return b.call(fn, [x])
+    out = ir.Constant(x.type, ir.Undefined)
+    for k in range(lanes):
+        out = b.insert_element(out, b.call(fn, [b.extract_element(x, I32(k))]), I32(k))
+    return out
+
+
+def math_call(b: ir.IRBuilder, name: str, args: list, arg_dtype: str,
+              fast: bool = False) -> ir.Value:
+    """Emit the ``Call`` intrinsic ``name`` on lane-polymorphic ``args`` of ``arg_dtype``.
+
+    Raises
+    ------
+    BuildError
+        For an unknown intrinsic name or an int argument to a float intrinsic.
+    """
+    fm = ("fast",) if fast else ()
+    x = args[0]
+    if name == "abs":
+        if dt.is_float(arg_dtype):
+            return call_intrinsic(b, "fabs", [x])
+        if dt.is_unsigned(arg_dtype) or arg_dtype == "bool":
+            return x
+        return call_intrinsic(b, "abs", [x], extra=(I1(0),))  # INT_MIN stays INT_MIN
+    if name == "isnan" and dt.is_float(arg_dtype):
+        return b.fcmp_unordered("uno", x, x)
+    if not dt.is_float(arg_dtype) or name not in CALL_NAMES:
+        raise BuildError(format_error(
+            "codegen_llvm", f"unknown intrinsic {name!r} for {arg_dtype} arguments",
+            f"one of {', '.join(CALL_NAMES)} on float arguments (abs also on ints)"))
+    lanes = lanes_of(x)
+    one = const(arg_dtype, 1.0, lanes)
+    if name in _LLVM_UNARY:
+        return call_intrinsic(b, _LLVM_UNARY[name], [x], fastmath=fm)
+    if name in _LIBM:
+        return _libm(b, name, x, arg_dtype)
+    if name == "rsqrt":
+        return b.fdiv(one, call_intrinsic(b, "sqrt", [x], fastmath=fm), flags=fm)
+    if name == "sigmoid":
+        e = call_intrinsic(b, "exp", [b.fneg(x)], fastmath=fm)
+        return b.fdiv(one, b.fadd(one, e, flags=_fm(fast)), flags=fm)
+    if name == "pow":
+        return call_intrinsic(b, "pow", [x, args[1]], fastmath=fm)
+    # fmod: C fmod, the remainder with the sign of x
+    return b.frem(x, args[1], flags=fm)

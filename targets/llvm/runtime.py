@@ -1,0 +1,410 @@
+"""JIT compilation of LLVM modules and the callable :class:`LLVMModule`.
+
+Compilation: the llvmlite IR of :func:`.codegen.codegen_llvm` is parsed and verified,
+optimised by LLVM's new pass manager (``create_pass_builder`` with
+``PipelineTuningOptions``: the target's opt level, default O3, loop and SLP vectorization on)
+for a target machine of the target's CPU name and features, and compiled by MCJIT. libm
+(``tanhf``, ``erf``...) and libgomp (``GOMP_parallel``, ``omp_get_thread_num``...) are loaded
+into the process once with ``load_library_permanently`` so that the JIT resolves them.
+
+Calling: :meth:`LLVMModule.__call__` validates every argument in Python before any native
+code runs (see its docstring), then calls the function through ctypes and turns a nonzero
+status into an exception. The execution engine lives as long as the module.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import math
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+import numpy as np
+
+from polytile.errors import BuildError, TargetError, format_error
+from polytile.schedule.loop_ir import Buffer, PrimFunc
+from polytile.te import dtype as dt
+from polytile.te.expr import Const, Var
+
+from ..target import Target
+from .analysis import stored_buffers
+from .codegen import codegen_llvm
+from .intrinsics import STATUS_NO_MEMORY
+
+_lock = threading.Lock()
+_state: dict = {}
+_NEEDED_SYMBOLS = ("malloc", "free", "GOMP_parallel", "omp_get_thread_num",
+                   "omp_get_num_threads", "tanhf", "tanh", "erff", "erf", "expf", "logf")
+
+
+def _load(name: str) -> str:
+    path = ctypes.util.find_library(name)
+    if path is None:
+        raise BuildError(format_error("llvm runtime", f"library {name!r} not found",
+                                      f"lib{name} installed (it comes with gcc)"))
+    llvm.load_library_permanently(path)
+    return path
+
+
+def _ensure_llvm() -> dict:
+    """Initialise LLVM's native target once and load libm and libgomp into the process."""
+    with _lock:
+        if not _state:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            _load("m")
+            gomp = ctypes.CDLL(_load("gomp"))
+            gomp.omp_set_num_threads.argtypes = [ctypes.c_int]
+            gomp.omp_get_max_threads.restype = ctypes.c_int
+            missing = [s for s in _NEEDED_SYMBOLS if not llvm.address_of_symbol(s)]
+            if missing:
+                raise BuildError(format_error(
+                    "llvm runtime", f"symbols {missing} do not resolve in this process",
+                    "libm and libgomp exporting them"))
+            _state["gomp"] = gomp
+        return _state
+
+
+def set_num_threads(n: int) -> None:
+    """Set the number of OpenMP threads of later parallel loops (libgomp's
+    ``omp_set_num_threads``; it applies to calls made from the calling thread).
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is not a positive integer.
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(format_error("set_num_threads", f"got {n!r}",
+                                      "a positive number of threads"))
+    _ensure_llvm()["gomp"].omp_set_num_threads(int(n))
+
+
+def get_num_threads() -> int:
+    """Number of threads the next parallel loop will use (``omp_get_max_threads``)."""
+    return int(_ensure_llvm()["gomp"].omp_get_max_threads())
+
+
+def _target_machine(target: Target):
+    tgt = llvm.Target.from_triple(llvm.get_process_triple())
+    return tgt.create_target_machine(cpu=target.cpu, features=target.feature_string,
+                                     opt=target.opt_level, jit=True)
+
+
+def optimize(mod, tm, opt_level: int) -> None:
+    """Run LLVM's default pipeline at ``opt_level`` with loop and SLP vectorization on."""
+    pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+
+
+_CTYPES = {"bool": ctypes.c_uint8, "int8": ctypes.c_int8, "int16": ctypes.c_int16,
+           "int32": ctypes.c_int32, "int64": ctypes.c_int64, "uint8": ctypes.c_uint8,
+           "uint16": ctypes.c_uint16, "uint32": ctypes.c_uint32, "uint64": ctypes.c_uint64,
+           "float16": ctypes.c_uint16, "float32": ctypes.c_float, "float64": ctypes.c_double}
+
+
+@dataclass(frozen=True, slots=True)
+class BenchmarkResult:
+    """Timings of :meth:`LLVMModule.time_evaluator`: ``results`` holds one mean time per
+    repeat, in seconds."""
+
+    results: tuple
+
+    @property
+    def mean(self) -> float:
+        """Mean over repeats (seconds)."""
+        return statistics.fmean(self.results)
+
+    @property
+    def median(self) -> float:
+        """Median over repeats (seconds)."""
+        return statistics.median(self.results)
+
+    @property
+    def min(self) -> float:
+        """Fastest repeat (seconds)."""
+        return min(self.results)
+
+    @property
+    def max(self) -> float:
+        """Slowest repeat (seconds)."""
+        return max(self.results)
+
+    @property
+    def std(self) -> float:
+        """Population standard deviation over repeats (seconds), as ``numpy.std``."""
+        return statistics.pstdev(self.results)
+
+    def __str__(self) -> str:
+        return (f"BenchmarkResult(mean={self.mean * 1e3:.4f} ms, median="
+                f"{self.median * 1e3:.4f} ms, std={self.std * 1e3:.4f} ms, "
+                f"repeats={len(self.results)})")
+
+
+class LLVMModule:
+    """A function compiled for the CPU, callable with numpy arrays and scalars.
+
+    Parameters
+    ----------
+    func : PrimFunc
+        Lowered loop IR.
+    target : Target
+        An ``llvm`` target.
+
+    Raises
+    ------
+    BuildError
+        If LLVM rejects the generated module (the message carries LLVM's log).
+    """
+
+    def __init__(self, func: PrimFunc, target: Target):
+        if target.kind != "llvm":
+            raise TargetError(format_error("build", f"target {str(target)!r} cannot run on "
+                                           "the CPU", "an 'llvm' target"))
+        _ensure_llvm()
+        self.func = func
+        self.target = target
+        self.name = func.name
+        self._ir = codegen_llvm(func, target)
+        self._ir_text = str(self._ir)
+        try:
+            mod = llvm.parse_assembly(self._ir_text)
+            mod.verify()
+        except RuntimeError as exc:
+            raise BuildError(format_error("build", f"LLVM rejected the code generated for "
+                                          f"{func.name!r}: {exc}", "valid LLVM IR",
+                                          hint="this is a polytile bug; please report it"))
+        tm = _target_machine(target)
+        mod.triple = tm.triple
+        mod.data_layout = str(tm.target_data)
+        optimize(mod, tm, target.opt_level)
+        self._opt_text = str(mod)
+        self._tm = tm
+        self._asm = None
+        self._engine = llvm.create_mcjit_compiler(mod, tm)
+        self._engine.finalize_object()
+        addr = self._engine.get_function_address(func.name)
+        argtypes = [ctypes.c_void_p if isinstance(p, Buffer) else _CTYPES[p.dtype]
+                    for p in func.params]
+        self._cfunc = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes)(addr)
+        self._stored = stored_buffers(func.body)
+
+    # ------------------------------------------------------------------ sources
+    def get_source(self, fmt: str = "ll", optimized: bool = True) -> str:
+        """Generated code as text.
+
+        Parameters
+        ----------
+        fmt : {"ll", "asm"}
+            LLVM IR or the host assembly.
+        optimized : bool
+            For ``"ll"``: the IR after LLVM's optimisation (default) or as generated.
+
+        Raises
+        ------
+        ValueError
+            For another ``fmt``.
+        """
+        if fmt in ("ll", "llvm"):
+            return self._opt_text if optimized else self._ir_text
+        if fmt in ("asm", "s"):
+            if self._asm is None:
+                self._asm = self._tm.emit_assembly(llvm.parse_assembly(self._opt_text))
+            return self._asm
+        raise ValueError(format_error("get_source", f"unknown format {fmt!r}",
+                                      "'ll' (LLVM IR) or 'asm' (assembly)"))
+
+    # ------------------------------------------------------------------ calling
+    def _convert(self, args: tuple) -> list:
+        f = self.func
+        if len(args) != len(f.params):
+            names = ", ".join(p.name for p in f.params)
+            raise TypeError(format_error(self.name, f"takes {len(f.params)} arguments "
+                                         f"({names}) but {len(args)} were given",
+                                         "one argument per parameter, in order"))
+        scalars = {}
+        out: list = [None] * len(args)
+        for k, (p, a) in enumerate(zip(f.params, args)):
+            if isinstance(p, Var):
+                out[k], scalars[p] = _scalar_arg(self.name, p, a)
+        arrays = []
+        for k, (p, a) in enumerate(zip(f.params, args)):
+            if isinstance(p, Buffer):
+                _check_array(self.name, p, a, scalars, p in self._stored)
+                out[k] = a.ctypes.data
+                arrays.append((p, a))
+        _check_overlap(self.name, arrays, self._stored)
+        return out
+
+    def __call__(self, *args) -> None:
+        """Run the function on numpy arrays (written in place) and scalars.
+
+        Arguments come in parameter order. An array must be a ``numpy.ndarray`` of exactly
+        the buffer's dtype and shape, C-contiguous, writeable when the function stores to
+        it, and must not overlap another array argument when either of them is written
+        (parameters are ``noalias``). A scalar must be a Python or numpy number that fits
+        the parameter's dtype.
+
+        Raises
+        ------
+        TypeError
+            Wrong number of arguments, a non-array for a buffer, a wrong dtype, a
+            non-number for a scalar.
+        ValueError
+            Wrong shape, non-contiguous or read-only output arrays, overlapping arrays, a
+            scalar out of its dtype's range.
+        MemoryError
+            A heap allocation of the function failed.
+        """
+        self._check_status(self._cfunc(*self._convert(args)))
+
+    def _check_status(self, status: int) -> None:
+        if status == 0:
+            return
+        if status == STATUS_NO_MEMORY:
+            raise MemoryError(format_error(self.name, "a heap allocation failed (malloc "
+                                           "returned NULL or the size overflowed)",
+                                           "enough memory for the buffers of scope 'heap'"))
+        raise RuntimeError(format_error(self.name, f"returned the unknown status {status}",
+                                        "0"))
+
+    def time_evaluator(self, number: int = 10, repeat: int = 1, min_repeat_ms: float = 0):
+        """A function that times this module on given arguments (TVM's ``time_evaluator``).
+
+        The returned ``f(*args) -> BenchmarkResult`` validates ``args`` once, runs the
+        function once as warm-up, then ``repeat`` times measures ``number`` consecutive
+        calls and records their mean. With ``min_repeat_ms > 0``, ``number`` grows (by at
+        least the golden ratio, or to the count the last measurement predicts) until one
+        repeat lasts at least ``min_repeat_ms`` milliseconds; the grown ``number`` carries
+        over to later repeats.
+
+        Raises
+        ------
+        ValueError
+            If ``number`` or ``repeat`` is below 1 or ``min_repeat_ms`` is negative.
+        """
+        if number < 1 or repeat < 1 or min_repeat_ms < 0:
+            raise ValueError(format_error(
+                "time_evaluator", f"number={number}, repeat={repeat}, min_repeat_ms="
+                f"{min_repeat_ms}", "number >= 1, repeat >= 1 and min_repeat_ms >= 0"))
+
+        def evaluator(*args) -> BenchmarkResult:
+            cargs = self._convert(args)
+            cf, check = self._cfunc, self._check_status
+            check(cf(*cargs))  # warm-up
+            n, results = int(number), []
+            for _ in range(repeat):
+                elapsed_ms = 0.0
+                while True:
+                    if elapsed_ms > 0:
+                        n = int(max(min_repeat_ms / (elapsed_ms / n) + 1, n * 1.618))
+                    t0 = time.perf_counter()
+                    for _ in range(n):
+                        st = cf(*cargs)
+                    t1 = time.perf_counter()
+                    check(st)
+                    elapsed_ms = (t1 - t0) * 1e3
+                    if elapsed_ms >= min_repeat_ms:
+                        break
+                results.append((t1 - t0) / n)
+            return BenchmarkResult(tuple(results))
+
+        return evaluator
+
+    def __repr__(self) -> str:
+        return f"LLVMModule({self.name!r}, target={str(self.target)!r})"
+
+
+def _scalar_arg(fname: str, p: Var, a) -> tuple:
+    """Check scalar argument ``a`` for ``p``; return (ctypes value, Python value)."""
+    t = p.dtype
+    ok_types = (bool, int, float, np.bool_, np.integer, np.floating)
+    if not isinstance(a, ok_types):
+        raise TypeError(format_error(fname, f"argument {p.name!r} is a {type(a).__name__}",
+                                     f"a Python or numpy number for the {t} parameter"))
+    if t == "bool":
+        if isinstance(a, (float, np.floating)) or int(a) not in (0, 1):
+            raise TypeError(format_error(fname, f"argument {p.name!r} is {a!r}",
+                                         "a bool (True/False) for the bool parameter"))
+        return int(bool(a)), bool(a)
+    if dt.is_int(t):
+        if isinstance(a, (float, np.floating)):
+            raise TypeError(format_error(fname, f"argument {p.name!r} is the float {a!r}",
+                                         f"an integer for the {t} parameter"))
+        v = int(a)
+        lo, hi = dt.min_value(t), dt.max_value(t)
+        if not lo <= v <= hi:
+            raise ValueError(format_error(fname, f"argument {p.name!r} = {v} does not fit in "
+                                          f"{t}", f"a value in [{lo}, {hi}]"))
+        return v, v
+    v = float(a)
+    with np.errstate(over="ignore"):
+        x = np.array(v, dtype=t)
+    if math.isfinite(v) and not np.isfinite(x):
+        raise ValueError(format_error(fname, f"argument {p.name!r} = {v!r} overflows {t}",
+                                      f"a value representable as {t}"))
+    if t == "float16":
+        return int(x.view(np.uint16)), float(x)
+    return float(x), float(x)
+
+
+def _expected_shape(p: Buffer, scalars: dict) -> list:
+    """The buffer's shape with parameters substituted (None where unknown)."""
+    out = []
+    for d in p.shape:
+        if isinstance(d, (int, np.integer)):
+            out.append(int(d))
+        elif isinstance(d, Const):
+            out.append(int(d.value))
+        elif isinstance(d, Var) and d in scalars:
+            out.append(int(scalars[d]))
+        else:
+            out.append(None)
+    return out
+
+
+def _check_array(fname: str, p: Buffer, a, scalars: dict, written: bool) -> None:
+    if not isinstance(a, np.ndarray):
+        raise TypeError(format_error(fname, f"argument {p.name!r} is a {type(a).__name__}",
+                                     f"a numpy.ndarray of dtype {p.dtype}"))
+    want = np.dtype(p.dtype)
+    if a.dtype != want:
+        raise TypeError(format_error(fname, f"argument {p.name!r} has dtype {a.dtype}",
+                                     f"dtype {want}",
+                                     hint=f"convert with {p.name}.astype('{want}')"))
+    shape = _expected_shape(p, scalars)
+    if a.ndim != len(shape) or any(s is not None and s != n for s, n in zip(shape, a.shape)):
+        shown = tuple("?" if s is None else s for s in shape)
+        raise ValueError(format_error(fname, f"argument {p.name!r} has shape {a.shape}",
+                                      f"shape {shown}"))
+    if not a.flags.c_contiguous:
+        raise ValueError(format_error(fname, f"argument {p.name!r} is not C-contiguous",
+                                      "a C-contiguous array",
+                                      hint=f"pass np.ascontiguousarray({p.name})"))
+    if written and not a.flags.writeable:
+        raise ValueError(format_error(fname, f"argument {p.name!r} is read-only but the "
+                                      "function writes it", "a writeable array"))
+
+
+def _check_overlap(fname: str, arrays: list, stored: set) -> None:
+    spans = []
+    for p, a in arrays:
+        if a.nbytes:
+            start = a.ctypes.data
+            spans.append((start, start + a.nbytes, p))
+    for i in range(len(spans)):
+        for j in range(i + 1, len(spans)):
+            (s0, e0, p0), (s1, e1, p1) = spans[i], spans[j]
+            if s0 < e1 and s1 < e0 and (p0 in stored or p1 in stored):
+                raise ValueError(format_error(
+                    fname, f"arguments {p0.name!r} and {p1.name!r} overlap in memory and "
+                    "the function writes one of them", "distinct arrays",
+                    hint="pass a copy (parameters are noalias: overlapping arrays would "
+                    "give wrong results)"))

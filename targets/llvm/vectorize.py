@@ -1,0 +1,393 @@
+"""Vectorized loops: widening a loop body to ``<N x T>`` LLVM vectors.
+
+A ``For`` of kind ``vectorized`` has a constant extent and no inner loop (lowering
+guarantees both; :class:`~polytile.errors.InternalError` otherwise). Its ``N = ceil(extent /
+step)`` iterations become SIMD lanes. Each expression is evaluated to a *lane value*, one of
+
+* **uniform**: one scalar shared by all lanes (splatted only when a vector is needed);
+* **ramp**: ``base + lane * stride`` with a scalar ``base`` and a constant integer
+  ``stride`` (the loop variable, and index arithmetic affine in it);
+* **vector**: a general ``<N x T>`` value.
+
+Memory accesses follow the index: a uniform index (or a ramp of stride 0) is one scalar
+access, a ramp of stride 1 is one vector load/store (alignment: the element size), and
+anything else a ``llvm.masked.gather``/``llvm.masked.scatter`` with an all-true mask (the
+scatter writes lanes in order, so the last lane wins as in the serial loop). A store of a
+varying value to a uniform address stores the last lane.
+
+Statements run lane-parallel one after the other, which equals the serial loop for the
+loops lowering allows to vectorize (no dependence carried by the loop). Conditions that are
+uniform keep their branches (lazy ``Select`` operands, ``IfThenElse``). When the body holds
+something that cannot be widened safely (a non-uniform ``IfThenElse``, an ``Allocate``, a
+``Select``/``And``/``Or`` whose condition varies across lanes and whose operands may trap),
+the loop is emitted fully unrolled as scalar code instead: correctness first, the extent is
+small. Conceptually this is Halide's ``VectorizeLoops`` (PLDI 2013) / TVM's
+``VectorizeLoop`` with the fallback of TVM's ``scalarize``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+
+from polytile.errors import InternalError, format_error
+from polytile.schedule.intdiv import floordiv_expr, floormod_expr
+from polytile.schedule.loop_ir import (Allocate, Evaluate, For, IfThenElse, LetStmt, Load,
+                                       Seq, Stmt, Store, stmt_exprs, walk_stmts)
+from polytile.te import dtype as dt
+from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select,
+                              Var, child_fields)
+
+from . import intrinsics as llx
+from .analysis import depends_on, has_inner_for, may_trap, node_ids, varying_vars
+from .codegen import CodeGen
+from .intrinsics import I1, I8, I32, I64
+
+
+@dataclass(frozen=True, slots=True)
+class LaneValue:
+    """A value of the widened body: ``kind`` is ``"uniform"`` (``value`` is a scalar),
+    ``"ramp"`` (``value`` is the scalar base, ``stride`` a Python int) or ``"vector"``."""
+
+    kind: str
+    value: ir.Value
+    dtype: str
+    stride: int = 0
+
+
+def _u(v, dtype):
+    return LaneValue("uniform", v, dtype)
+
+
+def _vec(v, dtype):
+    return LaneValue("vector", v, dtype)
+
+
+def emit_vectorized(cg: CodeGen, s: For) -> None:
+    """Emit the vectorized loop ``s`` at the current position of ``cg`` (see module doc).
+
+    Raises
+    ------
+    InternalError
+        If the extent is not a constant or the body contains a loop.
+    """
+    if not isinstance(s.extent, Const):
+        raise InternalError(format_error(
+            "codegen_llvm", f"vectorized loop {s.var.name!r} has the non-constant extent "
+            f"{s.extent}", "a constant extent (lowering splits vectorized loops by a constant)"))
+    if has_inner_for(s.body):
+        raise InternalError(format_error(
+            "codegen_llvm", f"vectorized loop {s.var.name!r} contains another loop",
+            "an innermost loop (lowering only vectorizes innermost loops)"))
+    lanes = max(0, -(-int(s.extent.value) // s.step))
+    if lanes == 0:
+        return
+    lo = cg.index(s.min)
+    if lanes == 1 or not can_widen(s):
+        for k in range(lanes):
+            iv = cg.b.add(lo, I64(k * s.step), name=f"{s.var.name}.{k}")
+            cg.let(s.var, iv, lambda: cg.stmt(s.body))
+        return
+    _Widener(cg, s.var, lo, s.step, lanes).stmt(s.body)
+
+
+def can_widen(s: For) -> bool:
+    """True when the body of vectorized loop ``s`` can be widened safely (see module doc)."""
+    vs = varying_vars(s.var, s.body)
+    for x in walk_stmts(s.body):
+        if isinstance(x, Allocate):
+            return False
+        if isinstance(x, IfThenElse) and depends_on(x.cond, vs):
+            return False
+        for e in stmt_exprs(x):
+            if not _lazy_ok(e, vs):
+                return False
+    return True
+
+
+def _lazy_ok(e: Expr, vs: set) -> bool:
+    """False when ``e`` holds a lazy node with a varying condition and trapping operands."""
+    stack, seen = [e], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, Select):
+            cond, ops = x.cond, (x.true_value, x.false_value)
+        elif isinstance(x, (And, Or)):
+            cond, ops = x.a, (x.b,)
+        else:
+            cond, ops = None, ()
+        if cond is not None and depends_on(cond, vs):
+            done = node_ids(cond)
+            if any(may_trap(o, done) for o in ops):
+                return False
+        for f in child_fields(x):
+            v = getattr(x, f)
+            stack.extend(y for y in (v if isinstance(v, tuple) else (v,)) if isinstance(y, Expr))
+    return True
+
+
+class _Widener:
+    def __init__(self, cg: CodeGen, var: Var, lo: ir.Value, step: int, lanes: int):
+        self.cg, self.var, self.lanes = cg, var, lanes
+        self.ramp_var = LaneValue("ramp", lo, "int64", step)
+        self.lets: dict = {}
+
+    @property
+    def b(self) -> ir.IRBuilder:
+        return self.cg.b
+
+    # -------------------------------------------------------------- lane values
+    def vec(self, x: LaneValue) -> ir.Value:
+        """Materialize ``x`` as a ``<N x T>`` vector."""
+        if x.kind == "vector":
+            return x.value
+        sv = llx.splat(self.b, x.value, self.lanes)
+        if x.kind == "uniform":
+            return sv
+        offs = llx.const(x.dtype, 0, self.lanes)
+        offs = ir.Constant(offs.type, [llx.const(x.dtype, k * x.stride)
+                                       for k in range(self.lanes)])
+        return self.b.add(sv, offs)
+
+    def lane(self, x: LaneValue, k: int) -> ir.Value:
+        """The scalar value of lane ``k`` of ``x``."""
+        if x.kind == "uniform":
+            return x.value
+        if x.kind == "ramp":
+            return self.b.add(x.value, llx.const(x.dtype, k * x.stride))
+        return self.b.extract_element(x.value, I32(k))
+
+    # -------------------------------------------------------------- statements
+    def stmt(self, s: Stmt) -> None:
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                self.stmt(x)
+        elif isinstance(s, Store):
+            self.store(s)
+        elif isinstance(s, LetStmt):
+            old = self.lets.get(s.var)
+            self.lets[s.var] = self.ev(s.value)
+            self.stmt(s.body)
+            if old is None:
+                del self.lets[s.var]
+            else:
+                self.lets[s.var] = old
+        elif isinstance(s, IfThenElse):
+            c = self.ev(s.cond)  # uniform: checked by can_widen
+            if s.else_case is None:
+                with self.b.if_then(c.value):
+                    self.stmt(s.then_case)
+            else:
+                with self.b.if_else(c.value) as (then, other):
+                    with then:
+                        self.stmt(s.then_case)
+                    with other:
+                        self.stmt(s.else_case)
+        elif isinstance(s, Evaluate):
+            pass
+        else:  # For and Allocate are excluded by emit_vectorized/can_widen
+            raise InternalError(format_error("codegen_llvm", f"cannot widen "
+                                             f"{type(s).__name__}", "a checked loop body"))
+
+    def store(self, s: Store) -> None:
+        buf = s.buffer
+        cg, b = self.cg, self.b
+        if len(s.indices) != 1:
+            cg.element_ptr(buf, s.indices)  # raises the contract error
+        idx, val = self.ev(s.indices[0]), self.ev(s.value)
+        if s.value.dtype != buf.dtype:
+            val = self.cast(val, buf.dtype)
+        base = cg.buffer_ptr(buf)
+        align = dt.nbytes(buf.dtype)
+        mem = lambda v: b.zext(v, llx.mem_type("bool", llx.lanes_of(v))) \
+            if buf.dtype == "bool" else v  # noqa: E731
+        if idx.kind == "uniform" or (idx.kind == "ramp" and idx.stride == 0):
+            v = val.value if val.kind == "uniform" else self.lane(val, self.lanes - 1)
+            b.store(mem(v), b.gep(base, [self._i64(idx, idx.value)], inbounds=True),
+                    align=align)
+        elif idx.kind == "ramp" and idx.stride == 1:
+            p = b.gep(base, [self._i64(idx, idx.value)], inbounds=True)
+            vt = llx.mem_type(buf.dtype, self.lanes)
+            b.store(mem(self.vec(val)), b.bitcast(p, vt.as_pointer()), align=align)
+        else:
+            ptrs = self._ptrs(buf, idx)
+            data = mem(self.vec(val))
+            fn = llx.declare(cg.module, f"llvm.masked.scatter.{llx._suffix(data.type)}."
+                             f"{llx._suffix(ptrs.type)}", llx.VOID,
+                             [data.type, ptrs.type, I32, ir.VectorType(I1, self.lanes)])
+            b.call(fn, [data, ptrs, I32(align), self._all_true()])
+
+    def _i64(self, x: LaneValue, v: ir.Value) -> ir.Value:
+        return v if x.dtype == "int64" else llx.cast(self.b, v, x.dtype, "int64")
+
+    def _all_true(self) -> ir.Constant:
+        return ir.Constant(ir.VectorType(I1, self.lanes), [I1(1)] * self.lanes)
+
+    def _ptrs(self, buf, idx: LaneValue) -> ir.Value:
+        """The ``<N x ptr>`` addresses of ``buf[idx]`` per lane."""
+        v = self.vec(idx)
+        if idx.dtype != "int64":
+            v = llx.cast(self.b, v, idx.dtype, "int64")
+        base = self.cg.buffer_ptr(buf)
+        g = self.b.gep(base, [v], inbounds=True, source_etype=llx.mem_type(buf.dtype))
+        g.type = ir.VectorType(base.type, self.lanes)  # a vector GEP yields <N x ptr>
+        return g
+
+    # -------------------------------------------------------------- expressions
+    def ev(self, e: Expr) -> LaneValue:
+        fn = getattr(self, "ev_" + type(e).__name__, None)
+        if fn is None:
+            raise InternalError(format_error(
+                "codegen_llvm", f"expression node {type(e).__name__} reached code generation",
+                "only loop IR expressions"))
+        return fn(e)
+
+    def uniform(self, e: Expr) -> LaneValue:
+        return _u(self.cg.expr(e), e.dtype)
+
+    def ev_Var(self, e: Var) -> LaneValue:
+        if e is self.var:
+            return self.ramp_var
+        if e in self.lets:
+            return self.lets[e]
+        return self.uniform(e)
+
+    def ev_Const(self, e: Const) -> LaneValue:
+        return _u(llx.const(e.dtype, e.value), e.dtype)
+
+    def cast(self, x: LaneValue, dtype: str) -> LaneValue:
+        if x.dtype == dtype:
+            return x
+        if x.kind == "uniform":
+            return _u(llx.cast(self.b, x.value, x.dtype, dtype), dtype)
+        if (x.kind == "ramp" and dt.is_int(dtype) and dt.bits(dtype) == dt.bits(x.dtype)):
+            return LaneValue("ramp", x.value, dtype, x.stride)
+        return _vec(llx.cast(self.b, self.vec(x), x.dtype, dtype), dtype)
+
+    def ev_Cast(self, e: Cast) -> LaneValue:
+        return self.cast(self.ev(e.value), e.dtype)
+
+    def ev_Binary(self, e: Binary) -> LaneValue:
+        if e.op == "floordiv":
+            return self.ev(floordiv_expr(e.a, e.b))
+        if e.op == "floormod":
+            return self.ev(floormod_expr(e.a, e.b))
+        a, b, t = self.ev(e.a), self.ev(e.b), e.dtype
+        if a.kind == "uniform" and b.kind == "uniform":
+            return _u(llx.binop(self.b, e.op, a.value, b.value, t, self.cg.fast), t)
+        if dt.is_int(t) and "vector" not in (a.kind, b.kind):
+            r = self._ramp_binary(e, a, b)
+            if r is not None:
+                return r
+        return _vec(llx.binop(self.b, e.op, self.vec(a), self.vec(b), t, self.cg.fast), t)
+
+    def _ramp_binary(self, e: Binary, a: LaneValue, b: LaneValue) -> LaneValue | None:
+        """Affine arithmetic on ramps/uniforms that stays a ramp, else None."""
+        bld, t = self.b, e.dtype
+        if e.op in ("add", "sub"):
+            base = bld.add(a.value, b.value) if e.op == "add" else bld.sub(a.value, b.value)
+            stride = a.stride + b.stride if e.op == "add" else a.stride - b.stride
+            return LaneValue("ramp", base, t, stride)
+        if e.op == "mul":
+            for r, c, ce in ((a, b, e.b), (b, a, e.a)):
+                if r.kind == "ramp" and c.kind == "uniform" and isinstance(ce, Const):
+                    return LaneValue("ramp", bld.mul(r.value, c.value), t, r.stride * ce.value)
+        return None
+
+    def ev_Cmp(self, e: Cmp) -> LaneValue:
+        a, b = self.ev(e.a), self.ev(e.b)
+        if a.kind == "uniform" and b.kind == "uniform":
+            return _u(llx.compare(self.b, e.op, a.value, b.value, e.a.dtype), "bool")
+        return _vec(llx.compare(self.b, e.op, self.vec(a), self.vec(b), e.a.dtype), "bool")
+
+    def _logic(self, e, lazy: Select, op) -> LaneValue:
+        if may_trap(e.b, node_ids(e.a)):
+            return self.ev(lazy)
+        a, b = self.ev(e.a), self.ev(e.b)
+        if a.kind == "uniform" and b.kind == "uniform":
+            return _u(op(a.value, b.value), "bool")
+        return _vec(op(self.vec(a), self.vec(b)), "bool")
+
+    def ev_And(self, e: And) -> LaneValue:
+        return self._logic(e, Select("bool", e.a, e.b, Const("bool", False)), self.b.and_)
+
+    def ev_Or(self, e: Or) -> LaneValue:
+        return self._logic(e, Select("bool", e.a, Const("bool", True), e.b), self.b.or_)
+
+    def ev_Not(self, e: Not) -> LaneValue:
+        a = self.ev(e.a)
+        return _u(self.b.not_(a.value), "bool") if a.kind == "uniform" else \
+            _vec(self.b.not_(self.vec(a)), "bool")
+
+    def ev_Select(self, e: Select) -> LaneValue:
+        c = self.ev(e.cond)
+        done = node_ids(e.cond)
+        lazy = may_trap(e.true_value, done) or may_trap(e.false_value, done)
+        if c.kind != "uniform" or not lazy:  # can_widen: a varying cond has safe operands
+            t, f = self.ev(e.true_value), self.ev(e.false_value)
+            if c.kind == t.kind == f.kind == "uniform":
+                return _u(self.b.select(c.value, t.value, f.value), e.dtype)
+            cv = c.value if c.kind == "uniform" else self.vec(c)
+            return _vec(self.b.select(cv, self.vec(t), self.vec(f)), e.dtype)
+        b = self.b
+        out = {}
+        with b.if_else(c.value) as (then, other):
+            with then:
+                out["t"] = (self.ev(e.true_value), b.block)
+            with other:
+                out["f"] = (self.ev(e.false_value), b.block)
+        (t, tb), (f, fb) = out["t"], out["f"]
+        merge = b.block
+        if t.kind == f.kind == "uniform":
+            phi = b.phi(t.value.type)
+            phi.add_incoming(t.value, tb)
+            phi.add_incoming(f.value, fb)
+            return _u(phi, e.dtype)
+        vals = []
+        for x, blk in ((t, tb), (f, fb)):  # materialize each side in its own block
+            b.position_before(blk.terminator)
+            vals.append(self.vec(x))
+        b.position_at_end(merge)
+        phi = b.phi(vals[0].type)
+        phi.add_incoming(vals[0], tb)
+        phi.add_incoming(vals[1], fb)
+        return _vec(phi, e.dtype)
+
+    def ev_Call(self, e: Call) -> LaneValue:
+        args = [self.ev(a) for a in e.args]
+        t = e.args[0].dtype
+        if all(a.kind == "uniform" for a in args):
+            return _u(llx.math_call(self.b, e.name, [a.value for a in args], t, self.cg.fast),
+                      e.dtype)
+        return _vec(llx.math_call(self.b, e.name, [self.vec(a) for a in args], t,
+                                  self.cg.fast), e.dtype)
+
+    def ev_Load(self, e: Load) -> LaneValue:
+        buf, cg, b = e.buffer, self.cg, self.b
+        if len(e.indices) != 1:
+            cg.element_ptr(buf, e.indices)  # raises the contract error
+        idx = self.ev(e.indices[0])
+        align = dt.nbytes(buf.dtype)
+        if idx.kind == "uniform" or (idx.kind == "ramp" and idx.stride == 0):
+            p = b.gep(cg.buffer_ptr(buf), [self._i64(idx, idx.value)], inbounds=True)
+            v = b.load(p, align=align)
+            if buf.dtype == "bool":
+                v = b.icmp_unsigned("!=", v, I8(0))
+            return self.cast(_u(v, buf.dtype), e.dtype)
+        vt = llx.mem_type(buf.dtype, self.lanes)
+        if idx.kind == "ramp" and idx.stride == 1:
+            p = b.gep(cg.buffer_ptr(buf), [self._i64(idx, idx.value)], inbounds=True)
+            v = b.load(b.bitcast(p, vt.as_pointer()), align=align)
+        else:
+            ptrs = self._ptrs(buf, idx)
+            fn = llx.declare(cg.module, f"llvm.masked.gather.{llx._suffix(vt)}."
+                             f"{llx._suffix(ptrs.type)}", vt,
+                             [ptrs.type, I32, ir.VectorType(I1, self.lanes), vt])
+            v = b.call(fn, [ptrs, I32(align), self._all_true(), ir.Constant(vt, ir.Undefined)])
+        if buf.dtype == "bool":
+            v = b.icmp_unsigned("!=", v, llx.const("int8", 0, self.lanes))
+        return self.cast(_vec(v, buf.dtype), e.dtype)
