@@ -1,7 +1,182 @@
-"""Dependences and legality (filled in below)."""
+"""Exact dependences and the legality of loop transformations.
+
+Dependences are computed once per stage on *program order* (the stage's axes in
+definition order, the reduction's ``init`` before its ``update`` loop), with isl's
+dataflow analysis (``UnionAccessInfo.compute_flow``): read-after-write, write-after-write
+and write-after-read. Only dependences inside one stage matter for its loops: stages are
+pure functions of their inputs, producers run before consumers by construction, and the
+buffers of attached stages are private to each iteration of their attach loop (their
+accesses are indexed by the attach prefix here, which models that privatisation).
+
+Checks, each failing with a ``ScheduleError`` that names a concrete violating pair:
+
+* every dependence stays lexicographically positive in the scheduled loop nest
+  (reorder, fuse, split, init placement);
+* a ``parallel`` or ``vectorize`` loop carries no dependence: among dependent instance
+  pairs that agree on all outer loops, the loop's value is equal (distance 0).
+
+Reference: Feautrier, "Dataflow analysis of array and scalar references" (1991); the isl
+manual, "Dependence Analysis"; ``shared/isl/NOTES.md`` §3.1.
+"""
 
 from __future__ import annotations
 
+import islpy as isl
 
-def check_legality(model) -> None:
-    return None
+from polytile.errors import ScheduleError, format_error
+
+from . import isl_util as iu
+from .model import LoopNode, Model, PolyStmt, StagePlan
+
+
+def stage_dependences(p: StagePlan) -> isl.UnionMap | None:
+    """RAW, WAW and WAR dependences among the statements of ``p`` (``None`` for a stage
+    without reduction, whose instances write distinct elements and read only other
+    tensors)."""
+    if not p.is_reduction:
+        return None
+    m = p.prefix_len
+    na, nr = len(p.axis_vars), len(p.reduce_vars)
+    init, upd = p.stmts
+    pre = [f"p{k}" for k in range(m)]
+    ax = [f"d{k}" for k in range(na)]
+    red = [f"d{na + k}" for k in range(nr)]
+    elem = ", ".join(pre + ax)
+    w = isl.UnionMap(f"{{ {init.tuple()} -> B[{elem}]; {upd.tuple()} -> B[{elem}] }}")
+    r = isl.UnionMap(f"{{ {upd.tuple()} -> B[{elem}] }}")
+    zeros = ", ".join(["0"] * nr)
+    order = isl.UnionMap(
+        f"{{ {init.tuple()} -> [{', '.join(pre + ax + ['0'] + ([zeros] if nr else []))}]; "
+        f"{upd.tuple()} -> [{', '.join(pre + ax + ['1'] + red)}] }}")
+    dom = iu.union_set(init.domain).union(iu.union_set(upd.domain))
+    w, r, order = w.intersect_domain(dom), r.intersect_domain(dom), order.intersect_domain(dom)
+
+    def flow(sink, must_src, may_src=None):
+        ai = isl.UnionAccessInfo.from_sink(sink).set_must_source(must_src)
+        if may_src is not None:
+            ai = ai.set_may_source(may_src)
+        return ai.set_schedule_map(order).compute_flow().get_may_dependence()
+
+    raw = flow(r, w)
+    false = flow(w, w, r)
+    return raw.union(false).coalesce()
+
+
+def _loop_maps(st: PolyStmt, chain: list) -> isl.Map:
+    vals = [n.stmts[st] for n in chain]
+    return isl.Map(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
+
+
+def _describe(st: PolyStmt, coords: list[int]) -> str:
+    p = st.plan
+    names = [f"p{k}" for k in range(p.prefix_len)]
+    names += [v.name for v in p.axis_vars]
+    if st.kind == "update":
+        names += [v.name for v in p.reduce_vars]
+    inner = ", ".join(f"{n}={c}" for n, c in zip(names, coords))
+    return f"{p.name}.{st.kind}[{inner}]"
+
+
+def _pair(viol: isl.UnionMap, stmts: dict) -> str:
+    maps: list = []
+    viol.foreach_map(maps.append)
+    m = sorted(maps, key=str)[0]
+    src_name = m.get_tuple_name(isl.dim_type.in_)
+    dst_name = m.get_tuple_name(isl.dim_type.out)
+    n_in, n_out = m.dim(isl.dim_type.in_), m.dim(isl.dim_type.out)
+    pt = m.wrap().sample_point()
+    c = iu.point_coords(pt, n_in + n_out)
+    return f"{_describe(stmts[src_name], c[:n_in])} -> {_describe(stmts[dst_name], c[n_in:])}"
+
+
+def _carried(deps: isl.UnionMap, inside: list, outer: list, loop: LoopNode
+             ) -> isl.UnionMap:
+    """Dependences between statements ``inside`` the loop that agree on the ``outer`` loops
+    but not on ``loop``."""
+    same_outer = None
+    same_all = None
+    for a in inside:
+        for b in inside:
+            ma = _loop_maps(a, outer)
+            mb = _loop_maps(b, outer)
+            eq_o = ma.apply_range(mb.reverse())
+            ma2 = _loop_maps(a, outer + [loop])
+            mb2 = _loop_maps(b, outer + [loop])
+            eq_a = ma2.apply_range(mb2.reverse())
+            u_o, u_a = isl.UnionMap.from_map(eq_o), isl.UnionMap.from_map(eq_a)
+            same_outer = u_o if same_outer is None else same_outer.union(u_o)
+            same_all = u_a if same_all is None else same_all.union(u_a)
+    return deps.intersect(same_outer).subtract(same_all)
+
+
+def check_legality(model: Model) -> None:
+    """Check every annotated loop and the loop order of every stage against exact
+    dependences.
+
+    Raises
+    ------
+    ScheduleError
+        Naming the primitive, stage, loop and one violating pair of instances.
+    """
+    deps = {id(p): stage_dependences(p) for p in model.plans}
+    stmts = model.stmts
+
+    def walk(nodes, anc):
+        for n in nodes:
+            if not isinstance(n, LoopNode):
+                continue
+            d = deps[id(n.plan)]
+            if d is not None and n.annotation in ("parallel", "vectorize"):
+                inside = [st for st in n.stmts if st.plan is n.plan]
+                viol = _carried(d, inside, anc, n)
+                if not viol.is_empty():
+                    prim = n.annotation
+                    raise ScheduleError(format_error(
+                        prim, f"loop {n.iter_var.name!r} of stage {n.plan.name!r} carries a "
+                        f"dependence", "its iterations must be independent",
+                        Violating_pair=_pair(viol, stmts),
+                        hint="reduction axes cannot run in parallel or as vector lanes; "
+                             "parallelize a spatial axis, or rfactor the reduction"))
+            walk(n.children, anc + [n])
+
+    walk(model.nest, [])
+    _check_order(model, deps)
+
+
+def _check_order(model: Model, deps: dict) -> None:
+    """Every dependence must point forward in the scheduled nest (lexicographically)."""
+    vec: dict = {}
+
+    def walk(nodes, chain, seqpos):
+        for k, n in enumerate(nodes):
+            if isinstance(n, PolyStmt):
+                vals = []
+                for (pos, node) in zip(seqpos + [k], chain + [None]):
+                    vals.append(str(pos))
+                    if node is not None:
+                        vals.append(f"({node.stmts[n]})")
+                vec[n] = vals
+            else:
+                walk(n.children, chain + [n], seqpos + [k])
+
+    walk(model.nest, [], [])
+    for p in model.plans:
+        d = deps[id(p)]
+        if d is None:
+            continue
+        width = max(len(vec[st]) for st in p.stmts)
+        t = None
+        for st in p.stmts:
+            v = vec[st] + ["0"] * (width - len(vec[st]))
+            m = isl.UnionMap(f"{{ {st.tuple()} -> [{', '.join(v)}] }}")
+            t = m if t is None else t.union(m)
+        timed = d.apply_domain(t).apply_range(t)
+        sp = isl.Set(f"{{ [{', '.join(f't{k}' for k in range(width))}] }}").get_space()
+        back = timed.intersect(isl.UnionMap.from_map(isl.Map.lex_ge(sp)))
+        if not back.is_empty():
+            bad = d.intersect(t.apply_range(isl.UnionMap.from_map(isl.Map.lex_ge(sp)))
+                              .apply_range(t.reverse()))
+            raise ScheduleError(format_error(
+                "reorder", f"the loop order of stage {p.name!r} runs a dependent instance "
+                f"before its source", "every dependence must point forward",
+                Violating_pair=_pair(bad, model.stmts)))

@@ -13,9 +13,10 @@ and ``r`` has the sign of ``a``):
 * for a constant ``b > 0`` this is ``q - (r < 0)`` and ``select(r < 0, r + b, r)``;
 * for a constant ``b < 0`` this is ``q - (r > 0)`` and ``select(r > 0, r + b, r)``;
 * unsigned operands: floor and truncation agree, so ``truncdiv``/``truncmod`` as is;
-* floats: ``floordiv = floor(a / b)`` and ``floormod = a - floor(a / b) * b`` (these can
-  differ from numpy's carefully rounded ``floor_divide``/``remainder`` by one ulp-level
-  rounding step near exact multiples).
+* floats: ``floordiv = floor(a / b)`` (it can differ from numpy's carefully rounded
+  ``floor_divide`` near exact multiples), and ``floormod`` from the exact ``r = fmod(a, b)``
+  adjusted like the ints, ``select(adjust, r + b, r)``, as CPython's float ``%`` does
+  (``a - floor(a / b) * b`` would cancel catastrophically in ``float16``).
 
 Unlike isl's ``floord`` macro, nothing is negated, so ``INT_MIN`` is handled without
 overflow. ``truncdiv(INT_MIN, -1)`` remains undefined (it traps on x86), as in C.
@@ -97,8 +98,8 @@ def floormod_expr(a: Expr, b: Expr) -> Expr:
     Returns
     -------
     Expr
-        ``select(adjust, r + b, r)`` with ``r = truncmod(a, b)`` (ints), or
-        ``a - floor(a / b) * b`` (floats).
+        ``select(adjust, r + b, r)`` with ``r = truncmod(a, b)`` (ints) or
+        ``r = fmod(a, b)`` (floats).
 
     Raises
     ------
@@ -107,8 +108,11 @@ def floormod_expr(a: Expr, b: Expr) -> Expr:
     """
     t = _check(a, b, "floormod_expr")
     if dt.is_float(t):
-        fl = Call(t, "floor", (Binary(t, "div", a, b),))
-        return Binary(t, "sub", a, Binary(t, "mul", fl, b))
+        r = Call(t, "fmod", (a, b))
+        zero = Const(t, 0.0)
+        adjust = And("bool", Cmp("bool", "ne", r, zero),
+                     Cmp("bool", "ne", Cmp("bool", "lt", r, zero), Cmp("bool", "lt", b, zero)))
+        return Select(t, adjust, Binary(t, "add", r, b), r)
     if dt.is_unsigned(t):
         return Binary(t, "truncmod", a, b)
     if isinstance(b, Const) and b.value == 1:

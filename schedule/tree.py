@@ -19,7 +19,34 @@ from . import isl_util as iu
 
 def build_schedule(model: Model) -> isl.Schedule:
     """The isl schedule (tree form) of the whole program."""
-    return _seq([_node(n, model, []) for n in model.nest])
+    sched = _seq([_node(n) for n in model.nest])
+    options: dict = {}
+
+    def collect(n, anc):
+        if isinstance(n, LoopNode):
+            iso = isolate_option(n, anc)
+            if iso is not None:
+                options[f"L{n.key}"] = iso
+            for c in n.children:
+                collect(c, anc + [n])
+
+    for n in model.nest:
+        collect(n, [])
+    if not options:
+        return sched
+    # options refer to the outer schedule dimensions ("anchored"), so they can only be set
+    # once the whole tree exists
+    return _set_options(sched.get_root(), options).get_schedule()
+
+
+def _set_options(node: isl.ScheduleNode, options: dict) -> isl.ScheduleNode:
+    if node.get_type() == isl.schedule_node_type.mark:
+        name = node.mark_get_id().get_name()
+        if name in options:
+            node = node.child(0).band_set_ast_build_options(options[name]).parent()
+    for k in range(node.n_children()):
+        node = _set_options(node.child(k), options).parent()
+    return node
 
 
 def _seq(parts: list[isl.Schedule]) -> isl.Schedule:
@@ -29,19 +56,95 @@ def _seq(parts: list[isl.Schedule]) -> isl.Schedule:
     return out
 
 
-def _node(n, model: Model, ancestors: list) -> isl.Schedule:
+def _node(n) -> isl.Schedule:
     if isinstance(n, PolyStmt):
         return isl.Schedule.from_domain(iu.union_set(n.domain))
-    child = _seq([_node(c, model, ancestors + [n]) for c in n.children])
+    child = _seq([_node(c) for c in n.children])
     pieces = "; ".join(f"{st.tuple()} -> [({aff})]" for st, aff in n.stmts.items())
     sch = child.insert_partial_schedule(isl.MultiUnionPwAff(f"[{{ {pieces} }}]"))
-    band = sch.get_root().child(0)
-    iso = isolate_option(n, ancestors)
-    if iso is not None:
-        band = band.band_set_ast_build_options(iso)
-    band = band.insert_mark(isl.Id(f"L{n.key}"))
-    return band.get_schedule()
+    return sch.get_root().child(0).insert_mark(isl.Id(f"L{n.key}")).get_schedule()
+
+
+def _nominal(node: LoopNode) -> tuple[int, int]:
+    """(min, extent) of a loop's full range: root axes keep their min, derived ones start
+    at 0."""
+    iv = node.iter_var
+    st = node.plan.stage
+    is_root = any(iv is a for a in list(st.op.axis) + list(st.op.reduce_axis))
+    return (iv.dom.min if is_root else 0), st.extent_of(iv)
+
+
+def _present(node: LoopNode, ancestors: list) -> isl.Set:
+    """Values ``[t0..t_v]`` of the loops down to ``node`` that its own stage executes."""
+    out = None
+    for st, aff in node.stmts.items():
+        if st.plan is not node.plan:
+            continue
+        vals = [a.stmts[st] for a in ancestors] + [aff]
+        m = isl.Map(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
+        s = m.intersect_domain(st.domain).range()
+        out = s if out is None else out.union(s)
+    return out.coalesce()
+
+
+def _choose_isolation(node: LoopNode, ancestors: list) -> tuple[int, isl.Set] | None:
+    """Where to separate full tiles for the vectorized/unrolled loop ``node``.
+
+    Returns ``(depth, iso)``: the outermost loop of the same stage, at ``depth``, whose
+    iterations ``iso`` (a set over ``t0..t_depth``) contain only full ranges of ``node``
+    for every iteration of the loops in between; ``None`` when every range is full (no
+    separation needed) or none is.
+    """
+    v = len(ancestors)
+    present = _present(node, ancestors)
+    lo, ext = _nominal(node)
+    prefix = present.project_out(isl.dim_type.set, v, 1)
+    names = ", ".join(f"t{k}" for k in range(v + 1))
+    box = prefix.insert_dims(isl.dim_type.set, v, 1).intersect(
+        isl.Set(f"{{ [{names}] : {lo} <= t{v} < {lo + ext} }}"))
+    nonfull = box.subtract(present).project_out(isl.dim_type.set, v, 1).coalesce()
+    if nonfull.is_empty():
+        return None
+    depths = [k for k, a in enumerate(ancestors) if a.plan is node.plan]
+    for d in depths:
+        keep = v - d - 1
+        p_d = prefix.project_out(isl.dim_type.set, d + 1, keep)
+        n_d = nonfull.project_out(isl.dim_type.set, d + 1, keep)
+        iso = p_d.subtract(n_d).coalesce()
+        if not iso.is_empty():
+            return d, iso
+    iso = present.intersect(prefix.subtract(nonfull).insert_dims(isl.dim_type.set, v, 1))
+    return (v, iso.coalesce()) if not iso.is_empty() else None
+
+
+def _targets(node: LoopNode, ancestors: list) -> list:
+    """Vectorized/unrolled loops of ``node``'s stage at or below it, with their ancestors."""
+    out: list = []
+
+    def walk(n, anc):
+        if not isinstance(n, LoopNode):
+            return
+        if n.plan is node.plan and n.annotation in ("vectorize", "unroll"):
+            out.append((n, anc))
+        for c in n.children:
+            walk(c, anc + [n])
+
+    walk(node, list(ancestors))
+    return out
 
 
 def isolate_option(node: LoopNode, ancestors: list) -> isl.UnionSet | None:
-    return None
+    """The band ``isolate`` option of ``node`` (isl manual, "AST Generation Options"):
+    the iterations to generate apart because a vectorized or unrolled loop below them is
+    full there and gets constant bounds. ``None`` when no loop below chose this one."""
+    depth = len(ancestors)
+    iso = None
+    for tgt, anc in _targets(node, ancestors):
+        choice = _choose_isolation(tgt, anc)
+        if choice is None or choice[0] != depth:
+            continue
+        iso = choice[1] if iso is None else iso.intersect(choice[1])
+    if iso is None or iso.is_empty():
+        return None
+    m = isl.Map.from_range(iso).move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0, depth)
+    return isl.UnionSet.from_set(m.wrap().set_tuple_name("isolate"))

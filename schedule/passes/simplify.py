@@ -85,23 +85,24 @@ def _linear(e: Expr):
     return {e: 1}, 0
 
 
+def _term(t: Expr, k: int) -> Expr:
+    return t if k == 1 else Binary("int64", "mul", Const("int64", k), t)
+
+
 def _rebuild(terms: dict, const: int) -> Expr:
+    """Canonical text order: positive terms, then the constant, then negative terms
+    (``9 - 4*x`` rather than ``-4*x + 9``)."""
     i64 = "int64"
-    out = None
-    for t, k in terms.items():
-        term = t if k == 1 else Binary(i64, "mul", Const(i64, k), t) if k != -1 else None
-        if out is None:
-            out = term if term is not None else Binary(i64, "sub", Const(i64, 0), t)
-        elif k > 0:
-            out = Binary(i64, "add", out, t if k == 1 else Binary(i64, "mul", Const(i64, k), t))
-        else:
-            out = Binary(i64, "sub", out, t if k == -1 else Binary(i64, "mul", Const(i64, -k), t))
-    if out is None:
-        return Const(i64, const)
-    if const > 0:
-        return Binary(i64, "add", out, Const(i64, const))
-    if const < 0:
-        return Binary(i64, "sub", out, Const(i64, -const))
+    pos = [(t, k) for t, k in terms.items() if k > 0]
+    neg = [(t, -k) for t, k in terms.items() if k < 0]
+    out: Expr | None = None
+    for t, k in pos:
+        out = _term(t, k) if out is None else Binary(i64, "add", out, _term(t, k))
+    if const or out is None:
+        c = Const(i64, abs(const) if out is not None else const)
+        out = c if out is None else Binary(i64, "add" if const > 0 else "sub", out, c)
+    for t, k in neg:
+        out = Binary(i64, "sub", out, _term(t, k))
     return out
 
 
@@ -128,6 +129,11 @@ class Simplifier(ExprMutator):
                 return Const(e.dtype, 0)
             if e.op in ("min", "max") and a is b:
                 return a
+        if (e.dtype == "int64" and e.op in ("add", "sub") and _linear(b) is not None
+                and isinstance(a, Binary) and a.op in ("min", "max")):
+            # min(x, y) + z -> min(x + z, y + z): partial-tile extents fold their offsets
+            return self.visit(Binary(e.dtype, a.op, Binary(e.dtype, e.op, a.a, b),
+                                     Binary(e.dtype, e.op, a.b, b)))
         out = e if (a is e.a and b is e.b) else Binary(e.dtype, e.op, a, b)
         if e.dtype == "int64" and e.op in ("add", "sub", "mul"):
             lin = _linear(out)
