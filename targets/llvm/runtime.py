@@ -39,6 +39,8 @@ _lock = threading.Lock()
 _state: dict = {}
 _NEEDED_SYMBOLS = ("malloc", "free", "GOMP_parallel", "omp_get_thread_num",
                    "omp_get_num_threads", "tanhf", "tanh", "erff", "erf", "expf", "logf")
+# float16 conversions LLVM lowers to libgcc calls on CPUs without AVX512-FP16 (GCC >= 12)
+_HALF_SYMBOLS = ("__truncdfhf2", "__truncsfhf2", "__extendhfsf2")
 
 
 def _load(name: str) -> str:
@@ -57,6 +59,8 @@ def _ensure_llvm() -> dict:
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
             _load("m")
+            if ctypes.util.find_library("gcc_s"):
+                _load("gcc_s")
             gomp = ctypes.CDLL(_load("gomp"))
             gomp.omp_set_num_threads.argtypes = [ctypes.c_int]
             gomp.omp_get_max_threads.restype = ctypes.c_int
@@ -174,6 +178,12 @@ class LLVMModule:
         self.name = func.name
         self._ir = codegen_llvm(func, target)
         self._ir_text = str(self._ir)
+        if "half" in self._ir_text:
+            missing = [x for x in _HALF_SYMBOLS if not llvm.address_of_symbol(x)]
+            if missing:
+                raise BuildError(format_error(
+                    "build", f"float16 code needs {missing} (libgcc_s of GCC >= 12), which "
+                    "this process cannot resolve", "a libgcc_s.so.1 exporting them"))
         try:
             mod = llvm.parse_assembly(self._ir_text)
             mod.verify()
