@@ -321,9 +321,6 @@ def build_model(sch: Schedule, args) -> Model:
                       f"is inlined", "attach to a stage that has loops")
             tp = plan_of[target.op]
             p.attach = (tp, tp.leaves.index(st.attach_ivar))
-            if not any(c is tp for c in consumers[id(p)]):
-                _fail("compute_at", f"stage {target.name!r} does not read {p.name!r} directly "
-                      f"(after inlining)", f"attach {p.name!r} to the stage that reads it")
     # consumers before producers: an attach target (a consumer) is lowered before the stages
     # attached to it, and a stage's footprint needs the domains of all its consumers
     order = list(reversed(plans))

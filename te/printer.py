@@ -16,6 +16,8 @@ _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 def const_str(c: Const) -> str:
     v = c.value
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        return f"{c.dtype}({str(v)!r})"
     if c.dtype == "bool":
         return "True" if v else "False"
     if c.dtype == "int32":
