@@ -17,6 +17,11 @@ Meaning of the IR, stated once:
 * ``Seq`` runs statements in order; ``IfThenElse`` runs one branch; ``LetStmt`` binds a
   variable for its body.
 * A :class:`PrimFunc` is one function: buffers and scalar variables as parameters.
+* GPU code: a :class:`KernelLaunch` runs its body once per thread of a ``grid`` of blocks
+  of ``block`` threads; inside it, the variables of ``thread_vars`` hold ``blockIdx.*`` /
+  ``threadIdx.*`` (``int64``). Kernels of one function run in order, each finishing
+  before the next starts. ``Sync`` is a barrier of all threads of a block (CUDA
+  ``__syncthreads()``); ``shared`` buffers are per block, ``local`` per thread.
 """
 
 from __future__ import annotations
@@ -120,6 +125,26 @@ class Evaluate(Stmt):
     value: Expr
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class KernelLaunch(Stmt):
+    """A GPU kernel: ``grid`` and ``block`` are ``(x, y, z)`` extents (ints);
+    ``thread_vars`` pairs each used hardware index variable with its tag, e.g.
+    ``(Var("int64", "blockIdx.x"), "blockIdx.x")``."""
+
+    name: str
+    grid: tuple
+    block: tuple
+    thread_vars: tuple
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Sync(Stmt):
+    """Barrier of the threads of one block; ``scope`` is ``"shared"``."""
+
+    scope: str = "shared"
+
+
 @dataclass(frozen=True, eq=False)
 class PrimFunc:
     """A function: ``params`` are :class:`Buffer` (arrays) or :class:`Var` (scalars)."""
@@ -139,6 +164,7 @@ _STMT_CHILDREN = {
     Store: ("value", "indices"), For: ("min", "extent", "body"),
     IfThenElse: ("cond", "then_case", "else_case"), Seq: ("stmts",),
     LetStmt: ("value", "body"), Allocate: ("body",), Evaluate: ("value",),
+    KernelLaunch: ("body",), Sync: (),
 }
 
 
@@ -308,6 +334,11 @@ def _lines(s: Stmt, ind: str, out: list) -> None:
         _lines(s.body, ind, out)
     elif isinstance(s, Evaluate):
         out.append(f"{ind}{_P(s.value)}")
+    elif isinstance(s, KernelLaunch):
+        out.append(f"{ind}launch {s.name}(grid={list(s.grid)}, block={list(s.block)}):")
+        _lines(s.body, ind + "  ", out)
+    elif isinstance(s, Sync):
+        out.append(f"{ind}sync({s.scope!r})")
     else:
         raise TypeError(f"no printer for {type(s).__name__}")
 
