@@ -15,7 +15,8 @@ def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "ma
     ----------
     sch_or_func : Schedule or PrimFunc
         A schedule (lowered first with ``polytile.schedule.lower.lower(sch, args,
-        name=name)``) or an already lowered :class:`PrimFunc`, compiled as is.
+        name=name)`` then ``finalize``) or an already lowered and flattened
+        :class:`PrimFunc`, compiled as is.
     args : list of Tensor, optional
         The tensors that become the function's parameters, in order (schedules only).
     target : str or Target
@@ -39,13 +40,13 @@ def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "ma
     if tgt.kind == "cuda":
         raise TargetError(format_error(
             "build", f"target {str(tgt)!r} is not implemented yet",
-            "target 'llvm' (the CUDA backend is being written)"))
+            "expected target 'llvm' (the CUDA backend is being written)"))
     if isinstance(sch_or_func, PrimFunc):
         func = sch_or_func
     else:
-        from polytile.schedule.lower import lower
+        from polytile.schedule.lower import finalize, lower
 
-        func = lower(sch_or_func, args, name=name)
+        func = finalize(lower(sch_or_func, args, name=name))
     from .llvm.runtime import LLVMModule
 
     return LLVMModule(func, tgt)

@@ -140,16 +140,16 @@ class Target:
         if not isinstance(spec, str):
             raise TargetError(format_error(
                 "target", f"got {type(spec).__name__} {spec!r}",
-                "a target string such as 'llvm' or 'llvm -mcpu=znver4', or a Target"))
+                "expected a target string such as 'llvm' or 'llvm -mcpu=znver4', or a Target"))
         words = spec.split()
         if not words:
             raise TargetError(format_error("target", "empty target string",
-                                           f"one of {', '.join(map(repr, KINDS))}"))
+                                           f"expected one of {', '.join(map(repr, KINDS))}"))
         kind, opts = words[0], tuple(words[1:])
         if kind not in KINDS:
             raise TargetError(format_error(
                 "target", f"unknown target kind {kind!r} in {spec!r}",
-                f"one of {', '.join(map(repr, KINDS))}"))
+                f"expected one of {', '.join(map(repr, KINDS))}"))
         if kind == "llvm":
             return _parse_llvm(spec, opts)
         return _parse_cuda(spec, opts)
@@ -160,14 +160,14 @@ def _split_opt(spec: str, opt: str, known: tuple[str, ...]) -> tuple[str, str | 
     if name not in known:
         raise TargetError(format_error(
             "target", f"unknown option {opt!r} in {spec!r}",
-            f"one of {', '.join(known)}"))
+            f"expected one of {', '.join(known)}"))
     return name, (value if eq else None)
 
 
 def _need_value(spec: str, name: str, value: str | None) -> str:
     if not value:
         raise TargetError(format_error("target", f"option {name!r} in {spec!r} has no value",
-                                       f"{name}=<value>"))
+                                       f"expected {name}=<value>"))
     return value
 
 
@@ -186,19 +186,20 @@ def _parse_llvm(spec: str, opts: tuple[str, ...]) -> Target:
             if bad:
                 raise TargetError(format_error(
                     "target", f"malformed feature {bad[0]!r} in {spec!r}",
-                    "features written as +name or -name, comma separated (-mattr=+avx2,-fma)"))
+                    "expected features written as +name or -name, comma separated "
+                    "(-mattr=+avx2,-fma)"))
             edits += items
         elif name == "-opt-level":
             v = _need_value(spec, name, value)
             if v not in ("0", "1", "2", "3"):
                 raise TargetError(format_error(
-                    "target", f"bad optimisation level {v!r} in {spec!r}", "0, 1, 2 or 3"))
+                    "target", f"bad optimisation level {v!r} in {spec!r}", "expected 0, 1, 2 or 3"))
             opt_level = int(v)
         else:
             if value is not None:
                 raise TargetError(format_error(
                     "target", f"option '-fast-math' takes no value (got {value!r})",
-                    "just -fast-math"))
+                    "expected just -fast-math"))
             fast = True
     host_cpu = _host_cpu()
     on_host = cpu is None or cpu == host_cpu
@@ -210,7 +211,7 @@ def _parse_llvm(spec: str, opts: tuple[str, ...]) -> Target:
         if missing and base:
             raise TargetError(format_error(
                 "target", f"feature {missing[0]!r} requested by {spec!r} is not available on "
-                f"this host CPU {host_cpu!r}", "features this machine supports",
+                f"this host CPU {host_cpu!r}", "expected features this machine supports",
                 hint="code using it would crash with an illegal instruction; pass "
                      "-mcpu=<cpu> to generate code for another machine"))
         features = _edit_features(base, edits)
@@ -227,5 +228,5 @@ def _parse_cuda(spec: str, opts: tuple[str, ...]) -> Target:
         arch = _need_value(spec, name, value)
         if not re.fullmatch(r"sm_\d{2,3}[a-z]?", arch):
             raise TargetError(format_error("target", f"bad GPU architecture {arch!r} in "
-                                           f"{spec!r}", "sm_<NN>, e.g. -arch=sm_90"))
+                                           f"{spec!r}", "expected sm_<NN>, e.g. -arch=sm_90"))
     return Target("cuda", arch=arch, opt_level=3, host=False, options=opts)

@@ -99,11 +99,11 @@ class CodeGen:
             if isinstance(p, Buffer) and p.scope != "global":
                 raise BuildError(format_error(
                     "codegen_llvm", f"parameter buffer {p.name!r} has scope {p.scope!r}",
-                    "scope 'global' for function arguments"))
+                    "expected scope 'global' for function arguments"))
             if not isinstance(p, (Buffer, Var)):
                 raise BuildError(format_error(
                     "codegen_llvm", f"parameter {p!r} is a {type(p).__name__}",
-                    "Buffer or Var parameters"))
+                    "expected Buffer or Var parameters"))
         fnty = ir.FunctionType(I32, [param_llvm_type(p) for p in f.params])
         fn = ir.Function(self.module, fnty, name=f.name)
         self.st = FnState(fn, {}, in_parallel=False)
@@ -164,7 +164,7 @@ class CodeGen:
             pass  # expressions have no side effects
         else:
             raise BuildError(format_error("codegen_llvm", f"unknown statement "
-                                          f"{type(s).__name__}", "a loop IR statement"))
+                                          f"{type(s).__name__}", "expected a loop IR statement"))
 
     def let(self, var: Var, value, body) -> None:
         """Bind ``var`` to ``value`` while ``body()`` runs."""
@@ -195,7 +195,7 @@ class CodeGen:
                       lambda iv: self.let(s.var, iv, lambda: self.stmt(s.body)))
         else:
             raise BuildError(format_error("codegen_llvm", f"loop {s.var.name!r} has kind "
-                                          f"{s.kind!r}", "serial, unrolled, parallel or "
+                                          f"{s.kind!r}", "expected serial, unrolled, parallel or "
                                           "vectorized"))
 
     def loop(self, lo: ir.Value, end: ir.Value, step: int, name: str, body) -> None:
@@ -239,7 +239,7 @@ class CodeGen:
                 if not isinstance(v, int):
                     raise InternalError(format_error(
                         "codegen_llvm", f"stack buffer {buf.name!r} has the non-constant "
-                        f"shape {list(buf.shape)}", "a constant shape (or scope 'heap')"))
+                        f"shape {list(buf.shape)}", "expected a constant shape (or scope 'heap')"))
                 n *= v
             ptr = self.alloca(ety, max(n, 1), buf.name)
             self.let(buf, ptr, lambda: self.stmt(s.body))
@@ -253,7 +253,7 @@ class CodeGen:
         else:
             raise BuildError(format_error(
                 "codegen_llvm", f"buffer {buf.name!r} has scope {buf.scope!r}",
-                "scope 'stack' or 'heap' for allocations on CPU"))
+                "expected scope 'stack' or 'heap' for allocations on CPU"))
 
     def malloc(self, buf: Buffer) -> ir.Value:
         """``malloc`` the bytes of ``buf``; on overflow of the size or a NULL result the
@@ -285,13 +285,13 @@ class CodeGen:
         except KeyError:
             raise BuildError(format_error(
                 "codegen_llvm", f"buffer {buf.name!r} is used outside its allocation",
-                "a parameter buffer or one introduced by an enclosing Allocate")) from None
+                "expected a parameter buffer or one introduced by an enclosing Allocate")) from None
 
     def element_ptr(self, buf: Buffer, indices: tuple) -> ir.Value:
         if len(indices) != 1:
             raise InternalError(format_error(
                 "codegen_llvm", f"access to {buf.name!r} has {len(indices)} indices",
-                "exactly one (flattened) index after storage flattening"))
+                "expected exactly one (flattened) index after storage flattening"))
         return self.b.gep(self.buffer_ptr(buf), [self.index(indices[0])], inbounds=True)
 
     def store(self, s: Store) -> None:
@@ -309,7 +309,7 @@ class CodeGen:
         if fn is None:
             raise InternalError(format_error(
                 "codegen_llvm", f"expression node {type(e).__name__} reached code generation",
-                "only loop IR expressions (TensorRead and Reduce are removed by lowering)"))
+                "expected only loop IR expressions (lowering removes TensorRead and Reduce)"))
         return fn(e)
 
     def expr_Var(self, e: Var) -> ir.Value:
@@ -318,7 +318,7 @@ class CodeGen:
         except KeyError:
             raise BuildError(format_error(
                 "codegen_llvm", f"variable {e.name!r} is used but not defined",
-                "a parameter, a loop variable or a LetStmt variable in scope")) from None
+                "expected a parameter, a loop variable or a LetStmt variable in scope")) from None
 
     def expr_Const(self, e: Const) -> ir.Value:
         return llx.const(e.dtype, e.value)
@@ -412,5 +412,5 @@ def codegen_llvm(func: PrimFunc, target: Target) -> ir.Module:
     """
     if target.kind != "llvm":
         raise BuildError(format_error("codegen_llvm", f"target {str(target)!r} is not a CPU "
-                                      "target", "an 'llvm' target"))
+                                      "target", "expected an 'llvm' target"))
     return CodeGen(func, target).run()

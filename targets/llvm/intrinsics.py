@@ -148,7 +148,7 @@ def binop(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str,
             name = ("s" if signed else "u") + op
             return call_intrinsic(b, name, [x, y])
     raise BuildError(format_error("codegen_llvm", f"binary op {op!r} on {dtype} operands",
-                                  "an op that polytile.te defines for this dtype"))
+                                  "expected an op that polytile.te defines for this dtype"))
 
 
 _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -243,7 +243,7 @@ def math_call(b: ir.IRBuilder, name: str, args: list, arg_dtype: str,
     if not dt.is_float(arg_dtype) or name not in CALL_NAMES:
         raise BuildError(format_error(
             "codegen_llvm", f"unknown intrinsic {name!r} for {arg_dtype} arguments",
-            f"one of {', '.join(CALL_NAMES)} on float arguments (abs also on ints)"))
+            f"expected one of {', '.join(CALL_NAMES)} on float arguments (abs also on ints)"))
     lanes = lanes_of(x)
     one = const(arg_dtype, 1.0, lanes)
     if name in _LLVM_UNARY:

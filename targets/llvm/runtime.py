@@ -47,7 +47,7 @@ def _load(name: str) -> str:
     path = ctypes.util.find_library(name)
     if path is None:
         raise BuildError(format_error("llvm runtime", f"library {name!r} not found",
-                                      f"lib{name} installed (it comes with gcc)"))
+                                      f"expected lib{name} installed (it comes with gcc)"))
     llvm.load_library_permanently(path)
     return path
 
@@ -68,7 +68,7 @@ def _ensure_llvm() -> dict:
             if missing:
                 raise BuildError(format_error(
                     "llvm runtime", f"symbols {missing} do not resolve in this process",
-                    "libm and libgomp exporting them"))
+                    "expected libm and libgomp exporting them"))
             _state["gomp"] = gomp
         return _state
 
@@ -84,7 +84,7 @@ def set_num_threads(n: int) -> None:
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(format_error("set_num_threads", f"got {n!r}",
-                                      "a positive number of threads"))
+                                      "expected a positive number of threads"))
     _ensure_llvm()["gomp"].omp_set_num_threads(int(n))
 
 
@@ -171,7 +171,7 @@ class LLVMModule:
     def __init__(self, func: PrimFunc, target: Target):
         if target.kind != "llvm":
             raise TargetError(format_error("build", f"target {str(target)!r} cannot run on "
-                                           "the CPU", "an 'llvm' target"))
+                                           "the CPU", "expected an 'llvm' target"))
         _ensure_llvm()
         self.func = func
         self.target = target
@@ -183,13 +183,13 @@ class LLVMModule:
             if missing:
                 raise BuildError(format_error(
                     "build", f"float16 code needs {missing} (libgcc_s of GCC >= 12), which "
-                    "this process cannot resolve", "a libgcc_s.so.1 exporting them"))
+                    "this process cannot resolve", "expected a libgcc_s.so.1 exporting them"))
         try:
             mod = llvm.parse_assembly(self._ir_text)
             mod.verify()
         except RuntimeError as exc:
             raise BuildError(format_error("build", f"LLVM rejected the code generated for "
-                                          f"{func.name!r}: {exc}", "valid LLVM IR",
+                                          f"{func.name!r}: {exc}", "expected valid LLVM IR",
                                           hint="this is a polytile bug; please report it"))
         tm = _target_machine(target)
         mod.triple = tm.triple
@@ -229,7 +229,7 @@ class LLVMModule:
                 self._asm = self._tm.emit_assembly(llvm.parse_assembly(self._opt_text))
             return self._asm
         raise ValueError(format_error("get_source", f"unknown format {fmt!r}",
-                                      "'ll' (LLVM IR) or 'asm' (assembly)"))
+                                      "expected 'll' (LLVM IR) or 'asm' (assembly)"))
 
     # ------------------------------------------------------------------ calling
     def _convert(self, args: tuple) -> list:
@@ -238,7 +238,7 @@ class LLVMModule:
             names = ", ".join(p.name for p in f.params)
             raise TypeError(format_error(self.name, f"takes {len(f.params)} arguments "
                                          f"({names}) but {len(args)} were given",
-                                         "one argument per parameter, in order"))
+                                         "expected one argument per parameter, in order"))
         scalars = {}
         out: list = [None] * len(args)
         for k, (p, a) in enumerate(zip(f.params, args)):
@@ -281,9 +281,9 @@ class LLVMModule:
         if status == STATUS_NO_MEMORY:
             raise MemoryError(format_error(self.name, "a heap allocation failed (malloc "
                                            "returned NULL or the size overflowed)",
-                                           "enough memory for the buffers of scope 'heap'"))
+                                           "expected enough memory for the 'heap' buffers"))
         raise RuntimeError(format_error(self.name, f"returned the unknown status {status}",
-                                        "0"))
+                                        "expected 0"))
 
     def time_evaluator(self, number: int = 10, repeat: int = 1, min_repeat_ms: float = 0):
         """A function that times this module on given arguments (TVM's ``time_evaluator``).
@@ -303,7 +303,7 @@ class LLVMModule:
         if number < 1 or repeat < 1 or min_repeat_ms < 0:
             raise ValueError(format_error(
                 "time_evaluator", f"number={number}, repeat={repeat}, min_repeat_ms="
-                f"{min_repeat_ms}", "number >= 1, repeat >= 1 and min_repeat_ms >= 0"))
+                f"{min_repeat_ms}", "expected number >= 1, repeat >= 1 and min_repeat_ms >= 0"))
 
         def evaluator(*args) -> BenchmarkResult:
             cargs = self._convert(args)
@@ -338,28 +338,28 @@ def _scalar_arg(fname: str, p: Var, a) -> tuple:
     ok_types = (bool, int, float, np.bool_, np.integer, np.floating)
     if not isinstance(a, ok_types):
         raise TypeError(format_error(fname, f"argument {p.name!r} is a {type(a).__name__}",
-                                     f"a Python or numpy number for the {t} parameter"))
+                                     f"expected a Python or numpy number for the {t} parameter"))
     if t == "bool":
         if isinstance(a, (float, np.floating)) or int(a) not in (0, 1):
             raise TypeError(format_error(fname, f"argument {p.name!r} is {a!r}",
-                                         "a bool (True/False) for the bool parameter"))
+                                         "expected a bool (True/False) for the bool parameter"))
         return int(bool(a)), bool(a)
     if dt.is_int(t):
         if isinstance(a, (float, np.floating)):
             raise TypeError(format_error(fname, f"argument {p.name!r} is the float {a!r}",
-                                         f"an integer for the {t} parameter"))
+                                         f"expected an integer for the {t} parameter"))
         v = int(a)
         lo, hi = dt.min_value(t), dt.max_value(t)
         if not lo <= v <= hi:
             raise ValueError(format_error(fname, f"argument {p.name!r} = {v} does not fit in "
-                                          f"{t}", f"a value in [{lo}, {hi}]"))
+                                          f"{t}", f"expected a value in [{lo}, {hi}]"))
         return v, v
     v = float(a)
     with np.errstate(over="ignore"):
         x = np.array(v, dtype=t)
     if math.isfinite(v) and not np.isfinite(x):
         raise ValueError(format_error(fname, f"argument {p.name!r} = {v!r} overflows {t}",
-                                      f"a value representable as {t}"))
+                                      f"expected a value representable as {t}"))
     if t == "float16":
         return int(x.view(np.uint16)), float(x)
     return float(x), float(x)
@@ -383,24 +383,24 @@ def _expected_shape(p: Buffer, scalars: dict) -> list:
 def _check_array(fname: str, p: Buffer, a, scalars: dict, written: bool) -> None:
     if not isinstance(a, np.ndarray):
         raise TypeError(format_error(fname, f"argument {p.name!r} is a {type(a).__name__}",
-                                     f"a numpy.ndarray of dtype {p.dtype}"))
+                                     f"expected a numpy.ndarray of dtype {p.dtype}"))
     want = np.dtype(p.dtype)
     if a.dtype != want:
         raise TypeError(format_error(fname, f"argument {p.name!r} has dtype {a.dtype}",
-                                     f"dtype {want}",
+                                     f"expected dtype {want}",
                                      hint=f"convert with {p.name}.astype('{want}')"))
     shape = _expected_shape(p, scalars)
     if a.ndim != len(shape) or any(s is not None and s != n for s, n in zip(shape, a.shape)):
         shown = tuple("?" if s is None else s for s in shape)
         raise ValueError(format_error(fname, f"argument {p.name!r} has shape {a.shape}",
-                                      f"shape {shown}"))
+                                      f"expected shape {shown}"))
     if not a.flags.c_contiguous:
         raise ValueError(format_error(fname, f"argument {p.name!r} is not C-contiguous",
-                                      "a C-contiguous array",
+                                      "expected a C-contiguous array",
                                       hint=f"pass np.ascontiguousarray({p.name})"))
     if written and not a.flags.writeable:
         raise ValueError(format_error(fname, f"argument {p.name!r} is read-only but the "
-                                      "function writes it", "a writeable array"))
+                                      "function writes it", "expected a writeable array"))
 
 
 def _check_overlap(fname: str, arrays: list, stored: set) -> None:
@@ -415,6 +415,6 @@ def _check_overlap(fname: str, arrays: list, stored: set) -> None:
             if s0 < e1 and s1 < e0 and (p0 in stored or p1 in stored):
                 raise ValueError(format_error(
                     fname, f"arguments {p0.name!r} and {p1.name!r} overlap in memory and "
-                    "the function writes one of them", "distinct arrays",
+                    "the function writes one of them", "expected distinct arrays",
                     hint="pass a copy (parameters are noalias: overlapping arrays would "
                     "give wrong results)"))

@@ -75,11 +75,12 @@ def emit_vectorized(cg: CodeGen, s: For) -> None:
     if not isinstance(s.extent, Const):
         raise InternalError(format_error(
             "codegen_llvm", f"vectorized loop {s.var.name!r} has the non-constant extent "
-            f"{s.extent}", "a constant extent (lowering splits vectorized loops by a constant)"))
+            f"{s.extent}", "expected a constant extent (lowering splits vectorized loops by a "
+            "constant)"))
     if has_inner_for(s.body):
         raise InternalError(format_error(
             "codegen_llvm", f"vectorized loop {s.var.name!r} contains another loop",
-            "an innermost loop (lowering only vectorizes innermost loops)"))
+            "expected an innermost loop (lowering only vectorizes innermost loops)"))
     lanes = max(0, -(-int(s.extent.value) // s.step))
     if lanes == 0:
         return
@@ -191,7 +192,7 @@ class _Widener:
             pass
         else:  # For and Allocate are excluded by emit_vectorized/can_widen
             raise InternalError(format_error("codegen_llvm", f"cannot widen "
-                                             f"{type(s).__name__}", "a checked loop body"))
+                                             f"{type(s).__name__}", "expected a checked loop body"))
 
     def store(self, s: Store) -> None:
         buf = s.buffer
@@ -243,7 +244,7 @@ class _Widener:
         if fn is None:
             raise InternalError(format_error(
                 "codegen_llvm", f"expression node {type(e).__name__} reached code generation",
-                "only loop IR expressions"))
+                "expected only loop IR expressions"))
         return fn(e)
 
     def uniform(self, e: Expr) -> LaneValue:
