@@ -1,0 +1,206 @@
+"""Shared helpers of the te/schedule tests: running a schedule on a backend, random data,
+poisoned outputs and per-dtype tolerances.
+
+Backends
+--------
+``"interp"``
+    The reference loop-IR interpreter (:mod:`polytile.schedule.interpreter`): bounds-checked
+    loads and stores, NaN-poisoned intermediates. Slow: keep sizes tiny (<= 13x13x11).
+``"llvm"``
+    ``polytile.build(s, args, target="llvm")``. Enabled only when a trivial compute builds
+    and runs correctly on this machine (:func:`llvm_status`); otherwise tests using it skip.
+
+Tolerances (``check``), relative to the float64 numpy reference, for data in [-1, 1):
+
+* float64: rtol 1e-10, atol 1e-10 * sqrt(reduction length)
+* float32: rtol 2e-5,  atol 2e-5  * sqrt(reduction length)
+* float16 (outputs): rtol 2e-3, atol 2e-3 * sqrt(reduction length) -- outputs are rounded
+  to float16 (eps 9.8e-4) once, after a float32 accumulation
+* integers and bool: exact.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pytest
+
+import polytile
+from polytile import te
+from polytile.schedule import interpreter
+from polytile.te.tensor import PlaceholderOp, Tensor
+
+BACKENDS = ("interp", "llvm")
+
+RTOL = {"float16": 2e-3, "float32": 2e-5, "float64": 1e-10}
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    """The seeded generator every test uses."""
+    return np.random.default_rng(seed)
+
+
+def rand(shape, dtype: str = "float32", seed: int = 0, gen: np.random.Generator | None = None,
+         low: float = -1.0, high: float = 1.0) -> np.ndarray:
+    """Random non-zero data of ``shape``: floats uniform in [low, high) with |x| >= 1e-3,
+    integers uniform over a small symmetric range without 0 (unsigned: 1..high)."""
+    g = gen if gen is not None else rng(seed)
+    shape = tuple(shape)
+    if dtype.startswith("float"):
+        x = g.uniform(low, high, size=shape)
+        x = np.where(np.abs(x) < 1e-3, 0.5, x)
+        return x.astype(dtype)
+    if dtype == "bool":
+        return g.integers(0, 2, size=shape).astype(bool)
+    info = np.iinfo(dtype)
+    hi = int(min(info.max, 100 if high == 1.0 else high))
+    lo = 1 if info.min == 0 else -hi
+    x = g.integers(lo, hi + 1, size=shape)
+    x = np.where(x == 0, 1, x)
+    return x.astype(dtype)
+
+
+def poison(shape, dtype: str) -> np.ndarray:
+    """An output array filled with a value no correct kernel produces for our data: NaN for
+    floats, the dtype's maximum for integers."""
+    if dtype.startswith("float"):
+        return np.full(shape, np.nan, dtype=dtype)
+    if dtype == "bool":
+        return np.full(shape, True, dtype=bool)
+    return np.full(shape, np.iinfo(dtype).max, dtype=dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def llvm_status() -> tuple[bool, str]:
+    """``(True, "")`` when ``polytile.build(..., target="llvm")`` works on a trivial compute,
+    else ``(False, reason)``."""
+    try:
+        from polytile import targets  # noqa: F401
+
+        build = getattr(polytile.targets, "build", None)
+        if build is None:
+            return False, "polytile.targets.build does not exist yet"
+        A = te.placeholder((5,), name="A")
+        B = te.compute((5,), lambda i: A[i] * 2.0 + 1.0, name="B")
+        s = te.create_schedule(B.op)
+        f = polytile.build(s, [A, B], target="llvm")
+        a = np.arange(5, dtype="float32")
+        b = poison((5,), "float32")
+        f(a, b)
+        if not np.array_equal(b, a * 2 + 1):
+            return False, f"llvm backend computes a wrong trivial result: {b}"
+    except Exception as ex:  # noqa: BLE001 - any failure means "not ready"
+        return False, f"llvm backend not usable: {type(ex).__name__}: {ex}"
+    return True, ""
+
+
+def require_backend(backend: str) -> None:
+    """Skip the calling test if ``backend`` cannot run here."""
+    if backend == "llvm":
+        ok, why = llvm_status()
+        if not ok:
+            pytest.skip(why)
+    elif backend != "interp":
+        raise ValueError(f"unknown backend {backend!r}")
+
+
+def compile_schedule(s, args, backend: str):
+    """A callable ``f(*arrays)`` running schedule ``s`` on ``backend``."""
+    require_backend(backend)
+    if backend == "interp":
+        func = polytile.lower(s, args)
+        return lambda *arrays: interpreter.run(func, *arrays)
+    return polytile.build(s, args, target="llvm")
+
+
+def _is_input(a) -> bool:
+    return not isinstance(a, Tensor) or isinstance(a.op, PlaceholderOp)
+
+
+def run_schedule(s, args, inputs, backend: str):
+    """Run schedule ``s`` with parameters ``args`` on ``backend`` and return its outputs.
+
+    Parameters
+    ----------
+    s : Schedule
+    args : list of Tensor or te.var
+        As for ``polytile.lower``.
+    inputs : sequence
+        One numpy array (or Python scalar for a ``te.var``) per *input* parameter
+        (placeholders and scalar vars), in ``args`` order.
+    backend : {"interp", "llvm"}
+
+    Returns
+    -------
+    list of numpy.ndarray
+        The output (compute) parameters in ``args`` order, allocated poisoned before the run.
+
+    The inputs are checked to be unchanged by the run.
+    """
+    f = compile_schedule(s, args, backend)
+    inputs = list(inputs)
+    n_in = sum(_is_input(a) for a in args)
+    if len(inputs) != n_in:
+        raise TypeError(f"run_schedule: {n_in} inputs expected, got {len(inputs)}")
+    saved = [np.copy(x) if isinstance(x, np.ndarray) else x for x in inputs]
+    it = iter(inputs)
+    call, outs = [], []
+    for a in args:
+        if _is_input(a):
+            call.append(next(it))
+        else:
+            o = poison(a.shape, a.dtype)
+            outs.append(o)
+            call.append(o)
+    f(*call)
+    for x, y in zip(inputs, saved):
+        if isinstance(x, np.ndarray):
+            np.testing.assert_array_equal(x, y, err_msg="an input was modified by the run")
+    return outs
+
+
+def run1(s, args, inputs, backend: str) -> np.ndarray:
+    """:func:`run_schedule` for a schedule with exactly one output."""
+    outs = run_schedule(s, args, inputs, backend)
+    assert len(outs) == 1, f"{len(outs)} outputs"
+    return outs[0]
+
+
+def check(out: np.ndarray, ref: np.ndarray, dtype: str | None = None, k: int = 1) -> None:
+    """Compare ``out`` with the float64 reference ``ref`` at the tolerance of ``dtype``
+    (``out.dtype`` by default) for reductions of length ``k`` (see the module doc)."""
+    dtype = dtype or out.dtype.name
+    assert out.shape == tuple(ref.shape), f"shape {out.shape} != {ref.shape}"
+    if dtype in RTOL:
+        assert not np.isnan(out).any() or np.isnan(ref).any(), "NaN (poison) left in output"
+        tol = RTOL[dtype]
+        np.testing.assert_allclose(out.astype("float64"), np.asarray(ref, dtype="float64"),
+                                   rtol=tol, atol=tol * math.sqrt(max(k, 1)))
+    else:
+        np.testing.assert_array_equal(out, np.asarray(ref).astype(out.dtype))
+
+
+def lowered(s, args) -> str:
+    """The printed loop nest of ``s``."""
+    return str(polytile.lower(s, args))
+
+
+def loop_headers(s, args) -> list[str]:
+    """The ``for`` lines of the lowered loop nest, stripped."""
+    return [ln.strip() for ln in lowered(s, args).splitlines()
+            if ln.strip().startswith("for ")]
+
+
+def leaf_names(stage) -> list[str]:
+    return [iv.name for iv in stage.leaf_iter_vars]
+
+
+def leaf_extents(stage) -> list[int]:
+    return [iv.dom.extent for iv in stage.leaf_iter_vars]
+
+
+def sizes_for(backend: str, small, large):
+    """``small`` for the interpreter, ``large`` for a compiled backend."""
+    return small if backend == "interp" else large

@@ -1,0 +1,193 @@
+"""Dtype promotion rules (module docstring of te/dtype.py), checked through the operators
+that apply them, plus canonicalisation and the weak-scalar rules."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from polytile import te
+from polytile.te import dtype as dt
+
+INTS = ("int8", "int16", "int32", "int64")
+UINTS = ("uint8", "uint16", "uint32", "uint64")
+FLOATS = ("float16", "float32", "float64")
+ALL = ("bool",) + INTS + UINTS + FLOATS
+
+
+def _x(dtype: str, name: str = "x"):
+    return te.var(name, dtype)
+
+
+@pytest.mark.parametrize("dtype", ALL)
+def test_same_dtype_is_kept(dtype):
+    assert dt.promote(dtype, dtype) == dtype
+    assert (_x(dtype) == _x(dtype, "y")).dtype == "bool"
+
+
+@pytest.mark.parametrize("other", INTS + UINTS + FLOATS)
+def test_bool_promotes_to_the_other_operand(other):
+    assert dt.promote("bool", other) == other
+    assert dt.promote(other, "bool") == other
+    assert (_x("bool") + _x(other)).dtype == other
+
+
+def test_logical_ops_on_bools_stay_bool():
+    assert (_x("bool") & _x("bool", "y")).dtype == "bool"
+    assert (_x("bool") | _x("bool", "y")).dtype == "bool"
+    assert (_x("bool") ^ _x("bool", "y")).dtype == "bool"
+    assert (~_x("bool")).dtype == "bool"
+
+
+@pytest.mark.parametrize("i, f", list(itertools.product(INTS + UINTS, FLOATS)))
+def test_int_with_float_gives_the_float(i, f):
+    assert dt.promote(i, f) == f
+    assert dt.promote(f, i) == f
+    assert (_x(i) * _x(f, "y")).dtype == f
+
+
+@pytest.mark.parametrize("a, b", list(itertools.combinations(FLOATS, 2)))
+def test_two_floats_give_the_wider(a, b):
+    wider = max(a, b, key=dt.bits)
+    assert dt.promote(a, b) == wider == dt.promote(b, a)
+
+
+@pytest.mark.parametrize("a, b", list(itertools.combinations(INTS, 2))
+                         + list(itertools.combinations(UINTS, 2)))
+def test_same_signedness_ints_give_the_wider(a, b):
+    wider = max(a, b, key=dt.bits)
+    assert dt.promote(a, b) == wider == dt.promote(b, a)
+    assert (_x(a) - _x(b, "y")).dtype == wider
+
+
+@pytest.mark.parametrize("s, u", [(s, u) for s in INTS for u in UINTS if u != "uint64"])
+def test_signed_with_unsigned_matches_numpy(s, u):
+    expected = np.promote_types(s, u).name
+    assert dt.promote(s, u) == expected
+    assert dt.promote(u, s) == expected
+    assert (_x(s) + _x(u, "y")).dtype == expected
+
+
+def test_int8_plus_uint8_is_int16():
+    assert dt.promote("int8", "uint8") == "int16"
+
+
+@pytest.mark.parametrize("s", INTS)
+def test_uint64_with_signed_raises(s):
+    with pytest.raises(TypeError, match="no integer type holds both"):
+        dt.promote("uint64", s)
+    with pytest.raises(TypeError, match="cast one explicitly"):
+        _x(s) + _x("uint64", "y")
+
+
+@pytest.mark.parametrize("d", INTS + UINTS + FLOATS)
+def test_python_int_is_weak(d):
+    e = _x(d) + 1
+    assert e.dtype == d
+    assert (1 + _x(d)).dtype == d
+    assert (_x(d) * 3).dtype == d
+
+
+@pytest.mark.parametrize("d", FLOATS)
+def test_python_float_adopts_float_dtype(d):
+    assert (_x(d) + 1.5).dtype == d
+    assert (2.5 * _x(d)).dtype == d
+
+
+@pytest.mark.parametrize("d", INTS + UINTS)
+def test_python_float_makes_int_float32(d):
+    # TVM's rule (numpy 2 would give float64)
+    assert (_x(d) + 1.5).dtype == "float32"
+    assert (1.5 - _x(d)).dtype == "float32"
+
+
+def test_python_int_that_does_not_fit_raises():
+    # NEP 50: a Python int out of range of the other operand's dtype is an error
+    with pytest.raises(OverflowError, match="does not fit in int8"):
+        _x("int8") + 1000
+    with pytest.raises(OverflowError, match="uint8"):
+        _x("uint8") + (-1)
+
+
+def test_python_bool_adopts_other_dtype():
+    assert (_x("int16") * True).dtype == "int16"
+
+
+def test_scalar_alone_defaults():
+    assert te.const(3).dtype == "int32"
+    assert te.const(2**40).dtype == "int64"
+    assert te.const(1.0).dtype == "float32"
+    assert te.const(True).dtype == "bool"
+    assert te.const(3, "float16").dtype == "float16"
+
+
+@pytest.mark.parametrize("d", INTS + UINTS + ("bool",))
+def test_true_division_refuses_ints(d):
+    with pytest.raises(TypeError, match="true division needs floats"):
+        _x(d) / _x(d, "y")
+
+
+def test_true_division_of_int_by_python_float_is_float32():
+    assert (_x("int32") / 2.0).dtype == "float32"
+
+
+@pytest.mark.parametrize("d", INTS + UINTS)
+def test_floor_division_and_mod_keep_int_dtype(d):
+    assert (_x(d) // _x(d, "y")).dtype == d
+    assert (_x(d) % 3).dtype == d
+    assert te.truncdiv(_x(d), 2).dtype == d
+    assert te.truncmod(_x(d), 2).dtype == d
+
+
+def test_floordiv_of_floats_is_float():
+    assert (_x("float32") // 2.0).dtype == "float32"
+
+
+@pytest.mark.parametrize("d", FLOATS)
+def test_bitwise_ops_refuse_floats(d):
+    with pytest.raises(TypeError, match="expected integers"):
+        _x(d) & _x(d, "y")
+    with pytest.raises(TypeError, match="expected integers"):
+        _x(d) << 1
+
+
+def test_comparison_operands_are_promoted():
+    e = _x("int8") < _x("float16", "y")
+    assert e.dtype == "bool"
+    assert e.a.dtype == e.b.dtype == "float16"
+
+
+@pytest.mark.parametrize("spec, name", [("float32", "float32"), (np.float16, "float16"),
+                                        (np.dtype("int8"), "int8"), ("uint16", "uint16"),
+                                        (bool, "bool"), ("f8", "float64"), ("i4", "int32")])
+def test_canonical(spec, name):
+    assert dt.canonical(spec) == name
+
+
+@pytest.mark.parametrize("bad", ["bfloat16", "complex64", "float128x", object, "int4"])
+def test_canonical_refuses_unsupported(bad):
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        dt.canonical(bad)
+
+
+def test_placeholder_canonicalises_dtype():
+    assert te.placeholder((2,), dtype=np.float16).dtype == "float16"
+    with pytest.raises(TypeError, match="unsupported dtype"):
+        te.placeholder((2,), dtype="complex64")
+
+
+def test_astype_is_noop_for_same_dtype_and_casts_otherwise():
+    x = _x("int32")
+    assert x.astype("int32") is x
+    c = x.astype("float16")
+    assert c.dtype == "float16"
+    assert str(c) == "float16(x)"
+
+
+def test_constant_cast_wraps_like_the_machine():
+    assert te.const(300, "int32").astype("int8").value == 44
+    assert te.const(-1, "int32").astype("uint8").value == 255
+    assert te.const(2.9).astype("int32").value == 2
+    assert te.const(-2.9).astype("int32").value == -2
