@@ -302,6 +302,22 @@ def test_vectorized_uniform_select_with_load_keeps_branches():
     assert "phi  <16 x float>" in ir
 
 
+def test_vectorized_select_on_a_uniform_condition_with_varying_operands():
+    # no operand may trap: a plain select of two vectors on a scalar condition
+    n, lanes = 48, 16
+    C = buf("C", n, "int64")
+    s = var("s", "int64")
+    io, ii = var("i.outer"), var("i.inner")
+    i = io * lanes + ii
+    body = loop(io, n // lanes, loop(ii, lanes, st(C, i, Select(
+        "int64", Cmp("bool", "gt", s, io), i * 3, binop("floormod", i, c64(5)))),
+        "vectorized"))
+    c = poison(n, "int64")
+    build([C, s], body)(c, 2)
+    i_ = np.arange(n)
+    np.testing.assert_array_equal(c, np.where(i_ // lanes < 2, i_ * 3, i_ % 5))
+
+
 def test_vectorized_if_then_else_uniform_and_varying():
     n, lanes = 32, 16
     A, C = buf("A", n, "int32"), buf("C", n, "int32")

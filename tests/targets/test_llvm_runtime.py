@@ -272,6 +272,14 @@ def test_time_evaluator(axpy):
     assert r.min <= r.mean <= r.max < 0.01
 
 
+def test_time_evaluator_runs_one_warmup_then_number_times_repeat():
+    C = buf("C", 1, "int64")
+    m = build([C], st(C, 0, ld(C, 0) + 1))
+    c = np.zeros(1, "int64")
+    m.time_evaluator(number=3, repeat=4)(c)
+    assert c[0] == 1 + 3 * 4
+
+
 def test_time_evaluator_min_repeat_ms_grows_number(axpy):
     t0 = time.perf_counter()
     r = axpy.time_evaluator(number=1, repeat=2, min_repeat_ms=30)(*_args())
