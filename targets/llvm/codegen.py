@@ -157,7 +157,8 @@ class CodeGen:
         elif isinstance(s, IfThenElse):
             self.if_(s)
         elif isinstance(s, LetStmt):
-            self.let(s.var, self.expr(s.value), lambda: self.stmt(s.body))
+            v = llx.cast(self.b, self.expr(s.value), s.value.dtype, s.var.dtype)
+            self.let(s.var, v, lambda: self.stmt(s.body))
         elif isinstance(s, Allocate):
             self.allocate(s)
         elif isinstance(s, Evaluate):
@@ -180,6 +181,10 @@ class CodeGen:
                 env[var] = old
 
     def for_(self, s: For) -> None:
+        if s.var.dtype != "int64" or not isinstance(s.step, int) or s.step < 1:
+            raise InternalError(format_error(
+                "codegen_llvm", f"loop {s.var.name!r} has variable dtype {s.var.dtype} and "
+                f"step {s.step!r}", "expected an int64 loop variable and a positive int step"))
         if s.kind == "parallel" and not self.st.in_parallel:
             from .parallel import emit_parallel
 

@@ -171,7 +171,7 @@ class _Widener:
             self.store(s)
         elif isinstance(s, LetStmt):
             old = self.lets.get(s.var)
-            self.lets[s.var] = self.ev(s.value)
+            self.lets[s.var] = self.cast(self.ev(s.value), s.var.dtype)
             self.stmt(s.body)
             if old is None:
                 del self.lets[s.var]

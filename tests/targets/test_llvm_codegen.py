@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 import pytest
-from llvm_ir_helpers import (Call, Cast, Cmp, Const, IfThenElse, LetStmt, Select, binop, buf,
-                             build, c64, ld, loop, poison, rand, seq, st, var)
+from llvm_ir_helpers import (SIZES, Call, Cast, Cmp, Const, IfThenElse, LetStmt, Select, binop,
+                             buf, build, c64, ld, loop, poison, rand, seq, st, var)
 
 from polytile.te.expr import And, Not, Or
 
@@ -143,6 +143,23 @@ def test_logic_ops(kind):
         np.testing.assert_array_equal(got, ref)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("n", SIZES)
+def test_fused_expression_at_awkward_sizes(n, kind):
+    A, B, C = buf("A", n, "float64"), buf("B", n, "float64"), buf("C", n, "float64")
+    rng = np.random.default_rng(n)
+    a, b = rand(n, "float64", rng=rng), rand(n, "float64", rng=rng)
+    c = poison(n, "float64")
+
+    def body(i):
+        x = ld(A, i)
+        return st(C, i, x * ld(B, i) + Call("float64", "sqrt", (Call("float64", "abs", (x,)),))
+                  - binop("floormod", x, Const("float64", 3.0)))
+
+    run([A, B, C], body, n, kind, (a, b, c))
+    np.testing.assert_allclose(c, a * b + np.sqrt(np.abs(a)) - np.mod(a, 3.0), rtol=1e-12)
+
+
 def test_integer_wraparound():
     n = 7
     A, C = buf("A", n, "int32"), buf("C", n, "int32")
@@ -175,8 +192,8 @@ def test_negation_keeps_ieee_signed_zero():
 
 
 # ----------------------------------------------------------------------------- casts
-CAST_TYPES = ("bool", "int8", "int32", "int64", "uint8", "uint32", "float16", "float32",
-              "float64")
+CAST_TYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint32", "uint64", "float16",
+              "float32", "float64")
 
 
 def _cast_input(src, dst, n, rng):

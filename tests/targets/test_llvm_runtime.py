@@ -143,6 +143,9 @@ def test_codegen_errors():
     n = var("n")
     from polytile.schedule.loop_ir import Allocate
 
+    with pytest.raises(InternalError, match="loop 'j' has variable dtype int32 and step 1; "
+                                            "expected an int64 loop variable"):
+        build([A], loop(var("j", "int32"), 4, st(A, 0, Const("float32", 0.0))))
     stack = buf("tmp", (n,), "float32", "stack")
     with pytest.raises(InternalError, match="stack buffer 'tmp' has the non-constant shape"):
         build([A, n], Allocate(stack, st(A, 0, ld(stack, 0))))
