@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .relations import Fuse, Split, Step
 from .schedule import Schedule, create_schedule, replay
-from .stage import Stage
+from .stage import Stage, thread_axis
 
 
 def lower(sch, args, name: str = "main"):
@@ -19,4 +19,5 @@ def lower(sch, args, name: str = "main"):
     return _lower(sch, args, name=name)
 
 
-__all__ = ["Fuse", "Schedule", "Split", "Stage", "Step", "create_schedule", "lower", "replay"]
+__all__ = ["Fuse", "Schedule", "Split", "Stage", "Step", "create_schedule", "lower", "replay",
+           "thread_axis"]

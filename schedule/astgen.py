@@ -12,7 +12,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polytile.errors import InternalError
-from polytile.te.expr import Binary, Cast, Cmp, Const, Expr, Var
+from polytile.te.expr import Binary, Cast, Cmp, Const, Expr, Var, logical_and
 from polytile.te.visitor import ExprMutator, substitute
 
 from . import isl_util as iu
@@ -148,7 +148,10 @@ class _Body(ExprMutator):
         if key in self.idx:
             buf = self.st.accesses[key][0]
             return Load(r.dtype, buf, self.idx[key])
-        buf: Buffer = self.model.buffers[r.tensor]
+        src = self.model.stage_of[id(r.tensor.op)]
+        if src.attach_type == "scope":
+            raise InternalError(f"non-affine read {r} of attached stage {src.name}")
+        buf: Buffer = self.model.buffers[src]
         return Load(r.dtype, buf, tuple(_to_index(self.visit(i)) for i in r.indices))
 
 
@@ -160,24 +163,46 @@ def _to_index(e: Expr) -> Expr:
     return Cast("int64", e)
 
 
+def _in_range(e: Expr, lo: int, hi: int) -> list:
+    return [Cmp("bool", "ge", e, Const("int64", lo)), Cmp("bool", "lt", e, Const("int64", hi))]
+
+
+def _guard(st: PolyStmt, coords: list, ax: tuple) -> Expr:
+    """The exact-domain condition of a padded statement (see ``model``): every axis
+    inside its range, and for an attached stage every region coordinate inside the
+    region's box."""
+    p = st.plan
+    ivs = p.root_axes if st.kind == "update" else list(p.stage.op.axis)
+    conds: list = []
+    for iv, e in zip(ivs, ax):
+        conds += _in_range(e, iv.dom.min, iv.dom.min + iv.dom.extent)
+    if p.attach is not None:
+        own = coords[p.prefix_len:p.prefix_len + len(p.axis_vars)]
+        for e, ext in zip(own, p.buffer.shape):
+            conds += _in_range(e, 0, ext)
+    return logical_and(*conds)
+
+
 def make_store(st: PolyStmt, coords: list, idx: dict, model: Model) -> Stmt:
     """The loop-IR statement of one instance of ``st`` at iteration ``coords``."""
     p = st.plan
-    own = coords[p.prefix_len:]
+    ax = idx["ax"]
     own_vars = p.axis_vars + (p.reduce_vars if st.kind == "update" else [])
-    env = {v: Cast(v.dtype, c) for v, c in zip(own_vars, own)}
+    env = {v: Cast(v.dtype, c) for v, c in zip(own_vars, ax)}
     body = _Body(env, idx, st, model)
     buf, _ = st.accesses["w"]
     widx = idx["w"]
-    if st.kind == "compute":
-        return Store(buf, widx, body.visit(p.body))
     red = p.body
-    if st.kind == "init":
+    if st.kind == "compute":
+        out: Stmt = Store(buf, widx, body.visit(p.body))
+    elif st.kind == "init":
         init = red.init if red.init is not None else red.combiner.identity
-        return Store(buf, widx, body.visit(init))
-    acc = Load(buf.dtype, buf, widx)
-    value = red.combiner.combine(acc, body.visit(red.source))
-    s = Store(buf, widx, value)
-    if red.condition is not None:
-        return IfThenElse(body.visit(red.condition), s, None)
-    return s
+        out = Store(buf, widx, body.visit(init))
+    else:
+        acc = Load(buf.dtype, buf, widx)
+        out = Store(buf, widx, red.combiner.combine(acc, body.visit(red.source)))
+        if red.condition is not None:
+            out = IfThenElse(body.visit(red.condition), out, None)
+    if st.guarded:
+        out = IfThenElse(_guard(st, coords, ax), out, None)
+    return out

@@ -48,7 +48,7 @@ def stage_dependences(p: StagePlan) -> isl.UnionMap | None:
     order = isl.UnionMap(
         f"{{ {init.tuple()} -> [{', '.join(pre + ax + ['0'] + ([zeros] if nr else []))}]; "
         f"{upd.tuple()} -> [{', '.join(pre + ax + ['1'] + red)}] }}")
-    dom = iu.union_set(init.domain).union(iu.union_set(upd.domain))
+    dom = iu.union_set(init.exact).union(iu.union_set(upd.exact))
     w, r, order = w.intersect_domain(dom), r.intersect_domain(dom), order.intersect_domain(dom)
 
     def flow(sink, must_src, may_src=None):

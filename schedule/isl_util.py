@@ -41,6 +41,18 @@ def union_set(s: isl.Set | isl.UnionSet) -> isl.UnionSet:
     return s if isinstance(s, isl.UnionSet) else isl.UnionSet.from_set(s)
 
 
+def name_range(pma: isl.PwMultiAff, name: str) -> isl.PwMultiAff:
+    """``pma`` with its range tuple named ``name``.
+
+    Composes with a parsed identity instead of ``set_tuple_id(isl.Id(name))``: an islpy
+    ``Id`` carries a Python payload and never equals an id parsed from a string.
+    """
+    n = pma.dim(isl.dim_type.out)
+    names = ", ".join(f"v{k}" for k in range(n))
+    return isl.PwMultiAff(f"{{ [{names}] -> {name}[{names}] }}").pullback_pw_multi_aff(
+        pma.reset_tuple_id(isl.dim_type.out))
+
+
 # te expressions -> isl syntax --------------------------------------------------------------
 
 

@@ -3,19 +3,26 @@
 ``build_model(sch, args)`` turns a schedule into:
 
 * one :class:`StagePlan` per compute stage that is not inlined, holding the stage's body
-  after ``compute_inline`` substitution and the affine expression of each of its loops
-  (the stage's *loop map*: split is ``x -> (floor(x/f), x mod f)``, fuse is
+  after ``compute_inline`` substitution and the affine value of each of its loops (the
+  stage's *loop map*: split is ``x -> (floor(x/f), x mod f)``, fuse is
   ``(a, b) -> a*E_b + b``);
 * one or two :class:`PolyStmt` per plan (``compute``, or ``init`` + ``update`` for a
-  reduction) with its isl iteration domain, schedule expressions and access relations;
+  reduction) with its isl iteration domain, loop values and access relations;
 * the loop *nest*: a tree of :class:`LoopNode` mirroring the attach tree, from which the
   isl schedule tree is assembled (``tree.py``).
 
-An attached stage (``compute_at``) gets an *expanded* domain ``S[p, x]``: for each value
-``p`` of the consumer's loop prefix, exactly the points ``x`` the consumer reads there
-(the image of the consumer's accesses under the reversed prefix map, as in Tiramisu's
-``compute_needed_and_produced``). Its buffer is the bounding box of that region, indexed
-by ``x - lo(p)``. Design notes: ``shared/isl/NOTES.md`` §1, §3.2.
+An attached stage (``compute_at``) runs, for each value ``p`` of its attach *prefix* (the
+loops that enclose it), exactly the region ``x`` its consumers read there: the image of
+their accesses under the reversed prefix map (Tiramisu's ``compute_needed_and_produced``).
+As in TVM, its loops iterate over that region *relative to its origin*:
+``y = x - lo(p)``, ``0 <= y < extent`` (the region's bounding box), which is also the
+index into its buffer. A ``shared`` buffer is relaxed over thread indices: its region is
+the union over the threads of a block.
+
+On GPUs (``padded=True``) every statement iterates over the full boxes of its loops, and
+the exact domain becomes a guard inside the statement, so that loop bounds are uniform
+across threads and barriers are never divergent (TVM's behaviour). Design notes:
+``shared/isl/NOTES.md`` §1, §3.2.
 """
 
 from __future__ import annotations
@@ -24,10 +31,10 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from polytile.errors import LoweringError, ScheduleError, format_error
-from polytile.te.expr import (Expr, IterVar, Not, Reduce, Select, TensorRead, Var)
+from polytile.errors import InternalError, LoweringError, ScheduleError, format_error
+from polytile.te.expr import Expr, IterVar, Not, Reduce, Select, TensorRead, Var
 from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
-from polytile.te.visitor import ExprMutator, ExprVisitor, substitute
+from polytile.te.visitor import ExprMutator, ExprVisitor, collect, substitute
 
 from . import isl_util as iu
 from .loop_ir import Buffer
@@ -38,25 +45,38 @@ from .stage import Stage
 
 @dataclass(eq=False)
 class ReadInfo:
-    """One ``TensorRead`` of a body: its affine index (isl syntax, ``None`` if not affine)
-    and the affine condition guarding it (``""`` when unguarded, ``None`` if unknown)."""
+    """One ``TensorRead`` of a body: its affine index (isl syntax over the axis names
+    ``d<k>``, ``None`` if not affine) and the affine condition guarding it (``""`` when
+    unguarded, ``None`` if it cannot be expressed)."""
 
     node: TensorRead
+    source: Stage
     indices: list | None
     guard: str | None
+    in_init: bool = False
 
 
 @dataclass(eq=False)
 class PolyStmt:
-    """An isl statement: ``kind`` is ``compute``, ``init`` or ``update``."""
+    """An isl statement: ``kind`` is ``compute``, ``init`` or ``update``.
+
+    ``domain`` is what the loops enumerate, ``exact`` the instances that really execute
+    (equal unless the stage is padded; then ``guarded`` is True). ``sched[j]`` is the
+    value of the ``j``-th enclosing loop (``None`` where the statement does not depend
+    on it, e.g. a shared buffer under a thread loop). ``axis_map`` maps an instance to
+    the values of the compute's axes (then reduce axes, for ``update``).
+    """
 
     name: str
     plan: StagePlan
     kind: str
-    dims: list[str]                 # isl names: prefix p<k> then own d<k>
+    dims: list[str]
     domain: isl.Set | None = None
-    sched: list[str] = field(default_factory=list)   # affine loop values, root first
+    exact: isl.Set | None = None
+    sched: list = field(default_factory=list)
     accesses: dict = field(default_factory=dict)     # key -> (Buffer, PwMultiAff)
+    axis_map: isl.PwMultiAff | None = None
+    guarded: bool = False
 
     def tuple(self) -> str:
         return iu.tuple_str(self.name, self.dims)
@@ -72,14 +92,18 @@ class StagePlan:
     axis_vars: list[Var]
     reduce_vars: list[Var]
     leaves: list[IterVar]
-    leaf_aff: dict
     r: int                          # position of the first reduction loop (len(leaves) if none)
     buffer: Buffer
     reads: list[ReadInfo]
+    scope: str = "global"
     attach: tuple | None = None     # (StagePlan, leaf position)
-    prefix_len: int = 0
+    prefix: list = field(default_factory=list)       # enclosing loops: (plan, position)
+    prefix_dims: list = field(default_factory=list)  # which of them are coordinates
+    ranges: dict = field(default_factory=dict)       # IterVar -> (min, extent)
+    leaf_aff: dict = field(default_factory=dict)
     stmts: list[PolyStmt] = field(default_factory=list)
-    lo: isl.PwMultiAff | None = None  # buffer origin per prefix (attached stages)
+    lo: isl.PwMultiAff | None = None  # region origin per prefix (attached stages)
+    footprint: isl.Map | None = None  # prefix -> region (attached stages)
 
     @property
     def name(self) -> str:
@@ -89,6 +113,15 @@ class StagePlan:
     def is_reduction(self) -> bool:
         return isinstance(self.body, Reduce)
 
+    @property
+    def prefix_len(self) -> int:
+        return len(self.prefix_dims)
+
+    @property
+    def root_axes(self) -> list[IterVar]:
+        op = self.stage.op
+        return list(op.axis) + list(op.reduce_axis)
+
     def own_names(self, kind: str) -> list[str]:
         n = len(self.axis_vars) + (len(self.reduce_vars) if kind == "update" else 0)
         return [f"d{k}" for k in range(n)]
@@ -96,24 +129,33 @@ class StagePlan:
     def main_stmt(self) -> PolyStmt:
         return self.stmts[-1]
 
-    def stmt_loops(self, st: PolyStmt) -> list[int]:
-        """Positions (in ``leaves``) of the loops of ``st``, outermost first."""
-        if st.kind != "init":
+    def extent(self, iv: IterVar) -> int:
+        return self.ranges[iv][1]
+
+    def stmt_loops(self, kind: str) -> list[int]:
+        """Positions (in ``leaves``) of the loops of a statement kind, outermost first."""
+        if kind != "init":
             return list(range(len(self.leaves)))
         return list(range(self.r)) + [k for k in range(self.r, len(self.leaves))
                                       if self.leaves[k].iter_type != "reduce"]
+
+    def binding(self, pos: int) -> str | None:
+        """The thread tag loop ``pos`` is bound to, if any."""
+        ann = self.stage.annotations.get(self.leaves[pos])
+        return ann[5:] if ann and ann.startswith("bind:") else None
 
 
 @dataclass(eq=False)
 class LoopNode:
     """One loop of the nest: loop ``position`` of ``plan``, run by ``stmts`` (filled in
-    after the nest is built) with children in program order."""
+    after the nest is built: statement -> its value of the loop) with children in program
+    order."""
 
     key: int
     plan: StagePlan
     position: int
     children: list = field(default_factory=list)
-    stmts: dict = field(default_factory=dict)    # PolyStmt -> isl affine value
+    stmts: dict = field(default_factory=dict)
     init_only: bool = False
 
     @property
@@ -124,6 +166,10 @@ class LoopNode:
     def annotation(self) -> str | None:
         return self.plan.stage.annotations.get(self.iter_var)
 
+    @property
+    def binding(self) -> str | None:
+        return self.plan.binding(self.position)
+
 
 @dataclass(eq=False)
 class Model:
@@ -131,8 +177,13 @@ class Model:
     stmts: dict                      # name -> PolyStmt
     nest: list                       # top-level nodes (LoopNode or PolyStmt leaves)
     loops: dict                      # key -> LoopNode
-    buffers: dict                    # Tensor -> Buffer
+    buffers: dict                    # Stage -> Buffer
     params: list                     # PrimFunc params (Buffer or Var), in args order
+    stage_of: dict                   # id(Operation) -> Stage
+    padded: bool = False
+
+    def buffer_of(self, t: Tensor) -> Buffer:
+        return self.buffers[self.stage_of[id(t.op)]]
 
 
 def _fail(primitive: str, what: str, expected: str | None = None, **ctx):
@@ -143,29 +194,30 @@ def _fail(primitive: str, what: str, expected: str | None = None, **ctx):
 
 
 class _Inline(ExprMutator):
-    def __init__(self, bodies: dict, inlined: set):
+    def __init__(self, bodies: dict, inlined: set, stage_of: dict):
         self.bodies = bodies
         self.inlined = inlined
+        self.stage_of = stage_of
 
     def visit_TensorRead(self, r: TensorRead):
         idx = tuple(self.visit(i) for i in r.indices)
-        op = r.tensor.op
-        if id(op) in self.inlined:
-            body = self.bodies[op]
-            return substitute(body, {iv.var: i for iv, i in zip(op.axis, idx)})
+        st = self.stage_of.get(id(r.tensor.op))
+        if st is not None and id(st) in self.inlined:
+            body = self.bodies[id(st)]
+            return substitute(body, {iv.var: i for iv, i in zip(st.op.axis, idx)})
         if any(a is not b for a, b in zip(idx, r.indices)):
             return TensorRead(r.dtype, r.tensor, idx)
         return r
 
 
-def inline_bodies(sch: Schedule) -> dict:
-    """Bodies of every compute op with inlined producers substituted (TVM's
-    ``compute_inline``: a pure DSL rewrite before any polyhedral analysis)."""
-    inlined = {id(st.op) for st in sch.stages if st.attach_type == "inline"}
+def inline_bodies(sch: Schedule, stage_of: dict) -> dict:
+    """Bodies of every compute stage (by ``id(stage)``) with inlined producers substituted
+    (TVM's ``compute_inline``: a pure DSL rewrite before any polyhedral analysis)."""
+    inlined = {id(st) for st in sch.stages if st.attach_type == "inline"}
     bodies: dict = {}
     for st in sch.stages:
         if isinstance(st.op, ComputeOp):
-            bodies[st.op] = _Inline(bodies, inlined).visit(st.op.body[0])
+            bodies[id(st)] = _Inline(bodies, inlined, stage_of).visit(st.op.body[0])
     return bodies
 
 
@@ -173,10 +225,12 @@ def inline_bodies(sch: Schedule) -> dict:
 
 
 class _Reads(ExprVisitor):
-    def __init__(self, names: dict):
+    def __init__(self, names: dict, stage_of: dict):
         self.names = names
+        self.stage_of = stage_of
         self.guards: list[Expr] = []
         self.out: list[ReadInfo] = []
+        self.in_init = False
 
     def _guard(self) -> str | None:
         parts = []
@@ -189,8 +243,9 @@ class _Reads(ExprVisitor):
 
     def visit_TensorRead(self, r: TensorRead):
         idx = [iu.affine_str(i, self.names) for i in r.indices]
-        self.out.append(ReadInfo(r, None if any(i is None for i in idx) else idx,
-                                 self._guard()))
+        src = self.stage_of.get(id(r.tensor.op))
+        self.out.append(ReadInfo(r, src, None if any(i is None for i in idx) else idx,
+                                 self._guard(), self.in_init))
         for i in r.indices:
             self.visit(i)
 
@@ -210,64 +265,117 @@ class _Reads(ExprVisitor):
         if e.condition is not None:
             self.guards.pop()
         if e.init is not None:
+            self.in_init = True
             self.visit(e.init)
+            self.in_init = False
 
 
 # loop maps --------------------------------------------------------------------------------
 
 
-def leaf_affines(stage: Stage, root_names: dict) -> dict:
-    """Affine value (isl syntax) of every iteration variable of ``stage`` in terms of the
-    root axes, following its split and fuse relations."""
-    aff = {iv: root_names[iv] for iv in root_names}
+def iter_ranges(stage: Stage, root: dict) -> dict:
+    """(min, extent) of every iteration variable, from the root axes' ranges ``root``:
+    split gives ``ceil(E/f)`` and ``f``, fuse the product; derived variables start at 0."""
+    rng = dict(root)
     for rel in stage.relations:
         if isinstance(rel, Split):
-            p = aff[rel.parent]
-            lo = rel.parent.dom.min if rel.parent in root_names else 0
-            base = f"({p} - {lo})" if lo else p
-            aff[rel.outer] = f"floor(({base})/{rel.factor})"
-            aff[rel.inner] = f"(({base}) mod {rel.factor})"
+            e = rng[rel.parent][1]
+            f = -(-e // rel.nparts) if rel.nparts else rel.factor
+            rng[rel.outer] = (0, -(-e // f))
+            rng[rel.inner] = (0, f)
         elif isinstance(rel, Fuse):
-            lo_o = rel.outer.dom.min if rel.outer in root_names else 0
-            lo_i = rel.inner.dom.min if rel.inner in root_names else 0
-            ext = stage.extent_of(rel.inner)
+            rng[rel.fused] = (0, rng[rel.outer][1] * rng[rel.inner][1])
+    return rng
+
+
+def _factor(rel: Split, ranges: dict) -> int:
+    return ranges[rel.inner][1]
+
+
+def leaf_affines(stage: Stage, names: dict, ranges: dict) -> dict:
+    """Affine value (isl syntax) of every iteration variable of ``stage`` in terms of the
+    root axes ``names`` (``{IterVar: isl name}``), following split and fuse."""
+    aff = dict(names)
+    for rel in stage.relations:
+        if isinstance(rel, Split):
+            lo = ranges[rel.parent][0]
+            base = f"({aff[rel.parent]} - {lo})" if lo else aff[rel.parent]
+            f = _factor(rel, ranges)
+            aff[rel.outer] = f"floor(({base})/{f})"
+            aff[rel.inner] = f"(({base}) mod {f})"
+        elif isinstance(rel, Fuse):
+            lo_o, lo_i = ranges[rel.outer][0], ranges[rel.inner][0]
+            ext = ranges[rel.inner][1]
             aff[rel.fused] = (f"({ext} * ({aff[rel.outer]} - {lo_o}) + "
                               f"({aff[rel.inner]} - {lo_i}))")
     return aff
 
 
+def padded_box(p: StagePlan, kind: str) -> isl.Set:
+    """The points of the own dimensions that the full boxes of the stage's loops cover
+    (the image of the loop box under the inverse loop map)."""
+    st = p.stage
+    roots = p.root_axes if kind == "update" else list(st.op.axis)
+    leaves = [p.leaves[k] for k in p.stmt_loops(kind)]
+    lname = {iv: f"l{k}" for k, iv in enumerate(leaves)}
+    made_by: dict = {}
+    for rel in st.relations:
+        if isinstance(rel, Split):
+            made_by[rel.parent] = rel
+        else:
+            made_by[rel.outer] = made_by[rel.inner] = rel
+
+    def expr(iv) -> str:
+        if iv in lname:
+            return lname[iv]
+        rel = made_by[iv]
+        if isinstance(rel, Split):
+            f = _factor(rel, p.ranges)
+            return f"({expr(rel.outer)} * {f} + {expr(rel.inner)} + {p.ranges[iv][0]})"
+        e_in = p.ranges[rel.inner][1]
+        if iv is rel.outer:
+            return f"(floor(({expr(rel.fused)})/{e_in}) + {p.ranges[iv][0]})"
+        return f"((({expr(rel.fused)}) mod {e_in}) + {p.ranges[iv][0]})"
+
+    box = iu.box_str([lname[iv] for iv in leaves], [p.ranges[iv] for iv in leaves])
+    out = ", ".join(expr(iv) for iv in roots)
+    m = isl.Map(f"{{ [{', '.join(lname[iv] for iv in leaves)}] -> [{out}] : {box} }}")
+    return m.range()
+
+
 # building the model ------------------------------------------------------------------------
+
+
+def _stage_index(sch: Schedule) -> dict:
+    return {id(op): st for op, st in sch.stage_map.items()}
 
 
 def _unique_names(sch: Schedule) -> dict:
     names: dict = {}
     used: set[str] = set()
     for st in sch.stages:
-        base = st.name
-        n, k = base, 1
+        n, k = st.name, 1
         while n in used:
-            n, k = f"{base}_{k}", k + 1
+            n, k = f"{st.name}_{k}", k + 1
         used.add(n)
-        names[st.op] = n
+        names[id(st)] = n
     return names
 
 
-def _params(sch: Schedule, args, bodies: dict, names: dict) -> tuple[dict, list]:
+def _params(sch: Schedule, args, stage_of: dict, names: dict) -> tuple[dict, list]:
     if args is None:
         _fail("lower", "args is missing", "pass the list of input and output tensors, e.g. "
               "[A, B, C]")
     buffers: dict = {}
     params: list = []
-    seen: set[int] = set()
     for a in args:
         if isinstance(a, Tensor):
-            if id(a) in seen:
-                _fail("lower", f"tensor {a.name!r} appears twice in args")
-            seen.add(id(a))
-            if a.op not in sch.stage_map:
+            st = stage_of.get(id(a.op))
+            if st is None:
                 _fail("lower", f"tensor {a.name!r} in args is not part of the schedule",
                       "pass tensors of this computation")
-            st = sch.stage_map[a.op]
+            if st in buffers:
+                _fail("lower", f"tensor {a.name!r} appears twice in args")
             if st.attach_type == "inline":
                 _fail("lower", f"tensor {a.name!r} in args is inlined (compute_inline)",
                       "an argument needs storage: do not inline it")
@@ -275,8 +383,8 @@ def _params(sch: Schedule, args, bodies: dict, names: dict) -> tuple[dict, list]
                 _fail("compute_at", f"stage {a.name!r} is in args but computed at "
                       f"{st.attach_stage.name!r}: only parts of it would be written",
                       "leave argument tensors at the root")
-            b = Buffer(names[a.op], a.shape, a.dtype, "global")
-            buffers[a] = b
+            b = Buffer(names[id(st)], a.shape, a.dtype, "global")
+            buffers[st] = b
             params.append(b)
         elif isinstance(a, Var):
             params.append(a)
@@ -284,14 +392,16 @@ def _params(sch: Schedule, args, bodies: dict, names: dict) -> tuple[dict, list]
             _fail("lower", f"argument {a!r} is neither a tensor nor a te.var",
                   "pass tensors (placeholders and computes) and scalar te.var")
     for op in sch.outputs:
-        if op.output(0) not in buffers:
+        if sch.stage_map[op] not in buffers:
             _fail("lower", f"output {op.name!r} of the schedule is not in args",
                   "add it to args")
     return buffers, params
 
 
-def build_model(sch: Schedule, args) -> Model:
+def build_model(sch: Schedule, args, *, padded: bool = False) -> Model:
     """Build the polyhedral model of ``sch`` with function arguments ``args``.
+
+    ``padded`` selects GPU-style uniform loops (see the module docstring).
 
     Raises
     ------
@@ -299,19 +409,22 @@ def build_model(sch: Schedule, args) -> Model:
         For argument lists that do not match the schedule, attaches whose consumers are
         not inside the attach loop, or reads out of bounds.
     """
+    stage_of = _stage_index(sch)
     names = _unique_names(sch)
-    bodies = inline_bodies(sch)
-    buffers, params = _params(sch, args, bodies, names)
+    bodies = inline_bodies(sch, stage_of)
+    buffers, params = _params(sch, args, stage_of, names)
     plans: list[StagePlan] = []
     plan_of: dict = {}
     for st in sch.stages:
         if not isinstance(st.op, ComputeOp) or st.attach_type == "inline":
             continue
-        plan = _make_plan(st, len(plans), bodies[st.op], names, buffers)
+        plan = _make_plan(st, len(plans), bodies[id(st)], names, buffers, stage_of)
         plans.append(plan)
-        plan_of[st.op] = plan
-    _check_inputs(plans, buffers, sch)
-    consumers = _consumers(plans)
+        plan_of[id(st)] = plan
+    _check_inputs(plans, buffers)
+    for p in plans:
+        _check_in_bounds(p)
+    consumers = _consumers(plans, plan_of)
     for p in plans:
         st = p.stage
         if st.attach_type == "scope":
@@ -319,79 +432,278 @@ def build_model(sch: Schedule, args) -> Model:
             if target.attach_type == "inline":
                 _fail("compute_at", f"stage {p.name!r} is attached to {target.name!r}, which "
                       f"is inlined", "attach to a stage that has loops")
-            tp = plan_of[target.op]
+            tp = plan_of[id(target)]
             p.attach = (tp, tp.leaves.index(st.attach_ivar))
-    # consumers before producers: an attach target (a consumer) is lowered before the stages
-    # attached to it, and a stage's footprint needs the domains of all its consumers
+    # consumers before producers: an attach target (a consumer) precedes the stages attached
+    # to it, and a region needs the domains of all the stage's consumers
     order = list(reversed(plans))
     for p in order:
-        p.prefix_len = 0 if p.attach is None else p.attach[0].prefix_len + p.attach[1] + 1
-        _make_stmts(p)
-    nest, loops = _build_nest(plans)
-    _check_scopes(plans, consumers, loops)
-    stmts = {s.name: s for p in plans for s in p.stmts}
-    for p in order:
-        _domains(p, consumers[id(p)])
+        _set_prefix(p)
     for p in plans:
-        buffers[p.stage.op.output(0)] = p.buffer
+        _check_scope(p, consumers[id(p)])
+    for p in order:
+        _make_stmts(p, consumers[id(p)], padded)
+    nest, loops = _build_nest(plans)
+    for p in plans:
+        buffers[p.stage] = p.buffer
     for p in plans:
         _accesses(p, plan_of, buffers)
-    return Model(plans, stmts, nest, loops, buffers, params)
+    stmts = {s.name: s for p in plans for s in p.stmts}
+    return Model(plans, stmts, nest, loops, buffers, params, stage_of, padded)
 
 
-def _make_plan(st: Stage, index: int, body: Expr, names: dict, buffers: dict) -> StagePlan:
+def _make_plan(st: Stage, index: int, body: Expr, names: dict, buffers: dict,
+               stage_of: dict) -> StagePlan:
     op = st.op
     axis_vars = [iv.var for iv in op.axis]
     reduce_vars = [iv.var for iv in op.reduce_axis]
-    root_names = {iv: f"d{k}" for k, iv in enumerate(list(op.axis) + list(op.reduce_axis))}
-    leaf_aff = leaf_affines(st, root_names)
     leaves = list(st.leaf_iter_vars)
     r = next((k for k, iv in enumerate(leaves) if iv.iter_type == "reduce"), len(leaves))
     t = op.output(0)
-    buf = buffers.get(t)
-    if buf is None:
-        buf = Buffer(names[op], t.shape, t.dtype, "intermediate")
-        buffers[t] = buf
+    buf = buffers.get(st) or Buffer(names[id(st)], t.shape, t.dtype, "intermediate")
     var_names = {v: f"d{k}" for k, v in enumerate(axis_vars + reduce_vars)}
-    rd = _Reads(var_names)
+    rd = _Reads(var_names, stage_of)
     rd.visit(body)
-    return StagePlan(st, index, body, axis_vars, reduce_vars, leaves, leaf_aff, r, buf,
-                     rd.out)
+    return StagePlan(st, index, body, axis_vars, reduce_vars, leaves, r, buf, rd.out,
+                     scope=st.scope or "global")
 
 
-def _check_inputs(plans: list[StagePlan], buffers: dict, sch: Schedule) -> None:
+def _check_inputs(plans: list[StagePlan], buffers: dict) -> None:
     for p in plans:
         for rd in p.reads:
             t = rd.node.tensor
-            if isinstance(t.op, PlaceholderOp) and t not in buffers:
-                _fail("lower", f"input {t.name!r} is read by stage {p.name!r} but is not in "
-                      f"args", "add it to args")
-            if t.op not in sch.stage_map:
+            if rd.source is None:
                 _fail("lower", f"stage {p.name!r} reads {t.name!r}, which is not part of the "
                       f"schedule")
+            if isinstance(rd.source.op, PlaceholderOp) and rd.source not in buffers:
+                _fail("lower", f"input {t.name!r} is read by stage {p.name!r} but is not in "
+                      f"args", "add it to args")
 
 
-def _consumers(plans: list[StagePlan]) -> dict:
-    by_tensor = {id(p.stage.op.output(0)): p for p in plans}
+def _consumers(plans: list[StagePlan], plan_of: dict) -> dict:
     out: dict = {id(p): [] for p in plans}
     for c in plans:
         for rd in c.reads:
-            prod = by_tensor.get(id(rd.node.tensor))
+            prod = plan_of.get(id(rd.source))
             if prod is not None and not any(x is c for x in out[id(prod)]):
                 out[id(prod)].append(c)
     return out
 
 
-def _make_stmts(p: StagePlan) -> None:
-    prefix = [f"p{k}" for k in range(p.prefix_len)]
+def _ax_space(p: StagePlan, kind: str) -> str:
+    return iu.tuple_str("AX", p.own_names(kind))
+
+
+def _check_in_bounds(p: StagePlan) -> None:
+    """Every affine read of the stage's definition must stay inside its tensor, on the
+    stage's whole domain (independent of any schedule)."""
+    op = p.stage.op
+    names = p.own_names("update")
+    ivs = p.root_axes
+    dom = isl.Set(f"{{ AX[{', '.join(names)}] : "
+                  f"{iu.box_str(names, [(iv.dom.min, iv.dom.extent) for iv in ivs])} }}")
+    for rd in p.reads:
+        if rd.indices is None or rd.guard is None:
+            continue  # not affine, or guarded by a condition isl cannot see
+        d = dom.intersect(isl.Set(f"{{ AX[{', '.join(names)}] : {rd.guard} }}")) \
+            if rd.guard else dom
+        t = rd.node.tensor
+        acc = isl.Map(f"{{ AX[{', '.join(names)}] -> T[{', '.join(rd.indices)}] }}")
+        outside = acc.intersect_domain(d).subtract_range(_tensor_box(t, "T"))
+        if outside.is_empty():
+            continue
+        coords = iu.point_coords(outside.wrap().sample_point(), len(names) + t.ndim)
+        at = ", ".join(f"{iv.var.name}={c}" for iv, c in zip(ivs, coords))
+        _fail("lower", f"stage {op.name!r} reads {t.name}"
+              f"[{', '.join(map(str, coords[len(names):]))}] outside its shape {t.shape} "
+              f"(at {at})", "every read must stay inside its tensor", Read=str(rd.node),
+              hint="guard padded reads with te.if_then_else")
+
+
+def _is_thread_tag(tag: str | None) -> bool:
+    return tag is not None and (tag.startswith("threadIdx") or tag == "vthread")
+
+
+def _set_prefix(p: StagePlan) -> None:
+    if p.attach is None:
+        p.prefix, p.prefix_dims = [], []
+        return
+    tp, pos = p.attach
+    p.prefix = tp.prefix + [(tp, k) for k in range(pos + 1)]
+    # a shared buffer holds the region of a whole block: relax thread loops (TVM)
+    relax = p.scope == "shared"
+    p.prefix_dims = [j for j, (q, k) in enumerate(p.prefix)
+                     if not (relax and _is_thread_tag(q.binding(k)))]
+
+
+def _inside(stmt_kind: str, reader: StagePlan, target: StagePlan, pos: int) -> bool:
+    """Does a ``stmt_kind`` statement of ``reader`` run inside loop ``pos`` of ``target``?"""
+    if reader is target:
+        return stmt_kind != "init" or pos < target.r
+    cur = reader
+    while cur.attach is not None:
+        tp, at = cur.attach
+        if tp is target:
+            return at >= pos
+        cur = tp
+    return False
+
+
+def _reads_of(c: StagePlan, kind: str) -> list[ReadInfo]:
+    """The reads performed by statements of ``kind`` of ``c``."""
+    return [rd for rd in c.reads if rd.in_init == (kind == "init")]
+
+
+def _stmt_kinds_reading(c: StagePlan, p: StagePlan) -> list[str]:
+    kinds = ["init", "update"] if c.is_reduction else ["compute"]
+    return [k for k in kinds if any(rd.source is p.stage for rd in _reads_of(c, k))]
+
+
+def _check_scope(p: StagePlan, consumers: list[StagePlan]) -> None:
+    """Every statement reading an attached stage must run inside its attach loop."""
+    if p.attach is None:
+        return
+    tp, pos = p.attach
+    for c in consumers:
+        for kind in _stmt_kinds_reading(c, p):
+            if not _inside(kind, c, tp, pos):
+                _fail("compute_at", f"stage {p.name!r} is computed at "
+                      f"{tp.name!r}.{tp.leaves[pos].name!r}, but stage {c.name!r} "
+                      f"({kind}) also reads it outside that loop",
+                      f"attach {p.name!r} where all its consumers run, or compute it "
+                      f"at root")
+
+
+def _make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
+    op = p.stage.op
+    root = {iv: (iv.dom.min, iv.dom.extent) for iv in p.root_axes}
+    if p.attach is not None:
+        _region(p, consumers)
+        ext = _extents(p.footprint, len(p.axis_vars))
+        for iv, e in zip(op.axis, ext):
+            root[iv] = (0, e)
+        t = op.output(0)
+        p.buffer = Buffer(p.buffer.name, tuple(ext), t.dtype, p.buffer.scope)
+    p.ranges = iter_ranges(p.stage, root)
+    p.leaf_aff = leaf_affines(p.stage, {iv: f"d{k}" for k, iv in enumerate(p.root_axes)},
+                              p.ranges)
+    pre = [f"p{k}" for k in range(p.prefix_len)]
     base = f"S{p.index}"
-    kinds = ["init", "update"] if p.is_reduction else ["compute"]
     p.stmts = []
-    for kind in kinds:
-        name = base if kind == "compute" else f"{base}_{kind}"
-        st = PolyStmt(name, p, kind, prefix + p.own_names(kind))
-        st.sched = prefix + [p.leaf_aff[p.leaves[k]] for k in p.stmt_loops(st)]
+    for kind in (["init", "update"] if p.is_reduction else ["compute"]):
+        st = PolyStmt(base if kind == "compute" else f"{base}_{kind}", p, kind,
+                      pre + p.own_names(kind))
+        own = [p.leaf_aff[p.leaves[k]] for k in p.stmt_loops(kind)]
+        slots = [f"p{p.prefix_dims.index(j)}" if j in p.prefix_dims else None
+                 for j in range(len(p.prefix))]
+        st.sched = slots + own
+        _domain(p, st, padded)
         p.stmts.append(st)
+
+
+def _own_exact(p: StagePlan, kind: str) -> str:
+    ivs = p.root_axes if kind == "update" else list(p.stage.op.axis)
+    return iu.box_str(p.own_names(kind), [p.ranges[iv] for iv in ivs])
+
+
+def _domain(p: StagePlan, st: PolyStmt, padded: bool) -> None:
+    na = len(p.axis_vars)
+    own = p.own_names(st.kind)
+    m = p.prefix_len
+    if p.attach is None:
+        exact = isl.Set(f"{{ {st.tuple()} : {_own_exact(p, st.kind)} }}")
+        st.axis_map = isl.PwMultiAff(f"{{ {st.tuple()} -> AX[{', '.join(own)}] }}")
+    else:
+        rel = p.footprint.reset_tuple_id(isl.dim_type.out).sum(
+            isl.Map.from_pw_multi_aff(p.lo.neg()))
+        flat = rel.wrap().flatten()
+        if st.kind == "update":
+            src = [f"z{k}" for k in range(m + na)]
+            rn = own[na:]
+            rbox = iu.box_str(rn, [p.ranges[iv] for iv in p.stage.op.reduce_axis])
+            flat = flat.apply(isl.Map(f"{{ [{', '.join(src)}] -> [{', '.join(src + rn)}] : "
+                                      f"{rbox} }}"))
+        exact = flat.set_tuple_name(st.name)
+        proj = isl.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(st.dims[:m])}] }}")
+        lo = p.lo.pullback_pw_multi_aff(proj)
+        y = isl.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(own[:na])}] }}")
+        x = y.add(lo)
+        if st.kind == "update":
+            x = x.flat_range_product(isl.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(own[na:])}] }}"))
+        st.axis_map = iu.name_range(x, "AX")
+    st.exact = exact
+    if not padded:
+        st.domain = exact
+        return
+    box = padded_box(p, st.kind)
+    if m:
+        prefixes = p.footprint.domain()
+        full = prefixes.flat_product(box)
+    else:
+        full = box
+    st.domain = full.set_tuple_name(st.name)
+    st.guarded = not st.domain.is_subset(exact)
+
+
+def _region(p: StagePlan, consumers: list[StagePlan]) -> None:
+    """Set ``p.footprint`` (prefix -> region, in tensor coordinates) and ``p.lo``."""
+    m = p.prefix_len
+    needed = None
+    tp, pos = p.attach
+    for c in consumers:
+        for st in c.stmts:
+            if st.kind not in _stmt_kinds_reading(c, p):
+                continue
+            vals = [st.sched[j] for j in p.prefix_dims]
+            if any(v is None for v in vals):
+                raise LoweringError(format_error(
+                    "compute_at", f"stage {c.name!r} reads {p.name!r} from a {c.scope} "
+                    f"buffer that does not vary with the loops {p.name!r} is computed in",
+                    "attach the reader inside the same thread loops"))
+            pre = isl.Map(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
+            for rd in _reads_of(c, st.kind):
+                if rd.source is not p.stage:
+                    continue
+                if rd.indices is None:
+                    _fail("compute_at", f"stage {c.name!r} reads {p.name!r} at a non-affine "
+                          f"index {rd.node}", f"attach only stages read with affine indices "
+                          f"(or compute {p.name!r} at root)")
+                acc = _access(c, st, rd.indices, "T")
+                need = pre.reverse().apply_range(
+                    isl.Map.from_pw_multi_aff(acc).intersect_domain(st.exact))
+                needed = need if needed is None else needed.union(need)
+    if needed is None:
+        raise InternalError(f"attached stage {p.name} has no reads")
+    t = p.stage.op.output(0)
+    p.footprint = needed.intersect_range(_tensor_box(t, "T")).coalesce()
+    nx = t.ndim
+    lo = None
+    for q in range(nx):
+        one = isl.PwMultiAff.from_pw_aff(p.footprint.dim_min(q))
+        lo = one if lo is None else lo.flat_range_product(one)
+    p.lo = lo
+
+
+def _extents(footprint: isl.Map, nx: int) -> list[int]:
+    out = []
+    for q in range(nx):
+        span = footprint.dim_max(q).sub(footprint.dim_min(q)).max_val()
+        if not span.is_int():
+            raise LoweringError(f"compute_at: the region of dimension {q} is unbounded")
+        out.append(span.to_python() + 1)
+    return out
+
+
+def _tensor_box(t: Tensor, tname: str) -> isl.Set:
+    dims = [f"x{k}" for k in range(t.ndim)]
+    return isl.Set(f"{{ {iu.tuple_str(tname, dims)} : "
+                   f"{iu.box_str(dims, [(0, s) for s in t.shape])} }}")
+
+
+def _access(p: StagePlan, st: PolyStmt, indices: list[str], target: str) -> isl.PwMultiAff:
+    """The affine access ``indices`` (over the axes of ``p``) of statement ``st``."""
+    ax = isl.PwMultiAff(f"{{ {_ax_space(p, st.kind)} -> {target}[{', '.join(indices)}] }}")
+    return ax.pullback_pw_multi_aff(st.axis_map)
 
 
 # the nest ---------------------------------------------------------------------------------
@@ -410,9 +722,8 @@ def _build_nest(plans: list[StagePlan]) -> tuple[list, dict]:
         return node
 
     def init_branch(p: StagePlan) -> list:
-        init = p.stmts[0]
-        positions = p.stmt_loops(init)[p.r:]
-        nodes: list = [init]
+        positions = p.stmt_loops("init")[p.r:]
+        nodes: list = [p.stmts[0]]
         for pos in reversed(positions):
             n = new_loop(p, pos, init_only=True)
             n.children = nodes
@@ -447,9 +758,10 @@ def _build_nest(plans: list[StagePlan]) -> tuple[list, dict]:
 
 
 def _fill_loop_stmts(nodes: list, depth: int) -> list:
-    """Set ``LoopNode.stmts`` to every statement below the loop, with its value there:
-    the loop's own affine value for the loop's stage, the prefix coordinate ``p<depth>``
-    for stages attached below. Returns the statements of ``nodes``."""
+    """Set ``LoopNode.stmts`` to every statement below the loop with its value there (the
+    loop's own affine value for the loop's stage, the statement's prefix coordinate for
+    stages attached below; statements that do not depend on the loop are left out).
+    Returns the statements of ``nodes``."""
     found: list = []
     for n in nodes:
         if isinstance(n, PolyStmt):
@@ -457,180 +769,41 @@ def _fill_loop_stmts(nodes: list, depth: int) -> list:
             continue
         below = _fill_loop_stmts(n.children, depth + 1)
         for st in below:
-            if st.plan is n.plan:
-                n.stmts[st] = n.plan.leaf_aff[n.iter_var]
-            else:
-                n.stmts[st] = f"p{depth}"
+            v = n.plan.leaf_aff[n.iter_var] if st.plan is n.plan else st.sched[depth]
+            if v is not None:
+                n.stmts[st] = v
+            elif n.binding is None:
+                raise InternalError(f"statement {st.name} has no value for loop "
+                                    f"{n.iter_var.name} of {n.plan.name}")
         found += below
     return found
 
 
-def _check_scopes(plans: list[StagePlan], consumers: dict, loops: dict) -> None:
-    """Every statement reading an attached stage must run inside its attach loop."""
-    inside: dict = {}
-    for node in loops.values():
-        for st in node.stmts:
-            inside.setdefault(id(node), set()).add(id(st))
-    for p in plans:
-        if p.attach is None:
-            continue
-        tp, pos = p.attach
-        scope = next(n for n in loops.values()
-                     if n.plan is tp and n.position == pos and not n.init_only)
-        for c in consumers[id(p)]:
-            for st in c.stmts:
-                if _stmt_reads(st, p) and id(st) not in inside[id(scope)]:
-                    _fail("compute_at", f"stage {p.name!r} is computed at "
-                          f"{tp.name!r}.{tp.leaves[pos].name!r}, but stage {c.name!r} "
-                          f"({st.kind}) also reads it outside that loop",
-                          f"attach {p.name!r} where all its consumers run, or compute it "
-                          f"at root")
+# accesses ---------------------------------------------------------------------------------
 
 
-def _stmt_reads(st: PolyStmt, p: StagePlan) -> bool:
-    body = st.plan.body
-    if st.kind == "init":
-        if not isinstance(body, Reduce) or body.init is None:
-            return False
-        from polytile.te.visitor import collect
-
-        return any(r.tensor is p.stage.op.output(0) for r in collect(body.init, TensorRead))
-    return True
-
-
-# domains and accesses ------------------------------------------------------------------------
-
-
-def _tensor_box(t: Tensor, tname: str) -> isl.Set:
-    dims = [f"x{k}" for k in range(len(t.shape))]
-    return isl.Set(f"{{ {iu.tuple_str(tname, dims)} : "
-                   f"{iu.box_str(dims, [(0, s) for s in t.shape])} }}")
-
-
-def _own_box(p: StagePlan, kind: str) -> str:
-    op = p.stage.op
-    ivs = list(op.axis) + (list(op.reduce_axis) if kind == "update" else [])
-    return iu.box_str(p.own_names(kind), [(iv.dom.min, iv.dom.extent) for iv in ivs])
-
-
-def _domains(p: StagePlan, consumers: list[StagePlan]) -> None:
-    if p.attach is None:
-        for st in p.stmts:
-            st.domain = isl.Set(f"{{ {st.tuple()} : {_own_box(p, st.kind)} }}")
-        return
-    t = p.stage.op.output(0)
-    tname = "T_prod"
-    m = p.prefix_len
-    needed = None
-    for c in consumers:
-        for st in c.stmts:
-            if not _stmt_reads(st, p):
-                continue
-            for rd in c.reads:
-                if rd.node.tensor is not t:
-                    continue
-                if rd.indices is None:
-                    _fail("compute_at", f"stage {c.name!r} reads {p.name!r} at a non-affine "
-                          f"index {rd.node}", f"attach only stages read with affine indices "
-                          f"(or compute {p.name!r} at root)")
-                acc = isl.Map(f"{{ {st.tuple()} -> {tname}[{', '.join(rd.indices)}] }}")
-                acc = acc.intersect_domain(st.domain)
-                pre = isl.Map(f"{{ {st.tuple()} -> [{', '.join(f'({a})' for a in st.sched[:m])}]"
-                              f" }}")
-                need = pre.reverse().apply_range(acc)
-                needed = need if needed is None else needed.union(need)
-    if needed is None:
-        from polytile.errors import InternalError
-
-        raise InternalError(f"attached stage {p.name} has no reads")
-    needed = needed.intersect_range(_tensor_box(t, tname)).coalesce()
-    flat = needed.wrap().flatten()
-    init_like = p.stmts[0]
-    nx = len(t.shape)
-    p.stmts[0].domain = flat.set_tuple_name(init_like.name)
-    if p.is_reduction:
-        upd = p.stmts[1]
-        src = [f"z{k}" for k in range(m + nx)]
-        rnames = [f"r{k}" for k in range(len(p.reduce_vars))]
-        rbox = iu.box_str(rnames, [(iv.dom.min, iv.dom.extent) for iv in p.stage.op.reduce_axis])
-        ext = isl.Map(f"{{ [{', '.join(src)}] -> {upd.name}[{', '.join(src + rnames)}] : "
-                      f"{rbox} }}")
-        upd.domain = flat.apply(ext)
-    p.lo = _origins(needed, nx)
-    p.buffer = Buffer(p.buffer.name, tuple(_extents(needed, nx)), p.buffer.dtype,
-                      p.buffer.scope)
-
-
-def _origins(needed: isl.Map, nx: int) -> isl.PwMultiAff:
-    pma = None
-    for q in range(nx):
-        lo = isl.PwMultiAff.from_pw_aff(needed.dim_min(q))
-        pma = lo if pma is None else pma.flat_range_product(lo)
-    return pma
-
-
-def _extents(needed: isl.Map, nx: int) -> list[int]:
-    out = []
-    for q in range(nx):
-        span = needed.dim_max(q).sub(needed.dim_min(q)).max_val()
-        if not span.is_int():
-            raise LoweringError(f"compute_at: the footprint of dimension {q} is unbounded")
-        out.append(span.to_python() + 1)
-    return out
-
-
-def _prefix_pma(st: PolyStmt, m: int) -> isl.PwMultiAff:
-    return isl.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(f'({a})' for a in st.sched[:m])}] }}")
-
-
-def _relative(acc: isl.PwMultiAff, owner: StagePlan, st: PolyStmt, bname: str
-              ) -> isl.PwMultiAff:
-    """``acc - lo(prefix)`` for an access to the buffer of attached stage ``owner``."""
+def _relative(acc: isl.PwMultiAff, owner: StagePlan, st: PolyStmt) -> isl.PwMultiAff:
+    """``acc - lo(prefix)`` for an access of ``st`` to the buffer of attached ``owner``."""
     if owner.attach is None:
-        return acc
-    lo = owner.lo.pullback_pw_multi_aff(_prefix_pma(st, owner.prefix_len))
-    rel = acc.reset_tuple_id(isl.dim_type.out).sub(lo)
-    return rel.set_tuple_id(isl.dim_type.out, isl.Id(bname))
+        return iu.name_range(acc, "B")
+    vals = [st.sched[j] for j in owner.prefix_dims]
+    pre = isl.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
+    lo = owner.lo.pullback_pw_multi_aff(pre)
+    return iu.name_range(acc.reset_tuple_id(isl.dim_type.out).sub(lo), "B")
 
 
 def _accesses(p: StagePlan, plan_of: dict, buffers: dict) -> None:
+    na = len(p.axis_vars)
     for st in p.stmts:
-        own = st.dims[p.prefix_len:p.prefix_len + len(p.axis_vars)]
-        w = isl.PwMultiAff(f"{{ {st.tuple()} -> B[{', '.join(own)}] }}")
-        st.accesses["w"] = (p.buffer, _relative(w, p, st, "B"))
-        if st.kind == "init":
-            continue
-        for rd in p.reads:
+        own = st.dims[p.prefix_len:p.prefix_len + na]
+        st.accesses["w"] = (p.buffer, isl.PwMultiAff(f"{{ {st.tuple()} -> B[{', '.join(own)}] }}"))
+        st.accesses["ax"] = (None, st.axis_map)
+        for rd in _reads_of(p, st.kind):
             if rd.indices is None:
                 continue
-            src = rd.node.tensor
-            owner = plan_of.get(src.op)
-            acc = isl.PwMultiAff(f"{{ {st.tuple()} -> B[{', '.join(rd.indices)}] }}")
-            _check_in_bounds(p, st, rd, src)
+            acc = _access(p, st, rd.indices, "B")
+            owner = plan_of.get(id(rd.source))
             if owner is None:
-                st.accesses[id(rd.node)] = (buffers[src], acc)
+                st.accesses[id(rd.node)] = (buffers[rd.source], acc)
             else:
-                st.accesses[id(rd.node)] = (owner.buffer, _relative(acc, owner, st, "B"))
-
-
-def _check_in_bounds(p: StagePlan, st: PolyStmt, rd: ReadInfo, src: Tensor) -> None:
-    if rd.guard is None:
-        return  # guarded by a condition isl cannot see: cannot prove either way
-    dom = st.domain
-    if rd.guard:
-        g = isl.Set(f"{{ {st.tuple()} : {rd.guard} }}")
-        dom = dom.intersect(g)
-    acc = isl.Map(f"{{ {st.tuple()} -> T_src[{', '.join(rd.indices)}] }}").intersect_domain(dom)
-    outside = acc.subtract_range(_tensor_box(src, "T_src"))
-    if outside.is_empty():
-        return
-    pt = outside.wrap().sample_point()
-    n_in = len(st.dims)
-    coords = iu.point_coords(pt, n_in + len(src.shape))
-    own = coords[p.prefix_len:n_in]
-    allv = p.axis_vars + p.reduce_vars
-    at = ", ".join(f"{v.name}={c}" for v, c in zip(allv, own))
-    _fail("lower", f"stage {p.name!r} reads {src.name}[{', '.join(map(str, coords[n_in:]))}] "
-          f"outside its shape {src.shape} (at {at})",
-          "every read must stay inside its tensor",
-          Read=str(rd.node), hint="guard padded reads with te.if_then_else")
+                st.accesses[id(rd.node)] = (owner.buffer, _relative(acc, owner, st))

@@ -20,10 +20,15 @@ from polytile.te.expr import IterVar
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Split:
+    """``factor`` as given, or ``nparts`` (then ``factor = ceil(extent / nparts)`` is
+    computed from the parent's extent when the loops are built: for an attached stage
+    that extent is the inferred region's, as in TVM)."""
+
     parent: IterVar
     outer: IterVar
     inner: IterVar
     factor: int
+    nparts: int = 0
 
 
 @dataclass(frozen=True, slots=True, eq=False)

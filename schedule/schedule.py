@@ -63,16 +63,47 @@ class Schedule:
         return None
 
     def _reads_transitively(self, consumer: Operation, producer: Operation) -> bool:
-        todo, seen = [consumer], set()
+        target = self.stage_map.get(producer)
+        todo, seen = [self.stage_map[consumer]], set()
         while todo:
-            op = todo.pop()
-            for t in op.input_tensors:
-                if t.op is producer:
+            st = todo.pop()
+            for t in st.op.input_tensors:
+                src = self.stage_map.get(t.op)
+                if src is target:
                     return True
-                if id(t.op) not in seen:
-                    seen.add(id(t.op))
-                    todo.append(t.op)
+                if src is not None and id(src) not in seen:
+                    seen.add(id(src))
+                    todo.append(src)
         return False
+
+    def _add_stage(self, op: Operation, *, after: Stage | None = None,
+                   before: Stage | None = None) -> Stage:
+        st = Stage(op, self)
+        pos = self.stages.index(after) + 1 if after is not None else self.stages.index(before)
+        self.stages.insert(pos, st)
+        self.stage_map[op] = st
+        return st
+
+    def cache_read(self, tensor: Tensor, scope: str, readers) -> Tensor:
+        """Copy ``tensor`` into ``scope`` ("shared", "local" or "global") for ``readers``;
+        see :func:`polytile.schedule.cache.cache_read`."""
+        from .cache import cache_read
+
+        names = [self[r].name for r in (readers if isinstance(readers, (list, tuple))
+                                        else [readers])]
+        out = cache_read(self, tensor, scope, readers)
+        self.trace.append(Step("cache_read", self[tensor].name, (scope, tuple(names))))
+        return out
+
+    def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
+        """Compute ``tensor`` into a cache in ``scope``; see
+        :func:`polytile.schedule.cache.cache_write`."""
+        from .cache import cache_write
+
+        name = self[tensor].name
+        out = cache_write(self, tensor, scope)
+        self.trace.append(Step("cache_write", name, (scope,)))
+        return out
 
     def copy(self) -> Schedule:
         """A new schedule of the same operations with the trace replayed."""
@@ -129,6 +160,10 @@ def replay(trace: list[Step], sch: Schedule) -> Schedule:
             return st.all_iter_vars[a[1]]
         if isinstance(a, tuple) and a and a[0] == "stage":
             return stage(a[1])
+        if isinstance(a, tuple) and a and a[0] == "thread":
+            from .stage import thread_axis
+
+            return thread_axis(a[1], name=a[2])
         if isinstance(a, tuple):
             return tuple(dec(st, x) for x in a)
         return a
@@ -136,6 +171,14 @@ def replay(trace: list[Step], sch: Schedule) -> Schedule:
     for step in trace:
         st = stage(step.stage)
         args = list(step.args)
+        if step.primitive == "cache_read":
+            t = sch.cache_read(st.op.output(0), args[0], [stage(n).op for n in args[1]])
+            by_name.setdefault(t.op.name, sch[t])
+            continue
+        if step.primitive == "cache_write":
+            t = sch.cache_write(st.op.output(0), args[0])
+            by_name.setdefault(t.op.name, sch[t])
+            continue
         if step.primitive == "compute_at":
             parent = stage(args[0][1])
             st.compute_at(parent, dec(parent, args[1]))

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from .schedule import Schedule
 
 ANNOTATIONS = ("vectorize", "unroll", "parallel")
+#: Thread tags ``bind`` accepts (CUDA's hardware indices; ``vthread`` runs as an unrolled
+#: loop inside each thread).
+THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
+               "threadIdx.z", "vthread")
 #: Pragmas understood by ``Stage.pragma``: each maps onto an annotation.
 PRAGMAS = {"unroll": "unroll", "vectorize": "vectorize", "parallel": "parallel",
            "parallel_launch_point": "parallel"}
@@ -58,6 +62,11 @@ class Stage:
         self.attach_type = "root"
         self.attach_stage: Stage | None = None
         self.attach_ivar: IterVar | None = None
+        #: storage scope of the stage's buffer: "" (decided at lower), "global", "shared",
+        #: "local" (set by cache_read/cache_write)
+        self.scope = ""
+        #: padding of the buffer's rows: {axis position: (factor, offset)} (storage_align)
+        self.align: dict[int, tuple[int, int]] = {}
 
     @property
     def name(self) -> str:
@@ -171,7 +180,7 @@ class Stage:
         f = val if factor is not None else -(-ext // val)
         outer = self._new_iv(f"{parent.name}.outer", -(-ext // f), parent)
         inner = self._new_iv(f"{parent.name}.inner", f, parent)
-        self.relations.append(Split(parent, outer, inner, f))
+        self.relations.append(Split(parent, outer, inner, f, nparts or 0))
         k = self.leaf_iter_vars.index(parent)
         self.leaf_iter_vars[k:k + 1] = [outer, inner]
         self._move_annotation(parent, outer)
@@ -304,6 +313,54 @@ class Stage:
         self._annotate("parallel", iv, "parallel")
         self._record("parallel", iv)
 
+    def bind(self, iv: IterVar, thread_ivar: IterVar) -> None:
+        """Map loop ``iv`` onto a GPU hardware index (``te.thread_axis("threadIdx.x")``).
+
+        Each value of the loop runs on its own block or thread: the loop disappears and its
+        variable becomes the index. A reduction axis bound to ``threadIdx.*`` becomes a
+        cross-thread reduction. Legal when the loop carries no dependence other than such a
+        reduction.
+
+        Raises
+        ------
+        ScheduleError
+            If ``thread_ivar`` is not a thread axis, the loop is already annotated, or the
+            same thread axis is bound twice in this stage.
+        """
+        iv = self._leaf("bind", iv)
+        if not isinstance(thread_ivar, IterVar) or thread_ivar.iter_type != "thread":
+            self._fail("bind", f"{thread_ivar!r} is not a thread axis",
+                       "create one with te.thread_axis('threadIdx.x')")
+        tag = thread_ivar.thread_tag
+        for other, kind in self.annotations.items():
+            if kind == f"bind:{tag}" and other is not iv and tag != "vthread":
+                self._fail("bind", f"thread axis {tag!r} is bound twice in stage "
+                           f"{self.name!r} (to {other.name!r} and {iv.name!r})",
+                           "bind each thread axis once per stage")
+        self._annotate("bind", iv, f"bind:{tag}")
+        self._record("bind", iv, ("thread", tag, thread_ivar.var.name))
+
+    def storage_align(self, axis: IterVar, factor: int, offset: int) -> None:
+        """Pad the buffer of this stage so that the stride of dimension ``axis`` is
+        ``k * factor + offset`` elements (avoids shared-memory bank conflicts).
+
+        Raises
+        ------
+        ScheduleError
+            If ``axis`` is not a root axis of this stage or factor/offset are invalid.
+        """
+        self._require_compute("storage_align")
+        pos = next((k for k, a in enumerate(self.op.axis) if a is axis), None)
+        if pos is None:
+            self._fail("storage_align", f"{axis!r} is not an axis of stage {self.name!r}",
+                       "pass one of s[T].op.axis")
+        if not (isinstance(factor, int) and factor >= 1 and isinstance(offset, int)
+                and 0 <= offset < factor):
+            self._fail("storage_align", f"factor={factor!r}, offset={offset!r}",
+                       "expected ints with factor >= 1 and 0 <= offset < factor")
+        self.align[pos] = (factor, offset)
+        self._record("storage_align", axis, factor, offset)
+
     def pragma(self, iv: IterVar, pragma_type: str, pragma_value=None) -> None:
         """Annotate loop ``iv`` with a pragma: ``"unroll"``, ``"vectorize"``, ``"parallel"``
         (the annotations of the same names) or ``"parallel_launch_point"``.
@@ -382,3 +439,26 @@ class Stage:
                        f"attach {self.name!r} to one of its consumers")
         self.attach_type, self.attach_stage, self.attach_ivar = "scope", parent, scope
         self._record("compute_at", parent, scope)
+
+
+def thread_axis(dom=None, tag: str = "", name: str = "") -> IterVar:
+    """A GPU hardware index to ``bind`` loops to (TVM's ``te.thread_axis``).
+
+    ``thread_axis("threadIdx.x")`` or ``thread_axis((0, 64), "threadIdx.x")``; ``tag`` is
+    one of ``THREAD_TAGS``.
+
+    Raises
+    ------
+    ScheduleError
+        For an unknown tag.
+    """
+    if isinstance(dom, str):
+        dom, tag = None, dom if not tag else tag
+    if tag not in THREAD_TAGS:
+        raise ScheduleError(format_error("thread_axis", f"unknown thread tag {tag!r}",
+                                         f"one of {THREAD_TAGS}"))
+    rng = None
+    if dom is not None:
+        lo, hi = dom
+        rng = Range(int(lo), int(hi) - int(lo))
+    return IterVar(Var("int32", name or tag), rng, "thread", tag)

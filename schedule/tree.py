@@ -68,10 +68,7 @@ def _node(n) -> isl.Schedule:
 def _nominal(node: LoopNode) -> tuple[int, int]:
     """(min, extent) of a loop's full range: root axes keep their min, derived ones start
     at 0."""
-    iv = node.iter_var
-    st = node.plan.stage
-    is_root = any(iv is a for a in list(st.op.axis) + list(st.op.reduce_axis))
-    return (iv.dom.min if is_root else 0), st.extent_of(iv)
+    return node.plan.ranges[node.iter_var]
 
 
 def _present(node: LoopNode, ancestors: list) -> isl.Set:

@@ -29,11 +29,11 @@ def create_schedule(ops):
     return _cs(ops)
 
 
-def thread_axis(tag: str = "", name: str = ""):
+def thread_axis(dom=None, tag: str = "", name: str = ""):
     """A GPU thread axis; see :func:`polytile.schedule.thread_axis`."""
     from polytile.schedule import thread_axis as _ta
 
-    return _ta(tag, name)
+    return _ta(dom, tag, name)
 
 
 __all__ = [

@@ -1,0 +1,143 @@
+"""DSL-level rewrites that add stages: ``cache_read`` and ``cache_write`` (TVM semantics).
+
+Both run before any polyhedral analysis. They create a new compute op and swap the op of an
+existing stage for a rewritten one; the old op keeps mapping to its stage, so tensors the
+user already holds (``C``, ``C.op.axis``) stay valid handles.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from polytile.errors import ScheduleError, format_error
+from polytile.te.expr import IterVar, Range, Reduce, TensorRead, Var
+from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
+from polytile.te.visitor import ExprMutator, substitute
+
+if TYPE_CHECKING:
+    from .schedule import Schedule
+    from .stage import Stage
+
+SCOPES = ("global", "shared", "local")
+
+
+class _Retarget(ExprMutator):
+    """Replace reads of one stage's tensors by reads of another tensor."""
+
+    def __init__(self, old_ops: set, new: Tensor):
+        self.old_ops = old_ops
+        self.new = new
+
+    def visit_TensorRead(self, r: TensorRead):
+        idx = tuple(self.visit(i) for i in r.indices)
+        if id(r.tensor.op) in self.old_ops:
+            return TensorRead(r.dtype, self.new, idx)
+        if any(a is not b for a, b in zip(idx, r.indices)):
+            return TensorRead(r.dtype, r.tensor, idx)
+        return r
+
+
+def _check_scope(primitive: str, scope: str) -> None:
+    if scope not in SCOPES:
+        raise ScheduleError(format_error(primitive, f"unknown scope {scope!r}",
+                                         f"one of {SCOPES}"))
+
+
+def _ops_of(stage: Stage, sch: Schedule) -> set:
+    return {id(op) for op, st in sch.stage_map.items() if st is stage}
+
+
+def _copy_op(name: str, src: Tensor, axis_names: list[str]) -> ComputeOp:
+    axis = tuple(IterVar(Var("int32", n, True), Range(0, e), "data_par")
+                 for n, e in zip(axis_names, src.shape))
+    body = TensorRead(src.dtype, src, tuple(iv.var for iv in axis))
+    return ComputeOp(name=name, axis=axis, body=(body,))
+
+
+def cache_read(sch: Schedule, tensor: Tensor, scope: str, readers) -> Tensor:
+    """Create a stage that copies ``tensor`` into ``scope``; ``readers`` read the copy.
+
+    Returns the cache tensor (``T.shared``); attach it with ``compute_at``.
+
+    Raises
+    ------
+    ScheduleError
+        For an unknown scope, a reader that does not read ``tensor``, or no readers.
+    """
+    _check_scope("cache_read", scope)
+    src_stage = sch[tensor]
+    src = src_stage.op.output(0)
+    if not isinstance(readers, (list, tuple)):
+        readers = [readers]
+    if not readers:
+        raise ScheduleError(format_error("cache_read", "no readers given",
+                                         f"the stages that read {src.name!r}"))
+    reader_stages = [sch[r] for r in readers]
+    names = [iv.var.name for iv in src.op.axis] if isinstance(src.op, ComputeOp) else [
+        f"ax{k}" for k in range(src.ndim)]
+    cache = _copy_op(f"{src.name}.{scope}", src, names)
+    old = _ops_of(src_stage, sch)
+    for rs in reader_stages:
+        if not isinstance(rs.op, ComputeOp) or not any(
+                id(t.op) in old for t in rs.op.input_tensors):
+            raise ScheduleError(format_error(
+                "cache_read", f"stage {rs.name!r} does not read {src.name!r}",
+                "list stages that read the tensor as readers"))
+        body = _Retarget(old, cache.output(0)).visit(rs.op.body[0])
+        _replace_op(sch, rs, ComputeOp(name=rs.op.name, tag=rs.op.tag, attrs=rs.op.attrs,
+                                       axis=rs.op.axis, reduce_axis=rs.op.reduce_axis,
+                                       body=(body,)))
+    st = sch._add_stage(cache, after=src_stage)
+    st.scope = scope
+    return cache.output(0)
+
+
+def cache_write(sch: Schedule, tensor: Tensor, scope: str) -> Tensor:
+    """Compute ``tensor`` into a cache in ``scope``; the original stage becomes a copy
+    out of the cache (``C[i, j] = C.local[i, j]``).
+
+    Returns the cache tensor; the original stage keeps its spatial axes (``C.op.axis``)
+    and loses its reduction axes, which move to the cache stage
+    (``s[C.local].op.reduce_axis``).
+
+    Raises
+    ------
+    ScheduleError
+        For a placeholder, an unknown scope, or a stage already transformed.
+    """
+    _check_scope("cache_write", scope)
+    stage = sch[tensor]
+    op = stage.op
+    if isinstance(op, PlaceholderOp):
+        raise ScheduleError(format_error("cache_write", f"{op.name!r} is a placeholder",
+                                         "cache the output of a compute"))
+    if stage.relations or stage.annotations or stage.attach_type != "root":
+        raise ScheduleError(format_error(
+            "cache_write", f"stage {op.name!r} was already scheduled",
+            "call cache_write before other primitives on the stage"))
+    axis = tuple(IterVar(Var("int32", f"{iv.var.name}.c", True), iv.dom, "data_par")
+                 for iv in op.axis)
+    raxis = tuple(IterVar(Var("int32", iv.var.name, True), iv.dom, "reduce")
+                  for iv in op.reduce_axis)
+    mapping = {a.var: b.var for a, b in zip(op.axis + op.reduce_axis, axis + raxis)}
+    body = substitute(op.body[0], mapping)
+    if isinstance(body, Reduce):
+        body = Reduce(body.dtype, body.combiner, body.source, raxis, body.condition, body.init)
+    cache = ComputeOp(name=f"{op.name}.{scope}", tag=op.tag, attrs=op.attrs, axis=axis,
+                      reduce_axis=raxis, body=(body,))
+    copy = ComputeOp(name=op.name, tag=op.tag, attrs=op.attrs, axis=op.axis,
+                     body=(TensorRead(body.dtype, cache.output(0),
+                                      tuple(iv.var for iv in op.axis)),))
+    _replace_op(sch, stage, copy)
+    stage.all_iter_vars = list(op.axis)
+    stage.leaf_iter_vars = list(op.axis)
+    cst = sch._add_stage(cache, before=stage)
+    cst.scope = scope
+    return cache.output(0)
+
+
+def _replace_op(sch: Schedule, stage: Stage, new_op: ComputeOp) -> None:
+    if stage.op in sch.outputs:
+        sch.outputs[sch.outputs.index(stage.op)] = new_op
+    stage.op = new_op
+    sch.stage_map[new_op] = stage
