@@ -16,20 +16,18 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import math
-import statistics
 import threading
 import time
-from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 import numpy as np
 
 from polytile.errors import BuildError, TargetError, format_error
 from polytile.schedule.loop_ir import Buffer, PrimFunc
-from polytile.te import dtype as dt
-from polytile.te.expr import Const, Var
+from polytile.te.expr import Var
 
+from ..runtime_support import (SCALAR_CTYPES, BenchmarkResult, check_arg_count, check_array,
+                               check_overlap, check_timing_args, measure, scalar_arg)
 from ..target import Target
 from .analysis import stored_buffers
 from .codegen import codegen_llvm
@@ -108,50 +106,6 @@ def optimize(mod, tm, opt_level: int) -> None:
     pb.getModulePassManager().run(mod, pb)
 
 
-_CTYPES = {"bool": ctypes.c_uint8, "int8": ctypes.c_int8, "int16": ctypes.c_int16,
-           "int32": ctypes.c_int32, "int64": ctypes.c_int64, "uint8": ctypes.c_uint8,
-           "uint16": ctypes.c_uint16, "uint32": ctypes.c_uint32, "uint64": ctypes.c_uint64,
-           "float16": ctypes.c_uint16, "float32": ctypes.c_float, "float64": ctypes.c_double}
-
-
-@dataclass(frozen=True, slots=True)
-class BenchmarkResult:
-    """Timings of :meth:`LLVMModule.time_evaluator`: ``results`` holds one mean time per
-    repeat, in seconds."""
-
-    results: tuple
-
-    @property
-    def mean(self) -> float:
-        """Mean over repeats (seconds)."""
-        return statistics.fmean(self.results)
-
-    @property
-    def median(self) -> float:
-        """Median over repeats (seconds)."""
-        return statistics.median(self.results)
-
-    @property
-    def min(self) -> float:
-        """Fastest repeat (seconds)."""
-        return min(self.results)
-
-    @property
-    def max(self) -> float:
-        """Slowest repeat (seconds)."""
-        return max(self.results)
-
-    @property
-    def std(self) -> float:
-        """Population standard deviation over repeats (seconds), as ``numpy.std``."""
-        return statistics.pstdev(self.results)
-
-    def __str__(self) -> str:
-        return (f"BenchmarkResult(mean={self.mean * 1e3:.4f} ms, median="
-                f"{self.median * 1e3:.4f} ms, std={self.std * 1e3:.4f} ms, "
-                f"repeats={len(self.results)})")
-
-
 class LLVMModule:
     """A function compiled for the CPU, callable with numpy arrays and scalars.
 
@@ -201,7 +155,7 @@ class LLVMModule:
         self._engine = llvm.create_mcjit_compiler(mod, tm)
         self._engine.finalize_object()
         addr = self._engine.get_function_address(func.name)
-        argtypes = [ctypes.c_void_p if isinstance(p, Buffer) else _CTYPES[p.dtype]
+        argtypes = [ctypes.c_void_p if isinstance(p, Buffer) else SCALAR_CTYPES[p.dtype]
                     for p in func.params]
         self._cfunc = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes)(addr)
         self._stored = stored_buffers(func.body)
@@ -234,23 +188,20 @@ class LLVMModule:
     # ------------------------------------------------------------------ calling
     def _convert(self, args: tuple) -> list:
         f = self.func
-        if len(args) != len(f.params):
-            names = ", ".join(p.name for p in f.params)
-            raise TypeError(format_error(self.name, f"takes {len(f.params)} arguments "
-                                         f"({names}) but {len(args)} were given",
-                                         "expected one argument per parameter, in order"))
+        check_arg_count(self.name, f.params, args)
         scalars = {}
         out: list = [None] * len(args)
         for k, (p, a) in enumerate(zip(f.params, args)):
             if isinstance(p, Var):
-                out[k], scalars[p] = _scalar_arg(self.name, p, a)
+                out[k], scalars[p] = scalar_arg(self.name, p, a)
         arrays = []
         for k, (p, a) in enumerate(zip(f.params, args)):
             if isinstance(p, Buffer):
                 _check_array(self.name, p, a, scalars, p in self._stored)
                 out[k] = a.ctypes.data
                 arrays.append((p, a))
-        _check_overlap(self.name, arrays, self._stored)
+        check_overlap(self.name, [(a.ctypes.data, a.ctypes.data + a.nbytes, p)
+                                  for p, a in arrays if a.nbytes], self._stored)
         return out
 
     def __call__(self, *args) -> None:
@@ -300,31 +251,22 @@ class LLVMModule:
         ValueError
             If ``number`` or ``repeat`` is below 1 or ``min_repeat_ms`` is negative.
         """
-        if number < 1 or repeat < 1 or min_repeat_ms < 0:
-            raise ValueError(format_error(
-                "time_evaluator", f"number={number}, repeat={repeat}, min_repeat_ms="
-                f"{min_repeat_ms}", "expected number >= 1, repeat >= 1 and min_repeat_ms >= 0"))
+        check_timing_args(number, repeat, min_repeat_ms)
 
         def evaluator(*args) -> BenchmarkResult:
             cargs = self._convert(args)
             cf, check = self._cfunc, self._check_status
             check(cf(*cargs))  # warm-up
-            n, results = int(number), []
-            for _ in range(repeat):
-                elapsed_ms = 0.0
-                while True:
-                    if elapsed_ms > 0:
-                        n = int(max(min_repeat_ms / (elapsed_ms / n) + 1, n * 1.618))
-                    t0 = time.perf_counter()
-                    for _ in range(n):
-                        st = cf(*cargs)
-                    t1 = time.perf_counter()
-                    check(st)
-                    elapsed_ms = (t1 - t0) * 1e3
-                    if elapsed_ms >= min_repeat_ms:
-                        break
-                results.append((t1 - t0) / n)
-            return BenchmarkResult(tuple(results))
+
+            def run(n: int) -> float:
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    st = cf(*cargs)
+                t1 = time.perf_counter()
+                check(st)
+                return t1 - t0
+
+            return measure(run, number, repeat, min_repeat_ms)
 
         return evaluator
 
@@ -332,89 +274,10 @@ class LLVMModule:
         return f"LLVMModule({self.name!r}, target={str(self.target)!r})"
 
 
-def _scalar_arg(fname: str, p: Var, a) -> tuple:
-    """Check scalar argument ``a`` for ``p``; return (ctypes value, Python value)."""
-    t = p.dtype
-    ok_types = (bool, int, float, np.bool_, np.integer, np.floating)
-    if not isinstance(a, ok_types):
-        raise TypeError(format_error(fname, f"argument {p.name!r} is a {type(a).__name__}",
-                                     f"expected a Python or numpy number for the {t} parameter"))
-    if t == "bool":
-        if isinstance(a, (float, np.floating)) or int(a) not in (0, 1):
-            raise TypeError(format_error(fname, f"argument {p.name!r} is {a!r}",
-                                         "expected a bool (True/False) for the bool parameter"))
-        return int(bool(a)), bool(a)
-    if dt.is_int(t):
-        if isinstance(a, (float, np.floating)):
-            raise TypeError(format_error(fname, f"argument {p.name!r} is the float {a!r}",
-                                         f"expected an integer for the {t} parameter"))
-        v = int(a)
-        lo, hi = dt.min_value(t), dt.max_value(t)
-        if not lo <= v <= hi:
-            raise ValueError(format_error(fname, f"argument {p.name!r} = {v} does not fit in "
-                                          f"{t}", f"expected a value in [{lo}, {hi}]"))
-        return v, v
-    v = float(a)
-    with np.errstate(over="ignore"):
-        x = np.array(v, dtype=t)
-    if math.isfinite(v) and not np.isfinite(x):
-        raise ValueError(format_error(fname, f"argument {p.name!r} = {v!r} overflows {t}",
-                                      f"expected a value representable as {t}"))
-    if t == "float16":
-        return int(x.view(np.uint16)), float(x)
-    return float(x), float(x)
-
-
-def _expected_shape(p: Buffer, scalars: dict) -> list:
-    """The buffer's shape with parameters substituted (None where unknown)."""
-    out = []
-    for d in p.shape:
-        if isinstance(d, (int, np.integer)):
-            out.append(int(d))
-        elif isinstance(d, Const):
-            out.append(int(d.value))
-        elif isinstance(d, Var) and d in scalars:
-            out.append(int(scalars[d]))
-        else:
-            out.append(None)
-    return out
-
-
 def _check_array(fname: str, p: Buffer, a, scalars: dict, written: bool) -> None:
     if not isinstance(a, np.ndarray):
         raise TypeError(format_error(fname, f"argument {p.name!r} is a {type(a).__name__}",
                                      f"expected a numpy.ndarray of dtype {p.dtype}"))
-    want = np.dtype(p.dtype)
-    if a.dtype != want:
-        raise TypeError(format_error(fname, f"argument {p.name!r} has dtype {a.dtype}",
-                                     f"expected dtype {want}",
-                                     hint=f"convert with {p.name}.astype('{want}')"))
-    shape = _expected_shape(p, scalars)
-    if a.ndim != len(shape) or any(s is not None and s != n for s, n in zip(shape, a.shape)):
-        shown = tuple("?" if s is None else s for s in shape)
-        raise ValueError(format_error(fname, f"argument {p.name!r} has shape {a.shape}",
-                                      f"expected shape {shown}"))
-    if not a.flags.c_contiguous:
-        raise ValueError(format_error(fname, f"argument {p.name!r} is not C-contiguous",
-                                      "expected a C-contiguous array",
-                                      hint=f"pass np.ascontiguousarray({p.name})"))
-    if written and not a.flags.writeable:
-        raise ValueError(format_error(fname, f"argument {p.name!r} is read-only but the "
-                                      "function writes it", "expected a writeable array"))
-
-
-def _check_overlap(fname: str, arrays: list, stored: set) -> None:
-    spans = []
-    for p, a in arrays:
-        if a.nbytes:
-            start = a.ctypes.data
-            spans.append((start, start + a.nbytes, p))
-    for i in range(len(spans)):
-        for j in range(i + 1, len(spans)):
-            (s0, e0, p0), (s1, e1, p1) = spans[i], spans[j]
-            if s0 < e1 and s1 < e0 and (p0 in stored or p1 in stored):
-                raise ValueError(format_error(
-                    fname, f"arguments {p0.name!r} and {p1.name!r} overlap in memory and "
-                    "the function writes one of them", "expected distinct arrays",
-                    hint="pass a copy (parameters are noalias: overlapping arrays would "
-                    "give wrong results)"))
+    check_array(fname, p, dtype=a.dtype, shape=a.shape, contiguous=a.flags.c_contiguous,
+                writeable=a.flags.writeable, written=written, scalars=scalars,
+                contiguous_hint=f"pass np.ascontiguousarray({p.name})")
