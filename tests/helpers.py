@@ -204,3 +204,65 @@ def leaf_extents(stage) -> list[int]:
 def sizes_for(backend: str, small, large):
     """``small`` for the interpreter, ``large`` for a compiled backend."""
     return small if backend == "interp" else large
+
+
+# ------------------------------------------------------------------------- workloads
+class Workload:
+    """A small computation with its arguments, random inputs and float64 reference.
+
+    ``stages`` maps short names to tensors; ``k`` is the reduction length (for
+    tolerances); ``args``/``inputs``/``ref`` as for :func:`run_schedule`/:func:`check`.
+    """
+
+    def __init__(self, out, args, inputs, ref, k=1, **stages):
+        self.out = out
+        self.args = args
+        self.inputs = inputs
+        self.ref = ref
+        self.k = k
+        self.stages = stages
+
+    def __getattr__(self, name):
+        try:
+            return self.__dict__["stages"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def schedule(self):
+        return te.create_schedule(self.out.op)
+
+    def check(self, s, backend: str, dtype: str | None = None) -> None:
+        out = run1(s, self.args, self.inputs, backend)
+        check(out, self.ref, dtype, self.k)
+
+
+def elementwise2d(m: int, n: int, seed: int = 0) -> Workload:
+    """``B = A * 2 + 1``; ``C = B * B - B`` (a 2-stage chain; B is intermediate)."""
+    A = te.placeholder((m, n), name="A")
+    B = te.compute((m, n), lambda i, j: A[i, j] * 2.0 + 1.0, name="B")
+    C = te.compute((m, n), lambda i, j: B[i, j] * B[i, j] - B[i, j], name="C")
+    a = rand((m, n), seed=seed)
+    b = a.astype("float64") * 2 + 1
+    return Workload(C, [A, C], [a], b * b - b, A=A, B=B, C=C)
+
+
+def matmul(m: int, n: int, k: int, seed: int = 0, dtype: str = "float32") -> Workload:
+    """``C[i, j] = sum_k A[i, k] * B[k, j]``."""
+    A = te.placeholder((m, k), dtype=dtype, name="A")
+    B = te.placeholder((k, n), dtype=dtype, name="B")
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    g = rng(seed)
+    a, b = rand((m, k), dtype, gen=g), rand((k, n), dtype, gen=g)
+    return Workload(C, [A, B, C], [a, b], a.astype("float64") @ b.astype("float64"), k=k,
+                    A=A, B=B, C=C, r=r)
+
+
+def stencil1d(n: int, seed: int = 0) -> Workload:
+    """``B = A * 2``; ``C[i] = B[i] + B[i+1] + B[i+2]`` (a 3-point stencil with a halo)."""
+    A = te.placeholder((n + 2,), name="A")
+    B = te.compute((n + 2,), lambda i: A[i] * 2.0, name="B")
+    C = te.compute((n,), lambda i: B[i] + B[i + 1] + B[i + 2], name="C")
+    a = rand((n + 2,), seed=seed)
+    b = a.astype("float64") * 2
+    return Workload(C, [A, C], [a], b[:-2] + b[1:-1] + b[2:], k=3, A=A, B=B, C=C)
