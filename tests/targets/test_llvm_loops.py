@@ -11,6 +11,7 @@ from llvm_ir_helpers import (Allocate, Call, Cast, Cmp, Const, IfThenElse, LetSt
 
 from polytile.errors import InternalError
 from polytile.targets.llvm.runtime import get_num_threads, set_num_threads
+from polytile.te.expr import And
 
 
 @pytest.fixture(params=(1, 2), ids=("1thread", "2threads"))
@@ -282,6 +283,32 @@ def test_vectorized_select_with_load_falls_back_to_scalar_code():
     np.testing.assert_array_equal(c, np.concatenate([[0], a[:-1]]).astype("float32"))
     ir = m.get_source("ll", optimized=False)
     assert "<16 x" not in ir and "i.inner.15" in ir  # unrolled scalar lanes
+
+
+def test_vectorized_fallbacks_for_varying_and_and_allocate():
+    # (i > 0) and (A[i - 1] > 0) needs a short circuit per lane; an Allocate cannot be
+    # widened: both loops run as unrolled scalar code and stay correct
+    n, lanes = 32, 16
+    A, C, D = buf("A", n), buf("C", n, "bool"), buf("D", n)
+    t = buf("t", 2, "float32", "stack")
+    far = c64(1 << 40)
+
+    def guarded(i):
+        idx = Select("int64", Cmp("bool", "gt", i, c64(0)), i - 1, far)
+        return st(C, i, And("bool", Cmp("bool", "gt", i, c64(0)),
+                            Cmp("bool", "gt", ld(A, idx), Const("float32", 0.0))))
+
+    def with_alloc(i):
+        return Allocate(t, seq(st(t, 1, ld(A, i) * 2.0), st(D, i, ld(t, 1) + 1.0)))
+
+    m = build([A, C, D], seq(_vec_loop(n, lanes, guarded), _vec_loop(n, lanes, with_alloc)))
+    assert "<16 x" not in m.get_source("ll", optimized=False)
+    a = rand(n, "float32")
+    ref = np.concatenate([[False], a[:-1] > 0])
+    c, d = ~ref, poison(n, "float32")
+    m(a, c, d)
+    np.testing.assert_array_equal(c, ref)
+    np.testing.assert_array_equal(d, a * 2 + 1)
 
 
 def test_vectorized_uniform_select_with_load_keeps_branches():
