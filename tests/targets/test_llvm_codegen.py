@@ -160,6 +160,27 @@ def test_fused_expression_at_awkward_sizes(n, kind):
     np.testing.assert_allclose(c, a * b + np.sqrt(np.abs(a)) - np.mod(a, 3.0), rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", FLOATS + ("int64", "uint64", "int8", "uint8", "bool"))
+def test_constants(dtype):
+    if dtype in FLOATS:
+        vals = [0.1, 1e-8, float("inf"), float("nan"), -0.0]
+    elif dtype == "bool":
+        vals = [True, False, True, False, True]
+    else:
+        info = np.iinfo(dtype)
+        vals = [int(info.min), int(info.max), 0, 1, int(info.max) - 1]
+    C = buf("C", len(vals), dtype)
+    m = build([C], seq(*[st(C, k, Const(dtype, v)) for k, v in enumerate(vals)]))
+    ref = np.array(vals, dtype)
+    c = ~ref if dtype == "bool" else poison(len(vals), dtype)
+    if dtype not in FLOATS and dtype != "bool":
+        c[:] = 3
+    m(c)
+    np.testing.assert_array_equal(c, ref)
+    if dtype in FLOATS:
+        assert np.signbit(c[-1])
+
+
 def test_integer_wraparound():
     n = 7
     A, C = buf("A", n, "int32"), buf("C", n, "int32")
