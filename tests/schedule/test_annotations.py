@@ -1,0 +1,258 @@
+"""vectorize, unroll, parallel and pragma: loop kinds in the lowered nest, numeric results
+(serial on the interpreter, SIMD/threads on LLVM), and refusals."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import elementwise2d, loop_headers, lowered, matmul, sizes_for
+
+from polytile import ScheduleError
+
+
+# ---------------------------------------------------------------------------- vectorize
+def test_vectorize_structure_with_tail():
+    w = elementwise2d(3, 10)
+    s = w.schedule()
+    jo, ji = s[w.C].split(w.C.op.axis[1], factor=4)
+    s[w.C].vectorize(ji)
+    heads = loop_headers(s, w.args)
+    # full tiles as 4 lanes, the partial tile (10 = 2*4 + 2) separated with 2 lanes
+    assert "for j.inner in vectorized(0, 4):" in heads
+    assert "for j.inner in vectorized(0, 2):" in heads
+    assert "for j.outer in range(0, 2):" in heads
+
+
+def test_vectorize_whole_short_axis_structure():
+    w = elementwise2d(3, 7)
+    s = w.schedule()
+    s[w.C].vectorize(w.C.op.axis[1])
+    assert loop_headers(s, w.args)[-1] == "for j in vectorized(0, 7):"
+
+
+@pytest.mark.parametrize("factor", [1, 2, 4, 8, 16])
+def test_vectorize_numeric(factor, backend):
+    m, n = sizes_for(backend, (3, 13), (37, 131))
+    w = elementwise2d(m, n)
+    s = w.schedule()
+    jo, ji = s[w.C].split(w.C.op.axis[1], factor=factor)
+    s[w.C].vectorize(ji)
+    bo, bi = s[w.B].split(w.B.op.axis[1], factor=factor)
+    s[w.B].vectorize(bi)
+    w.check(s, backend)
+
+
+def test_vectorize_spatial_inside_reduction_numeric(backend):
+    m, n, k = sizes_for(backend, (3, 9, 5), (33, 67, 29))
+    w = matmul(m, n, k)
+    s = w.schedule()
+    i, j = w.C.op.axis
+    jo, ji = s[w.C].split(j, factor=8)
+    s[w.C].reorder(i, jo, w.r, ji)
+    s[w.C].vectorize(ji)
+    w.check(s, backend)
+
+
+def test_vectorize_huge_extent_raises():
+    w = elementwise2d(3, 100)
+    s = w.schedule()
+    with pytest.raises(ScheduleError, match=r"vectorize: iter_var 'j' of stage 'C' has extent "
+                       r"100; expected at most 64 lanes\n.*hint: split it first"):
+        s[w.C].vectorize(w.C.op.axis[1])
+
+
+def test_vectorize_64_lanes_ok_65_refused():
+    w = elementwise2d(3, 130)
+    s = w.schedule()
+    s[w.C].vectorize(s[w.C].split(w.C.op.axis[1], factor=64)[1])
+    s = w.schedule()
+    with pytest.raises(ScheduleError, match="has extent 65"):
+        s[w.C].vectorize(s[w.C].split(w.C.op.axis[1], factor=65)[1])
+
+
+def test_vectorize_non_innermost_raises():
+    w = elementwise2d(3, 7)
+    s = w.schedule()
+    s[w.C].vectorize(w.C.op.axis[0])
+    with pytest.raises(ScheduleError, match=r"vectorize: loop 'i' of stage 'C' is not innermost"
+                       r".*\n.*Loops inside: j"):
+        lowered(s, w.args)
+
+
+def test_vectorize_reduction_axis_raises_with_pair():
+    w = matmul(3, 4, 5)
+    s = w.schedule()
+    s[w.C].vectorize(w.r)
+    with pytest.raises(ScheduleError, match=r"vectorize: loop 'k' of stage 'C' carries a "
+                       r"dependence(.|\n)*Violating pair: C.update\[i=\d, j=\d, k=\d\] -> "
+                       r"C.update\[i=\d, j=\d, k=\d\]"):
+        lowered(s, w.args)
+
+
+def test_vectorize_reduction_axis_of_extent_one_is_legal(backend):
+    w = matmul(3, 4, 1)
+    s = w.schedule()
+    s[w.C].vectorize(w.r)
+    w.check(s, backend)
+
+
+def test_vectorize_loop_with_attached_stage_raises():
+    w = elementwise2d(3, 7)
+    s = w.schedule()
+    s[w.B].compute_at(s[w.C], w.C.op.axis[1])
+    s[w.C].vectorize(w.C.op.axis[1])
+    with pytest.raises(ScheduleError, match="vectorize: stage 'B' is computed at the vectorized "
+                       "loop 'j' of stage 'C'; attach it at an outer loop"):
+        lowered(s, w.args)
+
+
+def test_conflicting_annotations_raise():
+    w = elementwise2d(3, 7)
+    s = w.schedule()
+    s[w.C].vectorize(w.C.op.axis[1])
+    with pytest.raises(ScheduleError, match="unroll: iter_var 'j' of stage 'C' is already "
+                       "annotated 'vectorize'"):
+        s[w.C].unroll(w.C.op.axis[1])
+    with pytest.raises(ScheduleError, match="already annotated 'vectorize'"):
+        s[w.C].parallel(w.C.op.axis[1])
+
+
+def test_annotating_placeholder_raises():
+    w = elementwise2d(3, 7)
+    s = w.schedule()
+    with pytest.raises(ScheduleError, match="stage 'A' is a placeholder"):
+        s[w.A].vectorize(w.C.op.axis[1])
+
+
+# ------------------------------------------------------------------------------- unroll
+def test_unroll_structure():
+    w = elementwise2d(3, 7)
+    s = w.schedule()
+    jo, ji = s[w.C].split(w.C.op.axis[1], factor=3)
+    s[w.C].unroll(ji)
+    text = lowered(s, w.args)
+    heads = loop_headers(s, w.args)
+    assert not any("j.inner" in h for h in heads)  # full tiles unrolled
+    assert "C[i, (3 * j.outer)] =" in text and "C[i, ((3 * j.outer) + 2)] =" in text
+    assert "C[i, 6] =" in text                      # the partial tile (7 = 2*3 + 1)
+
+
+@pytest.mark.parametrize("factor", [1, 2, 3, 5])
+def test_unroll_numeric(factor, backend):
+    m, n = sizes_for(backend, (3, 11), (29, 101))
+    w = elementwise2d(m, n)
+    s = w.schedule()
+    jo, ji = s[w.C].split(w.C.op.axis[1], factor=factor)
+    s[w.C].unroll(ji)
+    s[w.B].unroll(w.B.op.axis[0])
+    w.check(s, backend)
+
+
+def test_unroll_reduction_axis_numeric(backend):
+    w = matmul(3, 4, 5)
+    s = w.schedule()
+    s[w.C].unroll(w.r)
+    assert not any(h.startswith("for k") for h in loop_headers(s, w.args))
+    w.check(s, backend)
+
+
+# ----------------------------------------------------------------------------- parallel
+def test_parallel_structure():
+    w = elementwise2d(10, 5)
+    s = w.schedule()
+    io, ii = s[w.C].split(w.C.op.axis[0], factor=4)
+    s[w.C].parallel(io)
+    assert "for i.outer in parallel(0, 3):" in loop_headers(s, w.args)
+
+
+def test_nested_parallel_runs_serially():
+    w = elementwise2d(4, 5)
+    s = w.schedule()
+    s[w.C].parallel(w.C.op.axis[0])
+    s[w.C].parallel(w.C.op.axis[1])
+    heads = loop_headers(s, w.args)
+    assert "for i in parallel(0, 4):" in heads
+    assert "for j in range(0, 5):" in heads
+
+
+def test_parallel_numeric(backend):
+    m, n = sizes_for(backend, (7, 5), (127, 129))
+    w = elementwise2d(m, n)
+    s = w.schedule()
+    io, ii = s[w.C].split(w.C.op.axis[0], factor=3)
+    s[w.C].parallel(io)
+    s[w.B].parallel(w.B.op.axis[0])
+    w.check(s, backend)
+
+
+def test_parallel_matmul_numeric(backend):
+    m, n, k = sizes_for(backend, (5, 4, 3), (127, 129, 131))
+    w = matmul(m, n, k)
+    s = w.schedule()
+    f = s[w.C].fuse(*w.C.op.axis)
+    s[w.C].parallel(f)
+    w.check(s, backend)
+
+
+def test_parallel_spatial_inside_reduction_loop_is_legal(backend):
+    w = matmul(5, 4, 3)
+    s = w.schedule()
+    i, j = w.C.op.axis
+    s[w.C].reorder(w.r, i, j)
+    s[w.C].parallel(i)
+    assert "for i in parallel(0, 5):" in loop_headers(s, w.args)
+    w.check(s, backend)
+
+
+def test_parallel_reduction_axis_raises_with_pair():
+    w = matmul(3, 4, 5)
+    s = w.schedule()
+    ko, ki = s[w.C].split(w.r, factor=2)
+    s[w.C].parallel(ko)
+    with pytest.raises(ScheduleError, match=r"parallel: loop 'k.outer' of stage 'C' carries a "
+                       r"dependence; its iterations must be independent\n  Violating pair: "
+                       r"C.update\[i=\d, j=\d, k=\d\] -> C.update\[i=\d, j=\d, k=\d\]"
+                       r"(.|\n)*hint: .*rfactor"):
+        lowered(s, w.args)
+
+
+# ------------------------------------------------------------------------------- pragma
+def test_pragma_parallel_launch_point_structure():
+    w = elementwise2d(10, 5)
+    s = w.schedule()
+    io, ii = s[w.C].split(w.C.op.axis[0], factor=4)
+    s[w.C].pragma(io, "parallel_launch_point")
+    assert "for i.outer in parallel(0, 3):  # pragma parallel_launch_point" in \
+        loop_headers(s, w.args)
+    assert s[w.C].pragmas[io] == (("parallel_launch_point", None),)
+
+
+@pytest.mark.parametrize("kind, loop_kind", [("parallel", "parallel"), ("unroll", None),
+                                             ("vectorize", "vectorized")])
+def test_pragma_maps_onto_annotation(kind, loop_kind, backend):
+    w = elementwise2d(4, 6)
+    s = w.schedule()
+    s[w.C].pragma(w.C.op.axis[1 if kind == "vectorize" else 0], kind)
+    heads = loop_headers(s, w.args)
+    if loop_kind == "parallel":
+        assert any(h.startswith("for i in parallel(0, 4):") for h in heads)
+    elif loop_kind == "vectorized":
+        assert any(h.startswith("for j in vectorized(0, 6):") for h in heads)
+    else:
+        assert not any(h.startswith("for i ") for h in heads[-2:])
+    w.check(s, backend)
+
+
+def test_unknown_pragma_raises():
+    w = elementwise2d(4, 6)
+    s = w.schedule()
+    with pytest.raises(ScheduleError, match=r"pragma: unknown pragma 'auto_unroll_max_step' on "
+                       r"iter_var 'i' of stage 'C'; expected one of \['parallel', "
+                       r"'parallel_launch_point', 'unroll', 'vectorize'\]"):
+        s[w.C].pragma(w.C.op.axis[0], "auto_unroll_max_step", 16)
+
+
+def test_unknown_pragma_on_foreign_axis_names_the_axis_problem():
+    w = elementwise2d(4, 6)
+    s = w.schedule()
+    with pytest.raises(ScheduleError, match="is not an axis of stage 'C'"):
+        s[w.C].pragma(w.B.op.axis[0], "nonsense")
