@@ -168,6 +168,7 @@ class Stage:
             given, or not a positive int.
         """
         parent = self._leaf("split", parent)
+        self._check_not_annotated("split", parent)
         if (factor is None) == (nparts is None):
             self._fail("split", "give exactly one of factor= and nparts=",
                        f"got factor={factor!r}, nparts={nparts!r}")
@@ -183,19 +184,25 @@ class Stage:
         self.relations.append(Split(parent, outer, inner, f, nparts or 0))
         k = self.leaf_iter_vars.index(parent)
         self.leaf_iter_vars[k:k + 1] = [outer, inner]
-        self._move_annotation(parent, outer)
+        self._move_attach(parent, inner)
         self._record("split", parent, **({"factor": factor} if factor is not None
                                           else {"nparts": nparts}))
         return outer, inner
 
-    def _move_annotation(self, old: IterVar, new: IterVar) -> None:
-        if old in self.annotations:
-            self.annotations[new] = self.annotations.pop(old)
-        if old in self.pragmas:
-            self.pragmas[new] = self.pragmas.pop(old)
-        for st in self.schedule.stages:
-            if st.attach_stage is self and st.attach_ivar is old:
-                st.attach_ivar = new
+    def _check_not_annotated(self, primitive: str, iv: IterVar) -> None:
+        kind = self.annotations.get(iv)
+        if kind is not None:
+            self._fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} is annotated "
+                       f"{kind!r}", f"{primitive} loops before annotating them")
+
+    def _attached_at(self, iv: IterVar) -> list[Stage]:
+        return [st for st in self.schedule.stages
+                if st.attach_stage is self and st.attach_ivar is iv]
+
+    def _move_attach(self, old: IterVar, new: IterVar) -> None:
+        # the stages computed inside `old` stay inside each iteration of `new`
+        for st in self._attached_at(old):
+            st.attach_ivar = new
 
     def tile(self, x_parent: IterVar, y_parent: IterVar, x_factor: int, y_factor: int
              ) -> tuple[IterVar, IterVar, IterVar, IterVar]:
@@ -228,6 +235,13 @@ class Stage:
         ivs = [self._leaf("fuse", a) for a in args]
         if len(ivs) == 1:
             return ivs[0]
+        for iv in ivs:
+            self._check_not_annotated("fuse", iv)
+        for iv in ivs[:-1]:
+            for st in self._attached_at(iv):
+                self._fail("fuse", f"stage {st.name!r} is computed at {iv.name!r}, which is "
+                           f"not the innermost of the fused loops",
+                           "fuse first, then compute_at the fused loop")
         n = len(self.schedule.trace)
         cur = ivs[0]
         for nxt in ivs[1:]:
@@ -251,6 +265,7 @@ class Stage:
         fused = self._new_iv(f"{outer.name}.{inner.name}.fused", ext, outer)
         self.relations.append(Fuse(outer, inner, fused))
         self.leaf_iter_vars[lo:li + 1] = [fused]
+        self._move_attach(inner, fused)
         return fused
 
     def reorder(self, *args: IterVar) -> None:

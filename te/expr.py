@@ -86,6 +86,9 @@ class ExprOp:
 
     def __neg__(self):
         e = self._expr()
+        if dt.is_float(e.dtype):
+            # IEEE negation flips the sign of zero: -(+0.0) is -0.0, which 0 - x is not
+            return binary("mul", e, Const(e.dtype, -1.0))
         return binary("sub", Const(e.dtype, 0), e)
 
     def __pos__(self):

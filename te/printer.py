@@ -50,6 +50,9 @@ class ExprPrinter:
         return f"{e.dtype}({self(e.value)})"
 
     def print_Binary(self, e: Binary) -> str:
+        if e.op == "mul" and isinstance(e.b, Const) and e.b.value == -1 and \
+                isinstance(e.b.value, float):
+            return f"(-{self(e.a)})"  # float negation is built as x * -1.0 (exact in IEEE)
         if e.op in _INFIX:
             return f"({self(e.a)} {_INFIX[e.op]} {self(e.b)})"
         return f"{e.op}({self(e.a)}, {self(e.b)})"

@@ -142,8 +142,6 @@ def test_fuse_already_fused_axis_raises():
         s[B].split(B.op.axis[0], factor=2)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: fuse keeps the annotation of a fused-away axis; "
-                   "lower then crashes with a bare ValueError in validate_schedule")
 def test_fuse_of_annotated_axis_is_refused_or_carried():
     w = elementwise2d(3, 5)
     s = w.schedule()
@@ -158,8 +156,6 @@ def test_fuse_of_annotated_axis_is_refused_or_carried():
     check(out, w.ref)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: fusing the loop a stage is computed at leaves a "
-                   "dangling attach point; lower crashes with a bare ValueError in build_model")
 def test_fuse_of_attach_axis_is_refused_or_carried():
     w = elementwise2d(3, 5)
     s = w.schedule()

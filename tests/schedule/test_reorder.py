@@ -72,8 +72,6 @@ def test_reorder_reduce_between_spatial(backend):
     w.check(s, backend)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: reorder of two reduction loops of a commutative "
-                   "sum (k.inner outside k.outer) is refused as a dependence violation")
 def test_reorder_split_reduce_axis_inner_outside(backend):
     w = matmul(4, 5, 6)
     s = w.schedule()
@@ -82,8 +80,6 @@ def test_reorder_split_reduce_axis_inner_outside(backend):
     w.check(s, backend)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: swapping two reduce axes of a sum "
-                   "(te.sum(..., axis=[k1, k2]) with reorder(k2, k1)) is refused")
 def test_reorder_two_reduce_axes(backend):
     A = te.placeholder((5, 6), name="A")
     k1 = te.reduce_axis((0, 5), "k1")
