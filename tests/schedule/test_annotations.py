@@ -256,3 +256,28 @@ def test_unknown_pragma_on_foreign_axis_names_the_axis_problem():
     s = w.schedule()
     with pytest.raises(ScheduleError, match="is not an axis of stage 'C'"):
         s[w.C].pragma(w.B.op.axis[0], "nonsense")
+
+
+def _sum2(m=4, k1=3, k2=5):
+    from helpers import rand
+    from polytile import te
+    A = te.placeholder((m, k1, k2), name="A")
+    r1 = te.reduce_axis((0, k1), "k1")
+    r2 = te.reduce_axis((0, k2), "k2")
+    C = te.compute((m,), lambda i: te.sum(A[i, r1, r2], axis=[r1, r2]), name="C")
+    return A, C, r1, r2, rand((m, k1, k2))
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: after reorder(k2, k1) of a 2-axis sum, "
+                   "vectorize(k1) is accepted (legality uses last-writer dependences of the "
+                   "original order) and LLVM computes a wrong sum")
+@pytest.mark.parametrize("kind", ["vectorize", "parallel"])
+def test_annotation_of_reordered_reduction_axis_raises(kind):
+    from polytile import te
+    A, C, r1, r2, _ = _sum2()
+    s = te.create_schedule(C.op)
+    s[C].reorder(C.op.axis[0], r2, r1)
+    getattr(s[C], kind)(r1)
+    with pytest.raises(ScheduleError, match=f"{kind}: loop 'k1' of stage 'C' carries a "
+                       "dependence"):
+        lowered(s, [A, C])
