@@ -12,14 +12,15 @@ from __future__ import annotations
 import islpy as isl
 
 from polytile.errors import InternalError
-from polytile.te.expr import Binary, Cast, Cmp, Const, Expr, Var, logical_and
+from polytile.te.expr import Binary, Cast, Cmp, Const, Expr, Var
 from polytile.te.visitor import ExprMutator, substitute
 
 from . import isl_util as iu
-from .loop_ir import (Buffer, For, IfThenElse, LetStmt, Load, Stmt, Store, seq)
+from .loop_ir import (Buffer, For, IfThenElse, LetStmt, Load, Stmt, Store, Sync, seq)
 from .model import LoopNode, Model, PolyStmt
 
-_KIND = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"}
+_KIND = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled",
+         "bind:vthread": "unrolled"}
 
 
 class _Hook:
@@ -40,8 +41,6 @@ class _Hook:
             call = node.user_get_expr()
             name = call.get_op_arg(0).get_id().get_name()
             st = self.model.stmts[name]
-            coords = [iu.ast_expr(call.get_op_arg(k), self.var_of)
-                      for k in range(1, call.get_op_n_arg())]
             it_map = isl.PwMultiAff.from_map(
                 isl.Map.from_union_map(build.get_schedule()).reverse())
             idx = {}
@@ -49,17 +48,26 @@ class _Hook:
                 acc = build.access_from_pw_multi_aff(pma.pullback_pw_multi_aff(it_map))
                 idx[key] = tuple(iu.ast_expr(acc.get_op_arg(k), self.var_of)
                                  for k in range(1, acc.get_op_n_arg()))
-            self.info.append((st, coords, idx))
+            guard = None
+            if st.guard is not None:
+                guard = iu.ast_expr(build.expr_from_set(st.guard.preimage_pw_multi_aff(it_map)),
+                                    self.var_of)
+            self.info.append((st, idx, guard))
             return node.set_annotation(isl.Id(f"U{len(self.info) - 1}"))
         except BaseException as exc:  # islpy swallows callback exceptions: keep it
             self.errors.append(exc)
             return node
 
 
-def generate_ast(model: Model, sched: isl.Schedule) -> Stmt:
-    """Generate the AST of ``sched`` and convert it into a loop-IR statement."""
+def generate_ast(model: Model, sched: isl.Schedule, context: str = "{ : }",
+                 env: dict | None = None) -> Stmt:
+    """Generate the AST of ``sched`` and convert it into a loop-IR statement.
+
+    ``context`` is the isl set of parameter values (GPU hardware indices and their
+    ranges); ``env`` maps parameter names to the loop-IR variables that hold them.
+    """
     hook = _Hook(model)
-    build = isl.AstBuild.from_context(isl.Set("{ : }"))
+    build = isl.AstBuild.from_context(isl.Set(context))
     build, _keep = build.set_at_each_domain(hook)
     try:
         ast = build.node_from_schedule(sched)
@@ -69,7 +77,7 @@ def generate_ast(model: Model, sched: isl.Schedule) -> Stmt:
         raise InternalError(f"isl AST generation failed: {exc}") from exc
     if hook.errors:
         raise hook.errors[0]
-    return _Converter(model, hook).convert(ast, {}, None)
+    return _Converter(model, hook).convert(ast, dict(env or {}), None)
 
 
 class _Converter:
@@ -85,8 +93,16 @@ class _Converter:
             return seq(*[self.convert(ch.get_at(k), env, pending)
                          for k in range(ch.n_ast_node())])
         if t == NT.mark:
-            key = int(node.mark_get_id().get_name()[1:])
-            return self.convert(node.mark_get_node(), env, self.model.loops[key])
+            name = node.mark_get_id().get_name()
+            if name[0] == "A":   # the code of an attached stage
+                plan = self.model.plans[int(name[1:])]
+                body = self.convert(node.mark_get_node(), env, pending)
+                if plan.buffer.scope == "shared":
+                    # written by some threads, read by others: barrier before (the previous
+                    # iteration's readers are done) and after (the writes are visible)
+                    return seq(Sync("shared"), body, Sync("shared"))
+                return body
+            return self.convert(node.mark_get_node(), env, self.model.loops[int(name[1:])])
         if t == NT.if_:
             cond = self.expr(node.if_get_cond(), env)
             then = self.convert(node.if_get_then_node(), env, pending)
@@ -124,11 +140,13 @@ class _Converter:
         return For(v, init, extent, kind, body, step, pragmas)
 
     def convert_user(self, node: isl.AstNode, env: dict) -> Stmt:
-        st, coords, idx = self.hook.info[int(node.get_annotation().get_name()[1:])]
+        st, idx, guard = self.hook.info[int(node.get_annotation().get_name()[1:])]
         mapping = {ph: env[name] for name, ph in self.hook.placeholders.items() if name in env}
-        coords = [substitute(c, mapping) for c in coords]
         idx = {k: tuple(substitute(i, mapping) for i in v) for k, v in idx.items()}
-        return make_store(st, coords, idx, self.model)
+        out = make_store(st, idx, self.model)
+        if guard is not None:
+            out = IfThenElse(substitute(guard, mapping), out, None)
+        return out
 
 
 class _Body(ExprMutator):
@@ -163,28 +181,9 @@ def _to_index(e: Expr) -> Expr:
     return Cast("int64", e)
 
 
-def _in_range(e: Expr, lo: int, hi: int) -> list:
-    return [Cmp("bool", "ge", e, Const("int64", lo)), Cmp("bool", "lt", e, Const("int64", hi))]
-
-
-def _guard(st: PolyStmt, coords: list, ax: tuple) -> Expr:
-    """The exact-domain condition of a padded statement (see ``model``): every axis
-    inside its range, and for an attached stage every region coordinate inside the
-    region's box."""
-    p = st.plan
-    ivs = p.root_axes if st.kind == "update" else list(p.stage.op.axis)
-    conds: list = []
-    for iv, e in zip(ivs, ax):
-        conds += _in_range(e, iv.dom.min, iv.dom.min + iv.dom.extent)
-    if p.attach is not None:
-        own = coords[p.prefix_len:p.prefix_len + len(p.axis_vars)]
-        for e, ext in zip(own, p.buffer.shape):
-            conds += _in_range(e, 0, ext)
-    return logical_and(*conds)
-
-
-def make_store(st: PolyStmt, coords: list, idx: dict, model: Model) -> Stmt:
-    """The loop-IR statement of one instance of ``st`` at iteration ``coords``."""
+def make_store(st: PolyStmt, idx: dict, model: Model) -> Stmt:
+    """The loop-IR statement of one instance of ``st``, given the index expressions
+    ``idx`` of its accesses (and of its axis values, key ``"ax"``)."""
     p = st.plan
     ax = idx["ax"]
     own_vars = p.axis_vars + (p.reduce_vars if st.kind == "update" else [])
@@ -203,6 +202,4 @@ def make_store(st: PolyStmt, coords: list, idx: dict, model: Model) -> Stmt:
         out = Store(buf, widx, red.combiner.combine(acc, body.visit(red.source)))
         if red.condition is not None:
             out = IfThenElse(body.visit(red.condition), out, None)
-    if st.guarded:
-        out = IfThenElse(_guard(st, coords, ax), out, None)
     return out

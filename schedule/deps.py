@@ -154,7 +154,8 @@ def _check_order(model: Model, deps: dict) -> None:
                 for (pos, node) in zip(seqpos + [k], chain + [None]):
                     vals.append(str(pos))
                     if node is not None:
-                        vals.append(f"({node.stmts[n]})")
+                        # a shared buffer does not depend on the thread loops it sits in
+                        vals.append(f"({node.stmts[n]})" if n in node.stmts else "0")
                 vec[n] = vals
             else:
                 walk(n.children, chain + [n], seqpos + [k])

@@ -3,11 +3,13 @@
 Used as a test oracle for lowering (does the loop nest compute the compute definition?)
 and for debugging a schedule without compiling it. Loads and stores check bounds, so an
 out-of-range access raises ``IndexError`` instead of reading garbage; vectorized, parallel
-and unrolled loops run serially.
+and unrolled loops run serially. GPU kernels run block by block, the threads of a block
+interleaved at barriers, with ``shared`` buffers per block and ``local`` ones per thread.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -15,8 +17,8 @@ import numpy as np
 from polytile.te import dtype as dt
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select, Var)
 
-from .loop_ir import (Allocate, Buffer, Evaluate, For, IfThenElse, LetStmt, Load, PrimFunc,
-                      Seq, Stmt, Store)
+from .loop_ir import (Allocate, Buffer, Evaluate, For, IfThenElse, KernelLaunch, LetStmt, Load,
+                      PrimFunc, Seq, Stmt, Store, Sync)
 
 _MATH = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log10": np.log10,
@@ -40,6 +42,7 @@ class _Interp:
     def __init__(self):
         self.env: dict = {}
         self.mem: dict = {}
+        self.block_mem: dict | None = None   # shared buffers of the current GPU block
 
     def expr(self, e: Expr):
         t = type(e)
@@ -105,17 +108,18 @@ class _Interp:
                  "min": lambda: np.minimum(a, b), "max": lambda: np.maximum(a, b)}[op]()
         return _cast(r, e.dtype)
 
-    def stmt(self, s: Stmt) -> None:
+    def stmt(self, s: Stmt):
+        """Execute ``s``; a generator that yields at every ``Sync`` (GPU barrier)."""
         t = type(s)
         if t is Seq:
             for x in s.stmts:
-                self.stmt(x)
+                yield from self.stmt(x)
         elif t is For:
             lo = int(self.expr(s.min))
             hi = lo + int(self.expr(s.extent))
             for v in range(lo, hi, s.step):
                 self.env[s.var] = np.int64(v)
-                self.stmt(s.body)
+                yield from self.stmt(s.body)
         elif t is Store:
             arr = self.mem[id(s.buffer)]
             idx = tuple(int(self.expr(i)) for i in s.indices)
@@ -127,20 +131,66 @@ class _Interp:
             flat[idx] = self.expr(s.value)
         elif t is IfThenElse:
             if bool(self.expr(s.cond)):
-                self.stmt(s.then_case)
+                yield from self.stmt(s.then_case)
             elif s.else_case is not None:
-                self.stmt(s.else_case)
+                yield from self.stmt(s.else_case)
         elif t is LetStmt:
             self.env[s.var] = self.expr(s.value)
-            self.stmt(s.body)
+            yield from self.stmt(s.body)
         elif t is Allocate:
             b: Buffer = s.buffer
-            self.mem[id(b)] = np.full(b.shape, _poison(b.dtype), dtype=dt.to_numpy(b.dtype))
-            self.stmt(s.body)
+            if b.scope == "shared" and self.block_mem is not None:
+                if id(b) not in self.block_mem:
+                    self.block_mem[id(b)] = _fresh(b)
+                self.mem[id(b)] = self.block_mem[id(b)]
+            else:
+                self.mem[id(b)] = _fresh(b)
+            yield from self.stmt(s.body)
         elif t is Evaluate:
             self.expr(s.value)
+        elif t is Sync:
+            if self.block_mem is None:
+                raise RuntimeError("interpreter: sync outside a kernel")
+            yield
+        elif t is KernelLaunch:
+            self.launch(s)
         else:
             raise TypeError(f"interpreter: unsupported statement {t.__name__}")
+
+    def launch(self, k: KernelLaunch) -> None:
+        """Run every block; inside a block, all threads advance from barrier to barrier
+        together, so shared-memory races are resolved as on the device (and a barrier
+        that not all threads reach is reported)."""
+        tags = {tag: v for v, tag in k.thread_vars}
+        for bz, by, bx in itertools.product(*(range(n) for n in reversed(k.grid))):
+            block: dict = {}
+            threads = []
+            for tz, ty, tx in itertools.product(*(range(n) for n in reversed(k.block))):
+                th = _Interp()
+                th.mem = dict(self.mem)
+                th.env = dict(self.env)
+                th.block_mem = block
+                vals = {"blockIdx.x": bx, "blockIdx.y": by, "blockIdx.z": bz,
+                        "threadIdx.x": tx, "threadIdx.y": ty, "threadIdx.z": tz}
+                for tag, v in tags.items():
+                    th.env[v] = np.int64(vals[tag])
+                threads.append(th.stmt(k.body))
+            while threads:
+                alive = []
+                for g in threads:
+                    try:
+                        next(g)
+                        alive.append(g)
+                    except StopIteration:
+                        pass
+                if alive and len(alive) != len(threads):
+                    raise RuntimeError(f"kernel {k.name}: a barrier is not reached by every "
+                                       f"thread of block ({bx}, {by}, {bz})")
+                threads = alive
+
+
+def _fresh(b: Buffer) -> np.ndarray:
+    return np.full(b.shape, _poison(b.dtype), dtype=dt.to_numpy(b.dtype))
 
 
 def _poison(dtype: str):
@@ -165,4 +215,5 @@ def run(func: PrimFunc, *args) -> None:
             it.mem[id(p)] = a
         else:
             it.env[p] = _cast(a, p.dtype)
-    it.stmt(func.body)
+    for _ in it.stmt(func.body):
+        raise RuntimeError("interpreter: sync outside a kernel")

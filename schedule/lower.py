@@ -22,12 +22,15 @@ from polytile.te.visitor import collect
 
 from .astgen import generate_ast
 from .deps import check_legality
-from .loop_ir import PrimFunc, stmt_exprs, walk_stmts
+from .gpu import check_shared_memory, kernels
+from .loop_ir import KernelLaunch, PrimFunc, seq, stmt_exprs, walk_stmts
 from .model import build_model
-from .passes.loops import legalize_vector_loops, serialize_nested_parallel, unroll
+from .passes.loops import (dedup_syncs, legalize_vector_loops, serialize_nested_parallel,
+                           unroll)
 from .passes.simplify import simplify
 from .passes.storage import allocate_intermediates, flatten_storage
 from .schedule import Schedule
+from .tree import build_schedule
 from .validate import validate_schedule
 
 log = logging.getLogger("polytile.lower")
@@ -39,6 +42,7 @@ PASSES = (
     ("unroll", unroll),
     ("simplify", simplify),
     ("serialize_nested_parallel", serialize_nested_parallel),
+    ("dedup_syncs", dedup_syncs),
 )
 
 
@@ -69,22 +73,40 @@ def lower(sch: Schedule, args, name: str = "main") -> PrimFunc:
     """
     t0 = time.perf_counter()
     validate_schedule(sch)
-    model = build_model(sch, args)
+    gpu = uses_gpu(sch)
+    model = build_model(sch, args, padded=gpu)
     check_legality(model)
-    body = generate_ast(model, _tree(model))
-    for pname, fn in PASSES:
-        body = fn(body)
-        log.debug("after %s:\n%s", pname, body)
+    if gpu:
+        body = seq(*[_lower_kernel(model, k, f"{name}_kernel{i}")
+                     for i, k in enumerate(kernels(model))])
+    else:
+        body = _passes(generate_ast(model, build_schedule(model)))
     _check_free_vars(body, model.params)
     func = allocate_intermediates(PrimFunc(name, tuple(model.params), body))
     log.debug("lowered %s in %.3f s", name, time.perf_counter() - t0)
     return func
 
 
-def _tree(model):
-    from .tree import build_schedule
+def _passes(body):
+    for pname, fn in PASSES:
+        body = fn(body)
+        log.debug("after %s:\n%s", pname, body)
+    return body
 
-    return build_schedule(model)
+
+def uses_gpu(sch: Schedule) -> bool:
+    """True when some loop is bound to a GPU index: the program is lowered to kernels."""
+    return any(kind.startswith("bind:") for st in sch.stages for kind in st.annotations.values())
+
+
+def _lower_kernel(model, kernel, name: str) -> KernelLaunch:
+    check_shared_memory(model, kernel)
+    env = kernel.thread_vars()
+    body = _passes(generate_ast(model, build_schedule(model, kernel.nodes), kernel.context(),
+                                env))
+    used = {id(v) for x in walk_stmts(body) for e in stmt_exprs(x) for v in collect(e, Var)}
+    tvars = tuple((v, v.name) for v in env.values() if id(v) in used)
+    return KernelLaunch(name, kernel.grid, kernel.block, tvars, body)
 
 
 def finalize(func: PrimFunc) -> PrimFunc:
@@ -97,10 +119,11 @@ def _check_free_vars(body, params) -> None:
 
     bound = {id(p) for p in params if isinstance(p, Var)}
     for s in walk_stmts(body):
-        for attr in ("var",):
-            v = getattr(s, attr, None)
-            if isinstance(v, Var):
-                bound.add(id(v))
+        v = getattr(s, "var", None)
+        if isinstance(v, Var):
+            bound.add(id(v))
+        if isinstance(s, KernelLaunch):
+            bound.update(id(v) for v, _ in s.thread_vars)
     for s in walk_stmts(body):
         for e in stmt_exprs(s):
             for v in collect(e, Var):

@@ -61,7 +61,8 @@ class PolyStmt:
     """An isl statement: ``kind`` is ``compute``, ``init`` or ``update``.
 
     ``domain`` is what the loops enumerate, ``exact`` the instances that really execute
-    (equal unless the stage is padded; then ``guarded`` is True). ``sched[j]`` is the
+    (equal unless the stage is padded; then ``guard`` is the condition, in isl, that
+    separates them). ``sched[j]`` is the
     value of the ``j``-th enclosing loop (``None`` where the statement does not depend
     on it, e.g. a shared buffer under a thread loop). ``axis_map`` maps an instance to
     the values of the compute's axes (then reduce axes, for ``update``).
@@ -76,10 +77,13 @@ class PolyStmt:
     sched: list = field(default_factory=list)
     accesses: dict = field(default_factory=dict)     # key -> (Buffer, PwMultiAff)
     axis_map: isl.PwMultiAff | None = None
-    guarded: bool = False
+    guard: isl.Set | None = None      # padded statements: the exact domain, given the loops
 
     def tuple(self) -> str:
         return iu.tuple_str(self.name, self.dims)
+
+    def __repr__(self) -> str:
+        return f"PolyStmt({self.name}, {self.plan.name}.{self.kind})"
 
 
 @dataclass(eq=False)
@@ -103,11 +107,16 @@ class StagePlan:
     leaf_aff: dict = field(default_factory=dict)
     stmts: list[PolyStmt] = field(default_factory=list)
     lo: isl.PwMultiAff | None = None  # region origin per prefix (attached stages)
+    region: tuple = ()                # the region's box extents (attached stages)
     footprint: isl.Map | None = None  # prefix -> region (attached stages)
+    exact_region: isl.Map | None = None  # prefix -> elements really read
 
     @property
     def name(self) -> str:
         return self.stage.name
+
+    def __repr__(self) -> str:
+        return f"StagePlan({self.name})"
 
     @property
     def is_reduction(self) -> bool:
@@ -161,6 +170,9 @@ class LoopNode:
     @property
     def iter_var(self) -> IterVar:
         return self.plan.leaves[self.position]
+
+    def __repr__(self) -> str:
+        return f"LoopNode({self.plan.name}.{self.iter_var.name})"
 
     @property
     def annotation(self) -> str | None:
@@ -438,7 +450,7 @@ def build_model(sch: Schedule, args, *, padded: bool = False) -> Model:
     # to it, and a region needs the domains of all the stage's consumers
     order = list(reversed(plans))
     for p in order:
-        _set_prefix(p)
+        _set_prefix(p, padded)
     for p in plans:
         _check_scope(p, consumers[id(p)])
     for p in order:
@@ -524,12 +536,16 @@ def _is_thread_tag(tag: str | None) -> bool:
     return tag is not None and (tag.startswith("threadIdx") or tag == "vthread")
 
 
-def _set_prefix(p: StagePlan) -> None:
+def _set_prefix(p: StagePlan, gpu: bool) -> None:
     if p.attach is None:
         p.prefix, p.prefix_dims = [], []
         return
     tp, pos = p.attach
     p.prefix = tp.prefix + [(tp, k) for k in range(pos + 1)]
+    if gpu and not p.stage.scope:
+        from .gpu import default_scope
+
+        p.scope = default_scope(p)
     # a shared buffer holds the region of a whole block: relax thread loops (TVM)
     relax = p.scope == "shared"
     p.prefix_dims = [j for j, (q, k) in enumerate(p.prefix)
@@ -578,12 +594,14 @@ def _make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
     op = p.stage.op
     root = {iv: (iv.dom.min, iv.dom.extent) for iv in p.root_axes}
     if p.attach is not None:
-        _region(p, consumers)
+        _region(p, consumers, padded)
         ext = _extents(p.footprint, len(p.axis_vars))
+        p.region = tuple(ext)
         for iv, e in zip(op.axis, ext):
             root[iv] = (0, e)
         t = op.output(0)
-        p.buffer = Buffer(p.buffer.name, tuple(ext), t.dtype, p.buffer.scope)
+        scope = p.scope if padded and p.scope in ("shared", "local") else p.buffer.scope
+        p.buffer = Buffer(p.buffer.name, _aligned(p, ext), t.dtype, scope)
     p.ranges = iter_ranges(p.stage, root)
     p.leaf_aff = leaf_affines(p.stage, {iv: f"d{k}" for k, iv in enumerate(p.root_axes)},
                               p.ranges)
@@ -614,7 +632,7 @@ def _domain(p: StagePlan, st: PolyStmt, padded: bool) -> None:
         exact = isl.Set(f"{{ {st.tuple()} : {_own_exact(p, st.kind)} }}")
         st.axis_map = isl.PwMultiAff(f"{{ {st.tuple()} -> AX[{', '.join(own)}] }}")
     else:
-        rel = p.footprint.reset_tuple_id(isl.dim_type.out).sum(
+        rel = p.exact_region.reset_tuple_id(isl.dim_type.out).sum(
             isl.Map.from_pw_multi_aff(p.lo.neg()))
         flat = rel.wrap().flatten()
         if st.kind == "update":
@@ -642,14 +660,18 @@ def _domain(p: StagePlan, st: PolyStmt, padded: bool) -> None:
     else:
         full = box
     st.domain = full.set_tuple_name(st.name)
-    st.guarded = not st.domain.is_subset(exact)
+    if not st.domain.is_subset(exact):
+        st.guard = exact.gist(st.domain)
 
 
-def _region(p: StagePlan, consumers: list[StagePlan]) -> None:
-    """Set ``p.footprint`` (prefix -> region, in tensor coordinates) and ``p.lo``."""
-    m = p.prefix_len
-    needed = None
-    tp, pos = p.attach
+def _region(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
+    """Set ``p.footprint`` (prefix -> region, in tensor coordinates), ``p.exact_region``
+    (the elements really read) and ``p.lo`` (the region's origin per prefix).
+
+    Padded (GPU): the region is what the consumers' padded loops would read, not clipped
+    to the tensor, so that every prefix has a region of the same shape; the statements of
+    ``p`` are then guarded by the exact region."""
+    needed = exact = None
     for c in consumers:
         for st in c.stmts:
             if st.kind not in _stmt_kinds_reading(c, p):
@@ -668,20 +690,46 @@ def _region(p: StagePlan, consumers: list[StagePlan]) -> None:
                     _fail("compute_at", f"stage {c.name!r} reads {p.name!r} at a non-affine "
                           f"index {rd.node}", f"attach only stages read with affine indices "
                           f"(or compute {p.name!r} at root)")
-                acc = _access(c, st, rd.indices, "T")
-                need = pre.reverse().apply_range(
-                    isl.Map.from_pw_multi_aff(acc).intersect_domain(st.exact))
-                needed = need if needed is None else needed.union(need)
-    if needed is None:
+                acc = isl.Map.from_pw_multi_aff(_access(c, st, rd.indices, "T"))
+                ex = pre.reverse().apply_range(acc.intersect_domain(st.exact))
+                exact = ex if exact is None else exact.union(ex)
+                if padded:
+                    nd = pre.reverse().apply_range(acc.intersect_domain(st.domain))
+                    needed = nd if needed is None else needed.union(nd)
+    if exact is None:
         raise InternalError(f"attached stage {p.name} has no reads")
     t = p.stage.op.output(0)
-    p.footprint = needed.intersect_range(_tensor_box(t, "T")).coalesce()
+    p.exact_region = exact.intersect_range(_tensor_box(t, "T")).coalesce()
+    p.footprint = needed.coalesce() if padded else p.exact_region
     nx = t.ndim
     lo = None
     for q in range(nx):
         one = isl.PwMultiAff.from_pw_aff(p.footprint.dim_min(q))
         lo = one if lo is None else lo.flat_range_product(one)
     p.lo = lo
+
+
+def _aligned(p: StagePlan, ext: list[int]) -> tuple:
+    """The buffer shape of an attached stage: its region's box, with dimension ``q+1``
+    padded so that the stride of dimension ``q`` is ``k*factor + offset`` for each
+    ``storage_align(axis q, factor, offset)``."""
+    shape = list(ext)
+    for q, (factor, offset) in sorted(p.stage.align.items()):
+        if q + 1 >= len(shape):
+            _fail("storage_align", f"axis {q} of stage {p.name!r} is its innermost dimension "
+                  f"(stride 1)", "align an outer axis")
+        inner = 1
+        for e in shape[q + 2:]:
+            inner *= e
+        e = shape[q + 1]
+        for pad in range(factor + 1):
+            if ((e + pad) * inner) % factor == offset:
+                shape[q + 1] = e + pad
+                break
+        else:
+            _fail("storage_align", f"no padding of axis {q + 1} of stage {p.name!r} makes the "
+                  f"stride {offset} modulo {factor}", "choose another factor/offset")
+    return tuple(shape)
 
 
 def _extents(footprint: isl.Map, nx: int) -> list[int]:

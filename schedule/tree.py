@@ -7,6 +7,11 @@ schedule gives, for every statement below it, that statement's value of the loop
 fixes their order (statements without a sequence above them would be unordered).
 Full tiles are separated from partial ones with the band ``isolate`` option where a
 vectorized or unrolled loop below needs a constant extent (PPCG/Polly-style isolation).
+
+A loop bound to a GPU block or thread index is not a band but a filter: the hardware
+index is an isl parameter (``bx``, ``tx``, ...) and each statement keeps only the instances
+whose loop value equals it (PPCG/Tensor Comprehensions-style mapping). A ``mark`` named
+``A<plan index>`` wraps the code of each attached stage (barriers go around shared ones).
 """
 
 from __future__ import annotations
@@ -17,20 +22,29 @@ from .model import LoopNode, Model, PolyStmt
 from . import isl_util as iu
 
 
-def build_schedule(model: Model) -> isl.Schedule:
-    """The isl schedule (tree form) of the whole program."""
-    sched = _seq([_node(n) for n in model.nest])
+#: isl parameter names of the hardware indices.
+PARAMS = {"blockIdx.x": "bx", "blockIdx.y": "by", "blockIdx.z": "bz",
+          "threadIdx.x": "tx", "threadIdx.y": "ty", "threadIdx.z": "tz"}
+PARAM_SPACE = "[" + ", ".join(PARAMS.values()) + "]"
+
+
+def build_schedule(model: Model, nodes: list | None = None) -> isl.Schedule:
+    """The isl schedule (tree form) of ``nodes`` (default: the whole program)."""
+    nodes = model.nest if nodes is None else nodes
+    sched = _seq([_node(n) for n in nodes])
     options: dict = {}
 
     def collect(n, anc):
         if isinstance(n, LoopNode):
-            iso = isolate_option(n, anc)
-            if iso is not None:
-                options[f"L{n.key}"] = iso
+            if n.binding not in PARAMS:
+                iso = isolate_option(n, anc)
+                if iso is not None:
+                    options[f"L{n.key}"] = iso
+                anc = anc + [n]
             for c in n.children:
-                collect(c, anc + [n])
+                collect(c, anc)
 
-    for n in model.nest:
+    for n in nodes:
         collect(n, [])
     if not options:
         return sched
@@ -59,10 +73,31 @@ def _seq(parts: list[isl.Schedule]) -> isl.Schedule:
 def _node(n) -> isl.Schedule:
     if isinstance(n, PolyStmt):
         return isl.Schedule.from_domain(iu.union_set(n.domain))
-    child = _seq([_node(c) for c in n.children])
+    kids = []
+    for c in n.children:
+        sc = _node(c)
+        if c.plan is not n.plan:   # the code of a stage attached here
+            sc = sc.get_root().child(0).insert_mark(isl.Id(f"A{c.plan.index}")).get_schedule()
+        kids.append(sc)
+    child = _seq(kids)
+    tag = n.binding
+    if tag in PARAMS:
+        pieces = [f"{st.tuple()} : ({n.stmts[st]}) = {PARAMS[tag]}" if st in n.stmts
+                  else st.tuple() for st in stmts_below(n)]
+        return child.intersect_domain(isl.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}"))
     pieces = "; ".join(f"{st.tuple()} -> [({aff})]" for st, aff in n.stmts.items())
     sch = child.insert_partial_schedule(isl.MultiUnionPwAff(f"[{{ {pieces} }}]"))
     return sch.get_root().child(0).insert_mark(isl.Id(f"L{n.key}")).get_schedule()
+
+
+def stmts_below(n) -> list[PolyStmt]:
+    """The statements of a nest node's subtree, in program order."""
+    if isinstance(n, PolyStmt):
+        return [n]
+    out: list = []
+    for c in n.children:
+        out += stmts_below(c)
+    return out
 
 
 def _nominal(node: LoopNode) -> tuple[int, int]:
@@ -124,7 +159,7 @@ def _targets(node: LoopNode, ancestors: list) -> list:
         if n.plan is node.plan and n.annotation in ("vectorize", "unroll"):
             out.append((n, anc))
         for c in n.children:
-            walk(c, anc + [n])
+            walk(c, anc if n.binding in PARAMS else anc + [n])
 
     walk(node, list(ancestors))
     return out

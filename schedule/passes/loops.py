@@ -5,7 +5,7 @@ from __future__ import annotations
 from polytile.te.expr import Const
 from polytile.te.visitor import substitute
 
-from ..loop_ir import For, Stmt, StmtMutator, seq, walk_stmts
+from ..loop_ir import For, Seq, Stmt, StmtMutator, Sync, seq, walk_stmts
 
 #: Loops marked ``unroll`` are expanded when their extent is a constant up to this bound.
 MAX_UNROLL = 256
@@ -81,3 +81,21 @@ def serialize_nested_parallel(stmt: Stmt) -> Stmt:
     """A parallel loop inside another parallel loop runs serially (one level of CPU
     threads, as TVM and OpenMP's default)."""
     return _SerialNested().visit(stmt)
+
+
+class _DedupSync(StmtMutator):
+    def visit_Seq(self, s):
+        s = self.generic_visit(s)
+        if not isinstance(s, Seq):
+            return s
+        out: list = []
+        for x in s.stmts:
+            if isinstance(x, Sync) and out and isinstance(out[-1], Sync):
+                continue
+            out.append(x)
+        return seq(*out)
+
+
+def dedup_syncs(stmt: Stmt) -> Stmt:
+    """Merge barriers that follow each other directly (one is enough)."""
+    return _DedupSync().visit(stmt)

@@ -6,8 +6,8 @@ from polytile.te import dtype as dt
 from polytile.te.expr import Binary, Cast, Const, Expr
 from polytile.te.visitor import ExprMutator
 
-from ..loop_ir import (Allocate, Buffer, For, Load, PrimFunc, Stmt, StmtMutator, Store,
-                       stmt_exprs, walk_stmts)
+from ..loop_ir import (Allocate, Buffer, For, KernelLaunch, Load, PrimFunc, Stmt,
+                       StmtMutator, Store, stmt_exprs, walk_stmts)
 
 #: Intermediate buffers up to this many bytes live on the stack; larger ones on the heap.
 STACK_LIMIT_BYTES = 64 * 1024
@@ -38,6 +38,8 @@ def allocate_intermediates(func: PrimFunc) -> PrimFunc:
     pending = [b for b in _buffers_used(func.body) if id(b) not in params]
     if not pending:
         return func
+    if any(isinstance(x, KernelLaunch) for x in walk_stmts(func.body)):
+        return _allocate_gpu(func, pending)
     scoped: dict[int, For] = {}
     for b in pending:
         loop = _single_parallel_scope(func.body, b)
@@ -66,6 +68,32 @@ def allocate_intermediates(func: PrimFunc) -> PrimFunc:
     body = _PlaceInLoops().visit(func.body)
     for b in reversed([b for b in pending if id(b) not in scoped]):
         body = Allocate(b, body)
+    body = _Rescope(final).visit(body)
+    return PrimFunc(func.name, func.params, body, func.attrs)
+
+
+def _allocate_gpu(func: PrimFunc, pending: list) -> PrimFunc:
+    """Shared and local buffers live in the kernel that uses them (per block / per
+    thread); other intermediates are device memory for the whole call."""
+    in_kernel = [b for b in pending if b.scope in ("shared", "local")]
+
+    class _Place(StmtMutator):
+        def visit_KernelLaunch(self, k: KernelLaunch):
+            used = {id(b) for b in _buffers_used(k.body)}
+            body = k.body
+            for b in reversed([b for b in in_kernel if id(b) in used]):
+                body = Allocate(b, body)
+            if body is k.body:
+                return k
+            return KernelLaunch(k.name, k.grid, k.block, k.thread_vars, body)
+
+    body = _Place().visit(func.body)
+    final = {}
+    for b in pending:
+        if b.scope not in ("shared", "local"):
+            nb = Buffer(b.name, b.shape, b.dtype, "heap")
+            final[id(b)] = nb
+            body = Allocate(nb, body)
     body = _Rescope(final).visit(body)
     return PrimFunc(func.name, func.params, body, func.attrs)
 

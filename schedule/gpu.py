@@ -1,0 +1,159 @@
+"""GPU kernels: which loops become which hardware indices, launch shapes, device limits.
+
+Every root stage (with the stages attached inside it) is one kernel. Its loops bound to
+``blockIdx.*``/``threadIdx.*`` are isl parameters (see ``tree.py``); the launch extent of
+an index is the extent of the loops bound to it, which must agree across the stages of a
+kernel. Limits checked here are those of CUDA compute capability 9.0 (CUDA C Programming
+Guide, "Technical Specifications per Compute Capability").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polytile.errors import ScheduleError, format_error
+from polytile.te import dtype as dt
+from polytile.te.expr import Var
+
+from .model import LoopNode, Model, StagePlan
+from .tree import PARAM_SPACE, PARAMS
+
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_DIM = {"x": 1024, "y": 1024, "z": 64}
+MAX_GRID_DIM = {"x": 2**31 - 1, "y": 65535, "z": 65535}
+MAX_SHARED_BYTES = 48 * 1024
+
+
+@dataclass(eq=False)
+class Kernel:
+    """One kernel: the nest nodes of one root stage and its launch shape."""
+
+    plan: StagePlan
+    nodes: list
+    extents: dict            # tag -> extent
+
+    @property
+    def grid(self) -> tuple:
+        return tuple(self.extents.get(f"blockIdx.{a}", 1) for a in "xyz")
+
+    @property
+    def block(self) -> tuple:
+        return tuple(self.extents.get(f"threadIdx.{a}", 1) for a in "xyz")
+
+    def context(self) -> str:
+        """The isl parameter context: each index within its launch extent."""
+        cons = [f"0 <= {PARAMS[t]} < {self.extents.get(t, 1)}" for t in PARAMS]
+        return f"{PARAM_SPACE} -> {{ : {' and '.join(cons)} }}"
+
+    def thread_vars(self) -> dict:
+        """isl parameter name -> loop-IR variable of the hardware index."""
+        return {PARAMS[t]: Var("int64", t) for t in PARAMS}
+
+
+def _fail(what: str, expected: str | None = None, **ctx):
+    raise ScheduleError(format_error("bind", what, expected, **ctx))
+
+
+def kernels(model: Model) -> list[Kernel]:
+    """Split the program into kernels and compute their launch shapes.
+
+    Raises
+    ------
+    ScheduleError
+        For a root stage with no bound loop, ``blockIdx`` bound inside an attached stage,
+        extents that disagree within a kernel, or launch shapes beyond the device limits.
+    """
+    groups: dict = {}
+    for n in model.nest:
+        groups.setdefault(id(n.plan), (n.plan, []))[1].append(n)
+    out = []
+    for plan, nodes in groups.values():
+        bound: dict = {}
+        for n in nodes:
+            _collect(n, bound)
+        if not bound:
+            raise ScheduleError(format_error(
+                "build", f"stage {plan.name!r} has no loop bound to a GPU index",
+                "bind its loops with s[T].bind(axis, te.thread_axis('blockIdx.x')) and "
+                "'threadIdx.x'", hint="every stage computed at the root is one CUDA kernel"))
+        extents = {}
+        for tag, uses in bound.items():
+            exts = {e for _, e in uses}
+            if len(exts) > 1:
+                desc = ", ".join(f"{e} (stage {p.name!r})" for p, e in uses)
+                _fail(f"thread axis {tag!r} is bound to loops of different extents: {desc}",
+                      "one extent per kernel: split the loops to the same size")
+            extents[tag] = exts.pop()
+        _check_limits(plan, extents)
+        out.append(Kernel(plan, nodes, extents))
+    return out
+
+
+def _collect(n, bound: dict) -> None:
+    if not isinstance(n, LoopNode):
+        return
+    tag = n.binding
+    if tag in PARAMS:
+        if n.plan.attach is not None and tag.startswith("blockIdx"):
+            _fail(f"loop {n.iter_var.name!r} of stage {n.plan.name!r} is bound to {tag!r}, "
+                  f"but the stage is computed inside another stage",
+                  "bind blockIdx only in stages computed at the root")
+        if n.iter_var.iter_type == "reduce":
+            _fail(f"reduction axis {n.iter_var.name!r} of stage {n.plan.name!r} is bound to "
+                  f"{tag!r}: cross-thread reductions are not supported in this version",
+                  "bind spatial axes", hint="rfactor the reduction, or reduce in a loop")
+        ext = n.plan.extent(n.iter_var)
+        uses = bound.setdefault(tag, [])
+        if not any(p is n.plan and e == ext for p, e in uses):
+            uses.append((n.plan, ext))
+    for c in n.children:
+        _collect(c, bound)
+
+
+def _check_limits(plan: StagePlan, extents: dict) -> None:
+    threads = 1
+    for a in "xyz":
+        t = extents.get(f"threadIdx.{a}", 1)
+        b = extents.get(f"blockIdx.{a}", 1)
+        threads *= t
+        if t > MAX_BLOCK_DIM[a]:
+            _fail(f"threadIdx.{a} of the kernel of stage {plan.name!r} has extent {t}",
+                  f"at most {MAX_BLOCK_DIM[a]}")
+        if b > MAX_GRID_DIM[a]:
+            _fail(f"blockIdx.{a} of the kernel of stage {plan.name!r} has extent {b}",
+                  f"at most {MAX_GRID_DIM[a]}")
+    if threads > MAX_THREADS_PER_BLOCK:
+        _fail(f"the kernel of stage {plan.name!r} has {threads} threads per block",
+              f"at most {MAX_THREADS_PER_BLOCK}")
+
+
+def check_shared_memory(model: Model, kernel: Kernel) -> None:
+    """The shared buffers of one kernel must fit in the static shared memory."""
+    total = 0
+    names = []
+    for p in model.plans:
+        if p.buffer.scope == "shared" and _root(p) is kernel.plan:
+            total += p.buffer.size * dt.nbytes(p.buffer.dtype)
+            names.append(p.name)
+    if total > MAX_SHARED_BYTES:
+        raise ScheduleError(format_error(
+            "cache_read", f"the kernel of stage {kernel.plan.name!r} needs {total} bytes of "
+            f"shared memory ({', '.join(names)})", f"at most {MAX_SHARED_BYTES} bytes",
+            hint="use smaller tiles"))
+
+
+def _root(p: StagePlan) -> StagePlan:
+    while p.attach is not None:
+        p = p.attach[0]
+    return p
+
+
+def default_scope(p: StagePlan) -> str:
+    """TVM's storage scope of an attached stage without one: ``local`` inside a thread
+    loop, ``shared`` inside a block loop only, else ``global``."""
+    tags = [q.binding(k) for q, k in p.prefix]
+    if any(t and (t.startswith("threadIdx") or t == "vthread") for t in tags):
+        return "local"
+    if any(t and t.startswith("blockIdx") for t in tags):
+        return "shared"
+    return "global"
