@@ -214,8 +214,8 @@ class Workload:
     tolerances); ``args``/``inputs``/``ref`` as for :func:`run_schedule`/:func:`check`.
     """
 
-    def __init__(self, out, args, inputs, ref, k=1, **stages):
-        self.out = out
+    def __init__(self, output, args, inputs, ref, k=1, **stages):
+        self.output = output
         self.args = args
         self.inputs = inputs
         self.ref = ref
@@ -229,7 +229,7 @@ class Workload:
             raise AttributeError(name) from None
 
     def schedule(self):
-        return te.create_schedule(self.out.op)
+        return te.create_schedule(self.output.op)
 
     def check(self, s, backend: str, dtype: str | None = None) -> None:
         out = run1(s, self.args, self.inputs, backend)
