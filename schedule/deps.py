@@ -1,9 +1,9 @@
 """Exact dependences and the legality of loop transformations.
 
 Dependences are computed once per stage on *program order* (the stage's axes in
-definition order, the reduction's ``init`` before its ``update`` loop), with isl's
-dataflow analysis (``UnionAccessInfo.compute_flow``): read-after-write, write-after-write
-and write-after-read. Only dependences inside one stage matter for its loops: stages are
+definition order, the reduction's ``init`` before its ``update`` loop), memory-based and
+exact: read-after-write, write-after-write and write-after-read between every pair of
+instances that touch one element. Only dependences inside one stage matter for its loops: stages are
 pure functions of their inputs, producers run before consumers by construction, and the
 buffers of attached stages are private to each iteration of their attach loop (their
 accesses are indexed by the attach prefix here, which models that privatisation).
@@ -30,9 +30,14 @@ from .model import LoopNode, Model, PolyStmt, StagePlan
 
 
 def stage_dependences(p: StagePlan) -> isl.UnionMap | None:
-    """RAW, WAW and WAR dependences among the statements of ``p`` (``None`` for a stage
-    without reduction, whose instances write distinct elements and read only other
-    tensors)."""
+    """Memory-based RAW, WAW and WAR dependences among the statements of ``p``: every pair
+    of instances that touch the same element, at least one writing, in program order
+    (``None`` for a stage without reduction, whose instances write distinct elements and
+    read only other tensors).
+
+    Memory-based rather than value-based (last writer): a parallel or vector loop must
+    not have two iterations touching one element, even when other writes lie between them
+    in program order."""
     if not p.is_reduction:
         return None
     m = p.prefix_len
@@ -50,16 +55,9 @@ def stage_dependences(p: StagePlan) -> isl.UnionMap | None:
         f"{upd.tuple()} -> [{', '.join(pre + ax + ['1'] + red)}] }}")
     dom = iu.union_set(init.exact).union(iu.union_set(upd.exact))
     w, r, order = w.intersect_domain(dom), r.intersect_domain(dom), order.intersect_domain(dom)
-
-    def flow(sink, must_src, may_src=None):
-        ai = isl.UnionAccessInfo.from_sink(sink).set_must_source(must_src)
-        if may_src is not None:
-            ai = ai.set_may_source(may_src)
-        return ai.set_schedule_map(order).compute_flow().get_may_dependence()
-
-    raw = flow(r, w)
-    false = flow(w, w, r)
-    return raw.union(false).coalesce()
+    touch = w.apply_range(w.reverse()).union(w.apply_range(r.reverse())).union(
+        r.apply_range(w.reverse()))
+    return touch.intersect(order.lex_lt_union_map(order)).coalesce()
 
 
 def _loop_maps(st: PolyStmt, chain: list) -> isl.Map:

@@ -157,7 +157,12 @@ def replay(trace: list[Step], sch: Schedule) -> Schedule:
 
     def dec(st: Stage, a):
         if isinstance(a, tuple) and a and a[0] == "iv":
-            return st.all_iter_vars[a[1]]
+            _, k, name = a
+            if not 0 <= k < len(st.all_iter_vars) or st.all_iter_vars[k].name != name:
+                raise ScheduleError(format_error(
+                    "replay", f"stage {st.name!r} has no iter_var {name!r} at position {k}",
+                    "a trace recorded on the same computation"))
+            return st.all_iter_vars[k]
         if isinstance(a, tuple) and a and a[0] == "stage":
             return stage(a[1])
         if isinstance(a, tuple) and a and a[0] == "thread":
@@ -186,9 +191,5 @@ def replay(trace: list[Step], sch: Schedule) -> Schedule:
         fn = getattr(st, step.primitive, None)
         if fn is None:
             raise ScheduleError(format_error("replay", f"unknown primitive {step.primitive!r}"))
-        try:
-            fn(*[dec(st, a) for a in args], **{k: dec(st, v) for k, v in step.kwargs})
-        except IndexError:
-            raise ScheduleError(format_error("replay", f"step {step} names an axis that does "
-                                             f"not exist")) from None
+        fn(*[dec(st, a) for a in args], **{k: dec(st, v) for k, v in step.kwargs})
     return sch

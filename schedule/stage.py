@@ -453,7 +453,9 @@ class Stage:
             self._fail("compute_at", f"stage {parent.name!r} does not read {self.name!r}",
                        f"attach {self.name!r} to one of its consumers")
         self.attach_type, self.attach_stage, self.attach_ivar = "scope", parent, scope
-        self._record("compute_at", parent, scope)
+        # the scope axis is recorded by its index in the *parent's* iteration variables
+        self.schedule.trace.append(Step("compute_at", self.name, (
+            ("stage", parent.name), ("iv", parent._index_of(scope), scope.name))))
 
 
 def thread_axis(dom=None, tag: str = "", name: str = "") -> IterVar:

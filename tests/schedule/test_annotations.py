@@ -268,9 +268,6 @@ def _sum2(m=4, k1=3, k2=5):
     return A, C, r1, r2, rand((m, k1, k2))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: after reorder(k2, k1) of a 2-axis sum, "
-                   "vectorize(k1) is accepted (legality uses last-writer dependences of the "
-                   "original order) and LLVM computes a wrong sum")
 @pytest.mark.parametrize("kind", ["vectorize", "parallel"])
 def test_annotation_of_reordered_reduction_axis_raises(kind):
     from polytile import te
