@@ -1,0 +1,69 @@
+"""The cost model: gradient-boosted trees ranking configs by predicted throughput.
+
+XGBoost (``xgboost``/``xgboost-cpu``) with the pairwise ranking objective
+``rank:pairwise``, as in Chen et al., "Learning to Optimize Tensor Programs" (NeurIPS 2018):
+the tuner only needs to *order* candidates, and a ranking loss is insensitive to the scale
+of the workload's run times, so records of several runs mix well. XGBoost rather than
+scikit-learn because it has that objective built in, trains on a few hundred samples in
+milliseconds, and needs no further dependency than numpy and scipy.
+
+Training targets are throughputs normalised per workload to ``[0, 1]`` (failed configs
+are 0). Inputs are the loop-IR features of :mod:`.features`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from polytile.errors import TuneError, format_error
+
+
+def _xgb():
+    try:
+        import xgboost
+    except ImportError:  # pragma: no cover - xgboost is a dependency
+        raise TuneError(format_error("cost model", "xgboost is not installed",
+                                     "pip install xgboost-cpu (or use --tuner random)"))
+    return xgboost
+
+
+class XGBCostModel:
+    """Pairwise-ranking gradient-boosted trees over loop-IR features.
+
+    Parameters
+    ----------
+    num_rounds : int
+        Boosting rounds per fit.
+    seed : int
+    """
+
+    def __init__(self, num_rounds: int = 80, seed: int = 0):
+        self.num_rounds = num_rounds
+        self.seed = seed
+        self.params = {"max_depth": 4, "eta": 0.25, "gamma": 1e-4, "min_child_weight": 1,
+                       "subsample": 0.9, "lambda": 1.0, "alpha": 0.0,
+                       "objective": "rank:pairwise", "nthread": 1, "verbosity": 0,
+                       "seed": seed}
+        self.booster = None
+
+    def fit(self, xs, ys) -> None:
+        """Train on features ``xs`` (n x F) and normalised throughputs ``ys`` (n,)."""
+        xgb = _xgb()
+        x = np.asarray(xs, dtype=np.float32)
+        y = np.asarray(ys, dtype=np.float32)
+        if len(x) < 2 or float(y.max() - y.min()) <= 0:
+            self.booster = None
+            return
+        dtrain = xgb.DMatrix(x, label=y)
+        self.booster = xgb.train(self.params, dtrain, num_boost_round=self.num_rounds)
+
+    @property
+    def trained(self) -> bool:
+        return self.booster is not None
+
+    def predict(self, xs) -> np.ndarray:
+        """Scores (higher is predicted faster); zeros before training."""
+        x = np.asarray(xs, dtype=np.float32)
+        if self.booster is None or len(x) == 0:
+            return np.zeros(len(x))
+        return self.booster.predict(_xgb().DMatrix(x))

@@ -1,0 +1,316 @@
+"""Features of a lowered loop nest for the cost model: a fixed-length vector of floats.
+
+The *main nest* is the group of stores sharing one stack of loop variables that executes the
+most floating-point work (for a matmul: the update of ``C``; unrolled copies of a statement
+belong to the same group). For each of its loop levels, innermost first (up to
+:data:`LEVELS`), the vector holds:
+
+* ``log2`` of the extent, the loop kind (serial, parallel, vectorized, unrolled; one-hot),
+  ``log2`` of the iteration count outside and inside the level;
+* for up to :data:`SLOTS` buffers (the stored one, then the loaded ones in order of first
+  use): the smallest stride of its accesses along this loop (elements), the bytes and the
+  64-byte cache lines it touches inside one iteration of the level, and its reuse
+  (accesses per distinct element) there;
+* the arithmetic intensity inside the level (flops per byte touched).
+
+Global entries follow: total flops and iterations, statements in the innermost body,
+number of loop nests, bytes of intermediate buffers, work outside the main nest, the
+parallel loop's extent and load balance. Everything is ``log2(1 + x)`` scaled.
+
+Strides come from evaluating each flat index at the loop variable = 1 and = 0 (the others
+0), so they are exact for affine indices and an approximation otherwise (``truncdiv``).
+Feature extraction never fails on a well-formed function: unknown expressions count as
+stride 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+from polytile.schedule.loop_ir import (Allocate, For, IfThenElse, LetStmt, Load, PrimFunc,
+                                       Seq, Store)
+from polytile.te import dtype as dt
+from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Not, Or, Select, Var)
+from polytile.te.visitor import collect
+
+LEVELS = 8
+SLOTS = 4
+KINDS = ("serial", "parallel", "vectorized", "unrolled")
+PER_BUFFER = 4
+PER_LEVEL = 1 + len(KINDS) + 2 + SLOTS * PER_BUFFER + 1
+N_GLOBAL = 12
+#: Length of every feature vector.
+N_FEATURES = LEVELS * PER_LEVEL + N_GLOBAL
+_LINE = 64
+
+
+def _l2(x: float) -> float:
+    return math.log2(1.0 + max(0.0, float(x)))
+
+
+class _Unknown(Exception):
+    pass
+
+
+def _eval(e, env: dict) -> int:
+    """Integer value of an index expression with variables from ``env`` (others 0)."""
+    t = type(e)
+    if t is Const:
+        return int(e.value)
+    if t is Var:
+        return env.get(e, 0)
+    if t is Cast:
+        return _eval(e.value, env)
+    if t is Binary:
+        a, b = _eval(e.a, env), _eval(e.b, env)
+        op = e.op
+        if op == "add":
+            return a + b
+        if op == "sub":
+            return a - b
+        if op == "mul":
+            return a * b
+        if op in ("floordiv", "div", "truncdiv"):
+            if b == 0:
+                raise _Unknown
+            return a // b if op != "truncdiv" or (a >= 0) == (b > 0) else -(abs(a) // abs(b))
+        if op in ("floormod", "truncmod"):
+            if b == 0:
+                raise _Unknown
+            return a % b if op == "floormod" or a >= 0 else -(abs(a) % abs(b))
+        if op == "min":
+            return min(a, b)
+        if op == "max":
+            return max(a, b)
+        raise _Unknown
+    if t is Select:
+        return _eval(e.true_value if _eval(e.cond, env) else e.false_value, env)
+    if t is Cmp:
+        a, b = _eval(e.a, env), _eval(e.b, env)
+        return int({"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "gt": a > b,
+                    "ge": a >= b}[e.op])
+    if t is And:
+        return int(bool(_eval(e.a, env)) and bool(_eval(e.b, env)))
+    if t is Or:
+        return int(bool(_eval(e.a, env)) or bool(_eval(e.b, env)))
+    if t is Not:
+        return int(not _eval(e.a, env))
+    raise _Unknown
+
+
+def _extent(f: For, env: dict) -> int:
+    try:
+        return max(1, _eval(f.extent, env))
+    except _Unknown:
+        return 1
+
+
+def _flops(e) -> int:
+    """Floating-point operations of one evaluation of ``e``."""
+    n = 0
+    for x in collect(e, (Binary, Call)):
+        if dt.is_float(x.dtype):
+            n += 1
+    return n
+
+
+class _Walk:
+    def __init__(self):
+        self.stack: list = []
+        self.lets: dict = {}
+        self.stores: list = []   # (store, loop stack tuple)
+        self.allocs: list = []
+
+    def visit(self, s) -> None:
+        t = type(s)
+        if t is Seq:
+            for x in s.stmts:
+                self.visit(x)
+        elif t is For:
+            self.stack.append(s)
+            self.visit(s.body)
+            self.stack.pop()
+        elif t is Store:
+            self.stores.append((s, tuple(self.stack)))
+        elif t is IfThenElse:
+            self.visit(s.then_case)
+            if s.else_case is not None:
+                self.visit(s.else_case)
+        elif t is LetStmt:
+            self.lets[s.var] = s.value
+            self.visit(s.body)
+        elif t is Allocate:
+            self.allocs.append(s.buffer)
+            self.visit(s.body)
+        else:
+            body = getattr(s, "body", None)
+            if body is not None:
+                self.visit(body)
+
+
+def _stride(index, var, lets: dict) -> int | None:
+    try:
+        env0 = {}
+        for v, val in lets.items():
+            env0[v] = _eval(val, env0)
+        a = _eval(index, env0)
+        env1 = dict(env0)
+        env1[var] = 1
+        for v, val in lets.items():
+            env1[v] = _eval(val, env1)
+        return _eval(index, env1) - a
+    except _Unknown:
+        return None
+
+
+def _itemsize(dtype: str) -> int:
+    try:
+        return max(1, dt.bits(dtype) // 8)
+    except Exception:
+        return 4
+
+
+def extract_features(func: PrimFunc) -> list[float]:
+    """The feature vector (length :data:`N_FEATURES`) of a lowered function; flat (after
+    ``finalize``) or multi-dimensional indices are both accepted (the last index is used
+    with the buffer's row-major strides)."""
+    w = _Walk()
+    w.visit(func.body)
+    feats = [0.0] * N_FEATURES
+    if not w.stores:
+        return feats
+    groups: dict = {}
+    for st, stack in w.stores:
+        key = tuple(id(f.var) for f in stack)  # unrolled copies share their loop vars
+        groups.setdefault(key, (stack, []))[1].append(st)
+
+    def iters(stack):
+        return math.prod(_extent(f, {}) for f in stack)
+
+    def work(g):
+        stack, sts = g
+        return iters(stack) * sum(max(1, _flops(s.value)) for s in sts)
+
+    main_key = max(groups, key=lambda k: work(groups[k]))
+    stack, stores = groups[main_key]
+    exts = [_extent(f, {}) for f in stack]
+
+    # accesses: (buffer, flat index); slot order: stored buffer, then loads by first use
+    accesses = []
+    order: list = []
+    for s in stores:
+        if s.buffer.name not in order:
+            order.append(s.buffer.name)
+        accesses.append((s.buffer, _flat(s.buffer, s.indices), True))
+        for ld in collect(s.value, Load):
+            if ld.buffer.name not in order:
+                order.append(ld.buffer.name)
+            accesses.append((ld.buffer, _flat(ld.buffer, ld.indices), False))
+    slot_of = {name: k for k, name in enumerate(order[:SLOTS])}
+    flops_body = sum(_flops(s.value) for s in stores)
+    # distinct accesses per buffer (by printed index)
+    distinct: dict = {}
+    counts: dict = {}
+    for buf, idx, _ in accesses:
+        counts[buf.name] = counts.get(buf.name, 0) + 1
+        distinct.setdefault(buf.name, {}).setdefault(str(idx), (buf, idx))
+    strides = {}
+    for name, accs in distinct.items():
+        for key, (buf, idx) in accs.items():
+            strides[(name, key)] = [_stride(idx, f.var, w.lets) for f in stack]
+
+    depth = len(stack)
+    for lvl in range(min(LEVELS, depth)):
+        pos = depth - 1 - lvl  # lvl 0 = innermost loop
+        f = stack[pos]
+        base = lvl * PER_LEVEL
+        inner = math.prod(exts[pos:])
+        feats[base] = _l2(exts[pos])
+        if f.kind in KINDS:
+            feats[base + 1 + KINDS.index(f.kind)] = 1.0
+        feats[base + 5] = _l2(math.prod(exts[:pos + 1]))
+        feats[base + 6] = _l2(inner)
+        total_bytes = 0.0
+        for name, accs in distinct.items():
+            buf = next(iter(accs.values()))[0]
+            isz = _itemsize(buf.dtype)
+            elems = lines = 0.0
+            min_stride = None
+            for key in accs:
+                st = strides[(name, key)]
+                dep = [(abs(st[m]) if st[m] is not None else 1, exts[m])
+                       for m in range(pos, depth) if st[m] is None or st[m] != 0]
+                e_cnt = math.prod(e for _, e in dep) if dep else 1
+                elems += e_cnt
+                if dep:
+                    s_min, e_min = min(dep)
+                    rest = e_cnt // max(1, e_min)
+                    seg = e_min * s_min * isz
+                    lines += rest * (math.ceil(seg / _LINE) if s_min * isz < _LINE else e_min)
+                else:
+                    lines += 1
+                s_here = st[pos]
+                s_here = 1 if s_here is None else abs(s_here)
+                min_stride = s_here if min_stride is None else min(min_stride, s_here)
+            size = _buf_elems(buf)
+            if size:
+                elems = min(elems, size)
+                lines = min(lines, math.ceil(size * isz / _LINE))
+            nbytes = elems * isz
+            total_bytes += nbytes
+            slot = slot_of.get(name)
+            if slot is None:
+                continue
+            b = base + 7 + slot * PER_BUFFER
+            feats[b] = _l2(min_stride or 0)
+            feats[b + 1] = _l2(nbytes)
+            feats[b + 2] = _l2(lines)
+            feats[b + 3] = _l2(counts[name] * inner / max(1.0, elems))
+        feats[base + PER_LEVEL - 1] = _l2(flops_body * inner / max(1.0, total_bytes))
+
+    g = LEVELS * PER_LEVEL
+    total_iters = sum(iters(st_) * len(sts) for st_, sts in groups.values())
+    main_iters = iters(stack) * len(stores)
+    par = [(_extent(f_, {})) for f_ in stack if f_.kind == "parallel"]
+    other_par = any(f_.kind == "parallel" for k, (st_, _) in groups.items() if k != main_key
+                    for f_ in st_)
+    other_vec = any(f_.kind == "vectorized" for k, (st_, _) in groups.items()
+                    if k != main_key for f_ in st_)
+    alloc_bytes = sum(_buf_elems(b) * _itemsize(b.dtype) for b in w.allocs)
+    feats[g + 0] = _l2(work(groups[main_key]))
+    feats[g + 1] = _l2(total_iters)
+    feats[g + 2] = _l2(len(stores))
+    feats[g + 3] = float(len(groups))
+    feats[g + 4] = _l2(alloc_bytes)
+    feats[g + 5] = float(len(w.allocs))
+    feats[g + 6] = _l2(total_iters - main_iters)
+    feats[g + 7] = float(other_par) + 2.0 * float(other_vec)
+    feats[g + 8] = _l2(par[0]) if par else 0.0
+    if par:
+        threads = 2.0
+        e = par[0]
+        feats[g + 9] = math.ceil(e / threads) / (e / threads)
+    feats[g + 10] = float(depth)
+    feats[g + 11] = _l2(exts[-1]) if stack and stack[-1].kind == "vectorized" else 0.0
+    return feats
+
+
+def _buf_elems(buf) -> int:
+    try:
+        return math.prod(int(getattr(d, "value", d)) for d in buf.shape)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _flat(buf, indices):
+    """One flat index expression (row-major) for multi-dimensional ``indices``."""
+    if len(indices) == 1:
+        return indices[0]
+    try:
+        shape = [int(getattr(d, "value", d)) for d in buf.shape]
+    except (TypeError, ValueError):
+        return indices[-1]
+    out = indices[0]
+    for idx, n in zip(indices[1:], shape[1:]):
+        out = Binary(out.dtype, "add", Binary(out.dtype, "mul", out, Const(out.dtype, n)), idx)
+    return out

@@ -1,0 +1,391 @@
+"""Measurement: build candidates in parallel worker processes, then run them one at a time.
+
+:class:`LocalMeasurer` keeps ``parallel`` worker processes (:mod:`.worker`, each a fresh
+interpreter: isl and LLVM state are never forked). A batch is measured in two phases so
+that compilation never disturbs timing:
+
+1. *build*: candidates are spread over all workers, each lowering and JIT-compiling its
+   share (and extracting loop-IR features on the way);
+2. *run*: one candidate at a time runs in the worker that built it, with all cores
+   (OpenMP threads = ``threads``), while the other workers wait.
+
+Isolation: a worker that crashes (a bad JIT, a segfault) or passes its per-candidate
+timeout is killed and replaced; the candidate is recorded with a typed error code
+(``build_error``, ``runtime_error``, ``timeout``, ``wrong_result``, ``invalid_config``) and
+the batch goes on. Candidates built in a replaced worker are rebuilt before they run.
+Workers run with an address-space limit so a runaway allocation fails that candidate.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+
+from polytile.errors import TuneError, format_error
+
+from .template import Workload
+
+
+@dataclass
+class MeasureOptions:
+    """How candidates are built and timed.
+
+    Attributes
+    ----------
+    parallel : int
+        Build worker processes (default: CPU cores).
+    threads : int
+        OpenMP threads a candidate runs with (default: CPU cores).
+    number, repeat, min_repeat_ms :
+        Timing as :meth:`LLVMModule.time_evaluator`: ``repeat`` means of ``number`` runs,
+        ``number`` grown until a repeat lasts ``min_repeat_ms`` (after a warm-up run).
+    flush_cache : bool
+        Overwrite a buffer larger than the last-level cache before each repeat (timed
+        with Python calls, ~10 us overhead each).
+    check : bool
+        Compare each candidate's outputs with the default config's (``wrong_result``).
+    build_timeout, run_timeout : float
+        Seconds allowed to build one candidate, and to run (warm-up + timing) one.
+    slow_factor : float
+        A candidate whose warm-up run is ``slow_factor`` times slower than the best so far
+        (or longer than ``run_timeout / (repeat + 2)``) is recorded with that one run.
+    mem_limit_mb : int
+        Address-space limit of each worker (MiB); 0 for none.
+    """
+
+    parallel: int = 0
+    threads: int = 0
+    number: int = 1
+    repeat: int = 3
+    min_repeat_ms: float = 20.0
+    flush_cache: bool = False
+    check: bool = False
+    build_timeout: float = 20.0
+    run_timeout: float = 15.0
+    slow_factor: float = 10.0
+    mem_limit_mb: int = 8192
+    seed: int = 0
+
+    def __post_init__(self):
+        cores = os.cpu_count() or 1
+        self.parallel = self.parallel or cores
+        self.threads = self.threads or cores
+        if self.parallel < 1 or self.threads < 1 or self.number < 1 or self.repeat < 1:
+            raise TuneError(format_error("measure", f"parallel={self.parallel}, threads="
+                                         f"{self.threads}, number={self.number}, repeat="
+                                         f"{self.repeat}", "expected positive integers"))
+
+
+@dataclass
+class MeasureResult:
+    """Outcome of one candidate: ``costs`` in seconds (empty on failure)."""
+
+    costs: list = field(default_factory=list)
+    error: str | None = None
+    error_msg: str = ""
+    build_s: float = 0.0
+    run_s: float = 0.0
+    features: list | None = None
+    trace: list | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.costs)
+
+    @property
+    def cost(self) -> float:
+        import statistics
+
+        return statistics.median(self.costs) if self.ok else float("inf")
+
+
+class _Proc:
+    """A worker process (``python -m polytile.autotune.worker FD``) and its connection.
+
+    The worker is a fresh interpreter (never a fork, and no re-import of the caller's
+    ``__main__``), connected by a private socket pair; its stderr goes to a temporary file
+    whose tail explains a crash.
+    """
+
+    def __init__(self, setup: dict):
+        parent, child = socket.socketpair()
+        self.stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "polytile.autotune.worker", str(child.fileno())],
+            pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=self.stderr, start_new_session=False)
+        child.close()
+        self.conn = Connection(parent.detach())
+        self.conn.send(setup)
+        self.built: set = set()
+        self.ready = False
+
+    def is_alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.conn.close()
+        self.stderr.close()
+
+    def death(self) -> str:
+        try:
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return "worker process stopped answering"
+        if code is not None and code < 0:
+            try:
+                why = f"worker process died of signal {signal.Signals(-code).name}"
+            except ValueError:
+                why = f"worker process died of signal {-code}"
+        else:
+            why = f"worker process exited (code {code})"
+        tail = self._stderr_tail()
+        return f"{why}: {tail}" if tail else why
+
+    def _stderr_tail(self) -> str:
+        try:
+            self.stderr.seek(0, os.SEEK_END)
+            n = self.stderr.tell()
+            self.stderr.seek(max(0, n - 400))
+            text = self.stderr.read().decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return ""
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        return " | ".join(lines[-2:])[:300]
+
+
+class LocalMeasurer:
+    """Build/run candidates of one workload in local worker processes; see the module
+    docstring. Use as a context manager or call :meth:`close`."""
+
+    def __init__(self, workload: Workload, target: str, options: MeasureOptions | None = None):
+        self.workload = workload
+        self.target = target
+        self.opt = options or MeasureOptions()
+        self._setup = {"template": workload.template, "args": list(workload.args),
+                       "dtype": workload.dtype, "target": target, "threads": self.opt.threads,
+                       "seed": self.opt.seed,
+                       "mem_limit_bytes": self.opt.mem_limit_mb << 20 if self.opt.mem_limit_mb
+                       else 0}
+        self._procs: list[_Proc] = []
+        self._next = 0
+        self.busy_s = 0.0  # seconds spent waiting on workers (build + run)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start the workers and wait until they have loaded the template."""
+        while len(self._procs) < self.opt.parallel:
+            self._procs.append(_Proc(self._setup))
+        for p in self._procs:
+            self._wait_ready(p)
+
+    def _wait_ready(self, p: _Proc) -> None:
+        if p.ready:
+            return
+        if not p.conn.poll(120):
+            p.kill()
+            raise TuneError(format_error("measure", "a worker process did not start in 120 s"))
+        try:
+            msg = p.conn.recv()
+        except (EOFError, OSError):
+            raise TuneError(format_error("measure", "a worker process failed to start: "
+                                         + p.death())) from None
+        if msg[0] != "ready":
+            raise TuneError(format_error("measure", f"a worker process failed to load "
+                                         f"{self.workload}: {msg[1]}"))
+        p.ready = True
+
+    def _replace(self, p: _Proc) -> _Proc:
+        p.kill()
+        q = _Proc(self._setup)
+        self._procs[self._procs.index(p)] = q
+        return q
+
+    def close(self) -> None:
+        for p in self._procs:
+            try:
+                p.conn.send(("exit",))
+            except (OSError, ValueError):
+                pass
+        deadline = time.time() + 2
+        for p in self._procs:
+            try:
+                p.proc.wait(timeout=max(0.01, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                pass
+            p.kill()
+        self._procs = []
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------ parallel phase
+    def _pool(self, jobs: list, timeout: float) -> tuple[dict, dict]:
+        """Run ``jobs`` [(cid, message)] over all workers. Returns (cid -> reply, cid ->
+        worker that answered); a dead or timed-out worker yields ``("crash", cid, why)``
+        or ``("timeout", cid, why)`` and is replaced."""
+        self.start()
+        todo = list(jobs)
+        out: dict = {}
+        who: dict = {}
+        running: dict = {}  # proc -> (cid, deadline)
+        while todo or running:
+            for p in list(self._procs):
+                if p not in running and todo:
+                    cid, msg = todo.pop(0)
+                    try:
+                        self._wait_ready(p)
+                        p.conn.send(msg)
+                    except (OSError, EOFError, TuneError) as exc:
+                        out[cid] = ("crash", cid, f"worker unavailable: {exc}")
+                        self._replace(p)
+                        continue
+                    running[p] = (cid, time.time() + timeout)
+            if not running:
+                continue
+            wait_s = max(0.0, min(d for _, d in running.values()) - time.time())
+            ready = wait([p.conn for p in running], timeout=wait_s)
+            for p in list(running):
+                cid, deadline = running[p]
+                if p.conn in ready:
+                    del running[p]
+                    try:
+                        out[cid] = p.conn.recv()
+                        who[cid] = p
+                    except (EOFError, OSError):
+                        out[cid] = ("crash", cid, p.death())
+                        self._replace(p)
+                elif time.time() >= deadline:
+                    del running[p]
+                    out[cid] = ("timeout", cid, f"no answer within {timeout:g} s")
+                    self._replace(p)
+        return out, who
+
+    def _build_result(self, r, who_p, cid) -> MeasureResult:
+        if r[0] == "built":
+            _, _, code, msg, build_s, feats, trace = r
+            if code is None and who_p in self._procs:
+                who_p.built.add(cid)
+            return MeasureResult(error=code, error_msg=msg, build_s=build_s, features=feats,
+                                 trace=trace)
+        if r[0] == "timeout":
+            return MeasureResult(error="timeout", error_msg="build: " + r[2],
+                                 build_s=self.opt.build_timeout)
+        return MeasureResult(error="build_error", error_msg="build: " + str(r[2]))
+
+    def build(self, items: list, want_features: bool = True) -> dict:
+        """Build candidates ``items`` [(cid, knob values)] in parallel; returns cid ->
+        MeasureResult (``costs`` empty). Each worker keeps the modules it built."""
+        jobs = [(cid, ("build", cid, knobs, want_features)) for cid, knobs in items]
+        t0 = time.perf_counter()
+        replies, who = self._pool(jobs, self.opt.build_timeout)
+        self.busy_s += time.perf_counter() - t0
+        return {cid: self._build_result(replies[cid], who.get(cid), cid) for cid, _ in items}
+
+    def features(self, items: list) -> dict:
+        """Loop-IR features of configs ``items`` [(cid, knob values)]: cid -> (features or
+        None, error code, message)."""
+        jobs = [(cid, ("features", cid, knobs)) for cid, knobs in items]
+        replies, _ = self._pool(jobs, self.opt.build_timeout)
+        out = {}
+        for cid, _ in items:
+            r = replies[cid]
+            if r[0] == "features":
+                out[cid] = (r[4], r[2], r[3])
+            elif r[0] == "timeout":
+                out[cid] = (None, "timeout", r[2])
+            else:
+                out[cid] = (None, "build_error", str(r[2]))
+        return out
+
+    # ------------------------------------------------------------------ measure
+    def measure(self, items: list, best_cost: float | None = None,
+                on_result=None) -> list:
+        """Build then run candidates ``items`` [(cid, knob values)]; returns one
+        MeasureResult per item, in order, and calls ``on_result(k, result)`` as soon as
+        the ``k``-th is final. ``best_cost`` (seconds) sets the cut-off for slow ones."""
+        built = self.build(items, want_features=True)
+        results = []
+        best = best_cost
+        try:
+            for k, (cid, knobs) in enumerate(items):
+                res = built[cid]
+                if res.error is None:
+                    self._run(cid, knobs, res, best)
+                    if res.ok and (best is None or res.cost < best):
+                        best = res.cost
+                results.append(res)
+                if on_result is not None:
+                    on_result(k, res)
+        finally:
+            self._drop_all()
+        return results
+
+    def _drop_all(self) -> None:
+        for p in self._procs:
+            for cid in list(p.built):
+                try:
+                    p.conn.send(("drop", cid))
+                except (OSError, ValueError):
+                    pass
+            p.built.clear()
+
+    def _run(self, cid, knobs, res: MeasureResult, best: float | None) -> None:
+        opt = self.opt
+        p = next((q for q in self._procs if cid in q.built), None)
+        if p is None:  # its worker was replaced: rebuild it alone, then run
+            again = self.build([(cid, knobs)], want_features=False)[cid]
+            if again.error is not None:
+                res.error, res.error_msg = again.error, "rebuild: " + again.error_msg
+                return
+            p = next((q for q in self._procs if cid in q.built), None)
+            if p is None:
+                res.error, res.error_msg = "runtime_error", "lost its worker before running"
+                return
+        cutoff = opt.run_timeout / (opt.repeat + 2)
+        if best is not None:
+            cutoff = min(cutoff, max(opt.slow_factor * best, 0.05))
+        run_opt = {"number": opt.number, "repeat": opt.repeat,
+                   "min_repeat_ms": opt.min_repeat_ms, "flush": opt.flush_cache,
+                   "check": opt.check, "cutoff_s": cutoff}
+        t0 = time.perf_counter()
+        try:
+            p.conn.send(("run", cid, run_opt))
+            ok = p.conn.poll(opt.run_timeout)
+            reply = p.conn.recv() if ok else None
+        except (EOFError, OSError):
+            reply = ("crash", cid, p.death())
+        res.run_s = time.perf_counter() - t0
+        self.busy_s += res.run_s
+        if reply is None:
+            res.error, res.error_msg = "timeout", f"run: no answer within {opt.run_timeout:g} s"
+            self._replace(p)
+        elif reply[0] == "ran":
+            res.error, res.error_msg, res.costs = reply[2], reply[3], list(reply[4])
+            p.built.discard(cid)
+            try:
+                p.conn.send(("drop", cid))
+            except (OSError, ValueError):
+                pass
+        else:
+            res.error, res.error_msg = "runtime_error", "run: " + str(reply[2])
+            p.built.discard(cid)
+            if not p.is_alive():
+                self._replace(p)

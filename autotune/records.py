@@ -1,0 +1,208 @@
+"""Tuning records: JSON Lines, one trial a line, flushed as written. Never pickle.
+
+A line is one JSON object::
+
+    {"schema": 1, "polytile": "0.1.0",
+     "workload": {"template": "matmul", "args": [1024, 1024, 1024], "dtype": "float32"},
+     "target": "llvm -mcpu=znver5",
+     "config": {"tile_i": [-1, 8, 8], ...}, "config_index": 1234,
+     "trace": [["split", "C", [["iv", 0, "i"]], [["factor", 64]]], ...],
+     "costs": [0.0181, 0.0179, 0.0180], "error": null, "error_msg": "",
+     "timestamp": 1795000000.0, "wall_s": 0.41, "build_s": 0.12, "tuner": "model"}
+
+``costs`` are seconds per run (one per repeat); ``error`` is null or one of
+:data:`ERROR_CODES`. A reader skips a torn or corrupt line with a :class:`RecordWarning`
+naming the file and line number, and refuses a newer schema with a :class:`TuneError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import time
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from polytile import __version__
+from polytile.errors import TuneError, format_error
+
+#: Version of the line format written by this module; readers accept this and older ones.
+SCHEMA_VERSION = 1
+#: Typed failure codes of a trial.
+ERROR_CODES = ("build_error", "runtime_error", "timeout", "wrong_result", "invalid_config")
+
+
+class RecordWarning(UserWarning):
+    """A record line was skipped (torn, corrupt or incomplete)."""
+
+
+@dataclass
+class Record:
+    """One trial. ``cost`` is the median of ``costs`` (seconds), ``inf`` on failure."""
+
+    workload: dict
+    target: str
+    config: dict
+    costs: list = field(default_factory=list)
+    error: str | None = None
+    error_msg: str = ""
+    config_index: int | None = None
+    trace: list | None = None
+    timestamp: float = 0.0
+    wall_s: float = 0.0
+    build_s: float = 0.0
+    tuner: str = ""
+    polytile: str = __version__
+    schema: int = SCHEMA_VERSION
+    line: int = 0  # line number in the file it was read from (not written)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.costs)
+
+    @property
+    def cost(self) -> float:
+        return statistics.median(self.costs) if self.ok else math.inf
+
+    def workload_str(self) -> str:
+        w = self.workload
+        return f"{w['template']}({', '.join(map(str, w['args']))}) {w.get('dtype', '')}".strip()
+
+    def to_json(self) -> str:
+        d = {"schema": self.schema, "polytile": self.polytile, "workload": self.workload,
+             "target": self.target, "config": self.config, "config_index": self.config_index,
+             "trace": self.trace, "costs": [float(c) for c in self.costs],
+             "error": self.error, "error_msg": self.error_msg,
+             "timestamp": self.timestamp or time.time(), "wall_s": round(self.wall_s, 6),
+             "build_s": round(self.build_s, 6), "tuner": self.tuner}
+        return json.dumps(d, separators=(",", ":"))
+
+    @staticmethod
+    def from_dict(d: dict, line: int = 0) -> Record:
+        w = d["workload"]
+        if not (isinstance(w, dict) and isinstance(w.get("template"), str)
+                and isinstance(w.get("args"), list)):
+            raise ValueError("malformed workload")
+        if not isinstance(d["target"], str) or not isinstance(d["config"], dict):
+            raise ValueError("malformed target or config")
+        costs = d.get("costs") or []
+        if not all(isinstance(c, (int, float)) for c in costs):
+            raise ValueError("malformed costs")
+        err = d.get("error")
+        if err is not None and err not in ERROR_CODES:
+            raise ValueError(f"unknown error code {err!r}")
+        return Record(workload=w, target=d["target"], config=d["config"], costs=list(costs),
+                      error=err, error_msg=d.get("error_msg", "") or "",
+                      config_index=d.get("config_index"), trace=d.get("trace"),
+                      timestamp=float(d.get("timestamp", 0.0)),
+                      wall_s=float(d.get("wall_s", 0.0)), build_s=float(d.get("build_s", 0.0)),
+                      tuner=d.get("tuner", ""), polytile=d.get("polytile", ""),
+                      schema=int(d.get("schema", 1)), line=line)
+
+
+def read_records(path: str | os.PathLike, *, missing_ok: bool = False) -> list[Record]:
+    """All valid records of a JSON Lines file, in file order.
+
+    Raises
+    ------
+    TuneError
+        If the file does not exist (unless ``missing_ok``) or holds a record of a newer
+        schema than this polytile reads.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        if missing_ok:
+            return []
+        raise TuneError(format_error("records", f"file {path!r} not found",
+                                     "expected a records file written by `polytile tune`"))
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for n, text in enumerate(f, start=1):
+            text = text.strip()
+            if not text:
+                continue
+            try:
+                d = json.loads(text)
+                if not isinstance(d, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as exc:
+                warnings.warn(f"records: {path}:{n}: skipped a torn or corrupt line "
+                              f"({str(exc)[:60]})", RecordWarning, stacklevel=2)
+                continue
+            schema = d.get("schema")
+            if isinstance(schema, int) and schema > SCHEMA_VERSION:
+                raise TuneError(format_error(
+                    "records", f"{path}:{n} has schema version {schema}",
+                    f"this polytile ({__version__}) reads versions up to {SCHEMA_VERSION}",
+                    hint="upgrade polytile to read it, or write a new log"))
+            try:
+                out.append(Record.from_dict(d, line=n))
+            except (KeyError, ValueError, TypeError) as exc:
+                warnings.warn(f"records: {path}:{n}: skipped an incomplete record ({exc})",
+                              RecordWarning, stacklevel=2)
+    return out
+
+
+class RecordWriter:
+    """Appends records to a JSON Lines file, one flushed line per record.
+
+    A file whose last line was torn (no final newline) gets a newline first so that the
+    next record starts on a line of its own.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        d = os.path.dirname(self.path)
+        if d:
+            os.makedirs(d, exist_ok=True)
+        needs_nl = False
+        if os.path.exists(self.path) and os.path.getsize(self.path) > 0:
+            with open(self.path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                needs_nl = f.read(1) != b"\n"
+        self._f = open(self.path, "a", encoding="utf-8")
+        if needs_nl:
+            self._f.write("\n")
+            self._f.flush()
+
+    def write(self, rec: Record) -> None:
+        self._f.write(rec.to_json() + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def workload_matches(rec: Record, workload_key: dict) -> bool:
+    w = rec.workload
+    return (w.get("template") == workload_key["template"]
+            and list(w.get("args", [])) == list(workload_key["args"])
+            and w.get("dtype", "float32") == workload_key.get("dtype", "float32"))
+
+
+def target_matches(rec_target: str, target: str) -> bool:
+    """Same target kind and options (``-mcpu`` included; option order ignored)."""
+    a, b = rec_target.split(), target.split()
+    return bool(a) and bool(b) and a[0] == b[0] and sorted(a[1:]) == sorted(b[1:])
+
+
+def best_records(records: Iterable[Record]) -> dict:
+    """The fastest successful record per (workload JSON, target)."""
+    best: dict = {}
+    for r in records:
+        if not r.ok:
+            continue
+        key = (json.dumps(r.workload, sort_keys=True), r.target)
+        if key not in best or r.cost < best[key].cost:
+            best[key] = r
+    return best

@@ -1,0 +1,287 @@
+"""Templates: schedule functions parameterised by a config, and their registry.
+
+A template is a Python function ``(*workload_args, dtype=...) -> (schedule, args)`` that
+reads its knobs from :func:`get_config`::
+
+    @autotune.template("my_matmul", default_args=(512, 512, 512), flops=lambda M, N, K:
+                       2 * M * N * K)
+    def my_matmul(M, N, K, dtype="float32"):
+        cfg = autotune.get_config()
+        ...
+        cfg.define_split("tile_i", C.op.axis[0], num_outputs=2, default=[-1, 8])
+        io, ii = cfg["tile_i"].apply(s, C, C.op.axis[0])
+        ...
+        return s, [A, B, C]
+
+What ``get_config()`` returns depends on who calls the template:
+
+* the tuner *collecting* the space: a :class:`ConfigSpace` (``cfg[name]`` is the default);
+* the tuner or a worker *instantiating* a config: that :class:`ConfigEntity`;
+* a user calling the template (``my_matmul(512, 512, 512)``): the best config of the
+  active dispatch context (:func:`polytile.autotune.apply_history_best`), or the default
+  config with a :class:`FallbackWarning` that says how to tune it.
+
+A workload is a template name, its arguments and a dtype; its JSON key is what records
+store. Templates are addressed by registered name (``"matmul"``) or as
+``"path/to/file.py:function"``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import threading
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from polytile.errors import TuneError, format_error
+
+from .space import ConfigEntity, ConfigSpace
+
+_REGISTRY: dict[str, Template] = {}
+_local = threading.local()
+
+
+class FallbackWarning(UserWarning):
+    """A template was built with its default config for lack of a tuning record."""
+
+
+def _stack() -> list:
+    if not hasattr(_local, "stack"):
+        _local.stack = []
+    return _local.stack
+
+
+def get_config():
+    """The config of the template being run: a :class:`ConfigSpace` while its space is
+    collected, a :class:`ConfigEntity` otherwise.
+
+    Raises
+    ------
+    TuneError
+        When called outside a template.
+    """
+    st = _stack()
+    if not st:
+        raise TuneError(format_error("get_config", "called outside a template",
+                                     "call it inside a function decorated with "
+                                     "@autotune.template, run through the tuner or called "
+                                     "as a template"))
+    return st[-1]
+
+
+class _UseConfig:
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def __enter__(self):
+        _stack().append(self.cfg)
+        return self.cfg
+
+    def __exit__(self, *exc):
+        _stack().pop()
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A template applied to arguments: ``Workload("matmul", (1024, 1024, 1024),
+    "float32")``. ``key()`` is its JSON form in records."""
+
+    template: str
+    args: tuple
+    dtype: str = "float32"
+
+    def key(self) -> dict:
+        return {"template": self.template, "args": list(self.args), "dtype": self.dtype}
+
+    @staticmethod
+    def from_key(key: dict) -> Workload:
+        return Workload(key["template"], tuple(key["args"]), key.get("dtype", "float32"))
+
+    def __str__(self) -> str:
+        return f"{self.template}({', '.join(map(str, self.args))}) {self.dtype}"
+
+    def slug(self) -> str:
+        """A file-name friendly form: ``matmul_1024x1024x1024_float32``."""
+        base = os.path.splitext(os.path.basename(self.template.split(":")[0]))[0]
+        if ":" in self.template:
+            base += "-" + self.template.rsplit(":", 1)[1]
+        args = "x".join(str(a) for a in self.args)
+        return f"{base}_{args}_{self.dtype}" if args else f"{base}_{self.dtype}"
+
+
+class Template:
+    """A registered template; see the module docstring.
+
+    Attributes
+    ----------
+    name : str
+    func : callable
+        ``func(*args, dtype=...) -> (schedule, tensors)``.
+    default_args : tuple
+        The workload used when none is given (``polytile tune matmul``).
+    flops : callable or None
+        ``flops(*args) -> int`` floating-point operations of one run (for GFLOP/s).
+    reference : callable or None
+        ``reference(*inputs) -> output or tuple of outputs``: a numpy implementation (for
+        ``polytile run`` and the numpy comparison).
+    description : str
+    """
+
+    def __init__(self, name: str, func: Callable, default_args: tuple = (),
+                 flops: Callable | None = None, reference: Callable | None = None,
+                 description: str = ""):
+        self.name = name
+        self.func = func
+        self.default_args = tuple(default_args)
+        self.flops_fn = flops
+        self.reference = reference
+        para = (func.__doc__ or "").strip().split("\n\n")[0]
+        self.description = description or " ".join(para.split())
+        try:
+            self._takes_dtype = "dtype" in inspect.signature(func).parameters
+        except (TypeError, ValueError):
+            self._takes_dtype = False
+
+    def _run(self, cfg, args: tuple, dtype: str):
+        with _UseConfig(cfg):
+            if self._takes_dtype:
+                out = self.func(*args, dtype=dtype)
+            else:
+                out = self.func(*args)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TuneError(format_error(self.name, f"template returned {type(out).__name__}",
+                                         "expected a (schedule, list of tensors) pair"))
+        return out
+
+    def workload(self, args=None, dtype: str = "float32") -> Workload:
+        args = self.default_args if args is None else tuple(args)
+        return Workload(self.name, tuple(args), dtype)
+
+    def space(self, args=None, dtype: str = "float32") -> ConfigSpace:
+        """Collect the config space of this template at ``args``.
+
+        Raises
+        ------
+        TuneError
+            If the template defines no knobs or fails while collecting.
+        """
+        wl = self.workload(args, dtype)
+        sp = ConfigSpace()
+        sp.template_name, sp.workload = self.name, wl
+        self._run(sp, wl.args, dtype)
+        if not sp.knobs:
+            raise TuneError(format_error(self.name, "the template defines no knobs",
+                                         "call cfg.define_split/define_knob/... in it"))
+        return sp
+
+    def instantiate(self, config: ConfigEntity, args=None, dtype: str = "float32"):
+        """The ``(schedule, tensors)`` of ``config`` at ``args``."""
+        wl = self.workload(args, dtype)
+        return self._run(config, wl.args, dtype)
+
+    def flops(self, args=None) -> float | None:
+        args = self.default_args if args is None else tuple(args)
+        return float(self.flops_fn(*args)) if self.flops_fn else None
+
+    def __call__(self, *args, dtype: str = "float32"):
+        """Instantiate with the config chosen by the dispatch context (see the module
+        docstring); returns ``(schedule, tensors)``."""
+        from .dispatch import current_context, default_target
+
+        sp = self.space(args or None, dtype)
+        wl = sp.workload
+        ctx = current_context()
+        target = ctx.target if ctx is not None else default_target()
+        cfg = ctx.query(wl, target, sp) if ctx is not None else None
+        if cfg is None:
+            _warn_fallback(wl, target, ctx)
+            d = sp.default()
+            cfg = ConfigEntity(sp, d.index, d._entities, fallback=True)
+        return self._run(cfg, wl.args, dtype)
+
+    def __repr__(self) -> str:
+        return f"Template({self.name!r}, default_args={self.default_args})"
+
+
+_warned: set = set()
+
+
+def _warn_fallback(wl: Workload, target: str, ctx) -> None:
+    key = (str(wl), target)
+    if key in _warned:
+        return
+    _warned.add(key)
+    where = "the active records" if ctx is not None else "no records are active"
+    args = ",".join(map(str, wl.args))
+    warnings.warn(
+        f"autotune: no tuning record for {wl} on target '{target}' ({where}); using the "
+        f"template's default config. To tune it: `polytile tune {wl.template} --args {args} "
+        f"--dtype {wl.dtype} --log FILE`, then build inside `with polytile.autotune."
+        f"apply_history_best(FILE):`", FallbackWarning, stacklevel=3)
+
+
+def template(name: str, default_args: tuple = (), flops: Callable | None = None,
+             reference: Callable | None = None, description: str = ""):
+    """Decorator registering a template function under ``name``; returns the
+    :class:`Template` (callable like the function)."""
+    def deco(func):
+        t = Template(name, func, default_args, flops, reference, description)
+        _REGISTRY[name] = t
+        return t
+    return deco
+
+
+def registered() -> dict[str, Template]:
+    """Built-in and user-registered templates by name."""
+    from . import templates  # noqa: F401  (registers the built-ins)
+
+    return dict(_REGISTRY)
+
+
+def get_template(spec: str) -> Template:
+    """A template by registered name or ``"path/to/file.py:function"``.
+
+    Raises
+    ------
+    TuneError
+        For an unknown name, a missing file or function, or a function that is not a
+        template.
+    """
+    if isinstance(spec, Template):
+        return spec
+    reg = registered()
+    if spec in reg:
+        return reg[spec]
+    if ":" not in spec:
+        raise TuneError(format_error("template", f"unknown template {spec!r}",
+                                     f"expected one of {sorted(reg)} or path/to/file.py:"
+                                     "function"))
+    path, fname = spec.rsplit(":", 1)
+    if not os.path.isfile(path):
+        raise TuneError(format_error("template", f"file {path!r} of {spec!r} not found",
+                                     "expected path/to/file.py:function"))
+    mod_name = "polytile_user_template_" + str(abs(hash(os.path.abspath(path))))
+    loader_spec = importlib.util.spec_from_file_location(mod_name, path)
+    if loader_spec is None or loader_spec.loader is None:
+        raise TuneError(format_error("template", f"cannot import {path!r}",
+                                     "expected a Python source file"))
+    module = importlib.util.module_from_spec(loader_spec)
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as exc:
+        raise TuneError(format_error("template", f"importing {path!r} failed: "
+                                     f"{type(exc).__name__}: {exc}")) from exc
+    fn = getattr(module, fname, None)
+    if fn is None:
+        raise TuneError(format_error("template", f"{path!r} has no function {fname!r}",
+                                     "expected path/to/file.py:function"))
+    if isinstance(fn, Template):
+        # addressed by path: keep the path as its name so worker processes can load it
+        return Template(spec, fn.func, fn.default_args, fn.flops_fn, fn.reference,
+                        fn.description)
+    if not callable(fn):
+        raise TuneError(format_error("template", f"{spec!r} is not a function"))
+    return Template(spec, fn)

@@ -1,0 +1,267 @@
+"""The tuning loop: propose, build, run, record, learn, until a stop condition.
+
+``tune("matmul")`` searches the template's space for the default workload on the host CPU
+and returns a :class:`TuneResult`; every trial is appended to the records file as soon as
+it is measured (so an interrupted run leaves a valid log, which ``resume=True`` continues
+without re-measuring). Stop conditions: ``n_trial`` trials in total (resumed ones count),
+``early_stopping`` trials without improvement, ``timeout_total`` seconds, an exhausted
+space, or Ctrl-C (``TuneResult.interrupted``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from polytile.errors import TuneError, format_error
+
+from .dispatch import canonical_target
+from .measure import LocalMeasurer, MeasureOptions, MeasureResult
+from .records import Record, RecordWriter, read_records, target_matches, workload_matches
+from .template import Template, Workload, get_template
+from .tuner import make_tuner
+
+#: Trials of ``polytile tune`` without ``--trials``: about a minute for the default matmul on
+#: 2 cores.
+DEFAULT_TRIALS = 64
+
+
+@dataclass
+class TuneResult:
+    """Outcome of :func:`tune`. Times in seconds, throughput in GFLOP/s."""
+
+    workload: Workload
+    target: str
+    tuner: str
+    space_size: int
+    log_file: str | None
+    records: list = field(default_factory=list)   # this run's trials (resumed ones first)
+    best: Record | None = None
+    default: Record | None = None
+    flops: float | None = None
+    wall_s: float = 0.0
+    busy_s: float = 0.0
+    resumed: int = 0
+    interrupted: bool = False
+    stop_reason: str = ""
+
+    @property
+    def n_trials(self) -> int:
+        return len(self.records)
+
+    @property
+    def n_failed(self) -> int:
+        return sum(not r.ok for r in self.records)
+
+    def failures(self) -> dict:
+        out: dict = {}
+        for r in self.records:
+            if not r.ok:
+                out[r.error or "runtime_error"] = out.get(r.error or "runtime_error", 0) + 1
+        return out
+
+    def gflops(self, rec: Record | None = None) -> float | None:
+        rec = rec or self.best
+        if rec is None or not rec.ok or not self.flops:
+            return None
+        return self.flops / rec.cost / 1e9
+
+    def curve(self) -> list[float]:
+        """Best-so-far GFLOP/s (or 1/seconds without a flop count) after each trial."""
+        out, best = [], math.inf
+        for r in self.records:
+            if r.ok:
+                best = min(best, r.cost)
+            if math.isinf(best):
+                out.append(0.0)
+            else:
+                out.append(self.flops / best / 1e9 if self.flops else 1.0 / best)
+        return out
+
+    @property
+    def overhead_s(self) -> float:
+        """Seconds of the loop spent neither building nor running candidates."""
+        return max(0.0, self.wall_s - self.busy_s)
+
+
+def _resolve(template, args, dtype) -> tuple[Template, Workload]:
+    t = get_template(template) if not isinstance(template, Template) else template
+    wl = t.workload(args, dtype)
+    return t, wl
+
+
+def measure_numpy(template, args=None, dtype: str = "float32", min_time: float = 0.3,
+                  seed: int = 0) -> float | None:
+    """Median seconds of the template's numpy reference on the workload's inputs (None
+    when the template has no reference). Runs at least 5 times and ``min_time`` seconds."""
+    from .worker import make_inputs, output_positions
+
+    t, wl = _resolve(template, args, dtype)
+    if t.reference is None:
+        return None
+    sp = t.space(wl.args, dtype)
+    _, tensors = t.instantiate(sp.default(), wl.args, dtype)
+    arrays = make_inputs(tensors, seed)
+    outs = set(output_positions(tensors))
+    inputs = [a for k, a in enumerate(arrays) if k not in outs]
+    t.reference(*inputs)  # warm-up
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < 5 or (time.perf_counter() - start < min_time and len(times) < 200):
+        t0 = time.perf_counter()
+        t.reference(*inputs)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _record(wl: Workload, target: str, cfg, res: MeasureResult, tuner: str) -> Record:
+    return Record(workload=wl.key(), target=target, config=cfg.knob_values(),
+                  config_index=cfg.index, trace=res.trace, costs=list(res.costs),
+                  error=res.error, error_msg=res.error_msg, timestamp=time.time(),
+                  wall_s=res.build_s + res.run_s, build_s=res.build_s, tuner=tuner)
+
+
+def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
+         tuner: str = "model", n_trial: int = DEFAULT_TRIALS,
+         measure_option: MeasureOptions | None = None, log_file: str | None = None,
+         resume: bool = False, early_stopping: int | None = None,
+         timeout_total: float | None = None, seed: int | None = 0,
+         include_default: bool = True, batch_size: int | None = None,
+         transfer: bool = True, callbacks: list[Callable] = ()) -> TuneResult:
+    """Tune ``template`` at ``args``; see the module docstring.
+
+    Parameters
+    ----------
+    template : str or Template
+        A registered name (``"matmul"``) or ``"path/to/file.py:function"``.
+    args : sequence, optional
+        Workload arguments (default: the template's ``default_args``).
+    tuner : {"model", "random", "grid"}
+    n_trial : int
+        Trials in total, counting resumed ones.
+    log_file : str, optional
+        JSON Lines records file to append to (None: keep records in memory only).
+    resume : bool
+        Continue from the records of ``log_file`` for this workload and target: they
+        count as trials and are not measured again.
+    include_default : bool
+        Measure the template's default config first (a baseline the result never falls
+        below).
+    transfer : bool
+        Without ``resume``, train the model tuner on records of the same workload and
+        target found in ``log_file`` (they may be measured again).
+    callbacks : list of callable
+        Each called as ``cb(result, record)`` after every trial.
+
+    Raises
+    ------
+    TuneError
+        For an unknown template or tuner, bad arguments, or a workload whose template
+        fails to build its space.
+    """
+    t0 = time.perf_counter()
+    t, wl = _resolve(template, args, dtype)
+    tgt = canonical_target(target)
+    space = t.space(wl.args, dtype)
+    opt = measure_option or MeasureOptions()
+    if n_trial < 1:
+        raise TuneError(format_error("tune", f"n_trial={n_trial}", "expected at least 1"))
+    batch = batch_size or 16
+    res = TuneResult(wl, tgt, tuner, len(space), log_file, flops=t.flops(wl.args))
+    history = []
+    if log_file and os.path.exists(log_file):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            history = [r for r in read_records(log_file)
+                       if workload_matches(r, wl.key()) and target_matches(r.target, tgt)]
+        for w in caught:
+            warnings.warn(w.message, w.category, stacklevel=2)
+    measurer = LocalMeasurer(wl, tgt, opt)
+    writer = RecordWriter(log_file) if log_file else None
+    try:
+        measurer.start()
+
+        def featurize(indices):
+            got = measurer.features([(i, space.get(i).knob_values()) for i in indices])
+            return {i: got[i][0] for i in indices}
+
+        tn = make_tuner(tuner, space, featurize, seed)
+        best_trial = 0
+        if history and (resume or (transfer and tuner == "model")):
+            idx, results = [], []
+            for r in history:
+                try:
+                    cfg = space.from_json(r.config)
+                except TuneError:
+                    continue
+                idx.append(cfg.index)
+                results.append(MeasureResult(costs=r.costs, error=r.error))
+                if resume:
+                    res.records.append(r)
+                    if r.ok and (res.best is None or r.cost < res.best.cost):
+                        res.best, best_trial = r, len(res.records)
+            tn.load_history(idx, results)
+            res.resumed = len(res.records) if resume else 0
+        default_idx = space.default_index()
+        while True:
+            done = len(res.records)
+            if done >= n_trial:
+                res.stop_reason = f"{n_trial} trials"
+                break
+            if early_stopping and done - best_trial >= early_stopping and done > 0:
+                res.stop_reason = f"no improvement in {early_stopping} trials"
+                break
+            if timeout_total and time.perf_counter() - t0 >= timeout_total:
+                res.stop_reason = f"time budget of {timeout_total:g} s"
+                break
+            n = min(batch, n_trial - done)
+            if early_stopping:
+                n = min(n, max(1, early_stopping - (done - best_trial)))
+            picks = []
+            if include_default and default_idx not in tn.visited:
+                tn.visited.add(default_idx)
+                picks.append(default_idx)
+            picks += tn.next_batch(n - len(picks)) if n > len(picks) else []
+            if not picks:
+                res.stop_reason = "space exhausted"
+                break
+            items = [(i, space.get(i).knob_values()) for i in picks]
+            best_cost = res.best.cost if res.best is not None else None
+
+            def on_result(k, r):
+                nonlocal best_trial
+                rec = _record(wl, tgt, space.get(picks[k]), r, tuner)
+                if writer:
+                    writer.write(rec)
+                res.records.append(rec)
+                if picks[k] == default_idx:
+                    res.default = rec
+                if rec.ok and (res.best is None or rec.cost < res.best.cost):
+                    res.best, best_trial = rec, len(res.records)
+                for cb in callbacks:
+                    cb(res, rec)
+
+            results = measurer.measure(items, best_cost, on_result)
+            tn.update(picks, results)
+    except KeyboardInterrupt:
+        res.interrupted = True
+        res.stop_reason = "interrupted"
+    finally:
+        res.busy_s = measurer.busy_s
+        measurer.close()
+        if writer:
+            writer.close()
+        res.wall_s = time.perf_counter() - t0
+    return res
+
+
+def best_so_far(costs: list[float]) -> np.ndarray:
+    """Running minimum of a list of costs (``inf`` for failures)."""
+    return np.minimum.accumulate(np.asarray(costs, dtype=float)) if costs else np.array([])

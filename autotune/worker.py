@@ -1,0 +1,266 @@
+"""The measurement worker: a separate process that builds, extracts features and runs.
+
+Started by :class:`~.measure.LocalMeasurer` as ``python -m polytile.autotune.worker FD``
+(a fresh interpreter: isl and LLVM state are never forked) on one end of a socket pair; the
+first message is the setup dict. A worker lowers and compiles candidates itself and keeps
+the compiled modules until it is told to run them, so no machine code crosses processes; a candidate
+that crashes or hangs the worker costs that worker only (the measurer kills and replaces
+it). Protocol (tuples over a ``multiprocessing`` pipe):
+
+* ``("build", cid, knobs, want_features)`` -> ``("built", cid, code, msg, build_s,
+  features, trace)``
+* ``("features", cid, knobs)`` -> ``("features", cid, code, msg, features)``
+* ``("run", cid, options)`` -> ``("ran", cid, code, msg, costs)``
+* ``("drop", cid)`` (no reply), ``("exit",)``
+
+``code`` is None or an error code of :data:`~.records.ERROR_CODES`.
+"""
+
+from __future__ import annotations
+
+import gc
+import signal
+import time
+import traceback
+
+import numpy as np
+
+_LINE = 300  # characters of an error message kept
+
+
+def _short(exc: BaseException) -> str:
+    msg = f"{type(exc).__name__}: {exc}".strip().replace("\n", " | ")
+    return msg[:_LINE]
+
+
+def make_inputs(tensors, seed: int = 0) -> list:
+    """Arrays for a function's parameters: uniform random inputs in [-1, 1) (small
+    integers for integer dtypes), NaN-filled (or zero) outputs."""
+    from polytile.te.tensor import PlaceholderOp
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in tensors:
+        shape = tuple(int(getattr(d, "value", d)) for d in t.shape)
+        dtype = np.dtype(t.dtype if t.dtype != "bool" else "bool")
+        if isinstance(t.op, PlaceholderOp):
+            if dtype.kind == "f":
+                out.append(rng.uniform(-1, 1, shape).astype(dtype))
+            elif dtype.kind in "iu":
+                out.append(rng.integers(0, 8, shape).astype(dtype))
+            else:
+                out.append(rng.integers(0, 2, shape).astype(dtype))
+        else:
+            out.append(np.full(shape, np.nan if dtype.kind == "f" else 0, dtype=dtype))
+    return out
+
+
+def output_positions(tensors) -> list[int]:
+    from polytile.te.tensor import PlaceholderOp
+
+    return [k for k, t in enumerate(tensors) if not isinstance(t.op, PlaceholderOp)]
+
+
+def outputs_match(got, want, dtype) -> tuple[bool, str]:
+    """Compare outputs with a tolerance suited to ``dtype`` (relative to the largest
+    reference magnitude)."""
+    if np.dtype(dtype).kind not in "f":
+        ok = np.array_equal(got, want)
+        return ok, "" if ok else "integer outputs differ"
+    g, w = got.astype("float64"), want.astype("float64")
+    if not np.all(np.isfinite(g) == np.isfinite(w)):
+        return False, "non-finite values (unwritten or NaN outputs) where the reference has none"
+    fin = np.isfinite(w)
+    scale = max(1.0, float(np.abs(w[fin]).max()) if fin.any() else 1.0)
+    tol = {"float16": 2e-2, "float32": 1e-4, "float64": 1e-10}.get(str(dtype), 1e-4)
+    err = float(np.abs(g[fin] - w[fin]).max()) if fin.any() else 0.0
+    ok = err <= tol * scale
+    return ok, "" if ok else f"max abs error {err:.3g} > {tol * scale:.3g}"
+
+
+class _Worker:
+    def __init__(self, setup: dict):
+        import polytile
+        from polytile.targets.llvm.runtime import set_num_threads
+
+        from .template import get_template
+
+        self.setup = setup
+        self.template = get_template(setup["template"])
+        self.args = tuple(setup["args"])
+        self.dtype = setup["dtype"]
+        self.target = setup["target"]
+        self.space = self.template.space(self.args, self.dtype)
+        self.mods: dict = {}
+        self.data = None
+        self.reference = None
+        self.ref_error = ""
+        self._flush_buf = None
+        set_num_threads(int(setup["threads"]))
+        self.polytile = polytile
+
+    # -------------------------------------------------------------------- helpers
+    def _lower(self, knobs):
+        """(code, msg, func, tensors, trace) of the config with ``knobs``."""
+        from polytile.errors import ScheduleError, TuneError
+        from polytile.schedule.lower import finalize, lower
+
+        try:
+            cfg = self.space.from_json(knobs)
+            s, tensors = self.template.instantiate(cfg, self.args, self.dtype)
+            trace = [st.to_json() for st in s.trace]
+        except Exception as exc:  # any failure to apply a config makes it invalid
+            return "invalid_config", _short(exc), None, None, None
+        try:
+            func = finalize(lower(s, tensors))
+        except (ScheduleError, TuneError) as exc:
+            return "invalid_config", _short(exc), None, None, trace
+        except Exception as exc:
+            return "build_error", "lower: " + _short(exc), None, None, trace
+        return None, "", func, tensors, trace
+
+    def _ensure_data(self, tensors) -> None:
+        if self.data is None:
+            self.data = make_inputs(tensors, self.setup.get("seed", 0))
+            self.outs = output_positions(tensors)
+
+    def _ensure_reference(self) -> None:
+        if self.reference is not None or self.ref_error:
+            return
+        knobs = self.space.default().knob_values()
+        code, msg, func, tensors, _ = self._lower(knobs)
+        if code:
+            self.ref_error = f"the default config does not build ({msg})"
+            return
+        mod = self.polytile.build(func, target=self.target)
+        self._ensure_data(tensors)
+        arrays = [a.copy() for a in self.data]
+        mod(*arrays)
+        self.reference = [arrays[k] for k in self.outs]
+
+    def _flush(self) -> None:
+        if self._flush_buf is None:
+            self._flush_buf = np.zeros(self.setup.get("flush_bytes", 64 << 20) // 8)
+        self._flush_buf += 1.0
+
+    # -------------------------------------------------------------------- commands
+    def build(self, cid, knobs, want_features):
+        t0 = time.perf_counter()
+        code, msg, func, tensors, trace = self._lower(knobs)
+        feats = None
+        if code is None and want_features:
+            from .features import extract_features
+
+            feats = extract_features(func)
+        if code is None:
+            try:
+                mod = self.polytile.build(func, target=self.target)
+                self._ensure_data(tensors)
+                self.mods[cid] = mod
+            except Exception as exc:
+                code, msg = "build_error", _short(exc)
+        return ("built", cid, code, msg, time.perf_counter() - t0, feats, trace)
+
+    def features(self, cid, knobs):
+        from .features import extract_features
+
+        code, msg, func, _, _ = self._lower(knobs)
+        feats = extract_features(func) if code is None else None
+        return ("features", cid, code, msg, feats)
+
+    def run(self, cid, opt: dict):
+        mod = self.mods.get(cid)
+        if mod is None:
+            return ("ran", cid, "runtime_error", "candidate was not built in this worker", [])
+        arrays = list(self.data)
+        for k in self.outs:
+            arrays[k] = np.full_like(self.data[k], np.nan if self.data[k].dtype.kind == "f"
+                                     else 0)
+        try:
+            t0 = time.perf_counter()
+            mod(*arrays)
+            warm = time.perf_counter() - t0
+            if opt.get("check"):
+                self._ensure_reference()
+                if self.reference is not None:
+                    for k, ref in zip(self.outs, self.reference):
+                        ok, why = outputs_match(arrays[k], ref, ref.dtype)
+                        if not ok:
+                            return ("ran", cid, "wrong_result",
+                                    f"output {k} differs from the default config's: {why}", [])
+            cutoff = opt.get("cutoff_s")
+            if cutoff is not None and warm > cutoff:
+                return ("ran", cid, None, f"slow: stopped after the warm-up run "
+                        f"({warm:.3g} s > {cutoff:.3g} s)", [warm])
+            number, repeat = int(opt["number"]), int(opt["repeat"])
+            if opt.get("flush"):
+                costs = []
+                for _ in range(repeat):
+                    self._flush()
+                    t0 = time.perf_counter()
+                    for _ in range(number):
+                        mod(*arrays)
+                    costs.append((time.perf_counter() - t0) / number)
+            else:
+                res = mod.time_evaluator(number, repeat, opt.get("min_repeat_ms", 0))(*arrays)
+                costs = list(res.results)
+        except Exception as exc:
+            return ("ran", cid, "runtime_error", _short(exc), [])
+        finally:
+            gc.collect(0)
+        return ("ran", cid, None, "", costs)
+
+
+def worker_main(conn) -> None:
+    """Serve commands on ``conn`` until ``exit`` or end of file."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the tuner's to handle
+    try:
+        setup = conn.recv()
+    except (EOFError, OSError):
+        return
+    mem = setup.get("mem_limit_bytes")
+    if mem:
+        try:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (int(mem), int(mem)))
+        except (ImportError, ValueError, OSError):
+            pass
+    try:
+        w = _Worker(setup)
+    except BaseException as exc:
+        conn.send(("error", _short(exc), traceback.format_exc()[-2000:]))
+        return
+    conn.send(("ready",))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        kind = msg[0]
+        if kind == "exit":
+            return
+        if kind == "drop":
+            w.mods.pop(msg[1], None)
+            continue
+        try:
+            if kind == "build":
+                reply = w.build(msg[1], msg[2], msg[3])
+            elif kind == "features":
+                reply = w.features(msg[1], msg[2])
+            elif kind == "run":
+                reply = w.run(msg[1], msg[2])
+            else:
+                reply = ("error", f"unknown command {kind!r}", "")
+        except MemoryError as exc:
+            reply = ("crash", msg[1], "out of memory: " + _short(exc))
+        except BaseException as exc:  # never let one candidate end the worker
+            reply = ("crash", msg[1], _short(exc))
+        conn.send(reply)
+
+
+if __name__ == "__main__":
+    import sys
+    from multiprocessing.connection import Connection
+
+    worker_main(Connection(int(sys.argv[1])))

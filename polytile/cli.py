@@ -1,0 +1,481 @@
+"""The ``polytile`` command line: ``tune``, ``records``, ``run``, ``templates``.
+
+Exit codes: 0 success, 2 usage error (argparse's message), 1 any other error (a one-line
+cause; ``--debug`` shows the traceback), 130 when Ctrl-C stops a command (a tuning log
+stays valid and ``--resume`` continues it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import warnings
+
+from polytile import __version__
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPT = 0, 1, 2, 130
+
+
+class _Fail(Exception):
+    """A user-facing error with a one-line message."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _int_list(text: str) -> tuple:
+    try:
+        return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}")
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return v
+
+
+def _fmt_time(s: float) -> str:
+    if not math.isfinite(s):
+        return "-"
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s * 1e6:.1f} us"
+
+
+def _table(rows: list, header: list) -> str:
+    cols = [header] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[k]) for r in cols) for k in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cols]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _flops_of(workload: dict) -> float | None:
+    from polytile.autotune.template import get_template
+
+    try:
+        t = get_template(workload["template"])
+        return t.flops(tuple(workload["args"]))
+    except Exception:
+        return None
+
+
+def _gflops(flops, cost) -> str:
+    if not flops or not math.isfinite(cost):
+        return "-"
+    return f"{flops / cost / 1e9:.1f}"
+
+
+def _warn_line(message, category, filename, lineno, file=None, line=None):
+    print(f"warning: {message}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------- tune
+
+
+def _cmd_tune(a) -> int:
+    from polytile.autotune import MeasureOptions, get_template, measure_numpy, tune
+    from polytile.autotune.dispatch import canonical_target
+    from polytile.autotune.tune import DEFAULT_TRIALS
+
+    t = get_template(a.workload)
+    wl = t.workload(a.args, a.dtype)
+    target = canonical_target(a.target)
+    if a.plot:
+        _require_matplotlib()
+    trials = a.trials or DEFAULT_TRIALS
+    log = a.log or f"{wl.slug()}.jsonl"
+    if a.resume and not os.path.exists(log):
+        raise _Fail(f"--resume: log {log!r} does not exist")
+    opt = MeasureOptions(parallel=a.parallel or 0, threads=a.threads or 0, number=a.number,
+                         repeat=a.repeat, min_repeat_ms=a.min_repeat_ms,
+                         flush_cache=a.flush_cache, check=a.check,
+                         build_timeout=a.build_timeout, run_timeout=a.run_timeout,
+                         seed=a.seed or 0)
+    space_size = len(t.space(wl.args, wl.dtype))
+    out = sys.stdout
+    print(f"polytile tune {wl} on '{target}'", file=out)
+    print(f"  space {space_size:,} configs; tuner {a.tuner}; {trials} trials"
+          f"{' (resumed)' if a.resume else ''}; {opt.parallel} build workers; "
+          f"{opt.threads} threads; log {log}", file=out)
+    t_np = None
+    if not a.no_numpy and t.reference is not None:
+        from polytile.targets.llvm.runtime import set_num_threads
+
+        set_num_threads(opt.threads)
+        t_np = measure_numpy(t, wl.args, wl.dtype)
+        flops = t.flops(wl.args)
+        print(f"  numpy on the same inputs: {_gflops(flops, t_np)} GFLOP/s "
+              f"({_fmt_time(t_np)})", file=out)
+    out.flush()
+    bar = _progress(trials, a.quiet)
+    flops = t.flops(wl.args)
+
+    def on_trial(res, rec):
+        if bar is None:
+            return
+        bar.n = res.n_trials
+        best = res.best
+        bar.set_postfix_str(f"best {_gflops(flops, best.cost)} GFLOP/s" if best and flops
+                            else f"best {_fmt_time(best.cost)}" if best else "best -",
+                            refresh=False)
+        bar.refresh()
+
+    res = tune(t, wl.args, wl.dtype, target=a.target, tuner=a.tuner, n_trial=trials,
+               measure_option=opt, log_file=log, resume=a.resume,
+               early_stopping=a.early_stopping, timeout_total=a.timeout_total,
+               seed=a.seed, callbacks=[on_trial])
+    if bar is not None:
+        bar.close()
+    _print_summary(res, t_np, out)
+    if a.plot:
+        _plot(res, t_np, a.plot)
+        print(f"  plot            {a.plot}", file=out)
+    if res.interrupted:
+        print(f"interrupted: {res.n_trials} trials are in {log}; continue with the same "
+              f"command and --resume", file=sys.stderr)
+        return EXIT_INTERRUPT
+    if res.best is None:
+        raise _Fail(f"no candidate of {wl} could be measured ({res.n_failed} failures; see "
+                    f"`polytile records show {log}`)")
+    return EXIT_OK
+
+
+def _progress(total: int, quiet: bool):
+    if quiet:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        return None
+    return tqdm(total=total, desc="tuning", unit="trial", file=sys.stderr, leave=True,
+                dynamic_ncols=True)
+
+
+def _print_summary(res, t_np, out) -> None:
+    best = res.best
+    flops = res.flops
+    rows = [("workload", str(res.workload)), ("target", res.target)]
+    if best is not None:
+        ratio = f"  ({t_np / best.cost:.2f} x numpy)" if t_np else ""
+        rows.append(("best", f"{_gflops(flops, best.cost)} GFLOP/s{ratio}" if flops
+                     else _fmt_time(best.cost)))
+        rows.append(("median time", _fmt_time(best.cost)))
+    else:
+        rows.append(("best", "none (every trial failed)"))
+    if res.default is not None and res.default.ok:
+        rows.append(("default config", f"{_gflops(flops, res.default.cost)} GFLOP/s "
+                     f"({_fmt_time(res.default.cost)})" if flops
+                     else _fmt_time(res.default.cost)))
+    if t_np:
+        rows.append(("numpy", f"{_gflops(flops, t_np)} GFLOP/s ({_fmt_time(t_np)}, same run)"))
+    fails = res.failures()
+    ftxt = ", ".join(f"{n} {code}" for code, n in sorted(fails.items()))
+    resumed = f", {res.resumed} resumed" if res.resumed else ""
+    rows.append(("trials", f"{res.n_trials} measured{resumed}, {res.n_failed} failed"
+                 + (f" ({ftxt})" if ftxt else "")))
+    new = max(1, res.n_trials - res.resumed)
+    rows.append(("wall time", f"{res.wall_s:.1f} s (tuner overhead {res.overhead_s / new:.2f} "
+                 f"s per trial; stopped: {res.stop_reason or '-'})"))
+    if best is not None:
+        rows.append(("best config", " ".join(f"{k}={json.dumps(v)}"
+                                             for k, v in best.config.items())))
+    rows.append(("records", res.log_file or "-"))
+    print("", file=out)
+    for k, v in rows:
+        print(f"  {k:<15} {v}", file=out)
+    out.flush()
+
+
+def _require_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise _Fail("--plot needs matplotlib: pip install 'polytile[plot]'") from None
+
+
+def _plot(res, t_np, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curve = res.curve()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    ax.plot(range(1, len(curve) + 1), curve, label=f"{res.tuner} tuner, best so far")
+    unit = "GFLOP/s" if res.flops else "1/s"
+    if t_np and res.flops:
+        ax.axhline(res.flops / t_np / 1e9, color="gray", linestyle="--", label="numpy")
+    ax.set_xlabel("trial")
+    ax.set_ylabel(unit)
+    ax.set_title(f"{res.workload} on {res.target}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- records
+
+
+def _cmd_records(a) -> int:
+    from polytile.autotune.records import best_records, read_records
+
+    recs = read_records(a.file)
+    flops_cache: dict = {}
+
+    def flops(w):
+        k = json.dumps(w, sort_keys=True)
+        if k not in flops_cache:
+            flops_cache[k] = _flops_of(w)
+        return flops_cache[k]
+
+    if a.action == "show":
+        rows = []
+        for r in recs:
+            cfg = " ".join(f"{k}={json.dumps(v)}" for k, v in r.config.items())
+            rows.append((r.line, r.workload_str(), _gflops(flops(r.workload), r.cost),
+                         _fmt_time(r.cost), r.error or "ok", cfg if r.ok else r.error_msg[:70]))
+        print(_table(rows, ["line", "workload", "GFLOP/s", "median", "status",
+                            "config / error"]))
+        print(f"{len(recs)} records")
+    elif a.action == "best":
+        rows = []
+        for (_, target), r in sorted(best_records(recs).items()):
+            cfg = " ".join(f"{k}={json.dumps(v)}" for k, v in r.config.items())
+            rows.append((r.workload_str(), target, _gflops(flops(r.workload), r.cost),
+                         _fmt_time(r.cost), r.line, cfg))
+        print(_table(rows, ["workload", "target", "GFLOP/s", "median", "line", "config"]))
+    else:
+        groups: dict = {}
+        for r in recs:
+            groups.setdefault((json.dumps(r.workload, sort_keys=True), r.target), []).append(r)
+        rows = []
+        for (_, target), rs in sorted(groups.items()):
+            ok = [r for r in rs if r.ok]
+            fails: dict = {}
+            for r in rs:
+                if not r.ok:
+                    fails[r.error] = fails.get(r.error, 0) + 1
+            best = min((r.cost for r in ok), default=math.inf)
+            med = sorted(r.cost for r in ok)[len(ok) // 2] if ok else math.inf
+            f = flops(rs[0].workload)
+            rows.append((rs[0].workload_str(), target, len(rs), len(ok),
+                         ", ".join(f"{n} {c}" for c, n in sorted(fails.items())) or "-",
+                         _gflops(f, best), _gflops(f, med),
+                         f"{sum(r.wall_s for r in rs):.1f} s"))
+        print(_table(rows, ["workload", "target", "trials", "ok", "failed", "best GFLOP/s",
+                            "median GFLOP/s", "trial time"]))
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- run
+
+
+def _cmd_run(a) -> int:
+    import numpy as np
+
+    import polytile
+    from polytile.autotune import apply_history_best, get_template, load_best
+    from polytile.autotune.dispatch import canonical_target
+    from polytile.autotune.worker import make_inputs, output_positions, outputs_match
+    from polytile.schedule.lower import lower
+    from polytile.targets.llvm.runtime import set_num_threads
+
+    t = get_template(a.workload)
+    wl = t.workload(a.args, a.dtype)
+    target = canonical_target(a.target)
+    log = a.log or f"{wl.slug()}.jsonl"
+    if not os.path.exists(log):
+        raise _Fail(f"records file {log!r} not found (tune first: polytile tune "
+                    f"{a.workload} --log {log})")
+    if a.threads:
+        set_num_threads(a.threads)
+    rec = load_best(log, wl, a.target)
+    with apply_history_best(log, a.target):
+        s, tensors = t(*wl.args, dtype=wl.dtype)
+    print(f"polytile run {wl} on '{target}'")
+    if rec is not None:
+        cfg = " ".join(f"{k}={json.dumps(v)}" for k, v in rec.config.items())
+        print(f"  record          {log}:{rec.line} ({_fmt_time(rec.cost)} when tuned)")
+        print(f"  config          {cfg}")
+    else:
+        print("  record          none: built with the default config")
+    if a.print_ir:
+        print(lower(s, tensors))
+    f = polytile.build(s, tensors, target=a.target)
+    if a.print_source:
+        print(f.get_source("ll"))
+    arrays = make_inputs(tensors)
+    outs = output_positions(tensors)
+    f(*arrays)
+    inputs = [x for k, x in enumerate(arrays) if k not in outs]
+    if t.reference is not None:
+        want = t.reference(*[x.astype("float64") if x.dtype.kind == "f" else x
+                             for x in inputs])
+        want = want if isinstance(want, tuple) else (want,)
+        ok, why = True, ""
+        for k, w in zip(outs, want):
+            ok_k, why_k = outputs_match(arrays[k], np.asarray(w).astype(arrays[k].dtype),
+                                        arrays[k].dtype)
+            ok, why = ok and ok_k, why or why_k
+        print(f"  check           {'matches numpy' if ok else 'WRONG: ' + why}")
+        if not ok:
+            raise _Fail(f"the built kernel disagrees with numpy: {why}")
+    res = f.time_evaluator(number=1, repeat=5, min_repeat_ms=50)(*arrays)
+    flops = t.flops(wl.args)
+    print(f"  polytile        {_gflops(flops, res.median)} GFLOP/s ({_fmt_time(res.median)})")
+    if t.reference is not None:
+        from polytile.autotune import measure_numpy
+
+        t_np = measure_numpy(t, wl.args, wl.dtype)
+        print(f"  numpy           {_gflops(flops, t_np)} GFLOP/s ({_fmt_time(t_np)}); "
+              f"ratio {t_np / res.median:.2f}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- templates
+
+
+def _cmd_templates(a) -> int:
+    from polytile.autotune.template import registered
+
+    rows = []
+    for name, t in sorted(registered().items()):
+        try:
+            size = f"{len(t.space()):,}"
+        except Exception as exc:  # a broken user template should not hide the others
+            size = f"error: {exc}"[:40]
+        rows.append((name, ",".join(map(str, t.default_args)), size, t.description))
+    print(_table(rows, ["template", "default --args", "space size", "description"]))
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="polytile", description="polytile: tune, run and inspect "
+                                "tensor kernels.")
+    p.add_argument("--version", action="version", version=f"polytile {__version__}")
+    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def workload_opts(q):
+        q.add_argument("workload", help="template name (see `polytile templates`) or "
+                       "path/to/file.py:function")
+        q.add_argument("--args", type=_int_list, default=None,
+                       help="workload arguments, e.g. 1024,1024,1024 (default: the "
+                       "template's)")
+        q.add_argument("--dtype", default="float32", help="element type (default float32)")
+        q.add_argument("--target", default="llvm", help="target string (default llvm)")
+        q.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+
+    q = sub.add_parser("tune", help="search a template's schedule space")
+    workload_opts(q)
+    q.add_argument("--tuner", choices=("model", "random", "grid"), default="model")
+    q.add_argument("--trials", type=_positive, default=None,
+                   help="trials in total, resumed ones included (default 64)")
+    q.add_argument("--parallel", type=_positive, default=None,
+                   help="build worker processes (default: cores)")
+    q.add_argument("--threads", type=_positive, default=None,
+                   help="threads candidates run with (default: cores)")
+    q.add_argument("--log", default=None, help="records file (JSON Lines; default "
+                   "<workload>.jsonl)")
+    q.add_argument("--resume", action="store_true", help="continue the run in --log")
+    q.add_argument("--check", action="store_true",
+                   help="check every candidate's output against the default config's")
+    q.add_argument("--plot", default=None, metavar="PNG",
+                   help="write best-so-far GFLOP/s vs trial to this PNG")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--early-stopping", type=_positive, default=None, metavar="N",
+                   help="stop after N trials without improvement")
+    q.add_argument("--timeout-total", type=_seconds, default=None, metavar="S",
+                   help="wall-clock budget in seconds")
+    q.add_argument("--number", type=_positive, default=1)
+    q.add_argument("--repeat", type=_positive, default=3)
+    q.add_argument("--min-repeat-ms", type=float, default=20.0)
+    q.add_argument("--flush-cache", action="store_true",
+                   help="flush the caches before each repeat")
+    q.add_argument("--build-timeout", type=_seconds, default=20.0)
+    q.add_argument("--run-timeout", type=_seconds, default=15.0)
+    q.add_argument("--no-numpy", action="store_true", help="skip the numpy comparison")
+    q.add_argument("--quiet", action="store_true", help="no progress bar")
+    q.set_defaults(fn=_cmd_tune)
+
+    q = sub.add_parser("records", help="inspect a records file")
+    q.add_argument("action", choices=("show", "best", "summary"))
+    q.add_argument("file")
+    q.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    q.set_defaults(fn=_cmd_records)
+
+    q = sub.add_parser("run", help="build a workload with its best record, check, benchmark")
+    workload_opts(q)
+    q.add_argument("--log", default=None, help="records file (default <workload>.jsonl)")
+    q.add_argument("--threads", type=_positive, default=None)
+    q.add_argument("--print-ir", action="store_true", help="print the lowered loop nest")
+    q.add_argument("--print-source", action="store_true", help="print the LLVM IR")
+    q.set_defaults(fn=_cmd_run)
+
+    q = sub.add_parser("templates", help="list the built-in templates")
+    q.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    q.set_defaults(fn=_cmd_templates)
+    return p
+
+
+def main(argv=None) -> int:
+    """Run the command line; returns the exit code (``polytile`` exits with it)."""
+    args = _parser().parse_args(argv)  # exits 2 with argparse's message on usage errors
+    from polytile.errors import PolytileError
+
+    warnings.showwarning = _warn_line
+    try:
+        return args.fn(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPT
+    except (_Fail, PolytileError, OSError, ValueError, TypeError) as exc:
+        if args.debug:
+            raise
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"polytile: error: {msg}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:
+        if args.debug:
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        print(f"polytile: error: {type(exc).__name__}: {first} (run with --debug for the "
+              "traceback)", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _entry() -> None:  # pragma: no cover
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
