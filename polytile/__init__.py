@@ -1,7 +1,8 @@
 """polytile: a tensor compiler with TVM-style schedules lowered through isl.
 
 ``polytile.lower(s, args)`` returns the loop IR of a schedule; ``polytile.build(s, args,
-target="llvm")`` compiles it into a callable. See ``README.md`` for a tour.
+target="llvm")`` compiles it into a callable (``target="cuda"`` for NVIDIA GPUs, with device
+arrays from ``polytile.nd``). See ``README.md`` for a tour.
 """
 
 from __future__ import annotations
@@ -26,5 +27,15 @@ def build(sch, args=None, target="llvm", name: str = "main", **kwargs):
     return _build(sch, args, target=target, name=name, **kwargs)
 
 
+def __getattr__(name: str):
+    # ``polytile.nd`` is imported on first use, so that ``import polytile`` never needs
+    # cuda-python
+    if name == "nd":
+        import importlib
+
+        return importlib.import_module("polytile.nd")
+    raise AttributeError(f"module 'polytile' has no attribute {name!r}")
+
+
 __all__ = ["BuildError", "InternalError", "LoweringError", "PolytileError", "ScheduleError",
-           "TargetError", "TuneError", "__version__", "build", "lower"]
+           "TargetError", "TuneError", "__version__", "build", "lower", "nd"]

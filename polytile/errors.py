@@ -24,6 +24,16 @@ class TargetError(PolytileError, ValueError):
     """An unknown target string or a target that this machine cannot run."""
 
 
+class DeviceNotFoundError(TargetError, RuntimeError):
+    """A target's device is missing on this machine (no GPU, no driver, no cuda-python):
+    the function was built but cannot run here."""
+
+
+class DeviceError(PolytileError, RuntimeError):
+    """A call into a device runtime failed (a CUDA driver error, e.g. a faulting kernel);
+    the message names the function and kernel."""
+
+
 class BuildError(PolytileError):
     """Code generation or native compilation failed; the message carries the log."""
 

@@ -8,7 +8,8 @@ from polytile.schedule.loop_ir import PrimFunc
 from .target import Target
 
 
-def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "main"):
+def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "main",
+          **options):
     """Compile ``sch_or_func`` into a callable module.
 
     Parameters
@@ -20,33 +21,46 @@ def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "ma
     args : list of Tensor, optional
         The tensors that become the function's parameters, in order (schedules only).
     target : str or Target
-        ``"llvm"`` (the host CPU, default) with options, see :class:`Target`.
+        ``"llvm"`` (the host CPU, default) or ``"cuda"`` (an NVIDIA GPU), with options, see
+        :class:`Target`.
     name : str
         Name of the generated function (schedules only; a ``PrimFunc`` keeps its own).
+    **options
+        For ``cuda``: ``compiler`` (``"auto"``, ``"nvrtc"``, ``"nvcc"``) and ``cache_dir``
+        (the cubin cache), see :class:`~polytile.targets.cuda.CUDAModule`.
 
     Returns
     -------
-    LLVMModule
-        Callable with numpy arrays: ``f(a, b, c)``.
+    LLVMModule or CUDAModule
+        Callable with numpy arrays (``llvm``) or device arrays (``cuda``: ``polytile.nd``,
+        torch tensors): ``f(a, b, c)``. Building for ``cuda`` needs no GPU (the source is
+        generated and compiled for ``sm_90`` unless ``-arch`` or a present GPU says
+        otherwise); calling needs one.
 
     Raises
     ------
     TargetError
-        For an unknown target string, or a target that cannot be built yet (``cuda``).
+        For an unknown target string, or options the target does not take.
+    LoweringError
+        For a ``cuda`` function with statements outside its kernels.
     BuildError
-        When code generation or JIT compilation fails.
+        When code generation or compilation fails.
     """
     tgt = Target.parse(target)
-    if tgt.kind == "cuda":
+    if options and tgt.kind != "cuda":
         raise TargetError(format_error(
-            "build", f"target {str(tgt)!r} is not implemented yet",
-            "expected target 'llvm' (the CUDA backend is being written)"))
+            "build", f"options {sorted(options)} are not understood by target {str(tgt)!r}",
+            "expected no extra options for 'llvm'"))
     if isinstance(sch_or_func, PrimFunc):
         func = sch_or_func
     else:
         from polytile.schedule.lower import finalize, lower
 
         func = finalize(lower(sch_or_func, args, name=name))
+    if tgt.kind == "cuda":
+        from .cuda.runtime import CUDAModule
+
+        return CUDAModule(func, tgt, **options)
     from .llvm.runtime import LLVMModule
 
     return LLVMModule(func, tgt)

@@ -7,7 +7,9 @@ Grammar: ``<kind> [-option[=value]]...``.
   default CPU those are the host's features), ``-opt-level=0..3`` (default 3) and
   ``-fast-math`` (full fast-math flags on float arithmetic; off by default, when only
   ``contract`` is set so that ``a*b + c`` may become one FMA).
-* ``cuda``: an NVIDIA GPU. Option ``-arch=sm_<NN>``. Parsed, not yet buildable.
+* ``cuda``: an NVIDIA GPU. Options ``-arch=sm_<NN>`` (default: the compute capability of
+  device 0, else ``sm_90``) and ``-fast-math`` (``__expf``-style intrinsics and
+  ``--use_fast_math``).
 
 Examples: ``"llvm"``, ``"llvm -mcpu=znver4"``, ``"llvm -mattr=-avx512f"``,
 ``"llvm -opt-level=2 -fast-math"``, ``"cuda -arch=sm_90"``.
@@ -22,7 +24,7 @@ from polytile.errors import TargetError, format_error
 
 KINDS = ("llvm", "cuda")
 _LLVM_OPTIONS = ("-mcpu", "-mattr", "-opt-level", "-fast-math")
-_CUDA_OPTIONS = ("-arch",)
+_CUDA_OPTIONS = ("-arch", "-fast-math")
 
 # Vector register width (bytes) of CPUs named by -mcpu without -mattr: LLVM derives their
 # features itself and llvmlite cannot list them, so the width comes from this table.
@@ -223,10 +225,18 @@ def _parse_llvm(spec: str, opts: tuple[str, ...]) -> Target:
 
 def _parse_cuda(spec: str, opts: tuple[str, ...]) -> Target:
     arch = ""
+    fast = False
     for opt in opts:
         name, value = _split_opt(spec, opt, _CUDA_OPTIONS)
+        if name == "-fast-math":
+            if value is not None:
+                raise TargetError(format_error(
+                    "target", f"option '-fast-math' takes no value (got {value!r})",
+                    "expected just -fast-math"))
+            fast = True
+            continue
         arch = _need_value(spec, name, value)
         if not re.fullmatch(r"sm_\d{2,3}[a-z]?", arch):
             raise TargetError(format_error("target", f"bad GPU architecture {arch!r} in "
                                            f"{spec!r}", "expected sm_<NN>, e.g. -arch=sm_90"))
-    return Target("cuda", arch=arch, opt_level=3, host=False, options=opts)
+    return Target("cuda", arch=arch, opt_level=3, fast_math=fast, host=False, options=opts)

@@ -12,7 +12,7 @@ from llvm_ir_helpers import (Call, Const, PrimFunc, buf, build, c64, ld, loop, p
                              seq, st, var)
 
 import polytile
-from polytile.errors import BuildError, InternalError, TargetError
+from polytile.errors import BuildError, InternalError, LoweringError, TargetError
 from polytile.targets import LLVMModule, Target
 from polytile.targets.llvm import BenchmarkResult, codegen_llvm
 from polytile.targets.llvm.runtime import get_num_threads, set_num_threads
@@ -90,10 +90,13 @@ def test_build_primfunc_and_polytile_build():
         np.testing.assert_allclose(z, x * 2 + y, rtol=1e-6)
 
 
-def test_build_cuda_not_implemented():
-    with pytest.raises(TargetError, match="build: target 'cuda -arch=sm_90' is not "
-                                          "implemented yet"):
+def test_build_cuda_refuses_loops_outside_kernels():
+    # the CUDA backend has its own tests (test_cuda_*.py); a CPU loop nest is not a kernel
+    with pytest.raises(LoweringError, match="statement For 'for i in range.*lies outside "
+                                            "every kernel"):
         polytile.targets.build(_axpy(), target="cuda -arch=sm_90")
+    with pytest.raises(TargetError, match="options \\['compiler'\\] are not understood"):
+        polytile.targets.build(_axpy(), target="llvm", compiler="nvcc")
 
 
 def test_build_from_a_schedule():

@@ -1,0 +1,810 @@
+"""Loop IR → C source for GPU targets: one printer, one table per dialect.
+
+:func:`print_c_module` turns a :class:`~polytile.schedule.loop_ir.PrimFunc` whose body is a
+sequence of :class:`~polytile.schedule.loop_ir.KernelLaunch` statements (possibly inside
+``Allocate`` of scope ``global``/``heap``: device buffers living across kernels) into one C
+source holding one kernel function per launch, plus the host plan (:class:`CModule`) a
+runtime needs to launch them. Everything a dialect can change sits in :class:`CDialect`
+(kernel prefix, launch bounds, ``restrict``, shared-memory and barrier spelling, index names,
+type map, math functions per dtype, half conversions); CUDA and HIP subclass it and override
+tables only (model: tinygrad's ``renderer/cstyle.py``).
+
+Meaning kept from the loop IR (see :mod:`polytile.schedule.loop_ir` and
+:mod:`polytile.te.expr`):
+
+* indices and loop variables are ``int64_t``; hardware indices are read once per kernel
+  into ``const int64_t`` locals;
+* integer arithmetic wraps: results of types narrower than ``int`` are cast back to their
+  type (C promotes them), narrow unsigned products are computed in ``uint32_t``;
+* ``floordiv``/``floormod`` go through :mod:`polytile.schedule.intdiv`;
+* ``Select`` is C's lazy ``c ? a : b``; ``And``/``Or`` are ``&&``/``||``;
+* ``min``/``max``/integer ``abs`` are inline function templates (each operand evaluated
+  once), float ``min``/``max`` are ``a < b ? a : b`` as on the CPU;
+* ``bool`` is C++ ``bool`` in registers and ``uint8_t`` in memory (numpy's one byte);
+* floats are IEEE without fast-math (``a*b + c`` may contract into an FMA); a
+  ``-fast-math`` target switches to the dialect's fast intrinsics (``__expf``).
+
+Output is deterministic: names come from the IR (sanitised, made unique with ``_1``,
+``_2``... in first-use order), every sub-expression is parenthesised, two-space indentation.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from polytile.errors import BuildError, InternalError, LoweringError, format_error
+from polytile.schedule.intdiv import floordiv_expr, floormod_expr
+from polytile.schedule.loop_ir import (Allocate, Buffer, Evaluate, For, IfThenElse,
+                                       KernelLaunch, LetStmt, Load, PrimFunc, Seq, Stmt,
+                                       Store, Sync, stmt_exprs, stmt_str, walk_stmts)
+from polytile.te import dtype as dt
+from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select,
+                              Var, child_fields)
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "truncdiv": "/", "truncmod": "%",
+          "bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
+_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_HOST_SCOPES = ("global", "heap")
+_MIN_ALIGN = 16  # bytes: alignment of shared buffers (vector loads of up to 16 bytes)
+
+_CXX_KEYWORDS = frozenset("""
+alignas alignof and and_eq asm auto bitand bitor bool break case catch char char16_t char32_t
+class compl const constexpr const_cast continue decltype default delete do double
+dynamic_cast else enum explicit export extern false float for friend goto if inline int long
+mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected public
+register reinterpret_cast return short signed sizeof static static_assert static_cast struct
+switch template this thread_local throw true try typedef typeid typename union unsigned using
+virtual void volatile wchar_t while xor xor_eq restrict main""".split())
+
+
+class CDialect:
+    """The table of one C dialect. Subclasses override class attributes only.
+
+    Math functions: ``math[name][dtype]`` is a C function name or a format string with
+    ``{0}``, ``{1}`` for the arguments; a ``float16`` entry missing from the table is
+    computed in ``float32`` and rounded back. ``fast_math`` entries replace ``math`` ones
+    under a ``-fast-math`` target.
+    """
+
+    name = "c"
+    #: lines at the top of every source
+    preamble: ClassVar[tuple] = ()
+    #: include lines added when a dtype appears (``{"float16": "#include <cuda_fp16.h>"}``)
+    dtype_headers: ClassVar[dict] = {}
+    kernel_prefix = "void"
+    #: text between the return type and the name; ``{threads}`` is the block size
+    launch_bounds = ""
+    restrict = ""
+    shared_prefix = ""
+    shared_align = ""
+    local_prefix = ""
+    #: declaration of the dynamic shared-memory array; ``{name}`` its identifier
+    dynamic_shared_decl = ""
+    #: static shared memory above this many bytes per kernel switches to dynamic
+    max_static_shared_bytes = 48 * 1024
+    max_threads_per_block = 1024
+    max_grid: ClassVar[tuple] = (2**31 - 1, 65535, 65535)
+    barrier = ""
+    device_inline = "static inline"
+    #: hardware index tag -> C expression
+    index_names: ClassVar[dict] = {}
+    #: dtype -> C type in registers (``bool`` is stored as ``memory_types["bool"]``)
+    type_map: ClassVar[dict] = {"bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
+                "int64": "int64_t", "uint8": "uint8_t", "uint16": "uint16_t",
+                "uint32": "uint32_t", "uint64": "uint64_t", "float32": "float",
+                "float64": "double"}
+    memory_types: ClassVar[dict] = {"bool": "uint8_t"}
+    #: float16 (and bfloat16) conversions: C function names
+    half_from_float = ""
+    half_to_float = ""
+    half_from_double = ""
+    half_from_int64 = ""
+    half_from_uint64 = ""
+    half_from_bits = ""
+    float_from_bits = ""
+    double_from_bits = ""
+    math: ClassVar[dict] = {
+        "exp": {"float32": "expf", "float64": "exp"},
+        "exp2": {"float32": "exp2f", "float64": "exp2"},
+        "log": {"float32": "logf", "float64": "log"},
+        "log2": {"float32": "log2f", "float64": "log2"},
+        "log10": {"float32": "log10f", "float64": "log10"},
+        "sqrt": {"float32": "sqrtf", "float64": "sqrt"},
+        "rsqrt": {"float32": "rsqrtf", "float64": "rsqrt"},
+        "tanh": {"float32": "tanhf", "float64": "tanh"},
+        "erf": {"float32": "erff", "float64": "erf"},
+        "sin": {"float32": "sinf", "float64": "sin"},
+        "cos": {"float32": "cosf", "float64": "cos"},
+        "floor": {"float32": "floorf", "float64": "floor"},
+        "ceil": {"float32": "ceilf", "float64": "ceil"},
+        "round": {"float32": "rintf", "float64": "rint"},  # half to even
+        "trunc": {"float32": "truncf", "float64": "trunc"},
+        "abs": {"float32": "fabsf", "float64": "fabs"},
+        "pow": {"float32": "powf", "float64": "pow"},
+        "fmod": {"float32": "fmodf", "float64": "fmod"},
+        "isnan": {"float32": "isnan", "float64": "isnan"},
+        "sigmoid": {"float32": "(1.0f / (1.0f + {exp}(-{0})))",
+                    "float64": "(1.0 / (1.0 + {exp}(-{0})))"},
+    }
+    fast_math: ClassVar[dict] = {}
+
+    # ------------------------------------------------------------------ derived
+    def ctype(self, dtype: str) -> str:
+        """C type of a value of ``dtype`` in registers."""
+        try:
+            return self.type_map[dtype]
+        except KeyError:
+            raise BuildError(format_error(f"codegen_{self.name}", f"dtype {dtype!r} has no "
+                                          f"{self.name} type", "expected one of "
+                                          f"{', '.join(self.type_map)}")) from None
+
+    def mem_type(self, dtype: str) -> str:
+        """C type of an element of a buffer of ``dtype``."""
+        return self.memory_types.get(dtype) or self.ctype(dtype)
+
+    def math_fn(self, name: str, dtype: str, fast: bool) -> str | None:
+        """The math table entry for ``name`` on ``dtype`` (None when absent)."""
+        if fast and dtype in self.fast_math.get(name, {}):
+            return self.fast_math[name][dtype]
+        return self.math.get(name, {}).get(dtype)
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """One kernel of a :class:`CModule`: its C ``name``, its parameters in order
+    (:class:`Buffer` then :class:`Var`), launch shape and dynamic shared memory (bytes)."""
+
+    name: str
+    params: tuple
+    grid: tuple
+    block: tuple
+    dynamic_shared_bytes: int
+    stored: frozenset
+
+    @property
+    def threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+
+@dataclass(frozen=True)
+class CModule:
+    """The printed source of a function and its host plan: ``workspace`` lists the
+    ``global``/``heap`` buffers to allocate on the device for a call, ``kernels`` the
+    launches in order."""
+
+    name: str
+    source: str
+    kernels: tuple
+    workspace: tuple
+
+
+# ------------------------------------------------------------------------------ names
+class _Namer:
+    """Stable, unique C identifiers for IR objects (by identity), in first-use order."""
+
+    def __init__(self, reserved=()):
+        self.taken = set(_CXX_KEYWORDS) | set(reserved)
+        self.names: dict = {}
+
+    def child(self) -> _Namer:
+        n = _Namer()
+        n.taken = set(self.taken)
+        n.names = dict(self.names)
+        return n
+
+    def __call__(self, obj, hint: str) -> str:
+        key = id(obj)
+        if key in self.names:
+            return self.names[key][1]
+        base = re.sub(r"\W", "_", hint) or "v"
+        if base[0].isdigit():
+            base = "v" + base
+        if base.startswith(("_", "pt_")):
+            base = "v" + base  # reserved spellings: __x, _X and our helpers
+        name, k = base, 1
+        while name in self.taken:
+            name = f"{base}_{k}"
+            k += 1
+        self.taken.add(name)
+        self.names[key] = (obj, name)  # keep obj alive so its id stays unique
+        return name
+
+
+def _strip(s: str) -> str:
+    """``s`` without one pair of enclosing parentheses, when they match each other."""
+    if not (s.startswith("(") and s.endswith(")")):
+        return s
+    depth = 0
+    for i, ch in enumerate(s):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and i < len(s) - 1:
+            return s
+    return s[1:-1]
+
+
+def _label(s: Stmt) -> str:
+    text = stmt_str(s).splitlines()
+    return text[0].strip() if text else type(s).__name__
+
+
+# ------------------------------------------------------------------------------ host plan
+def _host_plan(func: PrimFunc, who: str) -> tuple[list, list]:
+    """Workspace buffers and kernel launches of ``func``'s body, in order."""
+    workspace, launches = [], []
+
+    def visit(s: Stmt) -> None:
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                visit(x)
+        elif isinstance(s, Allocate) and s.buffer.scope in _HOST_SCOPES:
+            workspace.append(s.buffer)
+            visit(s.body)
+        elif isinstance(s, KernelLaunch):
+            launches.append(s)
+        else:
+            raise LoweringError(format_error(
+                who, f"statement {type(s).__name__} '{_label(s)}' of function {func.name!r} "
+                "lies outside every kernel", "expected only KernelLaunch statements, in Seq "
+                "and Allocate (scope 'global' or 'heap') at the top level of a GPU function",
+                hint="bind the loops of every stage to blockIdx/threadIdx"))
+
+    visit(func.body)
+    return workspace, launches
+
+
+def _used(s: Stmt) -> tuple[list, list, set]:
+    """Buffers (loaded or stored) and variables read in ``s``, in first-use order, and
+    the buffers stored."""
+    bufs: dict = {}
+    vars_: dict = {}
+    stored = set()
+
+    def expr(e: Expr) -> None:
+        if isinstance(e, Load):
+            bufs.setdefault(id(e.buffer), e.buffer)
+        elif isinstance(e, Var):
+            vars_.setdefault(id(e), e)
+        for f in child_fields(e):
+            v = getattr(e, f)
+            for x in (v if isinstance(v, tuple) else (v,)):
+                if isinstance(x, Expr):
+                    expr(x)
+
+    for x in walk_stmts(s):
+        if isinstance(x, Store):
+            bufs.setdefault(id(x.buffer), x.buffer)
+            stored.add(x.buffer)
+        for e in stmt_exprs(x):
+            expr(e)
+    return list(bufs.values()), list(vars_.values()), stored
+
+
+def _bound_here(s: Stmt) -> tuple[set, set]:
+    """Variables bound and buffers allocated inside ``s`` (by identity)."""
+    vs, bs = set(), set()
+    for x in walk_stmts(s):
+        if isinstance(x, (For, LetStmt)):
+            vs.add(id(x.var))
+        elif isinstance(x, Allocate):
+            bs.add(id(x.buffer))
+        elif isinstance(x, KernelLaunch):
+            vs.update(id(v) for v, _ in x.thread_vars)
+    return vs, bs
+
+
+# ------------------------------------------------------------------------------ printer
+class CPrinter:
+    """Prints one function for one dialect; use :func:`print_c_module`."""
+
+    def __init__(self, dialect: CDialect, fast_math: bool = False):
+        self.d = dialect
+        self.fast = fast_math
+        self.who = f"codegen_{dialect.name}"
+        self.helpers: dict = {}
+        self.dtypes: set = set()
+
+    # ---------------------------------------------------------------- module
+    def module(self, func: PrimFunc) -> CModule:
+        workspace, launches = _host_plan(func, self.who)
+        global_names = _Namer(reserved=self.d.index_names)
+        for p in func.params:
+            if isinstance(p, Buffer) and p.scope != "global":
+                raise BuildError(format_error(
+                    self.who, f"parameter buffer {p.name!r} has scope {p.scope!r}",
+                    "expected scope 'global' for function arguments"))
+            if not isinstance(p, (Buffer, Var)):
+                raise BuildError(format_error(self.who, f"parameter {p!r} is a "
+                                              f"{type(p).__name__}",
+                                              "expected Buffer or Var parameters"))
+        bodies, infos = [], []
+        for k in launches:
+            info, text = self.kernel(func, k, workspace, global_names)
+            infos.append(info)
+            bodies.append(text)
+        head = list(self.d.preamble)
+        for t in sorted(self.dtypes):
+            if t in self.d.dtype_headers:
+                head.append(self.d.dtype_headers[t])
+        n = len(infos)
+        title = (f"// polytile: {self.d.name} source of function {func.name!r} "
+                 f"({n} kernel{'s' if n != 1 else ''})")
+        out = [title, *head, ""]
+        for _, text in sorted(self.helpers.items()):
+            out.append(text)
+        if self.helpers:
+            out.append("")
+        out.append("\n\n".join(bodies))
+        return CModule(func.name, "\n".join(out) + "\n", tuple(infos), tuple(workspace))
+
+    # ---------------------------------------------------------------- kernel
+    def kernel(self, func: PrimFunc, k: KernelLaunch, workspace: list, global_names: _Namer):
+        d = self.d
+        for what, ext, lim in (("grid", k.grid, d.max_grid), ("block", k.block, None)):
+            if len(ext) != 3 or not all(isinstance(x, int) and x >= 1 for x in ext):
+                raise BuildError(format_error(self.who, f"kernel {k.name!r} has {what} "
+                                              f"{list(ext)}", "expected three positive ints"))
+            if lim and any(x > m for x, m in zip(ext, lim)):
+                raise BuildError(format_error(self.who, f"kernel {k.name!r} has grid "
+                                              f"{list(ext)}", f"expected at most {list(lim)}"))
+        threads = k.block[0] * k.block[1] * k.block[2]
+        if threads > d.max_threads_per_block:
+            raise BuildError(format_error(
+                self.who, f"kernel {k.name!r} has {threads} threads per block (block "
+                f"{list(k.block)})", f"expected at most {d.max_threads_per_block}"))
+        kname = global_names(k, k.name)
+        names = global_names.child()
+        self.names = names
+        self.kname = k.name
+        self.env: dict = {}  # id(Var) -> C expression
+        self.buffers: dict = {}  # id(Buffer) -> C identifier
+
+        bound_vars, allocated = _bound_here(k)
+        bufs, vars_, stored = _used(k.body)
+        pos = {id(p): i for i, p in enumerate(func.params)}
+        ws = {id(b): i for i, b in enumerate(workspace)}
+        for b in bufs:
+            if id(b) not in pos and id(b) not in ws and id(b) not in allocated:
+                raise BuildError(format_error(
+                    self.who, f"buffer {b.name!r} is used outside its allocation",
+                    "expected a parameter buffer or one introduced by an enclosing Allocate",
+                    Kernel=k.name))
+        for v in vars_:
+            if id(v) not in pos and id(v) not in bound_vars:
+                raise BuildError(format_error(
+                    self.who, f"variable {v.name!r} is used but not defined",
+                    "expected a parameter, a loop variable, a hardware index or a LetStmt "
+                    "variable in scope", Kernel=k.name))
+        ext_bufs = [b for b in bufs if id(b) not in allocated]
+        ext_bufs.sort(key=lambda b: (0, pos[id(b)]) if id(b) in pos else (1, ws[id(b)]))
+        ext_vars = sorted((v for v in vars_ if id(v) in pos), key=lambda v: pos[id(v)])
+        params, sig = [], []
+        for b in ext_bufs:
+            self.dtypes.add(b.dtype)
+            const = "" if b in stored else "const "
+            name = names(b, b.name)
+            self.buffers[id(b)] = name
+            params.append(b)
+            sig.append(f"{const}{d.mem_type(b.dtype)}* {d.restrict} {name}".replace("  ", " "))
+        for v in ext_vars:
+            self.dtypes.add(v.dtype)
+            name = names(v, v.name)
+            self.env[id(v)] = name
+            params.append(v)
+            sig.append(f"{d.ctype(v.dtype)} {name}")
+
+        self.lines: list = []
+        self.scopes: list = [set()]
+        self.smem_offsets, dyn_bytes = self._shared_layout(k)
+        if dyn_bytes:
+            self.smem_name = "pt_dynamic_shared"  # IR names never start with pt_
+            self.emit(1, d.dynamic_shared_decl.format(name=self.smem_name))
+        for v, tag in k.thread_vars:
+            if tag not in d.index_names:
+                raise BuildError(format_error(
+                    self.who, f"kernel {k.name!r} binds {v.name!r} to unknown index "
+                    f"{tag!r}", f"expected one of {', '.join(d.index_names)}"))
+            name = names(v, v.name)
+            self.env[id(v)] = name
+            self.emit(1, f"const {d.ctype(v.dtype)} {name} = "
+                         f"({d.ctype(v.dtype)}){d.index_names[tag]};")
+        self.stmt(k.body, 1)
+        bounds = d.launch_bounds.format(threads=threads)
+        head = " ".join(x for x in (d.kernel_prefix, "void", bounds, kname) if x)
+        one_line = f"{head}({', '.join(sig)}) {{"
+        if len(one_line) <= 100:
+            text = [one_line]
+        else:
+            text = [f"{head}("] + [f"    {s}{',' if i < len(sig) - 1 else ') {'}"
+                                   for i, s in enumerate(sig)]
+        text += self.lines + ["}"]
+        info = KernelInfo(kname, tuple(params), tuple(k.grid), tuple(k.block), dyn_bytes,
+                          frozenset(b for b in stored if id(b) not in allocated))
+        return info, "\n".join(text)
+
+    def _shared_layout(self, k: KernelLaunch) -> tuple[dict, int]:
+        """Byte offsets of the kernel's shared buffers in dynamic shared memory, and its
+        size; empty and 0 when they fit the static limit."""
+        offsets, total = {}, 0
+        for x in walk_stmts(k.body):
+            if isinstance(x, Allocate) and x.buffer.scope == "shared":
+                total = -(-total // _MIN_ALIGN) * _MIN_ALIGN
+                offsets[id(x.buffer)] = total
+                total += self._const_size(x.buffer) * dt.nbytes(x.buffer.dtype)
+        if total <= self.d.max_static_shared_bytes:
+            return {}, 0
+        return offsets, total
+
+    def _const_size(self, b: Buffer) -> int:
+        n = 1
+        for s in b.shape:
+            v = s.value if isinstance(s, Const) else s
+            if not isinstance(v, (int, np.integer)):
+                raise BuildError(format_error(
+                    self.who, f"{b.scope} buffer {b.name!r} has the non-constant shape "
+                    f"{list(b.shape)}", "expected a constant shape inside a kernel",
+                    Kernel=self.kname))
+            n *= int(v)
+        return max(n, 1)
+
+    # ---------------------------------------------------------------- statements
+    def emit(self, depth: int, text: str) -> None:
+        self.lines.append("  " * depth + text)
+
+    def declare(self, name: str) -> bool:
+        """Record a declaration in the current C scope; False if the name is taken there
+        (the caller then opens a block)."""
+        if name in self.scopes[-1]:
+            return False
+        self.scopes[-1].add(name)
+        return True
+
+    def block(self, s: Stmt, depth: int) -> None:
+        self.scopes.append(set())
+        self.stmt(s, depth)
+        self.scopes.pop()
+
+    def stmt(self, s: Stmt, depth: int) -> None:
+        fn = getattr(self, "stmt_" + type(s).__name__, None)
+        if fn is None:
+            raise BuildError(format_error(self.who, f"unknown statement {type(s).__name__}",
+                                          "expected a loop IR statement", Kernel=self.kname))
+        fn(s, depth)
+
+    def stmt_Seq(self, s: Seq, depth: int) -> None:
+        for x in s.stmts:
+            self.stmt(x, depth)
+
+    def stmt_For(self, s: For, depth: int) -> None:
+        if s.kind not in ("serial", "unrolled", "vectorized", "parallel"):
+            raise BuildError(format_error(self.who, f"loop {s.var.name!r} has kind "
+                                          f"{s.kind!r}", "expected serial, unrolled, "
+                                          "vectorized or parallel", Kernel=self.kname))
+        for p in s.pragmas:
+            self.emit(depth, f"// pragma {p}")
+        if s.kind in ("unrolled", "vectorized"):
+            self.emit(depth, "#pragma unroll")
+        name = self.names(s.var, s.var.name)
+        t = self.d.ctype(s.var.dtype)
+        lo = _strip(self.expr(s.min))
+        if isinstance(s.min, Const) and s.min.value == 0:
+            end = _strip(self.expr(s.extent))
+        else:
+            end = _strip(self.expr(Binary(s.extent.dtype, "add", s.min, s.extent)))
+        inc = f"++{name}" if s.step == 1 else f"{name} += {s.step}"
+        self.emit(depth, f"for ({t} {name} = {lo}; {name} < {end}; {inc}) {{")
+        self.env[id(s.var)] = name
+        self.scopes.append({name})
+        self.stmt(s.body, depth + 1)
+        self.scopes.pop()
+        self.emit(depth, "}")
+
+    def stmt_IfThenElse(self, s: IfThenElse, depth: int) -> None:
+        self.emit(depth, f"if ({_strip(self.expr(s.cond))}) {{")
+        self.block(s.then_case, depth + 1)
+        if s.else_case is not None:
+            self.emit(depth, "} else {")
+            self.block(s.else_case, depth + 1)
+        self.emit(depth, "}")
+
+    def stmt_LetStmt(self, s: LetStmt, depth: int) -> None:
+        name = self.names(s.var, s.var.name)
+        value = _strip(self.expr(s.value))
+        if s.value.dtype != s.var.dtype:
+            value = self.cast(value, s.value.dtype, s.var.dtype)
+        opened = not self.declare(name)
+        if opened:
+            self.emit(depth, "{")
+            depth += 1
+            self.scopes.append({name})
+        self.emit(depth, f"const {self.d.ctype(s.var.dtype)} {name} = {value};")
+        self.env[id(s.var)] = name
+        self.stmt(s.body, depth)
+        if opened:
+            self.scopes.pop()
+            self.emit(depth - 1, "}")
+
+    def stmt_Allocate(self, s: Allocate, depth: int) -> None:
+        b, d = s.buffer, self.d
+        if b.scope not in ("shared", "local", "stack"):
+            raise BuildError(format_error(
+                self.who, f"buffer {b.name!r} of scope {b.scope!r} is allocated inside "
+                f"kernel {self.kname!r}", "expected scope 'shared' or 'local' inside a kernel "
+                "('global'/'heap' buffers are allocated outside the kernels)"))
+        self.dtypes.add(b.dtype)
+        name = self.names(b, b.name)
+        self.buffers[id(b)] = name
+        size = self._const_size(b)
+        t = d.mem_type(b.dtype)
+        opened = not self.declare(name)
+        if opened:
+            self.emit(depth, "{")
+            depth += 1
+            self.scopes.append({name})
+        if b.scope == "shared" and id(b) in self.smem_offsets:
+            off = self.smem_offsets[id(b)]
+            self.emit(depth, f"{t}* {name} = reinterpret_cast<{t}*>({self.smem_name} + "
+                             f"{off});  // {size} elements, dynamic shared memory")
+        elif b.scope == "shared":
+            words = (d.shared_prefix, d.shared_align, t)
+            self.emit(depth, f"{' '.join(w for w in words if w)} {name}[{size}];")
+        else:
+            words = (d.local_prefix, t)
+            self.emit(depth, f"{' '.join(w for w in words if w)} {name}[{size}];")
+        self.stmt(s.body, depth)
+        if opened:
+            self.scopes.pop()
+            self.emit(depth - 1, "}")
+
+    def stmt_Store(self, s: Store, depth: int) -> None:
+        b = s.buffer
+        value = self.expr(s.value)
+        if s.value.dtype != b.dtype:
+            value = self.cast(value, s.value.dtype, b.dtype)
+        if b.dtype == "bool":
+            value = f"({self.d.mem_type('bool')})({_strip(value)})"
+        self.emit(depth, f"{self.buffer(b)}[{self.index(b, s.indices)}] = {_strip(value)};")
+
+    def stmt_Evaluate(self, s: Evaluate, depth: int) -> None:
+        pass  # expressions have no side effects
+
+    def stmt_Sync(self, s: Sync, depth: int) -> None:
+        if s.scope != "shared":
+            raise BuildError(format_error(self.who, f"sync of scope {s.scope!r}",
+                                          "expected scope 'shared'", Kernel=self.kname))
+        self.emit(depth, self.d.barrier)
+
+    def stmt_KernelLaunch(self, s: KernelLaunch, depth: int) -> None:
+        raise LoweringError(format_error(
+            self.who, f"kernel {s.name!r} is launched inside kernel {self.kname!r}",
+            "expected kernel launches only at the top level of the function"))
+
+    # ---------------------------------------------------------------- memory
+    def buffer(self, b: Buffer) -> str:
+        try:
+            return self.buffers[id(b)]
+        except KeyError:
+            raise BuildError(format_error(
+                self.who, f"buffer {b.name!r} is used outside its allocation",
+                "expected a parameter buffer or one introduced by an enclosing Allocate",
+                Kernel=self.kname)) from None
+
+    def index(self, b: Buffer, indices: tuple) -> str:
+        if len(indices) != 1:
+            raise InternalError(format_error(
+                self.who, f"access to {b.name!r} has {len(indices)} indices",
+                "expected exactly one (flattened) index after storage flattening"))
+        return _strip(self.expr(indices[0]))
+
+    # ---------------------------------------------------------------- expressions
+    def expr(self, e: Expr) -> str:
+        fn = getattr(self, "expr_" + type(e).__name__, None)
+        if fn is None:
+            raise InternalError(format_error(
+                self.who, f"expression node {type(e).__name__} reached code generation",
+                "expected only loop IR expressions (lowering removes TensorRead and Reduce)"))
+        self.dtypes.add(e.dtype)
+        return fn(e)
+
+    def expr_Var(self, e: Var) -> str:
+        try:
+            return self.env[id(e)]
+        except KeyError:
+            raise BuildError(format_error(
+                self.who, f"variable {e.name!r} is used but not defined",
+                "expected a parameter, a loop variable, a hardware index or a LetStmt "
+                "variable in scope", Kernel=self.kname)) from None
+
+    def expr_Const(self, e: Const) -> str:
+        return self.const(e.dtype, e.value)
+
+    def const(self, t: str, v) -> str:
+        d = self.d
+        if t == "bool":
+            return "true" if v else "false"
+        if dt.is_float(t):
+            x = np.array(v, dtype=t)[()]
+            if np.isnan(x) or np.isinf(x):
+                bits = {"float16": (d.half_from_bits, "0x7c00", "0x7e00", "(unsigned short)"),
+                        "float32": (d.float_from_bits, "0x7f800000", "0x7fc00000", ""),
+                        "float64": (d.double_from_bits, "0x7ff0000000000000LL",
+                                    "0x7ff8000000000000LL", "")}[t]
+                fn, inf, nan, cast = bits
+                if np.isnan(x):
+                    return f"{fn}({cast}{nan})"
+                return f"{fn}({cast}{inf})" if x > 0 else f"(-{fn}({cast}{inf}))"
+            if t == "float16":
+                return f"{d.half_from_float}({self._float_lit(float(x), 'float32')})"
+            return self._float_lit(float(x), t)
+        v = int(v)
+        suffix = {"int64": "LL", "uint32": "U", "uint64": "ULL"}.get(t, "")
+        if t in ("int32", "int64") and v == dt.min_value(t):
+            lit = f"(-{-v - 1}{suffix} - 1{suffix})"
+        elif v < 0:
+            lit = f"(-{-v}{suffix})"
+        else:
+            lit = f"{v}{suffix}"
+        if dt.bits(t) < 32:
+            return f"(({d.ctype(t)}){lit})"
+        return lit
+
+    @staticmethod
+    def _float_lit(v: float, t: str) -> str:
+        s = str(np.float32(v)) if t == "float32" else repr(v)
+        if "e" not in s and "." not in s:
+            s += ".0"
+        s = s + "f" if t == "float32" else s
+        return f"({s})" if v < 0 or s.startswith("-") else s
+
+    def expr_Cast(self, e: Cast) -> str:
+        return self.cast(self.expr(e.value), e.value.dtype, e.dtype)
+
+    def cast(self, v: str, src: str, dst: str) -> str:
+        """C text converting ``v`` (of ``src``) to ``dst`` with the loop IR's rules."""
+        d = self.d
+        if src == dst:
+            return v
+        if dst == "bool":
+            if src == "float16":
+                return f"({d.half_to_float}({_strip(v)}) != 0.0f)"
+            return f"({v} != {self.const(src, 0)})"
+        if src == "float16":
+            f = f"{d.half_to_float}({_strip(v)})"
+            return f if dst == "float32" else f"(({d.ctype(dst)}){f})"
+        if dst == "float16":
+            if src == "float32":
+                return f"{d.half_from_float}({_strip(v)})"
+            if src == "float64":
+                return f"{d.half_from_double}({_strip(v)})"
+            if dt.is_unsigned(src):
+                return f"{d.half_from_uint64}((unsigned long long)({_strip(v)}))"
+            return f"{d.half_from_int64}((long long)({_strip(v)}))"
+        return f"(({d.ctype(dst)}){v})"
+
+    def expr_Binary(self, e: Binary) -> str:
+        if e.op == "floordiv":
+            return self.expr(floordiv_expr(e.a, e.b))
+        if e.op == "floormod":
+            return self.expr(floormod_expr(e.a, e.b))
+        t = e.dtype
+        a, b = self.expr(e.a), self.expr(e.b)
+        if e.op in ("min", "max"):
+            return f"{self.helper('pt_' + e.op)}<{self.d.ctype(t)}>({_strip(a)}, {_strip(b)})"
+        bad = (dt.is_float(t) and e.op not in ("add", "sub", "mul", "div")) or \
+              (not dt.is_float(t) and e.op == "div") or e.op not in _INFIX
+        if bad:
+            raise BuildError(format_error(self.who, f"binary op {e.op!r} on {t} operands",
+                                          "expected an op that polytile.te defines for this "
+                                          "dtype", Kernel=self.kname))
+        op = _INFIX[e.op]
+        if t == "bool":
+            return f"((bool)({a} {op} {b}))"
+        if dt.is_int(t) and dt.bits(t) < 32:
+            if dt.is_unsigned(t) and e.op == "mul":
+                a, b = f"(uint32_t){a}", f"(uint32_t){b}"
+            return f"(({self.d.ctype(t)})({a} {op} {b}))"
+        return f"({a} {op} {b})"
+
+    def expr_Cmp(self, e: Cmp) -> str:
+        return f"({self.expr(e.a)} {_CMP[e.op]} {self.expr(e.b)})"
+
+    def expr_And(self, e: And) -> str:
+        return f"({self.expr(e.a)} && {self.expr(e.b)})"
+
+    def expr_Or(self, e: Or) -> str:
+        return f"({self.expr(e.a)} || {self.expr(e.b)})"
+
+    def expr_Not(self, e: Not) -> str:
+        return f"(!{self.expr(e.a)})"
+
+    def expr_Select(self, e: Select) -> str:
+        return f"({self.expr(e.cond)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
+
+    def expr_Load(self, e: Load) -> str:
+        b = e.buffer
+        v = f"{self.buffer(b)}[{self.index(b, e.indices)}]"
+        if b.dtype == "bool":
+            v = f"({v} != 0)"
+        if e.dtype != b.dtype:
+            v = self.cast(v, b.dtype, e.dtype)
+        return v
+
+    def expr_Call(self, e: Call) -> str:
+        t = e.args[0].dtype if e.args else e.dtype
+        args = [_strip(self.expr(a)) for a in e.args]
+        if e.name == "abs" and not dt.is_float(t):
+            if dt.is_unsigned(t) or t == "bool":
+                return args[0]
+            return f"{self.helper('pt_abs')}<{self.d.ctype(t)}>({args[0]})"
+        if not dt.is_float(t) or e.name not in self.d.math:
+            raise BuildError(format_error(
+                self.who, f"unknown intrinsic {e.name!r} for {t} arguments",
+                f"expected one of {', '.join(sorted(self.d.math))} on float arguments (abs "
+                "also on ints)", Kernel=self.kname))
+        fn = self.d.math_fn(e.name, t, self.fast)
+        if fn is not None:
+            return self._apply(fn, args, t)
+        # no native function for this dtype (float16): compute in float32, round back
+        f32 = [self.cast(a, t, "float32") for a in args]
+        r = self._apply(self.d.math_fn(e.name, "float32", self.fast), f32, "float32")
+        return r if e.dtype == "bool" else self.cast(r, "float32", t)
+
+    def _apply(self, fn: str, args: list, t: str) -> str:
+        if "{" in fn:
+            exp = self.d.math_fn("exp", t, self.fast)
+            return fn.format(*(f"({a})" for a in args), exp=exp)
+        return f"{fn}({', '.join(args)})"
+
+    # ---------------------------------------------------------------- helpers
+    def helper(self, name: str) -> str:
+        """Name of an inline helper, whose definition is added to the source once."""
+        inline = self.d.device_inline
+        body = {
+            "pt_min": "a < b ? a : b",
+            "pt_max": "a > b ? a : b",
+        }
+        if name == "pt_abs":
+            # negation through unsigned arithmetic: wraps at the minimum instead of UB
+            text = (f"template <typename T> {inline} T pt_abs(T x) {{ return x < (T)0 ? "
+                    "(T)(0ULL - (unsigned long long)x) : x; }")
+        else:
+            text = f"template <typename T> {inline} T {name}(T a, T b) {{ return {body[name]}; }}"
+        self.helpers[name] = text
+        return name
+
+
+def print_c_module(func: PrimFunc, dialect: CDialect, fast_math: bool = False) -> CModule:
+    """Print ``func`` as C source in ``dialect``.
+
+    Parameters
+    ----------
+    func : PrimFunc
+        Lowered and flattened loop IR whose body is ``KernelLaunch`` statements, in
+        ``Seq`` and ``Allocate`` (scope ``global``/``heap``) only.
+    dialect : CDialect
+        The target's table (``CUDADialect()``...).
+    fast_math : bool
+        Use the dialect's fast math functions (a ``-fast-math`` target).
+
+    Returns
+    -------
+    CModule
+        The source and the host plan (workspace buffers, kernels with their parameters).
+
+    Raises
+    ------
+    LoweringError
+        A statement outside every kernel other than ``Seq``/``Allocate``, or a kernel
+        launched inside a kernel.
+    BuildError
+        Unsupported constructs: an unknown intrinsic, dtype, statement or index tag, a
+        buffer or variable used out of scope, a non-constant shared/local buffer, a launch
+        shape over the dialect's limits.
+    InternalError
+        When ``func`` breaks the loop-IR contract (several indices per access).
+    """
+    return CPrinter(dialect, fast_math).module(func)
