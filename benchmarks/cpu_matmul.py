@@ -26,20 +26,15 @@ def _tutorial():
 
 
 def _numpy_seconds(a, b, threads: int, repeat: int = 5) -> float:
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # numpy's own thread count then (all cores)
-        threadpool_limits = None
+    """Best time of ``a @ b`` with OpenBLAS limited to ``threads`` (threadpoolctl)."""
+    from threadpoolctl import threadpool_limits
+
     best = float("inf")
-    ctx = threadpool_limits(limits=threads) if threadpool_limits else None
-    try:
+    with threadpool_limits(limits=threads):
         for _ in range(repeat):
             t0 = time.perf_counter()
             a @ b
             best = min(best, time.perf_counter() - t0)
-    finally:
-        if ctx is not None:
-            ctx.unregister() if hasattr(ctx, "unregister") else None
     return best
 
 

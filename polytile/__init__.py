@@ -27,6 +27,20 @@ def build(sch, args=None, target="llvm", name: str = "main", **kwargs):
     return _build(sch, args, target=target, name=name, **kwargs)
 
 
+def set_num_threads(n: int) -> None:
+    """Number of CPU threads (OpenMP) that parallel loops of built functions use."""
+    from polytile.targets.llvm.runtime import set_num_threads as _set
+
+    _set(n)
+
+
+def get_num_threads() -> int:
+    """Number of CPU threads that parallel loops of built functions use."""
+    from polytile.targets.llvm.runtime import get_num_threads as _get
+
+    return _get()
+
+
 def __getattr__(name: str):
     # ``polytile.nd`` is imported on first use, so that ``import polytile`` never needs
     # cuda-python
@@ -38,4 +52,5 @@ def __getattr__(name: str):
 
 
 __all__ = ["BuildError", "InternalError", "LoweringError", "PolytileError", "ScheduleError",
-           "TargetError", "TuneError", "__version__", "build", "lower", "nd"]
+           "TargetError", "TuneError", "__version__", "build", "get_num_threads", "lower", "nd",
+           "set_num_threads"]
