@@ -125,8 +125,8 @@ class Template:
     flops : callable or None
         ``flops(*args) -> int`` floating-point operations of one run (for GFLOP/s).
     reference : callable or None
-        ``reference(*inputs) -> output or tuple of outputs``: a numpy implementation (for
-        ``polytile run`` and the numpy comparison).
+        ``reference(*inputs, args=workload_args) -> output or tuple of outputs``: a numpy
+        implementation (for ``polytile run`` and the numpy comparison).
     description : str
     """
 

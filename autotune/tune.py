@@ -111,12 +111,12 @@ def measure_numpy(template, args=None, dtype: str = "float32", min_time: float =
     arrays = make_inputs(tensors, seed)
     outs = set(output_positions(tensors))
     inputs = [a for k, a in enumerate(arrays) if k not in outs]
-    t.reference(*inputs)  # warm-up
+    t.reference(*inputs, args=wl.args)  # warm-up
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < 5 or (time.perf_counter() - start < min_time and len(times) < 200):
         t0 = time.perf_counter()
-        t.reference(*inputs)
+        t.reference(*inputs, args=wl.args)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 

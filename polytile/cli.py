@@ -335,7 +335,7 @@ def _cmd_run(a) -> int:
     inputs = [x for k, x in enumerate(arrays) if k not in outs]
     if t.reference is not None:
         want = t.reference(*[x.astype("float64") if x.dtype.kind == "f" else x
-                             for x in inputs])
+                             for x in inputs], args=wl.args)
         want = want if isinstance(want, tuple) else (want,)
         ok, why = True, ""
         for k, w in zip(outs, want):
