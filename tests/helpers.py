@@ -266,3 +266,18 @@ def stencil1d(n: int, seed: int = 0) -> Workload:
     a = rand((n + 2,), seed=seed)
     b = a.astype("float64") * 2
     return Workload(C, [A, C], [a], b[:-2] + b[1:-1] + b[2:], k=3, A=A, B=B, C=C)
+
+
+def compile_with_nvcc(source: str, arch: str = "sm_90") -> None:
+    """Compile CUDA C ``source`` with ``nvcc -arch=<arch> -cubin -Werror all-warnings``;
+    skip the calling test without nvcc, fail it on any error or warning."""
+    from polytile.errors import BuildError
+    from polytile.targets.cuda import compile as cc
+
+    if cc.nvcc_path() is None:
+        pytest.skip("nvcc not found")
+    try:
+        cc.compile_nvcc(source, arch, ("-Werror", "all-warnings"))
+    except BuildError as exc:
+        pytest.fail(f"nvcc rejected the generated source:\n{exc}\n--- source ---\n{source}",
+                    pytrace=False)
