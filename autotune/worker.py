@@ -109,12 +109,16 @@ class _Worker:
             cfg = self.space.from_json(knobs)
             s, tensors = self.template.instantiate(cfg, self.args, self.dtype)
             trace = [st.to_json() for st in s.trace]
-        except Exception as exc:  # any failure to apply a config makes it invalid
+        except MemoryError as exc:
+            return "build_error", "out of memory: " + _short(exc), None, None, None
+        except Exception as exc:  # any other failure to apply a config makes it invalid
             return "invalid_config", _short(exc), None, None, None
         try:
             func = finalize(lower(s, tensors))
         except (ScheduleError, TuneError) as exc:
             return "invalid_config", _short(exc), None, None, trace
+        except MemoryError as exc:
+            return "build_error", "out of memory: " + _short(exc), None, None, trace
         except Exception as exc:
             return "build_error", "lower: " + _short(exc), None, None, trace
         return None, "", func, tensors, trace

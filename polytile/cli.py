@@ -369,7 +369,8 @@ def _cmd_templates(a) -> int:
             size = f"{len(t.space()):,}"
         except Exception as exc:  # a broken user template should not hide the others
             size = f"error: {exc}"[:40]
-        rows.append((name, ",".join(map(str, t.default_args)), size, t.description))
+        desc = t.description if len(t.description) <= 72 else t.description[:71] + "…"
+        rows.append((name, ",".join(map(str, t.default_args)), size, desc))
     print(_table(rows, ["template", "default --args", "space size", "description"]))
     return EXIT_OK
 
@@ -393,7 +394,8 @@ def _parser() -> argparse.ArgumentParser:
                        "template's)")
         q.add_argument("--dtype", default="float32", help="element type (default float32)")
         q.add_argument("--target", default="llvm", help="target string (default llvm)")
-        q.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+        q.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help=argparse.SUPPRESS)
 
     q = sub.add_parser("tune", help="search a template's schedule space")
     workload_opts(q)
@@ -430,7 +432,8 @@ def _parser() -> argparse.ArgumentParser:
     q = sub.add_parser("records", help="inspect a records file")
     q.add_argument("action", choices=("show", "best", "summary"))
     q.add_argument("file")
-    q.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    q.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help=argparse.SUPPRESS)
     q.set_defaults(fn=_cmd_records)
 
     q = sub.add_parser("run", help="build a workload with its best record, check, benchmark")
@@ -442,7 +445,8 @@ def _parser() -> argparse.ArgumentParser:
     q.set_defaults(fn=_cmd_run)
 
     q = sub.add_parser("templates", help="list the built-in templates")
-    q.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+    q.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help=argparse.SUPPRESS)
     q.set_defaults(fn=_cmd_templates)
     return p
 

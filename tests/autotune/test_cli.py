@@ -1,0 +1,121 @@
+"""The ``polytile`` command line end to end (subprocesses, tiny workloads)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def polytile(*args, timeout=300, cwd=None):
+    p = subprocess.run([sys.executable, "-m", "polytile", *args], capture_output=True,
+                       text=True, timeout=timeout, cwd=cwd)
+    return p.returncode, p.stdout, p.stderr
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    log = d / "mm.jsonl"
+    png = d / "curve.png"
+    rc, out, err = polytile("tune", "matmul", "--args", "64,64,64", "--trials", "8",
+                            "--log", str(log), "--plot", str(png), "--check", "--seed", "3",
+                            "--repeat", "2", "--min-repeat-ms", "2")
+    return rc, out, err, log, png
+
+
+def test_tune_exit_code_log_and_summary(tuned):
+    rc, out, err, log, png = tuned
+    assert rc == 0, err
+    lines = log.read_text().splitlines()
+    assert len(lines) == 8
+    recs = [json.loads(x) for x in lines]
+    assert all(r["workload"] == {"template": "matmul", "args": [64, 64, 64],
+                                 "dtype": "float32"} for r in recs)
+    for key in ("best", "median time", "numpy", "trials", "wall time", "best config",
+                "records"):
+        assert f"  {key}" in out, out
+    assert "GFLOP/s" in out and "x numpy" in out
+    assert "8 measured" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "tuning" in err  # the progress bar
+
+
+def test_records_commands(tuned):
+    log = str(tuned[3])
+    rc, out, _ = polytile("records", "show", log)
+    assert rc == 0 and "8 records" in out and "matmul(64, 64, 64)" in out
+    rc, out, _ = polytile("records", "best", log)
+    assert rc == 0 and "GFLOP/s" in out and len(out.strip().splitlines()) == 3
+    rc, out, _ = polytile("records", "summary", log)
+    assert rc == 0 and "best GFLOP/s" in out and " 8 " in out
+
+
+def test_run_builds_the_best_record(tuned):
+    log = str(tuned[3])
+    rc, out, err = polytile("run", "matmul", "--args", "64,64,64", "--log", log, "--print-ir")
+    assert rc == 0, err
+    assert "matches numpy" in out and "for " in out and "GFLOP/s" in out
+    assert f"{log}:" in out
+
+
+def test_templates_command():
+    rc, out, _ = polytile("templates")
+    assert rc == 0
+    for name in ("matmul", "batch_matmul", "conv2d_nchw", "depthwise_conv2d_nchw", "softmax",
+                 "layernorm"):
+        assert name in out
+    assert "984,000" in out  # the space of the default matmul
+
+
+@pytest.mark.parametrize("args, code, text", [
+    (["tune"], 2, "the following arguments are required"),
+    (["tune", "matmul", "--tuner", "magic"], 2, "invalid choice"),
+    (["tune", "matmul", "--trials", "0"], 2, "positive integer"),
+    (["tune", "nope"], 1, "polytile: error: template: unknown template 'nope'"),
+    (["records", "show", "/nonexistent.jsonl"], 1, "not found"),
+    (["tune", "matmul", "--args", "64,64,64", "--resume", "--log", "/nonexistent.jsonl"], 1,
+     "does not exist"),
+])
+def test_exit_codes(args, code, text):
+    rc, out, err = polytile(*args)
+    assert rc == code
+    assert text in err
+    assert "Traceback" not in err
+
+
+def test_debug_shows_the_traceback():
+    rc, _, err = polytile("--debug", "tune", "nope")
+    assert rc == 1 and "Traceback" in err
+
+
+def test_ctrl_c_leaves_a_resumable_log(tmp_path):
+    log = tmp_path / "int.jsonl"
+    cmd = [sys.executable, "-m", "polytile", "tune", "matmul", "--args", "128,128,128",
+           "--trials", "200", "--log", str(log), "--tuner", "random", "--quiet",
+           "--no-numpy", "--repeat", "2", "--min-repeat-ms", "2"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if log.exists() and len(log.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.1)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert "--resume" in err
+    n = len(log.read_text().splitlines())
+    assert 3 <= n < 200
+    rc, out, err = polytile("tune", "matmul", "--args", "128,128,128", "--trials", str(n + 2),
+                            "--log", str(log), "--resume", "--tuner", "random", "--quiet",
+                            "--no-numpy", "--repeat", "2", "--min-repeat-ms", "2")
+    assert rc == 0, err
+    assert len(log.read_text().splitlines()) == n + 2
+    assert f"{n} resumed" in out

@@ -1,0 +1,93 @@
+"""Tuners propose each config at most once; the model tuner's batches come from its
+model and contain no duplicates or already measured configs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from polytile.autotune import ConfigSpace, GridTuner, ModelTuner, RandomTuner, make_tuner
+from polytile.autotune.measure import MeasureResult
+from polytile.errors import TuneError
+
+
+def _space() -> ConfigSpace:
+    sp = ConfigSpace()
+    sp.define_split("a", 64, num_outputs=3)
+    sp.define_split("b", 48, num_outputs=2)
+    sp.define_knob("k", [0, 1, 2])
+    return sp
+
+
+def _cost(sp, i) -> float:
+    """A synthetic landscape: fastest at a = [-1, 4, 4], b = [-1, 8], k = 2."""
+    c = sp.get(i)
+    a, b, k = c["a"].size, c["b"].size, c["k"].val
+    return 1e-3 * (1 + abs(math.log2(a[1]) - 2) + abs(math.log2(a[2]) - 2)
+                   + abs(math.log2(b[1]) - 3) + (2 - k))
+
+
+def _featurize(sp):
+    def f(indices):
+        out = {}
+        for i in indices:
+            c = sp.get(i)
+            out[i] = [math.log2(c["a"].size[1]), math.log2(c["a"].size[2]),
+                      math.log2(c["b"].size[1]), float(c["k"].val)]
+        return out
+    return f
+
+
+def _results(sp, idx):
+    return [MeasureResult(costs=[_cost(sp, i)], features=_featurize(sp)([i])[i]) for i in idx]
+
+
+@pytest.mark.parametrize("cls", [RandomTuner, GridTuner])
+def test_simple_tuners_never_repeat(cls):
+    sp = _space()
+    t = cls(sp, seed=1)
+    seen = []
+    while t.has_next():
+        b = t.next_batch(50)
+        if not b:
+            break
+        seen += b
+        t.update(b, _results(sp, b))
+    assert len(seen) == len(set(seen)) == len(sp)
+
+
+def test_model_tuner_batches_have_no_duplicates_and_improve():
+    sp = _space()
+    t = ModelTuner(sp, _featurize(sp), seed=0)
+    seen: list = []
+    for _ in range(8):
+        b = t.next_batch(8)
+        assert len(b) == len(set(b)) == 8
+        assert not set(b) & set(seen)
+        seen += b
+        t.update(b, _results(sp, b))
+    assert t.model.trained
+    best = min(_cost(sp, i) for i in seen)
+    assert best <= 1.5e-3  # the model finds the optimum's neighbourhood
+    # the model ranks the optimum above a poor config
+    opt = sp.from_json({"a": [-1, 4, 4], "b": [-1, 8], "k": 2}).index
+    bad = sp.from_json({"a": [-1, 1, 1], "b": [-1, 1], "k": 0}).index
+    s = t.predicted([opt, bad])
+    assert s[0] > s[1]
+
+
+def test_model_tuner_history_is_not_proposed_again():
+    sp = _space()
+    hist = list(range(0, len(sp), 7))
+    t = ModelTuner(sp, _featurize(sp), seed=3)
+    t.load_history(hist, _results(sp, hist))
+    for _ in range(4):
+        b = t.next_batch(10)
+        assert not set(b) & set(hist)
+        t.update(b, _results(sp, b))
+
+
+def test_make_tuner_errors():
+    with pytest.raises(TuneError, match="unknown tuner 'annealing'"):
+        make_tuner("annealing", _space())
