@@ -19,6 +19,7 @@ SIZES = {
     "avg_pool": {"small": (1, 2, 7, 6), "large": (2, 5, 33, 31)},
     "conv2d_padstage": {"small": (1, 2, 3, 6, 5), "large": (2, 5, 7, 23, 19)},
     "softmax": {"small": (4, 7), "large": (67, 131)},
+    "softmax3": {"small": (4, 7), "large": (67, 131)},
     "layernorm": {"small": (4, 7), "large": (61, 127)},
     "transpose": {"small": (5, 7), "large": (127, 129)},
     "bcast_chain": {"small": (3, 5), "large": (63, 131)},
@@ -145,6 +146,20 @@ def softmax(m, n):
                     out=out, k1=k1, k2=k2)
 
 
+def softmax3(m, n):
+    """The 3-stage form: row max, sum of exp(x - max), then exp(x - max) / sum."""
+    A = te.placeholder((m, n), name="A")
+    k1 = te.reduce_axis((0, n), "k1")
+    k2 = te.reduce_axis((0, n), "k2")
+    mx = te.compute((m,), lambda i: te.max(A[i, k1], axis=k1), name="mx")
+    es = te.compute((m,), lambda i: te.sum(te.exp(A[i, k2] - mx[i]), axis=k2), name="es")
+    out = te.compute((m, n), lambda i, j: te.exp(A[i, j] - mx[i]) / es[i], name="out")
+    a = rand((m, n), seed=13) * 4
+    e = np.exp(a.astype("float64") - a.max(1, keepdims=True))
+    return Workload(out, [A, out], [a], e / e.sum(1, keepdims=True), k=n, mx=mx, es=es,
+                    out=out, k1=k1, k2=k2)
+
+
 def layernorm(m, n, eps=1e-5):
     A = te.placeholder((m, n), name="A")
     G = te.placeholder((n,), name="G")
@@ -230,7 +245,8 @@ def fp16_matmul(m, n, k):
 BUILDERS = {"matmul": matmul, "batch_matmul": batch_matmul, "conv2d": conv2d,
             "depthwise": depthwise,
             "max_pool": lambda *a: pool(*a, kind="max"), "avg_pool": lambda *a: pool(*a, kind="avg"),
-            "conv2d_padstage": lambda *a: conv2d(*a, padded_stage=True), "softmax": softmax, "layernorm": layernorm,
+            "conv2d_padstage": lambda *a: conv2d(*a, padded_stage=True), "softmax": softmax, "softmax3": softmax3,
+            "layernorm": layernorm,
             "transpose": transpose, "bcast_chain": bcast_chain, "multi_reduce": multi_reduce,
             "int8_matmul": int8_matmul, "fp16_matmul": fp16_matmul}
 
@@ -372,6 +388,24 @@ def softmax_tiled_rows(w, s):
     s[w.out].parallel(io)
 
 
+def softmax3_at_row(w, s):
+    i, j = w.out.op.axis
+    s[w.mx].compute_at(s[w.out], i)
+    s[w.es].compute_at(s[w.out], i)
+    jo, ji = s[w.out].split(j, factor=8)
+    s[w.out].vectorize(ji)
+    s[w.out].parallel(i)
+
+
+def softmax3_rows_tiled(w, s):
+    i, j = w.out.op.axis
+    io, ii = s[w.out].split(i, factor=4)
+    s[w.mx].compute_at(s[w.out], io)   # 4 row maxima per tile, read by es and out
+    s[w.es].compute_at(s[w.out], ii)
+    ko, ki = s[w.es].split(w.k2, factor=8)
+    s[w.es].reorder(ko, s[w.es].op.axis[0], ki)
+
+
 def ln_at_row(w, s):
     i, j = w.out.op.axis
     s[w.mean].compute_at(s[w.out], i)
@@ -446,6 +480,7 @@ SCHEDULES = {
     "max_pool": [pool_split, pool_reduce_outer],
     "avg_pool": [pool_split, pool_reduce_outer],
     "softmax": [softmax_at_row, softmax_inline_exp, softmax_tiled_rows],
+    "softmax3": [softmax3_at_row, softmax3_rows_tiled],
     "layernorm": [ln_at_row, ln_split_reduce],
     "transpose": [tr_tile, tr_tile_vec],
     "bcast_chain": [bc_inline, bc_at],
