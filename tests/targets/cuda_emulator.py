@@ -1,0 +1,243 @@
+"""A host emulation of the CUDA driver, to run the CUDA runtime's code path without a GPU.
+
+:class:`EmulatedDriver` implements the few ``cuda.bindings.driver`` calls polytile makes,
+with their return conventions (``(CUresult, values...)``): device memory is host memory,
+events read the host clock, and a "cubin" is the CUDA C source itself, compiled for the host
+by ``g++`` with a shim that maps the CUDA spellings onto C++ (``__syncthreads()`` is a
+``std::barrier``; each block runs its threads as OS threads, blocks one after another, so
+``__shared__`` arrays become function statics). ``cuLaunchKernel`` hands the kernel's
+``void**`` parameter array to a generated launcher, exactly as the driver would.
+
+It checks what a GPU test checks except the GPU itself: argument packing, launch shapes,
+workspaces, the numerics of the generated C (integer wrap-around, floor division, math
+functions, half conversions), and the host logic of the runtime. ``half`` is GCC's
+``_Float16``, which may keep intermediate results in float (tolerances cover it).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import types
+
+_SHIM = r"""
+#include <barrier>
+#include <functional>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <thread>
+#include <vector>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+struct pt_uint3 { unsigned x, y, z; };
+static thread_local pt_uint3 blockIdx, threadIdx;
+static std::barrier<>* pt_block_barrier;
+static inline void __syncthreads() { pt_block_barrier->arrive_and_wait(); }
+alignas(16) unsigned char pt_dynamic_shared[1 << 20];
+typedef _Float16 half;
+template <typename T, typename F> static inline T pt_bits(F f) { T t; memcpy(&t, &f, sizeof t); return t; }
+static inline float __int_as_float(int x) { return pt_bits<float>(x); }
+static inline double __longlong_as_double(long long x) { return pt_bits<double>(x); }
+static inline half __ushort_as_half(unsigned short x) { return pt_bits<half>(x); }
+static inline half __float2half_rn(float x) { return (half)x; }
+static inline half __double2half(double x) { return (half)x; }
+static inline half __ll2half_rn(long long x) { return (half)(double)x; }
+static inline half __ull2half_rn(unsigned long long x) { return (half)(double)x; }
+static inline float __half2float(half x) { return (float)x; }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+#define PT_HALF1(name, f) static inline half name(half x) { return (half)f((float)x); }
+PT_HALF1(hexp, expf) PT_HALF1(hexp2, exp2f) PT_HALF1(hlog, logf) PT_HALF1(hlog2, log2f)
+PT_HALF1(hlog10, log10f) PT_HALF1(hsqrt, sqrtf) PT_HALF1(hrsqrt, rsqrtf) PT_HALF1(hsin, sinf)
+PT_HALF1(hcos, cosf) PT_HALF1(hfloor, floorf) PT_HALF1(hceil, ceilf) PT_HALF1(hrint, rintf)
+PT_HALF1(htrunc, truncf) PT_HALF1(__habs, fabsf)
+static inline bool __hisnan(half x) { return isnan((float)x); }
+#define __expf expf
+#define __logf logf
+#define __log2f log2f
+#define __log10f log10f
+#define __sinf sinf
+#define __cosf cosf
+#define __powf powf
+
+static void pt_run_grid(const unsigned* g, const unsigned* b, const std::function<void()>& k) {
+  unsigned threads = b[0] * b[1] * b[2];
+  for (unsigned bz = 0; bz < g[2]; ++bz) for (unsigned by = 0; by < g[1]; ++by)
+  for (unsigned bx = 0; bx < g[0]; ++bx) {
+    std::barrier<> bar(threads);
+    pt_block_barrier = &bar;
+    std::vector<std::thread> ts;
+    for (unsigned tz = 0; tz < b[2]; ++tz) for (unsigned ty = 0; ty < b[1]; ++ty)
+    for (unsigned tx = 0; tx < b[0]; ++tx)
+      ts.emplace_back([=, &k] { blockIdx = {bx, by, bz}; threadIdx = {tx, ty, tz}; k(); });
+    for (auto& t : ts) t.join();
+  }
+}
+"""
+
+_KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(([^)]*)\)')
+SUCCESS, INVALID_VALUE, NOT_FOUND = 0, 1, 500
+_NAMES = {SUCCESS: "CUDA_SUCCESS", INVALID_VALUE: "CUDA_ERROR_INVALID_VALUE",
+          NOT_FOUND: "CUDA_ERROR_NOT_FOUND"}
+MAX_DYNAMIC_SHARED = 227 * 1024
+
+
+def available() -> bool:
+    return shutil.which("g++") is not None
+
+
+def _launcher(name: str, params: str) -> str:
+    args = []
+    for k, p in enumerate(x.strip() for x in params.split(",") if x.strip()):
+        ctype = p.rsplit(" ", 1)[0].replace("__restrict__", "").strip()
+        args.append(f"*({ctype}*)params[{k}]")
+    return (f'extern "C" void pt_launch_{name}(const unsigned* g, const unsigned* b, '
+            f"void** params) {{\n  pt_run_grid(g, b, [&] {{ {name}({', '.join(args)}); }});\n}}\n")
+
+
+class _Module:
+    def __init__(self, source: str, workdir: str):
+        src = source.replace("#include <cuda_fp16.h>", "").replace("extern __shared__",
+                                                                      "extern")
+        kernels = _KERNEL.findall(source)
+        text = _SHIM + src + "\n" + "".join(_launcher(n, p) for n, p in kernels)
+        fd, path = tempfile.mkstemp(suffix=".cpp", dir=workdir)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        lib = path[:-4] + ".so"
+        res = subprocess.run(["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread",
+                              "-w", "-o", lib, path], capture_output=True, text=True,
+                             check=False)
+        if res.returncode != 0:
+            raise RuntimeError(f"emulator: g++ failed:\n{res.stderr}\n{text}")
+        self.lib = ctypes.CDLL(lib)
+        self.kernels = {n for n, _ in kernels}
+
+
+class EmulatedDriver:
+    """The subset of ``cuda.bindings.driver`` used by polytile, on the host."""
+
+    def __init__(self, workdir: str):
+        self.workdir = workdir
+        self.allocs: dict = {}  # address -> ctypes buffer
+        self.calls: list = []
+        self.launches: list = []
+        self.CUstream = lambda v=0: ("stream", int(v))
+        attr = types.SimpleNamespace
+        self.CUdevice_attribute = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR="major",
+                                       CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR="minor")
+        self.CUpointer_attribute = attr(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL="ordinal")
+        self.CUfunction_attribute = attr(
+            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES="max_dynamic_shared")
+
+    def __getattr__(self, name):
+        raise AttributeError(f"the emulated driver has no {name}")
+
+    # context
+    def cuInit(self, flags):
+        return (SUCCESS,)
+
+    def cuDeviceGetCount(self):
+        return (SUCCESS, 1)
+
+    def cuDeviceGet(self, ordinal):
+        return (SUCCESS, ("device", ordinal))
+
+    def cuDevicePrimaryCtxRetain(self, dev):
+        return (SUCCESS, ("context", 0))
+
+    def cuCtxSetCurrent(self, ctx):
+        return (SUCCESS,)
+
+    def cuDeviceGetAttribute(self, attr, dev):
+        return (SUCCESS, {"major": 9, "minor": 0}[attr])
+
+    def cuGetErrorName(self, err):
+        return (SUCCESS, _NAMES[int(err)].encode())
+
+    def cuGetErrorString(self, err):
+        return (SUCCESS, b"emulated error")
+
+    # memory
+    def cuMemAlloc(self, n):
+        b = ctypes.create_string_buffer(int(n) + 64)
+        addr = (ctypes.addressof(b) + 63) // 64 * 64
+        self.allocs[addr] = (b, int(n))
+        return (SUCCESS, addr)
+
+    def cuMemFree(self, ptr):
+        return (SUCCESS,) if self.allocs.pop(int(ptr), None) is not None else (INVALID_VALUE,)
+
+    def cuMemcpyHtoD(self, dst, src, n):
+        ctypes.memmove(int(dst), int(src), int(n))
+        return (SUCCESS,)
+
+    def cuMemcpyDtoH(self, dst, src, n):
+        ctypes.memmove(int(dst), int(src), int(n))
+        return (SUCCESS,)
+
+    def cuPointerGetAttribute(self, attr, ptr):
+        for a, (_, n) in self.allocs.items():
+            if a <= int(ptr) < a + max(n, 1):
+                return (SUCCESS, 0)
+        return (INVALID_VALUE, None)
+
+    # modules and launches
+    def cuModuleLoadData(self, image):
+        if not image.startswith(b"EMU:"):
+            return (INVALID_VALUE, None)
+        return (SUCCESS, _Module(image[4:].decode(), self.workdir))
+
+    def cuModuleGetFunction(self, mod, name):
+        name = name.decode()
+        if name not in mod.kernels:
+            return (NOT_FOUND, None)
+        return (SUCCESS, (mod, name))
+
+    def cuFuncSetAttribute(self, fn, attr, value):
+        ok = attr == "max_dynamic_shared" and value <= MAX_DYNAMIC_SHARED
+        return (SUCCESS if ok else INVALID_VALUE,)
+
+    def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        mod, name = fn
+        assert stream == ("stream", 0) and extra == 0 and isinstance(params, int)
+        g = (ctypes.c_uint * 3)(gx, gy, gz)
+        b = (ctypes.c_uint * 3)(bx, by, bz)
+        getattr(mod.lib, f"pt_launch_{name}")(g, b, ctypes.c_void_p(params))
+        self.launches.append((name, (gx, gy, gz), (bx, by, bz), smem))
+        return (SUCCESS,)
+
+    def cuStreamSynchronize(self, stream):
+        return (SUCCESS,)
+
+    # events
+    def cuEventCreate(self, flags):
+        return (SUCCESS, [0.0])
+
+    def cuEventRecord(self, ev, stream):
+        ev[0] = time.perf_counter()
+        return (SUCCESS,)
+
+    def cuEventSynchronize(self, ev):
+        return (SUCCESS,)
+
+    def cuEventElapsedTime(self, start, end):
+        return (SUCCESS, (end[0] - start[0]) * 1e3)
+
+    def cuEventDestroy(self, ev):
+        return (SUCCESS,)
+
+
+def emulated_compile(source, arch=None, options=(), **kwargs) -> bytes:
+    """Stands in for ``compile_cuda``: the "cubin" is the source."""
+    return b"EMU:" + source.encode()
