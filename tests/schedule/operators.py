@@ -244,8 +244,10 @@ def fp16_matmul(m, n, k):
 
 BUILDERS = {"matmul": matmul, "batch_matmul": batch_matmul, "conv2d": conv2d,
             "depthwise": depthwise,
-            "max_pool": lambda *a: pool(*a, kind="max"), "avg_pool": lambda *a: pool(*a, kind="avg"),
-            "conv2d_padstage": lambda *a: conv2d(*a, padded_stage=True), "softmax": softmax, "softmax3": softmax3,
+            "max_pool": lambda *a: pool(*a, kind="max"),
+            "avg_pool": lambda *a: pool(*a, kind="avg"),
+            "conv2d_padstage": lambda *a: conv2d(*a, padded_stage=True), "softmax": softmax,
+            "softmax3": softmax3,
             "layernorm": layernorm,
             "transpose": transpose, "bcast_chain": bcast_chain, "multi_reduce": multi_reduce,
             "int8_matmul": int8_matmul, "fp16_matmul": fp16_matmul}

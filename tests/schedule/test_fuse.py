@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from helpers import (check, elementwise2d, leaf_extents, leaf_names, loop_headers, matmul, rand,
-                     run1)
+from helpers import check, elementwise2d, leaf_extents, leaf_names, loop_headers, matmul, rand, run1
 
 from polytile import ScheduleError, te
 
@@ -47,7 +45,7 @@ def test_fuse_after_split_structure():
     w = elementwise2d(5, 7)
     s = w.schedule()
     xo, xi = s[w.C].split(w.C.op.axis[0], factor=2)
-    f = s[w.C].fuse(xi, w.C.op.axis[1])
+    s[w.C].fuse(xi, w.C.op.axis[1])
     assert leaf_names(s[w.C]) == ["i.outer", "i.inner.j.fused"]
     assert leaf_extents(s[w.C]) == [3, 14]
     assert loop_headers(s, w.args)[-1] == \

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import check, elementwise2d, lowered, rand, run1, run_schedule
+from helpers import check, elementwise2d, lowered, rand, run_schedule
 
 from polytile import ScheduleError, te
 

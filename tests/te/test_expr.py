@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import check, lowered, rand, run1
+from polytile.te.visitor import structural_equal
 
 from polytile import te
-from polytile.te.visitor import structural_equal
 
 N = 11  # odd, small: the interpreter is slow
 
@@ -20,7 +20,7 @@ def _x(dtype="float32", name="x"):
 # --------------------------------------------------------------------------- dtypes of ops
 @pytest.mark.parametrize("op", ["+", "-", "*", "//", "%"])
 def test_arithmetic_result_dtype(op):
-    a, b = _x("int16", "a"), _x("int32", "b")
+    a, b = _x("int16", "a"), _x("int32", "b")  # noqa: F841 - used by eval
     e = eval(f"a {op} b")
     assert e.dtype == "int32"
     # the narrower operand is cast, the wider one is untouched
@@ -29,7 +29,7 @@ def test_arithmetic_result_dtype(op):
 
 @pytest.mark.parametrize("op", ["+", "-", "*", "/"])
 def test_reflected_operators_keep_operand_order(op):
-    x = _x()
+    x = _x()  # noqa: F841 - used by eval
     e = eval(f"2.0 {op} x")
     assert str(e) == f"(2.0f {op} x)"
     e = eval(f"x {op} 2.0")
@@ -220,7 +220,8 @@ def test_power_and_fmod_dtypes():
 MATH = {"exp": np.exp, "log": lambda x: np.log(np.abs(x)), "sqrt": lambda x: np.sqrt(np.abs(x)),
         "tanh": np.tanh, "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "floor": np.floor,
         "ceil": np.ceil, "round": np.round, "trunc": np.trunc, "sin": np.sin, "cos": np.cos,
-        "exp2": np.exp2, "log2": lambda x: np.log2(np.abs(x)), "rsqrt": lambda x: 1 / np.sqrt(np.abs(x))}
+        "exp2": np.exp2, "log2": lambda x: np.log2(np.abs(x)),
+        "rsqrt": lambda x: 1 / np.sqrt(np.abs(x))}
 
 
 @pytest.mark.parametrize("name", sorted(MATH))
@@ -236,13 +237,13 @@ def test_intrinsic_numeric(name, backend):
 
 def test_abs_and_isnan_numeric(backend):
     A = te.placeholder((N,), name="A")
-    I = te.placeholder((N,), dtype="int32", name="I")
+    Iv = te.placeholder((N,), dtype="int32", name="I")
     B = te.compute((N,), lambda i: te.if_then_else(te.isnan(A[i]), -1.0, abs(A[i]))
-                   + abs(I[i]).astype("float32"), name="B")
+                   + abs(Iv[i]).astype("float32"), name="B")
     a = rand((N,), seed=6)
     a[3] = np.nan
     ii = rand((N,), "int32", seed=7)
-    out = run1(te.create_schedule(B.op), [A, I, B], [a, ii], backend)
+    out = run1(te.create_schedule(B.op), [A, Iv, B], [a, ii], backend)
     check(out, np.where(np.isnan(a), -1.0, np.abs(a)) + np.abs(ii))
 
 
