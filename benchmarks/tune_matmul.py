@@ -1,0 +1,140 @@
+"""Tuning figures for the 1024^3 float32 matmul on this CPU, beside numpy.
+
+For each tuner (``model``, ``random``) and seed, one tuning run of ``--trials`` trials
+(the default config is *not* measured first, so the figures show the search alone). The
+best-so-far config of every run at trials 8, 16, 32, 48, 64, 96 and 128 is then measured
+again, all of them and numpy (OpenBLAS, same inputs) in turn, ``--passes`` times, and each
+figure is the median of those re-measurements: a lucky quiet moment during a tuning run
+(this machine is shared) cannot inflate a figure, and tuners and numpy see the same load.
+Prints one line per figure:
+
+* best GFLOP/s after 32, 64 and 128 trials per tuner (median over seeds), and the ratio to
+  numpy's GFLOP/s;
+* the tuner's own overhead per trial (wall time not spent building or running candidates:
+  proposing, feature extraction, model training, bookkeeping);
+* the trials (among the checkpoints) the model tuner needs to reach random search's best
+  after all its trials (median over seeds).
+
+Run: ``python benchmarks/tune_matmul.py [--n 1024] [--trials 128] [--seeds 3]``. It takes
+about (2 tuners x seeds x trials x 0.4 s); not a test. On a shared machine, timings follow
+the load of other processes: compare figures taken in one run only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+
+import polytile
+from polytile.autotune import MeasureOptions, get_template, tune
+
+CHECKPOINTS = (8, 16, 32, 48, 64, 96, 128)
+
+
+def _best_configs(res, checkpoints) -> dict:
+    """Checkpoint -> knob values of the best config among the first k trials."""
+    out, best = {}, None
+    for k, r in enumerate(res.records, start=1):
+        if r.ok and (best is None or r.cost < best.cost):
+            best = r
+        if k in checkpoints and best is not None:
+            out[k] = best.config
+    return out
+
+
+def _validate(configs: list, n: int, passes: int) -> tuple[list, float]:
+    """Median seconds of each config (knob values) and of numpy, measured in turn."""
+    t = get_template("matmul")
+    sp = t.space((n, n, n))
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, (n, n)).astype("float32")
+    b = rng.uniform(-1, 1, (n, n)).astype("float32")
+    c = np.zeros((n, n), "float32")
+    mods = []
+    for knobs in configs:
+        s, tensors = t.instantiate(sp.from_json(knobs), (n, n, n))
+        mods.append(polytile.build(s, tensors).time_evaluator(number=1, repeat=1,
+                                                               min_repeat_ms=20))
+    times = [[] for _ in configs]
+    np_times = []
+    for _ in range(passes):
+        for k, ev in enumerate(mods):
+            times[k].append(ev(a, b, c).median)
+        t0 = time.perf_counter()
+        a @ b
+        np_times.append(time.perf_counter() - t0)
+    return [statistics.median(x) for x in times], statistics.median(np_times)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1024)
+    ap.add_argument("--trials", type=int, default=128)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--tuners", default="model,random")
+    ap.add_argument("--passes", type=int, default=7,
+                    help="re-measurements of each selected kernel and of numpy")
+    ap.add_argument("--json", default=None, help="also write the results to this file")
+    args = ap.parse_args(argv)
+    n = args.n
+    wl = (n, n, n)
+    flops = 2.0 * n ** 3
+    tuners = args.tuners.split(",")
+    checkpoints = [k for k in CHECKPOINTS if k <= args.trials]
+    if args.trials not in checkpoints:
+        checkpoints.append(args.trials)
+    runs: dict = {t: [] for t in tuners}      # tuner -> [checkpoint -> knobs]
+    overhead: dict = {t: [] for t in tuners}
+    t_start = time.time()
+    polytile.set_num_threads(MeasureOptions().threads)
+    for seed in range(args.seeds):
+        for tn in tuners:
+            res = tune("matmul", wl, tuner=tn, n_trial=args.trials, seed=seed,
+                       include_default=False, measure_option=MeasureOptions())
+            runs[tn].append(_best_configs(res, checkpoints))
+            overhead[tn].append(res.overhead_s / max(1, res.n_trials))
+            print(f"# {tn:6s} seed {seed}: best {res.gflops() or 0:7.1f} GFLOP/s as measured "
+                  f"while tuning, {res.n_trials} trials, {res.n_failed} failed, wall "
+                  f"{res.wall_s:.0f} s", flush=True)
+    uniq = sorted({json.dumps(c, sort_keys=True) for rs in runs.values() for r in rs
+                   for c in r.values()})
+    secs, t_np = _validate([json.loads(u) for u in uniq], n, args.passes)
+    gf = {u: flops / s / 1e9 for u, s in zip(uniq, secs)}
+    npg = flops / t_np / 1e9
+
+    def at(r, k):
+        return gf[json.dumps(r[k], sort_keys=True)] if k in r else 0.0
+
+    print(f"numpy (OpenBLAS, same inputs, median of {args.passes} runs between the kernels): "
+          f"{npg:.1f} GFLOP/s")
+    for tn in tuners:
+        for k in (32, 64, 128):
+            if k not in checkpoints:
+                continue
+            vals = [at(r, k) for r in runs[tn]]
+            b = statistics.median(vals)
+            print(f"{tn:6s} best after {k:3d} trials: {b:7.1f} GFLOP/s  ({b / npg:.2f} x numpy)"
+                  f"  [seeds: {', '.join(f'{v:.1f}' for v in vals)}]")
+        print(f"{tn:6s} tuner overhead per trial: "
+              f"{statistics.median(overhead[tn]):.3f} s (median over seeds)")
+    if "model" in runs and "random" in runs:
+        last = checkpoints[-1]
+        target = statistics.median(at(r, last) for r in runs["random"])
+        need = []
+        for r in runs["model"]:
+            hit = next((k for k in checkpoints if at(r, k) >= target), None)
+            need.append(hit if hit is not None else float("inf"))
+        print(f"model trials to reach random's {last}-trial best ({target:.1f} GFLOP/s): "
+              f"{statistics.median(need)} (median over seeds; per seed: {need})")
+    print(f"total benchmark time {time.time() - t_start:.0f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"numpy_gflops": npg, "runs": runs, "gflops": gf,
+                       "overhead": overhead}, f)
+
+if __name__ == "__main__":
+    main()
