@@ -4,10 +4,12 @@
 sequence of :class:`~polytile.schedule.loop_ir.KernelLaunch` statements (possibly inside
 ``Allocate`` of scope ``global``/``heap``: device buffers living across kernels) into one C
 source holding one kernel function per launch, plus the host plan (:class:`CModule`) a
-runtime needs to launch them. Everything a dialect can change sits in :class:`CDialect`
-(kernel prefix, launch bounds, ``restrict``, shared-memory and barrier spelling, index names,
-type map, math functions per dtype, half conversions); CUDA and HIP subclass it and override
-tables only (model: tinygrad's ``renderer/cstyle.py``).
+runtime needs to launch them. Everything a dialect can change sits in
+:class:`~polytile.targets.c_dialect.CDialect` (kernel prefix, launch bounds, ``restrict``,
+shared-memory and barrier spelling, index names, type map, math functions per dtype, half
+conversions); CUDA and HIP subclass it and override tables only (model: tinygrad's
+``renderer/cstyle.py``). Statements and kernels are printed here, expressions in
+:mod:`polytile.targets.c_expr`.
 
 Meaning kept from the loop IR (see :mod:`polytile.schedule.loop_ir` and
 :mod:`polytile.te.expr`):
@@ -32,126 +34,22 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
-from polytile.errors import BuildError, InternalError, LoweringError, format_error
-from polytile.schedule.intdiv import floordiv_expr, floormod_expr
+from polytile.errors import BuildError, LoweringError, format_error
 from polytile.schedule.loop_ir import (Allocate, Buffer, Evaluate, For, IfThenElse,
-                                       KernelLaunch, LetStmt, Load, PrimFunc, Seq, Stmt,
-                                       Store, Sync, stmt_exprs, stmt_str, walk_stmts)
+                                       KernelLaunch, LetStmt, PrimFunc, Seq, Stmt, Store, Sync,
+                                       stmt_str, walk_stmts)
 from polytile.te import dtype as dt
-from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select,
-                              Var, child_fields)
+from polytile.te.expr import Binary, Const, Var
 
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "truncdiv": "/", "truncmod": "%",
-          "bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
-_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+from .c_dialect import CXX_KEYWORDS, CDialect
+from .c_expr import CExprPrinter, strip_parens
+from .llvm.analysis import stored_buffers, used_symbols
+
 _HOST_SCOPES = ("global", "heap")
 _MIN_ALIGN = 16  # bytes: alignment of shared buffers (vector loads of up to 16 bytes)
-
-_CXX_KEYWORDS = frozenset("""
-alignas alignof and and_eq asm auto bitand bitor bool break case catch char char16_t char32_t
-class compl const constexpr const_cast continue decltype default delete do double
-dynamic_cast else enum explicit export extern false float for friend goto if inline int long
-mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected public
-register reinterpret_cast return short signed sizeof static static_assert static_cast struct
-switch template this thread_local throw true try typedef typeid typename union unsigned using
-virtual void volatile wchar_t while xor xor_eq restrict main""".split())
-
-
-class CDialect:
-    """The table of one C dialect. Subclasses override class attributes only.
-
-    Math functions: ``math[name][dtype]`` is a C function name or a format string with
-    ``{0}``, ``{1}`` for the arguments; a ``float16`` entry missing from the table is
-    computed in ``float32`` and rounded back. ``fast_math`` entries replace ``math`` ones
-    under a ``-fast-math`` target.
-    """
-
-    name = "c"
-    #: lines at the top of every source
-    preamble: ClassVar[tuple] = ()
-    #: include lines added when a dtype appears (``{"float16": "#include <cuda_fp16.h>"}``)
-    dtype_headers: ClassVar[dict] = {}
-    kernel_prefix = "void"
-    #: text between the return type and the name; ``{threads}`` is the block size
-    launch_bounds = ""
-    restrict = ""
-    shared_prefix = ""
-    shared_align = ""
-    local_prefix = ""
-    #: declaration of the dynamic shared-memory array; ``{name}`` its identifier
-    dynamic_shared_decl = ""
-    #: static shared memory above this many bytes per kernel switches to dynamic
-    max_static_shared_bytes = 48 * 1024
-    max_threads_per_block = 1024
-    max_grid: ClassVar[tuple] = (2**31 - 1, 65535, 65535)
-    barrier = ""
-    device_inline = "static inline"
-    #: hardware index tag -> C expression
-    index_names: ClassVar[dict] = {}
-    #: dtype -> C type in registers (``bool`` is stored as ``memory_types["bool"]``)
-    type_map: ClassVar[dict] = {"bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
-                "int64": "int64_t", "uint8": "uint8_t", "uint16": "uint16_t",
-                "uint32": "uint32_t", "uint64": "uint64_t", "float32": "float",
-                "float64": "double"}
-    memory_types: ClassVar[dict] = {"bool": "uint8_t"}
-    #: float16 (and bfloat16) conversions: C function names
-    half_from_float = ""
-    half_to_float = ""
-    half_from_double = ""
-    half_from_int64 = ""
-    half_from_uint64 = ""
-    half_from_bits = ""
-    float_from_bits = ""
-    double_from_bits = ""
-    math: ClassVar[dict] = {
-        "exp": {"float32": "expf", "float64": "exp"},
-        "exp2": {"float32": "exp2f", "float64": "exp2"},
-        "log": {"float32": "logf", "float64": "log"},
-        "log2": {"float32": "log2f", "float64": "log2"},
-        "log10": {"float32": "log10f", "float64": "log10"},
-        "sqrt": {"float32": "sqrtf", "float64": "sqrt"},
-        "rsqrt": {"float32": "rsqrtf", "float64": "rsqrt"},
-        "tanh": {"float32": "tanhf", "float64": "tanh"},
-        "erf": {"float32": "erff", "float64": "erf"},
-        "sin": {"float32": "sinf", "float64": "sin"},
-        "cos": {"float32": "cosf", "float64": "cos"},
-        "floor": {"float32": "floorf", "float64": "floor"},
-        "ceil": {"float32": "ceilf", "float64": "ceil"},
-        "round": {"float32": "rintf", "float64": "rint"},  # half to even
-        "trunc": {"float32": "truncf", "float64": "trunc"},
-        "abs": {"float32": "fabsf", "float64": "fabs"},
-        "pow": {"float32": "powf", "float64": "pow"},
-        "fmod": {"float32": "fmodf", "float64": "fmod"},
-        "isnan": {"float32": "isnan", "float64": "isnan"},
-        "sigmoid": {"float32": "(1.0f / (1.0f + {exp}(-{0})))",
-                    "float64": "(1.0 / (1.0 + {exp}(-{0})))"},
-    }
-    fast_math: ClassVar[dict] = {}
-
-    # ------------------------------------------------------------------ derived
-    def ctype(self, dtype: str) -> str:
-        """C type of a value of ``dtype`` in registers."""
-        try:
-            return self.type_map[dtype]
-        except KeyError:
-            raise BuildError(format_error(f"codegen_{self.name}", f"dtype {dtype!r} has no "
-                                          f"{self.name} type", "expected one of "
-                                          f"{', '.join(self.type_map)}")) from None
-
-    def mem_type(self, dtype: str) -> str:
-        """C type of an element of a buffer of ``dtype``."""
-        return self.memory_types.get(dtype) or self.ctype(dtype)
-
-    def math_fn(self, name: str, dtype: str, fast: bool) -> str | None:
-        """The math table entry for ``name`` on ``dtype`` (None when absent)."""
-        if fast and dtype in self.fast_math.get(name, {}):
-            return self.fast_math[name][dtype]
-        return self.math.get(name, {}).get(dtype)
-
 
 @dataclass(frozen=True)
 class KernelInfo:
@@ -187,7 +85,7 @@ class _Namer:
     """Stable, unique C identifiers for IR objects (by identity), in first-use order."""
 
     def __init__(self, reserved=()):
-        self.taken = set(_CXX_KEYWORDS) | set(reserved)
+        self.taken = set(CXX_KEYWORDS) | set(reserved)
         self.names: dict = {}
 
     def child(self) -> _Namer:
@@ -212,19 +110,6 @@ class _Namer:
         self.taken.add(name)
         self.names[key] = (obj, name)  # keep obj alive so its id stays unique
         return name
-
-
-def _strip(s: str) -> str:
-    """``s`` without one pair of enclosing parentheses, when they match each other."""
-    if not (s.startswith("(") and s.endswith(")")):
-        return s
-    depth = 0
-    for i, ch in enumerate(s):
-        depth += ch == "("
-        depth -= ch == ")"
-        if depth == 0 and i < len(s) - 1:
-            return s
-    return s[1:-1]
 
 
 def _label(s: Stmt) -> str:
@@ -257,33 +142,6 @@ def _host_plan(func: PrimFunc, who: str) -> tuple[list, list]:
     return workspace, launches
 
 
-def _used(s: Stmt) -> tuple[list, list, set]:
-    """Buffers (loaded or stored) and variables read in ``s``, in first-use order, and
-    the buffers stored."""
-    bufs: dict = {}
-    vars_: dict = {}
-    stored = set()
-
-    def expr(e: Expr) -> None:
-        if isinstance(e, Load):
-            bufs.setdefault(id(e.buffer), e.buffer)
-        elif isinstance(e, Var):
-            vars_.setdefault(id(e), e)
-        for f in child_fields(e):
-            v = getattr(e, f)
-            for x in (v if isinstance(v, tuple) else (v,)):
-                if isinstance(x, Expr):
-                    expr(x)
-
-    for x in walk_stmts(s):
-        if isinstance(x, Store):
-            bufs.setdefault(id(x.buffer), x.buffer)
-            stored.add(x.buffer)
-        for e in stmt_exprs(x):
-            expr(e)
-    return list(bufs.values()), list(vars_.values()), stored
-
-
 def _bound_here(s: Stmt) -> tuple[set, set]:
     """Variables bound and buffers allocated inside ``s`` (by identity)."""
     vs, bs = set(), set()
@@ -298,7 +156,7 @@ def _bound_here(s: Stmt) -> tuple[set, set]:
 
 
 # ------------------------------------------------------------------------------ printer
-class CPrinter:
+class CPrinter(CExprPrinter):
     """Prints one function for one dialect; use :func:`print_c_module`."""
 
     def __init__(self, dialect: CDialect, fast_math: bool = False):
@@ -364,7 +222,10 @@ class CPrinter:
         self.buffers: dict = {}  # id(Buffer) -> C identifier
 
         bound_vars, allocated = _bound_here(k)
-        bufs, vars_, stored = _used(k.body)
+        syms = used_symbols(k.body)
+        bufs = [x for x in syms if isinstance(x, Buffer)]
+        vars_ = [x for x in syms if isinstance(x, Var)]
+        stored = stored_buffers(k.body)
         pos = {id(p): i for i, p in enumerate(func.params)}
         ws = {id(b): i for i, b in enumerate(workspace)}
         for b in bufs:
@@ -490,11 +351,11 @@ class CPrinter:
             self.emit(depth, "#pragma unroll")
         name = self.names(s.var, s.var.name)
         t = self.d.ctype(s.var.dtype)
-        lo = _strip(self.expr(s.min))
+        lo = strip_parens(self.expr(s.min))
         if isinstance(s.min, Const) and s.min.value == 0:
-            end = _strip(self.expr(s.extent))
+            end = strip_parens(self.expr(s.extent))
         else:
-            end = _strip(self.expr(Binary(s.extent.dtype, "add", s.min, s.extent)))
+            end = strip_parens(self.expr(Binary(s.extent.dtype, "add", s.min, s.extent)))
         inc = f"++{name}" if s.step == 1 else f"{name} += {s.step}"
         self.emit(depth, f"for ({t} {name} = {lo}; {name} < {end}; {inc}) {{")
         self.env[id(s.var)] = name
@@ -504,7 +365,7 @@ class CPrinter:
         self.emit(depth, "}")
 
     def stmt_IfThenElse(self, s: IfThenElse, depth: int) -> None:
-        self.emit(depth, f"if ({_strip(self.expr(s.cond))}) {{")
+        self.emit(depth, f"if ({strip_parens(self.expr(s.cond))}) {{")
         self.block(s.then_case, depth + 1)
         if s.else_case is not None:
             self.emit(depth, "} else {")
@@ -513,7 +374,7 @@ class CPrinter:
 
     def stmt_LetStmt(self, s: LetStmt, depth: int) -> None:
         name = self.names(s.var, s.var.name)
-        value = _strip(self.expr(s.value))
+        value = strip_parens(self.expr(s.value))
         if s.value.dtype != s.var.dtype:
             value = self.cast(value, s.value.dtype, s.var.dtype)
         opened = not self.declare(name)
@@ -566,8 +427,8 @@ class CPrinter:
         if s.value.dtype != b.dtype:
             value = self.cast(value, s.value.dtype, b.dtype)
         if b.dtype == "bool":
-            value = f"({self.d.mem_type('bool')})({_strip(value)})"
-        self.emit(depth, f"{self.buffer(b)}[{self.index(b, s.indices)}] = {_strip(value)};")
+            value = f"({self.d.mem_type('bool')})({strip_parens(value)})"
+        self.emit(depth, f"{self.buffer(b)}[{self.index(b, s.indices)}] = {strip_parens(value)};")
 
     def stmt_Evaluate(self, s: Evaluate, depth: int) -> None:
         pass  # expressions have no side effects
@@ -582,200 +443,6 @@ class CPrinter:
         raise LoweringError(format_error(
             self.who, f"kernel {s.name!r} is launched inside kernel {self.kname!r}",
             "expected kernel launches only at the top level of the function"))
-
-    # ---------------------------------------------------------------- memory
-    def buffer(self, b: Buffer) -> str:
-        try:
-            return self.buffers[id(b)]
-        except KeyError:
-            raise BuildError(format_error(
-                self.who, f"buffer {b.name!r} is used outside its allocation",
-                "expected a parameter buffer or one introduced by an enclosing Allocate",
-                Kernel=self.kname)) from None
-
-    def index(self, b: Buffer, indices: tuple) -> str:
-        if len(indices) != 1:
-            raise InternalError(format_error(
-                self.who, f"access to {b.name!r} has {len(indices)} indices",
-                "expected exactly one (flattened) index after storage flattening"))
-        return _strip(self.expr(indices[0]))
-
-    # ---------------------------------------------------------------- expressions
-    def expr(self, e: Expr) -> str:
-        fn = getattr(self, "expr_" + type(e).__name__, None)
-        if fn is None:
-            raise InternalError(format_error(
-                self.who, f"expression node {type(e).__name__} reached code generation",
-                "expected only loop IR expressions (lowering removes TensorRead and Reduce)"))
-        self.dtypes.add(e.dtype)
-        return fn(e)
-
-    def expr_Var(self, e: Var) -> str:
-        try:
-            return self.env[id(e)]
-        except KeyError:
-            raise BuildError(format_error(
-                self.who, f"variable {e.name!r} is used but not defined",
-                "expected a parameter, a loop variable, a hardware index or a LetStmt "
-                "variable in scope", Kernel=self.kname)) from None
-
-    def expr_Const(self, e: Const) -> str:
-        return self.const(e.dtype, e.value)
-
-    def const(self, t: str, v) -> str:
-        d = self.d
-        if t == "bool":
-            return "true" if v else "false"
-        if dt.is_float(t):
-            x = np.array(v, dtype=t)[()]
-            if np.isnan(x) or np.isinf(x):
-                bits = {"float16": (d.half_from_bits, "0x7c00", "0x7e00", "(unsigned short)"),
-                        "float32": (d.float_from_bits, "0x7f800000", "0x7fc00000", ""),
-                        "float64": (d.double_from_bits, "0x7ff0000000000000LL",
-                                    "0x7ff8000000000000LL", "")}[t]
-                fn, inf, nan, cast = bits
-                if np.isnan(x):
-                    return f"{fn}({cast}{nan})"
-                return f"{fn}({cast}{inf})" if x > 0 else f"(-{fn}({cast}{inf}))"
-            if t == "float16":
-                return f"{d.half_from_float}({self._float_lit(float(x), 'float32')})"
-            return self._float_lit(float(x), t)
-        v = int(v)
-        suffix = {"int64": "LL", "uint32": "U", "uint64": "ULL"}.get(t, "")
-        if t in ("int32", "int64") and v == dt.min_value(t):
-            lit = f"(-{-v - 1}{suffix} - 1{suffix})"
-        elif v < 0:
-            lit = f"(-{-v}{suffix})"
-        else:
-            lit = f"{v}{suffix}"
-        if dt.bits(t) < 32:
-            return f"(({d.ctype(t)}){lit})"
-        return lit
-
-    @staticmethod
-    def _float_lit(v: float, t: str) -> str:
-        s = str(np.float32(v)) if t == "float32" else repr(v)
-        if "e" not in s and "." not in s:
-            s += ".0"
-        s = s + "f" if t == "float32" else s
-        return f"({s})" if v < 0 or s.startswith("-") else s
-
-    def expr_Cast(self, e: Cast) -> str:
-        return self.cast(self.expr(e.value), e.value.dtype, e.dtype)
-
-    def cast(self, v: str, src: str, dst: str) -> str:
-        """C text converting ``v`` (of ``src``) to ``dst`` with the loop IR's rules."""
-        d = self.d
-        if src == dst:
-            return v
-        if dst == "bool":
-            if src == "float16":
-                return f"({d.half_to_float}({_strip(v)}) != 0.0f)"
-            return f"({v} != {self.const(src, 0)})"
-        if src == "float16":
-            f = f"{d.half_to_float}({_strip(v)})"
-            return f if dst == "float32" else f"(({d.ctype(dst)}){f})"
-        if dst == "float16":
-            if src == "float32":
-                return f"{d.half_from_float}({_strip(v)})"
-            if src == "float64":
-                return f"{d.half_from_double}({_strip(v)})"
-            if dt.is_unsigned(src):
-                return f"{d.half_from_uint64}((unsigned long long)({_strip(v)}))"
-            return f"{d.half_from_int64}((long long)({_strip(v)}))"
-        return f"(({d.ctype(dst)}){v})"
-
-    def expr_Binary(self, e: Binary) -> str:
-        if e.op == "floordiv":
-            return self.expr(floordiv_expr(e.a, e.b))
-        if e.op == "floormod":
-            return self.expr(floormod_expr(e.a, e.b))
-        t = e.dtype
-        a, b = self.expr(e.a), self.expr(e.b)
-        if e.op in ("min", "max"):
-            return f"{self.helper('pt_' + e.op)}<{self.d.ctype(t)}>({_strip(a)}, {_strip(b)})"
-        bad = (dt.is_float(t) and e.op not in ("add", "sub", "mul", "div")) or \
-              (not dt.is_float(t) and e.op == "div") or e.op not in _INFIX
-        if bad:
-            raise BuildError(format_error(self.who, f"binary op {e.op!r} on {t} operands",
-                                          "expected an op that polytile.te defines for this "
-                                          "dtype", Kernel=self.kname))
-        op = _INFIX[e.op]
-        if t == "bool":
-            return f"((bool)({a} {op} {b}))"
-        if dt.is_int(t) and dt.bits(t) < 32:
-            if dt.is_unsigned(t) and e.op == "mul":
-                a, b = f"(uint32_t){a}", f"(uint32_t){b}"
-            return f"(({self.d.ctype(t)})({a} {op} {b}))"
-        return f"({a} {op} {b})"
-
-    def expr_Cmp(self, e: Cmp) -> str:
-        return f"({self.expr(e.a)} {_CMP[e.op]} {self.expr(e.b)})"
-
-    def expr_And(self, e: And) -> str:
-        return f"({self.expr(e.a)} && {self.expr(e.b)})"
-
-    def expr_Or(self, e: Or) -> str:
-        return f"({self.expr(e.a)} || {self.expr(e.b)})"
-
-    def expr_Not(self, e: Not) -> str:
-        return f"(!{self.expr(e.a)})"
-
-    def expr_Select(self, e: Select) -> str:
-        return f"({self.expr(e.cond)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
-
-    def expr_Load(self, e: Load) -> str:
-        b = e.buffer
-        v = f"{self.buffer(b)}[{self.index(b, e.indices)}]"
-        if b.dtype == "bool":
-            v = f"({v} != 0)"
-        if e.dtype != b.dtype:
-            v = self.cast(v, b.dtype, e.dtype)
-        return v
-
-    def expr_Call(self, e: Call) -> str:
-        t = e.args[0].dtype if e.args else e.dtype
-        args = [_strip(self.expr(a)) for a in e.args]
-        if e.name == "abs" and not dt.is_float(t):
-            if dt.is_unsigned(t) or t == "bool":
-                return args[0]
-            return f"{self.helper('pt_abs')}<{self.d.ctype(t)}>({args[0]})"
-        if not dt.is_float(t) or e.name not in self.d.math:
-            raise BuildError(format_error(
-                self.who, f"unknown intrinsic {e.name!r} for {t} arguments",
-                f"expected one of {', '.join(sorted(self.d.math))} on float arguments (abs "
-                "also on ints)", Kernel=self.kname))
-        fn = self.d.math_fn(e.name, t, self.fast)
-        if fn is not None:
-            return self._apply(fn, args, t)
-        # no native function for this dtype (float16): compute in float32, round back
-        f32 = [self.cast(a, t, "float32") for a in args]
-        r = self._apply(self.d.math_fn(e.name, "float32", self.fast), f32, "float32")
-        return r if e.dtype == "bool" else self.cast(r, "float32", t)
-
-    def _apply(self, fn: str, args: list, t: str) -> str:
-        if "{" in fn:
-            exp = self.d.math_fn("exp", t, self.fast)
-            return fn.format(*(f"({a})" for a in args), exp=exp)
-        return f"{fn}({', '.join(args)})"
-
-    # ---------------------------------------------------------------- helpers
-    def helper(self, name: str) -> str:
-        """Name of an inline helper, whose definition is added to the source once."""
-        inline = self.d.device_inline
-        body = {
-            "pt_min": "a < b ? a : b",
-            "pt_max": "a > b ? a : b",
-        }
-        if name == "pt_abs":
-            # negation through unsigned arithmetic: wraps at the minimum instead of UB
-            text = (f"template <typename T> {inline} T pt_abs(T x) {{ return x < (T)0 ? "
-                    "(T)(0ULL - (unsigned long long)x) : x; }")
-        else:
-            text = f"template <typename T> {inline} T {name}(T a, T b) {{ return {body[name]}; }}"
-        self.helpers[name] = text
-        return name
-
 
 def print_c_module(func: PrimFunc, dialect: CDialect, fast_math: bool = False) -> CModule:
     """Print ``func`` as C source in ``dialect``.

@@ -1,4 +1,5 @@
-"""The CUDA table of the C printer (:mod:`polytile.targets.c_printer`).
+"""The CUDA table of the C printer (:mod:`polytile.targets.c_printer`), a
+:class:`~polytile.targets.c_dialect.CDialect`.
 
 Only spellings live here: what CUDA calls a kernel, a barrier, a thread index, a half
 precision number and its math functions. The structure of the generated code is the
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..c_printer import CDialect
+from ..c_dialect import CDialect
 
 _INT_TYPEDEFS = (
     "#ifdef __CUDACC_RTC__",

@@ -103,17 +103,7 @@ class DLTensorView:
 
     @property
     def c_contiguous(self) -> bool:
-        """Row-major and dense (strides of extent-1 dimensions do not matter)."""
-        if self.strides is None:
-            return True
-        expect = 1
-        for n, s in zip(reversed(self.shape), reversed(self.strides)):
-            if n == 0:
-                return True
-            if n != 1 and s != expect:
-                return False
-            expect *= n
-        return True
+        return is_c_contiguous(self.shape, self.strides)
 
     @property
     def nbytes(self) -> int:
@@ -126,6 +116,21 @@ class DLTensorView:
     def device(self) -> str:
         name = DEVICE_NAMES.get(self.device_type, f"device type {self.device_type}")
         return f"{name}:{self.device_id}"
+
+
+def is_c_contiguous(shape: tuple, strides: tuple | None, unit: int = 1) -> bool:
+    """Whether ``strides`` (in multiples of ``unit``; None: compact) describe a dense
+    row-major array of ``shape``; strides of extent-1 dimensions do not matter."""
+    if strides is None:
+        return True
+    expect = unit
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n == 0:
+            return True
+        if n != 1 and s != expect:
+            return False
+        expect *= n
+    return True
 
 
 def itemsize(dtype: str) -> int:

@@ -77,19 +77,6 @@ def device(dev_type="cuda", dev_id: int | None = None) -> Device:
 _parse_device = device  # array() and empty() take a parameter named device
 
 
-def _free(ptr: int) -> None:
-    from .runtime import _state
-
-    if "context" not in _state:
-        return
-    drv = _state["driver"]
-    try:
-        drv.cuCtxSetCurrent(_state["context"])
-        drv.cuMemFree(ptr)
-    except Exception:  # noqa: BLE001, S110 - at interpreter exit the driver may be gone
-        pass
-
-
 class NDArray:
     """A C-contiguous array in the memory of CUDA device 0.
 
@@ -103,7 +90,7 @@ class NDArray:
     read_only = False
 
     def __init__(self, shape, dtype) -> None:
-        from .runtime import check, context
+        from .runtime import check, context, free_device_memory
 
         self.shape = tuple(int(n) for n in shape)
         if any(n < 0 for n in self.shape):
@@ -115,7 +102,7 @@ class NDArray:
         st = context()
         self.data_ptr = int(check(st["driver"].cuMemAlloc(max(self.nbytes, 1)),
                                   f"cuMemAlloc of {self.nbytes} bytes"))
-        self._finalizer = weakref.finalize(self, _free, self.data_ptr)
+        self._finalizer = weakref.finalize(self, free_device_memory, (self.data_ptr,))
 
     @property
     def ndim(self) -> int:

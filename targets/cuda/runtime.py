@@ -23,15 +23,17 @@ import threading
 import weakref
 
 from polytile.errors import DeviceError, DeviceNotFoundError, LoweringError, format_error
-from polytile.schedule.loop_ir import Buffer, PrimFunc, Store, walk_stmts
+from polytile.schedule.loop_ir import Buffer, PrimFunc
 from polytile.te import dtype as dt
 from polytile.te.expr import Var
 
 from ..c_printer import print_c_module
+from ..llvm.analysis import stored_buffers
 from ..runtime_support import (SCALAR_CTYPES, BenchmarkResult, check_arg_count, check_array,
                                check_overlap, check_timing_args, expected_shape, measure,
                                scalar_arg)
 from ..target import Target
+from . import dlpack
 from .compile import compile_cuda, default_arch
 from .dialect import CUDADialect
 
@@ -198,7 +200,6 @@ def device_array(fname: str, p: Buffer, a):
     """
     import numpy as np
 
-    from . import dlpack
     from .ndarray import NDArray
 
     if isinstance(a, NDArray):
@@ -242,16 +243,8 @@ class _CAIView:
         ptr, self.read_only = cai["data"]
         self.ptr = int(ptr or 0)
         self.nbytes = self.dtype.itemsize * int(np.prod(self.shape, dtype=np.int64))
-        strides = cai.get("strides")
-        self.c_contiguous = True
-        if strides is not None:
-            expect = self.dtype.itemsize
-            for n, s in zip(reversed(self.shape), reversed(strides)):
-                if n == 0:
-                    break
-                if n != 1 and s != expect:
-                    self.c_contiguous = False
-                expect *= n
+        self.c_contiguous = dlpack.is_c_contiguous(self.shape, cai.get("strides"),
+                                                   self.dtype.itemsize)
 
 
 def _from_cai(fname: str, p: Buffer, a, cai: dict):
@@ -317,7 +310,7 @@ class CUDAModule:
                                   compiler=compiler, cache_dir=cache_dir,
                                   name=f"{func.name}.cu")
         self.kernels = self._c.kernels
-        self._stored = {x.buffer for x in walk_stmts(func.body) if isinstance(x, Store)}
+        self._stored = stored_buffers(func.body)
         self._loaded = None
         self._workspace: dict = {}  # id(Buffer) -> (ptr, nbytes)
         self._finalizer = weakref.finalize(self, _free_all, self._workspace)
@@ -518,14 +511,20 @@ class CUDAModule:
         return f"CUDAModule({self.name!r}, target={str(self.target)!r}, arch={self.arch!r})"
 
 
-def _free_all(workspace: dict) -> None:
-    if not workspace or "context" not in _state:
+def free_device_memory(ptrs) -> None:
+    """``cuMemFree`` each address, ignoring failures (finalizers run at interpreter exit,
+    when the driver may already be gone)."""
+    if "context" not in _state:
         return
     drv = _state["driver"]
     try:
         drv.cuCtxSetCurrent(_state["context"])
-        for ptr, _ in workspace.values():
+        for ptr in ptrs:
             drv.cuMemFree(ptr)
-    except Exception:  # noqa: BLE001, S110 - at interpreter exit the driver may be gone
+    except Exception:  # noqa: BLE001, S110 - see the docstring
         pass
+
+
+def _free_all(workspace: dict) -> None:
+    free_device_memory([ptr for ptr, _ in workspace.values()])
     workspace.clear()

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import cuda_emulator
 from cuda_ir_helpers import all_cases, case_axpy, case_big_shared, case_two_kernels, case_vadd
+from helpers import poison
 
 import polytile
 from polytile.errors import DeviceError, DeviceNotFoundError, TargetError
@@ -36,14 +37,6 @@ def _build(func, tmp_path, **kw):
     if cc.available_compiler() is None:
         pytest.skip("no CUDA compiler")
     return CUDAModule(func, Target.parse("cuda"), cache_dir=tmp_path, **kw)
-
-
-def poisoned(shape, dtype: str) -> np.ndarray:
-    if np.dtype(dtype).kind == "f":
-        return np.full(shape, np.nan, dtype)
-    if dtype == "bool":
-        return np.ones(shape, bool)
-    return np.full(shape, 123, dtype)
 
 
 @pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
@@ -86,7 +79,7 @@ def run_case(case, build, seed=0):
     args, outs = [], []
     for p in case.func.params:
         if p.name in case.outputs:
-            o = polytile.nd.array(poisoned(expected_shape(p, scalars), p.dtype))
+            o = polytile.nd.array(poison(expected_shape(p, scalars), p.dtype))
             outs.append(o)
             args.append(o)
         else:

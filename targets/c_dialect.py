@@ -1,0 +1,116 @@
+"""The base table of the C printer: what a C dialect may spell differently.
+
+:class:`CDialect` lists, as class attributes, every spelling the printer
+(:mod:`polytile.targets.c_printer`) asks a dialect for: kernel prefix and launch bounds,
+``restrict``, shared-memory and barrier syntax, hardware index names, the type map, half
+conversions and the math functions per dtype. ``targets/cuda/dialect.py`` (and later HIP)
+subclass it and override tables only; the structure of the generated code is the printer's.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from polytile.errors import BuildError, format_error
+
+#: identifiers the printer never uses for IR names
+CXX_KEYWORDS = frozenset("""
+alignas alignof and and_eq asm auto bitand bitor bool break case catch char char16_t char32_t
+class compl const constexpr const_cast continue decltype default delete do double
+dynamic_cast else enum explicit export extern false float for friend goto if inline int long
+mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected public
+register reinterpret_cast return short signed sizeof static static_assert static_cast struct
+switch template this thread_local throw true try typedef typeid typename union unsigned using
+virtual void volatile wchar_t while xor xor_eq restrict main""".split())
+
+
+class CDialect:
+    """The table of one C dialect. Subclasses override class attributes only.
+
+    Math functions: ``math[name][dtype]`` is a C function name or a format string with
+    ``{0}``, ``{1}`` for the arguments; a ``float16`` entry missing from the table is
+    computed in ``float32`` and rounded back. ``fast_math`` entries replace ``math`` ones
+    under a ``-fast-math`` target.
+    """
+
+    name = "c"
+    #: lines at the top of every source
+    preamble: ClassVar[tuple] = ()
+    #: include lines added when a dtype appears (``{"float16": "#include <cuda_fp16.h>"}``)
+    dtype_headers: ClassVar[dict] = {}
+    kernel_prefix = "void"
+    #: text between the return type and the name; ``{threads}`` is the block size
+    launch_bounds = ""
+    restrict = ""
+    shared_prefix = ""
+    shared_align = ""
+    local_prefix = ""
+    #: declaration of the dynamic shared-memory array; ``{name}`` its identifier
+    dynamic_shared_decl = ""
+    #: static shared memory above this many bytes per kernel switches to dynamic
+    max_static_shared_bytes = 48 * 1024
+    max_threads_per_block = 1024
+    max_grid: ClassVar[tuple] = (2**31 - 1, 65535, 65535)
+    barrier = ""
+    device_inline = "static inline"
+    #: hardware index tag -> C expression
+    index_names: ClassVar[dict] = {}
+    #: dtype -> C type in registers (``bool`` is stored as ``memory_types["bool"]``)
+    type_map: ClassVar[dict] = {"bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
+                "int64": "int64_t", "uint8": "uint8_t", "uint16": "uint16_t",
+                "uint32": "uint32_t", "uint64": "uint64_t", "float32": "float",
+                "float64": "double"}
+    memory_types: ClassVar[dict] = {"bool": "uint8_t"}
+    #: float16 (and bfloat16) conversions: C function names
+    half_from_float = ""
+    half_to_float = ""
+    half_from_double = ""
+    half_from_int64 = ""
+    half_from_uint64 = ""
+    half_from_bits = ""
+    float_from_bits = ""
+    double_from_bits = ""
+    math: ClassVar[dict] = {
+        "exp": {"float32": "expf", "float64": "exp"},
+        "exp2": {"float32": "exp2f", "float64": "exp2"},
+        "log": {"float32": "logf", "float64": "log"},
+        "log2": {"float32": "log2f", "float64": "log2"},
+        "log10": {"float32": "log10f", "float64": "log10"},
+        "sqrt": {"float32": "sqrtf", "float64": "sqrt"},
+        "rsqrt": {"float32": "rsqrtf", "float64": "rsqrt"},
+        "tanh": {"float32": "tanhf", "float64": "tanh"},
+        "erf": {"float32": "erff", "float64": "erf"},
+        "sin": {"float32": "sinf", "float64": "sin"},
+        "cos": {"float32": "cosf", "float64": "cos"},
+        "floor": {"float32": "floorf", "float64": "floor"},
+        "ceil": {"float32": "ceilf", "float64": "ceil"},
+        "round": {"float32": "rintf", "float64": "rint"},  # half to even
+        "trunc": {"float32": "truncf", "float64": "trunc"},
+        "abs": {"float32": "fabsf", "float64": "fabs"},
+        "pow": {"float32": "powf", "float64": "pow"},
+        "fmod": {"float32": "fmodf", "float64": "fmod"},
+        "isnan": {"float32": "isnan", "float64": "isnan"},
+        "sigmoid": {"float32": "(1.0f / (1.0f + {exp}(-{0})))",
+                    "float64": "(1.0 / (1.0 + {exp}(-{0})))"},
+    }
+    fast_math: ClassVar[dict] = {}
+
+    # ------------------------------------------------------------------ derived
+    def ctype(self, dtype: str) -> str:
+        """C type of a value of ``dtype`` in registers."""
+        try:
+            return self.type_map[dtype]
+        except KeyError:
+            raise BuildError(format_error(f"codegen_{self.name}", f"dtype {dtype!r} has no "
+                                          f"{self.name} type", "expected one of "
+                                          f"{', '.join(self.type_map)}")) from None
+
+    def mem_type(self, dtype: str) -> str:
+        """C type of an element of a buffer of ``dtype``."""
+        return self.memory_types.get(dtype) or self.ctype(dtype)
+
+    def math_fn(self, name: str, dtype: str, fast: bool) -> str | None:
+        """The math table entry for ``name`` on ``dtype`` (None when absent)."""
+        if fast and dtype in self.fast_math.get(name, {}):
+            return self.fast_math[name][dtype]
+        return self.math.get(name, {}).get(dtype)

@@ -1,0 +1,233 @@
+"""Expressions of the loop IR as C text: the expression half of the C printer.
+
+:class:`CExprPrinter` is a base class of :class:`polytile.targets.c_printer.CPrinter`, which
+owns the state it reads: the dialect ``d``, ``fast`` (fast-math), ``who`` (the name errors
+carry), ``kname`` (the kernel being printed), ``env`` (``id(Var)`` -> C name), ``buffers``
+(``id(Buffer)`` -> C name), and collects ``helpers`` (inline functions to define) and
+``dtypes`` (to pick headers). Every binary operation is parenthesised; see the module
+docstring of :mod:`polytile.targets.c_printer` for the semantics kept.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from polytile.errors import BuildError, InternalError, format_error
+from polytile.schedule.intdiv import floordiv_expr, floormod_expr
+from polytile.schedule.loop_ir import Buffer, Load
+from polytile.te import dtype as dt
+from polytile.te.expr import And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select, Var
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "truncdiv": "/", "truncmod": "%",
+          "bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
+_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def strip_parens(s: str) -> str:
+    """``s`` without one pair of enclosing parentheses, when they match each other."""
+    if not (s.startswith("(") and s.endswith(")")):
+        return s
+    depth = 0
+    for i, ch in enumerate(s):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and i < len(s) - 1:
+            return s
+    return s[1:-1]
+
+
+class CExprPrinter:
+    """Prints expressions and memory accesses (a base class of ``CPrinter``)."""
+
+    # ---------------------------------------------------------------- memory
+    def buffer(self, b: Buffer) -> str:
+        try:
+            return self.buffers[id(b)]
+        except KeyError:
+            raise BuildError(format_error(
+                self.who, f"buffer {b.name!r} is used outside its allocation",
+                "expected a parameter buffer or one introduced by an enclosing Allocate",
+                Kernel=self.kname)) from None
+
+    def index(self, b: Buffer, indices: tuple) -> str:
+        if len(indices) != 1:
+            raise InternalError(format_error(
+                self.who, f"access to {b.name!r} has {len(indices)} indices",
+                "expected exactly one (flattened) index after storage flattening"))
+        return strip_parens(self.expr(indices[0]))
+
+    # ---------------------------------------------------------------- expressions
+    def expr(self, e: Expr) -> str:
+        fn = getattr(self, "expr_" + type(e).__name__, None)
+        if fn is None:
+            raise InternalError(format_error(
+                self.who, f"expression node {type(e).__name__} reached code generation",
+                "expected only loop IR expressions (lowering removes TensorRead and Reduce)"))
+        self.dtypes.add(e.dtype)
+        return fn(e)
+
+    def expr_Var(self, e: Var) -> str:
+        try:
+            return self.env[id(e)]
+        except KeyError:
+            raise BuildError(format_error(
+                self.who, f"variable {e.name!r} is used but not defined",
+                "expected a parameter, a loop variable, a hardware index or a LetStmt "
+                "variable in scope", Kernel=self.kname)) from None
+
+    def expr_Const(self, e: Const) -> str:
+        return self.const(e.dtype, e.value)
+
+    def const(self, t: str, v) -> str:
+        d = self.d
+        if t == "bool":
+            return "true" if v else "false"
+        if dt.is_float(t):
+            x = np.array(v, dtype=t)[()]
+            if np.isnan(x) or np.isinf(x):
+                bits = {"float16": (d.half_from_bits, "0x7c00", "0x7e00", "(unsigned short)"),
+                        "float32": (d.float_from_bits, "0x7f800000", "0x7fc00000", ""),
+                        "float64": (d.double_from_bits, "0x7ff0000000000000LL",
+                                    "0x7ff8000000000000LL", "")}[t]
+                fn, inf, nan, cast = bits
+                if np.isnan(x):
+                    return f"{fn}({cast}{nan})"
+                return f"{fn}({cast}{inf})" if x > 0 else f"(-{fn}({cast}{inf}))"
+            if t == "float16":
+                return f"{d.half_from_float}({self._float_lit(float(x), 'float32')})"
+            return self._float_lit(float(x), t)
+        v = int(v)
+        suffix = {"int64": "LL", "uint32": "U", "uint64": "ULL"}.get(t, "")
+        if t in ("int32", "int64") and v == dt.min_value(t):
+            lit = f"(-{-v - 1}{suffix} - 1{suffix})"
+        elif v < 0:
+            lit = f"(-{-v}{suffix})"
+        else:
+            lit = f"{v}{suffix}"
+        if dt.bits(t) < 32:
+            return f"(({d.ctype(t)}){lit})"
+        return lit
+
+    @staticmethod
+    def _float_lit(v: float, t: str) -> str:
+        s = str(np.float32(v)) if t == "float32" else repr(v)
+        if "e" not in s and "." not in s:
+            s += ".0"
+        s = s + "f" if t == "float32" else s
+        return f"({s})" if v < 0 or s.startswith("-") else s
+
+    def expr_Cast(self, e: Cast) -> str:
+        return self.cast(self.expr(e.value), e.value.dtype, e.dtype)
+
+    def cast(self, v: str, src: str, dst: str) -> str:
+        """C text converting ``v`` (of ``src``) to ``dst`` with the loop IR's rules."""
+        d = self.d
+        if src == dst:
+            return v
+        if dst == "bool":
+            if src == "float16":
+                return f"({d.half_to_float}({strip_parens(v)}) != 0.0f)"
+            return f"({v} != {self.const(src, 0)})"
+        if src == "float16":
+            f = f"{d.half_to_float}({strip_parens(v)})"
+            return f if dst == "float32" else f"(({d.ctype(dst)}){f})"
+        if dst == "float16":
+            if src == "float32":
+                return f"{d.half_from_float}({strip_parens(v)})"
+            if src == "float64":
+                return f"{d.half_from_double}({strip_parens(v)})"
+            if dt.is_unsigned(src):
+                return f"{d.half_from_uint64}((unsigned long long)({strip_parens(v)}))"
+            return f"{d.half_from_int64}((long long)({strip_parens(v)}))"
+        return f"(({d.ctype(dst)}){v})"
+
+    def expr_Binary(self, e: Binary) -> str:
+        if e.op == "floordiv":
+            return self.expr(floordiv_expr(e.a, e.b))
+        if e.op == "floormod":
+            return self.expr(floormod_expr(e.a, e.b))
+        t = e.dtype
+        a, b = self.expr(e.a), self.expr(e.b)
+        if e.op in ("min", "max"):
+            return f"{self.helper('pt_' + e.op)}<{self.d.ctype(t)}>({strip_parens(a)}, {strip_parens(b)})"
+        bad = (dt.is_float(t) and e.op not in ("add", "sub", "mul", "div")) or \
+              (not dt.is_float(t) and e.op == "div") or e.op not in _INFIX
+        if bad:
+            raise BuildError(format_error(self.who, f"binary op {e.op!r} on {t} operands",
+                                          "expected an op that polytile.te defines for this "
+                                          "dtype", Kernel=self.kname))
+        op = _INFIX[e.op]
+        if t == "bool":
+            return f"((bool)({a} {op} {b}))"
+        if dt.is_int(t) and dt.bits(t) < 32:
+            if dt.is_unsigned(t) and e.op == "mul":
+                a, b = f"(uint32_t){a}", f"(uint32_t){b}"
+            return f"(({self.d.ctype(t)})({a} {op} {b}))"
+        return f"({a} {op} {b})"
+
+    def expr_Cmp(self, e: Cmp) -> str:
+        return f"({self.expr(e.a)} {_CMP[e.op]} {self.expr(e.b)})"
+
+    def expr_And(self, e: And) -> str:
+        return f"({self.expr(e.a)} && {self.expr(e.b)})"
+
+    def expr_Or(self, e: Or) -> str:
+        return f"({self.expr(e.a)} || {self.expr(e.b)})"
+
+    def expr_Not(self, e: Not) -> str:
+        return f"(!{self.expr(e.a)})"
+
+    def expr_Select(self, e: Select) -> str:
+        return f"({self.expr(e.cond)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
+
+    def expr_Load(self, e: Load) -> str:
+        b = e.buffer
+        v = f"{self.buffer(b)}[{self.index(b, e.indices)}]"
+        if b.dtype == "bool":
+            v = f"({v} != 0)"
+        if e.dtype != b.dtype:
+            v = self.cast(v, b.dtype, e.dtype)
+        return v
+
+    def expr_Call(self, e: Call) -> str:
+        t = e.args[0].dtype if e.args else e.dtype
+        args = [strip_parens(self.expr(a)) for a in e.args]
+        if e.name == "abs" and not dt.is_float(t):
+            if dt.is_unsigned(t) or t == "bool":
+                return args[0]
+            return f"{self.helper('pt_abs')}<{self.d.ctype(t)}>({args[0]})"
+        if not dt.is_float(t) or e.name not in self.d.math:
+            raise BuildError(format_error(
+                self.who, f"unknown intrinsic {e.name!r} for {t} arguments",
+                f"expected one of {', '.join(sorted(self.d.math))} on float arguments (abs "
+                "also on ints)", Kernel=self.kname))
+        fn = self.d.math_fn(e.name, t, self.fast)
+        if fn is not None:
+            return self._apply(fn, args, t)
+        # no native function for this dtype (float16): compute in float32, round back
+        f32 = [self.cast(a, t, "float32") for a in args]
+        r = self._apply(self.d.math_fn(e.name, "float32", self.fast), f32, "float32")
+        return r if e.dtype == "bool" else self.cast(r, "float32", t)
+
+    def _apply(self, fn: str, args: list, t: str) -> str:
+        if "{" in fn:
+            exp = self.d.math_fn("exp", t, self.fast)
+            return fn.format(*(f"({a})" for a in args), exp=exp)
+        return f"{fn}({', '.join(args)})"
+
+    # ---------------------------------------------------------------- helpers
+    def helper(self, name: str) -> str:
+        """Name of an inline helper, whose definition is added to the source once."""
+        inline = self.d.device_inline
+        body = {
+            "pt_min": "a < b ? a : b",
+            "pt_max": "a > b ? a : b",
+        }
+        if name == "pt_abs":
+            # negation through unsigned arithmetic: wraps at the minimum instead of UB
+            text = (f"template <typename T> {inline} T pt_abs(T x) {{ return x < (T)0 ? "
+                    "(T)(0ULL - (unsigned long long)x) : x; }")
+        else:
+            text = f"template <typename T> {inline} T {name}(T a, T b) {{ return {body[name]}; }}"
+        self.helpers[name] = text
+        return name
