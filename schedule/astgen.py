@@ -200,6 +200,6 @@ def make_store(st: PolyStmt, idx: dict, model: Model) -> Stmt:
     else:
         acc = Load(buf.dtype, buf, widx)
         out = Store(buf, widx, red.combiner.combine(acc, body.visit(red.source)))
-        if red.condition is not None:
+        if red.condition is not None and p.where is None:
             out = IfThenElse(body.visit(red.condition), out, None)
     return out

@@ -98,10 +98,6 @@ def _collect(n, bound: dict) -> None:
             _fail(f"loop {n.iter_var.name!r} of stage {n.plan.name!r} is bound to {tag!r}, "
                   f"but the stage is computed inside another stage",
                   "bind blockIdx only in stages computed at the root")
-        if n.iter_var.iter_type == "reduce":
-            _fail(f"reduction axis {n.iter_var.name!r} of stage {n.plan.name!r} is bound to "
-                  f"{tag!r}: cross-thread reductions are not supported in this version",
-                  "bind spatial axes", hint="rfactor the reduction, or reduce in a loop")
         ext = n.plan.extent(n.iter_var)
         uses = bound.setdefault(tag, [])
         if not any(p is n.plan and e == ext for p, e in uses):

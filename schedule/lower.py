@@ -29,6 +29,7 @@ from .passes.loops import (dedup_syncs, legalize_vector_loops, serialize_nested_
                            unroll)
 from .passes.simplify import simplify
 from .passes.storage import allocate_intermediates, flatten_storage
+from .rfactor import lower_cross_thread_reductions
 from .schedule import Schedule
 from .tree import build_schedule
 from .validate import validate_schedule
@@ -74,6 +75,8 @@ def lower(sch: Schedule, args, name: str = "main") -> PrimFunc:
     t0 = time.perf_counter()
     validate_schedule(sch)
     gpu = uses_gpu(sch)
+    if gpu:
+        sch = lower_cross_thread_reductions(sch)
     model = build_model(sch, args, padded=gpu)
     check_legality(model)
     if gpu:

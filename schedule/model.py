@@ -107,6 +107,7 @@ class StagePlan:
     leaf_aff: dict = field(default_factory=dict)
     stmts: list[PolyStmt] = field(default_factory=list)
     lo: isl.PwMultiAff | None = None  # region origin per prefix (attached stages)
+    where: str | None = None          # the reduction's where= condition, when affine (isl)
     region: tuple = ()                # the region's box extents (attached stages)
     footprint: isl.Map | None = None  # prefix -> region (attached stages)
     exact_region: isl.Map | None = None  # prefix -> elements really read
@@ -476,8 +477,12 @@ def _make_plan(st: Stage, index: int, body: Expr, names: dict, buffers: dict,
     var_names = {v: f"d{k}" for k, v in enumerate(axis_vars + reduce_vars)}
     rd = _Reads(var_names, stage_of)
     rd.visit(body)
-    return StagePlan(st, index, body, axis_vars, reduce_vars, leaves, r, buf, rd.out,
+    plan = StagePlan(st, index, body, axis_vars, reduce_vars, leaves, r, buf, rd.out,
                      scope=st.scope or "global")
+    if isinstance(body, Reduce) and body.condition is not None:
+        # an affine where= restricts the update's domain: isl then emits tight loops
+        plan.where = iu.condition_str(body.condition, var_names)
+    return plan
 
 
 def _check_inputs(plans: list[StagePlan], buffers: dict) -> None:
@@ -649,6 +654,9 @@ def _domain(p: StagePlan, st: PolyStmt, padded: bool) -> None:
         if st.kind == "update":
             x = x.flat_range_product(isl.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(own[na:])}] }}"))
         st.axis_map = iu.name_range(x, "AX")
+    if st.kind == "update" and p.where is not None:
+        cond = isl.Set(f"{{ {_ax_space(p, 'update')} : {p.where} }}")
+        exact = exact.intersect(cond.preimage_pw_multi_aff(st.axis_map))
     st.exact = exact
     if not padded:
         st.domain = exact

@@ -36,6 +36,7 @@ class Schedule:
 
     def __init__(self, outputs: list[Operation]):
         self.outputs = list(outputs)
+        self._roots = list(outputs)   # before any op swap (cache_write, rfactor): for copy()
         self.stages: list[Stage] = []
         self.stage_map: dict[Operation, Stage] = {}
         self.trace: list[Step] = []
@@ -95,6 +96,17 @@ class Schedule:
         self.trace.append(Step("cache_read", self[tensor].name, (scope, tuple(names))))
         return out
 
+    def rfactor(self, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Tensor:
+        """Factor the reduction of ``tensor`` over its reduce loop ``axis`` into partial
+        reductions; see :func:`polytile.schedule.rfactor.rfactor`."""
+        from .rfactor import rfactor
+
+        st = self[tensor]
+        iv = ("iv", st._index_of(axis), axis.name) if isinstance(axis, IterVar) else axis
+        out = rfactor(self, tensor, axis, factor_axis)
+        self.trace.append(Step("rfactor", st.name, (iv, factor_axis)))
+        return out
+
     def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
         """Compute ``tensor`` into a cache in ``scope``; see
         :func:`polytile.schedule.cache.cache_write`."""
@@ -107,7 +119,7 @@ class Schedule:
 
     def copy(self) -> Schedule:
         """A new schedule of the same operations with the trace replayed."""
-        return replay(self.trace, create_schedule(self.outputs))
+        return replay(self.trace, create_schedule(self._roots))
 
     def __repr__(self) -> str:
         return "Schedule(\n" + "\n".join(f"  {s}" for s in self.trace) + "\n)"
@@ -178,6 +190,10 @@ def replay(trace: list[Step], sch: Schedule) -> Schedule:
         args = list(step.args)
         if step.primitive == "cache_read":
             t = sch.cache_read(st.op.output(0), args[0], [stage(n).op for n in args[1]])
+            by_name.setdefault(t.op.name, sch[t])
+            continue
+        if step.primitive == "rfactor":
+            t = sch.rfactor(st.op.output(0), dec(st, args[0]), args[1])
             by_name.setdefault(t.op.name, sch[t])
             continue
         if step.primitive == "cache_write":

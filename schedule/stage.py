@@ -67,6 +67,9 @@ class Stage:
         self.scope = ""
         #: padding of the buffer's rows: {axis position: (factor, offset)} (storage_align)
         self.align: dict[int, tuple[int, int]] = {}
+        #: GPU: run the stage only where these thread indices have these values
+        #: (set for the final step of a cross-thread reduction)
+        self.thread_predicate: dict[str, int] = {}
 
     @property
     def name(self) -> str:

@@ -32,6 +32,7 @@ def build_schedule(model: Model, nodes: list | None = None) -> isl.Schedule:
     """The isl schedule (tree form) of ``nodes`` (default: the whole program)."""
     nodes = model.nest if nodes is None else nodes
     sched = _seq([_node(n) for n in nodes])
+    sched = _thread_predicates(sched, nodes)
     options: dict = {}
 
     def collect(n, anc):
@@ -51,6 +52,19 @@ def build_schedule(model: Model, nodes: list | None = None) -> isl.Schedule:
     # options refer to the outer schedule dimensions ("anchored"), so they can only be set
     # once the whole tree exists
     return _set_options(sched.get_root(), options).get_schedule()
+
+
+def _thread_predicates(sched: isl.Schedule, nodes: list) -> isl.Schedule:
+    """Restrict statements of stages with a thread predicate (``tx = 0``: the final step
+    of a cross-thread reduction) to those threads."""
+    stmts = [st for n in nodes for st in stmts_below(n)]
+    if not any(st.plan.stage.thread_predicate for st in stmts):
+        return sched
+    pieces = []
+    for st in stmts:
+        cond = " and ".join(f"{PARAMS[t]} = {v}" for t, v in st.plan.stage.thread_predicate.items())
+        pieces.append(f"{st.tuple()} : {cond}" if cond else st.tuple())
+    return sched.intersect_domain(isl.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}"))
 
 
 def _set_options(node: isl.ScheduleNode, options: dict) -> isl.ScheduleNode:

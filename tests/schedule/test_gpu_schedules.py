@@ -169,7 +169,21 @@ def elementwise_broadcast(m=13, n=35):
     return s, [A, b, Y], lambda a, bb: np.tanh(a * 2.0 + bb)
 
 
+def row_sum_cross_thread(m=5, n=77, threads=16):
+    """A row reduction with its reduce loop bound to threadIdx.x (TVM's all-reduce): each
+    thread sums a strided slice, then thread 0 combines the partial sums."""
+    A = te.placeholder((m, n), name="A")
+    k = te.reduce_axis((0, n), name="k")
+    B = te.compute((m,), lambda i: te.sum(A[i, k] * A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    ko, ki = s[B].split(k, factor=threads)
+    s[B].bind(B.op.axis[0], bx())
+    s[B].bind(ki, tx())
+    return s, [A, B], lambda a: (a * a).sum(axis=1)
+
+
 CASES = {
+    "row_sum_cross_thread": row_sum_cross_thread,
     "vector_add": vector_add,
     "transpose_shared": transpose_shared,
     "matmul_tiled": matmul_tiled,
@@ -315,15 +329,23 @@ def test_shared_memory_limit_is_checked():
         polytile.lower(s, args)
 
 
-def test_reduction_axis_bound_to_threads_is_refused_clearly():
+def test_cross_thread_reduction_with_spatial_thread_loop_is_refused():
     A = te.placeholder((8, 32), name="A")
     k = te.reduce_axis((0, 32), name="k")
     B = te.compute((8,), lambda i: te.sum(A[i, k], axis=k), name="B")
     s = te.create_schedule(B.op)
-    s[B].bind(B.op.axis[0], bx())
+    s[B].bind(B.op.axis[0], te.thread_axis("threadIdx.y"))
     s[B].bind(k, tx())
-    with pytest.raises(ScheduleError, match="reduction axis 'k' of stage 'B' is bound"):
+    with pytest.raises(ScheduleError, match="binds its spatial loop 'i' to a thread index"):
         polytile.lower(s, [A, B])
+
+
+def test_cross_thread_reduction_leaves_the_user_schedule_unchanged():
+    s, args, _ = row_sum_cross_thread()
+    before = [str(st) for st in s.trace]
+    polytile.lower(s, args)
+    assert [str(st) for st in s.trace] == before
+    assert not any(st.name.endswith(".rf") for st in s.stages)
 
 
 def test_unknown_thread_tag_is_refused():
