@@ -252,7 +252,7 @@ def compile_cuda(source: str, arch: str | None = None, options: tuple = (), *,
         Extra compiler options, spelled for the chosen compiler (``-use_fast_math`` is
         understood by both).
     compiler : {"auto", "nvrtc", "nvcc"}
-        ``auto`` prefers NVRTC and falls back to nvcc.
+        ``auto`` prefers NVRTC and falls back to nvcc when NVRTC is missing or fails.
     cache_dir : path, optional
         Cache directory (default :func:`default_cache_dir`).
     use_cache : bool
@@ -292,7 +292,14 @@ def compile_cuda(source: str, arch: str | None = None, options: tuple = (), *,
     if use_cache and entry.is_file():
         return entry.read_bytes()
     if chosen == "nvrtc":
-        cubin = _compile_nvrtc(source, arch, tuple(options), name)
+        try:
+            cubin = _compile_nvrtc(source, arch, tuple(options), name)
+        except BuildError:
+            # auto: an NVRTC without the headers or the arch this source needs may still
+            # leave nvcc able to build it; a genuine source error fails there too
+            if compiler != "auto" or nvcc_path() is None:
+                raise
+            cubin, _ = compile_nvcc(source, arch, tuple(options), name)
     else:
         cubin, _ = compile_nvcc(source, arch, tuple(options), name)
     if use_cache:

@@ -3,7 +3,8 @@ cubin cache and ``build(target="cuda")``.
 
 Every source printed here is compiled with this machine's ``nvcc -arch=sm_90 -cubin
 -Werror all-warnings`` (skipped when nvcc is absent): a warning such as "variable is used
-before its value is set" fails the test. Other GPU tests call :func:`compile_with_nvcc`.
+before its value is set" fails the test. :func:`compile_with_nvcc` (defined in
+``tests/helpers.py``, importable from here too) is what other GPU tests call.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers import compile_with_nvcc  # one copy for every GPU test; offered here too
 from cuda_ir_helpers import (TX, Case, all_cases, buf, c64, case_big_shared, case_half,
                              case_intdiv, case_math, case_ops, case_row_sum, case_transpose,
                              case_two_kernels, case_vadd, const, launch, ld, lt, st)
@@ -29,21 +31,6 @@ from polytile.targets.cuda.runtime import device_count
 from polytile.te.expr import Binary, Call, Cast, Const, Var
 
 CASES = all_cases()
-
-
-def compile_with_nvcc(source: str, arch: str = "sm_90") -> None:
-    """Compile CUDA C ``source`` with ``nvcc -arch=<arch> -cubin -Werror all-warnings``.
-
-    Skips the calling test when nvcc is absent; fails it on any error or warning, showing
-    nvcc's log and the offending source lines.
-    """
-    if cc.nvcc_path() is None:
-        pytest.skip("nvcc not found")
-    try:
-        cc.compile_nvcc(source, arch, ("-Werror", "all-warnings"))
-    except BuildError as exc:
-        pytest.fail(f"nvcc rejected the generated source:\n{exc}\n--- source ---\n{source}",
-                    pytrace=False)
 
 
 def src(case_or_func, fast: bool = False) -> str:
@@ -437,3 +424,20 @@ def test_cuda_target_options():
         Target.parse("cuda -fast-math=1")
     with pytest.raises(LoweringError, match="is not a CUDA target"):
         CUDAModule(case_vadd().func, Target.parse("llvm"))
+
+
+def test_auto_falls_back_to_nvcc_when_nvrtc_fails(tmp_path, monkeypatch):
+    if cc.nvcc_path() is None:
+        pytest.skip("nvcc not found")
+
+    def broken(*args, **kwargs):
+        raise BuildError("compile_cuda: NVRTC failed (could not open cuda_fp16.h)")
+
+    monkeypatch.setattr(cc, "_compile_nvrtc", broken)
+    monkeypatch.setattr(cc, "available_compiler", lambda: "nvrtc")
+    monkeypatch.setattr(cc, "_nvrtc", lambda: object())
+    monkeypatch.setattr(cc, "nvrtc_version", lambda: (0, 0))
+    source = src(case_half())
+    assert compile_cuda(source, "sm_90", use_cache=False)[:4] == b"\x7fELF"
+    with pytest.raises(BuildError, match="could not open cuda_fp16.h"):
+        compile_cuda(source, "sm_90", compiler="nvrtc", use_cache=False)
