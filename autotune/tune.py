@@ -48,6 +48,7 @@ class TuneResult:
     flops: float | None = None
     wall_s: float = 0.0
     busy_s: float = 0.0
+    startup_s: float = 0.0
     resumed: int = 0
     interrupted: bool = False
     stop_reason: str = ""
@@ -87,8 +88,9 @@ class TuneResult:
 
     @property
     def overhead_s(self) -> float:
-        """Seconds of the loop spent neither building nor running candidates."""
-        return max(0.0, self.wall_s - self.busy_s)
+        """Seconds of the loop spent neither building nor running candidates nor starting
+        the worker processes: proposing (feature extraction included), training, records."""
+        return max(0.0, self.wall_s - self.busy_s - self.startup_s)
 
 
 def _resolve(template, args, dtype) -> tuple[Template, Workload]:
@@ -186,7 +188,9 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
     measurer = LocalMeasurer(wl, tgt, opt)
     writer = RecordWriter(log_file) if log_file else None
     try:
+        t_start = time.perf_counter()
         measurer.start()
+        res.startup_s = time.perf_counter() - t_start
 
         def featurize(indices):
             got = measurer.features([(i, space.get(i).knob_values()) for i in indices])

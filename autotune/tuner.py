@@ -6,14 +6,17 @@ proposed or seen measured before, and learns from results (``update``).
 * :class:`RandomTuner`: uniform samples without replacement.
 * :class:`GridTuner`: indices in order.
 * :class:`ModelTuner` (the default): an XGBoost ranking model (:mod:`.cost_model`) on
-  loop-IR features (:mod:`.features`), retrained after every batch; proposals come from
-  an evolutionary search whose population starts from the best measured configs and
-  random samples, mutates one or two knobs at a time (half of the time a step to a
-  neighbouring value), crosses parents knob by knob, and keeps the candidates the model
-  ranks highest. The batch takes the best predicted unmeasured configs, preferring ones
-  that differ from each other in at least two knobs, plus an epsilon-greedy share of
-  uniformly random configs. Records of the same workload and target seed the model
-  (transfer) and are never re-measured.
+  loop-IR features (:mod:`.features`), retrained after every batch, picks each batch.
+  Lowering a config to get its features costs tens of milliseconds (isl), so the search
+  is a cascade: an evolutionary search whose population starts from the best measured
+  configs and random samples, mutates one or two knobs at a time (half of the time a step
+  to a neighbouring value) and crosses parents knob by knob, is steered by a second,
+  cheap model of the same kind on the knob values themselves (no lowering) over a few
+  thousand candidates; its best few dozen are lowered in the worker processes, and the
+  loop-IR model ranks them. The batch takes the best ranked unmeasured configs,
+  preferring ones that differ from each other in at least two knobs, plus an
+  epsilon-greedy share of uniformly random configs. Records of the same workload and
+  target seed both models (transfer) and are never re-measured.
 """
 
 from __future__ import annotations
@@ -107,6 +110,29 @@ class GridTuner(Tuner):
         return out
 
 
+def knob_features(space: ConfigSpace, index: int) -> list[float]:
+    """Numeric encoding of config ``index``'s knob values (for the cheap search model):
+    log2 of split sizes, positions of reordered axes, annotation codes, value indices."""
+    out: list[float] = []
+    for (name, knob), r in zip(space.knobs.items(), space.knob_indices(index)):
+        e = knob.get(r)
+        kind = knob.kind
+        if kind == "split":
+            inner = e.size[1:]
+            outer = -(-knob.length // math.prod(inner))
+            out += [math.log2(outer)] + [math.log2(f) for f in inner]
+        elif kind == "reorder":
+            out += [float(p) for p in e.perm]
+        elif kind == "annotate":
+            out += [float(("none", "unroll", "vec").index(a)) for a in e.anns]
+        else:
+            v = e.val
+            out.append(float(r))
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out.append(math.log2(1 + abs(float(v))))
+    return out
+
+
 class ModelTuner(Tuner):
     """Cost-model-guided evolutionary search; see the module docstring.
 
@@ -121,27 +147,31 @@ class ModelTuner(Tuner):
     epsilon : float
         Share of each batch picked uniformly at random.
     population, children, generations : int
-        Size of the evolutionary search per batch (each new child costs one feature
-        extraction, cached).
+        Size of the evolutionary search on the knob model per batch.
+    lower_factor : int
+        Candidates lowered (for loop-IR features) per batch slot.
     min_train : int
-        Successful measurements needed before the model proposes (random picks before).
+        Successful measurements needed before the models propose (random picks before).
     """
 
     name = "model"
 
     def __init__(self, space: ConfigSpace, featurize: Callable, seed: int | None = None,
-                 epsilon: float = 0.1, population: int = 16, children: int = 32,
-                 generations: int = 2, min_train: int = 4):
+                 epsilon: float = 0.1, population: int = 64, children: int = 256,
+                 generations: int = 4, lower_factor: int = 3, min_train: int = 4):
         super().__init__(space, seed)
         self.featurize = featurize
         self.epsilon = epsilon
         self.population = population
         self.children = children
         self.generations = generations
+        self.lower_factor = lower_factor
         self.min_train = min_train
         self.model = XGBCostModel(seed=seed or 0)
+        self.knob_model = XGBCostModel(seed=seed or 0)
         self.feats: dict[int, list | None] = {}
         self.costs: dict[int, float] = {}   # index -> seconds (inf on failure)
+        self.invalid: set[int] = set()     # configs that failed to lower while searching
         self.dims = space.dims()
         self._dirty = False
 
@@ -161,16 +191,20 @@ class ModelTuner(Tuner):
             self.feats.update(self.featurize(missing))
 
     def _train(self) -> bool:
-        data = [(self.feats[i], c) for i, c in self.costs.items()
-                if self.feats.get(i) is not None]
-        ok = [c for _, c in data if math.isfinite(c)]
+        ok = [c for c in self.costs.values() if math.isfinite(c)]
         if len(ok) < self.min_train:
             return False
         best = min(ok)
-        xs = [f for f, _ in data]
-        ys = [best / c if math.isfinite(c) else 0.0 for _, c in data]
+
+        def y(c):
+            return best / c if math.isfinite(c) else 0.0
         if self._dirty:
-            self.model.fit(xs, ys)
+            data = [(self.feats[i], c) for i, c in self.costs.items()
+                    if self.feats.get(i) is not None]
+            self.model.fit([f for f, _ in data], [y(c) for _, c in data])
+            known = list(self.costs) + [i for i in self.invalid if i not in self.costs]
+            self.knob_model.fit([knob_features(self.space, i) for i in known],
+                                [y(self.costs.get(i, math.inf)) for i in known])
             self._dirty = False
         return self.model.trained
 
@@ -198,7 +232,13 @@ class ModelTuner(Tuner):
     def _ensure_features(self, indices) -> None:
         need = [i for i in dict.fromkeys(indices) if i not in self.feats]
         if need:
-            self.feats.update(self.featurize(need))
+            got = self.featurize(need)
+            self.feats.update(got)
+            bad = [i for i in need if got.get(i) is None]
+            if bad:  # configs that do not lower: never proposed, taught to the knob model
+                self.invalid.update(bad)
+                self.visited.update(bad)
+                self._dirty = True
 
     def _score(self, indices: list[int]) -> dict:
         valid = [i for i in indices if self.feats.get(i) is not None]
@@ -207,57 +247,73 @@ class ModelTuner(Tuner):
         pred = self.model.predict([self.feats[i] for i in valid])
         return dict(zip(valid, (float(p) for p in pred)))
 
+    def _knob_score(self, indices: list[int]) -> dict:
+        if not indices:
+            return {}
+        pred = self.knob_model.predict([knob_features(self.space, i) for i in indices])
+        return dict(zip(indices, (float(p) for p in pred)))
+
     def _distance(self, a: int, b: int) -> int:
         return sum(x != y for x, y in zip(self.space.knob_indices(a),
                                           self.space.knob_indices(b)))
+
+    def _diverse(self, ranked: list[int], n: int) -> list[int]:
+        """The first ``n`` of ``ranked``, preferring picks two or more knobs apart."""
+        picks: list[int] = []
+        for i in ranked:
+            if len(picks) == n:
+                break
+            if all(self._distance(i, j) >= 2 for j in picks):
+                picks.append(i)
+        for i in ranked:
+            if len(picks) == n:
+                break
+            if i not in picks:
+                picks.append(i)
+        return picks
+
+    def _evolve(self) -> dict:
+        """Knob-model scores of the candidates visited by the evolutionary search."""
+        measured = sorted((c, i) for i, c in self.costs.items() if math.isfinite(c))
+        elite = [i for _, i in measured[:8]]
+        pop = elite + self._random_unvisited(self.population - len(elite))
+        scores = self._knob_score(pop)
+        for _ in range(self.generations):
+            kids = set()
+            for _ in range(self.children):
+                if len(pop) > 1 and self.rng.random() < 0.25:
+                    a, b = self.rng.sample(pop, 2)
+                    kid = self._cross(a, b)
+                    if self.rng.random() < 0.5:
+                        kid = self._mutate(kid)
+                else:
+                    kid = self._mutate(self.rng.choice(pop))
+                if kid not in self.visited and kid not in scores:
+                    kids.add(kid)
+            scores.update(self._knob_score(sorted(kids)))
+            ranked = sorted(scores, key=lambda i: -scores[i])
+            pop = list(dict.fromkeys(elite[:4] + ranked[: self.population]))
+        return {i: v for i, v in scores.items() if i not in self.visited}
 
     def next_batch(self, n: int) -> list[int]:
         if not self._train():
             out = self._random_unvisited(n)
             self.visited.update(out)
             return out
-        measured = sorted((c, i) for i, c in self.costs.items() if math.isfinite(c))
-        pop = [i for _, i in measured[: self.population // 2]]
-        pop += self._random_unvisited(self.population - len(pop))
-        self._ensure_features(pop)
-        scores: dict = {}
-        scores.update(self._score(pop))
-        for _ in range(self.generations):
-            kids = []
-            for _ in range(self.children):
-                if len(pop) > 1 and self.rng.random() < 0.25:
-                    a, b = self.rng.sample(pop, 2)
-                    kid = self._mutate(self._cross(a, b)) if self.rng.random() < 0.5 \
-                        else self._cross(a, b)
-                else:
-                    kid = self._mutate(self.rng.choice(pop))
-                if kid not in self.visited:
-                    kids.append(kid)
-            self._ensure_features(kids)
-            scores.update(self._score(kids))
-            ranked = sorted(scores, key=lambda i: -scores[i])
-            keep_measured = [i for _, i in measured[:4]]
-            pop = list(dict.fromkeys(keep_measured + ranked[: self.population]))
-        cands = [i for i in sorted(scores, key=lambda i: -scores[i]) if i not in self.visited]
         n_random = min(n, max(0, int(round(self.epsilon * n))))
         n_model = n - n_random
-        picks: list[int] = []
-        for i in cands:  # first pass: keep picks at least two knobs apart
-            if len(picks) == n_model:
-                break
-            if all(self._distance(i, j) >= 2 for j in picks):
-                picks.append(i)
-        for i in cands:
-            if len(picks) == n_model:
-                break
-            if i not in picks:
-                picks.append(i)
+        cheap = self._evolve()
+        ranked = sorted(cheap, key=lambda i: -cheap[i])
+        shortlist = self._diverse(ranked, self.lower_factor * n_model)
+        self._ensure_features(shortlist)
+        scores = self._score(shortlist)
+        picks = self._diverse(sorted(scores, key=lambda i: -scores[i]), n_model)
         picks += self._random_unvisited(n - len(picks), exclude=set(picks))
         self.visited.update(picks)
         return picks
 
     def predicted(self, indices: list[int]) -> np.ndarray:
-        """Model scores of ``indices`` (for tests and diagnostics)."""
+        """Loop-IR model scores of ``indices`` (for tests and diagnostics)."""
         self._ensure_features(indices)
         s = self._score(indices)
         return np.array([s.get(i, -np.inf) for i in indices])

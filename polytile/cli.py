@@ -12,7 +12,6 @@ import json
 import math
 import os
 import sys
-import time
 import warnings
 
 from polytile import __version__
