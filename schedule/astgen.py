@@ -121,6 +121,12 @@ class _Converter:
     def convert_for(self, node: isl.AstNode, env: dict, loop: LoopNode | None) -> Stmt:
         it = node.for_get_iterator().get_id().get_name()
         name = loop.iter_var.name if loop is not None else it
+        # a stage computed inside its consumer may name its loops like the consumer's:
+        # keep the printed nest unambiguous (``i``, then ``i_1``)
+        taken = {x.name for x in env.values() if isinstance(x, Var)}
+        base, k = name, 1
+        while name in taken:
+            name, k = f"{base}_{k}", k + 1
         v = Var("int64", name)
         inner = {**env, it: v}
         init = self.expr(node.for_get_init(), env)

@@ -47,7 +47,7 @@ PASSES = (
 )
 
 
-def lower(sch: Schedule, args, name: str = "main") -> PrimFunc:
+def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = False) -> PrimFunc:
     """Lower schedule ``sch`` to a loop-IR function with parameters ``args``.
 
     Parameters
@@ -58,6 +58,8 @@ def lower(sch: Schedule, args, name: str = "main") -> PrimFunc:
         schedule, plus scalar ``te.var`` parameters.
     name : str
         Function name.
+    simple_mode : bool
+        Accepted for TVM compatibility; the printed form is always the simple one.
 
     Returns
     -------

@@ -8,7 +8,8 @@ Promotion (binary arithmetic and comparison operands), numpy-like with *weak* Py
 scalars, as in TVM and numpy 2 (NEP 50):
 
 * two expressions of the same dtype keep it;
-* ``bool`` promotes to the other operand's dtype;
+* ``bool`` promotes to the other operand's dtype; ``+``, ``-``, ``*``, ``//`` on two bools
+  give ``int32`` (as Python's ``True + True == 2``; use ``|``/``&`` for logic);
 * int with float gives the float; two floats give the wider one;
 * two signed (or two unsigned) ints give the wider one; signed with unsigned gives a signed
   int wide enough for both (``int8 + uint8 -> int16``; ``uint64`` with a signed int raises);

@@ -231,12 +231,26 @@ class Cmp(Expr):
 
     def __bool__(self):
         # Like TVM's EqualOp: `a == b` used as a Python bool compares identity, which keeps
-        # expressions usable in lists and as dict keys.
+        # expressions usable in lists and as dict keys -- except while a compute body is
+        # being built, where `if i == 3:` is a mistake that would silently pick a branch.
+        if _BUILDING_BODY and self.op in ("eq", "ne"):
+            return ExprOp.__bool__(self)
         if self.op == "eq":
             return self.a is self.b
         if self.op == "ne":
             return self.a is not self.b
         return ExprOp.__bool__(self)
+
+
+#: True while te.compute calls its fcompute (see Cmp.__bool__).
+_BUILDING_BODY = False
+
+
+def building_body(flag: bool) -> bool:
+    """Set whether a compute body is being built; returns the previous value."""
+    global _BUILDING_BODY
+    old, _BUILDING_BODY = _BUILDING_BODY, flag
+    return old
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)

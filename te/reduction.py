@@ -36,8 +36,14 @@ class Reducer:
         return CommReducer(self.name, lhs, rhs, result, cast(identity, dtype))
 
     def __call__(self, expr, axis=None, where=None, init=None, *args):
-        if args:
-            raise TypeError(f"te.{self.name}: too many arguments")
+        if args or (where is not None and not isinstance(where, ExprOp)):
+            raise TypeError(f"te.{self.name}: too many arguments; expected "
+                            f"te.{self.name}(expr, axis=reduce_axis, where=cond) or "
+                            f"te.{self.name}(a, b)")
+        if isinstance(axis, Var) and axis.is_axis or (
+                isinstance(axis, IterVar) and axis.iter_type != "reduce"):
+            raise TypeError(f"te.{self.name}: axis {axis} is a spatial axis of the compute; "
+                            f"reduce over a te.reduce_axis((lo, hi)) instead")
         if axis is not None and not _is_axis_list(axis) and where is None and init is None:
             # te.max(a, b): the combiner applied once
             a, b = expr, axis

@@ -11,8 +11,8 @@ import inspect
 from dataclasses import dataclass, field
 
 from . import dtype as dt
-from .expr import (Const, Expr, ExprOp, IterVar, Range, Reduce, TensorRead, Var, cast,
-                   convert)
+from .expr import (Const, Expr, ExprOp, IterVar, Range, Reduce, TensorRead, Var, building_body,
+                   cast, convert)
 from .visitor import collect
 
 
@@ -249,7 +249,11 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
     names = _axis_names(fcompute, len(shp))
     axis = tuple(IterVar(Var("int32", n, True), Range(0, e), "data_par")
                  for n, e in zip(names, shp))
-    body = fcompute(*[iv.var for iv in axis])
+    old = building_body(True)
+    try:
+        body = fcompute(*[iv.var for iv in axis])
+    finally:
+        building_body(old)
     if isinstance(body, (tuple, list)):
         raise TypeError(f"compute {name!r}: fcompute returned {len(body)} values; computes with "
                         f"several outputs are not supported yet")

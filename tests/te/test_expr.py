@@ -300,3 +300,17 @@ def test_structural_equal_is_separate_from_eq():
     assert e1 is not e2
     assert structural_equal(e1, e2)
     assert not structural_equal(e1, A[i] + 2.0)
+
+
+def test_python_equality_inside_a_compute_body_raises():
+    A = te.placeholder((4,), name="A")
+    with pytest.raises(TypeError, match="te.if_then_else"):
+        te.compute((4,), lambda i: A[i] if i == 3 else 0.0)
+
+
+def test_reducer_misuse_has_clear_errors():
+    A = te.placeholder((4,), name="A")
+    with pytest.raises(TypeError, match="te.max: too many arguments"):
+        te.compute((4,), lambda i: te.max(A[i], 3, 4))
+    with pytest.raises(TypeError, match="te.sum: axis i is a spatial axis"):
+        te.compute((4,), lambda i: te.sum(A[i], i))
