@@ -350,7 +350,7 @@ class CUDAModule:
                     f"setting {k.dynamic_shared_bytes} bytes of dynamic shared memory",
                     k.name, self.name)
             fns.append(fn)
-        self._module = mod  # unloaded with the context at process exit
+        weakref.finalize(self, _unload, mod)  # autotuning builds thousands of modules
         self._loaded = fns
         return fns
 
@@ -522,6 +522,16 @@ def free_device_memory(ptrs) -> None:
         for ptr in ptrs:
             drv.cuMemFree(ptr)
     except Exception:  # noqa: BLE001, S110 - see the docstring
+        pass
+
+
+def _unload(mod) -> None:
+    if "context" not in _state:
+        return
+    try:
+        _state["driver"].cuCtxSetCurrent(_state["context"])
+        _state["driver"].cuModuleUnload(mod)
+    except Exception:  # noqa: BLE001, S110 - at interpreter exit the driver may be gone
         pass
 
 

@@ -198,6 +198,10 @@ class EmulatedDriver:
             return (INVALID_VALUE, None)
         return (SUCCESS, _Module(image[4:].decode(), self.workdir))
 
+    def cuModuleUnload(self, mod):
+        self.unloaded = getattr(self, "unloaded", 0) + 1
+        return (SUCCESS,)
+
     def cuModuleGetFunction(self, mod, name):
         name = name.decode()
         if name not in mod.kernels:

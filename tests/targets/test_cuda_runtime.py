@@ -199,7 +199,12 @@ def test_scalars_symbolic_shapes_and_workspace(build):
         np.testing.assert_allclose(b.numpy(), np.arange(300) * 2 + 1)
     assert len(two._workspace) == 1
     if build.emulated:
-        launches = runtime._state["driver"].launches[-2:]
+        drv = runtime._state["driver"]
+        before = getattr(drv, "unloaded", 0)
+        del m
+        gc.collect()
+        assert drv.unloaded == before + 1  # a collected module unloads its cubin
+        launches = drv.launches[-2:]
         assert launches == [("scale_kernel0", (3, 1, 1), (128, 1, 1), 0),
                             ("shift_kernel1", (3, 1, 1), (128, 1, 1), 0)]
 
