@@ -90,8 +90,8 @@ class _Converter:
         NT = isl.ast_node_type
         if t == NT.block:
             ch = node.block_get_children()
-            return seq(*[self.convert(ch.get_at(k), env, pending)
-                         for k in range(ch.n_ast_node())])
+            return self.convert_block([ch.get_at(k) for k in range(ch.n_ast_node())], env,
+                                      pending)
         if t == NT.mark:
             name = node.mark_get_id().get_name()
             if name[0] == "A":   # the code of an attached stage
@@ -114,6 +114,38 @@ class _Converter:
         if t == NT.user:
             return self.convert_user(node, env)
         raise InternalError(f"unexpected isl AST node type {t}")
+
+    def _shared_copy(self, node: isl.AstNode):
+        """The plan of a shared stage whose code ``node`` is (an ``A`` mark), else None."""
+        if node.get_type() != isl.ast_node_type.mark:
+            return None
+        name = node.mark_get_id().get_name()
+        if name[0] != "A":
+            return None
+        plan = self.model.plans[int(name[1:])]
+        return plan if plan.buffer.scope == "shared" else None
+
+    def convert_block(self, nodes: list, env: dict, pending) -> Stmt:
+        """Statements in order; consecutive copies into shared buffers that do not read
+        each other share one pair of barriers."""
+        out: list = []
+        group: list = []
+        for n in nodes:
+            plan = self._shared_copy(n)
+            if group and (plan is None or any(
+                    rd.source is g.stage for g in group for rd in plan.reads)):
+                out.append(Sync("shared"))
+                group = []
+            if plan is None:
+                out.append(self.convert(n, env, pending))
+                continue
+            if not group:
+                out.append(Sync("shared"))
+            group.append(plan)
+            out.append(self.convert(n.mark_get_node(), env, pending))
+        if group:
+            out.append(Sync("shared"))
+        return seq(*out)
 
     def expr(self, e: isl.AstExpr, env: dict) -> Expr:
         return iu.ast_expr(e, lambda name: env[name])

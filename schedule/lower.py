@@ -115,8 +115,10 @@ def _lower_kernel(model, kernel, name: str) -> KernelLaunch:
 
 
 def finalize(func: PrimFunc) -> PrimFunc:
-    """Target-independent lowering after ``lower``: flatten storage to 1-D offsets."""
-    return flatten_storage(func)
+    """Target-independent lowering after ``lower``: flatten storage to 1-D offsets, then
+    fold the constant index arithmetic that flattening creates."""
+    flat = flatten_storage(func)
+    return PrimFunc(flat.name, flat.params, simplify(flat.body), flat.attrs)
 
 
 def _check_free_vars(body, params) -> None:

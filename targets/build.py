@@ -58,9 +58,12 @@ def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "ma
 
         func = finalize(lower(sch_or_func, args, name=name))
     if tgt.kind == "cuda":
+        from polytile.schedule.passes.narrow import narrow_indices
+
         from .cuda.runtime import CUDAModule
 
-        return CUDAModule(func, tgt, **options)
+        # GPUs run 32-bit index arithmetic natively (a no-op for buffers of 2**30 elements)
+        return CUDAModule(narrow_indices(func), tgt, **options)
     from .llvm.runtime import LLVMModule
 
     return LLVMModule(func, tgt)
