@@ -317,15 +317,19 @@ class LocalMeasurer:
 
     # ------------------------------------------------------------------ measure
     def measure(self, items: list, best_cost: float | None = None,
-                on_result=None) -> list:
+                on_result=None, deadline: float | None = None) -> list:
         """Build then run candidates ``items`` [(cid, knob values)]; returns one
         MeasureResult per item, in order, and calls ``on_result(k, result)`` as soon as
-        the ``k``-th is final. ``best_cost`` (seconds) sets the cut-off for slow ones."""
+        the ``k``-th is final. ``best_cost`` (seconds) sets the cut-off for slow ones.
+        Past ``deadline`` (a ``time.perf_counter()`` value) no further candidate starts:
+        the results stop short of the items."""
         built = self.build(items, want_features=True)
         results = []
         best = best_cost
         try:
             for k, (cid, knobs) in enumerate(items):
+                if deadline is not None and time.perf_counter() >= deadline:
+                    break
                 res = built[cid]
                 if res.error is None:
                     self._run(cid, knobs, res, best)

@@ -100,9 +100,21 @@ def _resolve(template, args, dtype) -> tuple[Template, Workload]:
 
 
 def measure_numpy(template, args=None, dtype: str = "float32", min_time: float = 0.3,
-                  seed: int = 0) -> float | None:
+                  seed: int = 0, threads: int | None = None,
+                  times: list | None = None) -> float | None:
     """Median seconds of the template's numpy reference on the workload's inputs (None
-    when the template has no reference). Runs at least 5 times and ``min_time`` seconds."""
+    when the template has no reference). Runs at least 5 times and ``min_time`` seconds;
+    with ``threads``, numpy's BLAS is limited to that many threads (needs threadpoolctl).
+    ``times`` (a list) receives every run's seconds. See :func:`measure_numpy_isolated`
+    to keep BLAS threads away from kernels timed in this process."""
+    if threads:
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            pass
+        else:
+            with threadpool_limits(limits=int(threads)):
+                return measure_numpy(template, args, dtype, min_time, seed, None, times)
     from .worker import make_inputs, output_positions
 
     t, wl = _resolve(template, args, dtype)
@@ -114,13 +126,36 @@ def measure_numpy(template, args=None, dtype: str = "float32", min_time: float =
     outs = set(output_positions(tensors))
     inputs = [a for k, a in enumerate(arrays) if k not in outs]
     t.reference(*inputs, args=wl.args)  # warm-up
-    times: list[float] = []
+    times = [] if times is None else times
     start = time.perf_counter()
     while len(times) < 5 or (time.perf_counter() - start < min_time and len(times) < 200):
         t0 = time.perf_counter()
         t.reference(*inputs, args=wl.args)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def measure_numpy_isolated(template: str, args=None, dtype: str = "float32",
+                           min_time: float = 0.3, threads: int | None = None) -> dict | None:
+    """:func:`measure_numpy` in a fresh process: ``{"median": s, "min": s}`` or None
+    without a reference. BLAS libraries keep their threads spinning for a while after a
+    call, which slows OpenMP kernels timed in the same process right after (on a 2-core
+    machine, by up to 2x); a process of its own keeps the two apart."""
+    import json
+    import subprocess
+    import sys
+
+    t, wl = _resolve(template, args, dtype)
+    if t.reference is None:
+        return None
+    spec = json.dumps({"template": t.name, "args": list(wl.args), "dtype": dtype,
+                       "min_time": min_time, "threads": threads})
+    p = subprocess.run([sys.executable, "-m", "polytile.autotune.worker", "numpy", spec],
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise TuneError(format_error("numpy", f"timing the numpy reference of {wl} failed: "
+                                     f"{(p.stderr.strip().splitlines() or ['?'])[-1]}"))
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def _record(wl: Workload, target: str, cfg, res: MeasureResult, tuner: str) -> Record:
@@ -158,7 +193,7 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         below).
     transfer : bool
         Without ``resume``, train the model tuner on records of the same workload and
-        target found in ``log_file`` (they may be measured again).
+        target found in ``log_file`` (they are not measured again, nor counted as trials).
     callbacks : list of callable
         Each called as ``cb(result, record)`` after every trial.
 
@@ -252,8 +287,9 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
                 for cb in callbacks:
                     cb(res, rec)
 
-            results = measurer.measure(items, best_cost, on_result)
-            tn.update(picks, results)
+            deadline = t0 + timeout_total if timeout_total else None
+            results = measurer.measure(items, best_cost, on_result, deadline)
+            tn.update(picks[:len(results)], results)
     except KeyboardInterrupt:
         res.interrupted = True
         res.stop_reason = "interrupted"

@@ -263,8 +263,27 @@ def worker_main(conn) -> None:
         conn.send(reply)
 
 
+def numpy_main(spec: str) -> None:
+    """``python -m polytile.autotune.worker numpy '<json>'``: time a template's numpy
+    reference in a process of its own (BLAS threads spinning after a call would slow the
+    kernels timed beside them) and print ``{"median": s, "min": s}``."""
+    import json
+
+    from .tune import measure_numpy
+
+    d = json.loads(spec)
+    times: list = []
+    measure_numpy(d["template"], tuple(d["args"]), d.get("dtype", "float32"),
+                  min_time=d.get("min_time", 0.3), threads=d.get("threads"), times=times)
+    print(json.dumps({"median": float(np.median(times)), "min": float(min(times))}))
+
+
 if __name__ == "__main__":
     import sys
-    from multiprocessing.connection import Connection
 
-    worker_main(Connection(int(sys.argv[1])))
+    if sys.argv[1] == "numpy":
+        numpy_main(sys.argv[2])
+    else:
+        from multiprocessing.connection import Connection
+
+        worker_main(Connection(int(sys.argv[1])))

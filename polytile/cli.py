@@ -95,7 +95,8 @@ def _warn_line(message, category, filename, lineno, file=None, line=None):
 
 
 def _cmd_tune(a) -> int:
-    from polytile.autotune import MeasureOptions, get_template, measure_numpy, tune
+    from polytile.autotune import MeasureOptions, get_template, tune
+    from polytile.autotune.tune import measure_numpy_isolated
     from polytile.autotune.dispatch import canonical_target
     from polytile.autotune.tune import DEFAULT_TRIALS
 
@@ -121,13 +122,10 @@ def _cmd_tune(a) -> int:
           f"{opt.threads} threads; log {log}", file=out)
     t_np = None
     if not a.no_numpy and t.reference is not None:
-        from polytile.targets.llvm.runtime import set_num_threads
-
-        set_num_threads(opt.threads)
-        t_np = measure_numpy(t, wl.args, wl.dtype)
+        t_np = measure_numpy_isolated(t.name, wl.args, wl.dtype, threads=opt.threads)["median"]
         flops = t.flops(wl.args)
-        print(f"  numpy on the same inputs: {_gflops(flops, t_np)} GFLOP/s "
-              f"({_fmt_time(t_np)})", file=out)
+        print(f"  numpy on the same inputs ({opt.threads} threads): {_gflops(flops, t_np)} "
+              f"GFLOP/s ({_fmt_time(t_np)})", file=out)
     out.flush()
     bar = _progress(trials, a.quiet)
     flops = t.flops(wl.args)
@@ -189,7 +187,8 @@ def _print_summary(res, t_np, out) -> None:
                      f"({_fmt_time(res.default.cost)})" if flops
                      else _fmt_time(res.default.cost)))
     if t_np:
-        rows.append(("numpy", f"{_gflops(flops, t_np)} GFLOP/s ({_fmt_time(t_np)}, same run)"))
+        rows.append(("numpy", f"{_gflops(flops, t_np)} GFLOP/s ({_fmt_time(t_np)}, same "
+                     "inputs, same run)"))
     fails = res.failures()
     ftxt = ", ".join(f"{n} {code}" for code, n in sorted(fails.items()))
     resumed = f", {res.resumed} resumed" if res.resumed else ""
@@ -348,9 +347,9 @@ def _cmd_run(a) -> int:
     flops = t.flops(wl.args)
     print(f"  polytile        {_gflops(flops, res.median)} GFLOP/s ({_fmt_time(res.median)})")
     if t.reference is not None:
-        from polytile.autotune import measure_numpy
+        from polytile.autotune.tune import measure_numpy_isolated
 
-        t_np = measure_numpy(t, wl.args, wl.dtype)
+        t_np = measure_numpy_isolated(t.name, wl.args, wl.dtype, threads=a.threads)["median"]
         print(f"  numpy           {_gflops(flops, t_np)} GFLOP/s ({_fmt_time(t_np)}); "
               f"ratio {t_np / res.median:.2f}")
     return EXIT_OK
