@@ -21,7 +21,7 @@ from polytile.te.expr import IterVar, Range, Reduce, TensorRead, Var, logical_an
 from polytile.te.tensor import ComputeOp, Tensor
 from polytile.te.visitor import substitute
 
-from .relations import Fuse, Split
+from .relations import Split
 
 if TYPE_CHECKING:
     from .schedule import Schedule

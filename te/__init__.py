@@ -7,7 +7,6 @@ and ``sum``/``max``/``min``/``comm_reducer`` express reductions. The schedule AP
 
 from __future__ import annotations
 
-from .dtype import canonical as _canonical_dtype  # noqa: F401
 from .expr import (Call, Cast, Cmp, CommReducer, Const, Expr, IterVar, Range, Reduce,
                    Select, TensorRead, Var, const)
 from .expr import logical_and as all

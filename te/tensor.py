@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from . import dtype as dt
 from .expr import (Const, Expr, ExprOp, IterVar, Range, Reduce, TensorRead, Var, building_body,
-                   cast, convert)
+                   convert)
 from .visitor import collect
 
 

@@ -1,0 +1,91 @@
+"""Loop maps: the affine value of each loop of a stage, and the ranges of its loops.
+
+A stage's loops derive from its axes through split (``x -> (floor(x/f), x mod f)``) and
+fuse (``(a, b) -> a*E_b + b``); ``leaf_affines`` writes each loop's value as a quasi-affine
+expression of the axes in isl syntax, ``iter_ranges`` each loop's range, and
+``padded_box`` the points the full boxes of the loops cover (the inverse map applied to
+the loop box), which GPU kernels iterate over.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import islpy as isl
+
+from . import isl_util as iu
+from .relations import Fuse, Split
+from .stage import Stage
+
+if TYPE_CHECKING:
+    from .model import StagePlan
+
+
+def iter_ranges(stage: Stage, root: dict) -> dict:
+    """(min, extent) of every iteration variable, from the root axes' ranges ``root``:
+    split gives ``ceil(E/f)`` and ``f``, fuse the product; derived variables start at 0."""
+    rng = dict(root)
+    for rel in stage.relations:
+        if isinstance(rel, Split):
+            e = rng[rel.parent][1]
+            f = -(-e // rel.nparts) if rel.nparts else rel.factor
+            rng[rel.outer] = (0, -(-e // f))
+            rng[rel.inner] = (0, f)
+        elif isinstance(rel, Fuse):
+            rng[rel.fused] = (0, rng[rel.outer][1] * rng[rel.inner][1])
+    return rng
+
+
+def _factor(rel: Split, ranges: dict) -> int:
+    return ranges[rel.inner][1]
+
+
+def leaf_affines(stage: Stage, names: dict, ranges: dict) -> dict:
+    """Affine value (isl syntax) of every iteration variable of ``stage`` in terms of the
+    root axes ``names`` (``{IterVar: isl name}``), following split and fuse."""
+    aff = dict(names)
+    for rel in stage.relations:
+        if isinstance(rel, Split):
+            lo = ranges[rel.parent][0]
+            base = f"({aff[rel.parent]} - {lo})" if lo else aff[rel.parent]
+            f = _factor(rel, ranges)
+            aff[rel.outer] = f"floor(({base})/{f})"
+            aff[rel.inner] = f"(({base}) mod {f})"
+        elif isinstance(rel, Fuse):
+            lo_o, lo_i = ranges[rel.outer][0], ranges[rel.inner][0]
+            ext = ranges[rel.inner][1]
+            aff[rel.fused] = (f"({ext} * ({aff[rel.outer]} - {lo_o}) + "
+                              f"({aff[rel.inner]} - {lo_i}))")
+    return aff
+
+
+def padded_box(p: StagePlan, kind: str) -> isl.Set:
+    """The points of the own dimensions that the full boxes of the stage's loops cover
+    (the image of the loop box under the inverse loop map)."""
+    st = p.stage
+    roots = p.root_axes if kind == "update" else list(st.op.axis)
+    leaves = [p.leaves[k] for k in p.stmt_loops(kind)]
+    lname = {iv: f"l{k}" for k, iv in enumerate(leaves)}
+    made_by: dict = {}
+    for rel in st.relations:
+        if isinstance(rel, Split):
+            made_by[rel.parent] = rel
+        else:
+            made_by[rel.outer] = made_by[rel.inner] = rel
+
+    def expr(iv) -> str:
+        if iv in lname:
+            return lname[iv]
+        rel = made_by[iv]
+        if isinstance(rel, Split):
+            f = _factor(rel, p.ranges)
+            return f"({expr(rel.outer)} * {f} + {expr(rel.inner)} + {p.ranges[iv][0]})"
+        e_in = p.ranges[rel.inner][1]
+        if iv is rel.outer:
+            return f"(floor(({expr(rel.fused)})/{e_in}) + {p.ranges[iv][0]})"
+        return f"((({expr(rel.fused)}) mod {e_in}) + {p.ranges[iv][0]})"
+
+    box = iu.box_str([lname[iv] for iv in leaves], [p.ranges[iv] for iv in leaves])
+    out = ", ".join(expr(iv) for iv in roots)
+    m = isl.Map(f"{{ [{', '.join(lname[iv] for iv in leaves)}] -> [{out}] : {box} }}")
+    return m.range()
