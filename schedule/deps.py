@@ -124,17 +124,21 @@ def check_legality(model: Model) -> None:
             if not isinstance(n, LoopNode):
                 continue
             d = deps[id(n.plan)]
-            if d is not None and n.annotation in ("parallel", "vectorize"):
+            concurrent = n.annotation in ("parallel", "vectorize") or (
+                n.binding is not None and n.binding != "vthread")
+            if d is not None and concurrent:
                 inside = [st for st in n.stmts if st.plan is n.plan]
                 viol = _carried(d, inside, anc, n)
                 if not viol.is_empty():
-                    prim = n.annotation
+                    prim = "bind" if n.binding else n.annotation
+                    hint = ("a reduction axis can be bound to threadIdx (a cross-thread "
+                            "reduction) but not to blockIdx; rfactor it first" if n.binding else
+                            "reduction axes cannot run in parallel or as vector lanes; "
+                            "parallelize a spatial axis, or rfactor the reduction")
                     raise ScheduleError(format_error(
                         prim, f"loop {n.iter_var.name!r} of stage {n.plan.name!r} carries a "
                         f"dependence", "its iterations must be independent",
-                        Violating_pair=_pair(viol, stmts),
-                        hint="reduction axes cannot run in parallel or as vector lanes; "
-                             "parallelize a spatial axis, or rfactor the reduction"))
+                        Violating_pair=_pair(viol, stmts), hint=hint))
             walk(n.children, anc + [n])
 
     walk(model.nest, [])

@@ -351,3 +351,14 @@ def test_cross_thread_reduction_leaves_the_user_schedule_unchanged():
 def test_unknown_thread_tag_is_refused():
     with pytest.raises(ScheduleError, match="unknown thread tag 'threadIdx.w'"):
         te.thread_axis("threadIdx.w")
+
+
+def test_reduction_axis_bound_to_blocks_is_refused():
+    A = te.placeholder((8, 32), name="A")
+    k = te.reduce_axis((0, 32), name="k")
+    B = te.compute((8,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    s[B].bind(k, bx())
+    s[B].bind(B.op.axis[0], tx())
+    with pytest.raises(ScheduleError, match="bind: loop 'k' of stage 'B' carries a dependence"):
+        polytile.lower(s, [A, B])
