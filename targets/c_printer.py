@@ -43,9 +43,12 @@ from polytile.schedule.loop_ir import (Allocate, Buffer, Evaluate, For, IfThenEl
                                        stmt_str, walk_stmts)
 from polytile.te import dtype as dt
 from polytile.te.expr import Binary, Const, Var
+from polytile.te.visitor import substitute
 
 from .c_dialect import CXX_KEYWORDS, CDialect
 from .c_expr import CExprPrinter, strip_parens
+from .c_vector import vector_copy
+from polytile.schedule.passes.simplify import simplify_expr
 from .llvm.analysis import stored_buffers, used_symbols
 
 _HOST_SCOPES = ("global", "heap")
@@ -347,6 +350,22 @@ class CPrinter(CExprPrinter):
                                           "vectorized or parallel", Kernel=self.kname))
         for p in s.pragmas:
             self.emit(depth, f"// pragma {p}")
+        vec = vector_copy(s) if self.d.vector_copies else None
+        if vec is not None:
+            vt, st, ld, guard = vec
+            if guard is not None:
+                self.emit(depth, f"if ({strip_parens(self.expr(guard))}) {{")
+                depth += 1
+            zero = {s.var: Const(s.var.dtype, 0)}
+            dst = self.index(st.buffer, tuple(simplify_expr(substitute(i, zero))
+                                              for i in st.indices))
+            src = self.index(ld.buffer, tuple(simplify_expr(substitute(i, zero))
+                                              for i in ld.indices))
+            self.emit(depth, f"*({vt}*)(&{self.buffer(st.buffer)}[{dst}]) = "
+                             f"*(const {vt}*)(&{self.buffer(ld.buffer)}[{src}]);")
+            if guard is not None:
+                self.emit(depth - 1, "}")
+            return
         if s.kind in ("unrolled", "vectorized"):
             self.emit(depth, "#pragma unroll")
         name = self.names(s.var, s.var.name)

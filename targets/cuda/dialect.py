@@ -58,6 +58,7 @@ class CUDADialect(CDialect):
     max_static_shared_bytes = 48 * 1024
     max_threads_per_block = 1024
     barrier = "__syncthreads();"
+    vector_copies = True
     device_inline = "__device__ __forceinline__"
     index_names: ClassVar[dict] = {f"{k}.{a}": f"{k}.{a}" for k in ("blockIdx", "threadIdx")
                    for a in "xyz"}

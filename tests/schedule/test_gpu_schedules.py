@@ -362,3 +362,16 @@ def test_reduction_axis_bound_to_blocks_is_refused():
     s[B].bind(B.op.axis[0], tx())
     with pytest.raises(ScheduleError, match="bind: loop 'k' of stage 'B' carries a dependence"):
         polytile.lower(s, [A, B])
+
+
+def test_vectorized_copies_become_128_bit_accesses():
+    s, args, _ = matmul_tiled(m=64, n=64, k=32, block=16, per=2, vec=4)
+    src = polytile.build(s, args, target="cuda").get_source()
+    assert "*(float4*)(&A_shared[" in src and "*(const float4*)(&A[" in src
+
+
+def test_misaligned_vectorized_copy_stays_a_loop():
+    # rows of 30 floats: a row start is not a multiple of 4 elements, so no float4
+    s, args, _ = matmul_tiled(m=30, n=30, k=30, block=16, per=2, vec=4)
+    src = polytile.build(s, args, target="cuda").get_source()
+    assert "float4" not in src and "#pragma unroll" in src
