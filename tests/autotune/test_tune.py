@@ -67,3 +67,12 @@ def test_early_stopping_and_time_budget():
     res = tune("matmul", ARGS, tuner="random", n_trial=40, measure_option=OPT,
                timeout_total=0.5, batch_size=2, seed=5)
     assert res.n_trials < 40 and "time budget" in res.stop_reason
+
+
+def test_cache_flush_threads_and_float64():
+    opt = MeasureOptions(parallel=1, threads=1, repeat=3, flush_cache=True, check=True)
+    res = tune("matmul", (32, 24, 16), dtype="float64", tuner="random", n_trial=3,
+               measure_option=opt, seed=0)
+    assert res.n_trials == 3 and res.n_failed == 0
+    assert all(len(r.costs) == 3 for r in res.records)
+    assert res.workload.key()["dtype"] == "float64"
