@@ -28,9 +28,12 @@ from .records import Record, RecordWriter, read_records, target_matches, workloa
 from .template import Template, Workload, get_template
 from .tuner import make_tuner
 
-#: Trials of ``polytile tune`` without ``--trials``: about a minute for the default matmul on
-#: 2 cores.
-DEFAULT_TRIALS = 64
+#: Trials of ``polytile tune`` without ``--trials``: about 25 s for the default matmul on an
+#: idle 2-core machine, under two minutes when other processes share the cores.
+DEFAULT_TRIALS = 96
+#: Wall-clock budget (seconds) of ``polytile tune`` when neither ``--trials`` nor
+#: ``--timeout-total`` is given, so that the command ends within about two minutes.
+DEFAULT_BUDGET_S = 110.0
 
 
 @dataclass

@@ -98,7 +98,7 @@ def _cmd_tune(a) -> int:
     from polytile.autotune import MeasureOptions, get_template, tune
     from polytile.autotune.tune import measure_numpy_isolated
     from polytile.autotune.dispatch import canonical_target
-    from polytile.autotune.tune import DEFAULT_TRIALS
+    from polytile.autotune.tune import DEFAULT_BUDGET_S, DEFAULT_TRIALS
 
     t = get_template(a.workload)
     wl = t.workload(a.args, a.dtype)
@@ -106,6 +106,9 @@ def _cmd_tune(a) -> int:
     if a.plot:
         _require_matplotlib()
     trials = a.trials or DEFAULT_TRIALS
+    budget = a.timeout_total
+    if a.trials is None and budget is None:
+        budget = DEFAULT_BUDGET_S
     log = a.log or f"{wl.slug()}.jsonl"
     if a.resume and not os.path.exists(log):
         raise _Fail(f"--resume: log {log!r} does not exist")
@@ -117,7 +120,8 @@ def _cmd_tune(a) -> int:
     space_size = len(t.space(wl.args, wl.dtype))
     out = sys.stdout
     print(f"polytile tune {wl} on '{target}'", file=out)
-    print(f"  space {space_size:,} configs; tuner {a.tuner}; {trials} trials"
+    limit = f" (at most {budget:g} s)" if budget else ""
+    print(f"  space {space_size:,} configs; tuner {a.tuner}; {trials} trials{limit}"
           f"{' (resumed)' if a.resume else ''}; {opt.parallel} build workers; "
           f"{opt.threads} threads; log {log}", file=out)
     t_np = None
@@ -142,7 +146,7 @@ def _cmd_tune(a) -> int:
 
     res = tune(t, wl.args, wl.dtype, target=a.target, tuner=a.tuner, n_trial=trials,
                measure_option=opt, log_file=log, resume=a.resume,
-               early_stopping=a.early_stopping, timeout_total=a.timeout_total,
+               early_stopping=a.early_stopping, timeout_total=budget,
                seed=a.seed, callbacks=[on_trial])
     if bar is not None:
         bar.close()
@@ -399,7 +403,8 @@ def _parser() -> argparse.ArgumentParser:
     workload_opts(q)
     q.add_argument("--tuner", choices=("model", "random", "grid"), default="model")
     q.add_argument("--trials", type=_positive, default=None,
-                   help="trials in total, resumed ones included (default 64)")
+                   help="trials in total, resumed ones included (default 96, within "
+                   "110 s unless --timeout-total)")
     q.add_argument("--parallel", type=_positive, default=None,
                    help="build worker processes (default: cores)")
     q.add_argument("--threads", type=_positive, default=None,
