@@ -12,11 +12,12 @@ from __future__ import annotations
 import islpy as isl
 
 from polytile.errors import InternalError
-from polytile.te.expr import Binary, Cast, Cmp, Const, Expr, Var
+from polytile.te.expr import (Binary, Cast, Cmp, Const, Expr, Not, Or, Select, Var,
+                              logical_and)
 from polytile.te.visitor import ExprMutator, substitute
 
 from . import isl_util as iu
-from .loop_ir import (Buffer, For, IfThenElse, LetStmt, Load, Stmt, Store, Sync, seq)
+from .loop_ir import (Assert, Buffer, For, IfThenElse, LetStmt, Load, Stmt, Store, Sync, seq)
 from .model import LoopNode, Model, PolyStmt
 
 _KIND = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled",
@@ -195,6 +196,28 @@ class _Body(ExprMutator):
         self.idx = idx
         self.st = st
         self.model = model
+        self.guards: list[Expr] = []     # conditions under which the current node runs
+        self.checks: list[Assert] = []   # run-time bounds checks of data-dependent reads
+
+    def visit_Select(self, e: Select):
+        cond = self.visit(e.cond)
+        self.guards.append(cond)
+        t = self.visit(e.true_value)
+        self.guards[-1] = Not("bool", cond)
+        f = self.visit(e.false_value)
+        self.guards.pop()
+        return Select(e.dtype, cond, t, f)
+
+    def _check(self, r, idx: tuple) -> None:
+        """An ``Assert`` that a read whose index isl cannot bound stays in its tensor."""
+        inside = logical_and(*[c for i, n in zip(idx, r.tensor.shape)
+                               for c in (Cmp("bool", "ge", i, Const("int64", 0)),
+                                         Cmp("bool", "lt", i, Const("int64", n)))])
+        if self.guards:
+            inside = Or("bool", Not("bool", logical_and(*self.guards)), inside)
+        self.checks.append(Assert(inside, f"stage {self.st.plan.name!r} reads "
+                                  f"{r.tensor.name}[{', '.join(map(str, r.indices))}] outside "
+                                  f"its shape {r.tensor.shape} (a data-dependent index)"))
 
     def visit_Var(self, v: Var):
         return self.env.get(v, v)
@@ -208,7 +231,9 @@ class _Body(ExprMutator):
         if src.attach_type == "scope":
             raise InternalError(f"non-affine read {r} of attached stage {src.name}")
         buf: Buffer = self.model.buffers[src]
-        return Load(r.dtype, buf, tuple(_to_index(self.visit(i)) for i in r.indices))
+        idx = tuple(_to_index(self.visit(i)) for i in r.indices)
+        self._check(r, idx)
+        return Load(r.dtype, buf, idx)
 
 
 def _to_index(e: Expr) -> Expr:
@@ -237,7 +262,13 @@ def make_store(st: PolyStmt, idx: dict, model: Model) -> Stmt:
         out = Store(buf, widx, body.visit(init))
     else:
         acc = Load(buf.dtype, buf, widx)
-        out = Store(buf, widx, red.combiner.combine(acc, body.visit(red.source)))
+        where = None
         if red.condition is not None and p.where is None:
-            out = IfThenElse(body.visit(red.condition), out, None)
-    return out
+            where = body.visit(red.condition)
+            body.guards.append(where)
+        out = Store(buf, widx, red.combiner.combine(acc, body.visit(red.source)))
+        if where is not None:
+            body.guards.pop()
+            out = IfThenElse(where, seq(*body.checks, out), None)
+            body.checks = []
+    return seq(*body.checks, out)

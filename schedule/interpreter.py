@@ -17,7 +17,7 @@ import numpy as np
 from polytile.te import dtype as dt
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select, Var)
 
-from .loop_ir import (Allocate, Buffer, Evaluate, For, IfThenElse, KernelLaunch, LetStmt, Load,
+from .loop_ir import (Allocate, Assert, Buffer, Evaluate, For, IfThenElse, KernelLaunch, LetStmt, Load,
                       PrimFunc, Seq, Stmt, Store, Sync)
 
 _MATH = {
@@ -148,6 +148,9 @@ class _Interp:
             yield from self.stmt(s.body)
         elif t is Evaluate:
             self.expr(s.value)
+        elif t is Assert:
+            if not bool(self.expr(s.cond)):
+                raise IndexError(s.message)
         elif t is Sync:
             if self.block_mem is None:
                 raise RuntimeError("interpreter: sync outside a kernel")

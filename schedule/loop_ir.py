@@ -119,6 +119,15 @@ class Allocate(Stmt):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class Assert(Stmt):
+    """Stop the function with an error carrying ``message`` when ``cond`` is false
+    (run-time checks lowering cannot prove, e.g. bounds of data-dependent indices)."""
+
+    cond: Expr
+    message: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class Evaluate(Stmt):
     """Evaluate an expression for its side effects (none today; a no-op placeholder)."""
 
@@ -164,8 +173,14 @@ _STMT_CHILDREN = {
     Store: ("value", "indices"), For: ("min", "extent", "body"),
     IfThenElse: ("cond", "then_case", "else_case"), Seq: ("stmts",),
     LetStmt: ("value", "body"), Allocate: ("body",), Evaluate: ("value",),
-    KernelLaunch: ("body",), Sync: (),
+    KernelLaunch: ("body",), Sync: (), Assert: ("cond",),
 }
+
+
+def asserts(s: Stmt) -> list:
+    """The ``Assert`` statements of ``s`` in pre-order (a target numbers its failures by
+    position in this list)."""
+    return [x for x in walk_stmts(s) if isinstance(x, Assert)]
 
 
 def seq(*stmts) -> Stmt:
@@ -339,6 +354,8 @@ def _lines(s: Stmt, ind: str, out: list) -> None:
         _lines(s.body, ind + "  ", out)
     elif isinstance(s, Sync):
         out.append(f"{ind}sync({s.scope!r})")
+    elif isinstance(s, Assert):
+        out.append(f"{ind}assert {_P(s.cond)}, {s.message!r}")
     else:
         raise TypeError(f"no printer for {type(s).__name__}")
 

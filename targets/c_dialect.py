@@ -52,6 +52,8 @@ class CDialect:
     max_threads_per_block = 1024
     max_grid: ClassVar[tuple] = (2**31 - 1, 65535, 65535)
     barrier = ""
+    #: how a failed run-time check stops a kernel
+    trap = "abort();"
     #: print contiguous aligned vectorized copies as one float4/int4 load and store
     vector_copies = False
     device_inline = "static inline"

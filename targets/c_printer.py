@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from polytile.errors import BuildError, LoweringError, format_error
-from polytile.schedule.loop_ir import (Allocate, Buffer, Evaluate, For, IfThenElse,
+from polytile.schedule.loop_ir import (Allocate, Assert, Buffer, Evaluate, For, IfThenElse,
                                        KernelLaunch, LetStmt, PrimFunc, Seq, Stmt, Store, Sync,
                                        stmt_str, walk_stmts)
 from polytile.te import dtype as dt
@@ -451,6 +451,11 @@ class CPrinter(CExprPrinter):
 
     def stmt_Evaluate(self, s: Evaluate, depth: int) -> None:
         pass  # expressions have no side effects
+
+    def stmt_Assert(self, s: Assert, depth: int) -> None:
+        # the message cannot reach the host: the launch fails and names the kernel
+        self.emit(depth, f"if (!({strip_parens(self.expr(s.cond))})) {{ {self.d.trap} }}"
+                         f"  // {s.message}")
 
     def stmt_Sync(self, s: Sync, depth: int) -> None:
         if s.scope != "shared":

@@ -59,6 +59,7 @@ class CUDADialect(CDialect):
     max_threads_per_block = 1024
     barrier = "__syncthreads();"
     vector_copies = True
+    trap = "__trap();"
     device_inline = "__device__ __forceinline__"
     index_names: ClassVar[dict] = {f"{k}.{a}": f"{k}.{a}" for k in ("blockIdx", "threadIdx")
                    for a in "xyz"}

@@ -29,8 +29,8 @@ import llvmlite.ir as ir
 
 from polytile.errors import BuildError, InternalError, format_error
 from polytile.schedule.intdiv import floordiv_expr, floormod_expr
-from polytile.schedule.loop_ir import (Allocate, Buffer, Evaluate, For, IfThenElse, LetStmt,
-                                       Load, PrimFunc, Seq, Stmt, Store)
+from polytile.schedule.loop_ir import (Allocate, Assert, Buffer, Evaluate, For, IfThenElse,
+                                       LetStmt, Load, PrimFunc, Seq, Stmt, Store, asserts)
 from polytile.te import dtype as dt
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select,
                               Var)
@@ -107,6 +107,7 @@ class CodeGen:
         fnty = ir.FunctionType(I32, [param_llvm_type(p) for p in f.params])
         fn = ir.Function(self.module, fnty, name=f.name)
         self.st = FnState(fn, {}, in_parallel=False)
+        self.asserts = asserts(f.body)
         for p, a in zip(f.params, fn.args):
             a.name = p.name
             if isinstance(p, Buffer):
@@ -163,6 +164,11 @@ class CodeGen:
             self.allocate(s)
         elif isinstance(s, Evaluate):
             pass  # expressions have no side effects
+        elif isinstance(s, Assert):
+            k = next(i for i, a in enumerate(self.asserts) if a is s)
+            ok = self.expr(s.cond)
+            with self.b.if_then(self.b.not_(ok), likely=False):
+                self.fail(I32(llx.STATUS_ASSERT + k))
         else:
             raise BuildError(format_error("codegen_llvm", f"unknown statement "
                                           f"{type(s).__name__}", "expected a loop IR statement"))

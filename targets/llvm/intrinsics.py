@@ -29,6 +29,9 @@ _FLOAT_TYPES = {"float16": ir.HalfType(), "float32": ir.FloatType(),
 
 STATUS_OK = 0
 STATUS_NO_MEMORY = 1
+#: statuses from this value on are failed run-time checks: ``STATUS_ASSERT + k`` is the
+#: ``k``-th ``Assert`` of the function (``loop_ir.asserts``)
+STATUS_ASSERT = 16
 
 
 def llvm_type(dtype: str, lanes: int = 1) -> ir.Type:

@@ -31,7 +31,9 @@ from ..runtime_support import (SCALAR_CTYPES, BenchmarkResult, check_arg_count, 
 from ..target import Target
 from .analysis import stored_buffers
 from .codegen import codegen_llvm
-from .intrinsics import STATUS_NO_MEMORY
+from polytile.schedule.loop_ir import asserts
+
+from .intrinsics import STATUS_ASSERT, STATUS_NO_MEMORY
 
 _lock = threading.Lock()
 _state: dict = {}
@@ -131,6 +133,7 @@ class LLVMModule:
         self.target = target
         self.name = func.name
         self._ir = codegen_llvm(func, target)
+        self._asserts = asserts(func.body)
         self._ir_text = str(self._ir)
         if "half" in self._ir_text:
             missing = [x for x in _HALF_SYMBOLS if not llvm.address_of_symbol(x)]
@@ -229,6 +232,8 @@ class LLVMModule:
     def _check_status(self, status: int) -> None:
         if status == 0:
             return
+        if status >= STATUS_ASSERT and status - STATUS_ASSERT < len(self._asserts):
+            raise IndexError(f"{self.name}: {self._asserts[status - STATUS_ASSERT].message}")
         if status == STATUS_NO_MEMORY:
             raise MemoryError(format_error(self.name, "a heap allocation failed (malloc "
                                            "returned NULL or the size overflowed)",

@@ -33,8 +33,8 @@ import llvmlite.ir as ir
 
 from polytile.errors import InternalError, format_error
 from polytile.schedule.intdiv import floordiv_expr, floormod_expr
-from polytile.schedule.loop_ir import (Allocate, Evaluate, For, IfThenElse, LetStmt, Load,
-                                       Seq, Stmt, Store, stmt_exprs, walk_stmts)
+from polytile.schedule.loop_ir import (Allocate, Assert, Evaluate, For, IfThenElse, LetStmt,
+                                       Load, Seq, Stmt, Store, stmt_exprs, walk_stmts)
 from polytile.te import dtype as dt
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select,
                               Var, child_fields)
@@ -97,7 +97,7 @@ def can_widen(s: For) -> bool:
     """True when the body of vectorized loop ``s`` can be widened safely (see module doc)."""
     vs = varying_vars(s.var, s.body)
     for x in walk_stmts(s.body):
-        if isinstance(x, Allocate):
+        if isinstance(x, (Allocate, Assert)):
             return False
         if isinstance(x, IfThenElse) and depends_on(x.cond, vs):
             return False
