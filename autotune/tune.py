@@ -18,8 +18,6 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from polytile.errors import TuneError, format_error
 
 from .dispatch import canonical_target
@@ -304,7 +302,3 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         res.wall_s = time.perf_counter() - t0
     return res
 
-
-def best_so_far(costs: list[float]) -> np.ndarray:
-    """Running minimum of a list of costs (``inf`` for failures)."""
-    return np.minimum.accumulate(np.asarray(costs, dtype=float)) if costs else np.array([])

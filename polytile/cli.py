@@ -17,6 +17,9 @@ import warnings
 from polytile import __version__
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPT = 0, 1, 2, 130
+#: Records file of ``tune`` and ``run`` without ``--log`` (records are keyed by workload and
+#: target, so one file holds any number of workloads).
+DEFAULT_LOG = "polytile_tune.jsonl"
 
 
 class _Fail(Exception):
@@ -109,7 +112,7 @@ def _cmd_tune(a) -> int:
     budget = a.timeout_total
     if a.trials is None and budget is None:
         budget = DEFAULT_BUDGET_S
-    log = a.log or f"{wl.slug()}.jsonl"
+    log = a.log or DEFAULT_LOG
     if a.resume and not os.path.exists(log):
         raise _Fail(f"--resume: log {log!r} does not exist")
     opt = MeasureOptions(parallel=a.parallel or 0, threads=a.threads or 0, number=a.number,
@@ -310,7 +313,7 @@ def _cmd_run(a) -> int:
     t = get_template(a.workload)
     wl = t.workload(a.args, a.dtype)
     target = canonical_target(a.target)
-    log = a.log or f"{wl.slug()}.jsonl"
+    log = a.log or DEFAULT_LOG
     if not os.path.exists(log):
         raise _Fail(f"records file {log!r} not found (tune first: polytile tune "
                     f"{a.workload} --log {log})")
@@ -409,8 +412,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="build worker processes (default: cores)")
     q.add_argument("--threads", type=_positive, default=None,
                    help="threads candidates run with (default: cores)")
-    q.add_argument("--log", default=None, help="records file (JSON Lines; default "
-                   "<workload>.jsonl)")
+    q.add_argument("--log", default=None, help=f"records file (JSON Lines; default "
+                   f"{DEFAULT_LOG})")
     q.add_argument("--resume", action="store_true", help="continue the run in --log")
     q.add_argument("--check", action="store_true",
                    help="check every candidate's output against the default config's")
@@ -441,7 +444,7 @@ def _parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("run", help="build a workload with its best record, check, benchmark")
     workload_opts(q)
-    q.add_argument("--log", default=None, help="records file (default <workload>.jsonl)")
+    q.add_argument("--log", default=None, help=f"records file (default {DEFAULT_LOG})")
     q.add_argument("--threads", type=_positive, default=None)
     q.add_argument("--print-ir", action="store_true", help="print the lowered loop nest")
     q.add_argument("--print-source", action="store_true", help="print the LLVM IR")
@@ -462,6 +465,9 @@ def main(argv=None) -> int:
     warnings.showwarning = _warn_line
     try:
         return args.fn(args)
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stdout = open(os.devnull, "w")
+        return EXIT_OK
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPT

@@ -119,3 +119,14 @@ def test_ctrl_c_leaves_a_resumable_log(tmp_path):
     assert rc == 0, err
     assert len(log.read_text().splitlines()) == n + 2
     assert f"{n} resumed" in out
+
+
+def test_default_log_file(tmp_path):
+    rc, _, err = polytile("run", "matmul", "--args", "32,32,32", cwd=tmp_path)
+    assert rc == 1 and "polytile_tune.jsonl" in err and "polytile tune matmul" in err
+    rc, out, err = polytile("tune", "matmul", "--args", "32,32,32", "--trials", "2", "--quiet",
+                            "--no-numpy", "--tuner", "random", cwd=tmp_path)
+    assert rc == 0, err
+    assert len((tmp_path / "polytile_tune.jsonl").read_text().splitlines()) == 2
+    rc, out, err = polytile("run", "matmul", "--args", "32,32,32", cwd=tmp_path)
+    assert rc == 0 and "matches numpy" in out
