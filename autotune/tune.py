@@ -100,6 +100,22 @@ def _resolve(template, args, dtype) -> tuple[Template, Workload]:
     return t, wl
 
 
+def tunable_target(target: str) -> str:
+    """The canonical form of ``target`` if candidates can be tuned for it (``llvm``).
+
+    Raises
+    ------
+    TuneError
+        For other target kinds; TargetError for an unparsable target string.
+    """
+    tgt = canonical_target(target)
+    if not tgt.startswith("llvm"):
+        raise TuneError(format_error("tune", f"target '{tgt}' cannot be tuned yet",
+                                     "expected an 'llvm' target (candidates are timed on "
+                                     "this CPU)"))
+    return tgt
+
+
 def measure_numpy(template, args=None, dtype: str = "float32", min_time: float = 0.3,
                   seed: int = 0, threads: int | None = None,
                   times: list | None = None) -> float | None:
@@ -206,7 +222,7 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
     """
     t0 = time.perf_counter()
     t, wl = _resolve(template, args, dtype)
-    tgt = canonical_target(target)
+    tgt = tunable_target(target)
     space = t.space(wl.args, dtype)
     opt = measure_option or MeasureOptions()
     if n_trial < 1:

@@ -100,12 +100,11 @@ def _warn_line(message, category, filename, lineno, file=None, line=None):
 def _cmd_tune(a) -> int:
     from polytile.autotune import MeasureOptions, get_template, tune
     from polytile.autotune.tune import measure_numpy_isolated
-    from polytile.autotune.dispatch import canonical_target
-    from polytile.autotune.tune import DEFAULT_BUDGET_S, DEFAULT_TRIALS
+    from polytile.autotune.tune import DEFAULT_BUDGET_S, DEFAULT_TRIALS, tunable_target
 
     t = get_template(a.workload)
     wl = t.workload(a.args, a.dtype)
-    target = canonical_target(a.target)
+    target = tunable_target(a.target)
     if a.plot:
         _require_matplotlib()
     trials = a.trials or DEFAULT_TRIALS

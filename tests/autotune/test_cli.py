@@ -81,6 +81,8 @@ def test_templates_command():
     (["tune", "matmul", "--trials", "0"], 2, "positive integer"),
     (["tune", "nope"], 1, "polytile: error: template: unknown template 'nope'"),
     (["records", "show", "/nonexistent.jsonl"], 1, "not found"),
+    (["tune", "matmul", "--target", "cuda"], 1, "target 'cuda' cannot be tuned yet"),
+    (["tune", "matmul", "--target", "llvm -mcpu"], 1, "polytile: error: target:"),
     (["tune", "matmul", "--args", "64,64,64", "--resume", "--log", "/nonexistent.jsonl"], 1,
      "does not exist"),
 ])
