@@ -37,18 +37,22 @@ def test_sampled_configs_match_numpy(name):
     sp = t.space(args)
     rng = random.Random(zlib.crc32(name.encode()))
     picks = [sp.default_index()] + [rng.randrange(len(sp)) for _ in range(3)]
-    ref = None
+    ref = default_out = None
     for idx in picks:
         s, tensors = t.instantiate(sp.get(idx), args)
         f = polytile.build(s, tensors)
         arrays = make_inputs(tensors, seed=1)
         outs = output_positions(tensors)
         f(*arrays)
-        if ref is None:
+        out = arrays[outs[0]]
+        if ref is None:  # the first pick is the default config
             ins = [a.astype("float64") for k, a in enumerate(arrays) if k not in outs]
             ref = np.asarray(t.reference(*ins, args=args)).astype("float32")
-        ok, why = outputs_match(arrays[outs[0]], ref, "float32")
-        assert ok, f"{name} config {sp.get(idx)}: {why}"
+            default_out = out.copy()
+        ok, why = outputs_match(out, default_out, "float32")
+        assert ok, f"{name} config {sp.get(idx)} differs from the default config: {why}"
+        ok, why = outputs_match(out, ref, "float32")
+        assert ok, f"{name} config {sp.get(idx)} differs from numpy: {why}"
 
 
 def test_calling_a_template_without_records_warns_how_to_tune():
