@@ -19,8 +19,12 @@ Prints one line per figure:
   after all its trials (median over seeds).
 
 Run: ``python benchmarks/tune_matmul.py [--n 1024] [--trials 128] [--seeds 3]``. It takes
-about (2 tuners x seeds x trials x 0.4 s); not a test. On a shared machine, timings follow
-the load of other processes: compare figures taken in one run only.
+about (2 tuners x seeds x trials x 0.3 s) plus the re-measurements; not a test. On a shared
+machine, timings follow the load of other processes: compare figures taken in one run only.
+Where ``OPENBLAS_CORETYPE`` pins OpenBLAS to an older kernel (a workaround some machines
+set), numpy is slower than it can be: run the script with ``env -u OPENBLAS_CORETYPE -u
+OPENBLAS_L2_SIZE`` to compare with numpy's native kernel. The first line names the kernel
+numpy uses.
 """
 
 from __future__ import annotations
@@ -99,6 +103,14 @@ def main(argv=None) -> None:
     overhead: dict = {t: [] for t in tuners}
     t_start = time.time()
     polytile.set_num_threads(MeasureOptions().threads)
+    try:
+        from threadpoolctl import threadpool_info
+
+        blas = [f"{i.get('internal_api')} {i.get('version')} ({i.get('architecture')} kernel)"
+                for i in threadpool_info() if i.get("user_api") == "blas"]
+    except ImportError:
+        blas = []
+    print(f"numpy's BLAS: {', '.join(blas) or 'unknown (threadpoolctl not installed)'}")
     for seed in range(args.seeds):
         for tn in tuners:
             res = tune("matmul", wl, tuner=tn, n_trial=args.trials, seed=seed,
