@@ -390,12 +390,13 @@ class _Definer:
     def _add(self, knob: KnobSpace) -> None:
         raise NotImplementedError
 
-    def define_split(self, name: str, axis, num_outputs: int = 2, policy: str = "factors",
+    def define_split(self, name: str, axis, policy: str = "factors", num_outputs: int = 2,
                      max_factor: int | None = None, filter: Callable | None = None,
                      candidate=None, default=None) -> None:
         """Declare a split knob of ``axis`` (an IterVar or an int extent); see
-        :class:`SplitSpace`. ``default`` is the hand-written choice ``[-1, f1, ...]``
-        (the nearest entity is taken where it does not fit)."""
+        :class:`SplitSpace`. Arguments in AutoTVM's order (``policy`` third).
+        ``default`` is the hand-written choice ``[-1, f1, ...]`` (the nearest entity is
+        taken where it does not fit)."""
         if self._defined(name):
             return
         self._add(SplitSpace(name, _axis_len(axis), num_outputs, policy, max_factor, filter,

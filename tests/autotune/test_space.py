@@ -148,3 +148,9 @@ def test_template_space_and_default_config():
     assert d["tile_i"].size == [-1, 8, 8]
     assert d["parallel"].val == "i0.j0"
     assert len(sp) == math.prod(sp.dims())
+
+
+def test_define_split_takes_autotvm_argument_order():
+    sp = ConfigSpace()
+    sp.define_split("t", 16, "power2", num_outputs=2)  # AutoTVM: (name, axis, policy, ...)
+    assert sp.knobs["t"].policy == "power2" and len(sp) == 5
