@@ -1,8 +1,9 @@
 """Benchmark: fp32 matmul on the CPU, the tutorial's best hand schedule vs numpy (OpenBLAS).
 
-For each thread count (1 and 2 by default) prints numpy's GFLOP/s, polytile's GFLOP/s and
-their ratio, measured in the same run on the same inputs; then the time of ``lower`` and
-``build`` for that schedule. Run: ``python benchmarks/cpu_matmul.py [--n 1024]``.
+For each thread count (1 and 2 by default) prints numpy's GFLOP/s (median, timed in a
+process of its own with OpenBLAS limited to that many threads), polytile's GFLOP/s (median)
+and their ratio, measured in the same run; then the time of ``lower`` and ``build`` for that
+schedule. ``OPENBLAS_CORETYPE`` in the environment selects numpy's kernel: say which. Run: ``python benchmarks/cpu_matmul.py [--n 1024]``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 import numpy as np
 
 import polytile
+from polytile.autotune.tune import measure_numpy_isolated
 
 
 def _tutorial():
@@ -23,19 +25,6 @@ def _tutorial():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-def _numpy_seconds(a, b, threads: int, repeat: int = 5) -> float:
-    """Best time of ``a @ b`` with OpenBLAS limited to ``threads`` (threadpoolctl)."""
-    from threadpoolctl import threadpool_limits
-
-    best = float("inf")
-    with threadpool_limits(limits=threads):
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            a @ b
-            best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def main() -> None:
@@ -57,17 +46,22 @@ def main() -> None:
     t_build = time.perf_counter() - t0
     c = np.full((n, n), np.nan, dtype="float32")
     f(a, b, c)
+    flop = 2.0 * n**3
+    rows = []
+    for threads in (int(x) for x in args.threads.split(",")):
+        polytile.set_num_threads(threads)
+        t_pt = f.time_evaluator(number=1, repeat=7, min_repeat_ms=100)(a, b, c).median
+        # numpy in a process of its own (BLAS threads spin after each call); median seconds
+        t_np = measure_numpy_isolated("matmul", [n, n, n], threads=threads)["median"]
+        rows.append((threads, t_np, t_pt))
+    # the float64 reference last: BLAS threads it leaves spinning would slow the kernel
     ref = a.astype("float64") @ b.astype("float64")
     err = np.abs(c - ref).max() / np.abs(ref).max()
     assert err < 1e-5, f"wrong result: relative error {err:.2e}"
-    flop = 2.0 * n**3
-    for threads in (int(x) for x in args.threads.split(",")):
-        polytile.set_num_threads(threads)
-        t_np = _numpy_seconds(a, b, threads)
-        t_pt = f.time_evaluator(number=1, repeat=5, min_repeat_ms=100)(a, b, c).min
+    for threads, t_np, t_pt in rows:
         print(f"matmul {n}^3 fp32, {threads} thread(s): numpy {flop / t_np / 1e9:7.1f} GFLOP/s, "
               f"polytile {flop / t_pt / 1e9:7.1f} GFLOP/s, ratio {t_np / t_pt:5.2f}")
-    print(f"lower {t_lower:.3f} s, lower+build {t_build:.3f} s "
+    print(f"lower {t_lower:.3f} s, build (lower + LLVM O3 + JIT) {t_build:.3f} s "
           f"({len(str(func).splitlines())} lines of loop IR)")
 
 
