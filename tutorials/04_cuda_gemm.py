@@ -65,7 +65,7 @@ def shared_tiles(m, n, k, tile: int = 32, kt: int = 32):
     return s, [A, B, C]
 
 
-def register_tiles(m, n, k, block: int = 128, threads: int = 16, kt: int = 8, vec: int = 4):
+def register_tiles(m, n, k, block: int = 128, threads: int = 16, kt: int = 16, vec: int = 4):
     """Block tile ``block`` x ``block`` computed by ``threads`` x ``threads`` threads, each
     owning a contiguous (block/threads)^2 register tile (``C.local``) accumulated over k;
     A and B tiles of depth ``kt`` staged in shared memory with ``vec``-wide cooperative
