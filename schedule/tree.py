@@ -34,11 +34,12 @@ def build_schedule(model: Model, nodes: list | None = None) -> isl.Schedule:
     sched = _seq([_node(n) for n in nodes])
     sched = _thread_predicates(sched, nodes)
     options: dict = {}
+    choices: dict = {}
 
     def collect(n, anc):
         if isinstance(n, LoopNode):
             if n.binding not in PARAMS:
-                iso = isolate_option(n, anc)
+                iso = isolate_option(n, anc, choices)
                 if iso is not None:
                     options[f"L{n.key}"] = iso
                 anc = anc + [n]
@@ -179,14 +180,18 @@ def _targets(node: LoopNode, ancestors: list) -> list:
     return out
 
 
-def isolate_option(node: LoopNode, ancestors: list) -> isl.UnionSet | None:
+def isolate_option(node: LoopNode, ancestors: list, choices: dict | None = None
+                   ) -> isl.UnionSet | None:
     """The band ``isolate`` option of ``node`` (isl manual, "AST Generation Options"):
     the iterations to generate apart because a vectorized or unrolled loop below them is
     full there and gets constant bounds. ``None`` when no loop below chose this one."""
     depth = len(ancestors)
     iso = None
+    choices = {} if choices is None else choices
     for tgt, anc in _targets(node, ancestors):
-        choice = _choose_isolation(tgt, anc)
+        if tgt.key not in choices:  # the same for every ancestor that asks
+            choices[tgt.key] = _choose_isolation(tgt, anc)
+        choice = choices[tgt.key]
         if choice is None or choice[0] != depth:
             continue
         iso = choice[1] if iso is None else iso.intersect(choice[1])
