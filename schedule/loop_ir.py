@@ -267,6 +267,15 @@ class StmtMutator:
         return x
 
 
+def child_stmts(s: Stmt) -> list:
+    """The direct sub-statements of ``s``."""
+    out = []
+    for f in _STMT_CHILDREN[type(s)]:
+        v = getattr(s, f)
+        out += [x for x in (v if isinstance(v, tuple) else (v,)) if isinstance(x, Stmt)]
+    return out
+
+
 def walk_stmts(s: Stmt):
     """Yield every statement of ``s`` in pre-order."""
     yield s

@@ -6,8 +6,8 @@ from polytile.te import dtype as dt
 from polytile.te.expr import Binary, Cast, Const, Expr
 from polytile.te.visitor import ExprMutator
 
-from ..loop_ir import (Allocate, Buffer, For, KernelLaunch, Load, PrimFunc, Stmt,
-                       StmtMutator, Store, stmt_exprs, walk_stmts)
+from ..loop_ir import (Allocate, Buffer, For, KernelLaunch, Load, PrimFunc, Stmt, StmtMutator,
+                       Store, child_stmts, stmt_exprs, walk_stmts)
 
 #: Intermediate buffers up to this many bytes live on the stack; larger ones on the heap.
 STACK_LIMIT_BYTES = 64 * 1024
@@ -29,9 +29,9 @@ def _buffers_used(s: Stmt) -> list[Buffer]:
 def allocate_intermediates(func: PrimFunc) -> PrimFunc:
     """Give every non-argument buffer an ``Allocate``.
 
-    A buffer used only inside one parallel loop is allocated in that loop's body, so each
-    thread gets its own copy (privatisation of compute_at buffers); any other buffer is
-    allocated for the whole function. Scope: ``stack`` up to ``STACK_LIMIT_BYTES``, else
+    A buffer used only inside parallel loops is allocated in the body of each of them, so
+    each thread gets its own copy (privatisation of compute_at buffers); any other buffer
+    is allocated for the whole function. Scope: ``stack`` up to ``STACK_LIMIT_BYTES``, else
     ``heap``.
     """
     params = {id(p) for p in func.params}
@@ -40,19 +40,21 @@ def allocate_intermediates(func: PrimFunc) -> PrimFunc:
         return func
     if any(isinstance(x, KernelLaunch) for x in walk_stmts(func.body)):
         return _allocate_gpu(func, pending)
-    scoped: dict[int, For] = {}
+    par_loops = _outermost_parallel(func.body)
+    inside = {id(x): _buffers_used(x.body) for x in par_loops}
+    by_loop: dict[int, list] = {}
+    private: set[int] = set()
     for b in pending:
-        loop = _single_parallel_scope(func.body, b)
-        if loop is not None:
-            scoped[id(b)] = loop
+        loops = [x for x in par_loops if any(y is b for y in inside[id(x)])]
+        if loops and sum(_count_uses(x.body, b) for x in loops) == _count_uses(func.body, b):
+            # every use is inside parallel loops (several after unrolling an outer loop):
+            # one private copy per iteration of each
+            private.add(id(b))
+            for x in loops:
+                by_loop.setdefault(id(x), []).append(b)
     final = {id(b): Buffer(b.name, b.shape, b.dtype,
                            "stack" if b.size * dt.nbytes(b.dtype) <= STACK_LIMIT_BYTES
                            else "heap") for b in pending}
-
-    by_loop: dict[int, list] = {}
-    for b in pending:
-        if id(b) in scoped:
-            by_loop.setdefault(id(scoped[id(b)]), []).append(b)
 
     class _PlaceInLoops(StmtMutator):
         def visit_For(self, s: For):
@@ -66,7 +68,7 @@ def allocate_intermediates(func: PrimFunc) -> PrimFunc:
             return For(new.var, new.min, new.extent, new.kind, inner, new.step, new.pragmas)
 
     body = _PlaceInLoops().visit(func.body)
-    for b in reversed([b for b in pending if id(b) not in scoped]):
+    for b in reversed([b for b in pending if id(b) not in private]):
         body = Allocate(b, body)
     body = _Rescope(final).visit(body)
     return PrimFunc(func.name, func.params, body, func.attrs)
@@ -98,15 +100,11 @@ def _allocate_gpu(func: PrimFunc, pending: list) -> PrimFunc:
     return PrimFunc(func.name, func.params, body, func.attrs)
 
 
-def _single_parallel_scope(body: Stmt, b: Buffer) -> For | None:
-    """The outermost parallel loop containing every use of ``b``, if there is one."""
-    for x in walk_stmts(body):
-        if isinstance(x, For) and x.kind == "parallel":
-            inside = {id(y) for y in _buffers_used(x.body)}
-            if id(b) in inside:
-                total_uses = _count_uses(body, b)
-                return x if _count_uses(x.body, b) == total_uses else None
-    return None
+def _outermost_parallel(s: Stmt) -> list[For]:
+    """The parallel loops not nested in another parallel loop, in program order."""
+    if isinstance(s, For) and s.kind == "parallel":
+        return [s]
+    return [p for x in child_stmts(s) for p in _outermost_parallel(x)]
 
 
 def _count_uses(s: Stmt, b: Buffer) -> int:

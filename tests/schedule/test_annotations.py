@@ -278,3 +278,37 @@ def test_annotation_of_reordered_reduction_axis_raises(kind):
     with pytest.raises(ScheduleError, match=f"{kind}: loop 'k1' of stage 'C' carries a "
                        "dependence"):
         lowered(s, [A, C])
+
+
+@pytest.mark.parametrize("unroll_outer", [True, False])
+def test_attached_buffer_is_private_to_each_parallel_copy(unroll_outer):
+    """An unrolled loop around a parallel loop makes several parallel loops; a stage
+    computed inside them needs a private buffer in each (else threads race on it)."""
+    import numpy as np
+
+    import polytile
+    from polytile import te
+
+    n, m, K = 7, 64, 256
+    A = te.placeholder((m, K), name="A")
+    B = te.compute((m, K), lambda j, k: A[j, k] * 2.0, name="B")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((n, m), lambda i, j: te.sum(B[j, k] * (i + 1), axis=k), name="C")
+    s = te.create_schedule(C.op)
+    i, j = C.op.axis
+    io, ii = s[C].split(i, 3)
+    if unroll_outer:
+        s[C].unroll(ii)
+    s[B].compute_at(s[C], j)
+    s[C].parallel(j)
+    text = str(polytile.lower(s, [A, C]))
+    for line in text.splitlines():
+        if "B = alloc" in line:
+            assert line.startswith("      "), text  # inside the parallel loop(s)
+    f = polytile.build(s, [A, C])
+    a = np.random.default_rng(0).standard_normal((m, K)).astype("float32")
+    ref = np.stack([(a.astype("float64") * 2).sum(1) * (r + 1) for r in range(n)])
+    for _ in range(10):
+        o = np.full((n, m), np.nan, "float32")
+        f(a, o)
+        np.testing.assert_allclose(o, ref, rtol=1e-5, atol=1e-4)
