@@ -46,8 +46,10 @@ def allocate_intermediates(func: PrimFunc) -> PrimFunc:
     private: set[int] = set()
     for b in pending:
         loops = [x for x in par_loops if any(y is b for y in inside[id(x)])]
-        if loops and sum(_count_uses(x.body, b) for x in loops) == _count_uses(func.body, b):
-            # every use is inside parallel loops (several after unrolling an outer loop):
+        if (loops and sum(_count_uses(x.body, b) for x in loops) == _count_uses(func.body, b)
+                and all(_writes(x.body, b) for x in loops)):
+            # every use is inside parallel loops (several after unrolling an outer loop)
+            # that each write the buffer before reading it (a stage computed inside them):
             # one private copy per iteration of each
             private.add(id(b))
             for x in loops:
@@ -105,6 +107,10 @@ def _outermost_parallel(s: Stmt) -> list[For]:
     if isinstance(s, For) and s.kind == "parallel":
         return [s]
     return [p for x in child_stmts(s) for p in _outermost_parallel(x)]
+
+
+def _writes(s: Stmt, b: Buffer) -> bool:
+    return any(isinstance(x, Store) and x.buffer is b for x in walk_stmts(s))
 
 
 def _count_uses(s: Stmt, b: Buffer) -> int:
