@@ -12,6 +12,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polytile.errors import InternalError
+from polytile.te import dtype as dt
 from polytile.te.expr import (Binary, Cast, Cmp, Const, Expr, Not, Or, Select, Var,
                               logical_and)
 from polytile.te.visitor import ExprMutator, substitute
@@ -20,6 +21,7 @@ from . import isl_util as iu
 from .loop_ir import (Assert, Buffer, For, IfThenElse, LetStmt, Load, Stmt, Store, Sync, seq)
 from .model import LoopNode, Model, PolyStmt
 
+_INT_DIVS = ("floordiv", "floormod", "truncdiv", "truncmod")
 _KIND = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled",
          "bind:vthread": "unrolled"}
 
@@ -207,6 +209,21 @@ class _Body(ExprMutator):
         f = self.visit(e.false_value)
         self.guards.pop()
         return Select(e.dtype, cond, t, f)
+
+    def visit_Binary(self, e: Binary):
+        out = self.generic_visit(e)
+        if (e.op in _INT_DIVS and dt.is_int(e.dtype) and not isinstance(out.b, Const)):
+            # the divisor is data: x86 traps on a zero divisor (and on INT_MIN / -1)
+            ok = Cmp("bool", "ne", out.b, Const(e.dtype, 0))
+            if dt.is_signed(e.dtype):
+                ok = logical_and(ok, Or("bool", Cmp("bool", "ne", out.b, Const(e.dtype, -1)),
+                                        Cmp("bool", "ne", out.a,
+                                            Const(e.dtype, dt.min_value(e.dtype)))))
+            if self.guards:
+                ok = Or("bool", Not("bool", logical_and(*self.guards)), ok)
+            self.checks.append(Assert(ok, f"stage {self.st.plan.name!r} divides by zero (or "
+                                      f"the minimum integer by -1) in {e}", "ZeroDivisionError"))
+        return out
 
     def _check(self, r, idx: tuple) -> None:
         """An ``Assert`` that a read whose index isl cannot bound stays in its tensor."""

@@ -150,7 +150,8 @@ class _Interp:
             self.expr(s.value)
         elif t is Assert:
             if not bool(self.expr(s.cond)):
-                raise IndexError(s.message)
+                raise (ZeroDivisionError if s.error == "ZeroDivisionError" else IndexError)(
+                    s.message)
         elif t is Sync:
             if self.block_mem is None:
                 raise RuntimeError("interpreter: sync outside a kernel")

@@ -121,10 +121,12 @@ class Allocate(Stmt):
 @dataclass(frozen=True, slots=True, eq=False)
 class Assert(Stmt):
     """Stop the function with an error carrying ``message`` when ``cond`` is false
-    (run-time checks lowering cannot prove, e.g. bounds of data-dependent indices)."""
+    (run-time checks lowering cannot prove, e.g. bounds of data-dependent indices);
+    ``error`` names the Python exception a CPU target raises."""
 
     cond: Expr
     message: str
+    error: str = "IndexError"
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -450,6 +450,9 @@ def binary(op: str, a, b) -> Expr:
     """Build ``a <op> b`` after numpy-like promotion (see :mod:`polytile.te.dtype`)."""
     ea, eb = _operands(a, b, op)
     t = ea.dtype
+    if (op in ("floordiv", "floormod", "truncdiv", "truncmod") and dt.is_int(t)
+            and isinstance(eb, Const) and eb.value == 0):
+        raise ZeroDivisionError(f"{op}: integer division by the constant 0")
     if op == "div" and not dt.is_float(t):
         raise TypeError(
             f"/: both operands are {t}; true division needs floats. Use // (floor "

@@ -233,7 +233,9 @@ class LLVMModule:
         if status == 0:
             return
         if status >= STATUS_ASSERT and status - STATUS_ASSERT < len(self._asserts):
-            raise IndexError(f"{self.name}: {self._asserts[status - STATUS_ASSERT].message}")
+            a = self._asserts[status - STATUS_ASSERT]
+            exc = {"ZeroDivisionError": ZeroDivisionError}.get(a.error, IndexError)
+            raise exc(f"{self.name}: {a.message}")
         if status == STATUS_NO_MEMORY:
             raise MemoryError(format_error(self.name, "a heap allocation failed (malloc "
                                            "returned NULL or the size overflowed)",

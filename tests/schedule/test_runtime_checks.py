@@ -74,3 +74,36 @@ def test_cuda_check_compiles_to_a_trap():
     src = polytile.build(s, args, target="cuda").get_source()
     assert "__trap();" in src
     compile_with_nvcc(src)
+
+
+def _division(guarded: bool):
+    A = te.placeholder((8,), dtype="int32", name="A")
+    B = te.placeholder((8,), dtype="int32", name="B")
+    if guarded:
+        C = te.compute((8,), lambda i: te.if_then_else(B[i] != 0, A[i] // B[i], -1), name="C")
+    else:
+        C = te.compute((8,), lambda i: te.truncmod(A[i], B[i]), name="C")
+    return te.create_schedule(C.op), [A, B, C]
+
+
+def test_division_by_a_zero_datum_raises(backend):
+    s, args = _division(guarded=False)
+    a = np.arange(8, dtype="int32") - 3
+    with pytest.raises(ZeroDivisionError, match="stage 'C' divides by zero"):
+        run1(s, args, [a, np.array([1, 2, 3, 0, 1, 1, 1, 1], "int32")], backend)
+    b = np.array([1, 2, 3, -4, 5, -6, 7, 8], "int32")
+    np.testing.assert_array_equal(run1(s, args, [a, b], backend), np.fmod(a, b))
+
+
+def test_guarded_division_by_zero_is_fine(backend):
+    s, args = _division(guarded=True)
+    a = np.arange(8, dtype="int32") - 3
+    b = np.array([1, 0, 3, 0, -2, 1, 0, 1], "int32")
+    expect = np.where(b != 0, a // np.where(b == 0, 1, b), -1)
+    np.testing.assert_array_equal(run1(s, args, [a, b], backend), expect)
+
+
+def test_division_by_constant_zero_is_refused():
+    A = te.placeholder((8,), dtype="int32", name="A")
+    with pytest.raises(ZeroDivisionError, match="floordiv: integer division by the constant 0"):
+        te.compute((8,), lambda i: A[i] // 0)
