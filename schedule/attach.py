@@ -88,7 +88,7 @@ def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
     root = {iv: (iv.dom.min, iv.dom.extent) for iv in p.root_axes}
     if p.attach is not None:
         _region(p, consumers, padded)
-        ext = _extents(p.footprint, len(p.axis_vars))
+        ext = _extents(p.footprint, p.lo, len(p.axis_vars))
         p.region = tuple(ext)
         for iv, e in zip(op.axis, ext):
             root[iv] = (0, e)
@@ -228,13 +228,18 @@ def _aligned(p: StagePlan, ext: list[int]) -> tuple:
     return tuple(shape)
 
 
-def _extents(footprint: isl.Map, nx: int) -> list[int]:
+def _extents(footprint: isl.Map, lo: isl.PwMultiAff, nx: int) -> list[int]:
+    """The bounding box of the region relative to its origin, over all prefixes: the
+    largest ``x - lo(p)`` plus one per dimension (``max_val`` of ``dim_max - dim_min``
+    is refused by isl for quasi-affine pieces; the relative set's maximum is not)."""
+    rel = footprint.reset_tuple_id(isl.dim_type.out).sum(
+        isl.Map.from_pw_multi_aff(lo.neg())).range()
     out = []
     for q in range(nx):
-        span = footprint.dim_max(q).sub(footprint.dim_min(q)).max_val()
-        if not span.is_int():
+        top = rel.dim_max_val(q)
+        if not top.is_int():
             raise LoweringError(f"compute_at: the region of dimension {q} is unbounded")
-        out.append(span.to_python() + 1)
+        out.append(top.to_python() + 1)
     return out
 
 

@@ -111,10 +111,14 @@ def cache_write(sch: Schedule, tensor: Tensor, scope: str) -> Tensor:
     if isinstance(op, PlaceholderOp):
         raise ScheduleError(format_error("cache_write", f"{op.name!r} is a placeholder",
                                          "cache the output of a compute"))
-    if stage.relations or stage.annotations or stage.attach_type != "root":
+    attached = [st.name for st in sch.stages if st.attach_stage is stage]
+    if stage.relations or stage.annotations or stage.attach_type != "root" or attached:
+        what = (f"stages {attached} are computed at its loops" if attached
+                else "it was already scheduled")
         raise ScheduleError(format_error(
-            "cache_write", f"stage {op.name!r} was already scheduled",
-            "call cache_write before other primitives on the stage"))
+            "cache_write", f"cannot cache stage {op.name!r}: {what}",
+            "call cache_write before other primitives on the stage and before compute_at "
+            "into it"))
     axis = tuple(IterVar(Var("int32", f"{iv.var.name}.c", True), iv.dom, "data_par")
                  for iv in op.axis)
     raxis = tuple(IterVar(Var("int32", iv.var.name, True), iv.dom, "reduce")

@@ -166,10 +166,11 @@ def ast_expr(e: isl.AstExpr, var_of) -> Expr:
         return out
     if op in _CMP:
         return Cmp("bool", _CMP[op], args[0], args[1])
-    if op in (_T.and_, _T.and_then):
-        return logical_and(*args)
-    if op in (_T.or_, _T.or_else):
-        return logical_or(*args)
+    if op in (_T.and_, _T.and_then, _T.or_, _T.or_else):
+        # isl may write a trivially true or false operand as the integer 1 or 0
+        args = [a if a.dtype == "bool" else Cmp("bool", "ne", a, Const(a.dtype, 0))
+                for a in args]
+        return logical_and(*args) if op in (_T.and_, _T.and_then) else logical_or(*args)
     if op in (_T.cond, _T.select):
         return Select(args[1].dtype, args[0], args[1], args[2])
     raise InternalError(f"isl AST expression {e.to_C_str()} uses an unsupported operation {op}")

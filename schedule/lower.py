@@ -32,7 +32,7 @@ from .passes.storage import allocate_intermediates, flatten_storage
 from .rfactor import lower_cross_thread_reductions
 from .schedule import Schedule
 from .tree import build_schedule
-from .validate import validate_schedule
+from .validate import check_vector_extents, validate_schedule
 
 log = logging.getLogger("polytile.lower")
 
@@ -80,6 +80,7 @@ def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = False) ->
     if gpu:
         sch = lower_cross_thread_reductions(sch)
     model = build_model(sch, args, padded=gpu)
+    check_vector_extents(model)
     check_legality(model)
     if gpu:
         body = seq(*[_lower_kernel(model, k, f"{name}_kernel{i}")

@@ -310,6 +310,11 @@ def _params(sch: Schedule, args, stage_of: dict, names: dict) -> tuple[dict, lis
     for a in args:
         if isinstance(a, Tensor):
             st = stage_of.get(id(a.op))
+            if st is None and isinstance(a.op, PlaceholderOp):
+                # an input the computation does not read: an unused parameter, as in TVM
+                st = stage_of[id(a.op)] = Stage(a.op, sch)
+                taken = set(names.values())
+                names[id(st)] = a.name if a.name not in taken else f"{a.name}_unused"
             if st is None:
                 _fail("lower", f"tensor {a.name!r} in args is not part of the schedule",
                       "pass tensors of this computation")

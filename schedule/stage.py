@@ -298,27 +298,23 @@ class Stage:
         if old is not None and old != kind:
             self._fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} is already "
                        f"annotated {old!r}", "one of vectorize/unroll/parallel per loop")
-        if kind == "vectorize":
-            ext = self.extent_of(iv)
-            if ext > MAX_VECTOR_LANES:
-                self._fail("vectorize", f"iter_var {iv.name!r} of stage {self.name!r} has "
-                           f"extent {ext}", f"expected at most {MAX_VECTOR_LANES} lanes",
-                           hint=f"split it first: s[{self.name}].split({iv.name}, factor=16)")
         self.annotations[iv] = kind
 
     def vectorize(self, iv: IterVar) -> None:
         """Run the iterations of loop ``iv`` as SIMD lanes.
 
-        The loop must be innermost when lowered, with a constant extent of at most
-        ``MAX_VECTOR_LANES``; it must carry no dependence (a reduction axis cannot be
+        The loop must be innermost when lowered, with an extent of at most
+        ``MAX_VECTOR_LANES`` (checked by ``lower``, which knows the extents of stages
+        computed inside others); it must carry no dependence (a reduction axis cannot be
         vectorized: use rfactor). Partial tiles run as scalar loops.
         """
         self._annotate("vectorize", iv, "vectorize")
         self._record("vectorize", iv)
 
     def unroll(self, iv: IterVar) -> None:
-        """Unroll loop ``iv`` completely where its extent is constant (full tiles); partial
-        tiles stay loops. Always legal."""
+        """Unroll loop ``iv`` completely where its extent is a constant of at most
+        ``passes.loops.MAX_UNROLL`` (full tiles); partial tiles and longer loops stay
+        loops. Legal whenever the loop order is (unrolling keeps the order)."""
         self._annotate("unroll", iv, "unroll")
         self._record("unroll", iv)
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import elementwise2d, loop_headers, lowered, matmul, sizes_for
+from helpers import check, elementwise2d, loop_headers, lowered, matmul, rand, run1, sizes_for
 
 from polytile import ScheduleError
 
@@ -55,9 +55,36 @@ def test_vectorize_spatial_inside_reduction_numeric(backend):
 def test_vectorize_huge_extent_raises():
     w = elementwise2d(3, 100)
     s = w.schedule()
-    with pytest.raises(ScheduleError, match=r"vectorize: iter_var 'j' of stage 'C' has extent "
-                       r"100; expected at most 64 lanes\n.*hint: split it first"):
-        s[w.C].vectorize(w.C.op.axis[1])
+    s[w.C].vectorize(w.C.op.axis[1])
+    with pytest.raises(ScheduleError, match=r"vectorize: loop 'j' of stage 'C' has extent "
+                       r"100; at most 64 lanes\n.*hint: split it first"):
+        lowered(s, w.args)
+
+
+def test_vectorize_checks_the_extent_of_an_attached_stage_region():
+    """As TVM's GEMM tutorial does with its write cache: the cache stage's axis spans the
+    whole tensor, but inside its attach loop only a 32-wide region."""
+    import numpy as np
+
+    from polytile import te
+
+    n = 128
+    A = te.placeholder((n, n), name="A")
+    B = te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    CC = s.cache_write(C, "global")
+    mo, no, mi, ni = s[C].tile(C.op.axis[0], C.op.axis[1], 32, 32)
+    s[CC].compute_at(s[C], no)
+    mc, nc = s[CC].op.axis
+    (kaxis,) = s[CC].op.reduce_axis
+    ko, ki = s[CC].split(kaxis, factor=4)
+    s[CC].reorder(ko, mc, ki, nc)
+    s[CC].vectorize(nc)
+    a, b = rand((n, n)), rand((n, n))
+    check(run1(s, [A, B, C], [a, b], "llvm"), a.astype("float64") @ b, k=n)
+    del np
 
 
 def test_vectorize_64_lanes_ok_65_refused():
@@ -65,8 +92,9 @@ def test_vectorize_64_lanes_ok_65_refused():
     s = w.schedule()
     s[w.C].vectorize(s[w.C].split(w.C.op.axis[1], factor=64)[1])
     s = w.schedule()
+    s[w.C].vectorize(s[w.C].split(w.C.op.axis[1], factor=65)[1])
     with pytest.raises(ScheduleError, match="has extent 65"):
-        s[w.C].vectorize(s[w.C].split(w.C.op.axis[1], factor=65)[1])
+        lowered(s, w.args)
 
 
 def test_vectorize_non_innermost_raises():

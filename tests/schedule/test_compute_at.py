@@ -417,3 +417,36 @@ def test_reduce_axis_shared_by_producer_and_consumer(backend):
             s[C].split(k, factor=4)
             s[D].split(k, factor=5)
         check(run1(s, [A, D], [a], backend), ref, k=n * n)
+
+
+@pytest.mark.parametrize("splits", [(5, 3), (2, 2), (5, 1)])
+def test_attach_at_outer_loop_of_fused_then_split_3d(backend, splits):
+    """Regions of a fused-and-twice-split loop are quasi-affine (floor divisions): their
+    extent must still be found (isl refuses max_val of such a difference)."""
+    n = 5 if splits == (2, 2) else 7
+    A = te.placeholder((n, n, n), name="A")
+    B = te.compute((n, n, n), lambda i, j, k: A[i, j, k] + 1.0, name="B")
+    C = te.compute((n, n, n), lambda i, j, k: B[(i + 1) % n, j, k] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    x = s[C].fuse(*C.op.axis)
+    for f in splits:
+        x, _ = s[C].split(x, f)
+    s[B].compute_at(s[C], x)
+    a = rand((n, n, n))
+    check(run1(s, [A, C], [a], backend), (np.roll(a, -1, axis=0).astype("float64") + 1) * 2)
+
+
+def test_attach_with_trivially_true_isl_conditions(backend):
+    n = 11
+    A = te.placeholder((n, n), name="A")
+    B = te.compute((n, n), lambda i, j: A[i, j] + 1.0, name="B")
+    C = te.compute((n, n), lambda i, j: B[i, j] * B[(i + 1) % n, (j * 7) % n], name="C")
+    s = te.create_schedule(C.op)
+    x = s[C].fuse(*C.op.axis)
+    x, _ = s[C].split(x, 5)
+    x, _ = s[C].split(x, 1)
+    s[B].compute_at(s[C], x)
+    a = rand((n, n)).astype("float64")
+    b = a + 1
+    ref = b * b[(np.arange(n)[:, None] + 1) % n, (np.arange(n)[None, :] * 7) % n]
+    check(run1(s, [A, C], [a.astype("float32")], backend), ref)

@@ -36,9 +36,16 @@ def test_tensor_twice_in_args_raises():
         lowered(w.schedule(), [w.A, w.A, w.C])
 
 
-def test_foreign_tensor_in_args_raises():
+def test_unused_placeholder_in_args_is_a_parameter():
+    """As in TVM: an input the computation does not read is still a parameter."""
     w = elementwise2d(3, 4)
     other = te.placeholder((3,), name="other")
+    assert "other: float32[3]" in lowered(w.schedule(), [w.A, w.C, other])
+
+
+def test_foreign_compute_in_args_raises():
+    w = elementwise2d(3, 4)
+    other = te.compute((3,), lambda i: w.A[i, 0] * 2.0, name="other")
     with pytest.raises(ScheduleError, match="lower: tensor 'other' in args is not part of the "
                        "schedule"):
         lowered(w.schedule(), [w.A, w.C, other])
