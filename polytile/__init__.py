@@ -41,16 +41,33 @@ def get_num_threads() -> int:
     return _get()
 
 
+def cpu(dev_id: int = 0):
+    """The host device (TVM's ``tvm.cpu(0)``); see :mod:`polytile.nd`."""
+    from polytile.nd import cpu as _cpu
+
+    return _cpu(dev_id)
+
+
+def cuda(dev_id: int = 0):
+    """CUDA device ``dev_id`` (TVM's ``tvm.cuda(0)``); see :mod:`polytile.nd`."""
+    from polytile.nd import cuda as _cuda
+
+    return _cuda(dev_id)
+
+
+_SUBMODULES = ("nd", "te", "schedule", "targets", "autotune")
+
+
 def __getattr__(name: str):
-    # ``polytile.nd`` is imported on first use, so that ``import polytile`` never needs
-    # cuda-python
-    if name == "nd":
+    # submodules are imported on first use, so that ``import polytile`` stays light and
+    # never needs cuda-python
+    if name in _SUBMODULES:
         import importlib
 
-        return importlib.import_module("polytile.nd")
+        return importlib.import_module(f"polytile.{name}")
     raise AttributeError(f"module 'polytile' has no attribute {name!r}")
 
 
 __all__ = ["BuildError", "InternalError", "LoweringError", "PolytileError", "ScheduleError",
-           "TargetError", "TuneError", "__version__", "build", "get_num_threads", "lower", "nd",
-           "set_num_threads"]
+           "TargetError", "TuneError", "__version__", "autotune", "build", "cpu", "cuda",
+           "get_num_threads", "lower", "nd", "schedule", "set_num_threads", "targets", "te"]

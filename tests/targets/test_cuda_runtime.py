@@ -79,12 +79,12 @@ def run_case(case, build, seed=0):
     args, outs = [], []
     for p in case.func.params:
         if p.name in case.outputs:
-            o = polytile.nd.array(poison(expected_shape(p, scalars), p.dtype))
+            o = polytile.nd.array(poison(expected_shape(p, scalars), p.dtype), device="cuda")
             outs.append(o)
             args.append(o)
         else:
             x = given[p]
-            args.append(polytile.nd.array(x) if isinstance(x, np.ndarray) else x)
+            args.append(polytile.nd.array(x, device="cuda") if isinstance(x, np.ndarray) else x)
     m(*args)
     return [o.numpy() for o in outs], case.reference(*inputs)
 
@@ -133,8 +133,8 @@ def test_fast_math_runs(build):
     case = CASES["math_float32"]
     m = build(case.func, "cuda -fast-math")
     p, s = case.inputs(np.random.default_rng(0))
-    out = polytile.nd.empty(case.func.params[2].shape, "float32")
-    m(polytile.nd.array(p), polytile.nd.array(s), out)
+    out = polytile.nd.empty(case.func.params[2].shape, "float32", device="cuda")
+    m(polytile.nd.array(p, device="cuda"), polytile.nd.array(s, device="cuda"), out)
     ref = case.reference(p, s)[0]
     np.testing.assert_allclose(out.numpy()[:7], ref[:7], rtol=2e-3, atol=2e-3,
                                equal_nan=True)  # exp .. rsqrt of positive inputs
@@ -145,20 +145,20 @@ def test_nd_array_round_trip(build):
                   "bool"):
         x = (np.arange(12).reshape(3, 4) % 3 == 1) if dtype == "bool" else \
             (np.arange(12).reshape(3, 4) - 5).astype(dtype)
-        a = polytile.nd.array(x)
+        a = polytile.nd.array(x, device="cuda")
         assert a.shape == (3, 4) and a.dtype == np.dtype(dtype) and str(a.device) == "cuda:0"
         assert a.ndim == 2 and a.size == 12 and a.nbytes == x.nbytes
         y = a.numpy()
         assert y.dtype == x.dtype and np.array_equal(y, x)
-    e = polytile.nd.empty((0, 5), "float32")
+    e = polytile.nd.empty((0, 5), "float32", device="cuda")
     assert e.numpy().shape == (0, 5)
     b = polytile.nd.empty(7, "int32", device="cuda:0").copyfrom(np.arange(7))
     assert np.array_equal(np.asarray(b), np.arange(7))
-    assert np.array_equal(polytile.nd.array(b).numpy(), np.arange(7))  # a copy of a copy
+    assert np.array_equal(polytile.nd.array(b, device="cuda").numpy(), np.arange(7))  # a copy of a copy
     with pytest.raises(ValueError, match="copyfrom: source has shape"):
         b.copyfrom(np.zeros(3))
     with pytest.raises(TypeError, match="unsupported dtype"):
-        polytile.nd.array(np.zeros(3, "complex64"))
+        polytile.nd.array(np.zeros(3, "complex64"), device="cuda")
     cai = b.__cuda_array_interface__
     assert cai["data"] == (b.data_ptr, False) and cai["shape"] == (7,)
     assert b.__dlpack_device__() == (dlpack.KDL_CUDA, 0)
@@ -171,7 +171,7 @@ def test_nd_array_memory_is_freed():
     st = context()
     free0, _ = check(st["driver"].cuMemGetInfo(), "cuMemGetInfo")
     for _ in range(20):
-        a = polytile.nd.empty((64, 1024, 1024), "float32")  # 256 MiB each
+        a = polytile.nd.empty((64, 1024, 1024), "float32", device="cuda")  # 256 MiB each
         del a
     gc.collect()
     free1, _ = check(st["driver"].cuMemGetInfo(), "cuMemGetInfo")
@@ -184,16 +184,16 @@ def test_scalars_symbolic_shapes_and_workspace(build):
     g = np.random.default_rng(1)
     for n in (1, 31, 1024):
         x, y = g.standard_normal(n, "float32"), g.standard_normal(n, "float32")
-        z = polytile.nd.empty(n, "float32")
-        m(polytile.nd.array(x), polytile.nd.array(y), z, np.float32(0.5), n)
+        z = polytile.nd.empty(n, "float32", device="cuda")
+        m(polytile.nd.array(x, device="cuda"), polytile.nd.array(y, device="cuda"), z, np.float32(0.5), n)
         np.testing.assert_allclose(z.numpy(), 0.5 * x + y, rtol=1e-6)
     with pytest.raises(ValueError, match=r"argument 'Z' has shape \(31,\); expected shape "
                        r"\(30,\)"):
-        m(polytile.nd.array(x[:30]), polytile.nd.array(y[:30]), polytile.nd.empty(31), 1.0,
+        m(polytile.nd.array(x[:30], device="cuda"), polytile.nd.array(y[:30], device="cuda"), polytile.nd.empty(31, device="cuda"), 1.0,
           30)
     two = build(case_two_kernels().func)
-    a = polytile.nd.array(np.arange(300, dtype="float32"))
-    b = polytile.nd.empty(300)
+    a = polytile.nd.array(np.arange(300, dtype="float32"), device="cuda")
+    b = polytile.nd.empty(300, device="cuda")
     for _ in range(3):  # the workspace is allocated once and reused
         two(a, b)
         np.testing.assert_allclose(b.numpy(), np.arange(300) * 2 + 1)
@@ -211,15 +211,15 @@ def test_scalars_symbolic_shapes_and_workspace(build):
 
 def test_argument_validation_on_the_device(build):
     m = build(case_vadd().func)
-    a, b, c = (polytile.nd.array(np.ones(1000, "float32")) for _ in range(3))
+    a, b, c = (polytile.nd.array(np.ones(1000, "float32"), device="cuda") for _ in range(3))
     with pytest.raises(TypeError, match=r"(?s)argument 'A' is a numpy.ndarray \(host memory\)"
                        ".*polytile.nd.array"):
         m(np.ones(1000, "float32"), b, c)
     with pytest.raises(TypeError, match="argument 'B' has dtype float64; expected dtype "
                        "float32"):
-        m(a, polytile.nd.array(np.ones(1000)), c)
+        m(a, polytile.nd.array(np.ones(1000), device="cuda"), c)
     with pytest.raises(ValueError, match=r"argument 'C' has shape \(999,\)"):
-        m(a, b, polytile.nd.empty(999))
+        m(a, b, polytile.nd.empty(999, device="cuda"))
     with pytest.raises(ValueError, match="arguments 'A' and 'C' overlap in memory"):
         m(a, b, a)
     m(a, a, c)  # two read-only arguments may alias
@@ -255,7 +255,7 @@ def test_torch_interop(tmp_path):
     m(x, y, z)  # torch tensors in and out, no copies
     torch.testing.assert_close(z, x + y)
     # mixed with polytile arrays, and an NDArray seen by torch without a copy
-    nz = polytile.nd.empty(1000)
+    nz = polytile.nd.empty(1000, device="cuda")
     m(x, y, nz)
     t = torch.from_dlpack(nz)
     assert t.data_ptr() == nz.data_ptr and t.device.type == "cuda"
@@ -283,7 +283,7 @@ def test_torch_interop(tmp_path):
 
 def test_time_evaluator_uses_cuda_events(build):
     m = build(case_vadd().func)
-    a, b, c = (polytile.nd.array(np.ones(1000, "float32")) for _ in range(3))
+    a, b, c = (polytile.nd.array(np.ones(1000, "float32"), device="cuda") for _ in range(3))
     limit = 1.0 if build.emulated else 0.01  # seconds per call (emulated blocks are slow)
     r = m.time_evaluator(number=5, repeat=3)(a, b, c)
     assert isinstance(r, BenchmarkResult) and len(r.results) == 3
@@ -303,7 +303,7 @@ def test_dynamic_shared_memory_limits_are_reported_with_the_kernel(build):
     if build.emulated:
         assert runtime._state["driver"].launches[-1][3] == 80000
     m = build(case_big_shared(n=80000).func)  # 320 KB: more than any GPU has
-    a, b = polytile.nd.empty(80000), polytile.nd.empty(80000)
+    a, b = polytile.nd.empty(80000, device="cuda"), polytile.nd.empty(80000, device="cuda")
     with pytest.raises(DeviceError, match="dynamic shared memory in kernel 'reverse_kernel0' "
                        "of function 'reverse' failed with CUDA_ERROR"):
         m(a, b)
@@ -367,23 +367,31 @@ def test_without_a_device_running_raises_device_not_found(tmp_path):
     with pytest.raises(DeviceNotFoundError, match="no CUDA device"):
         m.time_evaluator()(1, 2, 3)
     with pytest.raises(DeviceNotFoundError, match="no CUDA device"):
-        polytile.nd.array(np.zeros(3))
+        polytile.nd.array(np.zeros(3), device="cuda")
     with pytest.raises(DeviceNotFoundError, match="no CUDA device"):
-        polytile.nd.empty((2, 2))
+        polytile.nd.empty((2, 2), device="cuda")
 
 
 def test_device_names():
     nd = polytile.nd
     assert str(nd.device("cuda")) == "cuda:0" == str(nd.device("cuda:0")) == str(nd.cuda())
     assert nd.device("gpu", 0) == nd.device(nd.device("cuda"))
-    with pytest.raises(TargetError, match="device 'cpu' is not supported; expected 'cuda'"):
-        nd.device("cpu")
+    assert str(nd.device("cpu")) == "cpu:0" == str(polytile.cpu(0))
     with pytest.raises(TargetError, match="device index 1 in 'cuda:1'"):
         nd.device("cuda:1")
     with pytest.raises(TargetError, match="nd.device: got int"):
         nd.device(3)
-    with pytest.raises(TargetError, match="device 'cpu' is not supported"):
-        nd.array(np.zeros(3), device="cpu")
+    with pytest.raises(TargetError, match="device 'tpu' is not supported"):
+        nd.array(np.zeros(3), device="tpu")
+
+
+def test_cpu_arrays_are_numpy_arrays_with_tvm_spelling():
+    nd = polytile.nd
+    a = nd.array([[1, 2], [3, 4]], dtype="float32")  # TVM's default device: the host
+    assert isinstance(a, np.ndarray) and a.flags.c_contiguous and a.device == polytile.cpu()
+    b = a.numpy()
+    assert type(b) is np.ndarray and np.array_equal(b, [[1, 2], [3, 4]])
+    assert nd.empty((2, 3), "int8").shape == (2, 3)
 
 
 def test_importing_polytile_does_not_import_cuda_python():
