@@ -26,6 +26,9 @@ _MATH = {
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "sin": np.sin, "cos": np.cos,
     "floor": np.floor, "ceil": np.ceil, "round": np.round, "trunc": np.trunc,
     "abs": np.abs, "isnan": np.isnan, "pow": np.power, "fmod": np.fmod,
+    "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
+    "cosh": np.cosh, "log1p": np.log1p, "expm1": np.expm1, "atan2": np.arctan2,
+    "hypot": np.hypot, "copysign": np.copysign, "isinf": np.isinf, "isfinite": np.isfinite,
 }
 
 

@@ -54,8 +54,18 @@ def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "ma
     if isinstance(sch_or_func, PrimFunc):
         func = sch_or_func
     else:
-        from polytile.schedule.lower import finalize, lower
+        from polytile.schedule.lower import finalize, lower, uses_gpu
 
+        gpu = uses_gpu(sch_or_func)
+        if gpu != (tgt.kind == "cuda"):
+            from polytile.errors import ScheduleError
+
+            raise ScheduleError(format_error(
+                "build", f"target {str(tgt)!r} " + (
+                    "runs on the CPU, but the schedule binds loops to GPU indices" if gpu else
+                    "needs GPU kernels, but no loop of the schedule is bound to a GPU index"),
+                "build for target 'cuda'" if gpu else "bind loops with s[T].bind(axis, "
+                "te.thread_axis('blockIdx.x')) and 'threadIdx.x'"))
         func = finalize(lower(sch_or_func, args, name=name))
     if tgt.kind == "cuda":
         from polytile.schedule.passes.narrow import narrow_indices

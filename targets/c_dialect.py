@@ -94,6 +94,11 @@ class CDialect:
         "pow": {"float32": "powf", "float64": "pow"},
         "fmod": {"float32": "fmodf", "float64": "fmod"},
         "isnan": {"float32": "isnan", "float64": "isnan"},
+        "isinf": {"float32": "isinf", "float64": "isinf"},
+        "isfinite": {"float32": "isfinite", "float64": "isfinite"},
+        **{name: {"float32": name + "f", "float64": name} for name in (
+            "tan", "asin", "acos", "atan", "sinh", "cosh", "log1p", "expm1", "atan2", "hypot",
+            "copysign")},
         "sigmoid": {"float32": "(1.0f / (1.0f + {exp}(-{0})))",
                     "float64": "(1.0 / (1.0 + {exp}(-{0})))"},
     }

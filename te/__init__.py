@@ -12,9 +12,13 @@ from .expr import (Call, Cast, Cmp, CommReducer, Const, Expr, IterVar, Range, Re
 from .expr import logical_and as all
 from .expr import logical_or as any
 from .expr import select as if_then_else
-from .intrin import (abs, ceil, cos, erf, exp, exp2, floor, floordiv, floormod, fmod, isnan,
-                     log, log2, log10, pow, power, round, rsqrt, sigmoid, sin, sqrt, tanh,
-                     trunc, truncdiv, truncmod)
+from .intrin import (abs, acos, asin, atan, atan2, ceil, copysign, cos, cosh, erf, exp, exp2,
+                     expm1, floor, floordiv, floormod, fmod, hypot, isfinite, isinf, isnan, log,
+                     log1p, log2, log10, nearbyint, pow, power, round, rsqrt, sigmoid, sin,
+                     sinh, sqrt, tan, tanh, trunc, truncdiv, truncmod)
+
+indexdiv = floordiv   # TVM's index arithmetic: floor semantics
+indexmod = floormod
 from .reduction import Reducer, comm_reducer, max, max_value, min, min_value, sum
 from .tensor import ComputeOp, Operation, PlaceholderOp, Tensor, compute, placeholder
 from .tensor import reduce_axis, var
@@ -36,7 +40,9 @@ def thread_axis(dom=None, tag: str = "", name: str = ""):
 
 
 __all__ = [
-    "Call", "Cast", "Cmp", "CommReducer", "ComputeOp", "Const", "Expr", "IterVar",
+    "Call", "Cast", "Cmp", "CommReducer", "ComputeOp", "Const", "Expr", "IterVar", "acos",
+    "asin", "atan", "atan2", "copysign", "cosh", "expm1", "hypot", "indexdiv", "indexmod",
+    "isfinite", "isinf", "log1p", "nearbyint", "sinh", "tan",
     "Operation", "PlaceholderOp", "Range", "Reduce", "Reducer", "Select", "Tensor",
     "TensorRead", "Var", "abs", "all", "any", "ceil", "comm_reducer", "compute", "const",
     "cos", "create_schedule", "erf", "exp", "exp2", "floor", "floordiv", "floormod", "fmod",

@@ -10,7 +10,8 @@ from . import dtype as dt
 from .expr import Call, Expr, binary, cast, convert
 
 FLOAT_UNARY = ("exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "tanh", "sigmoid",
-               "erf", "sin", "cos", "floor", "ceil", "round", "trunc")
+               "erf", "sin", "cos", "floor", "ceil", "round", "trunc", "tan", "asin", "acos",
+               "atan", "sinh", "cosh", "log1p", "expm1")
 
 
 def _float_arg(x, who: str) -> Expr:
@@ -47,6 +48,15 @@ floor = _unary("floor")
 ceil = _unary("ceil")
 round = _unary("round")
 trunc = _unary("trunc")
+tan = _unary("tan")
+asin = _unary("asin")
+acos = _unary("acos")
+atan = _unary("atan")
+sinh = _unary("sinh")
+cosh = _unary("cosh")
+log1p = _unary("log1p")
+expm1 = _unary("expm1")
+nearbyint = round  # rounds half to even in the default rounding mode, as round does
 
 
 def abs(x) -> Expr:
@@ -61,6 +71,18 @@ def isnan(x) -> Expr:
     """True where a float expression is NaN."""
     e = _float_arg(x, "isnan")
     return Call("bool", "isnan", (e,))
+
+
+def isinf(x) -> Expr:
+    """True where a float expression is +inf or -inf."""
+    e = _float_arg(x, "isinf")
+    return Call("bool", "isinf", (e,))
+
+
+def isfinite(x) -> Expr:
+    """True where a float expression is neither infinite nor NaN."""
+    e = _float_arg(x, "isfinite")
+    return Call("bool", "isfinite", (e,))
 
 
 def _float_pair(a, b, who: str) -> tuple[Expr, Expr]:
@@ -84,6 +106,24 @@ def power(a, b) -> Expr:
 
 
 pow = power
+
+
+def atan2(a, b) -> Expr:
+    """The angle of the point ``(b, a)``: ``atan(a / b)`` in the right quadrant (floats)."""
+    ea, eb = _float_pair(a, b, "atan2")
+    return Call(ea.dtype, "atan2", (ea, eb))
+
+
+def hypot(a, b) -> Expr:
+    """``sqrt(a*a + b*b)`` without undue overflow (floats)."""
+    ea, eb = _float_pair(a, b, "hypot")
+    return Call(ea.dtype, "hypot", (ea, eb))
+
+
+def copysign(a, b) -> Expr:
+    """The magnitude of ``a`` with the sign of ``b`` (floats)."""
+    ea, eb = _float_pair(a, b, "copysign")
+    return Call(ea.dtype, "copysign", (ea, eb))
 
 
 def fmod(a, b) -> Expr:

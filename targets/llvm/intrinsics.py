@@ -202,25 +202,30 @@ def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
 _LLVM_UNARY = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log10": "log10",
                "sqrt": "sqrt", "sin": "sin", "cos": "cos", "floor": "floor", "ceil": "ceil",
                "round": "roundeven", "trunc": "trunc"}
-_LIBM = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf")}
+_LIBM = {name: (name + "f", name) for name in (
+    "tanh", "erf", "tan", "asin", "acos", "atan", "sinh", "cosh", "log1p", "expm1", "atan2",
+    "hypot")}
 CALL_NAMES = tuple(_LLVM_UNARY) + tuple(_LIBM) + ("rsqrt", "sigmoid", "abs", "isnan", "pow",
-                                                  "fmod")
+                                                  "fmod", "isinf", "isfinite", "copysign")
 
 
-def _libm(b: ir.IRBuilder, name: str, x: ir.Value, dtype: str) -> ir.Value:
-    """A libm call (``tanhf``...), per lane for vectors; ``half`` goes through ``float``."""
+def _libm(b: ir.IRBuilder, name: str, xs: list, dtype: str) -> ir.Value:
+    """A libm call (``tanhf``, ``atan2f``...) on one or two arguments, per lane for vectors;
+    ``half`` goes through ``float``."""
     fname, dname = _LIBM[name]
+    x = xs[0]
     lanes = lanes_of(x)
     if dtype == "float16":
-        xf = b.fpext(x, llvm_type("float32", lanes))
+        xf = [b.fpext(v, llvm_type("float32", lanes)) for v in xs]
         return b.fptrunc(_libm(b, name, xf, "float32"), x.type)
     st = llvm_type(dtype)
-    fn = declare(b.module, fname if dtype == "float32" else dname, st, [st])
+    fn = declare(b.module, fname if dtype == "float32" else dname, st, [st] * len(xs))
     if lanes == 1:
-        return b.call(fn, [x])
+        return b.call(fn, xs)
     out = ir.Constant(x.type, ir.Undefined)
     for k in range(lanes):
-        out = b.insert_element(out, b.call(fn, [b.extract_element(x, I32(k))]), I32(k))
+        lane = [b.extract_element(v, I32(k)) for v in xs]
+        out = b.insert_element(out, b.call(fn, lane), I32(k))
     return out
 
 
@@ -252,7 +257,15 @@ def math_call(b: ir.IRBuilder, name: str, args: list, arg_dtype: str,
     if name in _LLVM_UNARY:
         return call_intrinsic(b, _LLVM_UNARY[name], [x], fastmath=fm)
     if name in _LIBM:
-        return _libm(b, name, x, arg_dtype)
+        return _libm(b, name, args, arg_dtype)
+    if name in ("isinf", "isfinite"):
+        inf = const(arg_dtype, float("inf"), lanes)
+        mag = call_intrinsic(b, "fabs", [x])
+        if name == "isinf":
+            return b.fcmp_ordered("==", mag, inf)
+        return b.fcmp_ordered("<", mag, inf)  # false for NaN and infinities
+    if name == "copysign":
+        return call_intrinsic(b, "copysign", [x, args[1]])
     if name == "rsqrt":
         return b.fdiv(one, call_intrinsic(b, "sqrt", [x], fastmath=fm), flags=fm)
     if name == "sigmoid":
