@@ -89,8 +89,8 @@ class Record:
         if not isinstance(d["target"], str) or not isinstance(d["config"], dict):
             raise ValueError("malformed target or config")
         costs = d.get("costs") or []
-        if not all(isinstance(c, (int, float)) for c in costs):
-            raise ValueError("malformed costs")
+        if not all(isinstance(c, (int, float)) and math.isfinite(c) and c > 0 for c in costs):
+            raise ValueError("malformed costs (expected positive seconds)")
         err = d.get("error")
         if err is not None and err not in ERROR_CODES:
             raise ValueError(f"unknown error code {err!r}")

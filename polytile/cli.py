@@ -31,9 +31,12 @@ class _Fail(Exception):
 
 def _int_list(text: str) -> tuple:
     try:
-        return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+        vals = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if not vals or any(v < 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected positive sizes, got {text!r}")
+    return vals
 
 
 def _positive(text: str) -> int:

@@ -17,6 +17,10 @@ Examples: ``"llvm"``, ``"llvm -mcpu=znver4"``, ``"llvm -mattr=-avx512f"``,
 
 from __future__ import annotations
 
+import functools
+import subprocess
+import sys
+
 import re
 from dataclasses import dataclass, field
 
@@ -205,6 +209,11 @@ def _parse_llvm(spec: str, opts: tuple[str, ...]) -> Target:
             fast = True
     host_cpu = _host_cpu()
     on_host = cpu is None or cpu == host_cpu
+    if not on_host and not _cpu_known(cpu):
+        raise TargetError(format_error(
+            "target", f"LLVM does not know the CPU {cpu!r} in {spec!r}",
+            "expected an LLVM CPU name such as 'znver4', 'skylake-avx512' or 'x86-64-v3'",
+            hint="llc -mcpu=help lists them; omit -mcpu for this machine's CPU"))
     if cpu is None:
         cpu = host_cpu
     if on_host:
@@ -221,6 +230,22 @@ def _parse_llvm(spec: str, opts: tuple[str, ...]) -> Target:
         features = _edit_features((), edits)
     return Target("llvm", cpu=cpu, features=features, opt_level=opt_level, fast_math=fast,
                   host=cpu == host_cpu and not edits, options=opts)
+
+
+@functools.cache
+def _cpu_known(cpu: str) -> bool:
+    """Whether LLVM can generate code for ``cpu``. Asked in a subprocess: LLVM aborts the
+    whole process (``LLVM ERROR``) on some unknown names instead of reporting them."""
+    code = ("import llvmlite.binding as l; l.initialize_native_target(); "
+            "l.initialize_native_asmprinter(); "
+            f"tm = l.Target.from_default_triple().create_target_machine(cpu={cpu!r}); "
+            "tm.emit_object(l.parse_assembly('define void @f() { ret void }'))")
+    try:
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return True  # cannot tell: let the build report what LLVM says
+    return p.returncode == 0 and "not a recognized processor" not in p.stderr
 
 
 def _parse_cuda(spec: str, opts: tuple[str, ...]) -> Target:

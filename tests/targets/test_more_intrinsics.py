@@ -68,3 +68,12 @@ def test_target_and_bindings_must_agree():
     s[C].bind(C.op.axis[0], te.thread_axis("threadIdx.x"))
     with pytest.raises(ScheduleError, match="runs on the CPU, but the schedule binds loops"):
         polytile.build(s, [A, C], target="llvm")
+
+
+def test_unknown_cpu_is_a_target_error_not_an_abort():
+    from polytile import TargetError
+
+    A = te.placeholder((4,), name="A")
+    B = te.compute((4,), lambda i: A[i] + 1.0, name="B")
+    with pytest.raises(TargetError, match="LLVM does not know the CPU 'nonsense'"):
+        polytile.build(te.create_schedule(B.op), [A, B], target="llvm -mcpu=nonsense")
