@@ -110,6 +110,9 @@ def _cmd_tune(a) -> int:
     target = tunable_target(a.target)
     if a.plot:
         _require_matplotlib()
+        parent = os.path.dirname(os.path.abspath(a.plot))
+        if not os.path.isdir(parent):
+            raise _Fail(f"--plot: directory {parent!r} does not exist")
     trials = a.trials or DEFAULT_TRIALS
     budget = a.timeout_total
     if a.trials is None and budget is None:

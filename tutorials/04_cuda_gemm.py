@@ -6,7 +6,7 @@ memory by the threads of a block; (3) each thread computes a register tile of ou
 shared memory, with a strided thread layout so that warps read contiguous shared memory.
 Every step prints TFLOP/s and the ratio to cuBLAS (through torch, tensor cores off) in the
 same run. Run: ``python tutorials/04_cuda_gemm.py [--n 4096]`` on a machine with an NVIDIA
-GPU; without one, ``--print-source`` still shows the generated CUDA C.
+GPU; without one it only builds (as ``--no-run``), and ``--print-source`` shows the CUDA C.
 """
 
 from __future__ import annotations
@@ -118,6 +118,9 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     n = args.n
     ref_tflops = None
+    if not args.no_run and not _have_gpu():
+        print("no CUDA device: building only")
+        args.no_run = True
     if not args.no_run:
         a = np.random.default_rng(0).uniform(-1, 1, (n, n)).astype("float32")
         b = np.random.default_rng(1).uniform(-1, 1, (n, n)).astype("float32")
@@ -144,14 +147,24 @@ def main(argv=None) -> None:
         print(f"{title:34s} {tflops:7.2f} TFLOP/s  {ratio}  (lower+build {t_build:.2f} s)")
 
 
+def _have_gpu() -> bool:
+    try:
+        from polytile.targets.cuda.runtime import device_count
+
+        return device_count() > 0
+    except Exception:  # no cuda-python, no driver
+        return False
+
+
 def _cublas(a: np.ndarray, b: np.ndarray):
     """cuBLAS fp32 (tensor cores off) through torch: (TFLOP/s or None, float64 reference)."""
-    ref = (a.astype("float64") @ b.astype("float64")).astype("float32")
     try:
         import torch
     except ImportError:
         print("torch not installed: no cuBLAS anchor")
-        return None, ref
+        return None, (a.astype("float64") @ b.astype("float64")).astype("float32")
+    ref = (torch.from_numpy(a).cuda().double() @ torch.from_numpy(b).cuda().double()).float()
+    ref = ref.cpu().numpy()
     torch.backends.cuda.matmul.allow_tf32 = False
     ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
     for _ in range(3):
