@@ -59,6 +59,18 @@ def leaf_affines(stage: Stage, names: dict, ranges: dict) -> dict:
     return aff
 
 
+def consumed_by(stage: Stage) -> dict:
+    """For each iteration variable that is no loop any more, the relation that replaced
+    it (the split of a parent, the fuse of an outer or inner variable)."""
+    made_by: dict = {}
+    for rel in stage.relations:
+        if isinstance(rel, Split):
+            made_by[rel.parent] = rel
+        else:
+            made_by[rel.outer] = made_by[rel.inner] = rel
+    return made_by
+
+
 def padded_box(p: StagePlan, kind: str) -> isl.Set:
     """The points of the own dimensions that the full boxes of the stage's loops cover
     (the image of the loop box under the inverse loop map)."""
@@ -66,12 +78,7 @@ def padded_box(p: StagePlan, kind: str) -> isl.Set:
     roots = p.root_axes if kind == "update" else list(st.op.axis)
     leaves = [p.leaves[k] for k in p.stmt_loops(kind)]
     lname = {iv: f"l{k}" for k, iv in enumerate(leaves)}
-    made_by: dict = {}
-    for rel in st.relations:
-        if isinstance(rel, Split):
-            made_by[rel.parent] = rel
-        else:
-            made_by[rel.outer] = made_by[rel.inner] = rel
+    made_by = consumed_by(st)
 
     def expr(iv) -> str:
         if iv in lname:

@@ -21,6 +21,7 @@ from polytile.te.expr import IterVar, Range, Reduce, TensorRead, Var, logical_an
 from polytile.te.tensor import ComputeOp, Tensor
 from polytile.te.visitor import substitute
 
+from .loopmap import consumed_by
 from .relations import Split
 
 if TYPE_CHECKING:
@@ -35,12 +36,7 @@ def _fail(what: str, expected: str | None = None, **ctx):
 def _root_values(stage: Stage, leaf_vars: dict) -> dict:
     """Each root reduce axis as an expression of the reduce leaves (``leaf_vars``: leaf
     IterVar -> expression), inverting split and fuse."""
-    made_by: dict = {}
-    for rel in stage.relations:
-        if isinstance(rel, Split):
-            made_by[rel.parent] = rel
-        else:
-            made_by[rel.outer] = made_by[rel.inner] = rel
+    made_by = consumed_by(stage)
 
     def value(iv):
         if iv in leaf_vars:
