@@ -88,19 +88,27 @@ def conv2d_nchw(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
     cfg.define_annotate("unroll", [f1, y1], policy="try_unroll", default=["unroll", "unroll"])
     cfg["unroll"].apply(s, C, [f1, y1])
     s[C].vectorize(x1)
-    cfg.define_knob("parallel", ["n.co", "n.co.oh"], default="n.co")
-    if cfg["parallel"].val == "n.co":
-        s[C].parallel(s[C].fuse(n, f0))
+    _parallel_and_padding(cfg, s, C, (n, f0, y0), "n.co", Ap, pad)
+    return s, [A, Wt, C]
+
+
+def _parallel_and_padding(cfg, s, T, axes, name: str, Ap, pad: int) -> None:
+    """Knobs shared by the convolutions: parallelise the fused batch and channel loops
+    (``name``), or those and the output-row tiles (``name.oh``); inline the padding stage
+    or compute it in parallel over batch and channels."""
+    n, ch, y0 = axes
+    cfg.define_knob("parallel", [name, f"{name}.oh"], default=name)
+    if cfg["parallel"].val == name:
+        s[T].parallel(s[T].fuse(n, ch))
     else:
-        s[C].parallel(s[C].fuse(n, f0, y0))
+        s[T].parallel(s[T].fuse(n, ch, y0))
     cfg.define_knob("inline_pad", [False, True], default=False)
     if pad:
         if cfg["inline_pad"].val:
             s[Ap].compute_inline()
         else:
-            pn, pc, py, px = Ap.op.axis
+            pn, pc, _, _ = Ap.op.axis
             s[Ap].parallel(s[Ap].fuse(pn, pc))
-    return s, [A, Wt, C]
 
 
 def _dw_flops(N, C, H, W, KH, KW, stride, pad):
@@ -134,18 +142,7 @@ def depthwise_conv2d_nchw(N, C, H, W, KH, KW, stride, pad, dtype: str = "float32
     cfg.define_annotate("unroll", [ry, rx], policy="try_unroll", default=["unroll", "unroll"])
     cfg["unroll"].apply(s, D, [ry, rx])
     s[D].vectorize(x1)
-    cfg.define_knob("parallel", ["n.c", "n.c.oh"], default="n.c")
-    if cfg["parallel"].val == "n.c":
-        s[D].parallel(s[D].fuse(n, c))
-    else:
-        s[D].parallel(s[D].fuse(n, c, y0))
-    cfg.define_knob("inline_pad", [False, True], default=False)
-    if pad:
-        if cfg["inline_pad"].val:
-            s[Ap].compute_inline()
-        else:
-            pn, pc, py, px = Ap.op.axis
-            s[Ap].parallel(s[Ap].fuse(pn, pc))
+    _parallel_and_padding(cfg, s, D, (n, c, y0), "n.c", Ap, pad)
     return s, [A, Wt, D]
 
 

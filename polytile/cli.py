@@ -491,9 +491,5 @@ def main(argv=None) -> int:
         return EXIT_ERROR
 
 
-def _entry() -> None:  # pragma: no cover
-    sys.exit(main())
-
-
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

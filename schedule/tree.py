@@ -115,12 +115,6 @@ def stmts_below(n) -> list[PolyStmt]:
     return out
 
 
-def _nominal(node: LoopNode) -> tuple[int, int]:
-    """(min, extent) of a loop's full range: root axes keep their min, derived ones start
-    at 0."""
-    return node.plan.ranges[node.iter_var]
-
-
 def _present(node: LoopNode, ancestors: list) -> isl.Set:
     """Values ``[t0..t_v]`` of the loops down to ``node`` that its own stage executes."""
     out = None
@@ -144,7 +138,7 @@ def _choose_isolation(node: LoopNode, ancestors: list) -> tuple[int, isl.Set] | 
     """
     v = len(ancestors)
     present = _present(node, ancestors)
-    lo, ext = _nominal(node)
+    lo, ext = node.plan.ranges[node.iter_var]  # derived loops start at 0
     prefix = present.project_out(isl.dim_type.set, v, 1)
     names = ", ".join(f"t{k}" for k in range(v + 1))
     box = prefix.insert_dims(isl.dim_type.set, v, 1).intersect(

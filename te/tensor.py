@@ -11,7 +11,7 @@ import inspect
 from dataclasses import dataclass, field
 
 from . import dtype as dt
-from .expr import (Const, Expr, ExprOp, IterVar, Range, Reduce, TensorRead, Var, building_body,
+from .expr import (Expr, ExprOp, IterVar, Range, Reduce, TensorRead, Var, building_body,
                    convert)
 from .visitor import collect
 
@@ -322,9 +322,3 @@ def _broadcast_binary(op: str, a, b) -> Tensor:
     names = [x.name for x in (a, b) if isinstance(x, Tensor)]
     return compute(tuple(out) if out else (1,), lambda *i: binary(op, read(a, i), read(b, i)),
                    name=f"T_{op}_{'_'.join(names)}")
-
-
-def is_const_int(e, value: int | None = None) -> bool:
-    """True when ``e`` is an integer constant (equal to ``value`` if given)."""
-    return isinstance(e, Const) and not isinstance(e.value, (bool, float)) and (
-        value is None or e.value == value)
