@@ -283,7 +283,11 @@ def make_store(st: PolyStmt, idx: dict, model: Model) -> Stmt:
         if red.condition is not None and p.where is None:
             where = body.visit(red.condition)
             body.guards.append(where)
-        out = Store(buf, widx, red.combiner.combine(acc, body.visit(red.source)))
+        src = body.visit(red.source)
+        if src.dtype != acc.dtype:
+            # rfactor's final reduction reads float32 partials of a float16 reduction
+            src = Cast(acc.dtype, src)
+        out = Store(buf, widx, red.combiner.combine(acc, src))
         if where is not None:
             body.guards.pop()
             out = IfThenElse(where, seq(*body.checks, out), None)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polytile.errors import ScheduleError, format_error
+from polytile.te.algebra import reorder_violation
 
 from . import isl_util as iu
 from .model import LoopNode, Model, PolyStmt, StagePlan
@@ -167,11 +168,15 @@ def _check_order(model: Model, deps: dict) -> None:
         d = deps[id(p)]
         if d is None:
             continue
-        # dependences among update instances are those of a commutative, associative
-        # reduction: any order of the updates computes the same value
-        upd = p.stmts[1]
-        other = iu.tuple_str(upd.name, [f"o{k}" for k in range(len(upd.dims))])
-        d = d.subtract(isl.UnionMap(f"{{ {upd.tuple()} -> {other} }}"))
+        # dependences among update instances are those of a reduction whose fold does not
+        # depend on the order of its values (te.sum/max/min, any commutative and
+        # associative combiner): any order of the updates computes the same value. A
+        # user combiner such as Horner's `2 * x + y` keeps them, so reorder is checked.
+        unordered = reorder_violation(p.body.combiner)
+        if unordered is None:
+            upd = p.stmts[1]
+            other = iu.tuple_str(upd.name, [f"o{k}" for k in range(len(upd.dims))])
+            d = d.subtract(isl.UnionMap(f"{{ {upd.tuple()} -> {other} }}"))
         width = max(len(vec[st]) for st in p.stmts)
         t = None
         for st in p.stmts:
@@ -184,7 +189,10 @@ def _check_order(model: Model, deps: dict) -> None:
         if not back.is_empty():
             bad = d.intersect(t.apply_range(isl.UnionMap.from_map(isl.Map.lex_ge(sp)))
                               .apply_range(t.reverse()))
+            hint = None if unordered is None else (
+                f"the combiner {p.body.combiner.name!r} is order-dependent ({unordered}), so "
+                f"the reduction loops must keep their order")
             raise ScheduleError(format_error(
                 "reorder", f"the loop order of stage {p.name!r} runs a dependent instance "
                 f"before its source", "every dependence must point forward",
-                Violating_pair=_pair(bad, model.stmts)))
+                Violating_pair=_pair(bad, model.stmts), hint=hint))

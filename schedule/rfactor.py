@@ -6,8 +6,21 @@ and its use for cross-thread reductions on GPUs.
     BF[ki, i] = sum_ko A[i, ko * f + ki]      (ki becomes a spatial axis of BF)
     B[i]      = sum_ki BF[ki, i]              (B now reduces over one new axis)
 
-so the partial sums over ``ko`` can run in parallel over ``ki``. When the split leaves a
-ragged tail, the partial reduction keeps only the in-range ``k`` (a ``where`` condition).
+so the partial sums over ``ko`` can run in parallel over ``ki``. Exactness rules:
+
+* Every loop of ``BF`` runs from 0 or from its reduce axis' minimum; a root axis
+  ``k in [lo, hi)`` is rebuilt as ``lo + ...`` whichever loop is factored.
+* A ragged split (``outer * f + inner`` past the parent's extent, at any depth: a split of
+  a split's inner loop would otherwise visit points twice) adds a condition to the partial
+  reduction (a ``where``, or a ``select`` when no reduce loop is left), before the user's
+  ``where``; reads stay guarded, so window offsets past the window are never read.
+* ``factor_axis`` counts from the end when negative (TVM, Python).
+* The combiner must be commutative and associative with an identity
+  (:func:`polytile.te.algebra.rfactor_violation`); otherwise rfactor refuses.
+* Partials of a float16/bfloat16 reduction that rounds (all but max/min) are float32; the
+  final reduction reads them unrounded and combines them in its accumulator.
+* Stages computed at a reduction loop move with that loop into ``BF``.
+
 Reference: TVM's ``Schedule::rfactor``; Suriana et al., "Parallel associative reductions
 in Halide" (CGO 2017).
 """
@@ -17,7 +30,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from polytile.errors import ScheduleError, format_error
-from polytile.te.expr import IterVar, Range, Reduce, TensorRead, Var, logical_and
+from polytile.te.algebra import is_selection, rfactor_violation
+from polytile.te.expr import (CommReducer, IterVar, Range, Reduce, TensorRead, Var, cast,
+                              logical_and, select)
 from polytile.te.tensor import ComputeOp, Tensor
 from polytile.te.visitor import substitute
 
@@ -33,89 +48,163 @@ def _fail(what: str, expected: str | None = None, **ctx):
     raise ScheduleError(format_error("rfactor", what, expected, **ctx))
 
 
-def _root_values(stage: Stage, leaf_vars: dict) -> dict:
-    """Each root reduce axis as an expression of the reduce leaves (``leaf_vars``: leaf
-    IterVar -> expression), inverting split and fuse."""
+def stage_of(sch: Schedule, tensor) -> Stage:
+    """The stage of ``tensor``, refused in rfactor's words when it has none."""
+    try:
+        return sch[tensor]
+    except ScheduleError:
+        _fail(f"tensor {getattr(tensor, 'name', tensor)!r} is not part of this schedule",
+              "rfactor a reduction reachable from the schedule's outputs")
+
+
+def _root_values(stage: Stage, leaf_vals: dict) -> tuple[dict, list]:
+    """Each root reduce axis as an expression of the reduce leaves, inverting split and
+    fuse, and the conditions under which those values are real iterations.
+
+    ``leaf_vals`` maps each reduce leaf to an expression of its *value* (a root axis runs
+    over ``[dom.min, dom.min + extent)``, a derived one from 0). A ragged split lets
+    ``outer * factor + inner`` pass the parent's extent; that value is no iteration of the
+    parent (past a root's range, or a duplicate of another split's point), so it gets a
+    condition ``value < min + extent``. Leaves are in range by construction, and fuse
+    maps an in-range value to in-range parts, so ragged splits are the only source.
+    """
     made_by = consumed_by(stage)
+    conds: list = []
+    memo: dict = {}
 
     def value(iv):
-        if iv in leaf_vars:
-            return leaf_vars[iv]
+        if iv in leaf_vals:
+            return leaf_vals[iv]
+        if iv in memo:
+            return memo[iv]
         rel = made_by[iv]
-        lo = iv.dom.min if iv in stage.op.reduce_axis else 0
+        lo = iv.dom.min
         if isinstance(rel, Split):
-            return value(rel.outer) * stage.extent_of(rel.inner) + value(rel.inner) + lo
-        e_in = stage.extent_of(rel.inner)
-        fused = value(rel.fused)
-        return (fused // e_in if iv is rel.outer else fused % e_in) + lo
+            f = rel.factor
+            v = value(rel.outer) * f + value(rel.inner)
+            v = v + lo if lo else v
+            if stage.extent_of(rel.outer) * f != stage.extent_of(iv):
+                conds.append(v < lo + stage.extent_of(iv))
+        else:
+            e_in = stage.extent_of(rel.inner)
+            fused = value(rel.fused)
+            v = fused // e_in if iv is rel.outer else fused % e_in
+            v = v + lo if lo else v
+        memo[iv] = v
+        return v
 
-    return {iv: value(iv) for iv in stage.op.reduce_axis}
+    return {iv: value(iv) for iv in stage.op.reduce_axis}, conds
+
+
+def _normalise_factor_axis(stage: Stage, factor_axis, ndim: int) -> int:
+    """``factor_axis`` in ``[0, ndim]``; negative values count from the end as in TVM
+    (``-1`` puts the factored axis last)."""
+    if isinstance(factor_axis, bool) or not isinstance(factor_axis, int):
+        _fail(f"factor_axis={factor_axis!r} for stage {stage.name!r}", "expected an int")
+    pos = factor_axis + ndim + 1 if factor_axis < 0 else factor_axis
+    if not 0 <= pos <= ndim:
+        _fail(f"factor_axis={factor_axis} is out of range for stage {stage.name!r}, whose "
+              f"partial tensor has {ndim + 1} axes",
+              f"expected {-(ndim + 1)} <= factor_axis <= {ndim}")
+    return pos
+
+
+def _check_combiner(stage: Stage, comb: CommReducer, primitive: str = "rfactor") -> None:
+    why = rfactor_violation(comb)
+    if why is not None:
+        raise ScheduleError(format_error(
+            primitive, f"the combiner {comb.name!r} of stage {stage.name!r} is not a "
+            f"commutative, associative reducer with an identity: {why}",
+            "partial reductions are combined in another order and grouping than the "
+            "sequential fold", Combiner=f"f(x, y) = {comb.result}, identity {comb.identity}",
+            hint="keep this reduction sequential, or fix te.comm_reducer's fcombine/fidentity"))
+
+
+def _partial_combiner(comb: CommReducer) -> CommReducer:
+    """The combiner of the partial reductions: float32 for a float16/bfloat16 reducer that
+    rounds (anything but max/min), so partials are not rounded before the final one."""
+    if comb.result.dtype in ("float16", "bfloat16") and not is_selection(comb) \
+            and comb.reducer is not None:
+        return comb.reducer.specialise("float32")
+    return comb
 
 
 def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Tensor:
     """Factor the reduction of ``tensor`` over its reduce loop ``axis``; see the module
-    docstring. Returns the partial-reduction tensor, whose axis ``factor_axis`` is
-    ``axis``; ``tensor`` then reduces over ``s[tensor].op.reduce_axis[0]``.
+    docstring. Returns the partial-reduction tensor ``<name>.rf``, whose axis
+    ``factor_axis`` (negative: counted from the end) runs over ``axis``'s loop;
+    ``tensor`` then reduces over ``s[tensor].op.reduce_axis[0]``.
+
+    Partials of a float16/bfloat16 reduction other than max/min are float32 (the final
+    reduction reads them unrounded). The factored loop runs from 0; the loop of a root
+    reduce axis ``k`` in ``[lo, hi)`` stands for ``k = lo + v``.
 
     Raises
     ------
     ScheduleError
-        If ``axis`` is not a reduce loop of the stage, the stage is not a reduction, or
-        its reduce loops are already annotated or have stages attached.
+        If ``axis`` is not a reduce loop of the stage, the stage is not a reduction, its
+        reduce loops are already annotated, ``factor_axis`` is out of range, or the
+        combiner is not commutative and associative with an identity; each message names
+        rfactor, the stage and the loop or combiner.
     """
-    stage = sch[tensor]
+    stage = stage_of(sch, tensor)
     op = stage.op
     if not isinstance(op, ComputeOp) or not op.reduce_axis:
         _fail(f"stage {stage.name!r} is not a reduction", "rfactor a te.sum/max/min stage")
+    if not isinstance(axis, IterVar):
+        _fail(f"axis {axis!r} of stage {stage.name!r} is not an IterVar",
+              "pass one of its reduction loops, such as s[B].op.reduce_axis[0] or a result "
+              "of split")
     stage._leaf("rfactor", axis)
     if axis.iter_type != "reduce":
         _fail(f"{axis.name!r} is a spatial loop of stage {stage.name!r}",
               "pass one of its reduction loops")
     red_leaves = [iv for iv in stage.leaf_iter_vars if iv.iter_type == "reduce"]
     for iv in red_leaves:
-        if iv in stage.annotations or stage._attached_at(iv):
-            _fail(f"reduction loop {iv.name!r} of stage {stage.name!r} is annotated or has "
-                  f"a stage computed at it", "rfactor before annotating the reduction loops")
+        if iv in stage.annotations:
+            _fail(f"reduction loop {iv.name!r} of stage {stage.name!r} is annotated "
+                  f"{stage.annotations[iv]!r}", "rfactor before annotating the reduction loops")
+    # stages computed at a reduction loop follow the loop into the partial stage
+    moved = [(st, iv) for iv in red_leaves for st in stage._attached_at(iv)]
     ndim = len(op.axis)
-    if not 0 <= factor_axis <= ndim:
-        _fail(f"factor_axis={factor_axis}", f"0 <= factor_axis <= {ndim}")
+    factor_axis = _normalise_factor_axis(stage, factor_axis, ndim)
     body: Reduce = op.body[0]
+    _check_combiner(stage, body.combiner)
+    part = _partial_combiner(body.combiner)
+    pdt = part.result.dtype
     # the partial-reduction op: spatial axes (copies) with `axis` inserted, other leaves reduce
     spatial = [IterVar(Var("int32", iv.var.name, True), iv.dom, "data_par") for iv in op.axis]
     fax = IterVar(Var("int32", axis.name, True), Range(0, stage.extent_of(axis)), "data_par")
     spatial.insert(factor_axis, fax)
     others = [iv for iv in red_leaves if iv is not axis]
-    new_red = [IterVar(Var("int32", iv.name, True),
-                       Range(iv.dom.min if iv in op.reduce_axis else 0, stage.extent_of(iv)),
+    new_red = [IterVar(Var("int32", iv.name, True), Range(iv.dom.min, stage.extent_of(iv)),
                        "reduce") for iv in others]
-    leaf_vars = {axis: fax.var}
-    leaf_vars.update({iv: nr.var for iv, nr in zip(others, new_red)})
-    roots = _root_values(stage, leaf_vars)
+    leaf_vals = {axis: fax.var + axis.dom.min if axis.dom.min else fax.var}
+    leaf_vals.update({iv: nr.var for iv, nr in zip(others, new_red)})
+    roots, conds = _root_values(stage, leaf_vals)
     mapping = {iv.var: e for iv, e in roots.items()}
     mapping.update({a.var: b.var for a, b in
                     zip(op.axis, [s for s in spatial if s is not fax])})
-    source = substitute(body.source, mapping)
-    conds = [] if body.condition is None else [substitute(body.condition, mapping)]
-    for iv, e in roots.items():
-        if iv not in leaf_vars:  # derived: may overshoot the range on a ragged tail
-            conds += [e >= iv.dom.min, e < iv.dom.min + iv.dom.extent]
+    source = cast(substitute(body.source, mapping), pdt)
+    if body.condition is not None:
+        # after the range conditions: the where= may read only in-range iterations
+        conds.append(substitute(body.condition, mapping))
     cond = logical_and(*conds) if conds else None
     if new_red:
-        rf_body = Reduce(body.dtype, body.combiner, source, tuple(new_red), cond, None)
+        rf_body = Reduce(pdt, part, source, tuple(new_red), cond, None)
     elif cond is not None:
-        from polytile.te.expr import select
-
-        rf_body = select(cond, source, body.combiner.identity)
+        rf_body = select(cond, source, part.identity)
     else:
         rf_body = source
     rf = ComputeOp(name=f"{op.name}.rf", tag=op.tag, attrs=op.attrs, axis=tuple(spatial),
                    reduce_axis=tuple(new_red), body=(rf_body,))
     rf_t = rf.output(0)
-    # the final reduction over the factored axis
+    # the final reduction over the factored axis; it reads the partials in their own
+    # (possibly wider) dtype and combines them in the accumulator's
     r = IterVar(Var("int32", f"{axis.name}.v", True), Range(0, stage.extent_of(axis)), "reduce")
     idx = [iv.var for iv in op.axis]
     idx.insert(factor_axis, r.var)
-    final = Reduce(body.dtype, body.combiner, TensorRead(body.dtype, rf_t, tuple(idx)), (r,),
+    final = Reduce(body.dtype, body.combiner, TensorRead(pdt, rf_t, tuple(idx)), (r,),
                    None, body.init)
     new_op = ComputeOp(name=op.name, tag=op.tag, attrs=op.attrs, axis=op.axis,
                        reduce_axis=(r,), body=(final,))
@@ -129,7 +218,11 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
                        if (rel.parent if isinstance(rel, Split) else rel.outer).iter_type
                        != "reduce"]
     stage.all_iter_vars = [iv for iv in stage.all_iter_vars if iv.iter_type != "reduce"] + [r]
-    sch._add_stage(rf, before=stage)
+    rst = sch._add_stage(rf, before=stage)
+    loop_of = dict(zip(others, new_red))
+    loop_of[axis] = fax
+    for st, iv in moved:
+        st.attach_stage, st.attach_ivar = rst, loop_of[iv]
     return rf_t
 
 
@@ -139,16 +232,24 @@ def lower_cross_thread_reductions(sch: Schedule) -> Schedule:
     loop, bound to the same index) and a final reduction run by thread 0 of the index.
     Works on a copy; the user's schedule is unchanged.
 
+    Both of TVM's forms work: binding a loop of the reduction itself (``split(k)``, bind
+    ``k.inner``), and the explicit one, ``BF = s.rfactor(B, ki)``, binding
+    ``s[B].op.reduce_axis[0]`` and ``s[BF].compute_at(s[B], s[B].op.reduce_axis[0])``:
+    ``BF`` then moves with the bound loop into the shared partial stage, so each thread
+    computes its own partial in registers.
+
     Raises
     ------
     ScheduleError
-        When the reduction loops are not innermost, or a spatial loop of the stage is bound
-        to a thread index too (only block indices may map its spatial loops).
+        When the reduction loops are not innermost, a spatial loop of the stage is bound
+        to a thread index too (only block indices may map its spatial loops), the combiner
+        is not commutative and associative, or another reduction loop is annotated.
     """
     targets = []
     for st in sch.stages:
         for iv, kind in st.annotations.items():
-            if (kind.startswith("bind:threadIdx") and iv.iter_type == "reduce"):
+            if (kind.startswith("bind:threadIdx") and iv.iter_type == "reduce"
+                    and st.name not in targets):
                 targets.append(st.name)
     if not targets:
         return sch
@@ -177,8 +278,14 @@ def lower_cross_thread_reductions(sch: Schedule) -> Schedule:
             raise ScheduleError(format_error(
                 "bind", f"stage {name!r} has no spatial loop around its cross-thread "
                 f"reduction", "keep at least one spatial loop (bound to blockIdx)"))
+        _check_combiner(st, st.op.body[0].combiner, "bind")
         del st.annotations[iv]
-        rf = rfactor(sch, st.op.output(0), iv, 0)
+        try:
+            rf = rfactor(sch, st.op.output(0), iv, 0)
+        except ScheduleError as ex:
+            raise ScheduleError(format_error(
+                "bind", f"the cross-thread reduction of stage {name!r} over {iv.name!r} "
+                f"(bound to {tag!r}) cannot be lowered: {ex}")) from None
         rst = sch[rf]
         rst.scope = "shared"
         rst.compute_at(st, st.leaf_iter_vars[first_red - 1])

@@ -99,9 +99,9 @@ class Schedule:
     def rfactor(self, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Tensor:
         """Factor the reduction of ``tensor`` over its reduce loop ``axis`` into partial
         reductions; see :func:`polytile.schedule.rfactor.rfactor`."""
-        from .rfactor import rfactor
+        from .rfactor import rfactor, stage_of
 
-        st = self[tensor]
+        st = stage_of(self, tensor)
         iv = ("iv", st._index_of(axis), axis.name) if isinstance(axis, IterVar) else axis
         out = rfactor(self, tensor, axis, factor_axis)
         self.trace.append(Step("rfactor", st.name, (iv, factor_axis)))

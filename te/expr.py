@@ -320,6 +320,9 @@ class CommReducer:
     rhs: Var
     result: Expr
     identity: Expr
+    #: the dtype-generic ``te.comm_reducer`` this was specialised from (``None`` if built
+    #: by hand); lets a schedule re-specialise it, e.g. to accumulate float16 in float32
+    reducer: Any = None
 
     def combine(self, acc: Expr, value: Expr) -> Expr:
         """The combiner applied to two expressions."""

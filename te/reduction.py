@@ -33,7 +33,7 @@ class Reducer:
         if not isinstance(identity, Const):
             raise TypeError(f"comm_reducer {self.name!r}: identity for {dtype} is {identity}; "
                             f"expected a constant")
-        return CommReducer(self.name, lhs, rhs, result, cast(identity, dtype))
+        return CommReducer(self.name, lhs, rhs, result, cast(identity, dtype), self)
 
     def __call__(self, expr, axis=None, where=None, init=None, *args):
         if args or (where is not None and not isinstance(where, ExprOp)):
