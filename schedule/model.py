@@ -193,6 +193,7 @@ class Model:
     params: list                     # PrimFunc params (Buffer or Var), in args order
     stage_of: dict                   # id(Operation) -> Stage
     padded: bool = False
+    rolled: set = field(default_factory=set)  # keys of unroll loops kept rolled (limits.py)
 
     def buffer_of(self, t: Tensor) -> Buffer:
         return self.buffers[self.stage_of[id(t.op)]]
