@@ -108,6 +108,7 @@ class StagePlan:
     lo: isl.PwMultiAff | None = None  # region origin per prefix (attached stages)
     where: str | None = None          # the reduction's where= condition, when affine (isl)
     region: tuple = ()                # the region's box extents (attached stages)
+    stride: tuple = ()                # per tensor dimension: the region's lattice step
     footprint: isl.Map | None = None  # prefix -> region (attached stages)
     exact_region: isl.Map | None = None  # prefix -> elements really read
 
