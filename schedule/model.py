@@ -16,7 +16,8 @@ loops that enclose it), exactly the region ``x`` its consumers read there: the i
 their accesses under the reversed prefix map (Tiramisu's ``compute_needed_and_produced``).
 As in TVM, its loops iterate over that region *relative to its origin*:
 ``y = x - lo(p)``, ``0 <= y < extent`` (the region's bounding box), which is also the
-index into its buffer. A ``shared`` buffer is relaxed over thread indices: its region is
+index into its buffer; a strided region is compacted, ``y = (x - lo(p)) / stride``
+(``attach.py``). A ``shared`` buffer is relaxed over thread indices: its region is
 the union over the threads of a block.
 
 On GPUs (``padded=True``) every statement iterates over the full boxes of its loops, and
