@@ -42,6 +42,23 @@ class TuneError(PolytileError):
     """A tuning run cannot proceed (bad template, unreadable records, ...)."""
 
 
+class PolytileWarning(UserWarning):
+    """A schedule was accepted with a fallback (a resource limit was reached); the message
+    names the primitive, stage and loop, what was done instead and a hint."""
+
+
+def warn(message: str) -> None:
+    """Issue a :class:`PolytileWarning` attributed to the first caller outside polytile
+    (the user's ``lower``/``build`` call), whatever the depth of the call inside it."""
+    import sys
+    import warnings
+
+    level, frame = 2, sys._getframe(1)   # stacklevel 2 is the caller of warn()
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("polytile"):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, PolytileWarning, stacklevel=level)
+
+
 class InternalError(PolytileError):
     """A bug in polytile itself: please report it with the schedule that triggered it."""
 

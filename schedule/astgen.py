@@ -177,6 +177,8 @@ class _Converter:
         kind, pragmas = "serial", ()
         if loop is not None:
             kind = _KIND.get(loop.annotation, "serial")
+            if loop.key in self.model.rolled:
+                kind = "serial"
             pragmas = tuple(k for k, _ in loop.plan.stage.pragmas.get(loop.iter_var, ()))
         return For(v, init, extent, kind, body, step, pragmas)
 

@@ -6,9 +6,18 @@ their accesses under the reversed prefix map (exact, halos and ragged tiles incl
 isl manual, "Basic Operations"; Tiramisu's ``compute_needed_and_produced``). The region's
 bounding box is its buffer; its loops iterate relative to the region's origin ``lo(p)``.
 A ``shared`` buffer is relaxed over thread indices (one region per block).
+
+Strided regions are compacted: when, in tensor dimension ``q``, every element read at a
+prefix lies on ``lo_q(p) + s*Z`` for a constant stride ``s > 1`` (isl's range stride
+information, e.g. ``B[i + 5*j]`` for ``j < 3`` reads ``i, i+5, i+10``), the buffer keeps
+one element per lattice point: tensor index ``x`` is buffer index ``(x - lo_q(p)) / s``
+and the stage's axis ``q`` iterates over ``y`` with ``x = lo_q(p) + s*y``. The buffer then
+holds 3 elements instead of the 11 of the hull.
 """
 
 from __future__ import annotations
+
+import math
 
 import islpy as isl
 
@@ -88,7 +97,7 @@ def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
     root = {iv: (iv.dom.min, iv.dom.extent) for iv in p.root_axes}
     if p.attach is not None:
         _region(p, consumers, padded)
-        ext = _extents(p.footprint, p.lo, len(p.axis_vars))
+        ext = _extents(p.footprint, p.lo, p.stride)
         p.region = tuple(ext)
         for iv, e in zip(op.axis, ext):
             root[iv] = (0, e)
@@ -125,8 +134,7 @@ def _domain(p: StagePlan, st: PolyStmt, padded: bool) -> None:
         exact = isl.Set(f"{{ {st.tuple()} : {_own_exact(p, st.kind)} }}")
         st.axis_map = isl.PwMultiAff(f"{{ {st.tuple()} -> AX[{', '.join(own)}] }}")
     else:
-        rel = p.exact_region.reset_tuple_id(isl.dim_type.out).sum(
-            isl.Map.from_pw_multi_aff(p.lo.neg()))
+        rel = _offsets(p.exact_region, p.lo).apply_range(_compaction(p.stride))
         flat = rel.wrap().flatten()
         if st.kind == "update":
             src = [f"z{k}" for k in range(m + na)]
@@ -137,7 +145,8 @@ def _domain(p: StagePlan, st: PolyStmt, padded: bool) -> None:
         exact = flat.set_tuple_name(st.name)
         proj = isl.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(st.dims[:m])}] }}")
         lo = p.lo.pullback_pw_multi_aff(proj)
-        y = isl.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(own[:na])}] }}")
+        y = isl.PwMultiAff(f"{{ {st.tuple()} -> "
+                           f"[{', '.join(f'{s}*{d}' for s, d in zip(p.stride, own[:na]))}] }}")
         x = y.add(lo)
         if st.kind == "update":
             x = x.flat_range_product(isl.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(own[na:])}] }}"))
@@ -203,6 +212,47 @@ def _region(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
         one = isl.PwMultiAff.from_pw_aff(p.footprint.dim_min(q))
         lo = one if lo is None else lo.flat_range_product(one)
     p.lo = lo
+    p.stride = tuple(_stride(p.footprint, lo, q) for q in range(nx))
+
+
+def _offsets(region: isl.Map, lo: isl.PwMultiAff) -> isl.Map:
+    """``p -> x - lo(p)``: the positions of a region relative to its origin."""
+    return region.reset_tuple_id(isl.dim_type.out).sum(isl.Map.from_pw_multi_aff(lo.neg()))
+
+
+def _stride(footprint: isl.Map, lo: isl.PwMultiAff, q: int) -> int:
+    """The lattice step of dimension ``q`` of the region (1 when it is not strided): the
+    gcd of the offsets ``x_q - lo_q(p)`` over all prefixes (0 is one of them), from the
+    stride and offset isl finds in each piece (reads ``i``, ``i+4``, ``i+8`` are three
+    pieces; ``i + 5*j`` one piece with stride 5); checked on the whole set."""
+    rel = _offsets(footprint, lo).range()
+    n = rel.dim(isl.dim_type.set)
+    line = rel.project_out(isl.dim_type.set, q + 1, n - q - 1).project_out(
+        isl.dim_type.set, 0, q)
+    g = 0
+    for piece in line.get_basic_sets():
+        one = isl.Set.from_basic_set(piece)
+        v = one.plain_get_val_if_fixed(isl.dim_type.set, 0)
+        if v.is_int():
+            g = math.gcd(g, v.to_python())
+            continue
+        info = one.get_stride_info(0)
+        s, off = info.get_stride(), info.get_offset().get_constant_val()
+        if not (s.is_int() and off.is_int()):
+            return 1
+        g = math.gcd(g, s.to_python(), off.to_python())
+    if g <= 1:
+        return 1
+    lattice = isl.Set(f"{{ [z] : exists (e : z = {g}*e) }}")
+    return g if line.is_subset(lattice) else 1
+
+
+def _compaction(stride: tuple) -> isl.Map:
+    """``[z] -> [y] : z = stride*y``: offsets in the tensor to buffer positions."""
+    zs = [f"z{k}" for k in range(len(stride))]
+    ys = [f"y{k}" for k in range(len(stride))]
+    cond = " and ".join(f"{z} = {s}*{y}" for z, y, s in zip(zs, ys, stride)) or "1 = 1"
+    return isl.Map(f"{{ [{', '.join(zs)}] -> [{', '.join(ys)}] : {cond} }}")
 
 
 def _aligned(p: StagePlan, ext: list[int]) -> tuple:
@@ -228,18 +278,18 @@ def _aligned(p: StagePlan, ext: list[int]) -> tuple:
     return tuple(shape)
 
 
-def _extents(footprint: isl.Map, lo: isl.PwMultiAff, nx: int) -> list[int]:
-    """The bounding box of the region relative to its origin, over all prefixes: the
-    largest ``x - lo(p)`` plus one per dimension (``max_val`` of ``dim_max - dim_min``
-    is refused by isl for quasi-affine pieces; the relative set's maximum is not)."""
-    rel = footprint.reset_tuple_id(isl.dim_type.out).sum(
-        isl.Map.from_pw_multi_aff(lo.neg())).range()
+def _extents(footprint: isl.Map, lo: isl.PwMultiAff, stride: tuple) -> list[int]:
+    """The bounding box of the (compacted) region relative to its origin, over all
+    prefixes: the largest ``(x - lo(p)) / stride`` plus one per dimension (``max_val`` of
+    ``dim_max - dim_min`` is refused by isl for quasi-affine pieces; the relative set's
+    maximum is not)."""
+    rel = _offsets(footprint, lo).range()
     out = []
-    for q in range(nx):
+    for q, s in enumerate(stride):
         top = rel.dim_max_val(q)
         if not top.is_int():
             raise LoweringError(f"compute_at: the region of dimension {q} is unbounded")
-        out.append(top.to_python() + 1)
+        out.append(top.to_python() // s + 1)
     return out
 
 
@@ -265,7 +315,13 @@ def _relative(acc: isl.PwMultiAff, owner: StagePlan, st: PolyStmt) -> isl.PwMult
     vals = [st.sched[j] for j in owner.prefix_dims]
     pre = isl.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
     lo = owner.lo.pullback_pw_multi_aff(pre)
-    return iu.name_range(acc.reset_tuple_id(isl.dim_type.out).sub(lo), "B")
+    rel = acc.reset_tuple_id(isl.dim_type.out).sub(lo)
+    if any(s > 1 for s in owner.stride):
+        # an exact division on the lattice: isl simplifies floor(5*j/5) to j
+        zs = [f"z{k}" for k in range(len(owner.stride))]
+        div = ", ".join(z if s == 1 else f"floor({z}/{s})" for z, s in zip(zs, owner.stride))
+        rel = isl.PwMultiAff(f"{{ [{', '.join(zs)}] -> [{div}] }}").pullback_pw_multi_aff(rel)
+    return iu.name_range(rel, "B")
 
 
 def accesses(p: StagePlan, plan_of: dict, buffers: dict) -> None:

@@ -1,7 +1,8 @@
 """``lower``: schedule -> loop IR. The pipeline is the data below, read top to bottom.
 
 1. ``build_model``: inlining, statements, iteration domains, accesses, attach footprints
-   (``model.py``), with argument and bounds checks;
+   (``model.py``), with argument and bounds checks; ``limit_unrolls`` bounds the code
+   unrolling may emit (``limits.py``);
 2. ``check_legality``: dependences of every stage on program order, and each
    reorder/fuse/parallel/vectorize checked against them (``deps.py``);
 3. ``build_schedule``: the isl schedule tree (``tree.py``);
@@ -24,6 +25,7 @@ from .astgen import generate_ast
 from .deps import check_legality
 from .gpu import check_shared_memory, kernels
 from .loop_ir import KernelLaunch, PrimFunc, seq, stmt_exprs, walk_stmts
+from .limits import limit_unrolls
 from .model import build_model
 from .passes.loops import (dedup_syncs, legalize_vector_loops, serialize_nested_parallel,
                            unroll)
@@ -32,7 +34,7 @@ from .passes.storage import allocate_intermediates, flatten_storage
 from .rfactor import lower_cross_thread_reductions
 from .schedule import Schedule
 from .tree import build_schedule
-from .validate import check_vector_extents, validate_schedule
+from .validate import validate_schedule
 
 log = logging.getLogger("polytile.lower")
 
@@ -80,7 +82,7 @@ def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = False) ->
     if gpu:
         sch = lower_cross_thread_reductions(sch)
     model = build_model(sch, args, padded=gpu)
-    check_vector_extents(model)
+    model.rolled = limit_unrolls(model)
     check_legality(model)
     if gpu:
         body = seq(*[_lower_kernel(model, k, f"{name}_kernel{i}")

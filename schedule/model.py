@@ -16,7 +16,8 @@ loops that enclose it), exactly the region ``x`` its consumers read there: the i
 their accesses under the reversed prefix map (Tiramisu's ``compute_needed_and_produced``).
 As in TVM, its loops iterate over that region *relative to its origin*:
 ``y = x - lo(p)``, ``0 <= y < extent`` (the region's bounding box), which is also the
-index into its buffer. A ``shared`` buffer is relaxed over thread indices: its region is
+index into its buffer; a strided region is compacted, ``y = (x - lo(p)) / stride``
+(``attach.py``). A ``shared`` buffer is relaxed over thread indices: its region is
 the union over the threads of a block.
 
 On GPUs (``padded=True``) every statement iterates over the full boxes of its loops, and
@@ -108,6 +109,7 @@ class StagePlan:
     lo: isl.PwMultiAff | None = None  # region origin per prefix (attached stages)
     where: str | None = None          # the reduction's where= condition, when affine (isl)
     region: tuple = ()                # the region's box extents (attached stages)
+    stride: tuple = ()                # per tensor dimension: the region's lattice step
     footprint: isl.Map | None = None  # prefix -> region (attached stages)
     exact_region: isl.Map | None = None  # prefix -> elements really read
 
@@ -193,6 +195,7 @@ class Model:
     params: list                     # PrimFunc params (Buffer or Var), in args order
     stage_of: dict                   # id(Operation) -> Stage
     padded: bool = False
+    rolled: set = field(default_factory=set)  # keys of unroll loops kept rolled (limits.py)
 
     def buffer_of(self, t: Tensor) -> Buffer:
         return self.buffers[self.stage_of[id(t.op)]]
@@ -368,8 +371,7 @@ def build_model(sch: Schedule, args, *, padded: bool = False) -> Model:
         plans.append(plan)
         plan_of[id(st)] = plan
     _check_inputs(plans, buffers)
-    for p in plans:
-        _check_in_bounds(p)
+    check_definitions(sch, stage_of)
     consumers = _consumers(plans, plan_of)
     for p in plans:
         st = p.stage
@@ -440,32 +442,73 @@ def _consumers(plans: list[StagePlan], plan_of: dict) -> dict:
     return out
 
 
-def _check_in_bounds(p: StagePlan) -> None:
-    """Every affine read of the stage's definition must stay inside its tensor, on the
-    stage's whole domain (independent of any schedule)."""
+def check_definitions(sch: Schedule, stage_of: dict) -> None:
+    """Every affine read of every compute definition must stay inside its tensor.
+
+    Runs once per ``lower`` on the definitions as written, before ``compute_inline``
+    substitutes bodies, and independent of any other schedule primitive: a read that the
+    schedule would never execute (its consumer is inlined, attached to a smaller region,
+    or split with a guard) is still refused. A read guarded by ``te.if_then_else`` or a
+    reduction's ``where=`` is checked only where its guard holds; reads whose index or
+    guard isl cannot express are left to the run-time checks.
+
+    Raises
+    ------
+    ScheduleError
+        Naming the stage, the read, the range its index takes and the tensor's extent,
+        with a first point outside.
+    """
+    for st in sch.stages:
+        if isinstance(st.op, ComputeOp):
+            _check_definition(st, stage_of)
+
+
+def _check_definition(st: Stage, stage_of: dict) -> None:
     from .attach import tensor_box
 
-    op = p.stage.op
-    names = p.own_names("update")
-    ivs = p.root_axes
-    dom = isl.Set(f"{{ AX[{', '.join(names)}] : "
+    op = st.op
+    ivs = list(op.axis) + list(op.reduce_axis)
+    names = [f"d{k}" for k in range(len(ivs))]
+    rd = _Reads({iv.var: n for iv, n in zip(ivs, names)}, stage_of)
+    for b in op.body:
+        rd.visit(b)
+    space = iu.tuple_str("AX", names)
+    dom = isl.Set(f"{{ {space} : "
                   f"{iu.box_str(names, [(iv.dom.min, iv.dom.extent) for iv in ivs])} }}")
-    for rd in p.reads:
-        if rd.indices is None or rd.guard is None:
+    for r in rd.out:
+        if r.indices is None or r.guard is None:
             continue  # not affine, or guarded by a condition isl cannot see
-        d = dom.intersect(isl.Set(f"{{ AX[{', '.join(names)}] : {rd.guard} }}")) \
-            if rd.guard else dom
-        t = rd.node.tensor
-        acc = isl.Map(f"{{ AX[{', '.join(names)}] -> T[{', '.join(rd.indices)}] }}")
-        outside = acc.intersect_domain(d).subtract_range(tensor_box(t, "T"))
+        d = dom.intersect(isl.Set(f"{{ {space} : {r.guard} }}")) if r.guard else dom
+        t = r.node.tensor
+        acc = isl.Map(f"{{ {space} -> T[{', '.join(r.indices)}] }}").intersect_domain(d)
+        outside = acc.subtract_range(tensor_box(t, "T"))
         if outside.is_empty():
             continue
-        coords = iu.point_coords(outside.wrap().sample_point(), len(names) + t.ndim)
+        # the first iteration (lexicographically) that reads outside: a stable example
+        first = outside.wrap().lexmin().sample_point()
+        coords = iu.point_coords(first, len(names) + t.ndim)
         at = ", ".join(f"{iv.var.name}={c}" for iv, c in zip(ivs, coords))
         _fail("lower", f"stage {op.name!r} reads {t.name}"
               f"[{', '.join(map(str, coords[len(names):]))}] outside its shape {t.shape} "
-              f"(at {at})", "every read must stay inside its tensor", Read=str(rd.node),
+              f"(at {at})", "every read must stay inside its tensor",
+              Read=_read_range(r, acc.range(), t),
               hint="guard padded reads with te.if_then_else")
+
+
+def _read_range(r: ReadInfo, values: isl.Set, t: Tensor) -> str:
+    """``K[k] for k in [0, 63], but K has extent 3``: the first dimension of read ``r``
+    whose index range (``values``, a set of index tuples) leaves the tensor."""
+    for q, ext in enumerate(t.shape):
+        lo, hi = values.dim_min_val(q), values.dim_max_val(q)
+        if not (lo.is_int() and hi.is_int()):
+            continue
+        lo, hi = lo.to_python(), hi.to_python()
+        if lo >= 0 and hi < ext:
+            continue
+        where = f" (dimension {q})" if t.ndim > 1 else ""
+        return (f"{r.node} for {r.node.indices[q]} in [{lo}, {hi}]{where}, but {t.name} has "
+                f"extent {ext}" + (" there" if where else ""))
+    return str(r.node)
 
 
 # the nest ---------------------------------------------------------------------------------

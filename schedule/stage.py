@@ -27,8 +27,6 @@ THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadI
 #: Pragmas understood by ``Stage.pragma``: each maps onto an annotation.
 PRAGMAS = {"unroll": "unroll", "vectorize": "vectorize", "parallel": "parallel",
            "parallel_launch_point": "parallel"}
-#: Largest extent ``vectorize`` accepts (lanes); wider loops should be split first.
-MAX_VECTOR_LANES = 64
 
 
 class Stage:
@@ -303,18 +301,34 @@ class Stage:
     def vectorize(self, iv: IterVar) -> None:
         """Run the iterations of loop ``iv`` as SIMD lanes.
 
-        The loop must be innermost when lowered, with an extent of at most
-        ``MAX_VECTOR_LANES`` (checked by ``lower``, which knows the extents of stages
-        computed inside others); it must carry no dependence (a reduction axis cannot be
-        vectorized: use rfactor). Partial tiles run as scalar loops.
+        The loop must be innermost when lowered; it must carry no dependence (a reduction
+        axis cannot be vectorized: use rfactor). Partial tiles run as scalar loops.
+
+        Limit: any constant extent is accepted. On CPUs, a loop longer than one SIMD
+        register (the target's width over the widest element the loop accesses, e.g. 16
+        float32 with AVX-512, 8 with AVX2) is strip-mined into a loop over native vectors
+        plus one narrower vector for the remainder, so that a vectorize of 1000 or 2**20
+        builds as fast as one of 16. On GPUs the loop is unrolled (``#pragma unroll`` up to
+        ``passes.loops.MAX_UNROLL`` iterations, a plain loop beyond).
         """
         self._annotate("vectorize", iv, "vectorize")
         self._record("vectorize", iv)
 
     def unroll(self, iv: IterVar) -> None:
-        """Unroll loop ``iv`` completely where its extent is a constant of at most
-        ``passes.loops.MAX_UNROLL`` (full tiles); partial tiles and longer loops stay
-        loops. Legal whenever the loop order is (unrolling keeps the order)."""
+        """Unroll loop ``iv``: one copy of its body per iteration, with constant indices.
+
+        Legal whenever the loop order is (unrolling keeps the order). Full tiles are
+        unrolled; the partial tile of a non-divisible split stays a loop.
+
+        Limits (``polytile.schedule.limits``): a loop of more than
+        ``passes.loops.MAX_UNROLL`` (256) iterations, or one whose expansion would hold
+        more than ``passes.loops.MAX_UNROLL_STMTS`` (256) statements (its iterations times
+        its body, where unrolled loops inside count expanded: nested unrolls multiply), is
+        kept as a loop, and ``lower``/``build`` issue a
+        :class:`~polytile.errors.PolytileWarning` naming the stage and loop. Inner loops
+        are served first, so among nested unrolls the outer ones stay loops. To unroll a
+        long loop partially, split it and unroll the inner part.
+        """
         self._annotate("unroll", iv, "unroll")
         self._record("unroll", iv)
 

@@ -39,25 +39,3 @@ def validate_schedule(sch: Schedule) -> None:
                         f"loop {iv.name!r} of stage {st.name!r}",
                         "attach it at an outer loop"))
 
-
-def check_vector_extents(model) -> None:
-    """Vectorized loops must have at most ``MAX_VECTOR_LANES`` iterations (their real
-    extents, known once the regions of attached stages are).
-
-    Raises
-    ------
-    ScheduleError
-        Naming the loop, its stage and extent, with a hint to split it.
-    """
-    from .stage import MAX_VECTOR_LANES
-
-    for node in model.loops.values():
-        if node.annotation != "vectorize":
-            continue
-        ext = node.plan.extent(node.iter_var)
-        if ext > MAX_VECTOR_LANES:
-            raise ScheduleError(format_error(
-                "vectorize", f"loop {node.iter_var.name!r} of stage {node.plan.name!r} has "
-                f"extent {ext}", f"at most {MAX_VECTOR_LANES} lanes",
-                hint=f"split it first: s[{node.plan.name}].split({node.iter_var.name}, "
-                     f"factor=16)"))

@@ -49,6 +49,7 @@ from .c_dialect import CXX_KEYWORDS, CDialect
 from .c_expr import CExprPrinter, strip_parens
 from .c_vector import vector_copy
 from polytile.schedule.passes.simplify import simplify_expr
+from polytile.schedule.passes.loops import MAX_UNROLL
 from .llvm.analysis import stored_buffers, used_symbols
 
 _HOST_SCOPES = ("global", "heap")
@@ -366,7 +367,9 @@ class CPrinter(CExprPrinter):
             if guard is not None:
                 self.emit(depth - 1, "}")
             return
-        if s.kind in ("unrolled", "vectorized"):
+        if s.kind in ("unrolled", "vectorized") and not (
+                isinstance(s.extent, Const) and s.extent.value > MAX_UNROLL):
+            # a full unroll of a long constant loop would stall nvcc: leave it rolled
             self.emit(depth, "#pragma unroll")
         name = self.names(s.var, s.var.name)
         t = self.d.ctype(s.var.dtype)

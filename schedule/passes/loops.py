@@ -10,6 +10,10 @@ from ..loop_ir import For, Seq, Stmt, StmtMutator, Sync, seq, walk_stmts
 #: Loops marked ``unroll`` are expanded when their extent is a constant up to this bound.
 MAX_UNROLL = 256
 
+#: The most statements one unrolled loop may expand to, counting the expansions of the
+#: unrolled loops inside it (``schedule.limits`` keeps larger ones rolled, with a warning).
+MAX_UNROLL_STMTS = 256
+
 
 class _Subst(StmtMutator):
     def __init__(self, mapping):

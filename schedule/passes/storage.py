@@ -9,8 +9,16 @@ from polytile.te.visitor import ExprMutator
 from ..loop_ir import (Allocate, Buffer, For, KernelLaunch, Load, PrimFunc, Stmt, StmtMutator,
                        Store, child_stmts, stmt_exprs, walk_stmts)
 
-#: Intermediate buffers up to this many bytes live on the stack; larger ones on the heap.
+#: Intermediate buffers up to this many bytes may live on the stack; larger ones on the heap.
 STACK_LIMIT_BYTES = 64 * 1024
+
+#: Stack bytes one native frame may use for intermediates: the function itself (run on the
+#: caller's thread) and each parallel-loop body (run on OpenMP threads). Buffers that do not
+#: fit go to the heap. The smallest common thread stacks are 2 MiB (glibc's default for
+#: threads when ``ulimit -s`` is unlimited; libgomp workers get that default unless
+#: ``OMP_STACKSIZE`` is set) and 512 KiB (macOS secondary threads); a quarter of the
+#: latter leaves room for the caller's own frames.
+STACK_BUDGET_BYTES = 128 * 1024
 
 
 def _buffers_used(s: Stmt) -> list[Buffer]:
@@ -31,8 +39,12 @@ def allocate_intermediates(func: PrimFunc) -> PrimFunc:
 
     A buffer used only inside parallel loops is allocated in the body of each of them, so
     each thread gets its own copy (privatisation of compute_at buffers); any other buffer
-    is allocated for the whole function. Scope: ``stack`` up to ``STACK_LIMIT_BYTES``, else
-    ``heap``.
+    is allocated for the whole function. Scope: ``stack`` or ``heap``. The stack holds
+    buffers of at most ``STACK_LIMIT_BYTES`` each, within a budget of
+    ``STACK_BUDGET_BYTES`` per frame: one for the function, one for each parallel loop
+    (its body runs on OpenMP threads, whose stacks may be smaller); smallest buffers first.
+    Guarantees: no frame puts more than ``STACK_BUDGET_BYTES`` of intermediates on the
+    stack, however many stages are computed inside a loop.
     """
     params = {id(p) for p in func.params}
     pending = [b for b in _buffers_used(func.body) if id(b) not in params]
@@ -54,9 +66,14 @@ def allocate_intermediates(func: PrimFunc) -> PrimFunc:
             private.add(id(b))
             for x in loops:
                 by_loop.setdefault(id(x), []).append(b)
-    final = {id(b): Buffer(b.name, b.shape, b.dtype,
-                           "stack" if b.size * dt.nbytes(b.dtype) <= STACK_LIMIT_BYTES
-                           else "heap") for b in pending}
+    # one stack budget per frame: the function's, and each parallel body's; a buffer
+    # private to several parallel loops stays on the stack only if it fits in all of them
+    frames = [[b for b in pending if id(b) not in private]] + list(by_loop.values())
+    chosen = [{id(b) for b in _fit_stack(bufs)} for bufs in frames]
+    refused = {id(b) for bufs, c in zip(frames, chosen) for b in bufs if id(b) not in c}
+    on_stack = set().union(*chosen) - refused
+    final = {id(b): Buffer(b.name, b.shape, b.dtype, "stack" if id(b) in on_stack else "heap")
+             for b in pending}
 
     class _PlaceInLoops(StmtMutator):
         def visit_For(self, s: For):
@@ -74,6 +91,24 @@ def allocate_intermediates(func: PrimFunc) -> PrimFunc:
         body = Allocate(b, body)
     body = _Rescope(final).visit(body)
     return PrimFunc(func.name, func.params, body, func.attrs)
+
+
+def _fit_stack(bufs: list) -> list:
+    """The buffers of one frame that go on the stack: those of at most
+    ``STACK_LIMIT_BYTES``, smallest first (small buffers gain most from the stack), while
+    their sum stays within ``STACK_BUDGET_BYTES``."""
+    out, used = [], 0
+    for b in sorted(bufs, key=_nbytes):  # stable: program order among equal sizes
+        n = _nbytes(b)
+        if n > STACK_LIMIT_BYTES or used + n > STACK_BUDGET_BYTES:
+            break
+        out.append(b)
+        used += n
+    return out
+
+
+def _nbytes(b: Buffer) -> int:
+    return b.size * dt.nbytes(b.dtype)
 
 
 def _allocate_gpu(func: PrimFunc, pending: list) -> PrimFunc:

@@ -2,7 +2,12 @@
 
 A ``For`` of kind ``vectorized`` has a constant extent and no inner loop (lowering
 guarantees both; :class:`~polytile.errors.InternalError` otherwise). Its ``N = ceil(extent /
-step)`` iterations become SIMD lanes. Each expression is evaluated to a *lane value*, one of
+step)`` iterations become SIMD lanes, at most one native register's worth at a time
+(``native_lanes``: the target's register width over the widest element the body loads or
+stores, e.g. 16 float32 with AVX-512): a longer loop is strip-mined into a loop over
+chunks of that many lanes, then one narrower vector for the remainder, so that code size
+and compile time do not grow with ``N``. Each expression is evaluated to a *lane value*,
+one of
 
 * **uniform**: one scalar shared by all lanes (splatted only when a vector is needed);
 * **ramp**: ``base + lane * stride`` with a scalar ``base`` and a constant integer
@@ -20,7 +25,7 @@ loops lowering allows to vectorize (no dependence carried by the loop). Conditio
 uniform keep their branches (lazy ``Select`` operands, ``IfThenElse``). When the body holds
 something that cannot be widened safely (a non-uniform ``IfThenElse``, an ``Allocate``, a
 ``Select``/``And``/``Or`` whose condition varies across lanes and whose operands may trap),
-the loop is emitted fully unrolled as scalar code instead: correctness first, the extent is
+each chunk is emitted unrolled as scalar code instead: correctness first, a chunk is
 small. Conceptually this is Halide's ``VectorizeLoops`` (PLDI 2013) / TVM's
 ``VectorizeLoop`` with the fallback of TVM's ``scalarize``.
 """
@@ -85,12 +90,54 @@ def emit_vectorized(cg: CodeGen, s: For) -> None:
     if lanes == 0:
         return
     lo = cg.index(s.min)
-    if lanes == 1 or not can_widen(s):
+    widen = can_widen(s)
+    chunk = native_lanes(cg.target, s.body)
+    if lanes <= chunk:
+        _emit_lanes(cg, s, lo, lanes, widen)
+        return
+    # strip-mining: a loop over chunks of one native vector, then the remaining lanes
+    full = lanes // chunk * chunk
+    end = cg.b.add(lo, I64(full * s.step))
+    cg.loop(lo, end, chunk * s.step, f"{s.var.name}.vec",
+            lambda base: _emit_lanes(cg, s, base, chunk, widen))
+    if lanes > full:
+        _emit_lanes(cg, s, end, lanes - full, widen)
+
+
+def native_lanes(target, body: Stmt) -> int:
+    """Lanes of one SIMD register of ``target`` for the widest element that ``body``
+    loads or stores (4 bytes when it accesses no memory)."""
+    widest = 0
+    for x in walk_stmts(body):
+        if isinstance(x, Store):
+            widest = max(widest, dt.nbytes(x.buffer.dtype))
+        for e in stmt_exprs(x):
+            for ld in _loads(e):
+                widest = max(widest, dt.nbytes(ld.buffer.dtype))
+    return target.vector_lanes(widest or 4)
+
+
+def _loads(e: Expr) -> list:
+    out, stack = [], [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Load):
+            out.append(x)
+        for f in child_fields(x):
+            v = getattr(x, f)
+            stack.extend(y for y in (v if isinstance(v, tuple) else (v,)) if isinstance(y, Expr))
+    return out
+
+
+def _emit_lanes(cg: CodeGen, s: For, base: ir.Value, lanes: int, widen: bool) -> None:
+    """Iterations ``base, base + step, ...`` (``lanes`` of them) of ``s``: one vector
+    when ``widen``, else scalar copies of the body."""
+    if lanes == 1 or not widen:
         for k in range(lanes):
-            iv = cg.b.add(lo, I64(k * s.step), name=f"{s.var.name}.{k}")
+            iv = cg.b.add(base, I64(k * s.step), name=f"{s.var.name}.{k}")
             cg.let(s.var, iv, lambda: cg.stmt(s.body))
         return
-    _Widener(cg, s.var, lo, s.step, lanes).stmt(s.body)
+    _Widener(cg, s.var, base, s.step, lanes).stmt(s.body)
 
 
 def can_widen(s: For) -> bool:
