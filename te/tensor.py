@@ -10,6 +10,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
+from polytile.errors import format_error
+
 from . import dtype as dt
 from .expr import (Expr, ExprOp, IterVar, Range, Reduce, TensorRead, Var, building_body,
                    convert)
@@ -161,6 +163,9 @@ def _shape(shape, who: str) -> tuple[int, ...]:
     if isinstance(shape, (int,)) or hasattr(shape, "__index__") and not isinstance(
             shape, (tuple, list)):
         shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise TypeError(format_error(who, f"shape is {shape!r}",
+                                     "expected an int or a tuple of positive ints, e.g. (M, N)"))
     out = []
     for k, s in enumerate(shape):
         if isinstance(s, ExprOp):
@@ -212,7 +217,7 @@ def reduce_axis(dom, name: str = "rv") -> IterVar:
     return IterVar(Var("int32", name, True), rng, "reduce")
 
 
-def _axis_names(fcompute, ndim: int) -> list[str]:
+def _axis_names(fcompute, ndim: int, name: str) -> list[str]:
     try:
         params = list(inspect.signature(fcompute).parameters.values())
     except (TypeError, ValueError):
@@ -221,8 +226,11 @@ def _axis_names(fcompute, ndim: int) -> list[str]:
         return [f"i{k}" for k in range(ndim)]
     names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(names) != ndim:
-        raise TypeError(f"compute: fcompute takes {len(names)} index arguments but the shape "
-                        f"has {ndim} dimensions")
+        want = ", ".join("ijklmn"[k] if k < 6 else f"i{k}" for k in range(ndim))
+        raise TypeError(format_error(
+            f"compute {name!r}", f"fcompute takes {len(names)} index arguments but the "
+            f"shape has {ndim} dimensions",
+            "expected one index argument per dimension", hint=f"write lambda {want}: ..."))
     return names
 
 
@@ -246,7 +254,7 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
         reduction, a spatial axis of another compute, a wrong number of index arguments.
     """
     shp = _shape(shape, "compute")
-    names = _axis_names(fcompute, len(shp))
+    names = _axis_names(fcompute, len(shp), name)
     axis = tuple(IterVar(Var("int32", n, True), Range(0, e), "data_par")
                  for n, e in zip(names, shp))
     old = building_body(True)
@@ -257,7 +265,14 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
     if isinstance(body, (tuple, list)):
         raise TypeError(f"compute {name!r}: fcompute returned {len(body)} values; computes with "
                         f"several outputs are not supported yet")
-    body = convert(body)
+    if body is None:
+        raise TypeError(format_error(f"compute {name!r}", "fcompute returned None",
+                                     "expected an expression of the index arguments",
+                                     hint="a `def` body needs `return`"))
+    try:
+        body = convert(body)
+    except TypeError as exc:
+        raise TypeError(f"compute {name!r}: {exc}") from None
     reduce_axes: tuple = ()
     if isinstance(body, Reduce):
         reduce_axes = body.axis
