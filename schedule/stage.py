@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from polytile.errors import ScheduleError, format_error
 from polytile.te.expr import IterVar, Range, Var
 from polytile.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
@@ -176,6 +178,9 @@ class Stage:
             self._fail("split", "give exactly one of factor= and nparts=",
                        f"got factor={factor!r}, nparts={nparts!r}")
         which, val = ("factor", factor) if factor is not None else ("nparts", nparts)
+        if isinstance(val, np.integer):  # numpy ints are ints; the trace keeps plain ones
+            val = int(val)
+            factor, nparts = (val, None) if which == "factor" else (None, val)
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
             self._fail("split", f"{which}={val!r} for iter_var {parent.name!r} of stage "
                        f"{self.name!r}", "expected a positive int (symbolic factors are not "
@@ -256,14 +261,20 @@ class Stage:
     def _fuse2(self, outer: IterVar, inner: IterVar) -> IterVar:
         lo = self.leaf_iter_vars.index(outer)
         li = self.leaf_iter_vars.index(inner)
+        if li == lo - 1:
+            self._fail("fuse", f"iter_vars {outer.name!r} and {inner.name!r} of stage "
+                       f"{self.name!r} are given inner first: {inner.name!r} is the outer "
+                       f"loop in [{self._leaf_names()}]", "pass adjacent loops outermost first",
+                       hint=f"fuse({inner.name}, {outer.name})")
         if li != lo + 1:
             self._fail("fuse", f"iter_vars {outer.name!r} and {inner.name!r} of stage "
                        f"{self.name!r} are not adjacent in the loop order "
                        f"[{self._leaf_names()}]", "fuse consecutive loops, outermost first "
                        "(reorder first)")
         if outer.iter_type != inner.iter_type:
-            self._fail("fuse", f"{outer.name!r} is a {outer.iter_type} axis and {inner.name!r} "
-                       f"a {inner.iter_type} axis", "fuse axes of one kind")
+            self._fail("fuse", f"stage {self.name!r}: {outer.name!r} is a {outer.iter_type} "
+                       f"axis and {inner.name!r} a {inner.iter_type} axis",
+                       "fuse axes of one kind")
         ext = self.extent_of(outer) * self.extent_of(inner)
         fused = self._new_iv(f"{outer.name}.{inner.name}.fused", ext, outer)
         self.relations.append(Fuse(outer, inner, fused))
@@ -286,7 +297,7 @@ class Stage:
         if len({id(v) for v in ivs}) != len(ivs):
             dup = next(v for v in ivs if sum(w is v for w in ivs) > 1)
             self._fail("reorder", f"iter_var {dup.name!r} appears twice",
-                       "list each axis once")
+                       f"list each axis of stage {self.name!r} once")
         pos = sorted(self.leaf_iter_vars.index(v) for v in ivs)
         for p, v in zip(pos, ivs):
             self.leaf_iter_vars[p] = v
@@ -366,8 +377,8 @@ class Stage:
         self._require_compute("storage_align")
         pos = next((k for k, a in enumerate(self.op.axis) if a is axis), None)
         if pos is None:
-            self._fail("storage_align", f"{axis!r} is not an axis of stage {self.name!r}",
-                       "pass one of s[T].op.axis")
+            self._fail("storage_align", f"{getattr(axis, 'name', axis)!r} is not a root axis "
+                       f"of stage {self.name!r}", f"pass one of s[{self.name}].op.axis")
         if not (isinstance(factor, int) and factor >= 1 and isinstance(offset, int)
                 and 0 <= offset < factor):
             self._fail("storage_align", f"factor={factor!r}, offset={offset!r}",
