@@ -142,10 +142,12 @@ def create_schedule(ops) -> Schedule:
         if isinstance(o, Tensor):
             o = o.op
         if not isinstance(o, Operation):
-            raise TypeError(f"create_schedule: expected operations (C.op), got {o!r}")
+            raise TypeError(format_error("create_schedule", f"got {type(o).__name__} {o!r}",
+                                         "expected operations or tensors (C.op or C)"))
         out.append(o)
     if not out:
-        raise TypeError("create_schedule: no operations given")
+        raise TypeError(format_error("create_schedule", "no operations given",
+                                     "expected the output operations, e.g. C.op"))
     return Schedule(out)
 
 

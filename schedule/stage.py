@@ -175,8 +175,11 @@ class Stage:
         parent = self._leaf("split", parent)
         self._check_not_annotated("split", parent)
         if (factor is None) == (nparts is None):
-            self._fail("split", "give exactly one of factor= and nparts=",
-                       f"got factor={factor!r}, nparts={nparts!r}")
+            got = "both factor= and nparts=" if factor is not None else "neither factor= nor "\
+                "nparts="
+            self._fail("split", f"iter_var {parent.name!r} of stage {self.name!r} got {got}",
+                       "give exactly one of factor= and nparts=",
+                       hint=f"split({parent.name}, factor=4) or split({parent.name}, nparts=4)")
         which, val = ("factor", factor) if factor is not None else ("nparts", nparts)
         if isinstance(val, np.integer):  # numpy ints are ints; the trace keeps plain ones
             val = int(val)

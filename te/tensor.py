@@ -47,7 +47,8 @@ class Tensor:
             indices = (indices,)
         if len(indices) != len(self.shape):
             raise IndexError(f"{self.name}[...]: tensor has {len(self.shape)} dimensions "
-                             f"{self.shape}, got {len(indices)} indices")
+                             f"{self.shape}, got {len(indices)} indices; expected one index "
+                             f"per dimension")
         idx = []
         for k, x in enumerate(indices):
             if isinstance(x, slice):
@@ -208,7 +209,9 @@ def reduce_axis(dom, name: str = "rv") -> IterVar:
         try:
             lo, hi = dom
         except (TypeError, ValueError):
-            raise TypeError(f"reduce_axis: dom must be a (lo, hi) pair, got {dom!r}") from None
+            example = f" such as (0, {dom})" if isinstance(dom, int) else ""
+            raise TypeError(f"reduce_axis {name!r}: dom must be a (lo, hi) pair, got {dom!r}; "
+                            f"expected a half-open range{example}") from None
         if isinstance(lo, ExprOp) or isinstance(hi, ExprOp):
             raise TypeError("reduce_axis: symbolic bounds are not supported yet; expected ints")
         rng = Range(int(lo), int(hi) - int(lo))
@@ -311,8 +314,10 @@ def _check_vars(body: Expr, axis, reduce_axes, name: str) -> None:
         if id(v) in allowed or not v.is_axis:
             continue
         raise TypeError(f"compute {name!r}: the body uses axis {v.name!r}, which is neither "
-                        f"an axis of this compute nor one of its reduce_axis (an axis of "
-                        f"another compute, or a reduce_axis not listed in axis=?)")
+                        f"an axis of this compute nor one of its reduce_axis; expected the "
+                        f"index arguments of fcompute, and reduce axes only inside the "
+                        f"te.sum/max/min that lists them in axis= (an axis of another "
+                        f"compute, or a reduce_axis not listed in axis=?)")
 
 
 def _broadcast_binary(op: str, a, b) -> Tensor:
@@ -324,7 +329,9 @@ def _broadcast_binary(op: str, a, b) -> Tensor:
     for k in range(ndim):
         ext = {s[len(s) - ndim + k] for s in shapes if len(s) - ndim + k >= 0} - {1}
         if len(ext) > 1:
-            raise ValueError(f"{op}: shapes {shapes[0]} and {shapes[-1]} do not broadcast")
+            raise ValueError(f"{op}: shapes {shapes[0]} and {shapes[-1]} do not broadcast "
+                             f"(dimension {k}); expected equal extents or 1 in each trailing "
+                             f"dimension")
         out.append(ext.pop() if ext else 1)
 
     def read(x, idx):
