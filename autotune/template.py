@@ -246,7 +246,8 @@ def _warn_fallback(wl: Workload, target: str, ctx) -> None:
         near = []
         for r in getattr(ctx, "records", ()):
             item = f"{r.workload_str()} on '{r.target}'"
-            if r.workload.get("template") == wl.template and item not in near:
+            if r.workload.get("template") == wl.template and item not in near and not (
+                    r.workload_str() == str(wl) and r.target == target):
                 near.append(item)
         if near:
             more = f" and {len(near) - 3} more" if len(near) > 3 else ""
