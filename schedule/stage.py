@@ -72,6 +72,9 @@ class Stage:
         #: GPU: run the stage only where these thread indices have these values
         #: (set for the final step of a cross-thread reduction)
         self.thread_predicate: dict[str, int] = {}
+        #: loops bound to a thread axis created with a range: {loop: the range's extent}
+        #: (checked against the loop's real extent when kernels are formed)
+        self.thread_extents: dict[IterVar, int] = {}
 
     @property
     def name(self) -> str:
@@ -353,7 +356,9 @@ class Stage:
         ------
         ScheduleError
             If ``thread_ivar`` is not a thread axis, the loop is already annotated, or the
-            same thread axis is bound twice in this stage.
+            same thread axis is bound twice in this stage. A thread axis created with a
+            range (``te.thread_axis((0, 32), "threadIdx.x")``) must match the loop's extent
+            (checked by ``lower``).
         """
         iv = self._leaf("bind", iv)
         if not isinstance(thread_ivar, IterVar) or thread_ivar.iter_type != "thread":
@@ -366,6 +371,8 @@ class Stage:
                            f"{self.name!r} (to {other.name!r} and {iv.name!r})",
                            "bind each thread axis once per stage")
         self._annotate("bind", iv, f"bind:{tag}")
+        if thread_ivar.dom is not None:
+            self.thread_extents[iv] = thread_ivar.dom.extent
         self._record("bind", iv, ("thread", tag, thread_ivar.var.name))
 
     def storage_align(self, axis: IterVar, factor: int, offset: int) -> None:

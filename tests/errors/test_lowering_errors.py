@@ -137,6 +137,14 @@ def bind_a_reduction_to_blocks():
     polytile.lower(s, [A, B, C])
 
 
+def thread_axis_range_differs_from_the_loop():
+    A = te.placeholder((64,), name="A")
+    C = te.compute((64,), lambda i: A[i] * 2, name="C")
+    s = te.create_schedule(C.op)
+    s[C].bind(C.op.axis[0], te.thread_axis((0, 32), "threadIdx.x"))
+    polytile.lower(s, [A, C])
+
+
 def vectorize_not_innermost():
     A, B, C, _, s = matmul()
     s[C].vectorize(C.op.axis[1])
@@ -239,6 +247,10 @@ CASES = [
                  r"(?s)bind: loop 'k' of stage 'C' carries a dependence.*Violating pair:.*hint: "
                  r"a reduction axis can be bound to threadIdx .* but not to blockIdx",
                  id="bind-a-reduction-to-blockIdx"),
+    pytest.param(thread_axis_range_differs_from_the_loop, ScheduleError,
+                 r"(?s)bind: loop 'i' of stage 'C' has extent 64, but it is bound to a "
+                 r"'threadIdx\.x' axis created with extent 32; expected equal extents.*hint: "
+                 r"split the loop by 32", id="thread-axis-range-differs-from-the-loop"),
     pytest.param(vectorize_not_innermost, ScheduleError,
                  r"(?s)vectorize: loop 'j' of stage 'C' is not innermost; only the innermost.*"
                  r"Loops inside: k.*hint: reorder", id="vectorize-not-innermost"),
