@@ -89,7 +89,9 @@ class Record:
         if not isinstance(d["target"], str) or not isinstance(d["config"], dict):
             raise ValueError("malformed target or config")
         costs = d.get("costs") or []
-        if not all(isinstance(c, (int, float)) and math.isfinite(c) and c > 0 for c in costs):
+        if not isinstance(costs, list) or not all(
+                isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c)
+                and c > 0 for c in costs):
             raise ValueError("malformed costs (expected positive seconds)")
         err = d.get("error")
         if err is not None and err not in ERROR_CODES:

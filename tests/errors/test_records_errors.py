@@ -38,9 +38,10 @@ def _fresh_fallback_warnings():
     _warned.clear()  # a FallbackWarning is given once per workload and target
 
 
-def line(config, *, args=ARGS, target=None, costs=(1e-3,), **fields) -> str:
+def line(config, *, args=ARGS, target=None, **fields) -> str:
+    """One JSON line of a successful record; ``fields`` overwrite its JSON fields as is."""
     rec = Record(workload={"template": "matmul", "args": list(args), "dtype": "float32"},
-                 target=target or canonical_target("llvm"), config=config, costs=list(costs),
+                 target=target or canonical_target("llvm"), config=config, costs=[1e-3],
                  timestamp=1.0)
     d = json.loads(rec.to_json())
     d.update(fields)
@@ -74,12 +75,18 @@ TOLERATED = [
     pytest.param(lambda c: line(c) + line(c, schema=0),
                  r"log\.jsonl:2: skipped an incomplete record \(unknown schema version 0\)",
                  1, id="schema-version-0"),
-    pytest.param(lambda c: line(c, costs=(-1e-3,)) + line(c),
+    pytest.param(lambda c: line(c, costs=[-1e-3]) + line(c),
                  r"log\.jsonl:1: skipped an incomplete record \(malformed costs \(expected "
                  r"positive seconds\)\)", 1, id="negative-cost"),
-    pytest.param(lambda c: line(c) + line(c, costs=(0.0,)),
+    pytest.param(lambda c: line(c) + line(c, costs=[0.0]),
                  r"log\.jsonl:2: skipped an incomplete record \(malformed costs", 1,
                  id="zero-cost"),
+    pytest.param(lambda c: line(c) + line(c, costs=[True]),
+                 r"log\.jsonl:2: skipped an incomplete record \(malformed costs", 1,
+                 id="boolean-cost"),
+    pytest.param(lambda c: line(c) + line(c, costs="0.001"),
+                 r"log\.jsonl:2: skipped an incomplete record \(malformed costs", 1,
+                 id="cost-as-a-string"),
     pytest.param(lambda c: line(c) + line(c, error="segfault"),
                  r"log\.jsonl:2: skipped an incomplete record \(unknown error code 'segfault'\)",
                  1, id="unknown-error-code"),
