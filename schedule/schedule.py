@@ -50,6 +50,11 @@ class Schedule:
         if isinstance(key, Stage) and key.schedule is self:
             return key
         st = self.stage_map.get(op) if isinstance(op, Operation) else None
+        if st is None and not isinstance(key, (Tensor, Operation, Stage)):
+            raise TypeError(format_error(
+                "schedule", f"s[...] got the {type(key).__name__} {key!r}",
+                "expected a tensor or an operation of the computation",
+                hint="index with the tensor itself, e.g. s[C]"))
         if st is None:
             name = getattr(key, "name", repr(key))
             raise ScheduleError(format_error(

@@ -119,6 +119,14 @@ class Stage:
     def _leaf(self, primitive: str, iv, role: str = "axis") -> IterVar:
         """Check that ``iv`` is a current loop of this stage and return it."""
         self._require_compute(primitive)
+        if isinstance(iv, (list, tuple)) and all(isinstance(v, IterVar) for v in iv):
+            names = ", ".join(repr(v.name) for v in iv)
+            many = primitive in ("reorder", "fuse")
+            which = "an argument" if many else f"the {role} argument"
+            self._fail(primitive, f"{which} of stage {self.name!r} is a {type(iv).__name__} "
+                       f"of {len(iv)} axes [{names}]", "expected one IterVar per argument",
+                       hint=f"s[{self.name}].{primitive}(*axes)" if many else
+                       f"pick one, e.g. s[{self.name}].op.axis[0]")
         if not isinstance(iv, IterVar):
             self._fail(primitive, f"{role} {iv!r} is not an IterVar",
                        "pass an axis such as C.op.axis[0] or a result of split/fuse")

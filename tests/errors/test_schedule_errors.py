@@ -80,6 +80,21 @@ def tile_by_zero():
     s[C].tile(C.op.axis[0], C.op.axis[1], 0, 4)
 
 
+def split_the_whole_axis_tuple():
+    _, _, C, _, s = matmul()
+    s[C].split(C.op.axis, factor=4)
+
+
+def reorder_a_list():
+    _, _, C, _, s = matmul()
+    s[C].reorder([C.op.axis[1], C.op.axis[0]])
+
+
+def schedule_indexed_by_name():
+    _, _, _, _, s = matmul()
+    s["C"]
+
+
 def reorder_with_a_duplicate():
     _, _, C, _, s = matmul()
     i, j = C.op.axis
@@ -264,6 +279,14 @@ CASES = [
     pytest.param(tile_by_zero,
                  r"split: factor=0 for iter_var 'i' of stage 'C'; expected a positive int",
                  id="tile-factor-0"),
+    pytest.param(split_the_whole_axis_tuple,
+                 r"(?s)split: the axis argument of stage 'C' is a tuple of 2 axes \['i', 'j'\]; "
+                 r"expected one IterVar per argument.*hint: pick one",
+                 id="split-the-axis-tuple"),
+    pytest.param(reorder_a_list,
+                 r"(?s)reorder: an argument of stage 'C' is a list of 2 axes \['j', 'i'\]; "
+                 r"expected one IterVar per argument.*hint: s\[C\]\.reorder\(\*axes\)",
+                 id="reorder-a-list"),
     pytest.param(reorder_with_a_duplicate,
                  r"reorder: iter_var 'i' appears twice; list each axis of stage 'C' once",
                  id="reorder-with-a-duplicate"),
@@ -356,6 +379,12 @@ def test_schedule_mistake_is_refused(mistake, match):
     with pytest.raises(ScheduleError, match=match) as info:
         mistake()
     assert isinstance(info.value, ValueError)
+
+
+def test_schedule_indexed_by_a_name():
+    with pytest.raises(TypeError, match=r"(?s)schedule: s\[\.\.\.\] got the str 'C'; expected "
+                       r"a tensor or an operation.*hint: index with the tensor itself"):
+        schedule_indexed_by_name()
 
 
 def test_numpy_integer_factors_are_ints():
