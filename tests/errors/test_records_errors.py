@@ -67,6 +67,8 @@ TVM_LOG = json.dumps({"input": ["llvm", "matmul", [[32, 32], "float32"], {}],
 TOLERATED = [
     pytest.param(lambda c: line(c) + line(c)[:40], r"log\.jsonl:2: skipped a torn or corrupt "
                  r"line", 1, id="torn-last-line"),
+    pytest.param(lambda c: line(c)[:40] + "\n" + line(c), r"log\.jsonl:1: skipped a torn or "
+                 r"corrupt line", 1, id="torn-first-line"),
     pytest.param(lambda c: line(c) + "hello world\n" + line(c),
                  r"log\.jsonl:2: skipped a torn or corrupt line", 2, id="garbage-line"),
     pytest.param(lambda c: line(c) + line(c, schema="1"),
