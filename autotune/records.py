@@ -89,28 +89,109 @@ class Record:
         if not isinstance(d["target"], str) or not isinstance(d["config"], dict):
             raise ValueError("malformed target or config")
         costs = d.get("costs") or []
-        if not all(isinstance(c, (int, float)) and math.isfinite(c) and c > 0 for c in costs):
+        if not isinstance(costs, list) or not all(
+                isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c)
+                and c > 0 for c in costs):
             raise ValueError("malformed costs (expected positive seconds)")
         err = d.get("error")
         if err is not None and err not in ERROR_CODES:
             raise ValueError(f"unknown error code {err!r}")
+        schema = d.get("schema", 1)
+        if isinstance(schema, bool) or not isinstance(schema, int) or schema < 1:
+            raise ValueError(f"unknown schema version {schema!r}")
         return Record(workload=w, target=d["target"], config=d["config"], costs=list(costs),
                       error=err, error_msg=d.get("error_msg", "") or "",
                       config_index=d.get("config_index"), trace=d.get("trace"),
                       timestamp=float(d.get("timestamp", 0.0)),
                       wall_s=float(d.get("wall_s", 0.0)), build_s=float(d.get("build_s", 0.0)),
                       tuner=d.get("tuner", ""), polytile=d.get("polytile", ""),
-                      schema=int(d.get("schema", 1)), line=line)
+                      schema=schema, line=line)
+
+
+def _foreign_line(text: str) -> str | None:
+    """Why a non-empty line cannot come from a records file, or None when it can: a JSON
+    object with a ``schema`` or ``workload`` key, or a torn line of one (the writer puts
+    ``schema`` first)."""
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return None if text.startswith('{"schema"') else "it is not JSON"
+    if not isinstance(d, dict):
+        return f"it is a JSON {type(d).__name__}, not an object"
+    if "schema" in d or "workload" in d:
+        return None
+    keys = ", ".join(sorted(map(str, d))[:6])
+    return f"a JSON object with the keys [{keys}] but no 'schema' or 'workload'"
+
+
+def _check_records_file(path: str, lines, primitive: str, writing: bool = False) -> None:
+    """Raise unless some non-empty line of ``lines`` (numbered from 1) could be a record,
+    or there is none: a file of another format is refused as a whole (a TVM log, a CSV,
+    a binary file), where a records file with a few bad lines is read around them."""
+    first = None
+    for n, text in enumerate(lines, start=1):
+        text = text.strip()
+        if not text:
+            continue
+        why = _foreign_line(text)
+        if why is None:
+            return
+        first = first or (n, why)
+    if first is not None:
+        n, why = first
+        what = f"{path!r} is not a polytile records file (line {n}: {why})"
+        raise TuneError(format_error(
+            primitive, what + ("; nothing was appended to it" if writing else ""),
+            "expected the JSON Lines file of `polytile tune`", File=f"{path}:{n}",
+            hint="logs of TVM/AutoTVM cannot be read; pass a records file of polytile, or a "
+            "new path for a new one"))
+
+
+def check_log_path(path: str | os.PathLike, primitive: str = "records") -> None:
+    """Check, without writing anything, that records can be appended to ``path``: it is not
+    a directory, its folder exists or can be created, and an existing file is a records
+    file (so a mistyped ``--log`` never adds lines to a file of another kind).
+
+    Raises
+    ------
+    TuneError
+        Naming the path and what is wrong with it.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise TuneError(format_error(primitive, f"log {path!r} is a directory",
+                                     "expected a records file path",
+                                     hint=f"pass {os.path.join(path, 'polytile_tune.jsonl')!r}"))
+    parent = os.path.dirname(os.path.abspath(path))
+    up = parent
+    while not os.path.exists(up):
+        up = os.path.dirname(up)
+    if not os.path.isdir(up):
+        raise TuneError(format_error(primitive, f"cannot write log {path!r}: {up!r} is a file, "
+                                     "not a directory", "expected a path in a directory"))
+    if not os.access(up, os.W_OK | os.X_OK) or (
+            os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise TuneError(format_error(primitive, f"cannot write log {path!r}: permission "
+                                     "denied", "expected a writable path",
+                                     hint="pass --log in a folder of yours"))
+    if os.path.isfile(path) and os.path.getsize(path) > 0:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = [line for _, line in zip(range(200), f)]
+        _check_records_file(path, head, primitive, writing=True)
 
 
 def read_records(path: str | os.PathLike, *, missing_ok: bool = False) -> list[Record]:
     """All valid records of a JSON Lines file, in file order.
 
+    Torn, corrupt and incomplete lines are skipped with a :class:`RecordWarning` naming the
+    file and line.
+
     Raises
     ------
     TuneError
-        If the file does not exist (unless ``missing_ok``) or holds a record of a newer
-        schema than this polytile reads.
+        If the file does not exist (unless ``missing_ok``), is a directory, is not a
+        records file at all (no line is a record: a TVM log, a binary file), or holds a
+        record of a newer schema than this polytile reads.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -118,31 +199,36 @@ def read_records(path: str | os.PathLike, *, missing_ok: bool = False) -> list[R
             return []
         raise TuneError(format_error("records", f"file {path!r} not found",
                                      "expected a records file written by `polytile tune`"))
-    out = []
+    if os.path.isdir(path):
+        raise TuneError(format_error("records", f"{path!r} is a directory",
+                                     "expected a records file written by `polytile tune`"))
     with open(path, encoding="utf-8", errors="replace") as f:
-        for n, text in enumerate(f, start=1):
-            text = text.strip()
-            if not text:
-                continue
-            try:
-                d = json.loads(text)
-                if not isinstance(d, dict):
-                    raise ValueError("not a JSON object")
-            except ValueError as exc:
-                warnings.warn(f"records: {path}:{n}: skipped a torn or corrupt line "
-                              f"({str(exc)[:60]})", RecordWarning, stacklevel=2)
-                continue
-            schema = d.get("schema")
-            if isinstance(schema, int) and schema > SCHEMA_VERSION:
-                raise TuneError(format_error(
-                    "records", f"{path}:{n} has schema version {schema}",
-                    f"this polytile ({__version__}) reads versions up to {SCHEMA_VERSION}",
-                    hint="upgrade polytile to read it, or write a new log"))
-            try:
-                out.append(Record.from_dict(d, line=n))
-            except (KeyError, ValueError, TypeError) as exc:
-                warnings.warn(f"records: {path}:{n}: skipped an incomplete record ({exc})",
-                              RecordWarning, stacklevel=2)
+        lines = f.readlines()
+    _check_records_file(path, lines, "records")
+    out = []
+    for n, text in enumerate(lines, start=1):
+        text = text.strip()
+        if not text:
+            continue
+        try:
+            d = json.loads(text)
+            if not isinstance(d, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            warnings.warn(f"records: {path}:{n}: skipped a torn or corrupt line "
+                          f"({str(exc)[:60]})", RecordWarning, stacklevel=2)
+            continue
+        schema = d.get("schema")
+        if isinstance(schema, int) and schema > SCHEMA_VERSION:
+            raise TuneError(format_error(
+                "records", f"{path}:{n} has schema version {schema}",
+                f"this polytile ({__version__}) reads versions up to {SCHEMA_VERSION}",
+                hint="upgrade polytile to read it, or write a new log"))
+        try:
+            out.append(Record.from_dict(d, line=n))
+        except (KeyError, ValueError, TypeError) as exc:
+            warnings.warn(f"records: {path}:{n}: skipped an incomplete record ({exc})",
+                          RecordWarning, stacklevel=2)
     return out
 
 
@@ -150,11 +236,14 @@ class RecordWriter:
     """Appends records to a JSON Lines file, one flushed line per record.
 
     A file whose last line was torn (no final newline) gets a newline first so that the
-    next record starts on a line of its own.
+    next record starts on a line of its own. An existing file is only ever appended to,
+    and only when it is a records file (see :func:`check_log_path`, which raises
+    :class:`TuneError` otherwise).
     """
 
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
+        check_log_path(self.path)
         d = os.path.dirname(self.path)
         if d:
             os.makedirs(d, exist_ok=True)

@@ -157,8 +157,35 @@ class Template:
         return out
 
     def workload(self, args=None, dtype: str = "float32") -> Workload:
+        """The workload of this template at ``args`` (default: ``default_args``).
+
+        Raises
+        ------
+        TuneError
+            If the template function does not take that many arguments.
+        """
         args = self.default_args if args is None else tuple(args)
+        self._check_arity(args)
         return Workload(self.name, tuple(args), dtype)
+
+    def _check_arity(self, args: tuple) -> None:
+        try:
+            params = list(inspect.signature(self.func).parameters.values())
+        except (TypeError, ValueError):
+            return
+        pos = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+               and p.name != "dtype"]
+        varargs = any(p.kind == p.VAR_POSITIONAL for p in params)
+        need = sum(p.default is inspect.Parameter.empty for p in pos)
+        if need <= len(args) and (varargs or len(args) <= len(pos)):
+            return
+        names = ", ".join(p.name for p in pos)
+        takes = str(len(pos)) if need == len(pos) else f"{need} to {len(pos)}"
+        example = ",".join(map(str, self.default_args)) or "..."
+        raise TuneError(format_error(
+            f"template {self.name!r}", f"takes {takes} arguments ({names}) but {len(args)} "
+            f"were given: {list(args)}", "expected one value per argument, in order",
+            hint=f"--args {example}"))
 
     def space(self, args=None, dtype: str = "float32") -> ConfigSpace:
         """Collect the config space of this template at ``args``.
@@ -215,6 +242,16 @@ def _warn_fallback(wl: Workload, target: str, ctx) -> None:
         return
     _warned.add(key)
     where = "the active records" if ctx is not None else "no records are active"
+    if ctx is not None:  # records of other sizes or targets: the likely mix-up
+        near = []
+        for r in getattr(ctx, "records", ()):
+            item = f"{r.workload_str()} on '{r.target}'"
+            if r.workload.get("template") == wl.template and item not in near and not (
+                    r.workload_str() == str(wl) and r.target == target):
+                near.append(item)
+        if near:
+            more = f" and {len(near) - 3} more" if len(near) > 3 else ""
+            where = f"the active records hold only {'; '.join(near[:3])}{more}"
     args = ",".join(map(str, wl.args))
     warnings.warn(
         f"autotune: no tuning record for {wl} on target '{target}' ({where}); using the "

@@ -182,6 +182,20 @@ def _record(wl: Workload, target: str, cfg, res: MeasureResult, tuner: str) -> R
                   wall_s=res.build_s + res.run_s, build_s=res.build_s, tuner=tuner)
 
 
+def _refuse_resume(log_file: str, records: list, wl: Workload, target: str) -> None:
+    held = []
+    for r in records:
+        item = f"{r.workload_str()} on '{r.target}'"
+        if item not in held:
+            held.append(item)
+    more = f" and {len(held) - 3} more" if len(held) > 3 else ""
+    raise TuneError(format_error(
+        "tune", f"resume: {log_file!r} holds no record of {wl} on '{target}' (it holds "
+        f"{'; '.join(held[:3])}{more})", "expected the log of an earlier run of the same "
+        "workload and target", hint="check --args/--dtype/--target, or drop --resume to "
+        "start a new run in this file (its records are kept)"))
+
+
 def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
          tuner: str = "model", n_trial: int = DEFAULT_TRIALS,
          measure_option: MeasureOptions | None = None, log_file: str | None = None,
@@ -217,8 +231,9 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
     Raises
     ------
     TuneError
-        For an unknown template or tuner, bad arguments, or a workload whose template
-        fails to build its space.
+        For an unknown template or tuner, bad arguments, a workload whose template
+        fails to build its space, a ``log_file`` that is not a records file, or ``resume``
+        onto a log without records of this workload and target.
     """
     t0 = time.perf_counter()
     t, wl = _resolve(template, args, dtype)
@@ -233,12 +248,15 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
     if log_file and os.path.exists(log_file):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            history = [r for r in read_records(log_file)
+            everything = read_records(log_file)
+            history = [r for r in everything
                        if workload_matches(r, wl.key()) and target_matches(r.target, tgt)]
         for w in caught:
             warnings.warn(w.message, w.category, stacklevel=2)
-    measurer = LocalMeasurer(wl, tgt, opt)
+        if resume and everything and not history:
+            _refuse_resume(log_file, everything, wl, tgt)
     writer = RecordWriter(log_file) if log_file else None
+    measurer = LocalMeasurer(wl, tgt, opt)
     try:
         t_start = time.perf_counter()
         measurer.start()

@@ -102,6 +102,7 @@ def _warn_line(message, category, filename, lineno, file=None, line=None):
 
 def _cmd_tune(a) -> int:
     from polytile.autotune import MeasureOptions, get_template, tune
+    from polytile.autotune.records import check_log_path
     from polytile.autotune.tune import measure_numpy_isolated
     from polytile.autotune.tune import DEFAULT_BUDGET_S, DEFAULT_TRIALS, tunable_target
 
@@ -120,6 +121,7 @@ def _cmd_tune(a) -> int:
     log = a.log or DEFAULT_LOG
     if a.resume and not os.path.exists(log):
         raise _Fail(f"--resume: log {log!r} does not exist")
+    check_log_path(log, "--log")  # before the numpy timing, not after it
     opt = MeasureOptions(parallel=a.parallel or 0, threads=a.threads or 0, number=a.number,
                          repeat=a.repeat, min_repeat_ms=a.min_repeat_ms,
                          flush_cache=a.flush_cache, check=a.check,
@@ -479,8 +481,11 @@ def main(argv=None) -> int:
     except (_Fail, PolytileError, OSError, ValueError, TypeError) as exc:
         if args.debug:
             raise
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"polytile: error: {msg}", file=sys.stderr)
+        lines = str(exc).strip().splitlines() or [type(exc).__name__]
+        print(f"polytile: error: {lines[0]}", file=sys.stderr)
+        for line in lines[1:]:  # the house format's hint names the fix
+            if line.strip().startswith("hint:"):
+                print(f"  {line.strip()}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as exc:
         if args.debug:

@@ -99,6 +99,13 @@ def _collect(n, bound: dict) -> None:
                   f"but the stage is computed inside another stage",
                   "bind blockIdx only in stages computed at the root")
         ext = n.plan.extent(n.iter_var)
+        declared = n.plan.stage.thread_extents.get(n.iter_var)
+        if declared is not None and declared != ext:
+            _fail(f"loop {n.iter_var.name!r} of stage {n.plan.name!r} has extent {ext}, but it "
+                  f"is bound to a {tag!r} axis created with extent {declared}",
+                  "expected equal extents (the range of a thread axis is its launch size)",
+                  hint=f"split the loop by {declared} first, or create "
+                       f"te.thread_axis({tag!r}) without a range")
         uses = bound.setdefault(tag, [])
         if not any(p is n.plan and e == ext for p, e in uses):
             uses.append((n.plan, ext))

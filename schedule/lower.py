@@ -34,7 +34,7 @@ from .passes.storage import allocate_intermediates, flatten_storage
 from .rfactor import lower_cross_thread_reductions
 from .schedule import Schedule
 from .tree import build_schedule
-from .validate import validate_schedule
+from .validate import check_lower_inputs, validate_schedule
 
 log = logging.getLogger("polytile.lower")
 
@@ -71,12 +71,15 @@ def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = False) ->
 
     Raises
     ------
+    TypeError
+        When ``sch`` is not a Schedule or ``args`` is not a list.
     ScheduleError
         For an illegal schedule or arguments that do not match it.
     LoweringError
         For a legal construct this version cannot lower.
     """
     t0 = time.perf_counter()
+    check_lower_inputs(sch, args)
     validate_schedule(sch)
     gpu = uses_gpu(sch)
     if gpu:

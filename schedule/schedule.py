@@ -50,6 +50,11 @@ class Schedule:
         if isinstance(key, Stage) and key.schedule is self:
             return key
         st = self.stage_map.get(op) if isinstance(op, Operation) else None
+        if st is None and not isinstance(key, (Tensor, Operation, Stage)):
+            raise TypeError(format_error(
+                "schedule", f"s[...] got the {type(key).__name__} {key!r}",
+                "expected a tensor or an operation of the computation",
+                hint="index with the tensor itself, e.g. s[C]"))
         if st is None:
             name = getattr(key, "name", repr(key))
             raise ScheduleError(format_error(
@@ -142,10 +147,12 @@ def create_schedule(ops) -> Schedule:
         if isinstance(o, Tensor):
             o = o.op
         if not isinstance(o, Operation):
-            raise TypeError(f"create_schedule: expected operations (C.op), got {o!r}")
+            raise TypeError(format_error("create_schedule", f"got {type(o).__name__} {o!r}",
+                                         "expected operations or tensors (C.op or C)"))
         out.append(o)
     if not out:
-        raise TypeError("create_schedule: no operations given")
+        raise TypeError(format_error("create_schedule", "no operations given",
+                                     "expected the output operations, e.g. C.op"))
     return Schedule(out)
 
 

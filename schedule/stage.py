@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from polytile.errors import ScheduleError, format_error
 from polytile.te.expr import IterVar, Range, Var
 from polytile.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
@@ -68,6 +70,9 @@ class Stage:
         #: GPU: run the stage only where these thread indices have these values
         #: (set for the final step of a cross-thread reduction)
         self.thread_predicate: dict[str, int] = {}
+        #: loops bound to a thread axis created with a range: {loop: the range's extent}
+        #: (checked against the loop's real extent when kernels are formed)
+        self.thread_extents: dict[IterVar, int] = {}
 
     @property
     def name(self) -> str:
@@ -112,6 +117,14 @@ class Stage:
     def _leaf(self, primitive: str, iv, role: str = "axis") -> IterVar:
         """Check that ``iv`` is a current loop of this stage and return it."""
         self._require_compute(primitive)
+        if isinstance(iv, (list, tuple)) and all(isinstance(v, IterVar) for v in iv):
+            names = ", ".join(repr(v.name) for v in iv)
+            many = primitive in ("reorder", "fuse")
+            which = "an argument" if many else f"the {role} argument"
+            self._fail(primitive, f"{which} of stage {self.name!r} is a {type(iv).__name__} "
+                       f"of {len(iv)} axes [{names}]", "expected one IterVar per argument",
+                       hint=f"s[{self.name}].{primitive}(*axes)" if many else
+                       f"pick one, e.g. s[{self.name}].op.axis[0]")
         if not isinstance(iv, IterVar):
             self._fail(primitive, f"{role} {iv!r} is not an IterVar",
                        "pass an axis such as C.op.axis[0] or a result of split/fuse")
@@ -171,9 +184,15 @@ class Stage:
         parent = self._leaf("split", parent)
         self._check_not_annotated("split", parent)
         if (factor is None) == (nparts is None):
-            self._fail("split", "give exactly one of factor= and nparts=",
-                       f"got factor={factor!r}, nparts={nparts!r}")
+            got = "both factor= and nparts=" if factor is not None else "neither factor= nor "\
+                "nparts="
+            self._fail("split", f"iter_var {parent.name!r} of stage {self.name!r} got {got}",
+                       "give exactly one of factor= and nparts=",
+                       hint=f"split({parent.name}, factor=4) or split({parent.name}, nparts=4)")
         which, val = ("factor", factor) if factor is not None else ("nparts", nparts)
+        if isinstance(val, np.integer):  # numpy ints are ints; the trace keeps plain ones
+            val = int(val)
+            factor, nparts = (val, None) if which == "factor" else (None, val)
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
             self._fail("split", f"{which}={val!r} for iter_var {parent.name!r} of stage "
                        f"{self.name!r}", "expected a positive int (symbolic factors are not "
@@ -254,14 +273,20 @@ class Stage:
     def _fuse2(self, outer: IterVar, inner: IterVar) -> IterVar:
         lo = self.leaf_iter_vars.index(outer)
         li = self.leaf_iter_vars.index(inner)
+        if li == lo - 1:
+            self._fail("fuse", f"iter_vars {outer.name!r} and {inner.name!r} of stage "
+                       f"{self.name!r} are given inner first: {inner.name!r} is the outer "
+                       f"loop in [{self._leaf_names()}]", "pass adjacent loops outermost first",
+                       hint=f"fuse({inner.name}, {outer.name})")
         if li != lo + 1:
             self._fail("fuse", f"iter_vars {outer.name!r} and {inner.name!r} of stage "
                        f"{self.name!r} are not adjacent in the loop order "
                        f"[{self._leaf_names()}]", "fuse consecutive loops, outermost first "
                        "(reorder first)")
         if outer.iter_type != inner.iter_type:
-            self._fail("fuse", f"{outer.name!r} is a {outer.iter_type} axis and {inner.name!r} "
-                       f"a {inner.iter_type} axis", "fuse axes of one kind")
+            self._fail("fuse", f"stage {self.name!r}: {outer.name!r} is a {outer.iter_type} "
+                       f"axis and {inner.name!r} a {inner.iter_type} axis",
+                       "fuse axes of one kind")
         ext = self.extent_of(outer) * self.extent_of(inner)
         fused = self._new_iv(f"{outer.name}.{inner.name}.fused", ext, outer)
         self.relations.append(Fuse(outer, inner, fused))
@@ -284,7 +309,7 @@ class Stage:
         if len({id(v) for v in ivs}) != len(ivs):
             dup = next(v for v in ivs if sum(w is v for w in ivs) > 1)
             self._fail("reorder", f"iter_var {dup.name!r} appears twice",
-                       "list each axis once")
+                       f"list each axis of stage {self.name!r} once")
         pos = sorted(self.leaf_iter_vars.index(v) for v in ivs)
         for p, v in zip(pos, ivs):
             self.leaf_iter_vars[p] = v
@@ -353,7 +378,9 @@ class Stage:
         ------
         ScheduleError
             If ``thread_ivar`` is not a thread axis, the loop is already annotated, or the
-            same thread axis is bound twice in this stage.
+            same thread axis is bound twice in this stage. A thread axis created with a
+            range (``te.thread_axis((0, 32), "threadIdx.x")``) must match the loop's extent
+            (checked by ``lower``).
         """
         iv = self._leaf("bind", iv)
         if not isinstance(thread_ivar, IterVar) or thread_ivar.iter_type != "thread":
@@ -366,6 +393,8 @@ class Stage:
                            f"{self.name!r} (to {other.name!r} and {iv.name!r})",
                            "bind each thread axis once per stage")
         self._annotate("bind", iv, f"bind:{tag}")
+        if thread_ivar.dom is not None:
+            self.thread_extents[iv] = thread_ivar.dom.extent
         self._record("bind", iv, ("thread", tag, thread_ivar.var.name))
 
     def storage_align(self, axis: IterVar, factor: int, offset: int) -> None:
@@ -380,8 +409,8 @@ class Stage:
         self._require_compute("storage_align")
         pos = next((k for k, a in enumerate(self.op.axis) if a is axis), None)
         if pos is None:
-            self._fail("storage_align", f"{axis!r} is not an axis of stage {self.name!r}",
-                       "pass one of s[T].op.axis")
+            self._fail("storage_align", f"{getattr(axis, 'name', axis)!r} is not a root axis "
+                       f"of stage {self.name!r}", f"pass one of s[{self.name}].op.axis")
         if not (isinstance(factor, int) and factor >= 1 and isinstance(offset, int)
                 and 0 <= offset < factor):
             self._fail("storage_align", f"factor={factor!r}, offset={offset!r}",

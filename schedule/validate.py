@@ -8,6 +8,48 @@ from polytile.te.tensor import ComputeOp
 from .schedule import Schedule
 
 
+def check_lower_inputs(sch, args, who: str = "lower") -> None:
+    """Check the kinds of ``lower``'s (and ``build``'s) schedule and argument list, so
+    that the common mix-ups (a stage for the schedule, a bare tensor for the list, an
+    operation for a tensor) are named instead of failing deep inside lowering.
+
+    Raises
+    ------
+    TypeError
+        ``sch`` is not a :class:`Schedule`, ``args`` is not a list or tuple, or an element
+        of ``args`` is an operation (``C.op``) or an axis instead of a tensor.
+    """
+    from polytile.te.expr import IterVar
+    from polytile.te.tensor import Operation, Tensor
+
+    from .stage import Stage
+
+    if not isinstance(sch, Schedule):
+        what = type(sch).__name__
+        hint = "create one with s = te.create_schedule(C.op)"
+        if isinstance(sch, Stage):
+            what, hint = f"the stage s[{sch.name}]", "pass the whole schedule s, not s[C]"
+        elif isinstance(sch, (Tensor, Operation)):
+            what = f"the {'tensor' if isinstance(sch, Tensor) else 'operation'} {sch.name!r}"
+        raise TypeError(format_error(who, f"got {what} where the schedule was expected",
+                                     "expected a Schedule", hint=hint))
+    if args is not None and not isinstance(args, (list, tuple)):
+        name = getattr(args, "name", type(args).__name__)
+        raise TypeError(format_error(who, f"args is the {type(args).__name__} {name!r}, not a "
+                                     "list",
+                                     "expected a list of tensors and te.var",
+                                     hint=f"wrap it in a list: [..., {name}]"))
+    for k, a in enumerate(args or ()):
+        if isinstance(a, Operation):
+            raise TypeError(format_error(
+                who, f"args[{k}] is the operation {a.name!r} (like C.op)",
+                "expected its tensor", hint=f"pass {a.name} (or {a.name}.op.output(0))"))
+        if isinstance(a, IterVar):
+            raise TypeError(format_error(
+                who, f"args[{k}] is the iter_var {a.var.name!r}",
+                "expected tensors and scalar te.var", hint="axes are not function arguments"))
+
+
 def validate_schedule(sch: Schedule) -> None:
     """Check annotations that constrain the loop structure.
 

@@ -55,7 +55,9 @@ def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "ma
         func = sch_or_func
     else:
         from polytile.schedule.lower import finalize, lower, uses_gpu
+        from polytile.schedule.validate import check_lower_inputs
 
+        check_lower_inputs(sch_or_func, args, "build")
         gpu = uses_gpu(sch_or_func)
         if gpu != (tgt.kind == "cuda"):
             from polytile.errors import ScheduleError

@@ -156,9 +156,9 @@ class ExprOp:
 
     def __bool__(self):
         raise TypeError(
-            "a symbolic expression has no truth value: Python's `if`, `and`, `or`, `not` and "
-            "chained comparisons cannot be used on it inside a compute definition; "
-            "use te.if_then_else(cond, a, b), te.all(...)/te.any(...), or & | ~"
+            f"the symbolic expression `{self}` has no truth value: Python's `if`, `and`, "
+            "`or`, `not` and chained comparisons cannot be used on it inside a compute "
+            "definition; use te.if_then_else(cond, a, b), te.all(...)/te.any(...), or & | ~"
         )
 
     def astype(self, dtype) -> Expr:

@@ -63,7 +63,9 @@ class Reducer:
                 raise TypeError(f"te.{self.name}: axis {a!r} is not a reduce_axis; create it "
                                 f"with te.reduce_axis((lo, hi))")
         if len({id(a) for a in axes}) != len(axes):
-            raise ValueError(f"te.{self.name}: a reduce_axis appears twice in axis=")
+            dup = next(a for k, a in enumerate(axes) if any(b is a for b in axes[:k]))
+            raise ValueError(f"te.{self.name}: reduce_axis {dup.var.name!r} appears twice in "
+                             f"axis=; expected each reduce axis once")
         source = convert(expr)
         comb = self.specialise(source.dtype)
         cond = None

@@ -10,6 +10,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
+from polytile.errors import format_error
+
 from . import dtype as dt
 from .expr import (Expr, ExprOp, IterVar, Range, Reduce, TensorRead, Var, building_body,
                    convert)
@@ -45,7 +47,8 @@ class Tensor:
             indices = (indices,)
         if len(indices) != len(self.shape):
             raise IndexError(f"{self.name}[...]: tensor has {len(self.shape)} dimensions "
-                             f"{self.shape}, got {len(indices)} indices")
+                             f"{self.shape}, got {len(indices)} indices; expected one index "
+                             f"per dimension")
         idx = []
         for k, x in enumerate(indices):
             if isinstance(x, slice):
@@ -161,6 +164,9 @@ def _shape(shape, who: str) -> tuple[int, ...]:
     if isinstance(shape, (int,)) or hasattr(shape, "__index__") and not isinstance(
             shape, (tuple, list)):
         shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise TypeError(format_error(who, f"shape is {shape!r}",
+                                     "expected an int or a tuple of positive ints, e.g. (M, N)"))
     out = []
     for k, s in enumerate(shape):
         if isinstance(s, ExprOp):
@@ -203,7 +209,9 @@ def reduce_axis(dom, name: str = "rv") -> IterVar:
         try:
             lo, hi = dom
         except (TypeError, ValueError):
-            raise TypeError(f"reduce_axis: dom must be a (lo, hi) pair, got {dom!r}") from None
+            example = f" such as (0, {dom})" if isinstance(dom, int) else ""
+            raise TypeError(f"reduce_axis {name!r}: dom must be a (lo, hi) pair, got {dom!r}; "
+                            f"expected a half-open range{example}") from None
         if isinstance(lo, ExprOp) or isinstance(hi, ExprOp):
             raise TypeError("reduce_axis: symbolic bounds are not supported yet; expected ints")
         rng = Range(int(lo), int(hi) - int(lo))
@@ -212,7 +220,7 @@ def reduce_axis(dom, name: str = "rv") -> IterVar:
     return IterVar(Var("int32", name, True), rng, "reduce")
 
 
-def _axis_names(fcompute, ndim: int) -> list[str]:
+def _axis_names(fcompute, ndim: int, name: str) -> list[str]:
     try:
         params = list(inspect.signature(fcompute).parameters.values())
     except (TypeError, ValueError):
@@ -221,8 +229,11 @@ def _axis_names(fcompute, ndim: int) -> list[str]:
         return [f"i{k}" for k in range(ndim)]
     names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(names) != ndim:
-        raise TypeError(f"compute: fcompute takes {len(names)} index arguments but the shape "
-                        f"has {ndim} dimensions")
+        want = ", ".join("ijklmn"[k] if k < 6 else f"i{k}" for k in range(ndim))
+        raise TypeError(format_error(
+            f"compute {name!r}", f"fcompute takes {len(names)} index arguments but the "
+            f"shape has {ndim} dimensions",
+            "expected one index argument per dimension", hint=f"write lambda {want}: ..."))
     return names
 
 
@@ -246,7 +257,7 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
         reduction, a spatial axis of another compute, a wrong number of index arguments.
     """
     shp = _shape(shape, "compute")
-    names = _axis_names(fcompute, len(shp))
+    names = _axis_names(fcompute, len(shp), name)
     axis = tuple(IterVar(Var("int32", n, True), Range(0, e), "data_par")
                  for n, e in zip(names, shp))
     old = building_body(True)
@@ -257,7 +268,14 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
     if isinstance(body, (tuple, list)):
         raise TypeError(f"compute {name!r}: fcompute returned {len(body)} values; computes with "
                         f"several outputs are not supported yet")
-    body = convert(body)
+    if body is None:
+        raise TypeError(format_error(f"compute {name!r}", "fcompute returned None",
+                                     "expected an expression of the index arguments",
+                                     hint="a `def` body needs `return`"))
+    try:
+        body = convert(body)
+    except TypeError as exc:
+        raise TypeError(f"compute {name!r}: {exc}") from None
     reduce_axes: tuple = ()
     if isinstance(body, Reduce):
         reduce_axes = body.axis
@@ -296,8 +314,10 @@ def _check_vars(body: Expr, axis, reduce_axes, name: str) -> None:
         if id(v) in allowed or not v.is_axis:
             continue
         raise TypeError(f"compute {name!r}: the body uses axis {v.name!r}, which is neither "
-                        f"an axis of this compute nor one of its reduce_axis (an axis of "
-                        f"another compute, or a reduce_axis not listed in axis=?)")
+                        f"an axis of this compute nor one of its reduce_axis; expected the "
+                        f"index arguments of fcompute, and reduce axes only inside the "
+                        f"te.sum/max/min that lists them in axis= (an axis of another "
+                        f"compute, or a reduce_axis not listed in axis=?)")
 
 
 def _broadcast_binary(op: str, a, b) -> Tensor:
@@ -309,7 +329,9 @@ def _broadcast_binary(op: str, a, b) -> Tensor:
     for k in range(ndim):
         ext = {s[len(s) - ndim + k] for s in shapes if len(s) - ndim + k >= 0} - {1}
         if len(ext) > 1:
-            raise ValueError(f"{op}: shapes {shapes[0]} and {shapes[-1]} do not broadcast")
+            raise ValueError(f"{op}: shapes {shapes[0]} and {shapes[-1]} do not broadcast "
+                             f"(dimension {k}); expected equal extents or 1 in each trailing "
+                             f"dimension")
         out.append(ext.pop() if ext else 1)
 
     def read(x, idx):

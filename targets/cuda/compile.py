@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from polytile.errors import BuildError, format_error
+from polytile.errors import BuildError, TargetError, format_error
 
 DEFAULT_ARCH = "sm_90"
 COMPILERS = ("auto", "nvrtc", "nvcc")
@@ -167,7 +167,7 @@ def _compile_nvrtc(source: str, arch: str, options: tuple, name: str) -> bytes:
     nvrtc = _nvrtc()
     err, supported = nvrtc.nvrtcGetSupportedArchs()
     if int(err) == 0 and supported and int(arch[3:].rstrip("af")) not in supported:
-        raise BuildError(format_error(
+        raise TargetError(format_error(
             "compile_cuda", f"this NVRTC {nvrtc_version()} cannot compile for {arch}",
             f"expected one of sm_{', sm_'.join(map(str, supported))}",
             hint="pass target='cuda -arch=sm_XX' or compiler='nvcc'"))
@@ -231,6 +231,11 @@ def compile_nvcc(source: str, arch: str = DEFAULT_ARCH, options: tuple = (),
         res = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp)
         log = (res.stderr + res.stdout).replace(tmp + os.sep, "")
         if res.returncode != 0 or not os.path.isfile(out):
+            if "Unsupported gpu architecture" in log:
+                raise TargetError(format_error(
+                    "compile_cuda", f"nvcc {nvcc_version()} does not support {arch}",
+                    "expected an architecture of this toolkit, e.g. sm_90",
+                    hint="`nvcc --list-gpu-arch` lists them; omit -arch for the GPU's own"))
             raise _error("nvcc", arch, log, source, name)
         with open(out, "rb") as fh:
             return fh.read(), log
@@ -270,12 +275,12 @@ def compile_cuda(source: str, arch: str | None = None, options: tuple = (), *,
     BuildError
         No compiler available, an unsupported architecture, or a compile error (the message
         holds the log and the offending source lines).
-    ValueError
-        An unknown ``compiler``.
+    TargetError
+        An unknown ``compiler``, or an architecture the compiler does not support.
     """
     if compiler not in COMPILERS:
-        raise ValueError(format_error("compile_cuda", f"unknown compiler {compiler!r}",
-                                      f"expected one of {', '.join(COMPILERS)}"))
+        raise TargetError(format_error("compile_cuda", f"unknown compiler {compiler!r}",
+                                       f"expected one of {', '.join(COMPILERS)}"))
     arch = arch or default_arch()
     chosen = available_compiler() if compiler == "auto" else compiler
     if chosen is None or (chosen == "nvrtc" and _nvrtc() is None):
@@ -294,7 +299,7 @@ def compile_cuda(source: str, arch: str | None = None, options: tuple = (), *,
     if chosen == "nvrtc":
         try:
             cubin = _compile_nvrtc(source, arch, tuple(options), name)
-        except BuildError:
+        except (BuildError, TargetError):
             # auto: an NVRTC without the headers or the arch this source needs may still
             # leave nvcc able to build it; a genuine source error fails there too
             if compiler != "auto" or nvcc_path() is None:

@@ -283,8 +283,35 @@ class LLVMModule:
 
 def _check_array(fname: str, p: Buffer, a, scalars: dict, written: bool) -> None:
     if not isinstance(a, np.ndarray):
-        raise TypeError(format_error(fname, f"argument {p.name!r} is a {type(a).__name__}",
-                                     f"expected a numpy.ndarray of dtype {p.dtype}"))
+        raise TypeError(format_error(fname, f"argument {p.name!r} is a {type(a).__name__}"
+                                     f"{_device_of(a)}", f"expected a numpy.ndarray of dtype "
+                                     f"{p.dtype}", hint=_host_hint(a, p)))
+    if isinstance(a, np.ma.MaskedArray):
+        # the function would read masked elements and leave the mask as it was
+        raise TypeError(format_error(fname, f"argument {p.name!r} is a masked array",
+                                     f"expected a plain numpy.ndarray of dtype {p.dtype}",
+                                     hint=f"pass {p.name}.filled(value) or {p.name}.data"))
     check_array(fname, p, dtype=a.dtype, shape=a.shape, contiguous=a.flags.c_contiguous,
                 writeable=a.flags.writeable, written=written, scalars=scalars,
                 contiguous_hint=f"pass np.ascontiguousarray({p.name})")
+
+
+def _device_of(a) -> str:
+    """`` on cuda:0`` for an array object whose DLPack device is not the host, else ''."""
+    try:
+        kind, index = a.__dlpack_device__()
+    except Exception:  # noqa: BLE001 - not a DLPack producer, or a broken one
+        return ""
+    names = {2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 10: "rocm",
+             13: "cuda_managed", 14: "oneapi"}
+    return "" if int(kind) == 1 else f" on {names.get(int(kind), f'device {kind}')}:{index}"
+
+
+def _host_hint(a, p: Buffer) -> str:
+    name = p.name
+    if _device_of(a):
+        return (f"functions built for 'llvm' run on the CPU: copy it to the host "
+                f"(torch: {name}.cpu().numpy()), or build for 'cuda'")
+    if hasattr(a, "__dlpack__") or hasattr(a, "__array__"):
+        return f"convert it with np.asarray({name}) (torch: {name}.numpy())"
+    return f"wrap it with np.asarray({name}, dtype='{p.dtype}')"
