@@ -151,14 +151,6 @@ def vectorize_not_innermost():
     polytile.lower(s, [A, B, C])
 
 
-def vectorize_too_wide():
-    A = te.placeholder((1000,), name="A")
-    C = te.compute((1000,), lambda i: A[i] * 2, name="C")
-    s = te.create_schedule(C.op)
-    s[C].vectorize(C.op.axis[0])
-    polytile.lower(s, [A, C])
-
-
 def vectorize_with_a_stage_attached_inside():
     A, B, C, s = chain()
     s[B].compute_at(s[C], C.op.axis[1])
@@ -254,9 +246,6 @@ CASES = [
     pytest.param(vectorize_not_innermost, ScheduleError,
                  r"(?s)vectorize: loop 'j' of stage 'C' is not innermost; only the innermost.*"
                  r"Loops inside: k.*hint: reorder", id="vectorize-not-innermost"),
-    pytest.param(vectorize_too_wide, ScheduleError,
-                 r"(?s)vectorize: loop 'i' of stage 'C' has extent 1000; at most 64 lanes.*"
-                 r"hint: split it first", id="vectorize-too-wide"),
     pytest.param(vectorize_with_a_stage_attached_inside, ScheduleError,
                  r"vectorize: stage 'B' is computed at the vectorized loop 'j' of stage 'C'; "
                  r"attach it at an outer loop", id="vectorize-with-an-attached-stage"),
