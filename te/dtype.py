@@ -134,6 +134,29 @@ def scalar_dtype(value, other: str | None) -> str:
     raise TypeError(f"dtype: cannot use {type(value).__name__} {value!r} in an expression")
 
 
+def wrap(value: int, dtype: str) -> int:
+    """``value`` wrapped into the range of integer ``dtype`` (two's complement modulo
+    ``2**bits``, as the machine and numpy's ``astype`` do): ``wrap(128, "int8") == -128``,
+    ``wrap(-1, "uint8") == 255``, ``wrap(2**64, "uint64") == 0``. Pure Python: no
+    intermediate numpy integer can overflow."""
+    n = _BITS[dtype]
+    v = int(value) & ((1 << n) - 1)
+    if not dtype.startswith("uint") and v >> (n - 1):
+        v -= 1 << n
+    return v
+
+
+def round_float(value, dtype: str) -> float:
+    """``value`` rounded to float ``dtype`` (to nearest even), as a Python float; values
+    beyond the dtype's range become ``inf`` with their sign, as ``np.float16(65535)`` does."""
+    try:
+        x = float(value)
+    except OverflowError:  # a Python int beyond float64
+        x = float("inf") if value > 0 else float("-inf")
+    with np.errstate(over="ignore"):
+        return float(np.array(x, dtype=dtype)[()])
+
+
 def min_value(dtype: str):
     """Smallest finite value of ``dtype`` (``-inf`` for floats), as a Python number."""
     if is_float(dtype):

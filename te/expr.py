@@ -18,6 +18,7 @@ Meaning of the IR, stated once:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -385,16 +386,20 @@ def const(value, dtype=None) -> Const:
 
 
 def _coerce(value, dtype: str):
+    """The Python value of a ``dtype`` literal: floats are rounded to ``dtype`` (beyond its
+    range: ``inf``, as ``np.float16(65535)``); an integer outside ``dtype`` is refused, as
+    numpy 2 refuses ``np.int8(300)`` (``astype`` wraps instead: see :func:`cast`)."""
     if dtype == "bool":
         return bool(value)
     if dt.is_float(dtype):
-        return float(value)
+        return dt.round_float(value, dtype)
     if isinstance(value, (float, np.floating)) and not float(value).is_integer():
         raise TypeError(f"const: {value!r} is not an integer; cannot make a {dtype} constant")
     v = int(value)
     lo, hi = dt.min_value(dtype), dt.max_value(dtype)
     if not lo <= v <= hi:
-        raise OverflowError(f"const: {v} does not fit in {dtype} [{lo}, {hi}]")
+        raise OverflowError(f"const: {v} does not fit in {dtype} [{lo}, {hi}]; "
+                            f"te.const({v}).astype({dtype!r}) wraps it as numpy's astype does")
     return v
 
 
@@ -426,8 +431,11 @@ def cast(value, dtype) -> Expr:
     if isinstance(e, Const):
         v = e.value
         if dt.is_int(d) and not isinstance(v, bool):
-            v = int(v) if dt.is_float(e.dtype) else v
-            v = int(np.array(v).astype(d))  # wrap like the machine does
+            if dt.is_float(e.dtype):
+                if not (math.isfinite(v) and dt.min_value(d) <= math.trunc(v) <= dt.max_value(d)):
+                    return Cast(d, e)   # unspecified (C, numpy): left to the machine
+                v = math.trunc(v)
+            v = dt.wrap(v, d)  # integers wrap like the machine (numpy's astype)
         return Const(d, _coerce(v, d))
     return Cast(d, e)
 

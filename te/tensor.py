@@ -196,7 +196,16 @@ def var(name: str = "v", dtype="int32") -> Var:
 
 
 def reduce_axis(dom, name: str = "rv") -> IterVar:
-    """A reduction axis over ``dom``: a ``(lo, hi)`` pair (half open) or a :class:`Range`."""
+    """A reduction axis over ``dom``: a ``(lo, hi)`` pair (half open) or a :class:`Range`.
+
+    An empty range (``lo == hi``) is legal: the reduction then yields its initial value
+    (the reducer's identity, or ``init=``), as numpy's ``sum`` over an empty slice does.
+
+    Raises
+    ------
+    ValueError
+        For a reversed range (``hi < lo``), naming the axis.
+    """
     if isinstance(dom, Range):
         rng = dom
     else:
@@ -207,8 +216,10 @@ def reduce_axis(dom, name: str = "rv") -> IterVar:
         if isinstance(lo, ExprOp) or isinstance(hi, ExprOp):
             raise TypeError("reduce_axis: symbolic bounds are not supported yet; expected ints")
         rng = Range(int(lo), int(hi) - int(lo))
-    if rng.extent < 1:
-        raise ValueError(f"reduce_axis: range of {name!r} is empty ({dom!r}); expected lo < hi")
+    if rng.extent < 0:
+        raise ValueError(f"reduce_axis: range of {name!r} is reversed ({dom!r}): it ends "
+                         f"before it starts; expected (lo, hi) with lo <= hi (an empty range "
+                         f"lo == hi reduces to the identity)")
     return IterVar(Var("int32", name, True), rng, "reduce")
 
 
