@@ -134,6 +134,16 @@ def scalar_dtype(value, other: str | None) -> str:
     raise TypeError(f"dtype: cannot use {type(value).__name__} {value!r} in an expression")
 
 
+#: Reductions of these dtypes accumulate in the wider one (see the module docstring).
+_ACCUMULATE = {"float16": "float32", "bfloat16": "float32"}
+
+
+def accumulation_dtype(dtype: str) -> str:
+    """The dtype an arithmetic reduction of ``dtype`` accumulates in: ``float32`` for
+    ``float16`` (and ``bfloat16``), else ``dtype`` itself (see the module docstring)."""
+    return _ACCUMULATE.get(dtype, dtype)
+
+
 def wrap(value: int, dtype: str) -> int:
     """``value`` wrapped into the range of integer ``dtype`` (two's complement modulo
     ``2**bits``, as the machine and numpy's ``astype`` do): ``wrap(128, "int8") == -128``,

@@ -321,6 +321,9 @@ class CommReducer:
     rhs: Var
     result: Expr
     identity: Expr
+    #: the dtype-generic :class:`polytile.te.reduction.Reducer` it was specialised from
+    #: (to specialise it again at the accumulation dtype), when known
+    generic: Any = None
 
     def combine(self, acc: Expr, value: Expr) -> Expr:
         """The combiner applied to two expressions."""

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from . import dtype as dt
-from .expr import (CommReducer, Const, Expr, ExprOp, IterVar, Reduce, Var, binary, cast,
-                   convert)
+from .expr import (And, Binary, Cmp, CommReducer, Const, Expr, ExprOp, IterVar, Not, Or,
+                   Reduce, Select, Var, binary, cast, child_fields, convert)
 
 
 class Reducer:
@@ -35,7 +35,7 @@ class Reducer:
         if not isinstance(identity, Const):
             raise TypeError(f"comm_reducer {self.name!r}: identity for {dtype} is {identity}; "
                             f"expected a constant")
-        return CommReducer(self.name, lhs, rhs, result, cast(identity, dtype))
+        return CommReducer(self.name, lhs, rhs, result, cast(identity, dtype), self)
 
     def __call__(self, expr, *rest, axis=None, where=None, init=None):
         """``reducer(expr, axis, where=None, init=None)`` reduces; ``reducer(a, b, ...)``
@@ -112,6 +112,41 @@ class Reducer:
                 raise TypeError(f"te.{self.name}: where= has dtype {cond.dtype}; expected bool")
         ini = cast(convert(init, source.dtype), source.dtype) if init is not None else None
         return Reduce(source.dtype, comb, source, axes, cond, ini)
+
+
+def accumulation_dtype(red: Reduce) -> str:
+    """The dtype a reduction accumulates in (the rule is stated in :mod:`polytile.te.dtype`):
+    :func:`polytile.te.dtype.accumulation_dtype` of its dtype, except for combiners that
+    only select among their operands (``max``, ``min``, ``select``), which are exact in any
+    dtype."""
+    wide = dt.accumulation_dtype(red.dtype)
+    if wide == red.dtype or _selects_only(red.combiner.result):
+        return red.dtype
+    return wide
+
+
+def _selects_only(e: Expr) -> bool:
+    if isinstance(e, (Var, Const)):
+        return True
+    if isinstance(e, Binary) and e.op not in ("min", "max"):
+        return False
+    if not isinstance(e, (Binary, Select, Cmp, And, Or, Not)):
+        return False
+    return all(_selects_only(getattr(e, f)) for f in child_fields(e))
+
+
+def widened(comb: CommReducer, dtype: str) -> CommReducer:
+    """``comb`` specialised at the accumulation dtype ``dtype`` (its generic reducer
+    specialised again; a combiner that cannot be, combines in its own dtype and is cast)."""
+    if comb.generic is not None:
+        try:
+            return comb.generic.specialise(dtype)
+        except TypeError:
+            pass
+    narrow = comb.lhs.dtype
+    lhs, rhs = Var(dtype, "x"), Var(dtype, "y")
+    result = cast(comb.combine(cast(lhs, narrow), cast(rhs, narrow)), dtype)
+    return CommReducer(comb.name, lhs, rhs, result, cast(comb.identity, dtype))
 
 
 def _n_operands(n: int) -> str:
