@@ -6,9 +6,11 @@ Meaning of the IR, stated once:
   node, as in TVM. :func:`polytile.te.visitor.structural_equal` compares structure.
 * Every expression has a scalar ``dtype`` (see :mod:`polytile.te.dtype`); vector lanes exist
   only inside code generation.
-* Integer arithmetic wraps around in two's complement; ``floordiv``/``floormod`` round
-  toward negative infinity (``floormod`` takes the sign of the divisor), ``truncdiv``/
-  ``truncmod`` round toward zero (C semantics). Division by zero is undefined behaviour.
+* Integer arithmetic wraps around in two's complement in the declared dtype;
+  ``floordiv``/``floormod`` round toward negative infinity (``floormod`` takes the sign of
+  the divisor), ``truncdiv``/``truncmod`` round toward zero (C semantics). Division by
+  zero is undefined behaviour. The numerics rule (literals, accumulation dtype of
+  reductions, NaN in max/min) is stated in :mod:`polytile.te.dtype`.
 * Float arithmetic is IEEE-754 without fast-math: code generators may contract ``a*b + c``
   into one fused multiply-add (as C compilers do by default) and nothing else.
 * ``Select`` (``te.if_then_else``) evaluates only the chosen operand, so an out-of-bounds
