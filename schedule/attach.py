@@ -276,6 +276,8 @@ def _extents(footprint: isl.Map, lo: isl.PwMultiAff, nx: int) -> list[int]:
     is refused by isl for quasi-affine pieces; the relative set's maximum is not)."""
     rel = footprint.reset_tuple_id(isl.dim_type.out).sum(
         isl.Map.from_pw_multi_aff(lo.neg())).range()
+    if rel.is_empty():  # nothing is read (a zero-size consumer): an empty buffer
+        return [0] * nx
     out = []
     for q in range(nx):
         top = rel.dim_max_val(q)

@@ -26,10 +26,10 @@ def validate_schedule(sch: Schedule) -> None:
                     and st.extent_of(iv) == 0):
                 raise ScheduleError(format_error(
                     "bind", f"loop {iv.name!r} of stage {st.name!r} has no iterations (an "
-                    f"empty reduce range) and is bound to {kind[5:]!r}",
+                    f"empty reduce range or dimension) and is bound to {kind[5:]!r}",
                     "a GPU launch needs at least one block and one thread per index",
-                    hint="leave the empty loop unbound: the reduction then yields its "
-                    "initial value"))
+                    hint="leave the empty loop unbound (a reduction over it yields its "
+                    "initial value)"))
             if kind != "vectorize":
                 continue
             pos = leaves.index(iv)

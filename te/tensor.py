@@ -165,11 +165,12 @@ def _shape(shape, who: str) -> tuple[int, ...]:
     for k, s in enumerate(shape):
         if isinstance(s, ExprOp):
             raise TypeError(f"{who}: dimension {k} is the expression {s}; symbolic shapes are "
-                            f"not supported yet, expected a positive int")
+                            f"not supported yet, expected an int")
         if isinstance(s, bool) or not hasattr(s, "__index__"):
-            raise TypeError(f"{who}: dimension {k} is {s!r}; expected a positive int")
-        if int(s) < 1:
-            raise ValueError(f"{who}: dimension {k} is {int(s)}; expected a positive int")
+            raise TypeError(f"{who}: dimension {k} is {s!r}; expected an int")
+        if int(s) < 0:
+            raise ValueError(f"{who}: dimension {k} is {int(s)}; expected a non-negative int "
+                             f"(a zero-size dimension is legal, as in numpy)")
         out.append(int(s))
     return tuple(out)
 
@@ -180,7 +181,7 @@ def placeholder(shape, dtype="float32", name: str = "placeholder") -> Tensor:
     Parameters
     ----------
     shape : int or tuple of int
-        Extents, each >= 1 (a 0-d tensor has ``shape=()``).
+        Extents, each >= 0 (a 0-d tensor has ``shape=()``; a zero-size one, no elements).
     dtype : str or numpy dtype
         Element type (see :mod:`polytile.te.dtype`).
     name : str

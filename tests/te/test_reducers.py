@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import check, rand, run1
+from helpers import check, rand, run1, run_schedule
 
 import polytile
 from polytile import te
@@ -216,6 +216,37 @@ def test_d1_empty_range_with_init_and_where(backend):
     a = rand((N,), seed=10)
     out = run1(te.create_schedule(R.op), [A, R], [a], backend)
     np.testing.assert_array_equal(out, a * 2)
+
+
+@pytest.mark.parametrize("sched", ["none", "split", "vectorize", "parallel", "compute_at"])
+def test_d1_zero_size_dimensions_behave_as_numpy(sched, backend):
+    A = te.placeholder((0, 6), "float16", name="A")
+    k = te.reduce_axis((0, 0), name="k")
+    S = te.compute((6,), lambda j: te.sum(A[k, j], axis=k), name="S")      # over 0 rows
+    B = te.compute((0, 6), lambda i, j: A[i, j] + S[j], name="B")         # 0 x 6 result
+    s = te.create_schedule([S.op, B.op])
+    if sched == "split":
+        s[B].split(B.op.axis[0], factor=4)
+        s[S].split(k, nparts=2)
+    elif sched == "vectorize":
+        s[B].vectorize(B.op.axis[1])
+        s[S].reorder(k, S.op.axis[0])
+        s[S].vectorize(S.op.axis[0])
+    elif sched == "parallel":
+        s[B].parallel(B.op.axis[0])
+        s[S].parallel(S.op.axis[0])
+    elif sched == "compute_at":
+        C = te.compute((0, 6), lambda i, j: A[i, j] * 2.0, name="C")
+        D = te.compute((0, 6), lambda i, j: C[i, j] + 1.0, name="D")
+        s = te.create_schedule(D.op)
+        s[C].compute_at(s[D], D.op.axis[0])
+        out = run1(s, [A, D], [np.zeros((0, 6), "float16")], backend)
+        assert out.shape == (0, 6)
+        return
+    a = np.zeros((0, 6), "float16")
+    outs = run_schedule(s, [A, S, B], [a], backend)
+    np.testing.assert_array_equal(outs[0], a.sum(axis=0))
+    assert outs[1].shape == (0, 6)
 
 
 def test_d1_empty_range_bound_to_threads_is_refused():
