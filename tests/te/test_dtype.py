@@ -275,3 +275,14 @@ def test_float_to_int_cast_of_nan_or_out_of_range_is_not_folded():
         e = te.const(v, "float64").astype("int32")
         assert isinstance(e, te.Cast)
     assert te.const(-7.9, "float64").astype("int8").value == -7
+
+
+def test_uint64_scalar_argument_beyond_int64(backend):
+    from helpers import compile_schedule
+
+    n = te.var("n", "uint64")
+    C = te.compute((2,), lambda i: n * te.const(3, "uint64") + i.astype("uint64"), name="C")
+    f = compile_schedule(te.create_schedule(C.op), [C, n], backend)
+    o = np.zeros(2, "uint64")
+    f(o, 2**64 - 1)
+    np.testing.assert_array_equal(o, [2**64 - 3, 2**64 - 2])
