@@ -4,10 +4,10 @@ Dependences are computed once per stage on *program order* (the stage's axes in
 definition order, the reduction's ``init`` before its ``update`` loop, then ``round``),
 memory-based and exact: read-after-write, write-after-write and write-after-read between
 every pair of instances that touch one element. Only dependences inside one stage matter
-for its loops: stages are
-pure functions of their inputs, producers run before consumers by construction, and the
-buffers of attached stages are private to each iteration of their attach loop (their
-accesses are indexed by the attach prefix here, which models that privatisation).
+for its loops: stages are pure functions of their inputs, producers run before consumers
+by construction, and the buffers of attached stages are private to each iteration of
+their attach loop (their accesses are indexed by the attach prefix here, which models
+that privatisation).
 
 Checks, each failing with a ``ScheduleError`` that names a concrete violating pair:
 
