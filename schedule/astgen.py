@@ -15,6 +15,7 @@ from polytile.errors import InternalError
 from polytile.te import dtype as dt
 from polytile.te.expr import (Binary, Cast, Cmp, Const, Expr, Not, Or, Select, Var,
                               logical_and)
+from polytile.te.reduction import widened
 from polytile.te.visitor import ExprMutator, substitute
 
 from . import isl_util as iu
@@ -263,6 +264,10 @@ def _to_index(e: Expr) -> Expr:
     return Cast("int64", e)
 
 
+def _as(e: Expr, dtype: str) -> Expr:
+    return e if e.dtype == dtype else Cast(dtype, e)
+
+
 def make_store(st: PolyStmt, idx: dict, model: Model) -> Stmt:
     """The loop-IR statement of one instance of ``st``, given the index expressions
     ``idx`` of its accesses (and of its axis values, key ``"ax"``)."""
@@ -275,21 +280,26 @@ def make_store(st: PolyStmt, idx: dict, model: Model) -> Stmt:
     widx = idx["w"]
     red = p.body
     if st.kind == "compute":
-        out: Stmt = Store(buf, widx, body.visit(p.body))
-    elif st.kind == "init":
-        init = red.init if red.init is not None else red.combiner.identity
-        out = Store(buf, widx, body.visit(init))
+        value = body.visit(p.body)   # collects the run-time checks first
+        return seq(*body.checks, Store(buf, widx, value))
+    # a wide accumulator, when the stage has one (model.py), else the stage's buffer
+    acc_buf, aidx = (p.acc, idx["acc"]) if p.acc is not None else (buf, widx)
+    if st.kind == "round":
+        return Store(buf, widx, Cast(buf.dtype, Load(acc_buf.dtype, acc_buf, aidx)))
+    comb = red.combiner
+    if acc_buf is not buf:
+        comb = widened(comb, acc_buf.dtype)
+    if st.kind == "init":
+        init = body.visit(red.init) if red.init is not None else comb.identity
+        out: Stmt = Store(acc_buf, aidx, _as(init, acc_buf.dtype))
     else:
-        acc = Load(buf.dtype, buf, widx)
+        acc = Load(acc_buf.dtype, acc_buf, aidx)
         where = None
         if red.condition is not None and p.where is None:
             where = body.visit(red.condition)
             body.guards.append(where)
-        src = body.visit(red.source)
-        if src.dtype != acc.dtype:
-            # rfactor's final reduction reads float32 partials of a float16 reduction
-            src = Cast(acc.dtype, src)
-        out = Store(buf, widx, red.combiner.combine(acc, src))
+        out = Store(acc_buf, aidx, comb.combine(acc, _as(body.visit(red.source),
+                                                         acc_buf.dtype)))
         if where is not None:
             body.guards.pop()
             out = IfThenElse(where, seq(*body.checks, out), None)

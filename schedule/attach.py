@@ -22,6 +22,7 @@ import math
 import islpy as isl
 
 from polytile.errors import InternalError, LoweringError, format_error
+from polytile.te.reduction import accumulation_dtype
 from polytile.te.tensor import Tensor
 
 from . import isl_util as iu
@@ -57,7 +58,7 @@ def set_prefix(p: StagePlan, gpu: bool) -> None:
 def _inside(stmt_kind: str, reader: StagePlan, target: StagePlan, pos: int) -> bool:
     """Does a ``stmt_kind`` statement of ``reader`` run inside loop ``pos`` of ``target``?"""
     if reader is target:
-        return stmt_kind != "init" or pos < target.r
+        return stmt_kind not in ("init", "round") or pos < target.r
     cur = reader
     while cur.attach is not None:
         tp, at = cur.attach
@@ -68,13 +69,15 @@ def _inside(stmt_kind: str, reader: StagePlan, target: StagePlan, pos: int) -> b
 
 
 def _reads_of(c: StagePlan, kind: str) -> list[ReadInfo]:
-    """The reads performed by statements of ``kind`` of ``c``."""
+    """The reads performed by statements of ``kind`` of ``c`` (``round`` reads only the
+    stage's own accumulator)."""
+    if kind == "round":
+        return []
     return [rd for rd in c.reads if rd.in_init == (kind == "init")]
 
 
 def _stmt_kinds_reading(c: StagePlan, p: StagePlan) -> list[str]:
-    kinds = ["init", "update"] if c.is_reduction else ["compute"]
-    return [k for k in kinds if any(rd.source is p.stage for rd in _reads_of(c, k))]
+    return [k for k in c.kinds if any(rd.source is p.stage for rd in _reads_of(c, k))]
 
 
 def check_scope(p: StagePlan, consumers: list[StagePlan]) -> None:
@@ -110,7 +113,7 @@ def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
     pre = [f"p{k}" for k in range(p.prefix_len)]
     base = f"S{p.index}"
     p.stmts = []
-    for kind in (["init", "update"] if p.is_reduction else ["compute"]):
+    for kind in p.kinds:
         st = PolyStmt(base if kind == "compute" else f"{base}_{kind}", p, kind,
                       pre + p.own_names(kind))
         own = [p.leaf_aff[p.leaves[k]] for k in p.stmt_loops(kind)]
@@ -119,6 +122,45 @@ def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
         st.sched = slots + own
         _domain(p, st, padded)
         p.stmts.append(st)
+    if p.accumulates_wide:
+        _accumulator(p, padded)
+
+
+def _accumulator(p: StagePlan, padded: bool) -> None:
+    """Set ``p.acc`` and ``p.acc_access``: the wide accumulator of a reduction holds the
+    elements one iteration of the loops around the reduction loops (the attach prefix and
+    the stage's loops before its first reduction loop) writes, relative to their origin --
+    one element when every spatial loop encloses the reduction loops (a register), the
+    whole stage when the reduction loops are outermost. On GPUs it is ``local``: the
+    ``init``, ``update`` and ``round`` of an element run on one thread, and loops bound
+    to thread or block indices count as enclosing ones."""
+    m, na = p.prefix_len, len(p.axis_vars)
+    # loops bound to GPU indices enclose everything (each thread runs its own instances)
+    around = [pos for pos in range(len(p.leaves)) if pos < p.r or (
+        p.leaves[pos].iter_type != "reduce" and p.binding(pos) not in (None, "vthread"))]
+
+    def outer(st: PolyStmt) -> isl.PwMultiAff:
+        vals = st.dims[:m] + [f"({p.leaf_aff[p.leaves[pos]]})" for pos in around]
+        return isl.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(vals)}] }}")
+
+    def coords(st: PolyStmt) -> isl.PwMultiAff:
+        return isl.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(st.dims[m:m + na])}] }}")
+
+    init = p.stmts[0]
+    written = isl.Map.from_pw_multi_aff(outer(init)).intersect_domain(init.domain)
+    fp = written.reverse().apply_range(isl.Map.from_pw_multi_aff(coords(init)))
+    lo = None
+    for q in range(na):
+        one = isl.PwMultiAff.from_pw_aff(fp.dim_min(q))
+        lo = one if lo is None else lo.flat_range_product(one)
+    shape = tuple(_extents(fp, lo, (1,) * na)) if na else ()
+    scope = "local" if padded else "intermediate"
+    p.acc = Buffer(f"{p.buffer.name}_acc", shape, accumulation_dtype(p.body), scope)
+    for st in p.stmts:
+        idx = coords(st)
+        if na:
+            idx = idx.sub(lo.pullback_pw_multi_aff(outer(st)))
+        p.acc_access[st.name] = iu.name_range(idx, "B")
 
 
 def _own_exact(p: StagePlan, kind: str) -> str:
@@ -284,6 +326,8 @@ def _extents(footprint: isl.Map, lo: isl.PwMultiAff, stride: tuple) -> list[int]
     ``dim_max - dim_min`` is refused by isl for quasi-affine pieces; the relative set's
     maximum is not)."""
     rel = _offsets(footprint, lo).range()
+    if rel.is_empty():  # nothing is read (a zero-size consumer): an empty buffer
+        return [0] * len(stride)
     out = []
     for q, s in enumerate(stride):
         top = rel.dim_max_val(q)
@@ -330,6 +374,8 @@ def accesses(p: StagePlan, plan_of: dict, buffers: dict) -> None:
         own = st.dims[p.prefix_len:p.prefix_len + na]
         st.accesses["w"] = (p.buffer, isl.PwMultiAff(f"{{ {st.tuple()} -> B[{', '.join(own)}] }}"))
         st.accesses["ax"] = (None, st.axis_map)
+        if p.acc is not None:
+            st.accesses["acc"] = (p.acc, p.acc_access[st.name])
         for rd in _reads_of(p, st.kind):
             if rd.indices is None:
                 continue

@@ -1,12 +1,13 @@
 """Exact dependences and the legality of loop transformations.
 
 Dependences are computed once per stage on *program order* (the stage's axes in
-definition order, the reduction's ``init`` before its ``update`` loop), memory-based and
-exact: read-after-write, write-after-write and write-after-read between every pair of
-instances that touch one element. Only dependences inside one stage matter for its loops: stages are
-pure functions of their inputs, producers run before consumers by construction, and the
-buffers of attached stages are private to each iteration of their attach loop (their
-accesses are indexed by the attach prefix here, which models that privatisation).
+definition order, the reduction's ``init`` before its ``update`` loop, then ``round``),
+memory-based and exact: read-after-write, write-after-write and write-after-read between
+every pair of instances that touch one element. Only dependences inside one stage matter
+for its loops: stages are pure functions of their inputs, producers run before consumers
+by construction, and the buffers of attached stages are private to each iteration of
+their attach loop (their accesses are indexed by the attach prefix here, which models
+that privatisation).
 
 Checks, each failing with a ``ScheduleError`` that names a concrete violating pair:
 
@@ -43,18 +44,24 @@ def stage_dependences(p: StagePlan) -> isl.UnionMap | None:
         return None
     m = p.prefix_len
     na, nr = len(p.axis_vars), len(p.reduce_vars)
-    init, upd = p.stmts
+    init, upd = p.stmts[:2]
     pre = [f"p{k}" for k in range(m)]
     ax = [f"d{k}" for k in range(na)]
     red = [f"d{na + k}" for k in range(nr)]
     elem = ", ".join(pre + ax)
-    w = isl.UnionMap(f"{{ {init.tuple()} -> B[{elem}]; {upd.tuple()} -> B[{elem}] }}")
-    r = isl.UnionMap(f"{{ {upd.tuple()} -> B[{elem}] }}")
-    zeros = ", ".join(["0"] * nr)
-    order = isl.UnionMap(
-        f"{{ {init.tuple()} -> [{', '.join(pre + ax + ['0'] + ([zeros] if nr else []))}]; "
-        f"{upd.tuple()} -> [{', '.join(pre + ax + ['1'] + red)}] }}")
-    dom = iu.union_set(init.exact).union(iu.union_set(upd.exact))
+    zeros = ["0"] * nr
+    # ``B`` stands for the element of the stage (its accumulator and its buffer, which are
+    # indexed alike): ``round`` reads one and writes the other
+    writes = [f"{st.tuple()} -> B[{elem}]" for st in p.stmts]
+    reads = [f"{st.tuple()} -> B[{elem}]" for st in p.stmts[1:]]
+    times = [f"{st.tuple()} -> [{', '.join(pre + ax + [str(k)] + (red if st is upd else zeros))}]"
+             for k, st in enumerate(p.stmts)]
+    w = isl.UnionMap(f"{{ {'; '.join(writes)} }}")
+    r = isl.UnionMap(f"{{ {'; '.join(reads)} }}")
+    order = isl.UnionMap(f"{{ {'; '.join(times)} }}")
+    dom = iu.union_set(init.exact)
+    for st in p.stmts[1:]:
+        dom = dom.union(iu.union_set(st.exact))
     w, r, order = w.intersect_domain(dom), r.intersect_domain(dom), order.intersect_domain(dom)
     touch = w.apply_range(w.reverse()).union(w.apply_range(r.reverse())).union(
         r.apply_range(w.reverse()))

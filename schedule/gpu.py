@@ -137,6 +137,8 @@ def check_shared_memory(model: Model, kernel: Kernel) -> None:
     for p in model.plans:
         if p.buffer.scope == "shared" and _root(p) is kernel.plan:
             total += p.buffer.size * dt.nbytes(p.buffer.dtype)
+            if p.acc is not None:   # its wide accumulator
+                total += p.acc.size * dt.nbytes(p.acc.dtype)
             names.append(p.name)
     if total > MAX_SHARED_BYTES:
         raise ScheduleError(format_error(

@@ -37,6 +37,8 @@ def _cast(v, dtype: str):
         return np.bool_(bool(v))
     with np.errstate(all="ignore"):
         if dt.is_int(dtype) and isinstance(v, (float, np.floating)):
+            if not math.isfinite(float(v)):
+                return np.array(v).astype(dtype)[()]  # unspecified: numpy's value
             v = math.trunc(float(v))
         return np.array(v).astype(dtype)[()]
 
@@ -102,8 +104,9 @@ class _Interp:
                  "min": lambda: min(x, y), "max": lambda: max(x, y),
                  "bitand": lambda: x & y, "bitor": lambda: x | y, "bitxor": lambda: x ^ y,
                  "shl": lambda: x << y, "shr": lambda: x >> y}[op]()
-            return np.array(r).astype(e.dtype)[()] if e.dtype != "int64" else \
-                np.int64(((r + 2**63) % 2**64) - 2**63)
+            if e.dtype == "bool":
+                return np.bool_(r != 0)
+            return np.array(dt.wrap(r, e.dtype), dtype=e.dtype)[()]
         with np.errstate(all="ignore"):
             r = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
                  "div": lambda: a / b, "floordiv": lambda: np.floor(a / b),

@@ -28,7 +28,7 @@ def iter_ranges(stage: Stage, root: dict) -> dict:
     for rel in stage.relations:
         if isinstance(rel, Split):
             e = rng[rel.parent][1]
-            f = -(-e // rel.nparts) if rel.nparts else rel.factor
+            f = max(1, -(-e // rel.nparts)) if rel.nparts else rel.factor
             rng[rel.outer] = (0, -(-e // f))
             rng[rel.inner] = (0, f)
         elif isinstance(rel, Fuse):

@@ -6,10 +6,20 @@
   after ``compute_inline`` substitution and the affine value of each of its loops (the
   stage's *loop map*: split is ``x -> (floor(x/f), x mod f)``, fuse is
   ``(a, b) -> a*E_b + b``);
-* one or two :class:`PolyStmt` per plan (``compute``, or ``init`` + ``update`` for a
-  reduction) with its isl iteration domain, loop values and access relations;
+* one to three :class:`PolyStmt` per plan (``compute``, or ``init`` + ``update`` for a
+  reduction, + ``round`` for one that accumulates in a wider dtype) with its isl
+  iteration domain, loop values and access relations;
 * the loop *nest*: a tree of :class:`LoopNode` mirroring the attach tree, from which the
   isl schedule tree is assembled (``tree.py``).
+
+A reduction that accumulates in a wider dtype than its own (float16 sums in float32,
+:mod:`polytile.te.dtype`) gets an accumulator buffer ``acc`` of that dtype: ``init`` and
+``update`` work on ``acc``, and a third statement ``round`` stores ``acc`` rounded to the
+stage's dtype. ``round`` has the loops of ``init`` and runs right after the reduction
+loops, as ``init`` runs right before them, so every schedule (reduce loops outermost,
+compute_at, GPU kernels) rounds each element exactly once, after its last update. ``acc``
+holds what one iteration of the loops around the reduction loops writes (a register when
+they are all spatial loops; see ``attach._accumulator``).
 
 An attached stage (``compute_at``) runs, for each value ``p`` of its attach *prefix* (the
 loops that enclose it), exactly the region ``x`` its consumers read there: the image of
@@ -34,6 +44,7 @@ import islpy as isl
 
 from polytile.errors import InternalError, ScheduleError, format_error
 from polytile.te.expr import Expr, IterVar, Not, Reduce, Select, TensorRead, Var
+from polytile.te.reduction import accumulation_dtype
 from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
 from polytile.te.visitor import ExprMutator, ExprVisitor, substitute
 
@@ -58,7 +69,7 @@ class ReadInfo:
 
 @dataclass(eq=False)
 class PolyStmt:
-    """An isl statement: ``kind`` is ``compute``, ``init`` or ``update``.
+    """An isl statement: ``kind`` is ``compute``, ``init``, ``update`` or ``round``.
 
     ``domain`` is what the loops enumerate, ``exact`` the instances that really execute
     (equal unless the stage is padded; then ``guard`` is the condition, in isl, that
@@ -112,6 +123,8 @@ class StagePlan:
     stride: tuple = ()                # per tensor dimension: the region's lattice step
     footprint: isl.Map | None = None  # prefix -> region (attached stages)
     exact_region: isl.Map | None = None  # prefix -> elements really read
+    acc: Buffer | None = None         # the wide accumulator of a reduction (see module doc)
+    acc_access: dict = field(default_factory=dict)   # statement name -> its index into acc
 
     @property
     def name(self) -> str:
@@ -138,14 +151,29 @@ class StagePlan:
         return [f"d{k}" for k in range(n)]
 
     def main_stmt(self) -> PolyStmt:
-        return self.stmts[-1]
+        """The ``compute`` or ``update`` statement (the one inside every loop)."""
+        return self.stmts[1] if self.is_reduction else self.stmts[0]
+
+    @property
+    def kinds(self) -> list[str]:
+        """The statement kinds of the stage, in program order."""
+        if not self.is_reduction:
+            return ["compute"]
+        return ["init", "update"] + (["round"] if self.accumulates_wide else [])
+
+    @property
+    def accumulates_wide(self) -> bool:
+        """Does this reduction accumulate in a wider dtype than its own (then ``init``
+        and ``update`` work on ``acc`` and ``round`` stores the result)?"""
+        return self.is_reduction and accumulation_dtype(self.body) != self.body.dtype
 
     def extent(self, iv: IterVar) -> int:
         return self.ranges[iv][1]
 
     def stmt_loops(self, kind: str) -> list[int]:
-        """Positions (in ``leaves``) of the loops of a statement kind, outermost first."""
-        if kind != "init":
+        """Positions (in ``leaves``) of the loops of a statement kind, outermost first
+        (``init`` and ``round`` run outside the reduction loops)."""
+        if kind not in ("init", "round"):
             return list(range(len(self.leaves)))
         return list(range(self.r)) + [k for k in range(self.r, len(self.leaves))
                                       if self.leaves[k].iter_type != "reduce"]
@@ -526,9 +554,10 @@ def _build_nest(plans: list[StagePlan]) -> tuple[list, dict]:
         loops[node.key] = node
         return node
 
-    def init_branch(p: StagePlan) -> list:
-        positions = p.stmt_loops("init")[p.r:]
-        nodes: list = [p.stmts[0]]
+    def side_branch(p: StagePlan, st: PolyStmt) -> list:
+        """The loops of ``init`` (before the reduction loops) or ``round`` (after them)."""
+        positions = p.stmt_loops(st.kind)[p.r:]
+        nodes: list = [st]
         for pos in reversed(positions):
             n = new_loop(p, pos, init_only=True)
             n.children = nodes
@@ -543,16 +572,21 @@ def _build_nest(plans: list[StagePlan]) -> tuple[list, dict]:
         for q in attached.get((id(p), pos), []):
             kids += stage_nodes(q)
         if p.is_reduction and pos + 1 == p.r:
-            kids += init_branch(p)
+            kids += side_branch(p, p.stmts[0])
         kids += chain(p, pos + 1)
+        if p.is_reduction and pos + 1 == p.r and len(p.stmts) == 3:
+            kids += side_branch(p, p.stmts[2])
         node.children = kids
         return [node]
 
     def stage_nodes(p: StagePlan) -> list:
         out: list = []
         if p.is_reduction and p.r == 0:
-            out += init_branch(p)
-        return out + chain(p, 0)
+            out += side_branch(p, p.stmts[0])
+        out += chain(p, 0)
+        if p.is_reduction and p.r == 0 and len(p.stmts) == 3:
+            out += side_branch(p, p.stmts[2])
+        return out
 
     nest: list = []
     for p in plans:

@@ -30,7 +30,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from polytile.errors import ScheduleError, format_error
-from polytile.te.algebra import is_selection, rfactor_violation
+from polytile.te.algebra import rfactor_violation
+from polytile.te.reduction import accumulation_dtype, widened
 from polytile.te.expr import (CommReducer, IterVar, Range, Reduce, TensorRead, Var, cast,
                               logical_and, select)
 from polytile.te.tensor import ComputeOp, Tensor
@@ -120,13 +121,12 @@ def _check_combiner(stage: Stage, comb: CommReducer, primitive: str = "rfactor")
             hint="keep this reduction sequential, or fix te.comm_reducer's fcombine/fidentity"))
 
 
-def _partial_combiner(comb: CommReducer) -> CommReducer:
-    """The combiner of the partial reductions: float32 for a float16/bfloat16 reducer that
-    rounds (anything but max/min), so partials are not rounded before the final one."""
-    if comb.result.dtype in ("float16", "bfloat16") and not is_selection(comb) \
-            and comb.reducer is not None:
-        return comb.reducer.specialise("float32")
-    return comb
+def _partial_combiner(red: Reduce) -> CommReducer:
+    """The combiner of the partial reductions: that of the accumulation dtype (float32 for a
+    float16 reducer that rounds, see :mod:`polytile.te.dtype`), so partials are not rounded
+    before the final reduction."""
+    wide = accumulation_dtype(red)
+    return red.combiner if wide == red.dtype else widened(red.combiner, wide)
 
 
 def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Tensor:
@@ -170,7 +170,7 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
     factor_axis = _normalise_factor_axis(stage, factor_axis, ndim)
     body: Reduce = op.body[0]
     _check_combiner(stage, body.combiner)
-    part = _partial_combiner(body.combiner)
+    part = _partial_combiner(body)
     pdt = part.result.dtype
     # the partial-reduction op: spatial axes (copies) with `axis` inserted, other leaves reduce
     spatial = [IterVar(Var("int32", iv.var.name, True), iv.dom, "data_par") for iv in op.axis]

@@ -198,7 +198,8 @@ class Stage:
                        f"{self.name!r}", "expected a positive int (symbolic factors are not "
                        "affine)")
         ext = self.extent_of(parent)
-        f = val if factor is not None else -(-ext // val)
+        # an empty loop split in parts: inner loops of one iteration, none of them run
+        f = val if factor is not None else max(1, -(-ext // val))
         outer = self._new_iv(f"{parent.name}.outer", -(-ext // f), parent)
         inner = self._new_iv(f"{parent.name}.inner", f, parent)
         self.relations.append(Split(parent, outer, inner, f, nparts or 0))

@@ -57,13 +57,21 @@ def validate_schedule(sch: Schedule) -> None:
     ------
     ScheduleError
         When a vectorized loop is not the innermost loop of its stage or has a stage
-        computed inside it.
+        computed inside it, or a loop without iterations is bound to a GPU index.
     """
     for st in sch.stages:
         if not isinstance(st.op, ComputeOp) or st.attach_type == "inline":
             continue
         leaves = st.leaf_iter_vars
         for iv, kind in st.annotations.items():
+            if (kind.startswith("bind:") and kind != "bind:vthread"
+                    and st.extent_of(iv) == 0):
+                raise ScheduleError(format_error(
+                    "bind", f"loop {iv.name!r} of stage {st.name!r} has no iterations (an "
+                    f"empty reduce range or dimension) and is bound to {kind[5:]!r}",
+                    "a GPU launch needs at least one block and one thread per index",
+                    hint="leave the empty loop unbound (a reduction over it yields its "
+                    "initial value)"))
             if kind != "vectorize":
                 continue
             pos = leaves.index(iv)

@@ -149,7 +149,8 @@ class CExprPrinter:
         t = e.dtype
         a, b = self.expr(e.a), self.expr(e.b)
         if e.op in ("min", "max"):
-            return f"{self.helper('pt_' + e.op)}<{self.d.ctype(t)}>({strip_parens(a)}, {strip_parens(b)})"
+            name = ("pt_f" if dt.is_float(t) else "pt_") + e.op
+            return f"{self.helper(name)}<{self.d.ctype(t)}>({strip_parens(a)}, {strip_parens(b)})"
         bad = (dt.is_float(t) and e.op not in ("add", "sub", "mul", "div")) or \
               (not dt.is_float(t) and e.op == "div") or e.op not in _INFIX
         if bad:
@@ -222,6 +223,10 @@ class CExprPrinter:
         body = {
             "pt_min": "a < b ? a : b",
             "pt_max": "a > b ? a : b",
+            # numpy's minimum/maximum: a NaN in either operand propagates (fminf/fmaxf and
+            # a plain ``a > b ? a : b`` drop one)
+            "pt_fmin": "(a <= b || a != a) ? a : b",
+            "pt_fmax": "(a >= b || a != a) ? a : b",
         }
         if name == "pt_abs":
             # negation through unsigned arithmetic: wraps at the minimum instead of UB

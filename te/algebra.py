@@ -221,11 +221,3 @@ def reorder_violation(comb: CommReducer) -> str | None:
     return c.first_violation(3, lambda x, y, z: c.f(c.f(x, y), z),
                              lambda x, y, z: c.f(c.f(x, z), y),
                              "order independence f(f(x, y), z) == f(f(x, z), y)")
-
-
-def is_selection(comb: CommReducer) -> bool:
-    """True when ``comb`` is ``max`` or ``min`` of its operands: its result is one of them,
-    so it is exact in any dtype (no rounding to widen against)."""
-    r = comb.result
-    return (isinstance(r, Binary) and r.op in ("max", "min")
-            and {id(r.a), id(r.b)} == {id(comb.lhs), id(comb.rhs)})

@@ -19,6 +19,35 @@ scalars, as in TVM and numpy 2 (NEP 50):
 
 ``/`` is true division: both operands are first promoted, and integer operands are refused
 (use ``//`` for floor division or ``te.truncdiv`` for C division).
+
+Numerics -- the rule every schedule, target and pass keeps (no schedule changes a result
+beyond the float reassociation that a reduction's split, reorder or rfactor implies):
+
+* **Integers wrap** in the declared dtype (two's complement modulo ``2**bits``), at every
+  operation; constants fold at their operands' dtype the same way (:func:`wrap`: int8
+  ``127 + 1`` is ``-128``, uint8 ``0 - 1`` is ``255``, uint64 ``(2**64-1) + 1`` is ``0``),
+  never as Python big ints. Integer reductions accumulate in their own dtype and wrap,
+  which equals numpy's ``np.add.reduce(x, dtype=...)`` in any order.
+* **Literals** take their dtype: a float is rounded to it, and beyond its range is
+  ``inf`` (``te.const(65535, "float16")``, as ``np.float16(65535)``); an integer outside its
+  dtype is refused with ``OverflowError`` (as numpy 2's ``np.int8(300)``), while
+  ``astype`` of a constant wraps like numpy's ``astype`` (``te.const(300).astype("int8")``
+  is ``44``). Converting a NaN, infinite or out-of-range float to an integer gives an
+  unspecified value (as in C and numpy) and is never folded.
+* **Accumulation**: a reduction whose combiner does arithmetic (``te.sum``, a product, a
+  ``te.comm_reducer``) over ``float16`` (and ``bfloat16``, which is not a polytile dtype
+  yet) accumulates in ``float32``
+  (:func:`accumulation_dtype`): the initial value and every reduced value are converted
+  to ``float32``, combined there, and the result is rounded to the declared dtype once,
+  after the last update -- whatever the schedule, as numpy's contiguous ``sum`` and torch
+  do. The reduced values themselves are computed as written (``A[k] * B[k]`` in float16
+  is rounded before it is accumulated). ``te.max``/``te.min`` and other combiners that only
+  select an operand are exact and keep the declared dtype. An empty reduce range yields
+  the initial value (the identity: 0 for sum, ``-inf``/the smallest integer for max).
+* **NaN in max/min**: ``te.max``/``te.min`` (elementwise and as reductions) propagate a NaN
+  in either operand, as numpy's ``maximum``/``minimum`` (``a >= b or isnan(a) ? a : b``),
+  on every target and vector width; integer max/min are plain. Other float arithmetic is
+  IEEE-754 without fast-math (see :mod:`polytile.te.expr`).
 """
 
 from __future__ import annotations
@@ -132,6 +161,39 @@ def scalar_dtype(value, other: str | None) -> str:
             return other
         return "float32"
     raise TypeError(f"dtype: cannot use {type(value).__name__} {value!r} in an expression")
+
+
+#: Reductions of these dtypes accumulate in the wider one (see the module docstring).
+_ACCUMULATE = {"float16": "float32", "bfloat16": "float32"}
+
+
+def accumulation_dtype(dtype: str) -> str:
+    """The dtype an arithmetic reduction of ``dtype`` accumulates in: ``float32`` for
+    ``float16`` (and ``bfloat16``), else ``dtype`` itself (see the module docstring)."""
+    return _ACCUMULATE.get(dtype, dtype)
+
+
+def wrap(value: int, dtype: str) -> int:
+    """``value`` wrapped into the range of integer ``dtype`` (two's complement modulo
+    ``2**bits``, as the machine and numpy's ``astype`` do): ``wrap(128, "int8") == -128``,
+    ``wrap(-1, "uint8") == 255``, ``wrap(2**64, "uint64") == 0``. Pure Python: no
+    intermediate numpy integer can overflow."""
+    n = _BITS[dtype]
+    v = int(value) & ((1 << n) - 1)
+    if not dtype.startswith("uint") and v >> (n - 1):
+        v -= 1 << n
+    return v
+
+
+def round_float(value, dtype: str) -> float:
+    """``value`` rounded to float ``dtype`` (to nearest even), as a Python float; values
+    beyond the dtype's range become ``inf`` with their sign, as ``np.float16(65535)`` does."""
+    try:
+        x = float(value)
+    except OverflowError:  # a Python int beyond float64
+        x = float("inf") if value > 0 else float("-inf")
+    with np.errstate(over="ignore"):
+        return float(np.array(x, dtype=dtype)[()])
 
 
 def min_value(dtype: str):

@@ -6,9 +6,11 @@ Meaning of the IR, stated once:
   node, as in TVM. :func:`polytile.te.visitor.structural_equal` compares structure.
 * Every expression has a scalar ``dtype`` (see :mod:`polytile.te.dtype`); vector lanes exist
   only inside code generation.
-* Integer arithmetic wraps around in two's complement; ``floordiv``/``floormod`` round
-  toward negative infinity (``floormod`` takes the sign of the divisor), ``truncdiv``/
-  ``truncmod`` round toward zero (C semantics). Division by zero is undefined behaviour.
+* Integer arithmetic wraps around in two's complement in the declared dtype;
+  ``floordiv``/``floormod`` round toward negative infinity (``floormod`` takes the sign of
+  the divisor), ``truncdiv``/``truncmod`` round toward zero (C semantics). Division by
+  zero is undefined behaviour. The numerics rule (literals, accumulation dtype of
+  reductions, NaN in max/min) is stated in :mod:`polytile.te.dtype`.
 * Float arithmetic is IEEE-754 without fast-math: code generators may contract ``a*b + c``
   into one fused multiply-add (as C compilers do by default) and nothing else.
 * ``Select`` (``te.if_then_else``) evaluates only the chosen operand, so an out-of-bounds
@@ -18,6 +20,7 @@ Meaning of the IR, stated once:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -320,9 +323,9 @@ class CommReducer:
     rhs: Var
     result: Expr
     identity: Expr
-    #: the dtype-generic ``te.comm_reducer`` this was specialised from (``None`` if built
-    #: by hand); lets a schedule re-specialise it, e.g. to accumulate float16 in float32
-    reducer: Any = None
+    #: the dtype-generic :class:`polytile.te.reduction.Reducer` it was specialised from
+    #: (to specialise it again at the accumulation dtype), when known
+    generic: Any = None
 
     def combine(self, acc: Expr, value: Expr) -> Expr:
         """The combiner applied to two expressions."""
@@ -388,16 +391,20 @@ def const(value, dtype=None) -> Const:
 
 
 def _coerce(value, dtype: str):
+    """The Python value of a ``dtype`` literal: floats are rounded to ``dtype`` (beyond its
+    range: ``inf``, as ``np.float16(65535)``); an integer outside ``dtype`` is refused, as
+    numpy 2 refuses ``np.int8(300)`` (``astype`` wraps instead: see :func:`cast`)."""
     if dtype == "bool":
         return bool(value)
     if dt.is_float(dtype):
-        return float(value)
+        return dt.round_float(value, dtype)
     if isinstance(value, (float, np.floating)) and not float(value).is_integer():
         raise TypeError(f"const: {value!r} is not an integer; cannot make a {dtype} constant")
     v = int(value)
     lo, hi = dt.min_value(dtype), dt.max_value(dtype)
     if not lo <= v <= hi:
-        raise OverflowError(f"const: {v} does not fit in {dtype} [{lo}, {hi}]")
+        raise OverflowError(f"const: {v} does not fit in {dtype} [{lo}, {hi}]; "
+                            f"te.const({v}).astype({dtype!r}) wraps it as numpy's astype does")
     return v
 
 
@@ -429,8 +436,11 @@ def cast(value, dtype) -> Expr:
     if isinstance(e, Const):
         v = e.value
         if dt.is_int(d) and not isinstance(v, bool):
-            v = int(v) if dt.is_float(e.dtype) else v
-            v = int(np.array(v).astype(d))  # wrap like the machine does
+            if dt.is_float(e.dtype):
+                if not (math.isfinite(v) and dt.min_value(d) <= math.trunc(v) <= dt.max_value(d)):
+                    return Cast(d, e)   # unspecified (C, numpy): left to the machine
+                v = math.trunc(v)
+            v = dt.wrap(v, d)  # integers wrap like the machine (numpy's astype)
         return Const(d, _coerce(v, d))
     return Cast(d, e)
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from . import dtype as dt
-from .expr import (CommReducer, Const, Expr, ExprOp, IterVar, Reduce, Var, binary, cast,
-                   convert)
+from .expr import (And, Binary, Cmp, CommReducer, Const, Expr, ExprOp, IterVar, Not, Or,
+                   Reduce, Select, Var, binary, cast, child_fields, convert)
 
 
 class Reducer:
@@ -13,8 +13,10 @@ class Reducer:
     ``reducer(expr, axis, where=None, init=None)`` reduces ``expr`` over the reduction
     axes ``axis`` (an ``IterVar`` or a list of them), optionally only where the boolean
     ``where`` holds, starting from ``init`` instead of the identity.
-    ``reducer(a, b)`` (two expressions) applies the combiner once, so ``te.max(a, b)``
-    is an elementwise maximum.
+    ``reducer(a, b, ...)`` (two or more operands, the second not a reduce axis) folds the
+    combiner over the operands elementwise, so ``te.max(a, b, c)`` is
+    ``np.maximum.reduce([a, b, c])``; Python numbers among them are weak (they adopt the
+    other operands' dtype) and ``where=``/``init=`` are refused there.
     """
 
     def __init__(self, fcombine, fidentity, name: str):
@@ -35,28 +37,65 @@ class Reducer:
                             f"expected a constant")
         return CommReducer(self.name, lhs, rhs, result, cast(identity, dtype), self)
 
-    def __call__(self, expr, axis=None, where=None, init=None, *args):
-        if args or (where is not None and not isinstance(where, ExprOp)):
-            raise TypeError(f"te.{self.name}: too many arguments; expected "
-                            f"te.{self.name}(expr, axis=reduce_axis, where=cond) or "
-                            f"te.{self.name}(a, b)")
+    def __call__(self, expr, *rest, axis=None, where=None, init=None):
+        """``reducer(expr, axis, where=None, init=None)`` reduces; ``reducer(a, b, ...)``
+        (no reduce axis second) combines two or more operands elementwise."""
+        if rest and _is_axis_list(rest[0]):
+            # TVM's positional form: reducer(expr, axis, where, init)
+            pos = rest[1:]
+            if (axis is not None or len(pos) > 2 or (pos and where is not None)
+                    or (len(pos) == 2 and init is not None)):
+                raise TypeError(f"te.{self.name}: too many arguments; expected "
+                                f"te.{self.name}(expr, axis=reduce_axis, where=cond, init=x)")
+            axis = rest[0]
+            where = pos[0] if pos else where
+            init = pos[1] if len(pos) == 2 else init
+        elif rest:
+            if axis is not None or where is not None or init is not None:
+                raise TypeError(f"te.{self.name}: axis=, where= and init= belong to a "
+                                f"reduction; te.{self.name}({_n_operands(len(rest) + 1)}) "
+                                f"combines its operands elementwise")
+            return self._elementwise((expr,) + rest)
         if isinstance(axis, Var) and axis.is_axis or (
                 isinstance(axis, IterVar) and axis.iter_type != "reduce"):
             raise TypeError(f"te.{self.name}: axis {axis} is a spatial axis of the compute; "
                             f"reduce over a te.reduce_axis((lo, hi)) instead")
-        if axis is not None and not _is_axis_list(axis) and where is None and init is None:
-            # te.max(a, b): the combiner applied once
-            a, b = expr, axis
-            if not isinstance(a, ExprOp) and not isinstance(b, ExprOp):
-                raise TypeError(f"te.{self.name}: expected expressions")
-            ea = convert(a, None) if isinstance(a, ExprOp) else None
-            eb = convert(b, None) if isinstance(b, ExprOp) else None
-            ea = ea if ea is not None else convert(a, eb.dtype)
-            eb = eb if eb is not None else convert(b, ea.dtype)
-            d = dt.promote(ea.dtype, eb.dtype)
-            return self.specialise(d).combine(cast(ea, d), cast(eb, d))
         if axis is None:
-            raise TypeError(f"te.{self.name}: missing axis=; pass the reduce_axis to reduce over")
+            raise TypeError(f"te.{self.name}: missing axis=; pass the reduce_axis to reduce "
+                            f"over (or two or more operands to combine elementwise)")
+        if not _is_axis_list(axis):
+            raise TypeError(f"te.{self.name}: axis={axis!r} is not a reduce_axis; create it "
+                            f"with te.reduce_axis((lo, hi))")
+        if where is not None and not isinstance(where, (ExprOp, bool)):
+            raise TypeError(f"te.{self.name}: where={where!r} is not a condition; expected a "
+                            f"bool expression")
+        return self._reduce(expr, axis, where, init)
+
+    def _elementwise(self, operands: tuple) -> Expr:
+        """The combiner folded over ``operands`` (``np.maximum.reduce`` for ``te.max``),
+        after promoting them to one dtype; Python numbers are weak as in binary operators."""
+        first = operands[1] if len(operands) == 2 else None
+        if isinstance(first, Var) and first.is_axis or (
+                isinstance(first, IterVar) and first.iter_type != "reduce"):
+            # te.sum(x, i): almost always a reduction over a spatial axis by mistake
+            raise TypeError(f"te.{self.name}: axis {first} is a spatial axis of the compute; "
+                            f"reduce over a te.reduce_axis((lo, hi)) instead")
+        exprs = [convert(o) for o in operands if isinstance(o, ExprOp)]
+        d = None
+        for e in exprs:
+            d = e.dtype if d is None else dt.promote(d, e.dtype)
+        es = []
+        for o in operands:
+            e = convert(o, d)
+            es.append(e)
+            d = e.dtype if d is None else dt.promote(d, e.dtype)
+        comb = self.specialise(d)
+        out = cast(es[0], d)
+        for e in es[1:]:
+            out = comb.combine(out, cast(e, d))
+        return out
+
+    def _reduce(self, expr, axis, where, init) -> Expr:
         axes = (axis,) if isinstance(axis, IterVar) else tuple(axis)
         for a in axes:
             if not isinstance(a, IterVar) or a.iter_type != "reduce":
@@ -75,6 +114,45 @@ class Reducer:
                 raise TypeError(f"te.{self.name}: where= has dtype {cond.dtype}; expected bool")
         ini = cast(convert(init, source.dtype), source.dtype) if init is not None else None
         return Reduce(source.dtype, comb, source, axes, cond, ini)
+
+
+def accumulation_dtype(red: Reduce) -> str:
+    """The dtype a reduction accumulates in (the rule is stated in :mod:`polytile.te.dtype`):
+    :func:`polytile.te.dtype.accumulation_dtype` of its dtype, except for combiners that
+    only select among their operands (``max``, ``min``, ``select``), which are exact in any
+    dtype."""
+    wide = dt.accumulation_dtype(red.dtype)
+    if wide == red.dtype or _selects_only(red.combiner.result):
+        return red.dtype
+    return wide
+
+
+def _selects_only(e: Expr) -> bool:
+    if isinstance(e, (Var, Const)):
+        return True
+    if isinstance(e, Binary) and e.op not in ("min", "max"):
+        return False
+    if not isinstance(e, (Binary, Select, Cmp, And, Or, Not)):
+        return False
+    return all(_selects_only(getattr(e, f)) for f in child_fields(e))
+
+
+def widened(comb: CommReducer, dtype: str) -> CommReducer:
+    """``comb`` specialised at the accumulation dtype ``dtype`` (its generic reducer
+    specialised again; a combiner that cannot be, combines in its own dtype and is cast)."""
+    if comb.generic is not None:
+        try:
+            return comb.generic.specialise(dtype)
+        except TypeError:
+            pass
+    narrow = comb.lhs.dtype
+    lhs, rhs = Var(dtype, "x"), Var(dtype, "y")
+    result = cast(comb.combine(cast(lhs, narrow), cast(rhs, narrow)), dtype)
+    return CommReducer(comb.name, lhs, rhs, result, cast(comb.identity, dtype))
+
+
+def _n_operands(n: int) -> str:
+    return "a, b" if n == 2 else "a, b, c" if n == 3 else "a, b, c, ..."
 
 
 def _is_axis_list(axis) -> bool:

@@ -171,11 +171,12 @@ def _shape(shape, who: str) -> tuple[int, ...]:
     for k, s in enumerate(shape):
         if isinstance(s, ExprOp):
             raise TypeError(f"{who}: dimension {k} is the expression {s}; symbolic shapes are "
-                            f"not supported yet, expected a positive int")
+                            f"not supported yet, expected an int")
         if isinstance(s, bool) or not hasattr(s, "__index__"):
-            raise TypeError(f"{who}: dimension {k} is {s!r}; expected a positive int")
-        if int(s) < 1:
-            raise ValueError(f"{who}: dimension {k} is {int(s)}; expected a positive int")
+            raise TypeError(f"{who}: dimension {k} is {s!r}; expected an int")
+        if int(s) < 0:
+            raise ValueError(f"{who}: dimension {k} is {int(s)}; expected a non-negative int "
+                             f"(a zero-size dimension is legal, as in numpy)")
         out.append(int(s))
     return tuple(out)
 
@@ -186,7 +187,7 @@ def placeholder(shape, dtype="float32", name: str = "placeholder") -> Tensor:
     Parameters
     ----------
     shape : int or tuple of int
-        Extents, each >= 1 (a 0-d tensor has ``shape=()``).
+        Extents, each >= 0 (a 0-d tensor has ``shape=()``; a zero-size one, no elements).
     dtype : str or numpy dtype
         Element type (see :mod:`polytile.te.dtype`).
     name : str
@@ -202,7 +203,16 @@ def var(name: str = "v", dtype="int32") -> Var:
 
 
 def reduce_axis(dom, name: str = "rv") -> IterVar:
-    """A reduction axis over ``dom``: a ``(lo, hi)`` pair (half open) or a :class:`Range`."""
+    """A reduction axis over ``dom``: a ``(lo, hi)`` pair (half open) or a :class:`Range`.
+
+    An empty range (``lo == hi``) is legal: the reduction then yields its initial value
+    (the reducer's identity, or ``init=``), as numpy's ``sum`` over an empty slice does.
+
+    Raises
+    ------
+    ValueError
+        For a reversed range (``hi < lo``), naming the axis.
+    """
     if isinstance(dom, Range):
         rng = dom
     else:
@@ -215,8 +225,10 @@ def reduce_axis(dom, name: str = "rv") -> IterVar:
         if isinstance(lo, ExprOp) or isinstance(hi, ExprOp):
             raise TypeError("reduce_axis: symbolic bounds are not supported yet; expected ints")
         rng = Range(int(lo), int(hi) - int(lo))
-    if rng.extent < 1:
-        raise ValueError(f"reduce_axis: range of {name!r} is empty ({dom!r}); expected lo < hi")
+    if rng.extent < 0:
+        raise ValueError(f"reduce_axis: range of {name!r} is reversed ({dom!r}): it ends "
+                         f"before it starts; expected (lo, hi) with lo <= hi (an empty range "
+                         f"lo == hi reduces to the identity)")
     return IterVar(Var("int32", name, True), rng, "reduce")
 
 

@@ -10,8 +10,6 @@ need.
 
 from __future__ import annotations
 
-import numpy as np
-
 from polytile.te import dtype as dt
 from polytile.te.expr import And, Binary, Cast, Cmp, Const, Expr, Not, Or, Select
 from polytile.te.visitor import ExprMutator
@@ -19,9 +17,7 @@ from polytile.te.visitor import ExprMutator
 from ..loop_ir import StmtMutator, For, IfThenElse, seq
 
 
-def _wrap(v: int, dtype: str) -> int:
-    return int(np.array(v, dtype=np.int64).astype(dtype)) if dtype != "int64" else \
-        ((v + 2**63) % 2**64) - 2**63
+_wrap = dt.wrap  # folded integer arithmetic wraps in the operands' dtype
 
 
 def _ci(e: Expr):

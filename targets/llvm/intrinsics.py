@@ -133,7 +133,11 @@ def binop(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str,
         if op == "div":
             return b.fdiv(x, y, flags=("fast",) if fast else ())
         if op in ("min", "max"):
-            c = b.fcmp_ordered("<" if op == "min" else ">", x, y)
+            # numpy's maximum/minimum: ``x >= y || isnan(x) ? x : y`` propagates a NaN in
+            # either operand (llvm.maxnum and x86 maxps drop one; llvm.maximum would also
+            # order -0 below +0, which numpy does not)
+            c = b.or_(b.fcmp_ordered("<=" if op == "min" else ">=", x, y),
+                      b.fcmp_unordered("uno", x, x))
             return b.select(c, x, y)
     else:
         signed = dt.is_signed(dtype)

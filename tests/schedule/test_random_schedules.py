@@ -144,6 +144,9 @@ def _workload(name: str, g: np.random.Generator):
         return matmul(*(int(x) for x in g.integers(1, 9, 3)), seed=int(g.integers(1 << 30)))
     if name == "matmul_relu":
         return _mm_relu(g)
+    if name == "matmul16":  # a float32 accumulator in a region that follows the schedule
+        return matmul(*(int(x) for x in g.integers(1, 9, 3)), seed=int(g.integers(1 << 30)),
+                      dtype="float16")
     if name == "elementwise":
         return elementwise2d(*(int(x) for x in g.integers(1, 10, 2)),
                              seed=int(g.integers(1 << 30)))
@@ -166,7 +169,8 @@ def _backends():
     return ["interp", "llvm"] if llvm_status()[0] else ["interp"]
 
 
-@pytest.mark.parametrize("name", ["matmul", "matmul_relu", "elementwise", "stencil"])
+@pytest.mark.parametrize("name", ["matmul", "matmul16", "matmul_relu", "elementwise",
+                                  "stencil"])
 def test_random_schedules(name, record_property):
     counts: collections.Counter = collections.Counter()
     problems = []
@@ -185,7 +189,7 @@ def test_random_schedules(name, record_property):
         counts["legal"] += 1
         for b, out in outs.items():
             try:
-                check(out, w.ref, "float32", w.k)
+                check(out, w.ref, out.dtype.name, w.k)
             except AssertionError as ex:
                 problems.append(f"draw {index} on {b}: wrong result\n{d.script()}\n{ex}")
     record_property("counts", dict(counts))

@@ -367,12 +367,7 @@ def test_D4_float16_partials_are_float32_and_exact(backend, which):
     np.testing.assert_array_equal(sf[:, 0], np.array(ref, "float32"))
 
 
-@pytest.mark.parametrize("which", [
-    pytest.param("outer", marks=pytest.mark.xfail(
-        reason="the final reduction must accumulate float16 in float32 (D4, the float16 "
-               "accumulation rule); it rounds each float32 partial to float16 before adding",
-        strict=False)),
-    "inner"])
+@pytest.mark.parametrize("which", ["outer", "inner"])
 def test_D4_float16_sum_after_rfactor_is_zero(backend, which):
     s, X, SF, S, x = _d4(which)
     np.testing.assert_array_equal(run1(s, [X, S], [x], backend), [0.0])

@@ -191,3 +191,98 @@ def test_constant_cast_wraps_like_the_machine():
     assert te.const(-1, "int32").astype("uint8").value == 255
     assert te.const(2.9).astype("int32").value == 2
     assert te.const(-2.9).astype("int32").value == -2
+
+
+# ------------------------------------------- integer wrap-around and literals (numerics rule)
+def test_wrap_is_two_complement_in_pure_python():
+    assert dt.wrap(128, "int8") == -128
+    assert dt.wrap(-1, "uint8") == 255
+    assert dt.wrap(2**64, "uint64") == 0
+    assert dt.wrap((2**64 - 1) ** 2, "uint64") == 1
+    assert dt.wrap(2**63, "int64") == -(2**63)
+    assert dt.wrap(2**31 * 3, "int32") == -(2**31)
+
+
+def _fold_and_run(expr_fn, dtype: str, backend: str):
+    from helpers import run1
+
+    C = te.compute((1,), lambda i: expr_fn(), name="C")
+    return run1(te.create_schedule(C.op), [C], [], backend)[0]
+
+
+FOLDS = [
+    ("int8 127 + 1", lambda: te.const(127, "int8") + te.const(1, "int8"), "int8", -128),
+    ("uint8 0 - 1", lambda: te.const(0, "uint8") - te.const(1, "uint8"), "uint8", 255),
+    ("int16 * ", lambda: te.const(300, "int16") * te.const(300, "int16"), "int16",
+     np.int16(np.array(90000).astype("int16"))),
+    ("int32 overflow", lambda: te.const(2**31 - 1, "int32") * te.const(3, "int32"), "int32",
+     2**31 - 3),
+    ("uint64 max", lambda: te.const(2**64 - 1, "uint64"), "uint64", 2**64 - 1),
+    ("uint64 max + 1", lambda: te.const(2**64 - 1, "uint64") + te.const(1, "uint64"),
+     "uint64", 0),
+    ("uint64 max * max", lambda: te.const(2**64 - 1, "uint64") * te.const(2**64 - 1, "uint64"),
+     "uint64", 1),
+    ("uint64 // 2", lambda: te.const(2**64 - 1, "uint64") // te.const(2, "uint64"), "uint64",
+     2**63 - 1),
+    ("int64 min - 1", lambda: te.const(-2**63, "int64") - te.const(1, "int64"), "int64",
+     2**63 - 1),
+    ("int8 astype", lambda: te.const(300).astype("int8"), "int8", 44),
+    ("uint64 -> int64", lambda: te.const(2**64 - 1, "uint64").astype("int64"), "int64", -1),
+    ("float16 65535", lambda: te.const(65535, "float16"), "float16", np.inf),
+    ("float32 1e39", lambda: te.const(1e39, "float32"), "float32", np.inf),
+    ("float16 0.1", lambda: te.const(0.1, "float16") * te.const(3, "float16"), "float16",
+     np.float16(0.1) * np.float16(3)),
+]
+
+
+@pytest.mark.parametrize("name, fn, dtype, want", FOLDS, ids=[f[0] for f in FOLDS])
+def test_constant_arithmetic_wraps_in_the_operands_dtype(name, fn, dtype, want, backend):
+    """Folded by the simplifier (or by LLVM), and interpreted: the same value as numpy's
+    arithmetic on arrays of that dtype; never a Python OverflowError."""
+    out = _fold_and_run(fn, dtype, backend)
+    assert out.dtype == np.dtype(dtype)
+    assert out == np.array(want).astype(dtype)
+
+
+def test_simplifier_folds_at_the_operands_dtype():
+    from polytile.schedule.passes.simplify import simplify_expr
+
+    e = simplify_expr(te.const(127, "int8") + te.const(1, "int8"))
+    assert isinstance(e, te.Const) and e.value == -128 and e.dtype == "int8"
+    e = simplify_expr(te.const(2**64 - 1, "uint64") + te.const(2, "uint64"))
+    assert e.value == 1 and e.dtype == "uint64"
+    e = simplify_expr(te.const(200, "uint8").astype("int64") + te.const(100, "int64"))
+    assert e.value == 300
+
+
+def test_literals_outside_their_dtype():
+    # floats overflow to inf, as np.float16(65535); ints are refused as np.int8(300) is in
+    # numpy 2, with a hint that astype wraps
+    assert te.const(65535, "float16").value == np.inf
+    assert te.const(-1e39, "float32").value == -np.inf
+    assert te.const(0.1, "float32").value == float(np.float32(0.1))
+    assert te.const(2**64 - 1, "uint64").value == 2**64 - 1
+    with pytest.raises(OverflowError, match=r"const: 300 does not fit in int8 .*astype"):
+        te.const(300, "int8")
+    with pytest.raises(OverflowError, match="does not fit in uint64"):
+        te.const(2**64, "uint64")
+    assert te.const(300).astype("int8").value == 44
+
+
+def test_float_to_int_cast_of_nan_or_out_of_range_is_not_folded():
+    # unspecified (as in C and numpy): left to the machine, never a Python error
+    for v in (float("nan"), float("inf"), 1e20):
+        e = te.const(v, "float64").astype("int32")
+        assert isinstance(e, te.Cast)
+    assert te.const(-7.9, "float64").astype("int8").value == -7
+
+
+def test_uint64_scalar_argument_beyond_int64(backend):
+    from helpers import compile_schedule
+
+    n = te.var("n", "uint64")
+    C = te.compute((2,), lambda i: n * te.const(3, "uint64") + i.astype("uint64"), name="C")
+    f = compile_schedule(te.create_schedule(C.op), [C, n], backend)
+    o = np.zeros(2, "uint64")
+    f(o, 2**64 - 1)
+    np.testing.assert_array_equal(o, [2**64 - 3, 2**64 - 2])

@@ -310,7 +310,10 @@ def test_python_equality_inside_a_compute_body_raises():
 
 def test_reducer_misuse_has_clear_errors():
     A = te.placeholder((4,), name="A")
+    k = te.reduce_axis((0, 4), "k")
     with pytest.raises(TypeError, match="te.max: too many arguments"):
-        te.compute((4,), lambda i: te.max(A[i], 3, 4))
+        te.compute((4,), lambda i: te.max(A[k], k, A[k] > 0, 0.0, 1.0))
+    with pytest.raises(TypeError, match="te.max: axis=, where= and init= belong to a reduction"):
+        te.compute((4,), lambda i: te.max(A[i], 3.0, where=A[i] > 0))
     with pytest.raises(TypeError, match="te.sum: axis i is a spatial axis"):
         te.compute((4,), lambda i: te.sum(A[i], i))

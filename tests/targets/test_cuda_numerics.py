@@ -1,0 +1,95 @@
+"""Numerics of the CUDA C printer: NaN in max/min and float16 sums accumulated in float32.
+
+Each schedule is built for ``cuda``, its source compiled by ``nvcc -arch=sm_90`` (skipped
+without nvcc), and run on a GPU (``gpu`` marker) and on the host emulation of the driver
+(``cuda_emulator``: the same C compiled by g++), outputs poisoned, compared with numpy.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import cuda_emulator
+import numpy as np
+import pytest
+from helpers import compile_with_nvcc, poison
+
+import polytile
+from polytile import te
+from polytile.targets.cuda import compile as cc
+from polytile.targets.cuda import runtime
+
+
+@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
+def device(request, monkeypatch):
+    """Run on CUDA device 0, or on the emulated driver."""
+    if request.param == "gpu":
+        if cc.available_compiler() is None:
+            pytest.skip("no CUDA compiler")
+        yield "gpu"
+        return
+    if not cuda_emulator.available():
+        pytest.skip("g++ not found (needed by the emulated driver)")
+    import tempfile
+
+    saved = dict(runtime._state)
+    runtime._state.clear()
+    with tempfile.TemporaryDirectory() as tmp:
+        runtime._state["driver"] = cuda_emulator.EmulatedDriver(tmp)
+        monkeypatch.setattr(runtime, "compile_cuda", cuda_emulator.emulated_compile)
+        monkeypatch.setattr(runtime, "default_arch", lambda: "sm_90")
+        yield "emulated"
+        gc.collect()  # free emulated arrays while the emulated driver is installed
+    runtime._state.clear()
+    runtime._state.update(saved)
+
+
+def _run(s, args, inputs, device: str) -> np.ndarray:
+    f = polytile.build(s, args, target="cuda")
+    out_t = args[-1]
+    out = polytile.nd.array(poison(out_t.shape, out_t.dtype), device="cuda")
+    f(*[polytile.nd.array(x, device="cuda") for x in inputs], out)
+    return out.numpy()
+
+
+def _bind(s, T, factor=8):
+    bo, to = s[T].split(T.op.axis[0], factor=factor)
+    s[T].bind(bo, te.thread_axis("blockIdx.x"))
+    s[T].bind(to, te.thread_axis("threadIdx.x"))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_max_min_propagate_nan(dtype, device):
+    rows, cols = 13, 9
+    A = te.placeholder((rows, cols), dtype, name="A")
+    k = te.reduce_axis((0, cols), name="k")
+    R = te.compute((rows,), lambda i: te.max(A[i, k], axis=k), name="R")
+    Q = te.compute((rows,), lambda i: te.min(A[i, 0], A[i, 1], R[i]) + te.max(R[i], A[i, 2]),
+                   name="Q")
+    s = te.create_schedule(Q.op)
+    _bind(s, R)
+    _bind(s, Q)
+    a = np.random.default_rng(1).uniform(-1, 1, (rows, cols)).astype(dtype)
+    a[0, 0] = a[1, 1] = a[2, 8] = a[3, 2] = a[4, 4] = np.nan
+    compile_with_nvcc(polytile.build(s, [A, Q], target="cuda").get_source())
+    out = _run(s, [A, Q], [a], device)
+    r = a.max(axis=1)
+    want = np.minimum.reduce([a[:, 0], a[:, 1], r]) + np.maximum(r, a[:, 2])
+    assert np.isnan(want[:5]).all() and not np.isnan(want[5:]).any()
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    np.testing.assert_allclose(out[5:].astype("float64"), want[5:], rtol=1e-3)
+
+
+def test_float16_sum_rounds_once(device):
+    X = te.placeholder((4, 12), "float16", name="X")
+    k = te.reduce_axis((0, 12), name="k")
+    S = te.compute((4,), lambda i: te.sum(X[i, k], axis=k), name="S")
+    s = te.create_schedule(S.op)
+    ko, ki = s[S].split(k, factor=5)
+    s[S].reorder(ko, S.op.axis[0], ki)
+    _bind(s, S, factor=2)
+    x = np.array([[2048] + [1] * 11, [32000] * 4 + [-32000] * 4 + [1] * 4,
+                  [1] * 11 + [2048], [-3] * 12], "float16")
+    compile_with_nvcc(polytile.build(s, [X, S], target="cuda").get_source())
+    out = _run(s, [X, S], [x], device)
+    np.testing.assert_array_equal(out, x.astype("float64").sum(axis=1).astype("float16"))
