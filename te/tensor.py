@@ -166,14 +166,14 @@ def _shape(shape, who: str) -> tuple[int, ...]:
         shape = (shape,)
     if not isinstance(shape, (tuple, list)):
         raise TypeError(format_error(who, f"shape is {shape!r}",
-                                     "expected an int or a tuple of positive ints, e.g. (M, N)"))
+                                     "expected an int or a tuple of non-negative ints, e.g. (M, N)"))
     out = []
     for k, s in enumerate(shape):
         if isinstance(s, ExprOp):
             raise TypeError(f"{who}: dimension {k} is the expression {s}; symbolic shapes are "
-                            f"not supported yet, expected an int")
+                            f"not supported yet, expected a non-negative int")
         if isinstance(s, bool) or not hasattr(s, "__index__"):
-            raise TypeError(f"{who}: dimension {k} is {s!r}; expected an int")
+            raise TypeError(f"{who}: dimension {k} is {s!r}; expected a non-negative int")
         if int(s) < 0:
             raise ValueError(f"{who}: dimension {k} is {int(s)}; expected a non-negative int "
                              f"(a zero-size dimension is legal, as in numpy)")

@@ -129,8 +129,8 @@ def placeholder_float_shape():
     te.placeholder((8.0, 4), name="A")
 
 
-def placeholder_zero_extent():
-    te.placeholder((0, 4), name="A")
+def placeholder_negative_extent():
+    te.placeholder((-3, 4), name="A")
 
 
 def placeholder_shape_none():
@@ -244,19 +244,19 @@ CASES = [
                  r"reduce_axis 'k': dom must be a \(lo, hi\) pair, got 8; expected .*\(0, 8\)",
                  id="reduce-axis-with-one-bound"),
     pytest.param(placeholder_float_shape, TypeError,
-                 r"placeholder: dimension 0 is 8\.0; expected a positive int",
+                 r"placeholder: dimension 0 is 8\.0; expected a non-negative int",
                  id="placeholder-float-shape"),
-    pytest.param(placeholder_zero_extent, ValueError,
-                 r"placeholder: dimension 0 is 0; expected a positive int",
-                 id="placeholder-zero-extent"),
+    pytest.param(placeholder_negative_extent, ValueError,
+                 r"placeholder: dimension 0 is -3; expected a non-negative int",
+                 id="placeholder-negative-extent"),
     pytest.param(placeholder_shape_none, TypeError,
                  r"placeholder: shape is None; expected an int or a tuple",
                  id="placeholder-shape-none"),
     pytest.param(placeholder_symbolic_shape, TypeError,
                  r"placeholder: dimension 0 is the expression n; symbolic shapes are not "
-                 r"supported yet, expected a positive int", id="placeholder-symbolic-shape"),
+                 r"supported yet, expected a non-negative int", id="placeholder-symbolic-shape"),
     pytest.param(compute_float_shape, TypeError,
-                 r"compute: dimension 1 is 4\.0; expected a positive int",
+                 r"compute: dimension 1 is 4\.0; expected a non-negative int",
                  id="compute-shape-from-true-division"),
     pytest.param(unknown_dtype, TypeError,
                  r"dtype: unsupported dtype 'float31'; expected one of .*float32",
