@@ -90,7 +90,7 @@ def test_wrong_lambda_arity_raises(shape, fn, nargs):
 
 @pytest.mark.parametrize("bad", [2.5, "a", None, True])
 def test_non_int_shape_raises(bad):
-    with pytest.raises(TypeError, match=r"compute: dimension 0 is .*expected an int"):
+    with pytest.raises(TypeError, match=r"compute: dimension 0 is .*expected a non-negative int"):
         te.compute((bad,), lambda i: 0.0)
     with pytest.raises(TypeError, match=r"placeholder: dimension 1"):
         te.placeholder((3, bad))
