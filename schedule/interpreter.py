@@ -29,6 +29,7 @@ _MATH = {
     "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh,
     "cosh": np.cosh, "log1p": np.log1p, "expm1": np.expm1, "atan2": np.arctan2,
     "hypot": np.hypot, "copysign": np.copysign, "isinf": np.isinf, "isfinite": np.isfinite,
+    "erf": math.erf, "fast_exp": np.exp, "fast_tanh": np.tanh, "fast_erf": math.erf,
 }
 
 

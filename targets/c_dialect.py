@@ -99,6 +99,10 @@ class CDialect:
         **{name: {"float32": name + "f", "float64": name} for name in (
             "tan", "asin", "acos", "atan", "sinh", "cosh", "log1p", "expm1", "atan2", "hypot",
             "copysign")},
+        # TVM's fast variants: plain C has none, CUDA overrides fast_exp
+        "fast_exp": {"float32": "expf", "float64": "exp"},
+        "fast_tanh": {"float32": "tanhf", "float64": "tanh"},
+        "fast_erf": {"float32": "erff", "float64": "erf"},
         "sigmoid": {"float32": "(1.0f / (1.0f + {exp}(-{0})))",
                     "float64": "(1.0 / (1.0 + {exp}(-{0})))"},
     }

@@ -5,8 +5,10 @@ Grammar: ``<kind> [-option[=value]]...``.
 * ``llvm``: the host CPU through LLVM. Options: ``-mcpu=<name>`` (default: the host CPU),
   ``-mattr=+f1,-f2,...`` (LLVM feature edits applied on top of the CPU's features; with the
   default CPU those are the host's features), ``-opt-level=0..3`` (default 3) and
-  ``-fast-math`` (full fast-math flags on float arithmetic; off by default, when only
-  ``contract`` is set so that ``a*b + c`` may become one FMA).
+  ``-fast-math`` (full fast-math flags on float arithmetic, and ``exp``/``tanh``/``erf``/
+  ``sigmoid`` use the faster, less accurate float32 routines of ``te.fast_exp``... described
+  in :mod:`polytile.targets.llvm.vecmath`; off by default, when only ``contract`` is set so
+  that ``a*b + c`` may become one FMA).
 * ``cuda``: an NVIDIA GPU. Options ``-arch=sm_<NN>`` (default: the compute capability of
   device 0, else ``sm_90``) and ``-fast-math`` (``__expf``-style intrinsics and
   ``--use_fast_math``).
@@ -108,7 +110,7 @@ class Target:
             return False
         if name == "avx512f":
             return self.cpu in _AVX512_CPUS
-        if name == "avx2":
+        if name in ("avx2", "fma"):  # every CPU of both tables has FMA3
             return self.cpu in _AVX512_CPUS or self.cpu in _AVX2_CPUS
         return False
 

@@ -13,8 +13,8 @@ from .expr import logical_and as all
 from .expr import logical_or as any
 from .expr import select as if_then_else
 from .intrin import (abs, acos, asin, atan, atan2, ceil, copysign, cos, cosh, erf, exp, exp2,
-                     expm1, floor, floordiv, floormod, fmod, hypot, isfinite, isinf, isnan, log,
-                     log1p, log2, log10, nearbyint, pow, power, round, rsqrt, sigmoid, sin,
+                     expm1, fast_erf, fast_exp, fast_tanh, floor, floordiv, floormod, fmod,
+                     hypot, isfinite, isinf, isnan, log, log1p, log2, log10, nearbyint, pow, power, round, rsqrt, sigmoid, sin,
                      sinh, sqrt, tan, tanh, trunc, truncdiv, truncmod)
 
 indexdiv = floordiv   # TVM's index arithmetic: floor semantics
@@ -45,7 +45,7 @@ __all__ = [
     "isfinite", "isinf", "log1p", "nearbyint", "sinh", "tan",
     "Operation", "PlaceholderOp", "Range", "Reduce", "Reducer", "Select", "Tensor",
     "TensorRead", "Var", "abs", "all", "any", "ceil", "comm_reducer", "compute", "const",
-    "cos", "create_schedule", "erf", "exp", "exp2", "floor", "floordiv", "floormod", "fmod",
+    "cos", "create_schedule", "erf", "exp", "exp2", "fast_erf", "fast_exp", "fast_tanh", "floor", "floordiv", "floormod", "fmod",
     "if_then_else", "isnan", "log", "log2", "log10", "max", "max_value", "min", "min_value",
     "placeholder", "pow", "power", "reduce_axis", "round", "rsqrt", "sigmoid", "sin", "sqrt",
     "sum", "tanh", "thread_axis", "trunc", "truncdiv", "truncmod", "var",

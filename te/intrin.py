@@ -59,6 +59,29 @@ expm1 = _unary("expm1")
 nearbyint = round  # rounds half to even in the default rounding mode, as round does
 
 
+def _fast(name: str, bound: str):
+    base = name[len("fast_"):]
+
+    def fn(x) -> Expr:
+        e = _float_arg(x, name)
+        return Call(e.dtype, name, (e,))
+
+    fn.__name__ = name
+    fn.__doc__ = (f"A faster, less accurate ``{base}`` (TVM's ``te.{name}``): {bound} for "
+                  f"float32 and float16; float64 uses the accurate ``{base}``. NaN and "
+                  "infinities map as numpy's. On CPU see :mod:`polytile.targets.llvm.vecmath`; "
+                  "CUDA uses its fast intrinsic where one exists. A ``-fast-math`` target "
+                  f"lowers ``te.{base}`` to this too.")
+    return fn
+
+
+fast_exp = _fast("fast_exp", "at most 3 ulp from the exact result for x in [-87.3, 88.37], "
+                 "0 below x = -87.68 and inf from x = 88.376 on")
+fast_tanh = _fast("fast_tanh", "at most 6 ulp, an odd rational function without exp")
+fast_erf = _fast("fast_erf", "at most 7 ulp (8 without FMA), an odd rational function "
+                 "without exp")
+
+
 def abs(x) -> Expr:
     """Absolute value of an int or float expression (ints wrap at the minimum)."""
     e = convert(x)

@@ -74,4 +74,5 @@ class CUDADialect(CDialect):
     double_from_bits = "__longlong_as_double"
     math: ClassVar[dict] = {name: ({**fns, "float16": _HALF_MATH[name]} if name in _HALF_MATH else fns)
             for name, fns in CDialect.math.items()}
+    math["fast_exp"] = {"float32": "__expf", "float64": "exp"}
     fast_math: ClassVar[dict] = {name: {"float32": fn} for name, fn in _FAST_MATH.items()}

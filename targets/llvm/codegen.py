@@ -83,6 +83,7 @@ class CodeGen:
         self.func = func
         self.target = target
         self.fast = target.fast_math
+        self.fma = target.has_feature("fma")
         self.module = ir.Module(name=func.name)
         self.module.triple = llvm.get_process_triple()
         self.st: FnState | None = None
@@ -386,7 +387,7 @@ class CodeGen:
 
     def expr_Call(self, e: Call) -> ir.Value:
         args = [self.expr(a) for a in e.args]
-        return llx.math_call(self.b, e.name, args, e.args[0].dtype, self.fast)
+        return llx.math_call(self.b, e.name, args, e.args[0].dtype, self.fast, self.fma)
 
     def expr_Load(self, e: Load) -> ir.Value:
         v = self.b.load(self.element_ptr(e.buffer, e.indices), align=dt.nbytes(e.buffer.dtype))

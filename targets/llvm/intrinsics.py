@@ -20,6 +20,8 @@ import llvmlite.ir as ir
 from polytile.errors import BuildError, format_error
 from polytile.te import dtype as dt
 
+from . import vecmath
+
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 VOID = ir.VoidType()
 I8P = I8.as_pointer()
@@ -203,14 +205,12 @@ def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
 
 # math intrinsics -------------------------------------------------------------------------
 
-_LLVM_UNARY = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "log10": "log10",
-               "sqrt": "sqrt", "sin": "sin", "cos": "cos", "floor": "floor", "ceil": "ceil",
-               "round": "roundeven", "trunc": "trunc"}
+_LLVM_UNARY = {"log10": "log10", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "floor": "floor",
+               "ceil": "ceil", "round": "roundeven", "trunc": "trunc"}
 _LIBM = {name: (name + "f", name) for name in (
-    "tanh", "erf", "tan", "asin", "acos", "atan", "sinh", "cosh", "log1p", "expm1", "atan2",
-    "hypot")}
-CALL_NAMES = tuple(_LLVM_UNARY) + tuple(_LIBM) + ("rsqrt", "sigmoid", "abs", "isnan", "pow",
-                                                  "fmod", "isinf", "isfinite", "copysign")
+    "tan", "asin", "acos", "atan", "sinh", "cosh", "atan2", "hypot")}
+CALL_NAMES = vecmath.NAMES + tuple(_LLVM_UNARY) + tuple(_LIBM) + (
+    "rsqrt", "abs", "isnan", "pow", "fmod", "isinf", "isfinite", "copysign")
 
 
 def _libm(b: ir.IRBuilder, name: str, xs: list, dtype: str) -> ir.Value:
@@ -234,8 +234,13 @@ def _libm(b: ir.IRBuilder, name: str, xs: list, dtype: str) -> ir.Value:
 
 
 def math_call(b: ir.IRBuilder, name: str, args: list, arg_dtype: str,
-              fast: bool = False) -> ir.Value:
+              fast: bool = False, fma: bool = True) -> ir.Value:
     """Emit the ``Call`` intrinsic ``name`` on lane-polymorphic ``args`` of ``arg_dtype``.
+
+    ``exp``, ``exp2``, ``expm1``, ``log``, ``log2``, ``log1p``, ``tanh``, ``sigmoid``, ``erf``
+    and the ``fast_*`` variants are :mod:`.vecmath` routines, the same code for scalars and
+    vectors (``fast`` selects the fast variants; ``fma``: the target has FMA instructions);
+    ``sqrt``, ``floor``... are LLVM intrinsics and the rest libm calls (per lane).
 
     Raises
     ------
@@ -256,6 +261,8 @@ def math_call(b: ir.IRBuilder, name: str, args: list, arg_dtype: str,
         raise BuildError(format_error(
             "codegen_llvm", f"unknown intrinsic {name!r} for {arg_dtype} arguments",
             f"expected one of {', '.join(CALL_NAMES)} on float arguments (abs also on ints)"))
+    if name in vecmath.NAMES:
+        return vecmath.emit(b, name, x, arg_dtype, fast=fast, fma=fma)
     lanes = lanes_of(x)
     one = const(arg_dtype, 1.0, lanes)
     if name in _LLVM_UNARY:
@@ -272,9 +279,6 @@ def math_call(b: ir.IRBuilder, name: str, args: list, arg_dtype: str,
         return call_intrinsic(b, "copysign", [x, args[1]])
     if name == "rsqrt":
         return b.fdiv(one, call_intrinsic(b, "sqrt", [x], fastmath=fm), flags=fm)
-    if name == "sigmoid":
-        e = call_intrinsic(b, "exp", [b.fneg(x)], fastmath=fm)
-        return b.fdiv(one, b.fadd(one, e, flags=_fm(fast)), flags=fm)
     if name == "pow":
         return call_intrinsic(b, "pow", [x, args[1]], fastmath=fm)
     # fmod: C fmod, the remainder with the sign of x

@@ -409,10 +409,10 @@ class _Widener:
         args = [self.ev(a) for a in e.args]
         t = e.args[0].dtype
         if all(a.kind == "uniform" for a in args):
-            return _u(llx.math_call(self.b, e.name, [a.value for a in args], t, self.cg.fast),
-                      e.dtype)
+            return _u(llx.math_call(self.b, e.name, [a.value for a in args], t, self.cg.fast,
+                                    self.cg.fma), e.dtype)
         return _vec(llx.math_call(self.b, e.name, [self.vec(a) for a in args], t,
-                                  self.cg.fast), e.dtype)
+                                  self.cg.fast, self.cg.fma), e.dtype)
 
     def ev_Load(self, e: Load) -> LaneValue:
         buf, cg, b = e.buffer, self.cg, self.b
