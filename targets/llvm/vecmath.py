@@ -12,7 +12,7 @@ it (the tail of a vectorized loop, a ``<5 x float>`` remainder or a scalar build
 operations are identical and none of them carries a fast-math flag that would let LLVM
 reassociate. ``float16`` is computed in ``float32`` and rounded once.
 
-Methods (all polynomials are weighted minimax fits, see :mod:`.vecmath_fit`; the error of a
+Methods (all polynomials are weighted minimax fits, see ``tools/vecmath_fit.py``; the error of a
 fit is far below the rounding errors of its evaluation):
 
 * ``exp``: Cody–Waite range reduction (Cody & Waite 1980, *Software Manual for the Elementary

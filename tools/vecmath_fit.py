@@ -1,6 +1,6 @@
-"""Offline generator of the polynomial coefficients in :mod:`.vecmath_coeffs`.
+"""Offline generator of the polynomial coefficients in ``targets/llvm/vecmath_coeffs.py``.
 
-Run ``python3 targets/llvm/vecmath_fit.py > targets/llvm/vecmath_coeffs.py`` (about a minute;
+Run ``python3 tools/vecmath_fit.py > targets/llvm/vecmath_coeffs.py`` (about a minute;
 needs ``mpmath`` and ``scipy``, which polytile itself does not). Nothing imports this module at
 run time.
 
