@@ -13,6 +13,7 @@ import os
 import threading
 import warnings
 
+from polytile.backend import Target
 from polytile.errors import TuneError, format_error
 
 from .records import Record, best_records, read_records, target_matches, workload_matches
@@ -35,21 +36,17 @@ def current_context():
 
 @functools.lru_cache(maxsize=None)
 def canonical_target(target: str = "llvm") -> str:
-    """The target string records use: ``"llvm"`` becomes ``"llvm -mcpu=<host cpu>"`` so
-    records of different machines are told apart.
+    """The target string records use, from the target's backend (``Backend.canonical``):
+    ``"llvm"`` becomes ``"llvm -mcpu=<host cpu>"`` so records of different machines are
+    told apart.
 
     Raises
     ------
     TargetError
         For an unparsable target string.
     """
-    from polytile.targets import Target
-
     t = Target.parse(target)
-    words = str(target).split()
-    if t.kind == "llvm" and not any(w.startswith("-mcpu") for w in words[1:]):
-        words.insert(1, f"-mcpu={t.cpu}")
-    return " ".join(words)
+    return t.backend.canonical(t)
 
 
 def default_target() -> str:

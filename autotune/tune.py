@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from polytile.backend import Target, backends
 from polytile.errors import TuneError, format_error
 
 from .dispatch import canonical_target
@@ -101,17 +102,19 @@ def _resolve(template, args, dtype) -> tuple[Template, Workload]:
 
 
 def tunable_target(target: str) -> str:
-    """The canonical form of ``target`` if candidates can be tuned for it (``llvm``).
+    """The canonical form of ``target`` if its backend can time candidates here
+    (``Backend.tunable``: ``llvm``).
 
     Raises
     ------
     TuneError
-        For other target kinds; TargetError for an unparsable target string.
+        For other backends; TargetError for an unparsable target string.
     """
     tgt = canonical_target(target)
-    if not tgt.startswith("llvm"):
+    if not Target.parse(tgt).backend.tunable:
+        kinds = " or ".join(repr(b.kind) for b in backends(lambda b: b.tunable))
         raise TuneError(format_error("tune", f"target '{tgt}' cannot be tuned yet",
-                                     "expected an 'llvm' target (candidates are timed on "
+                                     f"expected an {kinds} target (candidates are timed on "
                                      "this CPU)"))
     return tgt
 

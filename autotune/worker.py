@@ -103,7 +103,7 @@ class _Worker:
     def _lower(self, knobs):
         """(code, msg, func, tensors, trace) of the config with ``knobs``."""
         from polytile.errors import ScheduleError, TuneError
-        from polytile.schedule.lower import finalize, lower
+        from polytile.schedule.pipeline import lower
 
         try:
             cfg = self.space.from_json(knobs)
@@ -114,7 +114,7 @@ class _Worker:
         except Exception as exc:  # any other failure to apply a config makes it invalid
             return "invalid_config", _short(exc), None, None, None
         try:
-            func = finalize(lower(s, tensors))
+            func = lower(s, tensors, target=self.target, stop_after="storage_flattening")
         except (ScheduleError, TuneError) as exc:
             return "invalid_config", _short(exc), None, None, trace
         except MemoryError as exc:

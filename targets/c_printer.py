@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from polytile.backend import DeviceLimits, get_backend, registered_kinds
 from polytile.errors import BuildError, LoweringError, format_error
 from polytile.schedule.loop_ir import (Allocate, Assert, Buffer, Evaluate, For, IfThenElse,
                                        KernelLaunch, LetStmt, PrimFunc, Seq, Stmt, Store, Sync,
@@ -163,9 +164,14 @@ def _bound_here(s: Stmt) -> tuple[set, set]:
 class CPrinter(CExprPrinter):
     """Prints one function for one dialect; use :func:`print_c_module`."""
 
-    def __init__(self, dialect: CDialect, fast_math: bool = False):
+    def __init__(self, dialect: CDialect, fast_math: bool = False,
+                 limits: DeviceLimits | None = None):
         self.d = dialect
         self.fast = fast_math
+        if limits is None:
+            limits = get_backend(dialect.name).limits if dialect.name in registered_kinds() \
+                else DeviceLimits()
+        self.limits = limits
         self.who = f"codegen_{dialect.name}"
         self.helpers: dict = {}
         self.dtypes: set = set()
@@ -205,19 +211,20 @@ class CPrinter(CExprPrinter):
 
     # ---------------------------------------------------------------- kernel
     def kernel(self, func: PrimFunc, k: KernelLaunch, workspace: list, global_names: _Namer):
-        d = self.d
-        for what, ext, lim in (("grid", k.grid, d.max_grid), ("block", k.block, None)):
+        d, limits = self.d, self.limits
+        for what, ext in (("grid", k.grid), ("block", k.block)):
             if len(ext) != 3 or not all(isinstance(x, int) and x >= 1 for x in ext):
                 raise BuildError(format_error(self.who, f"kernel {k.name!r} has {what} "
                                               f"{list(ext)}", "expected three positive ints"))
-            if lim and any(x > m for x, m in zip(ext, lim)):
-                raise BuildError(format_error(self.who, f"kernel {k.name!r} has grid "
-                                              f"{list(ext)}", f"expected at most {list(lim)}"))
+        top = limits.max_grid_dim  # 0: no limit
+        if any(m and x > m for x, m in zip(k.grid, top)):
+            raise BuildError(format_error(self.who, f"kernel {k.name!r} has grid "
+                                          f"{list(k.grid)}", f"expected at most {list(top)}"))
         threads = k.block[0] * k.block[1] * k.block[2]
-        if threads > d.max_threads_per_block:
+        if limits.max_threads_per_block and threads > limits.max_threads_per_block:
             raise BuildError(format_error(
                 self.who, f"kernel {k.name!r} has {threads} threads per block (block "
-                f"{list(k.block)})", f"expected at most {d.max_threads_per_block}"))
+                f"{list(k.block)})", f"expected at most {limits.max_threads_per_block}"))
         kname = global_names(k, k.name)
         names = global_names.child()
         self.names = names
@@ -300,7 +307,7 @@ class CPrinter(CExprPrinter):
                 total = -(-total // _MIN_ALIGN) * _MIN_ALIGN
                 offsets[id(x.buffer)] = total
                 total += self._const_size(x.buffer) * dt.nbytes(x.buffer.dtype)
-        if total <= self.d.max_static_shared_bytes:
+        if total <= self.limits.static_shared_bytes:
             return {}, 0
         return offsets, total
 
@@ -471,7 +478,8 @@ class CPrinter(CExprPrinter):
             self.who, f"kernel {s.name!r} is launched inside kernel {self.kname!r}",
             "expected kernel launches only at the top level of the function"))
 
-def print_c_module(func: PrimFunc, dialect: CDialect, fast_math: bool = False) -> CModule:
+def print_c_module(func: PrimFunc, dialect: CDialect, fast_math: bool = False,
+                   limits: DeviceLimits | None = None) -> CModule:
     """Print ``func`` as C source in ``dialect``.
 
     Parameters
@@ -483,6 +491,9 @@ def print_c_module(func: PrimFunc, dialect: CDialect, fast_math: bool = False) -
         The target's table (``CUDADialect()``...).
     fast_math : bool
         Use the dialect's fast math functions (a ``-fast-math`` target).
+    limits : DeviceLimits, optional
+        The device's limits (launch shapes, static shared memory); default: those of the
+        backend named ``dialect.name``.
 
     Returns
     -------
@@ -501,4 +512,4 @@ def print_c_module(func: PrimFunc, dialect: CDialect, fast_math: bool = False) -
     InternalError
         When ``func`` breaks the loop-IR contract (several indices per access).
     """
-    return CPrinter(dialect, fast_math).module(func)
+    return CPrinter(dialect, fast_math, limits).module(func)

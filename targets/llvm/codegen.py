@@ -35,7 +35,7 @@ from polytile.te import dtype as dt
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select,
                               Var)
 
-from ..target import Target
+from polytile.backend import Target
 from . import intrinsics as llx
 from .analysis import may_trap, node_ids
 from .intrinsics import I1, I8, I8P, I32, I64
