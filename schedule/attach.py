@@ -195,8 +195,8 @@ def _region(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
     if exact is None:
         raise InternalError(f"attached stage {p.name} has no reads")
     t = p.stage.op.output(0)
-    p.exact_region = exact.intersect_range(tensor_box(t, "T")).coalesce()
-    p.footprint = needed.coalesce() if padded else p.exact_region
+    p.exact_region = iu.coalesce(exact.intersect_range(tensor_box(t, "T")))
+    p.footprint = iu.coalesce(needed) if padded else p.exact_region
     nx = t.ndim
     lo = None
     for q in range(nx):
