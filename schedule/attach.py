@@ -164,9 +164,11 @@ def _region(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
     """Set ``p.footprint`` (prefix -> region, in tensor coordinates), ``p.exact_region``
     (the elements really read) and ``p.lo`` (the region's origin per prefix).
 
-    Padded (GPU): the region is what the consumers' padded loops would read, not clipped
-    to the tensor, so that every prefix has a region of the same shape; the statements of
-    ``p`` are then guarded by the exact region."""
+    Padded (GPU): the region is what the consumers' padded loops would read, so that
+    prefixes get regions of one shape; the statements of ``p`` are then guarded by the
+    exact region. It is clipped to the tensor, as on the CPU: guarded-off consumer
+    iterations past the end of a thread box "read" far outside it (case F6: a 3809-element
+    buffer per thread for a 31-element tensor)."""
     needed = exact = None
     for c in consumers:
         for st in c.stmts:
@@ -195,8 +197,11 @@ def _region(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
     if exact is None:
         raise InternalError(f"attached stage {p.name} has no reads")
     t = p.stage.op.output(0)
-    p.exact_region = iu.coalesce(exact.intersect_range(tensor_box(t, "T")))
-    p.footprint = iu.coalesce(needed) if padded else p.exact_region
+    box = tensor_box(t, "T")
+    p.exact_region = iu.coalesce(exact.intersect_range(box))
+    # padded consumers also "read" outside the tensor (guarded-off instances past its end or
+    # before its start): clip to the tensor, or the buffer grows with the thread box
+    p.footprint = iu.coalesce(needed.intersect_range(box)) if padded else p.exact_region
     nx = t.ndim
     lo = None
     for q in range(nx):
