@@ -5,7 +5,8 @@ loops that enclose it), the region of its tensor its consumers read there: the i
 their accesses under the reversed prefix map (exact, halos and ragged tiles included;
 isl manual, "Basic Operations"; Tiramisu's ``compute_needed_and_produced``). The region's
 bounding box is its buffer; its loops iterate relative to the region's origin ``lo(p)``.
-A ``shared`` buffer is relaxed over thread indices (one region per block).
+A ``shared`` buffer is relaxed over thread indices (one region per block); any other
+buffer inside ``vthread`` loops gets one copy per virtual thread (``vthread_copies``).
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
             root[iv] = (0, e)
         t = op.output(0)
         scope = p.scope if padded and p.scope in ("shared", "local") else p.buffer.scope
-        p.buffer = Buffer(p.buffer.name, _aligned(p, ext), t.dtype, scope)
+        copies = tuple(e for _, _, _, e in vthread_copies(p))
+        p.buffer = Buffer(p.buffer.name, copies + _aligned(p, ext), t.dtype, scope)
     p.ranges = iter_ranges(p.stage, root)
     p.leaf_aff = leaf_affines(p.stage, {iv: f"d{k}" for k, iv in enumerate(p.root_axes)},
                               p.ranges)
@@ -110,6 +112,24 @@ def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
         st.sched = slots + own
         _domain(p, st, padded)
         p.stmts.append(st)
+
+
+def vthread_copies(p: StagePlan) -> list[tuple[int, int, int, int]]:
+    """The ``vthread`` loops enclosing attached stage ``p`` whose iterations each get a
+    private copy of its buffer, as ``(prefix coordinate, prefix position, loop min, loop
+    extent)``. A virtual thread is a thread (TVM): what it computes in its loops is its own,
+    so the buffer gets one leading dimension per such loop; lowering interleaves the
+    virtual threads (``tree.py``), and their copies are then live at the same time. A
+    ``shared`` buffer is common to all of them (its prefix is relaxed over them)."""
+    out = []
+    for k, j in enumerate(p.prefix_dims):
+        q, pos = p.prefix[j]
+        if q.binding(pos) == "vthread":
+            if q.leaves[pos] not in q.ranges:
+                raise InternalError(f"loop ranges of {q.name} are needed before {p.name}")
+            lo, ext = q.ranges[q.leaves[pos]]
+            out.append((k, j, lo, ext))
+    return out
 
 
 def _own_exact(p: StagePlan, kind: str) -> str:
@@ -270,13 +290,19 @@ def _relative(acc: isl.PwMultiAff, owner: StagePlan, st: PolyStmt) -> isl.PwMult
     vals = [st.sched[j] for j in owner.prefix_dims]
     pre = isl.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
     lo = owner.lo.pullback_pw_multi_aff(pre)
-    return iu.name_range(acc.reset_tuple_id(isl.dim_type.out).sub(lo), "B")
+    rel = acc.reset_tuple_id(isl.dim_type.out).sub(lo)
+    copies = vthread_copies(owner)
+    if copies:   # the copy of this virtual thread
+        vt = ", ".join(f"({st.sched[j]}) - {first}" for _, j, first, _ in copies)
+        rel = isl.PwMultiAff(f"{{ {st.tuple()} -> [{vt}] }}").flat_range_product(rel)
+    return iu.name_range(rel, "B")
 
 
 def accesses(p: StagePlan, plan_of: dict, buffers: dict) -> None:
     na = len(p.axis_vars)
     for st in p.stmts:
         own = st.dims[p.prefix_len:p.prefix_len + na]
+        own = [f"p{k} - {first}" for k, _, first, _ in vthread_copies(p)] + own
         st.accesses["w"] = (p.buffer, isl.PwMultiAff(f"{{ {st.tuple()} -> B[{', '.join(own)}] }}"))
         st.accesses["ax"] = (None, st.axis_map)
         for rd in _reads_of(p, st.kind):

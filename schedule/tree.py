@@ -12,6 +12,9 @@ A loop bound to a GPU block or thread index is not a band but a filter: the hard
 index is an isl parameter (``bx``, ``tx``, ...) and each statement keeps only the instances
 whose loop value equals it (PPCG/Tensor Comprehensions-style mapping). A ``mark`` named
 ``A<plan index>`` wraps the code of each attached stage (barriers go around shared ones).
+A loop bound to ``vthread`` is moved innermost: a band around each statement that depends
+on it (TVM's virtual thread injection, which interleaves the virtual threads of a thread).
+
 isl's AST generator is checked after the fact (``ast_check.py``); ``build_schedule`` also
 builds the fallbacks used when it fails: every loop ``atomic``, simpler domains.
 """
@@ -44,14 +47,14 @@ def build_schedule(model: Model, nodes: list | None = None, *, atomic: bool = Fa
     (by simpler supersets, whose extra instances the code generator then guards off), and
     drops full-tile isolation, which was computed on the exact domains."""
     nodes = model.nest if nodes is None else nodes
-    sched = _seq([_node(n, domains or {}) for n in nodes])
+    sched = _seq([_node(n, (), domains or {}) for n in nodes])
     sched = _thread_predicates(sched, nodes)
     options: dict = {}
     choices: dict = {}
 
     def collect(n, anc):
         if isinstance(n, LoopNode):
-            if n.binding not in PARAMS:
+            if n.binding not in PARAMS and n.binding != "vthread":
                 iso = isolate_option(n, anc, choices)
                 if iso is not None:
                     options[f"L{n.key}"] = iso
@@ -111,18 +114,30 @@ def _seq(parts: list[isl.Schedule]) -> isl.Schedule:
     return out
 
 
-def _node(n, domains: dict) -> isl.Schedule:
-    """The schedule of nest node ``n`` (``domains`` replaces statement domains)."""
+def _node(n, vthreads: tuple, domains: dict) -> isl.Schedule:
+    """The schedule of nest node ``n``; ``vthreads`` are the enclosing ``vthread`` loops,
+    whose bands go innermost, around each statement that depends on them."""
     if isinstance(n, PolyStmt):
-        return isl.Schedule.from_domain(iu.union_set(domains.get(n.name, n.domain)))
+        sched = isl.Schedule.from_domain(iu.union_set(domains.get(n.name, n.domain)))
+        for v in reversed(vthreads):
+            if n in v.stmts:
+                sched = _band(sched, v, {n: v.stmts[n]})
+        return sched
+    if n.binding == "vthread":
+        # TVM's virtual thread injection: the loop runs interleaved inside the thread, as
+        # an unrolled loop around each statement that depends on it; statements that do
+        # not (shared copies) run once for all virtual threads
+        vthreads = vthreads + (n,)
     kids = []
     for c in n.children:
-        sc = _node(c, domains)
+        sc = _node(c, vthreads, domains)
         if c.plan is not n.plan:   # the code of a stage attached here
             sc = sc.get_root().child(0).insert_mark(isl.Id(f"A{c.plan.index}")).get_schedule()
         kids.append(sc)
     child = _seq(kids)
     tag = n.binding
+    if tag == "vthread":
+        return child
     if tag in PARAMS:
         pieces = [f"{st.tuple()} : ({n.stmts[st]}) = {PARAMS[tag]}" if st in n.stmts
                   else st.tuple() for st in stmts_below(n)]
@@ -201,7 +216,7 @@ def _targets(node: LoopNode, ancestors: list) -> list:
         if n.plan is node.plan and n.annotation in ("vectorize", "unroll"):
             out.append((n, anc))
         for c in n.children:
-            walk(c, anc if n.binding in PARAMS else anc + [n])
+            walk(c, anc if n.binding in PARAMS or n.binding == "vthread" else anc + [n])
 
     walk(node, list(ancestors))
     return out
