@@ -5,9 +5,10 @@
    unrolling may emit (``limits.py``);
 2. ``check_legality``: dependences of every stage on program order, and each
    reorder/fuse/parallel/vectorize checked against them (``deps.py``);
-3. ``build_schedule``: the isl schedule tree (``tree.py``);
-4. ``generate_ast``: isl AST generation, converted at once into loop IR (``astgen.py``);
-5. the loop-IR passes of ``PASSES``; then ``allocate_intermediates``.
+3. ``lower_nodes``: the isl schedule tree (``tree.py``), isl AST generation checked against
+   the domains (``ast_check.py``, with fallbacks where isl is wrong), converted at once into
+   loop IR (``astgen.py``);
+4. the loop-IR passes of ``PASSES``; then ``allocate_intermediates``.
 
 ``finalize`` applies the target-independent steps code generators need after that
 (storage flattening).
@@ -21,7 +22,7 @@ import time
 from polytile.te.expr import Var
 from polytile.te.visitor import collect
 
-from .astgen import generate_ast
+from .astgen import lower_nodes
 from .deps import check_legality
 from .gpu import check_shared_memory, kernels
 from .loop_ir import KernelLaunch, PrimFunc, seq, stmt_exprs, walk_stmts
@@ -33,7 +34,6 @@ from .passes.simplify import simplify
 from .passes.storage import allocate_intermediates, flatten_storage
 from .rfactor import lower_cross_thread_reductions
 from .schedule import Schedule
-from .tree import build_schedule
 from .validate import check_lower_inputs, validate_schedule
 
 log = logging.getLogger("polytile.lower")
@@ -91,7 +91,7 @@ def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = False) ->
         body = seq(*[_lower_kernel(model, k, f"{name}_kernel{i}")
                      for i, k in enumerate(kernels(model))])
     else:
-        body = _passes(generate_ast(model, build_schedule(model)))
+        body = _passes(lower_nodes(model))
     _check_free_vars(body, model.params)
     func = allocate_intermediates(PrimFunc(name, tuple(model.params), body))
     log.debug("lowered %s in %.3f s", name, time.perf_counter() - t0)
@@ -113,8 +113,7 @@ def uses_gpu(sch: Schedule) -> bool:
 def _lower_kernel(model, kernel, name: str) -> KernelLaunch:
     check_shared_memory(model, kernel)
     env = kernel.thread_vars()
-    body = _passes(generate_ast(model, build_schedule(model, kernel.nodes), kernel.context(),
-                                env))
+    body = _passes(lower_nodes(model, kernel.nodes, kernel.context(), env))
     used = {id(v) for x in walk_stmts(body) for e in stmt_exprs(x) for v in collect(e, Var)}
     tvars = tuple((v, v.name) for v in env.values() if id(v) in used)
     return KernelLaunch(name, kernel.grid, kernel.block, tvars, body)
