@@ -53,12 +53,13 @@ def main(argv=None) -> int:
     timeout = a.timeout or (20.0 if a.target == "llvm" else 60.0)
     seeds = [s for s in _seeds(a.seeds) if not a.kind or KINDS[s % len(KINDS)] in a.kind]
     rows: dict = collections.defaultdict(collections.Counter)
-    failures = []
+    failures, done = [], []
     t0 = time.perf_counter()
     sink = open(a.json, "w") if a.json else None
     cases = (generate(s, a.target) for s in seeds)
     for n, (case, out) in enumerate(run_cases(cases, a.target, timeout, a.jobs), 1):
         rows[case["kind"]][out["cls"]] += 1
+        done.append((case, {"build_s": out.get("build_s", 0)}))
         if sink:
             sink.write(json.dumps({"case": case, "outcome": out}) + "\n")
             sink.flush()
@@ -74,6 +75,10 @@ def main(argv=None) -> int:
         sink.close()
     print(f"{len(seeds)} cases, target {a.target}, {time.perf_counter() - t0:.0f} s")
     print(table(rows))
+    slow = sorted(((o.get("build_s", 0), c["seed"]) for c, o in done if o.get("build_s", 0) > 10),
+                  reverse=True)
+    if slow:
+        print(f"\nbuilds over 10 s: " + ", ".join(f"seed {s} ({t:.0f} s)" for t, s in slow))
     faults = collections.Counter(o["fault"] for _, o in failures)
     if faults:
         print("\nfailures by likely fault (tests/fuzz/triage.py):")

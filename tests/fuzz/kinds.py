@@ -189,8 +189,11 @@ def matmul(g: Gen, batch: bool = False) -> dict:
 
 
 def stencil(g: Gen) -> dict:
-    if g.chance(0.35):
+    r = g.g.random()
+    if r < 0.3:
         return _stencil2d(g)
+    if r < 0.55:
+        return _quasi2d(g)
     N = g.dim(lo=2)
     p = g.pick([0, 1, 1, 2])
     dtype = g.dtype()
@@ -278,6 +281,42 @@ def _stencil2d(g: Gen) -> dict:
     C = g.compute("C", [H, W], ["y", "x"], src, red, src.bound * R * R + 1,
                   not dt.is_float(src.dtype))
     return g.program([C])
+
+
+_ROWS = (["op", "%", ["ax", "i"], ["int", 2]], ["op", "//", ["ax", "i"], ["int", 2]],
+         ["op", "-", ["op", "-", ["dim", "N0"], ["int", 1]], ["ax", "i"]], ["ax", "i"])
+_COLS = (["op", "+", ["ax", "i"], ["ax", "w"]],
+         ["op", "+", ["op", "+", ["op", "*", ["ax", "j"], ["int", 3]], ["int", 1]], ["ax", "w"]],
+         ["op", "+", ["op", "//", ["ax", "j"], ["int", 3]], ["ax", "w"]],
+         ["op", "+", ["ax", "j"], ["ax", "w"]])
+
+
+def _quasi2d(g: Gen) -> dict:
+    """A producer read at several quasi-affine taps inside a reduction, then maybe a
+    consumer of that (nested attaches with ``i % 2``, ``j // 3``, ``N - 1 - i``)."""
+    N0, N1 = g.dim(lo=2), g.dim()
+    _fit(g, [N0, N1], 1500)
+    W = g.pick([1, 2, 3])
+    dtype = g.dtype()
+    cols = f"{N0} + 3 * {N1} + {W}"
+    A = g.placeholder("A", [N0, cols], dtype)
+    rd = g.read(A, [["ax", "a"], ["ax", "c"]])
+    body = g.combine([rd, g.index_value("a", g.dims[N0], dtype if dt.is_float(dtype)
+                                        else "int32")], dtype, 0)
+    P = g.compute("P", [N0, cols], ["a", "c"], body)
+    taps = []
+    for _ in range(g.pick([1, 2, 3])):
+        taps.append(g.read(P, [g.pick(_ROWS), g.pick(_COLS)]))
+    src = g.combine(taps, g.dtype(), 0)
+    red = {"op": g.pick(["sum", "sum", "max"]), "axes": [["w", "0", str(W)]], "where": None,
+           "init": None}
+    C = g.compute("C", [N0, N1], ["i", "j"], src, red, src.bound * W + 1,
+                  not dt.is_float(src.dtype))
+    last = C
+    if g.chance(0.6):
+        last = g.compute("D", [f"2 * {N0}", N1], ["i", "j"], g.combine(
+            [g.read(C, [["op", "//", ["ax", "i"], ["int", 2]], ["ax", "j"]])], g.dtype(), 1))
+    return g.program([last])
 
 
 def transpose(g: Gen) -> dict:

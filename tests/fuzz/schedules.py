@@ -203,6 +203,8 @@ class SchedGen:
                 continue
             if step[0] in ("cache_read", "cache_write") and self.chance(0.7):
                 self.attach_cache(step)
+            if step[0] == "compute_at" and self.chance(0.5):
+                self.attach_chain(step[1])
 
     def attach_cache(self, step: list) -> None:
         name = f"{step[1]}.{step[2]}"
@@ -216,6 +218,16 @@ class SchedGen:
             if c.leaf_iter_vars:
                 self.apply(["compute_at", name, c.op.name,
                             self.pick(list(c.leaf_iter_vars)).name])
+
+    def attach_chain(self, name: str) -> None:
+        """Attach a producer of the just attached stage ``name`` inside it (nested attaches:
+        a cache inside a producer inside a consumer)."""
+        st = self.s[self.ns[ident(name)]]
+        prods = [p for p in self.stages() if p.op is not st.op and p.op not in self.s.outputs
+                 and any(t.op is p.op for t in st.op.input_tensors)]
+        if prods and st.leaf_iter_vars:
+            p = self.pick(prods)
+            self.apply(["compute_at", p.op.name, name, self.pick(list(st.leaf_iter_vars)).name])
 
     def bind_all(self) -> None:
         """Bind every root stage to GPU indices (CUDA)."""

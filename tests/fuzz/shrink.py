@@ -1,7 +1,8 @@
 """Shrinking: greedily simplify a failing case while its failure persists.
 
 A candidate is kept when it fails with the same signature (:func:`.runner.signature`: the
-class, and for a crash the phase and exception type). Candidates, biggest first: drop a
+class, and for a crash the phase and exception type) and the same likely fault
+(:func:`.triage.tag`), so that a new fault does not shrink into a known one. Candidates, biggest first: drop a
 schedule step; turn an intermediate stage into an input (or make a producer the output),
 pruning what no longer matters; shrink a dim (to 1, half, minus one); start a reduce axis at
 0, drop ``where``/``init``; replace an expression node by one of its operands; plain data
@@ -15,6 +16,7 @@ import copy
 import time
 
 from .runner import signature
+from .triage import tag
 from .spec import args_of, subtrees, tensor_reads
 from .worker import Worker
 
@@ -77,9 +79,10 @@ def candidates(case: dict):
         if t["name"] in types:  # the stage becomes an input of the same shape and dtype
             c = copy.deepcopy(case)
             d, shape = types[t["name"]]
+            shape = t.get("shape") or [str(n) for n in shape]  # keep it tied to the dims
             c["program"]["tensors"] = [
                 x if x["name"] != t["name"] else {"name": x["name"], "dtype": d,
-                                                  "shape": [str(n) for n in shape]}
+                                                  "shape": list(shape)}
                 for x in c["program"]["tensors"]]
             yield prune(c)
     for o in prog["outputs"]:
@@ -154,10 +157,10 @@ def shrink(case: dict, out: dict, timeout: float = 20.0, worker: Worker | None =
            max_tries: int = 400, max_seconds: float = 300.0, log=None) -> tuple:
     """The smallest case found that fails like ``case`` (outcome ``out``), with its
     outcome. ``worker``: a worker of the case's target to use (else one is started)."""
-    sig = signature(out)
+    sig = signature(out), tag(case, out)
     own = worker is None
     w = worker or Worker(case.get("target", "llvm"))
-    if sig == ("hang",):
+    if sig[0] == ("hang",):
         max_tries = min(max_tries, 40)
     t0 = time.perf_counter()
     tries = 0
@@ -175,7 +178,7 @@ def shrink(case: dict, out: dict, timeout: float = 20.0, worker: Worker | None =
                     continue
                 tries += 1
                 o = w.run(cand, timeout)
-                if signature(o) == sig:
+                if signature(o) == sig[0] and tag(cand, o) == sig[1]:
                     best, best_out = cand, o
                     progress = True
                     if log:

@@ -18,6 +18,9 @@ FAULTS = {
     "nested-unroll": "nested unrolls multiply build time (cases F3/B3)",
     "vague-refusal": "a refusal whose message names no stage (fuse of mixed axes, rfactor "
                      "factor_axis=-1: case R2)",
+    "gpu-attached-threads": "GPU: an attached stage with a loop bound to threadIdx computes "
+                            "the wrong region (a 'local' cache filled by other threads, an "
+                            "rfactor stage in an unbound root)",
 }
 
 
@@ -49,6 +52,10 @@ def tag(case: dict, out: dict) -> str:
             return "rfactor-offset"
     if cls != "wrong":
         return "untriaged"
+    attached = {s[1] for s in steps if s[0] == "compute_at"}
+    if any(s[0] == "bind" and s[1] in attached and s[3].startswith("threadIdx")
+           for s in steps):
+        return "gpu-attached-threads"
     if case.get("data", {}).get("mode") == "nan" and _uses_maxmin(prog):
         return "nan-maxmin"
     for t in prog["tensors"]:
