@@ -155,8 +155,21 @@ class Runtime:
         self.target = target
         self.emulated = False
         self.workdir = workdir
+        self.pending: list = []   # nvcc compiles running beside the emulator's g++
         if target == "cuda":
             self._setup_cuda()
+
+    def finish(self, ignore: bool = False) -> None:
+        """Wait for the nvcc compiles of the last build; raise the first ``BuildError``
+        (unless ``ignore``)."""
+        while self.pending:
+            fut = self.pending.pop(0)
+            try:
+                fut.result()
+            except Exception:
+                if not ignore:
+                    self.finish(ignore=True)
+                    raise
 
     def _setup_cuda(self) -> None:
         from polytile.targets.cuda import runtime
@@ -175,15 +188,18 @@ class Runtime:
         emu = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(emu)
         self.workdir = self.workdir or tempfile.mkdtemp(prefix="polytile-fuzz-")
+        from concurrent.futures import ThreadPoolExecutor
+
+        from polytile.targets.cuda import compile as cc
+
         real = runtime.compile_cuda
-        workdir = self.workdir
+        workdir, pending, pool = self.workdir, self.pending, ThreadPoolExecutor(1)
 
         def compile_both(source, arch=None, options=(), **kw):
-            from polytile.targets.cuda import compile as cc
-
+            # nvcc checks the source (in a thread, while g++ builds it for the emulator)
             if cc.available_compiler() is not None:
                 kw = {**kw, "cache_dir": workdir}
-                real(source, "sm_90", options, **kw)
+                pending.append(pool.submit(real, source, "sm_90", options, **kw))
             return emu.emulated_compile(source)
 
         compile_both.fuzz_emulated = True
@@ -245,6 +261,7 @@ def run_case(case: dict, runtime: Runtime) -> dict:
     from polytile import te
 
     t0 = time.perf_counter()
+    runtime.finish(ignore=True)
     prog = case["program"]
     ns: dict = {"te": te}
     try:
@@ -279,6 +296,10 @@ def run_case(case: dict, runtime: Runtime) -> dict:
         chk = check_function(f, args, inputs, results, runtime)
     except Exception as ex:  # noqa: BLE001
         return _outcome("crash", "run", ex)
+    try:
+        runtime.finish()
+    except Exception as ex:  # noqa: BLE001 - nvcc rejected the generated CUDA C
+        return _outcome("crash", "build", ex)
     timing = {"seconds": round(time.perf_counter() - t0, 3), "build_s": round(t2 - t1, 3)}
     if chk["problems"]:
         return _outcome("wrong", "check", detail="\n".join(chk["problems"]),
@@ -302,6 +323,7 @@ def check_script(f, args, target, data: dict) -> str:
     results = reference.evaluate(outs, inputs)
     rt = target if isinstance(target, Runtime) else Runtime(target)
     chk = check_function(f, args, inputs, results, rt)
+    rt.finish()
     if chk["problems"]:
         return "wrong: " + "\n".join(chk["problems"])
     return f"ok: {chk['checked']} of {chk['total']} output elements agree with the reference"

@@ -81,10 +81,11 @@ class SchedGen:
         """Apply ``step``; True when it was kept."""
         if self.stopped:
             return False
+        keep = self.chance(KEEP_ILLEGAL)  # drawn always: the stream does not depend on it
         try:
             exec(step_code(step), self.ns)  # noqa: S102
         except (ScheduleError, LoweringError):
-            if self.chance(KEEP_ILLEGAL):
+            if keep:
                 self.steps.append(step)
                 self.stopped = True
                 return True

@@ -200,23 +200,24 @@ def test_gpu_local_cache_with_its_loop_bound_to_threads():
     np.testing.assert_array_equal(out, a @ b)  # [[10, 20, 30], [2, 28, 54]]
 
 
-@pytest.mark.xfail(strict=True, reason="GPU: an rfactor stage attached in an unbound root "
-                   "stage with its own loop bound to threadIdx.x: wrong region and a race on "
-                   "the output; fuzz seed cuda 15 of an earlier generator")
-def test_gpu_attached_rfactor_stage_bound_to_threads_in_an_unbound_root():
-    A = te.placeholder((2, 1, 1), name="A")
-    k = te.reduce_axis((0, 1), name="k")
-    C = te.compute((2, 1, 1), lambda b, i, j: te.sum(A[b, i, k], axis=k), name="C")
-    s = te.create_schedule(C.op)
-    CF = s.rfactor(C, k, factor_axis=0)
-    s[CF].compute_at(s[C], C.op.axis[1])
-    _, bi = s[CF].split(s[CF].op.axis[1], factor=7)
-    s[CF].bind(bi, te.thread_axis("threadIdx.x"))
-    a = np.array([1.0, 2.0], "float32").reshape(2, 1, 1)
+@pytest.mark.xfail(strict=True, reason="GPU: a root stage with no bound loop, whose attached "
+                   "producer has a loop bound to threadIdx.x: every thread runs the root's "
+                   "statements (a race) over a partly computed producer; fuzz seeds cuda 66, "
+                   "75 (and 15 of an earlier generator)")
+def test_gpu_unbound_root_with_an_attached_stage_bound_to_threads():
+    A = te.placeholder((1, 2), name="A")
+    P = te.compute((1, 2), lambda i, j: A[i, j], name="P")
+    Q = te.compute((1, 2), lambda i, j: P[i, j], name="Q")
+    s = te.create_schedule(Q.op)
+    s[P].compute_at(s[Q], Q.op.axis[1])
+    _, ji = s[P].split(P.op.axis[1], nparts=16)
+    _, jii = s[P].split(ji, factor=8)
+    s[P].bind(jii, te.thread_axis("threadIdx.x"))
+    a = np.array([[0.5, -2.0]], "float32")
     try:
-        out = _gpu_run(s, [A, C], [a], (2, 1, 1))
+        out = _gpu_run(s, [A, Q], [a], (1, 2))
     except polytile.ScheduleError:
-        return
+        return  # "stage 'Q' has no loop bound to a GPU index" is a fix too
     np.testing.assert_array_equal(out, a)
 
 
@@ -237,7 +238,31 @@ def test_nested_unrolls_build_in_seconds():
             s[R].reorder(k, R.op.axis[0], q)
             s[R].unroll(R.op.axis[0])
             polytile.build(s, [A, R])
-        """, timeout=20)
+        """, timeout=12)
     except subprocess.TimeoutExpired:
-        pytest.fail("the build took more than 20 s")
+        pytest.fail("the build took more than 12 s")
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
+@pytest.mark.xfail(strict=True, reason="GPU: isl AST generation of a 3-D transpose whose loops "
+                   "are fused into one, split and bound takes about 100 s (the CPU lowering of "
+                   "the same: 0.2 s); fuzz seed cuda 89")
+def test_gpu_lowering_of_a_fused_and_bound_transpose_takes_seconds():
+    try:
+        res = _in_subprocess("""
+            import polytile
+            from polytile import te
+            A = te.placeholder((23, 29, 29), name="A")
+            T = te.compute((29, 29, 23), lambda t0, t1, t2: A[t2, t0, t1], name="T")
+            s = te.create_schedule(T.op)
+            t0, t1, t2 = T.op.axis
+            f = s[T].fuse(t0, t1)
+            s[T].reorder(t2, f)
+            o, i = s[T].split(s[T].fuse(t2, f), factor=128)
+            s[T].bind(o, te.thread_axis("blockIdx.x"))
+            s[T].bind(i, te.thread_axis("threadIdx.x"))
+            polytile.lower(s, [A, T])
+        """, timeout=12)
+    except subprocess.TimeoutExpired:
+        pytest.fail("lowering took more than 12 s")
     assert res.returncode == 0, res.stderr[-2000:]

@@ -18,6 +18,8 @@ FAULTS = {
     "nested-unroll": "nested unrolls multiply build time (cases F3/B3)",
     "vague-refusal": "a refusal whose message names no stage (fuse of mixed axes, rfactor "
                      "factor_axis=-1: case R2)",
+    "cuda-none-statement": "CUDA: lowering leaves a None statement (BuildError 'unknown "
+                           "statement NoneType', case F2)",
     "gpu-attached-threads": "GPU: an attached stage with a loop bound to threadIdx computes "
                             "the wrong region (a 'local' cache filled by other threads, an "
                             "rfactor stage in an unbound root)",
@@ -38,6 +40,8 @@ def tag(case: dict, out: dict) -> str:
     cls = out["cls"]
     if cls == "vague":
         return "vague-refusal"
+    if cls == "crash" and "unknown statement NoneType" in out.get("message", ""):
+        return "cuda-none-statement"
     unrolled = [s for s in steps if s[0] == "unroll"]
     if cls == "hang" and len(unrolled) >= 2:
         return "nested-unroll"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,8 +27,9 @@ _PKG = __package__ or "fuzz"
 _ROOT = Path(__file__).resolve().parents[len(_PKG.split("."))]
 
 
-def serve(target: str) -> None:
-    """The worker's main loop (runs in the subprocess)."""
+def serve(target: str, workdir: str) -> None:
+    """The worker's main loop (runs in the subprocess); ``workdir`` holds its compiled
+    files (the parent removes it)."""
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -37,7 +39,7 @@ def serve(target: str) -> None:
     import polytile
 
     polytile.set_num_threads(2)
-    rt = runner.Runtime(target)
+    rt = runner.Runtime(target, workdir)
     for line in sys.stdin:
         req = json.loads(line)
         print(f"--- case {req.get('id')}", file=sys.stderr, flush=True)
@@ -53,13 +55,13 @@ class Worker:
         self.target = target
         self.proc: subprocess.Popen | None = None
         self.done = 0
-        self.log = tempfile.NamedTemporaryFile(prefix="polytile-fuzz-", suffix=".log",
-                                               delete=False)
+        self.tmp = tempfile.mkdtemp(prefix="polytile-fuzz-")
+        self.log = open(os.path.join(self.tmp, "worker.log"), "wb")
         self.count = 0
 
     def _start(self) -> None:
         code = (f"import sys; sys.path.insert(0, {str(_ROOT)!r}); "
-                f"from {_PKG}.worker import serve; serve({self.target!r})")
+                f"from {_PKG}.worker import serve; serve({self.target!r}, {self.tmp!r})")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.log, start_new_session=True, cwd=str(_ROOT))
@@ -85,10 +87,7 @@ class Worker:
     def close(self) -> None:
         self.stop()
         self.log.close()
-        try:
-            os.unlink(self.log.name)
-        except OSError:
-            pass
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _log_tail(self, start: int) -> str:
         with open(self.log.name, "rb") as fh:

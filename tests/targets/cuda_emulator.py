@@ -41,6 +41,11 @@ _SHIM = r"""
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 struct pt_uint3 { unsigned x, y, z; };
+// the vector types of vectorized copies (targets/c_vector.py)
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(8) int2 { int x, y; };
 static thread_local pt_uint3 blockIdx, threadIdx;
 static std::barrier<>* pt_block_barrier;
 static inline void __syncthreads() { pt_block_barrier->arrive_and_wait(); }
