@@ -251,8 +251,10 @@ def reduce(red: Reduce, src: Val, cond: Val | None, init: Val | None, nred: int,
                 r = (np.min if op == "min" else np.max)(np.where(live, v, fill), axis=axes)
             out = Val(np.asarray(r).astype(dtype), dtype, unsure=unsure, oob=oob)
             if init is not None:
+                red_unsure = out.unsure
                 out = int_binary(op, init, out, dtype)
-                out.unsure, out.oob = mask_or(out.unsure, init.unsure), mask_or(oob, init.oob)
+                out.unsure = mask_or(mask_or(out.unsure, red_unsure), init.unsure)
+                out.oob = mask_or(oob, init.oob)
             return out
         e = np.broadcast_to(src.e(), shape)
         mag = np.broadcast_to(src.m(), shape)
@@ -293,7 +295,8 @@ def reduce(red: Reduce, src: Val, cond: Val | None, init: Val | None, nred: int,
                   np.max(np.where(live, mag, 0.0), axis=axes), None, unsure, oob)
         if init is not None:
             out2 = float_binary(op, init, out, dtype)
-            out2.unsure, out2.oob = mask_or(unsure, init.unsure), mask_or(oob, init.oob)
+            out2.unsure = mask_or(mask_or(out2.unsure, unsure), init.unsure)
+            out2.oob = mask_or(oob, init.oob)
             return out2
         return out
 

@@ -2,12 +2,12 @@
 
 A candidate is kept when it fails with the same signature (:func:`.runner.signature`: the
 class, and for a crash the phase and exception type) and the same likely fault
-(:func:`.triage.tag`), so that a new fault does not shrink into a known one. Candidates, biggest first: drop a
-schedule step; turn an intermediate stage into an input (or make a producer the output),
-pruning what no longer matters; shrink a dim (to 1, half, minus one); start a reduce axis at
-0, drop ``where``/``init``; replace an expression node by one of its operands; plain data
-instead of NaN. Each accepted candidate restarts the search, until none is accepted or the
-budget (attempts, seconds) is spent.
+(:func:`.triage.tag`), so that a new fault does not shrink into a known one. Candidates,
+biggest first: drop a schedule step; turn an intermediate stage into an input (or make a
+producer the output), pruning what no longer matters; shrink a dim (to 1, half, minus one);
+start a reduce axis at 0, drop ``where``/``init``; replace an expression node by one of its
+operands; plain data instead of NaN. Each accepted candidate restarts the search, until
+none is accepted or the budget (attempts, seconds) is spent.
 """
 
 from __future__ import annotations

@@ -50,16 +50,13 @@ KNOWN_FAULTS = {
 
 
 def _cuda_available() -> str | None:
-    from polytile.targets.cuda import compile as cc
+    """None when CUDA cases can run here: on a GPU, or on the host emulator (which needs
+    g++; nvcc, where present, compiles every source too)."""
     from polytile.targets.cuda import runtime
 
-    if runtime.device_count() > 0:
+    if runtime.device_count() > 0 or shutil.which("g++") is not None:
         return None
-    if shutil.which("g++") is None:
-        return "no GPU and no g++ for the CUDA emulator"
-    if cc.available_compiler() is None:
-        return "no GPU and no CUDA compiler"
-    return None
+    return "no GPU and no g++ for the CUDA emulator"
 
 
 def _run(target: str, seeds, skip=()) -> None:

@@ -200,6 +200,28 @@ def test_gpu_local_cache_with_its_loop_bound_to_threads():
     np.testing.assert_array_equal(out, a @ b)  # [[10, 20, 30], [2, 28, 54]]
 
 
+@pytest.mark.xfail(strict=True, reason="GPU: a cache stage computed inside a threadIdx.x "
+                   "loop binds threadIdx.x again (cooperative fetch at a per-thread attach "
+                   "point): threads use each other's partial copies; fuzz seed cuda 68")
+def test_gpu_global_cache_bound_to_threads_inside_a_thread_loop():
+    B = te.placeholder((2, 2), name="B")
+    k = te.reduce_axis((0, 2), name="k")
+    C = te.compute((1, 2), lambda i, j: te.sum(B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    BG = s.cache_read(B, "global", [C])
+    s[BG].compute_at(s[C], C.op.axis[0])
+    _, ii = s[C].split(C.op.axis[0], factor=7)
+    s[C].bind(ii, te.thread_axis("threadIdx.x"))
+    _, ai = s[BG].split(BG.op.axis[1], factor=7)
+    s[BG].bind(ai, te.thread_axis("threadIdx.x"))
+    b = np.array([[1.0, 2.0], [3.0, 5.0]], "float32")
+    try:
+        out = _gpu_run(s, [B, C], [b], (1, 2))
+    except polytile.ScheduleError:
+        return
+    np.testing.assert_array_equal(out, b.sum(0, keepdims=True))  # [[4, 7]]
+
+
 @pytest.mark.xfail(strict=True, reason="GPU: a root stage with no bound loop, whose attached "
                    "producer has a loop bound to threadIdx.x: every thread runs the root's "
                    "statements (a race) over a partly computed producer; fuzz seeds cuda 66, "
@@ -219,6 +241,27 @@ def test_gpu_unbound_root_with_an_attached_stage_bound_to_threads():
     except polytile.ScheduleError:
         return  # "stage 'Q' has no loop bound to a GPU index" is a fix too
     np.testing.assert_array_equal(out, a)
+
+
+@pytest.mark.xfail(strict=True, reason="CUDA: a reduction whose where never holds, computed "
+                   "at a block-bound consumer, lowers to a None statement ('codegen_cuda: "
+                   "unknown statement NoneType', kind of case F2); fuzz seed cuda 85")
+def test_cuda_reduction_with_an_empty_where_at_a_bound_consumer():
+    from polytile.schedule.lower import finalize, lower
+    from polytile.targets.c_printer import print_c_module
+    from polytile.targets.cuda import CUDADialect
+
+    B = te.placeholder((2,), name="B")
+    k = te.reduce_axis((0, 2), name="k")
+    R = te.compute((1, 1), lambda i, j: te.sum(B[k], axis=k, where=k >= 5), name="R")
+    E = te.compute((1, 1), lambda i, j: R[i, j] + 1.0, name="E")
+    s = te.create_schedule(E.op)
+    s[R].compute_at(s[E], E.op.axis[0])
+    io, _ = s[E].split(E.op.axis[0], factor=2)
+    s[E].bind(io, te.thread_axis("blockIdx.x"))
+    print_c_module(finalize(lower(s, [B, E])), CUDADialect())
+    out = _gpu_run(s, [B, E], [np.array([3.0, 4.0], "float32")], (1, 1))
+    assert out.item() == 1.0  # the sum over nothing is 0
 
 
 # --------------------------------------------------------------------------- build time
