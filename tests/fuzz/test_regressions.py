@@ -64,8 +64,6 @@ def test_int_min_divided_by_minus_one_never_kills_the_process():
 
 
 # --------------------------------------------------------------------------- rfactor
-@pytest.mark.xfail(strict=True, reason="rfactor of a reduce axis not starting at 0 reads "
-                   "from 0 (cases F1/R1); fuzz seeds llvm 37, 813")
 def test_rfactor_of_an_axis_starting_at_3_with_a_second_axis():
     B = te.placeholder((4, 4), name="B")
     k = te.reduce_axis((3, 4), name="k")
@@ -79,8 +77,6 @@ def test_rfactor_of_an_axis_starting_at_3_with_a_second_axis():
     assert r[0] == b[3].sum() == 54.0
 
 
-@pytest.mark.xfail(strict=True, reason="rfactor of a reduce axis not starting at 0 (cases "
-                   "F1/R1); fuzz seed llvm 813")
 def test_rfactor_of_a_one_element_axis_starting_at_2():
     A = te.placeholder((1, 1, 3), name="A")
     k = te.reduce_axis((2, 3), name="k")
@@ -94,8 +90,6 @@ def test_rfactor_of_a_one_element_axis_starting_at_2():
 
 
 # --------------------------------------------------------------------------- dtypes
-@pytest.mark.xfail(strict=True, reason="float16 sums accumulate in float16, not float32 "
-                   "(case D4); fuzz seeds llvm 2, 45")
 def test_float16_sum_of_a_row_accumulates_in_float32():
     P = te.placeholder((1, 5), "float16", name="P")
     k = te.reduce_axis((0, 5), name="k")
@@ -107,8 +101,6 @@ def test_float16_sum_of_a_row_accumulates_in_float32():
     assert c.item() == 2052.0
 
 
-@pytest.mark.xfail(strict=True, reason="te.min/te.max drop a NaN operand (case D3); fuzz "
-                   "seeds llvm 98, 437")
 def test_elementwise_min_and_max_with_a_constant_propagate_nan():
     A = te.placeholder((3,), "float16", name="A")
     P = te.compute((3,), lambda i: te.min(A[i], 2.0), name="P")
@@ -121,8 +113,6 @@ def test_elementwise_min_and_max_with_a_constant_propagate_nan():
 
 
 # --------------------------------------------------------------------------- refusals
-@pytest.mark.xfail(strict=True, reason="the refusal of a fuse of a spatial and a reduce "
-                   "axis does not name the stage; fuzz seed llvm 56")
 def test_fuse_of_a_spatial_and_a_reduce_axis_names_the_stage():
     A = te.placeholder((3, 4), name="A")
     k = te.reduce_axis((0, 4), name="k")
@@ -132,8 +122,6 @@ def test_fuse_of_a_spatial_and_a_reduce_axis_names_the_stage():
         s[C].fuse(C.op.axis[1], k)
 
 
-@pytest.mark.xfail(strict=True, reason="rfactor refuses factor_axis=-1 without naming the "
-                   "stage; TVM counts it from the end (case R2); fuzz seed llvm 110")
 def test_rfactor_with_factor_axis_minus_one():
     A = te.placeholder((2, 3), "int32", name="A")
     k = te.reduce_axis((0, 3), name="k")
@@ -148,9 +136,6 @@ def test_rfactor_with_factor_axis_minus_one():
 
 
 # --------------------------------------------------------------------------- attach
-@pytest.mark.xfail(strict=True, reason="compute_at of a split producer read at i and at "
-                   "i % 2: part of the footprint is never computed (kind of case F4); fuzz "
-                   "seed llvm 3730 of an earlier generator")
 def test_compute_at_of_a_split_producer_read_at_i_and_i_mod_2():
     A = te.placeholder((8, 3), name="A")
     P = te.compute((8, 3), lambda a, c: A[a, c], name="P")
@@ -243,9 +228,6 @@ def test_gpu_unbound_root_with_an_attached_stage_bound_to_threads():
     np.testing.assert_array_equal(out, a)
 
 
-@pytest.mark.xfail(strict=True, reason="CUDA: a reduction whose where never holds, computed "
-                   "at a block-bound consumer, lowers to a None statement ('codegen_cuda: "
-                   "unknown statement NoneType', kind of case F2); fuzz seed cuda 85")
 def test_cuda_reduction_with_an_empty_where_at_a_bound_consumer():
     from polytile.schedule.lower import finalize, lower
     from polytile.targets.c_printer import print_c_module
@@ -265,8 +247,6 @@ def test_cuda_reduction_with_an_empty_where_at_a_bound_consumer():
 
 
 # --------------------------------------------------------------------------- build time
-@pytest.mark.xfail(strict=True, reason="nested unrolls multiply: 40 x 37 copies of the body "
-                   "take minutes to build (case F3); fuzz seed llvm 427")
 def test_nested_unrolls_build_in_seconds():
     try:
         res = _in_subprocess("""
