@@ -20,6 +20,7 @@ from polytile.te.visitor import ExprMutator, substitute
 
 from . import isl_util as iu
 from .loop_ir import (Assert, Buffer, For, IfThenElse, LetStmt, Load, Stmt, Store, Sync, seq)
+from .ast_check import mismatches
 from .model import LoopNode, Model, PolyStmt
 
 _INT_DIVS = ("floordiv", "floormod", "truncdiv", "truncmod")
@@ -28,9 +29,11 @@ _KIND = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"
 
 
 class _Hook:
-    def __init__(self, model: Model):
+    def __init__(self, model: Model, guards: dict):
         self.model = model
+        self.guards = guards              # statement name -> guard replacing PolyStmt.guard
         self.info: list = []
+        self.guard_exprs: list = []       # isl AST of each call's guard, for validation
         self.errors: list = []
         self.placeholders: dict[str, Var] = {}
 
@@ -52,25 +55,40 @@ class _Hook:
                 acc = build.access_from_pw_multi_aff(pma.pullback_pw_multi_aff(it_map))
                 idx[key] = tuple(iu.ast_expr(acc.get_op_arg(k), self.var_of)
                                  for k in range(1, acc.get_op_n_arg()))
-            guard = None
-            if st.guard is not None:
-                guard = iu.ast_expr(build.expr_from_set(st.guard.preimage_pw_multi_aff(it_map)),
-                                    self.var_of)
+            guard = gexpr = None
+            cond = self.guards.get(st.name, st.guard)
+            if cond is not None:
+                gexpr = build.expr_from_set(cond.preimage_pw_multi_aff(it_map))
+                guard = iu.ast_expr(gexpr, self.var_of)
             self.info.append((st, idx, guard))
+            self.guard_exprs.append(gexpr)
             return node.set_annotation(isl.Id(f"U{len(self.info) - 1}"))
         except BaseException as exc:  # islpy swallows callback exceptions: keep it
             self.errors.append(exc)
             return node
 
 
+class AstMismatch(InternalError):
+    """isl failed to generate a loop nest, or generated one that does not run the
+    schedule's statement instances exactly once (found by
+    :func:`polytile.schedule.ast_check.mismatches`)."""
+
+
 def generate_ast(model: Model, sched: isl.Schedule, context: str = "{ : }",
-                 env: dict | None = None) -> Stmt:
-    """Generate the AST of ``sched`` and convert it into a loop-IR statement.
+                 env: dict | None = None, guards: dict | None = None) -> Stmt:
+    """Generate the AST of ``sched``, check it (``ast_check.py``) and convert it into a
+    loop-IR statement.
 
     ``context`` is the isl set of parameter values (GPU hardware indices and their
-    ranges); ``env`` maps parameter names to the loop-IR variables that hold them.
+    ranges); ``env`` maps parameter names to the loop-IR variables that hold them;
+    ``guards`` (statement name -> set) replaces the guards of some statements.
+
+    Raises
+    ------
+    AstMismatch
+        When isl fails, or its AST misses instances, runs extra ones or runs one twice.
     """
-    hook = _Hook(model)
+    hook = _Hook(model, guards or {})
     build = isl.AstBuild.from_context(isl.Set(context))
     build, _keep = build.set_at_each_domain(hook)
     try:
@@ -78,10 +96,64 @@ def generate_ast(model: Model, sched: isl.Schedule, context: str = "{ : }",
     except isl.Error as exc:
         if hook.errors:
             raise hook.errors[0] from None
-        raise InternalError(f"isl AST generation failed: {exc}") from exc
+        raise AstMismatch(f"isl AST generation failed: {exc}") from exc
     if hook.errors:
         raise hook.errors[0]
+    names: list = []
+    sched.get_domain().foreach_set(lambda st: names.append(st.get_tuple_name()))
+    bad = mismatches(ast, {n: model.stmts[n] for n in names}, isl.Set(context),
+                     lambda node: hook.guard_exprs[int(node.get_annotation().get_name()[1:])])
+    if bad:
+        raise AstMismatch("isl generated a wrong loop nest: " + "; ".join(bad))
     return _Converter(model, hook).convert(ast, dict(env or {}), None)
+
+
+def lower_nodes(model: Model, nodes: list | None = None, context: str = "{ : }",
+                env: dict | None = None) -> Stmt:
+    """The loop IR of the nest ``nodes`` (default: the whole program): isl's AST of their
+    schedule tree, checked, with fallbacks where isl gets it wrong.
+
+    Tried in order until one passes the check: isl's default loop generation; every loop
+    ``atomic``; then, in addition, the domains with existentially quantified dimensions
+    replaced by their simple hulls, the exact domains becoming guards.
+
+    Raises
+    ------
+    InternalError
+        When every attempt fails (the message lists the first failure).
+    """
+    from .tree import build_schedule
+
+    first = None
+    for atomic, hulls in ((False, False), (True, False), (True, True)):
+        domains = guards = None
+        if hulls:
+            domains, guards = _hulls(model, nodes)
+        try:
+            sched = build_schedule(model, nodes, atomic=atomic, domains=domains)
+            return generate_ast(model, sched, context, env, guards)
+        except AstMismatch as exc:
+            first = first or exc
+    raise InternalError(f"{first}; hint: simplify the quasi-affine indices (mod, floordiv) "
+                        f"of reads of attached stages, or compute those stages at root")
+
+
+def _hulls(model: Model, nodes: list | None) -> tuple[dict, dict]:
+    """Simple hulls of the statement domains that have existentially quantified
+    dimensions (where isl's AST generation has gone wrong), and the guards that keep
+    their exact instances."""
+    from .tree import stmts_below
+
+    domains, guards = {}, {}
+    for n in (model.nest if nodes is None else nodes):
+        for st in stmts_below(n):
+            divs: list = []
+            st.domain.foreach_basic_set(lambda b: divs.append(b.dim(isl.dim_type.div)))
+            if any(divs):
+                hull = isl.Set.from_basic_set(st.domain.remove_divs().simple_hull())
+                domains[st.name] = hull
+                guards[st.name] = st.exact.gist(hull)
+    return domains, guards
 
 
 class _Converter:

@@ -5,7 +5,8 @@ loops that enclose it), the region of its tensor its consumers read there: the i
 their accesses under the reversed prefix map (exact, halos and ragged tiles included;
 isl manual, "Basic Operations"; Tiramisu's ``compute_needed_and_produced``). The region's
 bounding box is its buffer; its loops iterate relative to the region's origin ``lo(p)``.
-A ``shared`` buffer is relaxed over thread indices (one region per block).
+A ``shared`` buffer is relaxed over thread indices (one region per block); any other
+buffer inside ``vthread`` loops gets one copy per virtual thread (``vthread_copies``).
 
 Strided regions are compacted: when, in tensor dimension ``q``, every element read at a
 prefix lies on ``lo_q(p) + s*Z`` for a constant stride ``s > 1`` (isl's range stride
@@ -106,7 +107,8 @@ def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
             root[iv] = (0, e)
         t = op.output(0)
         scope = p.scope if padded and p.scope in ("shared", "local") else p.buffer.scope
-        p.buffer = Buffer(p.buffer.name, _aligned(p, ext), t.dtype, scope)
+        copies = tuple(e for _, _, _, e in vthread_copies(p))
+        p.buffer = Buffer(p.buffer.name, copies + _aligned(p, ext), t.dtype, scope)
     p.ranges = iter_ranges(p.stage, root)
     p.leaf_aff = leaf_affines(p.stage, {iv: f"d{k}" for k, iv in enumerate(p.root_axes)},
                               p.ranges)
@@ -163,6 +165,24 @@ def _accumulator(p: StagePlan, padded: bool) -> None:
         p.acc_access[st.name] = iu.name_range(idx, "B")
 
 
+def vthread_copies(p: StagePlan) -> list[tuple[int, int, int, int]]:
+    """The ``vthread`` loops enclosing attached stage ``p`` whose iterations each get a
+    private copy of its buffer, as ``(prefix coordinate, prefix position, loop min, loop
+    extent)``. A virtual thread is a thread (TVM): what it computes in its loops is its own,
+    so the buffer gets one leading dimension per such loop; lowering interleaves the
+    virtual threads (``tree.py``), and their copies are then live at the same time. A
+    ``shared`` buffer is common to all of them (its prefix is relaxed over them)."""
+    out = []
+    for k, j in enumerate(p.prefix_dims):
+        q, pos = p.prefix[j]
+        if q.binding(pos) == "vthread":
+            if q.leaves[pos] not in q.ranges:
+                raise InternalError(f"loop ranges of {q.name} are needed before {p.name}")
+            lo, ext = q.ranges[q.leaves[pos]]
+            out.append((k, j, lo, ext))
+    return out
+
+
 def _own_exact(p: StagePlan, kind: str) -> str:
     ivs = p.root_axes if kind == "update" else list(p.stage.op.axis)
     return iu.box_str(p.own_names(kind), [p.ranges[iv] for iv in ivs])
@@ -215,9 +235,11 @@ def _region(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
     """Set ``p.footprint`` (prefix -> region, in tensor coordinates), ``p.exact_region``
     (the elements really read) and ``p.lo`` (the region's origin per prefix).
 
-    Padded (GPU): the region is what the consumers' padded loops would read, not clipped
-    to the tensor, so that every prefix has a region of the same shape; the statements of
-    ``p`` are then guarded by the exact region."""
+    Padded (GPU): the region is what the consumers' padded loops would read, so that
+    prefixes get regions of one shape; the statements of ``p`` are then guarded by the
+    exact region. It is clipped to the tensor, as on the CPU: guarded-off consumer
+    iterations past the end of a thread box "read" far outside it (case F6: a 3809-element
+    buffer per thread for a 31-element tensor)."""
     needed = exact = None
     for c in consumers:
         for st in c.stmts:
@@ -246,8 +268,11 @@ def _region(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
     if exact is None:
         raise InternalError(f"attached stage {p.name} has no reads")
     t = p.stage.op.output(0)
-    p.exact_region = exact.intersect_range(tensor_box(t, "T")).coalesce()
-    p.footprint = needed.coalesce() if padded else p.exact_region
+    box = tensor_box(t, "T")
+    p.exact_region = iu.coalesce(exact.intersect_range(box))
+    # padded consumers also "read" outside the tensor (guarded-off instances past its end or
+    # before its start): clip to the tensor, or the buffer grows with the thread box
+    p.footprint = iu.coalesce(needed.intersect_range(box)) if padded else p.exact_region
     nx = t.ndim
     lo = None
     for q in range(nx):
@@ -365,6 +390,10 @@ def _relative(acc: isl.PwMultiAff, owner: StagePlan, st: PolyStmt) -> isl.PwMult
         zs = [f"z{k}" for k in range(len(owner.stride))]
         div = ", ".join(z if s == 1 else f"floor({z}/{s})" for z, s in zip(zs, owner.stride))
         rel = isl.PwMultiAff(f"{{ [{', '.join(zs)}] -> [{div}] }}").pullback_pw_multi_aff(rel)
+    copies = vthread_copies(owner)
+    if copies:   # the copy of this virtual thread
+        vt = ", ".join(f"({st.sched[j]}) - {first}" for _, j, first, _ in copies)
+        rel = isl.PwMultiAff(f"{{ {st.tuple()} -> [{vt}] }}").flat_range_product(rel)
     return iu.name_range(rel, "B")
 
 
@@ -372,6 +401,7 @@ def accesses(p: StagePlan, plan_of: dict, buffers: dict) -> None:
     na = len(p.axis_vars)
     for st in p.stmts:
         own = st.dims[p.prefix_len:p.prefix_len + na]
+        own = [f"p{k} - {first}" for k, _, first, _ in vthread_copies(p)] + own
         st.accesses["w"] = (p.buffer, isl.PwMultiAff(f"{{ {st.tuple()} -> B[{', '.join(own)}] }}"))
         st.accesses["ax"] = (None, st.axis_map)
         if p.acc is not None:

@@ -65,7 +65,7 @@ def stage_dependences(p: StagePlan) -> isl.UnionMap | None:
     w, r, order = w.intersect_domain(dom), r.intersect_domain(dom), order.intersect_domain(dom)
     touch = w.apply_range(w.reverse()).union(w.apply_range(r.reverse())).union(
         r.apply_range(w.reverse()))
-    return touch.intersect(order.lex_lt_union_map(order)).coalesce()
+    return iu.coalesce(touch.intersect(order.lex_lt_union_map(order)))
 
 
 def _loop_maps(st: PolyStmt, chain: list) -> isl.Map:

@@ -14,6 +14,8 @@ Reference: isl manual (Verdoolaege, ICMS 2010); islpy 2026.2.2.
 
 from __future__ import annotations
 
+import contextlib
+
 import islpy as isl
 
 from polytile.errors import InternalError
@@ -25,6 +27,43 @@ CTX = isl.DEFAULT_CONTEXT
 CTX.set_ast_build_atomic_upper_bound(1)
 CTX.set_ast_build_detect_min_max(1)
 CTX.set_ast_build_exploit_nested_bounds(1)
+
+
+class OperationLimit(Exception):
+    """An isl computation under :func:`operation_limit` ran out of operations (or failed
+    otherwise: a parse interrupted by the limit reports a syntax error)."""
+
+
+@contextlib.contextmanager
+def operation_limit(ops: int):
+    """Run the isl computations of the ``with`` body with at most ``ops`` elementary isl
+    operations (``isl_ctx_set_max_operations``; about a million per second); raise
+    :class:`OperationLimit` when they need more, or when isl fails in them. For optional
+    work only (a better loop nest, never a correct one): sets with many quasi-affine pieces
+    can make ``subtract`` and ``coalesce`` exponential."""
+    CTX.set_max_operations(ops)
+    CTX.reset_operations()
+    try:
+        yield
+    except isl.Error as exc:
+        raise OperationLimit(str(exc)) from None
+    finally:
+        CTX.set_max_operations(0)
+        CTX.reset_operations()
+
+
+def coalesce(obj):
+    """``obj.coalesce()`` (the same set or map with fewer pieces), or ``obj`` itself where
+    isl's coalescing fails internally ("original tableau does not correspond to original
+    basic map", seen on footprints with many quasi-affine pieces): coalescing only
+    simplifies, so skipping it is exact."""
+    try:
+        return obj.coalesce()
+    except isl.Error:
+        try:
+            return obj.detect_equalities().coalesce()
+        except isl.Error:
+            return obj
 
 
 def box_str(names: list[str], ranges: list[tuple[int, int]]) -> str:

@@ -14,8 +14,10 @@ Meaning of the IR, stated once:
 * ``Allocate(buffer, body)`` gives ``buffer`` storage for the duration of ``body``; its
   contents start undefined. ``scope`` is where it lives: ``global`` (a function argument),
   ``heap``, ``stack``, and on GPUs ``shared`` and ``local``.
-* ``Seq`` runs statements in order; ``IfThenElse`` runs one branch; ``LetStmt`` binds a
-  variable for its body.
+* ``Seq`` runs statements in order (``seq()``, the empty ``Seq``, is the statement that
+  does nothing); ``IfThenElse`` runs one branch; ``LetStmt`` binds a variable for its body.
+  Every statement field holds a statement, never ``None`` (only ``else_case`` may be
+  absent): the constructors check it, so a pass that drops a body must say ``seq()``.
 * A :class:`PrimFunc` is one function: buffers and scalar variables as parameters.
 * GPU code: a :class:`KernelLaunch` runs its body once per thread of a ``grid`` of blocks
   of ``block`` threads; inside it, the variables of ``thread_vars`` hold ``blockIdx.*`` /
@@ -72,6 +74,16 @@ class Stmt:
         return stmt_str(self)
 
 
+def _require_stmt(node: Stmt, name: str, value) -> None:
+    """Refuse a statement field that is not a statement (a pass returned ``None`` where a
+    body was expected): caught where the node is built, not in a printer later."""
+    if not isinstance(value, Stmt):
+        from polytile.errors import InternalError
+
+        raise InternalError(f"loop IR: {type(node).__name__}.{name} must be a statement, "
+                            f"got {type(value).__name__}; use seq() for an empty body")
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Store(Stmt):
     buffer: Buffer
@@ -92,6 +104,9 @@ class For(Stmt):
     step: int = 1
     pragmas: tuple = ()
 
+    def __post_init__(self):
+        _require_stmt(self, "body", self.body)
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class IfThenElse(Stmt):
@@ -99,10 +114,19 @@ class IfThenElse(Stmt):
     then_case: Stmt
     else_case: Stmt | None = None
 
+    def __post_init__(self):
+        _require_stmt(self, "then_case", self.then_case)
+        if self.else_case is not None:
+            _require_stmt(self, "else_case", self.else_case)
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Seq(Stmt):
     stmts: tuple
+
+    def __post_init__(self):
+        for x in self.stmts:
+            _require_stmt(self, "stmts", x)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -111,11 +135,17 @@ class LetStmt(Stmt):
     value: Expr
     body: Stmt
 
+    def __post_init__(self):
+        _require_stmt(self, "body", self.body)
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Allocate(Stmt):
     buffer: Buffer
     body: Stmt
+
+    def __post_init__(self):
+        _require_stmt(self, "body", self.body)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -147,6 +177,9 @@ class KernelLaunch(Stmt):
     block: tuple
     thread_vars: tuple
     body: Stmt
+
+    def __post_init__(self):
+        _require_stmt(self, "body", self.body)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -183,6 +216,11 @@ def asserts(s: Stmt) -> list:
     """The ``Assert`` statements of ``s`` in pre-order (a target numbers its failures by
     position in this list)."""
     return [x for x in walk_stmts(s) if isinstance(x, Assert)]
+
+
+def is_empty(s: Stmt) -> bool:
+    """True for the statement that does nothing (``seq()``)."""
+    return isinstance(s, Seq) and not s.stmts
 
 
 def seq(*stmts) -> Stmt:
@@ -228,6 +266,9 @@ class StmtVisitor:
 class StmtMutator:
     """Rewrites statements; returns the same object when nothing changed.
 
+    A ``visit_<Class>`` may return ``None`` to remove a statement: it disappears from a
+    ``Seq``, an ``else_case`` becomes absent, and any other body becomes ``seq()``.
+
     Override ``visit_<Class>`` for statements and ``visit_expr`` for expressions.
     """
 
@@ -249,9 +290,12 @@ class StmtMutator:
             if isinstance(v, tuple):
                 nv = tuple(self._one(x) for x in v)
                 if any(a is not b for a, b in zip(nv, v)):
-                    changes[f] = nv
+                    # a visit returning None removes the statement from a sequence
+                    changes[f] = tuple(x for x in nv if x is not None)
             elif v is not None:
                 nv = self._one(v)
+                if nv is None and f != "else_case":
+                    nv = seq()    # a removed body leaves a body that does nothing
                 if nv is not v:
                     changes[f] = nv
         if not changes:

@@ -28,7 +28,8 @@ As in TVM, its loops iterate over that region *relative to its origin*:
 ``y = x - lo(p)``, ``0 <= y < extent`` (the region's bounding box), which is also the
 index into its buffer; a strided region is compacted, ``y = (x - lo(p)) / stride``
 (``attach.py``). A ``shared`` buffer is relaxed over thread indices: its region is
-the union over the threads of a block.
+the union over the threads of a block. Other buffers computed inside ``vthread`` loops get
+a leading dimension per such loop: a copy per virtual thread.
 
 On GPUs (``padded=True``) every statement iterates over the full boxes of its loops, and
 the exact domain becomes a guard inside the statement, so that loop bounds are uniform

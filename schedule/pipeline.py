@@ -17,8 +17,10 @@ legality              dependences, and each reorder/fuse/parallel/vectorize chec
                       against them (``deps.py``)
 kernels               GPU only: one kernel per root stage, launch shapes and shared memory
                       checked against the target's ``DeviceLimits`` (``gpu.py``)
-schedule_tree         the isl schedule tree of the program or of each kernel (``tree.py``)
-ast                   isl AST generation, converted at once into loop IR (``astgen.py``)
+ast                   the isl schedule tree of the program or of each kernel (``tree.py``),
+                      isl AST generation checked against the domains (``ast_check.py``,
+                      with fallbacks where isl is wrong), converted at once into loop IR
+                      (``astgen.py``)
 loop_passes           ``LOOP_PASSES``: simplify, vector-loop legalisation, unroll, ...
                       (``passes/``)
 kernel_launch         the bodies assembled: one ``KernelLaunch`` per kernel on GPUs
@@ -52,7 +54,7 @@ from polytile.errors import ScheduleError, format_error
 from polytile.te.expr import Var
 from polytile.te.visitor import collect
 
-from .astgen import generate_ast
+from .astgen import lower_nodes
 from .deps import check_legality
 from .gpu import Kernel, check_shared_memory, kernels
 from .limits import limit_unrolls
@@ -64,7 +66,6 @@ from .passes.simplify import simplify
 from .passes.storage import allocate_intermediates, flatten_storage
 from .rfactor import lower_cross_thread_reductions
 from .schedule import Schedule
-from .tree import build_schedule
 from .validate import check_lower_inputs, validate_schedule
 
 log = logging.getLogger("polytile.lower")
@@ -88,8 +89,8 @@ class Lowering:
     """What the phases hand on: each phase reads some fields and sets others.
 
     ``units`` are the parts lowered separately (the kernels on a GPU; one ``None`` for the
-    whole program on a CPU), ``trees`` and ``bodies`` their schedule trees and loop IR,
-    ``envs`` the variables of their hardware indices (isl parameter name -> ``Var``).
+    whole program on a CPU), ``bodies`` their loop IR, ``envs`` the variables of their
+    hardware indices (isl parameter name -> ``Var``).
     """
 
     sch: Schedule
@@ -100,7 +101,6 @@ class Lowering:
     gpu: bool = False
     model: Model | None = None
     units: list = field(default_factory=list)
-    trees: list = field(default_factory=list)
     bodies: list = field(default_factory=list)
     envs: list = field(default_factory=list)
     func: PrimFunc | None = None
@@ -161,17 +161,12 @@ def _kernels(s: Lowering) -> None:
         check_shared_memory(s.model, k, s.target.limits)
 
 
-def _schedule_tree(s: Lowering) -> None:
-    """isl schedule trees (one per kernel on GPUs)"""
-    s.trees = [build_schedule(s.model, None if k is None else k.nodes) for k in s.units]
-
-
 def _ast(s: Lowering) -> None:
-    """isl AST generation into loop IR"""
+    """schedule trees and checked isl ASTs, into loop IR (one per kernel on GPUs)"""
     s.envs = [{} if k is None else k.thread_vars() for k in s.units]
-    s.bodies = [generate_ast(s.model, tree) if k is None else
-                generate_ast(s.model, tree, k.context(), env)
-                for k, tree, env in zip(s.units, s.trees, s.envs)]
+    s.bodies = [lower_nodes(s.model) if k is None else
+                lower_nodes(s.model, k.nodes, k.context(), env)
+                for k, env in zip(s.units, s.envs)]
 
 
 def _loop_passes(s: Lowering) -> None:
@@ -215,10 +210,6 @@ def _show_units(s: Lowering) -> str:
                      f"{list(k.block)}" for k in s.units if k is not None)
 
 
-def _show_trees(s: Lowering) -> str:
-    return "\n".join(str(t) for t in s.trees)
-
-
 def _show_bodies(s: Lowering) -> str:
     return "\n\n".join(str(b) for b in s.bodies)
 
@@ -239,7 +230,6 @@ PHASES = (
     Phase("model", _model, _show_model),
     Phase("legality", _legality, lambda s: "legal"),
     Phase("kernels", _kernels, _show_units, gpu=True),
-    Phase("schedule_tree", _schedule_tree, _show_trees),
     Phase("ast", _ast, _show_bodies),
     Phase("loop_passes", _loop_passes, _show_bodies),
     Phase("kernel_launch", _kernel_launch, _show_func),

@@ -12,6 +12,11 @@ A loop bound to a GPU block or thread index is not a band but a filter: the hard
 index is an isl parameter (``bx``, ``tx``, ...) and each statement keeps only the instances
 whose loop value equals it (PPCG/Tensor Comprehensions-style mapping). A ``mark`` named
 ``A<plan index>`` wraps the code of each attached stage (barriers go around shared ones).
+A loop bound to ``vthread`` is moved innermost: a band around each statement that depends
+on it (TVM's virtual thread injection, which interleaves the virtual threads of a thread).
+
+isl's AST generator is checked after the fact (``ast_check.py``); ``build_schedule`` also
+builds the fallbacks used when it fails: every loop ``atomic``, simpler domains.
 """
 
 from __future__ import annotations
@@ -25,20 +30,31 @@ from . import isl_util as iu
 #: isl parameter names of the hardware indices.
 PARAMS = {"blockIdx.x": "bx", "blockIdx.y": "by", "blockIdx.z": "bz",
           "threadIdx.x": "tx", "threadIdx.y": "ty", "threadIdx.z": "tz"}
+ATOMIC = isl.ast_loop_type.atomic
+#: isl operations (about a million per second) allowed to find where full tiles start.
+ISOLATION_OPERATIONS = 500_000
 PARAM_SPACE = "[" + ", ".join(PARAMS.values()) + "]"
 
 
-def build_schedule(model: Model, nodes: list | None = None) -> isl.Schedule:
-    """The isl schedule (tree form) of ``nodes`` (default: the whole program)."""
+def build_schedule(model: Model, nodes: list | None = None, *, atomic: bool = False,
+                   domains: dict | None = None) -> isl.Schedule:
+    """The isl schedule (tree form) of ``nodes`` (default: the whole program).
+
+    Fallbacks for code that fails validation (``ast_check.py``): ``atomic`` generates every
+    loop ``atomic`` (each statement instance in one loop, guards inside it) instead of
+    isl's default, which may split a loop into several for different sets of statements;
+    ``domains`` (statement name -> set) replaces the iteration domains of some statements
+    (by simpler supersets, whose extra instances the code generator then guards off), and
+    drops full-tile isolation, which was computed on the exact domains."""
     nodes = model.nest if nodes is None else nodes
-    sched = _seq([_node(n) for n in nodes])
+    sched = _seq([_node(n, (), domains or {}) for n in nodes])
     sched = _thread_predicates(sched, nodes)
     options: dict = {}
     choices: dict = {}
 
     def collect(n, anc):
         if isinstance(n, LoopNode):
-            if n.binding not in PARAMS:
+            if n.binding not in PARAMS and n.binding != "vthread":
                 iso = isolate_option(n, anc, choices)
                 if iso is not None:
                     options[f"L{n.key}"] = iso
@@ -46,13 +62,16 @@ def build_schedule(model: Model, nodes: list | None = None) -> isl.Schedule:
             for c in n.children:
                 collect(c, anc)
 
-    for n in nodes:
-        collect(n, [])
-    if not options:
-        return sched
-    # options refer to the outer schedule dimensions ("anchored"), so they can only be set
-    # once the whole tree exists
-    return _set_options(sched.get_root(), options).get_schedule()
+    if domains is None:
+        for n in nodes:
+            collect(n, [])
+    if options:
+        # options refer to the outer schedule dimensions ("anchored"), so they can only be
+        # set once the whole tree exists
+        sched = _set_options(sched.get_root(), options).get_schedule()
+    if atomic:   # after the options, which would replace the loop types
+        sched = _set_atomic(sched.get_root()).get_schedule()
+    return sched
 
 
 def _thread_predicates(sched: isl.Schedule, nodes: list) -> isl.Schedule:
@@ -78,6 +97,16 @@ def _set_options(node: isl.ScheduleNode, options: dict) -> isl.ScheduleNode:
     return node
 
 
+def _set_atomic(node: isl.ScheduleNode) -> isl.ScheduleNode:
+    if node.get_type() == isl.schedule_node_type.band:
+        for k in range(node.band_n_member()):
+            node = node.band_member_set_ast_loop_type(k, ATOMIC)
+            node = node.band_member_set_isolate_ast_loop_type(k, ATOMIC)
+    for k in range(node.n_children()):
+        node = _set_atomic(node.child(k)).parent()
+    return node
+
+
 def _seq(parts: list[isl.Schedule]) -> isl.Schedule:
     out = parts[0]
     for p in parts[1:]:
@@ -85,22 +114,41 @@ def _seq(parts: list[isl.Schedule]) -> isl.Schedule:
     return out
 
 
-def _node(n) -> isl.Schedule:
+def _node(n, vthreads: tuple, domains: dict) -> isl.Schedule:
+    """The schedule of nest node ``n``; ``vthreads`` are the enclosing ``vthread`` loops,
+    whose bands go innermost, around each statement that depends on them."""
     if isinstance(n, PolyStmt):
-        return isl.Schedule.from_domain(iu.union_set(n.domain))
+        sched = isl.Schedule.from_domain(iu.union_set(domains.get(n.name, n.domain)))
+        for v in reversed(vthreads):
+            if n in v.stmts:
+                sched = _band(sched, v, {n: v.stmts[n]})
+        return sched
+    if n.binding == "vthread":
+        # TVM's virtual thread injection: the loop runs interleaved inside the thread, as
+        # an unrolled loop around each statement that depends on it; statements that do
+        # not (shared copies) run once for all virtual threads
+        vthreads = vthreads + (n,)
     kids = []
     for c in n.children:
-        sc = _node(c)
+        sc = _node(c, vthreads, domains)
         if c.plan is not n.plan:   # the code of a stage attached here
             sc = sc.get_root().child(0).insert_mark(isl.Id(f"A{c.plan.index}")).get_schedule()
         kids.append(sc)
     child = _seq(kids)
     tag = n.binding
+    if tag == "vthread":
+        return child
     if tag in PARAMS:
         pieces = [f"{st.tuple()} : ({n.stmts[st]}) = {PARAMS[tag]}" if st in n.stmts
                   else st.tuple() for st in stmts_below(n)]
         return child.intersect_domain(isl.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}"))
-    pieces = "; ".join(f"{st.tuple()} -> [({aff})]" for st, aff in n.stmts.items())
+    return _band(child, n, n.stmts)
+
+
+def _band(child: isl.Schedule, n: LoopNode, values: dict) -> isl.Schedule:
+    """``child`` below a one-member band of loop ``n`` (statement -> its value), marked
+    ``L<key>``."""
+    pieces = "; ".join(f"{st.tuple()} -> [({aff})]" for st, aff in values.items())
     sch = child.insert_partial_schedule(isl.MultiUnionPwAff(f"[{{ {pieces} }}]"))
     return sch.get_root().child(0).insert_mark(isl.Id(f"L{n.key}")).get_schedule()
 
@@ -125,7 +173,7 @@ def _present(node: LoopNode, ancestors: list) -> isl.Set:
         m = isl.Map(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
         s = m.intersect_domain(st.domain).range()
         out = s if out is None else out.union(s)
-    return out.coalesce()
+    return iu.coalesce(out)
 
 
 def _choose_isolation(node: LoopNode, ancestors: list) -> tuple[int, isl.Set] | None:
@@ -143,7 +191,7 @@ def _choose_isolation(node: LoopNode, ancestors: list) -> tuple[int, isl.Set] | 
     names = ", ".join(f"t{k}" for k in range(v + 1))
     box = prefix.insert_dims(isl.dim_type.set, v, 1).intersect(
         isl.Set(f"{{ [{names}] : {lo} <= t{v} < {lo + ext} }}"))
-    nonfull = box.subtract(present).project_out(isl.dim_type.set, v, 1).coalesce()
+    nonfull = iu.coalesce(box.subtract(present).project_out(isl.dim_type.set, v, 1))
     if nonfull.is_empty():
         return None
     depths = [k for k, a in enumerate(ancestors) if a.plan is node.plan]
@@ -151,11 +199,11 @@ def _choose_isolation(node: LoopNode, ancestors: list) -> tuple[int, isl.Set] | 
         keep = v - d - 1
         p_d = prefix.project_out(isl.dim_type.set, d + 1, keep)
         n_d = nonfull.project_out(isl.dim_type.set, d + 1, keep)
-        iso = p_d.subtract(n_d).coalesce()
+        iso = iu.coalesce(p_d.subtract(n_d))
         if not iso.is_empty():
             return d, iso
     iso = present.intersect(prefix.subtract(nonfull).insert_dims(isl.dim_type.set, v, 1))
-    return (v, iso.coalesce()) if not iso.is_empty() else None
+    return (v, iu.coalesce(iso)) if not iso.is_empty() else None
 
 
 def _targets(node: LoopNode, ancestors: list) -> list:
@@ -168,7 +216,7 @@ def _targets(node: LoopNode, ancestors: list) -> list:
         if n.plan is node.plan and n.annotation in ("vectorize", "unroll"):
             out.append((n, anc))
         for c in n.children:
-            walk(c, anc if n.binding in PARAMS else anc + [n])
+            walk(c, anc if n.binding in PARAMS or n.binding == "vthread" else anc + [n])
 
     walk(node, list(ancestors))
     return out
@@ -184,7 +232,11 @@ def isolate_option(node: LoopNode, ancestors: list, choices: dict | None = None
     choices = {} if choices is None else choices
     for tgt, anc in _targets(node, ancestors):
         if tgt.key not in choices:  # the same for every ancestor that asks
-            choices[tgt.key] = _choose_isolation(tgt, anc)
+            try:
+                with iu.operation_limit(ISOLATION_OPERATIONS):
+                    choices[tgt.key] = _choose_isolation(tgt, anc)
+            except iu.OperationLimit:
+                choices[tgt.key] = None  # partial tiles then stay loops (slower, same result)
         choice = choices[tgt.key]
         if choice is None or choice[0] != depth:
             continue

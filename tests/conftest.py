@@ -1,6 +1,7 @@
 """Fixtures shared by the te/ and schedule/ tests (helpers live in ``tests/helpers.py``).
 
-Tests marked ``gpu`` are skipped (autouse fixture below) unless a CUDA device is present.
+Tests marked ``gpu`` are skipped (autouse fixture below) unless a CUDA device is present;
+tests marked ``slow`` run only when selected (``pytest -m slow``).
 """
 
 from __future__ import annotations
@@ -48,3 +49,12 @@ def _skip_gpu_tests_without_a_device(request):
         ok, why = cuda_device_status()
         if not ok:
             pytest.skip(f"needs an NVIDIA GPU: {why}")
+
+
+def pytest_collection_modifyitems(config, items):
+    if "slow" in (config.option.markexpr or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: run with pytest -m slow")
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(skip)

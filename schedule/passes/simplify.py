@@ -14,7 +14,7 @@ from polytile.te import dtype as dt
 from polytile.te.expr import And, Binary, Cast, Cmp, Const, Expr, Not, Or, Select
 from polytile.te.visitor import ExprMutator
 
-from ..loop_ir import StmtMutator, For, IfThenElse, seq
+from ..loop_ir import StmtMutator, For, IfThenElse, is_empty, seq
 
 
 _wrap = dt.wrap  # folded integer arithmetic wraps in the operands' dtype
@@ -207,11 +207,16 @@ class _SimplifyStmt(StmtMutator):
         s = self.generic_visit(s)
         if isinstance(s.cond, Const):
             return s.then_case if s.cond.value else s.else_case
+        other = s.else_case if s.else_case is not None and not is_empty(s.else_case) else None
+        if is_empty(s.then_case):
+            return IfThenElse(simplify_expr(Not("bool", s.cond)), other) if other else None
+        if other is not s.else_case:
+            return IfThenElse(s.cond, s.then_case)
         return s
 
     def visit_For(self, s: For):
         s = self.generic_visit(s)
-        if isinstance(s.extent, Const) and s.extent.value <= 0:
+        if (isinstance(s.extent, Const) and s.extent.value <= 0) or is_empty(s.body):
             return None
         return s
 

@@ -29,6 +29,7 @@ _SHIM = r"""
 #include <barrier>
 #include <functional>
 #include <math.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #include <thread>
@@ -40,6 +41,11 @@ _SHIM = r"""
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 struct pt_uint3 { unsigned x, y, z; };
+// the vector types of vectorized copies (targets/c_vector.py)
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(8) int2 { int x, y; };
 static thread_local pt_uint3 blockIdx, threadIdx;
 static std::barrier<>* pt_block_barrier;
 static inline void __syncthreads() { pt_block_barrier->arrive_and_wait(); }
@@ -69,6 +75,8 @@ static inline bool __hisnan(half x) { return isnan((float)x); }
 #define __sinf sinf
 #define __cosf cosf
 #define __powf powf
+// a failed run-time check: the GPU's context dies with the kernel, the emulating process too
+static inline void __trap() { abort(); }
 
 static void pt_run_grid(const unsigned* g, const unsigned* b, const std::function<void()>& k) {
   unsigned threads = b[0] * b[1] * b[2];

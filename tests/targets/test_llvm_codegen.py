@@ -9,6 +9,7 @@ the vector widening of every node is checked too).
 from __future__ import annotations
 
 import math
+import zlib
 
 import numpy as np
 import pytest
@@ -84,7 +85,8 @@ def _cases():
 @pytest.mark.parametrize("op,dtype", list(_cases()))
 def test_binary(op, dtype, kind):
     n = 31
-    rng = np.random.default_rng(hash((op, dtype)) % 2**32)
+    # a stable seed (hash() of a str changes with every process)
+    rng = np.random.default_rng(zlib.crc32(f"{op}/{dtype}".encode()))
     if op in ("shl", "shr"):
         info = np.iinfo(dtype)  # the full range: the sign bit decides ashr vs lshr
         a = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
@@ -94,6 +96,11 @@ def test_binary(op, dtype, kind):
         lo = -big if op not in ("truncdiv", "truncmod", "floordiv", "floormod") else -1000
         a = rand(n, dtype, lo, -lo, rng=rng)
         b = rand(n, dtype, -40, 40, rng=rng)
+        if op in ("truncdiv", "truncmod", "floordiv", "floormod") and dtype.startswith("int"):
+            # INT_MIN / -1 overflows: undefined in this hand-written loop IR (x86 traps and
+            # kills the process); te-level divisions check it at run time, see
+            # tests/schedule/test_runtime_checks.py
+            b[(a == np.iinfo(dtype).min) & (b == -1)] = 1
     else:
         a, b = rand(n, dtype, rng=rng), rand(n, dtype, rng=rng)
     A, B, C = buf("A", n, dtype), buf("B", n, dtype), buf("C", n, dtype)

@@ -1,0 +1,219 @@
+"""Translation validation of isl's AST: does the generated loop nest run each statement
+instance of the schedule exactly once?
+
+isl's AST generator is trusted nowhere else, and it has been caught wrong: on domains with
+existentially quantified dimensions (nested attach footprints with ``i % 2`` and ``j // 3``
+reads) it emitted loop bounds and stride conditions that skip instances, under every loop
+type and build option (cases F4, F5 and the random nested-attach tests). This module reads
+the AST back into isl sets, symbolically (no enumeration, so it costs the same for any
+extent): a ``for`` contributes ``init <= c``, its condition and its stride, an ``if`` its
+condition (or the complement), a call the statement instance its arguments name, under the
+statement's own guard (padded GPU statements). Then, per statement,
+
+* the instances executed, over all values of the hardware indices, equal the instances
+  that must run (``PolyStmt.exact``);
+* for fixed hardware indices, no instance runs twice (the map from loop iterations to
+  instances is injective).
+
+Expressions keep the generated code's meaning: ``pdiv_q``/``pdiv_r``/``zdiv_r`` truncate
+(``tdiv``), ``fdiv_q`` floors, booleans are sets. Reference: isl manual, "AST Generation";
+Pnueli et al., "Translation validation" (TACAS 1998).
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+
+_T = isl.ast_expr_op_type
+_NT = isl.ast_node_type
+
+
+class _Reader:
+    """Converts isl AST expressions into ``PwAff``s / sets over one iteration space."""
+
+    def __init__(self, context: isl.Set, depth: int):
+        params = [context.get_dim_name(isl.dim_type.param, k)
+                  for k in range(context.dim(isl.dim_type.param))]
+        dims = ", ".join(f"c{k}" for k in range(depth))
+        self.universe = isl.Set(f"[{', '.join(params)}] -> {{ [{dims}] }}")
+        self.ls = isl.LocalSpace.from_space(self.universe.get_space())
+        self.params = {p: k for k, p in enumerate(params)}
+        self.depth = depth
+
+    def const(self, v: int) -> isl.PwAff:
+        return isl.PwAff.val_on_domain(self.universe, isl.Val(v))
+
+    def var(self, name: str, env: dict) -> isl.PwAff:
+        if name in env:
+            return isl.PwAff.var_on_domain(self.ls, isl.dim_type.set, env[name])
+        return isl.PwAff.var_on_domain(self.ls, isl.dim_type.param, self.params[name])
+
+    def value(self, e: isl.AstExpr, env: dict) -> isl.PwAff:
+        t = e.get_type()
+        if t == isl.ast_expr_type.int:
+            return self.const(e.get_val().to_python())
+        if t == isl.ast_expr_type.id:
+            return self.var(e.get_id().get_name(), env)
+        op = e.get_op_type()
+        if op in (_T.cond, _T.select):
+            c = self.cond(e.get_op_arg(0), env)
+            a, b = self.value(e.get_op_arg(1), env), self.value(e.get_op_arg(2), env)
+            return a.intersect_domain(c).union_add(b.intersect_domain(c.complement()))
+        if op in _CMP or op in _BOOL:
+            c = self.cond(e, env)   # a condition used as 0/1
+            return self.const(1).intersect_domain(c).union_add(
+                self.const(0).intersect_domain(c.complement()))
+        args = [self.value(e.get_op_arg(k), env) for k in range(e.get_op_n_arg())]
+        if op == _T.add:
+            return args[0].add(args[1])
+        if op == _T.sub:
+            return args[0].sub(args[1])
+        if op == _T.mul:
+            return args[0].mul(args[1])
+        if op == _T.minus:
+            return args[0].neg()
+        if op in (_T.min, _T.max):
+            out = args[0]
+            for a in args[1:]:
+                out = out.min(a) if op == _T.min else out.max(a)
+            return out
+        if op == _T.fdiv_q:
+            return args[0].div(args[1]).floor()
+        if op in (_T.pdiv_q, _T.div):
+            return args[0].tdiv_q(args[1])
+        if op in (_T.pdiv_r, _T.zdiv_r):
+            return args[0].tdiv_r(args[1])
+        raise NotImplementedError(f"isl AST operation {op}")
+
+    def cond(self, e: isl.AstExpr, env: dict) -> isl.Set:
+        if e.get_type() == isl.ast_expr_type.op:
+            op = e.get_op_type()
+            if op in _BOOL:
+                parts = [self.cond(e.get_op_arg(k), env) for k in range(e.get_op_n_arg())]
+                out = parts[0]
+                for p in parts[1:]:
+                    out = out.intersect(p) if op in (_T.and_, _T.and_then) else out.union(p)
+                return out
+            if op in _CMP:
+                a, b = self.value(e.get_op_arg(0), env), self.value(e.get_op_arg(1), env)
+                return getattr(a, _CMP[op])(b)
+        return self.value(e, env).non_zero_set()   # an integer used as a boolean
+
+
+_CMP = {_T.eq: "eq_set", _T.le: "le_set", _T.lt: "lt_set", _T.ge: "ge_set", _T.gt: "gt_set"}
+_BOOL = (_T.and_, _T.and_then, _T.or_, _T.or_else)
+
+
+def _depth(node: isl.AstNode) -> int:
+    t = node.get_type()
+    if t == _NT.for_:
+        return 1 + _depth(node.for_get_body())
+    if t == _NT.block:
+        ch = node.block_get_children()
+        return max((_depth(ch.get_at(k)) for k in range(ch.n_ast_node())), default=0)
+    if t == _NT.if_:
+        d = _depth(node.if_get_then_node())
+        return max(d, _depth(node.if_get_else_node())) if node.if_has_else_node() else d
+    if t == _NT.mark:
+        return _depth(node.mark_get_node())
+    return 0
+
+
+def executed(ast: isl.AstNode, context: isl.Set, guard_of) -> dict:
+    """Statement name -> list of maps ``[hardware indices] -> { iteration -> instance }``,
+    one per call node of ``ast``. ``guard_of(node)`` returns the AST expression of the
+    guard our code wraps around that call (or ``None``)."""
+    r = _Reader(context, _depth(ast))
+    out: dict = {}
+
+    def walk(node, dom: isl.Set, env: dict, depth: int):
+        t = node.get_type()
+        if t == _NT.block:
+            ch = node.block_get_children()
+            for k in range(ch.n_ast_node()):
+                walk(ch.get_at(k), dom, env, depth)
+        elif t == _NT.mark:
+            walk(node.mark_get_node(), dom, env, depth)
+        elif t == _NT.if_:
+            c = r.cond(node.if_get_cond(), env)
+            walk(node.if_get_then_node(), dom.intersect(c), env, depth)
+            if node.if_has_else_node():
+                walk(node.if_get_else_node(), dom.subtract(c), env, depth)
+        elif t == _NT.for_:
+            name = node.for_get_iterator().get_id().get_name()
+            inner = {**env, name: depth}
+            it = isl.PwAff.var_on_domain(r.ls, isl.dim_type.set, depth)
+            init = r.value(node.for_get_init(), env)
+            if node.for_is_degenerate():
+                here = it.eq_set(init)
+            else:
+                here = it.ge_set(init).intersect(r.cond(node.for_get_cond(), inner))
+                step = node.for_get_inc().get_val().to_python()
+                if step != 1:
+                    here = here.intersect(it.sub(init).mod_val(isl.Val(step)).zero_set())
+            walk(node.for_get_body(), dom.intersect(here), inner, depth + 1)
+        elif t == _NT.user:
+            call = node.user_get_expr()
+            name = call.get_op_arg(0).get_id().get_name()
+            g = guard_of(node)
+            if g is not None:
+                dom = dom.intersect(r.cond(g, env))
+            for k in range(depth, r.depth):   # iterators of no enclosing loop
+                dom = dom.fix_val(isl.dim_type.set, k, isl.Val(0))
+            m = None
+            for k in range(1, call.get_op_n_arg()):
+                mk = isl.Map.from_pw_aff(r.value(call.get_op_arg(k), env))
+                m = mk if m is None else m.flat_range_product(mk)
+            if m is None:   # a statement without dimensions
+                m = isl.Map.from_domain(r.universe).set_tuple_name(isl.dim_type.out, name)
+            else:
+                m = m.set_tuple_name(isl.dim_type.out, name)
+            out.setdefault(name, []).append(m.intersect_domain(dom))
+        else:
+            raise NotImplementedError(f"isl AST node {t}")
+
+    walk(ast, r.universe.intersect_params(context), {}, 0)
+    return out
+
+
+def mismatches(ast: isl.AstNode, stmts: dict, context: isl.Set, guard_of) -> list[str]:
+    """Descriptions of the statements of ``stmts`` (name -> :class:`PolyStmt`, those the
+    AST was generated for) that ``ast`` runs wrongly: instances missing, extra, or run
+    twice by one thread. Empty when the AST is right."""
+    got = executed(ast, context, guard_of)
+    bad = []
+    for name, st in stmts.items():
+        maps = got.get(name, [])
+        want = st.exact
+        runs = None
+        for m in maps:
+            rng = m.range()
+            rng = rng.project_out(isl.dim_type.param, 0, rng.dim(isl.dim_type.param))
+            runs = rng if runs is None else runs.union(rng)
+        if runs is None:
+            runs = isl.Set.empty(want.get_space())
+        missing, extra = want.subtract(runs), runs.subtract(want)
+        if not missing.is_empty():
+            bad.append(f"{name} misses {missing.sample_point()}")
+        elif not extra.is_empty():
+            bad.append(f"{name} runs {extra.sample_point()}, outside its domain")
+        else:
+            twice = _twice(maps)
+            if twice is not None:
+                bad.append(f"{name} runs {twice} twice")
+    return bad
+
+
+def _twice(maps: list) -> isl.Point | None:
+    """An instance that two iterations (of one call node, or of two) run, for the same
+    hardware indices; ``None`` if there is none."""
+    for k, m in enumerate(maps):
+        if not m.is_injective():
+            same = m.apply_range(m.reverse())   # iteration pairs that run one instance
+            ident = isl.Map.identity(same.get_space())
+            return m.intersect_domain(same.subtract(ident).domain()).range().sample_point()
+        for other in maps[k + 1:]:
+            both = m.range().intersect(other.range())
+            if not both.is_empty():
+                return both.sample_point()
+    return None

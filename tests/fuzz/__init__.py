@@ -1,0 +1,36 @@
+"""polytile's own differential fuzzer: random programs and schedules against numpy.
+
+Run ``python -m tests.fuzz --seeds 0:1000 [--target llvm|cuda] [--shrink]`` from the
+repository root; ``pytest tests/fuzz`` runs the fixed CI seed ranges (``-m slow``: thousands).
+
+Pieces, one job each:
+
+* :mod:`.programs`, :mod:`.kinds`: seeded generators of programs (elementwise chains with
+  broadcasting and casts, reductions over 1-2 axes with offset ranges, ``where`` and
+  ``init``, matmul and batch matmul, stencils with ``if_then_else`` padding and quasi-affine
+  taps, transposes; int8/int32/float16/float32; extents 1-40 including primes);
+* :mod:`.schedules`: 1-8 random primitives on a live schedule (split, tile, reorder, fuse,
+  vectorize, unroll, parallel, compute_at/inline/root, cache_read/write, rfactor; ``bind``
+  for CUDA), recorded as plain steps;
+* :mod:`.spec`: programs and schedules as plain data and the Python source they run as;
+* :mod:`.reference`: a numpy evaluator of the TE definition, independent of lowering, with
+  per-element error bounds;
+* :mod:`.runner`: build, run (two poisons) and classify a case: ok / refused / vague /
+  wrong / crash / hang / invalid;
+* :mod:`.worker`: long-lived worker subprocesses with timeouts, restarted after a crash;
+* :mod:`.shrink`: greedy shrinking of a failure to a minimal case;
+* :mod:`.script`: reproducer scripts; :mod:`.triage`: known-fault tags for reports.
+
+Tolerances (what ``wrong`` means), per output dtype:
+
+* int8/int32/bool: exact (integers wrap around in their dtype, as the IR says);
+* float16/float32/float64: ``|out - ref| <= err + ulp(ref)``, where ``err`` is the rigorous
+  per-element bound the reference carries: zero for exactly representable computations,
+  else the rounding a correct compiler may change (reduction order ``u (n-1) sum|x|``,
+  fused multiply-add of ``a*b + c``, 2 ulps per math-library call), propagated through the
+  expression, one ulp more per rounding of an inexact value. float16 sums accumulate in
+  float32 (the project's rule). On ``cuda`` float16 also gets ``8 u`` times the magnitude of
+  the computation (the host emulation keeps float16 intermediates in float32);
+* NaN matches NaN; elements whose value a correct compiler may choose (undefined
+  behaviour, an unstable comparison or float-to-int cast) are not compared.
+"""

@@ -1,0 +1,355 @@
+"""One generator per kind of program (see :data:`.programs.KINDS`); each takes a
+:class:`~.programs.Gen` and returns a program dict (see :mod:`.spec`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from polytile.te import dtype as dt
+
+from .programs import DTYPES, MAX_POINTS, Gen, X
+
+
+def _fit(g: Gen, dims: list, limit: int = MAX_POINTS) -> None:
+    """Shrink the largest of ``dims`` until their product is at most ``limit``."""
+    while int(np.prod([g.dims[d] for d in dims])) > limit:
+        d = max(dims, key=lambda n: g.dims[n])
+        g.dims[d] = max(1, g.dims[d] // 2)
+
+
+def _bcast_read(g: Gen, name: str, axes: list) -> X:
+    """Read ``name`` inside a compute over ``axes`` with numpy broadcasting (trailing
+    alignment; size-1 dims read at 0)."""
+    shape = g.info[name][0]
+    off = len(axes) - len(shape)
+    idx = []
+    for k, n in enumerate(shape):
+        idx.append(["int", 0] if n == 1 else ["ax", axes[off + k]])
+    return g.read(name, idx)
+
+
+def _bcast_shape(g: Gen, dims: list) -> list:
+    """A shape that broadcasts to ``dims``: leading dims dropped, some set to 1."""
+    r = int(g.g.integers(1, len(dims) + 1)) if g.chance(0.5) else len(dims)
+    out = []
+    for d in dims[len(dims) - r:]:
+        out.append("1" if g.chance(0.25) else d)
+    return out
+
+
+def elementwise(g: Gen) -> dict:
+    nd = g.pick([1, 2, 2, 3])
+    dims = [g.dim() for _ in range(nd)]
+    _fit(g, dims, 20_000)
+    axes = ["i", "j", "l"][:nd]
+    exts = [g.dims[d] for d in dims]
+    avail = []
+    for k in range(g.pick([1, 2, 2, 3])):
+        shape = dims if k == 0 else _bcast_shape(g, dims)
+        avail.append(g.placeholder("ABD"[k], shape, g.dtype()))
+    last = None
+    n = g.pick([1, 2, 2, 3, 4])
+    for s in range(n):
+        name = "C" if s == n - 1 else "PQRS"[s]
+        if len(avail) >= 2 and g.chance(0.15):
+            a, b = avail[-1], g.pick(avail[:-1])
+            op = "+" if g.info[a][2] * g.info[b][2] > 100 else g.pick(["+", "-", "*"])
+            avail.append(g.binop_tensor(a, b, op))
+        k = int(g.g.integers(1, min(3, len(avail)) + 1))
+        ops = list(dict.fromkeys([avail[-1], *[g.pick(avail) for _ in range(k - 1)]]))
+        xs = [_bcast_read(g, t, axes) for t in ops]
+        if g.chance(0.3):
+            j = int(g.g.integers(nd))
+            xs.append(g.index_value(axes[j], exts[j], g.pick(["float32", "float16", "int32"])))
+        dtype = g.dtype()
+        body = g.combine(xs, dtype)
+        if g.chance(0.3):
+            other = g.combine([g.pick(xs)], dtype, 1)
+            body = X(["sel", g.index_cond(axes, exts), body.t, other.t], dtype,
+                     max(body.bound, other.bound), body.exact and other.exact)
+        last = g.compute(name, dims, axes, body)
+        avail.append(last)
+    return g.program([last])
+
+
+def _where(g: Gen, raxes: list, rexts: list, axes: list, exts: list):
+    k = int(g.g.integers(len(raxes)))
+    r = ["ax", raxes[k]]
+    choice = g.pick(["mod", "lt_spatial", "ne", "sum", "ge"])
+    if choice == "mod":
+        return ["cmp", "==", ["op", "%", r, ["int", g.pick([2, 3])]], ["int", 0]]
+    if choice == "lt_spatial" and axes:
+        j = int(g.g.integers(len(axes)))
+        return ["cmp", "<", r, ["op", "+", ["ax", axes[j]], ["int", g.pick([0, 1, 3])]]]
+    if choice == "ne" and axes:
+        return ["cmp", "!=", r, ["ax", g.pick(axes)]]
+    if choice == "sum" and len(raxes) > 1:
+        return ["cmp", "<", ["op", "+", r, ["ax", raxes[k - 1]]],
+                ["int", int(g.g.integers(1, rexts[k] + rexts[k - 1] + 1))]]
+    return ["cmp", ">=", r, ["int", int(g.g.integers(0, rexts[k] + 1))]]
+
+
+def reduction(g: Gen) -> dict:
+    ns = g.pick([0, 1, 1, 2])
+    nr = g.pick([1, 1, 2])
+    sdims = [g.dim() for _ in range(ns)]
+    rdims = [g.dim() for _ in range(nr)]
+    _fit(g, sdims + rdims)
+    axes = ["i", "j"][:ns] or ["z"]
+    shape = sdims or ["1"]
+    exts = [g.dims[d] for d in sdims] or [1]
+    raxes = ["k", "q"][:nr]
+    los = [g.pick([0, 0, 0, 1, 2, 3]) for _ in range(nr)]
+    rng = [[r, str(lo), f"{lo} + {d}" if lo else d] for r, lo, d in zip(raxes, los, rdims)]
+    # X is indexed by the spatial and reduce axes in a random order
+    order = list(range(ns + nr))
+    g.g.shuffle(order)
+    all_axes = (axes if ns else []) + raxes
+    all_dims = sdims + [f"{lo} + {d}" if lo else d for lo, d in zip(los, rdims)]
+    dtype_in = g.dtype()
+    X0 = g.placeholder("A", [all_dims[k] for k in order], dtype_in)
+    src_name = X0
+    if g.chance(0.3):  # a producer stage, for compute_at / inline
+        rd = g.read(X0, [["ax", f"p{k}"] for k in range(len(order))])
+        body = g.combine([rd], g.dtype(), 1)
+        src_name = g.compute("P", [all_dims[k] for k in order], [f"p{k}" for k in
+                                                               range(len(order))], body)
+    xs = [g.read(src_name, [["ax", all_axes[k]] for k in order])]
+    if g.chance(0.4):  # a second operand indexed by the reduce axes only
+        Y = g.placeholder("B", [f"{lo} + {d}" if lo else d for lo, d in zip(los, rdims)],
+                          g.dtype())
+        xs.append(g.read(Y, [["ax", r] for r in raxes]))
+    op = g.pick(["sum", "sum", "sum", "max", "min"])
+    out = g.dtype()
+    src = g.combine(xs, out)
+    n = int(np.prod([g.dims[d] for d in rdims]))
+    if op == "sum":
+        src = g.tame(X(src.t, src.dtype, src.bound * n, src.exact))
+        src = X(src.t, src.dtype, src.bound / n if src.bound * n > 0 else 0, src.exact)
+    red = {"op": op, "axes": rng, "where": None, "init": None}
+    if g.chance(0.35):
+        red["where"] = _where(g, raxes, [g.dims[d] for d in rdims], axes if ns else [],
+                              exts)
+    if g.chance(0.1):
+        red["init"] = g.lit(X([], out, 1.0)).t
+    bound = src.bound * (n if op == "sum" else 1) + 8
+    exact = src.exact and (op != "sum" or not dt.is_float(out))
+    R = g.compute("R", shape, axes, src, red, bound, exact)
+    last = R
+    if g.chance(0.4):  # an epilogue
+        body = g.combine([g.read(R, [["ax", a] for a in axes])], g.dtype(), 1)
+        last = g.compute("E", shape, axes, body)
+    return g.program([last])
+
+
+def matmul(g: Gen, batch: bool = False) -> dict:
+    M, N, K = g.dim(), g.dim(), g.dim()
+    Bt = g.dim(g.pick([1, 2, 3, 4, 5, 7])) if batch else None
+    _fit(g, [d for d in (Bt, M, N, K) if d])
+    lo = g.pick([0, 0, 0, 1, 2])
+    kd = f"{lo} + {K}" if lo else K
+    variant = g.pick(["f32", "f16acc", "i8", "f16", "i32"])
+    din = {"f32": "float32", "f16acc": "float16", "i8": "int8", "f16": "float16",
+           "i32": "int32"}[variant]
+    trans = g.chance(0.3)
+    bshared = batch and g.chance(0.3)
+    b = [Bt] if batch else []
+    bi = [["ax", "b"]] if batch else []
+    A = g.placeholder("A", b + [M, kd], din)
+    B = g.placeholder("B", ([] if bshared else b) + ([N, kd] if trans else [kd, N]), din)
+    a_src = A
+    if g.chance(0.2):
+        rd = g.read(A, [["ax", x] for x in ["b", "i", "k"][0 if batch else 1:]])
+        a_src = g.compute("P", b + [M, kd], ["b", "i", "k"][0 if batch else 1:],
+                          g.combine([rd], din, 1))
+    ra = g.read(a_src, bi + [["ax", "i"], ["ax", "k"]])
+    rb = g.read(B, ([] if bshared else bi) + ([["ax", "j"], ["ax", "k"]] if trans
+                                              else [["ax", "k"], ["ax", "j"]]))
+    acc = {"f16acc": "float32", "i8": "int32"}.get(variant, din)
+    src = g.binop(g.conv(ra, acc), g.conv(rb, acc), "*")
+    red = {"op": "sum", "axes": [["k", str(lo), kd]], "where": None, "init": None}
+    axes = (["b"] if batch else []) + ["i", "j"]
+    shape = b + [M, N]
+    C = g.compute("C", shape, axes, src, red, src.bound * g.dims[K],
+                  not dt.is_float(acc))
+    last = C
+    if g.chance(0.5):
+        rd = g.read(C, [["ax", a] for a in axes])
+        choice = g.pick(["relu", "cast", "bias"])
+        if choice == "relu":
+            body = X(["fn", "max", rd.t, ["int", 0] if not dt.is_float(acc) else ["lit", 0.0]],
+                     acc, rd.bound, rd.exact)
+        elif choice == "cast":
+            body = g.conv(g.tame(rd), g.pick(DTYPES))
+        else:
+            bias = g.placeholder("D", [N], acc)
+            body = g.binop(rd, g.read(bias, [["ax", "j"]]), "+")
+        last = g.compute("E", shape, axes, body)
+    return g.program([last])
+
+
+def stencil(g: Gen) -> dict:
+    r = g.g.random()
+    if r < 0.3:
+        return _stencil2d(g)
+    if r < 0.55:
+        return _quasi2d(g)
+    N = g.dim(lo=2)
+    p = g.pick([0, 1, 1, 2])
+    dtype = g.dtype()
+    A = g.placeholder("A", [N], dtype)
+    zero = ["lit", 0.0] if dt.is_float(dtype) else ["int", 0]
+    variant = g.pick(["padstage", "inline", "quasi", "taps"])
+    if variant in ("padstage", "taps") or p == 0:
+        full = f"{N} + {2 * p}" if p else N
+        inside = ["all", [["cmp", ">=", ["ax", "i"], ["int", p]],
+                          ["cmp", "<", ["ax", "i"], ["op", "+", ["dim", N], ["int", p]]]]]
+        rd = g.read(A, [["op", "-", ["ax", "i"], ["int", p]] if p else ["ax", "i"]])
+        val = g.combine([rd], dtype, g.pick([0, 1]))
+        body = X(["sel", inside, val.t, zero], dtype, val.bound, val.exact) if p else val
+        P = g.compute("P", [full], ["i"], body)
+        if variant == "taps":
+            taps = [g.read(P, [["op", "+", ["ax", "i"], ["int", w]]]) for w in range(2 * p + 1)]
+            body = g.combine(taps, g.dtype(), 0)
+            C = g.compute("C", [N], ["i"], body)
+        else:
+            w = g.read(P, [["op", "+", ["ax", "i"], ["ax", "w"]]])
+            red = {"op": g.pick(["sum", "sum", "max"]), "axes": [["w", "0", str(2 * p + 1)]],
+                   "where": None, "init": None}
+            src = g.combine([w], g.dtype(), 0)
+            C = g.compute("C", [N], ["i"], src, red, src.bound * (2 * p + 1) + 1,
+                          not dt.is_float(src.dtype))
+    elif variant == "inline":
+        pos = ["op", "-", ["op", "+", ["ax", "i"], ["ax", "w"]], ["int", p]]
+        inside = ["all", [["cmp", ">=", pos, ["int", 0]], ["cmp", "<", pos, ["dim", N]]]]
+        rd = g.read(A, [pos])
+        src = X(["sel", inside, rd.t, zero], dtype, rd.bound, True)
+        red = {"op": "sum", "axes": [["w", "0", str(2 * p + 1)]], "where": None, "init": None}
+        C = g.compute("C", [N], ["i"], src, red, src.bound * (2 * p + 1) + 1,
+                      not dt.is_float(dtype))
+    else:  # quasi-affine taps of a producer
+        P = g.compute("P", [N], ["i"], g.combine([g.read(A, [["ax", "i"]])], dtype, 1))
+        idx = [["op", "//", ["ax", "i"], ["int", 2]], ["op", "%", ["ax", "i"], ["int", 3]],
+               ["op", "-", ["op", "-", ["dim", N], ["int", 1]], ["ax", "i"]], ["ax", "i"]]
+        k = int(g.g.integers(2, 5))
+        taps = [g.read(P, [idx[t]]) for t in g.g.permutation(4)[:k]]
+        C = g.compute("C", [N], ["i"], g.combine(taps, g.dtype(), 0))
+    last = C
+    if g.chance(0.35):  # a consumer of a consumer, with quasi-affine indices
+        if g.chance(0.5):
+            D = g.compute("D", [f"2 * {N}"], ["i"], g.combine(
+                [g.read(C, [["op", "//", ["ax", "i"], ["int", 2]]])], g.dtype(), 1))
+        else:
+            D = g.compute("D", [N], ["i"], g.combine(
+                [g.read(C, [["op", "-", ["op", "-", ["dim", N], ["int", 1]], ["ax", "i"]]])],
+                g.dtype(), 1))
+        last = D
+    return g.program([last])
+
+
+def _stencil2d(g: Gen) -> dict:
+    H, W = g.dim(lo=2), g.dim(lo=2)
+    _fit(g, [H, W], 2000)
+    dtype = g.dtype()
+    A = g.placeholder("A", [H, W], dtype)
+    zero = ["lit", 0.0] if dt.is_float(dtype) else ["int", 0]
+    R = g.pick([2, 3])
+    pad = R // 2
+    y = ["op", "-", ["op", "+", ["ax", "y"], ["ax", "ry"]], ["int", pad]]
+    x = ["op", "-", ["op", "+", ["ax", "x"], ["ax", "rx"]], ["int", pad]]
+    if g.chance(0.5):
+        inside = ["all", [["cmp", ">=", y, ["int", 0]], ["cmp", "<", y, ["dim", H]],
+                          ["cmp", ">=", x, ["int", 0]], ["cmp", "<", x, ["dim", W]]]]
+        rd = g.read(A, [y, x])
+        src = X(["sel", inside, rd.t, zero], dtype, rd.bound, True)
+    else:
+        py = ["op", "-", ["ax", "a"], ["int", pad]]
+        px = ["op", "-", ["ax", "c"], ["int", pad]]
+        inside = ["all", [["cmp", ">=", py, ["int", 0]], ["cmp", "<", py, ["dim", H]],
+                          ["cmp", ">=", px, ["int", 0]], ["cmp", "<", px, ["dim", W]]]]
+        rd = g.read(A, [py, px])
+        val = X(["sel", inside, rd.t, zero], dtype, rd.bound, True)
+        P = g.compute("P", [f"{H} + {2 * pad}", f"{W} + {2 * pad}"], ["a", "c"], val)
+        src = g.read(P, [["op", "+", ["ax", "y"], ["ax", "ry"]],
+                         ["op", "+", ["ax", "x"], ["ax", "rx"]]])
+    if g.chance(0.5):
+        Kw = g.placeholder("K", [str(R), str(R)], dtype)
+        src = g.binop(src, g.read(Kw, [["ax", "ry"], ["ax", "rx"]]), "*")
+    red = {"op": g.pick(["sum", "sum", "max", "min"]), "axes": [["ry", "0", str(R)],
+                                                               ["rx", "0", str(R)]],
+           "where": None, "init": None}
+    C = g.compute("C", [H, W], ["y", "x"], src, red, src.bound * R * R + 1,
+                  not dt.is_float(src.dtype))
+    return g.program([C])
+
+
+_ROWS = (["op", "%", ["ax", "i"], ["int", 2]], ["op", "//", ["ax", "i"], ["int", 2]],
+         ["op", "-", ["op", "-", ["dim", "N0"], ["int", 1]], ["ax", "i"]], ["ax", "i"])
+_COLS = (["op", "+", ["ax", "i"], ["ax", "w"]],
+         ["op", "+", ["op", "+", ["op", "*", ["ax", "j"], ["int", 3]], ["int", 1]], ["ax", "w"]],
+         ["op", "+", ["op", "//", ["ax", "j"], ["int", 3]], ["ax", "w"]],
+         ["op", "+", ["ax", "j"], ["ax", "w"]])
+
+
+def _quasi2d(g: Gen) -> dict:
+    """A producer read at several quasi-affine taps inside a reduction, then maybe a
+    consumer of that (nested attaches with ``i % 2``, ``j // 3``, ``N - 1 - i``)."""
+    N0, N1 = g.dim(lo=2), g.dim()
+    _fit(g, [N0, N1], 1500)
+    W = g.pick([1, 2, 3])
+    dtype = g.dtype()
+    cols = f"{N0} + 3 * {N1} + {W}"
+    A = g.placeholder("A", [N0, cols], dtype)
+    rd = g.read(A, [["ax", "a"], ["ax", "c"]])
+    body = g.combine([rd, g.index_value("a", g.dims[N0], dtype if dt.is_float(dtype)
+                                        else "int32")], dtype, 0)
+    P = g.compute("P", [N0, cols], ["a", "c"], body)
+    taps = []
+    for _ in range(g.pick([1, 2, 3])):
+        taps.append(g.read(P, [g.pick(_ROWS), g.pick(_COLS)]))
+    src = g.combine(taps, g.dtype(), 0)
+    red = {"op": g.pick(["sum", "sum", "max"]), "axes": [["w", "0", str(W)]], "where": None,
+           "init": None}
+    C = g.compute("C", [N0, N1], ["i", "j"], src, red, src.bound * W + 1,
+                  not dt.is_float(src.dtype))
+    last = C
+    if g.chance(0.6):
+        last = g.compute("D", [f"2 * {N0}", N1], ["i", "j"], g.combine(
+            [g.read(C, [["op", "//", ["ax", "i"], ["int", 2]], ["ax", "j"]])], g.dtype(), 1))
+    return g.program([last])
+
+
+def transpose(g: Gen) -> dict:
+    nd = g.pick([2, 2, 3])
+    dims = [g.dim() for _ in range(nd)]
+    _fit(g, dims, 20_000)
+    names = ["i", "j", "l"][:nd]
+    perm = list(g.g.permutation(nd))
+    if perm == sorted(perm):
+        perm = perm[1:] + perm[:1]
+    dtype = g.dtype()
+    A = g.placeholder("A", dims, dtype)
+    src = A
+    if g.chance(0.3):
+        src = g.compute("P", dims, names, g.combine([g.read(A, [["ax", a] for a in names])],
+                                                   g.dtype(), 1))
+    # T[out axes] = src[in order]: out axis k iterates input dim perm[k]
+    out_dims = [dims[k] for k in perm]
+    out_axes = [f"t{k}" for k in range(nd)]
+    idx = [None] * nd
+    for k, d in enumerate(perm):
+        idx[d] = ["ax", out_axes[k]]
+    T = g.compute("T", out_dims, out_axes, g.combine([g.read(src, idx)], g.dtype(),
+                                                     g.pick([0, 0, 1])))
+    last = T
+    if g.chance(0.3):
+        Bq = g.placeholder("B", out_dims, g.dtype())
+        last = g.compute("C", out_dims, out_axes, g.combine(
+            [g.read(T, [["ax", a] for a in out_axes]), g.read(Bq, [["ax", a] for a in out_axes])],
+            g.dtype(), 0))
+    return g.program([last])
+
+
+GENERATORS = {"elementwise": elementwise, "reduction": reduction, "matmul": matmul,
+              "batch_matmul": lambda g: matmul(g, batch=True), "stencil": stencil,
+              "transpose": transpose}

@@ -1,0 +1,261 @@
+"""Programs and schedules as plain data, and their Python source.
+
+A *case* is a JSON-able dict that a worker process can rebuild exactly::
+
+    {"seed": 17, "kind": "matmul", "target": "llvm",
+     "program": {"dims": {"N0": 7, ...}, "tensors": [...], "outputs": ["C"]},
+     "steps": [["split", "C", "i", "factor", 4], ...],
+     "data": {"mode": "uniform", "seed": 17}}
+
+The program and the schedule are *executed as the Python source printed here* (the same text
+appears in every reproducer), so what a reproducer says is what ran.
+
+Program tensors (``program["tensors"]``, in definition order):
+
+* ``{"name", "shape", "dtype"}``: a placeholder; ``shape`` entries are Python expressions
+  over the dims (``"N0 + 2"``);
+* ``{"name", "shape", "axes", "body", "reduce"?}``: ``te.compute(shape, lambda <axes>:
+  <body>)``; with ``"reduce": {"op", "axes": [[name, lo, hi]], "where", "init"}`` the body
+  is ``te.<op>(<body>, axis=[...], where=..., init=...)``;
+* ``{"name", "binop", "a", "b"}``: tensor-level broadcasting arithmetic ``a <op> b``.
+
+Expressions are nested lists: ``["ax", "i"]``, ``["dim", "N0"]``, ``["int", 3]``,
+``["lit", 0.5]`` (a weakly typed Python literal), ``["c", 0.5, "float16"]``
+(``te.const``), ``["rd", "A", [index, ...]]``, ``["op", "+", a, b]`` (``+ - * / // %``),
+``["fn", name, a, ...]`` (``te.<name>(...)``, e.g. ``max``, ``exp``), ``["cast", dtype, a]``,
+``["sel", cond, a, b]``, ``["cmp", "<", a, b]``, ``["all", [c, ...]]``, ``["neg", a]``.
+
+Schedule steps name stages by tensor name and loops by name (``"i.outer"``); see
+:func:`step_code`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+
+def ident(name: str) -> str:
+    """Python identifier of a tensor or stage name (``A.shared`` -> ``A_shared``)."""
+    return name.replace(".", "_")
+
+
+# ---------------------------------------------------------------------------- expressions
+def expr_code(e, top: bool = True) -> str:
+    """Python source of expression tree ``e``."""
+    tag = e[0]
+    if tag in ("ax", "dim"):
+        return e[1]
+    if tag == "int":
+        return str(int(e[1]))
+    if tag == "lit":
+        return repr(float(e[1]))
+    if tag == "c":
+        v = int(e[1]) if not e[2].startswith("float") else float(e[1])
+        return f"te.const({v!r}, {e[2]!r})"
+    if tag == "rd":
+        return f"{ident(e[1])}[{', '.join(expr_code(i) for i in e[2])}]" if e[2] else \
+            f"{ident(e[1])}[()]"
+    if tag == "op":
+        s = f"{expr_code(e[2], False)} {e[1]} {expr_code(e[3], False)}"
+        return s if top else f"({s})"
+    if tag == "cmp":
+        s = f"{expr_code(e[2], False)} {e[1]} {expr_code(e[3], False)}"
+        return f"({s})"
+    if tag == "fn":
+        return f"te.{e[1]}({', '.join(expr_code(a) for a in e[2:])})"
+    if tag == "cast":
+        return f"{expr_code(e[2], False)}.astype({e[1]!r})"
+    if tag == "sel":
+        return f"te.if_then_else({expr_code(e[1])}, {expr_code(e[2])}, {expr_code(e[3])})"
+    if tag == "all":
+        return f"te.all({', '.join(expr_code(c) for c in e[1])})"
+    if tag == "neg":
+        return f"-{expr_code(e[1], False)}"
+    raise ValueError(f"unknown expression node {e!r}")
+
+
+def subtrees(e, path=()):
+    """Every (path, node) of expression ``e``, parents first."""
+    yield path, e
+    tag = e[0]
+    kids = []
+    if tag in ("op", "cmp"):
+        kids = [(2, e[2]), (3, e[3])]
+    elif tag == "fn":
+        kids = [(k, e[k]) for k in range(2, len(e))]
+    elif tag in ("cast",):
+        kids = [(2, e[2])]
+    elif tag == "sel":
+        kids = [(1, e[1]), (2, e[2]), (3, e[3])]
+    elif tag == "neg":
+        kids = [(1, e[1])]
+    for k, child in kids:
+        yield from subtrees(child, path + (k,))
+
+
+def replace_at(e, path, new):
+    """A copy of ``e`` with the node at ``path`` replaced by ``new``."""
+    if not path:
+        return copy.deepcopy(new)
+    out = list(e)
+    out[path[0]] = replace_at(e[path[0]], path[1:], new)
+    return out
+
+
+def reads(e) -> set:
+    """Names of the tensors read by expression ``e`` (indices included)."""
+    out = set()
+
+    def walk(x):
+        if not isinstance(x, list) or not x:
+            return
+        if x[0] == "rd":
+            out.add(x[1])
+            for i in x[2]:
+                walk(i)
+            return
+        for y in x[1:]:
+            if isinstance(y, list):
+                if y and isinstance(y[0], str):
+                    walk(y)
+                else:
+                    for z in y:
+                        walk(z)
+
+    walk(e)
+    return out
+
+
+def tensor_reads(t: dict) -> set:
+    """Names of the tensors a program tensor reads."""
+    if "binop" in t:
+        return {t["a"], t["b"]}
+    if "body" not in t:
+        return set()
+    out = reads(t["body"])
+    red = t.get("reduce")
+    if red:
+        for part in ("where", "init"):
+            if red.get(part) is not None:
+                out |= reads(red[part])
+    return out
+
+
+# ---------------------------------------------------------------------------- programs
+def tensor_code(t: dict) -> str:
+    name = ident(t["name"])
+    if "binop" in t:
+        return f"{name} = {ident(t['a'])} {t['binop']} {ident(t['b'])}"
+    shape = ", ".join(t["shape"]) + ("," if len(t["shape"]) == 1 else "")
+    if "body" not in t:
+        return f"{name} = te.placeholder(({shape}), {t['dtype']!r}, name={t['name']!r})"
+    lines = []
+    body = expr_code(t["body"])
+    red = t.get("reduce")
+    if red:
+        for ax, lo, hi in red["axes"]:
+            lines.append(f"{ax} = te.reduce_axis(({lo}, {hi}), name={ax!r})")
+        axes = [a[0] for a in red["axes"]]
+        extra = ""
+        if red.get("where") is not None:
+            extra += f", where={expr_code(red['where'])}"
+        if red.get("init") is not None:
+            extra += f", init={expr_code(red['init'])}"
+        axis = axes[0] if len(axes) == 1 else f"[{', '.join(axes)}]"
+        body = f"te.{red['op']}({body}, axis={axis}{extra})"
+    lines.append(f"{name} = te.compute(({shape}), lambda {', '.join(t['axes'])}: {body}, "
+                 f"name={t['name']!r})")
+    return "\n".join(lines)
+
+
+def program_code(prog: dict) -> str:
+    """Python source defining the program's dims and tensors (``te`` imported)."""
+    dims = prog["dims"]
+    lines = []
+    if dims:
+        lines.append(f"{', '.join(dims)} = {', '.join(str(v) for v in dims.values())}")
+    lines += [tensor_code(t) for t in prog["tensors"]]
+    return "\n".join(lines)
+
+
+def inputs_of(prog: dict) -> list[str]:
+    """Names of the placeholders, in definition order."""
+    return [t["name"] for t in prog["tensors"] if "body" not in t and "binop" not in t]
+
+
+def args_of(prog: dict) -> list[str]:
+    """The built function's parameters: inputs read (transitively) by the outputs, then
+    the outputs."""
+    needed = set()
+    todo = list(prog["outputs"])
+    by = {t["name"]: t for t in prog["tensors"]}
+    while todo:
+        n = todo.pop()
+        if n in needed:
+            continue
+        needed.add(n)
+        todo.extend(tensor_reads(by[n]))
+    return [n for n in inputs_of(prog) if n in needed] + list(prog["outputs"])
+
+
+# ---------------------------------------------------------------------------- schedules
+AX_HELPER = '''def ax(t, name):
+    """The loop (or axis) named `name` of stage s[t]."""
+    st = s[t]
+    for v in list(st.leaf_iter_vars) + list(st.all_iter_vars):
+        if v.name == name:
+            return v
+    raise LookupError(f"stage {st.name!r} has no loop named {name!r}")'''
+
+
+def step_code(step: list) -> str:
+    """Python source of one schedule step."""
+    p, st = step[0], step[1]
+    T = ident(st)
+
+    def a(name):
+        return f"ax({T}, {name!r})"
+
+    if p == "split":
+        return f"s[{T}].split({a(step[2])}, {step[3]}={step[4]})"
+    if p == "tile":
+        return f"s[{T}].tile({a(step[2])}, {a(step[3])}, {step[4]}, {step[5]})"
+    if p in ("fuse", "reorder"):
+        return f"s[{T}].{p}({', '.join(a(n) for n in step[2])})"
+    if p in ("vectorize", "unroll", "parallel"):
+        return f"s[{T}].{p}({a(step[2])})"
+    if p == "bind":
+        return f"s[{T}].bind({a(step[2])}, te.thread_axis({step[3]!r}))"
+    if p == "compute_at":
+        P = ident(step[2])
+        return f"s[{T}].compute_at(s[{P}], ax({P}, {step[3]!r}))"
+    if p in ("compute_inline", "compute_root"):
+        return f"s[{T}].{p}()"
+    if p == "cache_read":
+        return (f"{ident(st + '.' + step[2])} = s.cache_read({T}, {step[2]!r}, "
+                f"[{', '.join(ident(r) for r in step[3])}])")
+    if p == "cache_write":
+        return f"{ident(st + '.' + step[2])} = s.cache_write({T}, {step[2]!r})"
+    if p == "rfactor":
+        return f"{ident(st + '.rf')} = s.rfactor({T}, {a(step[2])}, factor_axis={step[3]})"
+    if p == "storage_align":
+        return f"s[{T}].storage_align({a(step[2])}, {step[3]}, {step[4]})"
+    raise ValueError(f"unknown step {step!r}")
+
+
+def schedule_code(prog: dict, steps: list) -> str:
+    """Python source creating ``s`` and applying ``steps``."""
+    outs = [ident(o) for o in prog["outputs"]]
+    head = f"s = te.create_schedule({outs[0]}.op)" if len(outs) == 1 else \
+        f"s = te.create_schedule([{', '.join(o + '.op' for o in outs)}])"
+    lines = [head]
+    if steps:
+        lines.append(AX_HELPER)
+    lines += [step_code(st) for st in steps]
+    return "\n".join(lines)
+
+
+def dumps(case: dict) -> str:
+    """One-line JSON of a case."""
+    return json.dumps(case, separators=(",", ":"))

@@ -1,0 +1,124 @@
+"""The differential fuzzer as tests: fixed seed ranges must give no wrong result, crash,
+hang or vague refusal (each failure is printed as a reproducer script).
+
+``KNOWN_FAULTS`` lists the seeds that fail today because of a fault not fixed yet; each is
+an ``xfail(strict=True)`` test, so a fix turns it into a failing XPASS and the entry must
+then be removed. The ``slow`` test runs thousands of seeds (``pytest -m slow``).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from .cases import generate
+from .runner import FAILURES
+from .script import first_line, reproducer
+from .worker import Worker, run_cases
+
+LLVM_SEEDS = range(0, 300)
+CUDA_SEEDS = range(0, 24)
+SLOW_SEEDS = {"llvm": range(300, 3300), "cuda": range(24, 324)}
+TIMEOUT = {"llvm": 15.0, "cuda": 45.0}
+
+# (target, seed) -> the fault it shows today (regression tests of each fault with its right
+# value: tests/fuzz/test_regressions.py; case files: /work/shared/cases). Remove an entry
+# when its test XPASSes.
+KNOWN_FAULTS: dict[tuple[str, int], str] = {
+    ("cuda", 22): "isl AST of a GPU stencil with quasi-affine attached reads fails the domain "
+                  "check and every fallback (InternalError)",
+}
+
+
+def _cuda_available() -> str | None:
+    """None when CUDA cases can run here: on a GPU, or on the host emulator (which needs
+    g++; nvcc, where present, compiles every source too)."""
+    from polytile.targets.cuda import runtime
+
+    if runtime.device_count() > 0 or shutil.which("g++") is not None:
+        return None
+    return "no GPU and no g++ for the CUDA emulator"
+
+
+def _run(target: str, seeds, skip=()) -> None:
+    cases = (generate(s, target) for s in seeds if (target, s) not in skip)
+    counts: collections.Counter = collections.Counter()
+    failures = []
+    checked = total = 0
+    for case, out in run_cases(cases, target, TIMEOUT[target]):
+        counts[out["cls"]] += 1
+        checked += out.get("checked", 0)
+        total += out.get("total", 0)
+        if out["cls"] in FAILURES or out["cls"] == "invalid":
+            failures.append(f"seed {case['seed']}: {first_line(out)}\n"
+                            + reproducer(case, out))
+    print(f"\n{target}: {dict(counts)}")
+    assert not failures, (f"{len(failures)} failing cases ({dict(counts)}); the first:\n\n"
+                          + "\n\n".join(failures[:3]))
+    n = sum(counts.values())
+    # a generator that mostly produced refused schedules, or a reference unsure of most
+    # elements, would test little
+    assert counts["ok"] >= n // 2, dict(counts)
+    assert checked >= 0.95 * total, (checked, total)
+
+
+def test_fuzz_llvm():
+    _run("llvm", LLVM_SEEDS, KNOWN_FAULTS)
+
+
+def test_fuzz_cuda():
+    why = _cuda_available()
+    if why:
+        pytest.skip(why)
+    _run("cuda", CUDA_SEEDS, KNOWN_FAULTS)
+
+
+@pytest.fixture(scope="module")
+def workers():
+    pool: dict = {}
+    yield lambda t: pool.setdefault(t, Worker(t))
+    for w in pool.values():
+        w.close()
+
+
+@pytest.mark.parametrize("target,seed", [pytest.param(
+    t, s, marks=pytest.mark.xfail(strict=True, reason=KNOWN_FAULTS[t, s]), id=f"{t}-{s}")
+    for t, s in sorted(KNOWN_FAULTS)])
+def test_known_fault(target, seed, workers):
+    if target == "cuda" and _cuda_available():
+        pytest.skip(_cuda_available())
+    case = generate(seed, target)
+    out = workers(target).run(case, TIMEOUT[target])
+    assert out["cls"] not in FAILURES, reproducer(case, out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["llvm", "cuda"])
+def test_fuzz_many(target):
+    if target == "cuda" and _cuda_available():
+        pytest.skip(_cuda_available())
+    _run(target, SLOW_SEEDS[target])
+
+
+def test_cases_do_not_depend_on_the_process():
+    """A case is a pure function of its seed: the same in a process with another hash
+    seed (so a failure reported by one run reproduces in another)."""
+    seeds = list(range(0, 36, 5))
+    here = [json.dumps(generate(s)) for s in seeds]
+    pkg = __package__ or "fuzz"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if pkg.count("."):
+        root = os.path.dirname(root)
+    code = (f"import sys, json; sys.path.insert(0, {root!r}); "
+            f"from {pkg}.cases import generate; "
+            f"print('\\n'.join(json.dumps(generate(s)) for s in {seeds!r}))")
+    env = dict(os.environ, PYTHONHASHSEED="12345")
+    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=env, check=True).stdout.split("\n")
+    assert here == there[:len(here)]

@@ -1,0 +1,67 @@
+"""Attached stages, empty reductions and virtual threads built for CUDA and run: on the
+host through the emulated driver (``cuda_emulator``: the generated CUDA C compiled by g++,
+each block's threads as OS threads), and on a GPU where there is one (``gpu`` marker).
+The schedules are those of ``tests/attach_cases.py`` (F6, F2, TVM's vthread matmul);
+outputs are poisoned before each run.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+import cuda_emulator
+from attach_cases import f2_program, f6_program, vthread_gemm
+from helpers import check, poison
+
+import polytile
+from polytile.targets.cuda import compile as cc
+from polytile.targets.cuda import runtime
+
+@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
+def build(request, tmp_path, monkeypatch):
+    """``build(s, args)``: a CUDA module on the GPU, or on the emulated driver."""
+    if request.param == "gpu":
+        if cc.available_compiler() is None:
+            pytest.skip("no CUDA compiler")
+        yield lambda s, args: polytile.build(s, args, target="cuda", cache_dir=tmp_path)
+        return
+    if not cuda_emulator.available():
+        pytest.skip("g++ not found (needed by the emulated driver)")
+    saved = dict(runtime._state)
+    runtime._state.clear()
+    runtime._state["driver"] = cuda_emulator.EmulatedDriver(str(tmp_path))
+    monkeypatch.setattr(runtime, "compile_cuda", cuda_emulator.emulated_compile)
+    monkeypatch.setattr(runtime, "default_arch", lambda: "sm_90")
+    yield lambda s, args: polytile.build(s, args, target="cuda")
+    gc.collect()  # free emulated arrays while the emulated driver is installed
+    runtime._state.clear()
+    runtime._state.update(saved)
+
+
+def _call(f, args, inputs):
+    dev = [polytile.nd.array(x, device="cuda") for x in inputs]
+    out = polytile.nd.array(poison(args[-1].shape, args[-1].dtype), device="cuda")
+    f(*dev, out)
+    return out.numpy()
+
+
+def test_f6_attach_in_a_padded_thread_box(build):
+    s, args = f6_program()
+    a = np.random.default_rng(0).uniform(-1, 1, 31).astype("float32")
+    check(_call(build(s, args), args, [a]), a[::-1] * 2.0 + a * 2.0)
+
+
+def test_f2_kernel_stores_the_identity(build):
+    s, args = f2_program()
+    a = np.arange(1, 5, dtype="int16").reshape(2, 2)
+    np.testing.assert_array_equal(_call(build(s, args), args, [a]), [32767])
+
+
+def test_vthread_matmul(build):
+    s, args = vthread_gemm(37, 29, 23)
+    g = np.random.default_rng(1)
+    a = g.uniform(-1, 1, (37, 23)).astype("float32")
+    b = g.uniform(-1, 1, (23, 29)).astype("float32")
+    check(_call(build(s, args), args, [a, b]), a.astype("float64") @ b, k=23)
