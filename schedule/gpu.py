@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polytile.backend import DeviceLimits
-from polytile.errors import ScheduleError, format_error
+from polytile.errors import ScheduleError, fail, format_error
 from polytile.te import dtype as dt
 from polytile.te.expr import Var
 
-from .model import LoopNode, Model, StagePlan
-from .tree import PARAM_SPACE, PARAMS
+from .kinds import PARAM_SPACE, PARAMS
+from .polymodel import LoopNode, Model, StagePlan
 
 
 @dataclass(eq=False)
@@ -43,11 +43,7 @@ class Kernel:
 
     def thread_vars(self) -> dict:
         """isl parameter name -> loop-IR variable of the hardware index."""
-        return {PARAMS[t]: Var("int64", t) for t in PARAMS}
-
-
-def _fail(what: str, expected: str | None = None, **ctx):
-    raise ScheduleError(format_error("bind", what, expected, **ctx))
+        return {PARAMS[t]: Var("int64", t.value) for t in PARAMS}
 
 
 def kernels(model: Model, limits: DeviceLimits) -> list[Kernel]:
@@ -78,7 +74,7 @@ def kernels(model: Model, limits: DeviceLimits) -> list[Kernel]:
             exts = {e for _, e in uses}
             if len(exts) > 1:
                 desc = ", ".join(f"{e} (stage {p.name!r})" for p, e in uses)
-                _fail(f"thread axis {tag!r} is bound to loops of different extents: {desc}",
+                fail("bind", f"thread axis {tag!r} is bound to loops of different extents: {desc}",
                       "one extent per kernel: split the loops to the same size")
             extents[tag] = exts.pop()
         _check_limits(plan, extents, limits)
@@ -91,14 +87,14 @@ def _collect(n, bound: dict) -> None:
         return
     tag = n.binding
     if tag in PARAMS:
-        if n.plan.attach is not None and tag.startswith("blockIdx"):
-            _fail(f"loop {n.iter_var.name!r} of stage {n.plan.name!r} is bound to {tag!r}, "
+        if n.plan.attach is not None and tag.is_block:
+            fail("bind", f"loop {n.iter_var.name!r} of stage {n.plan.name!r} is bound to {tag!r}, "
                   f"but the stage is computed inside another stage",
                   "bind blockIdx only in stages computed at the root")
         ext = n.plan.extent(n.iter_var)
         declared = n.plan.stage.thread_extents.get(n.iter_var)
         if declared is not None and declared != ext:
-            _fail(f"loop {n.iter_var.name!r} of stage {n.plan.name!r} has extent {ext}, but it "
+            fail("bind", f"loop {n.iter_var.name!r} of stage {n.plan.name!r} has extent {ext}, but it "
                   f"is bound to a {tag!r} axis created with extent {declared}",
                   "expected equal extents (the range of a thread axis is its launch size)",
                   hint=f"split the loop by {declared} first, or create "
@@ -118,14 +114,14 @@ def _check_limits(plan: StagePlan, extents: dict, limits: DeviceLimits) -> None:
         threads *= t
         top_t, top_b = limits.max_block_dim[k], limits.max_grid_dim[k]
         if top_t and t > top_t:
-            _fail(f"threadIdx.{a} of the kernel of stage {plan.name!r} has extent {t}",
+            fail("bind", f"threadIdx.{a} of the kernel of stage {plan.name!r} has extent {t}",
                   f"at most {top_t}")
         if top_b and b > top_b:
-            _fail(f"blockIdx.{a} of the kernel of stage {plan.name!r} has extent {b}",
+            fail("bind", f"blockIdx.{a} of the kernel of stage {plan.name!r} has extent {b}",
                   f"at most {top_b}")
     top = limits.max_threads_per_block
     if top and threads > top:
-        _fail(f"the kernel of stage {plan.name!r} has {threads} threads per block",
+        fail("bind", f"the kernel of stage {plan.name!r} has {threads} threads per block",
               f"at most {top}")
 
 
@@ -152,14 +148,3 @@ def _root(p: StagePlan) -> StagePlan:
     while p.attach is not None:
         p = p.attach[0]
     return p
-
-
-def default_scope(p: StagePlan) -> str:
-    """TVM's storage scope of an attached stage without one: ``local`` inside a thread
-    loop, ``shared`` inside a block loop only, else ``global``."""
-    tags = [q.binding(k) for q, k in p.prefix]
-    if any(t and (t.startswith("threadIdx") or t == "vthread") for t in tags):
-        return "local"
-    if any(t and t.startswith("blockIdx") for t in tags):
-        return "shared"
-    return "global"

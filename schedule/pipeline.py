@@ -57,6 +57,7 @@ from polytile.te.visitor import collect
 from .astgen import lower_nodes
 from .deps import check_legality
 from .gpu import Kernel, check_shared_memory, kernels
+from .kinds import ThreadTag
 from .limits import limit_unrolls
 from .loop_ir import KernelLaunch, PrimFunc, seq, stmt_exprs, walk_stmts
 from .model import Model, build_model
@@ -334,7 +335,8 @@ def finalize(func: PrimFunc) -> PrimFunc:
 
 def uses_gpu(sch: Schedule) -> bool:
     """True when some loop is bound to a GPU index: the program is lowered to kernels."""
-    return any(kind.startswith("bind:") for st in sch.stages for kind in st.annotations.values())
+    return any(isinstance(kind, ThreadTag) for st in sch.stages
+               for kind in st.annotations.values())
 
 
 def describe(target: str | Target | None = None) -> str:

@@ -39,9 +39,10 @@ import numpy as np
 
 from polytile.backend import DeviceLimits, get_backend, registered_kinds
 from polytile.errors import BuildError, LoweringError, format_error
-from polytile.schedule.loop_ir import (Allocate, Assert, Buffer, Evaluate, For, IfThenElse,
-                                       KernelLaunch, LetStmt, PrimFunc, Seq, Stmt, Store, Sync,
-                                       stmt_str, walk_stmts)
+from polytile.schedule.kinds import LoopKind
+from polytile.schedule.loop_ir import (FOR_KINDS, Allocate, Assert, Buffer, Evaluate, For,
+                                       IfThenElse, KernelLaunch, LetStmt, PrimFunc, Seq, Stmt,
+                                       StmtFunctor, Store, Sync, stmt_str, walk_stmts)
 from polytile.te import dtype as dt
 from polytile.te.expr import Binary, Const, Var
 from polytile.te.visitor import substitute
@@ -161,7 +162,7 @@ def _bound_here(s: Stmt) -> tuple[set, set]:
 
 
 # ------------------------------------------------------------------------------ printer
-class CPrinter(CExprPrinter):
+class CPrinter(CExprPrinter, StmtFunctor):
     """Prints one function for one dialect; use :func:`print_c_module`."""
 
     def __init__(self, dialect: CDialect, fast_math: bool = False,
@@ -341,18 +342,19 @@ class CPrinter(CExprPrinter):
         self.scopes.pop()
 
     def stmt(self, s: Stmt, depth: int) -> None:
-        fn = getattr(self, "stmt_" + type(s).__name__, None)
-        if fn is None:
-            raise BuildError(format_error(self.who, f"unknown statement {type(s).__name__}",
-                                          "expected a loop IR statement", Kernel=self.kname))
-        fn(s, depth)
+        """Print ``s`` at indentation ``depth`` (dispatch: ``visit_<Class>``)."""
+        self.visit(s, depth)
 
-    def stmt_Seq(self, s: Seq, depth: int) -> None:
+    def generic_visit(self, s, *args) -> None:
+        raise BuildError(format_error(self.who, f"unknown statement {type(s).__name__}",
+                                      "expected a loop IR statement", Kernel=self.kname))
+
+    def visit_Seq(self, s: Seq, depth: int) -> None:
         for x in s.stmts:
             self.stmt(x, depth)
 
-    def stmt_For(self, s: For, depth: int) -> None:
-        if s.kind not in ("serial", "unrolled", "vectorized", "parallel"):
+    def visit_For(self, s: For, depth: int) -> None:
+        if s.kind not in FOR_KINDS:
             raise BuildError(format_error(self.who, f"loop {s.var.name!r} has kind "
                                           f"{s.kind!r}", "expected serial, unrolled, "
                                           "vectorized or parallel", Kernel=self.kname))
@@ -374,7 +376,7 @@ class CPrinter(CExprPrinter):
             if guard is not None:
                 self.emit(depth - 1, "}")
             return
-        if s.kind in ("unrolled", "vectorized") and not (
+        if s.kind in (LoopKind.UNROLLED, LoopKind.VECTORIZED) and not (
                 isinstance(s.extent, Const) and s.extent.value > MAX_UNROLL):
             # a full unroll of a long constant loop would stall nvcc: leave it rolled
             self.emit(depth, "#pragma unroll")
@@ -393,7 +395,7 @@ class CPrinter(CExprPrinter):
         self.scopes.pop()
         self.emit(depth, "}")
 
-    def stmt_IfThenElse(self, s: IfThenElse, depth: int) -> None:
+    def visit_IfThenElse(self, s: IfThenElse, depth: int) -> None:
         self.emit(depth, f"if ({strip_parens(self.expr(s.cond))}) {{")
         self.block(s.then_case, depth + 1)
         if s.else_case is not None:
@@ -401,7 +403,7 @@ class CPrinter(CExprPrinter):
             self.block(s.else_case, depth + 1)
         self.emit(depth, "}")
 
-    def stmt_LetStmt(self, s: LetStmt, depth: int) -> None:
+    def visit_LetStmt(self, s: LetStmt, depth: int) -> None:
         name = self.names(s.var, s.var.name)
         value = strip_parens(self.expr(s.value))
         if s.value.dtype != s.var.dtype:
@@ -418,7 +420,7 @@ class CPrinter(CExprPrinter):
             self.scopes.pop()
             self.emit(depth - 1, "}")
 
-    def stmt_Allocate(self, s: Allocate, depth: int) -> None:
+    def visit_Allocate(self, s: Allocate, depth: int) -> None:
         b, d = s.buffer, self.d
         if b.scope not in ("shared", "local", "stack"):
             raise BuildError(format_error(
@@ -450,7 +452,7 @@ class CPrinter(CExprPrinter):
             self.scopes.pop()
             self.emit(depth - 1, "}")
 
-    def stmt_Store(self, s: Store, depth: int) -> None:
+    def visit_Store(self, s: Store, depth: int) -> None:
         b = s.buffer
         value = self.expr(s.value)
         if s.value.dtype != b.dtype:
@@ -459,21 +461,21 @@ class CPrinter(CExprPrinter):
             value = f"({self.d.mem_type('bool')})({strip_parens(value)})"
         self.emit(depth, f"{self.buffer(b)}[{self.index(b, s.indices)}] = {strip_parens(value)};")
 
-    def stmt_Evaluate(self, s: Evaluate, depth: int) -> None:
+    def visit_Evaluate(self, s: Evaluate, depth: int) -> None:
         pass  # expressions have no side effects
 
-    def stmt_Assert(self, s: Assert, depth: int) -> None:
+    def visit_Assert(self, s: Assert, depth: int) -> None:
         # the message cannot reach the host: the launch fails and names the kernel
         self.emit(depth, f"if (!({strip_parens(self.expr(s.cond))})) {{ {self.d.trap} }}"
                          f"  // {s.message}")
 
-    def stmt_Sync(self, s: Sync, depth: int) -> None:
+    def visit_Sync(self, s: Sync, depth: int) -> None:
         if s.scope != "shared":
             raise BuildError(format_error(self.who, f"sync of scope {s.scope!r}",
                                           "expected scope 'shared'", Kernel=self.kname))
         self.emit(depth, self.d.barrier)
 
-    def stmt_KernelLaunch(self, s: KernelLaunch, depth: int) -> None:
+    def visit_KernelLaunch(self, s: KernelLaunch, depth: int) -> None:
         raise LoweringError(format_error(
             self.who, f"kernel {s.name!r} is launched inside kernel {self.kname!r}",
             "expected kernel launches only at the top level of the function"))

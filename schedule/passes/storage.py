@@ -5,15 +5,14 @@ from __future__ import annotations
 from polytile.backend import DeviceLimits
 from polytile.te import dtype as dt
 from polytile.te.expr import Binary, Cast, Const, Expr
-from polytile.te.visitor import ExprMutator
+from polytile.te.visitor import ExprMutator, collect
 
+from ..kinds import LoopKind
 from ..loop_ir import (Allocate, Buffer, For, KernelLaunch, Load, PrimFunc, Stmt, StmtMutator,
                        Store, child_stmts, stmt_exprs, walk_stmts)
 
 
 def _buffers_used(s: Stmt) -> list[Buffer]:
-    from polytile.te.visitor import collect
-
     out: dict[int, Buffer] = {}
     for x in walk_stmts(s):
         if isinstance(x, Store):
@@ -130,7 +129,7 @@ def _allocate_gpu(func: PrimFunc, pending: list) -> PrimFunc:
 
 def _outermost_parallel(s: Stmt) -> list[For]:
     """The parallel loops not nested in another parallel loop, in program order."""
-    if isinstance(s, For) and s.kind == "parallel":
+    if isinstance(s, For) and s.kind == LoopKind.PARALLEL:
         return [s]
     return [p for x in child_stmts(s) for p in _outermost_parallel(x)]
 
@@ -140,8 +139,6 @@ def _writes(s: Stmt, b: Buffer) -> bool:
 
 
 def _count_uses(s: Stmt, b: Buffer) -> int:
-    from polytile.te.visitor import collect
-
     n = 0
     for x in walk_stmts(s):
         if isinstance(x, Store) and x.buffer is b:

@@ -2,8 +2,9 @@
 compiler into a shared library, loaded with ctypes.
 
 It is the extension point's proof: one module and one ``register_backend`` call, using only
-public pieces (``Backend``, ``DeviceLimits``, ``Module``, the argument checks of
-``runtime_support``, the floor-division rewrite of ``intdiv``). Supported: the loop IR of
+public pieces (``Backend``, ``DeviceLimits``, ``Module``, the ``StmtFunctor`` dispatch of
+the loop IR, the argument checks of ``runtime_support``, the floor-division rewrite of
+``intdiv``). Supported: the loop IR of
 CPU schedules over float32/float64/int32/int64 (every loop kind runs as a plain ``for``),
 stack and heap intermediates, ``Assert``. Its limits put every intermediate on the heap
 (no stack budget), and its own pass counts the stores it compiles.
@@ -23,7 +24,8 @@ from polytile.backend import Backend, DeviceLimits, Target, register_backend
 from polytile.errors import BuildError, format_error
 from polytile.schedule.intdiv import floordiv_expr, floormod_expr
 from polytile.schedule.loop_ir import (Allocate, Assert, Buffer, Evaluate, For, IfThenElse,
-                                       LetStmt, Load, PrimFunc, Seq, Store, walk_stmts)
+                                       LetStmt, Load, PrimFunc, Seq, StmtFunctor, Store,
+                                       walk_stmts)
 from polytile.targets import Module
 from polytile.targets.runtime_support import (SCALAR_CTYPES, check_arg_count, check_array,
                                               scalar_arg)
@@ -38,7 +40,7 @@ CMPS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 PASS_LOG: list = []
 
 
-class CPrinter:
+class CPrinter(StmtFunctor):
     """Loop IR -> one C99 function ``int <name>(params)`` returning 0, or 1 + the index
     of a failed ``Assert``."""
 
@@ -61,7 +63,7 @@ class CPrinter:
                 sig.append(f"{CTYPES[p.dtype]}* restrict {self.name(p)}")
             else:
                 sig.append(f"{CTYPES[p.dtype]} {self.name(p)}")
-        self.stmt(self.func.body, 1)
+        self.visit(self.func.body, 1)
         return "\n".join(["#include <math.h>", "#include <stdint.h>", "#include <stdlib.h>",
                           f"int {self.func.name}({', '.join(sig)}) {{", *self.lines,
                           "  return 0;", "}", ""])
@@ -69,53 +71,60 @@ class CPrinter:
     def emit(self, depth: int, text: str) -> None:
         self.lines.append("  " * depth + text)
 
-    def stmt(self, s, depth: int) -> None:
-        if isinstance(s, Seq):
-            for x in s.stmts:
-                self.stmt(x, depth)
-        elif isinstance(s, For):
-            v = self.name(s.var)
-            self.emit(depth, f"for (int64_t {v} = {self.expr(s.min)}; {v} < "
-                             f"{self.expr(s.min)} + {self.expr(s.extent)}; {v} += {s.step}) {{")
-            self.stmt(s.body, depth + 1)
-            self.emit(depth, "}")
-        elif isinstance(s, Store):
-            self.emit(depth, f"{self.name(s.buffer)}[{self.expr(s.indices[0])}] = "
-                             f"({CTYPES[s.buffer.dtype]}){self.expr(s.value)};")
-        elif isinstance(s, IfThenElse):
-            self.emit(depth, f"if ({self.expr(s.cond)}) {{")
-            self.stmt(s.then_case, depth + 1)
-            if s.else_case is not None:
-                self.emit(depth, "} else {")
-                self.stmt(s.else_case, depth + 1)
-            self.emit(depth, "}")
-        elif isinstance(s, LetStmt):
-            self.emit(depth, "{")
-            self.emit(depth + 1, f"const {CTYPES[s.var.dtype]} {self.name(s.var)} = "
-                                 f"{self.expr(s.value)};")
-            self.stmt(s.body, depth + 1)
-            self.emit(depth, "}")
-        elif isinstance(s, Allocate):
-            b, t = s.buffer, CTYPES[s.buffer.dtype]
-            n = int(np.prod([int(getattr(d, "value", d)) for d in b.shape] or [1]))
-            self.emit(depth, "{")
-            if b.scope == "stack":
-                self.emit(depth + 1, f"{t} {self.name(b)}[{max(n, 1)}];")
-            else:
-                self.emit(depth + 1, f"{t}* {self.name(b)} = malloc({max(n, 1)} * sizeof({t}));")
-                self.emit(depth + 1, f"if (!{self.name(b)}) return -1;")
-            self.stmt(s.body, depth + 1)
-            if b.scope != "stack":
-                self.emit(depth + 1, f"free({self.name(b)});")
-            self.emit(depth, "}")
-        elif isinstance(s, Assert):
-            k = next(i for i, a in enumerate(self.asserts) if a is s)
-            self.emit(depth, f"if (!({self.expr(s.cond)})) return {k + 1};")
-        elif isinstance(s, Evaluate):
-            pass
+    def visit_Seq(self, s: Seq, depth: int) -> None:
+        for x in s.stmts:
+            self.visit(x, depth)
+
+    def visit_For(self, s: For, depth: int) -> None:
+        v = self.name(s.var)
+        self.emit(depth, f"for (int64_t {v} = {self.expr(s.min)}; {v} < "
+                         f"{self.expr(s.min)} + {self.expr(s.extent)}; {v} += {s.step}) {{")
+        self.visit(s.body, depth + 1)
+        self.emit(depth, "}")
+
+    def visit_Store(self, s: Store, depth: int) -> None:
+        self.emit(depth, f"{self.name(s.buffer)}[{self.expr(s.indices[0])}] = "
+                         f"({CTYPES[s.buffer.dtype]}){self.expr(s.value)};")
+
+    def visit_IfThenElse(self, s: IfThenElse, depth: int) -> None:
+        self.emit(depth, f"if ({self.expr(s.cond)}) {{")
+        self.visit(s.then_case, depth + 1)
+        if s.else_case is not None:
+            self.emit(depth, "} else {")
+            self.visit(s.else_case, depth + 1)
+        self.emit(depth, "}")
+
+    def visit_LetStmt(self, s: LetStmt, depth: int) -> None:
+        self.emit(depth, "{")
+        self.emit(depth + 1, f"const {CTYPES[s.var.dtype]} {self.name(s.var)} = "
+                             f"{self.expr(s.value)};")
+        self.visit(s.body, depth + 1)
+        self.emit(depth, "}")
+
+    def visit_Allocate(self, s: Allocate, depth: int) -> None:
+        b, t = s.buffer, CTYPES[s.buffer.dtype]
+        n = int(np.prod([int(getattr(d, "value", d)) for d in b.shape] or [1]))
+        self.emit(depth, "{")
+        if b.scope == "stack":
+            self.emit(depth + 1, f"{t} {self.name(b)}[{max(n, 1)}];")
         else:
-            raise BuildError(format_error(f"codegen_{KIND}", f"unknown statement "
-                                          f"{type(s).__name__}", "expected CPU loop IR"))
+            self.emit(depth + 1, f"{t}* {self.name(b)} = malloc({max(n, 1)} * sizeof({t}));")
+            self.emit(depth + 1, f"if (!{self.name(b)}) return -1;")
+        self.visit(s.body, depth + 1)
+        if b.scope != "stack":
+            self.emit(depth + 1, f"free({self.name(b)});")
+        self.emit(depth, "}")
+
+    def visit_Assert(self, s: Assert, depth: int) -> None:
+        k = next(i for i, a in enumerate(self.asserts) if a is s)
+        self.emit(depth, f"if (!({self.expr(s.cond)})) return {k + 1};")
+
+    def visit_Evaluate(self, s: Evaluate, depth: int) -> None:
+        pass
+
+    def generic_visit(self, s, *args) -> None:
+        raise BuildError(format_error(f"codegen_{KIND}", f"unknown statement "
+                                      f"{type(s).__name__}", "expected CPU loop IR"))
 
     def expr(self, e) -> str:
         if isinstance(e, Const):
