@@ -1,8 +1,15 @@
-"""The ``polytile`` command line: ``tune``, ``records``, ``run``, ``templates``.
+"""The ``polytile`` command line: ``tune``, ``records``, ``run``, ``templates``,
+``targets``, ``pipeline``.
 
 Exit codes: 0 success, 2 usage error (argparse's message), 1 any other error (a one-line
 cause; ``--debug`` shows the traceback), 130 when Ctrl-C stops a command (a tuning log
-stays valid and ``--resume`` continues it).
+stays valid and ``--resume`` continues it). ``POLYTILE_LOG=debug`` (or ``info``,
+``trace``) sends polytile's log to stderr: each lowering phase and its time (``trace``:
+and its output).
+
+Each command imports the modules it needs when it runs, not at the top: ``polytile
+--help``, ``records`` and ``templates`` start in about 0.1 s instead of 0.5 s (islpy,
+llvmlite and xgboost are not loaded).
 """
 
 from __future__ import annotations
@@ -313,7 +320,7 @@ def _cmd_run(a) -> int:
     import polytile
     from polytile.autotune import apply_history_best, get_template, load_best
     from polytile.autotune.dispatch import canonical_target
-    from polytile.autotune.worker import make_inputs, output_positions, outputs_match
+    from polytile.autotune.data import make_inputs, output_positions, outputs_match
     from polytile.schedule.pipeline import lower
     from polytile.targets.llvm.runtime import set_num_threads
 
