@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from polytile.errors import InternalError, ScheduleError, format_error
-from polytile.te.expr import Expr, IterVar, Not, Reduce, Select, TensorRead, Var
+from polytile.te.expr import And, Expr, IterVar, Not, Or, Reduce, Select, TensorRead, Var
 from polytile.te.reduction import accumulation_dtype
 from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
 from polytile.te.visitor import ExprMutator, ExprVisitor, substitute
@@ -300,6 +300,21 @@ class _Reads(ExprVisitor):
         self.visit(e.false_value)
         self.guards.pop()
 
+    # ``and``/``or`` short-circuit in every backend (the interpreter, LLVM's lazy operands,
+    # C's ``&&``/``||``): reads on the right run only where the left decides nothing, so a
+    # where= such as rfactor's ``range guard and A[k] > 0`` reads A only inside the range
+    def visit_And(self, e: And):
+        self.visit(e.a)
+        self.guards.append(e.a)
+        self.visit(e.b)
+        self.guards.pop()
+
+    def visit_Or(self, e: Or):
+        self.visit(e.a)
+        self.guards.append(Not("bool", e.a))
+        self.visit(e.b)
+        self.guards.pop()
+
     def visit_Reduce(self, e: Reduce):
         if e.condition is not None:
             self.visit(e.condition)
@@ -476,9 +491,10 @@ def check_definitions(sch: Schedule, stage_of: dict) -> None:
     Runs once per ``lower`` on the definitions as written, before ``compute_inline``
     substitutes bodies, and independent of any other schedule primitive: a read that the
     schedule would never execute (its consumer is inlined, attached to a smaller region,
-    or split with a guard) is still refused. A read guarded by ``te.if_then_else`` or a
-    reduction's ``where=`` is checked only where its guard holds; reads whose index or
-    guard isl cannot express are left to the run-time checks.
+    or split with a guard) is still refused. A read guarded by ``te.if_then_else``, a
+    reduction's ``where=`` or the left operand of a short-circuit ``and``/``or`` is checked
+    only where its guard lets it run; reads whose index or guard isl cannot express are
+    left to the run-time checks.
 
     Raises
     ------
