@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from polytile.errors import InternalError, ScheduleError, format_error
+from polytile.te.depth import check_depth
 from polytile.te.expr import And, Expr, IterVar, Not, Or, Reduce, Select, TensorRead, Var
 from polytile.te.reduction import accumulation_dtype
 from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
@@ -273,12 +274,13 @@ class _Reads(ExprVisitor):
         self.stage_of = stage_of
         self.guards: list[Expr] = []
         self.out: list[ReadInfo] = []
+        self.memo: dict = {}     # condition texts: guards of a long and-chain share prefixes
         self.in_init = False
 
     def _guard(self) -> str | None:
         parts = []
         for g in self.guards:
-            s = iu.condition_str(g, self.names)
+            s = iu.condition_str(g, self.names, memo=self.memo)
             if s is None:
                 return None
             parts.append(s)
@@ -404,6 +406,11 @@ def build_model(sch: Schedule, args, *, padded: bool = False) -> Model:
     stage_of = _stage_index(sch)
     names = _unique_names(sch)
     bodies = inline_bodies(sch, stage_of)
+    for st in sch.stages:
+        body = bodies.get(id(st))
+        if body is not None and st.attach_type != "inline" and body is not st.op.body[0]:
+            # inlining adds the depth of a producer to its consumer's
+            check_depth(body, "lower", st.name, " after compute_inline of its producers")
     buffers, params = _params(sch, args, stage_of, names)
     plans: list[StagePlan] = []
     plan_of: dict = {}
