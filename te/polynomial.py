@@ -158,9 +158,11 @@ def from_expr(e: Expr, env: dict, mod: int | None, nvars: int, atoms=None) -> Po
                 if b.is_const() and b.const_value() != 0:
                     return go(x.a) * Poly.const(1 / Fraction(b.const_value()), mod, nvars)
             if x.op == "shl" and mod is not None:
+                # x << c == x * 2**c modulo 2**bits for 0 <= c < bits (larger: undefined)
                 b = go(x.b)
-                if b.is_const() and 0 <= _signed(b.const_value(), mod) < 64:
-                    return go(x.a) * Poly.const(1 << _signed(b.const_value(), mod), mod, nvars)
+                c = _signed(b.const_value(), mod) if b.is_const() else -1
+                if 0 <= c < mod.bit_length() - 1:
+                    return go(x.a) * Poly.const(1 << c, mod, nvars)
             raise NotPolynomial(f"the operation {x.op!r}")
         if t is Call:
             raise NotPolynomial(f"the call {x.name}(...)")
