@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from polytile.te.depth import deep
 from polytile.te.expr import Expr, Var, register_node
 from polytile.te.printer import ExprPrinter
 
@@ -352,12 +353,13 @@ class _IRPrinter(ExprPrinter):
         return super().print_Const(e)
 
     def print_Load(self, e: Load) -> str:
-        return f"{e.buffer.name}[{', '.join(self(i) for i in e.indices)}]"
+        return f"{e.buffer.name}[{', '.join(self.print(i) for i in e.indices)}]"
 
 
 _P = _IRPrinter()
 
 
+@deep("print")
 def expr_str(e: Expr) -> str:
     """Text of an expression that may contain :class:`Load`."""
     return _P(e)
@@ -415,6 +417,7 @@ def _lines(s: Stmt, ind: str, out: list) -> None:
         raise TypeError(f"no printer for {type(s).__name__}")
 
 
+@deep("print")
 def stmt_str(s: Stmt, indent: str = "") -> str:
     """Deterministic text of a statement."""
     out: list[str] = []

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 
+from polytile.te.depth import deep
 from polytile.te.expr import Var
 from polytile.te.visitor import collect
 
@@ -49,6 +50,7 @@ PASSES = (
 )
 
 
+@deep("lower")
 def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = False) -> PrimFunc:
     """Lower schedule ``sch`` to a loop-IR function with parameters ``args``.
 
@@ -119,6 +121,7 @@ def _lower_kernel(model, kernel, name: str) -> KernelLaunch:
     return KernelLaunch(name, kernel.grid, kernel.block, tvars, body)
 
 
+@deep("build")
 def finalize(func: PrimFunc) -> PrimFunc:
     """Target-independent lowering after ``lower``: flatten storage to 1-D offsets, then
     fold the constant index arithmetic that flattening creates."""

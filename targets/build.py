@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from polytile.errors import TargetError, format_error
 from polytile.schedule.loop_ir import PrimFunc
+from polytile.te.depth import deep
 
 from .target import Target
 
 
+@deep("build")
 def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "main",
           **options):
     """Compile ``sch_or_func`` into a callable module.

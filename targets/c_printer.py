@@ -42,6 +42,7 @@ from polytile.schedule.loop_ir import (Allocate, Assert, Buffer, Evaluate, For, 
                                        KernelLaunch, LetStmt, PrimFunc, Seq, Stmt, Store, Sync,
                                        stmt_str, walk_stmts)
 from polytile.te import dtype as dt
+from polytile.te.depth import deep
 from polytile.te.expr import Binary, Const, Var
 from polytile.te.visitor import substitute
 
@@ -471,6 +472,7 @@ class CPrinter(CExprPrinter):
             self.who, f"kernel {s.name!r} is launched inside kernel {self.kname!r}",
             "expected kernel launches only at the top level of the function"))
 
+@deep("build")
 def print_c_module(func: PrimFunc, dialect: CDialect, fast_math: bool = False) -> CModule:
     """Print ``func`` as C source in ``dialect``.
 

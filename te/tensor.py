@@ -15,6 +15,7 @@ from polytile.errors import format_error
 from . import dtype as dt
 from .expr import (Expr, ExprOp, IterVar, Range, Reduce, TensorRead, Var, building_body,
                    convert)
+from .depth import check_depth
 from .visitor import collect
 
 
@@ -288,6 +289,8 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
         body = convert(body)
     except TypeError as exc:
         raise TypeError(f"compute {name!r}: {exc}") from None
+    # before any pass recurses into it: a body deeper than polytile handles is named here
+    check_depth(body, f"compute {name!r}", name)
     reduce_axes: tuple = ()
     if isinstance(body, Reduce):
         reduce_axes = body.axis
