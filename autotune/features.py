@@ -31,6 +31,7 @@ from polytile.schedule.kinds import LoopKind
 from polytile.schedule.loop_ir import (Allocate, For, IfThenElse, LetStmt, Load, PrimFunc,
                                        Seq, Store)
 from polytile.te import dtype as dt
+from polytile.te.depth import deep
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Not, Or, Select, Var)
 from polytile.te.visitor import collect
 
@@ -171,6 +172,7 @@ def _itemsize(dtype: str) -> int:
         return 4
 
 
+@deep("extract_features")
 def extract_features(func: PrimFunc) -> list[float]:
     """The feature vector (length :data:`N_FEATURES`) of a lowered function; flat (after
     ``finalize``) or multi-dimensional indices are both accepted (the last index is used

@@ -176,10 +176,11 @@ def _check_order(model: Model, deps: dict) -> None:
         d = deps[id(p)]
         if d is None:
             continue
-        # dependences among update instances are those of a reduction whose fold does not
-        # depend on the order of its values (te.sum/max/min, any commutative and
-        # associative combiner): any order of the updates computes the same value. A
-        # user combiner such as Horner's `2 * x + y` keeps them, so reorder is checked.
+        # dependences among update instances are those of a reduction whose fold is proven
+        # not to depend on the order of its values (te.sum/max/min, any proven commutative
+        # and associative combiner): any order of the updates computes the same value. A
+        # user combiner such as Horner's `2 * x + y`, or one whose law cannot be proven,
+        # keeps them, so reorder is checked.
         unordered = reorder_violation(p.body.combiner)
         if unordered is None:
             upd = p.stmts[1]
@@ -197,9 +198,13 @@ def _check_order(model: Model, deps: dict) -> None:
         if not back.is_empty():
             bad = d.intersect(t.apply_range(isl.UnionMap.from_map(isl.Map.lex_ge(sp)))
                               .apply_range(t.reverse()))
+            name = p.body.combiner.name
             hint = None if unordered is None else (
-                f"the combiner {p.body.combiner.name!r} is order-dependent ({unordered}), so "
-                f"the reduction loops must keep their order")
+                f"the combiner {name!r} is order-dependent ({unordered}), so the reduction "
+                f"loops must keep their order" if unordered.refuted else
+                f"polytile cannot prove that the fold of the combiner {name!r} is "
+                f"independent of the order of its values ({unordered}), so the reduction "
+                f"loops must keep their order")
             raise ScheduleError(format_error(
                 "reorder", f"the loop order of stage {p.name!r} runs a dependent instance "
                 f"before its source", "every dependence must point forward",

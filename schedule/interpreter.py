@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from polytile.te import dtype as dt
+from polytile.te.depth import deep
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select, Var)
 
 from .loop_ir import (Allocate, Assert, Buffer, Evaluate, For, IfThenElse, KernelLaunch,
@@ -229,6 +230,7 @@ def _poison(dtype: str):
     return np.iinfo(dtype).max
 
 
+@deep("run")
 def run(func: PrimFunc, *args) -> None:
     """Execute ``func`` on numpy arrays (buffers, modified in place) and scalars.
 

@@ -157,19 +157,27 @@ _NEG = {"eq": "ne", "ne": "eq", "lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}
 _ISL_CMP = {"eq": "=", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
-def condition_str(e: Expr, names: dict, negate: bool = False) -> str | None:
+def condition_str(e: Expr, names: dict, negate: bool = False,
+                  memo: dict | None = None) -> str | None:
     """isl syntax of a boolean condition built from affine comparisons, ``and``, ``or``,
-    ``not`` (``None`` when any part is not affine)."""
+    ``not`` (``None`` when any part is not affine). ``memo`` (a dict kept by the caller)
+    remembers the text of ``and``/``or`` nodes, for callers that ask about every prefix
+    of a long chain."""
     if isinstance(e, Const) and e.dtype == "bool":
         return "1 = 1" if bool(e.value) != negate else "1 = 0"
     if isinstance(e, Not):
-        return condition_str(e.a, names, not negate)
+        return condition_str(e.a, names, not negate, memo)
     if isinstance(e, (And, Or)):
-        a, b = condition_str(e.a, names, negate), condition_str(e.b, names, negate)
-        if a is None or b is None:
-            return None
+        key = (id(e), negate)
+        if memo is not None and key in memo:
+            return memo[key]
+        a = condition_str(e.a, names, negate, memo)
+        b = None if a is None else condition_str(e.b, names, negate, memo)
         conj = isinstance(e, And) != negate
-        return f"({a} {'and' if conj else 'or'} {b})"
+        out = None if b is None else f"({a} {'and' if conj else 'or'} {b})"
+        if memo is not None:
+            memo[key] = out
+        return out
     if isinstance(e, Cmp):
         if not dt.is_int(e.a.dtype):
             return None

@@ -32,8 +32,10 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from polytile.errors import InternalError
+from polytile.te.depth import deep
 from polytile.te.expr import Const, Expr, Var, register_node
 from polytile.te.printer import ExprPrinter
+
 from .kinds import LoopKind
 
 
@@ -365,12 +367,13 @@ class _IRPrinter(ExprPrinter):
         return super().print_Const(e)
 
     def print_Load(self, e: Load) -> str:
-        return f"{e.buffer.name}[{', '.join(self(i) for i in e.indices)}]"
+        return f"{e.buffer.name}[{', '.join(self.print(i) for i in e.indices)}]"
 
 
 _P = _IRPrinter()
 
 
+@deep("print")
 def expr_str(e: Expr) -> str:
     """Text of an expression that may contain :class:`Load`."""
     return _P(e)
@@ -441,6 +444,7 @@ class _Printer(StmtFunctor):
 _PRINTER = _Printer()
 
 
+@deep("print")
 def stmt_str(s: Stmt, indent: str = "") -> str:
     """Deterministic text of a statement."""
     out: list[str] = []

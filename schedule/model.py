@@ -42,7 +42,8 @@ from __future__ import annotations
 import islpy as isl
 
 from polytile.errors import InternalError, fail
-from polytile.te.expr import Expr, Not, Reduce, Select, TensorRead, Var
+from polytile.te.depth import check_depth
+from polytile.te.expr import And, Expr, Not, Or, Reduce, Select, TensorRead, Var
 from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
 from polytile.te.visitor import ExprMutator, ExprVisitor, substitute
 
@@ -94,12 +95,13 @@ class _Reads(ExprVisitor):
         self.stage_of = stage_of
         self.guards: list[Expr] = []
         self.out: list[ReadInfo] = []
+        self.memo: dict = {}     # condition texts: guards of a long and-chain share prefixes
         self.in_init = False
 
     def _guard(self) -> str | None:
         parts = []
         for g in self.guards:
-            s = iu.condition_str(g, self.names)
+            s = iu.condition_str(g, self.names, memo=self.memo)
             if s is None:
                 return None
             parts.append(s)
@@ -119,6 +121,21 @@ class _Reads(ExprVisitor):
         self.visit(e.true_value)
         self.guards[-1] = Not("bool", e.cond)
         self.visit(e.false_value)
+        self.guards.pop()
+
+    # ``and``/``or`` short-circuit in every backend (the interpreter, LLVM's lazy operands,
+    # C's ``&&``/``||``): reads on the right run only where the left decides nothing, so a
+    # where= such as rfactor's ``range guard and A[k] > 0`` reads A only inside the range
+    def visit_And(self, e: And):
+        self.visit(e.a)
+        self.guards.append(e.a)
+        self.visit(e.b)
+        self.guards.pop()
+
+    def visit_Or(self, e: Or):
+        self.visit(e.a)
+        self.guards.append(Not("bool", e.a))
+        self.visit(e.b)
         self.guards.pop()
 
     def visit_Reduce(self, e: Reduce):
@@ -208,6 +225,11 @@ def build_model(sch: Schedule, args, *, padded: bool = False) -> Model:
     stage_of = _stage_index(sch)
     names = _unique_names(sch)
     bodies = inline_bodies(sch, stage_of)
+    for st in sch.stages:
+        body = bodies.get(id(st))
+        if body is not None and st.attach_type != "inline" and body is not st.op.body[0]:
+            # inlining adds the depth of a producer to its consumer's
+            check_depth(body, "lower", st.name, " after compute_inline of its producers")
     buffers, params = _params(sch, args, stage_of, names)
     plans: list[StagePlan] = []
     plan_of: dict = {}
@@ -295,9 +317,10 @@ def check_definitions(sch: Schedule, stage_of: dict) -> None:
     Runs once per ``lower`` on the definitions as written, before ``compute_inline``
     substitutes bodies, and independent of any other schedule primitive: a read that the
     schedule would never execute (its consumer is inlined, attached to a smaller region,
-    or split with a guard) is still refused. A read guarded by ``te.if_then_else`` or a
-    reduction's ``where=`` is checked only where its guard holds; reads whose index or
-    guard isl cannot express are left to the run-time checks.
+    or split with a guard) is still refused. A read guarded by ``te.if_then_else``, a
+    reduction's ``where=`` or the left operand of a short-circuit ``and``/``or`` is checked
+    only where its guard lets it run; reads whose index or guard isl cannot express are
+    left to the run-time checks.
 
     Raises
     ------

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 
 from polytile.backend import Target, backends
 from polytile.errors import ScheduleError, format_error
+from polytile.te.depth import deep
 from polytile.te.expr import Var
 from polytile.te.visitor import collect
 
@@ -242,6 +243,7 @@ PHASE_NAMES = tuple(p.name for p in PHASES)
 
 
 # ------------------------------------------------------------------------------ driver
+@deep("lower")
 def lower(sch: Schedule, args, name: str = "main", target: str | Target | None = None,
           simple_mode: bool = False, *, stop_after: str | None = READABLE,
           dump: bool | str | Iterable[str] = False, who: str = "lower") -> PrimFunc:
@@ -326,6 +328,7 @@ def run_backend_passes(func: PrimFunc, target: Target) -> PrimFunc:
     return run_passes(func, target.backend.passes(target))
 
 
+@deep("build")
 def finalize(func: PrimFunc) -> PrimFunc:
     """The ``storage_flattening`` phase alone: flatten storage to 1-D offsets, then fold
     the constant index arithmetic that flattening creates."""

@@ -15,8 +15,9 @@ so the partial sums over ``ko`` can run in parallel over ``ki``. Exactness rules
   reduction (a ``where``, or a ``select`` when no reduce loop is left), before the user's
   ``where``; reads stay guarded, so window offsets past the window are never read.
 * ``factor_axis`` counts from the end when negative (TVM, Python).
-* The combiner must be commutative and associative with an identity
-  (:func:`polytile.te.algebra.rfactor_violation`); otherwise rfactor refuses.
+* The combiner must be *proven* commutative and associative with an identity
+  (:func:`polytile.te.algebra.rfactor_violation`); otherwise rfactor refuses, saying
+  whether the law fails or cannot be proven.
 * Partials of a float16/bfloat16 reduction that rounds (all but max/min) are float32; the
   final reduction reads them unrounded and combines them in its accumulator.
 * Stages computed at a reduction loop move with that loop into ``BF``.
@@ -30,7 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from polytile.errors import ScheduleError, fail, format_error
-from polytile.te.algebra import rfactor_violation
+from polytile.te.algebra import PROVABLE, rfactor_violation
 from polytile.te.reduction import accumulation_dtype, widened
 from polytile.te.expr import (CommReducer, IterVar, Range, Reduce, TensorRead, Var, cast,
                               logical_and, select)
@@ -110,13 +111,23 @@ def _normalise_factor_axis(stage: Stage, factor_axis, ndim: int) -> int:
 
 def _check_combiner(stage: Stage, comb: CommReducer, primitive: str = "rfactor") -> None:
     why = rfactor_violation(comb)
-    if why is not None:
+    if why is None:
+        return
+    ctx = {"Combiner": f"f(x, y) = {comb.result}, identity {comb.identity}"}
+    if why.refuted:
         raise ScheduleError(format_error(
             primitive, f"the combiner {comb.name!r} of stage {stage.name!r} is not a "
             f"commutative, associative reducer with an identity: {why}",
             "partial reductions are combined in another order and grouping than the "
-            "sequential fold", Combiner=f"f(x, y) = {comb.result}, identity {comb.identity}",
+            "sequential fold", **ctx,
             hint="keep this reduction sequential, or fix te.comm_reducer's fcombine/fidentity"))
+    raise ScheduleError(format_error(
+        primitive, f"polytile cannot prove that the combiner {comb.name!r} of stage "
+        f"{stage.name!r} is a commutative, associative reducer with an identity: {why}",
+        "partial reductions are combined in another order and grouping than the sequential "
+        "fold, which is only exact for a proven combiner", **ctx,
+        hint=f"keep this reduction sequential (no rfactor, cross-thread bind or reorder of "
+        f"its reduction loops); the laws are proven for {PROVABLE}"))
 
 
 def _partial_combiner(red: Reduce) -> CommReducer:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from polytile.errors import ScheduleError, format_error
+from polytile.te.depth import deep
 from polytile.te.expr import IterVar
 from polytile.te.tensor import Operation, Tensor
 
@@ -92,6 +93,7 @@ class Schedule:
         self.stage_map[op] = st
         return st
 
+    @deep("cache_read")
     def cache_read(self, tensor: Tensor, scope: str, readers) -> Tensor:
         """Copy ``tensor`` into ``scope`` ("shared", "local" or "global") for ``readers``;
         see :func:`polytile.schedule.cache.cache_read`."""
@@ -101,6 +103,7 @@ class Schedule:
         self.trace.append(Step("cache_read", self[tensor].name, (scope, tuple(names))))
         return out
 
+    @deep("rfactor")
     def rfactor(self, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Tensor:
         """Factor the reduction of ``tensor`` over its reduce loop ``axis`` into partial
         reductions; see :func:`polytile.schedule.rfactor.rfactor`."""
@@ -110,6 +113,7 @@ class Schedule:
         self.trace.append(Step("rfactor", st.name, (iv, factor_axis)))
         return out
 
+    @deep("cache_write")
     def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
         """Compute ``tensor`` into a cache in ``scope``; see
         :func:`polytile.schedule.cache.cache_write`."""

@@ -6,10 +6,12 @@ from polytile.backend import Target
 from polytile.errors import TargetError, format_error
 from polytile.schedule.loop_ir import PrimFunc
 from polytile.schedule.pipeline import lower, run_backend_passes
+from polytile.te.depth import deep
 
 from .module import Module
 
 
+@deep("build")
 def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "main",
           **options) -> Module:
     """Compile ``sch_or_func`` into a callable module.

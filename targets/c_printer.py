@@ -44,6 +44,7 @@ from polytile.schedule.loop_ir import (FOR_KINDS, Allocate, Assert, Buffer, Eval
                                        IfThenElse, KernelLaunch, LetStmt, PrimFunc, Seq, Stmt,
                                        StmtFunctor, Store, Sync, stmt_str, walk_stmts)
 from polytile.te import dtype as dt
+from polytile.te.depth import deep
 from polytile.te.expr import Binary, Const, Var
 from polytile.te.visitor import substitute
 
@@ -480,6 +481,7 @@ class CPrinter(CExprPrinter, StmtFunctor):
             self.who, f"kernel {s.name!r} is launched inside kernel {self.kname!r}",
             "expected kernel launches only at the top level of the function"))
 
+@deep("build")
 def print_c_module(func: PrimFunc, dialect: CDialect, fast_math: bool = False,
                    limits: DeviceLimits | None = None) -> CModule:
     """Print ``func`` as C source in ``dialect``.

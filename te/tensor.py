@@ -14,6 +14,7 @@ from polytile.errors import (DefinitionIndexError, DefinitionTypeError, Definiti
                              format_error)
 
 from . import dtype as dt
+from .depth import check_depth
 from .expr import (Expr, ExprOp, IterVar, Range, Reduce, TensorRead, Var, binary,
                    building_body, convert)
 from .visitor import collect
@@ -299,6 +300,8 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
         body = convert(body)
     except TypeError as exc:
         raise DefinitionTypeError(f"compute {name!r}: {exc}") from None
+    # before any pass recurses into it: a body deeper than polytile handles is named here
+    check_depth(body, f"compute {name!r}", name)
     reduce_axes: tuple = ()
     if isinstance(body, Reduce):
         reduce_axes = body.axis

@@ -58,28 +58,46 @@ class ExprMutator:
         return dataclasses.replace(e, **changes) if changes else e
 
 
+def _children(e):
+    for f in child_fields(e):
+        v = getattr(e, f)
+        if isinstance(v, tuple):
+            yield from (x for x in v if isinstance(x, Expr))
+        elif isinstance(v, Expr):
+            yield v
+
+
 def post_order_visit(e: Expr, fn: Callable[[Expr], None]) -> None:
-    """Call ``fn`` on every sub-expression of ``e``, children before parents."""
-
-    class _V(ExprVisitor):
-        def visit(self, x):
-            super().visit(x)
+    """Call ``fn`` on every sub-expression of ``e``, children before parents (each
+    occurrence of a shared node). Iterative: any depth (see :mod:`polytile.te.depth`)."""
+    stack = [(e, False)]
+    while stack:
+        x, expanded = stack.pop()
+        if expanded:
             fn(x)
-
-    _V().visit(e)
+            continue
+        stack.append((x, True))
+        stack.extend((c, False) for c in reversed(list(_children(x))))
 
 
 def collect(e: Expr, cls: type | tuple) -> list:
-    """All sub-expressions of ``e`` that are instances of ``cls``, in post order, unique."""
+    """All sub-expressions of ``e`` that are instances of ``cls``, in post order, unique.
+    Iterative, and each shared node is walked once: in post order every node below a node
+    is listed before it, so a second walk of a finished node lists nothing new."""
     out: list = []
-    seen: set[int] = set()
-
-    def f(x):
-        if isinstance(x, cls) and id(x) not in seen:
-            seen.add(id(x))
-            out.append(x)
-
-    post_order_visit(e, f)
+    done: set[int] = set()
+    stack = [(e, False)]
+    while stack:
+        x, expanded = stack.pop()
+        if id(x) in done:
+            continue
+        if expanded:
+            done.add(id(x))
+            if isinstance(x, cls):
+                out.append(x)
+            continue
+        stack.append((x, True))
+        stack.extend((c, False) for c in reversed(list(_children(x))) if id(c) not in done)
     return out
 
 

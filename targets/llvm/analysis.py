@@ -66,6 +66,37 @@ def may_trap(e: Expr, done: set[int] = frozenset()) -> bool:
     return False
 
 
+#: conditions with more nodes are not searched for nodes shared with the operands
+_SHARED_SEARCH = 256
+
+
+def traps_after(cond: Expr, *operands: Expr) -> bool:
+    """:func:`may_trap` of any of ``operands`` once ``cond`` was evaluated. The nodes of
+    ``cond`` are collected only when an operand may trap at all, and only up to
+    ``_SHARED_SEARCH`` of them (beyond, the answer is a conservative ``True``: the operand
+    is evaluated lazily behind a branch), so a deep chain of ``and``/``or``/``select``
+    costs linear time, not quadratic."""
+    if not any(may_trap(o) for o in operands):
+        return False
+    done = _ids_up_to(cond, _SHARED_SEARCH)
+    return done is None or any(may_trap(o, done) for o in operands)
+
+
+def _ids_up_to(e: Expr, limit: int) -> set[int] | None:
+    """:func:`node_ids` of ``e``, or ``None`` when it has more than ``limit`` nodes."""
+    out: set[int] = set()
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if id(x) in out:
+            continue
+        out.add(id(x))
+        if len(out) > limit:
+            return None
+        stack.extend(_children(x))
+    return out
+
+
 def _expr_symbols(e: Expr, out: dict) -> None:
     stack = [e]
     seen: set[int] = set()

@@ -39,7 +39,7 @@ from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or
                               Var)
 
 from . import intrinsics as llx
-from .analysis import may_trap, node_ids
+from .analysis import traps_after
 from .intrinsics import I1, I8, I8P, I32, I64
 from .parallel import emit_parallel
 from .vectorize import emit_vectorized
@@ -347,12 +347,12 @@ class CodeGen(StmtFunctor):
         return llx.compare(self.b, e.op, self.expr(e.a), self.expr(e.b), e.a.dtype)
 
     def expr_And(self, e: And) -> ir.Value:
-        if may_trap(e.b, node_ids(e.a)):
+        if traps_after(e.a, e.b):
             return self.expr(Select("bool", e.a, e.b, Const("bool", False)))
         return self.b.and_(self.expr(e.a), self.expr(e.b))
 
     def expr_Or(self, e: Or) -> ir.Value:
-        if may_trap(e.b, node_ids(e.a)):
+        if traps_after(e.a, e.b):
             return self.expr(Select("bool", e.a, Const("bool", True), e.b))
         return self.b.or_(self.expr(e.a), self.expr(e.b))
 
@@ -361,8 +361,7 @@ class CodeGen(StmtFunctor):
 
     def expr_Select(self, e: Select) -> ir.Value:
         cond = self.expr(e.cond)
-        done = node_ids(e.cond)
-        if not (may_trap(e.true_value, done) or may_trap(e.false_value, done)):
+        if not traps_after(e.cond, e.true_value, e.false_value):
             return self.b.select(cond, self.expr(e.true_value), self.expr(e.false_value))
         return self.branch_select(cond, lambda: self.expr(e.true_value),
                                   lambda: self.expr(e.false_value))

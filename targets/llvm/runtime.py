@@ -3,7 +3,10 @@
 Compilation: the llvmlite IR of :func:`.codegen.codegen_llvm` is parsed and verified,
 optimised by LLVM's new pass manager (``create_pass_builder`` with
 ``PipelineTuningOptions``: the target's opt level, default O3, loop and SLP vectorization on)
-for a target machine of the target's CPU name and features, and compiled by MCJIT. libm
+for a target machine of the target's CPU name and features, and compiled by MCJIT (a
+function with a basic block of more than ``BIG_BLOCK`` instructions, such as a sum of
+thousands of terms, gets LLVM's fast instruction selector, with a warning: the default one
+takes time quadratic in the block, minutes at 20,000 terms). libm
 (``tanhf``, ``erf``...) and libgomp (``GOMP_parallel``, ``omp_get_thread_num``...) are loaded
 into the process once with ``load_library_permanently`` so that the JIT resolves them.
 
@@ -27,7 +30,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from polytile.backend import Target
-from polytile.errors import BuildError, TargetError, format_error
+from polytile.errors import BuildError, TargetError, format_error, warn
 from polytile.schedule.loop_ir import Buffer, PrimFunc, asserts
 from polytile.te.expr import Var
 
@@ -106,6 +109,33 @@ def _target_machine(target: Target, jit: bool = True):
                                      opt=target.opt_level, reloc="pic", codemodel="default")
 
 
+#: instructions in one basic block beyond which code generation uses the fast selector
+BIG_BLOCK = 20_000
+
+
+def _largest_block(mod) -> int:
+    return max((sum(1 for _ in b.instructions) for f in mod.functions for b in f.blocks),
+               default=0)
+
+
+def _codegen_machine(mod, tm, target: Target, name: str):
+    """``tm``, or one at codegen opt level 0 (fast instruction selection) when ``mod`` has
+    a basic block beyond :data:`BIG_BLOCK` instructions (the IR stays optimised)."""
+    big = _largest_block(mod)
+    if big <= BIG_BLOCK:
+        return tm
+    warn(format_error(
+        "build", f"function {name!r} has a basic block of {big} LLVM instructions, so it is "
+        f"compiled with LLVM's fast instruction selector (the default one takes time "
+        f"quadratic in the block's size)", "expected blocks of at most "
+        f"{BIG_BLOCK} instructions for full code generation",
+        hint="reduce over a te.reduce_axis instead of summing thousands of terms in one "
+        "expression"))
+    tgt = llvm.Target.from_triple(llvm.get_process_triple())
+    return tgt.create_target_machine(cpu=target.cpu, features=target.feature_string, opt=0,
+                                     jit=True)
+
+
 def optimize(mod, tm, opt_level: int) -> None:
     """Run LLVM's default pipeline at ``opt_level`` with loop and SLP vectorization on."""
     pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
@@ -166,7 +196,8 @@ class LLVMModule(Module):
         self._opt_text = str(mod)
         self._tm = tm
         self._asm = None
-        self._engine = llvm.create_mcjit_compiler(mod, tm)
+        self._engine = llvm.create_mcjit_compiler(mod, _codegen_machine(mod, tm, target,
+                                                                        func.name))
         self._engine.finalize_object()
         addr = self._engine.get_function_address(func.name)
         argtypes = [ctypes.c_void_p if isinstance(p, Buffer) else SCALAR_CTYPES[p.dtype]

@@ -47,7 +47,7 @@ from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or
                               Var, child_fields)
 
 from . import intrinsics as llx
-from .analysis import depends_on, has_inner_for, may_trap, node_ids, varying_vars
+from .analysis import depends_on, has_inner_for, traps_after, varying_vars
 from .intrinsics import I1, I8, I32, I64
 
 if TYPE_CHECKING:
@@ -173,8 +173,7 @@ def _lazy_ok(e: Expr, vs: set) -> bool:
         else:
             cond, ops = None, ()
         if cond is not None and depends_on(cond, vs):
-            done = node_ids(cond)
-            if any(may_trap(o, done) for o in ops):
+            if traps_after(cond, *ops):
                 return False
         for f in child_fields(x):
             v = getattr(x, f)
@@ -362,7 +361,7 @@ class _Widener(StmtFunctor):
         return _vec(llx.compare(self.b, e.op, self.vec(a), self.vec(b), e.a.dtype), "bool")
 
     def _logic(self, e, lazy: Select, op) -> LaneValue:
-        if may_trap(e.b, node_ids(e.a)):
+        if traps_after(e.a, e.b):
             return self.ev(lazy)
         a, b = self.ev(e.a), self.ev(e.b)
         if a.kind == "uniform" and b.kind == "uniform":
@@ -382,8 +381,7 @@ class _Widener(StmtFunctor):
 
     def ev_Select(self, e: Select) -> LaneValue:
         c = self.ev(e.cond)
-        done = node_ids(e.cond)
-        lazy = may_trap(e.true_value, done) or may_trap(e.false_value, done)
+        lazy = traps_after(e.cond, e.true_value, e.false_value)
         if c.kind != "uniform" or not lazy:  # can_widen: a varying cond has safe operands
             t, f = self.ev(e.true_value), self.ev(e.false_value)
             if c.kind == t.kind == f.kind == "uniform":
