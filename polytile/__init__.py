@@ -11,6 +11,23 @@ __version__ = "0.1.0"
 
 from .errors import (BuildError, InternalError, LoweringError, PolytileError, ScheduleError,
                      TargetError, TuneError)
+from . import logconfig as _logconfig
+
+
+def _log_from_env() -> None:
+    # a bad POLYTILE_LOG must not make ``import polytile`` fail: warn and log nothing
+    import warnings
+
+    try:
+        level = _logconfig.level_from_env()
+    except ValueError as e:
+        warnings.warn(f"{e}; polytile logs nothing", stacklevel=3)
+        return
+    if level is not None:
+        _logconfig.configure(level)
+
+
+_log_from_env()
 
 
 # The functions below import their modules when called, not at the top: ``import polytile``

@@ -420,21 +420,15 @@ def _cmd_pipeline(a) -> int:
 
 
 def _configure_logging() -> None:
-    """``POLYTILE_LOG=debug`` (or ``info``, ``trace``: every phase's output) sends
-    polytile's log to stderr; the one environment variable polytile reads."""
-    level = os.environ.get("POLYTILE_LOG", "").strip().lower()
-    if not level:
-        return
-    import logging
+    """Apply ``POLYTILE_LOG`` (see :mod:`polytile.logconfig`); a bad value is a usage error."""
+    from polytile.logconfig import configure, level_from_env
 
-    num = {"trace": logging.DEBUG - 1}.get(level, getattr(logging, level.upper(), None))
-    if not isinstance(num, int):
-        raise _Fail(f"POLYTILE_LOG={level!r}: expected trace, debug, info or warning")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
-    root = logging.getLogger("polytile")
-    root.addHandler(handler)
-    root.setLevel(num)
+    try:
+        level = level_from_env()
+    except ValueError as e:
+        raise _Fail(str(e)) from None
+    if level is not None:
+        configure(level)
 
 
 # --------------------------------------------------------------------------- main

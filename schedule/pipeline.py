@@ -36,7 +36,7 @@ backend_passes        the target backend's own passes (``Backend.passes``: index
 nest (one index per dimension). ``build`` runs every phase (``stop_after=None``).
 
 Debugging: each phase is logged (logger ``polytile.lower``, level DEBUG: its time, and
-its output at level DEBUG-1; the ``polytile`` CLI sets the level from ``POLYTILE_LOG``),
+its output at level DEBUG-1; ``POLYTILE_LOG`` sets the level, see :mod:`polytile.logconfig`),
 and ``lower(..., dump=True)`` prints what each phase produced (``dump="ast"`` or a list of
 names for some of them). ``describe()`` prints the table with a target's own passes.
 """
