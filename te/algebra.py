@@ -292,6 +292,10 @@ def _exact_exp(g: str, e: Expr):
         return Fraction(0)
     if not isinstance(v, Fraction):
         return None
+    if v <= -2048:
+        # underflows to exactly 0 in every float dtype (e**-745 is below float64's
+        # smallest subnormal): te.min_value, TVM's finite identity of max-like reducers
+        return Fraction(0)
     if v == 0:
         return Fraction(1)
     if g == "exp2" and v.denominator == 1:
