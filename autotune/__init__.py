@@ -10,6 +10,7 @@ all of it. Design: AutoTVM (TVM OSDI 2018; Chen et al., NeurIPS 2018), in our ow
 from __future__ import annotations
 
 from .cost_model import XGBCostModel
+from .data import measure_numpy
 from .dispatch import ApplyHistoryBest, apply_history_best, canonical_target, load_best
 from .measure import LocalMeasurer, MeasureOptions, MeasureResult
 from .records import (ERROR_CODES, SCHEMA_VERSION, Record, RecordWarning, RecordWriter,
@@ -18,7 +19,7 @@ from .space import (AnnotateEntity, ConfigEntity, ConfigSpace, OtherOptionEntity
                     ReorderEntity, SplitEntity)
 from .template import (FallbackWarning, Template, Workload, get_config, get_template,
                        registered, template)
-from .tune import DEFAULT_TRIALS, TuneResult, measure_numpy, tune
+from .tune import DEFAULT_TRIALS, TuneResult, tune
 from .tuner import GridTuner, ModelTuner, RandomTuner, Tuner, make_tuner
 
 __all__ = [

@@ -8,54 +8,14 @@ the template's default config is used, with a :class:`~.template.FallbackWarning
 
 from __future__ import annotations
 
-import functools
 import os
-import threading
 import warnings
 
 from polytile.errors import TuneError, format_error
 
+from .context import canonical_target, contexts, current_context, default_target
 from .records import Record, best_records, read_records, target_matches, workload_matches
-from .template import Workload
-
-_local = threading.local()
-
-
-def _contexts() -> list:
-    if not hasattr(_local, "ctx"):
-        _local.ctx = []
-    return _local.ctx
-
-
-def current_context():
-    """The innermost active dispatch context, or None."""
-    st = _contexts()
-    return st[-1] if st else None
-
-
-@functools.lru_cache(maxsize=None)
-def canonical_target(target: str = "llvm") -> str:
-    """The target string records use: ``"llvm"`` becomes ``"llvm -mcpu=<host cpu>"`` so
-    records of different machines are told apart.
-
-    Raises
-    ------
-    TargetError
-        For an unparsable target string.
-    """
-    from polytile.targets import Target
-
-    t = Target.parse(target)
-    words = str(target).split()
-    if t.kind == "llvm" and not any(w.startswith("-mcpu") for w in words[1:]):
-        words.insert(1, f"-mcpu={t.cpu}")
-    return " ".join(words)
-
-
-def default_target() -> str:
-    """The canonical host target, ``llvm -mcpu=<host>``."""
-    return canonical_target("llvm")
-
+from .template import Workload, get_template
 
 def _as_records(log) -> list[Record]:
     if isinstance(log, (str, os.PathLike)):
@@ -104,11 +64,11 @@ class ApplyHistoryBest:
             return None
 
     def __enter__(self):
-        _contexts().append(self)
+        contexts().append(self)
         return self
 
     def __exit__(self, *exc):
-        _contexts().remove(self)
+        contexts().remove(self)
 
 
 def apply_history_best(log, target: str = "llvm") -> ApplyHistoryBest:
@@ -124,9 +84,11 @@ def load_best(log, workload, target: str = "llvm") -> Record | None:
     arguments, float32).
     """
     if isinstance(workload, str):
-        from .template import get_template
-
         workload = get_template(workload).workload()
     if isinstance(workload, dict):
         workload = Workload.from_key(workload)
     return ApplyHistoryBest(log, target).best_record(workload, canonical_target(target))
+
+
+__all__ = ["ApplyHistoryBest", "apply_history_best", "canonical_target", "current_context",
+           "default_target", "load_best"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 
+from polytile.schedule.kinds import LoopKind
 from polytile.schedule.loop_ir import (Allocate, For, IfThenElse, LetStmt, Load, PrimFunc,
                                        Seq, Store)
 from polytile.te import dtype as dt
@@ -36,7 +37,7 @@ from polytile.te.visitor import collect
 
 LEVELS = 8
 SLOTS = 4
-KINDS = ("serial", "parallel", "vectorized", "unrolled")
+KINDS = tuple(k.value for k in LoopKind)
 PER_BUFFER = 4
 PER_LEVEL = 1 + len(KINDS) + 2 + SLOTS * PER_BUFFER + 1
 N_GLOBAL = 12
@@ -273,10 +274,10 @@ def extract_features(func: PrimFunc) -> list[float]:
     g = LEVELS * PER_LEVEL
     total_iters = sum(iters(st_) * len(sts) for st_, sts in groups.values())
     main_iters = iters(stack) * len(stores)
-    par = [(_extent(f_, {})) for f_ in stack if f_.kind == "parallel"]
-    other_par = any(f_.kind == "parallel" for k, (st_, _) in groups.items() if k != main_key
+    par = [(_extent(f_, {})) for f_ in stack if f_.kind == LoopKind.PARALLEL]
+    other_par = any(f_.kind == LoopKind.PARALLEL for k, (st_, _) in groups.items() if k != main_key
                     for f_ in st_)
-    other_vec = any(f_.kind == "vectorized" for k, (st_, _) in groups.items()
+    other_vec = any(f_.kind == LoopKind.VECTORIZED for k, (st_, _) in groups.items()
                     if k != main_key for f_ in st_)
     alloc_bytes = sum(_buf_elems(b) * _itemsize(b.dtype) for b in w.allocs)
     feats[g + 0] = _l2(work(groups[main_key]))
@@ -293,7 +294,7 @@ def extract_features(func: PrimFunc) -> list[float]:
         e = par[0]
         feats[g + 9] = math.ceil(e / threads) / (e / threads)
     feats[g + 10] = float(depth)
-    feats[g + 11] = _l2(exts[-1]) if stack and stack[-1].kind == "vectorized" else 0.0
+    feats[g + 11] = _l2(exts[-1]) if stack and stack[-1].kind == LoopKind.VECTORIZED else 0.0
     return feats
 
 

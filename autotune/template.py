@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from polytile.errors import TuneError, format_error
 
+from .context import current_context, default_target
 from .space import ConfigEntity, ConfigSpace
 
 _REGISTRY: dict[str, Template] = {}
@@ -216,8 +217,6 @@ class Template:
     def __call__(self, *args, dtype: str = "float32"):
         """Instantiate with the config chosen by the dispatch context (see the module
         docstring); returns ``(schedule, tensors)``."""
-        from .dispatch import current_context, default_target
-
         sp = self.space(args or None, dtype)
         wl = sp.workload
         ctx = current_context()
@@ -273,7 +272,9 @@ def template(name: str, default_args: tuple = (), flops: Callable | None = None,
 
 def registered() -> dict[str, Template]:
     """Built-in and user-registered templates by name."""
-    from . import templates  # noqa: F401  (registers the built-ins)
+    # templates.py registers the built-ins with this module's decorator, so it imports
+    # this module: it is reached here, on first use, like a plugin
+    from . import templates  # noqa: F401
 
     return dict(_REGISTRY)
 

@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from polytile.backend import Target, backends
 from polytile.errors import TuneError, format_error
 
+from .data import resolve
 from .dispatch import canonical_target
 from .measure import LocalMeasurer, MeasureOptions, MeasureResult
 from .records import Record, RecordWriter, read_records, target_matches, workload_matches
-from .template import Template, Workload, get_template
+from .template import Workload
 from .tuner import make_tuner
 
 #: Trials of ``polytile tune`` without ``--trials``: about 25 s for the default matmul on an
@@ -94,62 +95,22 @@ class TuneResult:
         return max(0.0, self.wall_s - self.busy_s - self.startup_s)
 
 
-def _resolve(template, args, dtype) -> tuple[Template, Workload]:
-    t = get_template(template) if not isinstance(template, Template) else template
-    wl = t.workload(args, dtype)
-    return t, wl
-
-
 def tunable_target(target: str) -> str:
-    """The canonical form of ``target`` if candidates can be tuned for it (``llvm``).
+    """The canonical form of ``target`` if its backend can time candidates here
+    (``Backend.tunable``: ``llvm``).
 
     Raises
     ------
     TuneError
-        For other target kinds; TargetError for an unparsable target string.
+        For other backends; TargetError for an unparsable target string.
     """
     tgt = canonical_target(target)
-    if not tgt.startswith("llvm"):
+    if not Target.parse(tgt).backend.tunable:
+        kinds = " or ".join(repr(b.kind) for b in backends(lambda b: b.tunable))
         raise TuneError(format_error("tune", f"target '{tgt}' cannot be tuned yet",
-                                     "expected an 'llvm' target (candidates are timed on "
+                                     f"expected an {kinds} target (candidates are timed on "
                                      "this CPU)"))
     return tgt
-
-
-def measure_numpy(template, args=None, dtype: str = "float32", min_time: float = 0.3,
-                  seed: int = 0, threads: int | None = None,
-                  times: list | None = None) -> float | None:
-    """Median seconds of the template's numpy reference on the workload's inputs (None
-    when the template has no reference). Runs at least 5 times and ``min_time`` seconds;
-    with ``threads``, numpy's BLAS is limited to that many threads (needs threadpoolctl).
-    ``times`` (a list) receives every run's seconds. See :func:`measure_numpy_isolated`
-    to keep BLAS threads away from kernels timed in this process."""
-    if threads:
-        try:
-            from threadpoolctl import threadpool_limits
-        except ImportError:
-            pass
-        else:
-            with threadpool_limits(limits=int(threads)):
-                return measure_numpy(template, args, dtype, min_time, seed, None, times)
-    from .worker import make_inputs, output_positions
-
-    t, wl = _resolve(template, args, dtype)
-    if t.reference is None:
-        return None
-    sp = t.space(wl.args, dtype)
-    _, tensors = t.instantiate(sp.default(), wl.args, dtype)
-    arrays = make_inputs(tensors, seed)
-    outs = set(output_positions(tensors))
-    inputs = [a for k, a in enumerate(arrays) if k not in outs]
-    t.reference(*inputs, args=wl.args)  # warm-up
-    times = [] if times is None else times
-    start = time.perf_counter()
-    while len(times) < 5 or (time.perf_counter() - start < min_time and len(times) < 200):
-        t0 = time.perf_counter()
-        t.reference(*inputs, args=wl.args)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def measure_numpy_isolated(template: str, args=None, dtype: str = "float32",
@@ -162,7 +123,7 @@ def measure_numpy_isolated(template: str, args=None, dtype: str = "float32",
     import subprocess
     import sys
 
-    t, wl = _resolve(template, args, dtype)
+    t, wl = resolve(template, args, dtype)
     if t.reference is None:
         return None
     spec = json.dumps({"template": t.name, "args": list(wl.args), "dtype": dtype,
@@ -236,7 +197,7 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         onto a log without records of this workload and target.
     """
     t0 = time.perf_counter()
-    t, wl = _resolve(template, args, dtype)
+    t, wl = resolve(template, args, dtype)
     tgt = tunable_target(target)
     space = t.space(wl.args, dtype)
     opt = measure_option or MeasureOptions()

@@ -27,6 +27,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from polytile.errors import TuneError, format_error
+
 from .cost_model import XGBCostModel
 from .space import ConfigSpace
 
@@ -322,8 +324,6 @@ class ModelTuner(Tuner):
 def make_tuner(name: str, space: ConfigSpace, featurize: Callable | None = None,
                seed: int | None = None) -> Tuner:
     """A tuner by name: ``"model"``, ``"random"`` or ``"grid"``."""
-    from polytile.errors import TuneError, format_error
-
     if name == "random":
         return RandomTuner(space, seed)
     if name == "grid":

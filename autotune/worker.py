@@ -19,11 +19,21 @@ it). Protocol (tuples over a ``multiprocessing`` pipe):
 from __future__ import annotations
 
 import gc
+import json
 import signal
 import time
 import traceback
 
 import numpy as np
+
+import polytile
+from polytile.errors import ScheduleError, TuneError
+from polytile.schedule.pipeline import lower
+from polytile.targets.llvm.runtime import set_num_threads
+
+from .data import make_inputs, measure_numpy, output_positions, outputs_match
+from .features import extract_features
+from .template import get_template
 
 _LINE = 300  # characters of an error message kept
 
@@ -33,58 +43,8 @@ def _short(exc: BaseException) -> str:
     return msg[:_LINE]
 
 
-def make_inputs(tensors, seed: int = 0) -> list:
-    """Arrays for a function's parameters: uniform random inputs in [-1, 1) (small
-    integers for integer dtypes), NaN-filled (or zero) outputs."""
-    from polytile.te.tensor import PlaceholderOp
-
-    rng = np.random.default_rng(seed)
-    out = []
-    for t in tensors:
-        shape = tuple(int(getattr(d, "value", d)) for d in t.shape)
-        dtype = np.dtype(t.dtype if t.dtype != "bool" else "bool")
-        if isinstance(t.op, PlaceholderOp):
-            if dtype.kind == "f":
-                out.append(rng.uniform(-1, 1, shape).astype(dtype))
-            elif dtype.kind in "iu":
-                out.append(rng.integers(0, 8, shape).astype(dtype))
-            else:
-                out.append(rng.integers(0, 2, shape).astype(dtype))
-        else:
-            out.append(np.full(shape, np.nan if dtype.kind == "f" else 0, dtype=dtype))
-    return out
-
-
-def output_positions(tensors) -> list[int]:
-    from polytile.te.tensor import PlaceholderOp
-
-    return [k for k, t in enumerate(tensors) if not isinstance(t.op, PlaceholderOp)]
-
-
-def outputs_match(got, want, dtype) -> tuple[bool, str]:
-    """Compare outputs with a tolerance suited to ``dtype`` (relative to the largest
-    reference magnitude)."""
-    if np.dtype(dtype).kind not in "f":
-        ok = np.array_equal(got, want)
-        return ok, "" if ok else "integer outputs differ"
-    g, w = got.astype("float64"), want.astype("float64")
-    if not np.all(np.isfinite(g) == np.isfinite(w)):
-        return False, "non-finite values (unwritten or NaN outputs) where the reference has none"
-    fin = np.isfinite(w)
-    scale = max(1.0, float(np.abs(w[fin]).max()) if fin.any() else 1.0)
-    tol = {"float16": 2e-2, "float32": 1e-4, "float64": 1e-10}.get(str(dtype), 1e-4)
-    err = float(np.abs(g[fin] - w[fin]).max()) if fin.any() else 0.0
-    ok = err <= tol * scale
-    return ok, "" if ok else f"max abs error {err:.3g} > {tol * scale:.3g}"
-
-
 class _Worker:
     def __init__(self, setup: dict):
-        import polytile
-        from polytile.targets.llvm.runtime import set_num_threads
-
-        from .template import get_template
-
         self.setup = setup
         self.template = get_template(setup["template"])
         self.args = tuple(setup["args"])
@@ -102,9 +62,6 @@ class _Worker:
     # -------------------------------------------------------------------- helpers
     def _lower(self, knobs):
         """(code, msg, func, tensors, trace) of the config with ``knobs``."""
-        from polytile.errors import ScheduleError, TuneError
-        from polytile.schedule.lower import finalize, lower
-
         try:
             cfg = self.space.from_json(knobs)
             s, tensors = self.template.instantiate(cfg, self.args, self.dtype)
@@ -114,7 +71,7 @@ class _Worker:
         except Exception as exc:  # any other failure to apply a config makes it invalid
             return "invalid_config", _short(exc), None, None, None
         try:
-            func = finalize(lower(s, tensors))
+            func = lower(s, tensors, target=self.target, stop_after="storage_flattening")
         except (ScheduleError, TuneError) as exc:
             return "invalid_config", _short(exc), None, None, trace
         except MemoryError as exc:
@@ -153,8 +110,6 @@ class _Worker:
         code, msg, func, tensors, trace = self._lower(knobs)
         feats = None
         if code is None and want_features:
-            from .features import extract_features
-
             feats = extract_features(func)
         if code is None:
             try:
@@ -166,8 +121,6 @@ class _Worker:
         return ("built", cid, code, msg, time.perf_counter() - t0, feats, trace)
 
     def features(self, cid, knobs):
-        from .features import extract_features
-
         code, msg, func, _, _ = self._lower(knobs)
         feats = extract_features(func) if code is None else None
         return ("features", cid, code, msg, feats)
@@ -267,10 +220,6 @@ def numpy_main(spec: str) -> None:
     """``python -m polytile.autotune.worker numpy '<json>'``: time a template's numpy
     reference in a process of its own (BLAS threads spinning after a call would slow the
     kernels timed beside them) and print ``{"median": s, "min": s}``."""
-    import json
-
-    from .tune import measure_numpy
-
     d = json.loads(spec)
     times: list = []
     measure_numpy(d["template"], tuple(d["args"]), d.get("dtype", "float32"),

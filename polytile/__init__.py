@@ -13,11 +13,15 @@ from .errors import (BuildError, InternalError, LoweringError, PolytileError, Sc
                      TargetError, TuneError)
 
 
-def lower(sch, args, name: str = "main", **kwargs):
-    """Lower a schedule to loop IR; see :func:`polytile.schedule.lower`."""
-    from polytile.schedule.lower import lower as _lower
+# The functions below import their modules when called, not at the top: ``import polytile``
+# stays light (no islpy, llvmlite or cuda-python until something is lowered or built), which
+# keeps the command line and worker processes quick to start.
 
-    return _lower(sch, args, name=name, **kwargs)
+def lower(sch, args, name: str = "main", target=None, **kwargs):
+    """Lower a schedule to loop IR; see :func:`polytile.schedule.pipeline.lower`."""
+    from polytile.schedule.pipeline import lower as _lower
+
+    return _lower(sch, args, name=name, target=target, **kwargs)
 
 
 def build(sch, args=None, target="llvm", name: str = "main", **kwargs):
@@ -55,7 +59,7 @@ def cuda(dev_id: int = 0):
     return _cuda(dev_id)
 
 
-_SUBMODULES = ("nd", "te", "schedule", "targets", "autotune")
+_SUBMODULES = ("backend", "nd", "te", "schedule", "targets", "autotune")
 
 
 def __getattr__(name: str):

@@ -1,8 +1,15 @@
-"""The ``polytile`` command line: ``tune``, ``records``, ``run``, ``templates``.
+"""The ``polytile`` command line: ``tune``, ``records``, ``run``, ``templates``,
+``targets``, ``pipeline``.
 
 Exit codes: 0 success, 2 usage error (argparse's message), 1 any other error (a one-line
 cause; ``--debug`` shows the traceback), 130 when Ctrl-C stops a command (a tuning log
-stays valid and ``--resume`` continues it).
+stays valid and ``--resume`` continues it). ``POLYTILE_LOG=debug`` (or ``info``,
+``trace``) sends polytile's log to stderr: each lowering phase and its time (``trace``:
+and its output).
+
+Each command imports the modules it needs when it runs, not at the top: ``polytile
+--help``, ``records`` and ``templates`` start in about 0.1 s instead of 0.5 s (islpy,
+llvmlite and xgboost are not loaded).
 """
 
 from __future__ import annotations
@@ -313,8 +320,8 @@ def _cmd_run(a) -> int:
     import polytile
     from polytile.autotune import apply_history_best, get_template, load_best
     from polytile.autotune.dispatch import canonical_target
-    from polytile.autotune.worker import make_inputs, output_positions, outputs_match
-    from polytile.schedule.lower import lower
+    from polytile.autotune.data import make_inputs, output_positions, outputs_match
+    from polytile.schedule.pipeline import lower
     from polytile.targets.llvm.runtime import set_num_threads
 
     t = get_template(a.workload)
@@ -337,10 +344,10 @@ def _cmd_run(a) -> int:
     else:
         print("  record          none: built with the default config")
     if a.print_ir:
-        print(lower(s, tensors))
+        print(lower(s, tensors, target=a.target))
     f = polytile.build(s, tensors, target=a.target)
     if a.print_source:
-        print(f.get_source("ll"))
+        print(f.get_source())
     arrays = make_inputs(tensors)
     outs = output_positions(tensors)
     f(*arrays)
@@ -385,6 +392,49 @@ def _cmd_templates(a) -> int:
         rows.append((name, ",".join(map(str, t.default_args)), size, desc))
     print(_table(rows, ["template", "default --args", "space size", "description"]))
     return EXIT_OK
+
+
+# --------------------------------------------------------------------------- targets
+
+
+def _cmd_targets(a) -> int:
+    from polytile.backend import backends
+
+    rows = []
+    for b in backends():
+        lim = b.limits
+        gpu = (f"{lim.max_threads_per_block} threads, warp {lim.warp_size}, "
+               f"{lim.shared_bytes_per_block // 1024} KiB shared") if b.is_gpu else "-"
+        rows.append((b.kind, "gpu" if b.is_gpu else "cpu", "yes" if b.tunable else "no",
+                     ", ".join(b.option_names) or "-", gpu, b.description))
+    print(_table(rows, ["kind", "device", "tunable", "options", "limits", "description"]))
+    return EXIT_OK
+
+
+def _cmd_pipeline(a) -> int:
+    from polytile.schedule.pipeline import describe
+
+    print(f"lowering for '{a.target}' (lower() stops after 'allocation'; build() runs all):")
+    print(describe(a.target))
+    return EXIT_OK
+
+
+def _configure_logging() -> None:
+    """``POLYTILE_LOG=debug`` (or ``info``, ``trace``: every phase's output) sends
+    polytile's log to stderr; the one environment variable polytile reads."""
+    level = os.environ.get("POLYTILE_LOG", "").strip().lower()
+    if not level:
+        return
+    import logging
+
+    num = {"trace": logging.DEBUG - 1}.get(level, getattr(logging, level.upper(), None))
+    if not isinstance(num, int):
+        raise _Fail(f"POLYTILE_LOG={level!r}: expected trace, debug, info or warning")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    root = logging.getLogger("polytile")
+    root.addHandler(handler)
+    root.setLevel(num)
 
 
 # --------------------------------------------------------------------------- main
@@ -457,6 +507,17 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--print-source", action="store_true", help="print the LLVM IR")
     q.set_defaults(fn=_cmd_run)
 
+    q = sub.add_parser("targets", help="list the registered backends and their limits")
+    q.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help=argparse.SUPPRESS)
+    q.set_defaults(fn=_cmd_targets)
+
+    q = sub.add_parser("pipeline", help="print the phases of lowering for a target")
+    q.add_argument("--target", default="llvm", help="target string (default llvm)")
+    q.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help=argparse.SUPPRESS)
+    q.set_defaults(fn=_cmd_pipeline)
+
     q = sub.add_parser("templates", help="list the built-in templates")
     q.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help=argparse.SUPPRESS)
@@ -471,6 +532,7 @@ def main(argv=None) -> int:
 
     warnings.showwarning = _warn_line
     try:
+        _configure_logging()
         return args.fn(args)
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stdout = open(os.devnull, "w")

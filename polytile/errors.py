@@ -7,6 +7,8 @@ context lines (``Stage:``, ``Loop nest:``) and a ``hint:`` line.
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 
 class PolytileError(Exception):
     """Base class of every error raised by polytile."""
@@ -14,6 +16,32 @@ class PolytileError(Exception):
 
 class ScheduleError(PolytileError, ValueError):
     """An illegal or malformed schedule: raised by a primitive or at lower time."""
+
+
+class DefinitionError(PolytileError):
+    """A malformed tensor-expression definition (``te``: shapes, dtypes, axes, operands).
+    Each concrete class also inherits the built-in exception it stands for, so that
+    ``except TypeError`` and ``except ValueError`` keep working."""
+
+
+class DefinitionTypeError(DefinitionError, TypeError):
+    """An operand or argument of the wrong kind or dtype in a ``te`` definition."""
+
+
+class DefinitionValueError(DefinitionError, ValueError):
+    """A ``te`` argument of the right kind but a wrong value (a shape, a range)."""
+
+
+class DefinitionOverflowError(DefinitionError, OverflowError):
+    """A ``te`` constant outside its dtype (``te.const(300, "int8")``)."""
+
+
+class DefinitionZeroDivisionError(DefinitionError, ZeroDivisionError):
+    """An integer division by the constant 0 in a ``te`` expression."""
+
+
+class DefinitionIndexError(DefinitionError, IndexError):
+    """A tensor indexed with the wrong number of indices."""
 
 
 class LoweringError(PolytileError):
@@ -79,3 +107,11 @@ def format_error(primitive: str, what: str, expected: str | None = None, *,
     if hint:
         msg += f"\n  hint: {hint}"
     return msg
+
+
+def fail(primitive: str, what: str, expected: str | None = None, *,
+         error: type = None, hint: str | None = None, **context: str) -> NoReturn:
+    """Raise ``error`` (default :class:`ScheduleError`) with a house-format message: the
+    one helper behind every ``fail("compute_at", "...", "...", Stage="C")`` of the
+    schedule and lowering modules (see :func:`format_error`)."""
+    raise (error or ScheduleError)(format_error(primitive, what, expected, hint=hint, **context))

@@ -5,18 +5,21 @@ array with ``.numpy()``, which functions built for ``llvm`` take; with ``device=
 copies to CUDA device 0 and returns an :class:`NDArray` (``.numpy()`` copies back) for
 functions built for ``cuda``, which also accept torch/cupy arrays (``__dlpack__``,
 ``__cuda_array_interface__``). ``polytile.nd.empty(shape, dtype, device)`` allocates;
-``polytile.cpu()`` / ``polytile.cuda()`` name devices. Importing this module needs no GPU
-and no cuda-python.
+``polytile.cpu()`` / ``polytile.cuda()`` name devices. GPU device names are those the GPU
+backends of the registry declare (``Backend.device_names``), their memory that of the
+backend's ``device_api()``. Importing this module needs no GPU and no cuda-python.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from polytile.targets.cuda.ndarray import Device, NDArray
-from polytile.targets.cuda.ndarray import array as _cuda_array
-from polytile.targets.cuda.ndarray import device as _cuda_device
-from polytile.targets.cuda.ndarray import empty as _cuda_empty
+from polytile.backend import Backend, backends
+from polytile.errors import TargetError, format_error
+from polytile.targets.gpu.arrays import NDArray
+from polytile.targets.gpu.arrays import array as _device_array
+from polytile.targets.gpu.arrays import empty as _device_empty
+from polytile.targets.gpu.device_api import Device
 from polytile.te import dtype as dt
 
 _CPU_NAMES = ("cpu", "llvm", "host")
@@ -39,17 +42,53 @@ def _is_cpu(dev) -> bool:
     return isinstance(dev, str) and dev.partition(":")[0].strip().lower() in _CPU_NAMES
 
 
-def device(dev_type="cpu", dev_id: int | None = None) -> Device:
-    """The device named ``dev_type``: ``"cpu"`` or ``"cuda"`` / ``"cuda:0"``.
+def _gpu_backend(dev, dev_id: int | None = None) -> tuple[Backend, int]:
+    """The GPU backend a device name refers to, and the device index.
 
     Raises
     ------
     TargetError
-        For another kind of device, or a CUDA index other than 0.
+        For a name no GPU backend declares, or an index other than 0.
+    """
+    if isinstance(dev, Device):
+        kind, idx = dev.device_type, dev.device_id
+    elif isinstance(dev, str):
+        kind, _, num = dev.partition(":")
+        kind = kind.strip().lower()
+        try:
+            idx = int(num) if num else 0
+        except ValueError:
+            idx = -1
+    else:
+        raise TargetError(format_error("nd.device", f"got {type(dev).__name__} {dev!r}",
+                                       "expected 'cuda', 'cuda:0' or a Device"))
+    if dev_id is not None:
+        idx = int(dev_id)
+    gpus = backends(lambda b: b.is_gpu and b.device_api() is not None)
+    found = next((b for b in gpus if kind in b.device_names or kind == b.kind), None)
+    if found is None:
+        names = " or ".join(repr(b.kind) for b in gpus) or "a GPU backend"
+        raise TargetError(format_error(
+            "nd.device", f"device {dev!r} is not supported", f"expected {names}",
+            hint="functions built for 'llvm' take numpy arrays directly"))
+    if idx != 0:
+        raise TargetError(format_error("nd.device", f"device index {idx} in {dev!r}",
+                                       f"expected {found.kind}:0 (polytile drives one GPU)"))
+    return found, idx
+
+
+def device(dev_type="cpu", dev_id: int | None = None) -> Device:
+    """The device named ``dev_type``: ``"cpu"``, ``"cuda"`` / ``"cuda:0"`` / ``"gpu"``, or
+    a name another GPU backend declares.
+
+    Raises
+    ------
+    TargetError
+        For another kind of device, or a GPU index other than 0.
     """
     if _is_cpu(dev_type):
         return Device("cpu", 0)
-    return _cuda_device(dev_type, dev_id)
+    return _gpu_backend(dev_type, dev_id)[0].device_api().device
 
 
 def cpu(dev_id: int = 0) -> Device:
@@ -59,22 +98,22 @@ def cpu(dev_id: int = 0) -> Device:
 
 def cuda(dev_id: int = 0) -> Device:
     """CUDA device ``dev_id`` (TVM's ``tvm.cuda(0)``)."""
-    return _cuda_device("cuda", dev_id)
+    return device("cuda", dev_id)
 
 
 def array(obj, device="cpu", dtype=None):
     """A copy of ``obj`` on ``device``: a :class:`CPUArray` on the host, an
-    :class:`NDArray` on a CUDA device.
+    :class:`NDArray` on a GPU.
 
     Raises
     ------
     TargetError
-        For an unknown device. DeviceNotFoundError: CUDA without a GPU.
+        For an unknown device. DeviceNotFoundError: a GPU device on a machine without one.
     TypeError
         For a dtype polytile does not support.
     """
     if not _is_cpu(device):
-        return _cuda_array(obj, device, dtype)
+        return _device_array(obj, _gpu_backend(device)[0].device_api(), dtype)
     if isinstance(obj, NDArray):
         obj = obj.numpy()
     a = np.array(obj, dtype=dtype, copy=True, order="C")
@@ -85,7 +124,7 @@ def array(obj, device="cpu", dtype=None):
 def empty(shape, dtype="float32", device="cpu"):
     """An uninitialised array on ``device`` (see :func:`array`)."""
     if not _is_cpu(device):
-        return _cuda_empty(shape, dtype, device)
+        return _device_empty(shape, dtype, _gpu_backend(device)[0].device_api())
     return np.empty(shape, dtype=dt.canonical(dtype)).view(CPUArray)
 
 

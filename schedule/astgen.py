@@ -21,11 +21,11 @@ from polytile.te.visitor import ExprMutator, substitute
 from . import isl_util as iu
 from .loop_ir import (Assert, Buffer, For, IfThenElse, LetStmt, Load, Stmt, Store, Sync, seq)
 from .ast_check import mismatches
-from .model import LoopNode, Model, PolyStmt
+from .kinds import LoopKind, loop_kind
+from .polymodel import LoopNode, Model, PolyStmt
+from .tree import build_schedule, stmts_below
 
 _INT_DIVS = ("floordiv", "floormod", "truncdiv", "truncmod")
-_KIND = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled",
-         "bind:vthread": "unrolled"}
 
 
 class _Hook:
@@ -122,8 +122,6 @@ def lower_nodes(model: Model, nodes: list | None = None, context: str = "{ : }",
     InternalError
         When every attempt fails (the message lists the first failure).
     """
-    from .tree import build_schedule
-
     first = None
     for atomic, hulls in ((False, False), (True, False), (True, True)):
         domains = guards = None
@@ -142,8 +140,6 @@ def _hulls(model: Model, nodes: list | None) -> tuple[dict, dict]:
     """Simple hulls of the statement domains that have existentially quantified
     dimensions (where isl's AST generation has gone wrong), and the guards that keep
     their exact instances."""
-    from .tree import stmts_below
-
     domains, guards = {}, {}
     for n in (model.nest if nodes is None else nodes):
         for st in stmts_below(n):
@@ -247,11 +243,11 @@ class _Converter:
         upper = cond.b if cond.op == "lt" else Binary("int64", "add", cond.b, Const("int64", 1))
         extent = Binary("int64", "sub", upper, init)
         step = node.for_get_inc().get_val().to_python()
-        kind, pragmas = "serial", ()
+        kind, pragmas = LoopKind.SERIAL, ()
         if loop is not None:
-            kind = _KIND.get(loop.annotation, "serial")
+            kind = loop_kind(loop.annotation)
             if loop.key in self.model.rolled:
-                kind = "serial"
+                kind = LoopKind.SERIAL
             pragmas = tuple(k for k, _ in loop.plan.stage.pragmas.get(loop.iter_var, ()))
         return For(v, init, extent, kind, body, step, pragmas)
 

@@ -22,22 +22,18 @@ import math
 
 import islpy as isl
 
-from polytile.errors import InternalError, LoweringError, format_error
+from polytile.errors import InternalError, LoweringError, fail, format_error
 from polytile.te.reduction import accumulation_dtype
-from polytile.te.tensor import Tensor
 
 from . import isl_util as iu
+from .kinds import ThreadTag, default_scope
 from .loop_ir import Buffer
 from .loopmap import iter_ranges, leaf_affines, padded_box
-from .model import PolyStmt, ReadInfo, StagePlan, _fail
+from .polymodel import PolyStmt, ReadInfo, StagePlan
 
 
 def ax_space(p: StagePlan, kind: str) -> str:
     return iu.tuple_str("AX", p.own_names(kind))
-
-
-def _is_thread_tag(tag: str | None) -> bool:
-    return tag is not None and (tag.startswith("threadIdx") or tag == "vthread")
 
 
 def set_prefix(p: StagePlan, gpu: bool) -> None:
@@ -47,13 +43,11 @@ def set_prefix(p: StagePlan, gpu: bool) -> None:
     tp, pos = p.attach
     p.prefix = tp.prefix + [(tp, k) for k in range(pos + 1)]
     if gpu and not p.stage.scope:
-        from .gpu import default_scope
-
-        p.scope = default_scope(p)
+        p.scope = default_scope(q.binding(k) for q, k in p.prefix)
     # a shared buffer holds the region of a whole block: relax thread loops (TVM)
     relax = p.scope == "shared"
     p.prefix_dims = [j for j, (q, k) in enumerate(p.prefix)
-                     if not (relax and _is_thread_tag(q.binding(k)))]
+                     if not (relax and q.binding(k) is not None and q.binding(k).in_thread)]
 
 
 def _inside(stmt_kind: str, reader: StagePlan, target: StagePlan, pos: int) -> bool:
@@ -89,7 +83,7 @@ def check_scope(p: StagePlan, consumers: list[StagePlan]) -> None:
     for c in consumers:
         for kind in _stmt_kinds_reading(c, p):
             if not _inside(kind, c, tp, pos):
-                _fail("compute_at", f"stage {p.name!r} is computed at "
+                fail("compute_at", f"stage {p.name!r} is computed at "
                       f"{tp.name!r}.{tp.leaves[pos].name!r}, but stage {c.name!r} "
                       f"({kind}) also reads it outside that loop",
                       f"attach {p.name!r} where all its consumers run, or compute it "
@@ -139,7 +133,7 @@ def _accumulator(p: StagePlan, padded: bool) -> None:
     m, na = p.prefix_len, len(p.axis_vars)
     # loops bound to GPU indices enclose everything (each thread runs its own instances)
     around = [pos for pos in range(len(p.leaves)) if pos < p.r or (
-        p.leaves[pos].iter_type != "reduce" and p.binding(pos) not in (None, "vthread"))]
+        p.leaves[pos].iter_type != "reduce" and p.binding(pos) not in (None, ThreadTag.VTHREAD))]
 
     def outer(st: PolyStmt) -> isl.PwMultiAff:
         vals = st.dims[:m] + [f"({p.leaf_aff[p.leaves[pos]]})" for pos in around]
@@ -175,7 +169,7 @@ def vthread_copies(p: StagePlan) -> list[tuple[int, int, int, int]]:
     out = []
     for k, j in enumerate(p.prefix_dims):
         q, pos = p.prefix[j]
-        if q.binding(pos) == "vthread":
+        if q.binding(pos) is ThreadTag.VTHREAD:
             if q.leaves[pos] not in q.ranges:
                 raise InternalError(f"loop ranges of {q.name} are needed before {p.name}")
             lo, ext = q.ranges[q.leaves[pos]]
@@ -220,7 +214,8 @@ def _domain(p: StagePlan, st: PolyStmt, padded: bool) -> None:
     if not padded:
         st.domain = exact
         return
-    box = padded_box(p, st.kind)
+    roots = p.root_axes if st.kind == "update" else list(p.stage.op.axis)
+    box = padded_box(p.stage, roots, [p.leaves[k] for k in p.stmt_loops(st.kind)], p.ranges)
     if m:
         prefixes = p.footprint.domain()
         full = prefixes.flat_product(box)
@@ -256,7 +251,7 @@ def _region(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
                 if rd.source is not p.stage:
                     continue
                 if rd.indices is None:
-                    _fail("compute_at", f"stage {c.name!r} reads {p.name!r} at a non-affine "
+                    fail("compute_at", f"stage {c.name!r} reads {p.name!r} at a non-affine "
                           f"index {rd.node}", f"attach only stages read with affine indices "
                           f"(or compute {p.name!r} at root)")
                 acc = isl.Map.from_pw_multi_aff(_access(c, st, rd.indices, "T"))
@@ -268,7 +263,7 @@ def _region(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
     if exact is None:
         raise InternalError(f"attached stage {p.name} has no reads")
     t = p.stage.op.output(0)
-    box = tensor_box(t, "T")
+    box = iu.tensor_box(t, "T")
     p.exact_region = iu.coalesce(exact.intersect_range(box))
     # padded consumers also "read" outside the tensor (guarded-off instances past its end or
     # before its start): clip to the tensor, or the buffer grows with the thread box
@@ -329,7 +324,7 @@ def _aligned(p: StagePlan, ext: list[int]) -> tuple:
     shape = list(ext)
     for q, (factor, offset) in sorted(p.stage.align.items()):
         if q + 1 >= len(shape):
-            _fail("storage_align", f"axis {q} of stage {p.name!r} is its innermost dimension "
+            fail("storage_align", f"axis {q} of stage {p.name!r} is its innermost dimension "
                   f"(stride 1)", "align an outer axis")
         inner = 1
         for e in shape[q + 2:]:
@@ -340,7 +335,7 @@ def _aligned(p: StagePlan, ext: list[int]) -> tuple:
                 shape[q + 1] = e + pad
                 break
         else:
-            _fail("storage_align", f"no padding of axis {q + 1} of stage {p.name!r} makes the "
+            fail("storage_align", f"no padding of axis {q + 1} of stage {p.name!r} makes the "
                   f"stride {offset} modulo {factor}", "choose another factor/offset")
     return tuple(shape)
 
@@ -360,12 +355,6 @@ def _extents(footprint: isl.Map, lo: isl.PwMultiAff, stride: tuple) -> list[int]
             raise LoweringError(f"compute_at: the region of dimension {q} is unbounded")
         out.append(top.to_python() // s + 1)
     return out
-
-
-def tensor_box(t: Tensor, tname: str) -> isl.Set:
-    dims = [f"x{k}" for k in range(t.ndim)]
-    return isl.Set(f"{{ {iu.tuple_str(tname, dims)} : "
-                   f"{iu.box_str(dims, [(0, s) for s in t.shape])} }}")
 
 
 def _access(p: StagePlan, st: PolyStmt, indices: list[str], target: str) -> isl.PwMultiAff:

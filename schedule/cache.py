@@ -14,9 +14,10 @@ from polytile.te.expr import IterVar, Range, Reduce, TensorRead, Var
 from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
 from polytile.te.visitor import ExprMutator, substitute
 
+from .stage import Stage
+
 if TYPE_CHECKING:
-    from .schedule import Schedule
-    from .stage import Stage
+    from .schedule import Schedule  # a type hint only: schedule.py imports this module
 
 SCOPES = ("global", "shared", "local")
 

@@ -28,7 +28,8 @@ from polytile.errors import ScheduleError, format_error
 from polytile.te.algebra import reorder_violation
 
 from . import isl_util as iu
-from .model import LoopNode, Model, PolyStmt, StagePlan
+from .kinds import LoopKind
+from .polymodel import LoopNode, Model, PolyStmt, StagePlan
 
 
 def stage_dependences(p: StagePlan) -> isl.UnionMap | None:
@@ -132,13 +133,13 @@ def check_legality(model: Model) -> None:
             if not isinstance(n, LoopNode):
                 continue
             d = deps[id(n.plan)]
-            concurrent = n.annotation in ("parallel", "vectorize") or (
-                n.binding is not None and n.binding != "vthread")
+            concurrent = n.annotation in (LoopKind.PARALLEL, LoopKind.VECTORIZED) or (
+                n.binding is not None and n.binding.is_hardware)
             if d is not None and concurrent:
                 inside = [st for st in n.stmts if st.plan is n.plan]
                 viol = _carried(d, inside, anc, n)
                 if not viol.is_empty():
-                    prim = "bind" if n.binding else n.annotation
+                    prim = "bind" if n.binding else n.annotation.primitive
                     hint = ("a reduction axis can be bound to threadIdx (a cross-thread "
                             "reduction) but not to blockIdx; rfactor it first" if n.binding else
                             "reduction axes cannot run in parallel or as vector lanes; "

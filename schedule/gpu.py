@@ -3,25 +3,21 @@
 Every root stage (with the stages attached inside it) is one kernel. Its loops bound to
 ``blockIdx.*``/``threadIdx.*`` are isl parameters (see ``tree.py``); the launch extent of
 an index is the extent of the loops bound to it, which must agree across the stages of a
-kernel. Limits checked here are those of CUDA compute capability 9.0 (CUDA C Programming
-Guide, "Technical Specifications per Compute Capability").
+kernel. The limits checked here (threads per block, block and grid extents, shared memory)
+come from the target's :class:`~polytile.backend.DeviceLimits`; a limit of 0 is no limit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from polytile.errors import ScheduleError, format_error
+from polytile.backend import DeviceLimits
+from polytile.errors import ScheduleError, fail, format_error
 from polytile.te import dtype as dt
 from polytile.te.expr import Var
 
-from .model import LoopNode, Model, StagePlan
-from .tree import PARAM_SPACE, PARAMS
-
-MAX_THREADS_PER_BLOCK = 1024
-MAX_BLOCK_DIM = {"x": 1024, "y": 1024, "z": 64}
-MAX_GRID_DIM = {"x": 2**31 - 1, "y": 65535, "z": 65535}
-MAX_SHARED_BYTES = 48 * 1024
+from .kinds import PARAM_SPACE, PARAMS
+from .polymodel import LoopNode, Model, StagePlan
 
 
 @dataclass(eq=False)
@@ -47,15 +43,12 @@ class Kernel:
 
     def thread_vars(self) -> dict:
         """isl parameter name -> loop-IR variable of the hardware index."""
-        return {PARAMS[t]: Var("int64", t) for t in PARAMS}
+        return {PARAMS[t]: Var("int64", t.value) for t in PARAMS}
 
 
-def _fail(what: str, expected: str | None = None, **ctx):
-    raise ScheduleError(format_error("bind", what, expected, **ctx))
-
-
-def kernels(model: Model) -> list[Kernel]:
-    """Split the program into kernels and compute their launch shapes.
+def kernels(model: Model, limits: DeviceLimits) -> list[Kernel]:
+    """Split the program into kernels and compute their launch shapes, checked against
+    the device's ``limits``.
 
     Raises
     ------
@@ -81,10 +74,10 @@ def kernels(model: Model) -> list[Kernel]:
             exts = {e for _, e in uses}
             if len(exts) > 1:
                 desc = ", ".join(f"{e} (stage {p.name!r})" for p, e in uses)
-                _fail(f"thread axis {tag!r} is bound to loops of different extents: {desc}",
+                fail("bind", f"thread axis {tag!r} is bound to loops of different extents: {desc}",
                       "one extent per kernel: split the loops to the same size")
             extents[tag] = exts.pop()
-        _check_limits(plan, extents)
+        _check_limits(plan, extents, limits)
         out.append(Kernel(plan, nodes, extents))
     return out
 
@@ -94,14 +87,14 @@ def _collect(n, bound: dict) -> None:
         return
     tag = n.binding
     if tag in PARAMS:
-        if n.plan.attach is not None and tag.startswith("blockIdx"):
-            _fail(f"loop {n.iter_var.name!r} of stage {n.plan.name!r} is bound to {tag!r}, "
+        if n.plan.attach is not None and tag.is_block:
+            fail("bind", f"loop {n.iter_var.name!r} of stage {n.plan.name!r} is bound to {tag!r}, "
                   f"but the stage is computed inside another stage",
                   "bind blockIdx only in stages computed at the root")
         ext = n.plan.extent(n.iter_var)
         declared = n.plan.stage.thread_extents.get(n.iter_var)
         if declared is not None and declared != ext:
-            _fail(f"loop {n.iter_var.name!r} of stage {n.plan.name!r} has extent {ext}, but it "
+            fail("bind", f"loop {n.iter_var.name!r} of stage {n.plan.name!r} has extent {ext}, but it "
                   f"is bound to a {tag!r} axis created with extent {declared}",
                   "expected equal extents (the range of a thread axis is its launch size)",
                   hint=f"split the loop by {declared} first, or create "
@@ -113,25 +106,28 @@ def _collect(n, bound: dict) -> None:
         _collect(c, bound)
 
 
-def _check_limits(plan: StagePlan, extents: dict) -> None:
+def _check_limits(plan: StagePlan, extents: dict, limits: DeviceLimits) -> None:
     threads = 1
-    for a in "xyz":
+    for k, a in enumerate("xyz"):
         t = extents.get(f"threadIdx.{a}", 1)
         b = extents.get(f"blockIdx.{a}", 1)
         threads *= t
-        if t > MAX_BLOCK_DIM[a]:
-            _fail(f"threadIdx.{a} of the kernel of stage {plan.name!r} has extent {t}",
-                  f"at most {MAX_BLOCK_DIM[a]}")
-        if b > MAX_GRID_DIM[a]:
-            _fail(f"blockIdx.{a} of the kernel of stage {plan.name!r} has extent {b}",
-                  f"at most {MAX_GRID_DIM[a]}")
-    if threads > MAX_THREADS_PER_BLOCK:
-        _fail(f"the kernel of stage {plan.name!r} has {threads} threads per block",
-              f"at most {MAX_THREADS_PER_BLOCK}")
+        top_t, top_b = limits.max_block_dim[k], limits.max_grid_dim[k]
+        if top_t and t > top_t:
+            fail("bind", f"threadIdx.{a} of the kernel of stage {plan.name!r} has extent {t}",
+                  f"at most {top_t}")
+        if top_b and b > top_b:
+            fail("bind", f"blockIdx.{a} of the kernel of stage {plan.name!r} has extent {b}",
+                  f"at most {top_b}")
+    top = limits.max_threads_per_block
+    if top and threads > top:
+        fail("bind", f"the kernel of stage {plan.name!r} has {threads} threads per block",
+              f"at most {top}")
 
 
-def check_shared_memory(model: Model, kernel: Kernel) -> None:
-    """The shared buffers of one kernel must fit in the static shared memory."""
+def check_shared_memory(model: Model, kernel: Kernel, limits: DeviceLimits) -> None:
+    """The shared buffers of one kernel must fit in the device's
+    ``limits.shared_bytes_per_block``."""
     total = 0
     names = []
     for p in model.plans:
@@ -140,10 +136,11 @@ def check_shared_memory(model: Model, kernel: Kernel) -> None:
             if p.acc is not None:   # its wide accumulator
                 total += p.acc.size * dt.nbytes(p.acc.dtype)
             names.append(p.name)
-    if total > MAX_SHARED_BYTES:
+    top = limits.shared_bytes_per_block
+    if top and total > top:
         raise ScheduleError(format_error(
             "cache_read", f"the kernel of stage {kernel.plan.name!r} needs {total} bytes of "
-            f"shared memory ({', '.join(names)})", f"at most {MAX_SHARED_BYTES} bytes",
+            f"shared memory ({', '.join(names)})", f"at most {top} bytes",
             hint="use smaller tiles"))
 
 
@@ -151,14 +148,3 @@ def _root(p: StagePlan) -> StagePlan:
     while p.attach is not None:
         p = p.attach[0]
     return p
-
-
-def default_scope(p: StagePlan) -> str:
-    """TVM's storage scope of an attached stage without one: ``local`` inside a thread
-    loop, ``shared`` inside a block loop only, else ``global``."""
-    tags = [q.binding(k) for q, k in p.prefix]
-    if any(t and (t.startswith("threadIdx") or t == "vthread") for t in tags):
-        return "local"
-    if any(t and t.startswith("blockIdx") for t in tags):
-        return "shared"
-    return "global"

@@ -18,8 +18,8 @@ from polytile.te import dtype as dt
 from polytile.te.depth import deep
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select, Var)
 
-from .loop_ir import (Allocate, Assert, Buffer, Evaluate, For, IfThenElse, KernelLaunch, LetStmt, Load,
-                      PrimFunc, Seq, Stmt, Store, Sync)
+from .loop_ir import (Allocate, Assert, Buffer, Evaluate, For, IfThenElse, KernelLaunch,
+                      LetStmt, Load, PrimFunc, Seq, Stmt, StmtFunctor, Store, Sync)
 
 _MATH = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log10": np.log10,
@@ -45,7 +45,7 @@ def _cast(v, dtype: str):
         return np.array(v).astype(dtype)[()]
 
 
-class _Interp:
+class _Interp(StmtFunctor):
     def __init__(self):
         self.env: dict = {}
         self.mem: dict = {}
@@ -118,56 +118,73 @@ class _Interp:
 
     def stmt(self, s: Stmt):
         """Execute ``s``; a generator that yields at every ``Sync`` (GPU barrier)."""
-        t = type(s)
-        if t is Seq:
-            for x in s.stmts:
-                yield from self.stmt(x)
-        elif t is For:
-            lo = int(self.expr(s.min))
-            hi = lo + int(self.expr(s.extent))
-            for v in range(lo, hi, s.step):
-                self.env[s.var] = np.int64(v)
-                yield from self.stmt(s.body)
-        elif t is Store:
-            arr = self.mem[id(s.buffer)]
-            idx = tuple(int(self.expr(i)) for i in s.indices)
-            flat = arr.reshape(-1) if len(idx) == 1 and arr.ndim != 1 else arr
-            for i, n in zip(idx, flat.shape):
-                if not 0 <= i < n:
-                    raise IndexError(f"store {s.buffer.name}{list(idx)} out of bounds "
-                                     f"{flat.shape}")
-            flat[idx] = self.expr(s.value)
-        elif t is IfThenElse:
-            if bool(self.expr(s.cond)):
-                yield from self.stmt(s.then_case)
-            elif s.else_case is not None:
-                yield from self.stmt(s.else_case)
-        elif t is LetStmt:
-            self.env[s.var] = self.expr(s.value)
-            yield from self.stmt(s.body)
-        elif t is Allocate:
-            b: Buffer = s.buffer
-            if b.scope == "shared" and self.block_mem is not None:
-                if id(b) not in self.block_mem:
-                    self.block_mem[id(b)] = _fresh(b)
-                self.mem[id(b)] = self.block_mem[id(b)]
-            else:
-                self.mem[id(b)] = _fresh(b)
-            yield from self.stmt(s.body)
-        elif t is Evaluate:
-            self.expr(s.value)
-        elif t is Assert:
-            if not bool(self.expr(s.cond)):
-                raise (ZeroDivisionError if s.error == "ZeroDivisionError" else IndexError)(
-                    s.message)
-        elif t is Sync:
-            if self.block_mem is None:
-                raise RuntimeError("interpreter: sync outside a kernel")
-            yield
-        elif t is KernelLaunch:
-            self.launch(s)
+        yield from self.visit(s)
+
+    # Each visit_<Class> returns an iterable of the barriers it reaches: a generator for
+    # statements with a body, an empty tuple for the others (executed at the call).
+    def visit_Seq(self, s: Seq):
+        for x in s.stmts:
+            yield from self.visit(x)
+
+    def visit_For(self, s: For):
+        lo = int(self.expr(s.min))
+        hi = lo + int(self.expr(s.extent))
+        for v in range(lo, hi, s.step):
+            self.env[s.var] = np.int64(v)
+            yield from self.visit(s.body)
+
+    def visit_Store(self, s: Store):
+        arr = self.mem[id(s.buffer)]
+        idx = tuple(int(self.expr(i)) for i in s.indices)
+        flat = arr.reshape(-1) if len(idx) == 1 and arr.ndim != 1 else arr
+        for i, n in zip(idx, flat.shape):
+            if not 0 <= i < n:
+                raise IndexError(f"store {s.buffer.name}{list(idx)} out of bounds "
+                                 f"{flat.shape}")
+        flat[idx] = self.expr(s.value)
+        return ()
+
+    def visit_IfThenElse(self, s: IfThenElse):
+        if bool(self.expr(s.cond)):
+            yield from self.visit(s.then_case)
+        elif s.else_case is not None:
+            yield from self.visit(s.else_case)
+
+    def visit_LetStmt(self, s: LetStmt):
+        self.env[s.var] = self.expr(s.value)
+        yield from self.visit(s.body)
+
+    def visit_Allocate(self, s: Allocate):
+        b: Buffer = s.buffer
+        if b.scope == "shared" and self.block_mem is not None:
+            if id(b) not in self.block_mem:
+                self.block_mem[id(b)] = _fresh(b)
+            self.mem[id(b)] = self.block_mem[id(b)]
         else:
-            raise TypeError(f"interpreter: unsupported statement {t.__name__}")
+            self.mem[id(b)] = _fresh(b)
+        yield from self.visit(s.body)
+
+    def visit_Evaluate(self, s: Evaluate):
+        self.expr(s.value)
+        return ()
+
+    def visit_Assert(self, s: Assert):
+        if not bool(self.expr(s.cond)):
+            raise (ZeroDivisionError if s.error == "ZeroDivisionError" else IndexError)(
+                s.message)
+        return ()
+
+    def visit_Sync(self, s: Sync):
+        if self.block_mem is None:
+            raise RuntimeError("interpreter: sync outside a kernel")
+        return (None,)
+
+    def visit_KernelLaunch(self, s: KernelLaunch):
+        self.launch(s)
+        return ()
+
+    def generic_visit(self, s, *args):
+        raise TypeError(f"interpreter: unsupported statement {type(s).__name__}")
 
     def launch(self, k: KernelLaunch) -> None:
         """Run every block; inside a block, all threads advance from barrier to barrier

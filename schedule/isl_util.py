@@ -22,6 +22,7 @@ from polytile.errors import InternalError
 from polytile.te import dtype as dt
 from polytile.te.expr import (And, Binary, Cast, Cmp, Const, Expr, Not, Or, Select, Var,
                               logical_and, logical_or)
+from polytile.te.tensor import Tensor
 
 CTX = isl.DEFAULT_CONTEXT
 CTX.set_ast_build_atomic_upper_bound(1)
@@ -90,6 +91,13 @@ def name_range(pma: isl.PwMultiAff, name: str) -> isl.PwMultiAff:
     names = ", ".join(f"v{k}" for k in range(n))
     return isl.PwMultiAff(f"{{ [{names}] -> {name}[{names}] }}").pullback_pw_multi_aff(
         pma.reset_tuple_id(isl.dim_type.out))
+
+
+def tensor_box(t: Tensor, tname: str) -> isl.Set:
+    """``{ tname[x...] : 0 <= x_q < shape_q }``: the elements of tensor ``t``."""
+    dims = [f"x{k}" for k in range(t.ndim)]
+    return isl.Set(f"{{ {tuple_str(tname, dims)} : "
+                   f"{box_str(dims, [(0, s) for s in t.shape])} }}")
 
 
 # te expressions -> isl syntax --------------------------------------------------------------

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from polytile.errors import format_error, warn
 
-from .model import LoopNode, Model, PolyStmt
+from .kinds import LoopKind, ThreadTag
+from .polymodel import LoopNode, Model, PolyStmt
 from .passes.loops import MAX_UNROLL, MAX_UNROLL_STMTS
 
 
@@ -53,11 +54,11 @@ def _size(n, rolled: set[int]) -> int:
         return 1
     body = sum(_size(c, rolled) for c in n.children)
     kind = n.annotation
-    if kind == "bind:vthread":      # virtual threads are always unrolled
+    if kind is ThreadTag.VTHREAD:   # virtual threads are always unrolled
         return n.plan.extent(n.iter_var) * body
     if n.binding is not None:       # a GPU index: a filter, not a loop
         return body
-    if kind != "unroll":
+    if kind is not LoopKind.UNROLLED:
         return 1 + body
     ext = n.plan.extent(n.iter_var)
     if ext <= MAX_UNROLL and ext * body <= MAX_UNROLL_STMTS:
@@ -71,7 +72,7 @@ def _inner_unrolls(n: LoopNode) -> list[str]:
     out: list[str] = []
     for c in n.children:
         if isinstance(c, LoopNode):
-            if c.annotation in ("unroll", "bind:vthread"):
+            if c.annotation in (LoopKind.UNROLLED, ThreadTag.VTHREAD):
                 out.append(f"{c.iter_var.name!r} ({c.plan.extent(c.iter_var)} iterations)")
             out += _inner_unrolls(c)
     return out

@@ -28,11 +28,15 @@ Meaning of the IR, stated once:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
+from polytile.errors import InternalError
 from polytile.te.depth import deep
-from polytile.te.expr import Expr, Var, register_node
+from polytile.te.expr import Const, Expr, Var, register_node
 from polytile.te.printer import ExprPrinter
+
+from .kinds import LoopKind
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -79,8 +83,6 @@ def _require_stmt(node: Stmt, name: str, value) -> None:
     """Refuse a statement field that is not a statement (a pass returned ``None`` where a
     body was expected): caught where the node is built, not in a printer later."""
     if not isinstance(value, Stmt):
-        from polytile.errors import InternalError
-
         raise InternalError(f"loop IR: {type(node).__name__}.{name} must be a statement, "
                             f"got {type(value).__name__}; use seq() for an empty body")
 
@@ -92,7 +94,8 @@ class Store(Stmt):
     value: Expr
 
 
-FOR_KINDS = ("serial", "parallel", "vectorized", "unrolled")
+#: The kinds a ``For`` may have (a string equal to one of them is accepted too).
+FOR_KINDS = tuple(LoopKind)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -242,14 +245,33 @@ def seq(*stmts) -> Stmt:
 # traversal -----------------------------------------------------------------------------
 
 
-class StmtVisitor:
-    """Visits statements (``visit_<Class>``) and, through ``visit_expr``, expressions."""
+class StmtFunctor:
+    """Statement dispatch, written once for every walker of the loop IR (the visitor and
+    mutator below, the printer, the reference interpreter, the code generators):
+    ``visit(s, *args)`` calls the ``visit_<Class>`` method of the statement's class with
+    the same arguments, or ``generic_visit`` when the walker has none (by default an
+    error naming the statement). Methods are looked up once per walker class and
+    statement class (Halide's ``IRVisitor``, TVM's ``StmtFunctor``)."""
 
-    def visit(self, s):
-        fn = getattr(self, "visit_" + type(s).__name__, None)
-        if fn is not None:
-            return fn(s)
-        return self.generic_visit(s)
+    _methods: dict = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._methods = {}
+
+    def visit(self, s, *args):
+        fn = self._methods.get(type(s))
+        if fn is None:
+            fn = getattr(type(self), "visit_" + type(s).__name__, None)
+            fn = self._methods[type(s)] = fn or type(self).generic_visit
+        return fn(self, s, *args)
+
+    def generic_visit(self, s, *args):
+        raise TypeError(f"{type(self).__name__}: unsupported statement {type(s).__name__}")
+
+
+class StmtVisitor(StmtFunctor):
+    """Visits statements (``visit_<Class>``) and, through ``visit_expr``, expressions."""
 
     def visit_expr(self, e: Expr) -> None:
         pass
@@ -264,7 +286,7 @@ class StmtVisitor:
                     self.visit_expr(x)
 
 
-class StmtMutator:
+class StmtMutator(StmtFunctor):
     """Rewrites statements; returns the same object when nothing changed.
 
     A ``visit_<Class>`` may return ``None`` to remove a statement: it disappears from a
@@ -273,18 +295,10 @@ class StmtMutator:
     Override ``visit_<Class>`` for statements and ``visit_expr`` for expressions.
     """
 
-    def visit(self, s):
-        fn = getattr(self, "visit_" + type(s).__name__, None)
-        if fn is not None:
-            return fn(s)
-        return self.generic_visit(s)
-
     def visit_expr(self, e: Expr) -> Expr:
         return e
 
     def generic_visit(self, s):
-        import dataclasses
-
         changes = {}
         for f in _STMT_CHILDREN[type(s)]:
             v = getattr(s, f)
@@ -367,8 +381,6 @@ def expr_str(e: Expr) -> str:
 
 def _range_str(s: For) -> str:
     lo, ext = _P(s.min), _P(s.extent)
-    from polytile.te.expr import Const
-
     if isinstance(s.min, Const) and isinstance(s.extent, Const):
         hi = str(s.min.value + s.extent.value)
     elif isinstance(s.min, Const) and s.min.value == 0:
@@ -379,49 +391,64 @@ def _range_str(s: For) -> str:
     return f"{lo}, {hi}{step}"
 
 
-def _lines(s: Stmt, ind: str, out: list) -> None:
-    if isinstance(s, Seq):
+class _Printer(StmtFunctor):
+    """The text of statements: ``visit(s, indent, out)`` appends lines to ``out``."""
+
+    def visit_Seq(self, s: Seq, ind: str, out: list) -> None:
         for x in s.stmts:
-            _lines(x, ind, out)
-    elif isinstance(s, For):
-        name = {"serial": "range"}.get(s.kind, s.kind)
+            self.visit(x, ind, out)
+
+    def visit_For(self, s: For, ind: str, out: list) -> None:
+        name = {LoopKind.SERIAL: "range"}.get(s.kind, s.kind)
         prag = "".join(f"  # pragma {p}" for p in s.pragmas)
         out.append(f"{ind}for {s.var.name} in {name}({_range_str(s)}):{prag}")
-        _lines(s.body, ind + "  ", out)
-    elif isinstance(s, IfThenElse):
+        self.visit(s.body, ind + "  ", out)
+
+    def visit_IfThenElse(self, s: IfThenElse, ind: str, out: list) -> None:
         out.append(f"{ind}if {_P(s.cond)}:")
-        _lines(s.then_case, ind + "  ", out)
+        self.visit(s.then_case, ind + "  ", out)
         if s.else_case is not None:
             out.append(f"{ind}else:")
-            _lines(s.else_case, ind + "  ", out)
-    elif isinstance(s, Store):
+            self.visit(s.else_case, ind + "  ", out)
+
+    def visit_Store(self, s: Store, ind: str, out: list) -> None:
         out.append(f"{ind}{s.buffer.name}[{', '.join(_P(i) for i in s.indices)}] = "
                    f"{_P(s.value)}")
-    elif isinstance(s, LetStmt):
+
+    def visit_LetStmt(self, s: LetStmt, ind: str, out: list) -> None:
         out.append(f"{ind}{s.var.name} = {_P(s.value)}")
-        _lines(s.body, ind, out)
-    elif isinstance(s, Allocate):
+        self.visit(s.body, ind, out)
+
+    def visit_Allocate(self, s: Allocate, ind: str, out: list) -> None:
         b = s.buffer
         out.append(f"{ind}{b.name} = alloc({b.dtype}{list(b.shape)}, scope={b.scope!r})")
-        _lines(s.body, ind, out)
-    elif isinstance(s, Evaluate):
+        self.visit(s.body, ind, out)
+
+    def visit_Evaluate(self, s: Evaluate, ind: str, out: list) -> None:
         out.append(f"{ind}{_P(s.value)}")
-    elif isinstance(s, KernelLaunch):
+
+    def visit_KernelLaunch(self, s: KernelLaunch, ind: str, out: list) -> None:
         out.append(f"{ind}launch {s.name}(grid={list(s.grid)}, block={list(s.block)}):")
-        _lines(s.body, ind + "  ", out)
-    elif isinstance(s, Sync):
+        self.visit(s.body, ind + "  ", out)
+
+    def visit_Sync(self, s: Sync, ind: str, out: list) -> None:
         out.append(f"{ind}sync({s.scope!r})")
-    elif isinstance(s, Assert):
+
+    def visit_Assert(self, s: Assert, ind: str, out: list) -> None:
         out.append(f"{ind}assert {_P(s.cond)}, {s.message!r}")
-    else:
+
+    def generic_visit(self, s, *args) -> None:
         raise TypeError(f"no printer for {type(s).__name__}")
+
+
+_PRINTER = _Printer()
 
 
 @deep("print")
 def stmt_str(s: Stmt, indent: str = "") -> str:
     """Deterministic text of a statement."""
     out: list[str] = []
-    _lines(s, indent, out)
+    _PRINTER.visit(s, indent, out)
     return "\n".join(out)
 
 

@@ -9,16 +9,11 @@ the loop box), which GPU kernels iterate over.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import islpy as isl
 
 from . import isl_util as iu
 from .relations import Fuse, Split
 from .stage import Stage
-
-if TYPE_CHECKING:
-    from .model import StagePlan
 
 
 def iter_ranges(stage: Stage, root: dict) -> dict:
@@ -71,28 +66,26 @@ def consumed_by(stage: Stage) -> dict:
     return made_by
 
 
-def padded_box(p: StagePlan, kind: str) -> isl.Set:
-    """The points of the own dimensions that the full boxes of the stage's loops cover
-    (the image of the loop box under the inverse loop map)."""
-    st = p.stage
-    roots = p.root_axes if kind == "update" else list(st.op.axis)
-    leaves = [p.leaves[k] for k in p.stmt_loops(kind)]
+def padded_box(stage: Stage, roots: list, leaves: list, ranges: dict) -> isl.Set:
+    """The points of the root axes ``roots`` that the full boxes of the loops ``leaves``
+    of ``stage`` cover (the image of the loop box under the inverse loop map), given the
+    ``ranges`` of every iteration variable."""
     lname = {iv: f"l{k}" for k, iv in enumerate(leaves)}
-    made_by = consumed_by(st)
+    made_by = consumed_by(stage)
 
     def expr(iv) -> str:
         if iv in lname:
             return lname[iv]
         rel = made_by[iv]
         if isinstance(rel, Split):
-            f = _factor(rel, p.ranges)
-            return f"({expr(rel.outer)} * {f} + {expr(rel.inner)} + {p.ranges[iv][0]})"
-        e_in = p.ranges[rel.inner][1]
+            f = _factor(rel, ranges)
+            return f"({expr(rel.outer)} * {f} + {expr(rel.inner)} + {ranges[iv][0]})"
+        e_in = ranges[rel.inner][1]
         if iv is rel.outer:
-            return f"(floor(({expr(rel.fused)})/{e_in}) + {p.ranges[iv][0]})"
-        return f"((({expr(rel.fused)}) mod {e_in}) + {p.ranges[iv][0]})"
+            return f"(floor(({expr(rel.fused)})/{e_in}) + {ranges[iv][0]})"
+        return f"((({expr(rel.fused)}) mod {e_in}) + {ranges[iv][0]})"
 
-    box = iu.box_str([lname[iv] for iv in leaves], [p.ranges[iv] for iv in leaves])
+    box = iu.box_str([lname[iv] for iv in leaves], [ranges[iv] for iv in leaves])
     out = ", ".join(expr(iv) for iv in roots)
     m = isl.Map(f"{{ [{', '.join(lname[iv] for iv in leaves)}] -> [{out}] : {box} }}")
     return m.range()

@@ -27,7 +27,7 @@ their accesses under the reversed prefix map (Tiramisu's ``compute_needed_and_pr
 As in TVM, its loops iterate over that region *relative to its origin*:
 ``y = x - lo(p)``, ``0 <= y < extent`` (the region's bounding box), which is also the
 index into its buffer; a strided region is compacted, ``y = (x - lo(p)) / stride``
-(``attach.py``). A ``shared`` buffer is relaxed over thread indices: its region is
+(``attach.py``). The record types live in :mod:`.polymodel`. A ``shared`` buffer is relaxed over thread indices: its region is
 the union over the threads of a block. Other buffers computed inside ``vthread`` loops get
 a leading dimension per such loop: a copy per virtual thread.
 
@@ -39,200 +39,20 @@ across threads and barriers are never divergent (TVM's behaviour). Design notes:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import islpy as isl
 
-from polytile.errors import InternalError, ScheduleError, format_error
+from polytile.errors import InternalError, fail
 from polytile.te.depth import check_depth
-from polytile.te.expr import And, Expr, IterVar, Not, Or, Reduce, Select, TensorRead, Var
-from polytile.te.reduction import accumulation_dtype
+from polytile.te.expr import And, Expr, Not, Or, Reduce, Select, TensorRead, Var
 from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
 from polytile.te.visitor import ExprMutator, ExprVisitor, substitute
 
 from . import isl_util as iu
+from .attach import accesses, check_scope, make_stmts, set_prefix
 from .loop_ir import Buffer
+from .polymodel import LoopNode, Model, PolyStmt, ReadInfo, StagePlan
 from .schedule import Schedule
 from .stage import Stage
-
-
-@dataclass(eq=False)
-class ReadInfo:
-    """One ``TensorRead`` of a body: its affine index (isl syntax over the axis names
-    ``d<k>``, ``None`` if not affine) and the affine condition guarding it (``""`` when
-    unguarded, ``None`` if it cannot be expressed)."""
-
-    node: TensorRead
-    source: Stage
-    indices: list | None
-    guard: str | None
-    in_init: bool = False
-
-
-@dataclass(eq=False)
-class PolyStmt:
-    """An isl statement: ``kind`` is ``compute``, ``init``, ``update`` or ``round``.
-
-    ``domain`` is what the loops enumerate, ``exact`` the instances that really execute
-    (equal unless the stage is padded; then ``guard`` is the condition, in isl, that
-    separates them). ``sched[j]`` is the
-    value of the ``j``-th enclosing loop (``None`` where the statement does not depend
-    on it, e.g. a shared buffer under a thread loop). ``axis_map`` maps an instance to
-    the values of the compute's axes (then reduce axes, for ``update``).
-    """
-
-    name: str
-    plan: StagePlan
-    kind: str
-    dims: list[str]
-    domain: isl.Set | None = None
-    exact: isl.Set | None = None
-    sched: list = field(default_factory=list)
-    accesses: dict = field(default_factory=dict)     # key -> (Buffer, PwMultiAff)
-    axis_map: isl.PwMultiAff | None = None
-    guard: isl.Set | None = None      # padded statements: the exact domain, given the loops
-
-    def tuple(self) -> str:
-        return iu.tuple_str(self.name, self.dims)
-
-    def __repr__(self) -> str:
-        return f"PolyStmt({self.name}, {self.plan.name}.{self.kind})"
-
-
-@dataclass(eq=False)
-class StagePlan:
-    """A compute stage that gets loops."""
-
-    stage: Stage
-    index: int
-    body: Expr
-    axis_vars: list[Var]
-    reduce_vars: list[Var]
-    leaves: list[IterVar]
-    r: int                          # position of the first reduction loop (len(leaves) if none)
-    buffer: Buffer
-    reads: list[ReadInfo]
-    scope: str = "global"
-    attach: tuple | None = None     # (StagePlan, leaf position)
-    prefix: list = field(default_factory=list)       # enclosing loops: (plan, position)
-    prefix_dims: list = field(default_factory=list)  # which of them are coordinates
-    ranges: dict = field(default_factory=dict)       # IterVar -> (min, extent)
-    leaf_aff: dict = field(default_factory=dict)
-    stmts: list[PolyStmt] = field(default_factory=list)
-    lo: isl.PwMultiAff | None = None  # region origin per prefix (attached stages)
-    where: str | None = None          # the reduction's where= condition, when affine (isl)
-    region: tuple = ()                # the region's box extents (attached stages)
-    stride: tuple = ()                # per tensor dimension: the region's lattice step
-    footprint: isl.Map | None = None  # prefix -> region (attached stages)
-    exact_region: isl.Map | None = None  # prefix -> elements really read
-    acc: Buffer | None = None         # the wide accumulator of a reduction (see module doc)
-    acc_access: dict = field(default_factory=dict)   # statement name -> its index into acc
-
-    @property
-    def name(self) -> str:
-        return self.stage.name
-
-    def __repr__(self) -> str:
-        return f"StagePlan({self.name})"
-
-    @property
-    def is_reduction(self) -> bool:
-        return isinstance(self.body, Reduce)
-
-    @property
-    def prefix_len(self) -> int:
-        return len(self.prefix_dims)
-
-    @property
-    def root_axes(self) -> list[IterVar]:
-        op = self.stage.op
-        return list(op.axis) + list(op.reduce_axis)
-
-    def own_names(self, kind: str) -> list[str]:
-        n = len(self.axis_vars) + (len(self.reduce_vars) if kind == "update" else 0)
-        return [f"d{k}" for k in range(n)]
-
-    def main_stmt(self) -> PolyStmt:
-        """The ``compute`` or ``update`` statement (the one inside every loop)."""
-        return self.stmts[1] if self.is_reduction else self.stmts[0]
-
-    @property
-    def kinds(self) -> list[str]:
-        """The statement kinds of the stage, in program order."""
-        if not self.is_reduction:
-            return ["compute"]
-        return ["init", "update"] + (["round"] if self.accumulates_wide else [])
-
-    @property
-    def accumulates_wide(self) -> bool:
-        """Does this reduction accumulate in a wider dtype than its own (then ``init``
-        and ``update`` work on ``acc`` and ``round`` stores the result)?"""
-        return self.is_reduction and accumulation_dtype(self.body) != self.body.dtype
-
-    def extent(self, iv: IterVar) -> int:
-        return self.ranges[iv][1]
-
-    def stmt_loops(self, kind: str) -> list[int]:
-        """Positions (in ``leaves``) of the loops of a statement kind, outermost first
-        (``init`` and ``round`` run outside the reduction loops)."""
-        if kind not in ("init", "round"):
-            return list(range(len(self.leaves)))
-        return list(range(self.r)) + [k for k in range(self.r, len(self.leaves))
-                                      if self.leaves[k].iter_type != "reduce"]
-
-    def binding(self, pos: int) -> str | None:
-        """The thread tag loop ``pos`` is bound to, if any."""
-        ann = self.stage.annotations.get(self.leaves[pos])
-        return ann[5:] if ann and ann.startswith("bind:") else None
-
-
-@dataclass(eq=False)
-class LoopNode:
-    """One loop of the nest: loop ``position`` of ``plan``, run by ``stmts`` (filled in
-    after the nest is built: statement -> its value of the loop) with children in program
-    order."""
-
-    key: int
-    plan: StagePlan
-    position: int
-    children: list = field(default_factory=list)
-    stmts: dict = field(default_factory=dict)
-    init_only: bool = False
-
-    @property
-    def iter_var(self) -> IterVar:
-        return self.plan.leaves[self.position]
-
-    def __repr__(self) -> str:
-        return f"LoopNode({self.plan.name}.{self.iter_var.name})"
-
-    @property
-    def annotation(self) -> str | None:
-        return self.plan.stage.annotations.get(self.iter_var)
-
-    @property
-    def binding(self) -> str | None:
-        return self.plan.binding(self.position)
-
-
-@dataclass(eq=False)
-class Model:
-    plans: list[StagePlan]
-    stmts: dict                      # name -> PolyStmt
-    nest: list                       # top-level nodes (LoopNode or PolyStmt leaves)
-    loops: dict                      # key -> LoopNode
-    buffers: dict                    # Stage -> Buffer
-    params: list                     # PrimFunc params (Buffer or Var), in args order
-    stage_of: dict                   # id(Operation) -> Stage
-    padded: bool = False
-    rolled: set = field(default_factory=set)  # keys of unroll loops kept rolled (limits.py)
-
-    def buffer_of(self, t: Tensor) -> Buffer:
-        return self.buffers[self.stage_of[id(t.op)]]
-
-
-def _fail(primitive: str, what: str, expected: str | None = None, **ctx):
-    raise ScheduleError(format_error(primitive, what, expected, **ctx))
 
 
 # inlining -----------------------------------------------------------------------------
@@ -352,7 +172,7 @@ def _unique_names(sch: Schedule) -> dict:
 
 def _params(sch: Schedule, args, stage_of: dict, names: dict) -> tuple[dict, list]:
     if args is None:
-        _fail("lower", "args is missing", "pass the list of input and output tensors, e.g. "
+        fail("lower", "args is missing", "pass the list of input and output tensors, e.g. "
               "[A, B, C]")
     buffers: dict = {}
     params: list = []
@@ -365,15 +185,15 @@ def _params(sch: Schedule, args, stage_of: dict, names: dict) -> tuple[dict, lis
                 taken = set(names.values())
                 names[id(st)] = a.name if a.name not in taken else f"{a.name}_unused"
             if st is None:
-                _fail("lower", f"tensor {a.name!r} in args is not part of the schedule",
+                fail("lower", f"tensor {a.name!r} in args is not part of the schedule",
                       "pass tensors of this computation")
             if st in buffers:
-                _fail("lower", f"tensor {a.name!r} appears twice in args")
+                fail("lower", f"tensor {a.name!r} appears twice in args")
             if st.attach_type == "inline":
-                _fail("lower", f"tensor {a.name!r} in args is inlined (compute_inline)",
+                fail("lower", f"tensor {a.name!r} in args is inlined (compute_inline)",
                       "an argument needs storage: do not inline it")
             if st.attach_type == "scope":
-                _fail("compute_at", f"stage {a.name!r} is in args but computed at "
+                fail("compute_at", f"stage {a.name!r} is in args but computed at "
                       f"{st.attach_stage.name!r}: only parts of it would be written",
                       "leave argument tensors at the root")
             b = Buffer(names[id(st)], a.shape, a.dtype, "global")
@@ -382,11 +202,11 @@ def _params(sch: Schedule, args, stage_of: dict, names: dict) -> tuple[dict, lis
         elif isinstance(a, Var):
             params.append(a)
         else:
-            _fail("lower", f"argument {a!r} is neither a tensor nor a te.var",
+            fail("lower", f"argument {a!r} is neither a tensor nor a te.var",
                   "pass tensors (placeholders and computes) and scalar te.var")
     for op in sch.outputs:
         if sch.stage_map[op] not in buffers:
-            _fail("lower", f"output {op.name!r} of the schedule is not in args",
+            fail("lower", f"output {op.name!r} of the schedule is not in args",
                   "add it to args")
     return buffers, params
 
@@ -402,8 +222,6 @@ def build_model(sch: Schedule, args, *, padded: bool = False) -> Model:
         For argument lists that do not match the schedule, attaches whose consumers are
         not inside the attach loop, or reads out of bounds.
     """
-    from .attach import accesses, check_scope, make_stmts, set_prefix
-
     stage_of = _stage_index(sch)
     names = _unique_names(sch)
     bodies = inline_bodies(sch, stage_of)
@@ -429,7 +247,7 @@ def build_model(sch: Schedule, args, *, padded: bool = False) -> Model:
         if st.attach_type == "scope":
             target = st.attach_stage
             if target.attach_type == "inline":
-                _fail("compute_at", f"stage {p.name!r} is attached to {target.name!r}, which "
+                fail("compute_at", f"stage {p.name!r} is attached to {target.name!r}, which "
                       f"is inlined", "attach to a stage that has loops")
             tp = plan_of[id(target)]
             p.attach = (tp, tp.leaves.index(st.attach_ivar))
@@ -476,10 +294,10 @@ def _check_inputs(plans: list[StagePlan], buffers: dict) -> None:
         for rd in p.reads:
             t = rd.node.tensor
             if rd.source is None:
-                _fail("lower", f"stage {p.name!r} reads {t.name!r}, which is not part of the "
+                fail("lower", f"stage {p.name!r} reads {t.name!r}, which is not part of the "
                       f"schedule")
             if isinstance(rd.source.op, PlaceholderOp) and rd.source not in buffers:
-                _fail("lower", f"input {t.name!r} is read by stage {p.name!r} but is not in "
+                fail("lower", f"input {t.name!r} is read by stage {p.name!r} but is not in "
                       f"args", "add it to args")
 
 
@@ -516,8 +334,6 @@ def check_definitions(sch: Schedule, stage_of: dict) -> None:
 
 
 def _check_definition(st: Stage, stage_of: dict) -> None:
-    from .attach import tensor_box
-
     op = st.op
     ivs = list(op.axis) + list(op.reduce_axis)
     names = [f"d{k}" for k in range(len(ivs))]
@@ -533,14 +349,14 @@ def _check_definition(st: Stage, stage_of: dict) -> None:
         d = dom.intersect(isl.Set(f"{{ {space} : {r.guard} }}")) if r.guard else dom
         t = r.node.tensor
         acc = isl.Map(f"{{ {space} -> T[{', '.join(r.indices)}] }}").intersect_domain(d)
-        outside = acc.subtract_range(tensor_box(t, "T"))
+        outside = acc.subtract_range(iu.tensor_box(t, "T"))
         if outside.is_empty():
             continue
         # the first iteration (lexicographically) that reads outside: a stable example
         first = outside.wrap().lexmin().sample_point()
         coords = iu.point_coords(first, len(names) + t.ndim)
         at = ", ".join(f"{iv.var.name}={c}" for iv, c in zip(ivs, coords))
-        _fail("lower", f"stage {op.name!r} reads {t.name}"
+        fail("lower", f"stage {op.name!r} reads {t.name}"
               f"[{', '.join(map(str, coords[len(names):]))}] outside its shape {t.shape} "
               f"(at {at})", "every read must stay inside its tensor",
               Read=_read_range(r, acc.range(), t),

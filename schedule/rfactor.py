@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from polytile.errors import ScheduleError, format_error
+from polytile.errors import ScheduleError, fail, format_error
 from polytile.te.algebra import PROVABLE, rfactor_violation
 from polytile.te.reduction import accumulation_dtype, widened
 from polytile.te.expr import (CommReducer, IterVar, Range, Reduce, TensorRead, Var, cast,
@@ -38,16 +38,14 @@ from polytile.te.expr import (CommReducer, IterVar, Range, Reduce, TensorRead, V
 from polytile.te.tensor import ComputeOp, Tensor
 from polytile.te.visitor import substitute
 
+from .cache import _replace_op
+from .kinds import ThreadTag, annotation_name
 from .loopmap import consumed_by
 from .relations import Split
+from .stage import Stage, thread_axis
 
 if TYPE_CHECKING:
-    from .schedule import Schedule
-    from .stage import Stage
-
-
-def _fail(what: str, expected: str | None = None, **ctx):
-    raise ScheduleError(format_error("rfactor", what, expected, **ctx))
+    from .schedule import Schedule  # a type hint only: schedule.py imports this module
 
 
 def stage_of(sch: Schedule, tensor) -> Stage:
@@ -55,7 +53,7 @@ def stage_of(sch: Schedule, tensor) -> Stage:
     try:
         return sch[tensor]
     except ScheduleError:
-        _fail(f"tensor {getattr(tensor, 'name', tensor)!r} is not part of this schedule",
+        fail("rfactor", f"tensor {getattr(tensor, 'name', tensor)!r} is not part of this schedule",
               "rfactor a reduction reachable from the schedule's outputs")
 
 
@@ -102,10 +100,10 @@ def _normalise_factor_axis(stage: Stage, factor_axis, ndim: int) -> int:
     """``factor_axis`` in ``[0, ndim]``; negative values count from the end as in TVM
     (``-1`` puts the factored axis last)."""
     if isinstance(factor_axis, bool) or not isinstance(factor_axis, int):
-        _fail(f"factor_axis={factor_axis!r} for stage {stage.name!r}", "expected an int")
+        fail("rfactor", f"factor_axis={factor_axis!r} for stage {stage.name!r}", "expected an int")
     pos = factor_axis + ndim + 1 if factor_axis < 0 else factor_axis
     if not 0 <= pos <= ndim:
-        _fail(f"factor_axis={factor_axis} is out of range for stage {stage.name!r}, whose "
+        fail("rfactor", f"factor_axis={factor_axis} is out of range for stage {stage.name!r}, whose "
               f"partial tensor has {ndim + 1} axes",
               f"expected {-(ndim + 1)} <= factor_axis <= {ndim}")
     return pos
@@ -161,20 +159,21 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
     stage = stage_of(sch, tensor)
     op = stage.op
     if not isinstance(op, ComputeOp) or not op.reduce_axis:
-        _fail(f"stage {stage.name!r} is not a reduction", "rfactor a te.sum/max/min stage")
+        fail("rfactor", f"stage {stage.name!r} is not a reduction", "rfactor a te.sum/max/min stage")
     if not isinstance(axis, IterVar):
-        _fail(f"axis {axis!r} of stage {stage.name!r} is not an IterVar",
+        fail("rfactor", f"axis {axis!r} of stage {stage.name!r} is not an IterVar",
               "pass one of its reduction loops, such as s[B].op.reduce_axis[0] or a result "
               "of split")
     stage._leaf("rfactor", axis)
     if axis.iter_type != "reduce":
-        _fail(f"{axis.name!r} is a spatial loop of stage {stage.name!r}",
+        fail("rfactor", f"{axis.name!r} is a spatial loop of stage {stage.name!r}",
               "pass one of its reduction loops")
     red_leaves = [iv for iv in stage.leaf_iter_vars if iv.iter_type == "reduce"]
     for iv in red_leaves:
         if iv in stage.annotations:
-            _fail(f"reduction loop {iv.name!r} of stage {stage.name!r} is annotated "
-                  f"{stage.annotations[iv]!r}", "rfactor before annotating the reduction loops")
+            fail("rfactor", f"reduction loop {iv.name!r} of stage {stage.name!r} is annotated "
+                 f"{annotation_name(stage.annotations[iv])!r}",
+                 "rfactor before annotating the reduction loops")
     # stages computed at a reduction loop follow the loop into the partial stage
     moved = [(st, iv) for iv in red_leaves for st in stage._attached_at(iv)]
     ndim = len(op.axis)
@@ -219,8 +218,6 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
                    None, body.init)
     new_op = ComputeOp(name=op.name, tag=op.tag, attrs=op.attrs, axis=op.axis,
                        reduce_axis=(r,), body=(final,))
-    from .cache import _replace_op
-
     _replace_op(sch, stage, new_op)
     first = min(stage.leaf_iter_vars.index(iv) for iv in red_leaves)
     stage.leaf_iter_vars = [iv for iv in stage.leaf_iter_vars if iv.iter_type != "reduce"]
@@ -259,31 +256,27 @@ def lower_cross_thread_reductions(sch: Schedule) -> Schedule:
     targets = []
     for st in sch.stages:
         for iv, kind in st.annotations.items():
-            if (kind.startswith("bind:threadIdx") and iv.iter_type == "reduce"
-                    and st.name not in targets):
+            if _on_thread(kind) and iv.iter_type == "reduce" and st.name not in targets:
                 targets.append(st.name)
     if not targets:
         return sch
     sch = sch.copy()
-    from .stage import thread_axis
-
     for name in targets:
         st = next(s for s in sch.stages if s.name == name and s.op.reduce_axis)
-        iv, kind = next((iv, k) for iv, k in st.annotations.items()
-                        if k.startswith("bind:threadIdx") and iv.iter_type == "reduce")
-        tag = kind[5:]
+        iv, tag = next((iv, k) for iv, k in st.annotations.items()
+                       if _on_thread(k) and iv.iter_type == "reduce")
         leaves = st.leaf_iter_vars
         first_red = min(k for k, v in enumerate(leaves) if v.iter_type == "reduce")
         if any(v.iter_type != "reduce" for v in leaves[first_red:]):
             raise ScheduleError(format_error(
-                "bind", f"the reduction loop {iv.name!r} of stage {name!r} is bound to {tag!r} "
+                "bind", f"the reduction loop {iv.name!r} of stage {name!r} is bound to {tag.value!r} "
                 f"but spatial loops run inside the reduction loops",
                 "reorder the reduction loops innermost for a cross-thread reduction"))
         for v, k in st.annotations.items():
-            if v.iter_type != "reduce" and k.startswith("bind:threadIdx"):
+            if v.iter_type != "reduce" and _on_thread(k):
                 raise ScheduleError(format_error(
                     "bind", f"stage {name!r} binds its spatial loop {v.name!r} to a thread "
-                    f"index and its reduction loop {iv.name!r} to {tag!r}",
+                    f"index and its reduction loop {iv.name!r} to {tag.value!r}",
                     "bind the spatial loops of a cross-thread reduction to blockIdx only"))
         if first_red == 0:
             raise ScheduleError(format_error(
@@ -296,10 +289,15 @@ def lower_cross_thread_reductions(sch: Schedule) -> Schedule:
         except ScheduleError as ex:
             raise ScheduleError(format_error(
                 "bind", f"the cross-thread reduction of stage {name!r} over {iv.name!r} "
-                f"(bound to {tag!r}) cannot be lowered: {ex}")) from None
+                f"(bound to {tag.value!r}) cannot be lowered: {ex}")) from None
         rst = sch[rf]
         rst.scope = "shared"
         rst.compute_at(st, st.leaf_iter_vars[first_red - 1])
-        rst.bind(rst.op.axis[0], thread_axis(tag))
+        rst.bind(rst.op.axis[0], thread_axis(tag.value))
         st.thread_predicate = {tag: 0}
     return sch
+
+
+def _on_thread(annotation) -> bool:
+    """Is a loop with this annotation bound to a ``threadIdx`` index?"""
+    return isinstance(annotation, ThreadTag) and annotation.is_thread

@@ -7,8 +7,10 @@ from polytile.te.depth import deep
 from polytile.te.expr import IterVar
 from polytile.te.tensor import Operation, Tensor
 
+from .cache import cache_read, cache_write
 from .relations import Step
-from .stage import Stage
+from .rfactor import rfactor, stage_of
+from .stage import Stage, thread_axis
 
 
 def _post_order(outputs: list[Operation]) -> list[Operation]:
@@ -95,8 +97,6 @@ class Schedule:
     def cache_read(self, tensor: Tensor, scope: str, readers) -> Tensor:
         """Copy ``tensor`` into ``scope`` ("shared", "local" or "global") for ``readers``;
         see :func:`polytile.schedule.cache.cache_read`."""
-        from .cache import cache_read
-
         names = [self[r].name for r in (readers if isinstance(readers, (list, tuple))
                                         else [readers])]
         out = cache_read(self, tensor, scope, readers)
@@ -107,8 +107,6 @@ class Schedule:
     def rfactor(self, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Tensor:
         """Factor the reduction of ``tensor`` over its reduce loop ``axis`` into partial
         reductions; see :func:`polytile.schedule.rfactor.rfactor`."""
-        from .rfactor import rfactor, stage_of
-
         st = stage_of(self, tensor)
         iv = ("iv", st._index_of(axis), axis.name) if isinstance(axis, IterVar) else axis
         out = rfactor(self, tensor, axis, factor_axis)
@@ -119,8 +117,6 @@ class Schedule:
     def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
         """Compute ``tensor`` into a cache in ``scope``; see
         :func:`polytile.schedule.cache.cache_write`."""
-        from .cache import cache_write
-
         name = self[tensor].name
         out = cache_write(self, tensor, scope)
         self.trace.append(Step("cache_write", name, (scope,)))
@@ -189,8 +185,6 @@ def replay(trace: list[Step], sch: Schedule) -> Schedule:
         if isinstance(a, tuple) and a and a[0] == "stage":
             return stage(a[1])
         if isinstance(a, tuple) and a and a[0] == "thread":
-            from .stage import thread_axis
-
             return thread_axis(a[1], name=a[2])
         if isinstance(a, tuple):
             return tuple(dec(st, x) for x in a)

@@ -12,23 +12,22 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from polytile.errors import ScheduleError, format_error
+from polytile.errors import ScheduleError, fail, format_error
 from polytile.te.expr import IterVar, Range, Var
 from polytile.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 
+from .kinds import Annotation, LoopKind, ThreadTag, annotation_name
 from .relations import Fuse, Split, Step
 
 if TYPE_CHECKING:
-    from .schedule import Schedule
+    from .schedule import Schedule  # a type hint only: schedule.py imports this module
 
-ANNOTATIONS = ("vectorize", "unroll", "parallel")
 #: Thread tags ``bind`` accepts (CUDA's hardware indices; ``vthread`` runs as an unrolled
-#: loop inside each thread).
-THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
-               "threadIdx.z", "vthread")
+#: loop inside each thread), as written in ``te.thread_axis``.
+THREAD_TAGS = tuple(t.value for t in ThreadTag)
 #: Pragmas understood by ``Stage.pragma``: each maps onto an annotation.
-PRAGMAS = {"unroll": "unroll", "vectorize": "vectorize", "parallel": "parallel",
-           "parallel_launch_point": "parallel"}
+PRAGMAS = {"unroll": LoopKind.UNROLLED, "vectorize": LoopKind.VECTORIZED,
+           "parallel": LoopKind.PARALLEL, "parallel_launch_point": LoopKind.PARALLEL}
 
 
 class Stage:
@@ -42,6 +41,9 @@ class Stage:
     leaf_iter_vars : list of IterVar
         The loops of the stage, outermost first.
     relations : list of Split or Fuse
+    annotations : dict of IterVar to LoopKind or ThreadTag
+        What ``vectorize``/``unroll``/``parallel`` made of a loop, or the hardware index
+        ``bind`` mapped it onto (:mod:`polytile.schedule.kinds`).
     attach_type : str
         ``"root"``, ``"inline"`` or ``"scope"`` (computed at ``attach_stage``'s
         ``attach_ivar``).
@@ -57,7 +59,7 @@ class Stage:
         self.all_iter_vars: list[IterVar] = list(roots)
         self.leaf_iter_vars: list[IterVar] = list(roots)
         self.relations: list = []
-        self.annotations: dict[IterVar, str] = {}
+        self.annotations: dict[IterVar, Annotation] = {}
         self.pragmas: dict[IterVar, tuple] = {}
         self.attach_type = "root"
         self.attach_stage: Stage | None = None
@@ -86,9 +88,6 @@ class Stage:
         return f"Stage({self.name}, leaves=[{', '.join(v.name for v in self.leaf_iter_vars)}])"
 
     # helpers ---------------------------------------------------------------------------
-    def _fail(self, primitive: str, what: str, expected: str | None = None, **ctx):
-        raise ScheduleError(format_error(primitive, what, expected, **ctx))
-
     def _record(self, primitive: str, *args, **kwargs) -> None:
         def enc(a):
             if isinstance(a, IterVar):
@@ -111,7 +110,7 @@ class Stage:
 
     def _require_compute(self, primitive: str) -> None:
         if isinstance(self.op, PlaceholderOp):
-            self._fail(primitive, f"stage {self.name!r} is a placeholder (an input) and has no "
+            fail(primitive, f"stage {self.name!r} is a placeholder (an input) and has no "
                        f"loops", "schedule a compute stage")
 
     def _leaf(self, primitive: str, iv, role: str = "axis") -> IterVar:
@@ -121,27 +120,27 @@ class Stage:
             names = ", ".join(repr(v.name) for v in iv)
             many = primitive in ("reorder", "fuse")
             which = "an argument" if many else f"the {role} argument"
-            self._fail(primitive, f"{which} of stage {self.name!r} is a {type(iv).__name__} "
+            fail(primitive, f"{which} of stage {self.name!r} is a {type(iv).__name__} "
                        f"of {len(iv)} axes [{names}]", "expected one IterVar per argument",
                        hint=f"s[{self.name}].{primitive}(*axes)" if many else
                        f"pick one, e.g. s[{self.name}].op.axis[0]")
         if not isinstance(iv, IterVar):
-            self._fail(primitive, f"{role} {iv!r} is not an IterVar",
+            fail(primitive, f"{role} {iv!r} is not an IterVar",
                        "pass an axis such as C.op.axis[0] or a result of split/fuse")
         for v in self.leaf_iter_vars:
             if v is iv:
                 return iv
         for rel in self.relations:
             if isinstance(rel, Split) and rel.parent is iv:
-                self._fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} was already "
+                fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} was already "
                            f"split into {rel.outer.name!r} and {rel.inner.name!r}",
                            "use one of those instead")
             if isinstance(rel, Fuse) and (rel.outer is iv or rel.inner is iv):
-                self._fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} was already "
+                fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} was already "
                            f"fused into {rel.fused.name!r}", "use the fused axis instead")
         owner = self.schedule._owner_of(iv)
         where = f"it belongs to stage {owner.name!r}" if owner else "it belongs to no stage"
-        self._fail(primitive, f"iter_var {iv.name!r} is not an axis of stage {self.name!r} "
+        fail(primitive, f"iter_var {iv.name!r} is not an axis of stage {self.name!r} "
                    f"({where})", f"expected one of [{self._leaf_names()}]")
 
     def _leaf_names(self) -> str:
@@ -186,7 +185,7 @@ class Stage:
         if (factor is None) == (nparts is None):
             got = "both factor= and nparts=" if factor is not None else "neither factor= nor "\
                 "nparts="
-            self._fail("split", f"iter_var {parent.name!r} of stage {self.name!r} got {got}",
+            fail("split", f"iter_var {parent.name!r} of stage {self.name!r} got {got}",
                        "give exactly one of factor= and nparts=",
                        hint=f"split({parent.name}, factor=4) or split({parent.name}, nparts=4)")
         which, val = ("factor", factor) if factor is not None else ("nparts", nparts)
@@ -194,7 +193,7 @@ class Stage:
             val = int(val)
             factor, nparts = (val, None) if which == "factor" else (None, val)
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-            self._fail("split", f"{which}={val!r} for iter_var {parent.name!r} of stage "
+            fail("split", f"{which}={val!r} for iter_var {parent.name!r} of stage "
                        f"{self.name!r}", "expected a positive int (symbolic factors are not "
                        "affine)")
         ext = self.extent_of(parent)
@@ -213,8 +212,8 @@ class Stage:
     def _check_not_annotated(self, primitive: str, iv: IterVar) -> None:
         kind = self.annotations.get(iv)
         if kind is not None:
-            self._fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} is annotated "
-                       f"{kind!r}", f"{primitive} loops before annotating them")
+            fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} is annotated "
+                 f"{annotation_name(kind)!r}", f"{primitive} loops before annotating them")
 
     def _attached_at(self, iv: IterVar) -> list[Stage]:
         return [st for st in self.schedule.stages
@@ -252,7 +251,7 @@ class Stage:
             For non-adjacent loops, mixed spatial/reduce axes, or foreign axes.
         """
         if not args:
-            self._fail("fuse", "no axes given", "pass two or more adjacent axes")
+            fail("fuse", "no axes given", "pass two or more adjacent axes")
         ivs = [self._leaf("fuse", a) for a in args]
         if len(ivs) == 1:
             return ivs[0]
@@ -260,7 +259,7 @@ class Stage:
             self._check_not_annotated("fuse", iv)
         for iv in ivs[:-1]:
             for st in self._attached_at(iv):
-                self._fail("fuse", f"stage {st.name!r} is computed at {iv.name!r}, which is "
+                fail("fuse", f"stage {st.name!r} is computed at {iv.name!r}, which is "
                            f"not the innermost of the fused loops",
                            "fuse first, then compute_at the fused loop")
         n = len(self.schedule.trace)
@@ -275,17 +274,17 @@ class Stage:
         lo = self.leaf_iter_vars.index(outer)
         li = self.leaf_iter_vars.index(inner)
         if li == lo - 1:
-            self._fail("fuse", f"iter_vars {outer.name!r} and {inner.name!r} of stage "
+            fail("fuse", f"iter_vars {outer.name!r} and {inner.name!r} of stage "
                        f"{self.name!r} are given inner first: {inner.name!r} is the outer "
                        f"loop in [{self._leaf_names()}]", "pass adjacent loops outermost first",
                        hint=f"fuse({inner.name}, {outer.name})")
         if li != lo + 1:
-            self._fail("fuse", f"iter_vars {outer.name!r} and {inner.name!r} of stage "
+            fail("fuse", f"iter_vars {outer.name!r} and {inner.name!r} of stage "
                        f"{self.name!r} are not adjacent in the loop order "
                        f"[{self._leaf_names()}]", "fuse consecutive loops, outermost first "
                        "(reorder first)")
         if outer.iter_type != inner.iter_type:
-            self._fail("fuse", f"stage {self.name!r}: {outer.name!r} is a {outer.iter_type} "
+            fail("fuse", f"stage {self.name!r}: {outer.name!r} is a {outer.iter_type} "
                        f"axis and {inner.name!r} a {inner.iter_type} axis",
                        "fuse axes of one kind")
         ext = self.extent_of(outer) * self.extent_of(inner)
@@ -309,19 +308,20 @@ class Stage:
         ivs = [self._leaf("reorder", a) for a in args]
         if len({id(v) for v in ivs}) != len(ivs):
             dup = next(v for v in ivs if sum(w is v for w in ivs) > 1)
-            self._fail("reorder", f"iter_var {dup.name!r} appears twice",
+            fail("reorder", f"iter_var {dup.name!r} appears twice",
                        f"list each axis of stage {self.name!r} once")
         pos = sorted(self.leaf_iter_vars.index(v) for v in ivs)
         for p, v in zip(pos, ivs):
             self.leaf_iter_vars[p] = v
         self._record("reorder", *ivs)
 
-    def _annotate(self, primitive: str, iv: IterVar, kind: str) -> None:
+    def _annotate(self, primitive: str, iv: IterVar, kind: Annotation) -> None:
         iv = self._leaf(primitive, iv)
         old = self.annotations.get(iv)
         if old is not None and old != kind:
-            self._fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} is already "
-                       f"annotated {old!r}", "one of vectorize/unroll/parallel per loop")
+            fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} is already "
+                 f"annotated {annotation_name(old)!r}",
+                 "one of vectorize/unroll/parallel per loop")
         self.annotations[iv] = kind
 
     def vectorize(self, iv: IterVar) -> None:
@@ -337,7 +337,7 @@ class Stage:
         builds as fast as one of 16. On GPUs the loop is unrolled (``#pragma unroll`` up to
         ``passes.loops.MAX_UNROLL`` iterations, a plain loop beyond).
         """
-        self._annotate("vectorize", iv, "vectorize")
+        self._annotate("vectorize", iv, LoopKind.VECTORIZED)
         self._record("vectorize", iv)
 
     def unroll(self, iv: IterVar) -> None:
@@ -355,7 +355,7 @@ class Stage:
         are served first, so among nested unrolls the outer ones stay loops. To unroll a
         long loop partially, split it and unroll the inner part.
         """
-        self._annotate("unroll", iv, "unroll")
+        self._annotate("unroll", iv, LoopKind.UNROLLED)
         self._record("unroll", iv)
 
     def parallel(self, iv: IterVar) -> None:
@@ -364,7 +364,7 @@ class Stage:
         Legal when the loop carries no dependence (zero distance at ``iv``); a reduction
         axis is refused (use rfactor). A parallel loop nested in another runs serially.
         """
-        self._annotate("parallel", iv, "parallel")
+        self._annotate("parallel", iv, LoopKind.PARALLEL)
         self._record("parallel", iv)
 
     def bind(self, iv: IterVar, thread_ivar: IterVar) -> None:
@@ -385,18 +385,18 @@ class Stage:
         """
         iv = self._leaf("bind", iv)
         if not isinstance(thread_ivar, IterVar) or thread_ivar.iter_type != "thread":
-            self._fail("bind", f"{thread_ivar!r} is not a thread axis",
+            fail("bind", f"{thread_ivar!r} is not a thread axis",
                        "create one with te.thread_axis('threadIdx.x')")
-        tag = thread_ivar.thread_tag
+        tag = ThreadTag(thread_ivar.thread_tag)
         for other, kind in self.annotations.items():
-            if kind == f"bind:{tag}" and other is not iv and tag != "vthread":
-                self._fail("bind", f"thread axis {tag!r} is bound twice in stage "
-                           f"{self.name!r} (to {other.name!r} and {iv.name!r})",
-                           "bind each thread axis once per stage")
-        self._annotate("bind", iv, f"bind:{tag}")
+            if kind is tag and other is not iv and tag is not ThreadTag.VTHREAD:
+                fail("bind", f"thread axis {tag.value!r} is bound twice in stage "
+                     f"{self.name!r} (to {other.name!r} and {iv.name!r})",
+                     "bind each thread axis once per stage")
+        self._annotate("bind", iv, tag)
         if thread_ivar.dom is not None:
             self.thread_extents[iv] = thread_ivar.dom.extent
-        self._record("bind", iv, ("thread", tag, thread_ivar.var.name))
+        self._record("bind", iv, ("thread", tag.value, thread_ivar.var.name))
 
     def storage_align(self, axis: IterVar, factor: int, offset: int) -> None:
         """Pad the buffer of this stage so that the stride of dimension ``axis`` is
@@ -410,11 +410,11 @@ class Stage:
         self._require_compute("storage_align")
         pos = next((k for k, a in enumerate(self.op.axis) if a is axis), None)
         if pos is None:
-            self._fail("storage_align", f"{getattr(axis, 'name', axis)!r} is not a root axis "
+            fail("storage_align", f"{getattr(axis, 'name', axis)!r} is not a root axis "
                        f"of stage {self.name!r}", f"pass one of s[{self.name}].op.axis")
         if not (isinstance(factor, int) and factor >= 1 and isinstance(offset, int)
                 and 0 <= offset < factor):
-            self._fail("storage_align", f"factor={factor!r}, offset={offset!r}",
+            fail("storage_align", f"factor={factor!r}, offset={offset!r}",
                        "expected ints with factor >= 1 and 0 <= offset < factor")
         self.align[pos] = (factor, offset)
         self._record("storage_align", axis, factor, offset)
@@ -430,7 +430,7 @@ class Stage:
         """
         if pragma_type not in PRAGMAS:
             self._leaf("pragma", iv)
-            self._fail("pragma", f"unknown pragma {pragma_type!r} on iter_var {iv.name!r} of "
+            fail("pragma", f"unknown pragma {pragma_type!r} on iter_var {iv.name!r} of "
                        f"stage {self.name!r}", f"expected one of {sorted(PRAGMAS)}")
         self._annotate("pragma", iv, PRAGMAS[pragma_type])
         self.pragmas[iv] = self.pragmas.get(iv, ()) + ((pragma_type, pragma_value),)
@@ -446,11 +446,11 @@ class Stage:
         """
         self._require_compute("compute_inline")
         if self.op.reduce_axis:
-            self._fail("compute_inline", f"stage {self.name!r} is a reduction",
+            fail("compute_inline", f"stage {self.name!r} is a reduction",
                        "only elementwise computes can be inlined",
                        hint="use compute_at to fuse a reduction into its consumer")
         if self.op in self.schedule.outputs:
-            self._fail("compute_inline", f"stage {self.name!r} is an output of the schedule",
+            fail("compute_inline", f"stage {self.name!r} is an output of the schedule",
                        "inline intermediate stages only")
         self.attach_type, self.attach_stage, self.attach_ivar = "inline", None, None
         self._record("compute_inline")
@@ -478,22 +478,22 @@ class Stage:
         if isinstance(parent, Tensor):
             parent = self.schedule[parent]
         if not isinstance(parent, Stage) or parent.schedule is not self.schedule:
-            self._fail("compute_at", f"parent {parent!r} is not a stage of this schedule",
+            fail("compute_at", f"parent {parent!r} is not a stage of this schedule",
                        "pass s[consumer]")
         if parent is self:
-            self._fail("compute_at", f"stage {self.name!r} cannot be computed inside itself")
+            fail("compute_at", f"stage {self.name!r} cannot be computed inside itself")
         parent._leaf("compute_at", scope, role="scope")
         if self.op in self.schedule.outputs:
-            self._fail("compute_at", f"stage {self.name!r} is an output of the schedule",
+            fail("compute_at", f"stage {self.name!r} is an output of the schedule",
                        "attach intermediate stages only")
         st = parent
         while st is not None:
             if st is self:
-                self._fail("compute_at", f"attaching {self.name!r} to {parent.name!r} forms a "
+                fail("compute_at", f"attaching {self.name!r} to {parent.name!r} forms a "
                            f"cycle of attaches", "attach a producer to its consumer")
             st = st.attach_stage
         if not self.schedule._reads_transitively(parent.op, self.op):
-            self._fail("compute_at", f"stage {parent.name!r} does not read {self.name!r}",
+            fail("compute_at", f"stage {parent.name!r} does not read {self.name!r}",
                        f"attach {self.name!r} to one of its consumers")
         self.attach_type, self.attach_stage, self.attach_ivar = "scope", parent, scope
         # the scope axis is recorded by its index in the *parent's* iteration variables

@@ -23,17 +23,13 @@ from __future__ import annotations
 
 import islpy as isl
 
-from .model import LoopNode, Model, PolyStmt
 from . import isl_util as iu
+from .kinds import PARAM_SPACE, PARAMS, LoopKind, ThreadTag
+from .polymodel import LoopNode, Model, PolyStmt
 
-
-#: isl parameter names of the hardware indices.
-PARAMS = {"blockIdx.x": "bx", "blockIdx.y": "by", "blockIdx.z": "bz",
-          "threadIdx.x": "tx", "threadIdx.y": "ty", "threadIdx.z": "tz"}
 ATOMIC = isl.ast_loop_type.atomic
 #: isl operations (about a million per second) allowed to find where full tiles start.
 ISOLATION_OPERATIONS = 500_000
-PARAM_SPACE = "[" + ", ".join(PARAMS.values()) + "]"
 
 
 def build_schedule(model: Model, nodes: list | None = None, *, atomic: bool = False,
@@ -54,7 +50,7 @@ def build_schedule(model: Model, nodes: list | None = None, *, atomic: bool = Fa
 
     def collect(n, anc):
         if isinstance(n, LoopNode):
-            if n.binding not in PARAMS and n.binding != "vthread":
+            if n.binding is None:
                 iso = isolate_option(n, anc, choices)
                 if iso is not None:
                     options[f"L{n.key}"] = iso
@@ -123,7 +119,7 @@ def _node(n, vthreads: tuple, domains: dict) -> isl.Schedule:
             if n in v.stmts:
                 sched = _band(sched, v, {n: v.stmts[n]})
         return sched
-    if n.binding == "vthread":
+    if n.binding is ThreadTag.VTHREAD:
         # TVM's virtual thread injection: the loop runs interleaved inside the thread, as
         # an unrolled loop around each statement that depends on it; statements that do
         # not (shared copies) run once for all virtual threads
@@ -136,7 +132,7 @@ def _node(n, vthreads: tuple, domains: dict) -> isl.Schedule:
         kids.append(sc)
     child = _seq(kids)
     tag = n.binding
-    if tag == "vthread":
+    if tag is ThreadTag.VTHREAD:
         return child
     if tag in PARAMS:
         pieces = [f"{st.tuple()} : ({n.stmts[st]}) = {PARAMS[tag]}" if st in n.stmts
@@ -213,10 +209,10 @@ def _targets(node: LoopNode, ancestors: list) -> list:
     def walk(n, anc):
         if not isinstance(n, LoopNode):
             return
-        if n.plan is node.plan and n.annotation in ("vectorize", "unroll"):
+        if n.plan is node.plan and n.annotation in (LoopKind.VECTORIZED, LoopKind.UNROLLED):
             out.append((n, anc))
         for c in n.children:
-            walk(c, anc if n.binding in PARAMS or n.binding == "vthread" else anc + [n])
+            walk(c, anc if n.binding is not None else anc + [n])
 
     walk(node, list(ancestors))
     return out

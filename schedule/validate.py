@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from polytile.errors import ScheduleError, format_error
-from polytile.te.tensor import ComputeOp
+from polytile.te.expr import IterVar
+from polytile.te.tensor import ComputeOp, Operation, Tensor
 
+from .kinds import LoopKind, ThreadTag
 from .schedule import Schedule
+from .stage import Stage
 
 
 def check_lower_inputs(sch, args, who: str = "lower") -> None:
@@ -19,11 +22,6 @@ def check_lower_inputs(sch, args, who: str = "lower") -> None:
         ``sch`` is not a :class:`Schedule`, ``args`` is not a list or tuple, or an element
         of ``args`` is an operation (``C.op``) or an axis instead of a tensor.
     """
-    from polytile.te.expr import IterVar
-    from polytile.te.tensor import Operation, Tensor
-
-    from .stage import Stage
-
     if not isinstance(sch, Schedule):
         what = type(sch).__name__
         hint = "create one with s = te.create_schedule(C.op)"
@@ -64,15 +62,15 @@ def validate_schedule(sch: Schedule) -> None:
             continue
         leaves = st.leaf_iter_vars
         for iv, kind in st.annotations.items():
-            if (kind.startswith("bind:") and kind != "bind:vthread"
+            if (isinstance(kind, ThreadTag) and kind.is_hardware
                     and st.extent_of(iv) == 0):
                 raise ScheduleError(format_error(
                     "bind", f"loop {iv.name!r} of stage {st.name!r} has no iterations (an "
-                    f"empty reduce range or dimension) and is bound to {kind[5:]!r}",
+                    f"empty reduce range or dimension) and is bound to {kind.value!r}",
                     "a GPU launch needs at least one block and one thread per index",
                     hint="leave the empty loop unbound (a reduction over it yields its "
                     "initial value)"))
-            if kind != "vectorize":
+            if kind is not LoopKind.VECTORIZED:
                 continue
             pos = leaves.index(iv)
             inner = leaves[pos + 1:]

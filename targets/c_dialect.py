@@ -5,6 +5,9 @@
 ``restrict``, shared-memory and barrier syntax, hardware index names, the type map, half
 conversions and the math functions per dtype. ``targets/cuda/dialect.py`` (and later HIP)
 subclass it and override tables only; the structure of the generated code is the printer's.
+Device limits (threads per block, shared memory) are not spellings: they come from the
+target's :class:`~polytile.backend.DeviceLimits`. ``name`` is the kind of the backend the
+dialect belongs to.
 """
 
 from __future__ import annotations
@@ -47,10 +50,6 @@ class CDialect:
     local_prefix = ""
     #: declaration of the dynamic shared-memory array; ``{name}`` its identifier
     dynamic_shared_decl = ""
-    #: static shared memory above this many bytes per kernel switches to dynamic
-    max_static_shared_bytes = 48 * 1024
-    max_threads_per_block = 1024
-    max_grid: ClassVar[tuple] = (2**31 - 1, 65535, 65535)
     barrier = ""
     #: how a failed run-time check stops a kernel
     trap = "abort();"

@@ -37,10 +37,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from polytile.backend import DeviceLimits, get_backend, registered_kinds
 from polytile.errors import BuildError, LoweringError, format_error
-from polytile.schedule.loop_ir import (Allocate, Assert, Buffer, Evaluate, For, IfThenElse,
-                                       KernelLaunch, LetStmt, PrimFunc, Seq, Stmt, Store, Sync,
-                                       stmt_str, walk_stmts)
+from polytile.schedule.kinds import LoopKind
+from polytile.schedule.loop_ir import (FOR_KINDS, Allocate, Assert, Buffer, Evaluate, For,
+                                       IfThenElse, KernelLaunch, LetStmt, PrimFunc, Seq, Stmt,
+                                       StmtFunctor, Store, Sync, stmt_str, walk_stmts)
 from polytile.te import dtype as dt
 from polytile.te.depth import deep
 from polytile.te.expr import Binary, Const, Var
@@ -161,12 +163,17 @@ def _bound_here(s: Stmt) -> tuple[set, set]:
 
 
 # ------------------------------------------------------------------------------ printer
-class CPrinter(CExprPrinter):
+class CPrinter(CExprPrinter, StmtFunctor):
     """Prints one function for one dialect; use :func:`print_c_module`."""
 
-    def __init__(self, dialect: CDialect, fast_math: bool = False):
+    def __init__(self, dialect: CDialect, fast_math: bool = False,
+                 limits: DeviceLimits | None = None):
         self.d = dialect
         self.fast = fast_math
+        if limits is None:
+            limits = get_backend(dialect.name).limits if dialect.name in registered_kinds() \
+                else DeviceLimits()
+        self.limits = limits
         self.who = f"codegen_{dialect.name}"
         self.helpers: dict = {}
         self.dtypes: set = set()
@@ -206,19 +213,20 @@ class CPrinter(CExprPrinter):
 
     # ---------------------------------------------------------------- kernel
     def kernel(self, func: PrimFunc, k: KernelLaunch, workspace: list, global_names: _Namer):
-        d = self.d
-        for what, ext, lim in (("grid", k.grid, d.max_grid), ("block", k.block, None)):
+        d, limits = self.d, self.limits
+        for what, ext in (("grid", k.grid), ("block", k.block)):
             if len(ext) != 3 or not all(isinstance(x, int) and x >= 1 for x in ext):
                 raise BuildError(format_error(self.who, f"kernel {k.name!r} has {what} "
                                               f"{list(ext)}", "expected three positive ints"))
-            if lim and any(x > m for x, m in zip(ext, lim)):
-                raise BuildError(format_error(self.who, f"kernel {k.name!r} has grid "
-                                              f"{list(ext)}", f"expected at most {list(lim)}"))
+        top = limits.max_grid_dim  # 0: no limit
+        if any(m and x > m for x, m in zip(k.grid, top)):
+            raise BuildError(format_error(self.who, f"kernel {k.name!r} has grid "
+                                          f"{list(k.grid)}", f"expected at most {list(top)}"))
         threads = k.block[0] * k.block[1] * k.block[2]
-        if threads > d.max_threads_per_block:
+        if limits.max_threads_per_block and threads > limits.max_threads_per_block:
             raise BuildError(format_error(
                 self.who, f"kernel {k.name!r} has {threads} threads per block (block "
-                f"{list(k.block)})", f"expected at most {d.max_threads_per_block}"))
+                f"{list(k.block)})", f"expected at most {limits.max_threads_per_block}"))
         kname = global_names(k, k.name)
         names = global_names.child()
         self.names = names
@@ -301,7 +309,7 @@ class CPrinter(CExprPrinter):
                 total = -(-total // _MIN_ALIGN) * _MIN_ALIGN
                 offsets[id(x.buffer)] = total
                 total += self._const_size(x.buffer) * dt.nbytes(x.buffer.dtype)
-        if total <= self.d.max_static_shared_bytes:
+        if total <= self.limits.static_shared_bytes:
             return {}, 0
         return offsets, total
 
@@ -335,18 +343,19 @@ class CPrinter(CExprPrinter):
         self.scopes.pop()
 
     def stmt(self, s: Stmt, depth: int) -> None:
-        fn = getattr(self, "stmt_" + type(s).__name__, None)
-        if fn is None:
-            raise BuildError(format_error(self.who, f"unknown statement {type(s).__name__}",
-                                          "expected a loop IR statement", Kernel=self.kname))
-        fn(s, depth)
+        """Print ``s`` at indentation ``depth`` (dispatch: ``visit_<Class>``)."""
+        self.visit(s, depth)
 
-    def stmt_Seq(self, s: Seq, depth: int) -> None:
+    def generic_visit(self, s, *args) -> None:
+        raise BuildError(format_error(self.who, f"unknown statement {type(s).__name__}",
+                                      "expected a loop IR statement", Kernel=self.kname))
+
+    def visit_Seq(self, s: Seq, depth: int) -> None:
         for x in s.stmts:
             self.stmt(x, depth)
 
-    def stmt_For(self, s: For, depth: int) -> None:
-        if s.kind not in ("serial", "unrolled", "vectorized", "parallel"):
+    def visit_For(self, s: For, depth: int) -> None:
+        if s.kind not in FOR_KINDS:
             raise BuildError(format_error(self.who, f"loop {s.var.name!r} has kind "
                                           f"{s.kind!r}", "expected serial, unrolled, "
                                           "vectorized or parallel", Kernel=self.kname))
@@ -368,7 +377,7 @@ class CPrinter(CExprPrinter):
             if guard is not None:
                 self.emit(depth - 1, "}")
             return
-        if s.kind in ("unrolled", "vectorized") and not (
+        if s.kind in (LoopKind.UNROLLED, LoopKind.VECTORIZED) and not (
                 isinstance(s.extent, Const) and s.extent.value > MAX_UNROLL):
             # a full unroll of a long constant loop would stall nvcc: leave it rolled
             self.emit(depth, "#pragma unroll")
@@ -387,7 +396,7 @@ class CPrinter(CExprPrinter):
         self.scopes.pop()
         self.emit(depth, "}")
 
-    def stmt_IfThenElse(self, s: IfThenElse, depth: int) -> None:
+    def visit_IfThenElse(self, s: IfThenElse, depth: int) -> None:
         self.emit(depth, f"if ({strip_parens(self.expr(s.cond))}) {{")
         self.block(s.then_case, depth + 1)
         if s.else_case is not None:
@@ -395,7 +404,7 @@ class CPrinter(CExprPrinter):
             self.block(s.else_case, depth + 1)
         self.emit(depth, "}")
 
-    def stmt_LetStmt(self, s: LetStmt, depth: int) -> None:
+    def visit_LetStmt(self, s: LetStmt, depth: int) -> None:
         name = self.names(s.var, s.var.name)
         value = strip_parens(self.expr(s.value))
         if s.value.dtype != s.var.dtype:
@@ -412,7 +421,7 @@ class CPrinter(CExprPrinter):
             self.scopes.pop()
             self.emit(depth - 1, "}")
 
-    def stmt_Allocate(self, s: Allocate, depth: int) -> None:
+    def visit_Allocate(self, s: Allocate, depth: int) -> None:
         b, d = s.buffer, self.d
         if b.scope not in ("shared", "local", "stack"):
             raise BuildError(format_error(
@@ -444,7 +453,7 @@ class CPrinter(CExprPrinter):
             self.scopes.pop()
             self.emit(depth - 1, "}")
 
-    def stmt_Store(self, s: Store, depth: int) -> None:
+    def visit_Store(self, s: Store, depth: int) -> None:
         b = s.buffer
         value = self.expr(s.value)
         if s.value.dtype != b.dtype:
@@ -453,27 +462,28 @@ class CPrinter(CExprPrinter):
             value = f"({self.d.mem_type('bool')})({strip_parens(value)})"
         self.emit(depth, f"{self.buffer(b)}[{self.index(b, s.indices)}] = {strip_parens(value)};")
 
-    def stmt_Evaluate(self, s: Evaluate, depth: int) -> None:
+    def visit_Evaluate(self, s: Evaluate, depth: int) -> None:
         pass  # expressions have no side effects
 
-    def stmt_Assert(self, s: Assert, depth: int) -> None:
+    def visit_Assert(self, s: Assert, depth: int) -> None:
         # the message cannot reach the host: the launch fails and names the kernel
         self.emit(depth, f"if (!({strip_parens(self.expr(s.cond))})) {{ {self.d.trap} }}"
                          f"  // {s.message}")
 
-    def stmt_Sync(self, s: Sync, depth: int) -> None:
+    def visit_Sync(self, s: Sync, depth: int) -> None:
         if s.scope != "shared":
             raise BuildError(format_error(self.who, f"sync of scope {s.scope!r}",
                                           "expected scope 'shared'", Kernel=self.kname))
         self.emit(depth, self.d.barrier)
 
-    def stmt_KernelLaunch(self, s: KernelLaunch, depth: int) -> None:
+    def visit_KernelLaunch(self, s: KernelLaunch, depth: int) -> None:
         raise LoweringError(format_error(
             self.who, f"kernel {s.name!r} is launched inside kernel {self.kname!r}",
             "expected kernel launches only at the top level of the function"))
 
 @deep("build")
-def print_c_module(func: PrimFunc, dialect: CDialect, fast_math: bool = False) -> CModule:
+def print_c_module(func: PrimFunc, dialect: CDialect, fast_math: bool = False,
+                   limits: DeviceLimits | None = None) -> CModule:
     """Print ``func`` as C source in ``dialect``.
 
     Parameters
@@ -485,6 +495,9 @@ def print_c_module(func: PrimFunc, dialect: CDialect, fast_math: bool = False) -
         The target's table (``CUDADialect()``...).
     fast_math : bool
         Use the dialect's fast math functions (a ``-fast-math`` target).
+    limits : DeviceLimits, optional
+        The device's limits (launch shapes, static shared memory); default: those of the
+        backend named ``dialect.name``.
 
     Returns
     -------
@@ -503,4 +516,4 @@ def print_c_module(func: PrimFunc, dialect: CDialect, fast_math: bool = False) -
     InternalError
         When ``func`` breaks the loop-IR contract (several indices per access).
     """
-    return CPrinter(dialect, fast_math).module(func)
+    return CPrinter(dialect, fast_math, limits).module(func)

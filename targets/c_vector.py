@@ -5,6 +5,7 @@ NVIDIA GPUs: CUDA C Programming Guide, "Device Memory Accesses").
 
 from __future__ import annotations
 
+from polytile.schedule.kinds import LoopKind
 from polytile.schedule.loop_ir import For, IfThenElse, Load, Store
 from polytile.te import dtype as dt
 from polytile.te.expr import Binary, Cast, Const, Expr, Var
@@ -63,7 +64,7 @@ def vector_copy(s: For) -> tuple[str, Store, Load, Expr | None] | None:
     ``dst[base + v] = src[base' + v]`` of 2 or 4 elements with both bases provably
     multiples of the width (buffers are at least 16-byte aligned), possibly under a guard
     that does not depend on the lane; else ``None``."""
-    if s.kind != "vectorized" or not isinstance(s.extent, Const) or s.step != 1:
+    if s.kind != LoopKind.VECTORIZED or not isinstance(s.extent, Const) or s.step != 1:
         return None
     if not (isinstance(s.min, Const) and s.min.value == 0):
         return None

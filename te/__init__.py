@@ -12,10 +12,11 @@ from .expr import (Call, Cast, Cmp, CommReducer, Const, Expr, IterVar, Range, Re
 from .expr import logical_and as all
 from .expr import logical_or as any
 from .expr import select as if_then_else
-from .intrin import (abs, acos, asin, atan, atan2, ceil, copysign, cos, cosh, erf, exp, exp2,
-                     expm1, fast_erf, fast_exp, fast_tanh, floor, floordiv, floormod, fmod,
-                     hypot, isfinite, isinf, isnan, log, log1p, log2, log10, nearbyint, pow, power, round, rsqrt, sigmoid, sin,
-                     sinh, sqrt, tan, tanh, trunc, truncdiv, truncmod)
+from .scalar_math import (abs, acos, asin, atan, atan2, ceil, copysign, cos, cosh, erf, exp, exp2,
+                          expm1, fast_erf, fast_exp, fast_tanh, floor, floordiv, floormod, fmod,
+                          hypot, isfinite, isinf, isnan, log, log1p, log2, log10, nearbyint, pow,
+                          power, round, rsqrt, sigmoid, sin, sinh, sqrt, tan, tanh, trunc,
+                          truncdiv, truncmod)
 
 indexdiv = floordiv   # TVM's index arithmetic: floor semantics
 indexmod = floormod
@@ -24,6 +25,8 @@ from .tensor import ComputeOp, Operation, PlaceholderOp, Tensor, compute, placeh
 from .tensor import reduce_axis, var
 
 
+# create_schedule and thread_axis live in polytile.schedule, which is built on te (it
+# imports te's modules): te reaches it at call time, under TVM's names.
 def create_schedule(ops):
     """Create a schedule for ``ops`` (an operation or list of them); see
     :func:`polytile.schedule.create_schedule`."""

@@ -69,6 +69,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from polytile.errors import DefinitionTypeError
+
 _BITS = {
     "bool": 1, "int8": 8, "int16": 16, "int32": 32, "int64": 64,
     "uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64,
@@ -98,7 +100,7 @@ def canonical(dtype) -> str:
     except TypeError:
         name = None
     if name not in _BITS:
-        raise TypeError(
+        raise DefinitionTypeError(
             f"dtype: unsupported dtype {dtype!r}; expected one of {', '.join(ALL_DTYPES)}"
         )
     return name
@@ -217,7 +219,8 @@ def promote(a: str, b: str) -> str:
     if bits(signed) > bits(unsigned):
         return signed
     if bits(unsigned) >= 64:
-        raise TypeError(f"dtype: no integer type holds both {a} and {b}; cast one explicitly")
+        raise DefinitionTypeError(
+            f"dtype: no integer type holds both {a} and {b}; cast one explicitly")
     return f"int{bits(unsigned) * 2}"
 
 
@@ -233,7 +236,8 @@ def scalar_dtype(value, other: str | None) -> str:
         if other is not None and is_float(other):
             return other
         return "float32"
-    raise TypeError(f"dtype: cannot use {type(value).__name__} {value!r} in an expression")
+    raise DefinitionTypeError(
+        f"dtype: cannot use {type(value).__name__} {value!r} in an expression")
 
 
 #: Reductions of these dtypes accumulate in the wider one (see the module docstring).

@@ -26,6 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from polytile.errors import (DefinitionOverflowError, DefinitionTypeError,
+                             DefinitionZeroDivisionError)
+
 from . import dtype as dt
 
 if TYPE_CHECKING:
@@ -77,13 +80,17 @@ class ExprOp:
     def __rmod__(self, other):
         return binary("floormod", other, self)
 
+    # The methods below import at call time: expr.py is the bottom of te (every other
+    # module of te imports it), and they need what is built on top of it (the scalar math
+    # functions, the printer, substitution, Tensor). A cycle is the price of operators on
+    # nodes; the imports stay inside the methods so that no module is half-initialised.
     def __pow__(self, other):
-        from .intrin import power
+        from .scalar_math import power
 
         return power(self, other)
 
     def __rpow__(self, other):
-        from .intrin import power
+        from .scalar_math import power
 
         return power(other, self)
 
@@ -98,7 +105,7 @@ class ExprOp:
         return self._expr()
 
     def __abs__(self):
-        from .intrin import abs as abs_
+        from .scalar_math import abs as abs_
 
         return abs_(self)
 
@@ -126,7 +133,8 @@ class ExprOp:
         if e.dtype == "bool":
             return Not("bool", e)
         if not dt.is_int(e.dtype):
-            raise TypeError(f"~: operand has dtype {e.dtype}; expected bool or an integer")
+            raise DefinitionTypeError(
+                f"~: operand has dtype {e.dtype}; expected bool or an integer")
         return binary("bitxor", e, Const(e.dtype, -1 if dt.is_signed(e.dtype) else
                                          dt.max_value(e.dtype)))
 
@@ -158,7 +166,7 @@ class ExprOp:
     __hash__ = object.__hash__
 
     def __bool__(self):
-        raise TypeError(
+        raise DefinitionTypeError(
             f"the symbolic expression `{self}` has no truth value: Python's `if`, `and`, "
             "`or`, `not` and chained comparisons cannot be used on it inside a compute "
             "definition; use te.if_then_else(cond, a, b), te.all(...)/te.any(...), or & | ~"
@@ -169,7 +177,7 @@ class ExprOp:
         return cast(self, dtype)
 
     def __repr__(self) -> str:
-        from .printer import expr_str
+        from .printer import expr_str  # cycle: the printer dispatches on these classes
 
         return expr_str(self._expr())
 
@@ -329,7 +337,7 @@ class CommReducer:
 
     def combine(self, acc: Expr, value: Expr) -> Expr:
         """The combiner applied to two expressions."""
-        from .visitor import substitute
+        from .visitor import substitute  # cycle: the visitor walks these classes
 
         return substitute(self.result, {self.lhs: acc, self.rhs: value})
 
@@ -392,7 +400,7 @@ def const(value, dtype=None) -> Const:
         becomes ``inf`` with a :class:`~polytile.errors.PolytileWarning`, as numpy warns.
     """
     if isinstance(value, Expr):
-        raise TypeError(f"const: expected a Python number, got expression {value}")
+        raise DefinitionTypeError(f"const: expected a Python number, got expression {value}")
     d = dt.canonical(dtype) if dtype is not None else dt.scalar_dtype(value, None)
     return Const(d, _coerce(value, d, literal=True))
 
@@ -413,12 +421,14 @@ def _coerce(value, dtype: str, literal: bool = False):
                  f"{dt.largest_finite(dtype)!r}) and becomes {r!r}")
         return r
     if isinstance(value, (float, np.floating)) and not float(value).is_integer():
-        raise TypeError(f"const: {value!r} is not an integer; cannot make a {dtype} constant")
+        raise DefinitionTypeError(
+            f"const: {value!r} is not an integer; cannot make a {dtype} constant")
     v = int(value)
     lo, hi = dt.min_value(dtype), dt.max_value(dtype)
     if not lo <= v <= hi:
-        raise OverflowError(f"const: {v} does not fit in {dtype} [{lo}, {hi}]; "
-                            f"te.const({v}).astype({dtype!r}) wraps it as numpy's astype does")
+        raise DefinitionOverflowError(
+            f"const: {v} does not fit in {dtype} [{lo}, {hi}]; "
+            f"te.const({v}).astype({dtype!r}) wraps it as numpy's astype does")
     return v
 
 
@@ -438,14 +448,15 @@ def convert(value, dtype_hint: str | None = None) -> Expr:
     if isinstance(value, (bool, int, float, np.number, np.bool_)):
         d = dt.scalar_dtype(value, dtype_hint)
         return Const(d, _coerce(value, d, literal=True))
-    from .tensor import Tensor
+    from .tensor import Tensor  # cycle: tensors are built from expressions
 
     if isinstance(value, Tensor):
         if value.ndim == 0:
             return value[()]
-        raise TypeError(f"tensor {value.name!r} of shape {value.shape} used as a scalar; "
-                        f"index it, e.g. {value.name}[i, j]")
-    raise TypeError(f"cannot convert {type(value).__name__} {value!r} to an expression")
+        raise DefinitionTypeError(
+            f"tensor {value.name!r} of shape {value.shape} used as a scalar; "
+            f"index it, e.g. {value.name}[i, j]")
+    raise DefinitionTypeError(f"cannot convert {type(value).__name__} {value!r} to an expression")
 
 
 def cast(value, dtype) -> Expr:
@@ -469,7 +480,7 @@ def cast(value, dtype) -> Expr:
 def _operands(a, b, opname: str) -> tuple[Expr, Expr]:
     a_is_expr, b_is_expr = isinstance(a, ExprOp), isinstance(b, ExprOp)
     if not a_is_expr and not b_is_expr:
-        raise TypeError(f"{opname}: at least one operand must be an expression")
+        raise DefinitionTypeError(f"{opname}: at least one operand must be an expression")
     ea = convert(a, None) if a_is_expr else None
     eb = convert(b, None) if b_is_expr else None
     if ea is None:
@@ -486,16 +497,16 @@ def binary(op: str, a, b) -> Expr:
     t = ea.dtype
     if (op in ("floordiv", "floormod", "truncdiv", "truncmod") and dt.is_int(t)
             and isinstance(eb, Const) and eb.value == 0):
-        raise ZeroDivisionError(f"{op}: integer division by the constant 0")
+        raise DefinitionZeroDivisionError(f"{op}: integer division by the constant 0")
     if op == "div" and not dt.is_float(t):
-        raise TypeError(
+        raise DefinitionTypeError(
             f"/: both operands are {t}; true division needs floats. Use // (floor "
             f"division), te.truncdiv (C division) or .astype('float32') first"
         )
     if op in ("floormod", "truncmod") and t == "bool":
-        raise TypeError(f"{op}: operands are bool; expected numbers")
+        raise DefinitionTypeError(f"{op}: operands are bool; expected numbers")
     if op in INT_ONLY_OPS and not (dt.is_int(t) or (t == "bool" and op.startswith("bit"))):
-        raise TypeError(f"{op}: operands have dtype {t}; expected integers")
+        raise DefinitionTypeError(f"{op}: operands have dtype {t}; expected integers")
     if t == "bool" and op in ("add", "sub", "mul", "floordiv", "truncdiv"):
         ea, eb = cast(ea, "int32"), cast(eb, "int32")
         t = "int32"
@@ -544,8 +555,9 @@ def logical_or(*conds) -> Expr:
 def _as_bool(c, who: str) -> Expr:
     e = convert(c, "bool")
     if e.dtype != "bool":
-        raise TypeError(f"{who}: condition {e} has dtype {e.dtype}; expected bool "
-                        f"(compare it, e.g. x != 0)")
+        raise DefinitionTypeError(
+            f"{who}: condition {e} has dtype {e.dtype}; expected bool "
+            f"(compare it, e.g. x != 0)")
     return e
 
 

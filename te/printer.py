@@ -6,6 +6,8 @@ modulo; constants other than ``int32``/``float32``/``bool`` carry their dtype.
 
 from __future__ import annotations
 
+from polytile.errors import DefinitionTypeError
+
 from .depth import deep
 from .expr import (And, Binary, Call, Cast, Cmp, Const, Expr, IterVar, Not, Or, Reduce,
                    Select, TensorRead, Var)
@@ -44,7 +46,7 @@ class ExprPrinter:
             e = e.var
         fn = getattr(self, "print_" + type(e).__name__, None)
         if fn is None:
-            raise TypeError(f"no printer for {type(e).__name__}")
+            raise DefinitionTypeError(f"no printer for {type(e).__name__}")
         return fn(e)
 
     def print_Var(self, e: Var) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from polytile.errors import DefinitionTypeError, DefinitionValueError
+
 from . import dtype as dt
 from .expr import (And, Binary, Cmp, CommReducer, Const, Expr, ExprOp, IterVar, Not, Or,
                    Reduce, Select, Var, binary, cast, child_fields, convert)
@@ -29,12 +31,14 @@ class Reducer:
         lhs, rhs = Var(dtype, "x"), Var(dtype, "y")
         result = convert(self.fcombine(lhs, rhs), dtype)
         if result.dtype != dtype:
-            raise TypeError(f"comm_reducer {self.name!r}: combiner returns {result.dtype} for "
-                            f"{dtype} operands; expected {dtype}")
+            raise DefinitionTypeError(
+                f"comm_reducer {self.name!r}: combiner returns {result.dtype} for "
+                f"{dtype} operands; expected {dtype}")
         identity = convert(self.fidentity(dtype), dtype)
         if not isinstance(identity, Const):
-            raise TypeError(f"comm_reducer {self.name!r}: identity for {dtype} is {identity}; "
-                            f"expected a constant")
+            raise DefinitionTypeError(
+                f"comm_reducer {self.name!r}: identity for {dtype} is {identity}; "
+                f"expected a constant")
         return CommReducer(self.name, lhs, rhs, result, cast(identity, dtype), self)
 
     def __call__(self, expr, *rest, axis=None, where=None, init=None):
@@ -45,30 +49,36 @@ class Reducer:
             pos = rest[1:]
             if (axis is not None or len(pos) > 2 or (pos and where is not None)
                     or (len(pos) == 2 and init is not None)):
-                raise TypeError(f"te.{self.name}: too many arguments; expected "
-                                f"te.{self.name}(expr, axis=reduce_axis, where=cond, init=x)")
+                raise DefinitionTypeError(
+                    f"te.{self.name}: too many arguments; expected "
+                    f"te.{self.name}(expr, axis=reduce_axis, where=cond, init=x)")
             axis = rest[0]
             where = pos[0] if pos else where
             init = pos[1] if len(pos) == 2 else init
         elif rest:
             if axis is not None or where is not None or init is not None:
-                raise TypeError(f"te.{self.name}: axis=, where= and init= belong to a "
-                                f"reduction; te.{self.name}({_n_operands(len(rest) + 1)}) "
-                                f"combines its operands elementwise")
+                raise DefinitionTypeError(
+                    f"te.{self.name}: axis=, where= and init= belong to a "
+                    f"reduction; te.{self.name}({_n_operands(len(rest) + 1)}) "
+                    f"combines its operands elementwise")
             return self._elementwise((expr,) + rest)
         if isinstance(axis, Var) and axis.is_axis or (
                 isinstance(axis, IterVar) and axis.iter_type != "reduce"):
-            raise TypeError(f"te.{self.name}: axis {axis} is a spatial axis of the compute; "
-                            f"reduce over a te.reduce_axis((lo, hi)) instead")
+            raise DefinitionTypeError(
+                f"te.{self.name}: axis {axis} is a spatial axis of the compute; "
+                f"reduce over a te.reduce_axis((lo, hi)) instead")
         if axis is None:
-            raise TypeError(f"te.{self.name}: missing axis=; pass the reduce_axis to reduce "
-                            f"over (or two or more operands to combine elementwise)")
+            raise DefinitionTypeError(
+                f"te.{self.name}: missing axis=; pass the reduce_axis to reduce "
+                f"over (or two or more operands to combine elementwise)")
         if not _is_axis_list(axis):
-            raise TypeError(f"te.{self.name}: axis={axis!r} is not a reduce_axis; create it "
-                            f"with te.reduce_axis((lo, hi))")
+            raise DefinitionTypeError(
+                f"te.{self.name}: axis={axis!r} is not a reduce_axis; create it "
+                f"with te.reduce_axis((lo, hi))")
         if where is not None and not isinstance(where, (ExprOp, bool)):
-            raise TypeError(f"te.{self.name}: where={where!r} is not a condition; expected a "
-                            f"bool expression")
+            raise DefinitionTypeError(
+                f"te.{self.name}: where={where!r} is not a condition; expected a "
+                f"bool expression")
         return self._reduce(expr, axis, where, init)
 
     def _elementwise(self, operands: tuple) -> Expr:
@@ -78,8 +88,9 @@ class Reducer:
         if isinstance(first, Var) and first.is_axis or (
                 isinstance(first, IterVar) and first.iter_type != "reduce"):
             # te.sum(x, i): almost always a reduction over a spatial axis by mistake
-            raise TypeError(f"te.{self.name}: axis {first} is a spatial axis of the compute; "
-                            f"reduce over a te.reduce_axis((lo, hi)) instead")
+            raise DefinitionTypeError(
+                f"te.{self.name}: axis {first} is a spatial axis of the compute; "
+                f"reduce over a te.reduce_axis((lo, hi)) instead")
         exprs = [convert(o) for o in operands if isinstance(o, ExprOp)]
         d = None
         for e in exprs:
@@ -99,19 +110,22 @@ class Reducer:
         axes = (axis,) if isinstance(axis, IterVar) else tuple(axis)
         for a in axes:
             if not isinstance(a, IterVar) or a.iter_type != "reduce":
-                raise TypeError(f"te.{self.name}: axis {a!r} is not a reduce_axis; create it "
-                                f"with te.reduce_axis((lo, hi))")
+                raise DefinitionTypeError(
+                    f"te.{self.name}: axis {a!r} is not a reduce_axis; create it "
+                    f"with te.reduce_axis((lo, hi))")
         if len({id(a) for a in axes}) != len(axes):
             dup = next(a for k, a in enumerate(axes) if any(b is a for b in axes[:k]))
-            raise ValueError(f"te.{self.name}: reduce_axis {dup.var.name!r} appears twice in "
-                             f"axis=; expected each reduce axis once")
+            raise DefinitionValueError(
+                f"te.{self.name}: reduce_axis {dup.var.name!r} appears twice in "
+                f"axis=; expected each reduce axis once")
         source = convert(expr)
         comb = self.specialise(source.dtype)
         cond = None
         if where is not None:
             cond = convert(where, "bool")
             if cond.dtype != "bool":
-                raise TypeError(f"te.{self.name}: where= has dtype {cond.dtype}; expected bool")
+                raise DefinitionTypeError(
+                    f"te.{self.name}: where= has dtype {cond.dtype}; expected bool")
         ini = cast(convert(init, source.dtype), source.dtype) if init is not None else None
         return Reduce(source.dtype, comb, source, axes, cond, ini)
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
-from polytile.errors import format_error
+from polytile.errors import (DefinitionIndexError, DefinitionTypeError, DefinitionValueError,
+                             format_error)
 
 from . import dtype as dt
-from .expr import (Expr, ExprOp, IterVar, Range, Reduce, TensorRead, Var, building_body,
-                   convert)
 from .depth import check_depth
+from .expr import (Expr, ExprOp, IterVar, Range, Reduce, TensorRead, Var, binary,
+                   building_body, convert)
 from .visitor import collect
 
 
@@ -47,18 +48,21 @@ class Tensor:
         if not isinstance(indices, tuple):
             indices = (indices,)
         if len(indices) != len(self.shape):
-            raise IndexError(f"{self.name}[...]: tensor has {len(self.shape)} dimensions "
-                             f"{self.shape}, got {len(indices)} indices; expected one index "
-                             f"per dimension")
+            raise DefinitionIndexError(
+                f"{self.name}[...]: tensor has {len(self.shape)} dimensions "
+                f"{self.shape}, got {len(indices)} indices; expected one index "
+                f"per dimension")
         idx = []
         for k, x in enumerate(indices):
             if isinstance(x, slice):
-                raise TypeError(f"{self.name}[...]: slices are not supported in a compute "
-                                f"definition; index every dimension with an expression")
+                raise DefinitionTypeError(
+                    f"{self.name}[...]: slices are not supported in a compute "
+                    f"definition; index every dimension with an expression")
             e = convert(x, "int32")
             if not dt.is_int(e.dtype):
-                raise TypeError(f"{self.name}[...]: index {k} ({e}) has dtype {e.dtype}; "
-                                f"expected an integer (use .astype('int32'))")
+                raise DefinitionTypeError(
+                    f"{self.name}[...]: index {k} ({e}) has dtype {e.dtype}; "
+                    f"expected an integer (use .astype('int32'))")
             idx.append(e)
         return TensorRead(self.dtype, self, tuple(idx))
 
@@ -166,18 +170,21 @@ def _shape(shape, who: str) -> tuple[int, ...]:
             shape, (tuple, list)):
         shape = (shape,)
     if not isinstance(shape, (tuple, list)):
-        raise TypeError(format_error(who, f"shape is {shape!r}",
-                                     "expected an int or a tuple of non-negative ints, e.g. (M, N)"))
+        raise DefinitionTypeError(format_error(
+            who, f"shape is {shape!r}",
+            "expected an int or a tuple of non-negative ints, e.g. (M, N)"))
     out = []
     for k, s in enumerate(shape):
         if isinstance(s, ExprOp):
-            raise TypeError(f"{who}: dimension {k} is the expression {s}; symbolic shapes are "
-                            f"not supported yet, expected a non-negative int")
+            raise DefinitionTypeError(
+                f"{who}: dimension {k} is the expression {s}; symbolic shapes are "
+                f"not supported yet, expected a non-negative int")
         if isinstance(s, bool) or not hasattr(s, "__index__"):
-            raise TypeError(f"{who}: dimension {k} is {s!r}; expected a non-negative int")
+            raise DefinitionTypeError(f"{who}: dimension {k} is {s!r}; expected a non-negative int")
         if int(s) < 0:
-            raise ValueError(f"{who}: dimension {k} is {int(s)}; expected a non-negative int "
-                             f"(a zero-size dimension is legal, as in numpy)")
+            raise DefinitionValueError(
+                f"{who}: dimension {k} is {int(s)}; expected a non-negative int "
+                f"(a zero-size dimension is legal, as in numpy)")
         out.append(int(s))
     return tuple(out)
 
@@ -221,15 +228,18 @@ def reduce_axis(dom, name: str = "rv") -> IterVar:
             lo, hi = dom
         except (TypeError, ValueError):
             example = f" such as (0, {dom})" if isinstance(dom, int) else ""
-            raise TypeError(f"reduce_axis {name!r}: dom must be a (lo, hi) pair, got {dom!r}; "
-                            f"expected a half-open range{example}") from None
+            raise DefinitionTypeError(
+                f"reduce_axis {name!r}: dom must be a (lo, hi) pair, got {dom!r}; "
+                f"expected a half-open range{example}") from None
         if isinstance(lo, ExprOp) or isinstance(hi, ExprOp):
-            raise TypeError("reduce_axis: symbolic bounds are not supported yet; expected ints")
+            raise DefinitionTypeError(
+                "reduce_axis: symbolic bounds are not supported yet; expected ints")
         rng = Range(int(lo), int(hi) - int(lo))
     if rng.extent < 0:
-        raise ValueError(f"reduce_axis: range of {name!r} is reversed ({dom!r}): it ends "
-                         f"before it starts; expected (lo, hi) with lo <= hi (an empty range "
-                         f"lo == hi reduces to the identity)")
+        raise DefinitionValueError(
+            f"reduce_axis: range of {name!r} is reversed ({dom!r}): it ends "
+            f"before it starts; expected (lo, hi) with lo <= hi (an empty range "
+            f"lo == hi reduces to the identity)")
     return IterVar(Var("int32", name, True), rng, "reduce")
 
 
@@ -243,7 +253,7 @@ def _axis_names(fcompute, ndim: int, name: str) -> list[str]:
     names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(names) != ndim:
         want = ", ".join("ijklmn"[k] if k < 6 else f"i{k}" for k in range(ndim))
-        raise TypeError(format_error(
+        raise DefinitionTypeError(format_error(
             f"compute {name!r}", f"fcompute takes {len(names)} index arguments but the "
             f"shape has {ndim} dimensions",
             "expected one index argument per dimension", hint=f"write lambda {want}: ..."))
@@ -279,16 +289,17 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
     finally:
         building_body(old)
     if isinstance(body, (tuple, list)):
-        raise TypeError(f"compute {name!r}: fcompute returned {len(body)} values; computes with "
-                        f"several outputs are not supported yet")
+        raise DefinitionTypeError(
+            f"compute {name!r}: fcompute returned {len(body)} values; computes with "
+            f"several outputs are not supported yet")
     if body is None:
-        raise TypeError(format_error(f"compute {name!r}", "fcompute returned None",
-                                     "expected an expression of the index arguments",
-                                     hint="a `def` body needs `return`"))
+        raise DefinitionTypeError(format_error(
+            f"compute {name!r}", "fcompute returned None",
+            "expected an expression of the index arguments", hint="a `def` body needs `return`"))
     try:
         body = convert(body)
     except TypeError as exc:
-        raise TypeError(f"compute {name!r}: {exc}") from None
+        raise DefinitionTypeError(f"compute {name!r}: {exc}") from None
     # before any pass recurses into it: a body deeper than polytile handles is named here
     check_depth(body, f"compute {name!r}", name)
     reduce_axes: tuple = ()
@@ -310,17 +321,19 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
 
 def _check_no_reduce(e: Expr, name: str) -> None:
     if collect(e, Reduce):
-        raise TypeError(f"compute {name!r}: a reduction (te.sum/max/min) must be the whole "
-                        f"body of the compute, not part of an expression; split it into two "
-                        f"computes")
+        raise DefinitionTypeError(
+            f"compute {name!r}: a reduction (te.sum/max/min) must be the whole "
+            f"body of the compute, not part of an expression; split it into two "
+            f"computes")
 
 
 def _check_no_reduce_vars(e: Expr, reduce_axes, name: str, what: str) -> None:
     used = {id(v) for v in collect(e, Var)}
     for iv in reduce_axes:
         if id(iv.var) in used:
-            raise TypeError(f"compute {name!r}: the {what} of the reduction uses reduce_axis "
-                            f"{iv.var.name!r}; expected only spatial axes")
+            raise DefinitionTypeError(
+                f"compute {name!r}: the {what} of the reduction uses reduce_axis "
+                f"{iv.var.name!r}; expected only spatial axes")
 
 
 def _check_vars(body: Expr, axis, reduce_axes, name: str) -> None:
@@ -328,25 +341,25 @@ def _check_vars(body: Expr, axis, reduce_axes, name: str) -> None:
     for v in collect(body, Var):
         if id(v) in allowed or not v.is_axis:
             continue
-        raise TypeError(f"compute {name!r}: the body uses axis {v.name!r}, which is neither "
-                        f"an axis of this compute nor one of its reduce_axis; expected the "
-                        f"index arguments of fcompute, and reduce axes only inside the "
-                        f"te.sum/max/min that lists them in axis= (an axis of another "
-                        f"compute, or a reduce_axis not listed in axis=?)")
+        raise DefinitionTypeError(
+            f"compute {name!r}: the body uses axis {v.name!r}, which is neither "
+            f"an axis of this compute nor one of its reduce_axis; expected the "
+            f"index arguments of fcompute, and reduce axes only inside the "
+            f"te.sum/max/min that lists them in axis= (an axis of another "
+            f"compute, or a reduce_axis not listed in axis=?)")
 
 
 def _broadcast_binary(op: str, a, b) -> Tensor:
-    from .expr import binary
-
     shapes = [x.shape for x in (a, b) if isinstance(x, Tensor)]
     ndim = max(len(s) for s in shapes)
     out = []
     for k in range(ndim):
         ext = {s[len(s) - ndim + k] for s in shapes if len(s) - ndim + k >= 0} - {1}
         if len(ext) > 1:
-            raise ValueError(f"{op}: shapes {shapes[0]} and {shapes[-1]} do not broadcast "
-                             f"(dimension {k}); expected equal extents or 1 in each trailing "
-                             f"dimension")
+            raise DefinitionValueError(
+                f"{op}: shapes {shapes[0]} and {shapes[-1]} do not broadcast "
+                f"(dimension {k}); expected equal extents or 1 in each trailing "
+                f"dimension")
         out.append(ext.pop() if ext else 1)
 
     def read(x, idx):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from polytile.te.expr import Const
 from polytile.te.visitor import substitute
 
+from ..kinds import LoopKind
 from ..loop_ir import For, Seq, Stmt, StmtMutator, Sync, seq, walk_stmts
 
 #: Loops marked ``unroll`` are expanded when their extent is a constant up to this bound.
@@ -31,7 +32,7 @@ def substitute_stmt(s: Stmt, mapping: dict) -> Stmt:
 class _Unroll(StmtMutator):
     def visit_For(self, s: For):
         s = self.generic_visit(s)
-        if (s.kind != "unrolled" or not isinstance(s.min, Const)
+        if (s.kind != LoopKind.UNROLLED or not isinstance(s.min, Const)
                 or not isinstance(s.extent, Const) or s.extent.value > MAX_UNROLL):
             return s
         lo, n = s.min.value, s.extent.value
@@ -49,12 +50,12 @@ def unroll(stmt: Stmt) -> Stmt:
 class _LegalizeVector(StmtMutator):
     def visit_For(self, s: For):
         s = self.generic_visit(s)
-        if s.kind != "vectorized":
+        if s.kind != LoopKind.VECTORIZED:
             return s
         inner_loop = any(isinstance(x, For) for x in walk_stmts(s.body))
         if not isinstance(s.extent, Const) or s.step != 1 or inner_loop:
             # the partial tile of a non-divisible split runs as scalar code
-            return For(s.var, s.min, s.extent, "serial", s.body, s.step, s.pragmas)
+            return For(s.var, s.min, s.extent, LoopKind.SERIAL, s.body, s.step, s.pragmas)
         return s
 
 
@@ -70,14 +71,14 @@ class _SerialNested(StmtMutator):
         self.depth = 0
 
     def visit_For(self, s: For):
-        if s.kind != "parallel":
+        if s.kind != LoopKind.PARALLEL:
             return self.generic_visit(s)
         outer = self.depth > 0
         self.depth += 1
         s = self.generic_visit(s)
         self.depth -= 1
         if outer:
-            return For(s.var, s.min, s.extent, "serial", s.body, s.step, s.pragmas)
+            return For(s.var, s.min, s.extent, LoopKind.SERIAL, s.body, s.step, s.pragmas)
         return s
 
 

@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
+from polytile.backend import DeviceLimits
 from polytile.te import dtype as dt
 from polytile.te.expr import Binary, Cast, Const, Expr
-from polytile.te.visitor import ExprMutator
+from polytile.te.visitor import ExprMutator, collect
 
+from ..kinds import LoopKind
 from ..loop_ir import (Allocate, Buffer, For, KernelLaunch, Load, PrimFunc, Stmt, StmtMutator,
                        Store, child_stmts, stmt_exprs, walk_stmts)
 
-#: Intermediate buffers up to this many bytes may live on the stack; larger ones on the heap.
-STACK_LIMIT_BYTES = 64 * 1024
-
-#: Stack bytes one native frame may use for intermediates: the function itself (run on the
-#: caller's thread) and each parallel-loop body (run on OpenMP threads). Buffers that do not
-#: fit go to the heap. The smallest common thread stacks are 2 MiB (glibc's default for
-#: threads when ``ulimit -s`` is unlimited; libgomp workers get that default unless
-#: ``OMP_STACKSIZE`` is set) and 512 KiB (macOS secondary threads); a quarter of the
-#: latter leaves room for the caller's own frames.
-STACK_BUDGET_BYTES = 128 * 1024
-
 
 def _buffers_used(s: Stmt) -> list[Buffer]:
-    from polytile.te.visitor import collect
-
     out: dict[int, Buffer] = {}
     for x in walk_stmts(s):
         if isinstance(x, Store):
@@ -34,17 +23,18 @@ def _buffers_used(s: Stmt) -> list[Buffer]:
     return list(out.values())
 
 
-def allocate_intermediates(func: PrimFunc) -> PrimFunc:
+def allocate_intermediates(func: PrimFunc, limits: DeviceLimits) -> PrimFunc:
     """Give every non-argument buffer an ``Allocate``.
 
     A buffer used only inside parallel loops is allocated in the body of each of them, so
     each thread gets its own copy (privatisation of compute_at buffers); any other buffer
     is allocated for the whole function. Scope: ``stack`` or ``heap``. The stack holds
-    buffers of at most ``STACK_LIMIT_BYTES`` each, within a budget of
-    ``STACK_BUDGET_BYTES`` per frame: one for the function, one for each parallel loop
-    (its body runs on OpenMP threads, whose stacks may be smaller); smallest buffers first.
-    Guarantees: no frame puts more than ``STACK_BUDGET_BYTES`` of intermediates on the
-    stack, however many stages are computed inside a loop.
+    buffers of at most ``limits.stack_buffer_bytes`` each, within a budget of
+    ``limits.stack_frame_bytes`` per frame: one for the function, one for each parallel
+    loop (its body runs on OpenMP threads, whose stacks may be smaller); smallest buffers
+    first. Guarantees: no frame puts more than ``limits.stack_frame_bytes`` of
+    intermediates on the stack, however many stages are computed inside a loop. On GPUs
+    (the function launches kernels) see :func:`_allocate_gpu`.
     """
     params = {id(p) for p in func.params}
     pending = [b for b in _buffers_used(func.body) if id(b) not in params]
@@ -69,7 +59,7 @@ def allocate_intermediates(func: PrimFunc) -> PrimFunc:
     # one stack budget per frame: the function's, and each parallel body's; a buffer
     # private to several parallel loops stays on the stack only if it fits in all of them
     frames = [[b for b in pending if id(b) not in private]] + list(by_loop.values())
-    chosen = [{id(b) for b in _fit_stack(bufs)} for bufs in frames]
+    chosen = [{id(b) for b in _fit_stack(bufs, limits)} for bufs in frames]
     refused = {id(b) for bufs, c in zip(frames, chosen) for b in bufs if id(b) not in c}
     on_stack = set().union(*chosen) - refused
     final = {id(b): Buffer(b.name, b.shape, b.dtype, "stack" if id(b) in on_stack else "heap")
@@ -93,14 +83,14 @@ def allocate_intermediates(func: PrimFunc) -> PrimFunc:
     return PrimFunc(func.name, func.params, body, func.attrs)
 
 
-def _fit_stack(bufs: list) -> list:
+def _fit_stack(bufs: list, limits: DeviceLimits) -> list:
     """The buffers of one frame that go on the stack: those of at most
-    ``STACK_LIMIT_BYTES``, smallest first (small buffers gain most from the stack), while
-    their sum stays within ``STACK_BUDGET_BYTES``."""
+    ``limits.stack_buffer_bytes``, smallest first (small buffers gain most from the
+    stack), while their sum stays within ``limits.stack_frame_bytes``."""
     out, used = [], 0
     for b in sorted(bufs, key=_nbytes):  # stable: program order among equal sizes
         n = _nbytes(b)
-        if n > STACK_LIMIT_BYTES or used + n > STACK_BUDGET_BYTES:
+        if n > limits.stack_buffer_bytes or used + n > limits.stack_frame_bytes:
             break
         out.append(b)
         used += n
@@ -139,7 +129,7 @@ def _allocate_gpu(func: PrimFunc, pending: list) -> PrimFunc:
 
 def _outermost_parallel(s: Stmt) -> list[For]:
     """The parallel loops not nested in another parallel loop, in program order."""
-    if isinstance(s, For) and s.kind == "parallel":
+    if isinstance(s, For) and s.kind == LoopKind.PARALLEL:
         return [s]
     return [p for x in child_stmts(s) for p in _outermost_parallel(x)]
 
@@ -149,8 +139,6 @@ def _writes(s: Stmt, b: Buffer) -> bool:
 
 
 def _count_uses(s: Stmt, b: Buffer) -> int:
-    from polytile.te.visitor import collect
-
     n = 0
     for x in walk_stmts(s):
         if isinstance(x, Store) and x.buffer is b:

@@ -1,16 +1,18 @@
-"""The CUDA backend: C printer dialect, NVRTC/nvcc compilation, driver-API runtime, arrays.
+"""The CUDA backend: C printer dialect, NVRTC/nvcc compilation, the driver-API device.
 
 ``CUDAModule(func, target)`` prints the CUDA C of a lowered function and compiles it (no GPU
-needed); calling it needs one. ``polytile.nd`` re-exports the device arrays of
-:mod:`.ndarray`. cuda-python is imported only when compiling with NVRTC or touching a device.
+needed); calling it needs one. The device-neutral runtime (arguments, workspaces, launches,
+arrays, DLPack) is :mod:`polytile.targets.gpu`; this package supplies the CUDA dialect,
+the compiler and :class:`~.runtime.CUDADeviceAPI`. :mod:`.backend` registers the ``cuda``
+kind. cuda-python is imported only when compiling with NVRTC or touching a device.
 """
 
 from __future__ import annotations
 
+from .backend import CUDA_LIMITS, CUDABackend
 from .compile import compile_cuda, default_arch
 from .dialect import CUDADialect
-from .ndarray import NDArray, array, device, empty
-from .runtime import CUDAModule, device_count
+from .runtime import API, CUDADeviceAPI, CUDAModule, device_count
 
-__all__ = ["CUDADialect", "CUDAModule", "NDArray", "array", "compile_cuda", "default_arch",
-           "device", "device_count", "empty"]
+__all__ = ["API", "CUDABackend", "CUDADeviceAPI", "CUDADialect", "CUDAModule", "CUDA_LIMITS",
+           "compile_cuda", "default_arch", "device_count"]

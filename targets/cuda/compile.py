@@ -27,6 +27,8 @@ from pathlib import Path
 
 from polytile.errors import BuildError, TargetError, format_error
 
+from .driver import device_compute_capability
+
 DEFAULT_ARCH = "sm_90"
 COMPILERS = ("auto", "nvrtc", "nvcc")
 
@@ -129,8 +131,6 @@ def _include_dirs() -> tuple:
 @functools.cache
 def default_arch() -> str:
     """``sm_<major><minor>`` of CUDA device 0, or :data:`DEFAULT_ARCH` without a GPU."""
-    from .runtime import device_compute_capability
-
     cc = device_compute_capability()
     return f"sm_{cc[0]}{cc[1]}" if cc else DEFAULT_ARCH
 

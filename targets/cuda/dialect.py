@@ -55,8 +55,6 @@ class CUDADialect(CDialect):
     shared_prefix = "__shared__"
     shared_align = "__align__(16)"
     dynamic_shared_decl = "extern __shared__ __align__(16) unsigned char {name}[];"
-    max_static_shared_bytes = 48 * 1024
-    max_threads_per_block = 1024
     barrier = "__syncthreads();"
     vector_copies = True
     trap = "__trap();"

@@ -27,18 +27,22 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
+from polytile.backend import Target
 from polytile.errors import BuildError, InternalError, format_error
 from polytile.schedule.intdiv import floordiv_expr, floormod_expr
-from polytile.schedule.loop_ir import (Allocate, Assert, Buffer, Evaluate, For, IfThenElse,
-                                       LetStmt, Load, PrimFunc, Seq, Stmt, Store, asserts)
+from polytile.schedule.kinds import LoopKind
+from polytile.schedule.loop_ir import (FOR_KINDS, Allocate, Assert, Buffer, Evaluate, For,
+                                       IfThenElse, LetStmt, Load, PrimFunc, Seq, Stmt,
+                                       StmtFunctor, Store, asserts)
 from polytile.te import dtype as dt
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select,
                               Var)
 
-from ..target import Target
 from . import intrinsics as llx
 from .analysis import traps_after
 from .intrinsics import I1, I8, I8P, I32, I64
+from .parallel import emit_parallel
+from .vectorize import emit_vectorized
 
 
 def param_llvm_type(p) -> ir.Type:
@@ -75,9 +79,9 @@ class FnState:
         ir.IRBuilder(self.entry).branch(self.fn.blocks[1])
 
 
-class CodeGen:
-    """Emits statements and scalar expressions; :mod:`.vectorize` and :mod:`.parallel`
-    call back into it."""
+class CodeGen(StmtFunctor):
+    """Emits statements (``visit_<Class>``, through ``stmt``) and scalar expressions;
+    :mod:`.vectorize` and :mod:`.parallel` call back into it."""
 
     def __init__(self, func: PrimFunc, target: Target):
         self.func = func
@@ -149,30 +153,28 @@ class CodeGen:
     # ---------------------------------------------------------------- statements
     def stmt(self, s: Stmt) -> None:
         """Emit statement ``s`` at the builder's position."""
-        if isinstance(s, Seq):
-            for x in s.stmts:
-                self.stmt(x)
-        elif isinstance(s, Store):
-            self.store(s)
-        elif isinstance(s, For):
-            self.for_(s)
-        elif isinstance(s, IfThenElse):
-            self.if_(s)
-        elif isinstance(s, LetStmt):
-            v = llx.cast(self.b, self.expr(s.value), s.value.dtype, s.var.dtype)
-            self.let(s.var, v, lambda: self.stmt(s.body))
-        elif isinstance(s, Allocate):
-            self.allocate(s)
-        elif isinstance(s, Evaluate):
-            pass  # expressions have no side effects
-        elif isinstance(s, Assert):
-            k = next(i for i, a in enumerate(self.asserts) if a is s)
-            ok = self.expr(s.cond)
-            with self.b.if_then(self.b.not_(ok), likely=False):
-                self.fail(I32(llx.STATUS_ASSERT + k))
-        else:
-            raise BuildError(format_error("codegen_llvm", f"unknown statement "
-                                          f"{type(s).__name__}", "expected a loop IR statement"))
+        self.visit(s)
+
+    def visit_Seq(self, s: Seq) -> None:
+        for x in s.stmts:
+            self.visit(x)
+
+    def visit_LetStmt(self, s: LetStmt) -> None:
+        v = llx.cast(self.b, self.expr(s.value), s.value.dtype, s.var.dtype)
+        self.let(s.var, v, lambda: self.visit(s.body))
+
+    def visit_Evaluate(self, s: Evaluate) -> None:
+        pass  # expressions have no side effects
+
+    def visit_Assert(self, s: Assert) -> None:
+        k = next(i for i, a in enumerate(self.asserts) if a is s)
+        ok = self.expr(s.cond)
+        with self.b.if_then(self.b.not_(ok), likely=False):
+            self.fail(I32(llx.STATUS_ASSERT + k))
+
+    def generic_visit(self, s, *args) -> None:
+        raise BuildError(format_error("codegen_llvm", f"unknown statement "
+                                      f"{type(s).__name__}", "expected a loop IR statement"))
 
     def let(self, var: Var, value, body) -> None:
         """Bind ``var`` to ``value`` while ``body()`` runs."""
@@ -187,20 +189,16 @@ class CodeGen:
             else:
                 env[var] = old
 
-    def for_(self, s: For) -> None:
+    def visit_For(self, s: For) -> None:
         if s.var.dtype != "int64" or not isinstance(s.step, int) or s.step < 1:
             raise InternalError(format_error(
                 "codegen_llvm", f"loop {s.var.name!r} has variable dtype {s.var.dtype} and "
                 f"step {s.step!r}", "expected an int64 loop variable and a positive int step"))
-        if s.kind == "parallel" and not self.st.in_parallel:
-            from .parallel import emit_parallel
-
+        if s.kind == LoopKind.PARALLEL and not self.st.in_parallel:
             emit_parallel(self, s)
-        elif s.kind == "vectorized":
-            from .vectorize import emit_vectorized
-
+        elif s.kind == LoopKind.VECTORIZED:
             emit_vectorized(self, s)
-        elif s.kind in ("serial", "unrolled", "parallel"):
+        elif s.kind in FOR_KINDS:
             lo = self.index(s.min)
             end = self.b.add(lo, self.index(s.extent))
             self.loop(lo, end, s.step, s.var.name,
@@ -229,7 +227,7 @@ class CodeGen:
         self.b.branch(header)
         self.b.position_at_end(exit_)
 
-    def if_(self, s: IfThenElse) -> None:
+    def visit_IfThenElse(self, s: IfThenElse) -> None:
         cond = self.expr(s.cond)
         if s.else_case is None:
             with self.b.if_then(cond):
@@ -241,7 +239,7 @@ class CodeGen:
                 with other:
                     self.stmt(s.else_case)
 
-    def allocate(self, s: Allocate) -> None:
+    def visit_Allocate(self, s: Allocate) -> None:
         buf = s.buffer
         ety = llx.mem_type(buf.dtype)
         if buf.scope == "stack":
@@ -306,7 +304,7 @@ class CodeGen:
                 "expected exactly one (flattened) index after storage flattening"))
         return self.b.gep(self.buffer_ptr(buf), [self.index(indices[0])], inbounds=True)
 
-    def store(self, s: Store) -> None:
+    def visit_Store(self, s: Store) -> None:
         v = self.expr(s.value)
         if s.value.dtype != s.buffer.dtype:
             v = llx.cast(self.b, v, s.value.dtype, s.buffer.dtype)

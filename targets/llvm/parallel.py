@@ -26,14 +26,18 @@ the body run serially.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import llvmlite.ir as ir
 
 from polytile.schedule.loop_ir import Buffer, For
 
 from . import intrinsics as llx
 from .analysis import used_symbols
-from .codegen import CodeGen, FnState
 from .intrinsics import I8P, I32, I64
+
+if TYPE_CHECKING:
+    from .codegen import CodeGen  # a type hint only: codegen.py imports this module
 
 
 def _captured(cg: CodeGen, s: For) -> list:
@@ -85,7 +89,7 @@ def _emit_body(cg: CodeGen, s: For, caps: list, cap_types: list) -> ir.Function:
             a.add_attribute("noalias")
         env[x] = a
     saved = cg.st
-    cg.st = FnState(fn, env, in_parallel=True)
+    cg.st = type(cg.st)(fn, env, in_parallel=True)
     try:
         b = cg.b
         lo, ext = fn.args[0], fn.args[1]

@@ -19,23 +19,26 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
 import threading
-import time
 
 import llvmlite.binding as llvm
 import numpy as np
 
+from polytile.backend import Target
 from polytile.errors import BuildError, TargetError, format_error, warn
-from polytile.schedule.loop_ir import Buffer, PrimFunc
+from polytile.schedule.loop_ir import Buffer, PrimFunc, asserts
 from polytile.te.expr import Var
 
-from ..runtime_support import (SCALAR_CTYPES, BenchmarkResult, check_arg_count, check_array,
-                               check_overlap, check_timing_args, measure, scalar_arg)
-from ..target import Target
+from ..module import Module
+from ..runtime_support import (SCALAR_CTYPES, check_arg_count, check_array, check_overlap,
+                               scalar_arg)
 from .analysis import stored_buffers
 from .codegen import codegen_llvm
-from polytile.schedule.loop_ir import asserts
-
 from .intrinsics import STATUS_ASSERT, STATUS_NO_MEMORY
 
 _lock = threading.Lock()
@@ -96,10 +99,14 @@ def get_num_threads() -> int:
     return int(_ensure_llvm()["gomp"].omp_get_max_threads())
 
 
-def _target_machine(target: Target):
+def _target_machine(target: Target, jit: bool = True):
     tgt = llvm.Target.from_triple(llvm.get_process_triple())
+    if jit:
+        return tgt.create_target_machine(cpu=target.cpu, features=target.feature_string,
+                                         opt=target.opt_level, jit=True)
+    # a shared library needs position-independent code
     return tgt.create_target_machine(cpu=target.cpu, features=target.feature_string,
-                                     opt=target.opt_level, jit=True)
+                                     opt=target.opt_level, reloc="pic", codemodel="default")
 
 
 #: instructions in one basic block beyond which code generation uses the fast selector
@@ -138,8 +145,14 @@ def optimize(mod, tm, opt_level: int) -> None:
     pb.getModulePassManager().run(mod, pb)
 
 
-class LLVMModule:
+class LLVMModule(Module):
     """A function compiled for the CPU, callable with numpy arrays and scalars.
+
+    ``get_source("ll")`` gives the optimised LLVM IR (``optimized=False``: as generated),
+    ``get_source("asm")`` the assembly; ``export_library`` writes ``.ll``, ``.s``, an
+    object file ``.o`` or a shared library ``.so`` (linked with the system C compiler,
+    against libgomp and libm) exporting ``int32_t <entry_name>(params...)``: array
+    parameters are pointers to their data, the result is 0 or a failure status.
 
     Parameters
     ----------
@@ -159,9 +172,7 @@ class LLVMModule:
             raise TargetError(format_error("build", f"target {str(target)!r} cannot run on "
                                            "the CPU", "expected an 'llvm' target"))
         _ensure_llvm()
-        self.func = func
-        self.target = target
-        self.name = func.name
+        super().__init__(func, target)
         self._ir = codegen_llvm(func, target)
         self._asserts = asserts(func.body)
         self._ir_text = str(self._ir)
@@ -194,8 +205,11 @@ class LLVMModule:
         self._cfunc = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes)(addr)
         self._stored = stored_buffers(func.body)
 
+    source_formats = ("ll", "asm")
+    export_formats = {".ll": "ll", ".s": "asm"}
+
     # ------------------------------------------------------------------ sources
-    def get_source(self, fmt: str = "ll", optimized: bool = True) -> str:
+    def get_source(self, fmt: str | None = "ll", optimized: bool = True) -> str:
         """Generated code as text.
 
         Parameters
@@ -210,7 +224,7 @@ class LLVMModule:
         ValueError
             For another ``fmt``.
         """
-        if fmt in ("ll", "llvm"):
+        if fmt in (None, "ll", "llvm"):
             return self._opt_text if optimized else self._ir_text
         if fmt in ("asm", "s"):
             if self._asm is None:
@@ -274,42 +288,39 @@ class LLVMModule:
         raise RuntimeError(format_error(self.name, f"returned the unknown status {status}",
                                         "expected 0"))
 
-    def time_evaluator(self, number: int = 10, repeat: int = 1, min_repeat_ms: float = 0):
-        """A function that times this module on given arguments (TVM's ``time_evaluator``).
+    def _bind(self, args: tuple):
+        return functools.partial(self._cfunc, *self._convert(args))
 
-        The returned ``f(*args) -> BenchmarkResult`` validates ``args`` once, runs the
-        function once as warm-up, then ``repeat`` times measures ``number`` consecutive
-        calls and records their mean. With ``min_repeat_ms > 0``, ``number`` grows (by at
-        least the golden ratio, or to the count the last measurement predicts) until one
-        repeat lasts at least ``min_repeat_ms`` milliseconds; the grown ``number`` carries
-        over to later repeats.
+    def _check_result(self, status: int) -> None:
+        self._check_status(status)
 
-        Raises
-        ------
-        ValueError
-            If ``number`` or ``repeat`` is below 1 or ``min_repeat_ms`` is negative.
-        """
-        check_timing_args(number, repeat, min_repeat_ms)
+    # ------------------------------------------------------------------ export
+    def _binary_exports(self) -> tuple:
+        return (".o", ".so")
 
-        def evaluator(*args) -> BenchmarkResult:
-            cargs = self._convert(args)
-            cf, check = self._cfunc, self._check_status
-            check(cf(*cargs))  # warm-up
-
-            def run(n: int) -> float:
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    st = cf(*cargs)
-                t1 = time.perf_counter()
-                check(st)
-                return t1 - t0
-
-            return measure(run, number, repeat, min_repeat_ms)
-
-        return evaluator
-
-    def __repr__(self) -> str:
-        return f"LLVMModule({self.name!r}, target={str(self.target)!r})"
+    def _export(self, path: str, suffix: str) -> None:
+        tm = _target_machine(self.target, jit=False)
+        mod = llvm.parse_assembly(self._opt_text)
+        obj = tm.emit_object(mod)
+        if suffix == ".o":
+            with open(path, "wb") as fh:
+                fh.write(obj)
+            return
+        cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+        if cc is None:
+            raise BuildError(format_error("export_library", "no C compiler found to link "
+                                          f"{os.path.basename(path)!r}",
+                                          "expected cc, gcc or clang on PATH"))
+        with tempfile.TemporaryDirectory(prefix="polytile-so-") as tmp:
+            o = os.path.join(tmp, f"{self.name}.o")
+            with open(o, "wb") as fh:
+                fh.write(obj)
+            res = subprocess.run([cc, "-shared", "-o", path, o, "-lgomp", "-lm"],
+                                 capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise BuildError(format_error("export_library", f"linking {path!r} failed",
+                                          "expected the linker to succeed",
+                                          Log=(res.stderr or res.stdout).strip()))
 
 
 def _check_array(fname: str, p: Buffer, a, scalars: dict, written: bool) -> None:

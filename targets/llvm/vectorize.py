@@ -33,21 +33,25 @@ small. Conceptually this is Halide's ``VectorizeLoops`` (PLDI 2013) / TVM's
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import llvmlite.ir as ir
 
 from polytile.errors import InternalError, format_error
 from polytile.schedule.intdiv import floordiv_expr, floormod_expr
 from polytile.schedule.loop_ir import (Allocate, Assert, Evaluate, For, IfThenElse, LetStmt,
-                                       Load, Seq, Stmt, Store, stmt_exprs, walk_stmts)
+                                       Load, Seq, Stmt, StmtFunctor, Store, stmt_exprs,
+                                       walk_stmts)
 from polytile.te import dtype as dt
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select,
                               Var, child_fields)
 
 from . import intrinsics as llx
 from .analysis import depends_on, has_inner_for, traps_after, varying_vars
-from .codegen import CodeGen
 from .intrinsics import I1, I8, I32, I64
+
+if TYPE_CHECKING:
+    from .codegen import CodeGen  # a type hint only: codegen.py imports this module
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +181,7 @@ def _lazy_ok(e: Expr, vs: set) -> bool:
     return True
 
 
-class _Widener:
+class _Widener(StmtFunctor):
     def __init__(self, cg: CodeGen, var: Var, lo: ir.Value, step: int, lanes: int):
         self.cg, self.var, self.lanes = cg, var, lanes
         self.ramp_var = LaneValue("ramp", lo, "int64", step)
@@ -210,37 +214,42 @@ class _Widener:
 
     # -------------------------------------------------------------- statements
     def stmt(self, s: Stmt) -> None:
-        if isinstance(s, Seq):
-            for x in s.stmts:
-                self.stmt(x)
-        elif isinstance(s, Store):
-            self.store(s)
-        elif isinstance(s, LetStmt):
-            old = self.lets.get(s.var)
-            self.lets[s.var] = self.cast(self.ev(s.value), s.var.dtype)
-            self.stmt(s.body)
-            if old is None:
-                del self.lets[s.var]
-            else:
-                self.lets[s.var] = old
-        elif isinstance(s, IfThenElse):
-            c = self.ev(s.cond)  # uniform: checked by can_widen
-            if s.else_case is None:
-                with self.b.if_then(c.value):
-                    self.stmt(s.then_case)
-            else:
-                with self.b.if_else(c.value) as (then, other):
-                    with then:
-                        self.stmt(s.then_case)
-                    with other:
-                        self.stmt(s.else_case)
-        elif isinstance(s, Evaluate):
-            pass
-        else:  # For and Allocate are excluded by emit_vectorized/can_widen
-            raise InternalError(format_error("codegen_llvm", f"cannot widen "
-                                             f"{type(s).__name__}", "expected a checked loop body"))
+        self.visit(s)
 
-    def store(self, s: Store) -> None:
+    def visit_Seq(self, s: Seq) -> None:
+        for x in s.stmts:
+            self.visit(x)
+
+    def visit_LetStmt(self, s: LetStmt) -> None:
+        old = self.lets.get(s.var)
+        self.lets[s.var] = self.cast(self.ev(s.value), s.var.dtype)
+        self.visit(s.body)
+        if old is None:
+            del self.lets[s.var]
+        else:
+            self.lets[s.var] = old
+
+    def visit_IfThenElse(self, s: IfThenElse) -> None:
+        c = self.ev(s.cond)  # uniform: checked by can_widen
+        if s.else_case is None:
+            with self.b.if_then(c.value):
+                self.visit(s.then_case)
+        else:
+            with self.b.if_else(c.value) as (then, other):
+                with then:
+                    self.visit(s.then_case)
+                with other:
+                    self.visit(s.else_case)
+
+    def visit_Evaluate(self, s: Evaluate) -> None:
+        pass
+
+    def generic_visit(self, s, *args) -> None:
+        # For and Allocate are excluded by emit_vectorized/can_widen
+        raise InternalError(format_error("codegen_llvm", f"cannot widen {type(s).__name__}",
+                                         "expected a checked loop body"))
+
+    def visit_Store(self, s: Store) -> None:
         buf = s.buffer
         cg, b = self.cg, self.b
         if len(s.indices) != 1:

@@ -8,7 +8,7 @@ import pytest
 
 from polytile.autotune import get_template
 from polytile.autotune.features import KINDS, N_FEATURES, N_GLOBAL, PER_LEVEL, extract_features
-from polytile.schedule.lower import finalize, lower
+from polytile.schedule.pipeline import finalize, lower
 
 from test_templates import SMALL
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from polytile import LoweringError, ScheduleError
+from polytile.schedule.kinds import ThreadTag
 
 from .spec import AX_HELPER, ident, program_code, schedule_code, step_code
 
@@ -235,7 +236,7 @@ class SchedGen:
         for st in self.stages():
             if self.stopped:
                 return
-            if st.attach_type != "root" or any(k.startswith("bind:")
+            if st.attach_type != "root" or any(isinstance(k, ThreadTag)
                                                 for k in st.annotations.values()):
                 continue
             self.bind_root(st)

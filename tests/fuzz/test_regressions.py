@@ -229,7 +229,7 @@ def test_gpu_unbound_root_with_an_attached_stage_bound_to_threads():
 
 
 def test_cuda_reduction_with_an_empty_where_at_a_bound_consumer():
-    from polytile.schedule.lower import finalize, lower
+    from polytile.schedule.pipeline import finalize, lower
     from polytile.targets.c_printer import print_c_module
     from polytile.targets.cuda import CUDADialect
 

@@ -7,7 +7,7 @@ import numpy as np
 from polytile.schedule.loop_ir import (Allocate, Buffer, For, IfThenElse, LetStmt, Load,
                                        PrimFunc, Store, seq)
 from polytile.targets.llvm.runtime import LLVMModule
-from polytile.targets.target import Target
+from polytile.targets import Target
 from polytile.te.expr import Binary, Call, Cast, Cmp, Const, Select, Var
 
 SIZES = (1, 7, 17, 31, 130, 257)

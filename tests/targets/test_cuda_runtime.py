@@ -23,11 +23,11 @@ from helpers import poison
 import polytile
 from polytile.errors import DeviceError, DeviceNotFoundError, TargetError
 from polytile.targets.cuda import compile as cc
-from polytile.targets.cuda import dlpack
+from polytile.targets.gpu import dlpack
 from polytile.targets.cuda import runtime
 from polytile.targets.cuda.runtime import CUDAModule, device_count
 from polytile.targets.runtime_support import BenchmarkResult, expected_shape
-from polytile.targets.target import Target
+from polytile.targets import Target
 from polytile.te.expr import Var
 
 CASES = all_cases()

@@ -11,7 +11,7 @@ from llvm_ir_helpers import (Allocate, Call, Cast, Cmp, Const, IfThenElse, LetSt
 
 from polytile.errors import InternalError
 from polytile.targets.llvm.runtime import get_num_threads, set_num_threads
-from polytile.targets.target import Target
+from polytile.targets import Target
 from polytile.te.expr import And
 
 #: float32 lanes of one SIMD register of the host (vectorized loops are strip-mined to it)

@@ -100,7 +100,7 @@ def test_build_cuda_refuses_loops_outside_kernels():
 
 
 def test_build_from_a_schedule():
-    pytest.importorskip("polytile.schedule.lower")
+    pytest.importorskip("polytile.schedule.pipeline")
     from polytile import te
 
     n = 37

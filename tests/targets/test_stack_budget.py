@@ -17,7 +17,11 @@ import pytest
 from helpers import lowered
 
 from polytile import te
-from polytile.schedule.passes.storage import STACK_BUDGET_BYTES, STACK_LIMIT_BYTES
+from polytile.targets.llvm import CPU_LIMITS
+
+# the stack limits of 'llvm' targets (every CPU target has the same)
+STACK_BUDGET_BYTES = CPU_LIMITS.stack_frame_bytes
+STACK_LIMIT_BYTES = CPU_LIMITS.stack_buffer_bytes
 
 CHILD = textwrap.dedent("""
     import sys, threading

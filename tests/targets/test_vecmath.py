@@ -234,7 +234,7 @@ def test_routines_are_defined_once_per_type():
     s = te.create_schedule(C.op)
     s[C].vectorize(s[C].split(C.op.axis[0], factor=8)[1])
     from polytile.targets.llvm.codegen import codegen_llvm
-    from polytile.targets.target import Target
+    from polytile.targets import Target
 
     text = str(codegen_llvm(polytile.lower(s, [A, C]), Target.parse("llvm")))
     assert text.count('define internal <8 x float> @"polytile.exp.v8f32"') == 1

@@ -16,7 +16,7 @@ from helpers import check, rand, run1
 
 import polytile
 from polytile import te
-from polytile.targets.target import Target
+from polytile.targets import Target
 
 HOST = Target.parse("llvm")
 
@@ -137,7 +137,7 @@ def test_vectorize_inside_an_attached_stage_region(backend="llvm"):
 def test_cuda_long_vectorized_loops_are_not_fully_unrolled(n, pragma):
     """CUDA C has no vector types of arbitrary width: a vectorized loop is an unrolled
     loop, and beyond MAX_UNROLL iterations a plain one (nvcc would stall unrolling it)."""
-    from polytile.schedule.lower import finalize, lower
+    from polytile.schedule.pipeline import finalize, lower
     from polytile.targets.c_printer import print_c_module
     from polytile.targets.cuda import CUDADialect
 

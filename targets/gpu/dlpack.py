@@ -25,6 +25,7 @@ import numpy as np
 KDL_CPU = 1
 KDL_CUDA = 2
 KDL_CUDA_HOST = 3
+KDL_ROCM = 10
 KDL_CUDA_MANAGED = 13
 DEVICE_NAMES = {KDL_CPU: "cpu", KDL_CUDA: "cuda", KDL_CUDA_HOST: "cuda_host",
                 KDL_CUDA_MANAGED: "cuda_managed", 4: "opencl", 7: "vulkan", 8: "metal",
@@ -167,11 +168,13 @@ def read_capsule(capsule) -> DLTensorView:
                         capsule)
 
 
-def from_object(obj, stream: int | None = None) -> DLTensorView:
-    """``read_capsule(obj.__dlpack__(...))``, passing ``stream`` for device tensors (the
-    producer then orders its pending work before that stream's later work)."""
+def from_object(obj, stream: int | None = None,
+                stream_devices: tuple = (KDL_CUDA, KDL_CUDA_MANAGED)) -> DLTensorView:
+    """``read_capsule(obj.__dlpack__(...))``, passing ``stream`` for tensors on a device
+    type of ``stream_devices`` (the producer then orders its pending work before that
+    stream's later work)."""
     dev_type, _ = obj.__dlpack_device__()
-    if int(dev_type) in (KDL_CUDA, KDL_CUDA_MANAGED) and stream is not None:
+    if int(dev_type) in stream_devices and stream is not None:
         try:
             return read_capsule(obj.__dlpack__(stream=stream))
         except TypeError as exc:  # a producer without the stream keyword

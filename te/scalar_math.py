@@ -1,10 +1,15 @@
-"""Math intrinsics and integer division helpers.
+"""Scalar math functions (``te.exp``, ``te.sqrt``, ``te.power`` ...) and integer division
+helpers (``te.floordiv`` ...): each builds one ``Call``/``Binary`` node.
 
-Float intrinsics take a float expression (an int argument raises ``TypeError``: cast it
+Float functions take a float expression (an int argument raises ``TypeError``: cast it
 first) and return the same dtype. ``round`` rounds half to even, as ``numpy.round``.
+Tensor intrinsics (whole MMA-style instructions that ``tensorize`` maps a loop nest onto)
+are a different thing: a backend lists the ones it offers in its ``DeviceLimits``.
 """
 
 from __future__ import annotations
+
+from polytile.errors import DefinitionTypeError
 
 from . import dtype as dt
 from .expr import Call, Expr, binary, cast, convert
@@ -17,8 +22,9 @@ FLOAT_UNARY = ("exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "tanh", "
 def _float_arg(x, who: str) -> Expr:
     e = convert(x, "float32")
     if not dt.is_float(e.dtype):
-        raise TypeError(f"te.{who}: argument {e} has dtype {e.dtype}; expected a float "
-                        f"(use .astype('float32'))")
+        raise DefinitionTypeError(
+            f"te.{who}: argument {e} has dtype {e.dtype}; expected a float "
+            f"(use .astype('float32'))")
     return e
 
 
@@ -112,13 +118,14 @@ def _float_pair(a, b, who: str) -> tuple[Expr, Expr]:
     ea = convert(a, None) if hasattr(a, "_expr") else None
     eb = convert(b, None) if hasattr(b, "_expr") else None
     if ea is None and eb is None:
-        raise TypeError(f"te.{who}: at least one operand must be an expression")
+        raise DefinitionTypeError(f"te.{who}: at least one operand must be an expression")
     ea = ea if ea is not None else convert(a, eb.dtype)
     eb = eb if eb is not None else convert(b, ea.dtype)
     d = dt.promote(ea.dtype, eb.dtype)
     if not dt.is_float(d):
-        raise TypeError(f"te.{who}: operands have dtype {d}; expected floats "
-                        f"(use .astype('float32'))")
+        raise DefinitionTypeError(
+            f"te.{who}: operands have dtype {d}; expected floats "
+            f"(use .astype('float32'))")
     return cast(ea, d), cast(eb, d)
 
 

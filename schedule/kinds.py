@@ -1,0 +1,132 @@
+"""The vocabulary of loops, shared by stages and the loop IR: :class:`LoopKind` and
+:class:`ThreadTag`.
+
+A stage's ``annotations`` map a loop to what ``vectorize``/``unroll``/``parallel`` made of
+it (a :class:`LoopKind`) or to the hardware index ``bind`` mapped it onto (a
+:class:`ThreadTag`); a loop-IR ``For`` has a :class:`LoopKind`. Both are string enums:
+a member equals its value (``LoopKind.PARALLEL == "parallel"``, ``ThreadTag.THREAD_X ==
+"threadIdx.x"``) and prints as it, so the printed IR, the records and hand-written IR
+with plain strings read the same.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class _Vocabulary(str, Enum):
+    """A string enum that prints as its value (``enum.StrEnum`` is Python >= 3.11), also
+    through ``repr`` (messages quote it as the string it stands for)."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+class LoopKind(_Vocabulary):
+    """How a loop runs: ``serial``, ``parallel`` (iterations on several CPU threads),
+    ``vectorized`` (iterations as SIMD lanes) or ``unrolled`` (one copy of the body per
+    iteration)."""
+
+    SERIAL = "serial"
+    PARALLEL = "parallel"
+    VECTORIZED = "vectorized"
+    UNROLLED = "unrolled"
+
+    @property
+    def primitive(self) -> str:
+        """The schedule primitive that asks for it (``"vectorize"``)."""
+        return _PRIMITIVES[self]
+
+
+_PRIMITIVES = {LoopKind.SERIAL: "serial", LoopKind.PARALLEL: "parallel",
+               LoopKind.VECTORIZED: "vectorize", LoopKind.UNROLLED: "unroll"}
+
+
+class ThreadTag(_Vocabulary):
+    """A GPU hardware index a loop can be bound to; ``vthread`` is a virtual thread (the
+    loop runs unrolled inside each thread, TVM's ``vthread``)."""
+
+    BLOCK_X = "blockIdx.x"
+    BLOCK_Y = "blockIdx.y"
+    BLOCK_Z = "blockIdx.z"
+    THREAD_X = "threadIdx.x"
+    THREAD_Y = "threadIdx.y"
+    THREAD_Z = "threadIdx.z"
+    VTHREAD = "vthread"
+
+    @property
+    def is_block(self) -> bool:
+        """``blockIdx.*``."""
+        return self.value.startswith("blockIdx")
+
+    @property
+    def is_thread(self) -> bool:
+        """``threadIdx.*``."""
+        return self.value.startswith("threadIdx")
+
+    @property
+    def in_thread(self) -> bool:
+        """Each value runs on one thread: ``threadIdx.*`` or ``vthread``."""
+        return self.is_thread or self is ThreadTag.VTHREAD
+
+    @property
+    def is_hardware(self) -> bool:
+        """A launch dimension (every tag but ``vthread``)."""
+        return self is not ThreadTag.VTHREAD
+
+    @property
+    def param(self) -> str:
+        """The isl parameter holding the index in schedule trees (``bx`` ... ``tz``)."""
+        return _PARAMS[self]
+
+    @classmethod
+    def hardware(cls) -> tuple:
+        """The six launch dimensions, blocks first, each x, y, z."""
+        return tuple(t for t in cls if t.is_hardware)
+
+
+_PARAMS = {t: ("b" if t.is_block else "t") + t.value[-1] for t in ThreadTag if t.is_hardware}
+
+#: isl parameter names of the hardware indices (tag -> name), and their isl space.
+PARAMS = {t: t.param for t in ThreadTag.hardware()}
+PARAM_SPACE = "[" + ", ".join(PARAMS.values()) + "]"
+
+#: What a stage's ``annotations`` hold for a loop.
+Annotation = LoopKind | ThreadTag
+
+
+def annotation_name(a: Annotation) -> str:
+    """How messages and traces name annotation ``a``: the primitive (``"vectorize"``) or
+    ``"bind:<tag>"``."""
+    if isinstance(a, ThreadTag):
+        return f"bind:{a.value}"
+    return LoopKind(a).primitive
+
+
+def loop_kind(a: Annotation | None) -> LoopKind:
+    """The loop-IR kind of a loop with annotation ``a`` (virtual threads are unrolled;
+    loops bound to hardware indices are no loops and never ask)."""
+    if a is None:
+        return LoopKind.SERIAL
+    if isinstance(a, ThreadTag):
+        return LoopKind.UNROLLED if a is ThreadTag.VTHREAD else LoopKind.SERIAL
+    return LoopKind(a)
+
+
+def default_scope(tags) -> str:
+    """TVM's storage scope of an attached stage without one, from the tags of the loops
+    around it (None for unbound loops): ``local`` inside a thread (or virtual thread)
+    loop, ``shared`` inside a block loop only, else ``global``."""
+    tags = [t for t in tags if t is not None]
+    if any(ThreadTag(t).in_thread for t in tags):
+        return "local"
+    if any(ThreadTag(t).is_block for t in tags):
+        return "shared"
+    return "global"
+
+
+__all__ = ["Annotation", "LoopKind", "PARAMS", "PARAM_SPACE", "ThreadTag", "annotation_name",
+           "default_scope", "loop_kind"]

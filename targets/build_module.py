@@ -1,0 +1,68 @@
+"""``build``: compile a schedule or a lowered function for a target, through its backend."""
+
+from __future__ import annotations
+
+from polytile.backend import Target
+from polytile.errors import TargetError, format_error
+from polytile.schedule.loop_ir import PrimFunc
+from polytile.schedule.pipeline import lower, run_backend_passes
+from polytile.te.depth import deep
+
+from .module import Module
+
+
+@deep("build")
+def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "main",
+          **options) -> Module:
+    """Compile ``sch_or_func`` into a callable module.
+
+    Parameters
+    ----------
+    sch_or_func : Schedule or PrimFunc
+        A schedule (lowered through every phase of :mod:`polytile.schedule.pipeline` for
+        ``target``) or an already lowered and flattened :class:`PrimFunc`, which gets only
+        the target backend's own passes.
+    args : list of Tensor, optional
+        The tensors that become the function's parameters, in order (schedules only).
+    target : str or Target
+        A registered kind with options (``"llvm"``, the host CPU, default; ``"cuda"``, an
+        NVIDIA GPU; see :mod:`polytile.backend`).
+    name : str
+        Name of the generated function (schedules only; a ``PrimFunc`` keeps its own).
+    **options
+        Options of the backend's ``build_module`` (its ``build_options``; for ``cuda``:
+        ``compiler`` and ``cache_dir``, see :class:`~polytile.targets.cuda.CUDAModule`).
+
+    Returns
+    -------
+    Module
+        Callable with the backend's arrays (numpy for ``llvm``; ``polytile.nd`` device
+        arrays or torch tensors for ``cuda``): ``f(a, b, c)``. Building for ``cuda`` needs
+        no GPU (the source is generated and compiled for ``sm_90`` unless ``-arch`` or a
+        present GPU says otherwise); calling needs one.
+
+    Raises
+    ------
+    TargetError
+        For an unknown target string, or options the backend does not take.
+    ScheduleError
+        For an illegal schedule, or one that does not fit the target (GPU bindings on a
+        CPU target, no GPU bindings on a GPU target, device limits exceeded).
+    LoweringError
+        For a GPU function with statements outside its kernels.
+    BuildError
+        When code generation or compilation fails.
+    """
+    tgt = Target.parse(target)
+    backend = tgt.backend
+    unknown = sorted(set(options) - set(backend.build_options))
+    if unknown:
+        expected = (f"expected only {', '.join(backend.build_options)} for {tgt.kind!r}"
+                    if backend.build_options else f"expected no extra options for {tgt.kind!r}")
+        raise TargetError(format_error(
+            "build", f"options {unknown} are not understood by target {str(tgt)!r}", expected))
+    if isinstance(sch_or_func, PrimFunc):
+        func = run_backend_passes(sch_or_func, tgt)
+    else:
+        func = lower(sch_or_func, args, name=name, target=tgt, stop_after=None, who="build")
+    return backend.build_module(func, tgt, **options)

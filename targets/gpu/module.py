@@ -1,0 +1,232 @@
+"""The device-neutral half of a GPU module: :class:`GPUModule`.
+
+A GPU backend's module subclasses it and supplies the C dialect, its
+:class:`~.device_api.DeviceAPI` and ``_compile`` (C source -> loadable image). Everything
+else is here, once for every GPU backend:
+
+* printing: the function's kernels as one C source in the backend's dialect, checked
+  against the target's :class:`~polytile.backend.DeviceLimits` (launch shapes, static
+  shared memory);
+* arguments: checked as on the CPU (:mod:`polytile.targets.runtime_support`), arrays
+  recognised by :func:`.arrays.device_array`;
+* workspaces: ``global``/``heap`` intermediates get device memory per call, sized from the
+  scalar arguments and kept (grown when needed) for later calls;
+* launches: one parameter array per kernel (device pointers, then scalars) and the launch
+  shape of each kernel, in order on one stream; ``__call__`` waits for them so that a
+  faulting kernel is reported by the call that launched it;
+* timing: the shared ``time_evaluator`` on the device's own clock (events).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import weakref
+from typing import ClassVar
+
+from polytile.errors import LoweringError, format_error
+from polytile.schedule.loop_ir import Buffer, PrimFunc
+from polytile.te import dtype as dt
+from polytile.te.expr import Var
+
+from ..c_dialect import CDialect
+from ..c_printer import print_c_module
+from ..llvm.analysis import stored_buffers
+from ..module import Module
+from ..runtime_support import (SCALAR_CTYPES, check_arg_count, check_array, check_overlap,
+                               expected_shape, scalar_arg)
+from .arrays import device_array
+from .device_api import DeviceAPI
+
+
+class GPUModule(Module):
+    """A function compiled for a GPU, callable with device arrays and scalars (see the
+    module docstring). Building needs no GPU; calling does.
+
+    Parameters
+    ----------
+    func : PrimFunc
+        Lowered, flattened loop IR whose body is ``KernelLaunch`` statements (in ``Seq``
+        and ``Allocate`` of scope ``global``/``heap``).
+    target : Target
+        A target of the subclass's backend.
+    api : DeviceAPI
+        The device runtime.
+
+    Raises
+    ------
+    LoweringError
+        A statement outside the kernels that is not ``Seq``/``Allocate``.
+    BuildError
+        Unsupported constructs, launch shapes over the device's limits, or a compile error.
+    """
+
+    #: the C dialect the kernels are printed in
+    dialect: ClassVar[CDialect] = CDialect()
+    #: the ``get_source`` format of the printed C source
+    source_name: ClassVar[str] = "c"
+
+    def __init__(self, func: PrimFunc, target, api: DeviceAPI):
+        super().__init__(func, target)
+        self.api = api
+        self._c = print_c_module(func, self.dialect, fast_math=target.fast_math,
+                                 limits=target.limits)
+        self.kernels = self._c.kernels
+        self.image = self._compile(self._c.source)
+        self._stored = stored_buffers(func.body)
+        self._loaded = None
+        self._workspace: dict = {}  # id(Buffer) -> (ptr, nbytes)
+        self._finalizer = weakref.finalize(self, _free_all, api, self._workspace)
+        self.synchronize = True
+
+    def _compile(self, source: str) -> bytes:
+        """The loadable image (a cubin, a code object) of the C source."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ loading
+    def _load(self) -> list:
+        self.api.context()
+        if self._loaded is None:
+            handle, fns = self.api.load(self.image, self.kernels, self.name)
+            weakref.finalize(self, self.api.unload, handle)  # tuning builds thousands
+            self._loaded = fns
+        return self._loaded
+
+    # ------------------------------------------------------------------ calling
+    def _convert(self, args: tuple) -> tuple[dict, list]:
+        """Check ``args``; return the value of every parameter and workspace buffer
+        (by id: device pointer or raw scalar) and the objects to keep alive."""
+        f = self.func
+        check_arg_count(self.name, f.params, args)
+        values, scalars, keep, spans = {}, {}, [], []
+        for p, a in zip(f.params, args):
+            if isinstance(p, Var):
+                values[id(p)], scalars[p] = scalar_arg(self.name, p, a)
+        for p, a in zip(f.params, args):
+            if isinstance(p, Buffer):
+                ptr, view = device_array(self.name, p, a, self.api)
+                check_array(self.name, p, dtype=view.dtype, shape=view.shape,
+                            contiguous=view.c_contiguous, writeable=not view.read_only,
+                            written=p in self._stored, scalars=scalars,
+                            contiguous_hint=f"pass a contiguous copy ({p.name}.contiguous() "
+                                            "in torch)")
+                values[id(p)] = ptr
+                keep.append(view)
+                if view.nbytes:
+                    spans.append((ptr, ptr + view.nbytes, p))
+        check_overlap(self.name, spans, self._stored)
+        for b in self._c.workspace:
+            values[id(b)] = self._workspace_ptr(b, scalars)
+        return values, keep
+
+    def _workspace_ptr(self, b: Buffer, scalars: dict) -> int:
+        shape = expected_shape(b, scalars)
+        if None in shape:
+            raise LoweringError(format_error(
+                self.name, f"intermediate buffer {b.name!r} has the shape {list(b.shape)}",
+                "expected a shape of constants and scalar parameters"))
+        n = dt.nbytes(b.dtype)
+        for s in shape:
+            n *= s
+        have = self._workspace.get(id(b))
+        if have is not None and have[1] >= n:
+            return have[0]
+        self.api.context()
+        if have is not None:
+            self.api.free((have[0],))
+        ptr = self.api.alloc(max(n, 1), f"{n} bytes for {b.name!r}", func=self.name)
+        self._workspace[id(b)] = (ptr, n)
+        return ptr
+
+    def _prepare(self, values: dict) -> list:
+        """Launch records: (function, kernel, params address, ctypes objects to keep)."""
+        fns = self._load()
+        out = []
+        for fn, k in zip(fns, self.kernels):
+            objs = []
+            for p in k.params:
+                if isinstance(p, Buffer):
+                    objs.append(ctypes.c_uint64(values[id(p)]))
+                else:
+                    objs.append(SCALAR_CTYPES[p.dtype](values[id(p)]))
+            ptrs = (ctypes.c_void_p * max(len(objs), 1))(
+                *[ctypes.addressof(o) for o in objs])
+            out.append((fn, k, ctypes.addressof(ptrs), (objs, ptrs)))
+        return out
+
+    def _launch(self, prepared: list) -> None:
+        launch = self.api.launcher(self.name)
+        for fn, k, params, _ in prepared:
+            launch(fn, k, params)
+
+    def _sync(self) -> None:
+        self.api.wait(self.kernels, self.name)
+
+    def __call__(self, *args) -> None:
+        """Run the function on device arrays (written in place) and scalars.
+
+        Arrays: :class:`polytile.nd.NDArray`, torch tensors or any ``__dlpack__`` /
+        ``__cuda_array_interface__`` object on device 0, of exactly the buffer's dtype and
+        shape, C-contiguous, not overlapping another argument that the function writes.
+        Scalars: Python or numpy numbers that fit the parameter's dtype. Waits for the
+        kernels to finish (unless ``self.synchronize`` is False).
+
+        Raises
+        ------
+        TypeError, ValueError
+            Invalid arguments, as on the CPU (a numpy array raises ``TypeError`` pointing
+            to ``polytile.nd.array``).
+        DeviceNotFoundError
+            No such device on this machine.
+        DeviceError
+            A driver call or a kernel failed (the message names the kernel).
+        """
+        self.api.context()  # no device: say so before judging the arguments
+        values, keep = self._convert(args)
+        self._launch(self._prepare(values))
+        if self.synchronize:
+            self._sync()
+        del keep
+
+    @contextlib.contextmanager
+    def _timer(self, args: tuple):
+        """Launches timed with device events: ``run(n)`` enqueues ``n`` calls between two
+        events and returns the seconds between them (no synchronisation in between)."""
+        self.api.context()
+        values, keep = self._convert(args)
+        prepared = self._prepare(values)
+        self._launch(prepared)  # warm-up
+        self._sync()
+
+        def launch_n(n: int) -> None:
+            for _ in range(n):
+                self._launch(prepared)
+
+        with self.api.timer(self.kernels, self.name) as elapsed:
+            yield lambda n: elapsed(launch_n, n)
+        del keep
+
+    # ------------------------------------------------------------------ sources
+    def get_source(self, fmt: str | None = None):
+        """The generated C source (format ``source_formats[0]``), or the compiled image's
+        bytes (``source_formats[1]``).
+
+        Raises
+        ------
+        ValueError
+            For another ``fmt``.
+        """
+        if fmt is None or fmt in self.source_formats[:1] or fmt == self.source_name:
+            return self._c.source
+        if fmt in self.source_formats[1:]:
+            return self.image
+        raise ValueError(format_error("get_source", f"unknown format {fmt!r}",
+                                      f"expected {' or '.join(map(repr, self.source_formats))}"))
+
+
+def _free_all(api: DeviceAPI, workspace: dict) -> None:
+    api.free([ptr for ptr, _ in workspace.values()])
+    workspace.clear()
+
+
+__all__ = ["GPUModule"]

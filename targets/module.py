@@ -1,0 +1,148 @@
+"""The one protocol of a built function: :class:`Module`.
+
+Every backend's ``build_module`` returns a :class:`Module`: callable on the backend's
+arrays, with ``get_source`` (the generated code as text, or bytes for a binary format),
+``time_evaluator`` (TVM's timing loop, written once here: a backend supplies only its clock
+through ``_timer``), ``export_library`` (the compiled code written to a file, the format
+picked by the file's suffix) and ``entry_name`` (the function's name in the generated
+code). ``func`` is the lowered loop IR it was built from, ``target`` its
+:class:`~polytile.backend.Target`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from typing import ClassVar
+
+from polytile.errors import format_error
+from polytile.schedule.loop_ir import PrimFunc
+
+from .runtime_support import BenchmarkResult, check_timing_args, measure
+
+
+class Module:
+    """Base class of built functions (see the module docstring).
+
+    Subclasses implement ``__call__``, ``get_source`` and the exports of
+    ``export_formats``; the timing loop calls ``_bind`` (host clock) or a subclass's own
+    ``_timer`` (a device clock).
+    """
+
+    #: ``get_source`` formats; the first one is the default
+    source_formats: ClassVar[tuple] = ()
+    #: file suffix -> ``get_source`` format written by ``export_library``; a subclass adds
+    #: binary exports by overriding ``_export``
+    export_formats: ClassVar[dict] = {}
+
+    def __init__(self, func: PrimFunc, target):
+        self.func = func
+        self.target = target
+        self.name = func.name
+
+    @property
+    def entry_name(self) -> str:
+        """Name of the function in the generated code (the ``PrimFunc``'s name)."""
+        return self.func.name
+
+    def __call__(self, *args) -> None:
+        raise NotImplementedError
+
+    def get_source(self, fmt: str | None = None):
+        """The generated code in format ``fmt`` (default ``source_formats[0]``)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ timing
+    def time_evaluator(self, number: int = 10, repeat: int = 1, min_repeat_ms: float = 0):
+        """A function that times this module on given arguments (TVM's ``time_evaluator``).
+
+        The returned ``f(*args) -> BenchmarkResult`` validates ``args`` once, runs the
+        function once as warm-up, then ``repeat`` times measures ``number`` consecutive
+        calls and records their mean (seconds; on the device's own clock for GPU
+        backends). With ``min_repeat_ms > 0``, ``number`` grows (by at least the golden
+        ratio, or to the count the last measurement predicts) until one repeat lasts at
+        least ``min_repeat_ms`` milliseconds; the grown ``number`` carries over to later
+        repeats (:func:`~polytile.targets.runtime_support.measure`).
+
+        Raises
+        ------
+        ValueError
+            If ``number`` or ``repeat`` is below 1 or ``min_repeat_ms`` is negative.
+        """
+        check_timing_args(number, repeat, min_repeat_ms)
+
+        def evaluator(*args) -> BenchmarkResult:
+            with self._timer(args) as run:
+                return measure(run, number, repeat, min_repeat_ms)
+
+        return evaluator
+
+    @contextlib.contextmanager
+    def _timer(self, args: tuple):
+        """Validate ``args``, warm up, and yield ``run(n)``: the seconds of ``n``
+        consecutive calls on the host clock. ``_bind`` gives the call; its last result
+        goes to ``_check_result`` after the loop (a failure is still reported, at no cost
+        per call)."""
+        call = self._bind(args)
+        self._check_result(call())  # warm-up
+
+        def run(n: int) -> float:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                r = call()
+            t1 = time.perf_counter()
+            self._check_result(r)
+            return t1 - t0
+
+        yield run
+
+    def _bind(self, args: tuple) -> Callable[[], object]:
+        """A function of no arguments that runs the module on ``args`` (checked here,
+        once)."""
+        return lambda: self(*args)
+
+    def _check_result(self, result) -> None:
+        """Raise for the failure ``result`` of a bound call reports (nothing by default)."""
+
+    # ------------------------------------------------------------------ export
+    def export_library(self, path: str | os.PathLike) -> str:
+        """Write the compiled function to ``path``; its suffix picks the format (see
+        ``export_formats`` of each module). Returns the path written.
+
+        Raises
+        ------
+        ValueError
+            For a suffix this module cannot write.
+        BuildError
+            When producing the file fails (a linker error).
+        """
+        path = os.fspath(path)
+        suffix = os.path.splitext(path)[1]
+        known = sorted(set(self.export_formats) | set(self._binary_exports()))
+        if suffix not in known:
+            raise ValueError(format_error(
+                "export_library", f"cannot write {os.path.basename(path)!r} for "
+                f"{type(self).__name__}", f"expected a file name ending in {', '.join(known)}"))
+        if suffix in self.export_formats:
+            data = self.get_source(self.export_formats[suffix])
+            mode = "wb" if isinstance(data, bytes) else "w"
+            with open(path, mode) as fh:
+                fh.write(data)
+        else:
+            self._export(path, suffix)
+        return path
+
+    def _binary_exports(self) -> tuple:
+        """Suffixes ``_export`` writes beyond the source formats."""
+        return ()
+
+    def _export(self, path: str, suffix: str) -> None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, target={str(self.target)!r})"
+
+
+__all__ = ["BenchmarkResult", "Module"]
