@@ -21,7 +21,8 @@ ast                   the isl schedule tree of the program or of each kernel (``
                       isl AST generation checked against the domains (``ast_check.py``,
                       with fallbacks where isl is wrong), converted at once into loop IR
                       (``astgen.py``)
-loop_passes           ``LOOP_PASSES``: simplify, vector-loop legalisation, unroll, ...
+loop_passes           ``LOOP_PASSES``: bfloat16 arithmetic in float32, simplify,
+                      vector-loop legalisation, unroll, ...
                       (``passes/``)
 kernel_launch         the bodies assembled: one ``KernelLaunch`` per kernel on GPUs
 allocation            an ``Allocate`` for every intermediate, its scope chosen within the
@@ -62,6 +63,7 @@ from .kinds import ThreadTag
 from .limits import limit_unrolls
 from .loop_ir import KernelLaunch, PrimFunc, seq, stmt_exprs, walk_stmts
 from .model import Model, build_model
+from .passes.bfloat16 import legalize_bfloat16
 from .passes.loops import (dedup_syncs, legalize_vector_loops, serialize_nested_parallel,
                            unroll)
 from .passes.simplify import simplify
@@ -74,6 +76,7 @@ log = logging.getLogger("polytile.lower")
 
 #: Loop-IR passes of the ``loop_passes`` phase, in order: (name, function).
 LOOP_PASSES = (
+    ("legalize_bfloat16", legalize_bfloat16),
     ("simplify", simplify),
     ("legalize_vector_loops", legalize_vector_loops),
     ("unroll", unroll),

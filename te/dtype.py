@@ -18,6 +18,11 @@ is a ``bfloat16`` and no schedule (inlining, caching) can change a result; this 
 ``compute_inline`` would then move). Since float32 has more than twice bfloat16's precision,
 ``+ - * /`` and ``sqrt`` are correctly rounded. A conversion to ``bfloat16`` from
 ``float64`` or an integer goes through ``float32`` (as ``ml_dtypes``, Eigen and torch do).
+So ``te.sum(A[i, k] * B[k, j])`` over bfloat16 rounds each product, then accumulates in
+``float32`` (below); cast the operands (``A[i, k].astype("float32")``) to keep the
+products exact. Lowering writes all of it out in ``float32``
+(:mod:`polytile.schedule.passes.bfloat16`): LLVM keeps a bfloat16 as its ``i16`` bits and
+rounds with integer instructions, CUDA uses ``__nv_bfloat16`` and ``__float2bfloat16_rn``.
 
 Promotion (binary arithmetic and comparison operands), numpy-like with *weak* Python
 scalars, as in TVM and numpy 2 (NEP 50):
@@ -158,10 +163,10 @@ def ml_dtypes():
 
 
 def is_bfloat16_array_dtype(dtype) -> bool:
-    """Whether numpy ``dtype`` can hold a ``bfloat16`` array: ``uint16`` (bit patterns) or
-    ``ml_dtypes.bfloat16``."""
-    dtype = np.dtype(dtype)
-    return dtype == np.uint16 or dtype.name == "bfloat16"
+    """Whether arrays of ``dtype`` (a numpy dtype or a dtype name) can hold ``bfloat16``
+    values: ``uint16`` (bit patterns) or ``ml_dtypes.bfloat16``."""
+    name = dtype if isinstance(dtype, str) else getattr(np.dtype(dtype), "name", "")
+    return name in ("uint16", "bfloat16")
 
 
 def bfloat16_bits(x) -> np.ndarray:
@@ -191,6 +196,36 @@ def bfloat16_to_float32(bits) -> np.ndarray:
 def as_bfloat16_bits(a: np.ndarray) -> np.ndarray:
     """A ``uint16`` view of a bfloat16 array (``uint16`` or ``ml_dtypes.bfloat16``)."""
     return a if a.dtype == np.uint16 else a.view(np.uint16)
+
+
+def bfloat16_array(x) -> np.ndarray:
+    """A host array of ``bfloat16`` holding the values of ``x`` (any array-like of numbers)
+    rounded as :func:`bfloat16_bits` does: an ``ml_dtypes.bfloat16`` array when
+    ``ml_dtypes`` is installed, else the ``uint16`` bit patterns. Built functions accept
+    either for a ``bfloat16`` parameter.
+
+    Examples: ``bfloat16_values(bfloat16_array([0.1, 3.0]))`` is
+    ``[0.10009766, 3.0]`` (float32).
+    """
+    bits = bfloat16_bits(x)
+    ml = ml_dtypes()
+    return bits.view(ml.bfloat16) if ml is not None else bits
+
+
+def bfloat16_values(a) -> np.ndarray:
+    """The ``float32`` values (exact) of a host ``bfloat16`` array: ``uint16`` bit patterns
+    or ``ml_dtypes.bfloat16``.
+
+    Raises
+    ------
+    TypeError
+        For an array of any other dtype.
+    """
+    a = np.asarray(a)
+    if not is_bfloat16_array_dtype(a.dtype):
+        raise TypeError(f"bfloat16_values: an array of dtype {a.dtype} holds no bfloat16 "
+                        "values; expected uint16 bit patterns or ml_dtypes.bfloat16")
+    return bfloat16_to_float32(as_bfloat16_bits(a))
 
 
 def promote(a: str, b: str) -> str:
