@@ -258,6 +258,11 @@ class _Converter:
         out = make_store(st, idx, self.model)
         if guard is not None:
             out = IfThenElse(substitute(guard, mapping), out, None)
+        stage = st.plan.stage
+        if stage.store_predicate is not None:   # set_store_predicate: thread indices
+            tvars = {v: Cast(v.dtype, env[t.param])
+                     for v, t in stage.store_predicate_tags.items()}
+            out = IfThenElse(substitute(stage.store_predicate, tvars), out, None)
         return out
 
 

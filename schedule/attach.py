@@ -44,10 +44,47 @@ def set_prefix(p: StagePlan, gpu: bool) -> None:
     p.prefix = tp.prefix + [(tp, k) for k in range(pos + 1)]
     if gpu and not p.stage.scope:
         p.scope = default_scope(q.binding(k) for q, k in p.prefix)
+    if gpu:
+        check_storage_scope(p)
     # a shared buffer holds the region of a whole block: relax thread loops (TVM)
     relax = p.scope == "shared"
     p.prefix_dims = [j for j, (q, k) in enumerate(p.prefix)
                      if not (relax and q.binding(k) is not None and q.binding(k).in_thread)]
+
+
+def check_storage_scope(p: StagePlan) -> None:
+    """A GPU stage computed at a loop needs a buffer private to what computes it: not
+    ``global`` inside loops bound to hardware indices (one buffer for every block and
+    thread, each overwriting the others' region), not ``local`` when its own loops are
+    bound to hardware indices (each thread would fill only part of its private copy).
+
+    Raises
+    ------
+    ScheduleError
+        Naming the primitive that chose the scope, the stage, its attach loop and the
+        bound loops.
+    """
+    tp, pos = p.attach
+    where = f"{tp.name!r}.{tp.leaves[pos].name!r}"
+    who = p.stage.scope_primitive or "compute_at"
+    chosen = f"has storage scope {p.scope!r}" if p.stage.scope else \
+        f"gets the default scope {p.scope!r} (TVM's, from the loops around it)"
+    outer = [f"{q.leaves[k].name!r} ({q.binding(k).value})" for q, k in p.prefix
+             if q.binding(k) is not None and q.binding(k).is_hardware]
+    if p.scope == "global" and outer:
+        fail(who, f"stage {p.name!r} {chosen} but is computed at {where}, inside loops "
+             f"bound to GPU indices: {', '.join(outer)}; one global buffer would be shared "
+             "by every block and thread, each overwriting the region of the others",
+             "scope 'shared' (one buffer per block) or 'local' (one per thread)",
+             hint=f"s[{p.name}].set_scope('shared'), or compute {p.name!r} at root")
+    own = [f"{iv.name!r} ({tag.value})" for iv, tag in p.stage.annotations.items()
+           if isinstance(tag, ThreadTag) and tag.is_hardware]
+    if p.scope == "local" and own:
+        fail(who, f"stage {p.name!r} {chosen}, one copy per thread, but binds its own "
+             f"loops {', '.join(own)} to GPU indices: each thread would compute only part "
+             "of the region its copy must hold", "a 'shared' buffer for loops bound to "
+             "threads (a cooperative fetch), or unbound loops for a 'local' one",
+             hint=f"s[{p.name}].set_scope('shared') and compute it at the block loop")
 
 
 def _inside(stmt_kind: str, reader: StagePlan, target: StagePlan, pos: int) -> bool:

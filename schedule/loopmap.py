@@ -1,10 +1,10 @@
 """Loop maps: the affine value of each loop of a stage, and the ranges of its loops.
 
-A stage's loops derive from its axes through split (``x -> (floor(x/f), x mod f)``) and
-fuse (``(a, b) -> a*E_b + b``); ``leaf_affines`` writes each loop's value as a quasi-affine
-expression of the axes in isl syntax, ``iter_ranges`` each loop's range, and
-``padded_box`` the points the full boxes of the loops cover (the inverse map applied to
-the loop box), which GPU kernels iterate over.
+A stage's loops derive from its axes through split (``x -> (floor(x/f), x mod f)``),
+fuse (``(a, b) -> a*E_b + b``) and singleton (``-> 0``); ``leaf_affines`` writes each
+loop's value as a quasi-affine expression of the axes in isl syntax, ``iter_ranges`` each
+loop's range, and ``padded_box`` the points the full boxes of the loops cover (the
+inverse map applied to the loop box), which GPU kernels iterate over.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import islpy as isl
 
 from . import isl_util as iu
-from .relations import Fuse, Split
+from .relations import Fuse, Singleton, Split
 from .stage import Stage
 
 
@@ -28,6 +28,8 @@ def iter_ranges(stage: Stage, root: dict) -> dict:
             rng[rel.inner] = (0, f)
         elif isinstance(rel, Fuse):
             rng[rel.fused] = (0, rng[rel.outer][1] * rng[rel.inner][1])
+        elif isinstance(rel, Singleton):
+            rng[rel.iv] = (0, 1)
     return rng
 
 
@@ -51,6 +53,8 @@ def leaf_affines(stage: Stage, names: dict, ranges: dict) -> dict:
             ext = ranges[rel.inner][1]
             aff[rel.fused] = (f"({ext} * ({aff[rel.outer]} - {lo_o}) + "
                               f"({aff[rel.inner]} - {lo_i}))")
+        elif isinstance(rel, Singleton):
+            aff[rel.iv] = "0"
     return aff
 
 
@@ -61,7 +65,7 @@ def consumed_by(stage: Stage) -> dict:
     for rel in stage.relations:
         if isinstance(rel, Split):
             made_by[rel.parent] = rel
-        else:
+        elif isinstance(rel, Fuse):
             made_by[rel.outer] = made_by[rel.inner] = rel
     return made_by
 

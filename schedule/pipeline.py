@@ -58,7 +58,7 @@ from polytile.te.visitor import collect
 
 from .astgen import lower_nodes
 from .deps import check_legality
-from .gpu import Kernel, check_shared_memory, kernels
+from .gpu import Kernel, check_shared_memory, check_store_predicate_threads, kernels
 from .kinds import ThreadTag
 from .limits import limit_unrolls
 from .loop_ir import KernelLaunch, PrimFunc, seq, stmt_exprs, walk_stmts
@@ -70,7 +70,7 @@ from .passes.simplify import simplify
 from .passes.storage import allocate_intermediates, flatten_storage
 from .rfactor import lower_cross_thread_reductions
 from .schedule import Schedule
-from .validate import check_lower_inputs, validate_schedule
+from .validate import check_lower_inputs, check_store_predicates, validate_schedule
 
 log = logging.getLogger("polytile.lower")
 
@@ -133,6 +133,7 @@ def _inputs(s: Lowering) -> None:
     check_lower_inputs(s.sch, s.args, s.who)
     validate_schedule(s.sch)
     s.gpu = uses_gpu(s.sch)
+    check_store_predicates(s.sch, s.gpu)
     if s.gpu != s.target.is_gpu:
         raise ScheduleError(format_error(
             s.who, f"target {str(s.target)!r} " + (
@@ -164,6 +165,7 @@ def _kernels(s: Lowering) -> None:
     s.units = kernels(s.model, s.target.limits)
     for k in s.units:
         check_shared_memory(s.model, k, s.target.limits)
+        check_store_predicate_threads(s.model, k)
 
 
 def _ast(s: Lowering) -> None:

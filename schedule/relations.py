@@ -6,6 +6,8 @@ relations, each the definition of new variables by an index equation:
 * ``Split(parent, outer, inner, factor)``: ``parent = min(parent) + outer * factor + inner``
   with ``0 <= inner < factor``.
 * ``Fuse(outer, inner, fused)``: ``fused = outer * extent(inner) + inner``.
+* ``Singleton(iv)``: ``iv = 0``, a loop of one iteration derived from no axis (what
+  ``fuse()`` of no axes makes, TVM's ``Singleton``).
 
 A schedule's *trace* is the list of :class:`Step` records, one per primitive call; replaying
 it on a fresh schedule of the same computation rebuilds the same schedule.
@@ -36,6 +38,11 @@ class Fuse:
     outer: IterVar
     inner: IterVar
     fused: IterVar
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Singleton:
+    iv: IterVar
 
 
 @dataclass(frozen=True, slots=True)
