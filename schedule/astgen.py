@@ -19,6 +19,7 @@ from polytile.te.reduction import widened
 from polytile.te.visitor import ExprMutator, substitute
 
 from . import isl_util as iu
+from .layout import apply_indices
 from .loop_ir import (Assert, Buffer, For, IfThenElse, LetStmt, Load, Stmt, Store, Sync, seq)
 from .ast_check import mismatches
 from .kinds import LoopKind, loop_kind
@@ -326,6 +327,8 @@ class _Body(ExprMutator):
         buf: Buffer = self.model.buffers[src]
         idx = tuple(_to_index(self.visit(i)) for i in r.indices)
         self._check(r, idx)
+        if src.layouts:   # transform_layout: the element's position in the buffer
+            idx = tuple(_to_index(i) for i in apply_indices(src.layouts, idx))
         return Load(r.dtype, buf, idx)
 
 

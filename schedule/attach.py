@@ -28,6 +28,7 @@ from polytile.te.reduction import accumulation_dtype
 from . import isl_util as iu
 from .kinds import ThreadTag, default_scope
 from .loop_ir import Buffer
+from .layout import compose_access
 from .loopmap import iter_ranges, leaf_affines, padded_box
 from .polymodel import PolyStmt, ReadInfo, StagePlan
 
@@ -131,6 +132,12 @@ def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
     op = p.stage.op
     root = {iv: (iv.dom.min, iv.dom.extent) for iv in p.root_axes}
     if p.attach is not None:
+        if p.stage.layouts:
+            tp, pos = p.attach
+            fail("transform_layout", f"stage {p.name!r} has a transformed layout and is "
+                 f"computed at {tp.name!r}.{tp.leaves[pos].name!r}, where its buffer holds "
+                 "only the region that loop needs", "a transformed stage at root",
+                 hint=f"s[{p.name}].compute_root(), or transform the consumer's layout")
         _region(p, consumers, padded)
         ext = _extents(p.footprint, p.lo, p.stride)
         p.region = tuple(ext)
@@ -424,11 +431,16 @@ def _relative(acc: isl.PwMultiAff, owner: StagePlan, st: PolyStmt) -> isl.PwMult
 
 
 def accesses(p: StagePlan, plan_of: dict, buffers: dict) -> None:
+    """The access of every statement of ``p`` to its buffer (``"w"``), axis values
+    (``"ax"``), accumulator (``"acc"``) and each affine read (keyed by the read node), in
+    the coordinates of the buffers: regions of attached stages, positions of
+    ``transform_layout`` for transformed tensors."""
     na = len(p.axis_vars)
     for st in p.stmts:
         own = st.dims[p.prefix_len:p.prefix_len + na]
         own = [f"p{k} - {first}" for k, _, first, _ in vthread_copies(p)] + own
-        st.accesses["w"] = (p.buffer, isl.PwMultiAff(f"{{ {st.tuple()} -> B[{', '.join(own)}] }}"))
+        w = isl.PwMultiAff(f"{{ {st.tuple()} -> B[{', '.join(own)}] }}")
+        st.accesses["w"] = (p.buffer, compose_access(p.stage.layouts, w))
         st.accesses["ax"] = (None, st.axis_map)
         if p.acc is not None:
             st.accesses["acc"] = (p.acc, p.acc_access[st.name])
@@ -438,6 +450,10 @@ def accesses(p: StagePlan, plan_of: dict, buffers: dict) -> None:
             acc = _access(p, st, rd.indices, "B")
             owner = plan_of.get(id(rd.source))
             if owner is None:
-                st.accesses[id(rd.node)] = (buffers[rd.source], acc)
+                st.accesses[id(rd.node)] = (buffers[rd.source],
+                                            compose_access(rd.source.layouts, acc))
+            elif owner.attach is None:
+                st.accesses[id(rd.node)] = (owner.buffer, compose_access(
+                    owner.stage.layouts, _relative(acc, owner, st)))
             else:
                 st.accesses[id(rd.node)] = (owner.buffer, _relative(acc, owner, st))

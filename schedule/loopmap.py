@@ -12,7 +12,7 @@ from __future__ import annotations
 import islpy as isl
 
 from . import isl_util as iu
-from .relations import Fuse, Singleton, Split
+from .relations import Fuse, Singleton, Split, Transform
 from .stage import Stage
 
 
@@ -30,6 +30,9 @@ def iter_ranges(stage: Stage, root: dict) -> dict:
             rng[rel.fused] = (0, rng[rel.outer][1] * rng[rel.inner][1])
         elif isinstance(rel, Singleton):
             rng[rel.iv] = (0, 1)
+        elif isinstance(rel, Transform):
+            for c, n in zip(rel.children, rel.index_map.shape):
+                rng[c] = (0, n)
     return rng
 
 
@@ -55,6 +58,11 @@ def leaf_affines(stage: Stage, names: dict, ranges: dict) -> dict:
                               f"({aff[rel.inner]} - {lo_i}))")
         elif isinstance(rel, Singleton):
             aff[rel.iv] = "0"
+        elif isinstance(rel, Transform):
+            names_of = {v: f"({aff[p]} - {ranges[p][0]})" if ranges[p][0] else aff[p]
+                        for v, p in zip(rel.index_map.vars, rel.parents)}
+            for c, e in zip(rel.children, rel.index_map.exprs):
+                aff[c] = iu.affine_str(e, names_of)
     return aff
 
 
@@ -67,6 +75,9 @@ def consumed_by(stage: Stage) -> dict:
             made_by[rel.parent] = rel
         elif isinstance(rel, Fuse):
             made_by[rel.outer] = made_by[rel.inner] = rel
+        elif isinstance(rel, Transform):
+            for p in rel.parents:
+                made_by[p] = rel
     return made_by
 
 
@@ -74,6 +85,8 @@ def padded_box(stage: Stage, roots: list, leaves: list, ranges: dict) -> isl.Set
     """The points of the root axes ``roots`` that the full boxes of the loops ``leaves``
     of ``stage`` cover (the image of the loop box under the inverse loop map), given the
     ``ranges`` of every iteration variable."""
+    if any(isinstance(rel, Transform) for rel in stage.relations):
+        return _preimage_box(stage, roots, leaves, ranges)
     lname = {iv: f"l{k}" for k, iv in enumerate(leaves)}
     made_by = consumed_by(stage)
 
@@ -93,3 +106,15 @@ def padded_box(stage: Stage, roots: list, leaves: list, ranges: dict) -> isl.Set
     out = ", ".join(expr(iv) for iv in roots)
     m = isl.Map(f"{{ [{', '.join(lname[iv] for iv in leaves)}] -> [{out}] : {box} }}")
     return m.range()
+
+
+def _preimage_box(stage: Stage, roots: list, leaves: list, ranges: dict) -> isl.Set:
+    """:func:`padded_box` for loops with a :class:`Transform` (no inverse written out):
+    the points whose loop values lie in the loop box, by isl's preimage."""
+    names = {iv: f"r{k}" for k, iv in enumerate(roots)}
+    aff = leaf_affines(stage, names, ranges)
+    box = iu.box_str([f"l{k}" for k in range(len(leaves))], [ranges[iv] for iv in leaves])
+    f = isl.Map(f"{{ [{', '.join(names.values())}] -> "
+                f"[{', '.join(aff[iv] for iv in leaves)}] }}")
+    loops = isl.Set(f"{{ [{', '.join(f'l{k}' for k in range(len(leaves)))}] : {box} }}")
+    return f.intersect_range(loops).domain()

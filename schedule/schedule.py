@@ -202,7 +202,7 @@ def replay(trace: list[Step], sch: Schedule) -> Schedule:
             return stage(a[1])
         if isinstance(a, tuple) and a and a[0] == "thread":
             return thread_axis(a[1], name=a[2])
-        if isinstance(a, tuple) and a and a[0] == "predicate":
+        if isinstance(a, tuple) and a and a[0] in ("predicate", "index_map"):
             return a[1]
         if isinstance(a, tuple):
             return tuple(dec(st, x) for x in a)

@@ -17,7 +17,7 @@ from polytile.te.expr import IterVar, Range, Var
 from polytile.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 
 from .kinds import Annotation, LoopKind, ThreadTag, annotation_name
-from .relations import Fuse, Singleton, Split, Step
+from .relations import Fuse, Singleton, Split, Step, Transform
 from .stage_extras import StorageMixin
 
 if TYPE_CHECKING:
@@ -151,6 +151,10 @@ class Stage(StorageMixin):
             if isinstance(rel, Fuse) and (rel.outer is iv or rel.inner is iv):
                 fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} was already "
                            f"fused into {rel.fused.name!r}", "use the fused axis instead")
+            if isinstance(rel, Transform) and any(p is iv for p in rel.parents):
+                fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} was replaced "
+                     f"by transform_layout with [{', '.join(c.name for c in rel.children)}]",
+                     "use the loops transform_layout returned")
         owner = self.schedule._owner_of(iv)
         where = f"it belongs to stage {owner.name!r}" if owner else "it belongs to no stage"
         fail(primitive, f"iter_var {iv.name!r} is not an axis of stage {self.name!r} "

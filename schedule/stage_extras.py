@@ -108,6 +108,94 @@ class StorageMixin:
         self.store_predicate, self.store_predicate_tags = e, tags
         self._record("set_store_predicate", ("predicate", e))
 
+    def transform_layout(self, mapping_function):
+        """Store this stage's tensor in a new layout (TVM's ``Stage.transform_layout``):
+        element ``idx`` lives at ``mapping_function(*idx)`` of a buffer whose shape is
+        the image's bounding box (see :mod:`polytile.schedule.layout`).
+
+        ``s[B].transform_layout(lambda i, j: [j, i])`` stores ``B`` transposed;
+        ``lambda n, h, w, c: [n, c // 4, h, w, c % 4]`` packs NHWC into NCHW4c. Every
+        access to the tensor, in every stage, uses the new positions; for an input or an
+        output of the function the argument array has the new shape (as in TVM: pass
+        ``a.reshape(...)``/``transpose`` of your data). Calling it again composes. For a
+        compute stage the loops over its axes are replaced by loops over the new indices
+        in row-major order (only where the map hits: a padded split runs no extra
+        iteration), which are returned for further scheduling::
+
+            for i in range(0, 3):                for ax0 in range(0, 5):
+              for j in range(0, 5):      =>        for ax1 in range(0, 3):
+                B[i, j] = ...                        B[ax0, ax1] = ...   (B is 5x3)
+
+        Returns
+        -------
+        list of IterVar or None
+            The new loops of a compute stage, in the order of the new indices; None for a
+            placeholder.
+
+        Raises
+        ------
+        ScheduleError
+            For a mapping that is not quasi-affine, not injective, gives negative indices
+            or uses ``te.AXIS_SEPARATOR``; for a compute stage whose axes were already
+            split, fused, reordered among themselves or annotated (transform first). A
+            transformed stage computed at another stage's loop is refused by ``lower``
+            (its buffer is a region there, not the tensor).
+        """
+        from .layout import first_domain, make_index_map
+        from .relations import Transform
+
+        t = self.op.output(0)
+        if t.ndim == 0:
+            fail("transform_layout", f"stage {self.name!r} is 0-dimensional",
+                 "a tensor with at least one dimension")
+        parents = self._layout_parents()
+        domain = self.layouts[-1].image if self.layouts else first_domain(t.shape)
+        names = [p.var.name for p in parents] if parents else [f"i{k}" for k in
+                                                              range(t.ndim)]
+        m = make_index_map(self.name, mapping_function, domain, names)
+        self.layouts.append(m)
+        self._record("transform_layout", ("index_map", m))
+        if not parents:
+            return None
+        taken = {v.name for v in self.all_iter_vars}
+        children = []
+        for k, n in enumerate(m.shape):
+            name = next(x for x in (f"ax{k}", *(f"ax{k}.{j}" for j in range(1, 99)))
+                        if x not in taken)
+            taken.add(name)
+            children.append(self._new_iv(name, n, parents[0]))
+        pos = self.leaf_iter_vars.index(parents[0])
+        self.leaf_iter_vars[pos:pos + len(parents)] = children
+        self.relations.append(Transform(tuple(parents), tuple(children), m))
+        return children
+
+    def _layout_parents(self) -> list:
+        """The loops a new transform of a compute stage replaces: its axes, or the loops
+        of its last transform, untouched and consecutive (else a ScheduleError)."""
+        from polytile.te.tensor import PlaceholderOp
+
+        from .relations import Transform
+
+        if isinstance(self.op, PlaceholderOp):
+            return []
+        last = [r for r in self.relations if isinstance(r, Transform)]
+        parents = list(last[-1].children) if last else list(self.op.axis)
+        leaves = self.leaf_iter_vars
+        for p in parents:
+            if not any(p is v for v in leaves):
+                fail("transform_layout", f"axis {p.name!r} of stage {self.name!r} was "
+                     "already split or fused", "transform the layout before split/fuse of "
+                     "the stage's axes", hint="schedule the loops transform_layout returns")
+            if p in self.annotations:
+                fail("transform_layout", f"axis {p.name!r} of stage {self.name!r} is "
+                     "annotated", "transform the layout before annotating its axes")
+        pos = [leaves.index(p) for p in parents]
+        if pos != list(range(pos[0], pos[0] + len(parents))):
+            fail("transform_layout", f"the axes of stage {self.name!r} were reordered "
+                 f"([{', '.join(v.name for v in leaves)}])", "transform the layout before "
+                 "reordering the stage's axes (TVM's rule)")
+        return parents
+
     def _thread_tag_of(self, v: Var) -> ThreadTag | None:
         """The hardware index variable ``v`` stands for: a ``te.thread_axis`` variable
         (named by its tag unless renamed), or the variable of a thread axis this

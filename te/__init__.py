@@ -26,6 +26,17 @@ from .tensor import (ComputeOp, Operation, PlaceholderOp, Tensor, TensorSlice, c
 from .tensor import reduce_axis, var
 
 
+class _AxisSeparator:
+    """TVM's ``te.AXIS_SEPARATOR`` in a ``transform_layout`` mapping (several physical
+    buffer dimensions); polytile buffers are flat and refuse it with a clear error."""
+
+    def __repr__(self) -> str:
+        return "te.AXIS_SEPARATOR"
+
+
+AXIS_SEPARATOR = _AxisSeparator()
+
+
 # create_schedule and thread_axis live in polytile.schedule, which is built on te (it
 # imports te's modules): te reaches it at call time, under TVM's names.
 def create_schedule(ops):
@@ -44,7 +55,8 @@ def thread_axis(dom=None, tag: str = "", name: str = ""):
 
 
 __all__ = [
-    "Call", "Cast", "Cmp", "CommReducer", "ComputeOp", "Const", "Expr", "IterVar", "acos",
+    "AXIS_SEPARATOR", "Call", "Cast", "Cmp", "CommReducer", "ComputeOp", "Const", "Expr",
+    "IterVar", "acos",
     "asin", "atan", "atan2", "copysign", "cosh", "expm1", "hypot", "indexdiv", "indexmod",
     "isfinite", "isinf", "log1p", "nearbyint", "sinh", "tan",
     "Operation", "PlaceholderOp", "Range", "Reduce", "Reducer", "Select", "Tensor", "TensorSlice",

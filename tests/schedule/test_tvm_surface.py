@@ -1,5 +1,6 @@
 """TVM v0.19 primitives as TVM users write them: ``fuse()`` of no axes, ``split(...,
-disable_predication=)``, ``set_scope``, ``set_store_predicate`` and ``create_group``.
+disable_predication=)``, ``set_scope``, ``set_store_predicate``, ``create_group`` and
+``transform_layout``.
 
 Each gets a success test, a failure test naming the stage and primitive, and a numeric
 test against numpy (odd sizes, poisoned outputs). GPU schedules run on the reference
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import compile_with_nvcc, poison, rand, run1
+from helpers import compile_schedule, compile_with_nvcc, poison, rand, run1
 
 import polytile
 from polytile import te
@@ -19,13 +20,20 @@ from polytile.errors import PolytileWarning, ScheduleError
 from polytile.schedule import interpreter
 
 
-def _gpu_run(s, args, inputs):
+def _gpu_run(s, args, inputs, shape=None):
     """Interpret the lowered GPU function; compile its CUDA source with nvcc."""
-    compile_with_nvcc(polytile.build(s, args, target="cuda").get_source()) \
-        if _has_nvcc() else None
+    if _has_nvcc():
+        compile_with_nvcc(polytile.build(s, args, target="cuda").get_source())
     f = polytile.lower(s, args)
-    out = poison(args[-1].shape, args[-1].dtype)
+    out = poison(shape or args[-1].shape, args[-1].dtype)
     interpreter.run(f, *inputs, out)
+    return out
+
+
+def _run_shaped(s, args, inputs, backend, shape):
+    """Run with an output (the last argument) of ``shape``, poisoned."""
+    out = poison(shape, args[-1].dtype)
+    compile_schedule(s, args, backend)(*inputs, out)
     return out
 
 
@@ -326,3 +334,139 @@ def test_group_refusals():
         g.compute_at(s[C], C.op.axis[0])
     with pytest.raises(ScheduleError, match="compute_at: stage 'D' is an output"):
         s.create_group(D, C).compute_at(s[C], C.op.axis[0])
+
+
+# ------------------------------------------------------------------------ transform_layout
+def _copy2(m=5, n=7):
+    A = te.placeholder((m, n), name="A")
+    B = te.compute((m, n), lambda i, j: A[i, j] * 2, name="B")
+    C = te.compute((m, n), lambda i, j: B[i, j] + B[m - 1 - i, j], name="C")
+    a = rand((m, n))
+    return A, B, C, a, 2 * a + 2 * a[::-1]
+
+
+def test_transform_layout_of_an_intermediate_transposes_its_buffer(backend):
+    A, B, C, a, want = _copy2()
+    s = te.create_schedule(C.op)
+    ax = s[B].transform_layout(lambda i, j: [j, i])
+    assert [(v.name, v.dom.extent) for v in ax] == [("ax0", 7), ("ax1", 5)]
+    assert s[B].leaf_iter_vars == ax
+    text = str(polytile.lower(s, [A, C]))
+    assert "B = alloc(float32[7, 5]" in text and "B[ax0, ax1] = (A[ax1, ax0] * 2.0f)" in text
+    np.testing.assert_allclose(run1(s, [A, C], [a], backend), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(run1(s.copy(), [A, C], [a], backend), want, rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_transform_layout_of_arguments_changes_their_shapes(backend):
+    """As in TVM: the input and the output arrays are passed in the new layouts."""
+    m, n = 5, 7
+    A, B, C, a, want = _copy2(m, n)
+    s = te.create_schedule(C.op)
+    assert s[A].transform_layout(lambda i, j: [j // 2, i, j % 2]) is None
+    (flat,) = s[C].transform_layout(lambda i, j: [i * n + j])
+    assert flat.dom.extent == 35
+    packed = np.full((4, m, 2), 1e9, "float32")       # 7 columns padded to 4 x 2
+    for i in range(m):
+        for j in range(n):
+            packed[j // 2, i, j % 2] = a[i, j]
+    assert str(polytile.lower(s, [A, C])).startswith(
+        "def main(A: float32[4, 5, 2], C: float32[35]):")
+    out = _run_shaped(s, [A, C], [packed], backend, (m * n,))
+    np.testing.assert_allclose(out.reshape(m, n), want, rtol=1e-5, atol=1e-5)
+
+
+def test_padded_split_layout_writes_only_the_image(backend):
+    """10 elements as 3 x 4: the last two slots are never written (they stay poisoned)."""
+    A = te.placeholder((10,), name="A")
+    B = te.compute((10,), lambda i: A[i] + 1, name="B")
+    s = te.create_schedule(B.op)
+    hi, lo = s[B].transform_layout(lambda i: [i // 4, i % 4])
+    s[B].vectorize(lo)
+    a = rand((10,))
+    out = _run_shaped(s, [A, B], [a], backend, (3, 4))
+    np.testing.assert_allclose(out.reshape(-1)[:10], a + 1, rtol=1e-6)
+    assert np.isnan(out.reshape(-1)[10:]).all()
+    text = str(polytile.lower(s, [A, B]))   # full rows vectorized, then the partial one
+    assert "for ax1 in vectorized(0, 4):" in text and "B[2, ax1] = (A[(ax1 + 8)]" in text
+
+
+def test_transformed_loops_schedule_further_and_compose(backend):
+    """A reduction stage: the data loops are replaced, the reduction loop stays; a second
+    transform composes; split, reorder and parallel apply to the new loops."""
+    m, k_, n = 6, 5, 9
+    A = te.placeholder((m, k_), name="A")
+    Bm = te.placeholder((k_, n), name="B")
+    k = te.reduce_axis((0, k_), name="k")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, k] * Bm[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    s[C].transform_layout(lambda i, j: [j, i])                   # C is 9 x 6
+    j, io, ii = s[C].transform_layout(lambda j, i: [j, i // 3, i % 3])
+    assert [v.dom.extent for v in (j, io, ii)] == [9, 2, 3]
+    assert s[C].leaf_iter_vars == [j, io, ii, k]
+    jo, ji = s[C].split(j, factor=4)
+    s[C].reorder(io, jo, k, ji, ii)
+    s[C].parallel(io)
+    g = np.random.default_rng(1)
+    a, b = rand((m, k_), gen=g), rand((k_, n), gen=g)
+    out = _run_shaped(s, [A, Bm, C], [a, b], backend, (n, 2, 3))
+    want = (a.astype("float64") @ b).T.reshape(n, 2, 3)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_transform_layout_on_gpu():
+    A, B, C, a, want = _copy2(13, 9)
+    s = te.create_schedule(C.op)
+    for T in (B, C):
+        f = s[T].transform_layout(lambda i, j: [j, i])
+        s[T].bind(f[0], te.thread_axis("blockIdx.x"))
+        s[T].bind(f[1], te.thread_axis("threadIdx.x"))
+    out = _gpu_run(s, [A, C], [a], shape=(9, 13))
+    np.testing.assert_allclose(out, want.T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fn, match", [
+    (lambda i, j: [i * j], r"new index 0 \(\(i \* j\)\) of stage 'B' is not a quasi-affine"),
+    (lambda i, j: [i // 2, j], r"sends elements \(\d, \d\) and \(\d, \d\) to one place"),
+    (lambda i, j: [i - 1, j], r"new index 0 \(\(i - 1\)\) of stage 'B' reaches -1"),
+    (lambda i, j: [i, te.AXIS_SEPARATOR, j], "uses te.AXIS_SEPARATOR"),
+    (lambda i: [i], r"cannot take its 2 indices"),
+    ("ij->ji", r"the mapping of stage 'B' is 'ij->ji'"),
+])
+def test_transform_layout_refuses_maps_it_cannot_do_exactly(fn, match):
+    A, B, C, a, want = _copy2()
+    s = te.create_schedule(C.op)
+    with pytest.raises(ScheduleError, match=match) as info:
+        s[B].transform_layout(fn)
+    assert str(info.value).startswith("transform_layout: ")
+
+
+def test_transform_layout_order_and_attach_refusals():
+    A, B, C, a, want = _copy2()
+    s = te.create_schedule(C.op)
+    s[B].split(B.op.axis[1], factor=2)
+    with pytest.raises(ScheduleError, match="transform_layout: axis 'j' of stage 'B' was "
+                                            "already split or fused"):
+        s[B].transform_layout(lambda i, j: [j, i])
+    s = te.create_schedule(C.op)
+    s[B].reorder(B.op.axis[1], B.op.axis[0])
+    with pytest.raises(ScheduleError, match="the axes of stage 'B' were reordered"):
+        s[B].transform_layout(lambda i, j: [j, i])
+    s = te.create_schedule(C.op)
+    s[B].transform_layout(lambda i, j: [j, i])
+    with pytest.raises(ScheduleError, match=r"split: iter_var 'i' of stage 'B' was replaced "
+                                            r"by transform_layout with \[ax0, ax1\]"):
+        s[B].split(B.op.axis[0], factor=2)
+    s[B].compute_at(s[C], C.op.axis[0])
+    with pytest.raises(ScheduleError, match=r"transform_layout: stage 'B' has a transformed "
+                                            r"layout and is computed at 'C'.'i'"):
+        polytile.lower(s, [A, C])
+
+
+def test_compute_at_a_transformed_loop(backend):
+    A, B, C, a, want = _copy2()
+    s = te.create_schedule(C.op)
+    jt, it = s[C].transform_layout(lambda i, j: [j, i])
+    s[B].compute_at(s[C], jt)
+    np.testing.assert_allclose(_run_shaped(s, [A, C], [a], backend, (7, 5)), want.T,
+                               rtol=1e-5, atol=1e-5)
