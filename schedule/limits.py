@@ -8,7 +8,8 @@ loop may expand to:
 * a loop of more than ``MAX_UNROLL`` iterations is not unrolled;
 * a loop whose unrolled code would hold more than ``MAX_UNROLL_STMTS`` statements (its
   iterations times the statements of its body, where the body's own unrolled loops count
-  expanded and other loops count one statement plus their body) is not unrolled.
+  expanded and other loops count ``LOOP_STMTS`` statements plus their body) is not
+  unrolled.
 
 Inner loops are decided first, so the budget goes to the innermost unrolls and the outer
 ones stay loops. Each loop kept rolled gets a :class:`~polytile.errors.PolytileWarning`
@@ -24,7 +25,7 @@ from polytile.errors import format_error, warn
 
 from .kinds import LoopKind, ThreadTag
 from .polymodel import LoopNode, Model, PolyStmt
-from .passes.loops import MAX_UNROLL, MAX_UNROLL_STMTS
+from .passes.loops import LOOP_STMTS, MAX_UNROLL, MAX_UNROLL_STMTS
 
 
 def limit_unrolls(model: Model) -> set[int]:
@@ -59,13 +60,13 @@ def _size(n, rolled: set[int]) -> int:
     if n.binding is not None:       # a GPU index: a filter, not a loop
         return body
     if kind is not LoopKind.UNROLLED:
-        return 1 + body
+        return LOOP_STMTS + body
     ext = n.plan.extent(n.iter_var)
     if ext <= MAX_UNROLL and ext * body <= MAX_UNROLL_STMTS:
         return ext * body
     rolled.add(n.key)
     _warn(n, ext, body)
-    return 1 + body
+    return LOOP_STMTS + body
 
 
 def _inner_unrolls(n: LoopNode) -> list[str]:

@@ -400,8 +400,9 @@ class Stage(StorageMixin):
 
         Limits (``polytile.schedule.limits``): a loop of more than
         ``passes.loops.MAX_UNROLL`` (256) iterations, or one whose expansion would hold
-        more than ``passes.loops.MAX_UNROLL_STMTS`` (256) statements (its iterations times
-        its body, where unrolled loops inside count expanded: nested unrolls multiply), is
+        more than ``passes.loops.MAX_UNROLL_STMTS`` (1024) statements (its iterations times
+        its body, where unrolled loops inside count expanded: nested unrolls multiply, and
+        a loop kept inside counts ``passes.loops.LOOP_STMTS`` (8) plus its body), is
         kept as a loop, and ``lower``/``build`` issue a
         :class:`~polytile.errors.PolytileWarning` naming the stage and loop. Inner loops
         are served first, so among nested unrolls the outer ones stay loops. To unroll a

@@ -91,10 +91,10 @@ def test_f3_nested_unrolls_keep_the_outer_loop_rolled():
     """)
     # one warning from lower, one from build (which lowers again)
     assert len(msgs) == 2 and msgs[0] == msgs[1] and re.fullmatch(
-        r"unroll: unrolling loop 'b' of stage 'C' would copy its body of 97 statements 37 "
-        r"times \(3589 statements, with the unrolled loop 'j' \(32 iterations\) inside\), "
-        r"more than MAX_UNROLL_STMTS = 256; 'b' is kept as a loop\n  hint: unroll a split "
-        r"part of it: xo, xi = s\[C\]\.split\(b, factor=2\); s\[C\]\.unroll\(xi\)", msgs[0])
+        r"unroll: unrolling loop 'b' of stage 'C' would copy its body of 328 statements 37 "
+        r"times \(12136 statements, with the unrolled loop 'j' \(32 iterations\) inside\), "
+        r"more than MAX_UNROLL_STMTS = 1024; 'b' is kept as a loop\n  hint: unroll a split "
+        r"part of it: xo, xi = s\[C\]\.split\(b, factor=3\); s\[C\]\.unroll\(xi\)", msgs[0])
     assert took < 30, took
     assert "for b in range(0, 37)" in text and "for j in" not in text
 
@@ -150,11 +150,12 @@ def _grid(shape):
 
 
 @pytest.mark.parametrize("shape, rolled", (
-    ((4, 8, 8), ""),            # 8, 64, then 256 statements: exactly the budget
-    ((3, 8, 16), "i"),          # 16, 128, then 384: the outermost stays a loop
+    ((4, 16, 16), ""),          # 16, 256, then 1024 statements: exactly the budget
+    ((5, 16, 16), "i"),         # 16, 256, then 1280: the outermost stays a loop
     ((5, 3, 7, 11), "i"),       # 11, 77, 231, then 1155
     ((2, 300, 2), "j"),         # j is too long by itself; i is unrolled around the loop
-    ((3, 2, 90, 2), "ij"),      # l, k: 180; j (360) and i (3 x 181) stay loops
+    ((3, 6, 90, 2), "j"),       # l, k: 180; j (1080) stays a loop, i (3 x (8 + 180)) not
+    ((9, 6, 90, 2), "ij"),      # and i (9 x 188) stays a loop too
 ))
 def test_nested_unrolls(shape, rolled, backend):
     names = "ijkl"[:len(shape)]
