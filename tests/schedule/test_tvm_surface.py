@@ -180,6 +180,25 @@ def test_default_local_scope_with_thread_bound_loops_is_refused():
         polytile.lower(s, [A, C])
 
 
+def test_fuzz_cuda_seed_22_is_refused():
+    """Was an InternalError (isl AST check): a 'local' stage whose own loop is bound to
+    threadIdx.x, attached inside the thread loop of its consumer."""
+    A = te.placeholder((31,), name="A")
+    P = te.compute((31,), lambda i: te.max(A[i], A[i]), name="P")
+    w = te.reduce_axis((0, 1), name="w")
+    C = te.compute((31,), lambda i: te.max(P[i + w].astype("int32"), axis=w), name="C")
+    s = te.create_schedule(C.op)
+    s[P].compute_at(s[C], C.op.axis[0])
+    co, ci = s[C].split(C.op.axis[0], factor=4)
+    s[C].bind(co, te.thread_axis("blockIdx.x"))
+    s[C].bind(ci, te.thread_axis("threadIdx.x"))
+    _, pi = s[P].split(P.op.axis[0], factor=4)
+    s[P].bind(pi, te.thread_axis("threadIdx.x"))
+    with pytest.raises(ScheduleError, match=r"compute_at: stage 'P' gets the default scope "
+                       r"'local'.*binds its own loops 'i.inner' \(threadIdx.x\)"):
+        polytile.build(s, [A, C], target="cuda")
+
+
 def test_set_scope_arguments():
     A, B, C, s, *_ = _stencil()
     with pytest.raises(ScheduleError, match=r"set_scope: unknown scope 'texture' for stage "
