@@ -19,6 +19,7 @@ from polytile.errors import TargetError, format_error
 from polytile.targets.gpu.arrays import NDArray
 from polytile.targets.gpu.arrays import array as _device_array
 from polytile.targets.gpu.arrays import empty as _device_empty
+from polytile.targets.gpu.arrays import host_array
 from polytile.targets.gpu.device_api import Device
 from polytile.te import dtype as dt
 
@@ -116,8 +117,7 @@ def array(obj, device="cpu", dtype=None):
         return _device_array(obj, _gpu_backend(device)[0].device_api(), dtype)
     if isinstance(obj, NDArray):
         obj = obj.numpy()
-    a = np.array(obj, dtype=dtype, copy=True, order="C")
-    dt.canonical(a.dtype)
+    a = np.array(host_array(obj, dtype), copy=True, order="C")
     return a.view(CPUArray)
 
 
@@ -125,7 +125,7 @@ def empty(shape, dtype="float32", device="cpu"):
     """An uninitialised array on ``device`` (see :func:`array`)."""
     if not _is_cpu(device):
         return _device_empty(shape, dtype, _gpu_backend(device)[0].device_api())
-    return np.empty(shape, dtype=dt.canonical(dtype)).view(CPUArray)
+    return np.empty(shape, dtype=dt.to_numpy(dt.canonical(dtype))).view(CPUArray)
 
 
 __all__ = ["CPUArray", "Device", "NDArray", "array", "cpu", "cuda", "device", "empty"]

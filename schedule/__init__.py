@@ -9,7 +9,7 @@ compute_root) transform its loops; ``lower`` produces the loop IR through the ph
 from __future__ import annotations
 
 from .pipeline import lower
-from .relations import Fuse, Split, Step
+from .relations import Fuse, Singleton, Split, Step
 from .schedule import Schedule, create_schedule, replay
 from .stage import Stage, thread_axis
 

@@ -19,6 +19,7 @@ from polytile.te.reduction import widened
 from polytile.te.visitor import ExprMutator, substitute
 
 from . import isl_util as iu
+from .layout import apply_indices
 from .loop_ir import (Assert, Buffer, For, IfThenElse, LetStmt, Load, Stmt, Store, Sync, seq)
 from .ast_check import mismatches
 from .kinds import LoopKind, loop_kind
@@ -258,6 +259,11 @@ class _Converter:
         out = make_store(st, idx, self.model)
         if guard is not None:
             out = IfThenElse(substitute(guard, mapping), out, None)
+        stage = st.plan.stage
+        if stage.store_predicate is not None:   # set_store_predicate: thread indices
+            tvars = {v: Cast(v.dtype, env[t.param])
+                     for v, t in stage.store_predicate_tags.items()}
+            out = IfThenElse(substitute(stage.store_predicate, tvars), out, None)
         return out
 
 
@@ -321,6 +327,8 @@ class _Body(ExprMutator):
         buf: Buffer = self.model.buffers[src]
         idx = tuple(_to_index(self.visit(i)) for i in r.indices)
         self._check(r, idx)
+        if src.layouts:   # transform_layout: the element's position in the buffer
+            idx = tuple(_to_index(i) for i in apply_indices(src.layouts, idx))
         return Load(r.dtype, buf, idx)
 
 

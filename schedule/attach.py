@@ -28,6 +28,7 @@ from polytile.te.reduction import accumulation_dtype
 from . import isl_util as iu
 from .kinds import ThreadTag, default_scope
 from .loop_ir import Buffer
+from .layout import compose_access
 from .loopmap import iter_ranges, leaf_affines, padded_box
 from .polymodel import PolyStmt, ReadInfo, StagePlan
 
@@ -44,10 +45,47 @@ def set_prefix(p: StagePlan, gpu: bool) -> None:
     p.prefix = tp.prefix + [(tp, k) for k in range(pos + 1)]
     if gpu and not p.stage.scope:
         p.scope = default_scope(q.binding(k) for q, k in p.prefix)
+    if gpu:
+        check_storage_scope(p)
     # a shared buffer holds the region of a whole block: relax thread loops (TVM)
     relax = p.scope == "shared"
     p.prefix_dims = [j for j, (q, k) in enumerate(p.prefix)
                      if not (relax and q.binding(k) is not None and q.binding(k).in_thread)]
+
+
+def check_storage_scope(p: StagePlan) -> None:
+    """A GPU stage computed at a loop needs a buffer private to what computes it: not
+    ``global`` inside loops bound to hardware indices (one buffer for every block and
+    thread, each overwriting the others' region), not ``local`` when its own loops are
+    bound to hardware indices (each thread would fill only part of its private copy).
+
+    Raises
+    ------
+    ScheduleError
+        Naming the primitive that chose the scope, the stage, its attach loop and the
+        bound loops.
+    """
+    tp, pos = p.attach
+    where = f"{tp.name!r}.{tp.leaves[pos].name!r}"
+    who = p.stage.scope_primitive or "compute_at"
+    chosen = f"has storage scope {p.scope!r}" if p.stage.scope else \
+        f"gets the default scope {p.scope!r} (TVM's, from the loops around it)"
+    outer = [f"{q.leaves[k].name!r} ({q.binding(k).value})" for q, k in p.prefix
+             if q.binding(k) is not None and q.binding(k).is_hardware]
+    if p.scope == "global" and outer:
+        fail(who, f"stage {p.name!r} {chosen} but is computed at {where}, inside loops "
+             f"bound to GPU indices: {', '.join(outer)}; one global buffer would be shared "
+             "by every block and thread, each overwriting the region of the others",
+             "scope 'shared' (one buffer per block) or 'local' (one per thread)",
+             hint=f"s[{p.name}].set_scope('shared'), or compute {p.name!r} at root")
+    own = [f"{iv.name!r} ({tag.value})" for iv, tag in p.stage.annotations.items()
+           if isinstance(tag, ThreadTag) and tag.is_hardware]
+    if p.scope == "local" and own:
+        fail(who, f"stage {p.name!r} {chosen}, one copy per thread, but binds its own "
+             f"loops {', '.join(own)} to GPU indices: each thread would compute only part "
+             "of the region its copy must hold", "a 'shared' buffer for loops bound to "
+             "threads (a cooperative fetch), or unbound loops for a 'local' one",
+             hint=f"s[{p.name}].set_scope('shared') and compute it at the block loop")
 
 
 def _inside(stmt_kind: str, reader: StagePlan, target: StagePlan, pos: int) -> bool:
@@ -94,6 +132,12 @@ def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
     op = p.stage.op
     root = {iv: (iv.dom.min, iv.dom.extent) for iv in p.root_axes}
     if p.attach is not None:
+        if p.stage.layouts:
+            tp, pos = p.attach
+            fail("transform_layout", f"stage {p.name!r} has a transformed layout and is "
+                 f"computed at {tp.name!r}.{tp.leaves[pos].name!r}, where its buffer holds "
+                 "only the region that loop needs", "a transformed stage at root",
+                 hint=f"s[{p.name}].compute_root(), or transform the consumer's layout")
         _region(p, consumers, padded)
         ext = _extents(p.footprint, p.lo, p.stride)
         p.region = tuple(ext)
@@ -387,11 +431,16 @@ def _relative(acc: isl.PwMultiAff, owner: StagePlan, st: PolyStmt) -> isl.PwMult
 
 
 def accesses(p: StagePlan, plan_of: dict, buffers: dict) -> None:
+    """The access of every statement of ``p`` to its buffer (``"w"``), axis values
+    (``"ax"``), accumulator (``"acc"``) and each affine read (keyed by the read node), in
+    the coordinates of the buffers: regions of attached stages, positions of
+    ``transform_layout`` for transformed tensors."""
     na = len(p.axis_vars)
     for st in p.stmts:
         own = st.dims[p.prefix_len:p.prefix_len + na]
         own = [f"p{k} - {first}" for k, _, first, _ in vthread_copies(p)] + own
-        st.accesses["w"] = (p.buffer, isl.PwMultiAff(f"{{ {st.tuple()} -> B[{', '.join(own)}] }}"))
+        w = isl.PwMultiAff(f"{{ {st.tuple()} -> B[{', '.join(own)}] }}")
+        st.accesses["w"] = (p.buffer, compose_access(p.stage.layouts, w))
         st.accesses["ax"] = (None, st.axis_map)
         if p.acc is not None:
             st.accesses["acc"] = (p.acc, p.acc_access[st.name])
@@ -401,6 +450,10 @@ def accesses(p: StagePlan, plan_of: dict, buffers: dict) -> None:
             acc = _access(p, st, rd.indices, "B")
             owner = plan_of.get(id(rd.source))
             if owner is None:
-                st.accesses[id(rd.node)] = (buffers[rd.source], acc)
+                st.accesses[id(rd.node)] = (buffers[rd.source],
+                                            compose_access(rd.source.layouts, acc))
+            elif owner.attach is None:
+                st.accesses[id(rd.node)] = (owner.buffer, compose_access(
+                    owner.stage.layouts, _relative(acc, owner, st)))
             else:
                 st.accesses[id(rd.node)] = (owner.buffer, _relative(acc, owner, st))

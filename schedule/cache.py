@@ -15,11 +15,10 @@ from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
 from polytile.te.visitor import ExprMutator, substitute
 
 from .stage import Stage
+from .stage_extras import SCOPES
 
 if TYPE_CHECKING:
     from .schedule import Schedule  # a type hint only: schedule.py imports this module
-
-SCOPES = ("global", "shared", "local")
 
 
 class _Retarget(ExprMutator):
@@ -89,7 +88,7 @@ def cache_read(sch: Schedule, tensor: Tensor, scope: str, readers) -> Tensor:
                                        axis=rs.op.axis, reduce_axis=rs.op.reduce_axis,
                                        body=(body,)))
     st = sch._add_stage(cache, after=src_stage)
-    st.scope = scope
+    st.scope, st.scope_primitive = scope, "cache_read"
     return cache.output(0)
 
 
@@ -137,7 +136,7 @@ def cache_write(sch: Schedule, tensor: Tensor, scope: str) -> Tensor:
     stage.all_iter_vars = list(op.axis)
     stage.leaf_iter_vars = list(op.axis)
     cst = sch._add_stage(cache, before=stage)
-    cst.scope = scope
+    cst.scope, cst.scope_primitive = scope, "cache_write"
     return cache.output(0)
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import islpy as isl
+
 from polytile.backend import DeviceLimits
 from polytile.errors import ScheduleError, fail, format_error
 from polytile.te import dtype as dt
@@ -142,6 +144,28 @@ def check_shared_memory(model: Model, kernel: Kernel, limits: DeviceLimits) -> N
             "cache_read", f"the kernel of stage {kernel.plan.name!r} needs {total} bytes of "
             f"shared memory ({', '.join(names)})", f"at most {top} bytes",
             hint="use smaller tiles"))
+
+
+def check_store_predicate_threads(model: Model, kernel: Kernel) -> None:
+    """A ``set_store_predicate`` condition must hold for some thread of the launch, or
+    no thread would store the stage's elements."""
+    from .isl_util import condition_str  # deferred: the model imports this module first
+
+    for p in model.plans:
+        st = p.stage
+        if st.store_predicate is None or _root(p) is not kernel.plan:
+            continue
+        names = {v: t.param for v, t in st.store_predicate_tags.items()}
+        cond = condition_str(st.store_predicate, names)
+        s = isl.Set(f"{PARAM_SPACE} -> {{ : {cond} }}").intersect(
+            isl.Set(kernel.context()))
+        if s.is_empty():
+            shape = ", ".join(f"{t}={n}" for t, n in sorted(kernel.extents.items()))
+            raise ScheduleError(format_error(
+                "set_store_predicate", f"stage {st.name!r} stores only where "
+                f"{st.store_predicate}, which no thread of its kernel satisfies (launch "
+                f"{shape})", "a condition that some thread of the launch meets",
+                hint="tx.var == 0"))
 
 
 def _root(p: StagePlan) -> StagePlan:

@@ -37,6 +37,9 @@ _MATH = {
 def _cast(v, dtype: str):
     if dtype == "bool":
         return np.bool_(bool(v))
+    if dtype == "bfloat16":
+        # a bfloat16 value is held as the float32 it is exactly; the rounding is here
+        return np.float32(dt.round_float(v, dtype))
     with np.errstate(all="ignore"):
         if dt.is_int(dtype) and isinstance(v, (float, np.floating)):
             if not math.isfinite(float(v)):
@@ -66,6 +69,8 @@ class _Interp(StmtFunctor):
                 if not 0 <= i < n:
                     raise IndexError(f"load {e.buffer.name}{list(idx)} out of bounds "
                                      f"{arr.shape}")
+            if e.buffer.dtype == "bfloat16":
+                return np.float32(dt.bfloat16_values(arr[idx]))
             return arr[idx]
         if t is Cast:
             return _cast(self.expr(e.value), e.dtype)
@@ -141,7 +146,12 @@ class _Interp(StmtFunctor):
             if not 0 <= i < n:
                 raise IndexError(f"store {s.buffer.name}{list(idx)} out of bounds "
                                  f"{flat.shape}")
-        flat[idx] = self.expr(s.value)
+        v = self.expr(s.value)
+        if s.buffer.dtype == "bfloat16":
+            # host bfloat16 arrays: uint16 bit patterns or ml_dtypes.bfloat16
+            flat.view(np.uint16)[idx] = dt.bfloat16_bits(v)
+        else:
+            flat[idx] = v
         return ()
 
     def visit_IfThenElse(self, s: IfThenElse):
@@ -223,6 +233,8 @@ def _fresh(b: Buffer) -> np.ndarray:
 
 
 def _poison(dtype: str):
+    if dtype == "bfloat16":
+        return np.nan if dt.to_numpy(dtype) != np.uint16 else 0x7FC0   # a NaN either way
     if dt.is_float(dtype):
         return np.nan
     if dtype == "bool":

@@ -1,10 +1,10 @@
 """Loop maps: the affine value of each loop of a stage, and the ranges of its loops.
 
-A stage's loops derive from its axes through split (``x -> (floor(x/f), x mod f)``) and
-fuse (``(a, b) -> a*E_b + b``); ``leaf_affines`` writes each loop's value as a quasi-affine
-expression of the axes in isl syntax, ``iter_ranges`` each loop's range, and
-``padded_box`` the points the full boxes of the loops cover (the inverse map applied to
-the loop box), which GPU kernels iterate over.
+A stage's loops derive from its axes through split (``x -> (floor(x/f), x mod f)``),
+fuse (``(a, b) -> a*E_b + b``) and singleton (``-> 0``); ``leaf_affines`` writes each
+loop's value as a quasi-affine expression of the axes in isl syntax, ``iter_ranges`` each
+loop's range, and ``padded_box`` the points the full boxes of the loops cover (the
+inverse map applied to the loop box), which GPU kernels iterate over.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import islpy as isl
 
 from . import isl_util as iu
-from .relations import Fuse, Split
+from .relations import Fuse, Singleton, Split, Transform
 from .stage import Stage
 
 
@@ -28,6 +28,11 @@ def iter_ranges(stage: Stage, root: dict) -> dict:
             rng[rel.inner] = (0, f)
         elif isinstance(rel, Fuse):
             rng[rel.fused] = (0, rng[rel.outer][1] * rng[rel.inner][1])
+        elif isinstance(rel, Singleton):
+            rng[rel.iv] = (0, 1)
+        elif isinstance(rel, Transform):
+            for c, n in zip(rel.children, rel.index_map.shape):
+                rng[c] = (0, n)
     return rng
 
 
@@ -51,6 +56,13 @@ def leaf_affines(stage: Stage, names: dict, ranges: dict) -> dict:
             ext = ranges[rel.inner][1]
             aff[rel.fused] = (f"({ext} * ({aff[rel.outer]} - {lo_o}) + "
                               f"({aff[rel.inner]} - {lo_i}))")
+        elif isinstance(rel, Singleton):
+            aff[rel.iv] = "0"
+        elif isinstance(rel, Transform):
+            names_of = {v: f"({aff[p]} - {ranges[p][0]})" if ranges[p][0] else aff[p]
+                        for v, p in zip(rel.index_map.vars, rel.parents)}
+            for c, e in zip(rel.children, rel.index_map.exprs):
+                aff[c] = iu.affine_str(e, names_of)
     return aff
 
 
@@ -61,8 +73,11 @@ def consumed_by(stage: Stage) -> dict:
     for rel in stage.relations:
         if isinstance(rel, Split):
             made_by[rel.parent] = rel
-        else:
+        elif isinstance(rel, Fuse):
             made_by[rel.outer] = made_by[rel.inner] = rel
+        elif isinstance(rel, Transform):
+            for p in rel.parents:
+                made_by[p] = rel
     return made_by
 
 
@@ -70,6 +85,8 @@ def padded_box(stage: Stage, roots: list, leaves: list, ranges: dict) -> isl.Set
     """The points of the root axes ``roots`` that the full boxes of the loops ``leaves``
     of ``stage`` cover (the image of the loop box under the inverse loop map), given the
     ``ranges`` of every iteration variable."""
+    if any(isinstance(rel, Transform) for rel in stage.relations):
+        return _preimage_box(stage, roots, leaves, ranges)
     lname = {iv: f"l{k}" for k, iv in enumerate(leaves)}
     made_by = consumed_by(stage)
 
@@ -89,3 +106,15 @@ def padded_box(stage: Stage, roots: list, leaves: list, ranges: dict) -> isl.Set
     out = ", ".join(expr(iv) for iv in roots)
     m = isl.Map(f"{{ [{', '.join(lname[iv] for iv in leaves)}] -> [{out}] : {box} }}")
     return m.range()
+
+
+def _preimage_box(stage: Stage, roots: list, leaves: list, ranges: dict) -> isl.Set:
+    """:func:`padded_box` for loops with a :class:`Transform` (no inverse written out):
+    the points whose loop values lie in the loop box, by isl's preimage."""
+    names = {iv: f"r{k}" for k, iv in enumerate(roots)}
+    aff = leaf_affines(stage, names, ranges)
+    box = iu.box_str([f"l{k}" for k in range(len(leaves))], [ranges[iv] for iv in leaves])
+    f = isl.Map(f"{{ [{', '.join(names.values())}] -> "
+                f"[{', '.join(aff[iv] for iv in leaves)}] }}")
+    loops = isl.Set(f"{{ [{', '.join(f'l{k}' for k in range(len(leaves)))}] : {box} }}")
+    return f.intersect_range(loops).domain()

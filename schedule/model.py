@@ -49,6 +49,7 @@ from polytile.te.visitor import ExprMutator, ExprVisitor, substitute
 
 from . import isl_util as iu
 from .attach import accesses, check_scope, make_stmts, set_prefix
+from .layout import physical_shape
 from .loop_ir import Buffer
 from .polymodel import LoopNode, Model, PolyStmt, ReadInfo, StagePlan
 from .schedule import Schedule
@@ -196,7 +197,8 @@ def _params(sch: Schedule, args, stage_of: dict, names: dict) -> tuple[dict, lis
                 fail("compute_at", f"stage {a.name!r} is in args but computed at "
                       f"{st.attach_stage.name!r}: only parts of it would be written",
                       "leave argument tensors at the root")
-            b = Buffer(names[id(st)], a.shape, a.dtype, "global")
+            b = Buffer(names[id(st)], physical_shape(st.layouts, a.shape), a.dtype,
+                       "global")
             buffers[st] = b
             params.append(b)
         elif isinstance(a, Var):
@@ -277,7 +279,8 @@ def _make_plan(st: Stage, index: int, body: Expr, names: dict, buffers: dict,
     leaves = list(st.leaf_iter_vars)
     r = next((k for k, iv in enumerate(leaves) if iv.iter_type == "reduce"), len(leaves))
     t = op.output(0)
-    buf = buffers.get(st) or Buffer(names[id(st)], t.shape, t.dtype, "intermediate")
+    buf = buffers.get(st) or Buffer(names[id(st)], physical_shape(st.layouts, t.shape),
+                                    t.dtype, "intermediate")
     var_names = {v: f"d{k}" for k, v in enumerate(axis_vars + reduce_vars)}
     rd = _Reads(var_names, stage_of)
     rd.visit(body)

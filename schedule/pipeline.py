@@ -21,7 +21,8 @@ ast                   the isl schedule tree of the program or of each kernel (``
                       isl AST generation checked against the domains (``ast_check.py``,
                       with fallbacks where isl is wrong), converted at once into loop IR
                       (``astgen.py``)
-loop_passes           ``LOOP_PASSES``: simplify, vector-loop legalisation, unroll, ...
+loop_passes           ``LOOP_PASSES``: bfloat16 arithmetic in float32, simplify,
+                      vector-loop legalisation, unroll, ...
                       (``passes/``)
 kernel_launch         the bodies assembled: one ``KernelLaunch`` per kernel on GPUs
 allocation            an ``Allocate`` for every intermediate, its scope chosen within the
@@ -57,23 +58,25 @@ from polytile.te.visitor import collect
 
 from .astgen import lower_nodes
 from .deps import check_legality
-from .gpu import Kernel, check_shared_memory, kernels
+from .gpu import Kernel, check_shared_memory, check_store_predicate_threads, kernels
 from .kinds import ThreadTag
 from .limits import limit_unrolls
 from .loop_ir import KernelLaunch, PrimFunc, seq, stmt_exprs, walk_stmts
 from .model import Model, build_model
+from .passes.bfloat16 import legalize_bfloat16
 from .passes.loops import (dedup_syncs, legalize_vector_loops, serialize_nested_parallel,
                            unroll)
 from .passes.simplify import simplify
 from .passes.storage import allocate_intermediates, flatten_storage
 from .rfactor import lower_cross_thread_reductions
 from .schedule import Schedule
-from .validate import check_lower_inputs, validate_schedule
+from .validate import check_lower_inputs, check_store_predicates, validate_schedule
 
 log = logging.getLogger("polytile.lower")
 
 #: Loop-IR passes of the ``loop_passes`` phase, in order: (name, function).
 LOOP_PASSES = (
+    ("legalize_bfloat16", legalize_bfloat16),
     ("simplify", simplify),
     ("legalize_vector_loops", legalize_vector_loops),
     ("unroll", unroll),
@@ -130,6 +133,7 @@ def _inputs(s: Lowering) -> None:
     check_lower_inputs(s.sch, s.args, s.who)
     validate_schedule(s.sch)
     s.gpu = uses_gpu(s.sch)
+    check_store_predicates(s.sch, s.gpu)
     if s.gpu != s.target.is_gpu:
         raise ScheduleError(format_error(
             s.who, f"target {str(s.target)!r} " + (
@@ -161,6 +165,7 @@ def _kernels(s: Lowering) -> None:
     s.units = kernels(s.model, s.target.limits)
     for k in s.units:
         check_shared_memory(s.model, k, s.target.limits)
+        check_store_predicate_threads(s.model, k)
 
 
 def _ast(s: Lowering) -> None:

@@ -6,6 +6,10 @@ relations, each the definition of new variables by an index equation:
 * ``Split(parent, outer, inner, factor)``: ``parent = min(parent) + outer * factor + inner``
   with ``0 <= inner < factor``.
 * ``Fuse(outer, inner, fused)``: ``fused = outer * extent(inner) + inner``.
+* ``Singleton(iv)``: ``iv = 0``, a loop of one iteration derived from no axis (what
+  ``fuse()`` of no axes makes, TVM's ``Singleton``).
+* ``Transform(parents, children, index_map)``: ``children = index_map(parents)``, the
+  loops over the new indices of ``transform_layout`` (TVM's ``Transform``).
 
 A schedule's *trace* is the list of :class:`Step` records, one per primitive call; replaying
 it on a fresh schedule of the same computation rebuilds the same schedule.
@@ -36,6 +40,18 @@ class Fuse:
     outer: IterVar
     inner: IterVar
     fused: IterVar
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Singleton:
+    iv: IterVar
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Transform:
+    parents: tuple
+    children: tuple
+    index_map: object    # polytile.schedule.layout.IndexMap
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ from polytile.te.visitor import substitute
 from .cache import _replace_op
 from .kinds import ThreadTag, annotation_name
 from .loopmap import consumed_by
-from .relations import Split
+from .relations import Singleton, Split, Transform
 from .stage import Stage, thread_axis
 
 if TYPE_CHECKING:
@@ -223,7 +223,8 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
     stage.leaf_iter_vars = [iv for iv in stage.leaf_iter_vars if iv.iter_type != "reduce"]
     stage.leaf_iter_vars.insert(first, r)
     stage.relations = [rel for rel in stage.relations
-                       if (rel.parent if isinstance(rel, Split) else rel.outer).iter_type
+                       if isinstance(rel, (Singleton, Transform)) or (
+                           rel.parent if isinstance(rel, Split) else rel.outer).iter_type
                        != "reduce"]
     stage.all_iter_vars = [iv for iv in stage.all_iter_vars if iv.iter_type != "reduce"] + [r]
     rst = sch._add_stage(rf, before=stage)

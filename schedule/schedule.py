@@ -8,6 +8,7 @@ from polytile.te.expr import IterVar
 from polytile.te.tensor import Operation, Tensor
 
 from .cache import cache_read, cache_write
+from .group import create_group
 from .relations import Step
 from .rfactor import rfactor, stage_of
 from .stage import Stage, thread_axis
@@ -43,6 +44,7 @@ class Schedule:
         self.stages: list[Stage] = []
         self.stage_map: dict[Operation, Stage] = {}
         self.trace: list[Step] = []
+        self.groups: list = []
         for op in _post_order(self.outputs):
             st = Stage(op, self)
             self.stages.append(st)
@@ -122,6 +124,20 @@ class Schedule:
         self.trace.append(Step("cache_write", name, (scope,)))
         return out
 
+    def create_group(self, outputs, inputs, include_inputs: bool = False):
+        """Group the stages between ``outputs`` and ``inputs`` into one virtual stage that
+        ``compute_at`` moves as a whole (TVM's ``Schedule.create_group``); see
+        :mod:`polytile.schedule.group`.
+
+        Returns
+        -------
+        Group
+            With ``compute_at(parent, axis)`` and ``compute_root()``.
+        """
+        g = create_group(self, outputs, inputs, include_inputs)
+        self.groups.append(g)
+        return g
+
     def copy(self) -> Schedule:
         """A new schedule of the same operations with the trace replayed."""
         return replay(self.trace, create_schedule(self._roots))
@@ -186,6 +202,8 @@ def replay(trace: list[Step], sch: Schedule) -> Schedule:
             return stage(a[1])
         if isinstance(a, tuple) and a and a[0] == "thread":
             return thread_axis(a[1], name=a[2])
+        if isinstance(a, tuple) and a and a[0] in ("predicate", "index_map"):
+            return a[1]
         if isinstance(a, tuple):
             return tuple(dec(st, x) for x in a)
         return a
@@ -204,6 +222,11 @@ def replay(trace: list[Step], sch: Schedule) -> Schedule:
         if step.primitive == "cache_write":
             t = sch.cache_write(st.op.output(0), args[0])
             by_name.setdefault(t.op.name, sch[t])
+            continue
+        if step.primitive == "create_group":
+            outs, ins, include = args
+            sch.create_group([stage(n).op.output(0) for n in outs],
+                             [stage(n).op.output(0) for n in ins], include)
             continue
         if step.primitive == "compute_at":
             parent = stage(args[0][1])

@@ -17,7 +17,8 @@ from polytile.te.expr import IterVar, Range, Var
 from polytile.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 
 from .kinds import Annotation, LoopKind, ThreadTag, annotation_name
-from .relations import Fuse, Split, Step
+from .relations import Fuse, Singleton, Split, Step, Transform
+from .stage_extras import StorageMixin
 
 if TYPE_CHECKING:
     from .schedule import Schedule  # a type hint only: schedule.py imports this module
@@ -30,7 +31,7 @@ PRAGMAS = {"unroll": LoopKind.UNROLLED, "vectorize": LoopKind.VECTORIZED,
            "parallel": LoopKind.PARALLEL, "parallel_launch_point": LoopKind.PARALLEL}
 
 
-class Stage:
+class Stage(StorageMixin):
     """The schedule of one operation (TVM's ``Stage``), obtained as ``s[tensor]``.
 
     Attributes
@@ -75,6 +76,18 @@ class Stage:
         #: loops bound to a thread axis created with a range: {loop: the range's extent}
         #: (checked against the loop's real extent when kernels are formed)
         self.thread_extents: dict[IterVar, int] = {}
+        #: the primitive that set ``scope`` (named by errors about it)
+        self.scope_primitive = ""
+        #: set_store_predicate: the condition (on thread indices) of the stage's stores,
+        #: and the thread tag of each of its variables
+        self.store_predicate = None
+        self.store_predicate_tags: dict = {}
+        #: transform_layout: the index maps of the stage's buffer, in order
+        self.layouts: list = []
+        #: create_group: the group the stage belongs to
+        self.group = None
+        #: bind: the thread-axis variable each bound loop stands for
+        self.bound_vars: dict = {}
 
     @property
     def name(self) -> str:
@@ -138,6 +151,10 @@ class Stage:
             if isinstance(rel, Fuse) and (rel.outer is iv or rel.inner is iv):
                 fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} was already "
                            f"fused into {rel.fused.name!r}", "use the fused axis instead")
+            if isinstance(rel, Transform) and any(p is iv for p in rel.parents):
+                fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} was replaced "
+                     f"by transform_layout with [{', '.join(c.name for c in rel.children)}]",
+                     "use the loops transform_layout returned")
         owner = self.schedule._owner_of(iv)
         where = f"it belongs to stage {owner.name!r}" if owner else "it belongs to no stage"
         fail(primitive, f"iter_var {iv.name!r} is not an axis of stage {self.name!r} "
@@ -159,8 +176,8 @@ class Stage:
         return iv
 
     # primitives --------------------------------------------------------------------------
-    def split(self, parent: IterVar, factor: int | None = None, nparts: int | None = None
-              ) -> tuple[IterVar, IterVar]:
+    def split(self, parent: IterVar, factor: int | None = None, nparts: int | None = None,
+              disable_predication: bool = False) -> tuple[IterVar, IterVar]:
         """Split a loop in two: ``parent = outer * factor + inner`` (``0 <= inner < factor``).
 
         Rewrite (``split(i, factor=4)``, extent 10)::
@@ -174,12 +191,23 @@ class Stage:
         need constant extents. ``nparts=p`` sets ``factor = ceil(extent / p)``.
         Always legal. Synonyms: Halide ``split``, loopy ``split_iname``, Exo ``divide_loop``.
 
+        ``disable_predication=True`` is accepted as TVM accepts it, and changes nothing.
+        In TVM it drops the guard of a non-divisible split, so that the last tile runs
+        past the extent: its iterations read and write out of bounds unless the user
+        padded the buffers, a promise TVM cannot check. polytile never needs that guard
+        (the partial tile is an exact loop bound, no iteration lies past the extent), so
+        the result is the compute definition's whether the factor divides or not: what
+        TVM gives where its use is safe, and no out-of-bounds access where it is not.
+
         Raises
         ------
         ScheduleError
             If ``parent`` is not a loop of this stage, or factor/nparts is missing, both
-            given, or not a positive int.
+            given, or not a positive int, or ``disable_predication`` is not a bool.
         """
+        if not isinstance(disable_predication, (bool, np.bool_)):
+            fail("split", f"disable_predication={disable_predication!r} for stage "
+                 f"{self.name!r}", "expected True or False")
         parent = self._leaf("split", parent)
         self._check_not_annotated("split", parent)
         if (factor is None) == (nparts is None):
@@ -245,13 +273,25 @@ class Stage:
         The axes must be consecutive in the current loop order, outermost first, and of one
         kind (all spatial or all reduction). Legal whenever the loops were adjacent.
 
+        ``fuse()`` with no axes (TVM's special case) adds a new outermost loop of one
+        iteration, ``singleton``, derived from no axis: a loop to ``bind`` or
+        ``compute_at`` for a stage that has none (a 0-d output).
+
+        Rewrite (``fuse(i, j)``, extents 3 and 5)::
+
+            for i in range(0, 3):             for i.j.fused in range(0, 15):
+              for j in range(0, 5):     =>      body(i.j.fused // 5, i.j.fused % 5)
+                body(i, j)
+
+        Synonyms: Halide ``fuse``, loopy ``join_inames``, Exo ``merge_loops``.
+
         Raises
         ------
         ScheduleError
             For non-adjacent loops, mixed spatial/reduce axes, or foreign axes.
         """
         if not args:
-            fail("fuse", "no axes given", "pass two or more adjacent axes")
+            return self._singleton()
         ivs = [self._leaf("fuse", a) for a in args]
         if len(ivs) == 1:
             return ivs[0]
@@ -269,6 +309,18 @@ class Stage:
         del self.schedule.trace[n:]
         self._record("fuse", *ivs)
         return cur
+
+    def _singleton(self) -> IterVar:
+        self._require_compute("fuse")
+        taken = {v.name for v in self.all_iter_vars}
+        name = next(n for n in ("singleton", *(f"singleton.{k}" for k in range(1, 99)))
+                    if n not in taken)
+        iv = IterVar(Var("int32", name, True), Range(0, 1), "data_par")
+        self.all_iter_vars.append(iv)
+        self.relations.append(Singleton(iv))
+        self.leaf_iter_vars.insert(0, iv)
+        self._record("fuse")
+        return iv
 
     def _fuse2(self, outer: IterVar, inner: IterVar) -> IterVar:
         lo = self.leaf_iter_vars.index(outer)
@@ -395,6 +447,7 @@ class Stage:
                      f"{self.name!r} (to {other.name!r} and {iv.name!r})",
                      "bind each thread axis once per stage")
         self._annotate("bind", iv, tag)
+        self.bound_vars[iv] = thread_ivar.var
         if thread_ivar.dom is not None:
             self.thread_extents[iv] = thread_ivar.dom.extent
         self._record("bind", iv, ("thread", tag.value, thread_ivar.var.name))
@@ -457,9 +510,16 @@ class Stage:
         self._record("compute_inline")
 
     def compute_root(self) -> None:
-        """Compute this stage in its own loop nest at the top level (the default)."""
+        """Compute this stage in its own loop nest at the top level (the default), or, for
+        a member of a group (``Schedule.create_group``) that is computed at a loop, at
+        the group's loop (TVM's ``kGroupRoot``)."""
         self._require_compute("compute_root")
-        self.attach_type, self.attach_stage, self.attach_ivar = "root", None, None
+        g = self.group
+        if g is not None and g.attach_stage is not None:
+            self.attach_type, self.attach_stage, self.attach_ivar = (
+                "scope", g.attach_stage, g.attach_ivar)
+        else:
+            self.attach_type, self.attach_stage, self.attach_ivar = "root", None, None
         self._record("compute_root")
 
     def compute_at(self, parent: Stage, scope: IterVar) -> None:

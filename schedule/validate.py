@@ -87,3 +87,41 @@ def validate_schedule(sch: Schedule) -> None:
                         f"loop {iv.name!r} of stage {st.name!r}",
                         "attach it at an outer loop"))
 
+
+
+def check_store_predicates(sch: Schedule, gpu: bool) -> None:
+    """Each ``set_store_predicate`` must only skip duplicate stores: on a GPU, on thread
+    indices the stage does not bind itself, for a stage at root or in ``shared`` memory.
+
+    Raises
+    ------
+    ScheduleError
+        Naming the stage, the predicate and what would be left unwritten.
+    """
+    for st in sch.stages:
+        pred = st.store_predicate
+        if pred is None or st.attach_type == "inline":
+            continue
+        tags = set(st.store_predicate_tags.values())
+        if tags and not gpu:
+            raise ScheduleError(format_error(
+                "set_store_predicate", f"stage {st.name!r} stores only where {pred}, but the "
+                "schedule runs on the CPU, which has no thread indices",
+                "bind loops to GPU indices, or drop the predicate"))
+        own = [(iv, k) for iv, k in st.annotations.items()
+               if k in tags and iv.iter_type != "reduce"]
+        if own:
+            iv, k = own[0]
+            raise ScheduleError(format_error(
+                "set_store_predicate", f"stage {st.name!r} stores only where {pred}, but "
+                f"binds its own loop {iv.name!r} to {k.value!r}: the elements of the other "
+                f"values of {k.value!r} would be left unwritten",
+                "a predicate on thread indices the stage's loops do not bind (it skips "
+                "the duplicate stores of threads that compute the same elements)"))
+        if st.attach_type == "scope" and st.scope != "shared":
+            raise ScheduleError(format_error(
+                "set_store_predicate", f"stage {st.name!r} stores only where {pred} and is "
+                f"computed at {st.attach_stage.name!r}.{st.attach_ivar.name!r} in "
+                f"{st.scope or 'its default'} memory: a thread that skips its stores would "
+                "read its own copy unwritten", "a stage at root or in shared memory",
+                hint=f"s[{st.name}].set_scope('shared')"))

@@ -64,13 +64,19 @@ class CDialect:
                 "uint32": "uint32_t", "uint64": "uint64_t", "float32": "float",
                 "float64": "double"}
     memory_types: ClassVar[dict] = {"bool": "uint8_t"}
-    #: float16 (and bfloat16) conversions: C function names
+    #: float16 conversions: C function names
     half_from_float = ""
     half_to_float = ""
     half_from_double = ""
     half_from_int64 = ""
     half_from_uint64 = ""
     half_from_bits = ""
+    #: bfloat16 conversions (the only bfloat16 operations left after
+    #: ``passes.bfloat16``): from float rounding to nearest even, to float, from the
+    #: ``unsigned short`` bit pattern; empty where the dialect has no bfloat16
+    bfloat16_from_float = ""
+    bfloat16_to_float = ""
+    bfloat16_from_bits = ""
     float_from_bits = ""
     double_from_bits = ""
     math: ClassVar[dict] = {

@@ -82,6 +82,9 @@ class CExprPrinter:
         d = self.d
         if t == "bool":
             return "true" if v else "false"
+        if t == "bfloat16":
+            return f"{self._bfloat16('bfloat16_from_bits')}((unsigned short)" \
+                   f"{int(dt.bfloat16_bits(v)):#06x})"
         if dt.is_float(t):
             x = np.array(v, dtype=t)[()]
             if np.isnan(x) or np.isinf(x):
@@ -124,6 +127,12 @@ class CExprPrinter:
         d = self.d
         if src == dst:
             return v
+        if src == "bfloat16":
+            f = f"{self._bfloat16('bfloat16_to_float')}({strip_parens(v)})"
+            return self.cast(f, "float32", dst)
+        if dst == "bfloat16":
+            f = strip_parens(self.cast(v, src, "float32"))
+            return f"{self._bfloat16('bfloat16_from_float')}({f})"
         if dst == "bool":
             if src == "float16":
                 return f"({d.half_to_float}({strip_parens(v)}) != 0.0f)"
@@ -141,7 +150,25 @@ class CExprPrinter:
             return f"{d.half_from_int64}((long long)({strip_parens(v)}))"
         return f"(({d.ctype(dst)}){v})"
 
+    def _bfloat16(self, what: str) -> str:
+        """The dialect's bfloat16 conversion ``what`` (see ``CDialect``)."""
+        fn = getattr(self.d, what)
+        if not fn:
+            raise BuildError(format_error(
+                self.who, f"dialect {self.d.name!r} has no bfloat16 type",
+                "expected float16/float32/float64 data on this target",
+                hint="compute in float32 (.astype('float32'))", Kernel=self.kname))
+        return fn
+
+    def _not_bfloat16(self, what: str, dtype: str) -> None:
+        if dtype == "bfloat16":
+            raise InternalError(format_error(
+                self.who, f"{what} on bfloat16 operands reached code generation",
+                "expected float32 arithmetic and conversions (legalize_bfloat16 writes them)",
+                Kernel=self.kname))
+
     def expr_Binary(self, e: Binary) -> str:
+        self._not_bfloat16(f"binary op {e.op!r}", e.dtype)
         if e.op == "floordiv":
             return self.expr(floordiv_expr(e.a, e.b))
         if e.op == "floormod":
@@ -167,6 +194,7 @@ class CExprPrinter:
         return f"({a} {op} {b})"
 
     def expr_Cmp(self, e: Cmp) -> str:
+        self._not_bfloat16(f"comparison {e.op!r}", e.a.dtype)
         return f"({self.expr(e.a)} {_CMP[e.op]} {self.expr(e.b)})"
 
     def expr_And(self, e: And) -> str:
@@ -192,6 +220,7 @@ class CExprPrinter:
 
     def expr_Call(self, e: Call) -> str:
         t = e.args[0].dtype if e.args else e.dtype
+        self._not_bfloat16(f"intrinsic {e.name!r}", t)
         args = [strip_parens(self.expr(a)) for a in e.args]
         if e.name == "abs" and not dt.is_float(t):
             if dt.is_unsigned(t) or t == "bool":

@@ -26,13 +26,14 @@ from polytile.schedule.loop_ir import Buffer
 from polytile.te import dtype as dt
 from polytile.te.expr import Const, Var
 
-#: ctypes type of a scalar parameter of each dtype (``bool`` is one byte and ``float16``
-#: travels as its 16-bit pattern: ctypes has neither).
+#: ctypes type of a scalar parameter of each dtype (``bool`` is one byte; ``float16`` and
+#: ``bfloat16`` travel as their 16-bit patterns: ctypes has neither).
 SCALAR_CTYPES = {
     "bool": ctypes.c_uint8, "int8": ctypes.c_int8, "int16": ctypes.c_int16,
     "int32": ctypes.c_int32, "int64": ctypes.c_int64, "uint8": ctypes.c_uint8,
     "uint16": ctypes.c_uint16, "uint32": ctypes.c_uint32, "uint64": ctypes.c_uint64,
-    "float16": ctypes.c_uint16, "float32": ctypes.c_float, "float64": ctypes.c_double}
+    "float16": ctypes.c_uint16, "float32": ctypes.c_float, "float64": ctypes.c_double,
+    "bfloat16": ctypes.c_uint16}
 
 
 # ---------------------------------------------------------------------------- arguments
@@ -51,8 +52,8 @@ def scalar_arg(fname: str, p: Var, a) -> tuple:
     Returns
     -------
     (raw, value)
-        ``raw`` fits ``SCALAR_CTYPES[p.dtype]`` (``float16`` as its bit pattern, ``bool``
-        as 0/1); ``value`` is the Python number the function sees.
+        ``raw`` fits ``SCALAR_CTYPES[p.dtype]`` (``float16`` and ``bfloat16`` as their bit
+        patterns, ``bool`` as 0/1); ``value`` is the Python number the function sees.
 
     Raises
     ------
@@ -82,13 +83,19 @@ def scalar_arg(fname: str, p: Var, a) -> tuple:
                                           f"{t}", f"expected a value in [{lo}, {hi}]"))
         return v, v
     v = float(a)
-    with np.errstate(over="ignore"):
-        x = np.array(v, dtype=t)
+    if t == "bfloat16":
+        bits = int(dt.bfloat16_bits(v))
+        x = dt.bfloat16_to_float32(bits)
+    else:
+        with np.errstate(over="ignore"):
+            x = np.array(v, dtype=t)
     if math.isfinite(v) and not np.isfinite(x):
         raise ValueError(format_error(fname, f"argument {p.name!r} = {v!r} overflows {t}",
                                       f"expected a value representable as {t}"))
     if t == "float16":
         return int(x.view(np.uint16)), float(x)
+    if t == "bfloat16":
+        return bits, float(x)
     return float(x), float(x)
 
 
@@ -134,8 +141,13 @@ def check_array(fname: str, p: Buffer, *, dtype, shape: tuple, contiguous: bool,
     ValueError
         Wrong shape, non-contiguous, or read-only while written.
     """
-    want = np.dtype(p.dtype)
-    if dtype != want:
+    if p.dtype == "bfloat16":
+        if not dt.is_bfloat16_array_dtype(dtype):
+            raise TypeError(format_error(
+                fname, f"argument {p.name!r} has dtype {dtype}", "expected a bfloat16 array: "
+                "ml_dtypes.bfloat16, or uint16 holding the bit patterns",
+                hint=f"convert with polytile.te.dtype.bfloat16_array({p.name})"))
+    elif dtype != (want := np.dtype(p.dtype)):
         raise TypeError(format_error(fname, f"argument {p.name!r} has dtype {dtype}",
                                      f"expected dtype {want}",
                                      hint=f"convert with {p.name}.astype('{want}')"))

@@ -21,8 +21,20 @@ from .scalar_math import (abs, acos, asin, atan, atan2, ceil, copysign, cos, cos
 indexdiv = floordiv   # TVM's index arithmetic: floor semantics
 indexmod = floormod
 from .reduction import Reducer, comm_reducer, max, max_value, min, min_value, sum
-from .tensor import ComputeOp, Operation, PlaceholderOp, Tensor, compute, placeholder
+from .tensor import (ComputeOp, Operation, PlaceholderOp, Tensor, TensorSlice, compute,
+                     placeholder)
 from .tensor import reduce_axis, var
+
+
+class _AxisSeparator:
+    """TVM's ``te.AXIS_SEPARATOR`` in a ``transform_layout`` mapping (several physical
+    buffer dimensions); polytile buffers are flat and refuse it with a clear error."""
+
+    def __repr__(self) -> str:
+        return "te.AXIS_SEPARATOR"
+
+
+AXIS_SEPARATOR = _AxisSeparator()
 
 
 # create_schedule and thread_axis live in polytile.schedule, which is built on te (it
@@ -43,10 +55,11 @@ def thread_axis(dom=None, tag: str = "", name: str = ""):
 
 
 __all__ = [
-    "Call", "Cast", "Cmp", "CommReducer", "ComputeOp", "Const", "Expr", "IterVar", "acos",
+    "AXIS_SEPARATOR", "Call", "Cast", "Cmp", "CommReducer", "ComputeOp", "Const", "Expr",
+    "IterVar", "acos",
     "asin", "atan", "atan2", "copysign", "cosh", "expm1", "hypot", "indexdiv", "indexmod",
     "isfinite", "isinf", "log1p", "nearbyint", "sinh", "tan",
-    "Operation", "PlaceholderOp", "Range", "Reduce", "Reducer", "Select", "Tensor",
+    "Operation", "PlaceholderOp", "Range", "Reduce", "Reducer", "Select", "Tensor", "TensorSlice",
     "TensorRead", "Var", "abs", "all", "any", "ceil", "comm_reducer", "compute", "const",
     "cos", "create_schedule", "erf", "exp", "exp2", "fast_erf", "fast_exp", "fast_tanh", "floor", "floordiv", "floormod", "fmod",
     "if_then_else", "isnan", "log", "log2", "log10", "max", "max_value", "min", "min_value",

@@ -45,8 +45,6 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-import numpy as np
-
 from . import dtype as dt
 from . import polynomial as pl
 from .expr import (And, Binary, Call, Cast, Cmp, CommReducer, Const, Expr, Not, Or, Select,
@@ -215,7 +213,7 @@ def _is_neutral(op: str, k, dtype: str) -> bool:
         return k == 1
     if op == "bitand":
         return k == dt.wrap(-1, dtype)
-    top = float(np.finfo(dtype).max) if dt.is_float(dtype) else dt.max_value(dtype)
+    top = dt.largest_finite(dtype) if dt.is_float(dtype) else dt.max_value(dtype)
     bottom = -top if dt.is_float(dtype) else dt.min_value(dtype)
     return k >= top if op == "min" else k <= bottom
 
@@ -292,6 +290,10 @@ def _exact_exp(g: str, e: Expr):
         return Fraction(0)
     if not isinstance(v, Fraction):
         return None
+    if v <= -2048:
+        # underflows to exactly 0 in every float dtype (e**-745 is below float64's
+        # smallest subnormal): te.min_value, TVM's finite identity of max-like reducers
+        return Fraction(0)
     if v == 0:
         return Fraction(1)
     if g == "exp2" and v.denominator == 1:

@@ -1,8 +1,28 @@
 """Data types of tensor expressions and their promotion rules.
 
 Dtypes are canonical strings: ``bool``, ``int8/16/32/64``, ``uint8/16/32/64``,
-``float16/32/64``. Any numpy dtype or dtype name is accepted where a dtype is expected and
-is canonicalised by :func:`canonical`.
+``float16/32/64`` and ``bfloat16``. Any numpy dtype or dtype name is accepted where a dtype
+is expected and is canonicalised by :func:`canonical`, with TVM's aliases: ``"float"`` is
+``float32``, ``"int"`` ``int32``, ``"uint"`` ``uint32`` and ``"double"`` ``float64`` (numpy
+would read the first three as 64-bit types).
+
+``bfloat16`` (Google Brain's 16-bit float: float32's sign and 8-bit exponent, 7 stored
+mantissa bits) is a real dtype with 2-byte storage. numpy has none: host arrays of it are
+``uint16`` arrays holding the bit patterns (:func:`bfloat16_bits`,
+:func:`bfloat16_to_float32`), or ``ml_dtypes.bfloat16`` arrays when the optional package
+``ml_dtypes`` is installed (``pip install polytile[bf16]``); both are accepted by built
+functions. Every ``bfloat16`` operation (``+ - * /``, min/max, math functions) computes in
+``float32`` and rounds its result to nearest even, so each value, in registers as in memory,
+is a ``bfloat16`` and no schedule (inlining, caching) can change a result; this is
+``ml_dtypes``' arithmetic and torch's eager one (TVM rounds only at stores, which
+``compute_inline`` would then move). Since float32 has more than twice bfloat16's precision,
+``+ - * /`` and ``sqrt`` are correctly rounded. A conversion to ``bfloat16`` from
+``float64`` or an integer goes through ``float32`` (as ``ml_dtypes``, Eigen and torch do).
+So ``te.sum(A[i, k] * B[k, j])`` over bfloat16 rounds each product, then accumulates in
+``float32`` (below); cast the operands (``A[i, k].astype("float32")``) to keep the
+products exact. Lowering writes all of it out in ``float32``
+(:mod:`polytile.schedule.passes.bfloat16`): LLVM keeps a bfloat16 as its ``i16`` bits and
+rounds with integer instructions, CUDA uses ``__nv_bfloat16`` and ``__float2bfloat16_rn``.
 
 Promotion (binary arithmetic and comparison operands), numpy-like with *weak* Python
 scalars, as in TVM and numpy 2 (NEP 50):
@@ -10,7 +30,8 @@ scalars, as in TVM and numpy 2 (NEP 50):
 * two expressions of the same dtype keep it;
 * ``bool`` promotes to the other operand's dtype; ``+``, ``-``, ``*``, ``//`` on two bools
   give ``int32`` (as Python's ``True + True == 2``; use ``|``/``&`` for logic);
-* int with float gives the float; two floats give the wider one;
+* int with float gives the float; two floats give the wider one, and ``float16`` with
+  ``bfloat16`` gives ``float32`` (neither holds the other, as in torch);
 * two signed (or two unsigned) ints give the wider one; signed with unsigned gives a signed
   int wide enough for both (``int8 + uint8 -> int16``; ``uint64`` with a signed int raises);
 * a Python ``int`` adopts the other operand's dtype (an int operand for an int, the float
@@ -35,8 +56,7 @@ beyond the float reassociation that a reduction's split, reorder or rfactor impl
   is ``44``). Converting a NaN, infinite or out-of-range float to an integer gives an
   unspecified value (as in C and numpy) and is never folded.
 * **Accumulation**: a reduction whose combiner does arithmetic (``te.sum``, a product, a
-  ``te.comm_reducer``) over ``float16`` (and ``bfloat16``, which is not a polytile dtype
-  yet) accumulates in ``float32``
+  ``te.comm_reducer``) over ``float16`` or ``bfloat16`` accumulates in ``float32``
   (:func:`accumulation_dtype`): the initial value and every reduced value are converted
   to ``float32``, combined there, and the result is rounded to the declared dtype once,
   after the last update -- whatever the schedule, as numpy's contiguous ``sum`` and torch
@@ -59,10 +79,13 @@ from polytile.errors import DefinitionTypeError
 _BITS = {
     "bool": 1, "int8": 8, "int16": 16, "int32": 32, "int64": 64,
     "uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64,
-    "float16": 16, "float32": 32, "float64": 64,
+    "float16": 16, "float32": 32, "float64": 64, "bfloat16": 16,
 }
 
 ALL_DTYPES = tuple(_BITS)
+
+#: TVM's dtype names that numpy reads differently (``np.dtype("float")`` is float64)
+ALIASES = {"float": "float32", "int": "int32", "uint": "uint32", "double": "float64"}
 
 
 def canonical(dtype) -> str:
@@ -75,6 +98,8 @@ def canonical(dtype) -> str:
     """
     if isinstance(dtype, str) and dtype in _BITS:
         return dtype
+    if isinstance(dtype, str) and dtype in ALIASES:
+        return ALIASES[dtype]
     try:
         name = np.dtype(dtype).name
     except TypeError:
@@ -97,7 +122,8 @@ def nbytes(dtype: str) -> int:
 
 
 def is_float(dtype: str) -> bool:
-    return dtype.startswith("float")
+    """True for ``float16/32/64`` and ``bfloat16``."""
+    return dtype.startswith("float") or dtype == "bfloat16"
 
 
 def is_int(dtype: str) -> bool:
@@ -118,8 +144,88 @@ def is_bool(dtype: str) -> bool:
 
 
 def to_numpy(dtype: str) -> np.dtype:
-    """The numpy dtype used for arrays of ``dtype``."""
+    """The numpy dtype used for arrays of ``dtype``: for ``bfloat16``,
+    ``ml_dtypes.bfloat16`` when that package is installed, else ``uint16`` (the bits)."""
+    if dtype == "bfloat16":
+        ml = ml_dtypes()
+        return np.dtype(ml.bfloat16) if ml is not None else np.dtype(np.uint16)
     return np.dtype(dtype)
+
+
+def ml_dtypes():
+    """The ``ml_dtypes`` module when it is installed (the optional ``bf16`` extra), else
+    None."""
+    try:
+        import ml_dtypes as ml
+    except ImportError:
+        return None
+    return ml
+
+
+def is_bfloat16_array_dtype(dtype) -> bool:
+    """Whether arrays of ``dtype`` (a numpy dtype or a dtype name) can hold ``bfloat16``
+    values: ``uint16`` (bit patterns) or ``ml_dtypes.bfloat16``."""
+    name = dtype if isinstance(dtype, str) else getattr(np.dtype(dtype), "name", "")
+    return name in ("uint16", "bfloat16")
+
+
+def bfloat16_bits(x) -> np.ndarray:
+    """The ``bfloat16`` bit patterns (``uint16``) nearest to ``x`` (any float array or
+    number): ``x`` is first rounded to ``float32``, then to bfloat16 to nearest even, as
+    ``ml_dtypes`` and torch do; values beyond bfloat16's range become ``inf``, NaN stays a
+    (quiet) NaN with its sign.
+
+    Examples: ``bfloat16_bits(1.0) == 0x3F80``, ``bfloat16_bits(1 + 2**-8) == 0x3F80`` (a
+    tie, to even), ``bfloat16_bits(3.4e38) == 0x7F80`` (inf).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = np.array(x, dtype=np.float32)
+    shape = f.shape
+    u = f.reshape(-1).view(np.uint32).astype(np.uint64)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    return np.where(nan, (u >> 16) | 0x40, rounded).astype(np.uint16).reshape(shape)
+
+
+def bfloat16_to_float32(bits) -> np.ndarray:
+    """The ``float32`` values of ``bfloat16`` bit patterns (``uint16``; exact)."""
+    b = np.array(bits, dtype=np.uint16)
+    return (b.reshape(-1).astype(np.uint32) << 16).view(np.float32).reshape(b.shape)
+
+
+def as_bfloat16_bits(a: np.ndarray) -> np.ndarray:
+    """A ``uint16`` view of a bfloat16 array (``uint16`` or ``ml_dtypes.bfloat16``)."""
+    return a if a.dtype == np.uint16 else a.view(np.uint16)
+
+
+def bfloat16_array(x) -> np.ndarray:
+    """A host array of ``bfloat16`` holding the values of ``x`` (any array-like of numbers)
+    rounded as :func:`bfloat16_bits` does: an ``ml_dtypes.bfloat16`` array when
+    ``ml_dtypes`` is installed, else the ``uint16`` bit patterns. Built functions accept
+    either for a ``bfloat16`` parameter.
+
+    Examples: ``bfloat16_values(bfloat16_array([0.1, 3.0]))`` is
+    ``[0.10009766, 3.0]`` (float32).
+    """
+    bits = bfloat16_bits(x)
+    ml = ml_dtypes()
+    return bits.view(ml.bfloat16) if ml is not None else bits
+
+
+def bfloat16_values(a) -> np.ndarray:
+    """The ``float32`` values (exact) of a host ``bfloat16`` array: ``uint16`` bit patterns
+    or ``ml_dtypes.bfloat16``.
+
+    Raises
+    ------
+    TypeError
+        For an array of any other dtype.
+    """
+    a = np.asarray(a)
+    if not is_bfloat16_array_dtype(a.dtype):
+        raise TypeError(f"bfloat16_values: an array of dtype {a.dtype} holds no bfloat16 "
+                        "values; expected uint16 bit patterns or ml_dtypes.bfloat16")
+    return bfloat16_to_float32(as_bfloat16_bits(a))
 
 
 def promote(a: str, b: str) -> str:
@@ -137,6 +243,8 @@ def promote(a: str, b: str) -> str:
     if b == "bool":
         return a
     if is_float(a) or is_float(b):
+        if {a, b} == {"float16", "bfloat16"}:
+            return "float32"
         if is_float(a) and is_float(b):
             return a if bits(a) >= bits(b) else b
         return a if is_float(a) else b
@@ -191,13 +299,38 @@ def wrap(value: int, dtype: str) -> int:
 
 def round_float(value, dtype: str) -> float:
     """``value`` rounded to float ``dtype`` (to nearest even), as a Python float; values
-    beyond the dtype's range become ``inf`` with their sign, as ``np.float16(65535)`` does."""
+    beyond the dtype's range become ``inf`` with their sign, as ``np.float16(65535)`` does
+    (``bfloat16``: see :func:`bfloat16_bits`)."""
     try:
         x = float(value)
     except OverflowError:  # a Python int beyond float64
         x = float("inf") if value > 0 else float("-inf")
+    if dtype == "bfloat16":
+        return float(bfloat16_to_float32(bfloat16_bits(x))[()])
     with np.errstate(over="ignore"):
         return float(np.array(x, dtype=dtype)[()])
+
+
+#: largest finite value of each float dtype
+_FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38,
+              "float32": float(np.finfo(np.float32).max),
+              "float64": float(np.finfo(np.float64).max)}
+
+
+def largest_finite(dtype: str):
+    """Largest finite value of ``dtype`` (TVM's ``max_value``): ``65504.0`` for float16,
+    ``3.3895e38`` for bfloat16, the integer maximum for ints, ``True`` for bool."""
+    if is_float(dtype):
+        return _FLOAT_MAX[dtype]
+    return max_value(dtype)
+
+
+def smallest_finite(dtype: str):
+    """Smallest finite value of ``dtype`` (TVM's ``min_value``): ``-largest_finite`` for
+    floats, the integer minimum for ints, ``False`` for bool."""
+    if is_float(dtype):
+        return -_FLOAT_MAX[dtype]
+    return min_value(dtype)
 
 
 def min_value(dtype: str):

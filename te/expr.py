@@ -391,21 +391,35 @@ class IterVar(ExprOp):
 
 def const(value, dtype=None) -> Const:
     """A literal of ``dtype`` (inferred from the Python type when omitted: ``int32`` for
-    ints that fit, else ``int64``; ``float32`` for floats; ``bool`` for bools)."""
+    ints that fit, else ``int64``; ``float32`` for floats; ``bool`` for bools).
+
+    Raises
+    ------
+    OverflowError
+        For an integer outside ``dtype``. A finite float beyond a float ``dtype``'s range
+        becomes ``inf`` with a :class:`~polytile.errors.PolytileWarning`, as numpy warns.
+    """
     if isinstance(value, Expr):
         raise DefinitionTypeError(f"const: expected a Python number, got expression {value}")
     d = dt.canonical(dtype) if dtype is not None else dt.scalar_dtype(value, None)
-    return Const(d, _coerce(value, d))
+    return Const(d, _coerce(value, d, literal=True))
 
 
-def _coerce(value, dtype: str):
+def _coerce(value, dtype: str, literal: bool = False):
     """The Python value of a ``dtype`` literal: floats are rounded to ``dtype`` (beyond its
-    range: ``inf``, as ``np.float16(65535)``); an integer outside ``dtype`` is refused, as
-    numpy 2 refuses ``np.int8(300)`` (``astype`` wraps instead: see :func:`cast`)."""
+    range: ``inf``, as ``np.float16(65535)``, with a warning for a ``literal`` written by
+    the user); an integer outside ``dtype`` is refused, as numpy 2 refuses
+    ``np.int8(300)`` (``astype`` wraps instead: see :func:`cast`)."""
     if dtype == "bool":
         return bool(value)
     if dt.is_float(dtype):
-        return dt.round_float(value, dtype)
+        r = dt.round_float(value, dtype)
+        if literal and math.isinf(r) and _finite(value):
+            from polytile.errors import warn
+
+            warn(f"const: {value!r} overflows {dtype} (largest finite "
+                 f"{dt.largest_finite(dtype)!r}) and becomes {r!r}")
+        return r
     if isinstance(value, (float, np.floating)) and not float(value).is_integer():
         raise DefinitionTypeError(
             f"const: {value!r} is not an integer; cannot make a {dtype} constant")
@@ -418,6 +432,13 @@ def _coerce(value, dtype: str):
     return v
 
 
+def _finite(value) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # a Python int beyond float64
+        return True
+
+
 def convert(value, dtype_hint: str | None = None) -> Expr:
     """Turn ``value`` into an expression: expressions pass through, iteration variables
     become their variable, Python/numpy scalars become constants (weakly typed, taking
@@ -426,7 +447,7 @@ def convert(value, dtype_hint: str | None = None) -> Expr:
         return value._expr()
     if isinstance(value, (bool, int, float, np.number, np.bool_)):
         d = dt.scalar_dtype(value, dtype_hint)
-        return Const(d, _coerce(value, d))
+        return Const(d, _coerce(value, d, literal=True))
     from .tensor import Tensor  # cycle: tensors are built from expressions
 
     if isinstance(value, Tensor):

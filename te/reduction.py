@@ -197,12 +197,15 @@ min = comm_reducer(lambda x, y: binary("min", x, y),
 
 
 def max_value(dtype) -> Expr:
-    """Largest value of ``dtype`` (``inf`` for floats)."""
+    """The largest finite value of ``dtype`` as a constant (TVM's ``te.max_value``):
+    ``3.4028235e38`` for float32, ``65504`` for float16, ``2**31 - 1`` for int32.
+    (``te.min``'s identity is ``inf`` instead, so that a min over infinities stays one.)"""
     d = dt.canonical(dtype)
-    return Const(d, dt.max_value(d))
+    return Const(d, dt.largest_finite(d))
 
 
 def min_value(dtype) -> Expr:
-    """Smallest value of ``dtype`` (``-inf`` for floats)."""
+    """The smallest finite value of ``dtype`` as a constant (TVM's ``te.min_value``):
+    ``-3.4028235e38`` for float32, ``-2**31`` for int32, ``0`` for unsigned ints."""
     d = dt.canonical(dtype)
-    return Const(d, dt.min_value(d))
+    return Const(d, dt.smallest_finite(d))

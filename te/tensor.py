@@ -23,9 +23,10 @@ from .visitor import collect
 class Tensor:
     """A multi-dimensional array of one dtype: an input or the output of a compute.
 
-    ``T[i, j]`` (or ``T(i, j)``) reads one element inside a compute definition. Arithmetic
-    between tensors (``A + B``, ``A * 2``) builds an elementwise compute with numpy
-    broadcasting.
+    ``T[i, j]`` (or ``T(i, j)``, or ``T[i][j]`` as TVM allows) reads one element inside a
+    compute definition; ``T[i]`` of a 2-d tensor is a :class:`TensorSlice` to index
+    further. Arithmetic between tensors (``A + B``, ``A * 2``) builds an elementwise
+    compute with numpy broadcasting.
     """
 
     __slots__ = ("op", "value_index", "shape", "dtype")
@@ -44,30 +45,46 @@ class Tensor:
     def ndim(self) -> int:
         return len(self.shape)
 
-    def __getitem__(self, indices) -> Expr:
+    def __getitem__(self, indices) -> Expr | TensorSlice:
+        """The element at ``indices``, or a :class:`TensorSlice` when fewer indices than
+        dimensions are given (TVM's chained ``A[i][j]``).
+
+        Raises
+        ------
+        DefinitionIndexError
+            For more indices than dimensions.
+        DefinitionTypeError
+            For a slice or a non-integer index.
+        """
         if not isinstance(indices, tuple):
             indices = (indices,)
+        if 0 < len(indices) < len(self.shape):
+            return TensorSlice(self, tuple(self._index(k, x) for k, x in enumerate(indices)))
+        return self._read(indices)
+
+    def _read(self, indices: tuple) -> Expr:
         if len(indices) != len(self.shape):
             raise DefinitionIndexError(
                 f"{self.name}[...]: tensor has {len(self.shape)} dimensions "
                 f"{self.shape}, got {len(indices)} indices; expected one index "
                 f"per dimension")
-        idx = []
-        for k, x in enumerate(indices):
-            if isinstance(x, slice):
-                raise DefinitionTypeError(
-                    f"{self.name}[...]: slices are not supported in a compute "
-                    f"definition; index every dimension with an expression")
-            e = convert(x, "int32")
-            if not dt.is_int(e.dtype):
-                raise DefinitionTypeError(
-                    f"{self.name}[...]: index {k} ({e}) has dtype {e.dtype}; "
-                    f"expected an integer (use .astype('int32'))")
-            idx.append(e)
-        return TensorRead(self.dtype, self, tuple(idx))
+        return TensorRead(self.dtype, self, tuple(self._index(k, x)
+                                                  for k, x in enumerate(indices)))
+
+    def _index(self, k: int, x) -> Expr:
+        if isinstance(x, slice):
+            raise DefinitionTypeError(
+                f"{self.name}[...]: slices are not supported in a compute "
+                f"definition; index every dimension with an expression")
+        e = convert(x, "int32")
+        if not dt.is_int(e.dtype):
+            raise DefinitionTypeError(
+                f"{self.name}[...]: index {k} ({e}) has dtype {e.dtype}; "
+                f"expected an integer (use .astype('int32'))")
+        return e
 
     def __call__(self, *indices) -> Expr:
-        return self[indices]
+        return self._read(indices)
 
     def __repr__(self) -> str:
         return f"Tensor(name={self.name!r}, shape={self.shape}, dtype={self.dtype!r})"
@@ -106,6 +123,48 @@ class Tensor:
 
     def __neg__(self):
         return compute(self.shape, lambda *i: -self[i], name=f"{self.name}_neg")
+
+
+class TensorSlice(ExprOp):
+    """``T[i]`` of a tensor with more dimensions: index it further (``T[i][j]``, TVM's
+    ``TensorSlice``). It is no value: using it in an expression raises
+    :class:`~polytile.errors.DefinitionIndexError` naming the missing dimensions."""
+
+    __slots__ = ("tensor", "indices")
+
+    def __init__(self, tensor: Tensor, indices: tuple):
+        self.tensor = tensor
+        self.indices = indices
+
+    @property
+    def dtype(self) -> str:
+        return self.tensor.dtype
+
+    def __getitem__(self, indices) -> Expr | TensorSlice:
+        if not isinstance(indices, tuple):
+            indices = (indices,)
+        t, have = self.tensor, len(self.indices)
+        if have + len(indices) > t.ndim:
+            raise DefinitionIndexError(
+                f"{t.name}{self._text()}[...]: tensor has {t.ndim} dimensions {t.shape}, "
+                f"got {have + len(indices)} indices; expected one index per dimension")
+        more = tuple(t._index(have + k, x) for k, x in enumerate(indices))
+        if have + len(more) < t.ndim:
+            return TensorSlice(t, self.indices + more)
+        return TensorRead(t.dtype, t, self.indices + more)
+
+    def _text(self) -> str:
+        return "".join(f"[{e}]" for e in self.indices)
+
+    def _expr(self) -> Expr:
+        t = self.tensor
+        raise DefinitionIndexError(
+            f"{t.name}{self._text()}: tensor has {t.ndim} dimensions {t.shape}, got "
+            f"{len(self.indices)} indices; expected one index per dimension (index further: "
+            f"{t.name}{self._text()}[...] or {t.name}[i, j, ...])")
+
+    def __repr__(self) -> str:
+        return f"TensorSlice({self.tensor.name}{self._text()})"
 
 
 @dataclass(frozen=True, eq=False)

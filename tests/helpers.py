@@ -16,6 +16,8 @@ Tolerances (``check``), relative to the float64 numpy reference, for data in [-1
 * float32: rtol 2e-5,  atol 2e-5  * sqrt(reduction length)
 * float16 (outputs): rtol 2e-3, atol 2e-3 * sqrt(reduction length) -- outputs are rounded
   to float16 (eps 9.8e-4) once, after a float32 accumulation
+* bfloat16: rtol 1.6e-2 (two units in the last place of the 8-bit significand); arrays are
+  ``ml_dtypes.bfloat16`` or ``uint16`` bit patterns (``polytile.te.dtype.bfloat16_array``)
 * integers and bool: exact.
 """
 
@@ -30,11 +32,12 @@ import pytest
 import polytile
 from polytile import te
 from polytile.schedule import interpreter
+from polytile.te import dtype as dt
 from polytile.te.tensor import PlaceholderOp, Tensor
 
 BACKENDS = ("interp", "llvm")
 
-RTOL = {"float16": 2e-3, "float32": 2e-5, "float64": 1e-10}
+RTOL = {"float16": 2e-3, "float32": 2e-5, "float64": 1e-10, "bfloat16": 1.6e-2}
 
 
 def rng(seed: int = 0) -> np.random.Generator:
@@ -48,6 +51,8 @@ def rand(shape, dtype: str = "float32", seed: int = 0, gen: np.random.Generator 
     integers uniform over a small symmetric range without 0 (unsigned: 1..high)."""
     g = gen if gen is not None else rng(seed)
     shape = tuple(shape)
+    if dtype == "bfloat16":
+        return dt.bfloat16_array(rand(shape, "float32", gen=g, low=low, high=high))
     if dtype.startswith("float"):
         x = g.uniform(low, high, size=shape)
         x = np.where(np.abs(x) < 1e-3, 0.5, x)
@@ -65,6 +70,8 @@ def rand(shape, dtype: str = "float32", seed: int = 0, gen: np.random.Generator 
 def poison(shape, dtype: str) -> np.ndarray:
     """An output array filled with a value no correct kernel produces for our data: NaN for
     floats, the dtype's maximum for integers."""
+    if dtype == "bfloat16":
+        return dt.bfloat16_array(np.full(shape, np.nan))
     if dtype.startswith("float"):
         return np.full(shape, np.nan, dtype=dtype)
     if dtype == "bool":
@@ -172,6 +179,8 @@ def check(out: np.ndarray, ref: np.ndarray, dtype: str | None = None, k: int = 1
     """Compare ``out`` with the float64 reference ``ref`` at the tolerance of ``dtype``
     (``out.dtype`` by default) for reductions of length ``k`` (see the module doc)."""
     dtype = dtype or out.dtype.name
+    if dtype == "bfloat16":
+        out = dt.bfloat16_values(out)
     assert out.shape == tuple(ref.shape), f"shape {out.shape} != {ref.shape}"
     if dtype in RTOL:
         assert not np.isnan(out).any() or np.isnan(ref).any(), "NaN (poison) left in output"

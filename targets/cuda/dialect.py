@@ -68,6 +68,9 @@ class CUDADialect(CDialect):
     half_from_int64 = "__ll2half_rn"
     half_from_uint64 = "__ull2half_rn"
     half_from_bits = "__ushort_as_half"
+    bfloat16_from_float = "__float2bfloat16_rn"
+    bfloat16_to_float = "__bfloat162float"
+    bfloat16_from_bits = "__ushort_as_bfloat16"
     float_from_bits = "__int_as_float"
     double_from_bits = "__longlong_as_double"
     math: ClassVar[dict] = {name: ({**fns, "float16": _HALF_MATH[name]} if name in _HALF_MATH else fns)

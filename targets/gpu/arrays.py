@@ -46,7 +46,7 @@ class NDArray:
         if any(n < 0 for n in self.shape):
             raise ValueError(format_error("nd.empty", f"negative extent in shape {shape}",
                                           "expected extents >= 0"))
-        self.dtype = np.dtype(dt.canonical(dtype))
+        self.dtype = dt.to_numpy(dt.canonical(dtype))
         self.api = api
         self.device = api.device
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
@@ -148,9 +148,27 @@ def array(obj, api: DeviceAPI, dtype=None) -> NDArray:
     """
     if isinstance(obj, NDArray):
         obj = obj.numpy()
+    a = host_array(obj, dtype)
+    return NDArray(a.shape, a.dtype, api).copyfrom(a)
+
+
+def host_array(obj, dtype=None) -> np.ndarray:
+    """``obj`` as a numpy array of polytile dtype ``dtype`` (its own when None): for
+    ``bfloat16``, an array that already holds bfloat16 (``ml_dtypes.bfloat16``, or
+    ``uint16`` bit patterns) is kept, anything else is rounded by
+    :func:`polytile.te.dtype.bfloat16_array`.
+
+    Raises
+    ------
+    TypeError
+        For a dtype polytile does not support.
+    """
+    if dtype is not None and dt.canonical(dtype) == "bfloat16":
+        a = np.asarray(obj)
+        return a if dt.is_bfloat16_array_dtype(a.dtype) else dt.bfloat16_array(a)
     a = np.asarray(obj) if dtype is None else np.asarray(obj, dtype=dtype)
     dt.canonical(a.dtype)
-    return NDArray(a.shape, a.dtype, api).copyfrom(a)
+    return a
 
 
 # ---------------------------------------------------------------------------- arguments
@@ -229,4 +247,4 @@ def _from_cai(fname: str, p: Buffer, a, cai: dict, api: DeviceAPI):
     return view.ptr, view
 
 
-__all__ = ["NDArray", "array", "device_array", "empty"]
+__all__ = ["NDArray", "array", "device_array", "empty", "host_array"]

@@ -7,6 +7,11 @@ one element type and emits the same instructions for both, so the scalar code ge
 Type mapping: ``bool`` is ``i1`` in registers and ``i8`` in memory (numpy's layout), signed
 and unsigned ints are ``iN`` (signedness lives in the polytile dtype, which picks ``sdiv`` or
 ``udiv``, ``ashr`` or ``lshr``, ...), ``float16/32/64`` are ``half/float/double``.
+``bfloat16`` is its ``i16`` bit pattern, in registers as in memory: after
+:mod:`polytile.schedule.passes.bfloat16` it is only loaded, stored, selected and converted
+to and from ``float``, with integer instructions (the rounding to nearest even is
+``(u + 0x7fff + ((u >> 16) & 1)) >> 16`` on the float's bits, NaN kept quiet), so no
+libgcc routine and no bfloat16 instruction set is needed.
 
 Float semantics: ``contract`` on ``fadd``/``fsub``/``fmul`` (FMA formation only, as C
 compilers do by default), or ``fast`` when the target asks for ``-fast-math``. Float
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from polytile.errors import BuildError, format_error
+from polytile.errors import BuildError, InternalError, format_error
 from polytile.te import dtype as dt
 
 from . import vecmath
@@ -57,6 +62,9 @@ def const(dtype: str, value, lanes: int = 1) -> ir.Constant:
     t = llvm_type(dtype)
     if dtype == "bool":
         c = ir.Constant(t, int(bool(value)))
+    elif dtype == "bfloat16":
+        bits = int(dt.bfloat16_bits(value))
+        c = ir.Constant(t, bits - (1 << 16) if bits >= 1 << 15 else bits)
     elif dt.is_float(dtype):
         c = ir.Constant(t, float(value))
     else:
@@ -124,6 +132,7 @@ def binop(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str,
     BuildError
         For an op that does not exist for ``dtype`` (``div`` on ints, shifts on floats).
     """
+    _not_bfloat16("binary op " + repr(op), dtype)
     if dt.is_float(dtype):
         fl = _fm(fast)
         if op == "add":
@@ -166,6 +175,7 @@ _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 def compare(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str) -> ir.Value:
     """``x <op> y`` giving ``i1`` lanes; floats compare ordered except ``ne`` (unordered,
     so ``NaN != x`` holds, as in C)."""
+    _not_bfloat16("comparison " + repr(op), dtype)
     if dt.is_float(dtype):
         if op == "ne":
             return b.fcmp_unordered("!=", x, y)
@@ -181,6 +191,10 @@ def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
     (signed source) or zero (unsigned source, bool) extension."""
     if src == dst:
         return v
+    if "bfloat16" in (src, dst):
+        if src == "bfloat16":
+            return cast(b, _bfloat16_to_float(b, v), "float32", dst)
+        return _float_to_bfloat16(b, cast(b, v, src, "float32"))
     lanes = lanes_of(v)
     to = llvm_type(dst, lanes)
     if dst == "bool":
@@ -201,6 +215,36 @@ def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
     if sb > db:
         return b.trunc(v, to)
     return b.sext(v, to) if dt.is_signed(src) else b.zext(v, to)
+
+
+def _bfloat16_to_float(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """The ``float`` value of ``bfloat16`` bits ``v`` (exact: the bits are the high half)."""
+    lanes = lanes_of(v)
+    wide = b.shl(b.zext(v, llvm_type("int32", lanes)), const("int32", 16, lanes))
+    return b.bitcast(wide, llvm_type("float32", lanes))
+
+
+def _float_to_bfloat16(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """``float`` ``v`` rounded to the nearest ``bfloat16`` (ties to even; NaN stays a quiet
+    NaN with its sign and high payload; overflow gives the infinity of its sign), as bits."""
+    lanes = lanes_of(v)
+
+    def k(n: int) -> ir.Constant:
+        return const("int32", n, lanes)
+
+    u = b.bitcast(v, llvm_type("int32", lanes))
+    high = b.lshr(u, k(16))
+    rounded = b.lshr(b.add(b.add(u, k(0x7FFF)), b.and_(high, k(1))), k(16))
+    quiet = b.or_(high, k(0x40))
+    bits = b.select(b.fcmp_unordered("uno", v, v), quiet, rounded)
+    return b.trunc(bits, llvm_type("int16", lanes))
+
+
+def _not_bfloat16(what: str, dtype: str) -> None:
+    if dtype == "bfloat16":
+        raise InternalError(format_error(
+            "codegen_llvm", f"{what} on bfloat16 operands reached code generation",
+            "expected float32 arithmetic and conversions (legalize_bfloat16 writes them)"))
 
 
 # math intrinsics -------------------------------------------------------------------------
@@ -247,6 +291,7 @@ def math_call(b: ir.IRBuilder, name: str, args: list, arg_dtype: str,
     BuildError
         For an unknown intrinsic name or an int argument to a float intrinsic.
     """
+    _not_bfloat16(f"intrinsic {name!r}", arg_dtype)
     fm = ("fast",) if fast else ()
     x = args[0]
     if name == "abs":

@@ -262,8 +262,9 @@ CASES = [
                  r"dtype: unsupported dtype 'float31'; expected one of .*float32",
                  id="unknown-dtype"),
     pytest.param(too_few_indices, IndexError,
-                 r"A\[\.\.\.\]: tensor has 2 dimensions \(8, 8\), got 1 indices; expected one "
-                 r"index per dimension", id="too-few-indices"),
+                 r"A\[i\]: tensor has 2 dimensions \(8, 8\), got 1 indices; expected one "
+                 r"index per dimension \(index further: A\[i\]\[\.\.\.\]",
+                 id="too-few-indices"),
     pytest.param(float_index, TypeError,
                  r"A\[\.\.\.\]: index 0 \(F\[i\]\) has dtype float32; expected an integer",
                  id="float-index"),

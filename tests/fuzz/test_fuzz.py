@@ -30,10 +30,7 @@ TIMEOUT = {"llvm": 15.0, "cuda": 45.0}
 # (target, seed) -> the fault it shows today (regression tests of each fault with its right
 # value: tests/fuzz/test_regressions.py; case files: /work/shared/cases). Remove an entry
 # when its test XPASSes.
-KNOWN_FAULTS: dict[tuple[str, int], str] = {
-    ("cuda", 22): "isl AST of a GPU stencil with quasi-affine attached reads fails the domain "
-                  "check and every fallback (InternalError)",
-}
+KNOWN_FAULTS: dict[tuple[str, int], str] = {}
 
 
 def _cuda_available() -> str | None:

@@ -10,7 +10,7 @@ by ``g++`` with a shim that maps the CUDA spellings onto C++ (``__syncthreads()`
 
 It checks what a GPU test checks except the GPU itself: argument packing, launch shapes,
 workspaces, the numerics of the generated C (integer wrap-around, floor division, math
-functions, half conversions), and the host logic of the runtime. ``half`` is GCC's
+functions, half and bfloat16 conversions), and the host logic of the runtime. ``half`` is GCC's
 ``_Float16``, which may keep intermediate results in float (tolerances cover it).
 """
 
@@ -68,6 +68,17 @@ PT_HALF1(hlog10, log10f) PT_HALF1(hsqrt, sqrtf) PT_HALF1(hrsqrt, rsqrtf) PT_HALF
 PT_HALF1(hcos, cosf) PT_HALF1(hfloor, floorf) PT_HALF1(hceil, ceilf) PT_HALF1(hrint, rintf)
 PT_HALF1(htrunc, truncf) PT_HALF1(__habs, fabsf)
 static inline bool __hisnan(half x) { return isnan((float)x); }
+// bfloat16 (cuda_bf16.h): 16-bit storage; the printer converts it to and from float only
+struct __nv_bfloat16 { unsigned short x; };
+static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) { return {x}; }
+static inline float __bfloat162float(__nv_bfloat16 b) {
+  return pt_bits<float>((unsigned)b.x << 16);
+}
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+  unsigned u = pt_bits<unsigned>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {(unsigned short)((u >> 16) | 0x40u)};
+  return {(unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
 #define __expf expf
 #define __logf logf
 #define __log2f log2f
@@ -115,8 +126,8 @@ def _launcher(name: str, params: str) -> str:
 
 class _Module:
     def __init__(self, source: str, workdir: str):
-        src = source.replace("#include <cuda_fp16.h>", "").replace("extern __shared__",
-                                                                      "extern")
+        src = source.replace("#include <cuda_fp16.h>", "").replace(
+            "#include <cuda_bf16.h>", "").replace("extern __shared__", "extern")
         kernels = _KERNEL.findall(source)
         text = _SHIM + src + "\n" + "".join(_launcher(n, p) for n, p in kernels)
         fd, path = tempfile.mkstemp(suffix=".cpp", dir=workdir)

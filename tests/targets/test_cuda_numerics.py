@@ -18,6 +18,7 @@ import polytile
 from polytile import te
 from polytile.targets.cuda import compile as cc
 from polytile.targets.cuda import runtime
+from polytile.te import dtype as dt
 
 
 @pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
@@ -93,3 +94,41 @@ def test_float16_sum_rounds_once(device):
     compile_with_nvcc(polytile.build(s, [X, S], target="cuda").get_source())
     out = _run(s, [X, S], [x], device)
     np.testing.assert_array_equal(out, x.astype("float64").sum(axis=1).astype("float16"))
+
+
+def _bf16(x) -> np.ndarray:
+    """float32 ``x`` rounded to bfloat16, as float32."""
+    return dt.bfloat16_values(dt.bfloat16_bits(np.asarray(x, np.float32)))
+
+
+def test_bfloat16_operations_and_float32_sum(device):
+    """__nv_bfloat16 storage, every operation in float32 rounded by __float2bfloat16_rn,
+    constants as bit patterns, a sum accumulated in float32 (256 + 1 stalls in bfloat16)."""
+    rows, K = 7, 37
+    X = te.placeholder((rows, K), "bfloat16", name="X")
+    k = te.reduce_axis((0, K), name="k")
+    S = te.compute((rows,), lambda i: te.sum(X[i, k], axis=k), name="S")
+    Q = te.compute((rows,), lambda i: te.if_then_else(
+        X[i, 1] < 0, te.const(1.5, "bfloat16"),
+        te.max(S[i] * X[i, 2] - 0.1, X[i, 3]) / X[i, 4] + te.exp(X[i, 5])), name="Q")
+    s = te.create_schedule(Q.op)
+    _bind(s, S, factor=4)
+    _bind(s, Q, factor=4)
+    g = np.random.default_rng(5)
+    x = g.uniform(-2, 2, (rows, K)).astype(np.float32)
+    x[0] = [256.0] + [1.0] * (K - 1)
+    xb = dt.bfloat16_array(x)
+    src = polytile.build(s, [X, Q], target="cuda").get_source()
+    assert "#include <cuda_bf16.h>" in src and "__float2bfloat16_rn(" in src
+    assert "__ushort_as_bfloat16((unsigned short)0x3fc0)" in src     # 1.5
+    compile_with_nvcc(src)
+    out = dt.bfloat16_values(_run(s, [X, Q], [xb], device))
+    xv = dt.bfloat16_values(xb)
+    sv = _bf16(xv.astype(np.float64).sum(axis=1))
+    assert sv[0] == 292.0   # 256 + 36, exact in float32, rounded once
+    want = np.where(xv[:, 1] < 0, 1.5, _bf16(
+        _bf16(np.maximum(_bf16(_bf16(sv * xv[:, 2]) - _bf16(0.1)), xv[:, 3]) / xv[:, 4])
+        + _bf16(np.exp(xv[:, 5]))))
+    np.testing.assert_allclose(out, want, rtol=2.0**-7)
+    exact = np.isclose(out, want, rtol=0, atol=0)
+    assert exact.sum() >= rows - 1   # exp may differ by one unit in the last place

@@ -195,3 +195,40 @@ def test_reduction_dtype_follows_source(A):
     I8 = te.placeholder((n, n), dtype="int8", name="I8")
     assert te.compute((n,), lambda i: te.sum(I8[i, k], axis=k)).dtype == "int8"
     assert te.compute((n,), lambda i: te.sum(I8[i, k].astype("int32"), axis=k)).dtype == "int32"
+
+
+def test_chained_indexing_reads_like_tvm(A):
+    """``A[i][j]`` is ``A[i, j]`` (TVM's TensorSlice); a 3-d tensor chains in any split."""
+    B = te.compute((n, n), lambda i, j: A[i][j] * 2, name="B")
+    C = te.compute((n, n), lambda i, j: A[i, j] * 2, name="C")
+    assert str(B.op.body) == str(C.op.body) == "((A[i, j] * 2.0f),)"
+    T = te.placeholder((3, 4, 5), name="T")
+    s = T[1]
+    assert isinstance(s, te.TensorSlice) and s.dtype == "float32"
+    assert isinstance(s[2], te.TensorSlice)
+    assert isinstance(T[1][2][3], te.TensorRead) and isinstance(T[1, 2][3], te.TensorRead)
+    assert isinstance(T[1][2, 3], te.TensorRead)
+
+
+def test_chained_indexing_numbers_match_numpy():
+    import polytile
+
+    T = te.placeholder((3, 4, 5), name="T")
+    C = te.compute((3, 4, 5), lambda i, j, k: T[i][j][k] + T[2 - i][j, 4 - k], name="C")
+    f = polytile.build(te.create_schedule(C.op), [T, C], target="llvm")
+    t = np.random.default_rng(0).uniform(-1, 1, (3, 4, 5)).astype("float32")
+    c = np.full((3, 4, 5), np.nan, "float32")
+    f(t, c)
+    np.testing.assert_allclose(c, t + t[::-1, :, ::-1], rtol=1e-6)
+
+
+def test_incomplete_chained_index_raises(A):
+    with pytest.raises(IndexError, match=r"A\[i\]: tensor has 2 dimensions \(10, 10\), got 1 "
+                       r"indices; expected one index per dimension \(index further"):
+        te.compute((n,), lambda i: A[i] + 1.0)
+    with pytest.raises(IndexError, match=r"A\[i\]\[\.\.\.\]: tensor has 2 dimensions .*got 3"):
+        te.compute((n,), lambda i: A[i][i, 0])
+    with pytest.raises(TypeError, match="slices are not supported"):
+        te.compute((n,), lambda i: A[i][1:3])
+    with pytest.raises(IndexError, match="got 1 indices"):
+        te.compute((n,), lambda i: A(i))       # a call takes every index at once

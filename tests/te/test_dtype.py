@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from polytile import te
+from polytile.errors import PolytileWarning
 from polytile.te import dtype as dt
 
 INTS = ("int8", "int16", "int32", "int64")
@@ -166,7 +167,56 @@ def test_canonical(spec, name):
     assert dt.canonical(spec) == name
 
 
-@pytest.mark.parametrize("bad", ["bfloat16", "complex64", "float128x", object, "int4"])
+@pytest.mark.parametrize("alias, name", [("float", "float32"), ("int", "int32"),
+                                         ("uint", "uint32"), ("double", "float64")])
+def test_tvm_aliases(alias, name):
+    # numpy reads "float"/"int"/"uint" as 64-bit; TVM (and polytile) as 32-bit
+    assert dt.canonical(alias) == name
+    assert te.placeholder((3,), dtype=alias).dtype == name
+    assert te.var("v", alias).dtype == name
+    assert te.const(1, alias).dtype == name
+
+
+def test_bfloat16_is_a_float_dtype():
+    assert dt.canonical("bfloat16") == "bfloat16"
+    assert dt.is_float("bfloat16") and dt.nbytes("bfloat16") == 2
+    assert dt.promote("bfloat16", "float16") == "float32"
+    assert dt.promote("bfloat16", "float32") == "float32"
+    assert dt.promote("bfloat16", "int8") == "bfloat16"
+    assert dt.accumulation_dtype("bfloat16") == "float32"
+
+
+def test_bfloat16_bits_round_to_nearest_even():
+    b = dt.bfloat16_bits([1.0, 1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-8 + 2**-20, -2.0, 3.4e38,
+                          float("inf"), 0.0, -0.0, 1e-40])
+    assert [hex(int(v)) for v in b] == ["0x3f80", "0x3f80", "0x3f82", "0x3f81", "0xc000",
+                                        "0x7f80", "0x7f80", "0x0", "0x8000",
+                                        hex(int(np.float32(1e-40).view(np.uint32)) >> 16)]
+    nan = dt.bfloat16_bits(float("nan"))
+    assert np.isnan(dt.bfloat16_to_float32(nan))
+    # every bfloat16 value round-trips, and rounding is to the nearest representable value
+    allbits = np.arange(2**16, dtype=np.uint16)
+    vals = dt.bfloat16_to_float32(allbits)
+    finite = np.isfinite(vals)
+    np.testing.assert_array_equal(dt.bfloat16_bits(vals[finite]), allbits[finite])
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(10001).astype(np.float32) * 100
+    r = dt.bfloat16_to_float32(dt.bfloat16_bits(x))
+    assert np.all(np.abs(r - x) <= np.abs(x) * 2.0**-8)
+    assert dt.round_float(1 + 2**-7 + 2**-9, "bfloat16") == 1 + 2**-7
+
+
+def test_max_and_min_value_are_tvms_finite_extremes():
+    assert te.max_value("float32").value == float(np.finfo(np.float32).max)
+    assert te.min_value("float32").value == -float(np.finfo(np.float32).max)
+    assert te.max_value("float16").value == 65504.0
+    assert te.max_value("bfloat16").value == float(dt.bfloat16_to_float32(0x7F7F))
+    assert te.min_value("int32").value == -2**31 and te.max_value("int8").value == 127
+    assert te.min_value("uint16").value == 0 and te.max_value("uint16").value == 2**16 - 1
+    assert te.max_value("float").dtype == "float32"
+
+
+@pytest.mark.parametrize("bad", ["complex64", "float128x", object, "int4"])
 def test_canonical_refuses_unsupported(bad):
     with pytest.raises(TypeError, match="unsupported dtype"):
         dt.canonical(bad)
@@ -228,8 +278,10 @@ FOLDS = [
      2**63 - 1),
     ("int8 astype", lambda: te.const(300).astype("int8"), "int8", 44),
     ("uint64 -> int64", lambda: te.const(2**64 - 1, "uint64").astype("int64"), "int64", -1),
-    ("float16 65535", lambda: te.const(65535, "float16"), "float16", np.inf),
-    ("float32 1e39", lambda: te.const(1e39, "float32"), "float32", np.inf),
+    ("float16 65535", lambda: te.const(65504, "float16") * te.const(2, "float16"), "float16",
+     np.inf),
+    ("float32 1e39", lambda: te.const(3e38, "float32") * te.const(2, "float32"), "float32",
+     np.inf),
     ("float16 0.1", lambda: te.const(0.1, "float16") * te.const(3, "float16"), "float16",
      np.float16(0.1) * np.float16(3)),
 ]
@@ -258,8 +310,10 @@ def test_simplifier_folds_at_the_operands_dtype():
 def test_literals_outside_their_dtype():
     # floats overflow to inf, as np.float16(65535); ints are refused as np.int8(300) is in
     # numpy 2, with a hint that astype wraps
-    assert te.const(65535, "float16").value == np.inf
-    assert te.const(-1e39, "float32").value == -np.inf
+    with pytest.warns(PolytileWarning, match=r"const: 65535 overflows float16 .*65504"):
+        assert te.const(65535, "float16").value == np.inf
+    with pytest.warns(PolytileWarning, match="overflows float32"):
+        assert te.const(-1e39, "float32").value == -np.inf
     assert te.const(0.1, "float32").value == float(np.float32(0.1))
     assert te.const(2**64 - 1, "uint64").value == 2**64 - 1
     with pytest.raises(OverflowError, match=r"const: 300 does not fit in int8 .*astype"):

@@ -24,7 +24,7 @@ I = te.placeholder((4,), name="I", dtype="int32")
      "does not fit in int8"),
     (lambda: te.floordiv(I[0], 0), DefinitionZeroDivisionError, ZeroDivisionError,
      "division by the constant 0"),
-    (lambda: A[0], DefinitionIndexError, IndexError, "got 1 indices"),
+    (lambda: A[0] + 1.0, DefinitionIndexError, IndexError, "got 1 indices"),
     (lambda: te.exp(I[0]), DefinitionTypeError, TypeError, "expected a float"),
     (lambda: te.reduce_axis((5, 2), name="k"), DefinitionValueError, ValueError, "reversed"),
     (lambda: te.placeholder((2,), dtype="float31"), DefinitionTypeError, TypeError,
