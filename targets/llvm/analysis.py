@@ -20,19 +20,6 @@ from polytile.te.expr import Binary, Const, Expr, Var, child_fields
 _DIVS = ("truncdiv", "truncmod", "floordiv", "floormod")
 
 
-def node_ids(e: Expr) -> set[int]:
-    """Identities of every node of ``e`` (shared nodes counted once)."""
-    out: set[int] = set()
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if id(x) in out:
-            continue
-        out.add(id(x))
-        stack.extend(_children(x))
-    return out
-
-
 def _children(e: Expr):
     for f in child_fields(e):
         v = getattr(e, f)
@@ -83,7 +70,8 @@ def traps_after(cond: Expr, *operands: Expr) -> bool:
 
 
 def _ids_up_to(e: Expr, limit: int) -> set[int] | None:
-    """:func:`node_ids` of ``e``, or ``None`` when it has more than ``limit`` nodes."""
+    """Identities of every node of ``e`` (shared nodes counted once), or ``None`` when it
+    has more than ``limit`` nodes."""
     out: set[int] = set()
     stack = [e]
     while stack:

@@ -367,13 +367,19 @@ def _log1p(o: _Ops, x, fast: bool):
 
 
 # ----------------------------------------------------------------------- tanh, sigmoid, erf
+def _odd_rational(o: _Ops, x, a, top: float, p, q):
+    """The fast forms of the odd functions tanh and erf: ``sign(x) min(1, a P(a^2) /
+    Q(a^2))`` with ``a = |x|`` clamped to ``top``, where the function is 1 in float32."""
+    ac = o.sel(o.cmp(">", a, o.c(top)), o.c(top), a)
+    t = o.mul(ac, ac)
+    y = o.div(o.mul(ac, o.horner(t, p)), o.horner(t, q))
+    return o.copysign(o.at_most_one(y), x)
+
+
 def _tanh(o: _Ops, x, fast: bool):
     a = o.fabs(x)
     if fast:
-        ac = o.sel(o.cmp(">", a, o.c(C.TANH_FAST_MAX)), o.c(C.TANH_FAST_MAX), a)
-        t = o.mul(ac, ac)
-        y = o.div(o.mul(ac, o.horner(t, C.TANH_FAST_F32_P)), o.horner(t, C.TANH_FAST_F32_Q))
-        return o.copysign(o.at_most_one(y), x)
+        return _odd_rational(o, x, a, C.TANH_FAST_MAX, C.TANH_FAST_F32_P, C.TANH_FAST_F32_Q)
     t2 = o.mul(a, a)
     small = o.fma(o.mul(a, t2), o.horner(t2, o.k.tanh), a)
     # 2/(e + 1) <= 0.45 here, so its rounding errors are below an ulp of the result
@@ -399,10 +405,7 @@ def _erf(o: _Ops, x, fast: bool):
     k = o.k
     a = o.fabs(x)
     if fast:
-        ac = o.sel(o.cmp(">", a, o.c(C.ERF_MAX_F32)), o.c(C.ERF_MAX_F32), a)
-        t = o.mul(ac, ac)
-        y = o.div(o.mul(ac, o.horner(t, C.ERF_FAST_F32_P)), o.horner(t, C.ERF_FAST_F32_Q))
-        return o.copysign(o.at_most_one(y), x)
+        return _odd_rational(o, x, a, C.ERF_MAX_F32, C.ERF_FAST_F32_P, C.ERF_FAST_F32_Q)
     # a + a (P(a**2) - 1): the rounding error of the polynomial is scaled by |P - 1| <= 0.13
     small = o.fma(a, o.horner(o.mul(a, a), (k.erf_small[0] - 1.0,) + k.erf_small[1:]), a)
     ac = o.sel(o.cmp(">", a, o.c(k.erf_max)), o.c(k.erf_max), a)
