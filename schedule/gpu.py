@@ -18,6 +18,7 @@ from polytile.errors import ScheduleError, fail, format_error
 from polytile.te import dtype as dt
 from polytile.te.expr import Var
 
+from . import isl_util as iu
 from .kinds import PARAM_SPACE, PARAMS
 from .polymodel import LoopNode, Model, StagePlan
 
@@ -157,7 +158,7 @@ def check_store_predicate_threads(model: Model, kernel: Kernel) -> None:
             continue
         names = {v: t.param for v, t in st.store_predicate_tags.items()}
         cond = condition_str(st.store_predicate, names)
-        s = isl.Set(f"{PARAM_SPACE} -> {{ : {cond} }}").intersect(
+        s = iu.Set(f"{PARAM_SPACE} -> {{ : {cond} }}").intersect(
             isl.Set(kernel.context()))
         if s.is_empty():
             shape = ", ".join(f"{t}={n}" for t, n in sorted(kernel.extents.items()))

@@ -80,7 +80,7 @@ def _thread_predicates(sched: isl.Schedule, nodes: list) -> isl.Schedule:
     for st in stmts:
         cond = " and ".join(f"{PARAMS[t]} = {v}" for t, v in st.plan.stage.thread_predicate.items())
         pieces.append(f"{st.tuple()} : {cond}" if cond else st.tuple())
-    return sched.intersect_domain(isl.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}"))
+    return sched.intersect_domain(iu.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}"))
 
 
 def _set_options(node: isl.ScheduleNode, options: dict) -> isl.ScheduleNode:
@@ -137,7 +137,7 @@ def _node(n, vthreads: tuple, domains: dict) -> isl.Schedule:
     if tag in PARAMS:
         pieces = [f"{st.tuple()} : ({n.stmts[st]}) = {PARAMS[tag]}" if st in n.stmts
                   else st.tuple() for st in stmts_below(n)]
-        return child.intersect_domain(isl.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}"))
+        return child.intersect_domain(iu.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}"))
     return _band(child, n, n.stmts)
 
 
@@ -166,7 +166,7 @@ def _present(node: LoopNode, ancestors: list) -> isl.Set:
         if st.plan is not node.plan:
             continue
         vals = [a.stmts[st] for a in ancestors] + [aff]
-        m = isl.Map(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
+        m = iu.Map(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
         s = m.intersect_domain(st.domain).range()
         out = s if out is None else out.union(s)
     return iu.coalesce(out)
@@ -186,7 +186,7 @@ def _choose_isolation(node: LoopNode, ancestors: list) -> tuple[int, isl.Set] | 
     prefix = present.project_out(isl.dim_type.set, v, 1)
     names = ", ".join(f"t{k}" for k in range(v + 1))
     box = prefix.insert_dims(isl.dim_type.set, v, 1).intersect(
-        isl.Set(f"{{ [{names}] : {lo} <= t{v} < {lo + ext} }}"))
+        iu.Set(f"{{ [{names}] : {iu.box_str([f't{v}'], [(lo, ext)])} }}"))
     nonfull = iu.coalesce(box.subtract(present).project_out(isl.dim_type.set, v, 1))
     if nonfull.is_empty():
         return None

@@ -17,6 +17,7 @@ from . import dtype as dt
 from .depth import check_depth
 from .expr import (Expr, ExprOp, IterVar, Range, Reduce, TensorRead, Var, binary,
                    building_body, convert)
+from . import symbolic as sym
 from .visitor import collect
 
 
@@ -224,9 +225,12 @@ class ComputeOp(Operation):
         return list(seen.values())
 
 
-def _shape(shape, who: str) -> tuple[int, ...]:
-    if isinstance(shape, (int,)) or hasattr(shape, "__index__") and not isinstance(
-            shape, (tuple, list)):
+def _shape(shape, who: str) -> tuple:
+    """Normalise a shape: ints, or integer expressions affine in ``te.var`` parameters
+    (symbolic dimensions, :mod:`polytile.te.symbolic`); a bare int or expression is a
+    1-d shape."""
+    if isinstance(shape, ExprOp) or isinstance(shape, (int,)) or hasattr(
+            shape, "__index__") and not isinstance(shape, (tuple, list)):
         shape = (shape,)
     if not isinstance(shape, (tuple, list)):
         raise DefinitionTypeError(format_error(
@@ -235,9 +239,17 @@ def _shape(shape, who: str) -> tuple[int, ...]:
     out = []
     for k, s in enumerate(shape):
         if isinstance(s, ExprOp):
-            raise DefinitionTypeError(
-                f"{who}: dimension {k} is the expression {s}; symbolic shapes are "
-                f"not supported yet, expected a non-negative int")
+            e = s._expr()
+            if sym.static(e) is not None:
+                s = sym.static(e)
+            elif not sym.is_affine(e):
+                raise DefinitionTypeError(format_error(
+                    who, f"dimension {k} is the expression {e}",
+                    "expected a non-negative int or an expression affine in te.var "
+                    "parameters (n, n + 1, 2*n; not n*m, not a compute axis)"))
+            else:
+                out.append(e)
+                continue
         if isinstance(s, bool) or not hasattr(s, "__index__"):
             raise DefinitionTypeError(f"{who}: dimension {k} is {s!r}; expected a non-negative int")
         if int(s) < 0:
@@ -265,8 +277,30 @@ def placeholder(shape, dtype="float32", name: str = "placeholder") -> Tensor:
 
 
 def var(name: str = "v", dtype="int32") -> Var:
-    """A free scalar variable, passed as a scalar argument to the built function."""
+    """A free scalar variable (TVM's ``te.var``).
+
+    Used in a shape or a ``reduce_axis`` bound it is a *symbolic size*: an isl parameter
+    during lowering, whose value a built function reads off the shape of an array
+    argument with that dimension (or takes as a scalar argument when no array has it).
+    Used only in a compute body it is a scalar argument of the built function.
+    """
     return Var(dt.canonical(dtype), name)
+
+
+def size_var(name: str = "size", dtype="int32") -> Var:
+    """A free integer variable known to be ``>= 0`` (TVM's ``te.size_var``): a symbolic
+    size, see :func:`var`.
+
+    Raises
+    ------
+    TypeError
+        For a non-integer ``dtype``.
+    """
+    t = dt.canonical(dtype)
+    if not dt.is_int(t):
+        raise DefinitionTypeError(format_error("size_var", f"dtype {t!r} for {name!r}",
+                                               "expected an integer dtype"))
+    return sym.mark_size_var(Var(t, name))
 
 
 def reduce_axis(dom, name: str = "rv") -> IterVar:
@@ -291,8 +325,15 @@ def reduce_axis(dom, name: str = "rv") -> IterVar:
                 f"reduce_axis {name!r}: dom must be a (lo, hi) pair, got {dom!r}; "
                 f"expected a half-open range{example}") from None
         if isinstance(lo, ExprOp) or isinstance(hi, ExprOp):
-            raise DefinitionTypeError(
-                "reduce_axis: symbolic bounds are not supported yet; expected ints")
+            for b in (lo, hi):
+                if not sym.is_affine(b._expr() if isinstance(b, ExprOp) else b):
+                    raise DefinitionTypeError(format_error(
+                        f"reduce_axis {name!r}", f"bound {b} is not affine in te.var "
+                        "parameters", "expected ints or expressions such as n, n - 1"))
+            lo = sym.static(lo) if sym.static(lo) is not None else lo._expr()
+            hi = sym.static(hi) if sym.static(hi) is not None else hi._expr()
+            rng = Range(lo, sym.sub(hi, lo))
+            return IterVar(Var("int32", name, True), rng, "reduce")
         rng = Range(int(lo), int(hi) - int(lo))
     if rng.extent < 0:
         raise DefinitionValueError(
