@@ -191,15 +191,29 @@ def _choose_isolation(node: LoopNode, ancestors: list) -> tuple[int, isl.Set] | 
     if nonfull.is_empty():
         return None
     depths = [k for k, a in enumerate(ancestors) if a.plan is node.plan]
+    cands = []
     for d in depths:
         keep = v - d - 1
         p_d = prefix.project_out(isl.dim_type.set, d + 1, keep)
         n_d = nonfull.project_out(isl.dim_type.set, d + 1, keep)
         iso = iu.coalesce(p_d.subtract(n_d))
         if not iso.is_empty():
-            return d, iso
+            cands.append((d, iso))
     iso = present.intersect(prefix.subtract(nonfull).insert_dims(isl.dim_type.set, v, 1))
-    return (v, iu.coalesce(iso)) if not iso.is_empty() else None
+    if not iso.is_empty():
+        cands.append((v, iu.coalesce(iso)))
+    if not cands:
+        return None
+    # with symbolic sizes, an outer depth may isolate only for some of their values (all
+    # tiles full when n % 8 == 0): take the outermost depth that isolates full tiles for
+    # every value of the sizes that any depth does
+    best = cands[0][1].params()
+    for _, c in cands[1:]:
+        best = best.union(c.params())
+    for d, c in cands:
+        if best.is_subset(c.params()):
+            return d, c
+    return cands[-1]
 
 
 def _targets(node: LoopNode, ancestors: list) -> list:

@@ -1,0 +1,274 @@
+"""Symbolic shapes (te.var / te.size_var as isl parameters) built for the CPU: one
+function for every size, checked against numpy at several sizes each (0, 1, primes, sizes
+that do and do not divide the split factors)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import polytile
+from polytile import te
+from polytile.errors import ScheduleError
+from tests.helpers import rand
+
+SIZES = (0, 1, 2, 7, 8, 13, 31, 64)
+
+
+def _poison(shape, dtype="float32"):
+    return np.full(shape, np.nan, dtype)
+
+
+def test_bare_expression_shape():
+    n = te.var("n")
+    A = te.placeholder(n, name="A")
+    assert A.shape == (n,)
+    B = te.placeholder(n + 1, name="B")
+    assert len(B.shape) == 1
+
+
+def test_nonaffine_shape_refused():
+    n, m = te.var("n"), te.var("m")
+    with pytest.raises(TypeError, match="affine"):
+        te.placeholder((n * m,), name="A")
+
+
+def test_elementwise_split_all_sizes():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.placeholder((n,), name="B")
+    C = te.compute((n,), lambda i: A[i] * B[i] + 1.0, name="C")
+    s = te.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=8)
+    s[C].vectorize(xi)
+    s[C].parallel(xo)
+    f = polytile.build(s, [A, B, C])
+    for k, n_ in enumerate(SIZES + (97, 1000)):
+        a, b = rand((n_,), seed=k), rand((n_,), seed=k + 100)
+        c = _poison((n_,))
+        f(a, b, c)
+        np.testing.assert_allclose(c, a.astype(np.float64) * b + 1.0, rtol=2e-5)
+
+
+def test_lower_prints_parameters_and_guards():
+    n = te.size_var("n")
+    A = te.placeholder((n,), name="A")
+    C = te.compute((n,), lambda i: A[i] + 1.0, name="C")
+    s = te.create_schedule(C.op)
+    s[C].split(C.op.axis[0], factor=4)
+    text = str(polytile.lower(s, [A, C]))
+    assert "n: int32 = A.shape[0]" in text
+    assert "min(4" in text   # the exact tail of the split
+
+
+def test_mismatch_names_parameter():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.placeholder((n,), name="B")
+    C = te.compute((n,), lambda i: A[i] + B[i], name="C")
+    f = polytile.build(te.create_schedule(C.op), [A, B, C])
+    with pytest.raises(ValueError, match="disagree on the symbolic size 'n'"):
+        f(rand((3,)), rand((4,)), _poison((3,)))
+    with pytest.raises(ValueError, match="shape"):
+        f(rand((3, 2)), rand((3,)), _poison((3,)))
+
+
+def test_matmul_tiled_parallel_vectorized():
+    n, m, kk = te.var("n"), te.size_var("m"), te.var("k")
+    A = te.placeholder((n, kk), name="A")
+    B = te.placeholder((kk, m), name="B")
+    k = te.reduce_axis((0, kk), name="r")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 8)
+    ko, ki = s[C].split(k, factor=4)
+    s[C].reorder(io, jo, ko, ki, ii, ji)
+    s[C].vectorize(ji)
+    s[C].parallel(io)
+    f = polytile.build(s, [A, B, C])
+    for t, (N, M, K) in enumerate([(0, 3, 2), (1, 1, 1), (7, 13, 5), (17, 16, 0),
+                                   (33, 31, 29), (16, 24, 8)]):
+        a, b = rand((N, K), seed=t), rand((K, M), seed=t + 50)
+        c = _poison((N, M))
+        f(a, b, c)
+        np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=2e-5,
+                                   atol=2e-5 * np.sqrt(max(K, 1)))
+
+
+def test_reduction_symbolic_bounds_and_guard():
+    # a reduce_axis bound that is an expression of n, and a guard on n in the body
+    n = te.var("n")
+    A = te.placeholder((n, n), name="A")
+    k = te.reduce_axis((1, n), name="k")
+    B = te.compute((n,), lambda i: te.sum(te.if_then_else(k < n - 1, A[i, k], 0.0), axis=k),
+                   name="B")
+    s = te.create_schedule(B.op)
+    ko, ki = s[B].split(k, factor=3)
+    f = polytile.build(s, [A, B])
+    for t, N in enumerate(SIZES):
+        a = rand((N, N), seed=t)
+        b = _poison((N,))
+        f(a, b)
+        want = a[:, 1:max(N - 1, 1)].astype(np.float64).sum(axis=1) if N else np.zeros(0)
+        np.testing.assert_allclose(b, want, rtol=2e-5, atol=1e-5)
+
+
+def test_scalar_var_only_in_body_is_argument():
+    n = te.var("n")
+    alpha = te.var("alpha", dtype="float32")
+    A = te.placeholder((n,), name="A")
+    C = te.compute((n,), lambda i: A[i] * alpha, name="C")
+    s = te.create_schedule(C.op)
+    f = polytile.build(s, [A, C, alpha])
+    a = rand((11,))
+    c = _poison((11,))
+    f(a, c, 3.0)
+    np.testing.assert_allclose(c, a * 3.0, rtol=1e-6)
+
+
+def test_size_as_scalar_argument_and_expression_dims():
+    # n appears only as n + 1 in a shape: it must be passed as a scalar
+    n = te.var("n")
+    A = te.placeholder((n + 1,), name="A")
+    C = te.compute((n,), lambda i: A[i] + A[i + 1], name="C")
+    s = te.create_schedule(C.op)
+    f = polytile.build(s, [A, C, n])
+    for N in (0, 1, 6, 13):
+        a = rand((N + 1,), seed=N)
+        c = _poison((N,))
+        f(a, c, N)
+        np.testing.assert_allclose(c, a[:-1].astype(np.float64) + a[1:], rtol=2e-5)
+    with pytest.raises(ValueError, match="shape"):
+        f(rand((5,)), _poison((5,)), 5)
+
+
+def test_size_unbound_refused():
+    n = te.var("n")
+    A = te.placeholder((n + 1,), name="A")
+    C = te.compute((n + 1,), lambda i: A[i], name="C")
+    s = te.create_schedule(C.op)
+    with pytest.raises(ScheduleError, match="symbolic size 'n' is not a dimension"):
+        polytile.lower(s, [A, C])
+
+
+def test_out_of_bounds_read_refused_for_some_n():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    C = te.compute((n,), lambda i: A[i + 1], name="C")
+    s = te.create_schedule(C.op)
+    with pytest.raises(ScheduleError, match="outside its shape"):
+        polytile.lower(s, [A, C])
+
+
+@pytest.mark.parametrize("factor", [4, 5])
+def test_compute_at_constant_footprint(factor):
+    n = te.var("n")
+    A = te.placeholder((n + 2,), name="A")
+    B = te.compute((n + 2,), lambda i: A[i] * 2.0, name="B")
+    C = te.compute((n,), lambda i: B[i] + B[i + 1] + B[i + 2], name="C")
+    s = te.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=factor)
+    s[B].compute_at(s[C], xo)
+    s[C].parallel(xo)
+    f = polytile.build(s, [A, C, n])
+    for N in SIZES:
+        a = rand((N + 2,), seed=N)
+        c = _poison((N,))
+        f(a, c, N)
+        b = 2.0 * a.astype(np.float64)
+        np.testing.assert_allclose(c, b[:-2] + b[1:-1] + b[2:], rtol=2e-5)
+
+
+def test_compute_at_symbolic_footprint_on_heap():
+    # B is computed per row of C: its region is a whole row, n elements (heap, run-time size)
+    n, m = te.var("n"), te.var("m")
+    A = te.placeholder((n, m), name="A")
+    B = te.compute((n, m), lambda i, j: A[i, j] + 1.0, name="B")
+    k = te.reduce_axis((0, m), name="k")
+    C = te.compute((n,), lambda i: te.sum(B[i, k] * B[i, k], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[0])
+    s[C].parallel(C.op.axis[0])
+    func = polytile.lower(s, [A, C])
+    assert "heap" in str(func)
+    f = polytile.build(s, [A, C])
+    for N, M in [(0, 0), (1, 1), (3, 0), (5, 7), (13, 31)]:
+        a = rand((N, M), seed=N + M)
+        c = _poison((N,))
+        f(a, c)
+        want = ((a.astype(np.float64) + 1.0) ** 2).sum(axis=1)
+        np.testing.assert_allclose(c, want, rtol=2e-5, atol=1e-5)
+
+
+def test_intermediate_root_stage_heap():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
+    C = te.compute((n,), lambda i: B[i] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    f = polytile.build(s, [A, C])
+    for N in (0, 1, 9, 300):
+        a = rand((N,), seed=N)
+        c = _poison((N,))
+        f(a, c)
+        np.testing.assert_allclose(c, (a.astype(np.float64) + 1.0) * 2.0, rtol=2e-5)
+
+
+def test_symbolic_split_factor_refused():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    C = te.compute((n,), lambda i: A[i], name="C")
+    s = te.create_schedule(C.op)
+    with pytest.raises(ScheduleError, match="split: factor=n for iter_var 'i' of stage 'C'"):
+        s[C].split(C.op.axis[0], factor=n)
+    with pytest.raises(ScheduleError, match="nparts=4 for iter_var 'i' of stage 'C'"):
+        s[C].split(C.op.axis[0], nparts=4)
+
+
+def test_fuse_symbolic_inner_refused_constant_ok():
+    n = te.var("n")
+    A = te.placeholder((n, 6), name="A")
+    C = te.compute((n, 6), lambda i, j: A[i, j] * 3.0, name="C")
+    s = te.create_schedule(C.op)
+    fused = s[C].fuse(C.op.axis[0], C.op.axis[1])   # inner extent 6: affine
+    s[C].parallel(fused)
+    f = polytile.build(s, [A, C])
+    for N in (0, 1, 5):
+        a = rand((N, 6), seed=N)
+        c = _poison((N, 6))
+        f(a, c)
+        np.testing.assert_allclose(c, a * 3.0, rtol=1e-6)
+    B = te.placeholder((6, n), name="B")
+    D = te.compute((6, n), lambda i, j: B[i, j], name="D")
+    s2 = te.create_schedule(D.op)
+    with pytest.raises(ScheduleError, match="fuse: inner iter_var 'j' of stage 'D' has the "
+                       "symbolic extent n"):
+        s2[D].fuse(D.op.axis[0], D.op.axis[1])
+
+
+def test_unroll_symbolic_stays_loop_and_vthread_refused():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    C = te.compute((n,), lambda i: A[i] + 2.0, name="C")
+    s = te.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=4)
+    s[C].unroll(xi)
+    s[C].unroll(xo)   # symbolic trip count: kept as a loop
+    f = polytile.build(s, [A, C])
+    for N in (0, 3, 10):
+        a = rand((N,), seed=N)
+        c = _poison((N,))
+        f(a, c)
+        np.testing.assert_allclose(c, a + 2.0, rtol=1e-6)
+
+
+def test_negative_size_refused_at_call():
+    n = te.var("n")
+    A = te.placeholder((n + 1,), name="A")
+    B = te.placeholder((n,), name="B")
+    C = te.compute((n,), lambda i: A[i] + B[i], name="C")
+    s = te.create_schedule(C.op)
+    f = polytile.build(s, [A, B, C])
+    a = rand((1,))
+    with pytest.raises(ValueError, match="shape"):
+        f(a, rand((2,)), _poison((2,)))
