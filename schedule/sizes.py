@@ -73,7 +73,11 @@ def context(sch, vars_: list[Var]) -> tuple[isl.Set | None, list]:
     ``te.size_var`` is ``>= 0``."""
     if not vars_:
         return None, []
-    checks = [(d, who) for d, who in _tensor_dims(sch)]
+    checks, seen = [], set()
+    for d, who in _tensor_dims(sch):
+        if str(d) not in seen:   # one assumption per distinct expression
+            seen.add(str(d))
+            checks.append((d, who))
     checks += [(v, f"te.size_var {v.name!r}") for v in vars_ if sym.is_size_var(v)]
     names = [iu.param_name(v) for v in vars_]
     conds = " and ".join(f"{iu.num(e)} >= 0" for e, _ in checks) or "1 = 1"

@@ -44,6 +44,7 @@ from polytile.schedule.loop_ir import (FOR_KINDS, Allocate, Assert, Buffer, Eval
                                        IfThenElse, KernelLaunch, LetStmt, PrimFunc, Seq, Stmt,
                                        StmtFunctor, Store, Sync, stmt_str, walk_stmts)
 from polytile.te import dtype as dt
+from polytile.te import symbolic as sym
 from polytile.te.depth import deep
 from polytile.te.expr import Binary, Const, Var
 from polytile.te.visitor import substitute
@@ -215,11 +216,14 @@ class CPrinter(CExprPrinter, StmtFunctor):
     def kernel(self, func: PrimFunc, k: KernelLaunch, workspace: list, global_names: _Namer):
         d, limits = self.d, self.limits
         for what, ext in (("grid", k.grid), ("block", k.block)):
-            if len(ext) != 3 or not all(isinstance(x, int) and x >= 1 for x in ext):
+            # a grid extent may be symbolic (an expression of size parameters, evaluated
+            # at each launch); block extents are fixed at compile time
+            if len(ext) != 3 or not all(isinstance(x, int) and x >= 1 or (
+                    what == "grid" and not sym.is_static(x)) for x in ext):
                 raise BuildError(format_error(self.who, f"kernel {k.name!r} has {what} "
                                               f"{list(ext)}", "expected three positive ints"))
         top = limits.max_grid_dim  # 0: no limit
-        if any(m and x > m for x, m in zip(k.grid, top)):
+        if any(m and sym.is_static(x) and x > m for x, m in zip(k.grid, top)):
             raise BuildError(format_error(self.who, f"kernel {k.name!r} has grid "
                                           f"{list(k.grid)}", f"expected at most {list(top)}"))
         threads = k.block[0] * k.block[1] * k.block[2]

@@ -11,6 +11,7 @@ expressions isl generates, whose terms are bounded by the buffers' extents.
 
 from __future__ import annotations
 
+from polytile.te import symbolic as sym
 from polytile.te.expr import Binary, Cast, Cmp, Const, Select, Var
 from polytile.te.visitor import ExprMutator
 
@@ -81,6 +82,8 @@ class _NarrowStmt(StmtMutator):
 def narrow_indices(func: PrimFunc) -> PrimFunc:
     """See the module docstring."""
     bufs = [p for p in func.params if isinstance(p, Buffer)] + _buffers_used(func.body)
+    if any(not all(sym.is_static(d) for d in b.shape) for b in bufs):
+        return func   # symbolic sizes: any size may come at run time, keep 64-bit indices
     if any(b.size >= LIMIT for b in bufs):
         return func
     for s in walk_stmts(func.body):
