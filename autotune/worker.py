@@ -82,7 +82,7 @@ class _Worker:
 
     def _ensure_data(self, tensors) -> None:
         if self.data is None:
-            self.data = make_inputs(tensors, self.setup.get("seed", 0))
+            self.data = make_inputs(tensors, self.setup.get("seed", 0), self.args)
             self.outs = output_positions(tensors)
 
     def _ensure_reference(self) -> None:
