@@ -88,6 +88,10 @@ _PARAM_NAME: dict[int, str] = {}
 _PARAM_VAR: dict[str, Var] = {}
 _PARAM_RE = re.compile(r"(?<![\w])_[0-9]+[A-Za-z0-9_]*")
 _CONTEXT: list = [None]   # the parameter context of the lowering in progress
+# ids of the size parameters of the lowering in progress (None outside a lowering: any
+# free integer variable): a scalar argument used only in bodies stays opaque to isl, so a
+# read A[i + s] of it is checked at run time instead of being refused for some s
+_SIZES: list = [None]
 
 
 def param_name(v: Var) -> str:
@@ -107,8 +111,11 @@ def param_var(name: str) -> Var | None:
 
 
 def is_param(v) -> bool:
-    """Whether ``v`` is a free integer variable, an isl parameter when it reaches isl."""
-    return isinstance(v, Var) and not v.is_axis and dt.is_int(v.dtype)
+    """Whether ``v`` is an isl parameter when it reaches isl: a free integer variable
+    that is a size parameter of the lowering in progress (any one outside a lowering)."""
+    if not (isinstance(v, Var) and not v.is_axis and dt.is_int(v.dtype)):
+        return False
+    return _SIZES[0] is None or id(v) in _SIZES[0]
 
 
 def pfx(text: str) -> str:
@@ -142,17 +149,20 @@ def num(x) -> str:
 def parameter_context(ctx: isl.Set | None):
     """Make ``ctx`` (a parameter set: what every symbolic size satisfies) the context of
     the domains built in the ``with`` body (:func:`restrict`)."""
-    old = _CONTEXT[0]
+    old, old_sizes = _CONTEXT[0], _SIZES[0]
     _CONTEXT[0] = ctx
+    _SIZES[0] = set()
     try:
         yield
     finally:
-        _CONTEXT[0] = old
+        _CONTEXT[0], _SIZES[0] = old, old_sizes
 
 
-def set_context(ctx: isl.Set | None) -> None:
-    """Set the parameter context inside a :func:`parameter_context` block."""
+def set_context(ctx: isl.Set | None, sizes=()) -> None:
+    """Set the parameter context and the size parameters (``Var``) inside a
+    :func:`parameter_context` block."""
     _CONTEXT[0] = ctx
+    _SIZES[0] = {id(v) for v in sizes}
 
 
 def context() -> isl.Set | None:

@@ -138,8 +138,9 @@ def _inputs(s: Lowering) -> None:
     """argument kinds, loop annotations, target/schedule agreement"""
     check_lower_inputs(s.sch, s.args, s.who)
     s.sizes = size_vars(s.sch, s.args)
+    iu.set_context(None, s.sizes)
     ctx, s.size_checks = size_context(s.sch, s.sizes)
-    iu.set_context(ctx)
+    iu.set_context(ctx, s.sizes)
     validate_schedule(s.sch)
     s.gpu = uses_gpu(s.sch)
     check_store_predicates(s.sch, s.gpu)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polytile.errors import fail
+from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
 from polytile.te.expr import Var
 from polytile.te.tensor import ComputeOp, PlaceholderOp
@@ -61,7 +62,7 @@ def size_vars(sch, args) -> list[Var]:
                 add(iv.dom.min)
                 add(iv.dom.extent)
     for a in args or ():
-        if isinstance(a, Var) and any(a is v for v in found) and not iu.is_param(a):
+        if isinstance(a, Var) and any(a is v for v in found) and not dt.is_int(a.dtype):
             fail("lower", f"the size parameter {a.name!r} has dtype {a.dtype}",
                  "an integer te.var for a size")
     return found
