@@ -79,7 +79,8 @@ def context(sch, vars_: list[Var]) -> tuple[isl.Set | None, list]:
         if str(d) not in seen:   # one assumption per distinct expression
             seen.add(str(d))
             checks.append((d, who))
-    checks += [(v, f"te.size_var {v.name!r}") for v in vars_ if sym.is_size_var(v)]
+    checks += [(v, f"te.size_var {v.name!r}") for v in vars_
+               if sym.is_size_var(v) and str(v) not in seen]
     names = [iu.param_name(v) for v in vars_]
     conds = " and ".join(f"{iu.num(e)} >= 0" for e, _ in checks) or "1 = 1"
     ctx = isl.Set(f"[{', '.join(names)}] -> {{ : {conds} }}")
