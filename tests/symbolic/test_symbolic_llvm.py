@@ -272,3 +272,96 @@ def test_negative_size_refused_at_call():
     a = rand((1,))
     with pytest.raises(ValueError, match="shape"):
         f(a, rand((2,)), _poison((2,)))
+
+
+def _run_all(s, args, make, ref, sizes):
+    f = polytile.build(s, args)
+    for n in sizes:
+        ins, out = make(n)
+        f(*ins, out)
+        want = ref(*[x.astype(np.float64) for x in ins])
+        np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5, err_msg=f"n={n}")
+
+
+def test_reverse_read_with_parameter_in_index():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    C = te.compute((n,), lambda i: A[n - 1 - i], name="C")
+    _run_all(te.create_schedule(C.op), [A, C], lambda n: ([rand((n,), seed=n)],
+             _poison((n,))), lambda a: a[::-1], (0, 1, 5, 16))
+
+
+def test_rfactor_symbolic_reduction():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    k = te.reduce_axis((0, n), "k")
+    B = te.compute((1,), lambda i: te.sum(A[k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    ko, ki = s[B].split(k, factor=8)
+    s.rfactor(B, ki)
+    _run_all(s, [A, B], lambda n: ([rand((n,), seed=n)], _poison((1,))),
+             lambda a: np.array([a.sum()]), (0, 1, 7, 8, 33))
+
+
+def test_cache_read_write_attached():
+    n, m = te.var("n"), te.var("m")
+    A = te.placeholder((n, m), name="A")
+    C = te.compute((n, m), lambda i, j: A[i, j] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    AA = s.cache_read(A, "local", [C])
+    CC = s.cache_write(C, "local")
+    io, ii = s[C].split(C.op.axis[0], factor=4)
+    s[AA].compute_at(s[C], io)
+    s[CC].compute_at(s[C], io)
+    assert "scope='heap'" in str(polytile.lower(s, [A, C]))   # a 4 x m region
+    _run_all(s, [A, C], lambda n: ([rand((n, 7), seed=n)], _poison((n, 7))),
+             lambda a: 2 * a, (0, 1, 5, 9))
+
+
+def test_conv1d_halo_compute_at_vectorized():
+    n = te.var("n")
+    A = te.placeholder((n + 2,), name="A")
+    B = te.compute((n + 2,), lambda i: A[i] * A[i], name="B")
+    r = te.reduce_axis((0, 3), "r")
+    C = te.compute((n,), lambda i: te.sum(B[i + r], axis=r), name="C")
+    s = te.create_schedule(C.op)
+    io, ii = s[C].split(C.op.axis[0], factor=8)
+    s[B].compute_at(s[C], io)
+    s[C].reorder(io, r, ii)
+    s[C].vectorize(ii)
+    assert "alloc(float32[10], scope='stack')" in str(polytile.lower(s, [A, C, n]))
+    _run_all(s, [A, C, n], lambda n: ([rand((n + 2,), seed=n)], _poison((n,))),
+             lambda a: (a * a)[:-2] + (a * a)[1:-1] + (a * a)[2:], ())
+    f = polytile.build(s, [A, C, n])
+    for N in (0, 1, 7, 8, 9, 100):
+        a = rand((N + 2,), seed=N)
+        c = _poison((N,))
+        f(a, c, N)
+        b = a.astype(np.float64) ** 2
+        np.testing.assert_allclose(c, b[:-2] + b[1:-1] + b[2:], rtol=2e-5, atol=1e-6)
+
+
+def test_padding_guard_with_parameter():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    P = te.compute((n + 2,), lambda i: te.if_then_else(te.all(i >= 1, i < n + 1), A[i - 1],
+                                                      0.0), name="P")
+    _run_all(te.create_schedule(P.op), [A, P], lambda n: ([rand((n,), seed=n)],
+             _poison((n + 2,))), lambda a: np.pad(a, 1), (0, 1, 4))
+
+
+def test_square_matmul_cache_write_at_tile():
+    n = te.var("n")
+    A = te.placeholder((n, n), name="A")
+    B = te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), "k")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    CC = s.cache_write(C, "global")
+    io, jo, ii, ji = s[C].tile(*C.op.axis, 8, 8)
+    s[CC].compute_at(s[C], jo)
+    xo, xi = s[CC].split(s[CC].op.reduce_axis[0], factor=4)
+    s[CC].reorder(xo, xi, *s[CC].op.axis)
+    s[CC].vectorize(s[CC].op.axis[1])
+    _run_all(s, [A, B, C], lambda n: ([rand((n, n), seed=n), rand((n, n), seed=n + 9)],
+             _poison((n, n))), lambda a, b: a @ b, (0, 1, 9, 17))
