@@ -24,6 +24,7 @@ import islpy as isl
 
 from polytile.errors import InternalError, LoweringError, fail, format_error
 from polytile.te import symbolic as sym
+from polytile.te.expr import binary
 from polytile.te.reduction import accumulation_dtype
 
 from . import isl_util as iu
@@ -411,11 +412,20 @@ def _extents(footprint: isl.Map, lo: isl.PwMultiAff, stride: tuple) -> list[int]
         if s != 1:
             pa = pa.scale_down_val(isl.Val(s)).floor()
         pa = pa.add_constant_val(isl.Val(1))
-        zero = isl.PwAff.zero_on_domain(isl.LocalSpace.from_space(pa.get_domain_space()))
-        pa = pa.union_max(zero)   # defined (0) where nothing is read
-        if iu.context() is not None:
-            pa = pa.gist(iu.context())
-        out.append(iu.pw_aff_expr(pa.coalesce()))
+        # its value where something is read (elsewhere the stage runs no iteration)
+        pa = pa.gist(pa.domain()).coalesce()
+        ext = iu.pw_aff_expr(pa)
+        if iu.num_or_none(ext) is None:
+            raise LoweringError(format_error(
+                "compute_at", f"dimension {q} of the region of the attached stage has the "
+                f"size {ext}, which depends on the symbolic sizes piecewise",
+                "a region whose size is one affine expression of the sizes",
+                hint="tile the loop the stage is computed at by a constant factor"))
+        ctx = iu.context()
+        if ctx is None or not ctx.is_subset(pa.nonneg_set()):
+            # negative for sizes where nothing is read: a buffer size is never negative
+            ext = binary("max", sym.as_expr(ext), 0)
+        out.append(ext)
     return out
 
 

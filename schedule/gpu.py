@@ -144,14 +144,19 @@ def check_shared_memory(model: Model, kernel: Kernel, limits: DeviceLimits) -> N
     total = 0
     names = []
     for p in model.plans:
+        if p.buffer.scope == "local" and _root(p) is kernel.plan and not all(
+                sym.is_static(d) for d in p.buffer.shape):
+            names_ = sorted({v.name for d in p.buffer.shape for v in sym.params_of(d)})
+            fail("compute_at", f"the local buffer of stage {p.name!r} has the symbolic "
+                 f"shape {[sym.text(d) for d in p.buffer.shape]} (parameters "
+                 f"{', '.join(names_)})", "a constant size per thread (registers)",
+                 hint="compute the stage inside a loop tiled by a constant factor, or "
+                 "set_scope('shared')")
         if p.buffer.scope == "shared" and _root(p) is kernel.plan:
             shape = p.buffer.shape + (p.acc.shape if p.acc is not None else ())
             if not all(sym.is_static(d) for d in shape):
-                names_ = sorted({v.name for d in shape for v in sym.params_of(d)})
-                fail("compute_at", f"the shared buffer of stage {p.name!r} has the symbolic "
-                     f"shape {[sym.text(d) for d in p.buffer.shape]} (parameters "
-                     f"{', '.join(names_)})", "a region of constant size per block",
-                     hint="compute the stage inside a loop tiled by a constant factor")
+                names.append(p.name)   # its size is known at launch, and checked there
+                continue
             total += p.buffer.size * dt.nbytes(p.buffer.dtype)
             if p.acc is not None:   # its wide accumulator
                 total += p.acc.size * dt.nbytes(p.acc.dtype)

@@ -145,6 +145,12 @@ def num(x) -> str:
     return out
 
 
+def num_or_none(x) -> str | None:
+    """:func:`num`, or ``None`` for a size that is not affine."""
+    v = sym.static(x)
+    return str(v) if v is not None else affine_str(sym.as_expr(x), {})
+
+
 @contextlib.contextmanager
 def parameter_context(ctx: isl.Set | None):
     """Make ``ctx`` (a parameter set: what every symbolic size satisfies) the context of

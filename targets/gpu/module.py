@@ -125,10 +125,11 @@ class GPUModule(Module):
     def _launch_shape(self, k, scalars: dict):
         """``k`` with its symbolic grid extents evaluated for this call (``None``: an
         empty grid, nothing to launch); checked against the device's grid limits."""
-        if all(isinstance(x, int) for x in k.grid):
+        if all(isinstance(x, int) for x in k.grid + (k.dynamic_shared_bytes,)):
             return k
         grid = tuple(eval_size(x, scalars) for x in k.grid)
-        if any(x is None for x in grid):
+        smem = eval_size(k.dynamic_shared_bytes, scalars)
+        if any(x is None for x in grid) or smem is None:
             raise LoweringError(format_error(
                 self.name, f"kernel {k.name!r} has the grid {list(k.grid)}", "a grid of "
                 "constants and size parameters"))
@@ -141,7 +142,13 @@ class GPUModule(Module):
                     self.name, f"kernel {k.name!r} needs blockIdx.{a} = {x} blocks for the "
                     f"sizes {', '.join(f'{v.name}={n}' for v, n in scalars.items())}",
                     f"at most {m}", hint="split the loop bound to it into more parts"))
-        return dataclasses.replace(k, grid=grid)
+        if k.dynamic_shared_max and smem > k.dynamic_shared_max:
+            raise ValueError(format_error(
+                self.name, f"kernel {k.name!r} needs {smem} bytes of shared memory for the "
+                f"sizes {', '.join(f'{v.name}={n}' for v, n in scalars.items())}",
+                f"at most {k.dynamic_shared_max} bytes",
+                hint="tile the loops its shared buffers are computed at by constant factors"))
+        return dataclasses.replace(k, grid=grid, dynamic_shared_bytes=smem)
 
     def _workspace_ptr(self, b: Buffer, scalars: dict) -> int:
         shape = expected_shape(b, scalars)

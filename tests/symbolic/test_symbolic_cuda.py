@@ -136,3 +136,48 @@ def test_symbolic_thread_extent_refused():
     with pytest.raises(ScheduleError, match="bound to 'threadIdx.x' but has the symbolic "
                        "extent n"):
         polytile.lower(s, [A, C], target="cuda")
+
+
+def _row_in_shared():
+    # each block stages a whole row of B (m elements) in shared memory: dynamic shared
+    # memory whose size is computed at each launch
+    n, m = te.var("n"), te.var("m")
+    A = te.placeholder((n, m), name="A")
+    B = te.compute((n, m), lambda i, j: A[i, j] * 2.0, name="B")
+    C = te.compute((n, m), lambda i, j: B[i, j] + B[i, m - 1 - j], name="C")
+    s = te.create_schedule(C.op)
+    i, j = C.op.axis
+    s[C].bind(i, te.thread_axis("blockIdx.x"))
+    jo, ji = s[C].split(j, factor=32)
+    s[C].bind(ji, te.thread_axis("threadIdx.x"))
+    s[B].set_scope("shared")
+    s[B].compute_at(s[C], i)
+    bo, bi = s[B].split(B.op.axis[1], factor=32)
+    s[B].bind(bi, te.thread_axis("threadIdx.x"))
+    return s, [A, C]
+
+
+def test_dynamic_shared_memory_source(tmp_path):
+    s, args = _row_in_shared()
+    src = _source(s, args)
+    assert "extern __shared__" in src and "pt_dynamic_shared + 0" in src
+    _nvcc_check(src, tmp_path)
+
+
+def test_dynamic_shared_memory_runs(build):
+    s, args = _row_in_shared()
+    f = build(s, args)
+    for n, m in ((0, 5), (1, 1), (3, 33), (5, 100)):
+        a = np.random.default_rng(n * m).uniform(-1, 1, (n, m)).astype("float32")
+        da = polytile.nd.array(a, device="cuda")
+        dc = polytile.nd.array(np.full((n, m), np.nan, "float32"), device="cuda")
+        f(da, dc)
+        np.testing.assert_allclose(dc.numpy(), 2.0 * a + 2.0 * a[:, ::-1], rtol=1e-6)
+
+
+def test_shared_memory_over_limit_at_launch(build):
+    s, args = _row_in_shared()
+    f = build(s, args)
+    a = np.zeros((1, 20000), "float32")   # 80 kB of shared memory for one row
+    with pytest.raises(ValueError, match="bytes of shared memory for the sizes"):
+        f(polytile.nd.array(a, device="cuda"), polytile.nd.array(a.copy(), device="cuda"))
