@@ -365,3 +365,31 @@ def test_square_matmul_cache_write_at_tile():
     s[CC].vectorize(s[CC].op.axis[1])
     _run_all(s, [A, B, C], lambda n: ([rand((n, n), seed=n), rand((n, n), seed=n + 9)],
              _poison((n, n))), lambda a, b: a @ b, (0, 1, 9, 17))
+
+
+def test_refusals_name_the_parameter():
+    n = te.var("n")
+    with pytest.raises(TypeError, match="reduce_axis 'k': bound"):
+        te.reduce_axis((0, n * n), name="k")
+    with pytest.raises(TypeError, match="size_var: dtype 'float32'"):
+        te.size_var("s", dtype="float32")
+    # storage_align needs a constant region
+    A = te.placeholder((n, n), name="A")
+    B = te.compute((n, n), lambda i, j: A[i, j] + 1.0, name="B")
+    C = te.compute((n, n), lambda i, j: B[i, j] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[0])
+    s[B].storage_align(B.op.axis[0], 8, 1)
+    with pytest.raises(ScheduleError, match="storage_align: the buffer of stage 'B' has the "
+                       "symbolic shape"):
+        polytile.lower(s, [A, C])
+
+
+def test_vthread_symbolic_refused():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    C = te.compute((n,), lambda i: A[i] + 1.0, name="C")
+    s2 = te.create_schedule(C.op)
+    s2[C].bind(C.op.axis[0], te.thread_axis("vthread"))
+    with pytest.raises(ScheduleError, match="bound to vthread but has the symbolic extent n"):
+        polytile.lower(s2, [A, C], target="cuda")
