@@ -393,3 +393,19 @@ def test_vthread_symbolic_refused():
     s2[C].bind(C.op.axis[0], te.thread_axis("vthread"))
     with pytest.raises(ScheduleError, match="bound to vthread but has the symbolic extent n"):
         polytile.lower(s2, [A, C], target="cuda")
+
+
+def test_interpreter_reads_sizes_off_arrays():
+    from polytile.schedule import interpreter
+
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    C = te.compute((n,), lambda i: A[n - 1 - i] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    s[C].split(C.op.axis[0], factor=3)
+    func = polytile.lower(s, [A, C])
+    for N in (0, 1, 4, 7):
+        a = rand((N,), seed=N)
+        c = _poison((N,))
+        interpreter.run(func, a, c)
+        np.testing.assert_allclose(c, 2.0 * a[::-1], rtol=1e-6)
