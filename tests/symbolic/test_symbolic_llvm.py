@@ -409,3 +409,13 @@ def test_interpreter_reads_sizes_off_arrays():
         c = _poison((N,))
         interpreter.run(func, a, c)
         np.testing.assert_allclose(c, 2.0 * a[::-1], rtol=1e-6)
+
+
+def test_transform_layout_symbolic_refused():
+    n = te.var("n")
+    A = te.placeholder((n, 16), name="A")
+    B = te.compute((n, 16), lambda i, j: A[i, j] + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    with pytest.raises(ScheduleError, match="transform_layout: stage 'B' has the symbolic "
+                       "shape"):
+        s[B].transform_layout(lambda i, j: [j, i])
