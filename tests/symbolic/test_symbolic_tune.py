@@ -64,3 +64,15 @@ def test_cli_sizes_errors():
                         "--sizes", "n=4", "--trials", "1"], capture_output=True, text=True,
                        timeout=120)
     assert p.returncode != 0 and "'n' is not among --args" in p.stderr
+
+
+def test_features_use_the_tuned_value():
+    from polytile.autotune.features import extract_features
+
+    t = autotune.get_template(SPEC)
+    sp = t.space(("n=24", 16, 8))
+    s, tensors = t.instantiate(sp.default(), ("n=24", 16, 8))
+    func = polytile.lower(s, tensors)
+    small = extract_features(func, {"n": 2})
+    big = extract_features(func, {"n": 4096})
+    assert small != big   # the trip counts of the n loops differ
