@@ -181,3 +181,49 @@ def test_shared_memory_over_limit_at_launch(build):
     a = np.zeros((1, 20000), "float32")   # 80 kB of shared memory for one row
     with pytest.raises(ValueError, match="bytes of shared memory for the sizes"):
         f(polytile.nd.array(a, device="cuda"), polytile.nd.array(a.copy(), device="cuda"))
+
+
+def _gemm_shared():
+    n, K = te.var("n"), 32
+    A = te.placeholder((n, K), name="A")
+    B = te.placeholder((K, n), name="B")
+    k = te.reduce_axis((0, K), "k")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    AS = s.cache_read(A, "shared", [C])
+    BS = s.cache_read(B, "shared", [C])
+    CL = s.cache_write(C, "local")
+    i, j = C.op.axis
+    bi, ti = s[C].split(i, factor=8)
+    bj, tj = s[C].split(j, factor=8)
+    s[C].reorder(bi, bj, ti, tj)
+    s[C].bind(bi, te.thread_axis("blockIdx.y"))
+    s[C].bind(bj, te.thread_axis("blockIdx.x"))
+    s[C].bind(ti, te.thread_axis("threadIdx.y"))
+    s[C].bind(tj, te.thread_axis("threadIdx.x"))
+    s[CL].compute_at(s[C], tj)
+    ko, ki = s[CL].split(CL.op.reduce_axis[0], factor=8)
+    s[AS].compute_at(s[CL], ko)
+    s[BS].compute_at(s[CL], ko)
+    for T in (AS, BS):
+        x, y = T.op.axis
+        s[T].bind(x, te.thread_axis("threadIdx.y"))
+        s[T].bind(y, te.thread_axis("threadIdx.x"))
+    return s, [A, B, C]
+
+
+def test_gemm_shared_tiles_all_sizes(build, tmp_path):
+    s, args = _gemm_shared()
+    text = str(polytile.lower(s, args, target="cuda"))
+    assert "A.shared = alloc(float32[8, 8], scope='shared')" in text   # constant tiles
+    assert "grid=[((n + 7) // 8), ((n + 7) // 8), 1]" in text
+    _nvcc_check(_source(s, args), tmp_path)
+    f = build(s, args)
+    for n in (0, 1, 7, 9, 30):
+        g = np.random.default_rng(n)
+        a = g.uniform(-1, 1, (n, 32)).astype("float32")
+        b = g.uniform(-1, 1, (32, n)).astype("float32")
+        dc = polytile.nd.array(np.full((n, n), np.nan, "float32"), device="cuda")
+        f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), dc)
+        np.testing.assert_allclose(dc.numpy(), a.astype(np.float64) @ b, rtol=1e-5,
+                                   atol=1e-5)
