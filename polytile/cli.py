@@ -50,8 +50,8 @@ def _int_list(text: str) -> tuple:
             vals.append(int(x))
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"expected comma-separated integers (or names of symbolic sizes), got "
-                f"{text!r}") from None
+                f"expected comma-separated integers, got {text!r} (or names of symbolic "
+                "sizes: n,512 with --sizes n=64,256)") from None
     if not vals or any(isinstance(v, int) and v < 1 for v in vals):
         raise argparse.ArgumentTypeError(f"expected positive sizes, got {text!r}")
     return tuple(vals)

@@ -414,7 +414,7 @@ def _extents(footprint: isl.Map, lo: isl.PwMultiAff, stride: tuple) -> list[int]
         pa = pa.add_constant_val(isl.Val(1))
         # its value where something is read (elsewhere the stage runs no iteration)
         pa = pa.gist(pa.domain()).coalesce()
-        ext = iu.pw_aff_expr(pa)
+        ext = iu.pw_aff_upper_expr(pa)
         if iu.num_or_none(ext) is None:
             raise LoweringError(format_error(
                 "compute_at", f"dimension {q} of the region of the attached stage has the "

@@ -184,7 +184,8 @@ def restrict(s):
 
 def pw_aff_expr(pa: isl.PwAff) -> Expr:
     """A loop-IR ``int64`` expression of a piecewise affine function of the parameters
-    (built by isl's AST generator within the current context)."""
+    (built by isl's AST generator within the current context), with floor divisions so
+    that it stays quasi-affine (:func:`num`)."""
     ctx = _CONTEXT[0]
     if ctx is None:
         ctx = isl.Set("{ : }")
@@ -196,7 +197,21 @@ def pw_aff_expr(pa: isl.PwAff) -> Expr:
             raise InternalError(f"unknown isl parameter {name}")
         return v if v.dtype == "int64" else Cast("int64", v)
 
-    return ast_expr(build.expr_from_pw_aff(pa), var_of)
+    return ast_expr(build.expr_from_pw_aff(pa), var_of, floor_divs=True)
+
+
+def pw_aff_upper_expr(pa: isl.PwAff) -> Expr:
+    """:func:`pw_aff_expr` of ``pa``, or when isl writes it piecewise (a ``select``), the
+    maximum of its pieces: an upper bound, affine, equal to ``pa`` where one piece is
+    defined (for buffer sizes and loop boxes that guards or exact domains refine)."""
+    e = pw_aff_expr(pa)
+    if num_or_none(e) is not None:
+        return e
+    pieces = [pw_aff_expr(isl.PwAff.from_aff(aff)) for _, aff in pa.get_pieces()]
+    out = pieces[0]
+    for x in pieces[1:]:
+        out = Binary("int64", "max", out, x)
+    return out
 
 
 def tuple_str(name: str, dims: list[str]) -> str:
@@ -321,7 +336,7 @@ def condition_str(e: Expr, names: dict, negate: bool = False,
 _T = isl.ast_expr_op_type
 
 
-def ast_expr(e: isl.AstExpr, var_of) -> Expr:
+def ast_expr(e: isl.AstExpr, var_of, floor_divs: bool = False) -> Expr:
     """Convert an isl AST expression into a loop-IR ``int64`` (or ``bool``) expression.
 
     ``var_of(name)`` returns the :class:`Var` for an isl identifier. Division ops keep
@@ -334,10 +349,13 @@ def ast_expr(e: isl.AstExpr, var_of) -> Expr:
     if t == isl.ast_expr_type.id:
         return var_of(e.get_id().get_name())
     op = e.get_op_type()
-    args = [ast_expr(e.get_op_arg(k), var_of) for k in range(e.get_op_n_arg())]
+    args = [ast_expr(e.get_op_arg(k), var_of, floor_divs) for k in range(e.get_op_n_arg())]
     i64 = "int64"
     if op in _BIN:
-        return Binary(i64, _BIN[op], args[0], args[1])
+        name = _BIN[op]
+        if floor_divs:   # isl's dividend is >= 0 there: floor and C division agree
+            name = {"truncdiv": "floordiv", "truncmod": "floormod"}.get(name, name)
+        return Binary(i64, name, args[0], args[1])
     if op == _T.minus:
         return Binary(i64, "sub", Const(i64, 0), args[0])
     if op in (_T.min, _T.max):
