@@ -90,6 +90,14 @@ class NDArray:
             self.api.copy_to_device(self.data_ptr, a.ctypes.data, self.nbytes)
         return self
 
+    def copyto(self, target):
+        """Copy to ``target``: a device (returns a new array there: ``polytile.cpu()``
+        gives a host array) or an array of the same shape and dtype (overwritten;
+        returned); see :func:`polytile.nd.copyto`."""
+        from polytile.nd import copyto
+
+        return copyto(self, target)
+
     # ------------------------------------------------------------------ exchange
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
         """A DLPack capsule viewing this array (no copy); see the Python array API."""

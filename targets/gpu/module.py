@@ -79,6 +79,11 @@ class GPUModule(Module):
         self._finalizer = weakref.finalize(self, _free_all, api, self._workspace)
         self.synchronize = True
 
+    @property
+    def device(self):
+        """The GPU device this module runs on (``cuda:0``)."""
+        return self.api.device
+
     def _compile(self, source: str) -> bytes:
         """The loadable image (a cubin, a code object) of the C source."""
         raise NotImplementedError
