@@ -168,7 +168,8 @@ class CUDAModule(GPUModule):
     Building needs no GPU: the CUDA C is printed (``get_source()``) and compiled to a cubin
     at construction (``cubin``); the cubin is loaded on the first call. Calling, argument
     checks and timing are those of :class:`~polytile.targets.gpu.module.GPUModule`.
-    ``export_library`` writes ``.cu`` (the source) or ``.cubin``.
+    ``export_library`` writes ``.cu`` (the source) or ``.cubin`` (with its launch plan in
+    ``.cubin.json``, for :func:`polytile.runtime.load_module`).
 
     Parameters
     ----------
@@ -194,7 +195,15 @@ class CUDAModule(GPUModule):
     dialect = CUDADialect()
     source_name = "cu"
     source_formats = ("cuda", "cubin")
-    export_formats = {".cu": "cuda", ".cubin": "cubin"}
+    export_formats = {".cu": "cuda"}
+
+    def _binary_exports(self) -> tuple:
+        return (".cubin",)
+
+    def _export(self, path: str, suffix: str) -> None:
+        from .library import write_cubin
+
+        write_cubin(self, path)  # with its launch plan in path + ".json"
 
     def __init__(self, func: PrimFunc, target: Target, *, compiler: str = "auto",
                  cache_dir=None):
