@@ -81,7 +81,8 @@ class NDArray:
         ValueError
             If the shapes differ.
         """
-        a = np.ascontiguousarray(np.asarray(source), dtype=self.dtype)
+        # not np.ascontiguousarray, which makes a 0-d array 1-d
+        a = np.asarray(np.asarray(source), dtype=self.dtype, order="C")
         if a.shape != self.shape:
             raise ValueError(format_error("NDArray.copyfrom", f"source has shape {a.shape}",
                                           f"expected shape {self.shape}"))

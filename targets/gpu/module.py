@@ -162,6 +162,9 @@ class GPUModule(Module):
     def _launch(self, prepared: list) -> None:
         launch = self.api.launcher(self.name)
         for fn, k, params, _ in prepared:
+            if 0 in k.grid or 0 in k.block:
+                continue  # a stage without elements: nothing to compute, and a driver
+                # refuses an empty launch
             launch(fn, k, params)
 
     def _sync(self) -> None:
