@@ -419,3 +419,22 @@ def test_transform_layout_symbolic_refused():
     with pytest.raises(ScheduleError, match="transform_layout: stage 'B' has the symbolic "
                        "shape"):
         s[B].transform_layout(lambda i, j: [j, i])
+
+
+def test_export_library_reads_sizes_after_load(tmp_path):
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    C = te.compute((n,), lambda i: A[i] * 4.0, name="C")
+    s = te.create_schedule(C.op)
+    s[C].split(C.op.axis[0], factor=4)
+    f = polytile.build(s, [A, C])
+    path = f.export_library(str(tmp_path / "sym.so"))
+    g = polytile.runtime.load_module(path)
+    assert "int32_t n" in g.metadata["c_signature"]   # C callers pass n last
+    for N in (0, 3, 9):
+        a = rand((N,), seed=N)
+        c = _poison((N,))
+        g(a, c)
+        np.testing.assert_allclose(c, 4.0 * a, rtol=1e-6)
+    with pytest.raises(ValueError, match="disagree on the symbolic size 'n'"):
+        g(rand((3,)), _poison((4,)))
