@@ -67,6 +67,13 @@ def _size(n, rolled: set[int]) -> int:
         return sym.static(ext) * body
     if n.binding is not None:       # a GPU index: a filter, not a loop
         return body
+    if kind is LoopKind.VECTORIZED and not sym.is_static(n.plan.extent(n.iter_var)):
+        ext = n.plan.extent(n.iter_var)
+        fail("vectorize", f"loop {n.iter_var.name!r} of stage {n.plan.name!r} has the "
+             f"symbolic extent {sym.text(ext)} (parameters "
+             f"{', '.join(v.name for v in sym.params_of(ext))})", "a constant number of "
+             "vector lanes", hint=f"split {n.iter_var.name!r} by a constant factor and "
+             "vectorize the inner loop (full tiles are vectorized, the tail is exact)")
     if kind is not LoopKind.UNROLLED:
         return LOOP_STMTS + body
     ext = n.plan.extent(n.iter_var)

@@ -438,3 +438,14 @@ def test_export_library_reads_sizes_after_load(tmp_path):
         np.testing.assert_allclose(c, 4.0 * a, rtol=1e-6)
     with pytest.raises(ValueError, match="disagree on the symbolic size 'n'"):
         g(rand((3,)), _poison((4,)))
+
+
+def test_vectorize_symbolic_extent_refused():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    C = te.compute((n,), lambda i: A[i] + 1.0, name="C")
+    s = te.create_schedule(C.op)
+    s[C].vectorize(C.op.axis[0])
+    with pytest.raises(ScheduleError, match="vectorize: loop 'i' of stage 'C' has the "
+                       "symbolic extent n"):
+        polytile.lower(s, [A, C])
