@@ -251,7 +251,8 @@ def _domain(p: StagePlan, st: PolyStmt, padded: bool) -> None:
                            f"[{', '.join(f'{s}*{d}' for s, d in zip(p.stride, own[:na]))}] }}")
         x = y.add(lo)
         if st.kind == "update":
-            x = x.flat_range_product(iu.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(own[na:])}] }}"))
+            x = x.flat_range_product(
+                iu.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(own[na:])}] }}"))
         st.axis_map = iu.name_range(x, "AX")
     if st.kind == "update" and p.where is not None:
         cond = iu.Set(f"{{ {ax_space(p, 'update')} : {p.where} }}")

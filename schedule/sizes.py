@@ -24,7 +24,6 @@ from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
 from polytile.te.expr import Var
 from polytile.te.tensor import ComputeOp, PlaceholderOp
-from polytile.te.visitor import collect
 
 from . import isl_util as iu
 from .loop_ir import Buffer
@@ -110,8 +109,3 @@ def bind(params: list, vars_: list[Var], who: str) -> list[tuple[Var, int, int]]
                  hint=f"add {v.name} to the argument list")
         out.append((v, *where))
     return out
-
-
-def free_vars_of(e) -> list[Var]:
-    """Free (non-axis) variables of an expression."""
-    return [v for v in collect(e, Var) if not v.is_axis]

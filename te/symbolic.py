@@ -110,10 +110,6 @@ def text(x) -> str:
     return str(static(x)) if is_static(x) else str(as_expr(x))
 
 
-def is_binary_op(e, op: str) -> bool:
-    return isinstance(e, Binary) and e.op == op
-
-
 def is_affine(e) -> bool:
     """Whether ``e`` is an int or an integer expression affine in free variables (integer
     constants, variables, ``+``, ``-``, multiplication by a constant, floor division and
