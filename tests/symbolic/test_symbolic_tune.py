@@ -54,6 +54,11 @@ def test_cli_tune_sizes_records_say_which(tmp_path):
     assert all(r.get("error_code", r.get("error")) in (None, "", "ok") or "cost" in r
                for r in recs)
     assert "sizes n=8" in p.stdout and "sizes n=13" in p.stdout
+    p = subprocess.run([sys.executable, "-m", "polytile", "run", SPEC, "--args", "n,16,8",
+                        "--sizes", "n=13", "--log", str(log)], capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert "(n=13, 16, 8)" in p.stdout and "matches numpy" in p.stdout
 
 
 def test_cli_sizes_errors():
