@@ -111,14 +111,15 @@ class Timing:
 
 
 def plan(first_s: float, *, min_repeat_ms: float = 20.0, min_repeats: int = 5,
-         max_repeats: int = 40, budget_s: float = 0.3) -> tuple[int, int]:
+         max_repeats: int = 40, budget_s: float = 0.3, number: int = 1) -> tuple[int, int]:
     """``(number, repeat)`` for a kernel whose first call took ``first_s`` seconds.
 
-    ``number`` makes one repeat last at least ``min_repeat_ms`` milliseconds; ``repeat``
-    fills ``budget_s`` seconds, within ``[min_repeats, max_repeats]``.
+    ``number`` (at least the given one) makes one repeat last at least ``min_repeat_ms``
+    milliseconds; ``repeat`` fills ``budget_s`` seconds, within ``[min_repeats,
+    max_repeats]``.
     """
     first_s = max(first_s, 1e-7)
-    number = max(1, math.ceil(min_repeat_ms * 1e-3 / first_s))
+    number = max(1, int(number), math.ceil(min_repeat_ms * 1e-3 / first_s))
     per_repeat = number * first_s
     repeat = int(budget_s / per_repeat)
     return number, max(min_repeats, min(max_repeats, repeat))
@@ -127,13 +128,15 @@ def plan(first_s: float, *, min_repeat_ms: float = 20.0, min_repeats: int = 5,
 def time_calls(run: Callable[[int], float], *, min_repeat_ms: float = 20.0,
                min_repeats: int = 5, max_repeats: int = 40, budget_s: float = 0.3,
                max_spread: float = MAX_SPREAD, remeasure: bool = True,
-               first_s: float | None = None) -> Timing:
+               first_s: float | None = None, number: int = 1) -> Timing:
     """Time a kernel; see the module docstring.
 
     Parameters
     ----------
     run : callable
         ``run(n)`` makes ``n`` consecutive calls and returns their total seconds.
+    number : int
+        The least number of calls per repeat.
     first_s : float, optional
         Seconds of a first call already made by the caller (then ``run(1)`` is not made
         as a warm-up).
@@ -149,7 +152,7 @@ def time_calls(run: Callable[[int], float], *, min_repeat_ms: float = 20.0,
     if first_s is None:
         first_s = run(1)
     number, repeat = plan(first_s, min_repeat_ms=min_repeat_ms, min_repeats=min_repeats,
-                          max_repeats=max_repeats, budget_s=budget_s)
+                          max_repeats=max_repeats, budget_s=budget_s, number=number)
 
     def once() -> Timing:
         return Timing(tuple(run(number) / number for _ in range(repeat)), number, first_s)
@@ -160,6 +163,16 @@ def time_calls(run: Callable[[int], float], *, min_repeat_ms: float = 20.0,
         best = again if again.spread <= t.spread else t
         t = Timing(best.costs, number, first_s, remeasured=True)
     return t
+
+
+#: keys of a measurement-options dict that :func:`timing_kwargs` passes on
+_KEYS = ("number", "min_repeat_ms", "min_repeats", "max_repeats", "budget_s", "max_spread", "remeasure")
+
+
+def timing_kwargs(opt: dict) -> dict:
+    """The keywords of :func:`time_calls` found in ``opt`` (a run-options dict sent to a
+    worker or an anchor process)."""
+    return {k: opt[k] for k in _KEYS if k in opt}
 
 
 def time_function(fn: Callable[[], object], **kw) -> Timing:
