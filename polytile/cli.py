@@ -131,6 +131,7 @@ def _cmd_tune(a) -> int:
     check_log_path(log, "--log")  # before the numpy timing, not after it
     opt = MeasureOptions(parallel=a.parallel or 0, threads=a.threads or 0, number=a.number,
                          repeat=a.repeat, min_repeat_ms=a.min_repeat_ms,
+                         max_spread=a.max_spread,
                          flush_cache=a.flush_cache, check=a.check,
                          build_timeout=a.build_timeout, run_timeout=a.run_timeout,
                          seed=a.seed or 0)
@@ -141,12 +142,10 @@ def _cmd_tune(a) -> int:
     print(f"  space {space_size:,} configs; tuner {a.tuner}; {trials} trials{limit}"
           f"{' (resumed)' if a.resume else ''}; {opt.parallel} build workers; "
           f"{opt.threads} threads; log {log}", file=out)
-    t_np = None
-    if not a.no_numpy and t.reference is not None:
-        t_np = measure_numpy_isolated(t.name, wl.args, wl.dtype, threads=opt.threads)["median"]
-        flops = t.flops(wl.args)
-        print(f"  numpy on the same inputs ({opt.threads} threads): {_gflops(flops, t_np)} "
-              f"GFLOP/s ({_fmt_time(t_np)})", file=out)
+    anchors = () if a.no_numpy or t.reference is None else ("numpy",)
+    if anchors:
+        print("  numpy is timed after the search, alternately with the best configs "
+              f"({opt.threads} threads, same inputs)", file=out)
     out.flush()
     bar = _progress(trials, a.quiet)
     flops = t.flops(wl.args)
@@ -164,10 +163,12 @@ def _cmd_tune(a) -> int:
     res = tune(t, wl.args, wl.dtype, target=a.target, tuner=a.tuner, n_trial=trials,
                measure_option=opt, log_file=log, resume=a.resume,
                early_stopping=a.early_stopping, timeout_total=budget,
-               seed=a.seed, callbacks=[on_trial])
+               seed=a.seed, callbacks=[on_trial], anchors=anchors)
     if bar is not None:
         bar.close()
-    _print_summary(res, t_np, out)
+    cmp = res.comparison
+    t_np = cmp.timing("numpy").median if cmp is not None and cmp.timing("numpy") else None
+    _print_summary(res, out)
     if a.plot:
         _plot(res, t_np, a.plot)
         print(f"  plot            {a.plot}", file=out)
@@ -192,24 +193,67 @@ def _progress(total: int, quiet: bool):
                 dynamic_ncols=True)
 
 
-def _print_summary(res, t_np, out) -> None:
+def _pm(t) -> str:
+    """``4.248 ms ± 1.2 %``: a Timing's median and its spread (IQR / median)."""
+    return f"{_fmt_time(t.median)} ± {t.spread * 100:.1f} %"
+
+
+def _noise_word(spread: float) -> str:
+    if spread <= 0.05:
+        return "quiet"
+    if spread <= 0.20:
+        return "noisy"
+    return "very noisy: the figures are indicative only"
+
+
+def _print_summary(res, out) -> None:
+    """The summary of ``polytile tune``: figures from the final comparison (best and
+    default configs timed alternately with numpy) when there is one, else from the
+    records; every time a median ± its spread (IQR / median)."""
     best = res.best
     flops = res.flops
+    cmp = res.comparison
     rows = [("workload", str(res.workload)), ("target", res.target)]
+    tb = cmp.timing("best") if cmp is not None else None
+    tn = cmp.timing("numpy") if cmp is not None else None
+    td = cmp.timing("default") if cmp is not None else None
     if best is not None:
-        ratio = f"  ({t_np / best.cost:.2f} x numpy)" if t_np else ""
-        rows.append(("best", f"{_gflops(flops, best.cost)} GFLOP/s{ratio}" if flops
-                     else _fmt_time(best.cost)))
-        rows.append(("median time", _fmt_time(best.cost)))
+        cost = tb.median if tb is not None else best.cost
+        ratio = cmp.ratio("numpy") if tn is not None and tb is not None else None
+        rtxt = f"  ({ratio:.2f} x numpy)" if ratio else ""
+        rows.append(("best", f"{_gflops(flops, cost)} GFLOP/s{rtxt}" if flops
+                     else _fmt_time(cost) + rtxt))
+        if tb is not None:
+            rows.append(("median time", f"{_pm(tb)} ({len(tb.costs)} repeats in "
+                         f"{len(cmp.rounds)} rounds{', alternating with numpy' if tn else ''}"
+                         f"; {_fmt_time(best.cost)} when searched)"))
+        else:
+            rows.append(("median time", f"{_fmt_time(best.cost)} ± "
+                         f"{best.spread_value * 100:.1f} %"))
     else:
         rows.append(("best", "none (every trial failed)"))
-    if res.default is not None and res.default.ok:
-        rows.append(("default config", f"{_gflops(flops, res.default.cost)} GFLOP/s "
-                     f"({_fmt_time(res.default.cost)})" if flops
-                     else _fmt_time(res.default.cost)))
-    if t_np:
-        rows.append(("numpy", f"{_gflops(flops, t_np)} GFLOP/s ({_fmt_time(t_np)}, same "
-                     "inputs, same run)"))
+    if td is not None:
+        rows.append(("default config", f"{_gflops(flops, td.median)} GFLOP/s ({_pm(td)})"
+                     if flops else _pm(td)))
+    elif res.default is not None and res.default.ok:
+        same = best is not None and res.default.config == best.config
+        d = tb if same and tb is not None else None
+        txt = _pm(d) if d is not None else _fmt_time(res.default.cost)
+        rows.append(("default config", (f"{_gflops(flops, d.median if d else res.default.cost)}"
+                     f" GFLOP/s ({txt})" if flops else txt) + (" (= best)" if same else "")))
+    if tn is not None:
+        rows.append(("numpy", f"{_gflops(flops, tn.median)} GFLOP/s ({_pm(tn)}, same inputs, "
+                     "timed alternately)" if flops else f"{_pm(tn)} (timed alternately)"))
+    nz = res.noise()
+    if nz["trials"]:
+        worst = max([nz["median_spread"]] + ([cmp.noise] if cmp is not None else []))
+        parts = [f"trials' spread median {nz['median_spread'] * 100:.1f} %, max "
+                 f"{nz['max_spread'] * 100:.0f} %, {nz['remeasured']} of {res.n_trials} "
+                 "re-measured"]
+        if cmp is not None and tn is not None and tb is not None:
+            parts.append(f"ratio over {len(cmp.rounds)} rounds moved "
+                         f"{cmp.ratio_spread('numpy') * 100:.1f} %")
+        rows.append(("noise", "; ".join(parts) + f" ({_noise_word(worst)})"))
     fails = res.failures()
     ftxt = ", ".join(f"{n} {code}" for code, n in sorted(fails.items()))
     resumed = f", {res.resumed} resumed" if res.resumed else ""
@@ -339,7 +383,7 @@ def _cmd_run(a) -> int:
     print(f"polytile run {wl} on '{target}'")
     if rec is not None:
         cfg = " ".join(f"{k}={json.dumps(v)}" for k, v in rec.config.items())
-        print(f"  record          {log}:{rec.line} ({_fmt_time(rec.cost)} when tuned)")
+        print(f"  record          {log}:{rec.line} ({_fmt_time(rec.cost)} when searched)")
         print(f"  config          {cfg}")
     else:
         print("  record          none: built with the default config")
@@ -364,16 +408,55 @@ def _cmd_run(a) -> int:
         print(f"  check           {'matches numpy' if ok else 'WRONG: ' + why}")
         if not ok:
             raise _Fail(f"the built kernel disagrees with numpy: {why}")
-    res = f.time_evaluator(number=1, repeat=5, min_repeat_ms=50)(*arrays)
-    flops = t.flops(wl.args)
-    print(f"  polytile        {_gflops(flops, res.median)} GFLOP/s ({_fmt_time(res.median)})")
-    if t.reference is not None:
-        from polytile.autotune.tune import measure_numpy_isolated
-
-        t_np = measure_numpy_isolated(t.name, wl.args, wl.dtype, threads=a.threads)["median"]
-        print(f"  numpy           {_gflops(flops, t_np)} GFLOP/s ({_fmt_time(t_np)}); "
-              f"ratio {t_np / res.median:.2f}")
+    _run_timing(t, wl, target, rec, log, a.threads)
     return EXIT_OK
+
+
+def _tuned_summary(log: str, rec):
+    """The latest summary record of ``log`` for ``rec``'s workload, target and config."""
+    from polytile.autotune.records import read_records, target_matches, workload_matches
+
+    found = None
+    for r in read_records(log, summaries=True):
+        if (r.phase == "summary" and workload_matches(r, rec.workload)
+                and target_matches(r.target, rec.target) and r.config == rec.config):
+            found = r
+    return found
+
+
+def _run_timing(t, wl, target: str, rec, log: str, threads) -> None:
+    """Time the record's config as ``polytile tune``'s summary does
+    (:meth:`LocalMeasurer.compare`: a worker process, alternating with numpy) and set the
+    figure beside the tuning's."""
+    from polytile.autotune import LocalMeasurer, MeasureOptions
+    from polytile.autotune.timing import Timing
+
+    knobs = rec.config if rec is not None else t.space(wl.args, wl.dtype).default() \
+        .knob_values()
+    anchors = ("numpy",) if t.reference is not None else ()
+    with LocalMeasurer(wl, target, MeasureOptions(parallel=1, threads=threads or 0)) as m:
+        cmp = m.compare([("best", knobs)], anchors)
+    if "best" in cmp.errors:
+        code, msg = cmp.errors["best"]
+        raise _Fail(f"timing the kernel failed ({code}): {msg}")
+    tb, tn = cmp.timing("best"), cmp.timing("numpy")
+    flops = t.flops(wl.args)
+    print(f"  polytile        {_gflops(flops, tb.median)} GFLOP/s ({_pm(tb)})")
+    if tn is not None:
+        print(f"  numpy           {_gflops(flops, tn.median)} GFLOP/s ({_pm(tn)}, timed "
+              f"alternately); ratio {cmp.ratio('numpy'):.2f}")
+    if rec is not None:
+        summ = _tuned_summary(log, rec)
+        if summ is not None:
+            tuned = Timing(tuple(summ.costs))
+            where = f"summary {log}:{summ.line}"
+        else:
+            tuned = Timing(tuple(rec.costs))
+            where = f"record {log}:{rec.line}"
+        print(f"  when tuned      {_pm(tuned)} ({where}); now / then "
+              f"{tb.median / tuned.median:.2f}")
+    print(f"  noise           {_noise_word(cmp.noise)} (largest spread "
+          f"{cmp.noise * 100:.1f} %)")
 
 
 # --------------------------------------------------------------------------- templates
@@ -476,8 +559,12 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--timeout-total", type=_seconds, default=None, metavar="S",
                    help="wall-clock budget in seconds")
     q.add_argument("--number", type=_positive, default=1)
-    q.add_argument("--repeat", type=_positive, default=3)
+    q.add_argument("--repeat", type=_positive, default=3,
+                   help="least repeats per measurement (more for fast kernels)")
     q.add_argument("--min-repeat-ms", type=float, default=20.0)
+    q.add_argument("--max-spread", type=float, default=0.10,
+                   help="re-measure a candidate once when its spread (IQR / median) is "
+                   "above this (default 0.10)")
     q.add_argument("--flush-cache", action="store_true",
                    help="flush the caches before each repeat")
     q.add_argument("--build-timeout", type=_seconds, default=20.0)
