@@ -51,12 +51,15 @@ class Comparison:
         Per round, name or anchor kind -> :class:`~.timing.Timing` of that turn.
     errors : dict
         Name -> ``(error code, message)`` of a config that failed (not timed further).
+    order : list of list
+        Per round, the names and anchor kinds in the order they were timed.
     """
 
     names: list
     anchors: list
     rounds: list = field(default_factory=list)
     errors: dict = field(default_factory=dict)
+    order: list = field(default_factory=list)  # per round, the names in the order timed
 
     def timing(self, name: str) -> Timing | None:
         """All repeats of ``name`` over the rounds as one Timing (None if never timed)."""

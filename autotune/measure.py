@@ -147,6 +147,28 @@ class MeasureResult:
         return statistics.median(self.costs) if self.ok else float("inf")
 
 
+def _proc_state(pid: int) -> str | None:
+    """The state letter of ``/proc/<pid>/stat`` (``T``: stopped), None where unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _wait_stopped(pids: list, timeout: float = 0.2) -> None:
+    """Wait (at most ``timeout`` seconds) until the processes ``pids`` are stopped:
+    ``SIGSTOP`` is delivered asynchronously, and a process running on another core goes on
+    for a moment. Without ``/proc`` this returns at once."""
+    deadline = time.perf_counter() + timeout
+    for pid in pids:
+        while True:
+            st = _proc_state(pid)
+            if st in (None, "T", "t", "Z", "X") or time.perf_counter() >= deadline:
+                break
+            time.sleep(0.0002)
+
+
 class _Proc:
     """A worker process (``python -m polytile.autotune.worker FD``) and its connection.
 
@@ -430,13 +452,16 @@ class LocalMeasurer:
                                                               for a in self._anchors]
             for rnd in range(max(1, rounds)):
                 got: dict = {}
+                order: list = []
                 for what, who, knobs in (turns if rnd % 2 == 0 else turns[::-1]):
                     if what == "anchor":
                         with self._exclusive(who.pid):
                             got[who.kind] = who.time(over, timeout=self.opt.run_timeout * 4)
+                        order.append(who.kind)
                         continue
                     if who in cmp.errors:
                         continue
+                    order.append(who)
                     res = MeasureResult()
                     self._run(who, knobs, res, None, over=over, keep=True)
                     if res.ok and res.timing is not None:
@@ -444,6 +469,7 @@ class LocalMeasurer:
                     else:
                         cmp.errors[who] = (res.error or "runtime_error", res.error_msg)
                 cmp.rounds.append(got)
+                cmp.order.append(order)
         finally:
             self._close_anchors()
             self._drop_all()
@@ -526,6 +552,7 @@ class LocalMeasurer:
                     except ProcessLookupError:
                         pass
             self.paused += bool(stopped)
+            _wait_stopped(stopped)
             yield stopped
         finally:
             for pid in stopped:

@@ -119,7 +119,7 @@ def plan(first_s: float, *, min_repeat_ms: float = 20.0, min_repeats: int = 5,
     max_repeats]``.
     """
     first_s = max(first_s, 1e-7)
-    number = max(1, int(number), math.ceil(min_repeat_ms * 1e-3 / first_s))
+    number = max(1, int(number), math.ceil(min_repeat_ms * 1e-3 / first_s - 1e-9))
     per_repeat = number * first_s
     repeat = int(budget_s / per_repeat)
     return number, max(min_repeats, min(max_repeats, repeat))
