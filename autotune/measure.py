@@ -82,7 +82,7 @@ class MeasureOptions:
     repeat: int = 3
     min_repeat_ms: float = 20.0
     max_repeats: int = 30
-    budget_s: float = 0.15
+    budget_s: float = 0.1
     max_spread: float = 0.10
     flush_cache: bool = False
     check: bool = False
@@ -445,9 +445,11 @@ class LocalMeasurer:
                 live.append((name, knobs))
         over = self.opt.timing(check=False, cutoff_s=None, flush=self.opt.flush_cache)
         try:
+            t0 = time.perf_counter()
             for kind in anchors:
                 self._anchors.append(AnchorProcess(kind, self.workload, self.opt.threads,
                                                    self.opt.seed))
+            self.busy_s += time.perf_counter() - t0
             turns = [("config", n, k) for n, k in live] + [("anchor", a, None)
                                                               for a in self._anchors]
             for rnd in range(max(1, rounds)):
@@ -455,8 +457,10 @@ class LocalMeasurer:
                 order: list = []
                 for what, who, knobs in (turns if rnd % 2 == 0 else turns[::-1]):
                     if what == "anchor":
+                        t0 = time.perf_counter()
                         with self._exclusive(who.pid):
                             got[who.kind] = who.time(over, timeout=self.opt.run_timeout * 4)
+                        self.busy_s += time.perf_counter() - t0
                         order.append(who.kind)
                         continue
                     if who in cmp.errors:

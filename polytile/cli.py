@@ -541,7 +541,7 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--tuner", choices=("model", "random", "grid"), default="model")
     q.add_argument("--trials", type=_positive, default=None,
                    help="trials in total, resumed ones included (default 96, within "
-                   "110 s unless --timeout-total)")
+                   "95 s of search unless --timeout-total)")
     q.add_argument("--parallel", type=_positive, default=None,
                    help="build worker processes (default: cores)")
     q.add_argument("--threads", type=_positive, default=None,
