@@ -110,7 +110,6 @@ def _warn_line(message, category, filename, lineno, file=None, line=None):
 def _cmd_tune(a) -> int:
     from polytile.autotune import MeasureOptions, get_template, tune
     from polytile.autotune.records import check_log_path
-    from polytile.autotune.tune import measure_numpy_isolated
     from polytile.autotune.tune import DEFAULT_BUDGET_S, DEFAULT_TRIALS, tunable_target
 
     t = get_template(a.workload)
