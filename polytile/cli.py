@@ -22,15 +22,16 @@ import sys
 import warnings
 
 from polytile import __version__
+from polytile.cli_report import Fail as _Fail
+from polytile.cli_report import fmt_time as _fmt_time
+from polytile.cli_report import gflops as _gflops
+from polytile.cli_report import print_summary as _print_summary
+from polytile.cli_report import run_timing as _run_timing
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPT = 0, 1, 2, 130
 #: Records file of ``tune`` and ``run`` without ``--log`` (records are keyed by workload and
 #: target, so one file holds any number of workloads).
 DEFAULT_LOG = "polytile_tune.jsonl"
-
-
-class _Fail(Exception):
-    """A user-facing error with a one-line message."""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -66,16 +67,6 @@ def _seconds(text: str) -> float:
     return v
 
 
-def _fmt_time(s: float) -> str:
-    if not math.isfinite(s):
-        return "-"
-    if s >= 1:
-        return f"{s:.3f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3f} ms"
-    return f"{s * 1e6:.1f} us"
-
-
 def _table(rows: list, header: list) -> str:
     cols = [header] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[k]) for r in cols) for k in range(len(header))]
@@ -92,12 +83,6 @@ def _flops_of(workload: dict) -> float | None:
         return t.flops(tuple(workload["args"]))
     except Exception:
         return None
-
-
-def _gflops(flops, cost) -> str:
-    if not flops or not math.isfinite(cost):
-        return "-"
-    return f"{flops / cost / 1e9:.1f}"
 
 
 def _warn_line(message, category, filename, lineno, file=None, line=None):
@@ -190,85 +175,6 @@ def _progress(total: int, quiet: bool):
         return None
     return tqdm(total=total, desc="tuning", unit="trial", file=sys.stderr, leave=True,
                 dynamic_ncols=True)
-
-
-def _pm(t) -> str:
-    """``4.248 ms ± 1.2 %``: a Timing's median and its spread (IQR / median)."""
-    return f"{_fmt_time(t.median)} ± {t.spread * 100:.1f} %"
-
-
-def _noise_word(spread: float) -> str:
-    if spread <= 0.05:
-        return "quiet"
-    if spread <= 0.20:
-        return "noisy"
-    return "very noisy: the figures are indicative only"
-
-
-def _print_summary(res, out) -> None:
-    """The summary of ``polytile tune``: figures from the final comparison (best and
-    default configs timed alternately with numpy) when there is one, else from the
-    records; every time a median ± its spread (IQR / median)."""
-    best = res.best
-    flops = res.flops
-    cmp = res.comparison
-    rows = [("workload", str(res.workload)), ("target", res.target)]
-    tb = cmp.timing("best") if cmp is not None else None
-    tn = cmp.timing("numpy") if cmp is not None else None
-    td = cmp.timing("default") if cmp is not None else None
-    if best is not None:
-        cost = tb.median if tb is not None else best.cost
-        ratio = cmp.ratio("numpy") if tn is not None and tb is not None else None
-        rtxt = f"  ({ratio:.2f} x numpy)" if ratio else ""
-        rows.append(("best", f"{_gflops(flops, cost)} GFLOP/s{rtxt}" if flops
-                     else _fmt_time(cost) + rtxt))
-        if tb is not None:
-            rows.append(("median time", f"{_pm(tb)} ({len(tb.costs)} repeats in "
-                         f"{len(cmp.rounds)} rounds{', alternating with numpy' if tn else ''}"
-                         f"; {_fmt_time(best.cost)} when searched)"))
-        else:
-            rows.append(("median time", f"{_fmt_time(best.cost)} ± "
-                         f"{best.spread_value * 100:.1f} %"))
-    else:
-        rows.append(("best", "none (every trial failed)"))
-    if td is not None:
-        rows.append(("default config", f"{_gflops(flops, td.median)} GFLOP/s ({_pm(td)})"
-                     if flops else _pm(td)))
-    elif res.default is not None and res.default.ok:
-        same = best is not None and res.default.config == best.config
-        d = tb if same and tb is not None else None
-        txt = _pm(d) if d is not None else _fmt_time(res.default.cost)
-        rows.append(("default config", (f"{_gflops(flops, d.median if d else res.default.cost)}"
-                     f" GFLOP/s ({txt})" if flops else txt) + (" (= best)" if same else "")))
-    if tn is not None:
-        rows.append(("numpy", f"{_gflops(flops, tn.median)} GFLOP/s ({_pm(tn)}, same inputs, "
-                     "timed alternately)" if flops else f"{_pm(tn)} (timed alternately)"))
-    nz = res.noise()
-    if nz["trials"]:
-        worst = max([nz["median_spread"]] + ([cmp.noise] if cmp is not None else []))
-        parts = [f"trials' spread median {nz['median_spread'] * 100:.1f} %, max "
-                 f"{nz['max_spread'] * 100:.0f} %, {nz['remeasured']} of {res.n_trials} "
-                 "re-measured"]
-        if cmp is not None and tn is not None and tb is not None:
-            parts.append(f"ratio over {len(cmp.rounds)} rounds moved "
-                         f"{cmp.ratio_spread('numpy') * 100:.1f} %")
-        rows.append(("noise", "; ".join(parts) + f" ({_noise_word(worst)})"))
-    fails = res.failures()
-    ftxt = ", ".join(f"{n} {code}" for code, n in sorted(fails.items()))
-    resumed = f", {res.resumed} resumed" if res.resumed else ""
-    rows.append(("trials", f"{res.n_trials} measured{resumed}, {res.n_failed} failed"
-                 + (f" ({ftxt})" if ftxt else "")))
-    new = max(1, res.n_trials - res.resumed)
-    rows.append(("wall time", f"{res.wall_s:.1f} s (tuner overhead {res.overhead_s / new:.2f} "
-                 f"s per trial; stopped: {res.stop_reason or '-'})"))
-    if best is not None:
-        rows.append(("best config", " ".join(f"{k}={json.dumps(v)}"
-                                             for k, v in best.config.items())))
-    rows.append(("records", res.log_file or "-"))
-    print("", file=out)
-    for k, v in rows:
-        print(f"  {k:<15} {v}", file=out)
-    out.flush()
 
 
 def _require_matplotlib():
@@ -409,53 +315,6 @@ def _cmd_run(a) -> int:
             raise _Fail(f"the built kernel disagrees with numpy: {why}")
     _run_timing(t, wl, target, rec, log, a.threads)
     return EXIT_OK
-
-
-def _tuned_summary(log: str, rec):
-    """The latest summary record of ``log`` for ``rec``'s workload, target and config."""
-    from polytile.autotune.records import read_records, target_matches, workload_matches
-
-    found = None
-    for r in read_records(log, summaries=True):
-        if (r.phase == "summary" and workload_matches(r, rec.workload)
-                and target_matches(r.target, rec.target) and r.config == rec.config):
-            found = r
-    return found
-
-
-def _run_timing(t, wl, target: str, rec, log: str, threads) -> None:
-    """Time the record's config as ``polytile tune``'s summary does
-    (:meth:`LocalMeasurer.compare`: a worker process, alternating with numpy) and set the
-    figure beside the tuning's."""
-    from polytile.autotune import LocalMeasurer, MeasureOptions
-    from polytile.autotune.timing import Timing
-
-    knobs = rec.config if rec is not None else t.space(wl.args, wl.dtype).default() \
-        .knob_values()
-    anchors = ("numpy",) if t.reference is not None else ()
-    with LocalMeasurer(wl, target, MeasureOptions(parallel=1, threads=threads or 0)) as m:
-        cmp = m.compare([("best", knobs)], anchors)
-    if "best" in cmp.errors:
-        code, msg = cmp.errors["best"]
-        raise _Fail(f"timing the kernel failed ({code}): {msg}")
-    tb, tn = cmp.timing("best"), cmp.timing("numpy")
-    flops = t.flops(wl.args)
-    print(f"  polytile        {_gflops(flops, tb.median)} GFLOP/s ({_pm(tb)})")
-    if tn is not None:
-        print(f"  numpy           {_gflops(flops, tn.median)} GFLOP/s ({_pm(tn)}, timed "
-              f"alternately); ratio {cmp.ratio('numpy'):.2f}")
-    if rec is not None:
-        summ = _tuned_summary(log, rec)
-        if summ is not None:
-            tuned = Timing(tuple(summ.costs))
-            where = f"summary {log}:{summ.line}"
-        else:
-            tuned = Timing(tuple(rec.costs))
-            where = f"record {log}:{rec.line}"
-        print(f"  when tuned      {_pm(tuned)} ({where}); now / then "
-              f"{tb.median / tuned.median:.2f}")
-    print(f"  noise           {_noise_word(cmp.noise)} (largest spread "
-          f"{cmp.noise * 100:.1f} %)")
 
 
 # --------------------------------------------------------------------------- templates
