@@ -174,6 +174,10 @@ def _compare_best(res: TuneResult, measurer: LocalMeasurer, anchors, rounds: int
     summary = cmp.to_json()
     summary["search"] = res.noise()
     summary["best_line_cost"] = res.best.cost
+    try:
+        summary["load_avg"] = round(os.getloadavg()[0], 2)
+    except OSError:
+        pass
     writer.write(Record(workload=res.workload.key(), target=res.target,
                         config=res.best.config, config_index=res.best.config_index,
                         costs=list(t.costs), timestamp=time.time(), tuner=res.tuner,

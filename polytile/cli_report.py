@@ -48,6 +48,18 @@ def noise_word(spread: float) -> str:
     return "very noisy: the figures are indicative only"
 
 
+def load_note() -> str:
+    """``load average 3.2 on 2 cores``: other processes compete for the cores when the
+    first number passes the second, whatever the spreads say (a measurement can be slowed
+    as a whole)."""
+    import os
+
+    try:
+        return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    except OSError:
+        return "load average unknown"
+
+
 def print_summary(res, out) -> None:
     """The summary of ``polytile tune``: figures from the final comparison (best and
     default configs timed alternately with numpy) when there is one, else from the
@@ -95,7 +107,7 @@ def print_summary(res, out) -> None:
         if cmp is not None and tn is not None and tb is not None:
             parts.append(f"ratio over {len(cmp.rounds)} rounds moved "
                          f"{cmp.ratio_spread('numpy') * 100:.1f} %")
-        rows.append(("noise", "; ".join(parts) + f" ({noise_word(worst)})"))
+        rows.append(("noise", "; ".join(parts) + f"; {load_note()} ({noise_word(worst)})"))
     fails = res.failures()
     ftxt = ", ".join(f"{n} {code}" for code, n in sorted(fails.items()))
     resumed = f", {res.resumed} resumed" if res.resumed else ""
@@ -158,4 +170,4 @@ def run_timing(t, wl, target: str, rec, log: str, threads) -> None:
         print(f"  when tuned      {pm(tuned)} ({where}); now / then "
               f"{tb.median / tuned.median:.2f}")
     print(f"  noise           {noise_word(cmp.noise)} (largest spread "
-          f"{cmp.noise * 100:.1f} %)")
+          f"{cmp.noise * 100:.1f} %; {load_note()})")
