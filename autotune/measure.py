@@ -427,12 +427,9 @@ class LocalMeasurer:
         Returns
         -------
         Comparison
-            Per round and name the Timing; configs that fail are in ``errors``.
-
-        Raises
-        ------
-        TuneError
-            When an anchor process fails.
+            Per round and name the Timing; configs and anchors that fail are in
+            ``errors`` (an anchor's code is ``"anchor_error"``) and are not timed further:
+            a failing anchor never costs the caller its tuning result.
         """
         cmp = Comparison([n for n, _ in items], list(anchors))
         built = self.build(items, want_features=False)
@@ -447,8 +444,11 @@ class LocalMeasurer:
         try:
             t0 = time.perf_counter()
             for kind in anchors:
-                self._anchors.append(AnchorProcess(kind, self.workload, self.opt.threads,
-                                                   self.opt.seed))
+                try:
+                    self._anchors.append(AnchorProcess(kind, self.workload,
+                                                       self.opt.threads, self.opt.seed))
+                except TuneError as exc:
+                    cmp.errors[kind] = ("anchor_error", str(exc).splitlines()[0])
             self.busy_s += time.perf_counter() - t0
             turns = [("config", n, k) for n, k in live] + [("anchor", a, None)
                                                               for a in self._anchors]
@@ -457,11 +457,17 @@ class LocalMeasurer:
                 order: list = []
                 for what, who, knobs in (turns if rnd % 2 == 0 else turns[::-1]):
                     if what == "anchor":
+                        if who.kind in cmp.errors:
+                            continue
                         t0 = time.perf_counter()
-                        with self._exclusive(who.pid):
-                            got[who.kind] = who.time(over, timeout=self.opt.run_timeout * 4)
-                        self.busy_s += time.perf_counter() - t0
                         order.append(who.kind)
+                        try:
+                            with self._exclusive(who.pid):
+                                got[who.kind] = who.time(over,
+                                                         timeout=self.opt.run_timeout * 4)
+                        except TuneError as exc:
+                            cmp.errors[who.kind] = ("anchor_error", str(exc).splitlines()[0])
+                        self.busy_s += time.perf_counter() - t0
                         continue
                     if who in cmp.errors:
                         continue

@@ -98,6 +98,8 @@ def print_summary(res, out) -> None:
     if tn is not None:
         rows.append(("numpy", f"{gflops(flops, tn.median)} GFLOP/s ({pm(tn)}, same inputs, "
                      "timed alternately)" if flops else f"{pm(tn)} (timed alternately)"))
+    elif cmp is not None and "numpy" in cmp.errors:
+        rows.append(("numpy", f"not timed: {cmp.errors['numpy'][1]}"))
     nz = res.noise()
     if nz["trials"]:
         worst = max([nz["median_spread"]] + ([cmp.noise] if cmp is not None else []))
@@ -159,6 +161,8 @@ def run_timing(t, wl, target: str, rec, log: str, threads) -> None:
     if tn is not None:
         print(f"  numpy           {gflops(flops, tn.median)} GFLOP/s ({pm(tn)}, timed "
               f"alternately); ratio {cmp.ratio('numpy'):.2f}")
+    elif "numpy" in cmp.errors:
+        print(f"  numpy           not timed: {cmp.errors['numpy'][1]}")
     if rec is not None:
         summ = tuned_summary(log, rec)
         if summ is not None:

@@ -190,6 +190,11 @@ def test_compare_records_a_failing_config_and_goes_on():
     with LocalMeasurer(wl, "llvm", MeasureOptions(parallel=1, min_repeat_ms=1,
                                                   budget_s=0.01, run_timeout=5)) as m:
         cmp = m.compare([("ok", ok), ("bad", bad)], anchors=(), rounds=2)
+        # an anchor that cannot start is an error of the comparison, not an exception
+        cmp2 = m.compare([("ok", ok)], anchors=("numpy",), rounds=1)
+    assert cmp2.errors["numpy"][0] == "anchor_error" and "no numpy reference" in \
+        cmp2.errors["numpy"][1]
+    assert cmp2.timing("ok") is not None and cmp2.order == [["ok"]]
     assert cmp.errors["bad"][0] == "runtime_error" and "SIGSEGV" in cmp.errors["bad"][1]
     assert cmp.timing("ok") is not None and cmp.timing("bad") is None
     assert cmp.order == [["ok", "bad"], ["ok"]]
