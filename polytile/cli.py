@@ -126,10 +126,12 @@ def _cmd_tune(a) -> int:
     print(f"  space {space_size:,} configs; tuner {a.tuner}; {trials} trials{limit}"
           f"{' (resumed)' if a.resume else ''}; {opt.parallel} build workers; "
           f"{opt.threads} threads; log {log}", file=out)
-    anchors = () if a.no_numpy or t.reference is None else ("numpy",)
+    from polytile.autotune.anchors import available
+
+    anchors = () if a.no_numpy else tuple(available(t, wl.args))
     if anchors:
-        print("  numpy is timed after the search, alternately with the best configs "
-              f"({opt.threads} threads, same inputs)", file=out)
+        print(f"  {' and '.join(anchors)} timed after the search, alternately with the best "
+              f"configs ({opt.threads} threads, same inputs)", file=out)
     out.flush()
     bar = _progress(trials, a.quiet)
     flops = t.flops(wl.args)
@@ -427,7 +429,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="flush the caches before each repeat")
     q.add_argument("--build-timeout", type=_seconds, default=20.0)
     q.add_argument("--run-timeout", type=_seconds, default=15.0)
-    q.add_argument("--no-numpy", action="store_true", help="skip the numpy comparison")
+    q.add_argument("--no-numpy", action="store_true",
+                   help="skip the comparison with numpy (and torch)")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
     q.set_defaults(fn=_cmd_tune)
 

@@ -62,24 +62,26 @@ def load_note() -> str:
 
 def print_summary(res, out) -> None:
     """The summary of ``polytile tune``: figures from the final comparison (best and
-    default configs timed alternately with numpy) when there is one, else from the
+    default configs timed alternately with numpy, and torch when installed) when there is one, else from the
     records; every time a median ± its spread (IQR / median)."""
     best = res.best
     flops = res.flops
     cmp = res.comparison
     rows = [("workload", str(res.workload)), ("target", res.target)]
     tb = cmp.timing("best") if cmp is not None else None
-    tn = cmp.timing("numpy") if cmp is not None else None
     td = cmp.timing("default") if cmp is not None else None
+    timed = [a for a in cmp.anchors if cmp.timing(a) is not None] if cmp is not None else []
+    tn = cmp.timing(timed[0]) if timed else None  # the first anchor timed (numpy)
     if best is not None:
         cost = tb.median if tb is not None else best.cost
-        ratio = cmp.ratio("numpy") if tn is not None and tb is not None else None
-        rtxt = f"  ({ratio:.2f} x numpy)" if ratio else ""
+        ratios = [f"{cmp.ratio(a):.2f} x {a}" for a in timed] if tb is not None else []
+        rtxt = f"  ({', '.join(ratios)})" if ratios else ""
         rows.append(("best", f"{gflops(flops, cost)} GFLOP/s{rtxt}" if flops
                      else fmt_time(cost) + rtxt))
         if tb is not None:
             rows.append(("median time", f"{pm(tb)} ({len(tb.costs)} repeats in "
-                         f"{len(cmp.rounds)} rounds{', alternating with numpy' if tn else ''}"
+                         f"{len(cmp.rounds)} rounds"
+                         f"{', alternating with ' + ' and '.join(timed) if timed else ''}"
                          f"; {fmt_time(best.cost)} when searched)"))
         else:
             rows.append(("median time", f"{fmt_time(best.cost)} ± "
@@ -95,11 +97,13 @@ def print_summary(res, out) -> None:
         txt = pm(d) if d is not None else fmt_time(res.default.cost)
         rows.append(("default config", (f"{gflops(flops, d.median if d else res.default.cost)}"
                      f" GFLOP/s ({txt})" if flops else txt) + (" (= best)" if same else "")))
-    if tn is not None:
-        rows.append(("numpy", f"{gflops(flops, tn.median)} GFLOP/s ({pm(tn)}, same inputs, "
-                     "timed alternately)" if flops else f"{pm(tn)} (timed alternately)"))
-    elif cmp is not None and "numpy" in cmp.errors:
-        rows.append(("numpy", f"not timed: {cmp.errors['numpy'][1]}"))
+    for a in cmp.anchors if cmp is not None else ():
+        ta = cmp.timing(a)
+        if ta is not None:
+            rows.append((a, f"{gflops(flops, ta.median)} GFLOP/s ({pm(ta)}, same inputs, "
+                         "timed alternately)" if flops else f"{pm(ta)} (timed alternately)"))
+        elif a in cmp.errors:
+            rows.append((a, f"not timed: {cmp.errors[a][1]}"))
     nz = res.noise()
     if nz["trials"]:
         worst = max([nz["median_spread"]] + ([cmp.noise] if cmp is not None else []))
@@ -108,7 +112,7 @@ def print_summary(res, out) -> None:
                  "re-measured"]
         if cmp is not None and tn is not None and tb is not None:
             parts.append(f"ratio over {len(cmp.rounds)} rounds moved "
-                         f"{cmp.ratio_spread('numpy') * 100:.1f} %")
+                         f"{cmp.ratio_spread(timed[0]) * 100:.1f} %")
         rows.append(("noise", "; ".join(parts) + f"; {load_note()} ({noise_word(worst)})"))
     fails = res.failures()
     ftxt = ", ".join(f"{n} {code}" for code, n in sorted(fails.items()))
@@ -145,24 +149,27 @@ def run_timing(t, wl, target: str, rec, log: str, threads) -> None:
     (:meth:`LocalMeasurer.compare`: a worker process, alternating with numpy) and set the
     figure beside the tuning's."""
     from polytile.autotune import LocalMeasurer, MeasureOptions
+    from polytile.autotune.anchors import available
     from polytile.autotune.timing import Timing
 
     knobs = rec.config if rec is not None else t.space(wl.args, wl.dtype).default() \
         .knob_values()
-    anchors = ("numpy",) if t.reference is not None else ()
+    anchors = tuple(available(t, wl.args))
     with LocalMeasurer(wl, target, MeasureOptions(parallel=1, threads=threads or 0)) as m:
         cmp = m.compare([("best", knobs)], anchors)
     if "best" in cmp.errors:
         code, msg = cmp.errors["best"]
         raise Fail(f"timing the kernel failed ({code}): {msg}")
-    tb, tn = cmp.timing("best"), cmp.timing("numpy")
+    tb = cmp.timing("best")
     flops = t.flops(wl.args)
     print(f"  polytile        {gflops(flops, tb.median)} GFLOP/s ({pm(tb)})")
-    if tn is not None:
-        print(f"  numpy           {gflops(flops, tn.median)} GFLOP/s ({pm(tn)}, timed "
-              f"alternately); ratio {cmp.ratio('numpy'):.2f}")
-    elif "numpy" in cmp.errors:
-        print(f"  numpy           not timed: {cmp.errors['numpy'][1]}")
+    for a in anchors:
+        ta = cmp.timing(a)
+        if ta is not None:
+            print(f"  {a:<15} {gflops(flops, ta.median)} GFLOP/s ({pm(ta)}, timed "
+                  f"alternately); ratio {cmp.ratio(a):.2f}")
+        else:
+            print(f"  {a:<15} not timed: {cmp.errors.get(a, ('', '?'))[1]}")
     if rec is not None:
         summ = tuned_summary(log, rec)
         if summ is not None:
