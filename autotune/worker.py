@@ -149,6 +149,12 @@ class _Worker:
                                     f"output {k} differs from the default config's: {why}", [])
             cutoff = opt.get("cutoff_s")
             if cutoff is not None and warm > cutoff:
+                # a first call pays page faults and thread start-up, and a load spike may
+                # hit it: a second one decides
+                t0 = time.perf_counter()
+                mod(*arrays)
+                warm = min(warm, time.perf_counter() - t0)
+            if cutoff is not None and warm > cutoff:
                 return ("ran", cid, None, f"slow: stopped after the warm-up run "
                         f"({warm:.3g} s > {cutoff:.3g} s)", [warm],
                         Timing((warm,), 1, warm).to_json())

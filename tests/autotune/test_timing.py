@@ -230,7 +230,8 @@ def test_tune_ends_with_a_comparison_and_a_summary_record(tmp_path):
     assert cmp is not None and len(cmp.rounds) == 2 and cmp.timing("best") is not None
     assert cmp.ratio("numpy") > 0
     nz = res.noise()
-    assert nz["trials"] == 3 and 0 <= nz["median_spread"] <= nz["max_spread"]
+    # (a trial stopped after its warm-up as too slow has one cost and no spread)
+    assert 1 <= nz["trials"] <= 3 and 0 <= nz["median_spread"] <= nz["max_spread"]
     every = read_records(log, summaries=True)
     assert [r.phase for r in every] == ["search"] * 3 + ["summary"]
     summ = every[-1]
