@@ -53,6 +53,8 @@ class Comparison:
         Name -> ``(error code, message)`` of a config that failed (not timed further).
     order : list of list
         Per round, the names and anchor kinds in the order they were timed.
+    extended : bool
+        The planned rounds left a spread past the threshold and as many again were made.
     """
 
     names: list
@@ -60,6 +62,7 @@ class Comparison:
     rounds: list = field(default_factory=list)
     errors: dict = field(default_factory=dict)
     order: list = field(default_factory=list)  # per round, the names in the order timed
+    extended: bool = False
 
     def timing(self, name: str) -> Timing | None:
         """All repeats of ``name`` over the rounds as one Timing (None if never timed)."""
@@ -96,7 +99,8 @@ class Comparison:
         return max(sp, default=0.0)
 
     def to_json(self) -> dict:
-        out: dict = {"rounds": len(self.rounds), "timings": {}, "ratios": {},
+        out: dict = {"rounds": len(self.rounds), "extended": self.extended,
+                     "timings": {}, "ratios": {},
                      "errors": {k: list(v) for k, v in self.errors.items()},
                      "noise": round(self.noise, 6)}
         for n in self.names + self.anchors:

@@ -420,7 +420,9 @@ class LocalMeasurer:
         each anchor (:mod:`.anchors`, a process of its own per kind) is timed in turn — the
         order reversed every other round (A B / B A) so that a slow drift of the machine
         weighs on both sides alike — every turn exclusive and by
-        :func:`.timing.time_calls` with this measurer's options. ``polytile tune``'s
+        :func:`.timing.time_calls` with this measurer's options. When a pooled timing's
+        spread is still past ``max_spread`` after those rounds, as many rounds again are
+        made, once (``Comparison.extended``). ``polytile tune``'s
         summary and ``polytile run`` both print these figures, so they agree within the
         spread they print.
 
@@ -452,7 +454,9 @@ class LocalMeasurer:
             self.busy_s += time.perf_counter() - t0
             turns = [("config", n, k) for n, k in live] + [("anchor", a, None)
                                                               for a in self._anchors]
-            for rnd in range(max(1, rounds)):
+            planned = max(1, rounds)
+            rnd = 0
+            while rnd < planned:
                 got: dict = {}
                 order: list = []
                 for what, who, knobs in (turns if rnd % 2 == 0 else turns[::-1]):
@@ -480,6 +484,12 @@ class LocalMeasurer:
                         cmp.errors[who] = (res.error or "runtime_error", res.error_msg)
                 cmp.rounds.append(got)
                 cmp.order.append(order)
+                rnd += 1
+                if rnd == planned == max(1, rounds) and cmp.noise > self.opt.max_spread:
+                    # too noisy to trust: as many rounds again, once (more samples move a
+                    # median of a two-mode distribution less)
+                    planned *= 2
+                    cmp.extended = True
         finally:
             self._close_anchors()
             self._drop_all()

@@ -19,7 +19,8 @@ for a trial; the last line of a run of ``polytile tune`` is a ``"summary"`` reco
 best config, its ``costs`` from the final comparison with the anchors, and ``summary``
 (:meth:`.anchors.Comparison.to_json` plus the noise of the run's trials). Readers skip
 summaries unless asked (:func:`read_records`). Lines of older files, without these fields,
-read as trials with ``threads`` 0 (unknown) and ``spread`` computed from ``costs``. A reader skips a torn or corrupt line with a :class:`RecordWarning`
+read as trials with ``threads`` 0 (unknown) and ``spread`` computed from ``costs``.
+A reader skips a torn or corrupt line with a :class:`RecordWarning`
 naming the file and line number, and refuses a newer schema with a :class:`TuneError`.
 """
 

@@ -166,7 +166,8 @@ def time_calls(run: Callable[[int], float], *, min_repeat_ms: float = 20.0,
 
 
 #: keys of a measurement-options dict that :func:`timing_kwargs` passes on
-_KEYS = ("number", "min_repeat_ms", "min_repeats", "max_repeats", "budget_s", "max_spread", "remeasure")
+_KEYS = ("number", "min_repeat_ms", "min_repeats", "max_repeats", "budget_s", "max_spread",
+         "remeasure")
 
 
 def timing_kwargs(opt: dict) -> dict:

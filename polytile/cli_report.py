@@ -62,8 +62,8 @@ def load_note() -> str:
 
 def print_summary(res, out) -> None:
     """The summary of ``polytile tune``: figures from the final comparison (best and
-    default configs timed alternately with numpy, and torch when installed) when there is one, else from the
-    records; every time a median ± its spread (IQR / median)."""
+    default configs timed alternately with numpy, and torch when installed) when there is
+    one, else from the records; every time a median ± its spread (IQR / median)."""
     best = res.best
     flops = res.flops
     cmp = res.comparison

@@ -169,16 +169,18 @@ def test_compare_alternates_configs_and_anchors():
                                                   budget_s=0.02)) as m:
         cmp = m.compare(items, ("numpy",), rounds=3)
         assert not m._anchors  # the anchor process is gone
-    assert cmp.order == [["best", "other", "numpy"], ["numpy", "other", "best"],
-                         ["best", "other", "numpy"]]
+    ab, ba = ["best", "other", "numpy"], ["numpy", "other", "best"]
+    # 3 rounds, or 6 when they left a spread past 10 % (on a busy machine)
+    assert cmp.order == ([ab, ba, ab, ba, ab, ba] if cmp.extended else [ab, ba, ab])
     for name in ("best", "other", "numpy"):
         tm = cmp.timing(name)
-        assert tm is not None and len(tm.costs) >= 3 * 3 and tm.median > 0
+        assert tm is not None and len(tm.costs) >= len(cmp.rounds) * 3 and tm.median > 0
     r = cmp.ratio("numpy", "best")
     assert r == pytest.approx(cmp.timing("numpy").median / cmp.timing("best").median)
     assert cmp.ratio_spread("numpy") >= 0 and cmp.noise >= 0
     d = cmp.to_json()
-    assert d["rounds"] == 3 and set(d["timings"]) == {"best", "other", "numpy"}
+    assert d["rounds"] == len(cmp.rounds) and d["extended"] == cmp.extended
+    assert set(d["timings"]) == {"best", "other", "numpy"}
     assert set(d["ratios"]) == {"numpy/best", "numpy/other"}
 
 
@@ -194,10 +196,11 @@ def test_compare_records_a_failing_config_and_goes_on():
         cmp2 = m.compare([("ok", ok)], anchors=("numpy",), rounds=1)
     assert cmp2.errors["numpy"][0] == "anchor_error" and "no numpy reference" in \
         cmp2.errors["numpy"][1]
-    assert cmp2.timing("ok") is not None and cmp2.order == [["ok"]]
+    assert cmp2.timing("ok") is not None and cmp2.order in ([["ok"]], [["ok"], ["ok"]])
     assert cmp.errors["bad"][0] == "runtime_error" and "SIGSEGV" in cmp.errors["bad"][1]
     assert cmp.timing("ok") is not None and cmp.timing("bad") is None
-    assert cmp.order == [["ok", "bad"], ["ok"]]
+    assert cmp.order[:2] == [["ok", "bad"], ["ok"]]
+    assert all(o == ["ok"] for o in cmp.order[2:]) and len(cmp.order) in (2, 4)
 
 
 def test_anchor_process():
@@ -227,7 +230,8 @@ def test_tune_ends_with_a_comparison_and_a_summary_record(tmp_path):
     res = tune("matmul", (24, 16, 8), tuner="random", n_trial=3, measure_option=opt,
                log_file=str(log), anchors=("numpy",), compare_rounds=2, seed=1)
     cmp = res.comparison
-    assert cmp is not None and len(cmp.rounds) == 2 and cmp.timing("best") is not None
+    assert cmp is not None and len(cmp.rounds) == (4 if cmp.extended else 2)
+    assert cmp.timing("best") is not None
     assert cmp.ratio("numpy") > 0
     nz = res.noise()
     # (a trial stopped after its warm-up as too slow has one cost and no spread)
@@ -263,3 +267,12 @@ def test_omp_wait_policy_is_passive_unless_the_user_chose():
     out = subprocess.run([sys.executable, "-c", code], env={**clean, "OMP_WAIT_POLICY":
                          "active"}, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "active", out.stderr
+
+
+@pytest.mark.parametrize("max_spread, rounds", [(0.0, 4), (1e9, 2)])
+def test_a_noisy_comparison_gets_as_many_rounds_again_once(max_spread, rounds):
+    wl = get_template(FAULTY).workload((16,))
+    opt = MeasureOptions(parallel=1, min_repeat_ms=1, budget_s=0.01, max_spread=max_spread)
+    with LocalMeasurer(wl, "llvm", opt) as m:
+        cmp = m.compare([("ok", {"mode": "ok", "tile": [-1, 8]})], anchors=(), rounds=2)
+    assert len(cmp.rounds) == rounds and cmp.extended == (rounds == 4)
