@@ -71,7 +71,8 @@ def omp_environment(environ=None) -> dict:
     core from the thread that still has work. Measured on a loaded 2-core machine
     (``benchmarks/omp_wait.py``: a row softmax of four parallel regions, 2 threads): a
     median of 36 ms spinning vs 4.1 ms passive, and 63 ms vs 2.6 ms with one more
-    busy process; on an idle machine spinning saves a few microseconds per region.
+    busy process (load average 3.5); 83 vs 8.8 ms and 172 vs 20 ms at load average 40. On
+    an idle machine spinning saves a few microseconds per region.
     Worker processes inherit the setting through the environment.
     """
     env = os.environ if environ is None else environ
