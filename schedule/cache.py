@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from polytile.errors import ScheduleError, format_error
-from polytile.te.expr import IterVar, Range, Reduce, TensorRead, Var
+from polytile.te.expr import IterVar, Range, TensorRead, Var
 from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
 from polytile.te.visitor import ExprMutator, substitute
 
@@ -121,12 +121,12 @@ def cache_write(sch: Schedule, tensor: Tensor, scope: str) -> Tensor:
             "into it"))
     axis = tuple(IterVar(Var("int32", f"{iv.var.name}.c", True), iv.dom, "data_par")
                  for iv in op.axis)
-    raxis = tuple(IterVar(Var("int32", iv.var.name, True), iv.dom, "reduce")
-                  for iv in op.reduce_axis)
-    mapping = {a.var: b.var for a, b in zip(op.axis + op.reduce_axis, axis + raxis)}
+    # the reduce axes move to the cache stage as they are (TVM does the same): the user's
+    # ``C.op.reduce_axis[k]`` then names a loop of ``s[CC]``, which the copy stage no
+    # longer has
+    raxis = op.reduce_axis
+    mapping = {a.var: b.var for a, b in zip(op.axis, axis)}
     body = substitute(op.body[0], mapping)
-    if isinstance(body, Reduce):
-        body = Reduce(body.dtype, body.combiner, body.source, raxis, body.condition, body.init)
     cache = ComputeOp(name=f"{op.name}.{scope}", tag=op.tag, attrs=op.attrs, axis=axis,
                       reduce_axis=raxis, body=(body,))
     copy = ComputeOp(name=op.name, tag=op.tag, attrs=op.attrs, axis=op.axis,
