@@ -24,13 +24,14 @@ if TYPE_CHECKING:
 class _Retarget(ExprMutator):
     """Replace reads of one stage's tensors by reads of another tensor."""
 
-    def __init__(self, old_ops: set, new: Tensor):
+    def __init__(self, old_ops: set, new: Tensor, value_index: int = 0):
         self.old_ops = old_ops
         self.new = new
+        self.value_index = value_index   # which output of a multi-output stage
 
     def visit_TensorRead(self, r: TensorRead):
         idx = tuple(self.visit(i) for i in r.indices)
-        if id(r.tensor.op) in self.old_ops:
+        if id(r.tensor.op) in self.old_ops and r.tensor.value_index == self.value_index:
             return TensorRead(r.dtype, self.new, idx)
         if any(a is not b for a, b in zip(idx, r.indices)):
             return TensorRead(r.dtype, r.tensor, idx)
@@ -66,7 +67,9 @@ def cache_read(sch: Schedule, tensor: Tensor, scope: str, readers) -> Tensor:
     """
     _check_scope("cache_read", scope)
     src_stage = sch[tensor]
-    src = src_stage.op.output(0)
+    # the tensor as the stage now holds it (an earlier cache_write replaced the op); for a
+    # stage with several outputs, the output the user named
+    src = src_stage.op.output(getattr(tensor, "value_index", 0))
     if not isinstance(readers, (list, tuple)):
         readers = [readers]
     if not readers:
@@ -75,18 +78,20 @@ def cache_read(sch: Schedule, tensor: Tensor, scope: str, readers) -> Tensor:
     reader_stages = [sch[r] for r in readers]
     names = [iv.var.name for iv in src.op.axis] if isinstance(src.op, ComputeOp) else [
         f"ax{k}" for k in range(src.ndim)]
-    cache = _copy_op(f"{src.name}.{scope}", src, names)
+    cname = src.name if src.op.num_outputs == 1 else f"{src.name}.v{src.value_index}"
+    cache = _copy_op(f"{cname}.{scope}", src, names)
     old = _ops_of(src_stage, sch)
     for rs in reader_stages:
         if not isinstance(rs.op, ComputeOp) or not any(
-                id(t.op) in old for t in rs.op.input_tensors):
+                id(t.op) in old and t.value_index == src.value_index
+                for t in rs.op.input_tensors):
             raise ScheduleError(format_error(
                 "cache_read", f"stage {rs.name!r} does not read {src.name!r}",
                 "list stages that read the tensor as readers"))
-        body = _Retarget(old, cache.output(0)).visit(rs.op.body[0])
+        rt = _Retarget(old, cache.output(0), src.value_index)
         _replace_op(sch, rs, ComputeOp(name=rs.op.name, tag=rs.op.tag, attrs=rs.op.attrs,
                                        axis=rs.op.axis, reduce_axis=rs.op.reduce_axis,
-                                       body=(body,)))
+                                       body=tuple(rt.visit(b) for b in rs.op.body)))
     st = sch._add_stage(cache, after=src_stage)
     st.scope, st.scope_primitive = scope, "cache_read"
     return cache.output(0)
@@ -111,6 +116,11 @@ def cache_write(sch: Schedule, tensor: Tensor, scope: str) -> Tensor:
     if isinstance(op, PlaceholderOp):
         raise ScheduleError(format_error("cache_write", f"{op.name!r} is a placeholder",
                                          "cache the output of a compute"))
+    if op.num_outputs > 1:
+        raise ScheduleError(format_error(
+            "cache_write", f"stage {op.name!r} has {op.num_outputs} outputs",
+            "a stage with one output (caching the outputs of a multi-output stage together "
+            "is not supported)", hint="cache_read its outputs for their consumers instead"))
     attached = [st.name for st in sch.stages if st.attach_stage is stage]
     if stage.relations or stage.annotations or stage.attach_type != "root" or attached:
         what = (f"stages {attached} are computed at its loops" if attached

@@ -102,7 +102,9 @@ class Schedule:
         names = [self[r].name for r in (readers if isinstance(readers, (list, tuple))
                                         else [readers])]
         out = cache_read(self, tensor, scope, readers)
-        self.trace.append(Step("cache_read", self[tensor].name, (scope, tuple(names))))
+        k = getattr(tensor, "value_index", 0)   # an output of a multi-output stage
+        self.trace.append(Step("cache_read", self[tensor].name, (scope, tuple(names)),
+                               (("value_index", k),) if k else ()))
         return out
 
     @deep("rfactor")
@@ -212,7 +214,8 @@ def replay(trace: list[Step], sch: Schedule) -> Schedule:
         st = stage(step.stage)
         args = list(step.args)
         if step.primitive == "cache_read":
-            t = sch.cache_read(st.op.output(0), args[0], [stage(n).op for n in args[1]])
+            t = sch.cache_read(st.op.output(dict(step.kwargs).get("value_index", 0)), args[0],
+                               [stage(n).op for n in args[1]])
             by_name.setdefault(t.op.name, sch[t])
             continue
         if step.primitive == "rfactor":

@@ -28,7 +28,9 @@ order -- are read as ``max``/``min``, and casts between float dtypes are dropped
   (``logsumexp``);
 * ``bool`` combiners, checked on all values.
 
-Anything else is refused: first with a counterexample when one is found by evaluating
+Combiners over tuples (argmax over ``(index, value)`` pairs) are not proven: their
+reductions keep their sequential order (no rfactor, cross-thread bind or reorder of their
+reduction loops). Anything else is refused: first with a counterexample when one is found by evaluating
 ``f`` exactly on sample values (small numbers, every constant of ``f`` and ``c +- 1``,
 ``-c``, negated pairs, large magnitudes), else as "cannot prove", with the forms above as
 the hint. A refusal of a lawful combiner is possible (keep the reduction sequential); an
@@ -48,7 +50,7 @@ from fractions import Fraction
 from . import dtype as dt
 from . import polynomial as pl
 from .expr import (And, Binary, Call, Cast, Cmp, CommReducer, Const, Expr, Not, Or, Select,
-                   Var)
+                   TupleCommReducer, Var)
 from .visitor import ExprMutator, collect, structural_equal
 
 #: the forms whose laws are proven, for messages
@@ -95,6 +97,13 @@ def _law_text(law: str, comb: CommReducer) -> str:
 
 
 def _first_violation(comb: CommReducer, laws: tuple) -> Violation | None:
+    if isinstance(comb, TupleCommReducer):
+        # argmax as TVM's tutorial writes it keeps the accumulator on ties: it is not
+        # commutative there, and its fold depends on the order of equal values
+        return Violation(
+            f"the laws of a combiner over tuples ({comb.size} elements) are not proven "
+            f"(argmax/argmin keep the first of equal values, which depends on the order)",
+            refuted=False)
     bad = _unevaluable(comb)
     if bad:
         return Violation(bad, refuted=False)
