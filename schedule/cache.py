@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from polytile.errors import ScheduleError, format_error
 from polytile.te.expr import IterVar, Range, TensorRead, Var
+from polytile.te.scan import ScanOp
 from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
 from polytile.te.visitor import ExprMutator, substitute
 
@@ -116,6 +117,10 @@ def cache_write(sch: Schedule, tensor: Tensor, scope: str) -> Tensor:
     if isinstance(op, PlaceholderOp):
         raise ScheduleError(format_error("cache_write", f"{op.name!r} is a placeholder",
                                          "cache the output of a compute"))
+    if isinstance(op, ScanOp):
+        raise ScheduleError(format_error(
+            "cache_write", f"stage {op.name!r} is a te.scan, which reads its own earlier rows",
+            "a compute stage", hint="cache_read the scan's output for its consumers"))
     if op.num_outputs > 1:
         raise ScheduleError(format_error(
             "cache_write", f"stage {op.name!r} has {op.num_outputs} outputs",

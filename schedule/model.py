@@ -340,7 +340,8 @@ def _consumers(plans: list[StagePlan], plan_of: dict) -> dict:
     for c in plans:
         for rd in c.reads:
             prod = plan_of.get(id(rd.source))
-            if prod is not None and not any(x is c for x in out[id(prod)]):
+            # a scan reads itself: not a consumer whose reads size an attached region
+            if prod is not None and prod is not c and not any(x is c for x in out[id(prod)]):
                 out[id(prod)].append(c)
     return out
 

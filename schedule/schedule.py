@@ -6,6 +6,7 @@ from polytile.errors import ScheduleError, format_error
 from polytile.te.depth import deep
 from polytile.te.expr import IterVar
 from polytile.te.tensor import Operation, Tensor
+from polytile.te.scan import ScanOp
 
 from .cache import cache_read, cache_write
 from .group import create_group
@@ -49,6 +50,11 @@ class Schedule:
             st = Stage(op, self)
             self.stages.append(st)
             self.stage_map[op] = st
+        for st in list(self.stages):
+            if isinstance(st.op, ScanOp):
+                # TVM schedules a scan through its update (s[s_update]), whose axes the
+                # scan's stage shares; the update itself is inlined into the scan
+                self.stage_map.setdefault(st.op.update[0].op, st)
 
     def __getitem__(self, key) -> Stage:
         op = key.op if isinstance(key, Tensor) else key
