@@ -409,7 +409,8 @@ def _tuple_store(st: PolyStmt, p, body: _Body, widx: tuple) -> Stmt:
     accs = tuple(Load(o.dtype, o, widx) for o in p.outs)
     vals = tuple(_as(body.visit(b.source), o.dtype) for b, o in zip(p.bodies, p.outs))
     news = comb.combine_all(accs, vals)
-    tmps = [Var(o.dtype, f"{p.name}_v{k}_next") for k, o in enumerate(p.outs)]
+    stem = p.name.replace(".", "_")
+    tmps = [Var(o.dtype, f"{stem}_v{k}_next") for k, o in enumerate(p.outs)]
     out: Stmt = seq(*[Store(o, widx, t) for o, t in zip(p.outs, tmps)])
     for t, v in reversed(list(zip(tmps, news))):
         out = LetStmt(t, _as(v, t.dtype), out)

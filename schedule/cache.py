@@ -98,21 +98,28 @@ def cache_read(sch: Schedule, tensor: Tensor, scope: str, readers) -> Tensor:
     return cache.output(0)
 
 
-def cache_write(sch: Schedule, tensor: Tensor, scope: str) -> Tensor:
+def cache_write(sch: Schedule, tensor, scope: str):
     """Compute ``tensor`` into a cache in ``scope``; the original stage becomes a copy
     out of the cache (``C[i, j] = C.local[i, j]``).
 
     Returns the cache tensor; the original stage keeps its spatial axes (``C.op.axis``)
     and loses its reduction axes, which move to the cache stage
-    (``s[C.local].op.reduce_axis``).
+    (``s[C.local].op.reduce_axis``). A stage with several outputs is cached as a whole:
+    pass the list of all its outputs (TVM's form), get the list of cache tensors.
 
     Raises
     ------
     ScheduleError
-        For a placeholder, an unknown scope, or a stage already transformed.
+        For a placeholder, a scan, an unknown scope, a stage already transformed, or only
+        some outputs of a multi-output stage.
     """
     _check_scope("cache_write", scope)
-    stage = sch[tensor]
+    several = isinstance(tensor, (list, tuple))
+    tensors = list(tensor) if several else [tensor]
+    if not tensors:
+        raise ScheduleError(format_error("cache_write", "an empty list of tensors",
+                                         "the tensor (or all outputs of one stage) to cache"))
+    stage = sch[tensors[0]]
     op = stage.op
     if isinstance(op, PlaceholderOp):
         raise ScheduleError(format_error("cache_write", f"{op.name!r} is a placeholder",
@@ -121,11 +128,14 @@ def cache_write(sch: Schedule, tensor: Tensor, scope: str) -> Tensor:
         raise ScheduleError(format_error(
             "cache_write", f"stage {op.name!r} is a te.scan, which reads its own earlier rows",
             "a compute stage", hint="cache_read the scan's output for its consumers"))
-    if op.num_outputs > 1:
+    ks = sorted({getattr(t, "value_index", 0) for t in tensors})
+    if any(sch[t] is not stage for t in tensors) or ks != list(range(op.num_outputs)):
         raise ScheduleError(format_error(
-            "cache_write", f"stage {op.name!r} has {op.num_outputs} outputs",
-            "a stage with one output (caching the outputs of a multi-output stage together "
-            "is not supported)", hint="cache_read its outputs for their consumers instead"))
+            "cache_write", f"stage {op.name!r} has {op.num_outputs} outputs; got "
+            f"{len(tensors)} tensor(s)", "every output of one stage, as a list "
+            "(its outputs share one loop nest, so they are cached together)",
+            hint=f"s.cache_write([{', '.join(f'{op.name}_{k}' for k in range(op.num_outputs))}]"
+            f", {scope!r})"))
     attached = [st.name for st in sch.stages if st.attach_stage is stage]
     if stage.relations or stage.annotations or stage.attach_type != "root" or attached:
         what = (f"stages {attached} are computed at its loops" if attached
@@ -141,18 +151,19 @@ def cache_write(sch: Schedule, tensor: Tensor, scope: str) -> Tensor:
     # longer has
     raxis = op.reduce_axis
     mapping = {a.var: b.var for a, b in zip(op.axis, axis)}
-    body = substitute(op.body[0], mapping)
+    bodies = tuple(substitute(b, mapping) for b in op.body)
     cache = ComputeOp(name=f"{op.name}.{scope}", tag=op.tag, attrs=op.attrs, axis=axis,
-                      reduce_axis=raxis, body=(body,))
+                      reduce_axis=raxis, body=bodies)
     copy = ComputeOp(name=op.name, tag=op.tag, attrs=op.attrs, axis=op.axis,
-                     body=(TensorRead(body.dtype, cache.output(0),
-                                      tuple(iv.var for iv in op.axis)),))
+                     body=tuple(TensorRead(b.dtype, cache.output(k),
+                                           tuple(iv.var for iv in op.axis))
+                                for k, b in enumerate(bodies)))
     _replace_op(sch, stage, copy)
     stage.all_iter_vars = list(op.axis)
     stage.leaf_iter_vars = list(op.axis)
     cst = sch._add_stage(cache, before=stage)
     cst.scope, cst.scope_primitive = scope, "cache_write"
-    return cache.output(0)
+    return list(cache.outputs) if several else cache.output(0)
 
 
 def _replace_op(sch: Schedule, stage: Stage, new_op: ComputeOp) -> None:

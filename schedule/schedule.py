@@ -124,12 +124,14 @@ class Schedule:
         return out
 
     @deep("cache_write")
-    def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
-        """Compute ``tensor`` into a cache in ``scope``; see
-        :func:`polytile.schedule.cache.cache_write`."""
-        name = self[tensor].name
+    def cache_write(self, tensor, scope: str):
+        """Compute ``tensor`` (or the list of all outputs of one stage) into a cache in
+        ``scope``; see :func:`polytile.schedule.cache.cache_write`."""
+        several = isinstance(tensor, (list, tuple))
         out = cache_write(self, tensor, scope)
-        self.trace.append(Step("cache_write", name, (scope,)))
+        name = self[tensor[0] if several else tensor].name
+        self.trace.append(Step("cache_write", name, (scope,),
+                               (("all_outputs", True),) if several else ()))
         return out
 
     def create_group(self, outputs, inputs, include_inputs: bool = False):
@@ -229,7 +231,9 @@ def replay(trace: list[Step], sch: Schedule) -> Schedule:
             by_name.setdefault(t.op.name, sch[t])
             continue
         if step.primitive == "cache_write":
-            t = sch.cache_write(st.op.output(0), args[0])
+            t = sch.cache_write(list(st.op.outputs) if dict(step.kwargs).get("all_outputs")
+                                else st.op.output(0), args[0])
+            t = t[0] if isinstance(t, list) else t
             by_name.setdefault(t.op.name, sch[t])
             continue
         if step.primitive == "create_group":

@@ -244,11 +244,29 @@ def test_cross_thread_tuple_reduction_is_refused():
         polytile.lower(s, [A, idx, val])
 
 
-def test_cache_write_of_a_multi_output_stage_is_refused():
+def test_cache_write_of_some_outputs_of_a_multi_output_stage_is_refused():
     A, B, P, Q, R = _elementwise(3, 4)
     s = te.create_schedule(R.op)
-    with pytest.raises(ScheduleError, match="cache_write: stage 'PQ' has 2 outputs"):
+    with pytest.raises(ScheduleError, match="cache_write: stage 'PQ' has 2 outputs; got 1"):
         s.cache_write(P, "local")
+    with pytest.raises(ScheduleError, match="cache_write: stage 'PQ' has 2 outputs; got 2"):
+        s.cache_write([P, P], "local")
+
+
+def test_cache_write_of_all_outputs_of_argmax(backend):
+    m, n = 9, 23
+    A, idx, val = _argmax_stage(m, n)
+    s = te.create_schedule(idx.op)
+    c_idx, c_val = s.cache_write([idx, val], "local")
+    assert c_idx.op is c_val.op and c_idx.op.name == "T.local"
+    s[c_idx].split(idx.op.reduce_axis[0], 4)     # TVM re-maps the original reduce axis
+    io, ii = s[idx].split(idx.op.axis[0], 4)
+    s[c_idx].compute_at(s[idx], io)
+    a = _ties(m, n, seed=11)
+    for sched in (s, replay(s.trace, te.create_schedule(idx.op))):
+        i_out, v_out = run_schedule(sched, [A, idx, val], [a], backend)
+        np.testing.assert_array_equal(i_out, a.argmax(axis=1))
+        np.testing.assert_array_equal(v_out, a.max(axis=1))
 
 
 # ------------------------------------------------------------------------- GPU
@@ -288,3 +306,19 @@ def test_two_outputs_on_the_gpu_computed_in_shared_memory():
     (out,) = _gpu(s, [A, B, R], [a, b])
     p, q = _elementwise_ref(a, b)
     check(out, p + 3 * q)
+
+
+def test_argmax_on_the_gpu_with_a_local_cache():
+    m, n = 21, 30
+    A, idx, val = _argmax_stage(m, n)
+    s = te.create_schedule(idx.op)
+    c_idx, _ = s.cache_write([idx, val], "local")
+    bx, tx = s[idx].split(idx.op.axis[0], 8)
+    s[idx].bind(bx, te.thread_axis("blockIdx.x"))
+    s[idx].bind(tx, te.thread_axis("threadIdx.x"))
+    s[c_idx].compute_at(s[idx], tx)
+    s[c_idx].split(idx.op.reduce_axis[0], 4)
+    a = _ties(m, n, seed=12)
+    i_out, v_out = _gpu(s, [A, idx, val], [a])
+    np.testing.assert_array_equal(i_out, a.argmax(axis=1))
+    np.testing.assert_array_equal(v_out, a.max(axis=1))
