@@ -95,6 +95,24 @@ def _self_dependences(p: StagePlan) -> isl.UnionMap | None:
             g = isl.Set(f"{{ {iu.tuple_str('AX', names)} : {rd.guard} }}")
             r = r.intersect_domain(axis.intersect_range(g).domain())
         reads = r if reads is None else reads.union(r)
+    # every value read must be written at an earlier step of the first axis (a scan's
+    # update reads earlier rows, as in TVM); a read of the current row or a later one
+    # would see stale memory, or depend on the order of the spatial loops
+    names = p.own_names(st.kind)
+    primed = [f"{x}'" for x in names]
+    before = isl.Map(f"{{ {iu.tuple_str('AX', names)} -> {iu.tuple_str('AX', primed)} : "
+                     f"{primed[0]} < {names[0]} }}")
+    earlier = axis.apply_range(before).apply_range(axis.reverse())
+    late = reads.apply_range(w.reverse()).subtract(earlier)
+    if not late.is_empty():
+        pt = late.wrap().lexmin().sample_point()
+        n_in = late.dim(isl.dim_type.in_)
+        c = iu.point_coords(pt, n_in + late.dim(isl.dim_type.out))
+        raise ScheduleError(format_error(
+            "scan", f"stage {p.name!r} reads a value it has not computed yet: "
+            f"{_describe(st, c[:n_in])} reads the element written by "
+            f"{_describe(st, c[n_in:])}", "reads of earlier rows of the state only, such "
+            "as state[t - 1, i]"))
     touch = w.apply_range(w.reverse()).union(w.apply_range(reads.reverse())).union(
         reads.apply_range(w.reverse()))
     return iu.coalesce(isl.UnionMap.from_map(touch.intersect(axis.lex_lt_map(axis))))

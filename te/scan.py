@@ -3,7 +3,8 @@
 ``S = te.scan(init, update, state)`` defines ``S`` of the shape of ``update`` (``T`` time
 steps first): rows ``t < L`` (``L = init.shape[0]``) are ``init[t, ...]``, each later row is
 ``update[t, ...]`` where ``update`` reads ``state[t - 1, ...]`` (any earlier row) as the
-already computed rows of ``S``. With lists of tensors a scan carries several states and
+already computed rows of ``S``. A read of the current row or a later one is refused by
+``lower`` (``ScheduleError`` naming the reading and the writing instance). With lists of tensors a scan carries several states and
 returns one tensor per state.
 
 In polytile a scan is one compute stage that reads its own buffer: its body is

@@ -183,3 +183,18 @@ def test_tvm_scan_tutorial_schedule_on_the_gpu():
     out = np.full((m, n), np.nan, "float32")
     interpreter.run(polytile.lower(s, [X, S]), x, out)
     check(out, _cumsum_ref(x), k=m)
+
+
+@pytest.mark.parametrize("shift", [1, -1])
+def test_a_read_of_the_current_row_is_refused(shift):
+    m, n = 5, 4
+    X = te.placeholder((m, n), name="X")
+    st = te.placeholder((m, n), name="st")
+    init = te.compute((1, n), lambda t, i: X[t, i], name="init")
+    upd = te.compute((m, n), lambda t, i: st[t, (i + shift) % n] + X[t, i], name="upd")
+    S = te.scan(init, upd, st)
+    j = 1 if shift == 1 else n - 1
+    with pytest.raises(ScheduleError, match=r"scan: stage 'scan' reads a value it has not "
+                       r"computed yet: scan.compute\[t=1, i=0\] reads the element written by "
+                       rf"scan.compute\[t=1, i={j}\]"):
+        polytile.lower(te.create_schedule(S.op), [X, S])
