@@ -41,3 +41,26 @@ def test_the_copy_stage_has_no_reduce_axis_left():
     assert s[C].op.reduce_axis == ()
     with pytest.raises(ScheduleError, match="split"):
         s[C].split(C.op.reduce_axis[0], 2)
+
+
+def test_gpu_register_cache_split_by_the_original_reduce_axis():
+    from helpers import compile_with_nvcc
+
+    import polytile
+    from polytile.schedule import interpreter
+
+    m, n, kk = 19, 21, 13
+    A, B, C = _matmul(m, n, kk)
+    s = te.create_schedule(C.op)
+    CC = s.cache_write(C, "local")
+    bx, tx = s[C].split(C.op.axis[0], 8)
+    s[C].bind(bx, te.thread_axis("blockIdx.x"))
+    s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    s[CC].compute_at(s[C], tx)
+    ko, ki = s[CC].split(C.op.reduce_axis[0], 4)
+    s[CC].unroll(ki)
+    compile_with_nvcc(polytile.build(s, [A, B, C], target="cuda").get_source())
+    a, b = rand((m, kk), seed=3), rand((kk, n), seed=4)
+    out = np.full((m, n), np.nan, "float32")
+    interpreter.run(polytile.lower(s, [A, B, C]), a, b, out)
+    check(out, a.astype("float64") @ b.astype("float64"), k=kk)
