@@ -4,8 +4,8 @@
 steps first): rows ``t < L`` (``L = init.shape[0]``) are ``init[t, ...]``, each later row is
 ``update[t, ...]`` where ``update`` reads ``state[t - 1, ...]`` (any earlier row) as the
 already computed rows of ``S``. A read of the current row or a later one is refused by
-``lower`` (``ScheduleError`` naming the reading and the writing instance). With lists of tensors a scan carries several states and
-returns one tensor per state.
+``lower`` (``ScheduleError`` naming the reading and the writing instance). With lists of
+tensors a scan carries several states and returns one tensor per state.
 
 In polytile a scan is one compute stage that reads its own buffer: its body is
 ``if_then_else(t < L, init[t, ...], update's body)`` with every read of ``state`` redirected
