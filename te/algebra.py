@@ -33,10 +33,10 @@ reductions keep their sequential order (no rfactor, cross-thread bind or reorder
 reduction loops). Anything else is refused: first with a counterexample when one is found
 by evaluating ``f`` exactly on sample values (small numbers, every constant of ``f`` and
 ``c +- 1``, ``-c``, negated pairs, large magnitudes), else as "cannot prove", with the
-forms above as the hint. A refusal of a lawful combiner is possible (keep the reduction sequential); an
-accepted unlawful one is not, up to the float caveat: floats are treated as real numbers
-(rounding and overflow ignored, as every compiler that reassociates a float reduction does;
-no NaN, and ``-0.0 == 0.0``, so a select-max is ``max``).
+forms above as the hint. A refusal of a lawful combiner is possible (keep the reduction
+sequential); an accepted unlawful one is not, up to the float caveat: floats are treated
+as real numbers (rounding and overflow ignored, as every compiler that reassociates a
+float reduction does; no NaN, and ``-0.0 == 0.0``, so a select-max is ``max``).
 """
 
 from __future__ import annotations

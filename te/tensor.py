@@ -344,7 +344,8 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
     ------
     TypeError, ValueError
         For a malformed body: a tuple mixing reductions with other values, a nested
-        reduction, a reduction axis used outside its reduction, a spatial axis of another compute, a wrong number of index arguments.
+        reduction, a reduction axis used outside its reduction, a spatial axis of another
+        compute, a wrong number of index arguments.
     """
     shp = _shape(shape, "compute")
     names = _axis_names(fcompute, len(shp), name)
