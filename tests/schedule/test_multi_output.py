@@ -322,3 +322,27 @@ def test_argmax_on_the_gpu_with_a_local_cache():
     i_out, v_out = _gpu(s, [A, idx, val], [a])
     np.testing.assert_array_equal(i_out, a.argmax(axis=1))
     np.testing.assert_array_equal(v_out, a.max(axis=1))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_gpu_schedules_of_a_two_output_stage(seed):
+    g = rng(400 + seed)
+    m, n = int(g.integers(1, 7)), int(g.integers(1, 40))
+    A, B, P, Q, R = _elementwise(m, n)
+    s = te.create_schedule(R.op)
+    f = int(g.integers(1, 33))
+    ro, ri = s[R].split(R.op.axis[1], f)
+    s[R].bind(R.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[R].bind(ri, te.thread_axis("threadIdx.x"))
+    if g.integers(0, 2):
+        s[P].compute_at(s[R], ri)          # per thread, in registers
+        s[P].set_scope("local")
+    else:
+        s[P].compute_at(s[R], ro)          # per block, in shared memory
+        s[P].set_scope("shared")
+        po, pi = s[P].split(P.op.axis[1], f)
+        s[P].bind(pi, te.thread_axis("threadIdx.x"))
+    a, b = rand((m, n), seed=seed), rand((n,), seed=seed + 5)
+    (out,) = _gpu(s, [A, B, R], [a, b])
+    p, q = _elementwise_ref(a, b)
+    check(out, p + 3 * q)

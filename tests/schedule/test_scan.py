@@ -198,3 +198,25 @@ def test_a_read_of_the_current_row_is_refused(shift):
                        r"computed yet: scan.compute\[t=1, i=0\] reads the element written by "
                        rf"scan.compute\[t=1, i={j}\]"):
         polytile.lower(te.create_schedule(S.op), [X, S])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_gpu_schedules_of_a_scan(seed):
+    g = rng(500 + seed)
+    m, n = int(g.integers(1, 8)), int(g.integers(1, 50))
+    X, init, update, S = _cumsum(m, n)
+    s = te.create_schedule(S.op)
+    f = int(g.integers(1, 33))
+    xo, xi = s[update].split(update.op.axis[1], f)
+    s[update].bind(xo, te.thread_axis("blockIdx.x"))
+    s[update].bind(xi, te.thread_axis("threadIdx.x"))
+    if g.integers(0, 2):
+        s[update].split(update.op.axis[0], int(g.integers(1, m + 2)))
+    io, ii = s[init].split(init.op.axis[1], f)
+    s[init].bind(io, te.thread_axis("blockIdx.x"))
+    s[init].bind(ii, te.thread_axis("threadIdx.x"))
+    compile_with_nvcc(polytile.build(s, [X, S], target="cuda").get_source())
+    x = rand((m, n), seed=seed)
+    out = np.full((m, n), np.nan, "float32")
+    interpreter.run(polytile.lower(s, [X, S]), x, out)
+    check(out, _cumsum_ref(x), k=m)
