@@ -346,3 +346,17 @@ def test_random_gpu_schedules_of_a_two_output_stage(seed):
     (out,) = _gpu(s, [A, B, R], [a, b])
     p, q = _elementwise_ref(a, b)
     check(out, p + 3 * q)
+
+
+@pytest.mark.parametrize("m,n,f", [(19, 23, 8), (7, 5, 4), (33, 9, 16)])
+def test_argmax_vectorized_over_rows_with_the_reduction_outside(backend, m, n, f):
+    A, idx, val = _argmax_stage(m, n)
+    s = te.create_schedule(idx.op)
+    io, ii = s[idx].split(idx.op.axis[0], f)
+    s[idx].reorder(io, idx.op.reduce_axis[0], ii)
+    s[idx].vectorize(ii)
+    s[idx].parallel(io)
+    a = _ties(m, n, seed=m)
+    i_out, v_out = run_schedule(s, [A, idx, val], [a], backend)
+    np.testing.assert_array_equal(i_out, a.argmax(axis=1))
+    np.testing.assert_array_equal(v_out, a.max(axis=1))
