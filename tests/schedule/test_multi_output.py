@@ -360,3 +360,33 @@ def test_argmax_vectorized_over_rows_with_the_reduction_outside(backend, m, n, f
     i_out, v_out = run_schedule(s, [A, idx, val], [a], backend)
     np.testing.assert_array_equal(i_out, a.argmax(axis=1))
     np.testing.assert_array_equal(v_out, a.max(axis=1))
+
+
+def _sum_and_max():
+    """A tuple reducer of independent elements: its laws are those of + and max."""
+    return te.comm_reducer(lambda x, y: (x[0] + y[0], te.max(x[1], y[1])),
+                           lambda t0, t1: (te.const(0, t0), te.min_value(t1)),
+                           name="sum_max")
+
+
+def test_independent_tuple_elements_are_proven_and_reorder(backend):
+    m, n = 7, 19
+    A = te.placeholder((m, n), name="A")
+    k = te.reduce_axis((0, n), name="k")
+    tot, big = te.compute((m,), lambda i: _sum_and_max()((A[i, k], A[i, k] * 2), axis=k),
+                          name="SM")
+    s = te.create_schedule(tot.op)
+    ko, ki = s[tot].split(k, 4)
+    s[tot].reorder(ki, tot.op.axis[0], ko)    # legal: the fold is order-free
+    a = rand((m, n), seed=13)
+    t_out, b_out = run_schedule(s, [A, tot, big], [a], backend)
+    check(t_out, a.astype("float64").sum(axis=1), k=n)
+    check(b_out, 2 * a.astype("float64").max(axis=1))
+    with pytest.raises(ScheduleError, match="rfactor: stage 'SM' is a tuple reduction with 2 "
+                       "outputs"):
+        te.create_schedule(tot.op).rfactor(tot, k)
+    s = te.create_schedule(tot.op)
+    s[tot].bind(tot.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[tot].bind(k, te.thread_axis("threadIdx.x"))
+    with pytest.raises(ScheduleError, match="bind: stage 'SM' is a tuple reduction"):
+        polytile.lower(s, [A, tot, big])
