@@ -88,6 +88,8 @@ class _State(ExprMutator):
         if k is not None:
             return TensorRead(r.dtype, self.outputs[k], idx)
         op = r.tensor.op
+        if op is self.outputs[0].op:   # already redirected (an inlined index revisited)
+            return TensorRead(r.dtype, r.tensor, idx)
         if isinstance(op, ComputeOp) and self.reads_state(op):
             body = op.body[r.tensor.value_index]
             if isinstance(body, Reduce):

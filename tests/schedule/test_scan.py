@@ -220,3 +220,17 @@ def test_random_gpu_schedules_of_a_scan(seed):
     out = np.full((m, n), np.nan, "float32")
     interpreter.run(polytile.lower(s, [X, S]), x, out)
     check(out, _cumsum_ref(x), k=m)
+
+
+def test_a_data_dependent_read_of_the_state_is_refused_clearly():
+    m, n = 6, 5
+    X = te.placeholder((m, n), name="X")
+    st = te.placeholder((m, n), name="st")
+    init = te.compute((1, n), lambda t, i: X[t, i], name="init")
+    mid = te.compute((m, n), lambda t, i: st[t - 1, i] * 2, name="mid")
+    upd = te.compute((m, n), lambda t, i: mid[t, te.max(st[t - 1, 0].astype("int32"), 0) % n]
+                     + X[t, i], name="upd")
+    S = te.scan(init, upd, st)
+    with pytest.raises(ScheduleError, match=r"lower: stage 'scan' reads its own earlier values "
+                       r"at scan\[.*an index or guard polytile cannot analyse"):
+        polytile.lower(te.create_schedule(S.op), [X, S])
