@@ -337,7 +337,7 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
 
     Returns
     -------
-    Tensor, or a list of Tensor for a tuple body (``T[k].op.output(k)``,
+    Tensor, or a list of Tensor for a tuple body of two or more (``T[k].op.output(k)``,
     ``op.num_outputs``; buffers named ``name.v0``, ``name.v1``, ... as in TVM).
 
     Raises
@@ -415,7 +415,8 @@ def _compute_outputs(bodies: tuple, axis, name: str, tag: str, attrs) -> list:
                 hint="compute separate reductions in separate computes"))
     op = ComputeOp(name=name, tag=tag, attrs=dict(attrs or {}), axis=axis,
                    reduce_axis=tuple(reds[0].axis) if reds else (), body=bodies)
-    return [op.output(k) for k in range(op.num_outputs)]
+    outs = [op.output(k) for k in range(op.num_outputs)]
+    return outs[0] if len(outs) == 1 else outs     # TVM's rule for a 1-tuple
 
 
 def _check_no_reduce(e: Expr, name: str) -> None:

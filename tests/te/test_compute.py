@@ -240,3 +240,8 @@ def test_incomplete_chained_index_raises(A):
         te.compute((n,), lambda i: A[i][1:3])
     with pytest.raises(IndexError, match="got 1 indices"):
         te.compute((n,), lambda i: A(i))       # a call takes every index at once
+
+
+def test_a_one_tuple_body_gives_one_tensor(A):
+    t = te.compute((n,), lambda i: (A[i, 0] + 1,), name="one")
+    assert isinstance(t, te.Tensor) and t.op.num_outputs == 1
