@@ -202,8 +202,9 @@ class PlaceholderOp(Operation):
 class ComputeOp(Operation):
     """``out[axis] = body`` for every point of the spatial ``axis`` box.
 
-    ``body`` is a tuple with one expression; when it is a :class:`Reduce`, ``reduce_axis``
-    lists its reduction axes.
+    ``body`` holds one expression per output (all outputs share the axes, so one stage
+    computes them in one loop nest); when they are :class:`Reduce` nodes (one, or the
+    elements of one tuple reduction), ``reduce_axis`` lists their reduction axes.
     """
 
     axis: tuple = ()
@@ -328,15 +329,23 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
         Output extents, each >= 1.
     fcompute : callable
         Takes one index variable per dimension and returns an expression; for a reduction,
-        the whole body must be one ``te.sum/max/min/<comm_reducer>(...)`` call.
+        the whole body must be one ``te.sum/max/min/<comm_reducer>(...)`` call. A tuple
+        of expressions (or the tuple a tuple ``comm_reducer`` returns, such as argmax's
+        ``(index, value)``) defines one output per element, all computed in one stage.
     name, tag, attrs
         Stage name (printed IR, argument names), a free-form tag and attributes.
+
+    Returns
+    -------
+    Tensor, or a list of Tensor for a tuple body of two or more (``T[k].op.output(k)``,
+    ``op.num_outputs``; buffers named ``name.v0``, ``name.v1``, ... as in TVM).
 
     Raises
     ------
     TypeError, ValueError
-        For a malformed body: a nested reduction, a reduction axis used outside its
-        reduction, a spatial axis of another compute, a wrong number of index arguments.
+        For a malformed body: a tuple mixing reductions with other values, a nested
+        reduction, a reduction axis used outside its reduction, a spatial axis of another
+        compute, a wrong number of index arguments.
     """
     shp = _shape(shape, "compute")
     names = _axis_names(fcompute, len(shp), name)
@@ -348,9 +357,15 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
     finally:
         building_body(old)
     if isinstance(body, (tuple, list)):
-        raise DefinitionTypeError(
-            f"compute {name!r}: fcompute returned {len(body)} values; computes with "
-            f"several outputs are not supported yet")
+        return _compute_outputs(tuple(body), axis, name, tag, attrs)
+    body, reduce_axes = _check_body(body, axis, name)
+    op = ComputeOp(name=name, tag=tag, attrs=dict(attrs or {}), axis=axis,
+                   reduce_axis=tuple(reduce_axes), body=(body,))
+    return op.output(0)
+
+
+def _check_body(body, axis, name: str) -> tuple:
+    """``body`` converted and checked, with its reduce axes."""
     if body is None:
         raise DefinitionTypeError(format_error(
             f"compute {name!r}", "fcompute returned None",
@@ -373,9 +388,35 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
     else:
         _check_no_reduce(body, name)
     _check_vars(body, axis, reduce_axes, name)
+    return body, tuple(reduce_axes)
+
+
+def _compute_outputs(bodies: tuple, axis, name: str, tag: str, attrs) -> list:
+    """A compute with one output per element of ``bodies`` (TVM's multi-output compute):
+    plain expressions, or the elements of one tuple reduction (``argmax((k, A[i, k]),
+    axis=k)``). All outputs share the axes and the loop nest of one stage."""
+    if not bodies:
+        raise DefinitionTypeError(f"compute {name!r}: fcompute returned an empty tuple; "
+                                  f"expected one or more expressions")
+    checked = [_check_body(b, axis, name) for b in bodies]
+    bodies = tuple(b for b, _ in checked)
+    reds = [b for b in bodies if isinstance(b, Reduce)]
+    if reds:
+        comb = reds[0].combiner
+        same = (len(reds) == len(bodies) and getattr(comb, "size", 0) == len(bodies)
+                and all(r.combiner is comb and r.value_index == k and r.axis is reds[0].axis
+                        and r.condition is reds[0].condition for k, r in enumerate(reds)))
+        if not same:
+            raise DefinitionTypeError(format_error(
+                f"compute {name!r}", f"fcompute returned {len(bodies)} values of which "
+                f"{len(reds)} are reductions, not the elements of one tuple reduction",
+                "either expressions without reductions, or exactly the tuple returned by "
+                "one tuple te.comm_reducer call (TVM's rule)",
+                hint="compute separate reductions in separate computes"))
     op = ComputeOp(name=name, tag=tag, attrs=dict(attrs or {}), axis=axis,
-                   reduce_axis=tuple(reduce_axes), body=(body,))
-    return op.output(0)
+                   reduce_axis=tuple(reds[0].axis) if reds else (), body=bodies)
+    outs = [op.output(k) for k in range(op.num_outputs)]
+    return outs[0] if len(outs) == 1 else outs     # TVM's rule for a 1-tuple
 
 
 def _check_no_reduce(e: Expr, name: str) -> None:
