@@ -278,6 +278,10 @@ class _Body(ExprMutator):
         self.guards: list[Expr] = []     # conditions under which the current node runs
         self.checks: list[Assert] = []   # run-time bounds checks of data-dependent reads
 
+    def memo_key(self, e):
+        # a shared node under other guards gets its own run-time checks
+        return (id(e),) + tuple(id(g) for g in self.guards)
+
     def visit_Select(self, e: Select):
         cond = self.visit(e.cond)
         self.guards.append(cond)
