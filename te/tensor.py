@@ -10,6 +10,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from polytile.errors import (DefinitionIndexError, DefinitionTypeError, DefinitionValueError,
                              format_error)
 
@@ -76,7 +78,8 @@ class Tensor:
             raise DefinitionTypeError(
                 f"{self.name}[...]: slices are not supported in a compute "
                 f"definition; index every dimension with an expression")
-        e = convert(x, "int32")
+        big = isinstance(x, (int, np.integer)) and not -(2**31) <= int(x) < 2**31
+        e = convert(int(x) if big else x, "int64" if big else "int32")
         if not dt.is_int(e.dtype):
             raise DefinitionTypeError(
                 f"{self.name}[...]: index {k} ({e}) has dtype {e.dtype}; "
@@ -299,7 +302,14 @@ def reduce_axis(dom, name: str = "rv") -> IterVar:
             f"reduce_axis: range of {name!r} is reversed ({dom!r}): it ends "
             f"before it starts; expected (lo, hi) with lo <= hi (an empty range "
             f"lo == hi reduces to the identity)")
-    return IterVar(Var("int32", name, True), rng, "reduce")
+    return IterVar(Var(_axis_dtype(rng.min, rng.extent), name, True), rng, "reduce")
+
+
+def _axis_dtype(lo: int, extent: int) -> str:
+    """``int32``, or ``int64`` for an axis whose values do not all fit in ``int32`` (TVM
+    types an iteration variable by its range the same way): its arithmetic in the
+    definition is then exact."""
+    return "int32" if -(2**31) <= lo and lo + extent - 1 < 2**31 else "int64"
 
 
 def _axis_names(fcompute, ndim: int, name: str) -> list[str]:
@@ -340,7 +350,7 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
     """
     shp = _shape(shape, "compute")
     names = _axis_names(fcompute, len(shp), name)
-    axis = tuple(IterVar(Var("int32", n, True), Range(0, e), "data_par")
+    axis = tuple(IterVar(Var(_axis_dtype(0, e), n, True), Range(0, e), "data_par")
                  for n, e in zip(names, shp))
     old = building_body(True)
     try:
