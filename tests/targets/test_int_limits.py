@@ -235,3 +235,25 @@ def test_small_axes_stay_int32():
     assert C.op.axis[0].var.dtype == "int32" and k.var.dtype == "int32"
     big = te.reduce_axis((0, (1 << 31) + 1), name="big")
     assert big.var.dtype == "int64"
+
+
+# ------------------------------------------------------------------ past int64: refused
+def test_shape_past_int64_is_refused_naming_the_tensor():
+    from polytile.errors import DefinitionValueError
+    with pytest.raises(DefinitionValueError, match=r"compute 'C': shape \(9223372036854775808,\) "
+                       r"has 9223372036854775808 elements(.|\n)*int64(.|\n)*hint: split"):
+        te.compute((1 << 63,), lambda i: i, name="C")
+    with pytest.raises(DefinitionValueError, match=r"placeholder 'A': shape \(1099511627776, "
+                       r"1073741824\) has \d+ elements, more than an int64 offset reaches"):
+        te.placeholder((1 << 40, 1 << 30), name="A")
+    # the largest legal one is accepted (lowered, never allocated)
+    A = te.placeholder((1 << 31, 1 << 31), "int8", name="A")
+    C = te.compute((2,), lambda i: A[i, (1 << 31) - 1], name="C")
+    assert "A[i, 2147483647]" in str(polytile.lower(te.create_schedule(C.op), [A, C]))
+
+
+@pytest.mark.parametrize("dom", [(0, 1 << 64), (-(1 << 63) - 1, 0), (1 << 63, (1 << 63) + 2)])
+def test_reduce_axis_past_int64_is_refused_naming_the_axis(dom):
+    from polytile.errors import DefinitionValueError
+    with pytest.raises(DefinitionValueError, match=r"reduce_axis 'kk': range .* leaves int64"):
+        te.reduce_axis(dom, name="kk")
