@@ -154,3 +154,29 @@ def test_cuda_source_of_forty_stages_is_linear_and_compiles(mode):
             for L in (20, 40)}
     assert len(srcs[40]) < 2.2 * len(srcs[20]), {k: len(v) for k, v in srcs.items()}
     compile_with_nvcc(srcs[40])
+
+
+def test_share_pass_hoists_only_what_is_safe_to_evaluate_first():
+    from polytile.schedule.loop_ir import Buffer, Load, Store
+    from polytile.schedule.passes.share import share_subexpressions
+    from polytile.te.expr import Binary, Cmp, Const, Select, Var
+
+    i = Var("int64", "i")
+    A = Buffer("A", (8,), "float32")
+    C = Buffer("C", (8,), "float32")
+    x = Var("float32", "x")
+    guarded = Load("float32", A, (Binary("int64", "sub", i, Const("int64", 1)),))
+    pure = Binary("float32", "mul", x, x)        # cannot fault: hoisted even under a branch
+    cond = Cmp("bool", "gt", i, Const("int64", 0))
+    value = Select("float32", cond, Binary("float32", "add", Binary("float32", "mul", guarded,
+                                                                  guarded), Binary(
+        "float32", "add", pure, pure)), Const("float32", 0.0))
+    out = share_subexpressions(Store(C, (i,), value))
+    text = str(out)
+    # the load runs only where i > 0: it stays inside the select, read twice
+    assert text.count("A[(i - 1)]") == 2, text
+    assert "cse0 = (x * x)" in text and text.count("(x * x)") == 1, text
+    # an unconditional shared load is named once
+    both = Binary("float32", "add", guarded, guarded)
+    text2 = str(share_subexpressions(Store(C, (i,), both)))
+    assert text2.count("A[(i - 1)]") == 1 and "cse0 + cse0" in text2, text2
