@@ -39,6 +39,8 @@ across threads and barriers are never divergent (TVM's behaviour). Design notes:
 
 from __future__ import annotations
 
+import dataclasses
+
 import islpy as isl
 
 from polytile.errors import InternalError, fail
@@ -60,31 +62,67 @@ from .stage import Stage
 
 
 class _Inline(ExprMutator):
-    def __init__(self, bodies: dict, inlined: set, stage_of: dict):
-        self.bodies = bodies
+    """Substitutes inlined producers. Reads of one inlined tensor at structurally equal
+    indices become one shared body (``B[i] * B[i]`` inlines ``B``'s body once, not twice),
+    so a chain of inlined stages each reading its producer twice stays linear in size."""
+
+    def __init__(self, inlined: set, stage_of: dict):
         self.inlined = inlined
         self.stage_of = stage_of
+        self.reads: dict = {}    # (tensor, index keys) -> (tensor, inlined body)
+        self.keys: dict = {}     # id(index expression) -> (expression, structural key)
+
+    def _key(self, e: Expr):
+        hit = self.keys.get(id(e))
+        if hit is not None:
+            return hit[1]
+        if isinstance(e, Var):
+            k = ("var", id(e))
+        else:
+            parts = [type(e).__name__]
+            for f in dataclasses.fields(e):
+                v = getattr(e, f.name)
+                if isinstance(v, Expr):
+                    parts.append(self._key(v))
+                elif isinstance(v, tuple):
+                    parts.append(tuple(self._key(x) if isinstance(x, Expr) else ("v", id(x))
+                                       for x in v))
+                elif isinstance(v, (int, float, str, bool)) or v is None:
+                    parts.append((type(v).__name__, v))
+                else:
+                    parts.append(("id", id(v)))
+            k = tuple(parts)
+        self.keys[id(e)] = (e, k)
+        return k
 
     def visit_TensorRead(self, r: TensorRead):
         idx = tuple(self.visit(i) for i in r.indices)
         st = self.stage_of.get(id(r.tensor.op))
         if st is not None and id(st) in self.inlined:
-            body = self.bodies[id(st)][r.tensor.value_index]
-            return substitute(body, {iv.var: i for iv, i in zip(st.op.axis, idx)})
+            key = (id(r.tensor), tuple(self._key(i) for i in idx))
+            hit = self.reads.get(key)
+            if hit is None:
+                # the producer's own body at these indices, its producers inlined in turn
+                # (through this walker's memo: each producer once per distinct index)
+                body = substitute(st.op.body[r.tensor.value_index],
+                                  {iv.var: i for iv, i in zip(st.op.axis, idx)})
+                hit = self.reads[key] = (r.tensor, self.visit(body))
+            return hit[1]
         if any(a is not b for a, b in zip(idx, r.indices)):
             return TensorRead(r.dtype, r.tensor, idx)
         return r
 
 
 def inline_bodies(sch: Schedule, stage_of: dict) -> dict:
-    """Bodies of every compute stage (by ``id(stage)``, a tuple: one per output) with
+    """Bodies of every compute stage that is not inlined itself (by ``id(stage)``, a tuple:
+    one per output) with
     inlined producers substituted (TVM's ``compute_inline``: a pure DSL rewrite before any
     polyhedral analysis)."""
     inlined = {id(st) for st in sch.stages if st.attach_type == "inline"}
     bodies: dict = {}
     for st in sch.stages:
-        if isinstance(st.op, ComputeOp):
-            inl = _Inline(bodies, inlined, stage_of)
+        if isinstance(st.op, ComputeOp) and id(st) not in inlined:
+            inl = _Inline(inlined, stage_of)
             bodies[id(st)] = tuple(inl.visit(b) for b in st.op.body)
     return bodies
 
@@ -100,6 +138,10 @@ class _Reads(ExprVisitor):
         self.out: list[ReadInfo] = []
         self.memo: dict = {}     # condition texts: guards of a long and-chain share prefixes
         self.in_init = False
+
+    def memo_key(self, e):
+        # a read shared under other guards is another access (its own guard)
+        return (id(e), self.in_init) + tuple(id(g) for g in self.guards)
 
     def _guard(self) -> str | None:
         parts = []

@@ -8,8 +8,9 @@ Meaning of the IR, stated once:
   only inside code generation.
 * Integer arithmetic wraps around in two's complement in the declared dtype;
   ``floordiv``/``floormod`` round toward negative infinity (``floormod`` takes the sign of
-  the divisor), ``truncdiv``/``truncmod`` round toward zero (C semantics). Division by
-  zero is undefined behaviour. The numerics rule (literals, accumulation dtype of
+  the divisor), ``truncdiv``/``truncmod`` round toward zero (C semantics). The minimum
+  integer divided by -1 wraps like numpy (quotient ``INT_MIN``, remainder 0). Division by
+  zero is an error (refused for constants, a run-time check for data). The numerics rule (literals, accumulation dtype of
   reductions, NaN in max/min) is stated in :mod:`polytile.te.dtype`.
 * Float arithmetic is IEEE-754 without fast-math: code generators may contract ``a*b + c``
   into one fused multiply-add (as C compilers do by default) and nothing else.

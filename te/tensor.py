@@ -10,6 +10,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from polytile.errors import (DefinitionIndexError, DefinitionTypeError, DefinitionValueError,
                              format_error)
 
@@ -76,7 +78,8 @@ class Tensor:
             raise DefinitionTypeError(
                 f"{self.name}[...]: slices are not supported in a compute "
                 f"definition; index every dimension with an expression")
-        e = convert(x, "int32")
+        big = isinstance(x, (int, np.integer)) and not -(2**31) <= int(x) < 2**31
+        e = convert(int(x) if big else x, "int64" if big else "int32")
         if not dt.is_int(e.dtype):
             raise DefinitionTypeError(
                 f"{self.name}[...]: index {k} ({e}) has dtype {e.dtype}; "
@@ -225,7 +228,7 @@ class ComputeOp(Operation):
         return list(seen.values())
 
 
-def _shape(shape, who: str) -> tuple[int, ...]:
+def _shape(shape, who: str, tensor: str = "") -> tuple[int, ...]:
     if isinstance(shape, (int,)) or hasattr(shape, "__index__") and not isinstance(
             shape, (tuple, list)):
         shape = (shape,)
@@ -246,7 +249,20 @@ def _shape(shape, who: str) -> tuple[int, ...]:
                 f"{who}: dimension {k} is {int(s)}; expected a non-negative int "
                 f"(a zero-size dimension is legal, as in numpy)")
         out.append(int(s))
+    n = 1
+    for s in out:
+        n *= s
+    if n > INT64_MAX:
+        # flattened offsets are int64: past that, no target can address the elements
+        raise DefinitionValueError(format_error(
+            f"{who} {tensor!r}" if tensor else who, f"shape {tuple(out)} has {n} elements, more than an int64 offset reaches",
+            f"at most 2**63 - 1 = {INT64_MAX} elements",
+            hint="split the tensor into several smaller tensors"))
     return tuple(out)
+
+
+#: the largest element count of a tensor, index value and axis bound (offsets are int64)
+INT64_MAX = 2**63 - 1
 
 
 def placeholder(shape, dtype="float32", name: str = "placeholder") -> Tensor:
@@ -261,7 +277,7 @@ def placeholder(shape, dtype="float32", name: str = "placeholder") -> Tensor:
     name : str
         Name used in printed IR and as the argument name of built functions.
     """
-    return PlaceholderOp(name=name, shape=_shape(shape, "placeholder"),
+    return PlaceholderOp(name=name, shape=_shape(shape, "placeholder", name),
                          dtype=dt.canonical(dtype)).output(0)
 
 
@@ -295,12 +311,23 @@ def reduce_axis(dom, name: str = "rv") -> IterVar:
             raise DefinitionTypeError(
                 "reduce_axis: symbolic bounds are not supported yet; expected ints")
         rng = Range(int(lo), int(hi) - int(lo))
+    if rng.min < -(2**63) or rng.min + rng.extent - 1 > INT64_MAX or rng.extent > INT64_MAX:
+        raise DefinitionValueError(format_error(
+            f"reduce_axis {name!r}", f"range {dom!r} leaves int64",
+            f"bounds within [-2**63, 2**63 - 1] (iteration variables are at most int64)"))
     if rng.extent < 0:
         raise DefinitionValueError(
             f"reduce_axis: range of {name!r} is reversed ({dom!r}): it ends "
             f"before it starts; expected (lo, hi) with lo <= hi (an empty range "
             f"lo == hi reduces to the identity)")
-    return IterVar(Var("int32", name, True), rng, "reduce")
+    return IterVar(Var(_axis_dtype(rng.min, rng.extent), name, True), rng, "reduce")
+
+
+def _axis_dtype(lo: int, extent: int) -> str:
+    """``int32``, or ``int64`` for an axis whose values do not all fit in ``int32`` (TVM
+    types an iteration variable by its range the same way): its arithmetic in the
+    definition is then exact."""
+    return "int32" if -(2**31) <= lo and lo + extent - 1 < 2**31 else "int64"
 
 
 def _axis_names(fcompute, ndim: int, name: str) -> list[str]:
@@ -347,9 +374,9 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
         reduction, a reduction axis used outside its reduction, a spatial axis of another
         compute, a wrong number of index arguments.
     """
-    shp = _shape(shape, "compute")
+    shp = _shape(shape, "compute", name)
     names = _axis_names(fcompute, len(shp), name)
-    axis = tuple(IterVar(Var("int32", n, True), Range(0, e), "data_par")
+    axis = tuple(IterVar(Var(_axis_dtype(0, e), n, True), Range(0, e), "data_par")
                  for n, e in zip(names, shp))
     old = building_body(True)
     try:
