@@ -159,11 +159,11 @@ def check_shared_memory(model: Model, kernel: Kernel, limits: DeviceLimits) -> N
                  hint="compute the stage inside a loop tiled by a constant factor, or "
                  "set_scope('shared')")
         if p.buffer.scope == "shared" and _root(p) is kernel.plan:
-            shape = p.buffer.shape + (p.acc.shape if p.acc is not None else ())
-            if not all(sym.is_static(d) for d in shape):
+            shapes = [b.shape for b in p.outs] + ([p.acc.shape] if p.acc is not None else [])
+            if not all(sym.is_static(d) for shp in shapes for d in shp):
                 names.append(p.name)   # its size is known at launch, and checked there
                 continue
-            total += p.buffer.size * dt.nbytes(p.buffer.dtype)
+            total += sum(b.size * dt.nbytes(b.dtype) for b in p.outs)
             if p.acc is not None:   # its wide accumulator
                 total += p.acc.size * dt.nbytes(p.acc.dtype)
             names.append(p.name)

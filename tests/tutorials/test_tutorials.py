@@ -55,3 +55,11 @@ def test_07_dynamic_shapes():
     assert "disagree on the symbolic size 'n'" in out
     assert "the symbolic size 'm' is not a dimension of any argument" in out
     assert out.count("results match numpy") == 2                # tuned kernels at other n
+
+
+def test_08_argmax_and_scan():
+    out = _run("08_argmax_and_scan.py", "--n", "13")
+    assert out.count("result matches numpy\n") == 3
+    assert "T_v0_next = " in out and "PQ.v1 = alloc(" in out
+    assert "rfactor refused: rfactor: polytile cannot prove that the combiner 'argmax'" in out
+    assert "parallel scan axis refused: parallel: loop 't' of stage 'scan'" in out
