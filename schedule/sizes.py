@@ -23,6 +23,7 @@ from polytile.errors import fail
 from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
 from polytile.te.expr import Var
+from polytile.te.scan import ScanOp
 from polytile.te.tensor import ComputeOp, PlaceholderOp
 
 from . import isl_util as iu
@@ -30,10 +31,16 @@ from .loop_ir import Buffer
 
 
 def _tensor_dims(sch) -> list:
-    """Every symbolic shape dimension of every stage, with who has it."""
+    """Every symbolic shape dimension of every stage, with who has it (and for a scan of
+    symbolic length, its steps past the init rows: ``te.scan`` needs
+    ``init.shape[0] <= update.shape[0]``)."""
     out = []
     for st in sch.stages:
         op = st.op
+        if isinstance(op, ScanOp) and not sym.is_static(op.update[0].shape[0]):
+            steps, rows = op.update[0].shape[0], op.init[0].shape[0]
+            out.append((sym.sub(steps, rows), f"the steps of scan {op.name!r} past its "
+                        f"{rows} init row{'s' if rows != 1 else ''}"))
         if isinstance(op, (ComputeOp, PlaceholderOp)):
             for k, d in enumerate(op.output(0).shape):
                 if not sym.is_static(d):

@@ -61,6 +61,20 @@ def params_of(x) -> list[Var]:
     return out
 
 
+def same(a, b) -> bool:
+    """Whether two extents are the same: equal ints, or the same expression (by identity
+    or printed form; ``n`` and ``n`` of one ``te.var``)."""
+    sa, sb = static(a), static(b)
+    if sa is not None or sb is not None:
+        return sa == sb
+    return a is b or str(as_expr(a)) == str(as_expr(b)) and params_of(a) == params_of(b)
+
+
+def same_shape(a, b) -> bool:
+    """:func:`same` for every dimension of two shapes."""
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+
+
 def add(a, b):
     """``a + b`` on extents."""
     sa, sb = static(a), static(b)

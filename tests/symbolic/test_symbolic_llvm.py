@@ -449,3 +449,26 @@ def test_vectorize_symbolic_extent_refused():
     with pytest.raises(ScheduleError, match="vectorize: loop 'i' of stage 'C' has the "
                        "symbolic extent n"):
         polytile.lower(s, [A, C])
+
+
+def test_scan_over_symbolic_steps():
+    # TVM's scan tutorial as written: a cumulative sum over m rows of n columns
+    m, n = te.var("m"), te.var("n")
+    X = te.placeholder((m, n), name="X")
+    s_state = te.placeholder((m, n))
+    s_init = te.compute((1, n), lambda _, i: X[0, i])
+    s_update = te.compute((m, n), lambda t, i: s_state[t - 1, i] + X[t, i])
+    s_scan = te.scan(s_init, s_update, s_state, inputs=[X])
+    s = te.create_schedule(s_scan.op)
+    text = str(polytile.lower(s, [X, s_scan]))
+    assert "# assume (m - 1) >= 0 (the steps of scan" in text
+    f = polytile.build(s, [X, s_scan])
+    for M, N in [(1, 3), (5, 7), (4, 0), (9, 1)]:
+        x = rand((M, N), seed=M + N)
+        o = _poison((M, N))
+        f(x, o)
+        np.testing.assert_allclose(o, np.cumsum(x.astype(np.float64), axis=0), rtol=2e-5,
+                                   atol=1e-6)
+    with pytest.raises(ValueError, match=r"the steps of scan 'scan' past its 1 init row is "
+                       r"\(m - 1\) = -1"):
+        f(rand((0, 2)), _poison((0, 2)))
