@@ -203,11 +203,11 @@ def test_gpu_global_cache_bound_to_threads_inside_a_thread_loop():
         _gpu_run(s, [B, C], [b], (1, 2))   # would be [[4, 7]]
 
 
-@pytest.mark.xfail(strict=True, reason="GPU: a root stage with no bound loop, whose attached "
-                   "producer has a loop bound to threadIdx.x: every thread runs the root's "
-                   "statements (a race) over a partly computed producer; fuzz seeds cuda 66, "
-                   "75 (and 15 of an earlier generator)")
 def test_gpu_unbound_root_with_an_attached_stage_bound_to_threads():
+    """A root stage with no bound loop, whose attached producer has a loop bound to
+    threadIdx.x: every thread ran the root's statements (a race) over a partly computed
+    producer (fuzz seeds cuda 66, 75). Now the root's statements run on thread 0, the
+    other threads idle there (schedule/threads.py)."""
     A = te.placeholder((1, 2), name="A")
     P = te.compute((1, 2), lambda i, j: A[i, j], name="P")
     Q = te.compute((1, 2), lambda i, j: P[i, j], name="Q")
@@ -217,11 +217,40 @@ def test_gpu_unbound_root_with_an_attached_stage_bound_to_threads():
     _, jii = s[P].split(ji, factor=8)
     s[P].bind(jii, te.thread_axis("threadIdx.x"))
     a = np.array([[0.5, -2.0]], "float32")
-    try:
-        out = _gpu_run(s, [A, Q], [a], (1, 2))
-    except polytile.ScheduleError:
-        return  # "stage 'Q' has no loop bound to a GPU index" is a fix too
-    np.testing.assert_array_equal(out, a)
+    np.testing.assert_array_equal(_gpu_run(s, [A, Q], [a], (1, 2)), a)
+
+
+def test_gpu_unbound_root_reads_what_several_threads_computed():
+    """The same with the producer spread over 8 threads: the root (on thread 0) reads what
+    the other threads wrote into a global buffer, so barriers go around the producer."""
+    A = te.placeholder((3, 13), name="A")
+    P = te.compute((3, 13), lambda i, j: A[i, j] * 2.0, name="P")
+    Q = te.compute((3, 13), lambda i, j: P[i, j] + P[i, 12 - j], name="Q")
+    s = te.create_schedule(Q.op)
+    s[P].compute_at(s[Q], Q.op.axis[0])
+    _, ji = s[P].split(P.op.axis[1], factor=8)
+    s[P].bind(ji, te.thread_axis("threadIdx.x"))
+    a = np.arange(39, dtype="float32").reshape(3, 13) - 7.5
+    assert "sync" in str(polytile.lower(s, [A, Q]))
+    np.testing.assert_array_equal(_gpu_run(s, [A, Q], [a], (3, 13)), 2 * a + 2 * a[:, ::-1])
+
+
+def test_interpreter_reports_a_race_between_gpu_threads():
+    """The reference interpreter runs a kernel's threads barrier to barrier and raises on
+    an element written by one thread and read by another in between: here every thread
+    of the block adds into one element."""
+    from polytile.schedule import interpreter
+    from polytile.schedule.loop_ir import Buffer, KernelLaunch, Load, PrimFunc, Store
+    from polytile.te.expr import Const, Var
+
+    out = Buffer("C", (1,), "float32")
+    tx = Var("int64", "threadIdx.x")
+    zero = Const("int64", 0)
+    body = Store(out, (zero,), Load("float32", out, (zero,)) + Const("float32", 1.0))
+    launch = KernelLaunch("k", (1, 1, 1), (4, 1, 1), ((tx, "threadIdx.x"),), body)
+    with pytest.raises(interpreter.RaceError, match=r"C\[0\] by thread \(0, 0, 0\).*"
+                       r"thread \(1, 0, 0\)"):
+        interpreter.run(PrimFunc("f", (out,), launch), np.zeros(1, "float32"))
 
 
 def test_cuda_reduction_with_an_empty_where_at_a_bound_consumer():
