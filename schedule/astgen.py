@@ -80,12 +80,14 @@ def _total(pulled: isl.PwMultiAff, here: isl.Set, runs: isl.Set, st: PolyStmt,
     A padded GPU statement (``model.py``) enumerates instances that its guard turns off;
     the access of a clipped region (an attached stage's buffer, ``attach.py``) is not
     defined there, and isl cannot print an access with no value (its "void expression"):
-    where the instance never runs, any index will do, so zeros fill the gap. An instance
-    that runs without an access is a fault of the model."""
+    where the instance never runs, any index will do, so zeros fill the gap; likewise for
+    a read under ``te.if_then_else`` at instances whose condition is false (the read is
+    not evaluated there). An instance that runs without its store is a fault of the
+    model."""
     missing = here.subtract(pulled.domain())
     if missing.is_empty():
         return pulled
-    if not missing.intersect(runs).is_empty():
+    if key in ("w", "ax", "acc") and not missing.intersect(runs).is_empty():
         raise InternalError(f"statement {st.name} ({st.plan.name}) runs instances where its "
                             f"access {key!r} is not defined: {missing.intersect(runs)}")
     zero = isl.PwMultiAff.from_multi_aff(isl.MultiAff.zero(pulled.get_space()))

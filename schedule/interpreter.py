@@ -75,8 +75,13 @@ class _Races:
     def _conflict(self, w, block, thread) -> bool:
         return w[0] != block or (w[2] == self.epoch and w[1] != thread)
 
+    @staticmethod
+    def _key(buf, idx, block):
+        # a shared buffer is one per block: blocks never meet there
+        return (id(buf), block, idx) if buf.scope == "shared" else (id(buf), idx)
+
     def write(self, buf, idx, block, thread):
-        key = (id(buf), idx)
+        key = self._key(buf, idx, block)
         w = self.writes.get(key)
         if w is not None and self._conflict(w, block, thread):
             self._race("writes", buf, idx, w, (block, thread))
@@ -87,7 +92,7 @@ class _Races:
         self.writes[key] = (block, thread, self.epoch)
 
     def read(self, buf, idx, block, thread):
-        key = (id(buf), idx)
+        key = self._key(buf, idx, block)
         w = self.writes.get(key)
         if w is not None and self._conflict(w, block, thread):
             self._race("a write and a read", buf, idx, w, (block, thread))

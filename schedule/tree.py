@@ -128,7 +128,16 @@ def _node(n, vthreads: tuple, domains: dict) -> isl.Schedule:
     if tag in PARAMS:
         pieces = [f"{st.tuple()} : ({n.stmts[st]}) = {PARAMS[tag]}" if st in n.stmts
                   else st.tuple() for st in stmts_below(n)]
-        return child.intersect_domain(isl.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}"))
+        child = child.intersect_domain(isl.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}"))
+        if len(n.stmts) == len(stmts_below(n)):
+            # a band of the bound value above the filter, as for a loop: isl then finds
+            # where the instances are from the loop's range, not by eliminating every
+            # dimension of the domain against the parameters (about 100 s for a fused
+            # 3-D loop split and bound, fuzz seed cuda 89); the loop becomes one
+            # assignment of the index
+            pieces = "; ".join(f"{st.tuple()} -> [({aff})]" for st, aff in n.stmts.items())
+            child = child.insert_partial_schedule(isl.MultiUnionPwAff(f"[{{ {pieces} }}]"))
+        return child
     return _band(child, n, n.stmts)
 
 
