@@ -24,7 +24,7 @@ from .loop_ir import (Assert, Buffer, For, IfThenElse, LetStmt, Load, Stmt, Stor
 from .ast_check import mismatches
 from .kinds import LoopKind, loop_kind
 from .polymodel import LoopNode, Model, PolyStmt
-from .threads import barrier_plans
+from .threads import barrier_plans, roles
 from .tree import build_schedule, stmts_below
 
 _INT_DIVS = ("floordiv", "floormod", "truncdiv", "truncmod")
@@ -132,11 +132,13 @@ def generate_ast(model: Model, sched: isl.Schedule, context: str = "{ : }",
                      lambda node: hook.guard_exprs[int(node.get_annotation().get_name()[1:])])
     if bad:
         raise AstMismatch("isl generated a wrong loop nest: " + "; ".join(bad))
-    barriers = set()
+    barriers, idle = set(), {}
     if model.padded and nodes is not None:   # GPU kernel (threads.py)
+        role_of = roles(nodes)
+        idle = {name: r.idle for name, r in role_of.items() if r.idle}
         barriers = {p.index for p in model.plans if p.buffer.scope == "shared"}
-        barriers |= barrier_plans(model, nodes)
-    return _Converter(model, hook, barriers).convert(ast, dict(env or {}), None)
+        barriers |= barrier_plans(model, nodes, role_of)
+    return _Converter(model, hook, barriers, idle).convert(ast, dict(env or {}), None)
 
 
 def lower_nodes(model: Model, nodes: list | None = None, context: str = "{ : }",
@@ -184,10 +186,12 @@ def _hulls(model: Model, nodes: list | None) -> tuple[dict, dict]:
 
 
 class _Converter:
-    def __init__(self, model: Model, hook: _Hook, barriers: set = frozenset()):
+    def __init__(self, model: Model, hook: _Hook, barriers: set = frozenset(),
+                 idle: dict | None = None):
         self.model = model
         self.hook = hook
         self.barriers = barriers   # plan indices of attached stages between barriers
+        self.idle = idle or {}     # statement name -> tags of which only index 0 runs it
 
     def convert(self, node: isl.AstNode, env: dict, pending: LoopNode | None) -> Stmt | None:
         t = node.get_type()
@@ -291,6 +295,9 @@ class _Converter:
         if guard is not None:
             out = IfThenElse(substitute(guard, mapping), out, None)
         stage = st.plan.stage
+        if st.name in self.idle:   # idle threads (threads.py)
+            out = IfThenElse(logical_and(*[Cmp("bool", "eq", env[t.param], Const("int64", 0))
+                                           for t in self.idle[st.name]]), out, None)
         if stage.store_predicate is not None:   # set_store_predicate: thread indices
             tvars = {v: Cast(v.dtype, env[t.param])
                      for v, t in stage.store_predicate_tags.items()}

@@ -45,13 +45,16 @@ class ThreadRole:
 
     ``bound``: tag -> the affine values (isl text over the statement's dimensions) the
     index must equal (one per enclosing loop bound to it); ``fixed``: tag -> the one index
-    that runs the statement (``0`` for idle threads, or a thread predicate such as the
-    final step of a cross-thread reduction); ``replicated``: the tags whose every index
-    runs each instance (``local`` buffers)."""
+    that runs the statement (a thread predicate, such as the final step of a cross-thread
+    reduction: a restriction of the domain); ``idle``: the tags of which only index 0
+    runs the statement, the others idle (a guard inside the statement, so that the loops
+    and barriers around it stay uniform across threads); ``replicated``: the tags whose
+    every index runs each instance (``local`` buffers)."""
 
     stmt: PolyStmt
     bound: dict
     fixed: dict
+    idle: tuple
     replicated: tuple
 
     def condition(self) -> str:
@@ -69,6 +72,8 @@ class ThreadRole:
                 cons += [f"{c} = ({v})" for v in self.bound[t]]
             elif t in self.fixed:
                 cons.append(f"{c} = {self.fixed[t]}")
+            elif t in self.idle:
+                cons.append(f"{c} = 0")
             elif t in self.replicated:
                 cons.append(f"0 <= {c} < {extents[t]}")
             else:
@@ -125,7 +130,7 @@ def _role(st: PolyStmt, anc: list, extents: dict) -> ThreadRole:
         if st in a.stmts:
             bound.setdefault(a.binding, []).append(a.stmts[st])
     fixed = dict(st.plan.stage.thread_predicate or {})
-    replicated = []
+    replicated, idle = [], []
     private = st.plan.buffer.scope == "local"
     for t, ext in extents.items():
         if t in bound or t in fixed or ext <= 1:
@@ -143,8 +148,8 @@ def _role(st: PolyStmt, anc: list, extents: dict) -> ThreadRole:
                  hint=f"compute {st.plan.name!r} at a loop inside the {t.value!r} loop, "
                       "or at root")
         else:
-            fixed[t] = 0   # idle threads: one thread writes what all of them would
-    return ThreadRole(st, bound, fixed, tuple(replicated))
+            idle.append(t)   # one thread writes what all of them would
+    return ThreadRole(st, bound, fixed, tuple(idle), tuple(replicated))
 
 
 def restriction(role_of: dict) -> isl.UnionSet | None:

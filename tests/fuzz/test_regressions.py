@@ -329,3 +329,27 @@ def test_gpu_fused_and_bound_transpose_values():
     s[T].bind(i, te.thread_axis("threadIdx.x"))
     a = np.arange(105, dtype="float32").reshape(5, 7, 3) * 0.5 - 9
     np.testing.assert_array_equal(_gpu_run(s, [A, T], [a], (7, 3, 5)), a.transpose(1, 2, 0))
+
+
+def test_gpu_shared_copy_with_idle_threads_keeps_its_barriers_uniform():
+    """A shared copy with no loop bound to threads runs on thread 0 (the others idle);
+    its barriers must stay outside that condition, or the block deadlocks (fuzz seeds
+    cuda 481, 494 hung). The condition is a guard inside the statement (threads.py)."""
+    A = te.placeholder((5, 4), name="A")
+    B = te.placeholder((4, 2), name="B")
+    k = te.reduce_axis((0, 4), name="k")
+    C = te.compute((5, 2), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    E = te.compute((5, 2), lambda i, j: te.max(C[i, j], 0.0), name="E")
+    s = te.create_schedule(E.op)
+    AS = s.cache_read(A, "shared", [C])
+    s[AS].compute_at(s[C], k)
+    for t, f in ((C, 8), (E, 128)):
+        o, i = s[t].split(s[t].fuse(*t.op.axis), factor=f)
+        s[t].bind(o, te.thread_axis("blockIdx.x"))
+        s[t].bind(i, te.thread_axis("threadIdx.x"))
+    a = np.arange(20, dtype="float32").reshape(5, 4) * 0.25 - 2
+    b = np.array([[1, -1], [2, 0.5], [-3, 1], [0.5, 2]], "float32")
+    text = str(polytile.lower(s, [A, B, E]))
+    assert text.index("sync('shared')") < text.index("if (threadIdx.x == 0)")
+    np.testing.assert_allclose(_gpu_run(s, [A, B, E], [a, b], (5, 2)),
+                               np.maximum(a.astype("float64") @ b, 0), rtol=1e-6)
