@@ -15,8 +15,9 @@ two roles:
 * **replicated** loops: the statement writes a ``local`` buffer, one copy per thread; every
   thread runs it, each filling its own copy.
 
-An instance that is replicated over ``blockIdx`` and writes a buffer that is not ``local``
-cannot be made exact (blocks do not synchronise): it is refused.
+Over ``blockIdx``, a ``shared`` buffer is replicated too (one per block); a statement that
+every block would run into one global buffer cannot be made exact (blocks do not
+synchronise): it is refused.
 
 Where a buffer computed in a kernel is written by one thread and read (or written) by
 another, the code of its stage is surrounded by barriers (``astgen.py``);
@@ -131,11 +132,12 @@ def _role(st: PolyStmt, anc: list, extents: dict) -> ThreadRole:
             bound.setdefault(a.binding, []).append(a.stmts[st])
     fixed = dict(st.plan.stage.thread_predicate or {})
     replicated, idle = [], []
-    private = st.plan.buffer.scope == "local"
+    scope = st.plan.buffer.scope
     for t, ext in extents.items():
         if t in bound or t in fixed or ext <= 1:
             continue
-        if private:
+        # a local buffer is one per thread, a shared one per block: each fills its own
+        if scope == "local" or (scope == "shared" and t.is_block):
             replicated.append(t)
         elif t.is_block:
             root = st.plan
@@ -143,7 +145,7 @@ def _role(st: PolyStmt, anc: list, extents: dict) -> ThreadRole:
                 root = root.attach[0]
             fail("compute_at", f"stage {st.plan.name!r} runs outside the loops of its kernel "
                  f"(stage {root.name!r}) bound to {t.value!r}: every block would compute it "
-                 f"into one {st.plan.buffer.scope!r} buffer, racing with the other blocks",
+                 f"into one global buffer, racing with the other blocks",
                  f"stages of a kernel inside its loop bound to {t.value!r}",
                  hint=f"compute {st.plan.name!r} at a loop inside the {t.value!r} loop, "
                       "or at root")
