@@ -313,8 +313,14 @@ def run_case(case: dict, runtime: Runtime) -> dict:
 
 
 #: the most GPU threads (all kernels, all blocks) of a case whose loop IR the reference
-#: interpreter runs to look for races (it runs about 50 000 statements a second)
+#: interpreter runs to look for races, and the seconds it may take (it runs about 50 000
+#: statements a second; past that, the case goes unchecked for races)
 RACE_CHECK_THREADS = 4096
+RACE_CHECK_SECONDS = 5.0
+
+
+class _OutOfTime(Exception):
+    pass
 
 
 def thread_races(s, args, prog_inputs: dict) -> list:
@@ -339,14 +345,30 @@ def thread_races(s, args, prog_inputs: dict) -> list:
         return []
     arrays = [prog_inputs[a.name].copy() if a.name in prog_inputs
               else poison(a.shape, a.dtype, 0) for a in args]
+    import signal
+    import threading
+
+    timed = threading.current_thread() is threading.main_thread()
+    if timed:
+        def _stop(signum, frame):
+            raise _OutOfTime
+
+        old = signal.signal(signal.SIGALRM, _stop)
+        signal.setitimer(signal.ITIMER_REAL, RACE_CHECK_SECONDS)
     try:
         interpreter.run(func, *arrays)
+    except _OutOfTime:
+        return []
     except interpreter.RaceError as ex:
         return [f"race: {ex}"]
     except RuntimeError as ex:
         if "barrier" in str(ex):
             return [f"barrier: {ex}"]
         raise
+    finally:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
     return []
 
 
