@@ -101,6 +101,8 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
     ("cuda", 89): "isl AST generation of a fused, split and bound transpose took 100 s",
     ("cuda", 286): "isl 'void expression': a read under if_then_else of a clipped region",
     ("cuda", 436): "isl 'void expression': a clipped region at guarded-off instances",
+    ("cuda", 458): "isl 'void expression': an rfactor partial with an empty clipped region",
+    ("cuda", 459): "isl 'void expression': a clipped region at guarded-off instances",
     ("cuda", 481): "a barrier inside a thread-0 condition (idle threads): deadlock",
     ("cuda", 494): "a barrier inside a thread-0 condition (idle threads): deadlock",
     ("cuda", 880): "isl 'void expression': threads with an empty clipped region",
