@@ -44,3 +44,11 @@ def test_04_cuda_gemm_builds_without_a_gpu():
         pytest.skip("neither NVRTC nor nvcc is available")
     out = _run("04_cuda_gemm.py", "--n", "256", "--no-run")
     assert out.count("built in") == 3
+
+
+def test_08_argmax_and_scan():
+    out = _run("08_argmax_and_scan.py", "--n", "13")
+    assert out.count("result matches numpy\n") == 3
+    assert "T_v0_next = " in out and "PQ.v1 = alloc(" in out
+    assert "rfactor refused: rfactor: polytile cannot prove that the combiner 'argmax'" in out
+    assert "parallel scan axis refused: parallel: loop 't' of stage 'scan'" in out
