@@ -76,7 +76,7 @@ def cuda(dev_id: int = 0):
     return _cuda(dev_id)
 
 
-_SUBMODULES = ("backend", "nd", "te", "schedule", "targets", "autotune")
+_SUBMODULES = ("backend", "nd", "te", "schedule", "targets", "autotune", "tir", "contrib")
 
 
 def __getattr__(name: str):
@@ -91,4 +91,5 @@ def __getattr__(name: str):
 
 __all__ = ["BuildError", "InternalError", "LoweringError", "PolytileError", "ScheduleError",
            "TargetError", "TuneError", "__version__", "autotune", "build", "cpu", "cuda",
-           "get_num_threads", "lower", "nd", "schedule", "set_num_threads", "targets", "te"]
+           "get_num_threads", "lower", "nd", "schedule", "set_num_threads", "targets", "te",
+           "tir", "contrib"]
