@@ -44,3 +44,10 @@ def test_04_cuda_gemm_builds_without_a_gpu():
         pytest.skip("neither NVRTC nor nvcc is available")
     out = _run("04_cuda_gemm.py", "--n", "256", "--no-run")
     assert out.count("built in") == 3
+
+
+def test_06_tensorize():
+    out = _run("06_tensorize.py", "--n", "33", "--m", "48", "--l", "64")
+    assert "gemv_update: result matches numpy" in out
+    assert "gemv_reset + gemv_update: result matches numpy" in out
+    assert "tensorize tensor_intrin.reset(" in out and "tensorize tensor_intrin.update(" in out
