@@ -16,7 +16,7 @@ from polytile.te.visitor import free_vars
 from .kinds import ThreadTag
 
 #: Storage scopes a stage's buffer can have (``cache_read``/``cache_write``/``set_scope``).
-SCOPES = ("global", "shared", "local")
+SCOPES = ("global", "shared", "local", "wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
 
 
 class StorageMixin:

@@ -7,7 +7,7 @@ from polytile.te import dtype as dt
 from polytile.te.expr import Binary, Cast, Const, Expr
 from polytile.te.visitor import ExprMutator, collect
 
-from ..kinds import LoopKind
+from ..kinds import LoopKind, thread_private
 from ..loop_ir import (AccessPtr, Allocate, Buffer, For, KernelLaunch, Load, PrimFunc, Stmt,
                        StmtMutator, Store, TensorCall, child_stmts, stmt_exprs, walk_stmts)
 from ..tensorize import lower_tensor_call
@@ -108,7 +108,7 @@ def _nbytes(b: Buffer) -> int:
 def _allocate_gpu(func: PrimFunc, pending: list) -> PrimFunc:
     """Shared and local buffers live in the kernel that uses them (per block / per
     thread); other intermediates are device memory for the whole call."""
-    in_kernel = [b for b in pending if b.scope in ("shared", "local")]
+    in_kernel = [b for b in pending if b.scope == "shared" or thread_private(b.scope)]
 
     class _Place(StmtMutator):
         def visit_KernelLaunch(self, k: KernelLaunch):
@@ -123,7 +123,7 @@ def _allocate_gpu(func: PrimFunc, pending: list) -> PrimFunc:
     body = _Place().visit(func.body)
     final = {}
     for b in pending:
-        if b.scope not in ("shared", "local"):
+        if not (b.scope == "shared" or thread_private(b.scope)):
             nb = Buffer(b.name, b.shape, b.dtype, "heap")
             final[id(b)] = nb
             body = Allocate(nb, body)
