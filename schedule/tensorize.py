@@ -45,6 +45,7 @@ from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or
 from polytile.te.visitor import collect
 
 from . import isl_util as iu
+from .kinds import FRAGMENT_SCOPES
 from .loop_ir import Buffer, TensorCall, seq
 from .polymodel import Model, PolyStmt, StagePlan
 from .relations import Fuse, Singleton, Split, Transform
@@ -333,6 +334,13 @@ def _strides(buf: Buffer, t, where: str, intrin) -> tuple:
     strides = _row_major(buf.shape)[len(buf.shape) - t.ndim:]
     decl = intrin.binds.get(t)
     declared = decl.strides if decl is not None else None
+    if buf.scope in FRAGMENT_SCOPES:
+        # an array of 16x16 tiles (targets/cuda/tensor_core.py): any row-major shape whose
+        # rows hold whole tiles, the region one tile
+        if len(buf.shape) < 2 or buf.shape[-1] % 16 or t.shape != (16, 16):
+            fail("tensorize", f"{where}: fragment {buf.name!r} has shape {list(buf.shape)}",
+                 "rows of whole 16x16 tiles, one tile per intrinsic operand")
+        return strides
     if declared is None:
         compact = _row_major(t.shape)
         if any(s != c for s, c, e in zip(strides, compact, t.shape) if e > 1):

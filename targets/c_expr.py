@@ -226,8 +226,13 @@ class CExprPrinter:
 
     def expr_AccessPtr(self, e: AccessPtr) -> str:
         if e.buffer.scope in FRAGMENT_SCOPES:
-            # a fragment array holds 16x16 tiles: element offset -> fragment index
-            return f"{self.buffer(e.buffer)}[{strip_parens(self.expr(e.offset))} / 256]"
+            # a fragment buffer [R, C] is an array of 16x16 tiles, row-major over the tile
+            # grid: the element offset of a tile's corner -> its index
+            off, width = self.expr(e.offset), e.buffer.shape[-1]
+            if width == 16:
+                return f"{self.buffer(e.buffer)}[{strip_parens(off)} / 256]"
+            return (f"{self.buffer(e.buffer)}[{off} / {16 * width} * {width // 16} + "
+                    f"{off} % {width} / 16]")
         return f"(&{self.buffer(e.buffer)}[{strip_parens(self.expr(e.offset))}])"
 
     def expr_ExternCall(self, e: ExternCall) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from polytile import te, tir
 
-N = 16
+N = N_TILE = 16
 TILE = 256   # elements of one fragment: fragment index = element offset / 256
 
 
@@ -127,3 +127,99 @@ C_HELPERS = {
         "const F& frag, int ldm) { nvcuda::wmma::store_matrix_sync(dst, frag, ldm, "
         "nvcuda::wmma::mem_row_major); }")),
 }
+
+
+def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 32),
+              warp=(64, 64), pad: int = 8, vector: int = 8):
+    """A hand-scheduled float16 GEMM on tensor cores through WMMA (TVM's tensor-core
+    tutorial structure): ``C[M, N] = A[M, K] @ B[K, N]`` (row-major), ``C`` in ``acc``.
+
+    Blocks of ``block = (BM, BN, BK)``: each block stages ``A[BM, BK]`` and ``B[BK, BN]`` in
+    shared memory (rows padded by ``pad`` elements against bank conflicts, copied with
+    ``vector``-element loads by all threads), each warp computes a ``warp = (WM, WN)`` tile
+    as ``WM/16 x WN/16`` accumulator fragments, loading 16x16 fragments of A and B for each
+    16-wide step of k. Threads: 32 lanes (``threadIdx.x``, the shared-memory copies only)
+    times ``BM/WM x BN/WN`` warps (``threadIdx.z``, ``threadIdx.y``).
+
+    Returns
+    -------
+    (Schedule, [A, B, C])
+
+    Raises
+    ------
+    ScheduleError
+        When lowered with sizes the tiles do not divide (a partial 16x16 tile cannot be a
+        WMMA call).
+    """
+    from polytile.schedule import create_schedule  # schedules build on te
+
+    BM, BN, BK = block
+    WM, WN = warp
+    A = te.placeholder((M, K), name="A", dtype="float16")
+    B = te.placeholder((K, N), name="B", dtype="float16")
+    k = te.reduce_axis((0, K), name="k")
+    if acc == "float16":
+        C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    else:
+        C = te.compute((M, N), lambda i, j: te.sum(A[i, k].astype(acc) * B[k, j].astype(acc),
+                                                   axis=k), name="C")
+    s = create_schedule(C.op)
+    AS = s.cache_read(A, "shared", [C])
+    BS = s.cache_read(B, "shared", [C])
+    CF = s.cache_write(C, "wmma.accumulator")
+    AF = s.cache_read(AS, "wmma.matrix_a", [CF])
+    BF = s.cache_read(BS, "wmma.matrix_b", [CF])
+    i, j = C.op.axis
+    bi, ii = s[C].split(i, factor=BM)
+    bj, jj = s[C].split(j, factor=BN)
+    wi, ii = s[C].split(ii, factor=WM)
+    wj, jj = s[C].split(jj, factor=WN)
+    fi, ti = s[C].split(ii, factor=N_TILE)
+    fj, tj = s[C].split(jj, factor=N_TILE)
+    s[C].reorder(bi, bj, wi, wj, fi, fj, ti, tj)
+    s[C].bind(bi, te.thread_axis("blockIdx.y"))
+    s[C].bind(bj, te.thread_axis("blockIdx.x"))
+    s[C].bind(wi, te.thread_axis("threadIdx.z"))
+    s[C].bind(wj, te.thread_axis("threadIdx.y"))
+    s[C].tensorize(ti, wmma_store(acc))
+    # fragment indices must be constants (registers): unroll every loop over fragments
+    s[C].unroll(fi)
+    s[C].unroll(fj)
+    s[CF].compute_at(s[C], wj)
+    ci, cj = CF.op.axis
+    (ck,) = CF.op.reduce_axis
+    ko, kk = s[CF].split(ck, factor=BK)
+    kf, ki = s[CF].split(kk, factor=N_TILE)
+    cfi, cti = s[CF].split(ci, factor=N_TILE)
+    cfj, ctj = s[CF].split(cj, factor=N_TILE)
+    s[CF].reorder(ko, kf, cfi, cfj, cti, ctj, ki)
+    s[CF].tensorize(cti, wmma_mma("float16", acc))
+    for v in (cfi, cfj):
+        s[CF].unroll(v)
+    s[AF].compute_at(s[CF], kf)
+    s[BF].compute_at(s[CF], kf)
+    for F, intrin in ((AF, wmma_load_a()), (BF, wmma_load_b())):
+        a0, a1 = F.op.axis
+        o0, i0 = s[F].split(a0, factor=N_TILE)
+        o1, i1 = s[F].split(a1, factor=N_TILE)
+        s[F].reorder(o0, o1, i0, i1)
+        s[F].tensorize(i0, intrin)
+        s[F].unroll(o0)
+        s[F].unroll(o1)
+    for S in (AS, BS):
+        s[S].compute_at(s[CF], ko)
+        if pad:
+            width = S.op.axis[1].dom.extent
+            s[S].storage_align(S.op.axis[0], width + pad if width % 32 else 32,
+                               pad if width % 32 == 0 else 0)
+        f = s[S].fuse(*S.op.axis)
+        f, v = s[S].split(f, factor=vector)
+        f, tx = s[S].split(f, factor=32)
+        f, ty = s[S].split(f, factor=BN // WN)
+        f, tz = s[S].split(f, factor=BM // WM)
+        s[S].bind(tx, te.thread_axis("threadIdx.x"))
+        s[S].bind(ty, te.thread_axis("threadIdx.y"))
+        s[S].bind(tz, te.thread_axis("threadIdx.z"))
+        if vector > 1:
+            s[S].vectorize(v)
+    return s, [A, B, C]
