@@ -42,7 +42,7 @@ from polytile.errors import LoweringError, fail
 from polytile.te import dtype as dt
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Reduce,
                               Select, TensorRead, Var, child_fields)
-from polytile.te.visitor import collect
+from polytile.te.reduction import accumulation_dtype
 
 from . import isl_util as iu
 from .kinds import FRAGMENT_SCOPES
@@ -110,12 +110,12 @@ def _apply(model: Model, p: StagePlan) -> None:
             fail("tensorize", f"stage {other.name!r} is computed at "
                  f"{p.leaves[other.attach[1]].name!r}, inside the tensorized region of "
                  f"{where}", "compute it at a loop outside the tensorized one")
-    if p.accumulates_wide:
-        fail("tensorize", f"{where}: the stage accumulates in "
-             f"{p.acc.dtype if p.acc is not None else 'a wider dtype'} but stores "
-             f"{p.buffer.dtype}", "a stage whose dtype is its accumulation dtype",
-             hint="sum in the wide dtype (te.sum(x.astype('float32')...)) and cast after")
     body, ibody = p.body, intrin.op.body[0]
+    if p.accumulates_wide and (not isinstance(ibody, Reduce) or
+                               accumulation_dtype(ibody) != accumulation_dtype(body)):
+        fail("tensorize", f"{where}: the stage accumulates in {accumulation_dtype(body)} "
+             f"but intrinsic {intrin.name!r} does not", "the intrinsic's accumulation",
+             hint="sum in the wide dtype (te.sum(x.astype('float32')...)) and cast after")
     if isinstance(body, Reduce) and body.condition is not None:
         fail("tensorize", f"{where}: the reduction has a where= condition",
              "an unconditional reduction")
@@ -152,6 +152,9 @@ def _apply(model: Model, p: StagePlan) -> None:
                      "the tensorized one")
         _match_stmt(model, p, p.stmts[0], tz, "reset", sp, [], where, pairs)
         _match_stmt(model, p, main, tz, "update", sp, rd, where, pairs)
+        for st in p.stmts[2:]:   # round: each call of the intrinsic rounds its output
+            st.domain = st.exact = st.domain.subtract(st.domain)
+            st.guard = None
     else:
         _match_stmt(model, p, main, tz, "body", sp, rd, where, pairs)
         for st in p.stmts:
@@ -490,7 +493,8 @@ def eval_tensor_call(s: TensorCall, arrays: list, indices: list) -> None:
         ax = tuple(range(len(axes), n))
         name = body.combiner.name
         if name == "sum":
-            v = src.sum(axis=ax, dtype=src.dtype)
+            # in the accumulation dtype (float16 sums in float32), rounded once per call
+            v = src.sum(axis=ax, dtype=dt.to_numpy(accumulation_dtype(body)))
         elif name == "max":
             v = src.max(axis=ax) if src.size else src.sum(axis=ax)
         elif name == "min":
