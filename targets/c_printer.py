@@ -514,6 +514,12 @@ def fragment_type(b: Buffer, body: Stmt, d: CDialect, who: str) -> str:
                 for e in _exprs(st) for x in _calls(e)
                 if any(isinstance(a, AccessPtr) and a.buffer is b for a in x.args)}
         tags.discard("")
+        if not tags:
+            raise BuildError(format_error(
+                who, f"fragment {b.name!r} ({b.scope}) is not loaded by a tensor-core "
+                "intrinsic", "fragments read and written only by tensor-core intrinsics",
+                hint="tensorize the stages that write and read it "
+                "(polytile.targets.cuda.tensor_core)"))
         if len(tags) != 1:
             raise BuildError(format_error(who, f"fragment {b.name!r} is loaded with layouts "
                                           f"{sorted(tags) or 'none'}", "one layout"))
