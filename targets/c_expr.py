@@ -244,6 +244,10 @@ class CExprPrinter:
         from polytile.targets.cuda.tensor_core import C_HELPERS   # the instruction table
 
         if name in C_HELPERS:
+            if name.startswith("mma."):
+                from polytile.targets.cuda.tensor_core import MMA_TYPES
+
+                self.helpers["_pt_mma_types"] = MMA_TYPES
             name, text = C_HELPERS[name]
             self.helpers[name] = text
         args = [strip_parens(self.expr(a)) for a in e.args]

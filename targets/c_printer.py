@@ -503,6 +503,18 @@ def fragment_type(b: Buffer, body: Stmt, d: CDialect, who: str) -> str:
     16, 16, T, layout>``, the layout taken from the ``:layout`` tag of the calls that load
     it in ``body`` (matrix_a/matrix_b only)."""
     use = b.scope.split(".")[1]
+    tags = {x.name.partition(":")[2] for st in walk_stmts(body) for e in _exprs(st)
+            for x in _calls(e) if any(isinstance(a, AccessPtr) and a.buffer is b
+                                      for a in x.args)}
+    if "mma" in tags:   # the mma.sync path: register tiles (targets/cuda/tensor_core.py)
+        from polytile.targets.cuda.tensor_core import MMA_FRAGMENT_TYPES
+
+        if (b.scope, b.dtype) not in MMA_FRAGMENT_TYPES or b.size % 256:
+            raise BuildError(format_error(who, f"fragment {b.name!r} of {b.dtype}"
+                                          f"{list(b.shape)} on the mma.sync path",
+                                          "whole 16x16 tiles of float16 (accumulators: "
+                                          "float16/float32)"))
+        return MMA_FRAGMENT_TYPES[(b.scope, b.dtype)]
     t = {"float16": "half", "float32": "float", "int8": "signed char", "uint8": "unsigned char",
          "int32": "int", "bfloat16": "__nv_bfloat16"}.get(b.dtype)
     if t is None or b.size % 256:
