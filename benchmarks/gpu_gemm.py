@@ -4,7 +4,8 @@
 cuBLAS with tensor cores off. ``--dtype float16``: polytile's tensor-core GEMM
 (:func:`polytile.targets.cuda.tensor_core.wmma_gemm`, WMMA, float32 accumulation, or
 float16 with ``--acc float16``) vs cuBLAS half precision through torch and Triton's
-``triton.ops.matmul`` when installed, at each ``--n`` (default 4096 and 8192), all measured
+``triton.ops.matmul`` when installed (``--isa mma``: ldmatrix + mma.sync.m16n8k16 instead
+of WMMA), at each ``--n`` (default 4096 and 8192), all measured
 in this run: one line per figure with TFLOP/s and the ratio to cuBLAS.
 Run on a machine with an NVIDIA GPU: ``python benchmarks/gpu_gemm.py --dtype float16``.
 """
@@ -70,10 +71,8 @@ def half_gemm(n: int, acc: str, isa: str) -> None:
     except ImportError:
         print("torch not installed: no cuBLAS anchor")
         ref = a.astype("float64") @ b.astype("float64")
-    if isa != "wmma":
-        raise SystemExit(f"--isa {isa}: not implemented yet (wmma only)")
     t0 = time.perf_counter()
-    s, args = tc.wmma_gemm(n, n, n, acc=acc)
+    s, args = tc.wmma_gemm(n, n, n, acc=acc, isa=isa)
     f = polytile.build(s, args, target="cuda")
     t_build = time.perf_counter() - t0
     da, db = polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda")
@@ -85,7 +84,8 @@ def half_gemm(n: int, acc: str, isa: str) -> None:
     t = f.time_evaluator(number=10, repeat=3)(da, db, dc).median
     tflops = 2.0 * n**3 / t / 1e12
     ratio = f"{tflops / cublas:6.3f} x cuBLAS" if cublas else ""
-    print(f"n={n:5d} {f'polytile WMMA fp16->{acc}':36s} {tflops:7.1f} TFLOP/s  {ratio}  "
+    label = {"wmma": "WMMA", "mma": "mma.sync+ldmatrix"}[isa]
+    print(f"n={n:5d} {f'polytile {label} fp16->{acc}':36s} {tflops:7.1f} TFLOP/s  {ratio}  "
           f"(lower+build {t_build:.1f} s, rel. error {err:.1e})")
 
 

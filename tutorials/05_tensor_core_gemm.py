@@ -6,13 +6,15 @@
    memory, each warp owning a 64x64 tile of accumulator fragments
    (:func:`~polytile.targets.cuda.tensor_core.wmma_gemm`), float32 accumulation.
 3. The same with float16 accumulation.
+4. The same tiles through ``ldmatrix`` and ``mma.sync.aligned.m16n8k16`` (registers in
+   PTX's lane layout) instead of WMMA.
 
 Each GPU step prints TFLOP/s and the ratio to cuBLAS float16 (torch) measured in the same
 run. Without a GPU (or with ``--no-run``) the steps are built (NVRTC or nvcc) and the
 tensor-core lowering is checked on polytile's reference interpreter at a small size, which
 runs each intrinsic through its compute definition. A last section tensorizes a CPU matmul
 with an extern C micro-kernel (``tutorials/06_tensorize.py`` has the full story).
-The mma.sync + ldmatrix, cp.async pipelining and wgmma steps are not written yet.
+The cp.async pipelining and wgmma steps are not written yet.
 Run: ``python tutorials/05_tensor_core_gemm.py [--n 4096]``.
 """
 
@@ -117,7 +119,9 @@ def main(argv=None) -> None:
         da, db = polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda")
     steps = [("fp32 SGEMM (CUDA cores)", lambda: sgemm_step()(n, n, n), "float32"),
              ("WMMA fp16 -> fp32", lambda: tc.wmma_gemm(n, n, n, acc="float32"), "float32"),
-             ("WMMA fp16 -> fp16", lambda: tc.wmma_gemm(n, n, n, acc="float16"), "float16")]
+             ("WMMA fp16 -> fp16", lambda: tc.wmma_gemm(n, n, n, acc="float16"), "float16"),
+             ("mma.sync+ldmatrix fp16 -> fp32",
+              lambda: tc.wmma_gemm(n, n, n, acc="float32", isa="mma"), "float32")]
     for title, make, out in steps:
         s, targs = make()
         t0 = time.perf_counter()
@@ -128,7 +132,7 @@ def main(argv=None) -> None:
         if args.no_run:
             print(f"{title:28s} built in {t_build:.2f} s")
             continue
-        if out == "float32" and targs[0].dtype == "float32":
+        if targs[0].dtype == "float32":
             xa = polytile.nd.array(a.astype("float32"), device="cuda")
             xb = polytile.nd.array(b.astype("float32"), device="cuda")
         else:

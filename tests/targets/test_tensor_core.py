@@ -51,6 +51,21 @@ def test_wmma_gemm_lowering_on_the_interpreter(acc, bound):
     assert _rel(c, a.astype("float64") @ b.astype("float64")) < bound
 
 
+@pytest.mark.parametrize("acc, bound", [("float32", 1e-6), ("float16", 2e-3)])
+def test_mma_sync_gemm_lowering_on_the_interpreter(acc, bound):
+    M, N, K = 32, 32, 32
+    s, args = tc.wmma_gemm(M, N, K, acc=acc, block=(32, 32, 16), warp=(16, 16), isa="mma")
+    f = lower(s, args, target="cuda", stop_after=None)
+    text = str(f)
+    for part in ("mma_m16n8k16_float16_%s.update" % acc, "mma_load_a.body",
+                 "mma_load_b.body", "mma_store_%s.body" % acc):
+        assert "tensorize " + part in text
+    a, b = _inputs(M, N, K)
+    c = np.full((M, N), np.nan, acc)
+    run(f, a, b, c)
+    assert _rel(c, a.astype("float64") @ b.astype("float64")) < bound
+
+
 def test_wmma_source_compiles_for_sm80_and_sm90_with_mma_instructions():
     s, args = tc.wmma_gemm(256, 256, 128)
     src = polytile.build(s, args, target="cuda").get_source("cu")
@@ -82,6 +97,42 @@ def test_wmma_source_compiles_for_sm80_and_sm90_with_mma_instructions():
             assert "HMMA" in sass
 
 
+@pytest.mark.parametrize("acc", ["float32", "float16"])
+def test_mma_sync_source_compiles_with_ldmatrix_and_mma(acc):
+    s, args = tc.wmma_gemm(256, 256, 128, acc=acc, isa="mma")
+    src = polytile.build(s, args, target="cuda").get_source("cu")
+    ctype = {"float32": "pt_mma_c_f32", "float16": "pt_mma_c_f16"}[acc]
+    assert f"{ctype} C_wmma_accumulator[16];" in src
+    assert "pt_mma_a A_shared_wmma_matrix_a[4];" in src
+    for helper in ("void ldmatrix_x4(", "void ldmatrix_x4_trans(", "void mma_sync_m16n8k16(",
+                   "void mma_store(", "void mma_fill("):
+        assert helper in src
+    for arch in ("sm_80", "sm_90"):
+        compile_with_nvcc(src, arch)
+    if cc.nvcc_path() is None:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cu")
+        with open(path, "w") as fh:
+            fh.write(src)
+        subprocess.run([cc.nvcc_path(), "-arch=sm_90", "-ptx", "-std=c++17", "-o",
+                        os.path.join(tmp, "k.ptx"), path], check=True, capture_output=True)
+        ptx = open(os.path.join(tmp, "k.ptx")).read()
+        n_mma = ptx.count("mma.sync.aligned.m16n8k16")
+        assert n_mma >= 32 and n_mma % 32 == 0       # 2 per 16x16x16 tile, 16 tiles
+        assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") >= 4
+        assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") >= 4
+        assert "ld.local" not in ptx
+        tool = shutil.which("cuobjdump")
+        if tool:
+            cubin = os.path.join(tmp, "k.cubin")
+            subprocess.run([cc.nvcc_path(), "-arch=sm_90", "-cubin", "-std=c++17", "-o",
+                            cubin, path], check=True, capture_output=True)
+            sass = subprocess.run([tool, "-sass", cubin], check=True, capture_output=True,
+                                  text=True).stdout
+            assert "HMMA" in sass and "LDSM" in sass
+
+
 def test_wmma_refuses_sizes_the_tiles_do_not_divide():
     s, args = tc.wmma_gemm(40, 64, 48, **SMALL)
     with pytest.raises(ScheduleError, match=r"tensorize: stage '.*' at loop '.*': the tile "
@@ -108,11 +159,12 @@ def test_fragment_read_element_by_element_is_refused():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("isa", ["wmma", "mma"])
 @pytest.mark.parametrize("acc, bound", [("float32", 1e-5), ("float16", 5e-3)])
 @pytest.mark.parametrize("size", [(256, 384, 128), (1024, 1024, 1024)])
-def test_wmma_gemm_on_the_gpu(size, acc, bound):
+def test_tensor_core_gemm_on_the_gpu(size, acc, bound, isa):
     M, N, K = size
-    s, args = tc.wmma_gemm(M, N, K, acc=acc)
+    s, args = tc.wmma_gemm(M, N, K, acc=acc, isa=isa)
     f = polytile.build(s, args, target="cuda")
     a, b = _inputs(M, N, K, seed=1)
     c = polytile.nd.array(np.full((M, N), np.nan, acc), device="cuda")
