@@ -108,6 +108,10 @@ def cache_write(sch: Schedule, tensor: Tensor, scope: str) -> Tensor:
     _check_scope("cache_write", scope)
     stage = sch[tensor]
     op = stage.op
+    if "te.extern" in op.attrs:
+        raise ScheduleError(format_error("cache_write", f"{op.name!r} is a te.extern",
+                                         "a compute stage (cache_read its consumers' input "
+                                         "instead)"))
     if isinstance(op, PlaceholderOp):
         raise ScheduleError(format_error("cache_write", f"{op.name!r} is a placeholder",
                                          "cache the output of a compute"))

@@ -45,6 +45,8 @@ from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or
 from polytile.te.reduction import accumulation_dtype
 
 from . import isl_util as iu
+from polytile.te.tensor_intrin import EXTERN_KEY
+
 from .kinds import FRAGMENT_SCOPES
 from .loop_ir import Buffer, TensorCall, seq
 from .polymodel import Model, PolyStmt, StagePlan
@@ -86,12 +88,25 @@ def apply_tensorize(model: Model) -> None:
         Naming the stage, the tensorized loop and what differs.
     """
     for p in model.plans:
-        if p.stage.tensorized is not None:
-            _apply(model, p)
+        ext = p.stage.op.attrs.get(EXTERN_KEY)
+        if ext is not None:
+            _apply(model, p, _extern_stage(p, ext))
+        elif p.stage.tensorized is not None:
+            _apply(model, p, p.stage.tensorized)
 
 
-def _apply(model: Model, p: StagePlan) -> None:
-    iv, intrin = p.stage.tensorized
+def _extern_stage(p: StagePlan, intrin) -> tuple:
+    """A ``te.extern`` stage is one call of its code over the whole output."""
+    st = p.stage
+    if st.relations or st.annotations or p.attach is not None or st.tensorized is not None:
+        fail("tensorize", f"stage {p.name!r} is a te.extern (external code): it has no loops "
+             "to split, reorder, annotate, tensorize or compute at another stage",
+             "a te.extern stage at root, unscheduled")
+    return p.leaves[0], intrin
+
+
+def _apply(model: Model, p: StagePlan, spec: tuple) -> None:
+    iv, intrin = spec
     where = f"stage {p.name!r} at loop {iv.name!r}"
     if not any(v is iv for v in p.leaves):
         fail("tensorize", f"loop {iv.name!r} of stage {p.name!r} is no longer a loop (it was "
@@ -469,6 +484,9 @@ def _region(arr: np.ndarray, buf: Buffer, idx: tuple, shape: tuple, strides: tup
 def eval_tensor_call(s: TensorCall, arrays: list, indices: list) -> None:
     """Run ``s`` on numpy ``arrays`` (one per operand buffer) with evaluated start
     ``indices``: the intrinsic's compute definition, not its code."""
+    if s.intrin.op.attrs.get(EXTERN_KEY) is s.intrin:
+        raise LoweringError(f"interpreter: stage {s.intrin.name!r} is a te.extern, whose "
+                            "external code the reference interpreter cannot run")
     views = [_region(a, b, i, shape, st) for a, b, i, shape, st in
              zip(arrays, s.buffers, indices, s.shapes, s.strides)]
     intrin = s.intrin

@@ -140,3 +140,88 @@ def decl_tensor_intrin(op, fcompute: Callable, name: str = "tensor_intrin", bind
     object.__setattr__(intrin, "parts", probe_parts(intrin))
     REGISTRY[intrin.name] = intrin
     return intrin
+
+
+#: ``op.attrs`` key of a ``te.extern`` operation: its TensorIntrin.
+EXTERN_KEY = "te.extern"
+
+
+def extern(shape, inputs, fcompute: Callable, name: str = "extern", dtype=None,
+           in_buffers=None, out_buffers=None, tag: str = "", attrs=None) -> Tensor:
+    """A tensor computed by external code (TVM's ``te.extern``, one output).
+
+    ``fcompute(ins, outs)`` returns the statement that computes the whole output from the
+    whole inputs, built with :mod:`polytile.tir` (``call_extern`` with
+    ``ins[k].access_ptr("r")`` and ``outs[0].access_ptr("w")``; the C function reaches the
+    module with ``s[T].pragma(axis, "import_c" | "import_llvm", text)`` on any stage). The
+    stage has no loops to schedule: lowering runs it as one call, a tensor intrinsic whose
+    operands are the whole buffers (compact row-major). polytile cannot see inside: the
+    call is taken to read every element of every input, and the reference interpreter
+    cannot run it.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The output's shape.
+    inputs : list of Tensor
+    fcompute : callable
+        ``fcompute(ins, outs) -> statement`` (see above).
+    name : str
+    dtype : str, optional
+        The output's dtype (default: the first input's).
+    in_buffers, out_buffers : None
+        Declared layouts are not supported (buffers are compact).
+
+    Returns
+    -------
+    Tensor
+
+    Raises
+    ------
+    DefinitionTypeError, DefinitionValueError
+        For several outputs, declared buffers, no inputs or a fcompute that is not
+        callable.
+    """
+    from .expr import Cast, Const
+    from .reduction import sum as te_sum
+    from .tensor import compute, reduce_axis
+
+    if isinstance(shape, (list, tuple)) and shape and isinstance(shape[0], (list, tuple)):
+        if len(shape) != 1:
+            raise DefinitionValueError(format_error(
+                "extern", f"{len(shape)} output shapes", "one output"))
+        shape = shape[0]
+    if in_buffers is not None or out_buffers is not None:
+        raise DefinitionValueError(format_error(
+            "extern", "declared in_buffers/out_buffers", "compact buffers (leave them out)"))
+    inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    if not inputs or not all(isinstance(t, Tensor) for t in inputs):
+        raise DefinitionTypeError(format_error("extern", f"inputs {inputs!r}",
+                                               "a non-empty list of tensors"))
+    if not callable(fcompute):
+        raise DefinitionTypeError(format_error("extern", f"fcompute is "
+                                               f"{type(fcompute).__name__}",
+                                               "fcompute(ins, outs) returning a statement"))
+    dtype = str(dtype or inputs[0].dtype)
+    # the body only tells the schedule what is read: every element of every input
+    raxes = [[reduce_axis((0, e), name=f"{t.name}_{q}") for q, e in enumerate(t.shape)]
+             for t in inputs]
+
+    def body(*_):
+        terms = [Cast(dtype, t[tuple(r)]) if t.dtype != dtype else t[tuple(r)]
+                 for t, r in zip(inputs, raxes)]
+        total = terms[0]
+        for x in terms[1:]:
+            total = total + x
+        return te_sum(total * Const(dtype, 0), axis=[r for rs in raxes for r in rs])
+
+    out = compute(tuple(shape), body, name=name, tag=tag, attrs=dict(attrs or {}))
+    if not out.op.axis:
+        raise DefinitionValueError(format_error("extern", "a 0-d output",
+                                                "an output with at least one dimension"))
+    intrin = TensorIntrin(name, out.op, fcompute, tuple(inputs), {}, {})
+    from polytile.tir import probe_parts
+
+    object.__setattr__(intrin, "parts", probe_parts(intrin))
+    out.op.attrs[EXTERN_KEY] = intrin
+    return out

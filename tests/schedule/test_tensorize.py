@@ -382,3 +382,62 @@ exit:
     out = np.full((5, 16), np.nan, "float32")
     f(x, out)
     np.testing.assert_allclose(out, 3 * x, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------- te.extern
+DOUBLE_C = """
+int my_double(const float* x, float* y, int n) {
+  for (int i = 0; i < n; ++i) y[i] = 2 * x[i];
+  return 0;
+}
+"""
+
+
+def _extern_double(X, name="E"):
+    n = int(np.prod(X.shape))
+    return te.extern(X.shape, [X], lambda ins, outs: tir.call_extern(
+        "int32", "my_double", ins[0].access_ptr("r"), outs[0].access_ptr("w"), n), name=name)
+
+
+def test_te_extern_between_computes_on_llvm():
+    A = te.placeholder((5, 7), name="A")
+    B = te.compute((5, 7), lambda i, j: A[i, j] + 1, name="B")
+    C = _extern_double(B, "C")
+    D = te.compute((5, 7), lambda i, j: C[i, j] * 3, name="D")
+    s = te.create_schedule(D.op)
+    s[D].pragma(D.op.axis[0], "import_c", DOUBLE_C)
+    assert "tensorize C.body(B[0, 0]{5x7}, C[0, 0]{5x7})" in str(polytile.lower(s, [A, D]))
+    f = polytile.build(s, [A, D])
+    a, = data((5, 7))
+    d = np.full((5, 7), np.nan, "float32")
+    f(a, d)
+    np.testing.assert_allclose(d, 6 * (a + 1), rtol=1e-6)
+
+
+def test_te_extern_refusals():
+    A = te.placeholder((6,), name="A")
+    E = _extern_double(A)
+    s = te.create_schedule(E.op)
+    s[E].split(E.op.axis[0], factor=2)
+    with pytest.raises(ScheduleError, match=r"stage 'E' is a te.extern \(external code\): it "
+                       r"has no loops to split"):
+        polytile.lower(s, [A, E])
+    s = te.create_schedule(E.op)
+    with pytest.raises(ScheduleError, match="'E' is a te.extern"):
+        s.cache_write(E, "local")
+    with pytest.raises(polytile.LoweringError, match="te.extern, whose external code the "
+                       "reference interpreter cannot run"):
+        run(polytile.lower(s, [A, E]), np.ones(6, "float32"), np.ones(6, "float32"))
+    with pytest.raises(TypeError, match="fcompute is int"):
+        te.extern((6,), [A], 3)
+    with pytest.raises(ValueError, match="2 output shapes"):
+        te.extern([(6,), (6,)], [A], lambda ins, outs: None)
+
+
+def test_tensorize_trace_replays():
+    A, B, C = matmul_bt(3, 32, 8)
+    s = te.create_schedule(C.op)
+    yo, yi = s[C].split(C.op.axis[1], factor=16)
+    s[C].tensorize(yi, gemv_intrin(16, 8, name="gemv_replay"))
+    s2 = s.copy()
+    assert str(polytile.lower(s2, [A, B, C])) == str(polytile.lower(s, [A, B, C]))
