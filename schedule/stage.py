@@ -481,7 +481,10 @@ class Stage(StorageMixin, TensorizeMixin):
 
     def pragma(self, iv: IterVar, pragma_type: str, pragma_value=None) -> None:
         """Annotate loop ``iv`` with a pragma: ``"unroll"``, ``"vectorize"``, ``"parallel"``
-        (the annotations of the same names) or ``"parallel_launch_point"``.
+        (the annotations of the same names) or ``"parallel_launch_point"``; or attach code
+        to the module (TVM's): ``"import_llvm"`` (LLVM IR text, linked in) and
+        ``"import_c"`` (C source, compiled with the system compiler and loaded), which
+        define the extern functions of tensor intrinsics on the ``llvm`` target.
 
         Raises
         ------
