@@ -40,7 +40,8 @@ import numpy as np
 from polytile.backend import DeviceLimits, get_backend, registered_kinds
 from polytile.errors import BuildError, LoweringError, format_error
 from polytile.schedule.kinds import FRAGMENT_SCOPES, LoopKind
-from polytile.schedule.loop_ir import (FOR_KINDS, AccessPtr, ExternCall, TensorCall, Allocate, Assert, Buffer, Evaluate, For,
+from polytile.schedule.loop_ir import (FOR_KINDS, AccessPtr, Allocate, Assert, Buffer, Evaluate,
+                                       ExternCall, For, TensorCall,
                                        IfThenElse, KernelLaunch, LetStmt, PrimFunc, Seq, Stmt,
                                        StmtFunctor, Store, Sync, stmt_str, walk_stmts)
 from polytile.te import dtype as dt

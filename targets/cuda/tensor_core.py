@@ -35,12 +35,14 @@ def _stride(view) -> int:
     return view.strides[0]
 
 
-def wmma_load_a(dtype: str = "float16", layout: str = "row_major", name: str = "") -> te.TensorIntrin:
+def wmma_load_a(dtype: str = "float16", layout: str = "row_major",
+                name: str = "") -> te.TensorIntrin:
     """``load_matrix_sync`` into a ``wmma.matrix_a`` fragment (rows ``i``, columns ``k``)."""
     return _load("matrix_a", dtype, layout, name)
 
 
-def wmma_load_b(dtype: str = "float16", layout: str = "row_major", name: str = "") -> te.TensorIntrin:
+def wmma_load_b(dtype: str = "float16", layout: str = "row_major",
+                name: str = "") -> te.TensorIntrin:
     """``load_matrix_sync`` into a ``wmma.matrix_b`` fragment (rows ``k``, columns ``j``)."""
     return _load("matrix_b", dtype, layout, name)
 
@@ -139,7 +141,8 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
     ``vector``-element loads by all threads), each warp computes a ``warp = (WM, WN)`` tile
     as ``WM/16 x WN/16`` accumulator fragments, loading 16x16 fragments of A and B for each
     16-wide step of k. ``isa="mma"`` runs the same tiles through ``ldmatrix`` and
-    ``mma.sync.aligned.m16n8k16`` (sm_80+) instead of WMMA. Threads: 32 lanes (``threadIdx.x``, the shared-memory copies only)
+    ``mma.sync.aligned.m16n8k16`` (sm_80+) instead of WMMA. Threads: 32 lanes
+    (``threadIdx.x``, the shared-memory copies only)
     times ``BM/WM x BN/WN`` warps (``threadIdx.z``, ``threadIdx.y``).
 
     Returns

@@ -12,8 +12,8 @@
 
 from __future__ import annotations
 
-from polytile.schedule.loop_ir import (AccessPtr, TensorCall, Allocate, Buffer, For, LetStmt, Load, Stmt, Store,
-                                       stmt_exprs, walk_stmts)
+from polytile.schedule.loop_ir import (AccessPtr, Allocate, Buffer, For, LetStmt, Load, Stmt,
+                                       Store, TensorCall, stmt_exprs, walk_stmts)
 from polytile.te import dtype as dt
 from polytile.te.expr import Binary, Const, Expr, Var, child_fields
 

@@ -31,18 +31,18 @@ from polytile.backend import Target
 from polytile.errors import BuildError, InternalError, format_error
 from polytile.schedule.intdiv import floordiv_expr, floormod_expr
 from polytile.schedule.kinds import LoopKind
-from polytile.schedule.loop_ir import (FOR_KINDS, AccessPtr, ExternCall, TensorCall, is_empty,
-                                       Allocate, Assert, Buffer, Evaluate, For,
+from polytile.schedule.loop_ir import (FOR_KINDS, AccessPtr, Allocate, ExternCall, TensorCall,
+                                       is_empty, Assert, Buffer, Evaluate, For,
                                        IfThenElse, LetStmt, Load, PrimFunc, Seq, Stmt,
                                        StmtFunctor, Store, asserts)
 from polytile.te import dtype as dt
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select,
                               Var)
+from polytile.te.visitor import collect
 
 from . import intrinsics as llx
 from .analysis import traps_after
 from .intrinsics import I1, I8, I8P, I32, I64
-from polytile.te.visitor import collect
 from .parallel import emit_parallel
 from .vectorize import emit_vectorized
 
