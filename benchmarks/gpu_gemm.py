@@ -1,7 +1,7 @@
 """Benchmark: GEMM on the GPU, polytile's hand schedules vs cuBLAS (and Triton).
 
 ``--dtype float32`` (default): the SGEMM schedules of ``tutorials/04_cuda_gemm.py`` vs
-cuBLAS with tensor cores off. ``--dtype float16``: polytile's tensor-core GEMM
+cuBLAS with tensor cores off. ``--dtype float16`` (or ``bfloat16``, WMMA only): polytile's tensor-core GEMM
 (:func:`polytile.targets.cuda.tensor_core.wmma_gemm`, WMMA, float32 accumulation, or
 float16 with ``--acc float16``) vs cuBLAS half precision through torch and Triton's
 ``triton.ops.matmul`` when installed (``--isa mma``: ldmatrix + mma.sync.m16n8k16 instead
@@ -43,23 +43,32 @@ def _time_torch(fn, n: int, reps: int = 20) -> float:
     return 2.0 * n**3 / (start.elapsed_time(stop) / 1e3 / reps) / 1e12
 
 
-def half_gemm(n: int, acc: str, isa: str) -> None:
-    """cuBLAS, Triton and polytile at ``n``^3 in float16 (one line each)."""
+def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16") -> None:
+    """cuBLAS, Triton and polytile at ``n``^3 in ``dtype`` (float16 or bfloat16; one line
+    each)."""
     import polytile
     from polytile.targets.cuda import tensor_core as tc
 
     rng = np.random.default_rng(0)
-    a = rng.uniform(-1, 1, (n, n)).astype("float16")
-    b = rng.uniform(-1, 1, (n, n)).astype("float16")
+    a = rng.uniform(-1, 1, (n, n)).astype("float32")
+    b = rng.uniform(-1, 1, (n, n)).astype("float32")
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        a, b = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
+    else:
+        a, b = a.astype("float16"), b.astype("float16")
     ref = None
     cublas = None
     try:
         import torch
 
-        ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+        tdt = torch.bfloat16 if dtype == "bfloat16" else torch.float16
+        ta = torch.from_numpy(a.astype("float32")).cuda().to(tdt)
+        tb = torch.from_numpy(b.astype("float32")).cuda().to(tdt)
         ref = (ta.double() @ tb.double()).cpu().numpy()
         cublas = _time_torch(lambda: ta @ tb, n)
-        print(f"n={n:5d} {'cuBLAS fp16 (torch)':36s} {cublas:7.1f} TFLOP/s")
+        print(f"n={n:5d} {f'cuBLAS {dtype} (torch)':36s} {cublas:7.1f} TFLOP/s")
         try:
             from triton.ops import matmul as triton_matmul
 
@@ -71,8 +80,10 @@ def half_gemm(n: int, acc: str, isa: str) -> None:
     except ImportError:
         print("torch not installed: no cuBLAS anchor")
         ref = a.astype("float64") @ b.astype("float64")
+    if dtype == "bfloat16" and (isa != "wmma" or acc != "float32"):
+        raise SystemExit("bfloat16: WMMA with float32 accumulation only (--isa wmma)")
     t0 = time.perf_counter()
-    s, args = tc.wmma_gemm(n, n, n, acc=acc, isa=isa)
+    s, args = tc.wmma_gemm(n, n, n, acc=acc, isa=isa, dtype=dtype)
     f = polytile.build(s, args, target="cuda")
     t_build = time.perf_counter() - t0
     da, db = polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda")
@@ -85,7 +96,7 @@ def half_gemm(n: int, acc: str, isa: str) -> None:
     tflops = 2.0 * n**3 / t / 1e12
     ratio = f"{tflops / cublas:6.3f} x cuBLAS" if cublas else ""
     label = {"wmma": "WMMA", "mma": "mma.sync+ldmatrix"}[isa]
-    print(f"n={n:5d} {f'polytile {label} fp16->{acc}':36s} {tflops:7.1f} TFLOP/s  {ratio}  "
+    print(f"n={n:5d} {f'polytile {label} {dtype}->{acc}':36s} {tflops:7.1f} TFLOP/s  {ratio}  "
           f"(lower+build {t_build:.1f} s, rel. error {err:.1e})")
 
 
@@ -93,7 +104,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, nargs="+", default=None,
                     help="M = N = K (default: 4096 for float32, 4096 8192 for float16)")
-    ap.add_argument("--dtype", choices=("float32", "float16"), default="float32")
+    ap.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
     ap.add_argument("--acc", choices=("float32", "float16"), default="float32",
                     help="accumulation dtype of the float16 GEMM")
     ap.add_argument("--isa", choices=("wmma", "mma"), default="wmma",
@@ -104,7 +115,7 @@ def main() -> None:
             _tutorial().main(["--n", str(n)])
         return
     for n in args.n or [4096, 8192]:
-        half_gemm(n, args.acc, args.isa)
+        half_gemm(n, args.acc, args.isa, args.dtype)
 
 
 if __name__ == "__main__":

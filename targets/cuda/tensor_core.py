@@ -132,7 +132,8 @@ C_HELPERS = {
 
 
 def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 32),
-              warp=(64, 64), pad: int = 8, vector: int = 8, isa: str = "wmma"):
+              warp=(64, 64), pad: int = 8, vector: int = 8, isa: str = "wmma",
+              dtype: str = "float16"):
     """A hand-scheduled float16 GEMM on tensor cores through WMMA (TVM's tensor-core
     tutorial structure): ``C[M, N] = A[M, K] @ B[K, N]`` (row-major), ``C`` in ``acc``.
 
@@ -159,10 +160,12 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
 
     BM, BN, BK = block
     WM, WN = warp
-    A = te.placeholder((M, K), name="A", dtype="float16")
-    B = te.placeholder((K, N), name="B", dtype="float16")
+    if isa == "mma" and dtype != "float16":
+        raise ValueError(f"wmma_gemm: isa 'mma' has float16 inputs only, not {dtype!r}")
+    A = te.placeholder((M, K), name="A", dtype=dtype)
+    B = te.placeholder((K, N), name="B", dtype=dtype)
     k = te.reduce_axis((0, K), name="k")
-    if acc == "float16":
+    if acc == dtype:
         C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
     else:
         C = te.compute((M, N), lambda i, j: te.sum(A[i, k].astype(acc) * B[k, j].astype(acc),
@@ -200,12 +203,12 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
     cfi, cti = s[CF].split(ci, factor=N_TILE)
     cfj, ctj = s[CF].split(cj, factor=N_TILE)
     s[CF].reorder(ko, kf, cfi, cfj, cti, ctj, ki)
-    s[CF].tensorize(cti, mma_mma("float16", acc) if mma else wmma_mma("float16", acc))
+    s[CF].tensorize(cti, mma_mma("float16", acc) if mma else wmma_mma(dtype, acc))
     for v in (cfi, cfj):
         s[CF].unroll(v)
     s[AF].compute_at(s[CF], kf)
     s[BF].compute_at(s[CF], kf)
-    loads = (mma_load_a(), mma_load_b()) if mma else (wmma_load_a(), wmma_load_b())
+    loads = (mma_load_a(), mma_load_b()) if mma else (wmma_load_a(dtype), wmma_load_b(dtype))
     for F, intrin in zip((AF, BF), loads):
         a0, a1 = F.op.axis
         o0, i0 = s[F].split(a0, factor=N_TILE)

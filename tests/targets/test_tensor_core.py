@@ -133,6 +133,23 @@ def test_mma_sync_source_compiles_with_ldmatrix_and_mma(acc):
             assert "HMMA" in sass and "LDSM" in sass
 
 
+def test_wmma_bfloat16_on_the_interpreter_and_nvcc():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    M, N, K = 32, 64, 48
+    s, args = tc.wmma_gemm(M, N, K, dtype="bfloat16", **SMALL)
+    f = lower(s, args, target="cuda", stop_after=None)
+    rng = np.random.default_rng(2)
+    a = rng.uniform(-1, 1, (M, K)).astype(ml_dtypes.bfloat16)
+    b = rng.uniform(-1, 1, (K, N)).astype(ml_dtypes.bfloat16)
+    c = np.full((M, N), np.nan, "float32")
+    run(f, a, b, c)
+    assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
+    s, args = tc.wmma_gemm(256, 256, 64, dtype="bfloat16")
+    src = polytile.build(s, args, target="cuda").get_source("cu")
+    assert "fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __nv_bfloat16" in src
+    compile_with_nvcc(src, "sm_90")
+
+
 def test_wmma_refuses_sizes_the_tiles_do_not_divide():
     s, args = tc.wmma_gemm(40, 64, 48, **SMALL)
     with pytest.raises(ScheduleError, match=r"tensorize: stage '.*' at loop '.*': the tile "
@@ -170,3 +187,17 @@ def test_tensor_core_gemm_on_the_gpu(size, acc, bound, isa):
     c = polytile.nd.array(np.full((M, N), np.nan, acc), device="cuda")
     f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
     assert _rel(c.numpy(), a.astype("float64") @ b.astype("float64")) < bound
+
+
+@pytest.mark.gpu
+def test_wmma_bfloat16_gemm_on_the_gpu():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    M, N, K = 512, 256, 384
+    s, args = tc.wmma_gemm(M, N, K, dtype="bfloat16")
+    f = polytile.build(s, args, target="cuda")
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, (M, K)).astype(ml_dtypes.bfloat16)
+    b = rng.uniform(-1, 1, (K, N)).astype(ml_dtypes.bfloat16)
+    c = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
+    assert _rel(c.numpy(), a.astype("float64") @ b.astype("float64")) < 1e-5
