@@ -441,3 +441,20 @@ def test_tensorize_trace_replays():
     s[C].tensorize(yi, gemv_intrin(16, 8, name="gemv_replay"))
     s2 = s.copy()
     assert str(polytile.lower(s2, [A, B, C])) == str(polytile.lower(s, [A, B, C]))
+
+
+def test_llvm_tensorized_calls_inside_a_parallel_loop():
+    A, B, C = matmul_bt(13, 48, 16)
+    s = te.create_schedule(C.op)
+    x, y = C.op.axis
+    (z,) = C.op.reduce_axis
+    yo, yi = s[C].split(y, factor=16)
+    s[C].reorder(x, yo, yi, z)
+    s[C].parallel(x)
+    s[C].tensorize(yi, gemv_intrin(16, 16, reset=False, name="gemv_par"))
+    s[C].pragma(yo, "import_c", GEMV_C)
+    f = polytile.build(s, [A, B, C])
+    a, b = data((13, 16), (48, 16))
+    c = np.zeros((13, 48), "float32")     # gemv_update accumulates (TVM's tutorial kernel)
+    f(a, b, c)
+    np.testing.assert_allclose(c, a @ b.T, rtol=1e-5)
