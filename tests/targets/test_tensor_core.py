@@ -73,6 +73,7 @@ def test_wmma_source_compiles_for_sm80_and_sm90_with_mma_instructions():
     assert ("nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> "
             "C_wmma_accumulator[16];") in src
     assert "wmma_mma_sync(C_wmma_accumulator[" in src
+    assert "*(uint4*)(&A_shared[" in src and "*(uint4*)(&B_shared[" in src   # 16-byte copies
     for arch in ("sm_80", "sm_90"):
         compile_with_nvcc(src, arch)
     if cc.nvcc_path() is None:
