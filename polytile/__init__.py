@@ -83,7 +83,8 @@ def cuda(dev_id: int = 0):
     return _cuda(dev_id)
 
 
-_SUBMODULES = ("backend", "nd", "te", "schedule", "targets", "autotune", "tir", "contrib", "testing")
+_SUBMODULES = ("backend", "nd", "te", "schedule", "targets", "autotune", "target", "runtime",
+               "tir", "contrib", "testing")
 
 
 def __getattr__(name: str):
@@ -98,5 +99,5 @@ def __getattr__(name: str):
 
 __all__ = ["BuildError", "InternalError", "LoweringError", "PolytileError", "ScheduleError",
            "TargetError", "TuneError", "__version__", "autotune", "build", "cpu", "cuda",
-           "get_num_threads", "lower", "nd", "schedule", "set_num_threads", "targets", "te",
-           "tir", "contrib", "testing", "device"]
+           "get_num_threads", "lower", "nd", "runtime", "schedule", "set_num_threads", "target",
+           "targets", "te", "tir", "contrib", "testing", "device"]

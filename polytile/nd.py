@@ -36,6 +36,13 @@ class CPUArray(np.ndarray):
         """A plain numpy copy."""
         return np.array(self, copy=True)
 
+    asnumpy = numpy
+
+    def copyto(self, target):
+        """Copy to ``target``: a device (returns a new array there) or an array of the same
+        shape and dtype (overwritten; returned). See :func:`copyto`."""
+        return copyto(self, target)
+
 
 def _is_cpu(dev) -> bool:
     if isinstance(dev, Device):
@@ -121,6 +128,50 @@ def array(obj, device="cpu", dtype=None):
     return a.view(CPUArray)
 
 
+def copyto(src, target):
+    """Copy array ``src`` (a :class:`CPUArray`, numpy array or :class:`NDArray`) to
+    ``target`` (TVM's ``NDArray.copyto``).
+
+    ``target`` is a device (a :class:`Device` or a name such as ``"cuda"``): the result is a
+    new array on it. Or it is an array (:class:`CPUArray`, numpy array, :class:`NDArray`) of
+    exactly ``src``'s shape and dtype: its contents are overwritten, and it is returned.
+
+    Raises
+    ------
+    ValueError
+        If the target array's shape or dtype differs from ``src``'s, or it is read-only.
+    TypeError
+        For a target that is neither a device nor an array.
+    TargetError, DeviceNotFoundError
+        For an unknown device, or a GPU device on a machine without one.
+    """
+    if isinstance(target, (Device, str)):
+        return array(src, device=target)
+    if not isinstance(target, (np.ndarray, NDArray)):
+        raise TypeError(format_error(
+            "NDArray.copyto", f"target is a {type(target).__name__}",
+            "expected a device (polytile.cpu(), polytile.cuda()) or an array"))
+    shape, dtype = tuple(src.shape), np.dtype(src.dtype)
+    if tuple(target.shape) != shape or np.dtype(target.dtype) != dtype:
+        raise ValueError(format_error(
+            "NDArray.copyto", f"target has shape {tuple(target.shape)} and dtype "
+            f"{np.dtype(target.dtype)}", f"expected shape {shape} and dtype {dtype}, as the "
+            f"source", hint="copy to a device instead to get a new array"))
+    if isinstance(src, NDArray) and isinstance(target, NDArray) and src.api is target.api:
+        if src.nbytes:
+            src.api.context()
+            src.api.copy_device_to_device(target.data_ptr, src.data_ptr, src.nbytes)
+        return target
+    host = src.numpy() if isinstance(src, NDArray) else np.asarray(src)
+    if isinstance(target, NDArray):
+        return target.copyfrom(host)
+    if not target.flags.writeable:
+        raise ValueError(format_error("NDArray.copyto", "target array is read-only",
+                                      "expected a writeable array"))
+    np.copyto(target, host)
+    return target
+
+
 def empty(shape, dtype="float32", device="cpu"):
     """An uninitialised array on ``device`` (see :func:`array`)."""
     if not _is_cpu(device):
@@ -128,4 +179,5 @@ def empty(shape, dtype="float32", device="cpu"):
     return np.empty(shape, dtype=dt.to_numpy(dt.canonical(dtype))).view(CPUArray)
 
 
-__all__ = ["CPUArray", "Device", "NDArray", "array", "cpu", "cuda", "device", "empty"]
+__all__ = ["CPUArray", "Device", "NDArray", "array", "copyto", "cpu", "cuda", "device",
+           "empty"]

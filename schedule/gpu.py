@@ -55,7 +55,8 @@ def kernels(model: Model, limits: DeviceLimits) -> list[Kernel]:
     Raises
     ------
     ScheduleError
-        For a root stage with no bound loop, ``blockIdx`` bound inside an attached stage,
+        For a root stage with no bound loop (but a 0-rank stage runs as one thread of
+        one block), ``blockIdx`` bound inside an attached stage,
         extents that disagree within a kernel, or launch shapes beyond the device limits.
     """
     groups: dict = {}
@@ -66,7 +67,7 @@ def kernels(model: Model, limits: DeviceLimits) -> list[Kernel]:
         bound: dict = {}
         for n in nodes:
             _collect(n, bound)
-        if not bound:
+        if not bound and not _is_scalar(plan):
             raise ScheduleError(format_error(
                 "build", f"stage {plan.name!r} has no loop bound to a GPU index",
                 "bind its loops with s[T].bind(axis, te.thread_axis('blockIdx.x')) and "
@@ -82,6 +83,11 @@ def kernels(model: Model, limits: DeviceLimits) -> list[Kernel]:
         _check_limits(plan, extents, limits)
         out.append(Kernel(plan, nodes, extents))
     return out
+
+
+def _is_scalar(plan: StagePlan) -> bool:
+    """A 0-rank stage has no loop to bind: its kernel runs as one thread of one block."""
+    return not getattr(plan.stage.op, "axis", None)
 
 
 def _collect(n, bound: dict) -> None:

@@ -57,6 +57,7 @@ from polytile.errors import ScheduleError, format_error
 from polytile.te.depth import deep
 from polytile.te.expr import Var
 from polytile.te.visitor import collect
+from polytile.te.tensor import ComputeOp
 
 from .astgen import lower_nodes
 from .deps import check_legality
@@ -135,7 +136,7 @@ def _inputs(s: Lowering) -> None:
     """argument kinds, loop annotations, target/schedule agreement"""
     check_lower_inputs(s.sch, s.args, s.who)
     validate_schedule(s.sch)
-    s.gpu = uses_gpu(s.sch)
+    s.gpu = uses_gpu(s.sch) or (s.target.is_gpu and only_scalar_stages(s.sch))
     check_store_predicates(s.sch, s.gpu)
     if s.gpu != s.target.is_gpu:
         raise ScheduleError(format_error(
@@ -351,6 +352,14 @@ def finalize(func: PrimFunc) -> PrimFunc:
     the constant index arithmetic that flattening creates."""
     flat = flatten_storage(func)
     return PrimFunc(flat.name, flat.params, simplify(flat.body), flat.attrs)
+
+
+def only_scalar_stages(sch: Schedule) -> bool:
+    """True when every stage computed at the root is 0-rank (nothing to bind: on a GPU
+    each runs as a kernel of one thread)."""
+    roots = [st for st in sch.stages if isinstance(st.op, ComputeOp)
+             and st.attach_type == "root"]
+    return bool(roots) and all(not st.op.axis for st in roots)
 
 
 def uses_gpu(sch: Schedule) -> bool:

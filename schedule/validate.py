@@ -48,6 +48,12 @@ def check_lower_inputs(sch, args, who: str = "lower") -> None:
                 "expected tensors and scalar te.var", hint="axes are not function arguments"))
 
 
+def _writes_nothing(st) -> bool:
+    """True for a stage with a zero-size output: its kernel need not run (the runtime
+    launches nothing), so binding its empty loops is harmless."""
+    return any(iv.dom is not None and iv.dom.extent == 0 for iv in st.op.axis)
+
+
 def validate_schedule(sch: Schedule) -> None:
     """Check annotations that constrain the loop structure.
 
@@ -55,7 +61,8 @@ def validate_schedule(sch: Schedule) -> None:
     ------
     ScheduleError
         When a vectorized loop is not the innermost loop of its stage or has a stage
-        computed inside it, or a loop without iterations is bound to a GPU index.
+        computed inside it, or a loop without iterations is bound to a GPU index (unless
+        the stage's output has no elements: nothing is launched for it).
     """
     for st in sch.stages:
         if not isinstance(st.op, ComputeOp) or st.attach_type == "inline":
@@ -63,7 +70,7 @@ def validate_schedule(sch: Schedule) -> None:
         leaves = st.leaf_iter_vars
         for iv, kind in st.annotations.items():
             if (isinstance(kind, ThreadTag) and kind.is_hardware
-                    and st.extent_of(iv) == 0):
+                    and st.extent_of(iv) == 0 and not _writes_nothing(st)):
                 raise ScheduleError(format_error(
                     "bind", f"loop {iv.name!r} of stage {st.name!r} has no iterations (an "
                     f"empty reduce range or dimension) and is bound to {kind.value!r}",

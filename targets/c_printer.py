@@ -218,9 +218,10 @@ class CPrinter(CExprPrinter, StmtFunctor):
     def kernel(self, func: PrimFunc, k: KernelLaunch, workspace: list, global_names: _Namer):
         d, limits = self.d, self.limits
         for what, ext in (("grid", k.grid), ("block", k.block)):
-            if len(ext) != 3 or not all(isinstance(x, int) and x >= 1 for x in ext):
-                raise BuildError(format_error(self.who, f"kernel {k.name!r} has {what} "
-                                              f"{list(ext)}", "expected three positive ints"))
+            if len(ext) != 3 or not all(isinstance(x, int) and x >= 0 for x in ext):
+                raise BuildError(format_error(
+                    self.who, f"kernel {k.name!r} has {what} {list(ext)}",
+                    "expected three ints >= 0 (0: the kernel is never launched)"))
         top = limits.max_grid_dim  # 0: no limit
         if any(m and x > m for x, m in zip(k.grid, top)):
             raise BuildError(format_error(self.who, f"kernel {k.name!r} has grid "
@@ -290,7 +291,8 @@ class CPrinter(CExprPrinter, StmtFunctor):
             self.emit(1, f"const {d.ctype(v.dtype)} {name} = "
                          f"({d.ctype(v.dtype)}){d.index_names[tag]};")
         self.stmt(k.body, 1)
-        bounds = d.launch_bounds.format(threads=threads)
+        # a kernel of an empty stage (a zero extent) is never launched; its bound must be legal
+        bounds = d.launch_bounds.format(threads=max(threads, 1))
         head = " ".join(x for x in (d.kernel_prefix, "void", bounds, kname) if x)
         one_line = f"{head}({', '.join(sig)}) {{"
         if len(one_line) <= 100:

@@ -54,11 +54,43 @@ class Module:
         """The generated code in format ``fmt`` (default ``source_formats[0]``)."""
         raise NotImplementedError
 
+    @property
+    def device(self):
+        """The :class:`~polytile.targets.gpu.device_api.Device` this module runs on (the host
+        for CPU backends)."""
+        from .gpu.device_api import Device
+
+        return Device("cpu", 0)
+
+    def __getitem__(self, name: str) -> Module:
+        """The function named ``name`` (TVM's ``mod[name]``): this module, whose one
+        function is ``entry_name``.
+
+        Raises
+        ------
+        KeyError
+            For another name; the message lists the available ones.
+        """
+        if name != self.entry_name:
+            raise KeyError(format_error(
+                f"{type(self).__name__}[{name!r}]", f"no function named {name!r}",
+                f"expected one of {[self.entry_name]}"))
+        return self
+
     # ------------------------------------------------------------------ timing
-    def time_evaluator(self, number: int = 10, repeat: int = 1, min_repeat_ms: float = 0):
+    def time_evaluator(self, *args, number: int | None = None, repeat: int | None = None,
+                       min_repeat_ms: float | None = None, func_name: str | None = None,
+                       dev=None):
         """A function that times this module on given arguments (TVM's ``time_evaluator``).
 
-        The returned ``f(*args) -> BenchmarkResult`` validates ``args`` once, runs the
+        Two call forms: TVM's ``time_evaluator(func_name, dev, number=10, repeat=1,
+        min_repeat_ms=0)`` (``func_name`` must be ``entry_name``, ``dev`` the module's
+        device, both may be given positionally or by keyword) and polytile's
+        ``time_evaluator(number=10, repeat=1, min_repeat_ms=0)``, whose values may also be
+        positional. Both return the same evaluator.
+
+        The returned ``f(*args) -> BenchmarkResult`` (``.mean``, ``.median``, ``.results``
+        in seconds, as TVM's ``BenchmarkResult``) validates ``args`` once, runs the
         function once as warm-up, then ``repeat`` times measures ``number`` consecutive
         calls and records their mean (seconds; on the device's own clock for GPU
         backends). With ``min_repeat_ms > 0``, ``number`` grows (by at least the golden
@@ -69,8 +101,16 @@ class Module:
         Raises
         ------
         ValueError
-            If ``number`` or ``repeat`` is below 1 or ``min_repeat_ms`` is negative.
+            If ``number`` or ``repeat`` is below 1 or ``min_repeat_ms`` is negative, or
+            ``dev`` is not the module's device.
+        KeyError
+            If ``func_name`` is not ``entry_name``.
+        TypeError
+            For too many positional arguments, or one given both ways.
         """
+        number, repeat, min_repeat_ms = self._timing_args(
+            args, dict(number=number, repeat=repeat, min_repeat_ms=min_repeat_ms,
+                       func_name=func_name, dev=dev))
         check_timing_args(number, repeat, min_repeat_ms)
 
         def evaluator(*args) -> BenchmarkResult:
@@ -78,6 +118,37 @@ class Module:
                 return measure(run, number, repeat, min_repeat_ms)
 
         return evaluator
+
+    def _timing_args(self, args: tuple, kw: dict) -> tuple:
+        """``(number, repeat, min_repeat_ms)`` of either call form of ``time_evaluator``."""
+        tvm_form = bool(args) and isinstance(args[0], str) or kw["func_name"] is not None
+        names = (("func_name", "dev", "number", "repeat", "min_repeat_ms") if tvm_form
+                 else ("number", "repeat", "min_repeat_ms"))
+        if len(args) > len(names):
+            raise TypeError(format_error(
+                "time_evaluator", f"{len(args)} positional arguments",
+                f"expected at most {len(names)}: ({', '.join(names)})"))
+        for name, value in zip(names, args):
+            if kw[name] is not None:
+                raise TypeError(format_error("time_evaluator", f"{name!r} given twice",
+                                             "expected it once, by position or by keyword"))
+            kw[name] = value
+        if kw["func_name"] is not None:
+            self[kw["func_name"]]  # KeyError naming the available function
+        if kw["dev"] is not None:
+            self._check_device(kw["dev"])
+        number = 10 if kw["number"] is None else kw["number"]
+        repeat = 1 if kw["repeat"] is None else kw["repeat"]
+        return number, repeat, 0 if kw["min_repeat_ms"] is None else kw["min_repeat_ms"]
+
+    def _check_device(self, dev) -> None:
+        from polytile.nd import device as _device
+
+        d = _device(dev) if isinstance(dev, str) else dev
+        if d != self.device:
+            raise ValueError(format_error(
+                "time_evaluator", f"device {dev!r} is not the one {self.entry_name!r} runs "
+                f"on", f"expected {self.device} (the module's target is {str(self.target)!r})"))
 
     @contextlib.contextmanager
     def _timer(self, args: tuple):

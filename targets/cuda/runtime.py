@@ -25,6 +25,15 @@ from .driver import (DLPACK_LEGACY_STREAM, _state, _unload, check, context, devi
 
 
 # ---------------------------------------------------------------------------- device API
+#: Device attributes read with cuDeviceGetAttribute
+_ATTRIBUTES = {
+    "max_threads_per_block": "CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK",
+    "warp_size": "CU_DEVICE_ATTRIBUTE_WARP_SIZE",
+    "multi_processor_count": "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT",
+    "max_shared_memory_per_block": "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK",
+}
+
+
 class CUDADeviceAPI(DeviceAPI):
     """CUDA device 0 through the driver API, for the device-neutral GPU runtime
     (:mod:`polytile.targets.gpu`); every kernel runs on the legacy default stream."""
@@ -41,6 +50,24 @@ class CUDADeviceAPI(DeviceAPI):
     def synchronize(self) -> None:
         synchronize()
 
+    def exists(self) -> bool:
+        return device_count() > 0
+
+    def attribute(self, name: str):
+        st = context()
+        drv, dev = st["driver"], st["device"]
+        if name == "compute_version":
+            return "{}.{}".format(*device_compute_capability())
+        if name == "available_global_memory":
+            return int(check(drv.cuMemGetInfo(), "cuMemGetInfo")[0])
+        if name == "total_global_memory":
+            return int(check(drv.cuDeviceTotalMem(dev), "cuDeviceTotalMem"))
+        if name == "device_name":
+            raw = check(drv.cuDeviceGetName(256, dev), "cuDeviceGetName")
+            return bytes(raw).split(b"\0", 1)[0].decode(errors="replace")
+        attr = getattr(drv.CUdevice_attribute, _ATTRIBUTES[name])
+        return int(check(drv.cuDeviceGetAttribute(attr, dev), f"cuDeviceGetAttribute({name})"))
+
     def alloc(self, nbytes: int, what: str, func: str | None = None) -> int:
         st = _state
         return int(check(st["driver"].cuMemAlloc(nbytes), f"cuMemAlloc of {what}", func=func))
@@ -53,6 +80,10 @@ class CUDADeviceAPI(DeviceAPI):
 
     def copy_to_host(self, dst: int, src: int, nbytes: int) -> None:
         check(_state["driver"].cuMemcpyDtoH(dst, src, nbytes), "cuMemcpyDtoH")
+
+    def copy_device_to_device(self, dst: int, src: int, nbytes: int) -> None:
+        # ordered on the legacy stream after the kernels that wrote ``src``
+        check(_state["driver"].cuMemcpyDtoD(dst, src, nbytes), "cuMemcpyDtoD")
 
     def pointer_device(self, ptr: int) -> int | None:
         drv = _state["driver"]
@@ -137,7 +168,8 @@ class CUDAModule(GPUModule):
     Building needs no GPU: the CUDA C is printed (``get_source()``) and compiled to a cubin
     at construction (``cubin``); the cubin is loaded on the first call. Calling, argument
     checks and timing are those of :class:`~polytile.targets.gpu.module.GPUModule`.
-    ``export_library`` writes ``.cu`` (the source) or ``.cubin``.
+    ``export_library`` writes ``.cu`` (the source) or ``.cubin`` (with its launch plan in
+    ``.cubin.json``, for :func:`polytile.runtime.load_module`).
 
     Parameters
     ----------
@@ -163,7 +195,15 @@ class CUDAModule(GPUModule):
     dialect = CUDADialect()
     source_name = "cu"
     source_formats = ("cuda", "cubin")
-    export_formats = {".cu": "cuda", ".cubin": "cubin"}
+    export_formats = {".cu": "cuda"}
+
+    def _binary_exports(self) -> tuple:
+        return (".cubin",)
+
+    def _export(self, path: str, suffix: str) -> None:
+        from .library import write_cubin
+
+        write_cubin(self, path)  # with its launch plan in path + ".json"
 
     def __init__(self, func: PrimFunc, target: Target, *, compiler: str = "auto",
                  cache_dir=None):

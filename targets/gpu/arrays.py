@@ -81,7 +81,8 @@ class NDArray:
         ValueError
             If the shapes differ.
         """
-        a = np.ascontiguousarray(np.asarray(source), dtype=self.dtype)
+        # not np.ascontiguousarray, which makes a 0-d array 1-d
+        a = np.asarray(np.asarray(source), dtype=self.dtype, order="C")
         if a.shape != self.shape:
             raise ValueError(format_error("NDArray.copyfrom", f"source has shape {a.shape}",
                                           f"expected shape {self.shape}"))
@@ -89,6 +90,14 @@ class NDArray:
             self.api.context()
             self.api.copy_to_device(self.data_ptr, a.ctypes.data, self.nbytes)
         return self
+
+    def copyto(self, target):
+        """Copy to ``target``: a device (returns a new array there: ``polytile.cpu()``
+        gives a host array) or an array of the same shape and dtype (overwritten;
+        returned); see :func:`polytile.nd.copyto`."""
+        from polytile.nd import copyto
+
+        return copyto(self, target)
 
     # ------------------------------------------------------------------ exchange
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):

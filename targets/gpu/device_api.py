@@ -36,6 +36,86 @@ class Device:
     def __dlpack_device__(self) -> tuple:
         return (DLPACK_TYPES.get(self.device_type, dlpack.KDL_CUDA), self.device_id)
 
+    # TVM's ``Device`` attributes. A GPU device asks its backend's DeviceAPI (the driver;
+    # DeviceNotFoundError without the device, except ``exist``); the host answers from
+    # the operating system, and None where TVM's CPU device has no value either.
+    def _api(self):
+        if self.device_type == "cpu":
+            return None
+        from polytile.nd import _gpu_backend  # the registry names the device's backend
+
+        return _gpu_backend(self)[0].device_api()
+
+    def _attr(self, name: str, cpu_value=None):
+        api = self._api()
+        return cpu_value if api is None else api.attribute(name)
+
+    @property
+    def exist(self) -> bool:
+        """Whether the device is present on this machine (never raises)."""
+        api = self._api()
+        return True if api is None else api.exists()
+
+    @property
+    def available_global_memory(self) -> int:
+        """Free device memory in bytes (the host: its available physical memory)."""
+        return self._attr("available_global_memory", _host_memory("SC_AVPHYS_PAGES"))
+
+    @property
+    def total_global_memory(self) -> int:
+        """Device memory in bytes (the host: its physical memory)."""
+        return self._attr("total_global_memory", _host_memory("SC_PHYS_PAGES"))
+
+    @property
+    def compute_version(self) -> str | None:
+        """Compute capability as ``"major.minor"`` (``"9.0"`` on an H100); None on the
+        host."""
+        return self._attr("compute_version")
+
+    @property
+    def max_threads_per_block(self) -> int | None:
+        """Most threads in one block; None on the host."""
+        return self._attr("max_threads_per_block")
+
+    @property
+    def warp_size(self) -> int | None:
+        """Threads per warp; None on the host."""
+        return self._attr("warp_size")
+
+    @property
+    def multi_processor_count(self) -> int:
+        """Streaming multiprocessors (the host: its CPUs)."""
+        import os
+
+        return self._attr("multi_processor_count", os.cpu_count() or 1)
+
+    @property
+    def max_shared_memory_per_block(self) -> int | None:
+        """Shared memory a block may use without opting in, in bytes; None on the host."""
+        return self._attr("max_shared_memory_per_block")
+
+    @property
+    def device_name(self) -> str:
+        """The device's name as its driver reports it (the host: ``"cpu"``)."""
+        return self._attr("device_name", "cpu")
+
+    def sync(self) -> None:
+        """Wait for all work queued on the device (TVM's ``dev.sync()``); nothing to wait
+        for on the host, whose functions return when done."""
+        api = self._api()
+        if api is not None:
+            api.context()
+            api.synchronize()
+
+
+def _host_memory(pages: str) -> int | None:
+    import os
+
+    try:
+        return int(os.sysconf(pages)) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # not a POSIX system
+        return None
+
 
 class DeviceAPI:
     """The driver of one GPU device, as the device-neutral runtime uses it.
@@ -73,6 +153,21 @@ class DeviceAPI:
         """Wait for all work on the stream kernels run on."""
         raise NotImplementedError
 
+    def exists(self) -> bool:
+        """Whether the device is present (never raises)."""
+        raise NotImplementedError
+
+    def attribute(self, name: str):
+        """Device attribute ``name`` of :class:`Device` (``"compute_version"``,
+        ``"max_threads_per_block"``, ``"available_global_memory"``...).
+
+        Raises
+        ------
+        DeviceNotFoundError
+            Without the device.
+        """
+        raise NotImplementedError
+
     # ------------------------------------------------------------------ memory
     def alloc(self, nbytes: int, what: str, func: str | None = None) -> int:
         """Device memory of ``nbytes`` (at least 1) bytes; ``what`` names it in errors."""
@@ -87,6 +182,15 @@ class DeviceAPI:
 
     def copy_to_host(self, dst: int, src: int, nbytes: int) -> None:
         raise NotImplementedError
+
+    def copy_device_to_device(self, dst: int, src: int, nbytes: int) -> None:
+        """Copy within the device's memory (through the host unless a driver does
+        better)."""
+        import ctypes
+
+        tmp = ctypes.create_string_buffer(nbytes)
+        self.copy_to_host(ctypes.addressof(tmp), src, nbytes)
+        self.copy_to_device(dst, ctypes.addressof(tmp), nbytes)
 
     def pointer_device(self, ptr: int) -> int | None:
         """The device ordinal owning address ``ptr``, or None if the driver does not know

@@ -79,6 +79,11 @@ class GPUModule(Module):
         self._finalizer = weakref.finalize(self, _free_all, api, self._workspace)
         self.synchronize = True
 
+    @property
+    def device(self):
+        """The GPU device this module runs on (``cuda:0``)."""
+        return self.api.device
+
     def _compile(self, source: str) -> bytes:
         """The loadable image (a cubin, a code object) of the C source."""
         raise NotImplementedError
@@ -157,6 +162,9 @@ class GPUModule(Module):
     def _launch(self, prepared: list) -> None:
         launch = self.api.launcher(self.name)
         for fn, k, params, _ in prepared:
+            if 0 in k.grid or 0 in k.block:
+                continue  # a stage without elements: nothing to compute, and a driver
+                # refuses an empty launch
             launch(fn, k, params)
 
     def _sync(self) -> None:

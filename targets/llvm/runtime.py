@@ -20,10 +20,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import os
-import shutil
-import subprocess
-import tempfile
 import threading
 
 import llvmlite.binding as llvm
@@ -202,9 +198,8 @@ class LLVMModule(Module):
 
     ``get_source("ll")`` gives the optimised LLVM IR (``optimized=False``: as generated),
     ``get_source("asm")`` the assembly; ``export_library`` writes ``.ll``, ``.s``, an
-    object file ``.o`` or a shared library ``.so`` (linked with the system C compiler,
-    against libgomp and libm) exporting ``int32_t <entry_name>(params...)``: array
-    parameters are pointers to their data, the result is 0 or a failure status.
+    object file ``.o`` or a shared library ``.so`` that runs without polytile (see
+    :mod:`.library` for its C ABI; :func:`polytile.runtime.load_module` loads it back).
 
     Parameters
     ----------
@@ -352,28 +347,9 @@ class LLVMModule(Module):
         return (".o", ".so")
 
     def _export(self, path: str, suffix: str) -> None:
-        tm = _target_machine(self.target, jit=False)
-        mod = llvm.parse_assembly(self._opt_text)
-        obj = tm.emit_object(mod)
-        if suffix == ".o":
-            with open(path, "wb") as fh:
-                fh.write(obj)
-            return
-        cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-        if cc is None:
-            raise BuildError(format_error("export_library", "no C compiler found to link "
-                                          f"{os.path.basename(path)!r}",
-                                          "expected cc, gcc or clang on PATH"))
-        with tempfile.TemporaryDirectory(prefix="polytile-so-") as tmp:
-            o = os.path.join(tmp, f"{self.name}.o")
-            with open(o, "wb") as fh:
-                fh.write(obj)
-            res = subprocess.run([cc, "-shared", "-o", path, o, "-lgomp", "-lm"],
-                                 capture_output=True, text=True, check=False)
-        if res.returncode != 0:
-            raise BuildError(format_error("export_library", f"linking {path!r} failed",
-                                          "expected the linker to succeed",
-                                          Log=(res.stderr or res.stdout).strip()))
+        from .library import write_library
+
+        write_library(self, path, suffix)
 
 
 def _check_array(fname: str, p: Buffer, a, scalars: dict, written: bool) -> None:

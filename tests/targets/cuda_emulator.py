@@ -109,6 +109,7 @@ SUCCESS, INVALID_VALUE, NOT_FOUND = 0, 1, 500
 _NAMES = {SUCCESS: "CUDA_SUCCESS", INVALID_VALUE: "CUDA_ERROR_INVALID_VALUE",
           NOT_FOUND: "CUDA_ERROR_NOT_FOUND"}
 MAX_DYNAMIC_SHARED = 227 * 1024
+TOTAL_MEMORY = 80 * 2**30
 
 
 def available() -> bool:
@@ -154,7 +155,11 @@ class EmulatedDriver:
         self.CUstream = lambda v=0: ("stream", int(v))
         attr = types.SimpleNamespace
         self.CUdevice_attribute = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR="major",
-                                       CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR="minor")
+                                       CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR="minor",
+                                       CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK="threads",
+                                       CU_DEVICE_ATTRIBUTE_WARP_SIZE="warp",
+                                       CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT="sms",
+                                       CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK="smem")
         self.CUpointer_attribute = attr(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL="ordinal")
         self.CUfunction_attribute = attr(
             CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES="max_dynamic_shared")
@@ -179,7 +184,18 @@ class EmulatedDriver:
         return (SUCCESS,)
 
     def cuDeviceGetAttribute(self, attr, dev):
-        return (SUCCESS, {"major": 9, "minor": 0}[attr])
+        return (SUCCESS, {"major": 9, "minor": 0, "threads": 1024, "warp": 32, "sms": 132,
+                          "smem": 48 * 1024}[attr])
+
+    def cuDeviceGetName(self, n, dev):
+        return (SUCCESS, b"Emulated H100".ljust(n, b"\0"))
+
+    def cuDeviceTotalMem(self, dev):
+        return (SUCCESS, TOTAL_MEMORY)
+
+    def cuMemGetInfo(self):
+        used = sum(n for _, n in self.allocs.values())
+        return (SUCCESS, TOTAL_MEMORY - used, TOTAL_MEMORY)
 
     def cuGetErrorName(self, err):
         return (SUCCESS, _NAMES[int(err)].encode())
@@ -198,6 +214,10 @@ class EmulatedDriver:
         return (SUCCESS,) if self.allocs.pop(int(ptr), None) is not None else (INVALID_VALUE,)
 
     def cuMemcpyHtoD(self, dst, src, n):
+        ctypes.memmove(int(dst), int(src), int(n))
+        return (SUCCESS,)
+
+    def cuMemcpyDtoD(self, dst, src, n):
         ctypes.memmove(int(dst), int(src), int(n))
         return (SUCCESS,)
 

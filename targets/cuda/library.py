@@ -1,0 +1,154 @@
+"""Ahead-of-time export of CUDA functions: a cubin with its launch plan, and loading it.
+
+``CUDAModule.export_library("f.cubin")`` writes the compiled kernels (the cubin for the
+module's ``arch``) and, beside them in ``f.cubin.json``, the metadata of
+:mod:`polytile.targets.export_meta`: the function's parameters, the kernels in launch
+order with their parameters (references to function parameters or workspace buffers),
+grid, block and dynamic shared memory, and the device buffers (workspace) the host
+allocates for a call. :func:`load_cubin` (``polytile.runtime.load_module``) rebuilds a
+:class:`~polytile.targets.cuda.runtime.CUDAModule` from the two files: it checks its
+device arguments, allocates the workspace, and launches the kernels on the legacy default
+stream exactly as the module that was exported. The cubin can also be loaded by any CUDA
+program (``cuModuleLoad``) with the launch plan the JSON describes; each kernel takes its
+parameters in the listed order (arrays as device pointers, scalars by value).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import weakref
+
+from polytile.backend import Target
+from polytile.errors import BuildError, format_error
+from polytile.schedule.loop_ir import Buffer, PrimFunc, seq
+
+from .. import export_meta
+from ..c_printer import CModule, KernelInfo
+from ..gpu.module import _free_all
+from .runtime import API, CUDAModule
+
+
+def _ints(fname: str, what: str, values) -> list:
+    try:
+        return [int(v) for v in values]
+    except TypeError:
+        raise BuildError(format_error(
+            "export_library", f"the {what} of a kernel of {fname!r} is {tuple(values)}",
+            "expected constant launch sizes in an exported CUDA function")) from None
+
+
+def metadata(module: CUDAModule) -> dict:
+    """The export metadata of ``module``: its parameters, kernels and workspace.
+
+    Raises
+    ------
+    BuildError
+        For launch sizes or buffer extents that are not constants or scalar parameters.
+    """
+    f = module.func
+    meta = export_meta.function_metadata(f, module.target, module._stored, (), {"ok": 0})
+    meta["arch"] = module.arch
+    scalars = {p: p.name for p in f.params if not isinstance(p, Buffer)}
+    refs = {id(p): ["param", i] for i, p in enumerate(f.params)}
+    meta["workspace"] = []
+    for j, b in enumerate(module._c.workspace):
+        refs[id(b)] = ["workspace", j]
+        meta["workspace"].append({"name": b.name, "dtype": b.dtype,
+                                  "shape": export_meta._shape(f.name, b, scalars)})
+    kernels = []
+    for k in module.kernels:
+        missing = [p.name for p in k.params if id(p) not in refs]
+        if missing:
+            raise BuildError(format_error(
+                "export_library", f"kernel {k.name!r} takes {missing}, which are neither "
+                "parameters nor workspace", "expected kernels of the function's own values"))
+        kernels.append({"name": k.name, "params": [refs[id(p)] for p in k.params],
+                        "grid": _ints(f.name, "grid", k.grid),
+                        "block": _ints(f.name, "block", k.block),
+                        "dynamic_shared_bytes": int(k.dynamic_shared_bytes),
+                        "stored": [refs[id(p)] for p in k.params if p in k.stored]})
+    meta["kernels"] = kernels
+    return meta
+
+
+def write_cubin(module: CUDAModule, path: str) -> None:
+    """Write the cubin to ``path`` and its metadata to ``path + ".json"``."""
+    text = export_meta.dumps(metadata(module))
+    with open(path, "wb") as fh:
+        fh.write(module.image)
+    with open(path + ".json", "w") as fh:
+        fh.write(text)
+
+
+class CubinModule(CUDAModule):
+    """A CUDA function loaded from an exported cubin and its ``.json`` launch plan;
+    calling, checks and timing are those of :class:`CUDAModule`. ``metadata`` holds the
+    plan, ``path`` the cubin; ``get_source("cubin")`` gives the image, there is no C
+    source.
+
+    Raises
+    ------
+    FileNotFoundError
+        Without the ``.json`` file beside the cubin.
+    ValueError
+        Metadata of another format or a newer version.
+    """
+
+    def __init__(self, path: str):  # noqa: D107 - no CUDAModule.__init__: nothing to compile
+        self.path = os.path.abspath(path)
+        meta_path = path + ".json"
+        if not os.path.exists(meta_path):
+            raise FileNotFoundError(format_error(
+                "load_module", f"no launch plan {meta_path!r} beside the cubin",
+                "expected the .json file export_library wrote with it"))
+        with open(meta_path) as fh:
+            self.metadata = meta = json.load(fh)
+        params, stored = export_meta.rebuild_params(meta)
+        scalars = {p.name: p for p in params if not isinstance(p, Buffer)}
+        workspace = tuple(Buffer(w["name"], export_meta.shape_of(w["shape"], scalars),
+                                 w["dtype"], "global") for w in meta["workspace"])
+        values = {"param": params, "workspace": workspace}
+        kernels = tuple(
+            KernelInfo(k["name"], tuple(values[a][i] for a, i in k["params"]),
+                       tuple(k["grid"]), tuple(k["block"]), k["dynamic_shared_bytes"],
+                       frozenset(values[a][i] for a, i in k["stored"]))
+            for k in meta["kernels"])
+        with open(path, "rb") as fh:
+            self.image = fh.read()
+        self.func = PrimFunc(meta["entry"], params, seq())
+        self.target = Target.parse(meta["target"])
+        self.name = self.func.name
+        self.arch = meta["arch"]
+        self.api = API
+        self._c = CModule(self.name, "", kernels, workspace)
+        self.kernels = kernels
+        self._stored = stored
+        self._loaded = None
+        self._workspace = {}
+        self._finalizer = weakref.finalize(self, _free_all, API, self._workspace)
+        self.synchronize = True
+
+    def get_source(self, fmt: str | None = None):
+        """The cubin (``fmt="cubin"``); a loaded module has no C source.
+
+        Raises
+        ------
+        ValueError
+            For any other format.
+        """
+        if fmt == "cubin":
+            return self.image
+        raise ValueError(format_error("get_source", f"module loaded from {self.path!r} has "
+                                      "only its cubin", "expected fmt='cubin'"))
+
+    def __repr__(self) -> str:
+        return f"CubinModule({self.name!r}, path={self.path!r}, arch={self.arch!r})"
+
+
+def load_cubin(path: str) -> CubinModule:
+    """Load a cubin written by ``CUDAModule.export_library`` (see the module docstring)."""
+    return CubinModule(path)
+
+
+__all__ = ["CubinModule", "load_cubin", "metadata", "write_cubin"]

@@ -1,0 +1,141 @@
+"""What an exported function needs to be called again: its metadata, as JSON.
+
+``export_library`` writes beside the code (CUDA: ``<path>.json``) or into it (a shared
+library: the NUL-terminated JSON string ``polytile_metadata``) a description of the
+function's calling convention, and :func:`polytile.runtime.load_module` rebuilds from it the
+parameters that the runtimes check arguments against, so that a loaded function refuses a
+wrong dtype, shape or layout with the same messages as a freshly built one.
+
+Format (``"format": "polytile-function"``, ``"version": 1``)::
+
+    entry        the function's symbol (CPU) or name (GPU)
+    target       the target string it was built for
+    params       [{"name", "kind": "array", "dtype", "shape", "written"} |
+                  {"name", "kind": "scalar", "dtype"}], in call order; a shape entry is an
+                  int or the name of a scalar parameter
+    asserts      [{"message", "error"}]: run-time check k fails with status assert_base + k
+    status       {"ok": 0, "no_memory": 1, "assert_base": 16}
+    c_signature  the C prototype (CPU)
+    kernels      (GPU) [{"name", "params": [ref...], "grid", "block",
+                  "dynamic_shared_bytes"}], a ref being ["param", i] or ["workspace", j]
+    workspace    (GPU) [{"name", "dtype", "shape"}]: device buffers the runtime allocates
+"""
+
+from __future__ import annotations
+
+import json
+
+from polytile.errors import BuildError, format_error
+from polytile.schedule.loop_ir import Buffer
+from polytile.te.expr import Const, Var
+
+FORMAT = "polytile-function"
+VERSION = 1
+
+#: C type of each dtype in the exported C ABI (16-bit floats travel as their bit patterns)
+C_TYPES = {
+    "bool": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
+    "int64": "int64_t", "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t",
+    "uint64": "uint64_t", "float16": "uint16_t", "bfloat16": "uint16_t",
+    "float32": "float", "float64": "double"}
+
+
+def _shape(fname: str, b: Buffer, scalars: dict) -> list:
+    out = []
+    for d in b.shape:
+        if isinstance(d, Const):
+            d = d.value
+        if isinstance(d, int):
+            out.append(int(d))
+        elif isinstance(d, Var) and d in scalars:
+            out.append(d.name)
+        else:
+            raise BuildError(format_error(
+                "export_library", f"buffer {b.name!r} of {fname!r} has the extent {d}",
+                "expected extents that are constants or scalar parameters"))
+    return out
+
+
+def function_metadata(func, target, stored, asserts, status: dict) -> dict:
+    """The metadata of ``func`` (a ``PrimFunc``) built for ``target``; ``stored`` is the set
+    of buffers it writes, ``asserts`` its ``Assert`` statements in status order.
+
+    Raises
+    ------
+    BuildError
+        For an array extent that is neither a constant nor a scalar parameter.
+    """
+    scalars = {p: p.name for p in func.params if isinstance(p, Var)}
+    params = []
+    for p in func.params:
+        if isinstance(p, Buffer):
+            params.append({"name": p.name, "kind": "array", "dtype": p.dtype,
+                           "shape": _shape(func.name, p, scalars), "written": p in stored})
+        else:
+            params.append({"name": p.name, "kind": "scalar", "dtype": p.dtype})
+    return {"format": FORMAT, "version": VERSION, "entry": func.name, "target": str(target),
+            "params": params, "status": dict(status),
+            "asserts": [{"message": a.message, "error": a.error} for a in asserts]}
+
+
+def c_signature(meta: dict) -> str:
+    """The C prototype of an exported CPU function: ``int32_t entry(T0* p0, T1 p1, ...)``,
+    one parameter per function parameter in call order (arrays as pointers to their first
+    element, scalars by value); it returns ``status["ok"]`` on success."""
+    args = []
+    for p in meta["params"]:
+        t = C_TYPES[p["dtype"]]
+        if p["kind"] == "array":
+            const = "" if p["written"] else "const "
+            args.append(f"{const}{t}* {p['name']}")
+        else:
+            args.append(f"{t} {p['name']}")
+    return f"int32_t {meta['entry']}({', '.join(args) or 'void'})"
+
+
+def rebuild_params(meta: dict) -> tuple:
+    """``(params, stored)``: :class:`Buffer`/:class:`Var` parameters equivalent to those the
+    metadata describes, and the set of written buffers.
+
+    Raises
+    ------
+    ValueError
+        For metadata of another format or a newer version.
+    """
+    check_format(meta)
+    scalars = {p["name"]: Var(p["dtype"], p["name"]) for p in meta["params"]
+               if p["kind"] == "scalar"}
+    params, stored = [], set()
+    for p in meta["params"]:
+        if p["kind"] == "scalar":
+            params.append(scalars[p["name"]])
+            continue
+        b = Buffer(p["name"], shape_of(p["shape"], scalars), p["dtype"])
+        params.append(b)
+        if p["written"]:
+            stored.add(b)
+    return tuple(params), stored
+
+
+def shape_of(shape: list, scalars: dict) -> tuple:
+    """A metadata shape with parameter names replaced by their :class:`Var`."""
+    return tuple(scalars[d] if isinstance(d, str) else int(d) for d in shape)
+
+
+def check_format(meta: dict) -> None:
+    """Raise ``ValueError`` unless ``meta`` is metadata this version of polytile reads."""
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ValueError(format_error("load_module", "the file's metadata is not polytile's",
+                                      f"expected format {FORMAT!r}"))
+    if meta.get("version", 0) > VERSION:
+        raise ValueError(format_error(
+            "load_module", f"metadata version {meta.get('version')}",
+            f"expected version {VERSION} or older", hint="export it again with this polytile"))
+
+
+def dumps(meta: dict) -> str:
+    return json.dumps(meta, indent=1, sort_keys=True)
+
+
+__all__ = ["C_TYPES", "FORMAT", "VERSION", "c_signature", "check_format", "dumps",
+           "function_metadata", "rebuild_params", "shape_of"]
