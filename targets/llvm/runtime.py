@@ -20,6 +20,10 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import os
+import shutil
+import subprocess
+import tempfile
 import threading
 
 import llvmlite.binding as llvm
