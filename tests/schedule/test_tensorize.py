@@ -458,3 +458,20 @@ def test_llvm_tensorized_calls_inside_a_parallel_loop():
     c = np.zeros((13, 48), "float32")     # gemv_update accumulates (TVM's tutorial kernel)
     f(a, b, c)
     np.testing.assert_allclose(c, a @ b.T, rtol=1e-5)
+
+
+def test_export_library_links_the_extern_code(tmp_path):
+    A, B, C = matmul_bt(3, 16, 16)
+    s = te.create_schedule(C.op)
+    zo, zi = s[C].split(C.op.reduce_axis[0], factor=8)
+    s[C].reorder(C.op.axis[0], zo, C.op.axis[1], zi)
+    s[C].tensorize(C.op.axis[1], gemv_intrin(16, 8, reset=True, name="gemv_export"))
+    s[C].pragma(C.op.axis[0], "import_c", GEMV_C)
+    f = polytile.build(s, [A, B, C])
+    path = str(tmp_path / "gemv.so")
+    f.export_library(path)
+    g = polytile.runtime.load_module(path)
+    a, b = data((3, 16), (16, 16))
+    c = np.full((3, 16), np.nan, "float32")
+    g(a, b, c)
+    np.testing.assert_allclose(c, a @ b.T, rtol=1e-5)
