@@ -439,14 +439,13 @@ def make_tensor_call(st: PolyStmt, idx: dict) -> TensorCall:
     ``idx`` of its accesses (see :func:`polytile.schedule.astgen.make_store`)."""
     tz = st.plan.tensorize
     ops = tz.operands[st.name]
-    from polytile.te.expr import Binary as _B
     indices: list = []
     for o in ops:
         if o.key is None:
             indices += [Const("int64", 0)] * len(o.buffer.shape)
             continue
         for e, g in zip(idx[o.key], o.origin):
-            indices.append(e if g == 0 else _B("int64", "sub", e, Const("int64", g)))
+            indices.append(e if g == 0 else Binary("int64", "sub", e, Const("int64", g)))
     return TensorCall(tz.intrin, tz.parts[st.name], tuple(o.buffer for o in ops),
                       tuple(tuple(o.tensor.shape) for o in ops),
                       tuple(o.strides for o in ops), tuple(indices), seq())
