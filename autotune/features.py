@@ -107,12 +107,27 @@ def _extent(f: For, env: dict) -> int:
         return 1
 
 
-def _flops(e) -> int:
-    """Floating-point operations of one evaluation of ``e``."""
+def _with_lets(e, lets: dict | None) -> list:
+    """``e`` and the values of the ``LetStmt`` variables it reads, transitively
+    (``share_subexpressions`` moves shared parts of a stored value there)."""
+    out, seen, todo = [], set(), [e]
+    while todo:
+        x = todo.pop()
+        out.append(x)
+        for v in collect(x, Var):
+            if lets and v in lets and id(v) not in seen:
+                seen.add(id(v))
+                todo.append(lets[v])
+    return out
+
+
+def _flops(e, lets: dict | None = None) -> int:
+    """Floating-point operations of one evaluation of ``e`` (and of the lets it reads)."""
     n = 0
-    for x in collect(e, (Binary, Call)):
-        if dt.is_float(x.dtype):
-            n += 1
+    for r in _with_lets(e, lets):
+        for x in collect(r, (Binary, Call)):
+            if dt.is_float(x.dtype):
+                n += 1
     return n
 
 
@@ -192,7 +207,7 @@ def extract_features(func: PrimFunc) -> list[float]:
 
     def work(g):
         stack, sts = g
-        return iters(stack) * sum(max(1, _flops(s.value)) for s in sts)
+        return iters(stack) * sum(max(1, _flops(s.value, w.lets)) for s in sts)
 
     main_key = max(groups, key=lambda k: work(groups[k]))
     stack, stores = groups[main_key]
@@ -205,12 +220,12 @@ def extract_features(func: PrimFunc) -> list[float]:
         if s.buffer.name not in order:
             order.append(s.buffer.name)
         accesses.append((s.buffer, _flat(s.buffer, s.indices), True))
-        for ld in collect(s.value, Load):
+        for ld in [x for r in _with_lets(s.value, w.lets) for x in collect(r, Load)]:
             if ld.buffer.name not in order:
                 order.append(ld.buffer.name)
             accesses.append((ld.buffer, _flat(ld.buffer, ld.indices), False))
     slot_of = {name: k for k, name in enumerate(order[:SLOTS])}
-    flops_body = sum(_flops(s.value) for s in stores)
+    flops_body = sum(_flops(s.value, w.lets) for s in stores)
     # distinct accesses per buffer (by printed index)
     distinct: dict = {}
     counts: dict = {}

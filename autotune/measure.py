@@ -7,7 +7,17 @@ that compilation never disturbs timing:
 1. *build*: candidates are spread over all workers, each lowering and JIT-compiling its
    share (and extracting loop-IR features on the way);
 2. *run*: one candidate at a time runs in the worker that built it, with all cores
-   (OpenMP threads = ``threads``), while the other workers wait.
+   (OpenMP threads = ``threads``). Measuring is exclusive: the other workers (and any
+   anchor process) are stopped with ``SIGSTOP`` for the time of the run and continued with
+   ``SIGCONT`` after it, so a measured kernel never shares a core with a build, a stray
+   feature extraction or the spinning threads of another process of ours (should the
+   tuner die meanwhile, its orphaned process group gets ``SIGHUP`` + ``SIGCONT`` from the
+   kernel and the workers end).
+
+Timing is :func:`.timing.time_calls` (median of repeats, IQR spread, one re-measurement
+past 10 % spread). :meth:`LocalMeasurer.compare` times chosen configs alternately with
+their numpy/torch anchors (:mod:`.anchors`); ``polytile tune``'s summary and ``polytile
+run`` both print its figures.
 
 Isolation: a worker that crashes (a bad JIT, a segfault) or passes its per-candidate
 timeout is killed and replaced; the candidate is recorded with a typed error code
@@ -18,6 +28,7 @@ Workers run with an address-space limit so a runaway allocation fails that candi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -30,7 +41,9 @@ from multiprocessing.connection import Connection, wait
 
 from polytile.errors import TuneError, format_error
 
+from .anchors import AnchorProcess, Comparison
 from .template import Workload
+from .timing import Timing
 
 
 @dataclass
@@ -43,9 +56,12 @@ class MeasureOptions:
         Build worker processes (default: CPU cores).
     threads : int
         OpenMP threads a candidate runs with (default: CPU cores).
-    number, repeat, min_repeat_ms :
-        Timing as :meth:`LLVMModule.time_evaluator`: ``repeat`` means of ``number`` runs,
-        ``number`` grown until a repeat lasts ``min_repeat_ms`` (after a warm-up run).
+    number, repeat, min_repeat_ms, max_repeats, budget_s, max_spread :
+        Timing as :func:`.timing.time_calls`: after a warm-up, a first call sets the
+        calls per repeat (at least ``number``, a repeat lasting at least
+        ``min_repeat_ms``) and the repeats (``repeat`` to ``max_repeats``, filling
+        ``budget_s`` seconds); past a spread (IQR / median) of ``max_spread`` the
+        candidate is measured once more.
     flush_cache : bool
         Overwrite a buffer larger than the last-level cache before each repeat (timed
         with Python calls, ~10 us overhead each).
@@ -65,6 +81,9 @@ class MeasureOptions:
     number: int = 1
     repeat: int = 3
     min_repeat_ms: float = 20.0
+    max_repeats: int = 30
+    budget_s: float = 0.1
+    max_spread: float = 0.10
     flush_cache: bool = False
     check: bool = False
     build_timeout: float = 20.0
@@ -77,15 +96,27 @@ class MeasureOptions:
         cores = os.cpu_count() or 1
         self.parallel = self.parallel or cores
         self.threads = self.threads or cores
-        if self.parallel < 1 or self.threads < 1 or self.number < 1 or self.repeat < 1:
+        if (self.parallel < 1 or self.threads < 1 or self.number < 1 or self.repeat < 1
+                or self.max_repeats < self.repeat):
             raise TuneError(format_error("measure", f"parallel={self.parallel}, threads="
                                          f"{self.threads}, number={self.number}, repeat="
-                                         f"{self.repeat}", "expected positive integers"))
+                                         f"{self.repeat}, max_repeats={self.max_repeats}",
+                                         "expected positive integers, max_repeats >= "
+                                         "repeat"))
+
+    def timing(self, **over) -> dict:
+        """The :func:`.timing.time_calls` options of a run, updated with ``over``."""
+        d = {"number": self.number, "min_repeat_ms": self.min_repeat_ms,
+             "min_repeats": self.repeat, "max_repeats": self.max_repeats,
+             "budget_s": self.budget_s, "max_spread": self.max_spread}
+        d.update(over)
+        return d
 
 
 @dataclass
 class MeasureResult:
-    """Outcome of one candidate: ``costs`` in seconds (empty on failure)."""
+    """Outcome of one candidate: ``costs`` in seconds (empty on failure), ``timing`` the
+    measurement they come from (its spread, whether it was re-measured)."""
 
     costs: list = field(default_factory=list)
     error: str | None = None
@@ -94,16 +125,48 @@ class MeasureResult:
     run_s: float = 0.0
     features: list | None = None
     trace: list | None = None
+    timing: Timing | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None and bool(self.costs)
 
     @property
+    def spread(self) -> float:
+        """IQR / median of the costs (0 without a measurement)."""
+        return self.timing.spread if self.timing is not None else 0.0
+
+    @property
+    def remeasured(self) -> bool:
+        return bool(self.timing and self.timing.remeasured)
+
+    @property
     def cost(self) -> float:
         import statistics
 
         return statistics.median(self.costs) if self.ok else float("inf")
+
+
+def _proc_state(pid: int) -> str | None:
+    """The state letter of ``/proc/<pid>/stat`` (``T``: stopped), None where unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _wait_stopped(pids: list, timeout: float = 0.2) -> None:
+    """Wait (at most ``timeout`` seconds) until the processes ``pids`` are stopped:
+    ``SIGSTOP`` is delivered asynchronously, and a process running on another core goes on
+    for a moment. Without ``/proc`` this returns at once."""
+    deadline = time.perf_counter() + timeout
+    for pid in pids:
+        while True:
+            st = _proc_state(pid)
+            if st in (None, "T", "t", "Z", "X") or time.perf_counter() >= deadline:
+                break
+            time.sleep(0.0002)
 
 
 class _Proc:
@@ -182,7 +245,9 @@ class LocalMeasurer:
                        else 0}
         self._procs: list[_Proc] = []
         self._next = 0
+        self._anchors: list = []
         self.busy_s = 0.0  # seconds spent waiting on workers (build + run)
+        self.paused = 0  # runs during which other helper processes were stopped
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -228,6 +293,12 @@ class LocalMeasurer:
                 pass
             p.kill()
         self._procs = []
+        self._close_anchors()
+
+    def _close_anchors(self) -> None:
+        for a in self._anchors:
+            a.close()
+        self._anchors = []
 
     def __enter__(self):
         self.start()
@@ -342,6 +413,88 @@ class LocalMeasurer:
             self._drop_all()
         return results
 
+    def compare(self, items: list, anchors=("numpy",), rounds: int = 4) -> Comparison:
+        """Time configs ``items`` [(name, knob values)] alternately with their anchors.
+
+        The configs are built once (in parallel), then ``rounds`` times each config and
+        each anchor (:mod:`.anchors`, a process of its own per kind) is timed in turn — the
+        order reversed every other round (A B / B A) so that a slow drift of the machine
+        weighs on both sides alike — every turn exclusive and by
+        :func:`.timing.time_calls` with this measurer's options. When a pooled timing's
+        spread is still past ``max_spread`` after those rounds, as many rounds again are
+        made, once (``Comparison.extended``). ``polytile tune``'s
+        summary and ``polytile run`` both print these figures, so they agree within the
+        spread they print.
+
+        Returns
+        -------
+        Comparison
+            Per round and name the Timing; configs and anchors that fail are in
+            ``errors`` (an anchor's code is ``"anchor_error"``) and are not timed further:
+            a failing anchor never costs the caller its tuning result.
+        """
+        cmp = Comparison([n for n, _ in items], list(anchors))
+        built = self.build(items, want_features=False)
+        live = []
+        for name, knobs in items:
+            r = built[name]
+            if r.error is not None:
+                cmp.errors[name] = (r.error, r.error_msg)
+            else:
+                live.append((name, knobs))
+        over = self.opt.timing(check=False, cutoff_s=None, flush=self.opt.flush_cache)
+        try:
+            t0 = time.perf_counter()
+            for kind in anchors:
+                try:
+                    self._anchors.append(AnchorProcess(kind, self.workload,
+                                                       self.opt.threads, self.opt.seed))
+                except TuneError as exc:
+                    cmp.errors[kind] = ("anchor_error", str(exc).splitlines()[0])
+            self.busy_s += time.perf_counter() - t0
+            turns = [("config", n, k) for n, k in live] + [("anchor", a, None)
+                                                              for a in self._anchors]
+            planned = max(1, rounds)
+            rnd = 0
+            while rnd < planned:
+                got: dict = {}
+                order: list = []
+                for what, who, knobs in (turns if rnd % 2 == 0 else turns[::-1]):
+                    if what == "anchor":
+                        if who.kind in cmp.errors:
+                            continue
+                        t0 = time.perf_counter()
+                        order.append(who.kind)
+                        try:
+                            with self._exclusive(who.pid):
+                                got[who.kind] = who.time(over,
+                                                         timeout=self.opt.run_timeout * 4)
+                        except TuneError as exc:
+                            cmp.errors[who.kind] = ("anchor_error", str(exc).splitlines()[0])
+                        self.busy_s += time.perf_counter() - t0
+                        continue
+                    if who in cmp.errors:
+                        continue
+                    order.append(who)
+                    res = MeasureResult()
+                    self._run(who, knobs, res, None, over=over, keep=True)
+                    if res.ok and res.timing is not None:
+                        got[who] = res.timing
+                    else:
+                        cmp.errors[who] = (res.error or "runtime_error", res.error_msg)
+                cmp.rounds.append(got)
+                cmp.order.append(order)
+                rnd += 1
+                if rnd == planned == max(1, rounds) and cmp.noise > self.opt.max_spread:
+                    # too noisy to trust: as many rounds again, once (more samples move a
+                    # median of a two-mode distribution less)
+                    planned *= 2
+                    cmp.extended = True
+        finally:
+            self._close_anchors()
+            self._drop_all()
+        return cmp
+
     def _drop_all(self) -> None:
         for p in self._procs:
             for cid in list(p.built):
@@ -351,7 +504,10 @@ class LocalMeasurer:
                     pass
             p.built.clear()
 
-    def _run(self, cid, knobs, res: MeasureResult, best: float | None) -> None:
+    def _run(self, cid, knobs, res: MeasureResult, best: float | None, over: dict | None = None,
+             keep: bool = False) -> None:
+        """Run built candidate ``cid`` exclusively and fill ``res``; ``over`` overrides run
+        options, ``keep`` keeps the module in its worker for another run."""
         opt = self.opt
         p = next((q for q in self._procs if cid in q.built), None)
         if p is None:  # its worker was replaced: rebuild it alone, then run
@@ -366,14 +522,14 @@ class LocalMeasurer:
         cutoff = opt.run_timeout / (opt.repeat + 2)
         if best is not None:
             cutoff = min(cutoff, max(opt.slow_factor * best, 0.05))
-        run_opt = {"number": opt.number, "repeat": opt.repeat,
-                   "min_repeat_ms": opt.min_repeat_ms, "flush": opt.flush_cache,
-                   "check": opt.check, "cutoff_s": cutoff}
+        run_opt = opt.timing(flush=opt.flush_cache, check=opt.check, cutoff_s=cutoff)
+        run_opt.update(over or {})
         t0 = time.perf_counter()
         try:
-            p.conn.send(("run", cid, run_opt))
-            ok = p.conn.poll(opt.run_timeout)
-            reply = p.conn.recv() if ok else None
+            with self._exclusive(p.proc.pid):
+                p.conn.send(("run", cid, run_opt))
+                ok = p.conn.poll(opt.run_timeout)
+                reply = p.conn.recv() if ok else None
         except (EOFError, OSError):
             reply = ("crash", cid, p.death())
         res.run_s = time.perf_counter() - t0
@@ -383,13 +539,44 @@ class LocalMeasurer:
             self._replace(p)
         elif reply[0] == "ran":
             res.error, res.error_msg, res.costs = reply[2], reply[3], list(reply[4])
-            p.built.discard(cid)
-            try:
-                p.conn.send(("drop", cid))
-            except (OSError, ValueError):
-                pass
+            res.timing = Timing.from_json(reply[5]) if len(reply) > 5 else None
+            if res.error is not None or not keep:
+                p.built.discard(cid)
+                try:
+                    p.conn.send(("drop", cid))
+                except (OSError, ValueError):
+                    pass
         else:
             res.error, res.error_msg = "runtime_error", "run: " + str(reply[2])
             p.built.discard(cid)
             if not p.is_alive():
                 self._replace(p)
+
+    # ------------------------------------------------------------------ exclusivity
+    def _pausable(self) -> list[int]:
+        """Process ids of our own helpers: workers and anchor processes."""
+        pids = [p.proc.pid for p in self._procs if p.proc.poll() is None]
+        return pids + [a.pid for a in self._anchors if a.proc.poll() is None]
+
+    @contextlib.contextmanager
+    def _exclusive(self, keep: int | None):
+        """Stop every helper process but ``keep`` (a pid) for the time of the block; they
+        are continued even when the block raises."""
+        stopped = []
+        try:
+            for pid in self._pausable():
+                if pid != keep:
+                    try:
+                        os.kill(pid, signal.SIGSTOP)
+                        stopped.append(pid)
+                    except ProcessLookupError:
+                        pass
+            self.paused += bool(stopped)
+            _wait_stopped(stopped)
+            yield stopped
+        finally:
+            for pid in stopped:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass

@@ -8,10 +8,19 @@ A line is one JSON object::
      "config": {"tile_i": [-1, 8, 8], ...}, "config_index": 1234,
      "trace": [["split", "C", [["iv", 0, "i"]], [["factor", 64]]], ...],
      "costs": [0.0181, 0.0179, 0.0180], "error": null, "error_msg": "",
-     "timestamp": 1795000000.0, "wall_s": 0.41, "build_s": 0.12, "tuner": "model"}
+     "timestamp": 1795000000.0, "wall_s": 0.41, "build_s": 0.12, "tuner": "model",
+     "threads": 2, "spread": 0.031, "remeasured": false, "phase": "search"}
 
-``costs`` are seconds per run (one per repeat); ``error`` is null or one of
-:data:`ERROR_CODES`. A reader skips a torn or corrupt line with a :class:`RecordWarning`
+``costs`` are seconds per run (one per repeat, :func:`.timing.time_calls`); ``error`` is null
+or one of :data:`ERROR_CODES`; ``threads`` the OpenMP threads the candidate ran with;
+``spread`` the IQR of ``costs`` over their median; ``remeasured`` whether the first
+measurement's spread passed the threshold and it was made again. ``phase`` is ``"search"``
+for a trial; the last line of a run of ``polytile tune`` is a ``"summary"`` record: the
+best config, its ``costs`` from the final comparison with the anchors, and ``summary``
+(:meth:`.anchors.Comparison.to_json` plus the noise of the run's trials). Readers skip
+summaries unless asked (:func:`read_records`). Lines of older files, without these fields,
+read as trials with ``threads`` 0 (unknown) and ``spread`` computed from ``costs``.
+A reader skips a torn or corrupt line with a :class:`RecordWarning`
 naming the file and line number, and refuses a newer schema with a :class:`TuneError`.
 """
 
@@ -57,6 +66,11 @@ class Record:
     tuner: str = ""
     polytile: str = __version__
     schema: int = SCHEMA_VERSION
+    threads: int = 0
+    spread: float | None = None
+    remeasured: bool = False
+    phase: str = "search"
+    summary: dict | None = None
     line: int = 0  # line number in the file it was read from (not written)
 
     @property
@@ -77,8 +91,22 @@ class Record:
              "trace": self.trace, "costs": [float(c) for c in self.costs],
              "error": self.error, "error_msg": self.error_msg,
              "timestamp": self.timestamp or time.time(), "wall_s": round(self.wall_s, 6),
-             "build_s": round(self.build_s, 6), "tuner": self.tuner}
+             "build_s": round(self.build_s, 6), "tuner": self.tuner,
+             "threads": self.threads, "spread": round(self.spread_value, 6),
+             "remeasured": self.remeasured, "phase": self.phase}
+        if self.summary is not None:
+            d["summary"] = self.summary
         return json.dumps(d, separators=(",", ":"))
+
+    @property
+    def spread_value(self) -> float:
+        """``spread`` as written, or computed from ``costs`` (IQR / median) for a record of
+        an older file."""
+        if self.spread is not None:
+            return float(self.spread)
+        from .timing import Timing
+
+        return Timing(tuple(self.costs)).spread if self.costs else 0.0
 
     @staticmethod
     def from_dict(d: dict, line: int = 0) -> Record:
@@ -105,7 +133,16 @@ class Record:
                       timestamp=float(d.get("timestamp", 0.0)),
                       wall_s=float(d.get("wall_s", 0.0)), build_s=float(d.get("build_s", 0.0)),
                       tuner=d.get("tuner", ""), polytile=d.get("polytile", ""),
-                      schema=schema, line=line)
+                      schema=schema, threads=int(d.get("threads") or 0),
+                      spread=_opt_float(d.get("spread")),
+                      remeasured=bool(d.get("remeasured", False)),
+                      phase=str(d.get("phase") or "search"),
+                      summary=d.get("summary") if isinstance(d.get("summary"), dict)
+                      else None, line=line)
+
+
+def _opt_float(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _foreign_line(text: str) -> str | None:
@@ -180,8 +217,10 @@ def check_log_path(path: str | os.PathLike, primitive: str = "records") -> None:
         _check_records_file(path, head, primitive, writing=True)
 
 
-def read_records(path: str | os.PathLike, *, missing_ok: bool = False) -> list[Record]:
-    """All valid records of a JSON Lines file, in file order.
+def read_records(path: str | os.PathLike, *, missing_ok: bool = False,
+                 summaries: bool = False) -> list[Record]:
+    """All valid records of a JSON Lines file, in file order; the ``"summary"`` records
+    of tuning runs only with ``summaries=True``.
 
     Torn, corrupt and incomplete lines are skipped with a :class:`RecordWarning` naming the
     file and line.
@@ -225,7 +264,9 @@ def read_records(path: str | os.PathLike, *, missing_ok: bool = False) -> list[R
                 f"this polytile ({__version__}) reads versions up to {SCHEMA_VERSION}",
                 hint="upgrade polytile to read it, or write a new log"))
         try:
-            out.append(Record.from_dict(d, line=n))
+            rec = Record.from_dict(d, line=n)
+            if rec.phase != "summary" or summaries:
+                out.append(rec)
         except (KeyError, ValueError, TypeError) as exc:
             warnings.warn(f"records: {path}:{n}: skipped an incomplete record ({exc})",
                           RecordWarning, stacklevel=2)

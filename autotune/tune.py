@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from polytile.backend import Target, backends
 from polytile.errors import TuneError, format_error
 
+from .anchors import Comparison
 from .data import resolve
 from .dispatch import canonical_target
 from .measure import LocalMeasurer, MeasureOptions, MeasureResult
@@ -30,9 +31,11 @@ from .tuner import make_tuner
 #: Trials of ``polytile tune`` without ``--trials``: about 25 s for the default matmul on an
 #: idle 2-core machine, under two minutes when other processes share the cores.
 DEFAULT_TRIALS = 96
-#: Wall-clock budget (seconds) of ``polytile tune`` when neither ``--trials`` nor
-#: ``--timeout-total`` is given, so that the command ends within about two minutes.
-DEFAULT_BUDGET_S = 110.0
+#: Wall-clock budget (seconds) of the search of ``polytile tune`` when neither ``--trials``
+#: nor ``--timeout-total`` is given, so that the command ends within about two minutes: the
+#: final comparison with numpy comes after it (5 to 25 s on a loaded 2-core machine for
+#: the default matmul).
+DEFAULT_BUDGET_S = 95.0
 
 
 @dataclass
@@ -54,6 +57,17 @@ class TuneResult:
     resumed: int = 0
     interrupted: bool = False
     stop_reason: str = ""
+    comparison: Comparison | None = None  # best/default vs anchors, timed alternately
+    threads: int = 0
+
+    def noise(self) -> dict:
+        """How noisy this run's measurements were: trials measured, how many were
+        re-measured (spread past the threshold), median and largest spread (IQR / median)
+        of the trials that ran fully."""
+        sp = sorted(r.spread_value for r in self.records if r.ok and len(r.costs) > 1)
+        return {"trials": len(sp), "remeasured": sum(r.remeasured for r in self.records),
+                "median_spread": sp[len(sp) // 2] if sp else 0.0,
+                "max_spread": sp[-1] if sp else 0.0}
 
     @property
     def n_trials(self) -> int:
@@ -136,11 +150,39 @@ def measure_numpy_isolated(template: str, args=None, dtype: str = "float32",
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def _record(wl: Workload, target: str, cfg, res: MeasureResult, tuner: str) -> Record:
+def _record(wl: Workload, target: str, cfg, res: MeasureResult, tuner: str,
+            threads: int) -> Record:
     return Record(workload=wl.key(), target=target, config=cfg.knob_values(),
                   config_index=cfg.index, trace=res.trace, costs=list(res.costs),
                   error=res.error, error_msg=res.error_msg, timestamp=time.time(),
-                  wall_s=res.build_s + res.run_s, build_s=res.build_s, tuner=tuner)
+                  wall_s=res.build_s + res.run_s, build_s=res.build_s, tuner=tuner,
+                  threads=threads, spread=res.spread, remeasured=res.remeasured)
+
+
+def _compare_best(res: TuneResult, measurer: LocalMeasurer, anchors, rounds: int,
+                  writer: RecordWriter | None) -> None:
+    """Time the best (and the default) config alternately with ``anchors``; write the
+    summary record."""
+    items = [("best", res.best.config)]
+    if res.default is not None and res.default.ok and res.default.config != res.best.config:
+        items.append(("default", res.default.config))
+    cmp = measurer.compare(items, anchors, rounds)
+    res.comparison = cmp
+    t = cmp.timing("best")
+    if writer is None or t is None:
+        return
+    summary = cmp.to_json()
+    summary["search"] = res.noise()
+    summary["best_line_cost"] = res.best.cost
+    try:
+        summary["load_avg"] = round(os.getloadavg()[0], 2)
+    except OSError:
+        pass
+    writer.write(Record(workload=res.workload.key(), target=res.target,
+                        config=res.best.config, config_index=res.best.config_index,
+                        costs=list(t.costs), timestamp=time.time(), tuner=res.tuner,
+                        threads=res.threads, spread=t.spread, remeasured=t.remeasured,
+                        phase="summary", summary=summary))
 
 
 def _refuse_resume(log_file: str, records: list, wl: Workload, target: str) -> None:
@@ -163,7 +205,8 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
          resume: bool = False, early_stopping: int | None = None,
          timeout_total: float | None = None, seed: int | None = 0,
          include_default: bool = True, batch_size: int | None = None,
-         transfer: bool = True, callbacks: list[Callable] = ()) -> TuneResult:
+         transfer: bool = True, callbacks: list[Callable] = (),
+         anchors: tuple | None = None, compare_rounds: int = 4) -> TuneResult:
     """Tune ``template`` at ``args``; see the module docstring.
 
     Parameters
@@ -188,6 +231,11 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         target found in ``log_file`` (they are not measured again, nor counted as trials).
     callbacks : list of callable
         Each called as ``cb(result, record)`` after every trial.
+    anchors : tuple of str, optional
+        With a tuple (``("numpy",)``, or empty for none), after the search the best and
+        default configs are timed ``compare_rounds`` times alternately with these anchors
+        (:meth:`.measure.LocalMeasurer.compare`; ``TuneResult.comparison``) and a
+        ``"summary"`` record ends the log. None (default): no final comparison.
 
     Raises
     ------
@@ -204,7 +252,8 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
     if n_trial < 1:
         raise TuneError(format_error("tune", f"n_trial={n_trial}", "expected at least 1"))
     batch = batch_size or 16
-    res = TuneResult(wl, tgt, tuner, len(space), log_file, flops=t.flops(wl.args))
+    res = TuneResult(wl, tgt, tuner, len(space), log_file, flops=t.flops(wl.args),
+                     threads=opt.threads)
     history = []
     if log_file and os.path.exists(log_file):
         with warnings.catch_warnings(record=True) as caught:
@@ -272,7 +321,7 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
 
             def on_result(k, r):
                 nonlocal best_trial
-                rec = _record(wl, tgt, space.get(picks[k]), r, tuner)
+                rec = _record(wl, tgt, space.get(picks[k]), r, tuner, opt.threads)
                 if writer:
                     writer.write(rec)
                 res.records.append(rec)
@@ -286,6 +335,8 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
             deadline = t0 + timeout_total if timeout_total else None
             results = measurer.measure(items, best_cost, on_result, deadline)
             tn.update(picks[:len(results)], results)
+        if anchors is not None and res.best is not None:
+            _compare_best(res, measurer, tuple(anchors), compare_rounds, writer)
     except KeyboardInterrupt:
         res.interrupted = True
         res.stop_reason = "interrupted"

@@ -10,7 +10,8 @@ it). Protocol (tuples over a ``multiprocessing`` pipe):
 * ``("build", cid, knobs, want_features)`` -> ``("built", cid, code, msg, build_s,
   features, trace)``
 * ``("features", cid, knobs)`` -> ``("features", cid, code, msg, features)``
-* ``("run", cid, options)`` -> ``("ran", cid, code, msg, costs)``
+* ``("run", cid, options)`` -> ``("ran", cid, code, msg, costs, timing)`` (``timing``:
+  :meth:`.timing.Timing.to_json`; measured by :func:`.timing.time_calls`)
 * ``("drop", cid)`` (no reply), ``("exit",)``
 
 ``code`` is None or an error code of :data:`~.records.ERROR_CODES`.
@@ -34,6 +35,7 @@ from polytile.targets.llvm.runtime import set_num_threads
 from .data import make_inputs, measure_numpy, output_positions, outputs_match
 from .features import extract_features
 from .template import get_template
+from .timing import Timing, time_calls, timing_kwargs
 
 _LINE = 300  # characters of an error message kept
 
@@ -147,25 +149,37 @@ class _Worker:
                                     f"output {k} differs from the default config's: {why}", [])
             cutoff = opt.get("cutoff_s")
             if cutoff is not None and warm > cutoff:
+                # a first call pays page faults and thread start-up, and a load spike may
+                # hit it: a second one decides
+                t0 = time.perf_counter()
+                mod(*arrays)
+                warm = min(warm, time.perf_counter() - t0)
+            if cutoff is not None and warm > cutoff:
                 return ("ran", cid, None, f"slow: stopped after the warm-up run "
-                        f"({warm:.3g} s > {cutoff:.3g} s)", [warm])
-            number, repeat = int(opt["number"]), int(opt["repeat"])
-            if opt.get("flush"):
-                costs = []
-                for _ in range(repeat):
-                    self._flush()
-                    t0 = time.perf_counter()
-                    for _ in range(number):
-                        mod(*arrays)
-                    costs.append((time.perf_counter() - t0) / number)
-            else:
-                res = mod.time_evaluator(number, repeat, opt.get("min_repeat_ms", 0))(*arrays)
-                costs = list(res.results)
+                        f"({warm:.3g} s > {cutoff:.3g} s)", [warm],
+                        Timing((warm,), 1, warm).to_json())
+            timing = self._time(mod, arrays, opt)
         except Exception as exc:
             return ("ran", cid, "runtime_error", _short(exc), [])
         finally:
             gc.collect(0)
-        return ("ran", cid, None, "", costs)
+        return ("ran", cid, None, "", list(timing.costs), timing.to_json())
+
+    def _time(self, mod, arrays, opt: dict) -> Timing:
+        """:func:`~.timing.time_calls` on the module's own timing hook (arguments checked
+        once, a warm-up call); with ``flush``, a buffer larger than the last-level cache is
+        overwritten before each repeat and the repeats are the least ones."""
+        kw = timing_kwargs(opt)
+        with mod._timer(tuple(arrays)) as run:
+            timed = run
+            if opt.get("flush"):
+                # a flush (tens of ms) is not in the timed calls: keep to the least repeats
+                kw["max_repeats"] = kw.get("min_repeats", 5)
+
+                def timed(n: int) -> float:
+                    self._flush()
+                    return run(n)
+            return time_calls(timed, **kw)
 
 
 def worker_main(conn) -> None:

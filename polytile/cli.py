@@ -22,15 +22,16 @@ import sys
 import warnings
 
 from polytile import __version__
+from polytile.cli_report import Fail as _Fail
+from polytile.cli_report import fmt_time as _fmt_time
+from polytile.cli_report import gflops as _gflops
+from polytile.cli_report import print_summary as _print_summary
+from polytile.cli_report import run_timing as _run_timing
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPT = 0, 1, 2, 130
 #: Records file of ``tune`` and ``run`` without ``--log`` (records are keyed by workload and
 #: target, so one file holds any number of workloads).
 DEFAULT_LOG = "polytile_tune.jsonl"
-
-
-class _Fail(Exception):
-    """A user-facing error with a one-line message."""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -66,16 +67,6 @@ def _seconds(text: str) -> float:
     return v
 
 
-def _fmt_time(s: float) -> str:
-    if not math.isfinite(s):
-        return "-"
-    if s >= 1:
-        return f"{s:.3f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3f} ms"
-    return f"{s * 1e6:.1f} us"
-
-
 def _table(rows: list, header: list) -> str:
     cols = [header] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[k]) for r in cols) for k in range(len(header))]
@@ -94,12 +85,6 @@ def _flops_of(workload: dict) -> float | None:
         return None
 
 
-def _gflops(flops, cost) -> str:
-    if not flops or not math.isfinite(cost):
-        return "-"
-    return f"{flops / cost / 1e9:.1f}"
-
-
 def _warn_line(message, category, filename, lineno, file=None, line=None):
     print(f"warning: {message}", file=sys.stderr)
 
@@ -110,7 +95,6 @@ def _warn_line(message, category, filename, lineno, file=None, line=None):
 def _cmd_tune(a) -> int:
     from polytile.autotune import MeasureOptions, get_template, tune
     from polytile.autotune.records import check_log_path
-    from polytile.autotune.tune import measure_numpy_isolated
     from polytile.autotune.tune import DEFAULT_BUDGET_S, DEFAULT_TRIALS, tunable_target
 
     t = get_template(a.workload)
@@ -131,6 +115,7 @@ def _cmd_tune(a) -> int:
     check_log_path(log, "--log")  # before the numpy timing, not after it
     opt = MeasureOptions(parallel=a.parallel or 0, threads=a.threads or 0, number=a.number,
                          repeat=a.repeat, min_repeat_ms=a.min_repeat_ms,
+                         max_spread=a.max_spread,
                          flush_cache=a.flush_cache, check=a.check,
                          build_timeout=a.build_timeout, run_timeout=a.run_timeout,
                          seed=a.seed or 0)
@@ -141,12 +126,12 @@ def _cmd_tune(a) -> int:
     print(f"  space {space_size:,} configs; tuner {a.tuner}; {trials} trials{limit}"
           f"{' (resumed)' if a.resume else ''}; {opt.parallel} build workers; "
           f"{opt.threads} threads; log {log}", file=out)
-    t_np = None
-    if not a.no_numpy and t.reference is not None:
-        t_np = measure_numpy_isolated(t.name, wl.args, wl.dtype, threads=opt.threads)["median"]
-        flops = t.flops(wl.args)
-        print(f"  numpy on the same inputs ({opt.threads} threads): {_gflops(flops, t_np)} "
-              f"GFLOP/s ({_fmt_time(t_np)})", file=out)
+    from polytile.autotune.anchors import available
+
+    anchors = () if a.no_numpy else tuple(available(t, wl.args))
+    if anchors:
+        print(f"  {' and '.join(anchors)} timed after the search, alternately with the best "
+              f"configs ({opt.threads} threads, same inputs)", file=out)
     out.flush()
     bar = _progress(trials, a.quiet)
     flops = t.flops(wl.args)
@@ -164,10 +149,12 @@ def _cmd_tune(a) -> int:
     res = tune(t, wl.args, wl.dtype, target=a.target, tuner=a.tuner, n_trial=trials,
                measure_option=opt, log_file=log, resume=a.resume,
                early_stopping=a.early_stopping, timeout_total=budget,
-               seed=a.seed, callbacks=[on_trial])
+               seed=a.seed, callbacks=[on_trial], anchors=anchors)
     if bar is not None:
         bar.close()
-    _print_summary(res, t_np, out)
+    cmp = res.comparison
+    t_np = cmp.timing("numpy").median if cmp is not None and cmp.timing("numpy") else None
+    _print_summary(res, out)
     if a.plot:
         _plot(res, t_np, a.plot)
         print(f"  plot            {a.plot}", file=out)
@@ -190,42 +177,6 @@ def _progress(total: int, quiet: bool):
         return None
     return tqdm(total=total, desc="tuning", unit="trial", file=sys.stderr, leave=True,
                 dynamic_ncols=True)
-
-
-def _print_summary(res, t_np, out) -> None:
-    best = res.best
-    flops = res.flops
-    rows = [("workload", str(res.workload)), ("target", res.target)]
-    if best is not None:
-        ratio = f"  ({t_np / best.cost:.2f} x numpy)" if t_np else ""
-        rows.append(("best", f"{_gflops(flops, best.cost)} GFLOP/s{ratio}" if flops
-                     else _fmt_time(best.cost)))
-        rows.append(("median time", _fmt_time(best.cost)))
-    else:
-        rows.append(("best", "none (every trial failed)"))
-    if res.default is not None and res.default.ok:
-        rows.append(("default config", f"{_gflops(flops, res.default.cost)} GFLOP/s "
-                     f"({_fmt_time(res.default.cost)})" if flops
-                     else _fmt_time(res.default.cost)))
-    if t_np:
-        rows.append(("numpy", f"{_gflops(flops, t_np)} GFLOP/s ({_fmt_time(t_np)}, same "
-                     "inputs, same run)"))
-    fails = res.failures()
-    ftxt = ", ".join(f"{n} {code}" for code, n in sorted(fails.items()))
-    resumed = f", {res.resumed} resumed" if res.resumed else ""
-    rows.append(("trials", f"{res.n_trials} measured{resumed}, {res.n_failed} failed"
-                 + (f" ({ftxt})" if ftxt else "")))
-    new = max(1, res.n_trials - res.resumed)
-    rows.append(("wall time", f"{res.wall_s:.1f} s (tuner overhead {res.overhead_s / new:.2f} "
-                 f"s per trial; stopped: {res.stop_reason or '-'})"))
-    if best is not None:
-        rows.append(("best config", " ".join(f"{k}={json.dumps(v)}"
-                                             for k, v in best.config.items())))
-    rows.append(("records", res.log_file or "-"))
-    print("", file=out)
-    for k, v in rows:
-        print(f"  {k:<15} {v}", file=out)
-    out.flush()
 
 
 def _require_matplotlib():
@@ -339,7 +290,7 @@ def _cmd_run(a) -> int:
     print(f"polytile run {wl} on '{target}'")
     if rec is not None:
         cfg = " ".join(f"{k}={json.dumps(v)}" for k, v in rec.config.items())
-        print(f"  record          {log}:{rec.line} ({_fmt_time(rec.cost)} when tuned)")
+        print(f"  record          {log}:{rec.line} ({_fmt_time(rec.cost)} when searched)")
         print(f"  config          {cfg}")
     else:
         print("  record          none: built with the default config")
@@ -364,15 +315,7 @@ def _cmd_run(a) -> int:
         print(f"  check           {'matches numpy' if ok else 'WRONG: ' + why}")
         if not ok:
             raise _Fail(f"the built kernel disagrees with numpy: {why}")
-    res = f.time_evaluator(number=1, repeat=5, min_repeat_ms=50)(*arrays)
-    flops = t.flops(wl.args)
-    print(f"  polytile        {_gflops(flops, res.median)} GFLOP/s ({_fmt_time(res.median)})")
-    if t.reference is not None:
-        from polytile.autotune.tune import measure_numpy_isolated
-
-        t_np = measure_numpy_isolated(t.name, wl.args, wl.dtype, threads=a.threads)["median"]
-        print(f"  numpy           {_gflops(flops, t_np)} GFLOP/s ({_fmt_time(t_np)}); "
-              f"ratio {t_np / res.median:.2f}")
+    _run_timing(t, wl, target, rec, log, a.threads)
     return EXIT_OK
 
 
@@ -458,7 +401,7 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--tuner", choices=("model", "random", "grid"), default="model")
     q.add_argument("--trials", type=_positive, default=None,
                    help="trials in total, resumed ones included (default 96, within "
-                   "110 s unless --timeout-total)")
+                   "95 s of search unless --timeout-total)")
     q.add_argument("--parallel", type=_positive, default=None,
                    help="build worker processes (default: cores)")
     q.add_argument("--threads", type=_positive, default=None,
@@ -476,13 +419,18 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--timeout-total", type=_seconds, default=None, metavar="S",
                    help="wall-clock budget in seconds")
     q.add_argument("--number", type=_positive, default=1)
-    q.add_argument("--repeat", type=_positive, default=3)
+    q.add_argument("--repeat", type=_positive, default=3,
+                   help="least repeats per measurement (more for fast kernels)")
     q.add_argument("--min-repeat-ms", type=float, default=20.0)
+    q.add_argument("--max-spread", type=float, default=0.10,
+                   help="re-measure a candidate once when its spread (IQR / median) is "
+                   "above this (default 0.10)")
     q.add_argument("--flush-cache", action="store_true",
                    help="flush the caches before each repeat")
     q.add_argument("--build-timeout", type=_seconds, default=20.0)
     q.add_argument("--run-timeout", type=_seconds, default=15.0)
-    q.add_argument("--no-numpy", action="store_true", help="skip the numpy comparison")
+    q.add_argument("--no-numpy", action="store_true",
+                   help="skip the comparison with numpy (and torch)")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
     q.set_defaults(fn=_cmd_tune)
 

@@ -13,8 +13,8 @@ import islpy as isl
 
 from polytile.errors import InternalError
 from polytile.te import dtype as dt
-from polytile.te.expr import (Binary, Cast, Cmp, Const, Expr, Not, Or, Select, Var,
-                              logical_and)
+from polytile.te.expr import (Binary, Cast, Cmp, Const, Expr, Not, Or, Reduce, Select,
+                              TupleCommReducer, Var, logical_and)
 from polytile.te.reduction import widened
 from polytile.te.visitor import ExprMutator, substitute
 
@@ -279,6 +279,10 @@ class _Body(ExprMutator):
         self.guards: list[Expr] = []     # conditions under which the current node runs
         self.checks: list[Assert] = []   # run-time bounds checks of data-dependent reads
 
+    def memo_key(self, e):
+        # a shared node under other guards gets its own run-time checks
+        return (id(e),) + tuple(id(g) for g in self.guards)
+
     def visit_Select(self, e: Select):
         cond = self.visit(e.cond)
         self.guards.append(cond)
@@ -291,16 +295,13 @@ class _Body(ExprMutator):
     def visit_Binary(self, e: Binary):
         out = self.generic_visit(e)
         if (e.op in _INT_DIVS and dt.is_int(e.dtype) and not isinstance(out.b, Const)):
-            # the divisor is data: x86 traps on a zero divisor (and on INT_MIN / -1)
+            # the divisor is data: a zero divisor is an error (x86 traps on it); the
+            # minimum integer divided by -1 wraps like numpy (the code generators guard it)
             ok = Cmp("bool", "ne", out.b, Const(e.dtype, 0))
-            if dt.is_signed(e.dtype):
-                ok = logical_and(ok, Or("bool", Cmp("bool", "ne", out.b, Const(e.dtype, -1)),
-                                        Cmp("bool", "ne", out.a,
-                                            Const(e.dtype, dt.min_value(e.dtype)))))
             if self.guards:
                 ok = Or("bool", Not("bool", logical_and(*self.guards)), ok)
-            self.checks.append(Assert(ok, f"stage {self.st.plan.name!r} divides by zero (or "
-                                      f"the minimum integer by -1) in {e}", "ZeroDivisionError"))
+            self.checks.append(Assert(ok, f"stage {self.st.plan.name!r} divides by zero "
+                                      f"in {e}", "ZeroDivisionError"))
         return out
 
     def _check(self, r, idx: tuple) -> None:
@@ -325,7 +326,7 @@ class _Body(ExprMutator):
         src = self.model.stage_of[id(r.tensor.op)]
         if src.attach_type == "scope":
             raise InternalError(f"non-affine read {r} of attached stage {src.name}")
-        buf: Buffer = self.model.buffers[src]
+        buf: Buffer = self.model.buffer_of(r.tensor)
         idx = tuple(_to_index(self.visit(i)) for i in r.indices)
         self._check(r, idx)
         if src.layouts:   # transform_layout: the element's position in the buffer
@@ -358,6 +359,9 @@ def make_store(st: PolyStmt, idx: dict, model: Model) -> Stmt:
     buf, _ = st.accesses["w"]
     widx = idx["w"]
     red = p.body
+    if len(p.bodies) > 1 or (isinstance(red, Reduce)
+                             and isinstance(red.combiner, TupleCommReducer)):
+        return _tuple_store(st, p, body, widx)
     if st.kind == "compute":
         value = body.visit(p.body)   # collects the run-time checks first
         return seq(*body.checks, Store(buf, widx, value))
@@ -383,4 +387,39 @@ def make_store(st: PolyStmt, idx: dict, model: Model) -> Stmt:
             body.guards.pop()
             out = IfThenElse(where, seq(*body.checks, out), None)
             body.checks = []
+    return seq(*body.checks, out)
+
+
+def _tuple_store(st: PolyStmt, p, body: _Body, widx: tuple) -> Stmt:
+    """One instance of a statement of a stage with several outputs: every output stored at
+    the same element. A tuple reduction's update computes all new values from the old
+    ones first (``LetStmt``), then stores them: the elements of a tuple combiner read each
+    other's accumulators (argmax's index follows the values)."""
+    if st.kind == "compute":
+        values = [body.visit(b) for b in p.bodies]
+        return seq(*body.checks, *[Store(o, widx, v) for o, v in zip(p.outs, values)])
+    comb = p.body.combiner
+    if st.kind == "init":
+        values = [body.visit(b.init) if b.init is not None else comb.identity[k]
+                  for k, b in enumerate(p.bodies)]
+        return seq(*body.checks, *[Store(o, widx, _as(v, o.dtype))
+                                   for o, v in zip(p.outs, values)])
+    if st.kind != "update":
+        raise InternalError(f"statement kind {st.kind!r} of tuple reduction {p.name!r}")
+    where = None
+    if p.body.condition is not None and p.where is None:
+        where = body.visit(p.body.condition)
+        body.guards.append(where)
+    accs = tuple(Load(o.dtype, o, widx) for o in p.outs)
+    vals = tuple(_as(body.visit(b.source), o.dtype) for b, o in zip(p.bodies, p.outs))
+    news = comb.combine_all(accs, vals)
+    stem = p.name.replace(".", "_")
+    tmps = [Var(o.dtype, f"{stem}_v{k}_next") for k, o in enumerate(p.outs)]
+    out: Stmt = seq(*[Store(o, widx, t) for o, t in zip(p.outs, tmps)])
+    for t, v in reversed(list(zip(tmps, news))):
+        out = LetStmt(t, _as(v, t.dtype), out)
+    if where is not None:
+        body.guards.pop()
+        out = IfThenElse(where, seq(*body.checks, out), None)
+        body.checks = []
     return seq(*body.checks, out)

@@ -143,11 +143,12 @@ def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
         p.region = tuple(ext)
         for iv, e in zip(op.axis, ext):
             root[iv] = (0, e)
-        t = op.output(0)
         scope = p.scope if padded and (p.scope == "shared" or thread_private(p.scope)) \
             else p.buffer.scope
         copies = tuple(e for _, _, _, e in vthread_copies(p))
-        p.buffer = Buffer(p.buffer.name, copies + _aligned(p, ext), t.dtype, scope)
+        shape = copies + _aligned(p, ext)
+        p.outs = [Buffer(b.name, shape, t.dtype, scope) for b, t in zip(p.outs, op.outputs)]
+        p.buffer = p.outs[0]
     p.ranges = iter_ranges(p.stage, root)
     p.leaf_aff = leaf_affines(p.stage, {iv: f"d{k}" for k, iv in enumerate(p.root_axes)},
                               p.ranges)
@@ -454,7 +455,9 @@ def accesses(p: StagePlan, plan_of: dict, buffers: dict) -> None:
                 st.accesses[id(rd.node)] = (buffers[rd.source],
                                             compose_access(rd.source.layouts, acc))
             elif owner.attach is None:
-                st.accesses[id(rd.node)] = (owner.buffer, compose_access(
-                    owner.stage.layouts, _relative(acc, owner, st)))
+                st.accesses[id(rd.node)] = (owner.outs[rd.node.tensor.value_index],
+                                            compose_access(owner.stage.layouts,
+                                                           _relative(acc, owner, st)))
             else:
-                st.accesses[id(rd.node)] = (owner.buffer, _relative(acc, owner, st))
+                st.accesses[id(rd.node)] = (owner.outs[rd.node.tensor.value_index],
+                                            _relative(acc, owner, st))

@@ -42,7 +42,7 @@ def stage_dependences(p: StagePlan) -> isl.UnionMap | None:
     not have two iterations touching one element, even when other writes lie between them
     in program order."""
     if not p.is_reduction:
-        return None
+        return _self_dependences(p)
     m = p.prefix_len
     na, nr = len(p.axis_vars), len(p.reduce_vars)
     init, upd = p.stmts[:2]
@@ -67,6 +67,55 @@ def stage_dependences(p: StagePlan) -> isl.UnionMap | None:
     touch = w.apply_range(w.reverse()).union(w.apply_range(r.reverse())).union(
         r.apply_range(w.reverse()))
     return iu.coalesce(touch.intersect(order.lex_lt_union_map(order)))
+
+
+def _self_dependences(p: StagePlan) -> isl.UnionMap | None:
+    """RAW, WAR and WAW dependences of a stage that reads its own buffer (``te.scan``: row
+    ``t`` reads earlier rows), in the program order of its definition (its axes,
+    lexicographically); ``None`` for a stage that does not read itself. Each read counts
+    only where its guard lets it run (the update rows of a scan, not the ``init`` rows)."""
+    own = [rd for rd in p.reads if rd.source is p.stage]
+    if not own:
+        return None
+    st = p.stmts[0]
+    for rd in own:
+        if rd.indices is None or rd.guard is None:
+            raise ScheduleError(format_error(
+                "lower", f"stage {p.name!r} reads its own earlier values at {rd.node}, an "
+                f"index or guard polytile cannot analyse", "affine reads of the state, "
+                "such as state[t - 1, i]"))
+    dom = st.exact
+    axis = isl.Map.from_pw_multi_aff(st.axis_map).intersect_domain(dom)
+    w = isl.Map.from_pw_multi_aff(st.accesses["w"][1]).intersect_domain(dom)
+    reads = None
+    for rd in own:
+        r = isl.Map.from_pw_multi_aff(st.accesses[id(rd.node)][1]).intersect_domain(dom)
+        if rd.guard:
+            names = p.own_names(st.kind)
+            g = isl.Set(f"{{ {iu.tuple_str('AX', names)} : {rd.guard} }}")
+            r = r.intersect_domain(axis.intersect_range(g).domain())
+        reads = r if reads is None else reads.union(r)
+    # every value read must be written at an earlier step of the first axis (a scan's
+    # update reads earlier rows, as in TVM); a read of the current row or a later one
+    # would see stale memory, or depend on the order of the spatial loops
+    names = p.own_names(st.kind)
+    primed = [f"{x}'" for x in names]
+    before = isl.Map(f"{{ {iu.tuple_str('AX', names)} -> {iu.tuple_str('AX', primed)} : "
+                     f"{primed[0]} < {names[0]} }}")
+    earlier = axis.apply_range(before).apply_range(axis.reverse())
+    late = reads.apply_range(w.reverse()).subtract(earlier)
+    if not late.is_empty():
+        pt = late.wrap().lexmin().sample_point()
+        n_in = late.dim(isl.dim_type.in_)
+        c = iu.point_coords(pt, n_in + late.dim(isl.dim_type.out))
+        raise ScheduleError(format_error(
+            "scan", f"stage {p.name!r} reads a value it has not computed yet: "
+            f"{_describe(st, c[:n_in])} reads the element written by "
+            f"{_describe(st, c[n_in:])}", "reads of earlier rows of the state only, such "
+            "as state[t - 1, i]"))
+    touch = w.apply_range(w.reverse()).union(w.apply_range(reads.reverse())).union(
+        reads.apply_range(w.reverse()))
+    return iu.coalesce(isl.UnionMap.from_map(touch.intersect(axis.lex_lt_map(axis))))
 
 
 def _loop_maps(st: PolyStmt, chain: list) -> isl.Map:
@@ -144,6 +193,9 @@ def check_legality(model: Model) -> None:
                             "reduction) but not to blockIdx; rfactor it first" if n.binding else
                             "reduction axes cannot run in parallel or as vector lanes; "
                             "parallelize a spatial axis, or rfactor the reduction")
+                    if not n.plan.is_reduction:
+                        hint = ("the rows of a te.scan read earlier rows: its scan axis is "
+                                "serial; parallelize, vectorize or bind its spatial axes")
                     raise ScheduleError(format_error(
                         prim, f"loop {n.iter_var.name!r} of stage {n.plan.name!r} carries a "
                         f"dependence", "its iterations must be independent",
@@ -181,8 +233,9 @@ def _check_order(model: Model, deps: dict) -> None:
         # and associative combiner): any order of the updates computes the same value. A
         # user combiner such as Horner's `2 * x + y`, or one whose law cannot be proven,
         # keeps them, so reorder is checked.
-        unordered = reorder_violation(p.body.combiner)
-        if unordered is None:
+        # a stage reading its own earlier values (te.scan) keeps all its dependences
+        unordered = reorder_violation(p.body.combiner) if p.is_reduction else None
+        if unordered is None and p.is_reduction:
             upd = p.stmts[1]
             other = iu.tuple_str(upd.name, [f"o{k}" for k in range(len(upd.dims))])
             d = d.subtract(isl.UnionMap(f"{{ {upd.tuple()} -> {other} }}"))
@@ -198,8 +251,9 @@ def _check_order(model: Model, deps: dict) -> None:
         if not back.is_empty():
             bad = d.intersect(t.apply_range(isl.UnionMap.from_map(isl.Map.lex_ge(sp)))
                               .apply_range(t.reverse()))
-            name = p.body.combiner.name
-            hint = None if unordered is None else (
+            name = p.body.combiner.name if p.is_reduction else ""
+            hint = ("a te.scan's rows read earlier rows: its scan axis must run in order"
+                    if not p.is_reduction else None) if unordered is None else (
                 f"the combiner {name!r} is order-dependent ({unordered}), so the reduction "
                 f"loops must keep their order" if unordered.refuted else
                 f"polytile cannot prove that the fold of the combiner {name!r} is "

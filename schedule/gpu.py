@@ -140,7 +140,7 @@ def check_shared_memory(model: Model, kernel: Kernel, limits: DeviceLimits) -> N
     names = []
     for p in model.plans:
         if p.buffer.scope == "shared" and _root(p) is kernel.plan:
-            total += p.buffer.size * dt.nbytes(p.buffer.dtype)
+            total += sum(b.size * dt.nbytes(b.dtype) for b in p.outs)
             if p.acc is not None:   # its wide accumulator
                 total += p.acc.size * dt.nbytes(p.acc.dtype)
             names.append(p.name)

@@ -19,7 +19,9 @@ and ``r`` has the sign of ``a``):
   (``a - floor(a / b) * b`` would cancel catastrophically in ``float16``).
 
 Unlike isl's ``floord`` macro, nothing is negated, so ``INT_MIN`` is handled without
-overflow. ``truncdiv(INT_MIN, -1)`` remains undefined (it traps on x86), as in C.
+overflow. ``truncdiv(INT_MIN, -1)`` wraps to ``INT_MIN`` and ``truncmod(INT_MIN, -1)`` is 0,
+as in numpy: every code generator guards a divisor that may be -1 (C and LLVM leave it
+undefined, and x86's ``idiv`` traps), so the floor forms built here wrap too.
 
 Every division produced also appears, as the *same node*, in the condition of the
 ``Select`` that uses it, so a code generator may evaluate both operands of those selects

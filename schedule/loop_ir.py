@@ -5,6 +5,7 @@ Meaning of the IR, stated once:
 * Expressions are the nodes of :mod:`polytile.te.expr` plus :class:`Load`; ``TensorRead``
   and ``Reduce`` never appear after lowering.
 * Loop iterators and all index arithmetic are ``int64`` (two's complement, wrapping).
+  (The CUDA backend narrows them to ``int32`` where interval bounds prove they fit.)
 * ``For(var, min, extent, step)`` runs ``var = min, min+step, ...`` while
   ``var < min + extent``; ``extent`` may be an expression, ``step`` is a positive int.
   ``kind`` is ``serial``, ``parallel`` (iterations may run concurrently on CPU threads),

@@ -39,6 +39,8 @@ across threads and barriers are never divergent (TVM's behaviour). Design notes:
 
 from __future__ import annotations
 
+import dataclasses
+
 import islpy as isl
 
 from polytile.errors import InternalError, fail
@@ -60,30 +62,68 @@ from .stage import Stage
 
 
 class _Inline(ExprMutator):
-    def __init__(self, bodies: dict, inlined: set, stage_of: dict):
-        self.bodies = bodies
+    """Substitutes inlined producers. Reads of one inlined tensor at structurally equal
+    indices become one shared body (``B[i] * B[i]`` inlines ``B``'s body once, not twice),
+    so a chain of inlined stages each reading its producer twice stays linear in size."""
+
+    def __init__(self, inlined: set, stage_of: dict):
         self.inlined = inlined
         self.stage_of = stage_of
+        self.reads: dict = {}    # (tensor, index keys) -> (tensor, inlined body)
+        self.keys: dict = {}     # id(index expression) -> (expression, structural key)
+
+    def _key(self, e: Expr):
+        hit = self.keys.get(id(e))
+        if hit is not None:
+            return hit[1]
+        if isinstance(e, Var):
+            k = ("var", id(e))
+        else:
+            parts = [type(e).__name__]
+            for f in dataclasses.fields(e):
+                v = getattr(e, f.name)
+                if isinstance(v, Expr):
+                    parts.append(self._key(v))
+                elif isinstance(v, tuple):
+                    parts.append(tuple(self._key(x) if isinstance(x, Expr) else ("v", id(x))
+                                       for x in v))
+                elif isinstance(v, (int, float, str, bool)) or v is None:
+                    parts.append((type(v).__name__, v))
+                else:
+                    parts.append(("id", id(v)))
+            k = tuple(parts)
+        self.keys[id(e)] = (e, k)
+        return k
 
     def visit_TensorRead(self, r: TensorRead):
         idx = tuple(self.visit(i) for i in r.indices)
         st = self.stage_of.get(id(r.tensor.op))
         if st is not None and id(st) in self.inlined:
-            body = self.bodies[id(st)]
-            return substitute(body, {iv.var: i for iv, i in zip(st.op.axis, idx)})
+            key = (id(r.tensor), tuple(self._key(i) for i in idx))
+            hit = self.reads.get(key)
+            if hit is None:
+                # the producer's own body at these indices, its producers inlined in turn
+                # (through this walker's memo: each producer once per distinct index)
+                body = substitute(st.op.body[r.tensor.value_index],
+                                  {iv.var: i for iv, i in zip(st.op.axis, idx)})
+                hit = self.reads[key] = (r.tensor, self.visit(body))
+            return hit[1]
         if any(a is not b for a, b in zip(idx, r.indices)):
             return TensorRead(r.dtype, r.tensor, idx)
         return r
 
 
 def inline_bodies(sch: Schedule, stage_of: dict) -> dict:
-    """Bodies of every compute stage (by ``id(stage)``) with inlined producers substituted
-    (TVM's ``compute_inline``: a pure DSL rewrite before any polyhedral analysis)."""
+    """Bodies of every compute stage that is not inlined itself (by ``id(stage)``, a tuple:
+    one per output) with
+    inlined producers substituted (TVM's ``compute_inline``: a pure DSL rewrite before any
+    polyhedral analysis)."""
     inlined = {id(st) for st in sch.stages if st.attach_type == "inline"}
     bodies: dict = {}
     for st in sch.stages:
-        if isinstance(st.op, ComputeOp):
-            bodies[id(st)] = _Inline(bodies, inlined, stage_of).visit(st.op.body[0])
+        if isinstance(st.op, ComputeOp) and id(st) not in inlined:
+            inl = _Inline(inlined, stage_of)
+            bodies[id(st)] = tuple(inl.visit(b) for b in st.op.body)
     return bodies
 
 
@@ -98,6 +138,10 @@ class _Reads(ExprVisitor):
         self.out: list[ReadInfo] = []
         self.memo: dict = {}     # condition texts: guards of a long and-chain share prefixes
         self.in_init = False
+
+    def memo_key(self, e):
+        # a read shared under other guards is another access (its own guard)
+        return (id(e), self.in_init) + tuple(id(g) for g in self.guards)
 
     def _guard(self) -> str | None:
         parts = []
@@ -177,6 +221,7 @@ def _params(sch: Schedule, args, stage_of: dict, names: dict) -> tuple[dict, lis
               "[A, B, C]")
     buffers: dict = {}
     params: list = []
+    outs: dict = {}       # (Stage, value_index) -> Buffer of every tensor in args
     for a in args:
         if isinstance(a, Tensor):
             st = stage_of.get(id(a.op))
@@ -188,8 +233,9 @@ def _params(sch: Schedule, args, stage_of: dict, names: dict) -> tuple[dict, lis
             if st is None:
                 fail("lower", f"tensor {a.name!r} in args is not part of the schedule",
                       "pass tensors of this computation")
-            if st in buffers:
-                fail("lower", f"tensor {a.name!r} appears twice in args")
+            k = a.value_index
+            if (st, k) in outs:
+                fail("lower", f"tensor {_tname(a)!r} appears twice in args")
             if st.attach_type == "inline":
                 fail("lower", f"tensor {a.name!r} in args is inlined (compute_inline)",
                       "an argument needs storage: do not inline it")
@@ -197,9 +243,11 @@ def _params(sch: Schedule, args, stage_of: dict, names: dict) -> tuple[dict, lis
                 fail("compute_at", f"stage {a.name!r} is in args but computed at "
                       f"{st.attach_stage.name!r}: only parts of it would be written",
                       "leave argument tensors at the root")
-            b = Buffer(names[id(st)], physical_shape(st.layouts, a.shape), a.dtype,
-                       "global")
-            buffers[st] = b
+            b = Buffer(_out_name(names[id(st)], a.op, k),
+                       physical_shape(st.layouts, a.shape), a.dtype, "global")
+            outs[(st, k)] = b
+            if k == 0:
+                buffers[st] = b
             params.append(b)
         elif isinstance(a, Var):
             params.append(a)
@@ -207,10 +255,21 @@ def _params(sch: Schedule, args, stage_of: dict, names: dict) -> tuple[dict, lis
             fail("lower", f"argument {a!r} is neither a tensor nor a te.var",
                   "pass tensors (placeholders and computes) and scalar te.var")
     for op in sch.outputs:
-        if sch.stage_map[op] not in buffers:
+        st = sch.stage_map[op]
+        if not any((st, k) in outs for k in range(op.num_outputs)):
             fail("lower", f"output {op.name!r} of the schedule is not in args",
                   "add it to args")
-    return buffers, params
+    return buffers, params, outs
+
+
+def _out_name(name: str, op, k: int) -> str:
+    """The buffer name of output ``k``: the stage's name, ``name.v<k>`` when it has several
+    outputs (TVM's)."""
+    return f"{name}.v{k}" if op.num_outputs > 1 else name
+
+
+def _tname(t: Tensor) -> str:
+    return _out_name(t.name, t.op, t.value_index)
 
 
 def build_model(sch: Schedule, args, *, padded: bool = False) -> Model:
@@ -228,17 +287,17 @@ def build_model(sch: Schedule, args, *, padded: bool = False) -> Model:
     names = _unique_names(sch)
     bodies = inline_bodies(sch, stage_of)
     for st in sch.stages:
-        body = bodies.get(id(st))
-        if body is not None and st.attach_type != "inline" and body is not st.op.body[0]:
-            # inlining adds the depth of a producer to its consumer's
-            check_depth(body, "lower", st.name, " after compute_inline of its producers")
-    buffers, params = _params(sch, args, stage_of, names)
+        for body, orig in zip(bodies.get(id(st), ()), getattr(st.op, "body", ())):
+            if st.attach_type != "inline" and body is not orig:
+                # inlining adds the depth of a producer to its consumer's
+                check_depth(body, "lower", st.name, " after compute_inline of its producers")
+    buffers, params, outs = _params(sch, args, stage_of, names)
     plans: list[StagePlan] = []
     plan_of: dict = {}
     for st in sch.stages:
         if not isinstance(st.op, ComputeOp) or st.attach_type == "inline":
             continue
-        plan = _make_plan(st, len(plans), bodies[id(st)], names, buffers, stage_of)
+        plan = _make_plan(st, len(plans), bodies[id(st)], names, outs, stage_of)
         plans.append(plan)
         plan_of[id(st)] = plan
     _check_inputs(plans, buffers)
@@ -265,27 +324,41 @@ def build_model(sch: Schedule, args, *, padded: bool = False) -> Model:
     nest, loops = _build_nest(plans)
     for p in plans:
         buffers[p.stage] = p.buffer
+        for k, b in enumerate(p.outs):
+            outs[(p.stage, k)] = b
     for p in plans:
         accesses(p, plan_of, buffers)
     stmts = {s.name: s for p in plans for s in p.stmts}
-    return Model(plans, stmts, nest, loops, buffers, params, stage_of, padded)
+    return Model(plans, stmts, nest, loops, buffers, params, stage_of, padded, outs=outs)
 
 
-def _make_plan(st: Stage, index: int, body: Expr, names: dict, buffers: dict,
+def _make_plan(st: Stage, index: int, bodies: tuple, names: dict, outs: dict,
                stage_of: dict) -> StagePlan:
     op = st.op
     axis_vars = [iv.var for iv in op.axis]
     reduce_vars = [iv.var for iv in op.reduce_axis]
     leaves = list(st.leaf_iter_vars)
     r = next((k for k, iv in enumerate(leaves) if iv.iter_type == "reduce"), len(leaves))
-    t = op.output(0)
-    buf = buffers.get(st) or Buffer(names[id(st)], physical_shape(st.layouts, t.shape),
-                                    t.dtype, "intermediate")
+    bufs = []
+    for k, t in enumerate(op.outputs):
+        bufs.append(outs.get((st, k)) or Buffer(
+            _out_name(names[id(st)], op, k), physical_shape(st.layouts, t.shape), t.dtype,
+            "intermediate"))
     var_names = {v: f"d{k}" for k, v in enumerate(axis_vars + reduce_vars)}
     rd = _Reads(var_names, stage_of)
-    rd.visit(body)
-    plan = StagePlan(st, index, body, axis_vars, reduce_vars, leaves, r, buf, rd.out,
-                     scope=st.scope or "global")
+    for k, body in enumerate(bodies):
+        if k and isinstance(body, Reduce):
+            # the elements of a tuple reduction share their where= (read once)
+            rd.visit(body.source)
+            if body.init is not None:
+                rd.in_init = True
+                rd.visit(body.init)
+                rd.in_init = False
+        else:
+            rd.visit(body)
+    body = bodies[0]
+    plan = StagePlan(st, index, body, axis_vars, reduce_vars, leaves, r, bufs[0], rd.out,
+                     scope=st.scope or "global", bodies=tuple(bodies), outs=bufs)
     if isinstance(body, Reduce) and body.condition is not None:
         # an affine where= restricts the update's domain: isl then emits tight loops
         plan.where = iu.condition_str(body.condition, var_names)
@@ -309,7 +382,8 @@ def _consumers(plans: list[StagePlan], plan_of: dict) -> dict:
     for c in plans:
         for rd in c.reads:
             prod = plan_of.get(id(rd.source))
-            if prod is not None and not any(x is c for x in out[id(prod)]):
+            # a scan reads itself: not a consumer whose reads size an attached region
+            if prod is not None and prod is not c and not any(x is c for x in out[id(prod)]):
                 out[id(prod)].append(c)
     return out
 

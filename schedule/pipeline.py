@@ -24,8 +24,8 @@ ast                   the isl schedule tree of the program or of each kernel (``
                       with fallbacks where isl is wrong), converted at once into loop IR
                       (``astgen.py``)
 loop_passes           ``LOOP_PASSES``: bfloat16 arithmetic in float32, simplify,
-                      vector-loop legalisation, unroll, ...
-                      (``passes/``)
+                      vector-loop legalisation, unroll, ..., and last the sharing of
+                      common subexpressions through let-bindings (``passes/``)
 kernel_launch         the bodies assembled: one ``KernelLaunch`` per kernel on GPUs
 allocation            an ``Allocate`` for every intermediate, its scope chosen within the
                       target's stack limits (``passes/storage.py``)
@@ -69,6 +69,7 @@ from .model import Model, build_model
 from .passes.bfloat16 import legalize_bfloat16
 from .passes.loops import (dedup_syncs, legalize_vector_loops, serialize_nested_parallel,
                            unroll)
+from .passes.share import share_subexpressions
 from .passes.simplify import simplify
 from .passes.storage import allocate_intermediates, flatten_storage
 from .rfactor import lower_cross_thread_reductions
@@ -87,6 +88,7 @@ LOOP_PASSES = (
     ("simplify", simplify),
     ("serialize_nested_parallel", serialize_nested_parallel),
     ("dedup_syncs", dedup_syncs),
+    ("share_subexpressions", share_subexpressions),
 )
 
 #: The phase ``lower`` stops after unless told otherwise.

@@ -101,6 +101,8 @@ class StagePlan:
     acc: Buffer | None = None         # the wide accumulator of a reduction (see module doc)
     acc_access: dict = field(default_factory=dict)   # statement name -> its index into acc
     tensorize: object = None          # tensorize.Tensorized, set by the tensorize phase
+    bodies: tuple = ()                # one body per output (``body`` is the first)
+    outs: list = field(default_factory=list)   # one buffer per output (``buffer`` is the first)
 
     @property
     def name(self) -> str:
@@ -200,6 +202,8 @@ class Model:
     stage_of: dict                   # id(Operation) -> Stage
     padded: bool = False
     rolled: set = field(default_factory=set)  # keys of unroll loops kept rolled (limits.py)
+    outs: dict = field(default_factory=dict)  # (Stage, value_index) -> Buffer, every output
 
     def buffer_of(self, t: Tensor) -> Buffer:
-        return self.buffers[self.stage_of[id(t.op)]]
+        st = self.stage_of[id(t.op)]
+        return self.outs.get((st, t.value_index)) or self.buffers[st]

@@ -130,6 +130,15 @@ def _check_combiner(stage: Stage, comb: CommReducer, primitive: str = "rfactor")
         f"its reduction loops); the laws are proven for {PROVABLE}"))
 
 
+def _check_one_output(stage: Stage, primitive: str) -> None:
+    if stage.op.num_outputs > 1:
+        fail(primitive, f"stage {stage.name!r} is a tuple reduction with "
+             f"{stage.op.num_outputs} outputs; partial reductions of tuples are not "
+             f"supported", "a reduction with one output",
+             hint="keep this reduction sequential (its spatial loops can still be split, "
+             "parallelized and bound)")
+
+
 def _partial_combiner(red: Reduce) -> CommReducer:
     """The combiner of the partial reductions: that of the accumulation dtype (float32 for a
     float16 reducer that rounds, see :mod:`polytile.te.dtype`), so partials are not rounded
@@ -183,6 +192,7 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
     factor_axis = _normalise_factor_axis(stage, factor_axis, ndim)
     body: Reduce = op.body[0]
     _check_combiner(stage, body.combiner)
+    _check_one_output(stage, "rfactor")
     part = _partial_combiner(body)
     pdt = part.result.dtype
     # the partial-reduction op: spatial axes (copies) with `axis` inserted, other leaves reduce
@@ -287,6 +297,7 @@ def lower_cross_thread_reductions(sch: Schedule) -> Schedule:
                 "bind", f"stage {name!r} has no spatial loop around its cross-thread "
                 f"reduction", "keep at least one spatial loop (bound to blockIdx)"))
         _check_combiner(st, st.op.body[0].combiner, "bind")
+        _check_one_output(st, "bind")
         del st.annotations[iv]
         try:
             rf = rfactor(sch, st.op.output(0), iv, 0)

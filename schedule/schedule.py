@@ -6,6 +6,7 @@ from polytile.errors import ScheduleError, format_error
 from polytile.te.depth import deep
 from polytile.te.expr import IterVar
 from polytile.te.tensor import Operation, Tensor
+from polytile.te.scan import ScanOp
 
 from .cache import cache_read, cache_write
 from .group import create_group
@@ -49,6 +50,11 @@ class Schedule:
             st = Stage(op, self)
             self.stages.append(st)
             self.stage_map[op] = st
+        for st in list(self.stages):
+            if isinstance(st.op, ScanOp):
+                # TVM schedules a scan through its update (s[s_update]), whose axes the
+                # scan's stage shares; the update itself is inlined into the scan
+                self.stage_map.setdefault(st.op.update[0].op, st)
 
     def __getitem__(self, key) -> Stage:
         op = key.op if isinstance(key, Tensor) else key
@@ -102,7 +108,9 @@ class Schedule:
         names = [self[r].name for r in (readers if isinstance(readers, (list, tuple))
                                         else [readers])]
         out = cache_read(self, tensor, scope, readers)
-        self.trace.append(Step("cache_read", self[tensor].name, (scope, tuple(names))))
+        k = getattr(tensor, "value_index", 0)   # an output of a multi-output stage
+        self.trace.append(Step("cache_read", self[tensor].name, (scope, tuple(names)),
+                               (("value_index", k),) if k else ()))
         return out
 
     @deep("rfactor")
@@ -116,12 +124,14 @@ class Schedule:
         return out
 
     @deep("cache_write")
-    def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
-        """Compute ``tensor`` into a cache in ``scope``; see
-        :func:`polytile.schedule.cache.cache_write`."""
-        name = self[tensor].name
+    def cache_write(self, tensor, scope: str):
+        """Compute ``tensor`` (or the list of all outputs of one stage) into a cache in
+        ``scope``; see :func:`polytile.schedule.cache.cache_write`."""
+        several = isinstance(tensor, (list, tuple))
         out = cache_write(self, tensor, scope)
-        self.trace.append(Step("cache_write", name, (scope,)))
+        name = self[tensor[0] if several else tensor].name
+        self.trace.append(Step("cache_write", name, (scope,),
+                               (("all_outputs", True),) if several else ()))
         return out
 
     def create_group(self, outputs, inputs, include_inputs: bool = False):
@@ -212,7 +222,8 @@ def replay(trace: list[Step], sch: Schedule) -> Schedule:
         st = stage(step.stage)
         args = list(step.args)
         if step.primitive == "cache_read":
-            t = sch.cache_read(st.op.output(0), args[0], [stage(n).op for n in args[1]])
+            t = sch.cache_read(st.op.output(dict(step.kwargs).get("value_index", 0)), args[0],
+                               [stage(n).op for n in args[1]])
             by_name.setdefault(t.op.name, sch[t])
             continue
         if step.primitive == "rfactor":
@@ -220,7 +231,9 @@ def replay(trace: list[Step], sch: Schedule) -> Schedule:
             by_name.setdefault(t.op.name, sch[t])
             continue
         if step.primitive == "cache_write":
-            t = sch.cache_write(st.op.output(0), args[0])
+            t = sch.cache_write(list(st.op.outputs) if dict(step.kwargs).get("all_outputs")
+                                else st.op.output(0), args[0])
+            t = t[0] if isinstance(t, list) else t
             by_name.setdefault(t.op.name, sch[t])
             continue
         if step.primitive == "create_group":

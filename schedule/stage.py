@@ -15,6 +15,7 @@ import numpy as np
 from polytile.errors import ScheduleError, fail, format_error
 from polytile.te.expr import IterVar, Range, Var
 from polytile.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
+from polytile.te.scan import ScanOp
 
 from .kinds import Annotation, LoopKind, ThreadTag, annotation_name
 from .relations import Fuse, Singleton, Split, Step, Transform
@@ -517,6 +518,7 @@ class Stage(StorageMixin, TensorizeMixin):
             For a reduction, a placeholder, or an output of the schedule.
         """
         self._require_compute("compute_inline")
+        self._refuse_scan("compute_inline")
         if self.op.reduce_axis:
             fail("compute_inline", f"stage {self.name!r} is a reduction",
                        "only elementwise computes can be inlined",
@@ -526,6 +528,13 @@ class Stage(StorageMixin, TensorizeMixin):
                        "inline intermediate stages only")
         self.attach_type, self.attach_stage, self.attach_ivar = "inline", None, None
         self._record("compute_inline")
+
+    def _refuse_scan(self, primitive: str) -> None:
+        """A scan reads the rows it wrote before: it needs its whole buffer at the root."""
+        if isinstance(self.op, ScanOp):
+            fail(primitive, f"stage {self.name!r} is a te.scan, which reads its own earlier "
+                 f"rows", "a scan computed at the root",
+                 hint="schedule its spatial axes instead (split, parallel, bind)")
 
     def compute_root(self) -> None:
         """Compute this stage in its own loop nest at the top level (the default), or, for
@@ -554,6 +563,7 @@ class Stage(StorageMixin, TensorizeMixin):
             the attach would form a cycle, or this stage is an output.
         """
         self._require_compute("compute_at")
+        self._refuse_scan("compute_at")
         if isinstance(parent, Tensor):
             parent = self.schedule[parent]
         if not isinstance(parent, Stage) or parent.schedule is not self.schedule:

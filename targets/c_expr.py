@@ -186,6 +186,11 @@ class CExprPrinter:
                                           "expected an op that polytile.te defines for this "
                                           "dtype", Kernel=self.kname))
         op = _INFIX[e.op]
+        if (e.op in ("truncdiv", "truncmod") and dt.is_signed(t) and dt.bits(t) >= 32
+                and not (isinstance(e.b, Const) and e.b.value not in (-1, 0))):
+            # C's INT_MIN / -1 is undefined (a trap on x86): the helper wraps like numpy
+            name = "pt_sdiv" if e.op == "truncdiv" else "pt_smod"
+            return f"{self.helper(name)}<{self.d.ctype(t)}>({strip_parens(a)}, {strip_parens(b)})"
         if t == "bool":
             return f"((bool)({a} {op} {b}))"
         if dt.is_int(t) and dt.bits(t) < 32:
@@ -291,6 +296,9 @@ class CExprPrinter:
             # a plain ``a > b ? a : b`` drop one)
             "pt_fmin": "(a <= b || a != a) ? a : b",
             "pt_fmax": "(a >= b || a != a) ? a : b",
+            # signed division and remainder that wrap at the minimum divided by -1
+            "pt_sdiv": "b == (T)-1 ? (T)(0ULL - (unsigned long long)a) : a / b",
+            "pt_smod": "b == (T)-1 ? (T)0 : a % b",
         }
         if name == "pt_abs":
             # negation through unsigned arithmetic: wraps at the minimum instead of UB

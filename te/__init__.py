@@ -8,7 +8,7 @@ and ``sum``/``max``/``min``/``comm_reducer`` express reductions. The schedule AP
 from __future__ import annotations
 
 from .expr import (Call, Cast, Cmp, CommReducer, Const, Expr, IterVar, Range, Reduce,
-                   Select, TensorRead, Var, const)
+                   Select, TensorRead, TupleCommReducer, Var, const)
 from .expr import logical_and as all
 from .expr import logical_or as any
 from .expr import select as if_then_else
@@ -25,6 +25,7 @@ from .tensor import (ComputeOp, Operation, PlaceholderOp, Tensor, TensorSlice, c
                      placeholder)
 from .tensor import reduce_axis, var
 from .tensor_intrin import TensorIntrin, decl_tensor_intrin, extern
+from .scan import ScanOp, scan
 
 
 class _AxisSeparator:
@@ -60,7 +61,8 @@ __all__ = [
     "IterVar", "acos",
     "asin", "atan", "atan2", "copysign", "cosh", "expm1", "hypot", "indexdiv", "indexmod",
     "isfinite", "isinf", "log1p", "nearbyint", "sinh", "tan",
-    "Operation", "PlaceholderOp", "Range", "Reduce", "Reducer", "Select", "Tensor", "TensorSlice",
+    "Operation", "PlaceholderOp", "Range", "Reduce", "Reducer", "ScanOp", "Select", "Tensor",
+    "TensorSlice", "TupleCommReducer", "scan",
     "TensorRead", "Var", "abs", "all", "any", "ceil", "comm_reducer", "compute", "const",
     "cos", "create_schedule", "erf", "exp", "exp2", "fast_erf", "fast_exp", "fast_tanh", "floor", "floordiv", "floormod", "fmod",
     "if_then_else", "isnan", "log", "log2", "log10", "max", "max_value", "min", "min_value",

@@ -28,13 +28,17 @@ order -- are read as ``max``/``min``, and casts between float dtypes are dropped
   (``logsumexp``);
 * ``bool`` combiners, checked on all values.
 
-Anything else is refused: first with a counterexample when one is found by evaluating
-``f`` exactly on sample values (small numbers, every constant of ``f`` and ``c +- 1``,
-``-c``, negated pairs, large magnitudes), else as "cannot prove", with the forms above as
-the hint. A refusal of a lawful combiner is possible (keep the reduction sequential); an
-accepted unlawful one is not, up to the float caveat: floats are treated as real numbers
-(rounding and overflow ignored, as every compiler that reassociates a float reduction does;
-no NaN, and ``-0.0 == 0.0``, so a select-max is ``max``).
+Combiners over tuples whose elements are independent (a ``(sum, max)`` pair) have the laws
+of their elements; others (argmax over ``(index, value)`` pairs, whose index follows the
+values) are not proven: their reductions keep their sequential order (no cross-thread bind
+or reorder of their reduction loops; rfactor of any tuple reduction is refused). Anything
+else is refused: first with a counterexample when one is found by evaluating ``f`` exactly
+on sample values (small numbers, every constant of ``f`` and ``c +- 1``, ``-c``, negated
+pairs, large magnitudes), else as "cannot prove", with the forms above as the hint. A
+refusal of a lawful combiner is possible (keep the reduction sequential); an accepted
+unlawful one is not, up to the float caveat: floats are treated as real numbers (rounding
+and overflow ignored, as every compiler that reassociates a float reduction does; no NaN,
+and ``-0.0 == 0.0``, so a select-max is ``max``).
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from fractions import Fraction
 from . import dtype as dt
 from . import polynomial as pl
 from .expr import (And, Binary, Call, Cast, Cmp, CommReducer, Const, Expr, Not, Or, Select,
-                   Var)
+                   TupleCommReducer, Var)
 from .visitor import ExprMutator, collect, structural_equal
 
 #: the forms whose laws are proven, for messages
@@ -95,6 +99,8 @@ def _law_text(law: str, comb: CommReducer) -> str:
 
 
 def _first_violation(comb: CommReducer, laws: tuple) -> Violation | None:
+    if isinstance(comb, TupleCommReducer):
+        return _tuple_violation(comb, laws)
     bad = _unevaluable(comb)
     if bad:
         return Violation(bad, refuted=False)
@@ -112,6 +118,28 @@ def _first_violation(comb: CommReducer, laws: tuple) -> Violation | None:
             return Violation(f"{_law_text(law, comb)} does not hold ({proof.form})", True)
     law = open_laws[0]
     return Violation(f"{_law_text(law, comb)} cannot be proven: {proof.why_not}", False)
+
+
+def _tuple_violation(comb: TupleCommReducer, laws: tuple) -> Violation | None:
+    """A tuple combiner whose elements are independent (element ``k`` reads only ``x[k]``
+    and ``y[k]``, e.g. a ``(sum, max)`` pair) has the laws of all its elements; any
+    other (argmax's index follows the values) is not proven."""
+    for k, r in enumerate(comb.result):
+        own = {id(comb.lhs[k]), id(comb.rhs[k])}
+        if any(id(v) not in own for v in collect(r, Var)):
+            # argmax as TVM's tutorial writes it keeps the accumulator on ties: it is not
+            # commutative there, and its fold depends on the order of equal values
+            return Violation(
+                f"the laws of a combiner over tuples whose elements read each other "
+                f"({comb.size} elements; element {k} is {r}) are not proven (argmax/argmin "
+                f"keep the first of equal values, which depends on the order)", refuted=False)
+    for k, r in enumerate(comb.result):
+        part = CommReducer(f"{comb.name}.v{k}", comb.lhs[k], comb.rhs[k], r,
+                           comb.identity[k])
+        why = _first_violation(part, laws)
+        if why is not None:
+            return Violation(f"element {k} of the tuple: {why}", why.refuted)
+    return None
 
 
 @dataclass

@@ -8,8 +8,9 @@ Meaning of the IR, stated once:
   only inside code generation.
 * Integer arithmetic wraps around in two's complement in the declared dtype;
   ``floordiv``/``floormod`` round toward negative infinity (``floormod`` takes the sign of
-  the divisor), ``truncdiv``/``truncmod`` round toward zero (C semantics). Division by
-  zero is undefined behaviour. The numerics rule (literals, accumulation dtype of
+  the divisor), ``truncdiv``/``truncmod`` round toward zero (C semantics). The minimum
+  integer divided by -1 wraps like numpy (quotient ``INT_MIN``, remainder 0). Division by
+  zero is an error (refused for constants, a run-time check for data). The numerics rule (literals, accumulation dtype of
   reductions, NaN in max/min) is stated in :mod:`polytile.te.dtype`.
 * Float arithmetic is IEEE-754 without fast-math: code generators may contract ``a*b + c``
   into one fused multiply-add (as C compilers do by default) and nothing else.
@@ -312,6 +313,11 @@ class Reduce(Expr):
 
     Only allowed as the whole body of a compute. ``init`` (optional) replaces the
     combiner's identity as the initial value.
+
+    A *tuple* reduction (a :class:`TupleCommReducer`, e.g. argmax over ``(index, value)``
+    pairs) is one ``Reduce`` per output, all sharing ``combiner``, ``axis`` and
+    ``condition``: ``source`` and ``init`` are those of output ``value_index``, and the
+    compute that holds them updates every output at once (TVM's ``Reduce.value_index``).
     """
 
     combiner: CommReducer
@@ -319,6 +325,7 @@ class Reduce(Expr):
     axis: tuple
     condition: Expr | None
     init: Expr | None
+    value_index: int = 0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -340,6 +347,35 @@ class CommReducer:
         from .visitor import substitute  # cycle: the visitor walks these classes
 
         return substitute(self.result, {self.lhs: acc, self.rhs: value})
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TupleCommReducer:
+    """A combiner over tuples, ``(r_0, ..., r_n) = f((x_0, ..., x_n), (y_0, ..., y_n))``,
+    with one identity per element (TVM's ``CommReducer`` with several ``lhs``/``rhs``);
+    specialised to one dtype per element. Built by :func:`polytile.te.comm_reducer` when
+    ``fcombine`` returns a tuple. ``x`` is the accumulator, ``y`` the new value: a
+    combiner that is not commutative (argmax keeping the first of equal values) is folded
+    in the order of the reduction axes, which every accepted schedule keeps."""
+
+    name: str
+    lhs: tuple
+    rhs: tuple
+    result: tuple
+    identity: tuple
+    generic: Any = None
+
+    @property
+    def size(self) -> int:
+        return len(self.result)
+
+    def combine_all(self, acc: tuple, value: tuple) -> tuple:
+        """Every element of the combiner applied to the tuples ``acc`` and ``value``."""
+        from .visitor import substitute  # cycle: the visitor walks these classes
+
+        m = dict(zip(self.lhs, acc))
+        m.update(zip(self.rhs, value))
+        return tuple(substitute(r, m) for r in self.result)
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,7 +90,9 @@ class ExprPrinter:
 
     def print_Reduce(self, e: Reduce) -> str:
         axes = ", ".join(a.var.name for a in e.axis)
-        s = f"{e.combiner.name}({self.print(e.source)}, axis=[{axes}]"
+        # an element of a tuple reduction: which one (argmax.v0 is the index)
+        name = e.combiner.name + (f".v{e.value_index}" if hasattr(e.combiner, "size") else "")
+        s = f"{name}({self.print(e.source)}, axis=[{axes}]"
         if e.condition is not None:
             s += f", where={self.print(e.condition)}"
         if e.init is not None:

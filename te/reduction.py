@@ -6,7 +6,7 @@ from polytile.errors import DefinitionTypeError, DefinitionValueError
 
 from . import dtype as dt
 from .expr import (And, Binary, Cmp, CommReducer, Const, Expr, ExprOp, IterVar, Not, Or,
-                   Reduce, Select, Var, binary, cast, child_fields, convert)
+                   Reduce, Select, TupleCommReducer, Var, binary, cast, child_fields, convert)
 
 
 class Reducer:
@@ -29,7 +29,19 @@ class Reducer:
     def specialise(self, dtype: str) -> CommReducer:
         """The combiner for one dtype."""
         lhs, rhs = Var(dtype, "x"), Var(dtype, "y")
-        result = convert(self.fcombine(lhs, rhs), dtype)
+        try:
+            result = self.fcombine(lhs, rhs)
+        except (TypeError, IndexError) as exc:
+            raise DefinitionTypeError(
+                f"comm_reducer {self.name!r}: fcombine fails on one {dtype} value ({exc}); "
+                f"a combiner over tuples reduces a tuple of expressions, e.g. "
+                f"{self.name}((k, A[i, k]), axis=k)") from None
+        if isinstance(result, (tuple, list)):
+            raise DefinitionTypeError(
+                f"comm_reducer {self.name!r}: fcombine returns {len(result)} values; "
+                f"expected a tuple of {len(result)} expressions to reduce, e.g. "
+                f"{self.name}((k, A[i, k]), axis=k)")
+        result = convert(result, dtype)
         if result.dtype != dtype:
             raise DefinitionTypeError(
                 f"comm_reducer {self.name!r}: combiner returns {result.dtype} for "
@@ -40,6 +52,40 @@ class Reducer:
                 f"comm_reducer {self.name!r}: identity for {dtype} is {identity}; "
                 f"expected a constant")
         return CommReducer(self.name, lhs, rhs, result, cast(identity, dtype), self)
+
+    def specialise_tuple(self, dtypes: tuple) -> TupleCommReducer:
+        """The combiner over tuples of elements of ``dtypes`` (``fcombine`` takes two tuples
+        and returns one, ``fidentity(*dtypes)`` returns one constant per element)."""
+        n = len(dtypes)
+        lhs = tuple(Var(d, f"x{k}") for k, d in enumerate(dtypes))
+        rhs = tuple(Var(d, f"y{k}") for k, d in enumerate(dtypes))
+        try:
+            out = self.fcombine(lhs, rhs)
+            ident = self.fidentity(*dtypes)
+        except TypeError as exc:
+            raise DefinitionTypeError(
+                f"comm_reducer {self.name!r}: reducing a tuple of {n} values, fcombine(x, y) "
+                f"takes two tuples of {n} and fidentity takes {n} dtypes ({exc})") from None
+        for what, val in (("fcombine", out), ("fidentity", ident)):
+            if not isinstance(val, (tuple, list)) or len(val) != n:
+                raise DefinitionTypeError(
+                    f"comm_reducer {self.name!r}: {what} returns {val!r} for a tuple of {n} "
+                    f"values; expected a tuple of {n}")
+        result, identity = [], []
+        for k, (r, e, d) in enumerate(zip(out, ident, dtypes)):
+            r = convert(r, d)
+            if r.dtype != d:
+                raise DefinitionTypeError(
+                    f"comm_reducer {self.name!r}: element {k} of the combiner has dtype "
+                    f"{r.dtype} for {d} operands; expected {d}")
+            e = convert(e, d)
+            if not isinstance(e, Const):
+                raise DefinitionTypeError(
+                    f"comm_reducer {self.name!r}: identity element {k} is {e}; expected a "
+                    f"constant")
+            result.append(r)
+            identity.append(cast(e, d))
+        return TupleCommReducer(self.name, lhs, rhs, tuple(result), tuple(identity), self)
 
     def __call__(self, expr, *rest, axis=None, where=None, init=None):
         """``reducer(expr, axis, where=None, init=None)`` reduces; ``reducer(a, b, ...)``
@@ -79,6 +125,8 @@ class Reducer:
             raise DefinitionTypeError(
                 f"te.{self.name}: where={where!r} is not a condition; expected a "
                 f"bool expression")
+        if isinstance(expr, (tuple, list)):
+            return self._reduce_tuple(tuple(expr), axis, where, init)
         return self._reduce(expr, axis, where, init)
 
     def _elementwise(self, operands: tuple) -> Expr:
@@ -106,7 +154,26 @@ class Reducer:
             out = comb.combine(out, cast(e, d))
         return out
 
-    def _reduce(self, expr, axis, where, init) -> Expr:
+    def _reduce_tuple(self, exprs: tuple, axis, where, init) -> tuple:
+        """One :class:`Reduce` per element of ``exprs``, sharing a tuple combiner, the
+        axes and ``where``: the body of a compute with ``len(exprs)`` outputs."""
+        if len(exprs) < 1:
+            raise DefinitionTypeError(f"te.{self.name}: an empty tuple to reduce; expected "
+                                      f"one or more expressions")
+        sources = tuple(convert(e) for e in exprs)
+        if init is not None and (not isinstance(init, (tuple, list))
+                                 or len(init) != len(sources)):
+            raise DefinitionTypeError(
+                f"te.{self.name}: init={init!r} for a tuple of {len(sources)} values; "
+                f"expected a tuple of {len(sources)} initial values")
+        comb = self.specialise_tuple(tuple(e.dtype for e in sources))
+        first = self._reduce(sources[0], axis, where, None, comb)   # checks axis and where
+        inits = (tuple(cast(convert(x, e.dtype), e.dtype) for x, e in zip(init, sources))
+                 if init is not None else (None,) * len(sources))
+        return tuple(Reduce(e.dtype, comb, e, first.axis, first.condition, ini, k)
+                     for k, (e, ini) in enumerate(zip(sources, inits)))
+
+    def _reduce(self, expr, axis, where, init, comb=None) -> Expr:
         axes = (axis,) if isinstance(axis, IterVar) else tuple(axis)
         for a in axes:
             if not isinstance(a, IterVar) or a.iter_type != "reduce":
@@ -119,7 +186,7 @@ class Reducer:
                 f"te.{self.name}: reduce_axis {dup.var.name!r} appears twice in "
                 f"axis=; expected each reduce axis once")
         source = convert(expr)
-        comb = self.specialise(source.dtype)
+        comb = comb or self.specialise(source.dtype)
         cond = None
         if where is not None:
             cond = convert(where, "bool")
@@ -136,6 +203,8 @@ def accumulation_dtype(red: Reduce) -> str:
     only select among their operands (``max``, ``min``, ``select``), which are exact in any
     dtype."""
     wide = dt.accumulation_dtype(red.dtype)
+    if isinstance(red.combiner, TupleCommReducer):
+        return red.dtype    # each element in its own dtype, as TVM does
     if wide == red.dtype or _selects_only(red.combiner.result):
         return red.dtype
     return wide

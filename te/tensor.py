@@ -10,6 +10,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from polytile.errors import (DefinitionIndexError, DefinitionTypeError, DefinitionValueError,
                              format_error)
 
@@ -76,7 +78,8 @@ class Tensor:
             raise DefinitionTypeError(
                 f"{self.name}[...]: slices are not supported in a compute "
                 f"definition; index every dimension with an expression")
-        e = convert(x, "int32")
+        big = isinstance(x, (int, np.integer)) and not -(2**31) <= int(x) < 2**31
+        e = convert(int(x) if big else x, "int64" if big else "int32")
         if not dt.is_int(e.dtype):
             raise DefinitionTypeError(
                 f"{self.name}[...]: index {k} ({e}) has dtype {e.dtype}; "
@@ -202,8 +205,9 @@ class PlaceholderOp(Operation):
 class ComputeOp(Operation):
     """``out[axis] = body`` for every point of the spatial ``axis`` box.
 
-    ``body`` is a tuple with one expression; when it is a :class:`Reduce`, ``reduce_axis``
-    lists its reduction axes.
+    ``body`` holds one expression per output (all outputs share the axes, so one stage
+    computes them in one loop nest); when they are :class:`Reduce` nodes (one, or the
+    elements of one tuple reduction), ``reduce_axis`` lists their reduction axes.
     """
 
     axis: tuple = ()
@@ -224,7 +228,7 @@ class ComputeOp(Operation):
         return list(seen.values())
 
 
-def _shape(shape, who: str) -> tuple[int, ...]:
+def _shape(shape, who: str, tensor: str = "") -> tuple[int, ...]:
     if isinstance(shape, (int,)) or hasattr(shape, "__index__") and not isinstance(
             shape, (tuple, list)):
         shape = (shape,)
@@ -245,7 +249,20 @@ def _shape(shape, who: str) -> tuple[int, ...]:
                 f"{who}: dimension {k} is {int(s)}; expected a non-negative int "
                 f"(a zero-size dimension is legal, as in numpy)")
         out.append(int(s))
+    n = 1
+    for s in out:
+        n *= s
+    if n > INT64_MAX:
+        # flattened offsets are int64: past that, no target can address the elements
+        raise DefinitionValueError(format_error(
+            f"{who} {tensor!r}" if tensor else who, f"shape {tuple(out)} has {n} elements, more than an int64 offset reaches",
+            f"at most 2**63 - 1 = {INT64_MAX} elements",
+            hint="split the tensor into several smaller tensors"))
     return tuple(out)
+
+
+#: the largest element count of a tensor, index value and axis bound (offsets are int64)
+INT64_MAX = 2**63 - 1
 
 
 def placeholder(shape, dtype="float32", name: str = "placeholder") -> Tensor:
@@ -260,7 +277,7 @@ def placeholder(shape, dtype="float32", name: str = "placeholder") -> Tensor:
     name : str
         Name used in printed IR and as the argument name of built functions.
     """
-    return PlaceholderOp(name=name, shape=_shape(shape, "placeholder"),
+    return PlaceholderOp(name=name, shape=_shape(shape, "placeholder", name),
                          dtype=dt.canonical(dtype)).output(0)
 
 
@@ -294,12 +311,23 @@ def reduce_axis(dom, name: str = "rv") -> IterVar:
             raise DefinitionTypeError(
                 "reduce_axis: symbolic bounds are not supported yet; expected ints")
         rng = Range(int(lo), int(hi) - int(lo))
+    if rng.min < -(2**63) or rng.min + rng.extent - 1 > INT64_MAX or rng.extent > INT64_MAX:
+        raise DefinitionValueError(format_error(
+            f"reduce_axis {name!r}", f"range {dom!r} leaves int64",
+            f"bounds within [-2**63, 2**63 - 1] (iteration variables are at most int64)"))
     if rng.extent < 0:
         raise DefinitionValueError(
             f"reduce_axis: range of {name!r} is reversed ({dom!r}): it ends "
             f"before it starts; expected (lo, hi) with lo <= hi (an empty range "
             f"lo == hi reduces to the identity)")
-    return IterVar(Var("int32", name, True), rng, "reduce")
+    return IterVar(Var(_axis_dtype(rng.min, rng.extent), name, True), rng, "reduce")
+
+
+def _axis_dtype(lo: int, extent: int) -> str:
+    """``int32``, or ``int64`` for an axis whose values do not all fit in ``int32`` (TVM
+    types an iteration variable by its range the same way): its arithmetic in the
+    definition is then exact."""
+    return "int32" if -(2**31) <= lo and lo + extent - 1 < 2**31 else "int64"
 
 
 def _axis_names(fcompute, ndim: int, name: str) -> list[str]:
@@ -328,19 +356,27 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
         Output extents, each >= 1.
     fcompute : callable
         Takes one index variable per dimension and returns an expression; for a reduction,
-        the whole body must be one ``te.sum/max/min/<comm_reducer>(...)`` call.
+        the whole body must be one ``te.sum/max/min/<comm_reducer>(...)`` call. A tuple
+        of expressions (or the tuple a tuple ``comm_reducer`` returns, such as argmax's
+        ``(index, value)``) defines one output per element, all computed in one stage.
     name, tag, attrs
         Stage name (printed IR, argument names), a free-form tag and attributes.
+
+    Returns
+    -------
+    Tensor, or a list of Tensor for a tuple body of two or more (``T[k].op.output(k)``,
+    ``op.num_outputs``; buffers named ``name.v0``, ``name.v1``, ... as in TVM).
 
     Raises
     ------
     TypeError, ValueError
-        For a malformed body: a nested reduction, a reduction axis used outside its
-        reduction, a spatial axis of another compute, a wrong number of index arguments.
+        For a malformed body: a tuple mixing reductions with other values, a nested
+        reduction, a reduction axis used outside its reduction, a spatial axis of another
+        compute, a wrong number of index arguments.
     """
-    shp = _shape(shape, "compute")
+    shp = _shape(shape, "compute", name)
     names = _axis_names(fcompute, len(shp), name)
-    axis = tuple(IterVar(Var("int32", n, True), Range(0, e), "data_par")
+    axis = tuple(IterVar(Var(_axis_dtype(0, e), n, True), Range(0, e), "data_par")
                  for n, e in zip(names, shp))
     old = building_body(True)
     try:
@@ -348,9 +384,15 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
     finally:
         building_body(old)
     if isinstance(body, (tuple, list)):
-        raise DefinitionTypeError(
-            f"compute {name!r}: fcompute returned {len(body)} values; computes with "
-            f"several outputs are not supported yet")
+        return _compute_outputs(tuple(body), axis, name, tag, attrs)
+    body, reduce_axes = _check_body(body, axis, name)
+    op = ComputeOp(name=name, tag=tag, attrs=dict(attrs or {}), axis=axis,
+                   reduce_axis=tuple(reduce_axes), body=(body,))
+    return op.output(0)
+
+
+def _check_body(body, axis, name: str) -> tuple:
+    """``body`` converted and checked, with its reduce axes."""
     if body is None:
         raise DefinitionTypeError(format_error(
             f"compute {name!r}", "fcompute returned None",
@@ -373,9 +415,35 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
     else:
         _check_no_reduce(body, name)
     _check_vars(body, axis, reduce_axes, name)
+    return body, tuple(reduce_axes)
+
+
+def _compute_outputs(bodies: tuple, axis, name: str, tag: str, attrs) -> list:
+    """A compute with one output per element of ``bodies`` (TVM's multi-output compute):
+    plain expressions, or the elements of one tuple reduction (``argmax((k, A[i, k]),
+    axis=k)``). All outputs share the axes and the loop nest of one stage."""
+    if not bodies:
+        raise DefinitionTypeError(f"compute {name!r}: fcompute returned an empty tuple; "
+                                  f"expected one or more expressions")
+    checked = [_check_body(b, axis, name) for b in bodies]
+    bodies = tuple(b for b, _ in checked)
+    reds = [b for b in bodies if isinstance(b, Reduce)]
+    if reds:
+        comb = reds[0].combiner
+        same = (len(reds) == len(bodies) and getattr(comb, "size", 0) == len(bodies)
+                and all(r.combiner is comb and r.value_index == k and r.axis is reds[0].axis
+                        and r.condition is reds[0].condition for k, r in enumerate(reds)))
+        if not same:
+            raise DefinitionTypeError(format_error(
+                f"compute {name!r}", f"fcompute returned {len(bodies)} values of which "
+                f"{len(reds)} are reductions, not the elements of one tuple reduction",
+                "either expressions without reductions, or exactly the tuple returned by "
+                "one tuple te.comm_reducer call (TVM's rule)",
+                hint="compute separate reductions in separate computes"))
     op = ComputeOp(name=name, tag=tag, attrs=dict(attrs or {}), axis=axis,
-                   reduce_axis=tuple(reduce_axes), body=(body,))
-    return op.output(0)
+                   reduce_axis=tuple(reds[0].axis) if reds else (), body=bodies)
+    outs = [op.output(k) for k in range(op.num_outputs)]
+    return outs[0] if len(outs) == 1 else outs     # TVM's rule for a 1-tuple
 
 
 def _check_no_reduce(e: Expr, name: str) -> None:

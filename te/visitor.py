@@ -4,6 +4,14 @@
 generic walk over the node's sub-expression fields (declared in
 :func:`polytile.te.expr.child_fields`). A mutator returns the *same* object when no child
 changed, so unchanged subtrees keep their identity (Halide's ``IRMutator`` convention).
+
+Both are linear in the size of the expression *DAG*, not of the tree it unfolds to: an
+expression shared by several parents (``compute_inline`` of a stage read twice, a Python
+variable used twice in a compute lambda) is visited once per walker, and a mutator maps it
+to one shared result. Without that, a chain of ``L`` stages each reading its producer twice
+costs ``2**L`` visits. ``memo_key(e)`` says when two visits are the same: ``id(e)`` by
+default; a walker whose result depends on its own context (enclosing guards) adds that
+context to the key, or returns ``None`` to walk ``e`` again.
 """
 
 from __future__ import annotations
@@ -14,14 +22,34 @@ from typing import Callable
 from .expr import Expr, Var, child_fields
 
 
-class ExprVisitor:
-    """Read-only traversal: override ``visit_<Class>`` and call ``self.generic_visit``."""
+class _Memo:
+    """Per-walker memo of visits by :meth:`memo_key` (see the module docstring)."""
+
+    def memo_key(self, e):
+        """What identifies a visit of ``e``: equal keys give the first visit's result;
+        ``None`` walks ``e`` again."""
+        return id(e)
 
     def visit(self, e):
+        key = self.memo_key(e)
+        if key is not None:
+            try:
+                memo = self._memo
+            except AttributeError:
+                memo = self._memo = {}
+            hit = memo.get(key)
+            if hit is not None and hit[0] is e:
+                return hit[1]
         fn = getattr(self, "visit_" + type(e).__name__, None)
-        if fn is not None:
-            return fn(e)
-        return self.generic_visit(e)
+        out = fn(e) if fn is not None else self.generic_visit(e)
+        if key is not None:
+            memo[key] = (e, out)   # holding ``e`` keeps its id from being reused
+        return out
+
+
+class ExprVisitor(_Memo):
+    """Read-only traversal: override ``visit_<Class>`` and call ``self.generic_visit``.
+    Each node is visited once per walker and :meth:`memo_key` (the module docstring)."""
 
     def generic_visit(self, e) -> None:
         for f in child_fields(e):
@@ -34,14 +62,10 @@ class ExprVisitor:
                 self.visit(v)
 
 
-class ExprMutator:
-    """Rewriting traversal: ``visit_<Class>`` returns a replacement expression."""
-
-    def visit(self, e):
-        fn = getattr(self, "visit_" + type(e).__name__, None)
-        if fn is not None:
-            return fn(e)
-        return self.generic_visit(e)
+class ExprMutator(_Memo):
+    """Rewriting traversal: ``visit_<Class>`` returns a replacement expression. A node
+    shared by several parents is rewritten once (per :meth:`memo_key`), so sharing
+    survives the rewrite."""
 
     def generic_visit(self, e):
         changes = {}
@@ -68,16 +92,21 @@ def _children(e):
 
 
 def post_order_visit(e: Expr, fn: Callable[[Expr], None]) -> None:
-    """Call ``fn`` on every sub-expression of ``e``, children before parents (each
-    occurrence of a shared node). Iterative: any depth (see :mod:`polytile.te.depth`)."""
+    """Call ``fn`` on every sub-expression of ``e``, children before parents, once per
+    node (a node shared by several parents is visited once: linear in the DAG).
+    Iterative: any depth (see :mod:`polytile.te.depth`)."""
+    done: set[int] = set()
     stack = [(e, False)]
     while stack:
         x, expanded = stack.pop()
         if expanded:
             fn(x)
             continue
+        if id(x) in done:
+            continue
+        done.add(id(x))
         stack.append((x, True))
-        stack.extend((c, False) for c in reversed(list(_children(x))))
+        stack.extend((c, False) for c in reversed(list(_children(x))) if id(c) not in done)
 
 
 def collect(e: Expr, cls: type | tuple) -> list:

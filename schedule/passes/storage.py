@@ -224,7 +224,8 @@ class _FlattenExpr(ExprMutator):
 
 
 class _Flatten(StmtMutator):
-    ex = _FlattenExpr()
+    def __init__(self):
+        self.ex = _FlattenExpr()   # one per pass: its memo lives as long as the pass
 
     def visit_expr(self, e):
         return self.ex.visit(e)

@@ -156,10 +156,12 @@ def binop(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str,
                   "bitor": b.or_, "bitxor": b.xor, "shl": b.shl}
         if op in simple:
             return simple[op](x, y)
+        if op in ("truncdiv", "truncmod") and signed:
+            return _signed_div(b, op, x, y)
         if op == "truncdiv":
-            return b.sdiv(x, y) if signed else b.udiv(x, y)
+            return b.udiv(x, y)
         if op == "truncmod":
-            return b.srem(x, y) if signed else b.urem(x, y)
+            return b.urem(x, y)
         if op == "shr":
             return b.ashr(x, y) if signed else b.lshr(x, y)
         if op in ("min", "max"):
@@ -167,6 +169,29 @@ def binop(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str,
             return call_intrinsic(b, name, [x, y])
     raise BuildError(format_error("codegen_llvm", f"binary op {op!r} on {dtype} operands",
                                   "expected an op that polytile.te defines for this dtype"))
+
+
+def _splat(t: ir.Type, v: int) -> ir.Constant:
+    if isinstance(t, ir.VectorType):
+        return ir.Constant(t, [ir.Constant(t.element, v)] * t.count)
+    return ir.Constant(t, v)
+
+
+def _signed_div(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    """``sdiv``/``srem`` that wrap like numpy at ``INT_MIN / -1`` (LLVM's are undefined
+    there and x86's ``idiv`` traps): a divisor of -1 divides by 1 instead, and the
+    quotient is then negated with wrapping (``0 - x``); the remainder is 0 either way.
+    Constant divisors other than -1 (and 0) need no guard."""
+    c = getattr(y, "constant", None)
+    if isinstance(c, int) and c not in (-1, 0):
+        return b.sdiv(x, y) if op == "truncdiv" else b.srem(x, y)
+    if isinstance(c, int) and c == -1:
+        return b.sub(_splat(x.type, 0), x) if op == "truncdiv" else _splat(x.type, 0)
+    minus_one = b.icmp_signed("==", y, _splat(y.type, -1))
+    safe = b.select(minus_one, _splat(y.type, 1), y)
+    if op == "truncmod":
+        return b.srem(x, safe)
+    return b.select(minus_one, b.sub(_splat(x.type, 0), x), b.sdiv(x, safe))
 
 
 _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}

@@ -35,14 +35,24 @@ def test_tune_exit_code_log_and_summary(tuned):
     rc, out, err, log, png = tuned
     assert rc == 0, err
     lines = log.read_text().splitlines()
-    assert len(lines) == 8
+    assert len(lines) == 9  # 8 trials and the summary
     recs = [json.loads(x) for x in lines]
     assert all(r["workload"] == {"template": "matmul", "args": [64, 64, 64],
                                  "dtype": "float32"} for r in recs)
-    for key in ("best", "median time", "numpy", "trials", "wall time", "best config",
-                "records"):
+    assert [r["phase"] for r in recs] == ["search"] * 8 + ["summary"]
+    for r in recs:
+        assert r["threads"] >= 1 and r["spread"] >= 0 and isinstance(r["remeasured"], bool)
+    summ = recs[-1]["summary"]
+    assert set(summ["timings"]) >= {"best", "numpy"}
+    assert summ["rounds"] == (8 if summ["extended"] else 4)
+    assert summ["search"]["trials"] >= 1 and "numpy/best" in summ["ratios"]
+    for key in ("best", "median time", "numpy", "noise", "trials", "wall time",
+                "best config", "records"):
         assert f"  {key}" in out, out
     assert "GFLOP/s" in out and "x numpy" in out
+    # every time is a median with its spread; the noise line says how noisy the run was
+    assert out.count(" ± ") >= 2 and "timed alternately" in out and "re-measured" in out
+    assert any(w in out for w in ("(quiet)", "(noisy)", "(very noisy"))
     assert "8 measured" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "tuning" in err  # the progress bar
@@ -51,7 +61,7 @@ def test_tune_exit_code_log_and_summary(tuned):
 def test_records_commands(tuned):
     log = str(tuned[3])
     rc, out, _ = polytile("records", "show", log)
-    assert rc == 0 and "8 records" in out and "matmul(64, 64, 64)" in out
+    assert rc == 0 and "8 records" in out  # the summary line is not a trial and "matmul(64, 64, 64)" in out
     rc, out, _ = polytile("records", "best", log)
     assert rc == 0 and "GFLOP/s" in out and len(out.strip().splitlines()) == 3
     rc, out, _ = polytile("records", "summary", log)
@@ -64,6 +74,8 @@ def test_run_builds_the_best_record(tuned):
     assert rc == 0, err
     assert "matches numpy" in out and "for " in out and "GFLOP/s" in out
     assert f"{log}:" in out
+    # timed as the tuning summary was, and set beside it
+    assert "timed alternately" in out and f"(summary {log}:9)" in out and "now / then" in out
 
 
 def test_templates_command():
@@ -113,13 +125,13 @@ def test_ctrl_c_leaves_a_resumable_log(tmp_path):
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     assert "--resume" in err
-    n = len(log.read_text().splitlines())
+    n = len(log.read_text().splitlines())  # interrupted: no summary line
     assert 3 <= n < 200
     rc, out, err = polytile("tune", "matmul", "--args", "128,128,128", "--trials", str(n + 2),
                             "--log", str(log), "--resume", "--tuner", "random", "--quiet",
                             "--no-numpy", "--repeat", "2", "--min-repeat-ms", "2")
     assert rc == 0, err
-    assert len(log.read_text().splitlines()) == n + 2
+    assert len(log.read_text().splitlines()) == n + 3  # two trials and the summary
     assert f"{n} resumed" in out
 
 
@@ -129,6 +141,6 @@ def test_default_log_file(tmp_path):
     rc, out, err = polytile("tune", "matmul", "--args", "32,32,32", "--trials", "2", "--quiet",
                             "--no-numpy", "--tuner", "random", cwd=tmp_path)
     assert rc == 0, err
-    assert len((tmp_path / "polytile_tune.jsonl").read_text().splitlines()) == 2
+    assert len((tmp_path / "polytile_tune.jsonl").read_text().splitlines()) == 3
     rc, out, err = polytile("run", "matmul", "--args", "32,32,32", cwd=tmp_path)
     assert rc == 0 and "matches numpy" in out

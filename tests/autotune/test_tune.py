@@ -74,5 +74,6 @@ def test_cache_flush_threads_and_float64():
     res = tune("matmul", (32, 24, 16), dtype="float64", tuner="random", n_trial=3,
                measure_option=opt, seed=0)
     assert res.n_trials == 3 and res.n_failed == 0
-    assert all(len(r.costs) == 3 for r in res.records)
+    assert all(len(r.costs) == 3 for r in res.records)  # flushing: the least repeats
+    assert all(r.threads == 1 and r.phase == "search" for r in res.records)
     assert res.workload.key()["dtype"] == "float64"

@@ -176,9 +176,10 @@ def broadcast_mismatch():
     A + B
 
 
-def two_outputs_as_a_tuple():
+def two_outputs_mixing_a_reduction():
     A = _A()
-    te.compute((N,), lambda i: (A[i, 0], A[i, 1]), name="C")
+    k = te.reduce_axis((0, 2), name="k")
+    te.compute((N,), lambda i: (A[i, 0], te.sum(A[i, k], axis=k)), name="C")
 
 
 def create_schedule_of_a_list_of_lists():
@@ -276,9 +277,9 @@ CASES = [
     pytest.param(broadcast_mismatch, ValueError,
                  r"add: shapes \(3, 4\) and \(5,\) do not broadcast \(dimension 1\); expected",
                  id="broadcast-mismatch"),
-    pytest.param(two_outputs_as_a_tuple, TypeError,
-                 r"compute 'C': fcompute returned 2 values; computes with several outputs are "
-                 r"not supported", id="two-outputs-as-a-tuple"),
+    pytest.param(two_outputs_mixing_a_reduction, TypeError,
+                 r"compute 'C': fcompute returned 2 values of which 1 are reductions, not the "
+                 r"elements of one tuple reduction", id="two-outputs-mixing-a-reduction"),
     pytest.param(create_schedule_of_a_list_of_lists, TypeError,
                  r"create_schedule: got list \[ComputeOp.*; expected operations or tensors",
                  id="create-schedule-of-nested-lists"),

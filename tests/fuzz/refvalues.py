@@ -165,9 +165,7 @@ def int_binary(op: str, a: Val, b: Val, dtype: str) -> Val:
         if op in ("min", "max"):
             return Val(np.asarray((np.minimum if op == "min" else np.maximum)(x, y)), dtype)
         if op in ("floordiv", "floormod", "truncdiv", "truncmod"):
-            zero = y == 0
-            if dt.is_signed(dtype):  # INT_MIN / -1 overflows: undefined, as in C
-                zero = zero | ((y == -1) & (x == dt.min_value(dtype)))
+            zero = y == 0    # INT_MIN / -1 wraps to INT_MIN (numpy), below
             unsure = zero if np.any(zero) else None
             xw, yw = x.astype(wide), np.where(y == 0, 1, y).astype(wide)
             if op == "floordiv":

@@ -24,10 +24,12 @@ def _in_subprocess(code: str, timeout: float = 120) -> subprocess.CompletedProce
 
 
 # --------------------------------------------------------------------------- INT_MIN / -1
-def test_int_min_divided_by_minus_one_never_kills_the_process():
+def test_int_min_divided_by_minus_one_wraps_like_numpy():
     """numpy: ``int8(-128) // -1 == -128`` and ``% -1 == 0`` (wrapping, with a warning).
-    polytile: a constant divisor -1 wraps the same way; a divisor from data is checked at
-    run time and raises ZeroDivisionError (x86's idiv would trap and kill the process)."""
+    polytile: the same for a constant divisor -1 and for a divisor from data, every signed
+    width, floor and truncating forms, scalar and vectorized loops (x86's idiv would trap and
+    kill the process); a zero divisor from data still raises ZeroDivisionError. In a
+    subprocess: a trap must fail the test, not kill pytest."""
     res = _in_subprocess("""
         import numpy as np, polytile
         from polytile import te
@@ -47,16 +49,24 @@ def test_int_min_divided_by_minus_one_never_kills_the_process():
                             s[out].vectorize(out.op.axis[0])
                         m = polytile.build(s, args)
                         a = np.full(8, lo, dtype)
+                        a[1::2] = 7
                         b = np.full(8, -1, dtype)
                         o = np.zeros(8, dtype)
-                        try:
-                            m(*([a, b, o] if out is C else [a, o]))
-                        except ZeroDivisionError:
-                            assert out is C, (dtype, name)
-                            continue
-                        assert out is K, (dtype, name, "no check")
-                        want = lo if name.endswith("div") else 0
-                        assert (o == want).all(), (dtype, name, o)
+                        m(*([a, b, o] if out is C else [a, o]))
+                        with np.errstate(all="ignore"):
+                            want = {"floordiv": np.floor_divide(a, b),
+                                    "floormod": np.remainder(a, b),
+                                    "truncdiv": np.where(a == lo, lo, -a).astype(dtype),
+                                    "truncmod": np.zeros(8, dtype)}[name]
+                        assert (o == want).all(), (dtype, name, vec, o, want)
+                        if out is C:
+                            b[3] = 0
+                            try:
+                                m(a, b, o)
+                            except ZeroDivisionError as e:
+                                assert "stage 'C' divides by zero" in str(e), e
+                            else:
+                                raise AssertionError((dtype, name, "no zero check"))
         print("done")
     """)
     assert res.returncode == 0, res.stderr[-3000:]

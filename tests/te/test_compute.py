@@ -131,9 +131,17 @@ def test_tensor_used_as_scalar_raises(A):
         te.compute((n,), lambda i: A)
 
 
-def test_several_outputs_refused(A):
-    with pytest.raises(TypeError, match="several outputs are not supported"):
-        te.compute((n,), lambda i: (A[i, 0], A[i, 1]))
+def test_several_outputs_give_a_list_of_tensors(A):
+    outs = te.compute((n,), lambda i: (A[i, 0], A[i, 1]))
+    assert isinstance(outs, list) and len(outs) == 2
+    assert outs[0].op is outs[1].op and outs[0].op.num_outputs == 2
+    assert outs[1].op.output(1) is outs[1] and outs[1].value_index == 1
+
+
+def test_several_outputs_mixing_a_reduction_refused(A):
+    k = te.reduce_axis((0, 3), name="k")
+    with pytest.raises(TypeError, match="not the elements of one tuple reduction"):
+        te.compute((n,), lambda i: (A[i, 0], te.sum(A[i, k], axis=k)))
 
 
 def test_body_of_wrong_type_raises():
@@ -232,3 +240,8 @@ def test_incomplete_chained_index_raises(A):
         te.compute((n,), lambda i: A[i][1:3])
     with pytest.raises(IndexError, match="got 1 indices"):
         te.compute((n,), lambda i: A(i))       # a call takes every index at once
+
+
+def test_a_one_tuple_body_gives_one_tensor(A):
+    t = te.compute((n,), lambda i: (A[i, 0] + 1,), name="one")
+    assert isinstance(t, te.Tensor) and t.op.num_outputs == 1

@@ -64,3 +64,11 @@ def test_05_tensor_core_gemm_builds_and_checks_without_a_gpu():
     assert "interpreter: WMMA fp16->float32 lowering matches numpy" in out
     assert "interpreter: WMMA fp16->float16 lowering matches numpy" in out
     assert "CPU tensorize with an extern C micro-kernel: result matches numpy" in out
+
+
+def test_08_argmax_and_scan():
+    out = _run("08_argmax_and_scan.py", "--n", "13")
+    assert out.count("result matches numpy\n") == 3
+    assert "T_v0_next = " in out and "PQ.v1 = alloc(" in out
+    assert "rfactor refused: rfactor: polytile cannot prove that the combiner 'argmax'" in out
+    assert "parallel scan axis refused: parallel: loop 't' of stage 'scan'" in out

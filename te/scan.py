@@ -1,0 +1,202 @@
+"""Recurrences: ``te.scan`` (TVM v0.19's ``ScanOp``).
+
+``S = te.scan(init, update, state)`` defines ``S`` of the shape of ``update`` (``T`` time
+steps first): rows ``t < L`` (``L = init.shape[0]``) are ``init[t, ...]``, each later row is
+``update[t, ...]`` where ``update`` reads ``state[t - 1, ...]`` (any earlier row) as the
+already computed rows of ``S``. A read of the current row or a later one is refused by
+``lower`` (``ScheduleError`` naming the reading and the writing instance). With lists of
+tensors a scan carries several states and returns one tensor per state.
+
+In polytile a scan is one compute stage that reads its own buffer: its body is
+``if_then_else(t < L, init[t, ...], update's body)`` with every read of ``state`` redirected
+to the scan's own output (computes between ``update`` and ``state`` are inlined; ``init``
+stays a stage of its own, which ``s[init]`` schedules). The stage's axes *are*
+``update.op.axis`` (``scan_axis`` is the first), and ``s[update]`` is the scan's stage, so
+TVM's ``s[s_update].split(s_update.op.axis[1], ...)`` schedules it. The dependence of a row
+on earlier rows is an exact dependence of the stage (``schedule/deps.py``): the scan axis
+stays serial (``parallel``, ``vectorize``, ``bind`` or a reorder that runs a row before
+the rows it reads are refused with a violating pair), the spatial axes can be split,
+reordered, parallelized and bound. A scan is computed at the root (not inlined, not
+computed at another stage, not cache_write'd).
+
+Reference: TVM's scan tutorial (cumulative sum over rows) and ``te.scan``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polytile.errors import DefinitionTypeError, DefinitionValueError, format_error
+
+from .expr import Cmp, Const, Reduce, Select, TensorRead
+from .tensor import ComputeOp, PlaceholderOp, Tensor
+from .visitor import ExprMutator, collect, substitute
+
+
+@dataclass(frozen=True, eq=False)
+class ScanOp(ComputeOp):
+    """A recurrence over the first axis (see the module docstring). ``axis`` is
+    ``update.op.axis`` (``scan_axis`` first, over all ``T`` rows); ``body`` selects the
+    ``init`` rows and the update rows, the latter reading the op's own outputs."""
+
+    init: tuple = ()
+    update: tuple = ()
+    state_placeholder: tuple = ()
+    inputs: tuple = ()
+
+    @property
+    def scan_axis(self):
+        """The time axis (TVM's ``ScanOp.scan_axis``; here over all rows, ``[0, T)``)."""
+        return self.axis[0]
+
+    @property
+    def spatial_axis_(self) -> tuple:
+        """The other axes (TVM's ``spatial_axis_``)."""
+        return self.axis[1:]
+
+    @property
+    def input_tensors(self) -> list[Tensor]:
+        seen: dict[int, Tensor] = {}
+        for b in self.body:
+            for r in collect(b, TensorRead):
+                if r.tensor.op is not self:
+                    seen.setdefault(id(r.tensor), r.tensor)
+        return list(seen.values())
+
+
+def _as_list(x, what: str) -> list:
+    if isinstance(x, Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)) and x and all(isinstance(t, Tensor) for t in x):
+        return list(x)
+    raise DefinitionTypeError(format_error("scan", f"{what} is {x!r}",
+                                           "a tensor or a non-empty list of tensors"))
+
+
+class _State(ExprMutator):
+    """Reads of a state become reads of the scan's output; computes between ``update`` and
+    the states are inlined (their values at step ``t`` need the rows of this scan)."""
+
+    def __init__(self, states: list, outputs, reads_state):
+        self.states = {id(s.op): k for k, s in enumerate(states)}
+        self.outputs = outputs
+        self.reads_state = reads_state
+
+    def visit_TensorRead(self, r: TensorRead):
+        idx = tuple(self.visit(i) for i in r.indices)
+        k = self.states.get(id(r.tensor.op))
+        if k is not None:
+            return TensorRead(r.dtype, self.outputs[k], idx)
+        op = r.tensor.op
+        if op is self.outputs[0].op:   # already redirected (an inlined index revisited)
+            return TensorRead(r.dtype, r.tensor, idx)
+        if isinstance(op, ComputeOp) and self.reads_state(op):
+            body = op.body[r.tensor.value_index]
+            if isinstance(body, Reduce):
+                raise DefinitionTypeError(format_error(
+                    "scan", f"the update reads {op.name!r}, a reduction over the state",
+                    "elementwise computes between update and state_placeholder (they are "
+                    "inlined into the scan)"))
+            return self.visit(substitute(body, {iv.var: i for iv, i in zip(op.axis, idx)}))
+        if any(a is not b for a, b in zip(idx, r.indices)):
+            return TensorRead(r.dtype, r.tensor, idx)
+        return r
+
+
+def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: str = "",
+         attrs=None):
+    """A recurrence over the first axis (TVM's ``te.scan``; see the module docstring).
+
+    Parameters
+    ----------
+    init : Tensor[L, ...] or list of them
+        The first ``L >= 1`` rows of each state.
+    update : Tensor[T, ...] or list of them
+        Row ``t >= L`` of each state, reading earlier rows through ``state_placeholder``;
+        all outputs of one compute, without a reduction.
+    state_placeholder : Tensor[T, ...] or list of them
+        Placeholders standing for the states, of the shape and dtype of ``update``.
+    inputs : list of Tensor, optional
+        Accepted for TVM compatibility (the inputs are found from the bodies).
+    name, tag, attrs
+        As for :func:`polytile.te.compute`.
+
+    Returns
+    -------
+    Tensor, or a list of Tensor for lists: the states, shape ``[T, ...]``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For mismatched counts, shapes or dtypes, a state that is not a placeholder, an
+        update that is not a compute, a reduction in the update, or ``L`` not in
+        ``[1, T]``.
+    """
+    single = isinstance(init, Tensor)
+    inits = _as_list(init, "init")
+    updates = _as_list(update, "update")
+    states = _as_list(state_placeholder, "state_placeholder")
+    if not len(inits) == len(updates) == len(states):
+        raise DefinitionValueError(format_error(
+            "scan", f"{len(inits)} init, {len(updates)} update and {len(states)} state "
+            f"tensors", "one of each per state"))
+    uop = updates[0].op
+    if not isinstance(uop, ComputeOp) or any(u.op is not uop for u in updates):
+        raise DefinitionTypeError(format_error(
+            "scan", f"update {[u.name for u in updates]} is not the outputs of one compute",
+            "te.compute tensors (several states: the outputs of one multi-output compute)"))
+    if uop.reduce_axis:
+        raise DefinitionTypeError(format_error(
+            "scan", f"update {uop.name!r} is a reduction", "an elementwise update",
+            hint="compute the reduction in a compute that the update reads"))
+    if not uop.axis:
+        raise DefinitionValueError(format_error("scan", f"update {uop.name!r} has no axes",
+                                                "a time axis first"))
+    steps = updates[0].shape[0]
+    rows = inits[0].shape[0] if inits[0].ndim else 0
+    for i, u, s in zip(inits, updates, states):
+        if not isinstance(s.op, PlaceholderOp):
+            raise DefinitionTypeError(format_error(
+                "scan", f"state_placeholder {s.name!r} is not a placeholder",
+                "te.placeholder of the state's shape"))
+        if s.shape != u.shape or i.shape[1:] != u.shape[1:] or i.ndim != u.ndim:
+            raise DefinitionValueError(format_error(
+                "scan", f"shapes init {i.shape}, update {u.shape}, state {s.shape} do not "
+                f"agree", "state and update of one shape [T, ...], init [L, ...] with the "
+                "same trailing dimensions"))
+        if not s.dtype == u.dtype == i.dtype:
+            raise DefinitionTypeError(format_error(
+                "scan", f"dtypes init {i.dtype}, update {u.dtype}, state {s.dtype}",
+                "one dtype per state"))
+        if i.shape[0] != rows:
+            raise DefinitionValueError(format_error(
+                "scan", f"init tensors have {i.shape[0]} and {rows} rows", "equal row counts"))
+    if not 1 <= rows <= steps:
+        raise DefinitionValueError(format_error(
+            "scan", f"init has {rows} rows for {steps} steps", "1 <= init.shape[0] <= "
+            "update.shape[0]"))
+    state_ops = {id(s.op) for s in states}
+    memo: dict = {}
+
+    def reads_state(op) -> bool:
+        if id(op) not in memo:
+            memo[id(op)] = False
+            memo[id(op)] = any(id(t.op) in state_ops or reads_state(t.op)
+                               for t in op.input_tensors)
+        return memo[id(op)]
+
+    bodies = tuple(uop.body[u.value_index] for u in updates)
+    op = ScanOp(name=name, tag=tag, attrs=dict(attrs or {}), axis=uop.axis, reduce_axis=(),
+                body=bodies, init=tuple(inits), update=tuple(updates),
+                state_placeholder=tuple(states), inputs=tuple(inputs or ()))
+    t = uop.axis[0].var
+    first = Cmp("bool", "lt", t, Const(t.dtype, rows))
+    ivars = [iv.var for iv in uop.axis]
+    new = []
+    for i, b in zip(inits, bodies):
+        upd = _State(states, op.outputs, reads_state).visit(b)
+        new.append(Select(b.dtype, first, TensorRead(i.dtype, i, tuple(ivars)), upd))
+    # the body reads the op's own outputs, which exist only once the op does
+    object.__setattr__(op, "body", tuple(new))
+    outs = list(op.outputs)
+    return outs[0] if single else outs
