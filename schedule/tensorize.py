@@ -112,6 +112,9 @@ def _apply(model: Model, p: StagePlan, spec: tuple) -> None:
         fail("tensorize", f"loop {iv.name!r} of stage {p.name!r} is no longer a loop (it was "
              "split or fused after tensorize)", "tensorize a current loop, after the other "
              "primitives")
+    if len(p.stage.op.outputs) > 1:
+        fail("tensorize", f"{where}: the stage has {len(p.stage.op.outputs)} outputs",
+             "a stage of one output, as the intrinsic's")
     q = next(k for k, v in enumerate(p.leaves) if v is iv)
     inner = p.leaves[q:]
     for v in inner:

@@ -475,3 +475,16 @@ def test_export_library_links_the_extern_code(tmp_path):
     c = np.full((3, 16), np.nan, "float32")
     g(a, b, c)
     np.testing.assert_allclose(c, a @ b.T, rtol=1e-5)
+
+
+def test_refuse_multi_output_stage():
+    A = te.placeholder((4, 16), name="A")
+    P, Q = te.compute((4, 16), lambda i, j: (A[i, j] * 2, A[i, j] + 1), name="PQ")
+    s = te.create_schedule(P.op)
+    a = te.placeholder((16,), name="a")
+    c = te.compute((16,), lambda i: a[i] * 2, name="c")
+    intrin = te.decl_tensor_intrin(c.op, lambda ins, outs: tir.call_extern(
+        "int32", "f", outs[0].access_ptr("w"), ins[0].access_ptr("r")), name="dbl16")
+    s[P].tensorize(P.op.axis[1], intrin)
+    with pytest.raises(ScheduleError, match=r"the stage has 2 outputs"):
+        polytile.lower(s, [A, P, Q])
