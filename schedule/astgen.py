@@ -24,6 +24,7 @@ from .loop_ir import (Assert, Buffer, For, IfThenElse, LetStmt, Load, Stmt, Stor
 from .ast_check import mismatches
 from .kinds import LoopKind, loop_kind
 from .polymodel import LoopNode, Model, PolyStmt
+from .tensorize import make_tensor_call
 from .threads import barrier_plans, roles
 from .tree import build_schedule, stmts_below
 
@@ -387,6 +388,8 @@ def make_store(st: PolyStmt, idx: dict, model: Model) -> Stmt:
     """The loop-IR statement of one instance of ``st``, given the index expressions
     ``idx`` of its accesses (and of its axis values, key ``"ax"``)."""
     p = st.plan
+    if p.tensorize is not None and st.name in p.tensorize.parts:
+        return make_tensor_call(st, idx)
     ax = idx["ax"]
     own_vars = p.axis_vars + (p.reduce_vars if st.kind == "update" else [])
     env = {v: Cast(v.dtype, c) for v, c in zip(own_vars, ax)}

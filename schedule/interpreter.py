@@ -22,7 +22,7 @@ from polytile.te.depth import deep
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select, Var)
 
 from .loop_ir import (Allocate, Assert, Buffer, Evaluate, For, IfThenElse, KernelLaunch,
-                      LetStmt, Load, PrimFunc, Seq, Stmt, StmtFunctor, Store, Sync)
+                      LetStmt, Load, PrimFunc, Seq, Stmt, StmtFunctor, Store, Sync, TensorCall)
 
 _MATH = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log10": np.log10,
@@ -244,6 +244,14 @@ class _Interp(StmtFunctor):
         if not bool(self.expr(s.cond)):
             raise (ZeroDivisionError if s.error == "ZeroDivisionError" else IndexError)(
                 s.message)
+        return ()
+
+    def visit_TensorCall(self, s: TensorCall):
+        # the intrinsic's compute definition on the regions, never its code (extern C)
+        from .tensorize import eval_tensor_call
+
+        idx = [tuple(int(self.expr(i)) for i in ix) for ix in s.operand_indices()]
+        eval_tensor_call(s, [self.mem[id(b)] for b in s.buffers], idx)
         return ()
 
     def visit_Sync(self, s: Sync):

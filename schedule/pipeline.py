@@ -15,6 +15,8 @@ model                 inlining, statements, iteration domains, accesses, attach
                       ``limits.py``)
 legality              dependences, and each reorder/fuse/parallel/vectorize checked
                       against them (``deps.py``)
+tensorize             tensorized loop nests matched against their intrinsics with isl,
+                      their statements cut to one instance per call (``tensorize.py``)
 kernels               GPU only: one kernel per root stage, launch shapes and shared memory
                       checked against the target's ``DeviceLimits`` (``gpu.py``)
 ast                   the isl schedule tree of the program or of each kernel (``tree.py``),
@@ -72,6 +74,7 @@ from .passes.simplify import simplify
 from .passes.storage import allocate_intermediates, flatten_storage
 from .rfactor import lower_cross_thread_reductions
 from .schedule import Schedule
+from .tensorize import apply_tensorize
 from .validate import check_lower_inputs, check_store_predicates, validate_schedule
 
 log = logging.getLogger("polytile.lower")
@@ -163,6 +166,11 @@ def _legality(s: Lowering) -> None:
     s.units = [None]
 
 
+def _tensorize(s: Lowering) -> None:
+    """tensorized nests matched against their intrinsics, one statement per call"""
+    apply_tensorize(s.model)
+
+
 def _kernels(s: Lowering) -> None:
     """kernels, launch shapes and shared memory within the device limits"""
     s.units = kernels(s.model, s.target.limits)
@@ -192,7 +200,10 @@ def _kernel_launch(s: Lowering) -> None:
     else:
         (body,) = s.bodies
     _check_free_vars(body, s.model.params)
-    s.func = PrimFunc(s.name, tuple(s.model.params), body)
+    imports = tuple((kind, text) for st in s.sch.stages for prs in st.pragmas.values()
+                    for kind, text in prs if kind in ("import_llvm", "import_c"))
+    s.func = PrimFunc(s.name, tuple(s.model.params), body,
+                      {"imports": imports} if imports else {})
 
 
 def _allocation(s: Lowering) -> None:
@@ -239,6 +250,7 @@ PHASES = (
     Phase("cross_thread", _cross_thread, _show_schedule, gpu=True),
     Phase("model", _model, _show_model),
     Phase("legality", _legality, lambda s: "legal"),
+    Phase("tensorize", _tensorize, _show_model),
     Phase("kernels", _kernels, _show_units, gpu=True),
     Phase("ast", _ast, _show_bodies),
     Phase("loop_passes", _loop_passes, _show_bodies),
