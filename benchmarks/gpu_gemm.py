@@ -1,9 +1,13 @@
-"""Benchmark: fp32 SGEMM on the GPU, polytile's tutorial schedules vs cuBLAS (tensor cores off).
+"""Benchmark: GEMM on the GPU, polytile's hand schedules vs cuBLAS (and Triton).
 
-Prints one line per figure: TFLOP/s of cuBLAS (through torch, ``allow_tf32 = False``), of
-each schedule of ``tutorials/04_cuda_gemm.py`` and its ratio to cuBLAS, all measured in
-this run, plus the time to lower and compile (NVRTC) the best schedule.
-Run on a machine with an NVIDIA GPU: ``python benchmarks/gpu_gemm.py [--n 4096]``.
+``--dtype float32`` (default): the SGEMM schedules of ``tutorials/04_cuda_gemm.py`` vs
+cuBLAS with tensor cores off. ``--dtype float16`` (or ``bfloat16``, WMMA only): polytile's tensor-core GEMM
+(:func:`polytile.targets.cuda.tensor_core.wmma_gemm`, WMMA, float32 accumulation, or
+float16 with ``--acc float16``) vs cuBLAS half precision through torch and Triton's
+``triton.ops.matmul`` when installed (``--isa mma``: ldmatrix + mma.sync.m16n8k16 instead
+of WMMA), at each ``--n`` (default 4096 and 8192), all measured
+in this run: one line per figure with TFLOP/s and the ratio to cuBLAS.
+Run on a machine with an NVIDIA GPU: ``python benchmarks/gpu_gemm.py --dtype float16``.
 """
 
 from __future__ import annotations
@@ -11,6 +15,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import pathlib
+import time
+
+import numpy as np
 
 
 def _tutorial():
@@ -21,11 +28,94 @@ def _tutorial():
     return mod
 
 
+def _time_torch(fn, n: int, reps: int = 20) -> float:
+    import torch
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    stop.record()
+    torch.cuda.synchronize()
+    return 2.0 * n**3 / (start.elapsed_time(stop) / 1e3 / reps) / 1e12
+
+
+def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16") -> None:
+    """cuBLAS, Triton and polytile at ``n``^3 in ``dtype`` (float16 or bfloat16; one line
+    each)."""
+    import polytile
+    from polytile.targets.cuda import tensor_core as tc
+
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, (n, n)).astype("float32")
+    b = rng.uniform(-1, 1, (n, n)).astype("float32")
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        a, b = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
+    else:
+        a, b = a.astype("float16"), b.astype("float16")
+    ref = None
+    cublas = None
+    try:
+        import torch
+
+        tdt = torch.bfloat16 if dtype == "bfloat16" else torch.float16
+        ta = torch.from_numpy(a.astype("float32")).cuda().to(tdt)
+        tb = torch.from_numpy(b.astype("float32")).cuda().to(tdt)
+        ref = (ta.double() @ tb.double()).cpu().numpy()
+        cublas = _time_torch(lambda: ta @ tb, n)
+        print(f"n={n:5d} {f'cuBLAS {dtype} (torch)':36s} {cublas:7.1f} TFLOP/s")
+        try:
+            from triton.ops import matmul as triton_matmul
+
+            tt = _time_torch(lambda: triton_matmul(ta, tb), n)
+            print(f"n={n:5d} {'Triton fp16 (triton.ops.matmul)':36s} {tt:7.1f} TFLOP/s  "
+                  f"{tt / cublas:6.3f} x cuBLAS")
+        except Exception as exc:   # not installed, or no ops module in this version
+            print(f"n={n:5d} Triton: not measured ({type(exc).__name__})")
+    except ImportError:
+        print("torch not installed: no cuBLAS anchor")
+        ref = a.astype("float64") @ b.astype("float64")
+    if dtype == "bfloat16" and (isa != "wmma" or acc != "float32"):
+        raise SystemExit("bfloat16: WMMA with float32 accumulation only (--isa wmma)")
+    t0 = time.perf_counter()
+    s, args = tc.wmma_gemm(n, n, n, acc=acc, isa=isa, dtype=dtype)
+    f = polytile.build(s, args, target="cuda")
+    t_build = time.perf_counter() - t0
+    da, db = polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda")
+    dc = polytile.nd.array(np.full((n, n), np.nan, acc), device="cuda")
+    f(da, db, dc)
+    err = np.linalg.norm(dc.numpy().astype("float64") - ref) / np.linalg.norm(ref)
+    if not err < (5e-3 if acc == "float16" else 1e-4):
+        raise SystemExit(f"polytile wmma: wrong result (relative error {err:.2e})")
+    t = f.time_evaluator(number=10, repeat=3)(da, db, dc).median
+    tflops = 2.0 * n**3 / t / 1e12
+    ratio = f"{tflops / cublas:6.3f} x cuBLAS" if cublas else ""
+    label = {"wmma": "WMMA", "mma": "mma.sync+ldmatrix"}[isa]
+    print(f"n={n:5d} {f'polytile {label} {dtype}->{acc}':36s} {tflops:7.1f} TFLOP/s  {ratio}  "
+          f"(lower+build {t_build:.1f} s, rel. error {err:.1e})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--n", type=int, nargs="+", default=None,
+                    help="M = N = K (default: 4096 for float32, 4096 8192 for float16)")
+    ap.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    ap.add_argument("--acc", choices=("float32", "float16"), default="float32",
+                    help="accumulation dtype of the float16 GEMM")
+    ap.add_argument("--isa", choices=("wmma", "mma"), default="wmma",
+                    help="tensor-core path of the float16 GEMM")
     args = ap.parse_args()
-    _tutorial().main(["--n", str(args.n)])
+    if args.dtype == "float32":
+        for n in args.n or [4096]:
+            _tutorial().main(["--n", str(n)])
+        return
+    for n in args.n or [4096, 8192]:
+        half_gemm(n, args.acc, args.isa, args.dtype)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,13 @@ def cpu(dev_id: int = 0):
     return _cpu(dev_id)
 
 
+def device(dev_type="cpu", dev_id: int = 0):
+    """A device by name (TVM's ``tvm.device("cpu", 0)``); see :func:`polytile.nd.device`."""
+    from polytile.nd import device as _device
+
+    return _device(dev_type, dev_id)
+
+
 def cuda(dev_id: int = 0):
     """CUDA device ``dev_id`` (TVM's ``tvm.cuda(0)``); see :mod:`polytile.nd`."""
     from polytile.nd import cuda as _cuda
@@ -76,7 +83,8 @@ def cuda(dev_id: int = 0):
     return _cuda(dev_id)
 
 
-_SUBMODULES = ("backend", "nd", "te", "schedule", "targets", "autotune", "target", "runtime")
+_SUBMODULES = ("backend", "nd", "te", "schedule", "targets", "autotune", "target", "runtime",
+               "tir", "contrib", "testing")
 
 
 def __getattr__(name: str):
@@ -92,4 +100,4 @@ def __getattr__(name: str):
 __all__ = ["BuildError", "InternalError", "LoweringError", "PolytileError", "ScheduleError",
            "TargetError", "TuneError", "__version__", "autotune", "build", "cpu", "cuda",
            "get_num_threads", "lower", "nd", "runtime", "schedule", "set_num_threads", "target",
-           "targets", "te"]
+           "targets", "te", "tir", "contrib", "testing", "device"]

@@ -2,8 +2,8 @@
 
 ``create_schedule`` makes one :class:`Stage` per operation; primitives on stages (split,
 tile, fuse, reorder, vectorize, unroll, parallel, pragma, compute_at, compute_inline,
-compute_root) transform its loops; ``lower`` produces the loop IR through the phases of
-:mod:`polytile.schedule.pipeline`.
+compute_root, tensorize) transform its loops; ``lower`` produces the loop IR through the
+phases of :mod:`polytile.schedule.pipeline`.
 """
 
 from __future__ import annotations

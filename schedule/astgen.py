@@ -24,6 +24,8 @@ from .loop_ir import (Assert, Buffer, For, IfThenElse, LetStmt, Load, Stmt, Stor
 from .ast_check import mismatches
 from .kinds import LoopKind, loop_kind
 from .polymodel import LoopNode, Model, PolyStmt
+from .tensorize import make_tensor_call
+from .threads import barrier_plans, roles
 from .tree import build_schedule, stmts_below
 
 _INT_DIVS = ("floordiv", "floormod", "truncdiv", "truncmod")
@@ -55,12 +57,15 @@ class _Hook:
             it_map = isl.PwMultiAff.from_map(
                 isl.Map.from_union_map(build.get_schedule()).reverse())
             idx = {}
+            cond = self.guards.get(st.name, st.guard)
+            here = it_map.domain()
+            runs = here if cond is None else cond.preimage_pw_multi_aff(it_map)
             for key, (_, pma) in st.accesses.items():
-                acc = build.access_from_pw_multi_aff(pma.pullback_pw_multi_aff(it_map))
+                pulled = _total(pma.pullback_pw_multi_aff(it_map), here, runs, st, key)
+                acc = build.access_from_pw_multi_aff(pulled)
                 idx[key] = tuple(iu.ast_expr(acc.get_op_arg(k), self.var_of)
                                  for k in range(1, acc.get_op_n_arg()))
             guard = gexpr = None
-            cond = self.guards.get(st.name, st.guard)
             if cond is not None:
                 gexpr = build.expr_from_set(cond.preimage_pw_multi_aff(it_map))
                 guard = iu.ast_expr(gexpr, self.var_of)
@@ -72,6 +77,27 @@ class _Hook:
             return node
 
 
+def _total(pulled: isl.PwMultiAff, here: isl.Set, runs: isl.Set, st: PolyStmt,
+           key) -> isl.PwMultiAff:
+    """``pulled`` (an access at the schedule points ``here``) made total on ``here``.
+
+    A padded GPU statement (``model.py``) enumerates instances that its guard turns off;
+    the access of a clipped region (an attached stage's buffer, ``attach.py``) is not
+    defined there, and isl cannot print an access with no value (its "void expression"):
+    where the instance never runs, any index will do, so zeros fill the gap; likewise for
+    a read under ``te.if_then_else`` at instances whose condition is false (the read is
+    not evaluated there). An instance that runs without its store is a fault of the
+    model."""
+    missing = here.subtract(pulled.domain())
+    if missing.is_empty():
+        return pulled
+    if key in ("w", "ax", "acc") and not missing.intersect(runs).is_empty():
+        raise InternalError(f"statement {st.name} ({st.plan.name}) runs instances where its "
+                            f"access {key!r} is not defined: {missing.intersect(runs)}")
+    zero = isl.PwMultiAff.from_multi_aff(isl.MultiAff.zero(pulled.get_space()))
+    return pulled.union_add(zero.intersect_domain(missing))
+
+
 class AstMismatch(InternalError):
     """isl failed to generate a loop nest, or generated one that does not run the
     schedule's statement instances exactly once (found by
@@ -79,7 +105,8 @@ class AstMismatch(InternalError):
 
 
 def generate_ast(model: Model, sched: isl.Schedule, context: str = "{ : }",
-                 env: dict | None = None, guards: dict | None = None) -> Stmt:
+                 env: dict | None = None, guards: dict | None = None,
+                 nodes: list | None = None) -> Stmt:
     """Generate the AST of ``sched``, check it (``ast_check.py``) and convert it into a
     loop-IR statement.
 
@@ -112,7 +139,13 @@ def generate_ast(model: Model, sched: isl.Schedule, context: str = "{ : }",
                      lambda node: hook.guard_exprs[int(node.get_annotation().get_name()[1:])])
     if bad:
         raise AstMismatch("isl generated a wrong loop nest: " + "; ".join(bad))
-    return _Converter(model, hook).convert(ast, dict(env or {}), None)
+    barriers, idle = set(), {}
+    if model.padded and nodes is not None:   # GPU kernel (threads.py)
+        role_of = roles(nodes)
+        idle = {name: r.idle for name, r in role_of.items() if r.idle}
+        barriers = {p.index for p in model.plans if p.buffer.scope == "shared"}
+        barriers |= barrier_plans(model, nodes, role_of)
+    return _Converter(model, hook, barriers, idle).convert(ast, dict(env or {}), None)
 
 
 def lower_nodes(model: Model, nodes: list | None = None, context: str = "{ : }",
@@ -136,7 +169,7 @@ def lower_nodes(model: Model, nodes: list | None = None, context: str = "{ : }",
             domains, guards = _hulls(model, nodes)
         try:
             sched = build_schedule(model, nodes, atomic=atomic, domains=domains)
-            return generate_ast(model, sched, context, env, guards)
+            return generate_ast(model, sched, context, env, guards, nodes)
         except AstMismatch as exc:
             first = first or exc
     raise InternalError(f"{first}; hint: simplify the quasi-affine indices (mod, floordiv) "
@@ -160,9 +193,12 @@ def _hulls(model: Model, nodes: list | None) -> tuple[dict, dict]:
 
 
 class _Converter:
-    def __init__(self, model: Model, hook: _Hook):
+    def __init__(self, model: Model, hook: _Hook, barriers: set = frozenset(),
+                 idle: dict | None = None):
         self.model = model
         self.hook = hook
+        self.barriers = barriers   # plan indices of attached stages between barriers
+        self.idle = idle or {}     # statement name -> tags of which only index 0 runs it
 
     def convert(self, node: isl.AstNode, env: dict, pending: LoopNode | None) -> Stmt | None:
         t = node.get_type()
@@ -176,7 +212,7 @@ class _Converter:
             if name[0] == "A":   # the code of an attached stage
                 plan = self.model.plans[int(name[1:])]
                 body = self.convert(node.mark_get_node(), env, pending)
-                if plan.buffer.scope == "shared":
+                if plan.index in self.barriers:
                     # written by some threads, read by others: barrier before (the previous
                     # iteration's readers are done) and after (the writes are visible)
                     return seq(Sync("shared"), body, Sync("shared"))
@@ -202,7 +238,7 @@ class _Converter:
         if name[0] != "A":
             return None
         plan = self.model.plans[int(name[1:])]
-        return plan if plan.buffer.scope == "shared" else None
+        return plan if plan.index in self.barriers else None
 
     def convert_block(self, nodes: list, env: dict, pending) -> Stmt:
         """Statements in order; consecutive copies into shared buffers that do not read
@@ -266,6 +302,9 @@ class _Converter:
         if guard is not None:
             out = IfThenElse(substitute(guard, mapping), out, None)
         stage = st.plan.stage
+        if st.name in self.idle:   # idle threads (threads.py)
+            out = IfThenElse(logical_and(*[Cmp("bool", "eq", env[t.param], Const("int64", 0))
+                                           for t in self.idle[st.name]]), out, None)
         if stage.store_predicate is not None:   # set_store_predicate: thread indices
             tvars = {v: Cast(v.dtype, env[t.param])
                      for v, t in stage.store_predicate_tags.items()}
@@ -362,6 +401,8 @@ def make_store(st: PolyStmt, idx: dict, model: Model) -> Stmt:
     """The loop-IR statement of one instance of ``st``, given the index expressions
     ``idx`` of its accesses (and of its axis values, key ``"ax"``)."""
     p = st.plan
+    if p.tensorize is not None and st.name in p.tensorize.parts:
+        return make_tensor_call(st, idx)
     ax = idx["ax"]
     own_vars = p.axis_vars + (p.reduce_vars if st.kind == "update" else [])
     env = {v: Cast(v.dtype, c) for v, c in zip(own_vars, ax)}

@@ -28,7 +28,7 @@ from polytile.te.expr import binary
 from polytile.te.reduction import accumulation_dtype
 
 from . import isl_util as iu
-from .kinds import ThreadTag, default_scope
+from .kinds import ThreadTag, default_scope, thread_private
 from .loop_ir import Buffer
 from .layout import compose_access
 from .loopmap import iter_ranges, leaf_affines, padded_box
@@ -82,7 +82,7 @@ def check_storage_scope(p: StagePlan) -> None:
              hint=f"s[{p.name}].set_scope('shared'), or compute {p.name!r} at root")
     own = [f"{iv.name!r} ({tag.value})" for iv, tag in p.stage.annotations.items()
            if isinstance(tag, ThreadTag) and tag.is_hardware]
-    if p.scope == "local" and own:
+    if thread_private(p.scope) and own:
         fail(who, f"stage {p.name!r} {chosen}, one copy per thread, but binds its own "
              f"loops {', '.join(own)} to GPU indices: each thread would compute only part "
              "of the region its copy must hold", "a 'shared' buffer for loops bound to "
@@ -145,7 +145,8 @@ def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
         p.region = tuple(ext)
         for iv, e in zip(op.axis, ext):
             root[iv] = (0, e)
-        scope = p.scope if padded and p.scope in ("shared", "local") else p.buffer.scope
+        scope = p.scope if padded and (p.scope == "shared" or thread_private(p.scope)) \
+            else p.buffer.scope
         copies = tuple(e for _, _, _, e in vthread_copies(p))
         shape = copies + _aligned(p, ext)
         p.outs = [Buffer(b.name, shape, t.dtype, scope) for b, t in zip(p.outs, op.outputs)]

@@ -121,6 +121,10 @@ def cache_write(sch: Schedule, tensor, scope: str):
                                          "the tensor (or all outputs of one stage) to cache"))
     stage = sch[tensors[0]]
     op = stage.op
+    if "te.extern" in op.attrs:
+        raise ScheduleError(format_error("cache_write", f"{op.name!r} is a te.extern",
+                                         "a compute stage (cache_read its consumers' input "
+                                         "instead)"))
     if isinstance(op, PlaceholderOp):
         raise ScheduleError(format_error("cache_write", f"{op.name!r} is a placeholder",
                                          "cache the output of a compute"))

@@ -5,6 +5,9 @@ and for debugging a schedule without compiling it. Loads and stores check bounds
 out-of-range access raises ``IndexError`` instead of reading garbage; vectorized, parallel
 and unrolled loops run serially. GPU kernels run block by block, the threads of a block
 interleaved at barriers, with ``shared`` buffers per block and ``local`` ones per thread.
+A kernel is checked for races as it runs (:class:`RaceError`): between two barriers, no
+element of a buffer that is not ``local`` may be written by one thread and read or written
+by another, and no block may touch an element another block writes.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from polytile.te.depth import deep
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select, Var)
 
 from .loop_ir import (Allocate, Assert, Buffer, Evaluate, For, IfThenElse, KernelLaunch,
-                      LetStmt, Load, PrimFunc, Seq, Stmt, StmtFunctor, Store, Sync)
+                      LetStmt, Load, PrimFunc, Seq, Stmt, StmtFunctor, Store, Sync, TensorCall)
 
 _MATH = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log10": np.log10,
@@ -48,11 +51,66 @@ def _cast(v, dtype: str):
         return np.array(v).astype(dtype)[()]
 
 
+class RaceError(RuntimeError):
+    """Two GPU threads access one element between two barriers, one of them writing (or
+    two blocks of one kernel do): the result would depend on their timing."""
+
+
+class _Races:
+    """Accesses of one kernel launch to buffers that are not ``local``: element -> the
+    last writer ``(block, thread, epoch)`` and the readers of the current epoch per block.
+    An epoch is the code between two barriers of a block."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.epoch = 0
+        self.writes: dict = {}
+        self.reads: dict = {}
+
+    def _race(self, what: str, buf, idx, a, b):
+        raise RaceError(f"kernel {self.name}: {what} of {buf.name}{list(idx)} by thread "
+                        f"{a[1]} of block {a[0]} and by thread {b[1]} of block {b[0]} with "
+                        "no barrier between them (a race)")
+
+    def _conflict(self, w, block, thread) -> bool:
+        return w[0] != block or (w[2] == self.epoch and w[1] != thread)
+
+    @staticmethod
+    def _key(buf, idx, block):
+        # a shared buffer is one per block: blocks never meet there
+        return (id(buf), block, idx) if buf.scope == "shared" else (id(buf), idx)
+
+    def write(self, buf, idx, block, thread):
+        key = self._key(buf, idx, block)
+        w = self.writes.get(key)
+        if w is not None and self._conflict(w, block, thread):
+            self._race("writes", buf, idx, w, (block, thread))
+        for b, (e, threads) in self.reads.get(key, {}).items():
+            if b != block or (e == self.epoch and threads - {thread}):
+                other = next(iter(threads - {thread})) if b == block else next(iter(threads))
+                self._race("a read and a write", buf, idx, (b, other), (block, thread))
+        self.writes[key] = (block, thread, self.epoch)
+
+    def read(self, buf, idx, block, thread):
+        key = self._key(buf, idx, block)
+        w = self.writes.get(key)
+        if w is not None and self._conflict(w, block, thread):
+            self._race("a write and a read", buf, idx, w, (block, thread))
+        per = self.reads.setdefault(key, {})
+        e, threads = per.get(block, (None, None))
+        if e != self.epoch:
+            per[block] = (self.epoch, {thread})
+        else:
+            threads.add(thread)
+
+
 class _Interp(StmtFunctor):
     def __init__(self):
         self.env: dict = {}
         self.mem: dict = {}
         self.block_mem: dict | None = None   # shared buffers of the current GPU block
+        self.races: _Races | None = None     # inside a kernel
+        self.who: tuple = ()                 # (block, thread) inside a kernel
 
     def expr(self, e: Expr):
         t = type(e)
@@ -69,6 +127,8 @@ class _Interp(StmtFunctor):
                 if not 0 <= i < n:
                     raise IndexError(f"load {e.buffer.name}{list(idx)} out of bounds "
                                      f"{arr.shape}")
+            if self.races is not None and e.buffer.scope != "local":
+                self.races.read(e.buffer, idx, *self.who)
             if e.buffer.dtype == "bfloat16":
                 return np.float32(dt.bfloat16_values(arr[idx]))
             return arr[idx]
@@ -147,6 +207,8 @@ class _Interp(StmtFunctor):
                 raise IndexError(f"store {s.buffer.name}{list(idx)} out of bounds "
                                  f"{flat.shape}")
         v = self.expr(s.value)
+        if self.races is not None and s.buffer.scope != "local":
+            self.races.write(s.buffer, idx, *self.who)
         if s.buffer.dtype == "bfloat16":
             # host bfloat16 arrays: uint16 bit patterns or ml_dtypes.bfloat16
             flat.view(np.uint16)[idx] = dt.bfloat16_bits(v)
@@ -184,6 +246,14 @@ class _Interp(StmtFunctor):
                 s.message)
         return ()
 
+    def visit_TensorCall(self, s: TensorCall):
+        # the intrinsic's compute definition on the regions, never its code (extern C)
+        from .tensorize import eval_tensor_call
+
+        idx = [tuple(int(self.expr(i)) for i in ix) for ix in s.operand_indices()]
+        eval_tensor_call(s, [self.mem[id(b)] for b in s.buffers], idx)
+        return ()
+
     def visit_Sync(self, s: Sync):
         if self.block_mem is None:
             raise RuntimeError("interpreter: sync outside a kernel")
@@ -201,6 +271,7 @@ class _Interp(StmtFunctor):
         together, so shared-memory races are resolved as on the device (and a barrier
         that not all threads reach is reported)."""
         tags = {tag: v for v, tag in k.thread_vars}
+        races = _Races(k.name)
         for bz, by, bx in itertools.product(*(range(n) for n in reversed(k.grid))):
             block: dict = {}
             threads = []
@@ -209,12 +280,15 @@ class _Interp(StmtFunctor):
                 th.mem = dict(self.mem)
                 th.env = dict(self.env)
                 th.block_mem = block
+                th.races = races
+                th.who = ((bx, by, bz), (tx, ty, tz))
                 vals = {"blockIdx.x": bx, "blockIdx.y": by, "blockIdx.z": bz,
                         "threadIdx.x": tx, "threadIdx.y": ty, "threadIdx.z": tz}
                 for tag, v in tags.items():
                     th.env[v] = np.int64(vals[tag])
                 threads.append(th.stmt(k.body))
             while threads:
+                races.epoch += 1
                 alive = []
                 for g in threads:
                     try:

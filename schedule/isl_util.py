@@ -132,6 +132,13 @@ def pfx(text: str) -> str:
     return f"[{', '.join(used)}] -> {text}"
 
 
+def pfx_list(text: str) -> str:
+    """``text`` (an isl object without a parameter list, such as a multi union piecewise
+    affine ``[{ ... }]``) with the symbolic-size parameters it mentions declared."""
+    used = list(dict.fromkeys(_PARAM_RE.findall(text)))
+    return f"[{', '.join(used)}] -> {text}" if used else text
+
+
 def num(x) -> str:
     """isl syntax of an extent: an int, or an affine expression of free variables."""
     v = sym.static(x)

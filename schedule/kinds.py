@@ -116,6 +116,18 @@ def loop_kind(a: Annotation | None) -> LoopKind:
     return LoopKind(a)
 
 
+#: Storage scopes of tensor-core fragments (CUDA ``nvcuda::wmma::fragment``): per thread
+#: in the IR's meaning (each thread of a warp holds the whole tile, as the interpreter
+#: runs it), held collectively by the 32 lanes of a warp on the device. Only tensor
+#: intrinsics (``targets/cuda/tensor_core.py``) read and write them.
+FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
+
+
+def thread_private(scope: str) -> bool:
+    """Does a buffer of ``scope`` have one copy per GPU thread (``local``, fragments)?"""
+    return scope == "local" or scope in FRAGMENT_SCOPES
+
+
 def default_scope(tags) -> str:
     """TVM's storage scope of an attached stage without one, from the tags of the loops
     around it (None for unbound loops): ``local`` inside a thread (or virtual thread)
@@ -129,4 +141,4 @@ def default_scope(tags) -> str:
 
 
 __all__ = ["Annotation", "LoopKind", "PARAMS", "PARAM_SPACE", "ThreadTag", "annotation_name",
-           "default_scope", "loop_kind"]
+           "default_scope", "loop_kind", "FRAGMENT_SCOPES", "thread_private"]

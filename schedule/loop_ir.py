@@ -72,6 +72,36 @@ class Load(Expr):
 register_node(Load, ("indices",))
 
 
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class ExternCall(Expr):
+    """A call with side effects or outside polytile's math: ``kind`` is ``extern`` (a C
+    function, resolved when the module is loaded), ``pure_extern`` (the same, without side
+    effects), ``llvm_intrin`` (an LLVM intrinsic such as ``llvm.fma.f32``) or ``intrin``
+    (a builtin of the target's C dialect). Arguments are scalars or :class:`AccessPtr`.
+    Built by :mod:`polytile.tir` inside the body of a tensor intrinsic."""
+
+    name: str
+    args: tuple
+    kind: str = "extern"
+
+
+register_node(ExternCall, ("args",))
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class AccessPtr(Expr):
+    """The address of element ``offset`` (a flat element offset, ``int64``) of ``buffer``:
+    a pointer to its element type (``dtype`` is ``"handle"``); ``mode`` is ``"r"``,
+    ``"w"`` or ``"rw"`` (TVM's ``access_ptr``), for documentation and C ``const``."""
+
+    buffer: "Buffer"
+    offset: Expr
+    mode: str = "rw"
+
+
+register_node(AccessPtr, ("offset",))
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Stmt:
     """Base class of statements."""
@@ -172,6 +202,41 @@ class Evaluate(Stmt):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class TensorCall(Stmt):
+    """One call of tensor intrinsic ``intrin`` (``part`` is ``body``, ``reset`` or
+    ``update``) on regions of ``buffers`` (the intrinsic's inputs, then its output).
+
+    Operand ``k`` is the strided view of ``buffers[k]`` of shape ``shapes[k]`` (the
+    intrinsic's tensor) whose first element is at ``indices`` (one index per buffer
+    dimension before storage flattening, then one flat element offset per operand,
+    concatenated in operand order) with element strides ``strides[k]``. Its meaning is
+    the intrinsic's compute definition on those views (what the reference interpreter
+    runs); ``body`` is its code (``fcompute``'s statement), filled in by storage
+    flattening, empty before."""
+
+    intrin: object
+    part: str
+    buffers: tuple
+    shapes: tuple
+    strides: tuple
+    indices: tuple
+    body: Stmt
+
+    def __post_init__(self):
+        _require_stmt(self, "body", self.body)
+
+    def operand_indices(self) -> list[tuple]:
+        """The start indices of each operand (split of ``indices``)."""
+        flat = len(self.indices) == len(self.buffers)
+        out, k = [], 0
+        for b in self.buffers:
+            n = 1 if flat else len(b.shape)
+            out.append(tuple(self.indices[k:k + n]))
+            k += n
+        return out
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class KernelLaunch(Stmt):
     """A GPU kernel: ``grid`` and ``block`` are ``(x, y, z)`` extents (ints);
     ``thread_vars`` pairs each used hardware index variable with its tag, e.g.
@@ -213,7 +278,7 @@ _STMT_CHILDREN = {
     Store: ("value", "indices"), For: ("min", "extent", "body"),
     IfThenElse: ("cond", "then_case", "else_case"), Seq: ("stmts",),
     LetStmt: ("value", "body"), Allocate: ("body",), Evaluate: ("value",),
-    KernelLaunch: ("body",), Sync: (), Assert: ("cond",),
+    KernelLaunch: ("body",), Sync: (), Assert: ("cond",), TensorCall: ("indices", "body"),
 }
 
 
@@ -370,6 +435,12 @@ class _IRPrinter(ExprPrinter):
     def print_Load(self, e: Load) -> str:
         return f"{e.buffer.name}[{', '.join(self.print(i) for i in e.indices)}]"
 
+    def print_ExternCall(self, e: ExternCall) -> str:
+        return f"{e.kind}:{e.name}({', '.join(self.print(a) for a in e.args)})"
+
+    def print_AccessPtr(self, e: AccessPtr) -> str:
+        return f"&{e.buffer.name}[{self.print(e.offset)}]"
+
 
 _P = _IRPrinter()
 
@@ -434,6 +505,16 @@ class _Printer(StmtFunctor):
 
     def visit_Sync(self, s: Sync, ind: str, out: list) -> None:
         out.append(f"{ind}sync({s.scope!r})")
+
+    def visit_TensorCall(self, s: TensorCall, ind: str, out: list) -> None:
+        ops = []
+        for b, shape, idx in zip(s.buffers, s.shapes, s.operand_indices()):
+            ops.append(f"{b.name}[{', '.join(_P(i) for i in idx)}]"
+                       f"{{{'x'.join(map(str, shape)) or 'scalar'}}}")
+        out.append(f"{ind}tensorize {s.intrin.name}.{s.part}({', '.join(ops)})"
+                   + (":" if not is_empty(s.body) else ""))
+        if not is_empty(s.body):
+            self.visit(s.body, ind + "  ", out)
 
     def visit_Assert(self, s: Assert, ind: str, out: list) -> None:
         out.append(f"{ind}assert {_P(s.cond)}, {s.message!r}")

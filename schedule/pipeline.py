@@ -15,6 +15,8 @@ model                 inlining, statements, iteration domains, accesses, attach
                       ``limits.py``)
 legality              dependences, and each reorder/fuse/parallel/vectorize checked
                       against them (``deps.py``)
+tensorize             tensorized loop nests matched against their intrinsics with isl,
+                      their statements cut to one instance per call (``tensorize.py``)
 kernels               GPU only: one kernel per root stage, launch shapes and shared memory
                       checked against the target's ``DeviceLimits`` (``gpu.py``)
 ast                   the isl schedule tree of the program or of each kernel (``tree.py``),
@@ -76,6 +78,7 @@ from .schedule import Schedule
 from .sizes import bind as bind_sizes
 from .sizes import context as size_context
 from .sizes import size_vars
+from .tensorize import apply_tensorize
 from .validate import check_lower_inputs, check_store_predicates, validate_schedule
 
 log = logging.getLogger("polytile.lower")
@@ -173,6 +176,11 @@ def _legality(s: Lowering) -> None:
     s.units = [None]
 
 
+def _tensorize(s: Lowering) -> None:
+    """tensorized nests matched against their intrinsics, one statement per call"""
+    apply_tensorize(s.model)
+
+
 def _kernels(s: Lowering) -> None:
     """kernels, launch shapes and shared memory within the device limits"""
     s.units = kernels(s.model, s.target.limits)
@@ -204,8 +212,11 @@ def _kernel_launch(s: Lowering) -> None:
     bound = bind_sizes(s.model.params, s.sizes, s.who)
     params = tuple(s.model.params) + tuple(v for v, _, _ in bound)
     _check_free_vars(body, params)
-    attrs = {"size_params": tuple(bound), "size_checks": tuple(s.size_checks)} \
-        if s.sizes else {}
+    imports = tuple((kind, text) for st in s.sch.stages for prs in st.pragmas.values()
+                    for kind, text in prs if kind in ("import_llvm", "import_c"))
+    attrs = {"imports": imports} if imports else {}
+    if s.sizes:
+        attrs.update(size_params=tuple(bound), size_checks=tuple(s.size_checks))
     s.func = PrimFunc(s.name, params, body, attrs)
 
 
@@ -253,6 +264,7 @@ PHASES = (
     Phase("cross_thread", _cross_thread, _show_schedule, gpu=True),
     Phase("model", _model, _show_model),
     Phase("legality", _legality, lambda s: "legal"),
+    Phase("tensorize", _tensorize, _show_model),
     Phase("kernels", _kernels, _show_units, gpu=True),
     Phase("ast", _ast, _show_bodies),
     Phase("loop_passes", _loop_passes, _show_bodies),

@@ -100,6 +100,7 @@ class StagePlan:
     exact_region: isl.Map | None = None  # prefix -> elements really read
     acc: Buffer | None = None         # the wide accumulator of a reduction (see module doc)
     acc_access: dict = field(default_factory=dict)   # statement name -> its index into acc
+    tensorize: object = None          # tensorize.Tensorized, set by the tensorize phase
     bodies: tuple = ()                # one body per output (``body`` is the first)
     outs: list = field(default_factory=list)   # one buffer per output (``buffer`` is the first)
 

@@ -166,6 +166,9 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
         rfactor, the stage and the loop or combiner.
     """
     stage = stage_of(sch, tensor)
+    if "te.extern" in stage.op.attrs:
+        fail("rfactor", f"{stage.name!r} is a te.extern, whose reduction is not polytile's",
+             "a te.sum compute")
     op = stage.op
     if not isinstance(op, ComputeOp) or not op.reduce_axis:
         fail("rfactor", f"stage {stage.name!r} is not a reduction", "rfactor a te.sum/max/min stage")

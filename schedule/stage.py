@@ -20,7 +20,7 @@ from polytile.te.scan import ScanOp
 
 from .kinds import Annotation, LoopKind, ThreadTag, annotation_name
 from .relations import Fuse, Singleton, Split, Step, Transform
-from .stage_extras import StorageMixin
+from .stage_extras import StorageMixin, TensorizeMixin
 
 if TYPE_CHECKING:
     from .schedule import Schedule  # a type hint only: schedule.py imports this module
@@ -31,9 +31,13 @@ THREAD_TAGS = tuple(t.value for t in ThreadTag)
 #: Pragmas understood by ``Stage.pragma``: each maps onto an annotation.
 PRAGMAS = {"unroll": LoopKind.UNROLLED, "vectorize": LoopKind.VECTORIZED,
            "parallel": LoopKind.PARALLEL, "parallel_launch_point": LoopKind.PARALLEL}
+#: Pragmas that carry code for the module (extern functions of tensor intrinsics):
+#: ``import_llvm`` LLVM IR text linked in, ``import_c`` C source compiled with the system
+#: compiler and loaded (``llvm`` target).
+IMPORT_PRAGMAS = ("import_llvm", "import_c")
 
 
-class Stage(StorageMixin):
+class Stage(StorageMixin, TensorizeMixin):
     """The schedule of one operation (TVM's ``Stage``), obtained as ``s[tensor]``.
 
     Attributes
@@ -90,6 +94,8 @@ class Stage(StorageMixin):
         self.group = None
         #: bind: the thread-axis variable each bound loop stands for
         self.bound_vars: dict = {}
+        #: tensorize: (loop, TensorIntrin)
+        self.tensorized = None
 
     @property
     def name(self) -> str:
@@ -497,17 +503,29 @@ class Stage(StorageMixin):
 
     def pragma(self, iv: IterVar, pragma_type: str, pragma_value=None) -> None:
         """Annotate loop ``iv`` with a pragma: ``"unroll"``, ``"vectorize"``, ``"parallel"``
-        (the annotations of the same names) or ``"parallel_launch_point"``.
+        (the annotations of the same names) or ``"parallel_launch_point"``; or attach code
+        to the module (TVM's): ``"import_llvm"`` (LLVM IR text, linked in) and
+        ``"import_c"`` (C source, compiled with the system compiler and loaded), which
+        define the extern functions of tensor intrinsics on the ``llvm`` target.
 
         Raises
         ------
         ScheduleError
             For an unknown pragma.
         """
+        if pragma_type in IMPORT_PRAGMAS:
+            self._leaf("pragma", iv)
+            if not isinstance(pragma_value, str):
+                fail("pragma", f"{pragma_type!r} on stage {self.name!r} has value "
+                     f"{type(pragma_value).__name__}", "the source text (a str)")
+            self.pragmas[iv] = self.pragmas.get(iv, ()) + ((pragma_type, pragma_value),)
+            self._record("pragma", iv, pragma_type, pragma_value)
+            return
         if pragma_type not in PRAGMAS:
             self._leaf("pragma", iv)
             fail("pragma", f"unknown pragma {pragma_type!r} on iter_var {iv.name!r} of "
-                       f"stage {self.name!r}", f"expected one of {sorted(PRAGMAS)}")
+                       f"stage {self.name!r}",
+                 f"expected one of {sorted(PRAGMAS) + sorted(IMPORT_PRAGMAS)}")
         self._annotate("pragma", iv, PRAGMAS[pragma_type])
         self.pragmas[iv] = self.pragmas.get(iv, ()) + ((pragma_type, pragma_value),)
         self._record("pragma", iv, pragma_type, pragma_value)

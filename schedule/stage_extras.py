@@ -16,7 +16,7 @@ from polytile.te.visitor import free_vars
 from .kinds import ThreadTag
 
 #: Storage scopes a stage's buffer can have (``cache_read``/``cache_write``/``set_scope``).
-SCOPES = ("global", "shared", "local")
+SCOPES = ("global", "shared", "local", "wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
 
 
 class StorageMixin:
@@ -217,3 +217,55 @@ class StorageMixin:
 
 
 __all__ = ["SCOPES", "StorageMixin"]
+
+
+class TensorizeMixin:
+    """``tensorize`` of a stage (TVM's ``Stage.tensorize``)."""
+
+    def tensorize(self, var, tensor_intrin) -> None:
+        """Compute the loop nest under loop ``var`` with one call of ``tensor_intrin``
+        (declared with :func:`polytile.te.decl_tensor_intrin`) per iteration of the loops
+        outside it.
+
+        *Rewrite* (gemv micro-kernel, ``j`` split by 16, ``k`` of extent 64)::
+
+            for i, j.outer:                      for i, j.outer:
+              for j.inner in range(16):    ->      tensorize gemv.body(A[i, 0]{64},
+                C[i, 16*j.outer + j.inner] = 0                       B[16*j.outer, 0]{16x64},
+                for k in range(64): C += ...                          C[i, 16*j.outer]{16})
+
+        Legality, decided with isl when lowering (after every split/reorder/fuse, so that no
+        region is stale): for every value of the loops outside ``var``, the instances of
+        the stage under ``var`` are exactly the intrinsic's iteration box up to a renaming
+        of the loops (the intrinsic's axes, in order, are the stage's axes that have loops
+        under ``var``, in order; likewise reduce axes), every access equals the
+        intrinsic's access plus an offset that depends only on the outer loops (the
+        intrinsic's tensor dims are the trailing dims of the stage's buffer), and the
+        body, dtypes and combiner are the intrinsic's. A reduction with reduce loops
+        outside ``var`` needs the intrinsic's ``reset`` and ``update``; otherwise its
+        ``body`` computes the whole reduction (including the initial value). Loops under
+        ``var`` cannot be annotated, and no stage can be computed inside them.
+
+        Synonyms: TVM ``Stage.tensorize``, TVM TensorIR ``blockize`` + ``tensorize``, Exo
+        ``replace``.
+
+        Raises
+        ------
+        ScheduleError
+            At the call for an argument that is not a loop of the stage or not an
+            intrinsic; when lowering for a nest that does not match (naming the stage, the
+            loop and what differs: an extent, an access, a dtype, a reduce axis).
+        """
+        from polytile.te.tensor_intrin import REGISTRY, TensorIntrin
+
+        iv = self._leaf("tensorize", var)
+        if isinstance(tensor_intrin, str) and tensor_intrin in REGISTRY:
+            tensor_intrin = REGISTRY[tensor_intrin]
+        if not isinstance(tensor_intrin, TensorIntrin):
+            fail("tensorize", f"intrinsic {tensor_intrin!r} for stage {self.name!r} is not a "
+                 "declared tensor intrinsic", "the result of te.decl_tensor_intrin(...)")
+        if self.tensorized is not None:
+            fail("tensorize", f"stage {self.name!r} is already tensorized at "
+                 f"{self.tensorized[0].name!r}", "one tensorize per stage")
+        self.tensorized = (iv, tensor_intrin)
+        self._record("tensorize", iv, tensor_intrin.name)

@@ -14,7 +14,8 @@ import numpy as np
 
 from polytile.errors import BuildError, InternalError, format_error
 from polytile.schedule.intdiv import floordiv_expr, floormod_expr
-from polytile.schedule.loop_ir import Buffer, Load
+from polytile.schedule.kinds import FRAGMENT_SCOPES
+from polytile.schedule.loop_ir import AccessPtr, Buffer, ExternCall, Load
 from polytile.te import dtype as dt
 from polytile.te.expr import And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select, Var
 
@@ -215,6 +216,11 @@ class CExprPrinter:
         return f"({self.expr(e.cond)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
 
     def expr_Load(self, e: Load) -> str:
+        if e.buffer.scope in FRAGMENT_SCOPES:
+            raise BuildError(format_error(
+                self.who, f"fragment {e.buffer.name!r} ({e.buffer.scope}) is read element by "
+                "element", "fragments used only by tensor-core intrinsics (tensorize the "
+                "stages that read them)", Kernel=self.kname))
         b = e.buffer
         v = f"{self.buffer(b)}[{self.index(b, e.indices)}]"
         if b.dtype == "bool":
@@ -222,6 +228,35 @@ class CExprPrinter:
         if e.dtype != b.dtype:
             v = self.cast(v, b.dtype, e.dtype)
         return v
+
+    def expr_AccessPtr(self, e: AccessPtr) -> str:
+        if e.buffer.scope in FRAGMENT_SCOPES:
+            # a fragment buffer [R, C] is an array of 16x16 tiles, row-major over the tile
+            # grid: the element offset of a tile's corner -> its index
+            off, width = self.expr(e.offset), e.buffer.shape[-1]
+            if width == 16:
+                return f"{self.buffer(e.buffer)}[{strip_parens(off)} / 256]"
+            return (f"{self.buffer(e.buffer)}[{off} / {16 * width} * {width // 16} + "
+                    f"{off} % {width} / 16]")
+        return f"(&{self.buffer(e.buffer)}[{strip_parens(self.expr(e.offset))}])"
+
+    def expr_ExternCall(self, e: ExternCall) -> str:
+        if e.kind == "llvm_intrin":
+            raise BuildError(format_error(
+                self.who, f"LLVM intrinsic {e.name!r} in a GPU kernel",
+                "call_intrin or call_extern on C targets", Kernel=self.kname))
+        name, _, _ = e.name.partition(":")     # ":<layout>" tags a fragment's layout
+        from polytile.targets.cuda.tensor_core import C_HELPERS   # the instruction table
+
+        if name in C_HELPERS:
+            if name.startswith("mma."):
+                from polytile.targets.cuda.tensor_core import MMA_TYPES
+
+                self.helpers["_pt_mma_types"] = MMA_TYPES
+            name, text = C_HELPERS[name]
+            self.helpers[name] = text
+        args = [strip_parens(self.expr(a)) for a in e.args]
+        return f"{name}({', '.join(args)})"
 
     def expr_Call(self, e: Call) -> str:
         t = e.args[0].dtype if e.args else e.dtype

@@ -39,8 +39,9 @@ import numpy as np
 
 from polytile.backend import DeviceLimits, get_backend, registered_kinds
 from polytile.errors import BuildError, LoweringError, format_error
-from polytile.schedule.kinds import LoopKind
-from polytile.schedule.loop_ir import (FOR_KINDS, Allocate, Assert, Buffer, Evaluate, For,
+from polytile.schedule.kinds import FRAGMENT_SCOPES, LoopKind
+from polytile.schedule.loop_ir import (FOR_KINDS, AccessPtr, Allocate, Assert, Buffer, Evaluate,
+                                       ExternCall, For, TensorCall,
                                        IfThenElse, KernelLaunch, LetStmt, PrimFunc, Seq, Stmt,
                                        StmtFunctor, Store, Sync, stmt_str, walk_stmts)
 from polytile.te import dtype as dt
@@ -210,6 +211,8 @@ class CPrinter(CExprPrinter, StmtFunctor):
         for t in sorted(self.dtypes):
             if t in self.d.dtype_headers:
                 head.append(self.d.dtype_headers[t])
+        if getattr(self, "uses_fragments", False):
+            head.append("#include <mma.h>")
         n = len(infos)
         title = (f"// polytile: {self.d.name} source of function {func.name!r} "
                  f"({n} kernel{'s' if n != 1 else ''})")
@@ -459,7 +462,7 @@ class CPrinter(CExprPrinter, StmtFunctor):
 
     def visit_Allocate(self, s: Allocate, depth: int) -> None:
         b, d = s.buffer, self.d
-        if b.scope not in ("shared", "local", "stack"):
+        if b.scope not in ("shared", "local", "stack") + FRAGMENT_SCOPES:
             raise BuildError(format_error(
                 self.who, f"buffer {b.name!r} of scope {b.scope!r} is allocated inside "
                 f"kernel {self.kname!r}", "expected scope 'shared' or 'local' inside a kernel "
@@ -485,6 +488,9 @@ class CPrinter(CExprPrinter, StmtFunctor):
         elif b.scope == "shared":
             words = (d.shared_prefix, d.shared_align, t)
             self.emit(depth, f"{' '.join(w for w in words if w)} {name}[{size}];")
+        elif b.scope in FRAGMENT_SCOPES:
+            self.uses_fragments = True
+            self.emit(depth, f"{fragment_type(b, s.body, d, self.who)} {name}[{size // 256}];")
         else:
             words = (d.local_prefix, t)
             self.emit(depth, f"{' '.join(w for w in words if w)} {name}[{size}];")
@@ -495,6 +501,11 @@ class CPrinter(CExprPrinter, StmtFunctor):
 
     def visit_Store(self, s: Store, depth: int) -> None:
         b = s.buffer
+        if b.scope in FRAGMENT_SCOPES:
+            raise BuildError(format_error(
+                self.who, f"fragment {b.name!r} ({b.scope}) is written element by element",
+                "fragments written only by tensor-core intrinsics (tensorize the stages that "
+                "write them)", Kernel=self.kname))
         value = self.expr(s.value)
         if s.value.dtype != b.dtype:
             value = self.cast(value, s.value.dtype, b.dtype)
@@ -503,7 +514,13 @@ class CPrinter(CExprPrinter, StmtFunctor):
         self.emit(depth, f"{self.buffer(b)}[{self.index(b, s.indices)}] = {strip_parens(value)};")
 
     def visit_Evaluate(self, s: Evaluate, depth: int) -> None:
-        pass  # expressions have no side effects
+        # only calls in the code of tensor intrinsics have side effects
+        if isinstance(s.value, ExternCall):
+            self.emit(depth, f"{self.expr(s.value)};")
+
+    def visit_TensorCall(self, s: TensorCall, depth: int) -> None:
+        self.emit(depth, f"// {s.intrin.name}.{s.part}")
+        self.stmt(s.body, depth)
 
     def visit_Assert(self, s: Assert, depth: int) -> None:
         # the message cannot reach the host: the launch fails and names the kernel
@@ -522,6 +539,57 @@ class CPrinter(CExprPrinter, StmtFunctor):
             "expected kernel launches only at the top level of the function"))
 
 @deep("build")
+def fragment_type(b: Buffer, body: Stmt, d: CDialect, who: str) -> str:
+    """The C++ type of one tile of fragment buffer ``b``: ``nvcuda::wmma::fragment<use, 16,
+    16, 16, T, layout>``, the layout taken from the ``:layout`` tag of the calls that load
+    it in ``body`` (matrix_a/matrix_b only)."""
+    use = b.scope.split(".")[1]
+    tags = {x.name.partition(":")[2] for st in walk_stmts(body) for e in _exprs(st)
+            for x in _calls(e) if any(isinstance(a, AccessPtr) and a.buffer is b
+                                      for a in x.args)}
+    if "mma" in tags:   # the mma.sync path: register tiles (targets/cuda/tensor_core.py)
+        from polytile.targets.cuda.tensor_core import MMA_FRAGMENT_TYPES
+
+        if (b.scope, b.dtype) not in MMA_FRAGMENT_TYPES or b.size % 256:
+            raise BuildError(format_error(who, f"fragment {b.name!r} of {b.dtype}"
+                                          f"{list(b.shape)} on the mma.sync path",
+                                          "whole 16x16 tiles of float16 (accumulators: "
+                                          "float16/float32)"))
+        return MMA_FRAGMENT_TYPES[(b.scope, b.dtype)]
+    t = {"float16": "half", "float32": "float", "int8": "signed char", "uint8": "unsigned char",
+         "int32": "int", "bfloat16": "__nv_bfloat16"}.get(b.dtype)
+    if t is None or b.size % 256:
+        raise BuildError(format_error(who, f"fragment {b.name!r} of {b.dtype}{list(b.shape)}",
+                                      "whole 16x16 tiles of float16/float32/int8/int32"))
+    layout = ""
+    if use != "accumulator":
+        tags = {x.name.partition(":")[2] for st in walk_stmts(body)
+                for e in _exprs(st) for x in _calls(e)
+                if any(isinstance(a, AccessPtr) and a.buffer is b for a in x.args)}
+        tags.discard("")
+        if not tags:
+            raise BuildError(format_error(
+                who, f"fragment {b.name!r} ({b.scope}) is not loaded by a tensor-core "
+                "intrinsic", "fragments read and written only by tensor-core intrinsics",
+                hint="tensorize the stages that write and read it "
+                "(polytile.targets.cuda.tensor_core)"))
+        if len(tags) != 1:
+            raise BuildError(format_error(who, f"fragment {b.name!r} is loaded with layouts "
+                                          f"{sorted(tags) or 'none'}", "one layout"))
+        layout = f", nvcuda::wmma::{tags.pop()}"
+    return f"nvcuda::wmma::fragment<nvcuda::wmma::{use}, 16, 16, 16, {t}{layout}>"
+
+
+def _exprs(st: Stmt):
+    from polytile.schedule.loop_ir import stmt_exprs
+    return stmt_exprs(st)
+
+
+def _calls(e):
+    from polytile.te.visitor import collect
+    return collect(e, ExternCall)
+
+
 def print_c_module(func: PrimFunc, dialect: CDialect, fast_math: bool = False,
                    limits: DeviceLimits | None = None) -> CModule:
     """Print ``func`` as C source in ``dialect``.

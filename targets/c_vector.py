@@ -1,5 +1,6 @@
 """Vector copies in C dialects: a vectorized loop that copies contiguous, aligned elements
-becomes one ``float4``/``int4`` (or 2-wide) load and store (128-bit memory instructions on
+becomes one ``float4``/``int4`` (or 2-wide; ``uint4``/``uint2`` for 8 or 4 16-bit
+elements) load and store (128-bit memory instructions on
 NVIDIA GPUs: CUDA C Programming Guide, "Device Memory Accesses").
 """
 
@@ -13,7 +14,10 @@ from polytile.te.visitor import free_vars
 
 #: (element dtype, lanes) -> C vector type
 VECTOR_TYPES = {("float32", 4): "float4", ("float32", 2): "float2",
-                ("int32", 4): "int4", ("int32", 2): "int2"}
+                ("int32", 4): "int4", ("int32", 2): "int2",
+                # 16-bit elements are copied as bits (the shared staging of tensor cores)
+                ("float16", 8): "uint4", ("float16", 4): "uint2",
+                ("bfloat16", 8): "uint4", ("bfloat16", 4): "uint2"}
 
 
 def _linear(e: Expr) -> tuple[dict, int] | None:
@@ -61,7 +65,7 @@ def _contiguous_aligned(index: Expr, var: Var, lanes: int) -> bool:
 
 def vector_copy(s: For) -> tuple[str, Store, Load, Expr | None] | None:
     """``(vector type, store, load, guard)`` when loop ``s`` is a vectorized copy
-    ``dst[base + v] = src[base' + v]`` of 2 or 4 elements with both bases provably
+    ``dst[base + v] = src[base' + v]`` of 2, 4 (or 8 16-bit) elements with both bases provably
     multiples of the width (buffers are at least 16-byte aligned), possibly under a guard
     that does not depend on the lane; else ``None``."""
     if s.kind != LoopKind.VECTORIZED or not isinstance(s.extent, Const) or s.step != 1:

@@ -8,9 +8,10 @@ from polytile.te import symbolic as sym
 from polytile.te.expr import Binary, Cast, Const, Expr
 from polytile.te.visitor import ExprMutator, collect
 
-from ..kinds import LoopKind
-from ..loop_ir import (Allocate, Buffer, For, KernelLaunch, Load, PrimFunc, Stmt, StmtMutator,
-                       Store, child_stmts, stmt_exprs, walk_stmts)
+from ..kinds import LoopKind, thread_private
+from ..loop_ir import (AccessPtr, Allocate, Buffer, For, KernelLaunch, Load, PrimFunc, Stmt,
+                       StmtMutator, Store, TensorCall, child_stmts, stmt_exprs, walk_stmts)
+from ..tensorize import lower_tensor_call
 
 
 def _buffers_used(s: Stmt) -> list[Buffer]:
@@ -18,6 +19,9 @@ def _buffers_used(s: Stmt) -> list[Buffer]:
     for x in walk_stmts(s):
         if isinstance(x, Store):
             out.setdefault(id(x.buffer), x.buffer)
+        if isinstance(x, TensorCall):
+            for b in x.buffers:
+                out.setdefault(id(b), b)
         for e in stmt_exprs(x):
             for ld in collect(e, Load):
                 out.setdefault(id(ld.buffer), ld.buffer)
@@ -109,7 +113,7 @@ def _nbytes(b: Buffer) -> float:
 def _allocate_gpu(func: PrimFunc, pending: list) -> PrimFunc:
     """Shared and local buffers live in the kernel that uses them (per block / per
     thread); other intermediates are device memory for the whole call."""
-    in_kernel = [b for b in pending if b.scope in ("shared", "local")]
+    in_kernel = [b for b in pending if b.scope == "shared" or thread_private(b.scope)]
 
     class _Place(StmtMutator):
         def visit_KernelLaunch(self, k: KernelLaunch):
@@ -124,7 +128,7 @@ def _allocate_gpu(func: PrimFunc, pending: list) -> PrimFunc:
     body = _Place().visit(func.body)
     final = {}
     for b in pending:
-        if b.scope not in ("shared", "local"):
+        if not (b.scope == "shared" or thread_private(b.scope)):
             nb = Buffer(b.name, b.shape, b.dtype, "heap")
             final[id(b)] = nb
             body = Allocate(nb, body)
@@ -140,7 +144,8 @@ def _outermost_parallel(s: Stmt) -> list[For]:
 
 
 def _writes(s: Stmt, b: Buffer) -> bool:
-    return any(isinstance(x, Store) and x.buffer is b for x in walk_stmts(s))
+    return any(isinstance(x, Store) and x.buffer is b or
+               isinstance(x, TensorCall) and x.buffers[-1] is b for x in walk_stmts(s))
 
 
 def _count_uses(s: Stmt, b: Buffer) -> int:
@@ -148,6 +153,8 @@ def _count_uses(s: Stmt, b: Buffer) -> int:
     for x in walk_stmts(s):
         if isinstance(x, Store) and x.buffer is b:
             n += 1
+        if isinstance(x, TensorCall):
+            n += sum(1 for y in x.buffers if y is b)
         for e in stmt_exprs(x):
             n += sum(1 for ld in collect(e, Load) if ld.buffer is b)
     return n
@@ -163,6 +170,13 @@ class _RescopeExpr(ExprMutator):
         if b is e.buffer and all(x is y for x, y in zip(idx, e.indices)):
             return e
         return Load(e.dtype, b, idx)
+
+    def visit_AccessPtr(self, e: AccessPtr):
+        off = self.visit(e.offset)
+        b = self.final.get(id(e.buffer), e.buffer)
+        if b is e.buffer and off is e.offset:
+            return e
+        return AccessPtr(e.dtype, b, off, e.mode)
 
 
 class _Rescope(StmtMutator):
@@ -182,6 +196,13 @@ class _Rescope(StmtMutator):
         s = self.generic_visit(s)
         b = self.final.get(id(s.buffer), s.buffer)
         return s if b is s.buffer else Allocate(b, s.body)
+
+    def visit_TensorCall(self, s: TensorCall):
+        s = self.generic_visit(s)
+        bufs = tuple(self.final.get(id(b), b) for b in s.buffers)
+        if all(a is b for a, b in zip(bufs, s.buffers)):
+            return s
+        return TensorCall(s.intrin, s.part, bufs, s.shapes, s.strides, s.indices, s.body)
 
 
 def _flat_index(buf: Buffer, indices: tuple) -> tuple:
@@ -226,6 +247,11 @@ class _Flatten(StmtMutator):
     def visit_Store(self, s: Store):
         s = self.generic_visit(s)
         return Store(s.buffer, _flat_index(s.buffer, s.indices), s.value)
+
+    def visit_TensorCall(self, s: TensorCall):
+        s = self.generic_visit(s)
+        flat = tuple(_flat_index(b, idx)[0] for b, idx in zip(s.buffers, s.operand_indices()))
+        return lower_tensor_call(s, flat)
 
 
 def flatten_storage(func: PrimFunc) -> PrimFunc:

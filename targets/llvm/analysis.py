@@ -12,8 +12,8 @@
 
 from __future__ import annotations
 
-from polytile.schedule.loop_ir import (Allocate, Buffer, For, LetStmt, Load, Stmt, Store,
-                                       stmt_exprs, walk_stmts)
+from polytile.schedule.loop_ir import (AccessPtr, Allocate, Buffer, For, LetStmt, Load, Stmt,
+                                       Store, TensorCall, stmt_exprs, walk_stmts)
 from polytile.te import dtype as dt
 from polytile.te.expr import Binary, Const, Expr, Var, child_fields
 
@@ -99,7 +99,7 @@ def _expr_symbols(e: Expr, out: dict) -> None:
     for x in order:
         if isinstance(x, Var):
             out.setdefault(x, None)
-        elif isinstance(x, Load):
+        elif isinstance(x, (Load, AccessPtr)):
             out.setdefault(x.buffer, None)
 
 
@@ -110,6 +110,9 @@ def used_symbols(s: Stmt) -> list:
     for x in walk_stmts(s):
         if isinstance(x, Store):
             out.setdefault(x.buffer, None)
+        if isinstance(x, TensorCall):
+            for b in x.buffers:
+                out.setdefault(b, None)
         if isinstance(x, Allocate):
             for d in x.buffer.shape:
                 if isinstance(d, Expr):
@@ -120,8 +123,9 @@ def used_symbols(s: Stmt) -> list:
 
 
 def stored_buffers(s: Stmt) -> set[Buffer]:
-    """Buffers that some ``Store`` in ``s`` writes."""
-    return {x.buffer for x in walk_stmts(s) if isinstance(x, Store)}
+    """Buffers that some ``Store`` (or tensor intrinsic call) in ``s`` writes."""
+    return {x.buffer for x in walk_stmts(s) if isinstance(x, Store)} | {
+        x.buffers[-1] for x in walk_stmts(s) if isinstance(x, TensorCall)}
 
 
 def has_inner_for(s: Stmt) -> bool:

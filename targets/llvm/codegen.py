@@ -31,12 +31,14 @@ from polytile.backend import Target
 from polytile.errors import BuildError, InternalError, format_error
 from polytile.schedule.intdiv import floordiv_expr, floormod_expr
 from polytile.schedule.kinds import LoopKind
-from polytile.schedule.loop_ir import (FOR_KINDS, Allocate, Assert, Buffer, Evaluate, For,
+from polytile.schedule.loop_ir import (FOR_KINDS, AccessPtr, Allocate, ExternCall, TensorCall,
+                                       is_empty, Assert, Buffer, Evaluate, For,
                                        IfThenElse, LetStmt, Load, PrimFunc, Seq, Stmt,
                                        StmtFunctor, Store, asserts)
 from polytile.te import dtype as dt
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select,
                               Var)
+from polytile.te.visitor import collect
 
 from . import intrinsics as llx
 from .analysis import traps_after
@@ -164,7 +166,16 @@ class CodeGen(StmtFunctor):
         self.let(s.var, v, lambda: self.visit(s.body))
 
     def visit_Evaluate(self, s: Evaluate) -> None:
-        pass  # expressions have no side effects
+        # only calls of tensor intrinsic bodies have side effects
+        if collect(s.value, ExternCall):
+            self.expr(s.value)
+
+    def visit_TensorCall(self, s: TensorCall) -> None:
+        if is_empty(s.body):
+            raise InternalError(format_error(
+                "codegen_llvm", f"call of intrinsic {s.intrin.name!r} has no code",
+                "storage flattening binds its regions and calls fcompute"))
+        self.visit(s.body)
 
     def visit_Assert(self, s: Assert) -> None:
         k = next(i for i, a in enumerate(self.asserts) if a is s)
@@ -385,6 +396,28 @@ class CodeGen(StmtFunctor):
     def expr_Call(self, e: Call) -> ir.Value:
         args = [self.expr(a) for a in e.args]
         return llx.math_call(self.b, e.name, args, e.args[0].dtype, self.fast, self.fma)
+
+    def expr_AccessPtr(self, e: AccessPtr) -> ir.Value:
+        return self.b.gep(self.buffer_ptr(e.buffer), [self.index(e.offset)], inbounds=True)
+
+    def expr_ExternCall(self, e: ExternCall) -> ir.Value:
+        if e.kind == "intrin":
+            raise BuildError(format_error(
+                "codegen_llvm", f"call_intrin {e.name!r} is a builtin of a C dialect",
+                "call_extern or call_llvm_intrin on the llvm target"))
+        args = [self.expr(a) for a in e.args]
+        ret = llx.VOID if e.dtype == "void" else llx.llvm_type(e.dtype)
+        fn = self.module.globals.get(e.name)
+        fnty = ir.FunctionType(ret, [a.type for a in args])
+        if fn is None:
+            fn = ir.Function(self.module, fnty, name=e.name)
+        elif fn.function_type != fnty:
+            raise BuildError(format_error(
+                "codegen_llvm", f"{e.kind} function {e.name!r} is called with types "
+                f"({', '.join(str(a.type) for a in args)}) -> {ret}, and elsewhere as "
+                f"{fn.function_type}", "one signature per function"))
+        v = self.b.call(fn, args)
+        return I32(0) if e.dtype == "void" else v
 
     def expr_Load(self, e: Load) -> ir.Value:
         v = self.b.load(self.element_ptr(e.buffer, e.indices), align=dt.nbytes(e.buffer.dtype))

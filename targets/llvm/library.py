@@ -91,8 +91,10 @@ def write_library(module: LLVMModule, path: str, suffix: str) -> None:
         o = os.path.join(tmp, f"{module.name}.o")
         with open(o, "wb") as fh:
             fh.write(obj)
-        res = subprocess.run([cc, "-shared", "-Wl,-z,defs", "-o", path, o, "-lgomp", "-lm"],
-                             capture_output=True, text=True, check=False)
+        # the libraries of import_c pragmas (extern functions of tensor intrinsics)
+        libs = list(getattr(module, "_libs", ()))
+        res = subprocess.run([cc, "-shared", "-Wl,-z,defs", "-o", path, o, *libs, "-lgomp",
+                              "-lm"], capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise BuildError(format_error("export_library", f"linking {path!r} failed",
                                       "expected the linker to succeed",

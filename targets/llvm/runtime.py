@@ -21,6 +21,9 @@ import ctypes
 import ctypes.util
 import functools
 import os
+import shutil
+import subprocess
+import tempfile
 import threading
 
 import llvmlite.binding as llvm
@@ -182,6 +185,58 @@ def optimize(mod, tm, opt_level: int) -> None:
     pb.getModulePassManager().run(mod, pb)
 
 
+#: A line of imported LLVM IR text naming a shared library to load for its functions
+#: (``polytile.contrib.clang.create_llvm`` without clang compiles with the C compiler).
+SHARED_LIBRARY_TAG = "; polytile-shared-library: "
+
+
+def compile_c(source: str, out_dir: str | None = None, name: str = "extern") -> str:
+    """Compile C (or C++, when it says ``extern "C"``) ``source`` with the system compiler
+    into a shared library; returns its path.
+
+    Raises
+    ------
+    BuildError
+        When no compiler is found or compilation fails (with the compiler's output).
+    """
+    cplus = 'extern "C"' in source
+    cc = shutil.which("g++" if cplus else "cc") or shutil.which("c++" if cplus else "gcc")
+    if cc is None:
+        raise BuildError(format_error("import_c", "no C compiler found",
+                                      "gcc/cc (or g++ for C++ source) on PATH"))
+    out_dir = out_dir or tempfile.mkdtemp(prefix="polytile_c_")
+    src = os.path.join(out_dir, f"{name}.{'cc' if cplus else 'c'}")
+    lib = os.path.join(out_dir, f"{name}.so")
+    with open(src, "w") as f:
+        f.write(source)
+    r = subprocess.run([cc, "-O3", "-march=native", "-shared", "-fPIC", "-o", lib, src],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise BuildError(format_error("import_c", f"{os.path.basename(cc)} failed on the "
+                                      f"extern source: {r.stderr.strip()[:2000]}",
+                                      "C source that compiles"))
+    return lib
+
+
+def link_imports(mod, imports) -> list:
+    """Link the ``import_llvm`` texts into ``mod`` and load the libraries of ``import_c``
+    sources (and of texts naming one); returns the loaded library paths."""
+    libs = []
+    for kind, text in imports:
+        if kind == "import_c":
+            libs.append(compile_c(text))
+            llvm.load_library_permanently(libs[-1])
+            continue
+        for line in text.splitlines():
+            if line.startswith(SHARED_LIBRARY_TAG):
+                libs.append(line[len(SHARED_LIBRARY_TAG):].strip())
+                llvm.load_library_permanently(libs[-1])
+        other = llvm.parse_assembly(text)
+        other.verify()
+        mod.link_in(other)
+    return libs
+
+
 class LLVMModule(Module):
     """A function compiled for the CPU, callable with numpy arrays and scalars.
 
@@ -221,6 +276,7 @@ class LLVMModule(Module):
         try:
             mod = llvm.parse_assembly(self._ir_text)
             mod.verify()
+            self._libs = link_imports(mod, func.attrs.get("imports", ()))
         except RuntimeError as exc:
             raise BuildError(format_error("build", f"LLVM rejected the code generated for "
                                           f"{func.name!r}: {exc}", "expected valid LLVM IR",

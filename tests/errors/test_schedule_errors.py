@@ -345,7 +345,8 @@ CASES = [
                  r"cache_read: stage 'C' does not read 'A'; list stages that read the tensor",
                  id="cache-read-with-a-reader-that-does-not-read"),
     pytest.param(cache_read_with_a_misspelt_scope,
-                 r"cache_read: unknown scope 'sharde'; one of \('global', 'shared', 'local'\)",
+                 r"cache_read: unknown scope 'sharde'; one of \('global', 'shared', 'local', "
+                 r"'wmma.matrix_a', 'wmma.matrix_b', 'wmma.accumulator'\)",
                  id="cache-read-misspelt-scope"),
     pytest.param(cache_write_of_a_placeholder,
                  r"cache_write: 'A' is a placeholder; cache the output of a compute",

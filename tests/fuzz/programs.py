@@ -139,6 +139,11 @@ class Gen:
         elif op == "*":
             bound, exact = a.bound * b.bound, a.exact and b.exact and not dt.is_float(t)
             node = ["op", "*", a.t, b.t]
+        elif a.t[0] == "ax" and b.t[0] == "ax":
+            # te.max(i, j) would take the axis j as a reduction axis (TVM's meaning), and
+            # swapping them does not help: use their sum instead
+            bound, exact = a.bound + b.bound, a.exact and b.exact and not dt.is_float(t)
+            node = ["op", "+", a.t, b.t]
         else:
             if b.t[0] == "ax":  # te.max(x, i) would take the axis i as a reduction axis
                 a, b = b, a

@@ -115,8 +115,8 @@ class _Eval:
         mag = None if res.mag is None else res.mag[key]
         unsure = mask_or(unsure, res.unsure[key] if res.unsure.any() else None)
         fma = None
-        if (isinstance(e.tensor.op, ComputeOp) and isinstance(e.tensor.op.body[0], Binary)
-                and e.tensor.op.body[0].op == "mul" and dt.is_float(e.dtype)):
+        if (isinstance(e.tensor.op, ComputeOp) and _may_be_product(e.tensor.op.body[0])
+                and dt.is_float(e.dtype)):
             fma = ulp(v, e.dtype) / 2  # the stored product may be fused downstream
         return Val(v, e.dtype, err, mag, fma, unsure, oob)
 
@@ -409,3 +409,14 @@ def tolerance(res: Result, dtype: str, relaxed: bool = False) -> np.ndarray:
     if relaxed:
         tol = tol + 8 * UNIT[dtype] * res.mag
     return tol
+
+
+def _may_be_product(e) -> bool:
+    """Can the value of ``e`` be a product (a multiplication at its top, or in a branch of
+    ``if_then_else``)? Once inlined, its consumer may fuse it into a multiply-add (fuzz
+    seed llvm 4416: ``a - (x if c else a * a)``)."""
+    if isinstance(e, Binary):
+        return e.op == "mul"
+    if isinstance(e, Select):
+        return _may_be_product(e.true_value) or _may_be_product(e.false_value)
+    return False

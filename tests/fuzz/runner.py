@@ -300,11 +300,76 @@ def run_case(case: dict, runtime: Runtime) -> dict:
         runtime.finish()
     except Exception as ex:  # noqa: BLE001 - nvcc rejected the generated CUDA C
         return _outcome("crash", "build", ex)
+    if runtime.target == "cuda" and not chk["problems"]:
+        try:
+            chk["problems"] = thread_races(ns["s"], args, inputs)
+        except Exception as ex:  # noqa: BLE001
+            return _outcome("crash", "run", ex)
     timing = {"seconds": round(time.perf_counter() - t0, 3), "build_s": round(t2 - t1, 3)}
     if chk["problems"]:
         return _outcome("wrong", "check", detail="\n".join(chk["problems"]),
                         checked=chk["checked"], total=chk["total"], **timing)
     return _outcome("ok", "check", checked=chk["checked"], total=chk["total"], **timing)
+
+
+#: the most GPU threads (all kernels, all blocks) of a case whose loop IR the reference
+#: interpreter runs to look for races, and the seconds it may take (it runs about 50 000
+#: statements a second; past that, the case goes unchecked for races)
+RACE_CHECK_THREADS = 4096
+RACE_CHECK_SECONDS = 5.0
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+def thread_races(s, args, prog_inputs: dict) -> list:
+    """The races of the GPU schedule ``s`` (``[]`` when none, or when it has more than
+    :data:`RACE_CHECK_THREADS` threads): its loop IR run by the reference interpreter,
+    which runs a block's threads barrier to barrier and raises on a race or a barrier
+    that not every thread reaches. The emulator and a GPU run threads in an order that
+    can hide both."""
+    import polytile
+    from polytile.schedule import interpreter
+    from polytile.schedule.loop_ir import KernelLaunch, StmtVisitor
+
+    func = polytile.lower(s, args)
+    launches: list = []
+
+    class _Launches(StmtVisitor):
+        def visit_KernelLaunch(self, k: KernelLaunch):
+            launches.append(int(np.prod(k.grid)) * int(np.prod(k.block)))
+
+    _Launches().visit(func.body)
+    if sum(launches) > RACE_CHECK_THREADS:
+        return []
+    arrays = [prog_inputs[a.name].copy() if a.name in prog_inputs
+              else poison(a.shape, a.dtype, 0) for a in args]
+    import signal
+    import threading
+
+    timed = threading.current_thread() is threading.main_thread()
+    if timed:
+        def _stop(signum, frame):
+            raise _OutOfTime
+
+        old = signal.signal(signal.SIGALRM, _stop)
+        signal.setitimer(signal.ITIMER_REAL, RACE_CHECK_SECONDS)
+    try:
+        interpreter.run(func, *arrays)
+    except _OutOfTime:
+        return []
+    except interpreter.RaceError as ex:
+        return [f"race: {ex}"]
+    except RuntimeError as ex:
+        if "barrier" in str(ex):
+            return [f"barrier: {ex}"]
+        raise
+    finally:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+    return []
 
 
 def _placeholders(args) -> list:

@@ -199,3 +199,66 @@ def test_vthread_on_an_elementwise_kernel():
     s[B].bind(t, te.thread_axis("threadIdx.x"))
     a = np.random.default_rng(3).uniform(-1, 1, 50).astype("float32")
     check(_run(s, [A, B], [a]), a * 3.0)
+
+
+def _vthread_gemm_vectorized_fetch(m, n, kk):
+    """TVM's conv2d-tutorial schedule on a matmul: two vthreads per axis, a local
+    accumulator, shared tiles fetched cooperatively by (threadIdx.y, threadIdx.x) with a
+    vectorized inner part (issue 9: a KeyError in the schedule tree)."""
+    A = te.placeholder((m, kk), name="A")
+    B = te.placeholder((kk, n), name="B")
+    k = te.reduce_axis((0, kk), name="k")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    AA, BB = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])
+    CL = s.cache_write(C, "local")
+    by, yi = s[C].split(C.op.axis[0], factor=16)
+    bx, xi = s[C].split(C.op.axis[1], factor=16)
+    vy, yi = s[C].split(yi, nparts=2)
+    ty, yi = s[C].split(yi, nparts=4)
+    vx, xi = s[C].split(xi, nparts=2)
+    tx, xi = s[C].split(xi, nparts=4)
+    s[C].reorder(by, bx, vy, vx, ty, tx, yi, xi)
+    for loop, tag in ((by, "blockIdx.y"), (bx, "blockIdx.x"), (vy, "vthread"),
+                      (vx, "vthread"), (ty, "threadIdx.y"), (tx, "threadIdx.x")):
+        s[C].bind(loop, te.thread_axis(tag))
+    s[CL].compute_at(s[C], tx)
+    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=4)
+    s[CL].reorder(ko, ki, *s[CL].op.axis)
+    for X in (AA, BB):
+        s[X].compute_at(s[CL], ko)
+        fused, v = s[X].split(s[X].fuse(*s[X].op.axis), factor=2)
+        s[X].vectorize(v)
+        t1, fused = s[X].split(fused, nparts=4)
+        t2, fused = s[X].split(fused, nparts=4)
+        s[X].bind(t1, te.thread_axis("threadIdx.y"))
+        s[X].bind(t2, te.thread_axis("threadIdx.x"))
+    return s, [A, B, C]
+
+
+@pytest.mark.parametrize("m,n,kk", [(32, 32, 16), (37, 19, 13)])
+def test_vthread_with_a_vectorized_cooperative_fetch(m, n, kk):
+    s, args = _vthread_gemm_vectorized_fetch(m, n, kk)
+    g = np.random.default_rng(m)
+    a = g.uniform(-1, 1, (m, kk)).astype("float32")
+    b = g.uniform(-1, 1, (kk, n)).astype("float32")
+    check(_run(s, args, [a, b]), a.astype("float64") @ b, k=kk)
+    compile_with_nvcc(polytile.build(s, args, target="cuda").get_source())
+
+
+def test_cross_thread_reduction_by_explicit_rfactor():
+    """TVM's idiom: split the reduce axis, rfactor the inner part, bind the remaining
+    reduce axis to threadIdx.x and compute the rfactor stage there."""
+    A = te.placeholder((13, 70), name="A")
+    k = te.reduce_axis((0, 70), name="k")
+    B = te.compute((13,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    _, ki = s[B].split(B.op.reduce_axis[0], factor=16)
+    BF = s.rfactor(B, ki)
+    tx = s[B].op.reduce_axis[0]
+    s[B].bind(tx, te.thread_axis("threadIdx.x"))
+    s[BF].compute_at(s[B], tx)
+    s[B].bind(s[B].op.axis[0], te.thread_axis("blockIdx.x"))
+    a = np.random.default_rng(5).uniform(-1, 1, (13, 70)).astype("float32")
+    check(_run(s, [A, B], [a]), a.astype("float64").sum(1), k=70)
+    compile_with_nvcc(polytile.build(s, [A, B], target="cuda").get_source())

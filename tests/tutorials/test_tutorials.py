@@ -57,6 +57,26 @@ def test_07_dynamic_shapes():
     assert out.count("results match numpy") == 2                # tuned kernels at other n
 
 
+def test_06_tensorize():
+    out = _run("06_tensorize.py", "--n", "33", "--m", "48", "--l", "64")
+    assert "gemv_update: result matches numpy" in out
+    assert "gemv_reset + gemv_update: result matches numpy" in out
+    assert "tensorize tensor_intrin.reset(" in out and "tensorize tensor_intrin.update(" in out
+
+
+@pytest.mark.slow   # about 40 s: three nvcc builds and two interpreter runs
+def test_05_tensor_core_gemm_builds_and_checks_without_a_gpu():
+    from polytile.targets.cuda import compile as cc
+
+    if cc.nvcc_path() is None and cc.nvrtc_version() is None:
+        pytest.skip("neither NVRTC nor nvcc is available")
+    out = _run("05_tensor_core_gemm.py", "--n", "256", "--no-run")
+    assert out.count("built in") == 4
+    assert "interpreter: WMMA fp16->float32 lowering matches numpy" in out
+    assert "interpreter: WMMA fp16->float16 lowering matches numpy" in out
+    assert "CPU tensorize with an extern C micro-kernel: result matches numpy" in out
+
+
 def test_08_argmax_and_scan():
     out = _run("08_argmax_and_scan.py", "--n", "13")
     assert out.count("result matches numpy\n") == 3

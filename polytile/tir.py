@@ -1,0 +1,325 @@
+"""Building the bodies of tensor intrinsics (TVM v0.19's ``tvm.tir`` names).
+
+A tensor intrinsic's ``fcompute(ins, outs)`` (:func:`polytile.te.decl_tensor_intrin`)
+receives :class:`BufferView` objects, one per operand region, and returns loop IR built
+with this module:
+
+* ``call_extern(dtype, "gemv_update", cc.access_ptr("w"), aa.access_ptr("r"), 16)``: a C
+  function (resolved when the module is loaded: ``s[C].pragma(axis, "import_llvm", ir)``
+  links LLVM IR text in, or ``"import_c"`` compiles C source with the system compiler);
+  ``call_pure_extern`` the same without side effects; ``call_llvm_intrin(dtype,
+  "llvm.fma.f32", a, b, c)`` an LLVM intrinsic; ``call_intrin(dtype, name, ...)`` a
+  builtin of the target's C dialect (CUDA);
+* ``ir_builder.create()``: ``emit(stmt_or_call)``, ``with ib.for_range(0, n, name="i") as
+  i:``, ``get()``;
+* ``view.vload(index)`` / ``view.vstore(index, value)``: element ``index`` (a tuple in
+  the view's shape) of the region, ``view.access_ptr(mode, offset=0)`` its address.
+
+``decl_buffer(shape, dtype, name, strides=..., offset_factor=..., scope=...)`` declares an
+operand's layout in ``binds``: strides given as ``te.var`` take the region's strides, and
+constant strides must equal them (checked when the region is bound); no strides means a
+compact row-major region.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from polytile.errors import DefinitionTypeError, LoweringError, format_error
+from polytile.te.expr import Binary, Const, Expr, ExprOp, Var, convert
+from polytile.schedule.loop_ir import (AccessPtr, Buffer, Evaluate, ExternCall, For, Load,
+                                       Stmt, Store, seq)
+
+__all__ = ["BufferView", "DeclBuffer", "call_extern", "call_intrin", "call_llvm_intrin",
+           "call_llvm_pure_intrin", "call_pure_extern", "decl_buffer", "ir_builder"]
+
+
+@dataclass(frozen=True, eq=False)
+class DeclBuffer:
+    """A declared operand layout (TVM's ``tir.decl_buffer`` in ``binds``): ``strides``
+    None (compact) or a tuple of ints and ``te.var`` (free: the region's stride)."""
+
+    shape: tuple
+    dtype: str
+    name: str
+    strides: tuple | None = None
+    elem_offset: object = None
+    scope: str = ""
+    data_alignment: int = -1
+    offset_factor: int = 0
+
+
+def decl_buffer(shape, dtype: str = "float32", name: str = "buffer", data=None, strides=None,
+                elem_offset=None, scope: str = "", data_alignment: int = -1,
+                offset_factor: int = 0, buffer_type: str = "", axis_separators=None,
+                span=None) -> DeclBuffer:
+    """Declare the layout of a tensor intrinsic operand (see the module docstring).
+
+    Raises
+    ------
+    DefinitionTypeError
+        For strides that are neither ints nor ``te.var``.
+    """
+    shape = tuple(int(s) for s in ((shape,) if isinstance(shape, int) else shape))
+    if strides is not None:
+        strides = tuple(strides)
+        for s in strides:
+            if not isinstance(s, (int, Var)):
+                raise DefinitionTypeError(format_error(
+                    "decl_buffer", f"stride {s!r} of {name!r}",
+                    "ints or te.var (a stride taken from the bound region)"))
+        if len(strides) != len(shape):
+            raise DefinitionTypeError(format_error(
+                "decl_buffer", f"{name!r} has {len(shape)} dimensions but {len(strides)} "
+                "strides", "one stride per dimension"))
+    return DeclBuffer(shape, str(dtype), name, strides, elem_offset, scope, data_alignment,
+                      offset_factor)
+
+
+def _i64(x) -> Expr:
+    e = convert(x, "int64")
+    return e if e.dtype == "int64" else convert(e, "int64").astype("int64")
+
+
+class BufferView:
+    """The region of a buffer one intrinsic call works on (TVM's ``Buffer`` bound in
+    ``fcompute``).
+
+    Attributes
+    ----------
+    shape : tuple of int
+        The intrinsic operand's shape.
+    dtype : str
+    strides : tuple of int
+        Element strides of the region in the underlying buffer.
+    elem_offset : Expr
+        Flat element offset (``int64``) of the region's first element in the buffer.
+    scope : str
+        The buffer's storage scope (``global``, ``shared``, ``local``, ``stack``...).
+    name : str
+    """
+
+    def __init__(self, buffer: Buffer, shape: tuple, strides: tuple, elem_offset: Expr,
+                 name: str = ""):
+        self.buffer = buffer
+        self.shape = tuple(shape)
+        self.dtype = buffer.dtype
+        self.strides = tuple(strides)
+        self.elem_offset = elem_offset
+        self.scope = buffer.scope
+        self.name = name or buffer.name
+        self.data = buffer
+
+    def __repr__(self) -> str:
+        return (f"BufferView({self.buffer.name}, shape={list(self.shape)}, "
+                f"strides={list(self.strides)}, offset={self.elem_offset})")
+
+    def offset_of(self, indices) -> Expr:
+        """Flat element offset of element ``indices`` of the region."""
+        if not isinstance(indices, (tuple, list)):
+            indices = (indices,)
+        if len(indices) != len(self.shape):
+            raise LoweringError(format_error(
+                "BufferView", f"{len(indices)} indices for region {self.name!r} of shape "
+                f"{list(self.shape)}", "one index per dimension"))
+        off = self.elem_offset
+        for i, s in zip(indices, self.strides):
+            term = _i64(i)
+            if s != 1:
+                term = Binary("int64", "mul", term, Const("int64", s))
+            off = Binary("int64", "add", off, term)
+        return off
+
+    def access_ptr(self, access_mask="rw", ptr_type: str = "handle", content_lanes: int = 1,
+                   offset=0, extent=None) -> AccessPtr:
+        """The address of the region's first element (plus ``offset`` elements): a pointer
+        argument for ``call_extern``. ``access_mask`` is ``"r"``, ``"w"`` or ``"rw"`` (or
+        TVM's 1, 2, 3)."""
+        mode = {1: "r", 2: "w", 3: "rw"}.get(access_mask, access_mask)
+        off = self.elem_offset
+        if not (isinstance(offset, int) and offset == 0):
+            off = Binary("int64", "add", off, _i64(offset))
+        return AccessPtr("handle", self.buffer, off, str(mode))
+
+    def vload(self, begin, dtype: str | None = None) -> Load:
+        """Element ``begin`` (a tuple of indices into the region) as an expression."""
+        if dtype is not None and dtype != self.dtype:
+            raise LoweringError(format_error(
+                "vload", f"dtype {dtype!r} of region {self.name!r}",
+                f"the element dtype {self.dtype!r} (vector loads are not supported)"))
+        return Load(self.dtype, self.buffer, (self.offset_of(begin),))
+
+    def vstore(self, begin, value) -> Store:
+        """The statement storing ``value`` at element ``begin`` of the region."""
+        return Store(self.buffer, (self.offset_of(begin),), convert(value, self.dtype))
+
+
+def _args(args) -> tuple:
+    out = []
+    for a in args:
+        if isinstance(a, (ExprOp, Expr)):
+            out.append(a)
+        elif isinstance(a, bool):
+            out.append(Const("bool", a))
+        elif isinstance(a, int):
+            out.append(Const("int32", a))
+        elif isinstance(a, float):
+            out.append(Const("float32", a))
+        else:
+            raise DefinitionTypeError(format_error(
+                "call_extern", f"argument {a!r} of type {type(a).__name__}",
+                "expressions, ints, floats or access_ptr(...)"))
+    return tuple(a if isinstance(a, Expr) else convert(a) for a in out)
+
+
+def _call(kind: str, dtype: str, name: str, args) -> ExternCall:
+    if not isinstance(name, str) or not name:
+        raise DefinitionTypeError(format_error(f"call_{kind}", f"function name {name!r}",
+                                               "a non-empty string"))
+    return ExternCall(str(dtype), name, _args(args), kind)
+
+
+def call_extern(dtype: str, func_name: str, *args, span=None) -> ExternCall:
+    """A call of C function ``func_name`` returning ``dtype`` (``"int32"``, ``"void"``...);
+    pointer arguments from ``view.access_ptr(mode)``, Python ints are ``int32``."""
+    return _call("extern", dtype, func_name, args)
+
+
+def call_pure_extern(dtype: str, func_name: str, *args, span=None) -> ExternCall:
+    """:func:`call_extern` of a function without side effects."""
+    return _call("pure_extern", dtype, func_name, args)
+
+
+def call_intrin(dtype: str, func_name: str, *args, span=None) -> ExternCall:
+    """A builtin of the target's C dialect (printed as a call on CUDA)."""
+    return _call("intrin", dtype, func_name, args)
+
+
+def call_llvm_intrin(dtype: str, name: str, *args, span=None) -> ExternCall:
+    """An LLVM intrinsic (``llvm.fma.f32``, ``llvm.x86...``) on the ``llvm`` target; its
+    signature is taken from the argument and result dtypes. TVM's form with the number of
+    arguments first (``call_llvm_intrin(dtype, name, 3, a, b, c)``) is accepted."""
+    if args and isinstance(args[0], int) and len(args) == args[0] + 1:
+        args = args[1:]
+    return _call("llvm_intrin", dtype, name, args)
+
+
+call_llvm_pure_intrin = call_llvm_intrin
+
+
+class IRBuilder:
+    """TVM's ``tir.ir_builder``: statements appended in order, loops as context managers.
+
+    >>> ib = ir_builder.create()
+    >>> with ib.for_range(0, 16, name="i") as i:
+    ...     ib.emit(out.vstore((i,), a.vload((i,)) + 1))
+    >>> body = ib.get()
+    """
+
+    def __init__(self):
+        self._stack: list[list] = [[]]
+
+    def emit(self, stmt) -> None:
+        """Append a statement, or an expression evaluated for its side effects."""
+        if isinstance(stmt, Expr):
+            stmt = Evaluate(stmt)
+        if not isinstance(stmt, Stmt):
+            raise DefinitionTypeError(format_error(
+                "ir_builder.emit", f"got {type(stmt).__name__}",
+                "a statement (vstore) or a call (call_extern)"))
+        self._stack[-1].append(stmt)
+
+    @contextlib.contextmanager
+    def for_range(self, begin, end, name: str = "i", dtype: str = "int64", kind="serial"):
+        """A serial loop ``name`` from ``begin`` to ``end`` (exclusive); yields its
+        variable."""
+        v = Var("int64", name)
+        self._stack.append([])
+        yield v
+        body = seq(*self._stack.pop())
+        lo, hi = _i64(begin), _i64(end)
+        self._stack[-1].append(For(v, lo, Binary("int64", "sub", hi, lo), "serial", body))
+
+    def get(self) -> Stmt:
+        """The statement built so far."""
+        return seq(*self._stack[0])
+
+
+class _IRBuilderModule:
+    """``polytile.tir.ir_builder`` (TVM's module of that name): ``create()``."""
+
+    IRBuilder = IRBuilder
+
+    @staticmethod
+    def create() -> IRBuilder:
+        return IRBuilder()
+
+
+ir_builder = _IRBuilderModule()
+
+
+# ------------------------------------------------------------------ used by tensorize
+_PARTS = ("body", "reset", "update")
+
+
+def _as_stmt(x, intrin, part: str) -> Stmt | None:
+    if x is None:
+        return None
+    if isinstance(x, Expr):
+        return Evaluate(x)
+    if isinstance(x, Stmt):
+        return x
+    if isinstance(x, IRBuilder):
+        return x.get()
+    raise DefinitionTypeError(format_error(
+        "decl_tensor_intrin", f"fcompute of {intrin.name!r} returned {type(x).__name__} "
+        f"for its {part}", "a statement (ib.get()), a call, or a tuple (body, reset, update)"))
+
+
+def _parts(intrin, ins, outs) -> dict:
+    got = intrin.fcompute(ins, outs)
+    if isinstance(got, (tuple, list)):
+        if len(got) != 3:
+            raise DefinitionTypeError(format_error(
+                "decl_tensor_intrin", f"fcompute of {intrin.name!r} returned {len(got)} "
+                "statements", "one body, or (body, reset, update)"))
+        items = dict(zip(_PARTS, got))
+    else:
+        items = {"body": got}
+    out = {k: _as_stmt(v, intrin, k) for k, v in items.items()}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def probe_parts(intrin) -> tuple:
+    """The parts (``body``, ``reset``, ``update``) ``fcompute`` gives, found by calling it
+    on the declared buffers (TVM calls it at declaration too)."""
+    views = []
+    for t in list(intrin.inputs) + [intrin.output]:
+        d = intrin.binds.get(t)
+        compact, s = [], 1
+        for e in reversed(t.shape):
+            compact.append(s)
+            s *= e
+        strides = tuple(reversed(compact))
+        if d is not None and d.strides is not None:
+            strides = tuple(x if isinstance(x, int) else c for x, c in zip(d.strides, strides))
+        buf = Buffer(d.name if d is not None else t.name, tuple(t.shape), t.dtype, "global")
+        views.append(BufferView(buf, t.shape, strides, Var("int64", f"{buf.name}_elem_offset")))
+    return tuple(_parts(intrin, views[:-1], views[-1:]))
+
+
+def code_of(intrin, ins: list, outs: list, part: str) -> Stmt:
+    """The statement of ``part`` of ``intrin`` on the bound regions ``ins``, ``outs``.
+
+    Raises
+    ------
+    LoweringError
+        When ``fcompute`` gives no such part.
+    """
+    parts = _parts(intrin, ins, outs)
+    if part not in parts:
+        raise LoweringError(format_error(
+            "tensorize", f"intrinsic {intrin.name!r} gives no {part!r} statement",
+            "fcompute returning (body, reset, update)"))
+    return parts[part]

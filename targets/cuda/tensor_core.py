@@ -1,0 +1,385 @@
+"""NVIDIA tensor-core intrinsics for ``tensorize`` (WMMA, CUDA's ``nvcuda::wmma``).
+
+Each function declares one :class:`~polytile.te.tensor_intrin.TensorIntrin` on a 16x16x16
+tile, in the style of TVM's tensor-core tutorial:
+
+=========================  ==================================================================
+``wmma_load_a/b``          ``frag[i, j] = smem[i, j]``: ``wmma::load_matrix_sync`` from a
+                           (shared or global) region with any row stride, into a
+                           ``wmma.matrix_a`` / ``wmma.matrix_b`` fragment
+``wmma_mma``               ``c[i, j] += a[i, k] * b[k, j]`` (``wmma::mma_sync``), with
+                           ``reset`` = ``wmma::fill_fragment(c, 0)``; float16 inputs, float32
+                           (``acc="float32"``) or float16 accumulation
+``wmma_store``             ``out[i, j] = frag[i, j]``: ``wmma::store_matrix_sync``
+=========================  ==================================================================
+
+Fragments are buffers of scope ``wmma.matrix_a``, ``wmma.matrix_b``, ``wmma.accumulator``
+(``s.cache_read(AS, "wmma.matrix_a", [CF])``, ``s.cache_write(C, "wmma.accumulator")``):
+arrays of 16x16 tiles, declared ``nvcuda::wmma::fragment<...> name[tiles]`` by the C
+printer (the layout of matrix_a/matrix_b from the ``:row_major``/``:col_major`` tag of the
+calls that load them). Their meaning in the loop IR is a per-thread array (each thread of a
+warp computes the whole tile, which is what the interpreter runs): the loops of fragment
+stages must not be bound to ``threadIdx.x``, whose 32 lanes form the warp that executes the
+collective WMMA calls together. Source: CUDA C++ Programming Guide, "Warp Matrix Functions".
+"""
+
+from __future__ import annotations
+
+from polytile import te, tir
+
+N = N_TILE = 16
+TILE = 256   # elements of one fragment: fragment index = element offset / 256
+
+
+def _stride(view) -> int:
+    return view.strides[0]
+
+
+def wmma_load_a(dtype: str = "float16", layout: str = "row_major",
+                name: str = "") -> te.TensorIntrin:
+    """``load_matrix_sync`` into a ``wmma.matrix_a`` fragment (rows ``i``, columns ``k``)."""
+    return _load("matrix_a", dtype, layout, name)
+
+
+def wmma_load_b(dtype: str = "float16", layout: str = "row_major",
+                name: str = "") -> te.TensorIntrin:
+    """``load_matrix_sync`` into a ``wmma.matrix_b`` fragment (rows ``k``, columns ``j``)."""
+    return _load("matrix_b", dtype, layout, name)
+
+
+def _load(use: str, dtype: str, layout: str, name: str) -> te.TensorIntrin:
+    a = te.placeholder((N, N), name="src", dtype=dtype)
+    c = te.compute((N, N), lambda i, j: a[i, j], name="frag")
+    binds = {a: tir.decl_buffer(a.shape, dtype, "src", strides=[te.var("ldm"), 1]),
+             c: tir.decl_buffer(c.shape, dtype, "frag", scope=f"wmma.{use}")}
+
+    def fcompute(ins, outs):
+        src, frag = ins[0], outs[0]
+        return tir.call_intrin("void", f"wmma.load_matrix_sync:{layout}",
+                               frag.access_ptr("w"), src.access_ptr("r"), _stride(src))
+
+    return te.decl_tensor_intrin(c.op, fcompute, binds=binds,
+                                 name=name or f"wmma_load_{use[-1]}_{dtype}_{layout}")
+
+
+def wmma_mma(dtype: str = "float16", acc: str = "float32", name: str = "") -> te.TensorIntrin:
+    """``c[i, j] = sum_k a[i, k] * b[k, j]`` on 16x16x16 fragments (``mma_sync``); the
+    stage must compute ``te.sum(A[i, k].astype(acc) * B[k, j].astype(acc))`` (or without
+    casts when ``acc`` is ``dtype``)."""
+    a = te.placeholder((N, N), name="a", dtype=dtype)
+    b = te.placeholder((N, N), name="b", dtype=dtype)
+    k = te.reduce_axis((0, N), name="k")
+    if acc == dtype:
+        c = te.compute((N, N), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
+    else:
+        c = te.compute((N, N), lambda i, j: te.sum(a[i, k].astype(acc) * b[k, j].astype(acc),
+                                                   axis=k), name="c")
+    binds = {a: tir.decl_buffer(a.shape, dtype, "a", scope="wmma.matrix_a"),
+             b: tir.decl_buffer(b.shape, dtype, "b", scope="wmma.matrix_b"),
+             c: tir.decl_buffer(c.shape, acc, "c", scope="wmma.accumulator")}
+
+    def fcompute(ins, outs):
+        fa, fb = ins
+        fc = outs[0]
+        update = tir.call_intrin("void", "wmma.mma_sync", fc.access_ptr("w"),
+                                 fa.access_ptr("r"), fb.access_ptr("r"), fc.access_ptr("r"))
+        reset = tir.call_intrin("void", "wmma.fill_fragment", fc.access_ptr("w"),
+                                te.const(0, acc))
+        ib = tir.ir_builder.create()
+        ib.emit(reset)
+        ib.emit(update)
+        return ib.get(), reset, update
+
+    return te.decl_tensor_intrin(c.op, fcompute, binds=binds,
+                                 name=name or f"wmma_mma_{dtype}_{acc}")
+
+
+def wmma_store(acc: str = "float32", name: str = "") -> te.TensorIntrin:
+    """``store_matrix_sync`` of a ``wmma.accumulator`` fragment to a row-major region."""
+    f = te.placeholder((N, N), name="frag", dtype=acc)
+    c = te.compute((N, N), lambda i, j: f[i, j], name="dst")
+    binds = {f: tir.decl_buffer(f.shape, acc, "frag", scope="wmma.accumulator"),
+             c: tir.decl_buffer(c.shape, acc, "dst", strides=[te.var("ldm"), 1])}
+
+    def fcompute(ins, outs):
+        frag, dst = ins[0], outs[0]
+        return tir.call_intrin("void", "wmma.store_matrix_sync", dst.access_ptr("w"),
+                               frag.access_ptr("r"), _stride(dst))
+
+    return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=name or f"wmma_store_{acc}")
+
+
+_INLINE = "__device__ __forceinline__"
+
+#: One C++ helper per instruction, named after it: call name -> (helper, definition). The
+#: C printer defines a helper once when a kernel calls it.
+C_HELPERS = {
+    "wmma.load_matrix_sync": ("wmma_load_matrix_sync", (
+        f"template <typename F, typename T> {_INLINE} void wmma_load_matrix_sync(F& frag, "
+        "const T* src, int ldm) { nvcuda::wmma::load_matrix_sync(frag, src, ldm); }")),
+    "wmma.mma_sync": ("wmma_mma_sync", (
+        f"template <typename D, typename A, typename B, typename C> {_INLINE} void "
+        "wmma_mma_sync(D& d, const A& a, const B& b, const C& c) "
+        "{ nvcuda::wmma::mma_sync(d, a, b, c); }")),
+    "wmma.fill_fragment": ("wmma_fill_fragment", (
+        f"template <typename F, typename T> {_INLINE} void wmma_fill_fragment(F& frag, T v) "
+        "{ nvcuda::wmma::fill_fragment(frag, v); }")),
+    "wmma.store_matrix_sync": ("wmma_store_matrix_sync", (
+        f"template <typename T, typename F> {_INLINE} void wmma_store_matrix_sync(T* dst, "
+        "const F& frag, int ldm) { nvcuda::wmma::store_matrix_sync(dst, frag, ldm, "
+        "nvcuda::wmma::mem_row_major); }")),
+}
+
+
+def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 32),
+              warp=(64, 64), pad: int = 8, vector: int = 8, isa: str = "wmma",
+              dtype: str = "float16"):
+    """A hand-scheduled float16 GEMM on tensor cores through WMMA (TVM's tensor-core
+    tutorial structure): ``C[M, N] = A[M, K] @ B[K, N]`` (row-major), ``C`` in ``acc``.
+
+    Blocks of ``block = (BM, BN, BK)``: each block stages ``A[BM, BK]`` and ``B[BK, BN]`` in
+    shared memory (rows padded by ``pad`` elements against bank conflicts, copied with
+    ``vector``-element loads by all threads), each warp computes a ``warp = (WM, WN)`` tile
+    as ``WM/16 x WN/16`` accumulator fragments, loading 16x16 fragments of A and B for each
+    16-wide step of k. ``isa="mma"`` runs the same tiles through ``ldmatrix`` and
+    ``mma.sync.aligned.m16n8k16`` (sm_80+) instead of WMMA. Threads: 32 lanes
+    (``threadIdx.x``, the shared-memory copies only)
+    times ``BM/WM x BN/WN`` warps (``threadIdx.z``, ``threadIdx.y``).
+
+    Returns
+    -------
+    (Schedule, [A, B, C])
+
+    Raises
+    ------
+    ScheduleError
+        When lowered with sizes the tiles do not divide (a partial 16x16 tile cannot be a
+        WMMA call).
+    """
+    from polytile.schedule import create_schedule  # schedules build on te
+
+    BM, BN, BK = block
+    WM, WN = warp
+    if isa == "mma" and dtype != "float16":
+        raise ValueError(f"wmma_gemm: isa 'mma' has float16 inputs only, not {dtype!r}")
+    A = te.placeholder((M, K), name="A", dtype=dtype)
+    B = te.placeholder((K, N), name="B", dtype=dtype)
+    k = te.reduce_axis((0, K), name="k")
+    if acc == dtype:
+        C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    else:
+        C = te.compute((M, N), lambda i, j: te.sum(A[i, k].astype(acc) * B[k, j].astype(acc),
+                                                   axis=k), name="C")
+    s = create_schedule(C.op)
+    AS = s.cache_read(A, "shared", [C])
+    BS = s.cache_read(B, "shared", [C])
+    CF = s.cache_write(C, "wmma.accumulator")
+    AF = s.cache_read(AS, "wmma.matrix_a", [CF])
+    BF = s.cache_read(BS, "wmma.matrix_b", [CF])
+    i, j = C.op.axis
+    bi, ii = s[C].split(i, factor=BM)
+    bj, jj = s[C].split(j, factor=BN)
+    wi, ii = s[C].split(ii, factor=WM)
+    wj, jj = s[C].split(jj, factor=WN)
+    fi, ti = s[C].split(ii, factor=N_TILE)
+    fj, tj = s[C].split(jj, factor=N_TILE)
+    s[C].reorder(bi, bj, wi, wj, fi, fj, ti, tj)
+    s[C].bind(bi, te.thread_axis("blockIdx.y"))
+    s[C].bind(bj, te.thread_axis("blockIdx.x"))
+    s[C].bind(wi, te.thread_axis("threadIdx.z"))
+    s[C].bind(wj, te.thread_axis("threadIdx.y"))
+    if isa not in ("wmma", "mma"):
+        raise ValueError(f"wmma_gemm: isa {isa!r}; expected 'wmma' or 'mma'")
+    mma = isa == "mma"
+    s[C].tensorize(ti, mma_store(acc) if mma else wmma_store(acc))
+    # fragment indices must be constants (registers): unroll every loop over fragments
+    s[C].unroll(fi)
+    s[C].unroll(fj)
+    s[CF].compute_at(s[C], wj)
+    ci, cj = CF.op.axis
+    (ck,) = CF.op.reduce_axis
+    ko, kk = s[CF].split(ck, factor=BK)
+    kf, ki = s[CF].split(kk, factor=N_TILE)
+    cfi, cti = s[CF].split(ci, factor=N_TILE)
+    cfj, ctj = s[CF].split(cj, factor=N_TILE)
+    s[CF].reorder(ko, kf, cfi, cfj, cti, ctj, ki)
+    s[CF].tensorize(cti, mma_mma("float16", acc) if mma else wmma_mma(dtype, acc))
+    for v in (cfi, cfj):
+        s[CF].unroll(v)
+    s[AF].compute_at(s[CF], kf)
+    s[BF].compute_at(s[CF], kf)
+    loads = (mma_load_a(), mma_load_b()) if mma else (wmma_load_a(dtype), wmma_load_b(dtype))
+    for F, intrin in zip((AF, BF), loads):
+        a0, a1 = F.op.axis
+        o0, i0 = s[F].split(a0, factor=N_TILE)
+        o1, i1 = s[F].split(a1, factor=N_TILE)
+        s[F].reorder(o0, o1, i0, i1)
+        s[F].tensorize(i0, intrin)
+        s[F].unroll(o0)
+        s[F].unroll(o1)
+    for S in (AS, BS):
+        s[S].compute_at(s[CF], ko)
+        if pad:
+            width = S.op.axis[1].dom.extent
+            s[S].storage_align(S.op.axis[0], width + pad if width % 32 else 32,
+                               pad if width % 32 == 0 else 0)
+        f = s[S].fuse(*S.op.axis)
+        f, v = s[S].split(f, factor=vector)
+        f, tx = s[S].split(f, factor=32)
+        f, ty = s[S].split(f, factor=BN // WN)
+        f, tz = s[S].split(f, factor=BM // WM)
+        s[S].bind(tx, te.thread_axis("threadIdx.x"))
+        s[S].bind(ty, te.thread_axis("threadIdx.y"))
+        s[S].bind(tz, te.thread_axis("threadIdx.z"))
+        if vector > 1:
+            s[S].vectorize(v)
+    return s, [A, B, C]
+
+
+# ------------------------------------------------------------ mma.sync + ldmatrix (sm_80+)
+# The same 16x16 tiles as WMMA, held in registers whose per-lane layout is PTX's (PTX ISA
+# 9.7.13.4.8, "Matrix Fragments for mma.m16n8k16 with floating point type"): a 16x16 A tile
+# in 4 registers (ldmatrix .x4), a 16x16 B tile as two k16n8 fragments (ldmatrix .x4
+# .trans from row-major k x n shared memory), a 16x16 accumulator as two m16n8 ones. The
+# fragment buffers keep their wmma.* scopes; the ``:mma`` tag of the calls picks these types.
+MMA_TYPES = r"""struct pt_mma_a { unsigned r[4]; };      // 16x16 f16 A tile (ldmatrix.x4)
+struct pt_mma_b { unsigned r[4]; };      // 16x16 f16 B tile: two k16n8 fragments
+struct pt_mma_c_f32 { float r[8]; };     // 16x16 f32 accumulator: two m16n8 fragments
+struct pt_mma_c_f16 { unsigned r[4]; };  // 16x16 f16 accumulator (half2 registers)
+__device__ __forceinline__ unsigned pt_lane() {
+  unsigned l; asm volatile("mov.u32 %0, %%laneid;" : "=r"(l)); return l;
+}"""
+
+_MMA_HELPERS = {
+    "mma.ldmatrix_x4": ("ldmatrix_x4", r"""__device__ __forceinline__ void ldmatrix_x4(pt_mma_a& f, const half* src, int ldm) {
+  // lanes 0-15 address rows 0-15 at column 0, lanes 16-31 at column 8
+  unsigned l = pt_lane();
+  unsigned a = (unsigned)__cvta_generic_to_shared(src + (l % 16) * ldm + (l / 16) * 8);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(f.r[0]), "=r"(f.r[1]), "=r"(f.r[2]), "=r"(f.r[3]) : "r"(a));
+}"""),
+    "mma.ldmatrix_x4_trans": ("ldmatrix_x4_trans", r"""__device__ __forceinline__ void ldmatrix_x4_trans(pt_mma_b& f, const half* src, int ldm) {
+  // matrices (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15)
+  unsigned l = pt_lane();
+  unsigned a = (unsigned)__cvta_generic_to_shared(
+      src + ((l % 8) + 8 * ((l / 8) % 2)) * ldm + 8 * (l / 16));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(f.r[0]), "=r"(f.r[1]), "=r"(f.r[2]), "=r"(f.r[3]) : "r"(a));
+}"""),
+    "mma.mma_sync_m16n8k16": ("mma_sync_m16n8k16", r"""__device__ __forceinline__ void mma_sync_m16n8k16(pt_mma_c_f32& d, const pt_mma_a& a, const pt_mma_b& b, const pt_mma_c_f32& c) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+                 : "=f"(d.r[4 * h]), "=f"(d.r[4 * h + 1]), "=f"(d.r[4 * h + 2]), "=f"(d.r[4 * h + 3])
+                 : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[2 * h]),
+                   "r"(b.r[2 * h + 1]), "f"(c.r[4 * h]), "f"(c.r[4 * h + 1]), "f"(c.r[4 * h + 2]),
+                   "f"(c.r[4 * h + 3]));
+}
+__device__ __forceinline__ void mma_sync_m16n8k16(pt_mma_c_f16& d, const pt_mma_a& a, const pt_mma_b& b, const pt_mma_c_f16& c) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0, %1}, "
+                 "{%2, %3, %4, %5}, {%6, %7}, {%8, %9};"
+                 : "=r"(d.r[2 * h]), "=r"(d.r[2 * h + 1])
+                 : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[2 * h]),
+                   "r"(b.r[2 * h + 1]), "r"(c.r[2 * h]), "r"(c.r[2 * h + 1]));
+}"""),
+    "mma.fill": ("mma_fill", r"""__device__ __forceinline__ void mma_fill(pt_mma_c_f32& c, float v) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) c.r[i] = v;
+}
+__device__ __forceinline__ void mma_fill(pt_mma_c_f16& c, half v) {
+  half2 h = __halves2half2(v, v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) c.r[i] = *reinterpret_cast<unsigned*>(&h);
+}"""),
+    "mma.store": ("mma_store", r"""__device__ __forceinline__ void mma_store(float* dst, const pt_mma_c_f32& c, int ldm) {
+  // m16n8 layout: lane l holds rows l/4 and l/4 + 8, columns 2*(l%4) and 2*(l%4) + 1
+  unsigned l = pt_lane();
+  int g = l / 4, t = l % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      *reinterpret_cast<float2*>(dst + (g + 8 * r) * ldm + 8 * h + 2 * t) =
+          make_float2(c.r[4 * h + 2 * r], c.r[4 * h + 2 * r + 1]);
+}
+__device__ __forceinline__ void mma_store(half* dst, const pt_mma_c_f16& c, int ldm) {
+  unsigned l = pt_lane();
+  int g = l / 4, t = l % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      *reinterpret_cast<unsigned*>(dst + (g + 8 * r) * ldm + 8 * h + 2 * t) = c.r[2 * h + r];
+}"""),
+}
+C_HELPERS.update(_MMA_HELPERS)
+
+#: The C type of one fragment tile on the mma.sync path, by scope and dtype.
+MMA_FRAGMENT_TYPES = {("wmma.matrix_a", "float16"): "pt_mma_a",
+                      ("wmma.matrix_b", "float16"): "pt_mma_b",
+                      ("wmma.accumulator", "float32"): "pt_mma_c_f32",
+                      ("wmma.accumulator", "float16"): "pt_mma_c_f16"}
+
+
+def mma_load_a(dtype: str = "float16") -> te.TensorIntrin:
+    """``ldmatrix.x4`` of a 16x16 tile of A (row-major, shared memory) into registers."""
+    return _mma_load("matrix_a", "mma.ldmatrix_x4:mma", dtype)
+
+
+def mma_load_b(dtype: str = "float16") -> te.TensorIntrin:
+    """``ldmatrix.x4.trans`` of a 16x16 tile of B (row-major k x n, shared memory)."""
+    return _mma_load("matrix_b", "mma.ldmatrix_x4_trans:mma", dtype)
+
+
+def _mma_load(use: str, call: str, dtype: str) -> te.TensorIntrin:
+    a = te.placeholder((N, N), name="src", dtype=dtype)
+    c = te.compute((N, N), lambda i, j: a[i, j], name="frag")
+    binds = {a: tir.decl_buffer(a.shape, dtype, "src", strides=[te.var("ldm"), 1],
+                                scope="shared")}
+
+    def fcompute(ins, outs):
+        return tir.call_intrin("void", call, outs[0].access_ptr("w"), ins[0].access_ptr("r"),
+                               _stride(ins[0]))
+
+    return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=f"mma_load_{use[-1]}")
+
+
+def mma_mma(dtype: str = "float16", acc: str = "float32") -> te.TensorIntrin:
+    """Two ``mma.sync.aligned.m16n8k16`` per 16x16x16 tile, ``reset`` zeroing registers."""
+    a = te.placeholder((N, N), name="a", dtype=dtype)
+    b = te.placeholder((N, N), name="b", dtype=dtype)
+    k = te.reduce_axis((0, N), name="k")
+    if acc == dtype:
+        c = te.compute((N, N), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
+    else:
+        c = te.compute((N, N), lambda i, j: te.sum(a[i, k].astype(acc) * b[k, j].astype(acc),
+                                                   axis=k), name="c")
+
+    def fcompute(ins, outs):
+        fa, fb = ins
+        fc = outs[0]
+        update = tir.call_intrin("void", "mma.mma_sync_m16n8k16:mma", fc.access_ptr("w"),
+                                 fa.access_ptr("r"), fb.access_ptr("r"), fc.access_ptr("r"))
+        reset = tir.call_intrin("void", "mma.fill:mma", fc.access_ptr("w"), te.const(0, acc))
+        ib = tir.ir_builder.create()
+        ib.emit(reset)
+        ib.emit(update)
+        return ib.get(), reset, update
+
+    return te.decl_tensor_intrin(c.op, fcompute, name=f"mma_m16n8k16_{dtype}_{acc}")
+
+
+def mma_store(acc: str = "float32") -> te.TensorIntrin:
+    """Per-lane vector stores of a 16x16 accumulator tile (its m16n8 register layout)."""
+    f = te.placeholder((N, N), name="frag", dtype=acc)
+    c = te.compute((N, N), lambda i, j: f[i, j], name="dst")
+    binds = {c: tir.decl_buffer(c.shape, acc, "dst", strides=[te.var("ldm"), 1])}
+
+    def fcompute(ins, outs):
+        return tir.call_intrin("void", "mma.store:mma", outs[0].access_ptr("w"),
+                               ins[0].access_ptr("r"), _stride(outs[0]))
+
+    return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=f"mma_store_{acc}")

@@ -1,0 +1,227 @@
+"""Tensor intrinsics: what a hardware (or library) micro-kernel computes, and its code.
+
+``decl_tensor_intrin(op, fcompute)`` (TVM v0.19's ``te.decl_tensor_intrin``) pairs
+
+* ``op``, a compute operation over small placeholders: the *semantics* of the
+  intrinsic (``c[i] = sum(a[k] * b[i, k], k)`` for a gemv micro-kernel), and
+* ``fcompute(ins, outs)``, which returns the *code* of one call given buffer views of the
+  regions it works on (:class:`polytile.tir.BufferView`): a statement built with
+  :mod:`polytile.tir` (``call_extern``, ``ir_builder``...), or for a reduction the triple
+  ``(body, reset, update)``: ``body`` computes the whole reduction, ``reset`` stores the
+  identity, ``update`` accumulates one more slice of the reduction into the output.
+
+``s[C].tensorize(axis, intrin)`` replaces the loop nest under ``axis`` by calls of the
+intrinsic once lowering has checked, with isl, that the nest computes exactly ``op`` up to a
+renaming of the loops and an offset of every access (:mod:`polytile.schedule.tensorize`).
+
+This module holds only the declaration (a record); buffers and code belong to
+:mod:`polytile.tir`, matching and lowering to :mod:`polytile.schedule.tensorize`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from polytile.errors import DefinitionTypeError, DefinitionValueError, format_error
+
+from .expr import Reduce
+from .tensor import ComputeOp, PlaceholderOp, Tensor
+
+#: Declared intrinsics by name (a recorded ``tensorize`` step replays through it).
+REGISTRY: dict[str, "TensorIntrin"] = {}
+
+
+@dataclass(frozen=True, eq=False)
+class TensorIntrin:
+    """A declared tensor intrinsic (see the module docstring).
+
+    Attributes
+    ----------
+    name : str
+    op : ComputeOp
+        The semantics: one output, reading only placeholders.
+    fcompute : callable
+        ``fcompute(ins, outs) -> Stmt | (Stmt, Stmt, Stmt)``.
+    inputs : tuple of Tensor
+        The placeholders ``op`` reads, in order of first use (the order of ``ins``).
+    parts : tuple of str
+        What ``fcompute`` gives: ``("body",)`` or ``("body", "reset", "update")``.
+    binds : dict
+        ``Tensor -> polytile.tir.DeclBuffer``: declared layouts (strides, offset factor,
+        scope) of the operands; operands without one are compact row-major.
+    default_buffer_params : dict
+        Keyword arguments of ``decl_buffer`` for operands not in ``binds``.
+    """
+
+    name: str
+    op: ComputeOp
+    fcompute: Callable
+    inputs: tuple
+    binds: dict = field(default_factory=dict)
+    default_buffer_params: dict = field(default_factory=dict)
+    parts: tuple = ("body",)
+
+    @property
+    def output(self) -> Tensor:
+        return self.op.output(0)
+
+    @property
+    def is_reduction(self) -> bool:
+        return isinstance(self.op.body[0], Reduce)
+
+    def __repr__(self) -> str:
+        return f"TensorIntrin({self.name})"
+
+
+def decl_tensor_intrin(op, fcompute: Callable, name: str = "tensor_intrin", binds=None,
+                       scalar_params=None, default_buffer_params=None) -> TensorIntrin:
+    """Declare a tensor intrinsic (TVM v0.19's ``te.decl_tensor_intrin``).
+
+    Parameters
+    ----------
+    op : ComputeOp
+        What one call computes, over placeholders of the operand shapes; e.g. for a gemv
+        micro-kernel ``c = te.compute((m,), lambda i: te.sum(a[k] * b[i, k], axis=k))``
+        and ``op = c.op``.
+    fcompute : callable
+        ``fcompute(ins, outs)``: ``ins`` are buffer views of the inputs (in the order
+        ``op`` reads them first), ``outs`` of the output; returns the statement of one
+        call, or ``(body, reset, update)`` for a reduction (any of them may be None when
+        unused).
+    name : str
+        Registered under this name (a later declaration of the same name replaces it).
+    binds : dict, optional
+        ``{tensor: polytile.tir.decl_buffer(...)}``: declared strides (``te.var`` for
+        strides that take the value of the region's), ``offset_factor``, ``scope``.
+    scalar_params : None
+        Not supported (TVM's scalar parameters of an intrinsic).
+    default_buffer_params : dict, optional
+        ``decl_buffer`` keyword arguments for operands not in ``binds``.
+
+    Raises
+    ------
+    DefinitionTypeError
+        For an ``op`` that is not a single-output compute over placeholders, a
+        ``fcompute`` that is not callable, or binds of other tensors.
+    """
+    if isinstance(op, Tensor):
+        op = op.op
+    if not isinstance(op, ComputeOp) or op.num_outputs != 1:
+        raise DefinitionTypeError(format_error(
+            "decl_tensor_intrin", f"op is {type(op).__name__}",
+            "the ComputeOp (one output) describing what the intrinsic computes, e.g. c.op"))
+    if not callable(fcompute):
+        raise DefinitionTypeError(format_error(
+            "decl_tensor_intrin", f"fcompute is {type(fcompute).__name__}",
+            "a function fcompute(ins, outs) returning the body (or body, reset, update)"))
+    if scalar_params:
+        raise DefinitionValueError(format_error(
+            "decl_tensor_intrin", "scalar_params are not supported",
+            "pass scalars as constants inside fcompute"))
+    inputs = tuple(op.input_tensors)
+    for t in inputs:
+        if not isinstance(t.op, PlaceholderOp):
+            raise DefinitionTypeError(format_error(
+                "decl_tensor_intrin", f"intrinsic {name!r} reads {t.name!r}, which is "
+                "computed", "an op that reads placeholders only (the operands)"))
+    binds = dict(binds or {})
+    known = {id(t) for t in inputs} | {id(op.output(0))}
+    for t in binds:
+        if not isinstance(t, Tensor) or id(t) not in known:
+            raise DefinitionTypeError(format_error(
+                "decl_tensor_intrin", f"binds names {getattr(t, 'name', t)!r}, which is not "
+                f"an operand of {name!r}",
+                f"keys among {[x.name for x in inputs] + [op.output(0).name]}"))
+    intrin = TensorIntrin(str(name), op, fcompute, inputs, binds,
+                          dict(default_buffer_params or {}))
+    from polytile.tir import probe_parts  # tir builds on the loop IR, which builds on te
+
+    object.__setattr__(intrin, "parts", probe_parts(intrin))
+    REGISTRY[intrin.name] = intrin
+    return intrin
+
+
+#: ``op.attrs`` key of a ``te.extern`` operation: its TensorIntrin.
+EXTERN_KEY = "te.extern"
+
+
+def extern(shape, inputs, fcompute: Callable, name: str = "extern", dtype=None,
+           in_buffers=None, out_buffers=None, tag: str = "", attrs=None) -> Tensor:
+    """A tensor computed by external code (TVM's ``te.extern``, one output).
+
+    ``fcompute(ins, outs)`` returns the statement that computes the whole output from the
+    whole inputs, built with :mod:`polytile.tir` (``call_extern`` with
+    ``ins[k].access_ptr("r")`` and ``outs[0].access_ptr("w")``; the C function reaches the
+    module with ``s[T].pragma(axis, "import_c" | "import_llvm", text)`` on any stage). The
+    stage has no loops to schedule: lowering runs it as one call, a tensor intrinsic whose
+    operands are the whole buffers (compact row-major). polytile cannot see inside: the
+    call is taken to read every element of every input, and the reference interpreter
+    cannot run it.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The output's shape.
+    inputs : list of Tensor
+    fcompute : callable
+        ``fcompute(ins, outs) -> statement`` (see above).
+    name : str
+    dtype : str, optional
+        The output's dtype (default: the first input's).
+    in_buffers, out_buffers : None
+        Declared layouts are not supported (buffers are compact).
+
+    Returns
+    -------
+    Tensor
+
+    Raises
+    ------
+    DefinitionTypeError, DefinitionValueError
+        For several outputs, declared buffers, no inputs or a fcompute that is not
+        callable.
+    """
+    from .expr import Cast, Const
+    from .reduction import sum as te_sum
+    from .tensor import compute, reduce_axis
+
+    if isinstance(shape, (list, tuple)) and shape and isinstance(shape[0], (list, tuple)):
+        if len(shape) != 1:
+            raise DefinitionValueError(format_error(
+                "extern", f"{len(shape)} output shapes", "one output"))
+        shape = shape[0]
+    if in_buffers is not None or out_buffers is not None:
+        raise DefinitionValueError(format_error(
+            "extern", "declared in_buffers/out_buffers", "compact buffers (leave them out)"))
+    inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    if not inputs or not all(isinstance(t, Tensor) for t in inputs):
+        raise DefinitionTypeError(format_error("extern", f"inputs {inputs!r}",
+                                               "a non-empty list of tensors"))
+    if not callable(fcompute):
+        raise DefinitionTypeError(format_error("extern", f"fcompute is "
+                                               f"{type(fcompute).__name__}",
+                                               "fcompute(ins, outs) returning a statement"))
+    dtype = str(dtype or inputs[0].dtype)
+    # the body only tells the schedule what is read: every element of every input
+    raxes = [[reduce_axis((0, e), name=f"{t.name}_{q}") for q, e in enumerate(t.shape)]
+             for t in inputs]
+
+    def body(*_):
+        terms = [Cast(dtype, t[tuple(r)]) if t.dtype != dtype else t[tuple(r)]
+                 for t, r in zip(inputs, raxes)]
+        total = terms[0]
+        for x in terms[1:]:
+            total = total + x
+        return te_sum(total * Const(dtype, 0), axis=[r for rs in raxes for r in rs])
+
+    out = compute(tuple(shape), body, name=name, tag=tag, attrs=dict(attrs or {}))
+    if not out.op.axis:
+        raise DefinitionValueError(format_error("extern", "a 0-d output",
+                                                "an output with at least one dimension"))
+    intrin = TensorIntrin(name, out.op, fcompute, tuple(inputs), {}, {})
+    from polytile.tir import probe_parts
+
+    object.__setattr__(intrin, "parts", probe_parts(intrin))
+    out.op.attrs[EXTERN_KEY] = intrin
+    return out

@@ -1,0 +1,204 @@
+"""Tensor cores (WMMA) through tensorize: the lowering checked on the interpreter (which
+runs each intrinsic's compute definition), the CUDA source compiled with nvcc for sm_80
+and sm_90 (PTX ``wmma.mma.sync``; SASS ``HMMA`` where ``cuobjdump`` exists), refusals,
+and real runs on a GPU (marked ``gpu``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+import pytest
+
+import polytile
+from polytile import te
+from polytile.errors import BuildError, ScheduleError
+from polytile.schedule.interpreter import run
+from polytile.schedule.pipeline import lower
+from polytile.targets.cuda import compile as cc
+from polytile.targets.cuda import tensor_core as tc
+
+from helpers import compile_with_nvcc
+
+SMALL = dict(block=(32, 32, 16), warp=(16, 32))
+
+
+def _inputs(M, N, K, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.uniform(-1, 1, (M, K)).astype("float16"),
+            rng.uniform(-1, 1, (K, N)).astype("float16"))
+
+
+def _rel(c, ref):
+    return np.linalg.norm(c.astype("float64") - ref) / np.linalg.norm(ref)
+
+
+@pytest.mark.parametrize("acc, bound", [("float32", 1e-6), ("float16", 2e-3)])
+def test_wmma_gemm_lowering_on_the_interpreter(acc, bound):
+    M, N, K = 32, 64, 48
+    s, args = tc.wmma_gemm(M, N, K, acc=acc, **SMALL)
+    f = lower(s, args, target="cuda", stop_after=None)
+    text = str(f)
+    for part in ("wmma_mma_float16_%s.reset" % acc, "wmma_mma_float16_%s.update" % acc,
+                 "wmma_load_a_float16_row_major.body", "wmma_store_%s.body" % acc):
+        assert "tensorize " + part in text
+    a, b = _inputs(M, N, K)
+    c = np.full((M, N), np.nan, acc)
+    run(f, a, b, c)
+    assert _rel(c, a.astype("float64") @ b.astype("float64")) < bound
+
+
+@pytest.mark.parametrize("acc, bound", [("float32", 1e-6), ("float16", 2e-3)])
+def test_mma_sync_gemm_lowering_on_the_interpreter(acc, bound):
+    M, N, K = 32, 32, 32
+    s, args = tc.wmma_gemm(M, N, K, acc=acc, block=(32, 32, 16), warp=(16, 16), isa="mma")
+    f = lower(s, args, target="cuda", stop_after=None)
+    text = str(f)
+    for part in ("mma_m16n8k16_float16_%s.update" % acc, "mma_load_a.body",
+                 "mma_load_b.body", "mma_store_%s.body" % acc):
+        assert "tensorize " + part in text
+    a, b = _inputs(M, N, K)
+    c = np.full((M, N), np.nan, acc)
+    run(f, a, b, c)
+    assert _rel(c, a.astype("float64") @ b.astype("float64")) < bound
+
+
+def test_wmma_source_compiles_for_sm80_and_sm90_with_mma_instructions():
+    s, args = tc.wmma_gemm(256, 256, 128)
+    src = polytile.build(s, args, target="cuda").get_source("cu")
+    assert "#include <mma.h>" in src
+    assert ("nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> "
+            "C_wmma_accumulator[16];") in src
+    assert "wmma_mma_sync(C_wmma_accumulator[" in src
+    assert "*(uint4*)(&A_shared[" in src and "*(uint4*)(&B_shared[" in src   # 16-byte copies
+    for arch in ("sm_80", "sm_90"):
+        compile_with_nvcc(src, arch)
+    if cc.nvcc_path() is None:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cu")
+        with open(path, "w") as fh:
+            fh.write(src)
+        subprocess.run([cc.nvcc_path(), "-arch=sm_90", "-ptx", "-std=c++17", "-o",
+                        os.path.join(tmp, "k.ptx"), path], check=True, capture_output=True)
+        ptx = open(os.path.join(tmp, "k.ptx")).read()
+        n = ptx.count("wmma.mma.sync")     # 4x4 fragments per warp per k step, unrolled
+        assert n >= 16 and n % 16 == 0
+        assert "ld.local" not in ptx                    # fragments stay in registers
+        tool = shutil.which("cuobjdump")
+        if tool:
+            cubin = os.path.join(tmp, "k.cubin")
+            subprocess.run([cc.nvcc_path(), "-arch=sm_90", "-cubin", "-std=c++17", "-o",
+                            cubin, path], check=True, capture_output=True)
+            sass = subprocess.run([tool, "-sass", cubin], check=True, capture_output=True,
+                                  text=True).stdout
+            assert "HMMA" in sass
+
+
+@pytest.mark.parametrize("acc", ["float32", "float16"])
+def test_mma_sync_source_compiles_with_ldmatrix_and_mma(acc):
+    s, args = tc.wmma_gemm(256, 256, 128, acc=acc, isa="mma")
+    src = polytile.build(s, args, target="cuda").get_source("cu")
+    ctype = {"float32": "pt_mma_c_f32", "float16": "pt_mma_c_f16"}[acc]
+    assert f"{ctype} C_wmma_accumulator[16];" in src
+    assert "pt_mma_a A_shared_wmma_matrix_a[4];" in src
+    for helper in ("void ldmatrix_x4(", "void ldmatrix_x4_trans(", "void mma_sync_m16n8k16(",
+                   "void mma_store(", "void mma_fill("):
+        assert helper in src
+    for arch in ("sm_80", "sm_90"):
+        compile_with_nvcc(src, arch)
+    if cc.nvcc_path() is None:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cu")
+        with open(path, "w") as fh:
+            fh.write(src)
+        subprocess.run([cc.nvcc_path(), "-arch=sm_90", "-ptx", "-std=c++17", "-o",
+                        os.path.join(tmp, "k.ptx"), path], check=True, capture_output=True)
+        ptx = open(os.path.join(tmp, "k.ptx")).read()
+        n_mma = ptx.count("mma.sync.aligned.m16n8k16")
+        assert n_mma >= 32 and n_mma % 32 == 0       # 2 per 16x16x16 tile, 16 tiles
+        assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") >= 4
+        assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") >= 4
+        assert "ld.local" not in ptx
+        tool = shutil.which("cuobjdump")
+        if tool:
+            cubin = os.path.join(tmp, "k.cubin")
+            subprocess.run([cc.nvcc_path(), "-arch=sm_90", "-cubin", "-std=c++17", "-o",
+                            cubin, path], check=True, capture_output=True)
+            sass = subprocess.run([tool, "-sass", cubin], check=True, capture_output=True,
+                                  text=True).stdout
+            assert "HMMA" in sass and "LDSM" in sass
+
+
+def test_wmma_bfloat16_on_the_interpreter_and_nvcc():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    M, N, K = 32, 64, 48
+    s, args = tc.wmma_gemm(M, N, K, dtype="bfloat16", **SMALL)
+    f = lower(s, args, target="cuda", stop_after=None)
+    rng = np.random.default_rng(2)
+    a = rng.uniform(-1, 1, (M, K)).astype(ml_dtypes.bfloat16)
+    b = rng.uniform(-1, 1, (K, N)).astype(ml_dtypes.bfloat16)
+    c = np.full((M, N), np.nan, "float32")
+    run(f, a, b, c)
+    assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
+    s, args = tc.wmma_gemm(256, 256, 64, dtype="bfloat16")
+    src = polytile.build(s, args, target="cuda").get_source("cu")
+    assert "fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __nv_bfloat16" in src
+    compile_with_nvcc(src, "sm_90")
+
+
+def test_wmma_refuses_sizes_the_tiles_do_not_divide():
+    s, args = tc.wmma_gemm(40, 64, 48, **SMALL)
+    with pytest.raises(ScheduleError, match=r"tensorize: stage '.*' at loop '.*': the tile "
+                       r"at .* is not the intrinsic's full box"):
+        lower(s, args, target="cuda")
+
+
+def test_fragment_read_element_by_element_is_refused():
+    # a fragment stage left untensorized: its elements cannot be read one by one in C
+    M = N = K = 32
+    A = te.placeholder((M, K), name="A", dtype="float16")
+    B = te.placeholder((K, N), name="B", dtype="float16")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k].astype("float32") *
+                                               B[k, j].astype("float32"), axis=k), name="C")
+    s = te.create_schedule(C.op)
+    AF = s.cache_read(A, "wmma.matrix_a", [C])
+    bi, ii = s[C].split(C.op.axis[0], factor=16)
+    s[C].bind(bi, te.thread_axis("blockIdx.x"))
+    s[AF].compute_at(s[C], bi)
+    with pytest.raises(BuildError, match=r"fragment 'A.wmma.matrix_a' \(wmma.matrix_a\) is "
+                       r"not loaded by a tensor-core intrinsic"):
+        polytile.build(s, [A, B, C], target="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("isa", ["wmma", "mma"])
+@pytest.mark.parametrize("acc, bound", [("float32", 1e-5), ("float16", 5e-3)])
+@pytest.mark.parametrize("size", [(256, 384, 128), (1024, 1024, 1024)])
+def test_tensor_core_gemm_on_the_gpu(size, acc, bound, isa):
+    M, N, K = size
+    s, args = tc.wmma_gemm(M, N, K, acc=acc, isa=isa)
+    f = polytile.build(s, args, target="cuda")
+    a, b = _inputs(M, N, K, seed=1)
+    c = polytile.nd.array(np.full((M, N), np.nan, acc), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
+    assert _rel(c.numpy(), a.astype("float64") @ b.astype("float64")) < bound
+
+
+@pytest.mark.gpu
+def test_wmma_bfloat16_gemm_on_the_gpu():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    M, N, K = 512, 256, 384
+    s, args = tc.wmma_gemm(M, N, K, dtype="bfloat16")
+    f = polytile.build(s, args, target="cuda")
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, (M, K)).astype(ml_dtypes.bfloat16)
+    b = rng.uniform(-1, 1, (K, N)).astype(ml_dtypes.bfloat16)
+    c = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
+    assert _rel(c.numpy(), a.astype("float64") @ b.astype("float64")) < 1e-5

@@ -1,0 +1,189 @@
+"""Tensor cores: from the fp32 SGEMM to a float16 GEMM on WMMA, and tensorize on the CPU.
+
+1. The best fp32 SGEMM of ``tutorials/04_cuda_gemm.py`` (CUDA cores).
+2. A float16 GEMM whose 16x16x16 tiles run on tensor cores through ``tensorize`` with the
+   WMMA intrinsics of :mod:`polytile.targets.cuda.tensor_core`: A and B staged in shared
+   memory, each warp owning a 64x64 tile of accumulator fragments
+   (:func:`~polytile.targets.cuda.tensor_core.wmma_gemm`), float32 accumulation.
+3. The same with float16 accumulation.
+4. The same tiles through ``ldmatrix`` and ``mma.sync.aligned.m16n8k16`` (registers in
+   PTX's lane layout) instead of WMMA.
+
+Each GPU step prints TFLOP/s and the ratio to cuBLAS float16 (torch) measured in the same
+run. Without a GPU (or with ``--no-run``) the steps are built (NVRTC or nvcc) and the
+tensor-core lowering is checked on polytile's reference interpreter at a small size, which
+runs each intrinsic through its compute definition. A last section tensorizes a CPU matmul
+with an extern C micro-kernel (``tutorials/06_tensorize.py`` has the full story).
+The cp.async pipelining and wgmma steps are not written yet.
+Run: ``python tutorials/05_tensor_core_gemm.py [--n 4096]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import pathlib
+import time
+
+import numpy as np
+
+import polytile
+from polytile import te, tir
+from polytile.schedule.interpreter import run
+from polytile.schedule.pipeline import lower
+from polytile.targets.cuda import tensor_core as tc
+
+
+def sgemm_step():
+    path = pathlib.Path(__file__).resolve().parent / "04_cuda_gemm.py"
+    spec = importlib.util.spec_from_file_location("cuda_gemm_tutorial", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.register_tiles
+
+
+def check_on_interpreter(acc: str) -> None:
+    """The tensor-core lowering at 32x64x48 on the interpreter vs float64 numpy."""
+    m, n, k = 32, 64, 48
+    s, args = tc.wmma_gemm(m, n, k, acc=acc, block=(32, 32, 16), warp=(16, 32))
+    f = lower(s, args, target="cuda", stop_after=None)
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, (m, k)).astype("float16")
+    b = rng.uniform(-1, 1, (k, n)).astype("float16")
+    c = np.full((m, n), np.nan, acc)
+    run(f, a, b, c)
+    ref = a.astype("float64") @ b.astype("float64")
+    err = np.linalg.norm(c - ref) / np.linalg.norm(ref)
+    if not err < (2e-3 if acc == "float16" else 1e-6):
+        raise SystemExit(f"interpreter: wrong result for {acc} accumulation ({err:.2e})")
+    print(f"interpreter: WMMA fp16->{acc} lowering matches numpy (rel. error {err:.1e})")
+
+
+def cpu_tensorize() -> None:
+    """C[i, j] = sum_k A[i, k] B[j, k] with a 16-wide gemv micro-kernel written in C."""
+    l, m = 64, 16
+    a = te.placeholder((l,), name="a")
+    b = te.placeholder((m, l), name="b")
+    k = te.reduce_axis((0, l), name="k")
+    c = te.compute((m,), lambda i: te.sum(a[k] * b[i, k], axis=k), name="c")
+    gemv = te.decl_tensor_intrin(
+        c.op, lambda ins, outs: tir.call_extern(
+            "int32", "gemv16", outs[0].access_ptr("w"), ins[0].access_ptr("r"),
+            ins[1].access_ptr("r"), ins[1].strides[0]),
+        binds={b: tir.decl_buffer(b.shape, "float32", "B", strides=[te.var("s"), 1])},
+        name="gemv16")
+    code = """
+    int gemv16(float *c, const float *a, const float *b, int stride) {
+      for (int i = 0; i < 16; ++i) {
+        float s = 0;
+        for (int j = 0; j < 64; ++j) s += a[j] * b[i * stride + j];
+        c[i] = s;
+      }
+      return 0;
+    }"""
+    N, M = 37, 48
+    A = te.placeholder((N, l), name="A")
+    B = te.placeholder((M, l), name="B")
+    r = te.reduce_axis((0, l), name="r")
+    C = te.compute((N, M), lambda i, j: te.sum(A[i, r] * B[j, r], axis=r), name="C")
+    s = te.create_schedule(C.op)
+    jo, ji = s[C].split(C.op.axis[1], factor=m)
+    s[C].tensorize(ji, gemv)
+    s[C].pragma(C.op.axis[0], "import_c", code)
+    print(polytile.lower(s, [A, B, C]))
+    f = polytile.build(s, [A, B, C])
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(size=(N, l)).astype("float32"), rng.uniform(size=(M, l)).astype("float32")
+    z = np.full((N, M), np.nan, "float32")
+    f(x, y, z)
+    np.testing.assert_allclose(z, x @ y.T, rtol=1e-4)
+    print("CPU tensorize with an extern C micro-kernel: result matches numpy")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=4096, help="M = N = K (default 4096)")
+    ap.add_argument("--no-run", action="store_true", help="build only (no GPU needed)")
+    ap.add_argument("--print-source", action="store_true")
+    args = ap.parse_args(argv)
+    n = args.n
+    if not args.no_run and not _have_gpu():
+        print("no CUDA device: building only")
+        args.no_run = True
+    cublas = None
+    if not args.no_run:
+        rng = np.random.default_rng(0)
+        a = rng.uniform(-1, 1, (n, n)).astype("float16")
+        b = rng.uniform(-1, 1, (n, n)).astype("float16")
+        cublas, ref = _cublas_half(a, b)
+        da, db = polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda")
+    steps = [("fp32 SGEMM (CUDA cores)", lambda: sgemm_step()(n, n, n), "float32"),
+             ("WMMA fp16 -> fp32", lambda: tc.wmma_gemm(n, n, n, acc="float32"), "float32"),
+             ("WMMA fp16 -> fp16", lambda: tc.wmma_gemm(n, n, n, acc="float16"), "float16"),
+             ("mma.sync+ldmatrix fp16 -> fp32",
+              lambda: tc.wmma_gemm(n, n, n, acc="float32", isa="mma"), "float32")]
+    for title, make, out in steps:
+        s, targs = make()
+        t0 = time.perf_counter()
+        f = polytile.build(s, targs, target="cuda")
+        t_build = time.perf_counter() - t0
+        if args.print_source:
+            print(f.get_source())
+        if args.no_run:
+            print(f"{title:28s} built in {t_build:.2f} s")
+            continue
+        if targs[0].dtype == "float32":
+            xa = polytile.nd.array(a.astype("float32"), device="cuda")
+            xb = polytile.nd.array(b.astype("float32"), device="cuda")
+        else:
+            xa, xb = da, db
+        dc = polytile.nd.array(np.full((n, n), np.nan, out), device="cuda")
+        f(xa, xb, dc)
+        err = np.linalg.norm(dc.numpy().astype("float64") - ref) / np.linalg.norm(ref)
+        if not err < 5e-3:
+            raise SystemExit(f"{title}: wrong result (relative error {err:.2e})")
+        t = f.time_evaluator(number=5, repeat=3)(xa, xb, dc).median
+        tflops = 2.0 * n**3 / t / 1e12
+        ratio = f"{tflops / cublas:6.3f} x cuBLAS fp16" if cublas else ""
+        print(f"{title:28s} {tflops:7.1f} TFLOP/s  {ratio}  (lower+build {t_build:.2f} s)")
+    for acc in ("float32", "float16"):
+        check_on_interpreter(acc)
+    cpu_tensorize()
+
+
+def _have_gpu() -> bool:
+    try:
+        from polytile.targets.cuda.runtime import device_count
+
+        return device_count() > 0
+    except Exception:  # no cuda-python, no driver
+        return False
+
+
+def _cublas_half(a, b):
+    """cuBLAS float16 through torch: (TFLOP/s or None, float64 reference)."""
+    ref = a.astype("float64") @ b.astype("float64")
+    try:
+        import torch
+    except ImportError:
+        print("torch not installed: no cuBLAS anchor")
+        return None, ref
+    ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+    for _ in range(3):
+        ta @ tb
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    reps = 20
+    start.record()
+    for _ in range(reps):
+        ta @ tb
+    stop.record()
+    torch.cuda.synchronize()
+    n = a.shape[0]
+    tflops = 2.0 * n**3 / (start.elapsed_time(stop) / 1e3 / reps) / 1e12
+    print(f"{'cuBLAS fp16 (torch)':28s} {tflops:7.1f} TFLOP/s")
+    return tflops, ref
+
+
+if __name__ == "__main__":
+    main()
