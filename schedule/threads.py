@@ -12,8 +12,11 @@ two roles:
   thread (TVM) would have every thread write the same elements: a race, harmless only when
   the values agree, and wrong for a reduction, whose ``init`` would reset a sum another
   thread is adding to.
-* **replicated** loops: the statement writes a ``local`` buffer, one copy per thread; every
-  thread runs it, each filling its own copy.
+* **replicated** loops: the statement writes a ``local`` buffer (or a tensor-core
+  fragment), one copy per thread; every thread runs it, each filling its own copy. A
+  statement that touches a fragment is a warp-collective tensor intrinsic: every lane of
+  the warp must run it (a lane left idle would hang or corrupt the instruction), so its
+  unbound ``threadIdx`` indices are replicated too.
 
 Over ``blockIdx``, a ``shared`` buffer is replicated too (one per block); a statement that
 every block would run into one global buffer cannot be made exact (blocks do not
@@ -34,7 +37,7 @@ import islpy as isl
 from polytile.errors import fail
 
 from . import isl_util as iu
-from .kinds import PARAMS
+from .kinds import FRAGMENT_SCOPES, PARAMS, thread_private
 from .polymodel import LoopNode, Model, PolyStmt
 
 #: the hardware indices in the order of the thread tuple ``[bx, by, bz, tx, ty, tz]``
@@ -134,11 +137,14 @@ def _role(st: PolyStmt, anc: list, extents: dict) -> ThreadRole:
     fixed = dict(st.plan.stage.thread_predicate or {})
     replicated, idle = [], []
     scope = st.plan.buffer.scope
+    collective = any(buf is not None and buf.scope in FRAGMENT_SCOPES
+                     for buf, _ in st.accesses.values())
     for t, ext in extents.items():
         if t in bound or t in fixed or ext <= 1:
             continue
         # a local buffer is one per thread, a shared one per block: each fills its own
-        if scope == "local" or (scope == "shared" and t.is_block):
+        if (thread_private(scope) or (scope == "shared" and t.is_block)
+                or (collective and not t.is_block)):
             replicated.append(t)
         elif t.is_block:
             root = st.plan
@@ -179,7 +185,7 @@ def barrier_plans(model: Model, nodes: list, role_of: dict | None = None) -> set
     for r in role_of.values():
         threads = None
         for key, (buf, pma) in r.stmt.accesses.items():
-            if buf is None or buf.scope == "local":
+            if buf is None or thread_private(buf.scope):
                 continue
             threads = threads if threads is not None else r.thread_map(extents).reverse()
             elem = isl.Map.from_pw_multi_aff(pma).reset_tuple_id(isl.dim_type.out)
@@ -189,7 +195,7 @@ def barrier_plans(model: Model, nodes: list, role_of: dict | None = None) -> set
     same = isl.Map("{ [bx, by, bz, tx, ty, tz] -> [bx, by, bz, tx, ty, tz] }")
     out = set()
     for p in model.plans:
-        if p.attach is None or p.buffer.scope == "local" or id(p.buffer) not in users:
+        if p.attach is None or thread_private(p.buffer.scope) or id(p.buffer) not in users:
             continue
         uses = users[id(p.buffer)]
         for w, tw in uses:

@@ -202,3 +202,17 @@ def test_wmma_bfloat16_gemm_on_the_gpu():
     c = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
     f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
     assert _rel(c.numpy(), a.astype("float64") @ b.astype("float64")) < 1e-5
+
+
+@pytest.mark.parametrize("isa", ["wmma", "mma"])
+def test_warp_collective_intrinsics_run_on_every_lane(isa):
+    # a tensor-core instruction is executed by the 32 lanes of a warp together: a guard
+    # that leaves lanes idle around it (as for a stage written by one thread) hangs the GPU
+    s, args = tc.wmma_gemm(64, 64, 32, acc="float32", block=(32, 32, 16), warp=(16, 16),
+                           isa=isa)
+    f = lower(s, args, target="cuda", stop_after=None)
+    lines = str(f).splitlines()
+    calls = [i for i, line in enumerate(lines) if "tensorize " in line]
+    assert calls
+    for i in calls:
+        assert "threadIdx.x" not in lines[i - 1], lines[i - 1]
