@@ -161,7 +161,7 @@ class _Anchor:
         self.kind = setup["kind"]
         threads = setup.get("threads")
         _, tensors = t.instantiate(t.space(wl.args, wl.dtype).default(), wl.args, wl.dtype)
-        arrays = make_inputs(tensors, setup.get("seed", 0))
+        arrays = make_inputs(tensors, setup.get("seed", 0), wl.args)
         outs = set(output_positions(tensors))
         inputs = [a for k, a in enumerate(arrays) if k not in outs]
         if self.kind == "numpy":

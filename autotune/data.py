@@ -11,6 +11,7 @@ import numpy as np
 
 from polytile.te.tensor import PlaceholderOp
 
+from . import sizes
 from .template import Template, Workload, get_template
 
 
@@ -21,13 +22,15 @@ def resolve(template, args, dtype) -> tuple[Template, Workload]:
     return t, wl
 
 
-def make_inputs(tensors, seed: int = 0) -> list:
+def make_inputs(tensors, seed: int = 0, args=()) -> list:
     """Arrays for a function's parameters: uniform random inputs in [-1, 1) (small
-    integers for integer dtypes), NaN-filled (or zero) outputs."""
+    integers for integer dtypes), NaN-filled (or zero) outputs. Symbolic dimensions take
+    their values from the workload ``args`` (``"n=256"``, :mod:`.sizes`)."""
     rng = np.random.default_rng(seed)
+    values = sizes.sizes_of(args)
     out = []
     for t in tensors:
-        shape = tuple(int(getattr(d, "value", d)) for d in t.shape)
+        shape = sizes.concrete_shape(t.shape, values)
         dtype = np.dtype(t.dtype if t.dtype != "bool" else "bool")
         if isinstance(t.op, PlaceholderOp):
             if dtype.kind == "f":
@@ -83,7 +86,7 @@ def measure_numpy(template, args=None, dtype: str = "float32", min_time: float =
         return None
     sp = t.space(wl.args, dtype)
     _, tensors = t.instantiate(sp.default(), wl.args, dtype)
-    arrays = make_inputs(tensors, seed)
+    arrays = make_inputs(tensors, seed, wl.args)
     outs = set(output_positions(tensors))
     inputs = [a for k, a in enumerate(arrays) if k not in outs]
     t.reference(*inputs, args=wl.args)  # warm-up

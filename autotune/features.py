@@ -29,11 +29,11 @@ import math
 
 from polytile.schedule.kinds import LoopKind
 from polytile.schedule.loop_ir import (Allocate, For, IfThenElse, LetStmt, Load, PrimFunc,
-                                       Seq, Store)
+                                       Seq, Store, StmtMutator)
 from polytile.te import dtype as dt
 from polytile.te.depth import deep
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Not, Or, Select, Var)
-from polytile.te.visitor import collect
+from polytile.te.visitor import collect, substitute
 
 LEVELS = 8
 SLOTS = 4
@@ -188,10 +188,17 @@ def _itemsize(dtype: str) -> int:
 
 
 @deep("extract_features")
-def extract_features(func: PrimFunc) -> list[float]:
+def extract_features(func: PrimFunc, sizes: dict | None = None) -> list[float]:
     """The feature vector (length :data:`N_FEATURES`) of a lowered function; flat (after
     ``finalize``) or multi-dimensional indices are both accepted (the last index is used
-    with the buffer's row-major strides)."""
+    with the buffer's row-major strides). ``sizes`` (``{name: value}``) gives the values
+    of symbolic sizes the loop extents depend on (the workload being tuned)."""
+    bound = func.attrs.get("size_params", ())
+    if sizes and bound:
+        consts = {v: Const(v.dtype, int(sizes[v.name])) for v, _, _ in bound
+                  if v.name in sizes}
+        func = PrimFunc(func.name, func.params, _Specialize(consts).visit(func.body),
+                        func.attrs)
     w = _Walk()
     w.visit(func.body)
     feats = [0.0] * N_FEATURES
@@ -311,6 +318,16 @@ def extract_features(func: PrimFunc) -> list[float]:
     feats[g + 10] = float(depth)
     feats[g + 11] = _l2(exts[-1]) if stack and stack[-1].kind == LoopKind.VECTORIZED else 0.0
     return feats
+
+
+class _Specialize(StmtMutator):
+    """Symbolic sizes replaced by their values (for the extents the features read)."""
+
+    def __init__(self, consts: dict):
+        self.consts = consts
+
+    def visit_expr(self, e):
+        return substitute(e, self.consts)
 
 
 def _buf_elems(buf) -> int:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 
 from polytile.errors import TuneError, format_error
 
+from . import sizes
 from .entities import (ANNOTATIONS, AnnotateEntity, OtherOptionEntity, ReorderEntity,
                        SplitEntity)
 
@@ -53,6 +54,11 @@ def _axis_len(axis) -> int:
         ext = getattr(ext, "value", ext)
         if isinstance(ext, int):
             return ext
+        v = sizes.value_of(ext)   # a symbolic extent: its value for this workload
+        if v is not None:
+            return v
+    elif not isinstance(axis, int) and sizes.value_of(axis) is not None:
+        return sizes.value_of(axis)   # a te.size_var given as the extent
     raise TuneError(format_error("define_split", f"axis {axis!r} has no constant extent",
                                  "expected an IterVar of constant extent or an int"))
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from polytile.errors import TuneError, format_error
 
+from . import sizes
 from .context import current_context, default_target
 from .space import ConfigEntity, ConfigSpace
 
@@ -138,7 +139,8 @@ class Template:
         self.func = func
         self.default_args = tuple(default_args)
         self.flops_fn = flops
-        self.reference = reference
+        self.reference = _with_values(reference) if reference is not None else None
+        self._reference = reference
         para = (func.__doc__ or "").strip().split("\n\n")[0]
         self.description = description or " ".join(para.split())
         try:
@@ -147,7 +149,9 @@ class Template:
             self._takes_dtype = False
 
     def _run(self, cfg, args: tuple, dtype: str):
-        with _UseConfig(cfg):
+        # symbolic sizes ("n=256"): the function gets te.size_var("n"), the space the value
+        args, values = sizes.symbolic_args(args)
+        with _UseConfig(cfg), sizes.binding(values):
             if self._takes_dtype:
                 out = self.func(*args, dtype=dtype)
             else:
@@ -212,7 +216,7 @@ class Template:
 
     def flops(self, args=None) -> float | None:
         args = self.default_args if args is None else tuple(args)
-        return float(self.flops_fn(*args)) if self.flops_fn else None
+        return float(self.flops_fn(*sizes.concrete_args(args))) if self.flops_fn else None
 
     def __call__(self, *args, dtype: str = "float32"):
         """Instantiate with the config chosen by the dispatch context (see the module
@@ -230,6 +234,15 @@ class Template:
 
     def __repr__(self) -> str:
         return f"Template({self.name!r}, default_args={self.default_args})"
+
+
+def _with_values(reference: Callable) -> Callable:
+    """``reference`` called with the values of symbolic sizes in ``args``."""
+    def ref(*inputs, args=()):
+        return reference(*inputs, args=sizes.concrete_args(args))
+
+    ref.__wrapped__ = reference
+    return ref
 
 
 _warned: set = set()
@@ -318,7 +331,7 @@ def get_template(spec: str) -> Template:
                                      "expected path/to/file.py:function"))
     if isinstance(fn, Template):
         # addressed by path: keep the path as its name so worker processes can load it
-        return Template(spec, fn.func, fn.default_args, fn.flops_fn, fn.reference,
+        return Template(spec, fn.func, fn.default_args, fn.flops_fn, fn._reference,
                         fn.description)
     if not callable(fn):
         raise TuneError(format_error("template", f"{spec!r} is not a function"))

@@ -32,6 +32,7 @@ from polytile.errors import ScheduleError, TuneError
 from polytile.schedule.pipeline import lower
 from polytile.targets.llvm.runtime import set_num_threads
 
+from . import sizes
 from .data import make_inputs, measure_numpy, output_positions, outputs_match
 from .features import extract_features
 from .template import get_template
@@ -84,7 +85,7 @@ class _Worker:
 
     def _ensure_data(self, tensors) -> None:
         if self.data is None:
-            self.data = make_inputs(tensors, self.setup.get("seed", 0))
+            self.data = make_inputs(tensors, self.setup.get("seed", 0), self.args)
             self.outs = output_positions(tensors)
 
     def _ensure_reference(self) -> None:
@@ -112,7 +113,7 @@ class _Worker:
         code, msg, func, tensors, trace = self._lower(knobs)
         feats = None
         if code is None and want_features:
-            feats = extract_features(func)
+            feats = extract_features(func, sizes.sizes_of(self.args))
         if code is None:
             try:
                 mod = self.polytile.build(func, target=self.target)
@@ -124,7 +125,7 @@ class _Worker:
 
     def features(self, cid, knobs):
         code, msg, func, _, _ = self._lower(knobs)
-        feats = extract_features(func) if code is None else None
+        feats = extract_features(func, sizes.sizes_of(self.args)) if code is None else None
         return ("features", cid, code, msg, feats)
 
     def run(self, cid, opt: dict):

@@ -38,13 +38,66 @@ DEFAULT_LOG = "polytile_tune.jsonl"
 
 
 def _int_list(text: str) -> tuple:
-    try:
-        vals = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
-    if not vals or any(v < 1 for v in vals):
+    """Workload arguments: positive ints, or names of symbolic sizes (``n``) whose values
+    ``--sizes`` gives."""
+    vals = []
+    for x in text.replace(" ", "").split(","):
+        if not x:
+            continue
+        if x.isidentifier():
+            vals.append(x)
+            continue
+        try:
+            vals.append(int(x))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated integers, got {text!r} (or names of symbolic "
+                "sizes: n,512 with --sizes n=64,256)") from None
+    if not vals or any(isinstance(v, int) and v < 1 for v in vals):
         raise argparse.ArgumentTypeError(f"expected positive sizes, got {text!r}")
-    return vals
+    return tuple(vals)
+
+
+def _size_list(text: str) -> tuple:
+    """``n=64,128,256`` -> ``("n", (64, 128, 256))``."""
+    name, _, vals = text.replace(" ", "").partition("=")
+    if not name.isidentifier() or not vals:
+        raise argparse.ArgumentTypeError(f"expected name=v1,v2,... (e.g. n=64,256), got "
+                                         f"{text!r}")
+    try:
+        values = tuple(int(v) for v in vals.split(",") if v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integer values in {text!r}") from None
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected sizes >= 0 in {text!r}")
+    return name, values
+
+
+def _expand_sizes(args, sizes) -> list:
+    """The concrete workload argument lists of ``args`` (ints and size names) for every
+    combination of the ``--sizes`` values (``"n=64"`` in place of ``n``); ``[args]``
+    without size names."""
+    import itertools
+
+    given = dict(sizes or ())
+    names = [x for x in (args or ()) if isinstance(x, str)]
+    missing = [n for n in dict.fromkeys(names) if n not in given]
+    if missing:
+        raise _Fail(f"--args names the symbolic size {missing[0]!r}: give its values with "
+                    f"--sizes {missing[0]}=64,256,...")
+    extra = [n for n in given if n not in names]
+    if extra:
+        raise _Fail(f"--sizes {extra[0]}=...: {extra[0]!r} is not among --args "
+                    f"{','.join(map(str, args or ()))}; name it there (e.g. --args "
+                    f"{extra[0]},512)")
+    if not names:
+        return [args]
+    keys = list(dict.fromkeys(names))
+    out = []
+    for combo in itertools.product(*[given[k] for k in keys]):
+        val = dict(zip(keys, combo))
+        out.append(tuple(f"{x}={val[x]}" if isinstance(x, str) else x for x in args))
+    return out
 
 
 def _positive(text: str) -> int:
@@ -93,12 +146,25 @@ def _warn_line(message, category, filename, lineno, file=None, line=None):
 
 
 def _cmd_tune(a) -> int:
+    runs = _expand_sizes(a.args, a.sizes)
+    rc = EXIT_OK
+    for k, args in enumerate(runs):
+        if len(runs) > 1:
+            print(f"== sizes {', '.join(x for x in args if isinstance(x, str))} "
+                  f"({k + 1}/{len(runs)})", file=sys.stdout)
+        rc = _tune_one(a, args)
+        if rc != EXIT_OK:
+            return rc
+    return rc
+
+
+def _tune_one(a, args) -> int:
     from polytile.autotune import MeasureOptions, get_template, tune
     from polytile.autotune.records import check_log_path
     from polytile.autotune.tune import DEFAULT_BUDGET_S, DEFAULT_TRIALS, tunable_target
 
     t = get_template(a.workload)
-    wl = t.workload(a.args, a.dtype)
+    wl = t.workload(args, a.dtype)
     target = tunable_target(a.target)
     if a.plot:
         _require_matplotlib()
@@ -266,6 +332,13 @@ def _cmd_records(a) -> int:
 
 
 def _cmd_run(a) -> int:
+    rc = EXIT_OK
+    for args in _expand_sizes(a.args, a.sizes):
+        rc = _run_one(a, args)
+    return rc
+
+
+def _run_one(a, args) -> int:
     import numpy as np
 
     import polytile
@@ -276,7 +349,7 @@ def _cmd_run(a) -> int:
     from polytile.targets.llvm.runtime import set_num_threads
 
     t = get_template(a.workload)
-    wl = t.workload(a.args, a.dtype)
+    wl = t.workload(args, a.dtype)
     target = canonical_target(a.target)
     log = a.log or DEFAULT_LOG
     if not os.path.exists(log):
@@ -299,7 +372,7 @@ def _cmd_run(a) -> int:
     f = polytile.build(s, tensors, target=a.target)
     if a.print_source:
         print(f.get_source())
-    arrays = make_inputs(tensors)
+    arrays = make_inputs(tensors, args=wl.args)
     outs = output_positions(tensors)
     f(*arrays)
     inputs = [x for k, x in enumerate(arrays) if k not in outs]
@@ -390,7 +463,12 @@ def _parser() -> argparse.ArgumentParser:
                        "path/to/file.py:function")
         q.add_argument("--args", type=_int_list, default=None,
                        help="workload arguments, e.g. 1024,1024,1024 (default: the "
-                       "template's)")
+                       "template's); a name (n,512) is a symbolic size, see --sizes")
+        q.add_argument("--sizes", type=_size_list, action="append", default=None,
+                       metavar="NAME=V1,V2,...",
+                       help="values of a symbolic size named in --args: the template "
+                       "(built for every n) is tuned/run at each value; repeat for more "
+                       "sizes (every combination)")
         q.add_argument("--dtype", default="float32", help="element type (default float32)")
         q.add_argument("--target", default="llvm", help="target string (default llvm)")
         q.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

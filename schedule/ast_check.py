@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import islpy as isl
 
+from . import isl_util as iu
+
 _T = isl.ast_expr_op_type
 _NT = isl.ast_node_type
 
@@ -187,8 +189,7 @@ def mismatches(ast: isl.AstNode, stmts: dict, context: isl.Set, guard_of) -> lis
         want = st.exact
         runs = None
         for m in maps:
-            rng = m.range()
-            rng = rng.project_out(isl.dim_type.param, 0, rng.dim(isl.dim_type.param))
+            rng = _drop_hardware(m.range())
             runs = rng if runs is None else runs.union(rng)
         if runs is None:
             runs = isl.Set.empty(want.get_space())
@@ -202,6 +203,15 @@ def mismatches(ast: isl.AstNode, stmts: dict, context: isl.Set, guard_of) -> lis
             if twice is not None:
                 bad.append(f"{name} runs {twice} twice")
     return bad
+
+
+def _drop_hardware(s: isl.Set) -> isl.Set:
+    """``s`` with the hardware-index parameters projected out (the union over threads);
+    symbolic sizes stay parameters: instances are compared for each of their values."""
+    for k in reversed(range(s.dim(isl.dim_type.param))):
+        if iu.param_var(s.get_dim_name(isl.dim_type.param, k)) is None:
+            s = s.project_out(isl.dim_type.param, k, 1)
+    return s
 
 
 def _twice(maps: list) -> isl.Point | None:

@@ -41,6 +41,9 @@ class _Hook:
         self.placeholders: dict[str, Var] = {}
 
     def var_of(self, name: str) -> Var:
+        pv = iu.param_var(name)
+        if pv is not None:   # a symbolic size: the same variable everywhere
+            return _to_index(pv)
         v = self.placeholders.get(name)
         if v is None:
             v = self.placeholders[name] = Var("int64", name)
@@ -117,7 +120,10 @@ def generate_ast(model: Model, sched: isl.Schedule, context: str = "{ : }",
         When isl fails, or its AST misses instances, runs extra ones or runs one twice.
     """
     hook = _Hook(model, guards or {})
-    build = isl.AstBuild.from_context(isl.Set(context))
+    ctx = isl.Set(context)
+    if iu.context() is not None:   # symbolic sizes: their values satisfy the context
+        ctx = ctx.intersect(iu.context())
+    build = isl.AstBuild.from_context(ctx)
     build, _keep = build.set_at_each_domain(hook)
     try:
         ast = build.node_from_schedule(sched)
@@ -129,7 +135,7 @@ def generate_ast(model: Model, sched: isl.Schedule, context: str = "{ : }",
         raise hook.errors[0]
     names: list = []
     sched.get_domain().foreach_set(lambda st: names.append(st.get_tuple_name()))
-    bad = mismatches(ast, {n: model.stmts[n] for n in names}, isl.Set(context),
+    bad = mismatches(ast, {n: model.stmts[n] for n in names}, ctx,
                      lambda node: hook.guard_exprs[int(node.get_annotation().get_name()[1:])])
     if bad:
         raise AstMismatch("isl generated a wrong loop nest: " + "; ".join(bad))
@@ -257,7 +263,7 @@ class _Converter:
         return seq(*out)
 
     def expr(self, e: isl.AstExpr, env: dict) -> Expr:
-        return iu.ast_expr(e, lambda name: env[name])
+        return iu.ast_expr(e, lambda name: env[name] if name in env else _param(name))
 
     def convert_for(self, node: isl.AstNode, env: dict, loop: LoopNode | None) -> Stmt:
         it = node.for_get_iterator().get_id().get_name()
@@ -370,6 +376,13 @@ class _Body(ExprMutator):
         if src.layouts:   # transform_layout: the element's position in the buffer
             idx = tuple(_to_index(i) for i in apply_indices(src.layouts, idx))
         return Load(r.dtype, buf, idx)
+
+
+def _param(name: str) -> Expr:
+    v = iu.param_var(name)
+    if v is None:
+        raise InternalError(f"isl AST names the unknown identifier {name}")
+    return _to_index(v)
 
 
 def _to_index(e: Expr) -> Expr:

@@ -23,6 +23,8 @@ import math
 import islpy as isl
 
 from polytile.errors import InternalError, LoweringError, fail, format_error
+from polytile.te import symbolic as sym
+from polytile.te.expr import binary
 from polytile.te.reduction import accumulation_dtype
 
 from . import isl_util as iu
@@ -183,10 +185,10 @@ def _accumulator(p: StagePlan, padded: bool) -> None:
 
     def outer(st: PolyStmt) -> isl.PwMultiAff:
         vals = st.dims[:m] + [f"({p.leaf_aff[p.leaves[pos]]})" for pos in around]
-        return isl.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(vals)}] }}")
+        return iu.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(vals)}] }}")
 
     def coords(st: PolyStmt) -> isl.PwMultiAff:
-        return isl.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(st.dims[m:m + na])}] }}")
+        return iu.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(st.dims[m:m + na])}] }}")
 
     init = p.stmts[0]
     written = isl.Map.from_pw_multi_aff(outer(init)).intersect_domain(init.domain)
@@ -233,8 +235,8 @@ def _domain(p: StagePlan, st: PolyStmt, padded: bool) -> None:
     own = p.own_names(st.kind)
     m = p.prefix_len
     if p.attach is None:
-        exact = isl.Set(f"{{ {st.tuple()} : {_own_exact(p, st.kind)} }}")
-        st.axis_map = isl.PwMultiAff(f"{{ {st.tuple()} -> AX[{', '.join(own)}] }}")
+        exact = iu.restrict(iu.Set(f"{{ {st.tuple()} : {_own_exact(p, st.kind)} }}"))
+        st.axis_map = iu.PwMultiAff(f"{{ {st.tuple()} -> AX[{', '.join(own)}] }}")
     else:
         rel = _offsets(p.exact_region, p.lo).apply_range(_compaction(p.stride))
         flat = rel.wrap().flatten()
@@ -242,19 +244,20 @@ def _domain(p: StagePlan, st: PolyStmt, padded: bool) -> None:
             src = [f"z{k}" for k in range(m + na)]
             rn = own[na:]
             rbox = iu.box_str(rn, [p.ranges[iv] for iv in p.stage.op.reduce_axis])
-            flat = flat.apply(isl.Map(f"{{ [{', '.join(src)}] -> [{', '.join(src + rn)}] : "
+            flat = flat.apply(iu.Map(f"{{ [{', '.join(src)}] -> [{', '.join(src + rn)}] : "
                                       f"{rbox} }}"))
         exact = flat.set_tuple_name(st.name)
-        proj = isl.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(st.dims[:m])}] }}")
+        proj = iu.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(st.dims[:m])}] }}")
         lo = p.lo.pullback_pw_multi_aff(proj)
-        y = isl.PwMultiAff(f"{{ {st.tuple()} -> "
+        y = iu.PwMultiAff(f"{{ {st.tuple()} -> "
                            f"[{', '.join(f'{s}*{d}' for s, d in zip(p.stride, own[:na]))}] }}")
         x = y.add(lo)
         if st.kind == "update":
-            x = x.flat_range_product(isl.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(own[na:])}] }}"))
+            x = x.flat_range_product(
+                iu.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(own[na:])}] }}"))
         st.axis_map = iu.name_range(x, "AX")
     if st.kind == "update" and p.where is not None:
-        cond = isl.Set(f"{{ {ax_space(p, 'update')} : {p.where} }}")
+        cond = iu.Set(f"{{ {ax_space(p, 'update')} : {p.where} }}")
         exact = exact.intersect(cond.preimage_pw_multi_aff(st.axis_map))
     st.exact = exact
     if not padded:
@@ -292,7 +295,7 @@ def _region(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
                     "compute_at", f"stage {c.name!r} reads {p.name!r} from a {c.scope} "
                     f"buffer that does not vary with the loops {p.name!r} is computed in",
                     "attach the reader inside the same thread loops"))
-            pre = isl.Map(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
+            pre = iu.Map(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
             for rd in _reads_of(c, st.kind):
                 if rd.source is not p.stage:
                     continue
@@ -351,7 +354,7 @@ def _stride(footprint: isl.Map, lo: isl.PwMultiAff, q: int) -> int:
         g = math.gcd(g, s.to_python(), off.to_python())
     if g <= 1:
         return 1
-    lattice = isl.Set(f"{{ [z] : exists (e : z = {g}*e) }}")
+    lattice = iu.Set(f"{{ [z] : exists (e : z = {g}*e) }}")
     return g if line.is_subset(lattice) else 1
 
 
@@ -360,7 +363,7 @@ def _compaction(stride: tuple) -> isl.Map:
     zs = [f"z{k}" for k in range(len(stride))]
     ys = [f"y{k}" for k in range(len(stride))]
     cond = " and ".join(f"{z} = {s}*{y}" for z, y, s in zip(zs, ys, stride)) or "1 = 1"
-    return isl.Map(f"{{ [{', '.join(zs)}] -> [{', '.join(ys)}] : {cond} }}")
+    return iu.Map(f"{{ [{', '.join(zs)}] -> [{', '.join(ys)}] : {cond} }}")
 
 
 def _aligned(p: StagePlan, ext: list[int]) -> tuple:
@@ -368,6 +371,10 @@ def _aligned(p: StagePlan, ext: list[int]) -> tuple:
     padded so that the stride of dimension ``q`` is ``k*factor + offset`` for each
     ``storage_align(axis q, factor, offset)``."""
     shape = list(ext)
+    if p.stage.align and not all(sym.is_static(e) for e in shape):
+        fail("storage_align", f"the buffer of stage {p.name!r} has the symbolic shape "
+             f"{[sym.text(e) for e in shape]}", "a constant shape to pad",
+             hint="compute the stage at a loop whose region has a constant size")
     for q, (factor, offset) in sorted(p.stage.align.items()):
         if q + 1 >= len(shape):
             fail("storage_align", f"axis {q} of stage {p.name!r} is its innermost dimension "
@@ -397,15 +404,37 @@ def _extents(footprint: isl.Map, lo: isl.PwMultiAff, stride: tuple) -> list[int]
     out = []
     for q, s in enumerate(stride):
         top = rel.dim_max_val(q)
-        if not top.is_int():
+        if top.is_int():
+            out.append(top.to_python() // s + 1)
+            continue
+        # a region that grows with a symbolic size: its extent is computed at run time
+        # (the largest offset over the prefixes, for the parameters' values)
+        if not top.is_infty():
             raise LoweringError(f"compute_at: the region of dimension {q} is unbounded")
-        out.append(top.to_python() // s + 1)
+        pa = rel.dim_max(q)
+        if s != 1:
+            pa = pa.scale_down_val(isl.Val(s)).floor()
+        pa = pa.add_constant_val(isl.Val(1))
+        # its value where something is read (elsewhere the stage runs no iteration)
+        pa = pa.gist(pa.domain()).coalesce()
+        ext = iu.pw_aff_upper_expr(pa)
+        if iu.num_or_none(ext) is None:
+            raise LoweringError(format_error(
+                "compute_at", f"dimension {q} of the region of the attached stage has the "
+                f"size {ext}, which depends on the symbolic sizes piecewise",
+                "a region whose size is one affine expression of the sizes",
+                hint="tile the loop the stage is computed at by a constant factor"))
+        ctx = iu.context()
+        if ctx is None or not ctx.is_subset(pa.nonneg_set()):
+            # negative for sizes where nothing is read: a buffer size is never negative
+            ext = binary("max", sym.as_expr(ext), 0)
+        out.append(ext)
     return out
 
 
 def _access(p: StagePlan, st: PolyStmt, indices: list[str], target: str) -> isl.PwMultiAff:
     """The affine access ``indices`` (over the axes of ``p``) of statement ``st``."""
-    ax = isl.PwMultiAff(f"{{ {ax_space(p, st.kind)} -> {target}[{', '.join(indices)}] }}")
+    ax = iu.PwMultiAff(f"{{ {ax_space(p, st.kind)} -> {target}[{', '.join(indices)}] }}")
     return ax.pullback_pw_multi_aff(st.axis_map)
 
 
@@ -417,18 +446,18 @@ def _relative(acc: isl.PwMultiAff, owner: StagePlan, st: PolyStmt) -> isl.PwMult
     if owner.attach is None:
         return iu.name_range(acc, "B")
     vals = [st.sched[j] for j in owner.prefix_dims]
-    pre = isl.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
+    pre = iu.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
     lo = owner.lo.pullback_pw_multi_aff(pre)
     rel = acc.reset_tuple_id(isl.dim_type.out).sub(lo)
     if any(s > 1 for s in owner.stride):
         # an exact division on the lattice: isl simplifies floor(5*j/5) to j
         zs = [f"z{k}" for k in range(len(owner.stride))]
         div = ", ".join(z if s == 1 else f"floor({z}/{s})" for z, s in zip(zs, owner.stride))
-        rel = isl.PwMultiAff(f"{{ [{', '.join(zs)}] -> [{div}] }}").pullback_pw_multi_aff(rel)
+        rel = iu.PwMultiAff(f"{{ [{', '.join(zs)}] -> [{div}] }}").pullback_pw_multi_aff(rel)
     copies = vthread_copies(owner)
     if copies:   # the copy of this virtual thread
-        vt = ", ".join(f"({st.sched[j]}) - {first}" for _, j, first, _ in copies)
-        rel = isl.PwMultiAff(f"{{ {st.tuple()} -> [{vt}] }}").flat_range_product(rel)
+        vt = ", ".join(f"({st.sched[j]}) - {iu.num(first)}" for _, j, first, _ in copies)
+        rel = iu.PwMultiAff(f"{{ {st.tuple()} -> [{vt}] }}").flat_range_product(rel)
     return iu.name_range(rel, "B")
 
 
@@ -440,8 +469,8 @@ def accesses(p: StagePlan, plan_of: dict, buffers: dict) -> None:
     na = len(p.axis_vars)
     for st in p.stmts:
         own = st.dims[p.prefix_len:p.prefix_len + na]
-        own = [f"p{k} - {first}" for k, _, first, _ in vthread_copies(p)] + own
-        w = isl.PwMultiAff(f"{{ {st.tuple()} -> B[{', '.join(own)}] }}")
+        own = [f"p{k} - {iu.num(first)}" for k, _, first, _ in vthread_copies(p)] + own
+        w = iu.PwMultiAff(f"{{ {st.tuple()} -> B[{', '.join(own)}] }}")
         st.accesses["w"] = (p.buffer, compose_access(p.stage.layouts, w))
         st.accesses["ax"] = (None, st.axis_map)
         if p.acc is not None:

@@ -57,9 +57,9 @@ def stage_dependences(p: StagePlan) -> isl.UnionMap | None:
     reads = [f"{st.tuple()} -> B[{elem}]" for st in p.stmts[1:]]
     times = [f"{st.tuple()} -> [{', '.join(pre + ax + [str(k)] + (red if st is upd else zeros))}]"
              for k, st in enumerate(p.stmts)]
-    w = isl.UnionMap(f"{{ {'; '.join(writes)} }}")
-    r = isl.UnionMap(f"{{ {'; '.join(reads)} }}")
-    order = isl.UnionMap(f"{{ {'; '.join(times)} }}")
+    w = iu.UnionMap(f"{{ {'; '.join(writes)} }}")
+    r = iu.UnionMap(f"{{ {'; '.join(reads)} }}")
+    order = iu.UnionMap(f"{{ {'; '.join(times)} }}")
     dom = iu.union_set(init.exact)
     for st in p.stmts[1:]:
         dom = dom.union(iu.union_set(st.exact))
@@ -120,7 +120,7 @@ def _self_dependences(p: StagePlan) -> isl.UnionMap | None:
 
 def _loop_maps(st: PolyStmt, chain: list) -> isl.Map:
     vals = [n.stmts[st] for n in chain]
-    return isl.Map(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
+    return iu.Map(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
 
 
 def _describe(st: PolyStmt, coords: list[int]) -> str:
@@ -238,15 +238,15 @@ def _check_order(model: Model, deps: dict) -> None:
         if unordered is None and p.is_reduction:
             upd = p.stmts[1]
             other = iu.tuple_str(upd.name, [f"o{k}" for k in range(len(upd.dims))])
-            d = d.subtract(isl.UnionMap(f"{{ {upd.tuple()} -> {other} }}"))
+            d = d.subtract(iu.UnionMap(f"{{ {upd.tuple()} -> {other} }}"))
         width = max(len(vec[st]) for st in p.stmts)
         t = None
         for st in p.stmts:
             v = vec[st] + ["0"] * (width - len(vec[st]))
-            m = isl.UnionMap(f"{{ {st.tuple()} -> [{', '.join(v)}] }}")
+            m = iu.UnionMap(f"{{ {st.tuple()} -> [{', '.join(v)}] }}")
             t = m if t is None else t.union(m)
         timed = d.apply_domain(t).apply_range(t)
-        sp = isl.Set(f"{{ [{', '.join(f't{k}' for k in range(width))}] }}").get_space()
+        sp = iu.Set(f"{{ [{', '.join(f't{k}' for k in range(width))}] }}").get_space()
         back = timed.intersect(isl.UnionMap.from_map(isl.Map.lex_ge(sp)))
         if not back.is_empty():
             bad = d.intersect(t.apply_range(isl.UnionMap.from_map(isl.Map.lex_ge(sp)))

@@ -16,8 +16,10 @@ import islpy as isl
 from polytile.backend import DeviceLimits
 from polytile.errors import ScheduleError, fail, format_error
 from polytile.te import dtype as dt
+from polytile.te import symbolic as sym
 from polytile.te.expr import Var
 
+from . import isl_util as iu
 from .kinds import PARAM_SPACE, PARAMS
 from .polymodel import LoopNode, Model, StagePlan
 
@@ -40,8 +42,8 @@ class Kernel:
 
     def context(self) -> str:
         """The isl parameter context: each index within its launch extent."""
-        cons = [f"0 <= {PARAMS[t]} < {self.extents.get(t, 1)}" for t in PARAMS]
-        return f"{PARAM_SPACE} -> {{ : {' and '.join(cons)} }}"
+        cons = [f"0 <= {PARAMS[t]} < {iu.num(self.extents.get(t, 1))}" for t in PARAMS]
+        return iu.pfx(f"{PARAM_SPACE} -> {{ : {' and '.join(cons)} }}")
 
     def thread_vars(self) -> dict:
         """isl parameter name -> loop-IR variable of the hardware index."""
@@ -74,12 +76,12 @@ def kernels(model: Model, limits: DeviceLimits) -> list[Kernel]:
                 "'threadIdx.x'", hint="every stage computed at the root is one CUDA kernel"))
         extents = {}
         for tag, uses in bound.items():
-            exts = {e for _, e in uses}
+            exts = {iu.num(e): e for _, e in uses}
             if len(exts) > 1:
-                desc = ", ".join(f"{e} (stage {p.name!r})" for p, e in uses)
+                desc = ", ".join(f"{sym.text(e)} (stage {p.name!r})" for p, e in uses)
                 fail("bind", f"thread axis {tag!r} is bound to loops of different extents: {desc}",
                       "one extent per kernel: split the loops to the same size")
-            extents[tag] = exts.pop()
+            extents[tag] = next(iter(exts.values()))
         _check_limits(plan, extents, limits)
         out.append(Kernel(plan, nodes, extents))
     return out
@@ -100,15 +102,22 @@ def _collect(n, bound: dict) -> None:
                   f"but the stage is computed inside another stage",
                   "bind blockIdx only in stages computed at the root")
         ext = n.plan.extent(n.iter_var)
+        if not sym.is_static(ext) and not tag.is_block:
+            fail("bind", f"loop {n.iter_var.name!r} of stage {n.plan.name!r} is bound to "
+                 f"{tag.value!r} but has the symbolic extent {sym.text(ext)}", "a constant "
+                 "extent for a thread index (the block size is fixed when the kernel is "
+                 "compiled)", hint=f"split {n.iter_var.name!r} by a constant factor, bind "
+                 "the inner loop to the thread index and the outer one to a block index")
+        ext = sym.static(ext) if sym.is_static(ext) else ext
         declared = n.plan.stage.thread_extents.get(n.iter_var)
-        if declared is not None and declared != ext:
+        if declared is not None and (not sym.is_static(ext) or declared != ext):
             fail("bind", f"loop {n.iter_var.name!r} of stage {n.plan.name!r} has extent {ext}, but it "
                   f"is bound to a {tag!r} axis created with extent {declared}",
                   "expected equal extents (the range of a thread axis is its launch size)",
                   hint=f"split the loop by {declared} first, or create "
                        f"te.thread_axis({tag!r}) without a range")
         uses = bound.setdefault(tag, [])
-        if not any(p is n.plan and e == ext for p, e in uses):
+        if not any(p is n.plan and iu.num(e) == iu.num(ext) for p, e in uses):
             uses.append((n.plan, ext))
     for c in n.children:
         _collect(c, bound)
@@ -120,6 +129,8 @@ def _check_limits(plan: StagePlan, extents: dict, limits: DeviceLimits) -> None:
         t = extents.get(f"threadIdx.{a}", 1)
         b = extents.get(f"blockIdx.{a}", 1)
         threads *= t
+        if not sym.is_static(b):
+            continue   # a symbolic grid extent: checked at each launch
         top_t, top_b = limits.max_block_dim[k], limits.max_grid_dim[k]
         if top_t and t > top_t:
             fail("bind", f"threadIdx.{a} of the kernel of stage {plan.name!r} has extent {t}",
@@ -139,7 +150,19 @@ def check_shared_memory(model: Model, kernel: Kernel, limits: DeviceLimits) -> N
     total = 0
     names = []
     for p in model.plans:
+        if p.buffer.scope == "local" and _root(p) is kernel.plan and not all(
+                sym.is_static(d) for d in p.buffer.shape):
+            names_ = sorted({v.name for d in p.buffer.shape for v in sym.params_of(d)})
+            fail("compute_at", f"the local buffer of stage {p.name!r} has the symbolic "
+                 f"shape {[sym.text(d) for d in p.buffer.shape]} (parameters "
+                 f"{', '.join(names_)})", "a constant size per thread (registers)",
+                 hint="compute the stage inside a loop tiled by a constant factor, or "
+                 "set_scope('shared')")
         if p.buffer.scope == "shared" and _root(p) is kernel.plan:
+            shapes = [b.shape for b in p.outs] + ([p.acc.shape] if p.acc is not None else [])
+            if not all(sym.is_static(d) for shp in shapes for d in shp):
+                names.append(p.name)   # its size is known at launch, and checked there
+                continue
             total += sum(b.size * dt.nbytes(b.dtype) for b in p.outs)
             if p.acc is not None:   # its wide accumulator
                 total += p.acc.size * dt.nbytes(p.acc.dtype)
@@ -163,7 +186,7 @@ def check_store_predicate_threads(model: Model, kernel: Kernel) -> None:
             continue
         names = {v: t.param for v, t in st.store_predicate_tags.items()}
         cond = condition_str(st.store_predicate, names)
-        s = isl.Set(f"{PARAM_SPACE} -> {{ : {cond} }}").intersect(
+        s = iu.Set(f"{PARAM_SPACE} -> {{ : {cond} }}").intersect(
             isl.Set(kernel.context()))
         if s.is_empty():
             shape = ", ".join(f"{t}={n}" for t, n in sorted(kernel.extents.items()))

@@ -324,6 +324,10 @@ def run(func: PrimFunc, *args) -> None:
     value never written shows up in the result.
     """
     it = _Interp()
+    bound = func.attrs.get("size_params", ())
+    if bound and len(args) == len(func.params) - len(bound):
+        # symbolic sizes read off the arrays, as the compiled runtimes do
+        args = tuple(args) + tuple(int(args[k].shape[q]) for _, k, q in bound)
     if len(args) != len(func.params):
         raise TypeError(f"{func.name}: expected {len(func.params)} arguments, got {len(args)}")
     for p, a in zip(func.params, args):

@@ -15,11 +15,13 @@ Reference: isl manual (Verdoolaege, ICMS 2010); islpy 2026.2.2.
 from __future__ import annotations
 
 import contextlib
+import re
 
 import islpy as isl
 
-from polytile.errors import InternalError
+from polytile.errors import InternalError, LoweringError, format_error
 from polytile.te import dtype as dt
+from polytile.te import symbolic as sym
 from polytile.te.expr import (And, Binary, Cast, Cmp, Const, Expr, Not, Or, Select, Var,
                               logical_and, logical_or)
 from polytile.te.tensor import Tensor
@@ -68,9 +70,155 @@ def coalesce(obj):
 
 
 def box_str(names: list[str], ranges: list[tuple[int, int]]) -> str:
-    """Constraints ``lo <= name < lo + extent`` joined by ``and`` (``"true"`` if none)."""
-    parts = [f"{lo} <= {n} < {lo + ext}" for n, (lo, ext) in zip(names, ranges)]
+    """Constraints ``lo <= name < lo + extent`` joined by ``and`` (``"true"`` if none);
+    ``lo`` and ``extent`` may be symbolic (isl parameters)."""
+    parts = [f"{num(lo)} <= {n} < {num(sym.add(lo, ext))}" for n, (lo, ext) in
+             zip(names, ranges)]
     return " and ".join(parts) if parts else "1 = 1"
+
+
+# symbolic sizes: te.var parameters as isl parameters ---------------------------------------
+#
+# Every free integer variable (``te.var``/``te.size_var``) that reaches isl text gets one
+# generated isl name, ``_<k><name>`` (isl's own names never start with ``_``), for the whole
+# process; :func:`pfx` declares the ones a text uses as its parameters, so that any set or
+# map may mention them, and isl aligns the parameters of the operands of each operation.
+
+_PARAM_NAME: dict[int, str] = {}
+_PARAM_VAR: dict[str, Var] = {}
+_PARAM_RE = re.compile(r"(?<![\w])_[0-9]+[A-Za-z0-9_]*")
+_CONTEXT: list = [None]   # the parameter context of the lowering in progress
+# ids of the size parameters of the lowering in progress (None outside a lowering: any
+# free integer variable): a scalar argument used only in bodies stays opaque to isl, so a
+# read A[i + s] of it is checked at run time instead of being refused for some s
+_SIZES: list = [None]
+
+
+def param_name(v: Var) -> str:
+    """The isl name of free variable ``v`` (registered on first use)."""
+    name = _PARAM_NAME.get(id(v))
+    if name is None:
+        clean = re.sub(r"[^A-Za-z0-9]", "", v.name)[:24]
+        name = f"_{len(_PARAM_NAME)}{clean}"
+        _PARAM_NAME[id(v)] = name
+        _PARAM_VAR[name] = v
+    return name
+
+
+def param_var(name: str) -> Var | None:
+    """The free variable of isl parameter ``name`` (``None`` for another name)."""
+    return _PARAM_VAR.get(name)
+
+
+def is_param(v) -> bool:
+    """Whether ``v`` is an isl parameter when it reaches isl: a free integer variable
+    that is a size parameter of the lowering in progress (any one outside a lowering)."""
+    if not (isinstance(v, Var) and not v.is_axis and dt.is_int(v.dtype)):
+        return False
+    return _SIZES[0] is None or id(v) in _SIZES[0]
+
+
+def pfx(text: str) -> str:
+    """``text`` (an isl set or map, ``{ ... }`` or ``[p...] -> { ... }``) with the
+    symbolic-size parameters it mentions declared."""
+    used = list(dict.fromkeys(_PARAM_RE.findall(text)))
+    if not used:
+        return text
+    if text.lstrip().startswith("["):
+        head, rest = text.split("->", 1)
+        have = [x.strip() for x in head.strip()[1:-1].split(",") if x.strip()]
+        names = have + [u for u in used if u not in have]
+        return f"[{', '.join(names)}] ->{rest}"
+    return f"[{', '.join(used)}] -> {text}"
+
+
+def pfx_list(text: str) -> str:
+    """``text`` (an isl object without a parameter list, such as a multi union piecewise
+    affine ``[{ ... }]``) with the symbolic-size parameters it mentions declared."""
+    used = list(dict.fromkeys(_PARAM_RE.findall(text)))
+    return f"[{', '.join(used)}] -> {text}" if used else text
+
+
+def num(x) -> str:
+    """isl syntax of an extent: an int, or an affine expression of free variables."""
+    v = sym.static(x)
+    if v is not None:
+        return str(v)
+    out = affine_str(sym.as_expr(x), {})
+    if out is None:
+        raise LoweringError(format_error(
+            "lower", f"the symbolic size {x} is not affine in its parameters",
+            "sizes such as n, n + 1, 2*n, (n + 31) // 32"))
+    return out
+
+
+def num_or_none(x) -> str | None:
+    """:func:`num`, or ``None`` for a size that is not affine."""
+    v = sym.static(x)
+    return str(v) if v is not None else affine_str(sym.as_expr(x), {})
+
+
+@contextlib.contextmanager
+def parameter_context(ctx: isl.Set | None):
+    """Make ``ctx`` (a parameter set: what every symbolic size satisfies) the context of
+    the domains built in the ``with`` body (:func:`restrict`)."""
+    old, old_sizes = _CONTEXT[0], _SIZES[0]
+    _CONTEXT[0] = ctx
+    _SIZES[0] = set()
+    try:
+        yield
+    finally:
+        _CONTEXT[0], _SIZES[0] = old, old_sizes
+
+
+def set_context(ctx: isl.Set | None, sizes=()) -> None:
+    """Set the parameter context and the size parameters (``Var``) inside a
+    :func:`parameter_context` block."""
+    _CONTEXT[0] = ctx
+    _SIZES[0] = {id(v) for v in sizes}
+
+
+def context() -> isl.Set | None:
+    """The parameter context of the lowering in progress (``None``: no parameters)."""
+    return _CONTEXT[0]
+
+
+def restrict(s):
+    """``s`` with its parameters restricted to the current context."""
+    ctx = _CONTEXT[0]
+    return s if ctx is None else s.intersect_params(ctx)
+
+
+def pw_aff_expr(pa: isl.PwAff) -> Expr:
+    """A loop-IR ``int64`` expression of a piecewise affine function of the parameters
+    (built by isl's AST generator within the current context), with floor divisions so
+    that it stays quasi-affine (:func:`num`)."""
+    ctx = _CONTEXT[0]
+    if ctx is None:
+        ctx = isl.Set("{ : }")
+    build = isl.AstBuild.from_context(ctx.params() if ctx.dim(isl.dim_type.set) else ctx)
+
+    def var_of(name: str):
+        v = param_var(name)
+        if v is None:
+            raise InternalError(f"unknown isl parameter {name}")
+        return v if v.dtype == "int64" else Cast("int64", v)
+
+    return ast_expr(build.expr_from_pw_aff(pa), var_of, floor_divs=True)
+
+
+def pw_aff_upper_expr(pa: isl.PwAff) -> Expr:
+    """:func:`pw_aff_expr` of ``pa``, or when isl writes it piecewise (a ``select``), the
+    maximum of its pieces: an upper bound, affine, equal to ``pa`` where one piece is
+    defined (for buffer sizes and loop boxes that guards or exact domains refine)."""
+    e = pw_aff_expr(pa)
+    if num_or_none(e) is not None:
+        return e
+    pieces = [pw_aff_expr(isl.PwAff.from_aff(aff)) for _, aff in pa.get_pieces()]
+    out = pieces[0]
+    for x in pieces[1:]:
+        out = Binary("int64", "max", out, x)
+    return out
 
 
 def tuple_str(name: str, dims: list[str]) -> str:
@@ -89,15 +237,15 @@ def name_range(pma: isl.PwMultiAff, name: str) -> isl.PwMultiAff:
     """
     n = pma.dim(isl.dim_type.out)
     names = ", ".join(f"v{k}" for k in range(n))
-    return isl.PwMultiAff(f"{{ [{names}] -> {name}[{names}] }}").pullback_pw_multi_aff(
+    return PwMultiAff(f"{{ [{names}] -> {name}[{names}] }}").pullback_pw_multi_aff(
         pma.reset_tuple_id(isl.dim_type.out))
 
 
 def tensor_box(t: Tensor, tname: str) -> isl.Set:
     """``{ tname[x...] : 0 <= x_q < shape_q }``: the elements of tensor ``t``."""
     dims = [f"x{k}" for k in range(t.ndim)]
-    return isl.Set(f"{{ {tuple_str(tname, dims)} : "
-                   f"{box_str(dims, [(0, s) for s in t.shape])} }}")
+    return isl.Set(pfx(f"{{ {tuple_str(tname, dims)} : "
+                       f"{box_str(dims, [(0, s) for s in t.shape])} }}"))
 
 
 # te expressions -> isl syntax --------------------------------------------------------------
@@ -121,7 +269,8 @@ def affine_str(e: Expr, names: dict) -> str | None:
     if isinstance(e, Const):
         return str(int(e.value)) if _const_int(e) is not None else None
     if isinstance(e, Var):
-        return names.get(e)
+        got = names.get(e)
+        return got if got is not None or not is_param(e) else param_name(e)
     if isinstance(e, Cast):
         if not dt.is_int(e.dtype) or not dt.is_int(e.value.dtype):
             return None
@@ -194,7 +343,7 @@ def condition_str(e: Expr, names: dict, negate: bool = False,
 _T = isl.ast_expr_op_type
 
 
-def ast_expr(e: isl.AstExpr, var_of) -> Expr:
+def ast_expr(e: isl.AstExpr, var_of, floor_divs: bool = False) -> Expr:
     """Convert an isl AST expression into a loop-IR ``int64`` (or ``bool``) expression.
 
     ``var_of(name)`` returns the :class:`Var` for an isl identifier. Division ops keep
@@ -207,10 +356,13 @@ def ast_expr(e: isl.AstExpr, var_of) -> Expr:
     if t == isl.ast_expr_type.id:
         return var_of(e.get_id().get_name())
     op = e.get_op_type()
-    args = [ast_expr(e.get_op_arg(k), var_of) for k in range(e.get_op_n_arg())]
+    args = [ast_expr(e.get_op_arg(k), var_of, floor_divs) for k in range(e.get_op_n_arg())]
     i64 = "int64"
     if op in _BIN:
-        return Binary(i64, _BIN[op], args[0], args[1])
+        name = _BIN[op]
+        if floor_divs:   # isl's dividend is >= 0 there: floor and C division agree
+            name = {"truncdiv": "floordiv", "truncmod": "floormod"}.get(name, name)
+        return Binary(i64, name, args[0], args[1])
     if op == _T.minus:
         return Binary(i64, "sub", Const(i64, 0), args[0])
     if op in (_T.min, _T.max):
@@ -239,3 +391,24 @@ _CMP = {_T.eq: "eq", _T.le: "le", _T.lt: "lt", _T.ge: "ge", _T.gt: "gt"}
 def point_coords(p: isl.Point, n: int) -> list[int]:
     """The first ``n`` set coordinates of a point as Python ints."""
     return [p.get_coordinate_val(isl.dim_type.set, k).to_python() for k in range(n)]
+
+
+# isl objects parsed from text with their symbolic-size parameters declared (see ``pfx``)
+def Set(text: str) -> isl.Set:  # noqa: N802 - named after the isl class it builds
+    return isl.Set(pfx(text))
+
+
+def Map(text: str) -> isl.Map:  # noqa: N802
+    return isl.Map(pfx(text))
+
+
+def UnionSet(text: str) -> isl.UnionSet:  # noqa: N802
+    return isl.UnionSet(pfx(text))
+
+
+def UnionMap(text: str) -> isl.UnionMap:  # noqa: N802
+    return isl.UnionMap(pfx(text))
+
+
+def PwMultiAff(text: str) -> isl.PwMultiAff:  # noqa: N802
+    return isl.PwMultiAff(pfx(text))

@@ -49,7 +49,7 @@ class IndexMap:
 
     def isl_map(self) -> isl.Map:
         xs = ", ".join(f"x{k}" for k in range(len(self.vars)))
-        return isl.Map(f"{{ [{xs}] -> [{', '.join(self.affs)}] }}")
+        return iu.Map(f"{{ [{xs}] -> [{', '.join(self.affs)}] }}")
 
     def __call__(self, *indices):
         """The new indices of ``indices`` (expressions): a replayable mapping function."""
@@ -114,7 +114,7 @@ def make_index_map(stage_name: str, fn, domain: isl.Set, names: list) -> IndexMa
         exprs.append(e)
         affs.append(a)
     xs_s = ", ".join(names_of[v] for v in xs)
-    m = isl.Map(f"{{ [{xs_s}] -> [{', '.join(affs)}] }}").intersect_domain(domain)
+    m = iu.Map(f"{{ [{xs_s}] -> [{', '.join(affs)}] }}").intersect_domain(domain)
     if not m.is_injective():
         same = m.apply_range(m.reverse()).subtract(isl.Map.identity(
             m.get_space().domain().map_from_set())).wrap().sample_point()
@@ -160,7 +160,7 @@ def apply_indices(layouts: list, indices: tuple) -> tuple:
     idx = tuple(indices)
     for lm in layouts:
         xs = [f"x{k}" for k in range(len(lm.vars))]
-        build = isl.AstBuild.from_context(isl.Set(f"[{', '.join(xs)}] -> {{ : }}"))
+        build = isl.AstBuild.from_context(iu.Set(f"[{', '.join(xs)}] -> {{ : }}"))
         env = dict(zip(xs, idx))
         out = []
         for a in lm.affs:
@@ -173,7 +173,7 @@ def apply_indices(layouts: list, indices: tuple) -> tuple:
 def first_domain(shape: tuple) -> isl.Set:
     """The elements of a tensor of ``shape``, over ``[x0, ...]``."""
     xs = [f"x{k}" for k in range(len(shape))]
-    return isl.Set(f"{{ [{', '.join(xs)}] : {iu.box_str(xs, [(0, s) for s in shape])} }}")
+    return iu.Set(f"{{ [{', '.join(xs)}] : {iu.box_str(xs, [(0, s) for s in shape])} }}")
 
 
 __all__ = ["IndexMap", "apply_indices", "compose_access", "first_domain",

@@ -21,7 +21,8 @@ more copy of a body, as a loop.
 
 from __future__ import annotations
 
-from polytile.errors import format_error, warn
+from polytile.errors import fail, format_error, warn
+from polytile.te import symbolic as sym
 
 from .kinds import LoopKind, ThreadTag
 from .polymodel import LoopNode, Model, PolyStmt
@@ -56,12 +57,30 @@ def _size(n, rolled: set[int]) -> int:
     body = sum(_size(c, rolled) for c in n.children)
     kind = n.annotation
     if kind is ThreadTag.VTHREAD:   # virtual threads are always unrolled
-        return n.plan.extent(n.iter_var) * body
+        ext = n.plan.extent(n.iter_var)
+        if not sym.is_static(ext):
+            fail("bind", f"loop {n.iter_var.name!r} of stage {n.plan.name!r} is bound to "
+                 f"vthread but has the symbolic extent {sym.text(ext)} (parameters "
+                 f"{', '.join(v.name for v in sym.params_of(ext))})", "a constant extent "
+                 "for a virtual thread (its iterations are unrolled)",
+                 hint="split the loop by a constant factor and bind the inner part")
+        return sym.static(ext) * body
     if n.binding is not None:       # a GPU index: a filter, not a loop
         return body
+    if kind is LoopKind.VECTORIZED and not sym.is_static(n.plan.extent(n.iter_var)):
+        ext = n.plan.extent(n.iter_var)
+        fail("vectorize", f"loop {n.iter_var.name!r} of stage {n.plan.name!r} has the "
+             f"symbolic extent {sym.text(ext)} (parameters "
+             f"{', '.join(v.name for v in sym.params_of(ext))})", "a constant number of "
+             "vector lanes", hint=f"split {n.iter_var.name!r} by a constant factor and "
+             "vectorize the inner loop (full tiles are vectorized, the tail is exact)")
     if kind is not LoopKind.UNROLLED:
         return LOOP_STMTS + body
     ext = n.plan.extent(n.iter_var)
+    if not sym.is_static(ext):   # a symbolic trip count stays a loop (as in TVM)
+        rolled.add(n.key)
+        return LOOP_STMTS + body
+    ext = sym.static(ext)
     if ext <= MAX_UNROLL and ext * body <= MAX_UNROLL_STMTS:
         return ext * body
     rolled.add(n.key)

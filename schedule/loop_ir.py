@@ -537,9 +537,16 @@ def stmt_str(s: Stmt, indent: str = "") -> str:
 def func_str(f: PrimFunc) -> str:
     """Deterministic text of a function: a signature line, then the indented body."""
     ps = []
+    bound = f.attrs.get("size_params", ())
+    implicit = {id(v) for v, _, _ in bound}
     for p in f.params:
         if isinstance(p, Buffer):
             ps.append(f"{p.name}: {p.dtype}{list(p.shape)}")
-        else:
+        elif id(p) not in implicit:
             ps.append(f"{p.name}: {p.dtype}")
-    return f"def {f.name}({', '.join(ps)}):\n" + stmt_str(f.body, "  ")
+    head = [f"def {f.name}({', '.join(ps)}):"]
+    # symbolic sizes: where each gets its value, and what lowering assumed of them
+    head += [f"  # {v.name}: {v.dtype} = {f.params[k].name}.shape[{q}]" for v, k, q in bound]
+    for e, who in f.attrs.get("size_checks", ()):
+        head.append(f"  # assume {e} >= 0 ({who}; checked at each call)")
+    return "\n".join(head) + "\n" + stmt_str(f.body, "  ")

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import islpy as isl
 
+from polytile.errors import fail
+from polytile.te import symbolic as sym
+
 from . import isl_util as iu
 from .relations import Fuse, Singleton, Split, Transform
 from .stage import Stage
@@ -23,11 +26,23 @@ def iter_ranges(stage: Stage, root: dict) -> dict:
     for rel in stage.relations:
         if isinstance(rel, Split):
             e = rng[rel.parent][1]
+            if rel.nparts:
+                if not sym.is_static(e):
+                    fail("split", f"nparts={rel.nparts} of iter_var {rel.parent.name!r} of "
+                         f"stage {stage.name!r}, whose extent {sym.text(e)} is symbolic",
+                         "a constant extent for nparts= (the factor would be symbolic)",
+                         hint="split with factor= instead")
+                e = sym.static(e)
             f = max(1, -(-e // rel.nparts)) if rel.nparts else rel.factor
-            rng[rel.outer] = (0, -(-e // f))
+            rng[rel.outer] = (0, sym.ceildiv(e, f))
             rng[rel.inner] = (0, f)
         elif isinstance(rel, Fuse):
-            rng[rel.fused] = (0, rng[rel.outer][1] * rng[rel.inner][1])
+            if not sym.is_static(rng[rel.inner][1]):
+                fail("fuse", f"inner iter_var {rel.inner.name!r} of stage {stage.name!r} has "
+                     f"the symbolic extent {sym.text(rng[rel.inner][1])}", "a constant inner "
+                     "extent (the fused index outer*extent + inner must be affine)",
+                     hint="split the inner axis by a constant factor and fuse that")
+            rng[rel.fused] = (0, sym.mul(rng[rel.outer][1], rng[rel.inner][1]))
         elif isinstance(rel, Singleton):
             rng[rel.iv] = (0, 1)
         elif isinstance(rel, Transform):
@@ -47,19 +62,21 @@ def leaf_affines(stage: Stage, names: dict, ranges: dict) -> dict:
     for rel in stage.relations:
         if isinstance(rel, Split):
             lo = ranges[rel.parent][0]
-            base = f"({aff[rel.parent]} - {lo})" if lo else aff[rel.parent]
+            base = f"({aff[rel.parent]} - {iu.num(lo)})" if sym.static(lo) != 0 else \
+                aff[rel.parent]
             f = _factor(rel, ranges)
             aff[rel.outer] = f"floor(({base})/{f})"
             aff[rel.inner] = f"(({base}) mod {f})"
         elif isinstance(rel, Fuse):
             lo_o, lo_i = ranges[rel.outer][0], ranges[rel.inner][0]
             ext = ranges[rel.inner][1]
-            aff[rel.fused] = (f"({ext} * ({aff[rel.outer]} - {lo_o}) + "
-                              f"({aff[rel.inner]} - {lo_i}))")
+            aff[rel.fused] = (f"({iu.num(ext)} * ({aff[rel.outer]} - {iu.num(lo_o)}) + "
+                              f"({aff[rel.inner]} - {iu.num(lo_i)}))")
         elif isinstance(rel, Singleton):
             aff[rel.iv] = "0"
         elif isinstance(rel, Transform):
-            names_of = {v: f"({aff[p]} - {ranges[p][0]})" if ranges[p][0] else aff[p]
+            names_of = {v: f"({aff[p]} - {iu.num(ranges[p][0])})"
+                        if sym.static(ranges[p][0]) != 0 else aff[p]
                         for v, p in zip(rel.index_map.vars, rel.parents)}
             for c, e in zip(rel.children, rel.index_map.exprs):
                 aff[c] = iu.affine_str(e, names_of)
@@ -96,15 +113,15 @@ def padded_box(stage: Stage, roots: list, leaves: list, ranges: dict) -> isl.Set
         rel = made_by[iv]
         if isinstance(rel, Split):
             f = _factor(rel, ranges)
-            return f"({expr(rel.outer)} * {f} + {expr(rel.inner)} + {ranges[iv][0]})"
+            return f"({expr(rel.outer)} * {f} + {expr(rel.inner)} + {iu.num(ranges[iv][0])})"
         e_in = ranges[rel.inner][1]
         if iv is rel.outer:
-            return f"(floor(({expr(rel.fused)})/{e_in}) + {ranges[iv][0]})"
-        return f"((({expr(rel.fused)}) mod {e_in}) + {ranges[iv][0]})"
+            return f"(floor(({expr(rel.fused)})/{e_in}) + {iu.num(ranges[iv][0])})"
+        return f"((({expr(rel.fused)}) mod {e_in}) + {iu.num(ranges[iv][0])})"
 
     box = iu.box_str([lname[iv] for iv in leaves], [ranges[iv] for iv in leaves])
     out = ", ".join(expr(iv) for iv in roots)
-    m = isl.Map(f"{{ [{', '.join(lname[iv] for iv in leaves)}] -> [{out}] : {box} }}")
+    m = iu.Map(f"{{ [{', '.join(lname[iv] for iv in leaves)}] -> [{out}] : {box} }}")
     return m.range()
 
 
@@ -114,7 +131,7 @@ def _preimage_box(stage: Stage, roots: list, leaves: list, ranges: dict) -> isl.
     names = {iv: f"r{k}" for k, iv in enumerate(roots)}
     aff = leaf_affines(stage, names, ranges)
     box = iu.box_str([f"l{k}" for k in range(len(leaves))], [ranges[iv] for iv in leaves])
-    f = isl.Map(f"{{ [{', '.join(names.values())}] -> "
+    f = iu.Map(f"{{ [{', '.join(names.values())}] -> "
                 f"[{', '.join(aff[iv] for iv in leaves)}] }}")
-    loops = isl.Set(f"{{ [{', '.join(f'l{k}' for k in range(len(leaves)))}] : {box} }}")
+    loops = iu.Set(f"{{ [{', '.join(f'l{k}' for k in range(len(leaves)))}] : {box} }}")
     return f.intersect_range(loops).domain()

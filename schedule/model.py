@@ -44,6 +44,7 @@ import dataclasses
 import islpy as isl
 
 from polytile.errors import InternalError, fail
+from polytile.te import symbolic as sym
 from polytile.te.depth import check_depth
 from polytile.te.expr import And, Expr, Not, Or, Reduce, Select, TensorRead, Var
 from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
@@ -418,14 +419,14 @@ def _check_definition(st: Stage, stage_of: dict) -> None:
     for b in op.body:
         rd.visit(b)
     space = iu.tuple_str("AX", names)
-    dom = isl.Set(f"{{ {space} : "
-                  f"{iu.box_str(names, [(iv.dom.min, iv.dom.extent) for iv in ivs])} }}")
+    dom = iu.restrict(iu.Set(f"{{ {space} : "
+                  f"{iu.box_str(names, [(iv.dom.min, iv.dom.extent) for iv in ivs])} }}"))
     for r in rd.out:
         if r.indices is None or r.guard is None:
             continue  # not affine, or guarded by a condition isl cannot see
-        d = dom.intersect(isl.Set(f"{{ {space} : {r.guard} }}")) if r.guard else dom
+        d = dom.intersect(iu.Set(f"{{ {space} : {r.guard} }}")) if r.guard else dom
         t = r.node.tensor
-        acc = isl.Map(f"{{ {space} -> T[{', '.join(r.indices)}] }}").intersect_domain(d)
+        acc = iu.Map(f"{{ {space} -> T[{', '.join(r.indices)}] }}").intersect_domain(d)
         outside = acc.subtract_range(iu.tensor_box(t, "T"))
         if outside.is_empty():
             continue
@@ -433,6 +434,7 @@ def _check_definition(st: Stage, stage_of: dict) -> None:
         first = outside.wrap().lexmin().sample_point()
         coords = iu.point_coords(first, len(names) + t.ndim)
         at = ", ".join(f"{iv.var.name}={c}" for iv, c in zip(ivs, coords))
+        at += _param_values(first)
         fail("lower", f"stage {op.name!r} reads {t.name}"
               f"[{', '.join(map(str, coords[len(names):]))}] outside its shape {t.shape} "
               f"(at {at})", "every read must stay inside its tensor",
@@ -445,7 +447,7 @@ def _read_range(r: ReadInfo, values: isl.Set, t: Tensor) -> str:
     whose index range (``values``, a set of index tuples) leaves the tensor."""
     for q, ext in enumerate(t.shape):
         lo, hi = values.dim_min_val(q), values.dim_max_val(q)
-        if not (lo.is_int() and hi.is_int()):
+        if not (lo.is_int() and hi.is_int() and sym.is_static(ext)):
             continue
         lo, hi = lo.to_python(), hi.to_python()
         if lo >= 0 and hi < ext:
@@ -535,3 +537,14 @@ def _fill_loop_stmts(nodes: list, depth: int) -> list:
     return found
 
 
+
+
+def _param_values(p: isl.Point) -> str:
+    """`` with n=3`` for the symbolic sizes of an example point (empty without them)."""
+    sp = p.get_space()
+    vals = []
+    for k in range(sp.dim(isl.dim_type.param)):
+        v = iu.param_var(sp.get_dim_name(isl.dim_type.param, k))
+        if v is not None:
+            vals.append(f"{v.name}={p.get_coordinate_val(isl.dim_type.param, k).to_python()}")
+    return f" with {', '.join(vals)}" if vals else ""

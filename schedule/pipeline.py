@@ -59,6 +59,7 @@ from polytile.te.expr import Var
 from polytile.te.visitor import collect
 from polytile.te.tensor import ComputeOp
 
+from . import isl_util as iu
 from .astgen import lower_nodes
 from .deps import check_legality
 from .gpu import Kernel, check_shared_memory, check_store_predicate_threads, kernels
@@ -74,6 +75,9 @@ from .passes.simplify import simplify
 from .passes.storage import allocate_intermediates, flatten_storage
 from .rfactor import lower_cross_thread_reductions
 from .schedule import Schedule
+from .sizes import bind as bind_sizes
+from .sizes import context as size_context
+from .sizes import size_vars
 from .tensorize import apply_tensorize
 from .validate import check_lower_inputs, check_store_predicates, validate_schedule
 
@@ -115,6 +119,8 @@ class Lowering:
     bodies: list = field(default_factory=list)
     envs: list = field(default_factory=list)
     func: PrimFunc | None = None
+    sizes: list = field(default_factory=list)    # size parameters (te.var in shapes)
+    size_checks: list = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,10 @@ class Phase:
 def _inputs(s: Lowering) -> None:
     """argument kinds, loop annotations, target/schedule agreement"""
     check_lower_inputs(s.sch, s.args, s.who)
+    s.sizes = size_vars(s.sch, s.args)
+    iu.set_context(None, s.sizes)
+    ctx, s.size_checks = size_context(s.sch, s.sizes)
+    iu.set_context(ctx, s.sizes)
     validate_schedule(s.sch)
     s.gpu = uses_gpu(s.sch) or (s.target.is_gpu and only_scalar_stages(s.sch))
     check_store_predicates(s.sch, s.gpu)
@@ -199,11 +209,15 @@ def _kernel_launch(s: Lowering) -> None:
                      for i, (k, b, env) in enumerate(zip(s.units, s.bodies, s.envs))])
     else:
         (body,) = s.bodies
-    _check_free_vars(body, s.model.params)
+    bound = bind_sizes(s.model.params, s.sizes, s.who)
+    params = tuple(s.model.params) + tuple(v for v, _, _ in bound)
+    _check_free_vars(body, params)
     imports = tuple((kind, text) for st in s.sch.stages for prs in st.pragmas.values()
                     for kind, text in prs if kind in ("import_llvm", "import_c"))
-    s.func = PrimFunc(s.name, tuple(s.model.params), body,
-                      {"imports": imports} if imports else {})
+    attrs = {"imports": imports} if imports else {}
+    if s.sizes:
+        attrs.update(size_params=tuple(bound), size_checks=tuple(s.size_checks))
+    s.func = PrimFunc(s.name, params, body, attrs)
 
 
 def _allocation(s: Lowering) -> None:
@@ -317,7 +331,14 @@ def lower(sch: Schedule, args, name: str = "main", target: str | Target | None =
     show = _dump_set(dump)
     state = Lowering(sch, args, name, tgt, who)
     t_all = time.perf_counter()
-    for phase in PHASES[:last + 1]:
+    with iu.parameter_context(None):
+        _run_phases(state, PHASES[:last + 1], show, name)
+    log.debug("lowered %s for %s in %.3f s", name, tgt, time.perf_counter() - t_all)
+    return state.func
+
+
+def _run_phases(state: Lowering, phases, show, name: str) -> None:
+    for phase in phases:
         if phase.gpu is not None and phase.gpu != state.gpu:
             continue
         t0 = time.perf_counter()
@@ -329,8 +350,6 @@ def lower(sch: Schedule, args, name: str = "main", target: str | Target | None =
         if show is True or phase.name in show:
             print(f"# {name}: after {phase.name} ({ms:.2f} ms)\n{phase.show(state)}\n",
                   file=sys.stdout)
-    log.debug("lowered %s for %s in %.3f s", name, tgt, time.perf_counter() - t_all)
-    return state.func
 
 
 def run_passes(body, passes: tuple):

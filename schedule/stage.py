@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from polytile.errors import ScheduleError, fail, format_error
-from polytile.te.expr import IterVar, Range, Var
+from polytile.te import symbolic as sym
+from polytile.te.expr import ExprOp, IterVar, Range, Var
 from polytile.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 from polytile.te.scan import ScanOp
 
@@ -227,14 +228,29 @@ class Stage(StorageMixin, TensorizeMixin):
         if isinstance(val, np.integer):  # numpy ints are ints; the trace keeps plain ones
             val = int(val)
             factor, nparts = (val, None) if which == "factor" else (None, val)
+        if isinstance(val, ExprOp) and sym.static(val) is None:
+            fail("split", f"{which}={val} for iter_var {parent.name!r} of stage "
+                 f"{self.name!r} is an expression", "a positive int: a symbolic tile size "
+                 "would make the loop map x -> (floor(x/f), x mod f) non-affine, which isl "
+                 "cannot represent", hint="split by a constant factor; tune it over "
+                 "concrete sizes with polytile tune --sizes")
+        if isinstance(val, ExprOp):
+            val = sym.static(val)
+            factor, nparts = (val, None) if which == "factor" else (None, val)
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
             fail("split", f"{which}={val!r} for iter_var {parent.name!r} of stage "
                        f"{self.name!r}", "expected a positive int (symbolic factors are not "
                        "affine)")
         ext = self.extent_of(parent)
+        if factor is None and not sym.is_static(ext):
+            fail("split", f"nparts={val} for iter_var {parent.name!r} of stage {self.name!r}, "
+                 f"whose extent {sym.text(ext)} is symbolic", "a constant extent for "
+                 "nparts= (the factor ceil(extent/nparts) would be symbolic)",
+                 hint=f"split({parent.name}, factor=...) instead")
+        ext = sym.static(ext) if sym.is_static(ext) else ext
         # an empty loop split in parts: inner loops of one iteration, none of them run
         f = val if factor is not None else max(1, -(-ext // val))
-        outer = self._new_iv(f"{parent.name}.outer", -(-ext // f), parent)
+        outer = self._new_iv(f"{parent.name}.outer", sym.ceildiv(ext, f), parent)
         inner = self._new_iv(f"{parent.name}.inner", f, parent)
         self.relations.append(Split(parent, outer, inner, f, nparts or 0))
         k = self.leaf_iter_vars.index(parent)
@@ -346,7 +362,12 @@ class Stage(StorageMixin, TensorizeMixin):
             fail("fuse", f"stage {self.name!r}: {outer.name!r} is a {outer.iter_type} "
                        f"axis and {inner.name!r} a {inner.iter_type} axis",
                        "fuse axes of one kind")
-        ext = self.extent_of(outer) * self.extent_of(inner)
+        if not sym.is_static(self.extent_of(inner)):
+            fail("fuse", f"inner iter_var {inner.name!r} of stage {self.name!r} has the "
+                 f"symbolic extent {sym.text(self.extent_of(inner))}", "a constant inner "
+                 "extent (the fused index outer*extent + inner must be affine)",
+                 hint="split the inner axis by a constant factor and fuse that part")
+        ext = sym.mul(self.extent_of(outer), self.extent_of(inner))
         fused = self._new_iv(f"{outer.name}.{inner.name}.fused", ext, outer)
         self.relations.append(Fuse(outer, inner, fused))
         self.leaf_iter_vars[lo:li + 1] = [fused]

@@ -148,6 +148,12 @@ class StorageMixin:
         if t.ndim == 0:
             fail("transform_layout", f"stage {self.name!r} is 0-dimensional",
                  "a tensor with at least one dimension")
+        from polytile.te import symbolic as sym
+
+        if not all(sym.is_static(d) for d in t.shape):
+            fail("transform_layout", f"stage {self.name!r} has the symbolic shape "
+                 f"{tuple(sym.text(d) for d in t.shape)}", "a constant shape (the new "
+                 "layout's extents are computed when the transform is applied)")
         parents = self._layout_parents()
         domain = self.layouts[-1].image if self.layouts else first_domain(t.shape)
         names = [p.var.name for p in parents] if parents else [f"i{k}" for k in

@@ -284,13 +284,13 @@ def _match_stmt(model: Model, p: StagePlan, st: PolyStmt, tz: Tensorized, part: 
         for k, j in enumerate(rd):
             place[m + na + j] = unames[len(iop.axis) + k]
     ot, ut = iu.tuple_str("O", onames), iu.tuple_str("U", unames)
-    R = isl.Map(f"{{ {st.tuple()} -> O[{', '.join(o_exprs)}] }}").intersect_domain(
+    R = iu.Map(f"{{ {st.tuple()} -> O[{', '.join(o_exprs)}] }}").intersect_domain(
         st.exact).reverse()
     lo = R.lexmin_pw_multi_aff()
-    proj = isl.PwMultiAff(f"{{ [{ot} -> {ut}] -> {ot} }}")
+    proj = iu.PwMultiAff(f"{{ [{ot} -> {ut}] -> {ot} }}")
     F = lo.pullback_pw_multi_aff(proj).add(
-        isl.PwMultiAff(f"{{ [{ot} -> {ut}] -> {st.name}[{', '.join(place)}] }}"))
-    ubox = isl.Set(f"{{ {ut} : {iu.box_str(unames, [(0, a.dom.extent) for a in iaxes])} }}")
+        iu.PwMultiAff(f"{{ [{ot} -> {ut}] -> {st.name}[{', '.join(place)}] }}"))
+    ubox = iu.Set(f"{{ {ut} : {iu.box_str(unames, [(0, a.dom.extent) for a in iaxes])} }}")
     J = isl.Map.from_domain_and_range(R.domain(), ubox).wrap()
     Fm = isl.Map.from_pw_multi_aff(F).intersect_domain(J)
     C = Fm.curry().range_factor_range()
@@ -391,7 +391,7 @@ def _offset(F, J, pma, iidx, names_u, buf, t, ot, ut, a, b, where, intrin):
         _strides(buf, t, where, intrin)
     g = ["0"] * (rank - t.ndim) + gs
     comp = iu.name_range(pma.pullback_pw_multi_aff(F), "B")
-    G = isl.PwMultiAff(f"{{ [{ot} -> {ut}] -> B[{', '.join(g)}] }}")
+    G = iu.PwMultiAff(f"{{ [{ot} -> {ut}] -> B[{', '.join(g)}] }}")
     dm = isl.Map.from_pw_multi_aff(comp.sub(G)).intersect_domain(J).curry().range_factor_range()
     if not dm.is_single_valued():
         fail("tensorize", f"{where}: access differs: the stage's {a} does not follow the "
@@ -400,8 +400,8 @@ def _offset(F, J, pma, iidx, names_u, buf, t, ot, ut, a, b, where, intrin):
              "accesses equal to the intrinsic's plus an offset that depends only on the "
              "loops outside the tensorized one", hint="reorder the stage's axes or "
              "declare the intrinsic with the operand transposed")
-    zero = isl.Set(f"{{ {ut} : {' and '.join(f'{u} = 0' for u in names_u.values()) or '1 = 1'} }}")
-    g0 = isl.Map(f"{{ {ut} -> B[{', '.join(g)}] }}").intersect_domain(zero).range()
+    zero = iu.Set(f"{{ {ut} : {' and '.join(f'{u} = 0' for u in names_u.values()) or '1 = 1'} }}")
+    g0 = iu.Map(f"{{ {ut} -> B[{', '.join(g)}] }}").intersect_domain(zero).range()
     origin = tuple(g0.plain_get_val_if_fixed(isl.dim_type.set, k).to_python()
                    for k in range(rank))
     return dm, origin

@@ -36,6 +36,7 @@ import islpy as isl
 
 from polytile.errors import fail
 
+from . import isl_util as iu
 from .kinds import FRAGMENT_SCOPES, PARAMS, thread_private
 from .polymodel import LoopNode, Model, PolyStmt
 
@@ -82,7 +83,7 @@ class ThreadRole:
                 cons.append(f"0 <= {c} < {extents[t]}")
             else:
                 cons.append(f"{c} = 0")
-        m = isl.Map(f"{{ {st.tuple()} -> [{', '.join(PARAMS[t] for t in TAGS)}] : "
+        m = iu.Map(f"{{ {st.tuple()} -> [{', '.join(PARAMS[t] for t in TAGS)}] : "
                     f"{' and '.join(cons)} }}")
         return m.intersect_domain(st.domain)
 
@@ -169,7 +170,7 @@ def restriction(role_of: dict) -> isl.UnionSet | None:
         return None
     pieces = [f"{r.stmt.tuple()} : {r.condition()}" if r.fixed else r.stmt.tuple()
               for r in role_of.values()]
-    return isl.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}")
+    return iu.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}")
 
 
 def barrier_plans(model: Model, nodes: list, role_of: dict | None = None) -> set:

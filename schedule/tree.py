@@ -128,7 +128,8 @@ def _node(n, vthreads: tuple, domains: dict) -> isl.Schedule:
     if tag in PARAMS:
         pieces = [f"{st.tuple()} : ({n.stmts[st]}) = {PARAMS[tag]}" if st in n.stmts
                   else st.tuple() for st in stmts_below(n)]
-        child = child.intersect_domain(isl.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}"))
+        child = child.intersect_domain(
+            iu.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}"))
         if len(n.stmts) == len(stmts_below(n)):
             # a band of the bound value above the filter, as for a loop: isl then finds
             # where the instances are from the loop's range, not by eliminating every
@@ -136,7 +137,8 @@ def _node(n, vthreads: tuple, domains: dict) -> isl.Schedule:
             # 3-D loop split and bound, fuzz seed cuda 89); the loop becomes one
             # assignment of the index
             pieces = "; ".join(f"{st.tuple()} -> [({aff})]" for st, aff in n.stmts.items())
-            child = child.insert_partial_schedule(isl.MultiUnionPwAff(f"[{{ {pieces} }}]"))
+            child = child.insert_partial_schedule(
+                isl.MultiUnionPwAff(iu.pfx_list(f"[{{ {pieces} }}]")))
         return child
     return _band(child, n, n.stmts)
 
@@ -166,7 +168,7 @@ def _present(node: LoopNode, ancestors: list) -> isl.Set:
         if st.plan is not node.plan:
             continue
         vals = [a.stmts[st] for a in ancestors] + [aff]
-        m = isl.Map(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
+        m = iu.Map(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
         s = m.intersect_domain(st.domain).range()
         out = s if out is None else out.union(s)
     return iu.coalesce(out)
@@ -186,20 +188,34 @@ def _choose_isolation(node: LoopNode, ancestors: list) -> tuple[int, isl.Set] | 
     prefix = present.project_out(isl.dim_type.set, v, 1)
     names = ", ".join(f"t{k}" for k in range(v + 1))
     box = prefix.insert_dims(isl.dim_type.set, v, 1).intersect(
-        isl.Set(f"{{ [{names}] : {lo} <= t{v} < {lo + ext} }}"))
+        iu.Set(f"{{ [{names}] : {iu.box_str([f't{v}'], [(lo, ext)])} }}"))
     nonfull = iu.coalesce(box.subtract(present).project_out(isl.dim_type.set, v, 1))
     if nonfull.is_empty():
         return None
     depths = [k for k, a in enumerate(ancestors) if a.plan is node.plan]
+    cands = []
     for d in depths:
         keep = v - d - 1
         p_d = prefix.project_out(isl.dim_type.set, d + 1, keep)
         n_d = nonfull.project_out(isl.dim_type.set, d + 1, keep)
         iso = iu.coalesce(p_d.subtract(n_d))
         if not iso.is_empty():
-            return d, iso
+            cands.append((d, iso))
     iso = present.intersect(prefix.subtract(nonfull).insert_dims(isl.dim_type.set, v, 1))
-    return (v, iu.coalesce(iso)) if not iso.is_empty() else None
+    if not iso.is_empty():
+        cands.append((v, iu.coalesce(iso)))
+    if not cands:
+        return None
+    # with symbolic sizes, an outer depth may isolate only for some of their values (all
+    # tiles full when n % 8 == 0): take the outermost depth that isolates full tiles for
+    # every value of the sizes that any depth does
+    best = cands[0][1].params()
+    for _, c in cands[1:]:
+        best = best.union(c.params())
+    for d, c in cands:
+        if best.is_subset(c.params()):
+            return d, c
+    return cands[-1]
 
 
 def _targets(node: LoopNode, ancestors: list) -> list:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from polytile.errors import ScheduleError, format_error
+from polytile.te import symbolic as sym
 from polytile.te.expr import IterVar
 from polytile.te.tensor import ComputeOp, Operation, Tensor
 
@@ -70,7 +71,7 @@ def validate_schedule(sch: Schedule) -> None:
         leaves = st.leaf_iter_vars
         for iv, kind in st.annotations.items():
             if (isinstance(kind, ThreadTag) and kind.is_hardware
-                    and st.extent_of(iv) == 0 and not _writes_nothing(st)):
+                    and sym.static(st.extent_of(iv)) == 0 and not _writes_nothing(st)):
                 raise ScheduleError(format_error(
                     "bind", f"loop {iv.name!r} of stage {st.name!r} has no iterations (an "
                     f"empty reduce range or dimension) and is bound to {kind.value!r}",

@@ -45,8 +45,9 @@ from polytile.schedule.loop_ir import (FOR_KINDS, AccessPtr, Allocate, Assert, B
                                        IfThenElse, KernelLaunch, LetStmt, PrimFunc, Seq, Stmt,
                                        StmtFunctor, Store, Sync, stmt_str, walk_stmts)
 from polytile.te import dtype as dt
+from polytile.te import symbolic as sym
 from polytile.te.depth import deep
-from polytile.te.expr import Binary, Const, Var
+from polytile.te.expr import Binary, Cast, Const, Expr, Var
 from polytile.te.visitor import substitute
 
 from .c_dialect import CXX_KEYWORDS, CDialect
@@ -59,6 +60,12 @@ from .llvm.analysis import stored_buffers, used_symbols
 _HOST_SCOPES = ("global", "heap")
 _MIN_ALIGN = 16  # bytes: alignment of shared buffers (vector loads of up to 16 bytes)
 
+def _as_i64(e) -> Expr:
+    """A symbolic size as an ``int64`` expression (byte offsets in shared memory)."""
+    e = sym.as_expr(e)
+    return e if e.dtype == "int64" else Cast("int64", e)
+
+
 @dataclass(frozen=True)
 class KernelInfo:
     """One kernel of a :class:`CModule`: its C ``name``, its parameters in order
@@ -70,6 +77,9 @@ class KernelInfo:
     block: tuple
     dynamic_shared_bytes: int
     stored: frozenset
+    #: the dynamic shared memory the kernel is loaded for when ``dynamic_shared_bytes``
+    #: is symbolic (an expression of size parameters, evaluated at each launch)
+    dynamic_shared_max: int = 0
 
     @property
     def threads(self) -> int:
@@ -218,12 +228,15 @@ class CPrinter(CExprPrinter, StmtFunctor):
     def kernel(self, func: PrimFunc, k: KernelLaunch, workspace: list, global_names: _Namer):
         d, limits = self.d, self.limits
         for what, ext in (("grid", k.grid), ("block", k.block)):
-            if len(ext) != 3 or not all(isinstance(x, int) and x >= 0 for x in ext):
+            # a grid extent may be symbolic (an expression of size parameters, evaluated
+            # at each launch); block extents are fixed at compile time
+            if len(ext) != 3 or not all(isinstance(x, int) and x >= 0 or (
+                    what == "grid" and not sym.is_static(x)) for x in ext):
                 raise BuildError(format_error(
                     self.who, f"kernel {k.name!r} has {what} {list(ext)}",
                     "expected three ints >= 0 (0: the kernel is never launched)"))
         top = limits.max_grid_dim  # 0: no limit
-        if any(m and x > m for x, m in zip(k.grid, top)):
+        if any(m and sym.is_static(x) and x > m for x, m in zip(k.grid, top)):
             raise BuildError(format_error(self.who, f"kernel {k.name!r} has grid "
                                           f"{list(k.grid)}", f"expected at most {list(top)}"))
         threads = k.block[0] * k.block[1] * k.block[2]
@@ -259,6 +272,12 @@ class CPrinter(CExprPrinter, StmtFunctor):
                     "variable in scope", Kernel=k.name))
         ext_bufs = [b for b in bufs if id(b) not in allocated]
         ext_bufs.sort(key=lambda b: (0, pos[id(b)]) if id(b) in pos else (1, ws[id(b)]))
+        self.kname = k.name
+        smem_offsets, dyn_bytes = self._shared_layout(k)
+        for x in list(smem_offsets.values()) + [dyn_bytes]:   # sizes the offsets need
+            for v in sym.params_of(x):
+                if id(v) in pos and all(v is not w for w in vars_):
+                    vars_.append(v)
         ext_vars = sorted((v for v in vars_ if id(v) in pos), key=lambda v: pos[id(v)])
         params, sig = [], []
         for b in ext_bufs:
@@ -277,8 +296,8 @@ class CPrinter(CExprPrinter, StmtFunctor):
 
         self.lines: list = []
         self.scopes: list = [set()]
-        self.smem_offsets, dyn_bytes = self._shared_layout(k)
-        if dyn_bytes:
+        self.smem_offsets = smem_offsets
+        if not (sym.is_static(dyn_bytes) and dyn_bytes == 0):
             self.smem_name = "pt_dynamic_shared"  # IR names never start with pt_
             self.emit(1, d.dynamic_shared_decl.format(name=self.smem_name))
         for v, tag in k.thread_vars:
@@ -302,20 +321,35 @@ class CPrinter(CExprPrinter, StmtFunctor):
                                    for i, s in enumerate(sig)]
         text += self.lines + ["}"]
         info = KernelInfo(kname, tuple(params), tuple(k.grid), tuple(k.block), dyn_bytes,
-                          frozenset(b for b in stored if id(b) not in allocated))
+                          frozenset(b for b in stored if id(b) not in allocated),
+                          0 if sym.is_static(dyn_bytes) else limits.shared_bytes_per_block)
         return info, "\n".join(text)
 
     def _shared_layout(self, k: KernelLaunch) -> tuple[dict, int]:
         """Byte offsets of the kernel's shared buffers in dynamic shared memory, and its
-        size; empty and 0 when they fit the static limit."""
+        size; empty and 0 when they fit the static limit. A buffer whose shape depends on
+        symbolic sizes puts them all in dynamic shared memory: the constant ones first,
+        then the symbolic ones at offsets (and a total) computed at run time."""
+        bufs = [x.buffer for x in walk_stmts(k.body)
+                if isinstance(x, Allocate) and x.buffer.scope == "shared"]
+        fixed = [b for b in bufs if all(sym.is_static(d) for d in b.shape)]
+        dynamic = [b for b in bufs if b not in fixed]
         offsets, total = {}, 0
-        for x in walk_stmts(k.body):
-            if isinstance(x, Allocate) and x.buffer.scope == "shared":
-                total = -(-total // _MIN_ALIGN) * _MIN_ALIGN
-                offsets[id(x.buffer)] = total
-                total += self._const_size(x.buffer) * dt.nbytes(x.buffer.dtype)
-        if total <= self.limits.static_shared_bytes:
-            return {}, 0
+        for b in fixed:
+            total = -(-total // _MIN_ALIGN) * _MIN_ALIGN
+            offsets[id(b)] = total
+            total += self._const_size(b) * dt.nbytes(b.dtype)
+        if not dynamic:
+            if total <= self.limits.static_shared_bytes:
+                return {}, 0
+            return offsets, total
+        for b in dynamic:
+            total = sym.mul(sym.ceildiv(total, _MIN_ALIGN), _MIN_ALIGN)
+            offsets[id(b)] = total
+            size = dt.nbytes(b.dtype)
+            for d in b.shape:
+                size = sym.mul(size, d)
+            total = sym.add(total, size)
         return offsets, total
 
     def _const_size(self, b: Buffer) -> int:
@@ -436,8 +470,10 @@ class CPrinter(CExprPrinter, StmtFunctor):
         self.dtypes.add(b.dtype)
         name = self.names(b, b.name)
         self.buffers[id(b)] = name
-        size = self._const_size(b)
         t = d.mem_type(b.dtype)
+        dynamic = b.scope == "shared" and not all(sym.is_static(x) for x in b.shape)
+        size = "".join(f"[{sym.text(x)}]" for x in b.shape) if dynamic else \
+            self._const_size(b)
         opened = not self.declare(name)
         if opened:
             self.emit(depth, "{")
@@ -445,6 +481,8 @@ class CPrinter(CExprPrinter, StmtFunctor):
             self.scopes.append({name})
         if b.scope == "shared" and id(b) in self.smem_offsets:
             off = self.smem_offsets[id(b)]
+            if not sym.is_static(off):
+                off = self.expr(_as_i64(off))
             self.emit(depth, f"{t}* {name} = reinterpret_cast<{t}*>({self.smem_name} + "
                              f"{off});  // {size} elements, dynamic shared memory")
         elif b.scope == "shared":

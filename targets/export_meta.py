@@ -15,6 +15,9 @@ Format (``"format": "polytile-function"``, ``"version": 1``)::
                   int or the name of a scalar parameter
     asserts      [{"message", "error"}]: run-time check k fails with status assert_base + k
     status       {"ok": 0, "no_memory": 1, "assert_base": 16}
+    size_params  [[name, i, q]]: scalar ``name`` (a symbolic size, last in ``params``) is read
+                 off dimension ``q`` of parameter ``i`` by the Python runtimes (absent
+                 without symbolic sizes; C callers pass it)
     c_signature  the C prototype (CPU)
     kernels      (GPU) [{"name", "params": [ref...], "grid", "block",
                   "dynamic_shared_bytes"}], a ref being ["param", i] or ["workspace", j]
@@ -73,9 +76,21 @@ def function_metadata(func, target, stored, asserts, status: dict) -> dict:
                            "shape": _shape(func.name, p, scalars), "written": p in stored})
         else:
             params.append({"name": p.name, "kind": "scalar", "dtype": p.dtype})
-    return {"format": FORMAT, "version": VERSION, "entry": func.name, "target": str(target),
+    meta = {"format": FORMAT, "version": VERSION, "entry": func.name, "target": str(target),
             "params": params, "status": dict(status),
             "asserts": [{"message": a.message, "error": a.error} for a in asserts]}
+    bound = func.attrs.get("size_params", ())
+    if bound:
+        meta["size_params"] = [[v.name, k, q] for v, k, q in bound]
+    return meta
+
+
+def function_attrs(meta: dict, params: tuple) -> dict:
+    """The ``PrimFunc.attrs`` a loaded function needs: its size parameters (read off the
+    arrays at each call, as for a freshly built function)."""
+    by_name = {p.name: p for p in params if isinstance(p, Var)}
+    bound = tuple((by_name[n], k, q) for n, k, q in meta.get("size_params", ()))
+    return {"size_params": bound} if bound else {}
 
 
 def c_signature(meta: dict) -> str:
@@ -138,4 +153,4 @@ def dumps(meta: dict) -> str:
 
 
 __all__ = ["C_TYPES", "FORMAT", "VERSION", "c_signature", "check_format", "dumps",
-           "function_metadata", "rebuild_params", "shape_of"]
+           "function_attrs", "function_metadata", "rebuild_params", "shape_of"]

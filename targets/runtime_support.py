@@ -24,7 +24,7 @@ import numpy as np
 from polytile.errors import format_error
 from polytile.schedule.loop_ir import Buffer
 from polytile.te import dtype as dt
-from polytile.te.expr import Const, Var
+from polytile.te.expr import Binary, Cast, Const, Var
 
 #: ctypes type of a scalar parameter of each dtype (``bool`` is one byte; ``float16`` and
 #: ``bfloat16`` travel as their 16-bit patterns: ctypes has neither).
@@ -99,19 +99,96 @@ def scalar_arg(fname: str, p: Var, a) -> tuple:
     return float(x), float(x)
 
 
+def eval_size(e, scalars: dict) -> int | None:
+    """The value of a symbolic size (an int, or an affine integer expression of scalar
+    parameters) for the values in ``scalars``; ``None`` when one is unknown."""
+    if isinstance(e, (int, np.integer)):
+        return int(e)
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, Var):
+        return int(scalars[e]) if e in scalars else None
+    if isinstance(e, Cast):
+        return eval_size(e.value, scalars)
+    if isinstance(e, Binary):
+        a, b = eval_size(e.a, scalars), eval_size(e.b, scalars)
+        if a is None or b is None:
+            return None
+        ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
+               "floordiv": lambda: a // b if b else None,
+               "floormod": lambda: a % b if b else None,
+               "min": lambda: min(a, b), "max": lambda: max(a, b)}
+        f = ops.get(e.op)
+        return f() if f is not None else None
+    return None
+
+
 def expected_shape(p: Buffer, scalars: dict) -> list:
     """The buffer's shape with scalar parameters substituted (None where unknown)."""
-    out = []
-    for d in p.shape:
-        if isinstance(d, (int, np.integer)):
-            out.append(int(d))
-        elif isinstance(d, Const):
-            out.append(int(d.value))
-        elif isinstance(d, Var) and d in scalars:
-            out.append(int(scalars[d]))
-        else:
-            out.append(None)
-    return out
+    return [eval_size(d, scalars) for d in p.shape]
+
+
+def size_args(fname: str, func, args: tuple) -> tuple:
+    """The arguments of a call with the values of the function's bound size parameters
+    appended (``PrimFunc.attrs["size_params"]``, see :mod:`polytile.schedule.sizes`):
+    each read off the shape of its array argument (any object with ``.shape``).
+
+    Raises
+    ------
+    TypeError
+        Wrong number of arguments.
+    ValueError
+        Two arrays that share a size parameter but disagree on its value (naming the
+        parameter and both arrays), an array of the wrong rank, or sizes that make a
+        dimension negative.
+    """
+    bound = func.attrs.get("size_params", ())
+    checks = func.attrs.get("size_checks", ())
+    if not bound and not checks:
+        return args
+    n_user = len(func.params) - len(bound)
+    check_arg_count(fname, func.params[:n_user], args)
+    values: dict = {}
+    for k, p in enumerate(func.params[:n_user]):
+        if isinstance(p, Var) and isinstance(args[k], (int, np.integer)):
+            values[p] = int(args[k])
+    seen: dict = {}
+    for k, p in enumerate(func.params[:n_user]):
+        if not isinstance(p, Buffer):
+            continue
+        shape = getattr(args[k], "shape", None)
+        if shape is None or len(shape) != len(p.shape):
+            continue   # check_array reports it, with the expected shape
+        for q, d in enumerate(p.shape):
+            if not isinstance(d, Var) or not any(d is v for v, _, _ in bound):
+                continue
+            got = int(shape[q])
+            if d in seen and seen[d][0] != got:
+                first, fq, fname0 = seen[d][0], seen[d][1], seen[d][2]
+                raise ValueError(format_error(
+                    fname, f"arguments {fname0!r} ({fname0}.shape[{fq}] = {first}) and "
+                    f"{p.name!r} ({p.name}.shape[{q}] = {got}) disagree on the symbolic size "
+                    f"{d.name!r}", f"the same value of {d.name!r} in every array that has it"))
+            seen.setdefault(d, (got, q, p.name))
+    out = list(args)
+    for v, k, q in bound:
+        if v not in seen:
+            p = func.params[k]
+            shape = getattr(args[k], "shape", None)
+            raise ValueError(format_error(
+                fname, f"argument {p.name!r} has shape "
+                f"{tuple(shape) if shape is not None else None}", f"an array of shape "
+                f"({', '.join(str(d) for d in p.shape)}) (it gives the symbolic size "
+                f"{v.name!r})"))
+        values[v] = seen[v][0]
+        out.append(seen[v][0])
+    for e, who in checks:
+        val = eval_size(e, values)
+        if val is not None and val < 0:
+            shown = ", ".join(f"{v.name}={x}" for v, x in values.items())
+            raise ValueError(format_error(fname, f"{who} is {e} = {val} for {shown}",
+                                          "sizes >= 0"))
+    return tuple(out)
 
 
 def check_array(fname: str, p: Buffer, *, dtype, shape: tuple, contiguous: bool,

@@ -23,7 +23,7 @@ indexmod = floormod
 from .reduction import Reducer, comm_reducer, max, max_value, min, min_value, sum
 from .tensor import (ComputeOp, Operation, PlaceholderOp, Tensor, TensorSlice, compute,
                      placeholder)
-from .tensor import reduce_axis, var
+from .tensor import reduce_axis, size_var, var
 from .tensor_intrin import TensorIntrin, decl_tensor_intrin, extern
 from .scan import ScanOp, scan
 
@@ -67,6 +67,6 @@ __all__ = [
     "cos", "create_schedule", "erf", "exp", "exp2", "fast_erf", "fast_exp", "fast_tanh", "floor", "floordiv", "floormod", "fmod",
     "if_then_else", "isnan", "log", "log2", "log10", "max", "max_value", "min", "min_value",
     "placeholder", "pow", "power", "reduce_axis", "round", "rsqrt", "sigmoid", "sin", "sqrt",
-    "sum", "tanh", "thread_axis", "trunc", "truncdiv", "truncmod", "var",
+    "size_var", "sum", "tanh", "thread_axis", "trunc", "truncdiv", "truncmod", "var",
     "TensorIntrin", "decl_tensor_intrin", "extern",
 ]

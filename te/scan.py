@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from polytile.errors import DefinitionTypeError, DefinitionValueError, format_error
 
+from . import symbolic as sym
 from .expr import Cmp, Const, Reduce, Select, TensorRead
 from .tensor import ComputeOp, PlaceholderOp, Tensor
 from .visitor import ExprMutator, collect, substitute
@@ -159,7 +160,8 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
             raise DefinitionTypeError(format_error(
                 "scan", f"state_placeholder {s.name!r} is not a placeholder",
                 "te.placeholder of the state's shape"))
-        if s.shape != u.shape or i.shape[1:] != u.shape[1:] or i.ndim != u.ndim:
+        if (not sym.same_shape(s.shape, u.shape) or not sym.same_shape(i.shape[1:], u.shape[1:])
+                or i.ndim != u.ndim):
             raise DefinitionValueError(format_error(
                 "scan", f"shapes init {i.shape}, update {u.shape}, state {s.shape} do not "
                 f"agree", "state and update of one shape [T, ...], init [L, ...] with the "
@@ -168,10 +170,14 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
             raise DefinitionTypeError(format_error(
                 "scan", f"dtypes init {i.dtype}, update {u.dtype}, state {s.dtype}",
                 "one dtype per state"))
-        if i.shape[0] != rows:
+        if not sym.same(i.shape[0], rows):
             raise DefinitionValueError(format_error(
                 "scan", f"init tensors have {i.shape[0]} and {rows} rows", "equal row counts"))
-    if not 1 <= rows <= steps:
+    if not sym.is_static(rows):
+        raise DefinitionValueError(format_error(
+            "scan", f"init has the symbolic row count {rows}", "a constant number of init "
+            "rows (the time steps may be symbolic)"))
+    if not 1 <= rows or sym.is_static(steps) and not rows <= steps:
         raise DefinitionValueError(format_error(
             "scan", f"init has {rows} rows for {steps} steps", "1 <= init.shape[0] <= "
             "update.shape[0]"))

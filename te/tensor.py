@@ -19,6 +19,7 @@ from . import dtype as dt
 from .depth import check_depth
 from .expr import (Expr, ExprOp, IterVar, Range, Reduce, TensorRead, Var, binary,
                    building_body, convert)
+from . import symbolic as sym
 from .visitor import collect
 
 
@@ -228,9 +229,12 @@ class ComputeOp(Operation):
         return list(seen.values())
 
 
-def _shape(shape, who: str, tensor: str = "") -> tuple[int, ...]:
-    if isinstance(shape, (int,)) or hasattr(shape, "__index__") and not isinstance(
-            shape, (tuple, list)):
+def _shape(shape, who: str, tensor: str = "") -> tuple:
+    """Normalise a shape: ints, or integer expressions affine in ``te.var`` parameters
+    (symbolic dimensions, :mod:`polytile.te.symbolic`); a bare int or expression is a
+    1-d shape."""
+    if isinstance(shape, ExprOp) or isinstance(shape, (int,)) or hasattr(
+            shape, "__index__") and not isinstance(shape, (tuple, list)):
         shape = (shape,)
     if not isinstance(shape, (tuple, list)):
         raise DefinitionTypeError(format_error(
@@ -239,9 +243,17 @@ def _shape(shape, who: str, tensor: str = "") -> tuple[int, ...]:
     out = []
     for k, s in enumerate(shape):
         if isinstance(s, ExprOp):
-            raise DefinitionTypeError(
-                f"{who}: dimension {k} is the expression {s}; symbolic shapes are "
-                f"not supported yet, expected a non-negative int")
+            e = s._expr()
+            if sym.static(e) is not None:
+                s = sym.static(e)
+            elif not sym.is_affine(e):
+                raise DefinitionTypeError(format_error(
+                    who, f"dimension {k} is the expression {e}",
+                    "expected a non-negative int or an expression affine in te.var "
+                    "parameters (n, n + 1, 2*n; not n*m, not a compute axis)"))
+            else:
+                out.append(e)
+                continue
         if isinstance(s, bool) or not hasattr(s, "__index__"):
             raise DefinitionTypeError(f"{who}: dimension {k} is {s!r}; expected a non-negative int")
         if int(s) < 0:
@@ -251,7 +263,7 @@ def _shape(shape, who: str, tensor: str = "") -> tuple[int, ...]:
         out.append(int(s))
     n = 1
     for s in out:
-        n *= s
+        n *= s if isinstance(s, int) else 1   # a symbolic dimension: checked per call
     if n > INT64_MAX:
         # flattened offsets are int64: past that, no target can address the elements
         raise DefinitionValueError(format_error(
@@ -282,8 +294,30 @@ def placeholder(shape, dtype="float32", name: str = "placeholder") -> Tensor:
 
 
 def var(name: str = "v", dtype="int32") -> Var:
-    """A free scalar variable, passed as a scalar argument to the built function."""
+    """A free scalar variable (TVM's ``te.var``).
+
+    Used in a shape or a ``reduce_axis`` bound it is a *symbolic size*: an isl parameter
+    during lowering, whose value a built function reads off the shape of an array
+    argument with that dimension (or takes as a scalar argument when no array has it).
+    Used only in a compute body it is a scalar argument of the built function.
+    """
     return Var(dt.canonical(dtype), name)
+
+
+def size_var(name: str = "size", dtype="int32") -> Var:
+    """A free integer variable known to be ``>= 0`` (TVM's ``te.size_var``): a symbolic
+    size, see :func:`var`.
+
+    Raises
+    ------
+    TypeError
+        For a non-integer ``dtype``.
+    """
+    t = dt.canonical(dtype)
+    if not dt.is_int(t):
+        raise DefinitionTypeError(format_error("size_var", f"dtype {t!r} for {name!r}",
+                                               "expected an integer dtype"))
+    return sym.mark_size_var(Var(t, name))
 
 
 def reduce_axis(dom, name: str = "rv") -> IterVar:
@@ -308,8 +342,15 @@ def reduce_axis(dom, name: str = "rv") -> IterVar:
                 f"reduce_axis {name!r}: dom must be a (lo, hi) pair, got {dom!r}; "
                 f"expected a half-open range{example}") from None
         if isinstance(lo, ExprOp) or isinstance(hi, ExprOp):
-            raise DefinitionTypeError(
-                "reduce_axis: symbolic bounds are not supported yet; expected ints")
+            for b in (lo, hi):
+                if not sym.is_affine(b._expr() if isinstance(b, ExprOp) else b):
+                    raise DefinitionTypeError(format_error(
+                        f"reduce_axis {name!r}", f"bound {b} is not affine in te.var "
+                        "parameters", "expected ints or expressions such as n, n - 1"))
+            lo = sym.static(lo) if sym.static(lo) is not None else lo._expr()
+            hi = sym.static(hi) if sym.static(hi) is not None else hi._expr()
+            rng = Range(lo, sym.sub(hi, lo))
+            return IterVar(Var(_axis_dtype(lo, rng.extent), name, True), rng, "reduce")
         rng = Range(int(lo), int(hi) - int(lo))
     if rng.min < -(2**63) or rng.min + rng.extent - 1 > INT64_MAX or rng.extent > INT64_MAX:
         raise DefinitionValueError(format_error(
@@ -326,7 +367,10 @@ def reduce_axis(dom, name: str = "rv") -> IterVar:
 def _axis_dtype(lo: int, extent: int) -> str:
     """``int32``, or ``int64`` for an axis whose values do not all fit in ``int32`` (TVM
     types an iteration variable by its range the same way): its arithmetic in the
-    definition is then exact."""
+    definition is then exact. A symbolic range takes the widest dtype of its sizes."""
+    if not (sym.is_static(lo) and sym.is_static(extent)):
+        wide = any(v.dtype == "int64" for x in (lo, extent) for v in sym.params_of(x))
+        return "int64" if wide else "int32"
     return "int32" if -(2**31) <= lo and lo + extent - 1 < 2**31 else "int64"
 
 

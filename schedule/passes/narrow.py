@@ -213,7 +213,12 @@ class _NarrowStmt(StmtMutator):
         for v, tag in k.thread_vars:
             dims = k.grid if tag.startswith("blockIdx") else k.block
             n = dims["xyz".index(tag[-1])]
-            tv.append((self._bind(v, (0, int(n) - 1)), tag))
+            if isinstance(n, int):
+                iv = (0, n - 1)
+            else:   # a symbolic grid extent: the bounds of its expression
+                hi = self.b.of(n)
+                iv = (0, hi[1] - 1) if hi is not None else None
+            tv.append((self._bind(v, iv), tag))
         return KernelLaunch(k.name, k.grid, k.block, tuple(tv), self.visit(k.body))
 
     def visit_For(self, s: For):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from polytile.backend import DeviceLimits
 from polytile.te import dtype as dt
+from polytile.te import symbolic as sym
 from polytile.te.expr import Binary, Cast, Const, Expr
 from polytile.te.visitor import ExprMutator, collect
 
@@ -101,7 +102,11 @@ def _fit_stack(bufs: list, limits: DeviceLimits) -> list:
     return out
 
 
-def _nbytes(b: Buffer) -> int:
+def _nbytes(b: Buffer) -> float:
+    """Bytes of ``b``; infinite for a shape that depends on symbolic sizes (such a buffer
+    goes on the heap, its size computed at run time)."""
+    if not all(sym.is_static(d) for d in b.shape):
+        return float("inf")
     return b.size * dt.nbytes(b.dtype)
 
 
@@ -206,10 +211,19 @@ def _flat_index(buf: Buffer, indices: tuple) -> tuple:
     off: Expr | None = None
     stride = 1
     for ext, ix in zip(reversed(buf.shape), reversed(indices)):
-        term = _i64(ix) if stride == 1 else Binary("int64", "mul", _i64(ix),
-                                                   Const("int64", stride))
+        if isinstance(stride, int):
+            term = _i64(ix) if stride == 1 else Binary("int64", "mul", _i64(ix),
+                                                       Const("int64", stride))
+        else:
+            term = Binary("int64", "mul", _i64(ix), stride)
         off = term if off is None else Binary("int64", "add", term, off)
-        stride *= ext
+        e = sym.static(ext)
+        if isinstance(stride, int) and e is not None:
+            stride *= e
+        else:   # a symbolic extent: the stride is computed at run time
+            a = Const("int64", stride) if isinstance(stride, int) else stride
+            b = Const("int64", e) if e is not None else _i64(sym.as_expr(ext))
+            stride = Binary("int64", "mul", a, b)
     return (off if off is not None else Const("int64", 0),)
 
 

@@ -66,7 +66,8 @@ def metadata(module: CUDAModule) -> dict:
         kernels.append({"name": k.name, "params": [refs[id(p)] for p in k.params],
                         "grid": _ints(f.name, "grid", k.grid),
                         "block": _ints(f.name, "block", k.block),
-                        "dynamic_shared_bytes": int(k.dynamic_shared_bytes),
+                        "dynamic_shared_bytes": _ints(f.name, "dynamic shared memory",
+                                                      [k.dynamic_shared_bytes])[0],
                         "stored": [refs[id(p)] for p in k.params if p in k.stored]})
     meta["kernels"] = kernels
     return meta
@@ -116,7 +117,8 @@ class CubinModule(CUDAModule):
             for k in meta["kernels"])
         with open(path, "rb") as fh:
             self.image = fh.read()
-        self.func = PrimFunc(meta["entry"], params, seq())
+        self.func = PrimFunc(meta["entry"], params, seq(),
+                             export_meta.function_attrs(meta, params))
         self.target = Target.parse(meta["target"])
         self.name = self.func.name
         self.arch = meta["arch"]

@@ -102,12 +102,13 @@ class CUDADeviceAPI(DeviceAPI):
         for k in kernels:
             fn = check(drv.cuModuleGetFunction(mod, k.name.encode()), "cuModuleGetFunction",
                        k.name, func)
-            if k.dynamic_shared_bytes:
+            # symbolic sizes: loaded for the most a launch may ask (checked at each one)
+            dyn = k.dynamic_shared_bytes if isinstance(k.dynamic_shared_bytes, int) \
+                else k.dynamic_shared_max
+            if dyn:
                 check(drv.cuFuncSetAttribute(
                     fn, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    k.dynamic_shared_bytes),
-                    f"setting {k.dynamic_shared_bytes} bytes of dynamic shared memory",
-                    k.name, func)
+                    dyn), f"setting {dyn} bytes of dynamic shared memory", k.name, func)
             fns.append(fn)
         return mod, fns
 

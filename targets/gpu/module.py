@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import weakref
 from typing import ClassVar
 
@@ -34,7 +35,7 @@ from ..c_printer import print_c_module
 from ..llvm.analysis import stored_buffers
 from ..module import Module
 from ..runtime_support import (SCALAR_CTYPES, check_arg_count, check_array, check_overlap,
-                               expected_shape, scalar_arg)
+                               eval_size, expected_shape, scalar_arg, size_args)
 from .arrays import device_array
 from .device_api import DeviceAPI
 
@@ -102,6 +103,7 @@ class GPUModule(Module):
         """Check ``args``; return the value of every parameter and workspace buffer
         (by id: device pointer or raw scalar) and the objects to keep alive."""
         f = self.func
+        args = size_args(self.name, f, args)   # symbolic sizes, read off the arrays
         check_arg_count(self.name, f.params, args)
         values, scalars, keep, spans = {}, {}, [], []
         for p, a in zip(f.params, args):
@@ -122,7 +124,36 @@ class GPUModule(Module):
         check_overlap(self.name, spans, self._stored)
         for b in self._c.workspace:
             values[id(b)] = self._workspace_ptr(b, scalars)
+        values["launch"] = [self._launch_shape(k, scalars) for k in self.kernels]
         return values, keep
+
+    def _launch_shape(self, k, scalars: dict):
+        """``k`` with its symbolic grid extents evaluated for this call (``None``: an
+        empty grid, nothing to launch); checked against the device's grid limits."""
+        if all(isinstance(x, int) for x in k.grid + (k.dynamic_shared_bytes,)):
+            return k
+        grid = tuple(eval_size(x, scalars) for x in k.grid)
+        smem = eval_size(k.dynamic_shared_bytes, scalars)
+        if any(x is None for x in grid) or smem is None:
+            raise LoweringError(format_error(
+                self.name, f"kernel {k.name!r} has the grid {list(k.grid)}", "a grid of "
+                "constants and size parameters"))
+        if min(grid) <= 0:
+            return None
+        top = self.target.limits.max_grid_dim
+        for a, x, m in zip("xyz", grid, top):
+            if m and x > m:
+                raise ValueError(format_error(
+                    self.name, f"kernel {k.name!r} needs blockIdx.{a} = {x} blocks for the "
+                    f"sizes {', '.join(f'{v.name}={n}' for v, n in scalars.items())}",
+                    f"at most {m}", hint="split the loop bound to it into more parts"))
+        if k.dynamic_shared_max and smem > k.dynamic_shared_max:
+            raise ValueError(format_error(
+                self.name, f"kernel {k.name!r} needs {smem} bytes of shared memory for the "
+                f"sizes {', '.join(f'{v.name}={n}' for v, n in scalars.items())}",
+                f"at most {k.dynamic_shared_max} bytes",
+                hint="tile the loops its shared buffers are computed at by constant factors"))
+        return dataclasses.replace(k, grid=grid, dynamic_shared_bytes=smem)
 
     def _workspace_ptr(self, b: Buffer, scalars: dict) -> int:
         shape = expected_shape(b, scalars)
@@ -147,7 +178,9 @@ class GPUModule(Module):
         """Launch records: (function, kernel, params address, ctypes objects to keep)."""
         fns = self._load()
         out = []
-        for fn, k in zip(fns, self.kernels):
+        for fn, k in zip(fns, values["launch"]):
+            if k is None:   # a zero-size grid for these sizes: nothing to run
+                continue
             objs = []
             for p in k.params:
                 if isinstance(p, Buffer):

@@ -126,7 +126,8 @@ class LibraryModule(LLVMModule):
                 "expected a shared library written by polytile's export_library")) from None
         self.metadata = meta = json.loads(ctypes.string_at(ctypes.addressof(sym)).decode())
         params, stored = export_meta.rebuild_params(meta)
-        self.func = PrimFunc(meta["entry"], params, seq())
+        self.func = PrimFunc(meta["entry"], params, seq(),
+                             export_meta.function_attrs(meta, params))
         self.target = Target.parse(meta["target"])
         self.name = self.func.name
         self._stored = stored

@@ -36,7 +36,7 @@ from polytile.te.expr import Var
 
 from ..module import Module
 from ..runtime_support import (SCALAR_CTYPES, check_arg_count, check_array, check_overlap,
-                               scalar_arg)
+                               scalar_arg, size_args)
 from .analysis import stored_buffers
 from .codegen import codegen_llvm
 from .intrinsics import STATUS_ASSERT, STATUS_NO_MEMORY
@@ -328,6 +328,7 @@ class LLVMModule(Module):
     # ------------------------------------------------------------------ calling
     def _convert(self, args: tuple) -> list:
         f = self.func
+        args = size_args(self.name, f, args)   # symbolic sizes, read off the arrays
         check_arg_count(self.name, f.params, args)
         scalars = {}
         out: list = [None] * len(args)

@@ -138,7 +138,7 @@ def placeholder_shape_none():
 
 
 def placeholder_symbolic_shape():
-    te.placeholder((te.var("n"), 4), name="A")
+    te.placeholder((te.var("n") * te.var("m"), 4), name="A")
 
 
 def compute_float_shape():
@@ -254,8 +254,9 @@ CASES = [
                  r"placeholder: shape is None; expected an int or a tuple",
                  id="placeholder-shape-none"),
     pytest.param(placeholder_symbolic_shape, TypeError,
-                 r"placeholder: dimension 0 is the expression n; symbolic shapes are not "
-                 r"supported yet, expected a non-negative int", id="placeholder-symbolic-shape"),
+                 r"placeholder: dimension 0 is the expression \(n \* m\); expected a "
+                 r"non-negative int or an expression affine in te.var parameters",
+                 id="placeholder-symbolic-shape"),
     pytest.param(compute_float_shape, TypeError,
                  r"compute: dimension 1 is 4\.0; expected a non-negative int",
                  id="compute-shape-from-true-division"),

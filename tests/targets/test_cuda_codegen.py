@@ -305,9 +305,13 @@ def test_printer_errors_name_the_problem():
                                              ((Var("int64", "warp"), "warpIdx"),),
                                              st(A, 0, const("float32", 0.0)))))
     n = Var("int64", "n")
-    S = buf("S", (n,), scope="shared")
-    with pytest.raises(BuildError, match=r"shared buffer 'S' has the non-constant shape"):
+    S = buf("S", (n,), scope="local")
+    with pytest.raises(BuildError, match=r"local buffer 'S' has the non-constant shape"):
         src(_one_kernel(Allocate(S, st(S, TX, const("float32", 0.0))), [A, n]))
+    # a shared buffer of symbolic size lives in dynamic shared memory sized at launch
+    S = buf("S", (n,), scope="shared")
+    text = src(_one_kernel(Allocate(S, st(S, TX, const("float32", 0.0))), [A, n]))
+    assert "extern __shared__" in text and "pt_dynamic_shared + 0" in text
     with pytest.raises(BuildError, match="unknown intrinsic 'frobnicate'"):
         src(_one_kernel(st(A, TX, Call("float32", "frobnicate", (ld(A, TX),))), [A]))
     with pytest.raises(BuildError, match="binary op 'truncmod' on float32"):

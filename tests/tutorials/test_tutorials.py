@@ -46,6 +46,17 @@ def test_04_cuda_gemm_builds_without_a_gpu():
     assert out.count("built in") == 3
 
 
+def test_07_dynamic_shapes():
+    out = _run("07_dynamic_shapes.py", "--sizes", "16,40", "--trials", "2")
+    assert "# n: int32 = A.shape[0]" in out                   # the size read off A
+    assert "min(4, (int64(n) - (4 * i.outer)))" in out          # the exact tail
+    assert "Y = alloc(float32[4, 8], scope='stack')" in out     # a constant footprint
+    assert out.count("result matches numpy") == 10
+    assert "disagree on the symbolic size 'n'" in out
+    assert "the symbolic size 'm' is not a dimension of any argument" in out
+    assert out.count("results match numpy") == 2                # tuned kernels at other n
+
+
 def test_06_tensorize():
     out = _run("06_tensorize.py", "--n", "33", "--m", "48", "--l", "64")
     assert "gemv_update: result matches numpy" in out
