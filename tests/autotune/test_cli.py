@@ -115,7 +115,10 @@ def test_ctrl_c_leaves_a_resumable_log(tmp_path):
     cmd = [sys.executable, "-m", "polytile", "tune", "matmul", "--args", "128,128,128",
            "--trials", "200", "--log", str(log), "--tuner", "random", "--quiet",
            "--no-numpy", "--repeat", "2", "--min-repeat-ms", "2"]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a shell that started pytest in the background ignores SIGINT, and children inherit
+    # that: give the tuner the default disposition, as an interactive terminal would
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while time.time() < deadline:
         if log.exists() and len(log.read_text().splitlines()) >= 3:
