@@ -3,8 +3,8 @@
 ``--dtype float32`` (default): the SGEMM schedules of ``tutorials/04_cuda_gemm.py`` vs
 cuBLAS with tensor cores off. ``--dtype float16`` (or ``bfloat16``, WMMA only): polytile's tensor-core GEMM
 (:func:`polytile.targets.cuda.tensor_core.wmma_gemm`, WMMA, float32 accumulation, or
-float16 with ``--acc float16``) vs cuBLAS half precision through torch and Triton's
-``triton.ops.matmul`` when installed (``--isa mma``: ldmatrix + mma.sync.m16n8k16 instead
+float16 with ``--acc float16``) vs cuBLAS half precision through torch and a plain Triton
+GEMM (``benchmarks/triton_gemm.py``, best of a few tile shapes) when installed (``--isa mma``: ldmatrix + mma.sync.m16n8k16 instead
 of WMMA), at each ``--n`` (default 4096 and 8192), all measured
 in this run: one line per figure with TFLOP/s and the ratio to cuBLAS.
 Run on a machine with an NVIDIA GPU: ``python benchmarks/gpu_gemm.py --dtype float16``.
@@ -70,13 +70,13 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16") -> None:
         cublas = _time_torch(lambda: ta @ tb, n)
         print(f"n={n:5d} {f'cuBLAS {dtype} (torch)':36s} {cublas:7.1f} TFLOP/s")
         try:
-            from triton.ops import matmul as triton_matmul
+            import triton_gemm
 
-            tt = _time_torch(lambda: triton_matmul(ta, tb), n)
-            print(f"n={n:5d} {'Triton fp16 (triton.ops.matmul)':36s} {tt:7.1f} TFLOP/s  "
-                  f"{tt / cublas:6.3f} x cuBLAS")
-        except Exception as exc:   # not installed, or no ops module in this version
-            print(f"n={n:5d} Triton: not measured ({type(exc).__name__})")
+            tt, cfg = triton_gemm.best_tflops(ta, tb, lambda fn: _time_torch(fn, n))
+            print(f"n={n:5d} {f'Triton {dtype} (tl.dot, best of {len(triton_gemm.CONFIGS)})':36s} "
+                  f"{tt:7.1f} TFLOP/s  {tt / cublas:6.3f} x cuBLAS  (tile {cfg[:3]})")
+        except ImportError as exc:   # triton not installed
+            print(f"n={n:5d} Triton: not measured ({exc})")
     except ImportError:
         print("torch not installed: no cuBLAS anchor")
         ref = a.astype("float64") @ b.astype("float64")
