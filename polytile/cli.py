@@ -38,7 +38,7 @@ DEFAULT_LOG = "polytile_tune.jsonl"
 
 
 def _int_list(text: str) -> tuple:
-    """Workload arguments: positive ints, or names of symbolic sizes (``n``) whose values
+    """Workload arguments: non-negative ints, or names of symbolic sizes (``n``) whose values
     ``--sizes`` gives."""
     vals = []
     for x in text.replace(" ", "").split(","):
@@ -53,8 +53,9 @@ def _int_list(text: str) -> tuple:
             raise argparse.ArgumentTypeError(
                 f"expected comma-separated integers, got {text!r} (or names of symbolic "
                 "sizes: n,512 with --sizes n=64,256)") from None
-    if not vals or any(isinstance(v, int) and v < 1 for v in vals):
-        raise argparse.ArgumentTypeError(f"expected positive sizes, got {text!r}")
+    # zero is a legal value for some arguments (a conv's padding); the template decides
+    if not vals or any(isinstance(v, int) and v < 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected non-negative integers, got {text!r}")
     return tuple(vals)
 
 

@@ -147,3 +147,11 @@ def test_default_log_file(tmp_path):
     assert len((tmp_path / "polytile_tune.jsonl").read_text().splitlines()) == 3
     rc, out, err = polytile("run", "matmul", "--args", "32,32,32", cwd=tmp_path)
     assert rc == 0 and "matches numpy" in out
+
+
+def test_zero_is_a_workload_argument():
+    # a conv without padding has pad=0; the template, not the command line, judges values
+    from polytile.cli import _int_list
+
+    assert _int_list("1,3,8,8,4,3,3,1,0") == (1, 3, 8, 8, 4, 3, 3, 1, 0)
+    assert _int_list("n,0") == ("n", 0)

@@ -195,6 +195,9 @@ def test_load_module_errors(tmp_path):
     (tmp_path / "f.dll").write_bytes(b"")
     with pytest.raises(ValueError, match=r"cannot load 'f.dll'; expected a '.so' \(llvm\)"):
         load_module(str(tmp_path / "f.dll"))
+    (tmp_path / "garbage.so").write_bytes(b"not an ELF file")
+    with pytest.raises(ValueError, match="'.*garbage.so' cannot be loaded as a shared library"):
+        load_module(str(tmp_path / "garbage.so"))
     if shutil.which("gcc") is None:
         return
     c = tmp_path / "plain.c"

@@ -84,6 +84,9 @@ def test_getitem_and_entry_name(axpy):
     with pytest.raises(KeyError, match=r"LLVMModule\['default'\]: no function named "
                                        r"'default'; expected one of \['axpy'\]"):
         axpy["default"]
+    assert axpy.get_function("axpy") is axpy
+    with pytest.raises(KeyError, match="no function named 'other'"):
+        axpy.get_function("other")
 
 
 # ------------------------------------------------------------------ devices on the host
