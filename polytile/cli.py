@@ -345,6 +345,7 @@ def _run_one(a, args) -> int:
     import polytile
     from polytile.autotune import apply_history_best, get_template, load_best
     from polytile.autotune.dispatch import canonical_target
+    from polytile.errors import TuneError
     from polytile.autotune.data import make_inputs, output_positions, outputs_match
     from polytile.schedule.pipeline import lower
     from polytile.targets.llvm.runtime import set_num_threads
@@ -359,6 +360,14 @@ def _run_one(a, args) -> int:
     if a.threads:
         set_num_threads(a.threads)
     rec = load_best(log, wl, a.target)
+    if rec is not None:
+        # a best record outside the template's space (edited, or from another version of
+        # the template) is refused here, before anything is built or printed about it
+        try:
+            t.space(wl.args, wl.dtype).from_json(rec.config)
+        except TuneError as exc:
+            raise _Fail(f"the best record of {wl} ({log}:{rec.line}) does not fit the "
+                        f"template's space: {exc}; tune again, or remove that line") from None
     with apply_history_best(log, a.target):
         s, tensors = t(*wl.args, dtype=wl.dtype)
     print(f"polytile run {wl} on '{target}'")

@@ -78,6 +78,19 @@ def test_run_builds_the_best_record(tuned):
     assert "timed alternately" in out and f"(summary {log}:9)" in out and "now / then" in out
 
 
+def test_run_refuses_a_best_record_outside_the_space(tuned, tmp_path):
+    recs = [json.loads(x) for x in tuned[3].read_text().splitlines()]
+    trials = [r for r in recs if r.get("config") and not r.get("error")]
+    bad = dict(trials[0], cost=1e-9)  # the best, with a config no space has
+    bad["config"] = dict(bad["config"], tile_i=[-1, 7, 3])
+    log = tmp_path / "bad.jsonl"
+    log.write_text(json.dumps(bad) + "\n")
+    rc, out, err = polytile("run", "matmul", "--args", "64,64,64", "--log", str(log))
+    assert rc == 1
+    assert f"the best record of matmul(64, 64, 64) float32 ({log}:1) does not fit" in err
+    assert "check" not in out and "Traceback" not in err
+
+
 def test_templates_command():
     rc, out, _ = polytile("templates")
     assert rc == 0
