@@ -243,10 +243,31 @@ def test_store_predicate_of_a_cross_thread_reduction():
     tx = te.thread_axis("threadIdx.x")
     _, ki = s[S].split(k, factor=32)
     s[S].bind(ki, tx)
-    s[S].set_store_predicate(tx.var.equal(0) if hasattr(tx.var, "equal") else tx.var == 0)
+    s[S].set_store_predicate(tx.var.equal(0))
+    assert "if (int32(threadIdx.x) == 0):" in str(polytile.lower(s, [A, S]))
     a = rand((37,))
     np.testing.assert_allclose(_gpu_run(s, [A, S], [a]), [a.astype("float64").sum()],
                                rtol=1e-5, atol=1e-5)
+
+
+def test_equal_and_tir_helpers_in_a_definition(backend):
+    """``x.equal(y)`` is ``x == y`` as a boolean expression; ``tir.const``, ``tir.all``,
+    ``tir.if_then_else`` are te's functions under TVM's ``tvm.tir`` names."""
+    from polytile import tir
+
+    A = te.placeholder((13, 7), name="A")
+    B = te.compute((13, 7), lambda i, j: tir.if_then_else(
+        tir.all(i.equal(j), j.equal(tir.const(3, "int32")).astype("bool") | (i < 2)),
+        A[i, j] * 2, A[i, j]), name="B")
+    assert str(te.var("n").equal(0)) == "(n == 0)"
+    assert te.var("n").equal(0).dtype == "bool"
+    s = te.create_schedule(B.op)
+    a = rand((13, 7))
+    want = a.copy()
+    for i in range(7):
+        if i == 3 or i < 2:
+            want[i, i] *= 2
+    np.testing.assert_allclose(run1(s, [A, B], [a], backend), want, rtol=1e-6)
 
 
 def test_store_predicate_refusals():
