@@ -3,8 +3,8 @@
 ``--dtype float32`` (default): the SGEMM schedules of ``tutorials/04_cuda_gemm.py`` vs
 cuBLAS with tensor cores off. ``--dtype float16`` (or ``bfloat16``, WMMA only): polytile's tensor-core GEMM
 (:func:`polytile.targets.cuda.tensor_core.wmma_gemm`, WMMA, float32 accumulation, or
-float16 with ``--acc float16``) vs cuBLAS half precision through torch and Triton's
-``triton.ops.matmul`` when installed (``--isa mma``: ldmatrix + mma.sync.m16n8k16 instead
+float16 with ``--acc float16``) vs cuBLAS half precision through torch and a plain Triton
+GEMM (``benchmarks/triton_gemm.py``, best of a few tile shapes) when installed (``--isa mma``: ldmatrix + mma.sync.m16n8k16 instead
 of WMMA), at each ``--n`` (default 4096 and 8192), all measured
 in this run: one line per figure with TFLOP/s and the ratio to cuBLAS.
 Run on a machine with an NVIDIA GPU: ``python benchmarks/gpu_gemm.py --dtype float16``.
@@ -43,9 +43,10 @@ def _time_torch(fn, n: int, reps: int = 20) -> float:
     return 2.0 * n**3 / (start.elapsed_time(stop) / 1e3 / reps) / 1e12
 
 
-def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16") -> None:
-    """cuBLAS, Triton and polytile at ``n``^3 in ``dtype`` (float16 or bfloat16; one line
-    each)."""
+def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 128, 32), (64, 64)),
+              anchors: bool = True) -> None:
+    """cuBLAS, Triton (with ``anchors``) and polytile's ``wmma_gemm`` with ``tiles = (block,
+    warp)`` at ``n``^3 in ``dtype`` (float16 or bfloat16; one line each)."""
     import polytile
     from polytile.targets.cuda import tensor_core as tc
 
@@ -70,20 +71,23 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16") -> None:
         cublas = _time_torch(lambda: ta @ tb, n)
         print(f"n={n:5d} {f'cuBLAS {dtype} (torch)':36s} {cublas:7.1f} TFLOP/s")
         try:
-            from triton.ops import matmul as triton_matmul
+            if not anchors:
+                raise ImportError("not asked for")
+            import triton_gemm
 
-            tt = _time_torch(lambda: triton_matmul(ta, tb), n)
-            print(f"n={n:5d} {'Triton fp16 (triton.ops.matmul)':36s} {tt:7.1f} TFLOP/s  "
-                  f"{tt / cublas:6.3f} x cuBLAS")
-        except Exception as exc:   # not installed, or no ops module in this version
-            print(f"n={n:5d} Triton: not measured ({type(exc).__name__})")
+            tt, cfg = triton_gemm.best_tflops(ta, tb, lambda fn: _time_torch(fn, n))
+            print(f"n={n:5d} {f'Triton {dtype} (tl.dot, best of {len(triton_gemm.CONFIGS)})':36s} "
+                  f"{tt:7.1f} TFLOP/s  {tt / cublas:6.3f} x cuBLAS  (tile {cfg[:3]})")
+        except ImportError as exc:   # triton not installed
+            print(f"n={n:5d} Triton: not measured ({exc})")
     except ImportError:
         print("torch not installed: no cuBLAS anchor")
         ref = a.astype("float64") @ b.astype("float64")
     if dtype == "bfloat16" and (isa != "wmma" or acc != "float32"):
         raise SystemExit("bfloat16: WMMA with float32 accumulation only (--isa wmma)")
     t0 = time.perf_counter()
-    s, args = tc.wmma_gemm(n, n, n, acc=acc, isa=isa, dtype=dtype)
+    s, args = tc.wmma_gemm(n, n, n, acc=acc, isa=isa, dtype=dtype, block=tiles[0],
+                           warp=tiles[1])
     f = polytile.build(s, args, target="cuda")
     t_build = time.perf_counter() - t0
     da, db = polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda")
@@ -97,7 +101,12 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16") -> None:
     ratio = f"{tflops / cublas:6.3f} x cuBLAS" if cublas else ""
     label = {"wmma": "WMMA", "mma": "mma.sync+ldmatrix"}[isa]
     print(f"n={n:5d} {f'polytile {label} {dtype}->{acc}':36s} {tflops:7.1f} TFLOP/s  {ratio}  "
-          f"(lower+build {t_build:.1f} s, rel. error {err:.1e})")
+          f"(block {tiles[0]}, warp {tiles[1]}, lower+build {t_build:.1f} s, rel. error {err:.1e})")
+
+
+#: (block (BM, BN, BK), warp (WM, WN)) tiles ``--sweep`` tries beside the default
+SWEEP = (((128, 256, 32), (64, 64)), ((256, 128, 32), (64, 64)), ((128, 128, 64), (64, 64)),
+         ((128, 128, 32), (32, 64)), ((64, 128, 32), (32, 64)), ((128, 256, 32), (64, 128)))
 
 
 def main() -> None:
@@ -109,6 +118,8 @@ def main() -> None:
                     help="accumulation dtype of the float16 GEMM")
     ap.add_argument("--isa", choices=("wmma", "mma"), default="wmma",
                     help="tensor-core path of the float16 GEMM")
+    ap.add_argument("--sweep", action="store_true",
+                    help="time wmma_gemm over the block/warp tiles of SWEEP too")
     args = ap.parse_args()
     if args.dtype == "float32":
         for n in args.n or [4096]:
@@ -116,6 +127,12 @@ def main() -> None:
         return
     for n in args.n or [4096, 8192]:
         half_gemm(n, args.acc, args.isa, args.dtype)
+        for tiles in SWEEP if args.sweep else ():
+            try:
+                half_gemm(n, args.acc, args.isa, args.dtype, tiles, anchors=False)
+            except Exception as exc:  # a tile shape past a device limit: say so, go on
+                print(f"n={n:5d} block {tiles[0]}, warp {tiles[1]}: {type(exc).__name__}: "
+                      f"{str(exc).splitlines()[0][:100]}")
 
 
 if __name__ == "__main__":

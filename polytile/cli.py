@@ -38,7 +38,7 @@ DEFAULT_LOG = "polytile_tune.jsonl"
 
 
 def _int_list(text: str) -> tuple:
-    """Workload arguments: positive ints, or names of symbolic sizes (``n``) whose values
+    """Workload arguments: non-negative ints, or names of symbolic sizes (``n``) whose values
     ``--sizes`` gives."""
     vals = []
     for x in text.replace(" ", "").split(","):
@@ -53,8 +53,9 @@ def _int_list(text: str) -> tuple:
             raise argparse.ArgumentTypeError(
                 f"expected comma-separated integers, got {text!r} (or names of symbolic "
                 "sizes: n,512 with --sizes n=64,256)") from None
-    if not vals or any(isinstance(v, int) and v < 1 for v in vals):
-        raise argparse.ArgumentTypeError(f"expected positive sizes, got {text!r}")
+    # zero is a legal value for some arguments (a conv's padding); the template decides
+    if not vals or any(isinstance(v, int) and v < 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected non-negative integers, got {text!r}")
     return tuple(vals)
 
 
@@ -344,6 +345,7 @@ def _run_one(a, args) -> int:
     import polytile
     from polytile.autotune import apply_history_best, get_template, load_best
     from polytile.autotune.dispatch import canonical_target
+    from polytile.errors import TuneError
     from polytile.autotune.data import make_inputs, output_positions, outputs_match
     from polytile.schedule.pipeline import lower
     from polytile.targets.llvm.runtime import set_num_threads
@@ -358,6 +360,14 @@ def _run_one(a, args) -> int:
     if a.threads:
         set_num_threads(a.threads)
     rec = load_best(log, wl, a.target)
+    if rec is not None:
+        # a best record outside the template's space (edited, or from another version of
+        # the template) is refused here, before anything is built or printed about it
+        try:
+            t.space(wl.args, wl.dtype).from_json(rec.config)
+        except TuneError as exc:
+            raise _Fail(f"the best record of {wl} ({log}:{rec.line}) does not fit the "
+                        f"template's space: {exc}; tune again, or remove that line") from None
     with apply_history_best(log, a.target):
         s, tensors = t(*wl.args, dtype=wl.dtype)
     print(f"polytile run {wl} on '{target}'")

@@ -164,7 +164,9 @@ class Stage(StorageMixin, TensorizeMixin):
                      f"by transform_layout with [{', '.join(c.name for c in rel.children)}]",
                      "use the loops transform_layout returned")
         owner = self.schedule._owner_of(iv)
-        where = f"it belongs to stage {owner.name!r}" if owner else "it belongs to no stage"
+        where = (f"it belongs to stage {owner.name!r}" if owner else
+                 "it belongs to no stage of this schedule: an axis of another compute, or "
+                 "of a schedule created before")
         fail(primitive, f"iter_var {iv.name!r} is not an axis of stage {self.name!r} "
                    f"({where})", f"expected one of [{self._leaf_names()}]")
 

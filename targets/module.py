@@ -77,6 +77,16 @@ class Module:
                 f"expected one of {[self.entry_name]}"))
         return self
 
+    def get_function(self, name: str) -> Module:
+        """TVM's ``mod.get_function(name)``: the same as ``mod[name]``.
+
+        Raises
+        ------
+        KeyError
+            For a name other than ``entry_name``.
+        """
+        return self[name]
+
     # ------------------------------------------------------------------ timing
     def time_evaluator(self, *args, number: int | None = None, repeat: int | None = None,
                        min_repeat_ms: float | None = None, func_name: str | None = None,

@@ -117,7 +117,12 @@ class LibraryModule(LLVMModule):
 
     def __init__(self, path: str):  # noqa: D107 - no LLVMModule.__init__: nothing to compile
         self.path = os.path.abspath(path)
-        self._lib = ctypes.CDLL(self.path)
+        try:
+            self._lib = ctypes.CDLL(self.path)
+        except OSError as e:   # not a shared library, or one for another machine
+            raise ValueError(format_error(
+                "load_module", f"{path!r} cannot be loaded as a shared library ({e})",
+                "expected a shared library written by polytile's export_library")) from None
         try:
             sym = ctypes.c_char.in_dll(self._lib, METADATA_SYMBOL)
         except ValueError:

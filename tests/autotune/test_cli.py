@@ -78,6 +78,19 @@ def test_run_builds_the_best_record(tuned):
     assert "timed alternately" in out and f"(summary {log}:9)" in out and "now / then" in out
 
 
+def test_run_refuses_a_best_record_outside_the_space(tuned, tmp_path):
+    recs = [json.loads(x) for x in tuned[3].read_text().splitlines()]
+    trials = [r for r in recs if r.get("config") and not r.get("error")]
+    bad = dict(trials[0], cost=1e-9)  # the best, with a config no space has
+    bad["config"] = dict(bad["config"], tile_i=[-1, 7, 3])
+    log = tmp_path / "bad.jsonl"
+    log.write_text(json.dumps(bad) + "\n")
+    rc, out, err = polytile("run", "matmul", "--args", "64,64,64", "--log", str(log))
+    assert rc == 1
+    assert f"the best record of matmul(64, 64, 64) float32 ({log}:1) does not fit" in err
+    assert "check" not in out and "Traceback" not in err
+
+
 def test_templates_command():
     rc, out, _ = polytile("templates")
     assert rc == 0
@@ -147,3 +160,11 @@ def test_default_log_file(tmp_path):
     assert len((tmp_path / "polytile_tune.jsonl").read_text().splitlines()) == 3
     rc, out, err = polytile("run", "matmul", "--args", "32,32,32", cwd=tmp_path)
     assert rc == 0 and "matches numpy" in out
+
+
+def test_zero_is_a_workload_argument():
+    # a conv without padding has pad=0; the template, not the command line, judges values
+    from polytile.cli import _int_list
+
+    assert _int_list("1,3,8,8,4,3,3,1,0") == (1, 3, 8, 8, 4, 3, 3, 1, 0)
+    assert _int_list("n,0") == ("n", 0)

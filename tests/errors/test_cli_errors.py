@@ -40,8 +40,9 @@ CASES = [
     pytest.param(lambda d: ["tune", "matmul", "--args", "64x64x64"], 2,
                  r"argument --args: expected comma-separated integers, got '64x64x64'",
                  id="args-not-comma-separated"),
-    pytest.param(lambda d: ["tune", "matmul", "--args", "0,64,64"], 2,
-                 r"argument --args: expected positive sizes, got '0,64,64'", id="args-zero"),
+    pytest.param(lambda d: ["tune", "matmul", "--args=-1,64,64"], 2,
+                 r"argument --args: expected non-negative integers, got '-1,64,64'",
+                 id="args-negative"),
     pytest.param(lambda d: [*TUNE, "--args", "64,64"], 1,
                  r"(?s)polytile: error: template 'matmul': takes 3 arguments \(M, N, K\) but 2 "
                  r"were given: \[64, 64\]; expected one value per argument.*hint: --args "

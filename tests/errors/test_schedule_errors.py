@@ -371,7 +371,9 @@ CASES = [
                  r"tensor reachable from its outputs", id="schedule-of-a-foreign-tensor"),
     pytest.param(axis_of_another_schedule,
                  r"split: iter_var 'i\.outer' is not an axis of stage 'C' \(it belongs to no "
-                 r"stage\); expected one of \['i', 'j', 'k'\]", id="axis-of-another-schedule"),
+                 r"stage of this schedule: an axis of another compute, or of a schedule "
+                 r"created before\); expected one of \['i', 'j', 'k'\]",
+                 id="axis-of-another-schedule"),
 ]
 
 

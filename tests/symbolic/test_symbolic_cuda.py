@@ -8,7 +8,6 @@ launched). The sources are also compiled with ``nvcc -arch=sm_90`` when it is in
 
 from __future__ import annotations
 
-import gc
 import os
 import shutil
 import subprocess
@@ -21,7 +20,6 @@ import polytile
 from polytile import te
 from polytile.errors import ScheduleError
 from polytile.targets import Target
-from polytile.targets.cuda import runtime
 from polytile.targets.cuda.runtime import CUDAModule
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "targets"))
@@ -34,22 +32,13 @@ def build(request, tmp_path, monkeypatch):
     if request.param == "gpu":
         yield lambda s, args: polytile.build(s, args, target="cuda")
         return
-    if not cuda_emulator.available():
-        pytest.skip("g++ not found (needed by the emulated driver)")
-    saved = dict(runtime._state)
-    runtime._state.clear()
-    runtime._state["driver"] = cuda_emulator.EmulatedDriver(str(tmp_path))
-    monkeypatch.setattr(runtime, "compile_cuda", cuda_emulator.emulated_compile)
-    monkeypatch.setattr(runtime, "default_arch", lambda: "sm_90")
+    with cuda_emulator.installed(tmp_path, monkeypatch):
 
-    def on_host(s, args):
-        func = polytile.lower(s, args, target="cuda", stop_after=None)
-        return CUDAModule(func, Target.parse("cuda"))
+        def on_host(s, args):
+            func = polytile.lower(s, args, target="cuda", stop_after=None)
+            return CUDAModule(func, Target.parse("cuda"))
 
-    yield on_host
-    gc.collect()
-    runtime._state.clear()
-    runtime._state.update(saved)
+        yield on_host
 
 
 def _nvcc_check(src: str, tmp_path) -> None:

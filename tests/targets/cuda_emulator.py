@@ -16,7 +16,9 @@ functions, half and bfloat16 conversions), and the host logic of the runtime. ``
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import gc
 import os
 import re
 import shutil
@@ -284,3 +286,27 @@ class EmulatedDriver:
 def emulated_compile(source, arch=None, options=(), **kwargs) -> bytes:
     """Stands in for ``compile_cuda``: the "cubin" is the source."""
     return b"EMU:" + source.encode()
+
+
+@contextlib.contextmanager
+def installed(tmp_path, monkeypatch):
+    """polytile's CUDA runtime on the emulated driver for the duration of a test (skips the
+    test without g++); the runtime's own state comes back afterwards, after the emulated
+    arrays are freed while the emulated driver is still installed."""
+    import pytest
+
+    from polytile.targets.cuda import runtime
+
+    if not available():
+        pytest.skip("g++ not found (needed by the emulated driver)")
+    saved = dict(runtime._state)
+    runtime._state.clear()
+    runtime._state["driver"] = EmulatedDriver(str(tmp_path))
+    monkeypatch.setattr(runtime, "compile_cuda", emulated_compile)
+    monkeypatch.setattr(runtime, "default_arch", lambda: "sm_90")
+    try:
+        yield
+    finally:
+        gc.collect()
+        runtime._state.clear()
+        runtime._state.update(saved)

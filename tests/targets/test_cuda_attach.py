@@ -7,7 +7,6 @@ outputs are poisoned before each run.
 
 from __future__ import annotations
 
-import gc
 
 import numpy as np
 import pytest
@@ -17,7 +16,6 @@ from helpers import check, poison
 
 import polytile
 from polytile.targets.cuda import compile as cc
-from polytile.targets.cuda import runtime
 
 @pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
 def build(request, tmp_path, monkeypatch):
@@ -27,17 +25,8 @@ def build(request, tmp_path, monkeypatch):
             pytest.skip("no CUDA compiler")
         yield lambda s, args: polytile.build(s, args, target="cuda", cache_dir=tmp_path)
         return
-    if not cuda_emulator.available():
-        pytest.skip("g++ not found (needed by the emulated driver)")
-    saved = dict(runtime._state)
-    runtime._state.clear()
-    runtime._state["driver"] = cuda_emulator.EmulatedDriver(str(tmp_path))
-    monkeypatch.setattr(runtime, "compile_cuda", cuda_emulator.emulated_compile)
-    monkeypatch.setattr(runtime, "default_arch", lambda: "sm_90")
-    yield lambda s, args: polytile.build(s, args, target="cuda")
-    gc.collect()  # free emulated arrays while the emulated driver is installed
-    runtime._state.clear()
-    runtime._state.update(saved)
+    with cuda_emulator.installed(tmp_path, monkeypatch):
+        yield lambda s, args: polytile.build(s, args, target="cuda")
 
 
 def _call(f, args, inputs):

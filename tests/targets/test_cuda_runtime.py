@@ -51,22 +51,13 @@ def build(request, tmp_path, monkeypatch):
         on_gpu.emulated = False
         yield on_gpu
         return
-    if not cuda_emulator.available():
-        pytest.skip("g++ not found (needed by the emulated driver)")
-    saved = dict(runtime._state)
-    runtime._state.clear()
-    runtime._state["driver"] = cuda_emulator.EmulatedDriver(str(tmp_path))
-    monkeypatch.setattr(runtime, "compile_cuda", cuda_emulator.emulated_compile)
-    monkeypatch.setattr(runtime, "default_arch", lambda: "sm_90")
+    with cuda_emulator.installed(tmp_path, monkeypatch):
 
-    def on_host(func, target="cuda"):
-        return CUDAModule(func, Target.parse(target))
+        def on_host(func, target="cuda"):
+            return CUDAModule(func, Target.parse(target))
 
-    on_host.emulated = True
-    yield on_host
-    gc.collect()  # free emulated arrays while the emulated driver is installed
-    runtime._state.clear()
-    runtime._state.update(saved)
+        on_host.emulated = True
+        yield on_host
 
 
 def run_case(case, build, seed=0):

@@ -6,7 +6,6 @@ its launch plan, loaded back and launched (emulated driver; a GPU where there is
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import shutil
@@ -23,7 +22,6 @@ from polytile import te
 from polytile.errors import BuildError
 from polytile.runtime import load_module
 from polytile.targets.cuda import compile as cc
-from polytile.targets.cuda import runtime as cuda_runtime
 
 M, K = 13, 7
 
@@ -197,6 +195,9 @@ def test_load_module_errors(tmp_path):
     (tmp_path / "f.dll").write_bytes(b"")
     with pytest.raises(ValueError, match=r"cannot load 'f.dll'; expected a '.so' \(llvm\)"):
         load_module(str(tmp_path / "f.dll"))
+    (tmp_path / "garbage.so").write_bytes(b"not an ELF file")
+    with pytest.raises(ValueError, match="'.*garbage.so' cannot be loaded as a shared library"):
+        load_module(str(tmp_path / "garbage.so"))
     if shutil.which("gcc") is None:
         return
     c = tmp_path / "plain.c"
@@ -225,17 +226,8 @@ def cuda_build(request, tmp_path, monkeypatch):
             pytest.skip("no CUDA compiler")
         yield lambda s, args, **kw: polytile.build(s, args, "cuda", cache_dir=tmp_path, **kw)
         return
-    if not cuda_emulator.available():
-        pytest.skip("g++ not found (needed by the emulated driver)")
-    saved = dict(cuda_runtime._state)
-    cuda_runtime._state.clear()
-    cuda_runtime._state["driver"] = cuda_emulator.EmulatedDriver(str(tmp_path))
-    monkeypatch.setattr(cuda_runtime, "compile_cuda", cuda_emulator.emulated_compile)
-    monkeypatch.setattr(cuda_runtime, "default_arch", lambda: "sm_90")
-    yield lambda s, args, **kw: polytile.build(s, args, "cuda", **kw)
-    gc.collect()
-    cuda_runtime._state.clear()
-    cuda_runtime._state.update(saved)
+    with cuda_emulator.installed(tmp_path, monkeypatch):
+        yield lambda s, args, **kw: polytile.build(s, args, "cuda", **kw)
 
 
 def test_cuda_export_and_load_module(cuda_build, tmp_path):

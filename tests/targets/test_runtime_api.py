@@ -6,7 +6,6 @@ one, on a GPU (``gpu`` marker).
 
 from __future__ import annotations
 
-import gc
 
 import cuda_emulator
 import numpy as np
@@ -85,6 +84,9 @@ def test_getitem_and_entry_name(axpy):
     with pytest.raises(KeyError, match=r"LLVMModule\['default'\]: no function named "
                                        r"'default'; expected one of \['axpy'\]"):
         axpy["default"]
+    assert axpy.get_function("axpy") is axpy
+    with pytest.raises(KeyError, match="no function named 'other'"):
+        axpy.get_function("other")
 
 
 # ------------------------------------------------------------------ devices on the host
@@ -147,17 +149,8 @@ def cuda_dev(request, tmp_path, monkeypatch):
     if request.param == "gpu":
         yield request.param
         return
-    if not cuda_emulator.available():
-        pytest.skip("g++ not found (needed by the emulated driver)")
-    saved = dict(cuda_runtime._state)
-    cuda_runtime._state.clear()
-    cuda_runtime._state["driver"] = cuda_emulator.EmulatedDriver(str(tmp_path))
-    monkeypatch.setattr(cuda_runtime, "compile_cuda", cuda_emulator.emulated_compile)
-    monkeypatch.setattr(cuda_runtime, "default_arch", lambda: "sm_90")
-    yield request.param
-    gc.collect()  # free emulated arrays while the emulated driver is installed
-    cuda_runtime._state.clear()
-    cuda_runtime._state.update(saved)
+    with cuda_emulator.installed(tmp_path, monkeypatch):
+        yield request.param
 
 
 def test_cuda_device_attributes(cuda_dev):
