@@ -31,8 +31,19 @@ from polytile.te.expr import Binary, Const, Expr, ExprOp, Var, convert
 from polytile.schedule.loop_ir import (AccessPtr, Buffer, Evaluate, ExternCall, For, Load,
                                        Stmt, Store, seq)
 
-__all__ = ["BufferView", "DeclBuffer", "call_extern", "call_intrin", "call_llvm_intrin",
-           "call_llvm_pure_intrin", "call_pure_extern", "decl_buffer", "ir_builder"]
+# The expression helpers TVM programs reach through ``tvm.tir`` (the same functions as
+# polytile.te's, re-exported so that ``tir.const(0, "int32")`` ports unchanged).
+from polytile.te.expr import const
+from polytile.te.expr import logical_and as all  # noqa: A001 (TVM's name)
+from polytile.te.expr import logical_or as any  # noqa: A001
+from polytile.te.expr import select as if_then_else
+from polytile.te.reduction import max_value, min_value
+from polytile.te.scalar_math import floordiv, floormod, truncdiv, truncmod
+
+__all__ = ["BufferView", "DeclBuffer", "all", "any", "call_extern", "call_intrin",
+           "call_llvm_intrin", "call_llvm_pure_intrin", "call_pure_extern", "const",
+           "decl_buffer", "floordiv", "floormod", "if_then_else", "ir_builder", "max_value",
+           "min_value", "truncdiv", "truncmod"]
 
 
 @dataclass(frozen=True, eq=False)

@@ -266,7 +266,10 @@ def _domain(p: StagePlan, st: PolyStmt, padded: bool) -> None:
     roots = p.root_axes if st.kind == "update" else list(p.stage.op.axis)
     box = padded_box(p.stage, roots, [p.leaves[k] for k in p.stmt_loops(st.kind)], p.ranges)
     if m:
-        prefixes = p.footprint.domain()
+        # every prefix some padded consumer instance runs at, even one whose region is
+        # clipped away: its instances are guarded off, but the domain stays one box per
+        # thread, so no guard on thread indices lands above the stage's barriers
+        prefixes = p.prefixes
         full = prefixes.flat_product(box)
     else:
         full = box
@@ -317,6 +320,7 @@ def _region(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
     # padded consumers also "read" outside the tensor (guarded-off instances past its end or
     # before its start): clip to the tensor, or the buffer grows with the thread box
     p.footprint = iu.coalesce(needed.intersect_range(box)) if padded else p.exact_region
+    p.prefixes = iu.coalesce(needed.domain()) if padded else p.footprint.domain()
     nx = t.ndim
     lo = None
     for q in range(nx):

@@ -79,7 +79,8 @@ from .sizes import bind as bind_sizes
 from .sizes import context as size_context
 from .sizes import size_vars
 from .tensorize import apply_tensorize
-from .validate import check_lower_inputs, check_store_predicates, validate_schedule
+from .validate import (check_lower_inputs, check_store_predicates,
+                       interchange_outer_vectorized, validate_schedule)
 
 log = logging.getLogger("polytile.lower")
 
@@ -147,6 +148,7 @@ def _inputs(s: Lowering) -> None:
     iu.set_context(None, s.sizes)
     ctx, s.size_checks = size_context(s.sch, s.sizes)
     iu.set_context(ctx, s.sizes)
+    s.sch = interchange_outer_vectorized(s.sch)
     validate_schedule(s.sch)
     s.gpu = uses_gpu(s.sch) or (s.target.is_gpu and only_scalar_stages(s.sch))
     check_store_predicates(s.sch, s.gpu)

@@ -97,6 +97,7 @@ class StagePlan:
     region: tuple = ()                # the region's box extents (attached stages)
     stride: tuple = ()                # per tensor dimension: the region's lattice step
     footprint: isl.Map | None = None  # prefix -> region (attached stages)
+    prefixes: isl.Set | None = None  # the prefixes it runs at (attached stages)
     exact_region: isl.Map | None = None  # prefix -> elements really read
     acc: Buffer | None = None         # the wide accumulator of a reduction (see module doc)
     acc_access: dict = field(default_factory=dict)   # statement name -> its index into acc

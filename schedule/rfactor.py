@@ -260,12 +260,18 @@ def lower_cross_thread_reductions(sch: Schedule) -> Schedule:
     ``BF`` then moves with the bound loop into the shared partial stage, so each thread
     computes its own partial in registers.
 
+    Spatial loops of the reduction may be bound to other thread indices too (TVM's
+    tutorial: rows on ``threadIdx.y``, the reduction on ``threadIdx.x``): the shared
+    partial stage is then computed outside those loops, one buffer for the block's rows,
+    and binds its own row axes to the same indices.
+
     Raises
     ------
     ScheduleError
-        When the reduction loops are not innermost, a spatial loop of the stage is bound
-        to a thread index too (only block indices may map its spatial loops), the combiner
-        is not commutative and associative, or another reduction loop is annotated.
+        When the reduction loops are not innermost, a spatial loop bound to a thread
+        index is not one of the innermost spatial loops or is neither an axis nor the
+        inner loop of a constant split of one (:func:`_thread_rows`), the combiner is not
+        commutative and associative, or another reduction loop is annotated.
     """
     targets = []
     for st in sch.stages:
@@ -286,12 +292,7 @@ def lower_cross_thread_reductions(sch: Schedule) -> Schedule:
                 "bind", f"the reduction loop {iv.name!r} of stage {name!r} is bound to {tag.value!r} "
                 f"but spatial loops run inside the reduction loops",
                 "reorder the reduction loops innermost for a cross-thread reduction"))
-        for v, k in st.annotations.items():
-            if v.iter_type != "reduce" and _on_thread(k):
-                raise ScheduleError(format_error(
-                    "bind", f"stage {name!r} binds its spatial loop {v.name!r} to a thread "
-                    f"index and its reduction loop {iv.name!r} to {tag.value!r}",
-                    "bind the spatial loops of a cross-thread reduction to blockIdx only"))
+        rows = _thread_rows(st, leaves[:first_red], iv, tag)
         if first_red == 0:
             raise ScheduleError(format_error(
                 "bind", f"stage {name!r} has no spatial loop around its cross-thread "
@@ -307,10 +308,75 @@ def lower_cross_thread_reductions(sch: Schedule) -> Schedule:
                 f"(bound to {tag.value!r}) cannot be lowered: {ex}")) from None
         rst = sch[rf]
         rst.scope = "shared"
-        rst.compute_at(st, st.leaf_iter_vars[first_red - 1])
+        # the partials of a block live in one shared buffer: computed outside the thread
+        # loops of B's rows, with those rows on the same thread indices (so each thread
+        # computes the partial its own final reduction reads)
+        pos = first_red - 1 - len(rows)
+        if pos < 0:   # every spatial loop is a thread row: one block of one iteration
+            pos = 0
+            st.bind(st.fuse(), thread_axis("blockIdx.x"))
+        rst.compute_at(st, st.leaf_iter_vars[pos])
         rst.bind(rst.op.axis[0], thread_axis(tag.value))
+        for q, factor, row_tag in rows:
+            ax = rst.op.axis[q + 1]
+            if factor:   # the same extent as B's thread loop, even past a short tensor
+                _, ax = rst.split(ax, factor=factor)
+            rst.bind(ax, thread_axis(row_tag.value))
+        if rows:   # stages computed at the partial's loop then run once per row, not for all
+            part = rst.op.axis[0]
+            rst.reorder(*[v for v in rst.leaf_iter_vars if v is not part], part)
         st.thread_predicate = {tag: 0}
     return sch
+
+
+def _thread_rows(st: Stage, spatial: list, iv, tag) -> list[tuple[int, int, ThreadTag]]:
+    """The spatial loops of cross-thread reduction ``st`` bound to thread indices (TVM's
+    tutorial binds the rows of a row sum to ``threadIdx.y``), as ``(root axis position,
+    split factor or 0, thread tag)``: each must be innermost among the spatial loops, and
+    a root axis or the inner loop of a constant split of one whose outer loop stays
+    outside, so that the shared partial stage can bind the same rows to the same index.
+
+    Raises
+    ------
+    ScheduleError
+        Naming the stage, the loop and the alternative (blockIdx on the spatial loops).
+    """
+    rows: list = []
+    outer_seen = False
+    for v in reversed(spatial):
+        k = st.annotations.get(v)
+        if not _on_thread(k):
+            outer_seen = True
+            continue
+        why = None
+        if outer_seen:
+            why = "around a spatial loop that is not bound to a thread index"
+        elif k == tag:
+            why = f"to the same index {tag.value!r} as the reduction loop {iv.name!r}"
+        elif _index(st.op.axis, v) >= 0:
+            rows.append((_index(st.op.axis, v), 0, k))
+            continue
+        else:
+            rel = next((r for r in st.relations if isinstance(r, Split) and r.inner is v),
+                       None)
+            if (rel is not None and _index(st.op.axis, rel.parent) >= 0 and rel.factor
+                    and not rel.nparts and _index(spatial, rel.outer) >= 0
+                    and not _on_thread(st.annotations.get(rel.outer))):
+                rows.append((_index(st.op.axis, rel.parent), rel.factor, k))
+                continue
+            why = "and that loop is neither an axis nor the inner loop of a split of one"
+        raise ScheduleError(format_error(
+            "bind", f"stage {st.name!r} binds its spatial loop {v.name!r} to "
+            f"{k.value!r} {why}, with its reduction loop {iv.name!r} on {tag.value!r}",
+            "bind the innermost spatial loops of a cross-thread reduction to other thread "
+            "indices (an axis, or the inner loop of a split), or bind its spatial loops to "
+            "blockIdx only"))
+    return rows[::-1]
+
+
+def _index(seq, iv) -> int:
+    """The position of ``iv`` in ``seq`` by identity (``==`` builds an expression), or -1."""
+    return next((k for k, x in enumerate(seq) if x is iv), -1)
 
 
 def _on_thread(annotation) -> bool:

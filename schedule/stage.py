@@ -409,8 +409,12 @@ class Stage(StorageMixin, TensorizeMixin):
     def vectorize(self, iv: IterVar) -> None:
         """Run the iterations of loop ``iv`` as SIMD lanes.
 
-        The loop must be innermost when lowered; it must carry no dependence (a reduction
-        axis cannot be vectorized: use rfactor). Partial tiles run as scalar loops.
+        It must carry no dependence (a reduction axis cannot be vectorized: use rfactor).
+        Partial tiles run as scalar loops. A spatial loop with serial or unrolled loops
+        inside it is vectorized as an outer loop (TVM, Halide: the inner loops run once
+        over vectors of lanes, e.g. ``j.inner`` of a matmul with ``k`` inside), lowered
+        as the loop moved innermost (``validate.interchange_outer_vectorized``); a
+        parallel, bound or vectorized loop or an attached stage inside it is refused.
 
         Limit: any constant extent is accepted. On CPUs, a loop longer than one SIMD
         register (the target's width over the widest element the loop accesses, e.g. 16

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from polytile.errors import fail
 from polytile.te.expr import Const, Var, convert
-from polytile.te.visitor import free_vars
+from polytile.te.visitor import free_vars, substitute
 
 from .kinds import ThreadTag
 
@@ -90,6 +90,13 @@ class StorageMixin:
             fail("set_store_predicate", f"the predicate {e} of stage {self.name!r} has dtype "
                  f"{e.dtype}", "expected a boolean expression on thread indices",
                  hint="compare: tx.var == 0")
+        # a reduction loop of this stage bound to a thread index stands for that index
+        # (tx = s[B].op.reduce_axis[0]; s[B].bind(tx, ...); tx.var.equal(0)): the stores
+        # kept are those of the cross-thread reduction's final step, as in TVM
+        e = substitute(e, {iv.var: Var("int32", kind.value)
+                           for iv, kind in self.annotations.items()
+                           if isinstance(kind, ThreadTag) and kind.is_thread
+                           and iv.iter_type == "reduce"})
         tags = {}
         for v in free_vars(e):
             tag = self._thread_tag_of(v)

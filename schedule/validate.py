@@ -55,6 +55,66 @@ def _writes_nothing(st) -> bool:
     return any(iv.dom is not None and iv.dom.extent == 0 for iv in st.op.axis)
 
 
+def interchange_outer_vectorized(sch: Schedule) -> Schedule:
+    """Outer-loop vectorization (TVM, Halide): a vectorized spatial loop with serial loops
+    inside it runs those loops once over vectors of lanes. For a loop that carries no
+    dependence (a spatial axis of its stage) and inner loops whose extents do not depend
+    on it, that is the nest with the vectorized loop moved innermost, which is what this
+    returns: a copy of ``sch`` (the user's schedule is unchanged), or ``sch`` itself when
+    no vectorized loop has loops inside.
+
+    Rewrite (int8 matmul, ``j.inner`` vectorized)::
+
+        for j.inner (vectorized):          for k:
+          for k:                     ->      for j.inner (vectorized):
+            C[i, j] += A[i, k] * B[k, j]       C[i, j] += A[i, k] * B[k, j]
+
+    Raises
+    ------
+    ScheduleError
+        When a loop inside the vectorized one is parallel, vectorized, tensorized or bound
+        to a GPU index, or a stage is computed at one of them (its code would run once per
+        lane group instead of once per inner iteration).
+    """
+    moves = []
+    for st in sch.stages:
+        if not isinstance(st.op, ComputeOp) or st.attach_type == "inline":
+            continue
+        leaves = st.leaf_iter_vars
+        for iv, kind in st.annotations.items():
+            if kind is not LoopKind.VECTORIZED or iv.iter_type != "data_par":
+                continue
+            pos = leaves.index(iv)
+            inner = leaves[pos + 1:]
+            if not inner:
+                continue
+            for v in inner:
+                k = st.annotations.get(v)
+                if k not in (None, LoopKind.SERIAL, LoopKind.UNROLLED):
+                    raise ScheduleError(format_error(
+                        "vectorize", f"loop {iv.name!r} of stage {st.name!r} has the "
+                        f"{getattr(k, 'value', 'tensorized')} loop {v.name!r} inside it",
+                        "serial or unrolled loops inside a vectorized loop (they run once "
+                        "over vectors of lanes)", hint=f"reorder so that {iv.name!r} comes "
+                        f"inside {v.name!r}"))
+            for other in sch.stages:
+                if other.attach_stage is st and any(other.attach_ivar is v for v in inner):
+                    raise ScheduleError(format_error(
+                        "vectorize", f"stage {other.name!r} is computed at loop "
+                        f"{other.attach_ivar.name!r}, inside the vectorized loop "
+                        f"{iv.name!r} of stage {st.name!r}", "attach it outside the "
+                        "vectorized loop"))
+            moves.append((st.name, pos))
+    if not moves:
+        return sch
+    sch = sch.copy()
+    for name, pos in moves:
+        st = next(x for x in sch.stages if x.name == name)
+        leaves = st.leaf_iter_vars
+        st.reorder(*leaves[pos + 1:], leaves[pos])
+    return sch
+
+
 def validate_schedule(sch: Schedule) -> None:
     """Check annotations that constrain the loop structure.
 

@@ -173,6 +173,11 @@ class ExprOp:
             "definition; use te.if_then_else(cond, a, b), te.all(...)/te.any(...), or & | ~"
         )
 
+    def equal(self, other) -> Expr:
+        """The boolean ``self == other`` (TVM's ``PrimExpr.equal``, used where ``==`` reads
+        as identity, e.g. ``s[B].set_store_predicate(tx.var.equal(0))``)."""
+        return compare("eq", self, other)
+
     def astype(self, dtype) -> Expr:
         """Convert to ``dtype`` (C conversion rules: floats truncate toward zero into ints)."""
         return cast(self, dtype)

@@ -54,7 +54,8 @@ def faulty(n: int = 16, dtype: str = "float32"):
     s = te.create_schedule(C.op)
     xo, xi = cfg["tile"].apply(s, C, C.op.axis[0])
     if mode == "invalid":
-        s[C].vectorize(xo)  # not innermost: refused when lowered
+        s[C].vectorize(xo)  # a parallel loop inside a vectorized one: refused when lowered
+        s[C].parallel(xi)
     else:
         s[C].vectorize(xi)
     return s, [A, C]

@@ -26,7 +26,7 @@ def test_every_failure_is_recorded_and_the_run_finishes(tmp_path):
     assert {m: e for m, (e, _) in got.items()} == EXPECTED
     assert "SIGSEGV" in got["segv"][1] and "SIGSEGV" in got["crash_run"][1]
     assert "out of memory" in got["oom"][1]
-    assert "not innermost" in got["invalid"][1]
+    assert "parallel loop 'i.inner' inside it" in got["invalid"][1]
     assert res.best is not None and res.best.config["mode"] == "ok"
     on_disk = read_records(log)
     assert [r.error for r in on_disk] == [r.error for r in res.records]

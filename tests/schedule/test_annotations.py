@@ -95,12 +95,24 @@ def test_vectorize_64_and_65_lanes(factor):
     w.check(s, "llvm")
 
 
-def test_vectorize_non_innermost_raises():
+def test_vectorize_non_innermost_with_a_parallel_loop_inside_raises():
     w = elementwise2d(3, 7)
     s = w.schedule()
     s[w.C].vectorize(w.C.op.axis[0])
-    with pytest.raises(ScheduleError, match=r"vectorize: loop 'i' of stage 'C' is not innermost"
-                       r".*\n.*Loops inside: j"):
+    s[w.C].parallel(w.C.op.axis[1])
+    with pytest.raises(ScheduleError, match=r"vectorize: loop 'i' of stage 'C' has the "
+                       r"parallel loop 'j' inside it"):
+        lowered(s, w.args)
+
+
+def test_vectorize_of_a_reduction_loop_with_loops_inside_raises():
+    w = matmul(3, 4, 5)
+    s = w.schedule()
+    i, j = w.C.op.axis
+    s[w.C].reorder(i, w.r, j)
+    s[w.C].vectorize(w.r)
+    with pytest.raises(ScheduleError, match=r"vectorize: loop 'k' of stage 'C' is not "
+                       r"innermost"):
         lowered(s, w.args)
 
 

@@ -331,14 +331,19 @@ def test_shared_memory_limit_is_checked():
         polytile.lower(s, args)
 
 
-def test_cross_thread_reduction_with_spatial_thread_loop_is_refused():
+def test_cross_thread_reduction_with_spatial_thread_loop_outside_is_refused():
+    """Rows on threadIdx.y are accepted (tests/schedule/test_tvm_surface.py) when they are
+    the innermost spatial loops; a thread row around an unbound spatial loop is not."""
     A = te.placeholder((8, 32), name="A")
     k = te.reduce_axis((0, 32), name="k")
     B = te.compute((8,), lambda i: te.sum(A[i, k], axis=k), name="B")
     s = te.create_schedule(B.op)
-    s[B].bind(B.op.axis[0], te.thread_axis("threadIdx.y"))
+    io, ii = s[B].split(B.op.axis[0], factor=4)
+    s[B].bind(io, te.thread_axis("threadIdx.y"))
     s[B].bind(k, tx())
-    with pytest.raises(ScheduleError, match="binds its spatial loop 'i' to a thread index"):
+    with pytest.raises(ScheduleError, match="stage 'B' binds its spatial loop 'i.outer' to "
+                       "'threadIdx.y' around a spatial loop that is not bound to a thread "
+                       r"index, with its reduction loop 'k' on 'threadIdx.x'.*blockIdx"):
         polytile.lower(s, [A, B])
 
 

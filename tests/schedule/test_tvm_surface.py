@@ -243,10 +243,106 @@ def test_store_predicate_of_a_cross_thread_reduction():
     tx = te.thread_axis("threadIdx.x")
     _, ki = s[S].split(k, factor=32)
     s[S].bind(ki, tx)
-    s[S].set_store_predicate(tx.var.equal(0) if hasattr(tx.var, "equal") else tx.var == 0)
+    s[S].set_store_predicate(tx.var.equal(0))
+    assert "if (int32(threadIdx.x) == 0):" in str(polytile.lower(s, [A, S]))
     a = rand((37,))
     np.testing.assert_allclose(_gpu_run(s, [A, S], [a]), [a.astype("float64").sum()],
                                rtol=1e-5, atol=1e-5)
+
+
+def test_equal_and_tir_helpers_in_a_definition(backend):
+    """``x.equal(y)`` is ``x == y`` as a boolean expression; ``tir.const``, ``tir.all``,
+    ``tir.if_then_else`` are te's functions under TVM's ``tvm.tir`` names."""
+    from polytile import tir
+
+    A = te.placeholder((13, 7), name="A")
+    B = te.compute((13, 7), lambda i, j: tir.if_then_else(
+        tir.all(i.equal(j), j.equal(tir.const(3, "int32")).astype("bool") | (i < 2)),
+        A[i, j] * 2, A[i, j]), name="B")
+    assert str(te.var("n").equal(0)) == "(n == 0)"
+    assert te.var("n").equal(0).dtype == "bool"
+    s = te.create_schedule(B.op)
+    a = rand((13, 7))
+    want = a.copy()
+    for i in range(7):
+        if i == 3 or i < 2:
+            want[i, i] *= 2
+    np.testing.assert_allclose(run1(s, [A, B], [a], backend), want, rtol=1e-6)
+
+
+def _tutorial_row_sum(n, m, predicate, reducer="sum"):
+    """TVM's cross-thread reduction tutorial: rows on threadIdx.y, the reduction split,
+    rfactor-ed and bound to threadIdx.x, the partial computed at the bound loop.
+    ``predicate``: None, "thread" (on the thread axis, as the tutorial) or "loop" (on
+    the bound reduction loop's variable)."""
+    A = te.placeholder((n, m), name="A")
+    k = te.reduce_axis((0, m), name="k")
+    red = te.sum if reducer == "sum" else te.max
+    B = te.compute((n,), lambda i: red(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    ko, ki = s[B].split(B.op.reduce_axis[0], factor=16)
+    BF = s.rfactor(B, ki)
+    xo, xi = s[B].split(s[B].op.axis[0], factor=32)
+    s[B].bind(xo, te.thread_axis("blockIdx.x"))
+    s[B].bind(xi, te.thread_axis("threadIdx.y"))
+    tx = s[B].op.reduce_axis[0]
+    thread = te.thread_axis("threadIdx.x")
+    s[B].bind(tx, thread)
+    s[BF].compute_at(s[B], tx)
+    if predicate:
+        s[B].set_store_predicate((thread if predicate == "thread" else tx).var.equal(0))
+    return A, B, s
+
+
+@pytest.mark.parametrize("n, m", [(45, 37), (32, 16), (1, 5), (67, 97)])
+@pytest.mark.parametrize("predicate", [None, "thread", "loop"])
+def test_cross_thread_reduction_tutorial_with_rows_on_threadIdx_y(n, m, predicate):
+    A, B, s = _tutorial_row_sum(n, m, predicate)
+    text = str(polytile.lower(s, [A, B]))
+    assert "threadIdx.y" in text and "sync('shared')" in text
+    a = rand((n, m))
+    np.testing.assert_allclose(_gpu_run(s, [A, B], [a]), a.astype("float64").sum(axis=1),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_cross_thread_max_with_rows_on_threadIdx_y():
+    A, B, s = _tutorial_row_sum(45, 37, "thread", reducer="max")
+    a = rand((45, 37)) - 2   # all negative: an identity of 0 would show
+    np.testing.assert_array_equal(_gpu_run(s, [A, B], [a]), a.max(axis=1))
+
+
+def test_cross_thread_reduction_rows_on_threads_without_a_block_loop():
+    """Every spatial loop bound to a thread index: one block runs all rows."""
+    A = te.placeholder((7, 33), name="A")
+    k = te.reduce_axis((0, 33), name="k")
+    B = te.compute((7,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    s[B].bind(B.op.axis[0], te.thread_axis("threadIdx.y"))
+    _, ki = s[B].split(k, factor=8)
+    s[B].bind(ki, te.thread_axis("threadIdx.x"))
+    a = rand((7, 33))
+    np.testing.assert_allclose(_gpu_run(s, [A, B], [a]), a.astype("float64").sum(axis=1),
+                               rtol=1e-5, atol=1e-5)
+    assert len(s.stages) == 2   # the user's schedule is unchanged
+
+
+def test_cross_thread_reduction_rows_on_threads_refusals():
+    A = te.placeholder((6, 10, 9), name="A")
+    k = te.reduce_axis((0, 9), name="k")
+    B = te.compute((6, 10), lambda i, j: te.sum(A[i, j, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    f = s[B].fuse(*B.op.axis)
+    s[B].bind(f, te.thread_axis("threadIdx.y"))
+    s[B].bind(k, te.thread_axis("threadIdx.x"))
+    with pytest.raises(ScheduleError, match=r"stage 'B' binds its spatial loop 'i.j.fused' "
+                       r"to 'threadIdx.y' and that loop is neither an axis nor the inner "
+                       r"loop of a split of one.*bind its spatial loops to blockIdx only"):
+        polytile.lower(s, [A, B])
+    s = te.create_schedule(B.op)
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[B].bind(B.op.axis[1], te.thread_axis("threadIdx.x"))
+    with pytest.raises(ScheduleError, match=r"'threadIdx.x' is bound twice in stage 'B'"):
+        s[B].bind(k, te.thread_axis("threadIdx.x"))
 
 
 def test_store_predicate_refusals():
