@@ -43,7 +43,7 @@ def _time_torch(fn, n: int, reps: int = 20) -> float:
     return 2.0 * n**3 / (start.elapsed_time(stop) / 1e3 / reps) / 1e12
 
 
-def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 128, 32), (64, 64)),
+def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 128, 64), (64, 64)),
               anchors: bool = True) -> None:
     """cuBLAS, Triton (with ``anchors``) and polytile's ``wmma_gemm`` with ``tiles = (block,
     warp)`` at ``n``^3 in ``dtype`` (float16 or bfloat16; one line each)."""
@@ -105,7 +105,7 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
 
 
 #: (block (BM, BN, BK), warp (WM, WN)) tiles ``--sweep`` tries beside the default
-SWEEP = (((128, 256, 32), (64, 64)), ((256, 128, 32), (64, 64)), ((128, 128, 64), (64, 64)),
+SWEEP = (((128, 256, 32), (64, 64)), ((256, 128, 32), (64, 64)), ((128, 128, 32), (64, 64)),
          ((128, 128, 32), (32, 64)), ((64, 128, 32), (32, 64)), ((128, 256, 32), (64, 128)))
 
 

@@ -131,7 +131,7 @@ C_HELPERS = {
 }
 
 
-def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 32),
+def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 64),
               warp=(64, 64), pad: int = 8, vector: int = 8, isa: str = "wmma",
               dtype: str = "float16"):
     """A hand-scheduled float16 GEMM on tensor cores through WMMA (TVM's tensor-core
