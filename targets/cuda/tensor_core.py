@@ -62,18 +62,25 @@ def _load(use: str, dtype: str, layout: str, name: str) -> te.TensorIntrin:
                                  name=name or f"wmma_load_{use[-1]}_{dtype}_{layout}")
 
 
+
+def _matmul(a: te.Tensor, b: te.Tensor, acc: str, name: str) -> te.Tensor:
+    """``a @ b`` summed in ``acc`` (operands cast to it unless they have it already): the
+    compute a tensorized GEMM stage and its MMA intrinsics must both declare."""
+    k = te.reduce_axis((0, a.shape[1]), name="k")
+    if acc == a.dtype:
+        return te.compute((a.shape[0], b.shape[1]),
+                          lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name=name)
+    return te.compute((a.shape[0], b.shape[1]),
+                      lambda i, j: te.sum(a[i, k].astype(acc) * b[k, j].astype(acc), axis=k),
+                      name=name)
+
 def wmma_mma(dtype: str = "float16", acc: str = "float32", name: str = "") -> te.TensorIntrin:
     """``c[i, j] = sum_k a[i, k] * b[k, j]`` on 16x16x16 fragments (``mma_sync``); the
     stage must compute ``te.sum(A[i, k].astype(acc) * B[k, j].astype(acc))`` (or without
     casts when ``acc`` is ``dtype``)."""
     a = te.placeholder((N, N), name="a", dtype=dtype)
     b = te.placeholder((N, N), name="b", dtype=dtype)
-    k = te.reduce_axis((0, N), name="k")
-    if acc == dtype:
-        c = te.compute((N, N), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
-    else:
-        c = te.compute((N, N), lambda i, j: te.sum(a[i, k].astype(acc) * b[k, j].astype(acc),
-                                                   axis=k), name="c")
+    c = _matmul(a, b, acc, "c")
     binds = {a: tir.decl_buffer(a.shape, dtype, "a", scope="wmma.matrix_a"),
              b: tir.decl_buffer(b.shape, dtype, "b", scope="wmma.matrix_b"),
              c: tir.decl_buffer(c.shape, acc, "c", scope="wmma.accumulator")}
@@ -164,12 +171,7 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
         raise ValueError(f"wmma_gemm: isa 'mma' has float16 inputs only, not {dtype!r}")
     A = te.placeholder((M, K), name="A", dtype=dtype)
     B = te.placeholder((K, N), name="B", dtype=dtype)
-    k = te.reduce_axis((0, K), name="k")
-    if acc == dtype:
-        C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    else:
-        C = te.compute((M, N), lambda i, j: te.sum(A[i, k].astype(acc) * B[k, j].astype(acc),
-                                                   axis=k), name="C")
+    C = _matmul(A, B, acc, "C")
     s = create_schedule(C.op)
     AS = s.cache_read(A, "shared", [C])
     BS = s.cache_read(B, "shared", [C])
@@ -351,12 +353,7 @@ def mma_mma(dtype: str = "float16", acc: str = "float32") -> te.TensorIntrin:
     """Two ``mma.sync.aligned.m16n8k16`` per 16x16x16 tile, ``reset`` zeroing registers."""
     a = te.placeholder((N, N), name="a", dtype=dtype)
     b = te.placeholder((N, N), name="b", dtype=dtype)
-    k = te.reduce_axis((0, N), name="k")
-    if acc == dtype:
-        c = te.compute((N, N), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
-    else:
-        c = te.compute((N, N), lambda i, j: te.sum(a[i, k].astype(acc) * b[k, j].astype(acc),
-                                                   axis=k), name="c")
+    c = _matmul(a, b, acc, "c")
 
     def fcompute(ins, outs):
         fa, fb = ins
