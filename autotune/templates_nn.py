@@ -56,7 +56,7 @@ def _conv2d_flops(N, CI, H, W, CO, KH, KW, stride, pad):
 
 
 @template("conv2d_nchw", default_args=(1, 64, 56, 56, 64, 3, 3, 1, 1), flops=_conv2d_flops,
-          reference=_conv_reference)
+          reference=_conv_reference, target="llvm")
 def conv2d_nchw(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
     """2-D convolution, NCHW input, OIHW weights: output channels and rows register-blocked,
     output columns vectorized, input channels split."""
@@ -116,7 +116,7 @@ def _dw_flops(N, C, H, W, KH, KW, stride, pad):
 
 
 @template("depthwise_conv2d_nchw", default_args=(1, 128, 56, 56, 3, 3, 1, 1), flops=_dw_flops,
-          reference=lambda a, w, *, args: _conv_reference(a, w, args=args, depthwise=True))
+          reference=lambda a, w, *, args: _conv_reference(a, w, args=args, depthwise=True), target="llvm")
 def depthwise_conv2d_nchw(N, C, H, W, KH, KW, stride, pad, dtype: str = "float32"):
     """Depthwise 2-D convolution (channel multiplier 1), NCHW: rows register-blocked,
     columns vectorized, channels in parallel."""
@@ -152,7 +152,7 @@ def _softmax_reference(a, *, args=()):
 
 
 @template("softmax", default_args=(1024, 1024), flops=lambda M, N: 5.0 * M * N,
-          reference=_softmax_reference)
+          reference=_softmax_reference, target="llvm")
 def softmax(M: int, N: int, dtype: str = "float32"):
     """Row-wise softmax of A[M, N]: max, exp, sum, divide; rows in parallel, columns of the
     elementwise stages vectorized, reductions fused into each row block or computed
@@ -196,7 +196,7 @@ def _layernorm_reference(a, g, b, *, args=()):
 
 
 @template("layernorm", default_args=(1024, 1024), flops=lambda M, N: 8.0 * M * N,
-          reference=_layernorm_reference)
+          reference=_layernorm_reference, target="llvm")
 def layernorm(M: int, N: int, dtype: str = "float32"):
     """Layer normalisation over the rows of A[M, N] with gain and bias: mean, variance,
     normalise; rows in parallel, columns vectorized, statistics fused per row block or
