@@ -21,8 +21,9 @@ own. (Attaching them to the output's row with ``compute_at`` would save two kern
 lowering puts barriers inside the thread-0 combine of an attached cross-thread reduction
 today; the interpreter refuses that schedule, so the space leaves it out.)
 
-``row_sum``: ``B[i] = sum_k A[i, k]``: a row per block reduced across ``threads`` threads,
-or (``threads`` 1) one row per thread with ``rows`` rows per block.
+``row_sum``: ``B[i] = sum_k A[i, k]``; ``layout`` ``[threads, rows]``: a row per block
+reduced across ``threads`` threads, or (``[1, rows]``) one row per thread with ``rows``
+rows per block.
 """
 
 from __future__ import annotations
@@ -204,11 +205,13 @@ def row_sum_cuda(M: int, N: int, dtype: str = "float32"):
     thread."""
     cfg = get_config()
     limits = gpu_limits.current()
-    threads = [1] + _reduce_threads(limits, N)
-    cfg.define_knob("threads", threads, default=256 if 256 in threads else threads[-1])
-    rows = [r for r in (32, 64, 128, 256) if r <= limits.max_threads_per_block]
-    cfg.define_knob("rows", rows, default=128)
-    nt = cfg["threads"].val
+    # [threads along a row, rows per block]: rows per block only matter with one thread
+    # per row
+    layouts = [[t, 1] for t in _reduce_threads(limits, N)] + [
+        [1, r] for r in (32, 64, 128, 256) if r <= limits.max_threads_per_block]
+    cfg.define_knob("layout", layouts, default=[256, 1] if [256, 1] in layouts
+                    else layouts[0])
+    nt, rows = cfg["layout"].val
     A = te.placeholder((M, N), name="A", dtype=dtype)
     k = te.reduce_axis((0, N), name="k")
     B = te.compute((M,), lambda i: te.sum(A[i, k], axis=k), name="B")
@@ -218,7 +221,7 @@ def row_sum_cuda(M: int, N: int, dtype: str = "float32"):
         s[B].bind(B.op.axis[0], _bx())
         s[B].bind(ki, _tx())
     else:
-        bo, bi = s[B].split(B.op.axis[0], factor=cfg["rows"].val)
+        bo, bi = s[B].split(B.op.axis[0], factor=rows)
         s[B].bind(bo, _bx())
         s[B].bind(bi, _tx())
     return s, [A, B]

@@ -22,7 +22,9 @@ from polytile.errors import TuneError, format_error
 
 from .anchors import Comparison
 from .data import resolve
+from .device import record_fields
 from .dispatch import canonical_target
+from .gpu_limits import use as gpu_limits_use
 from .measure import LocalMeasurer, MeasureOptions, MeasureResult
 from .records import Record, RecordWriter, read_records, target_matches, workload_matches
 from .template import Workload
@@ -59,6 +61,8 @@ class TuneResult:
     stop_reason: str = ""
     comparison: Comparison | None = None  # best/default vs anchors, timed alternately
     threads: int = 0
+    device: dict | None = None  # GPU targets: the device the trials ran on
+    runner_restarts: int = 0    # GPU targets: times the GPU runner was restarted
 
     def noise(self) -> dict:
         """How noisy this run's measurements were: trials measured, how many were
@@ -123,8 +127,16 @@ def tunable_target(target: str) -> str:
         kinds = " or ".join(repr(b.kind) for b in backends(lambda b: b.tunable))
         raise TuneError(format_error("tune", f"target '{tgt}' cannot be tuned yet",
                                      f"expected an {kinds} target (candidates are timed on "
-                                     "this CPU)"))
+                                     "this CPU or its NVIDIA GPU)"))
     return tgt
+
+
+def _with_arch(target: str, arch: str) -> str:
+    """``target`` with ``-arch=arch`` unless it names one (GPU records say which)."""
+    words = target.split()
+    if any(w.startswith("-arch=") for w in words[1:]):
+        return target
+    return " ".join([words[0], f"-arch={arch}", *words[1:]])
 
 
 def measure_numpy_isolated(template: str, args=None, dtype: str = "float32",
@@ -151,12 +163,13 @@ def measure_numpy_isolated(template: str, args=None, dtype: str = "float32",
 
 
 def _record(wl: Workload, target: str, cfg, res: MeasureResult, tuner: str,
-            threads: int) -> Record:
+            threads: int, device: dict | None = None) -> Record:
     return Record(workload=wl.key(), target=target, config=cfg.knob_values(),
                   config_index=cfg.index, trace=res.trace, costs=list(res.costs),
                   error=res.error, error_msg=res.error_msg, timestamp=time.time(),
                   wall_s=res.build_s + res.run_s, build_s=res.build_s, tuner=tuner,
-                  threads=threads, spread=res.spread, remeasured=res.remeasured)
+                  threads=threads, spread=res.spread, remeasured=res.remeasured,
+                  device=device)
 
 
 def _compare_best(res: TuneResult, measurer: LocalMeasurer, anchors, rounds: int,
@@ -182,7 +195,7 @@ def _compare_best(res: TuneResult, measurer: LocalMeasurer, anchors, rounds: int
                         config=res.best.config, config_index=res.best.config_index,
                         costs=list(t.costs), timestamp=time.time(), tuner=res.tuner,
                         threads=res.threads, spread=t.spread, remeasured=t.remeasured,
-                        phase="summary", summary=summary))
+                        phase="summary", summary=summary, device=res.device))
 
 
 def _refuse_resume(log_file: str, records: list, wl: Workload, target: str) -> None:
@@ -247,13 +260,33 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
     t0 = time.perf_counter()
     t, wl = resolve(template, args, dtype)
     tgt = tunable_target(target)
-    space = t.space(wl.args, dtype)
     opt = measure_option or MeasureOptions()
     if n_trial < 1:
         raise TuneError(format_error("tune", f"n_trial={n_trial}", "expected at least 1"))
+    t.func_for(tgt)  # a template without a schedule for this target kind: say so first
+    runner, device, limits = None, None, None
+    if Target.parse(tgt).backend.is_gpu:
+        # the GPU runner owns the CUDA context: this process never touches the device;
+        # its description names the records' device and bounds the template's space
+        from . import gpu_limits
+        from .gpu_runner import GPURunner
+
+        runner = GPURunner({"template": t.name, "args": list(wl.args), "dtype": dtype,
+                            "seed": opt.seed}, opt.runner_command)
+        info = runner.start()
+        tgt = _with_arch(tgt, info["arch"])
+        device = record_fields(info)
+        limits = gpu_limits.from_device(info)
+    try:
+        with gpu_limits_use(limits):
+            space = t.space(wl.args, dtype, tgt)
+    except BaseException:
+        if runner is not None:
+            runner.close()
+        raise
     batch = batch_size or 16
     res = TuneResult(wl, tgt, tuner, len(space), log_file, flops=t.flops(wl.args),
-                     threads=opt.threads)
+                     threads=opt.threads, device=device)
     history = []
     if log_file and os.path.exists(log_file):
         with warnings.catch_warnings(record=True) as caught:
@@ -265,8 +298,13 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
             warnings.warn(w.message, w.category, stacklevel=2)
         if resume and everything and not history:
             _refuse_resume(log_file, everything, wl, tgt)
-    writer = RecordWriter(log_file) if log_file else None
-    measurer = LocalMeasurer(wl, tgt, opt)
+    try:
+        writer = RecordWriter(log_file) if log_file else None
+        measurer = LocalMeasurer(wl, tgt, opt, runner=runner)
+    except BaseException:
+        if runner is not None:
+            runner.close()
+        raise
     try:
         t_start = time.perf_counter()
         measurer.start()
@@ -321,7 +359,7 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
 
             def on_result(k, r):
                 nonlocal best_trial
-                rec = _record(wl, tgt, space.get(picks[k]), r, tuner, opt.threads)
+                rec = _record(wl, tgt, space.get(picks[k]), r, tuner, opt.threads, device)
                 if writer:
                     writer.write(rec)
                 res.records.append(rec)
@@ -342,6 +380,8 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         res.stop_reason = "interrupted"
     finally:
         res.busy_s = measurer.busy_s
+        if measurer.runner is not None:
+            res.runner_restarts = measurer.runner.restarts
         measurer.close()
         if writer:
             writer.close()
