@@ -19,6 +19,12 @@ past 10 % spread). :meth:`LocalMeasurer.compare` times chosen configs alternatel
 their numpy/torch anchors (:mod:`.anchors`); ``polytile tune``'s summary and ``polytile
 run`` both print its figures.
 
+GPU targets (``cuda``): the workers build only, and each build reply carries the cubin and
+its launch plan; phase 2 sends them, as plain data, to the long-lived GPU runner process
+(:mod:`.gpu_runner`), which owns the CUDA context, checks the outputs against the numpy
+reference and times with CUDA events; a faulting, dying or hanging kernel fails its trial
+and the runner is restarted.
+
 Isolation: a worker that crashes (a bad JIT, a segfault) or passes its per-candidate
 timeout is killed and replaced; the candidate is recorded with a typed error code
 (``build_error``, ``runtime_error``, ``timeout``, ``wrong_result``, ``invalid_config``) and

@@ -163,7 +163,7 @@ class Template:
 
     def func_for(self, target=None) -> Callable:
         """The template function for ``target`` (a target string or kind; None: the
-        first registered one).
+        ``llvm`` one, else the first registered).
 
         Raises
         ------
@@ -171,6 +171,8 @@ class Template:
             When the template has no schedule for that target kind.
         """
         kind = str(target).split()[0] if target else None
+        if kind is None and "llvm" in self.variants:
+            kind = "llvm"  # no target: the host CPU's, whichever was registered first
         if kind is None or self.targets is None or kind in self.targets:
             return self.func
         if kind in self.variants:

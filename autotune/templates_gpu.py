@@ -1,4 +1,5 @@
-"""Built-in GPU templates (target kind ``cuda``): ``matmul``, ``softmax``, ``row_sum``.
+"""Built-in GPU templates (target kind ``cuda``): ``matmul``, ``softmax``, ``layernorm``,
+``row_sum``.
 
 They are registered under the names of the CPU templates where one exists (one workload
 name, one records key; the target picks the schedule, see
@@ -21,6 +22,9 @@ own. (Attaching them to the output's row with ``compute_at`` would save two kern
 lowering puts barriers inside the thread-0 combine of an attached cross-thread reduction
 today; the interpreter refuses that schedule, so the space leaves it out.)
 
+``layernorm``: as ``softmax``, with the mean and the variance as cross-thread reductions
+over ``threads`` threads and the normalised row written by ``out_threads`` threads.
+
 ``row_sum``: ``B[i] = sum_k A[i, k]``; ``layout`` ``[threads, rows]``: a row per block
 reduced across ``threads`` threads, or (``[1, rows]``) one row per thread with ``rows``
 rows per block.
@@ -33,6 +37,7 @@ import numpy as np
 from polytile import te
 
 from . import gpu_limits
+from . import templates as _cpu  # noqa: F401  (the CPU templates first: ours are variants)
 from .template import get_config, template
 
 #: Block tile sizes, thread tile sizes and k steps the matmul space draws from.
@@ -192,6 +197,46 @@ def softmax_cuda(M: int, N: int, dtype: str = "float32"):
         s[st].bind(st.op.axis[0], _bx())
         s[st].bind(ki, _tx())
     return s, [A, out]
+
+
+def _layernorm_reference(a, g, b, *, args=()):
+    mu = a.mean(axis=1, keepdims=True)
+    var = ((a - mu) ** 2).mean(axis=1, keepdims=True)
+    return (a - mu) / np.sqrt(var + 1e-5) * g + b
+
+
+@template("layernorm", target="cuda", default_args=(1024, 1024),
+          flops=lambda M, N: 8.0 * M * N, reference=_layernorm_reference)
+def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
+    """Layer normalisation of the rows of A[M, N] on the GPU: a block per row, cross-thread
+    mean and variance, then the normalised row."""
+    cfg = get_config()
+    limits = gpu_limits.current()
+    threads = _reduce_threads(limits, N)
+    cfg.define_knob("threads", threads, default=256 if 256 in threads else threads[-1])
+    cfg.define_knob("out_threads", threads, default=256 if 256 in threads else threads[-1])
+    nt, ot = cfg["threads"].val, cfg["out_threads"].val
+    A = te.placeholder((M, N), name="A", dtype=dtype)
+    G = te.placeholder((N,), name="gamma", dtype=dtype)
+    Bt = te.placeholder((N,), name="beta", dtype=dtype)
+    k1 = te.reduce_axis((0, N), name="k1")
+    k2 = te.reduce_axis((0, N), name="k2")
+    inv_n = te.const(1.0 / N, dtype)
+    mean = te.compute((M,), lambda i: te.sum(A[i, k1] * inv_n, axis=k1), name="mean")
+    var = te.compute((M,), lambda i: te.sum((A[i, k2] - mean[i]) * (A[i, k2] - mean[i])
+                                            * inv_n, axis=k2), name="var")
+    out = te.compute((M, N), lambda i, j: (A[i, j] - mean[i]) * te.rsqrt(
+        var[i] + te.const(1e-5, dtype)) * G[j] + Bt[j], name="layernorm")
+    s = te.create_schedule(out.op)
+    i, j = out.op.axis
+    _, ji = s[out].split(j, factor=ot)
+    s[out].bind(i, _bx())
+    s[out].bind(ji, _tx())
+    for st in (mean, var):
+        _, ki = s[st].split(st.op.reduce_axis[0], factor=nt)
+        s[st].bind(st.op.axis[0], _bx())
+        s[st].bind(ki, _tx())
+    return s, [A, G, Bt, out]
 
 
 def _row_sum_reference(a, *, args=()):

@@ -1,7 +1,7 @@
 """The tuning loop: propose, build, run, record, learn, until a stop condition.
 
 ``tune("matmul")`` searches the template's space for the default workload on the host CPU
-and returns a :class:`TuneResult`; every trial is appended to the records file as soon as
+(``target="cuda"``: on the GPU, through the GPU runner) and returns a :class:`TuneResult`; every trial is appended to the records file as soon as
 it is measured (so an interrupted run leaves a valid log, which ``resume=True`` continues
 without re-measuring). Stop conditions: ``n_trial`` trials in total (resumed ones count),
 ``early_stopping`` trials without improvement, ``timeout_total`` seconds, an exhausted
@@ -22,7 +22,7 @@ from polytile.errors import TuneError, format_error
 
 from .anchors import Comparison
 from .data import resolve
-from .device import record_fields
+from .device import record_fields, same_class
 from .dispatch import canonical_target
 from .gpu_limits import use as gpu_limits_use
 from .measure import LocalMeasurer, MeasureOptions, MeasureResult
@@ -228,6 +228,9 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         A registered name (``"matmul"``) or ``"path/to/file.py:function"``.
     args : sequence, optional
         Workload arguments (default: the template's ``default_args``).
+    target : str
+        ``"llvm"`` (this CPU) or ``"cuda"`` (built here, timed on the NVIDIA GPU by the GPU
+        runner process, :mod:`.gpu_runner`; the records get ``-arch`` and the device).
     tuner : {"model", "random", "grid"}
     n_trial : int
         Trials in total, counting resumed ones.
@@ -292,8 +295,10 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             everything = read_records(log_file)
+            # GPU: only trials of this device class resume or teach the model
             history = [r for r in everything
-                       if workload_matches(r, wl.key()) and target_matches(r.target, tgt)]
+                       if workload_matches(r, wl.key()) and target_matches(r.target, tgt)
+                       and same_class(r.device, device)]
         for w in caught:
             warnings.warn(w.message, w.category, stacklevel=2)
         if resume and everything and not history:

@@ -225,10 +225,11 @@ def _tune_one(a, args) -> int:
     if bar is not None:
         bar.close()
     cmp = res.comparison
-    t_np = cmp.timing("numpy").median if cmp is not None and cmp.timing("numpy") else None
+    anchor = "torch-cuda" if gpu else "numpy"  # the reference line of the plot
+    t_np = cmp.timing(anchor).median if cmp is not None and cmp.timing(anchor) else None
     _print_summary(res, out)
     if a.plot:
-        _plot(res, t_np, a.plot)
+        _plot(res, t_np, a.plot, anchor)
         print(f"  plot            {a.plot}", file=out)
     if res.interrupted:
         print(f"interrupted: {res.n_trials} trials are in {log}; continue with the same "
@@ -258,7 +259,7 @@ def _require_matplotlib():
         raise _Fail("--plot needs matplotlib: pip install 'polytile[plot]'") from None
 
 
-def _plot(res, t_np, path: str) -> None:
+def _plot(res, t_np, path: str, anchor: str = "numpy") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -269,7 +270,8 @@ def _plot(res, t_np, path: str) -> None:
     ax.plot(range(1, len(curve) + 1), curve, label=f"{res.tuner} tuner, best so far")
     unit = "GFLOP/s" if res.flops else "1/s"
     if t_np and res.flops:
-        ax.axhline(res.flops / t_np / 1e9, color="gray", linestyle="--", label="numpy")
+        ax.axhline(res.flops / t_np / 1e9, color="gray", linestyle="--",
+                   label="torch on the GPU" if anchor == "torch-cuda" else anchor)
     ax.set_xlabel("trial")
     ax.set_ylabel(unit)
     ax.set_title(f"{res.workload} on {res.target}", fontsize=9)

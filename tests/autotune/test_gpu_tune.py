@@ -101,7 +101,7 @@ def test_buffer_sets_exceed_l2():
 
 
 # --------------------------------------------------------------------------- numerics
-SMALL = {"matmul": (19, 23, 13), "softmax": (5, 45), "row_sum": (7, 45)}
+SMALL = {"matmul": (19, 23, 13), "softmax": (5, 45), "row_sum": (7, 45), "layernorm": (5, 45)}
 
 
 def _configs(name, n_random, seed=0):
@@ -143,7 +143,8 @@ def test_gpu_template_configs_compile_with_nvcc(name):
     from helpers import compile_with_nvcc
 
     t, sp, picks = _configs(name, 2, seed=1)
-    args = {"matmul": (256, 192, 96), "softmax": (64, 1000), "row_sum": (64, 1000)}[name]
+    args = {"matmul": (256, 192, 96), "softmax": (64, 1000), "row_sum": (64, 1000),
+            "layernorm": (64, 1000)}[name]
     sp = t.space(args, "float32", "cuda -arch=sm_90")
     picks = [sp.default_index()] + random.Random(2).sample(range(len(sp)), min(2, len(sp) - 1))
     for i in picks:
@@ -217,6 +218,13 @@ def test_records_carry_the_device_and_round_trip(tmp_path):
     assert device_class({"arch": "sm_90"}) == "any sm_90" and device_class(None) == ""
     assert same_class(H200, {"arch": "sm_90"}) and not same_class(A100, {"arch": "sm_90"})
     assert same_class(None, H200)  # CPU and older records
+    from conftest import cuda_device_status
+    from polytile.autotune.device import current_class
+
+    assert current_class("llvm") is None
+    if not cuda_device_status()[0]:
+        assert current_class("cuda") == {"arch": "sm_90"}
+        assert current_class("cuda -arch=sm_80") == {"arch": "sm_80"}
 
 
 def test_dispatch_selects_by_device_class_and_refuses_another(tmp_path):
@@ -235,15 +243,19 @@ def test_dispatch_selects_by_device_class_and_refuses_another(tmp_path):
     only = tmp_path / "a100.jsonl"
     with RecordWriter(only) as w:
         w.write(_rec(A100, 5e-4, {"layout": [64, 1]}, "cuda -arch=sm_80"))
-    with pytest.raises(TuneError, match=r"the records of row_sum\(64, 1000\) float32 on "
+    with pytest.raises(TuneError, match=r"(?s)the records of row_sum\(64, 1000\) float32 on "
                        r"'cuda' were measured on NVIDIA A100-SXM4-80GB \(sm_80\), not on this "
                        r"device class \(NVIDIA H200 \(sm_90\)\).*hint: tune on this GPU: "
                        r"polytile tune row_sum --target cuda --args 64,1000"):
-        load_best(str(only), "row_sum", "cuda", device=H200)
-    # without a GPU the class is the target's -arch
+        load_best(str(only), get_template("row_sum").workload((64, 1000)), "cuda",
+                  device=H200)
+    # without a GPU the class is the target's -arch (sm_90 without one)
     with pytest.raises(TuneError, match=r"not on this device class \(any sm_90\)"):
-        load_best(str(only), get_template("row_sum").workload((64, 1000)), "cuda -arch=sm_90",
+        load_best(str(only), get_template("row_sum").workload((64, 1000)), "cuda",
                   device={"arch": "sm_90"})
+    # an explicit -arch only matches its own records: none here, the default config is used
+    assert load_best(str(only), get_template("row_sum").workload((64, 1000)),
+                     "cuda -arch=sm_90", device={"arch": "sm_90"}) is None
     assert load_best(str(only), get_template("row_sum").workload((64, 1000)),
                      "cuda -arch=sm_80", device={"arch": "sm_80"}).config == {"layout": [64, 1]}
 
@@ -281,7 +293,7 @@ def test_cli_templates_lists_targets():
     assert rc == 0
     lines = {ln.split()[0]: ln.split()[1] for ln in out.splitlines()[2:]}
     assert lines["matmul"] == "llvm,cuda" and lines["row_sum"] == "cuda"
-    assert lines["conv2d_nchw"] == "llvm"
+    assert lines["conv2d_nchw"] == "llvm" and lines["layernorm"] == "llvm,cuda"
 
 
 @pytest.mark.parametrize("argv, text", [
@@ -308,7 +320,7 @@ def test_cli_tune_cuda_without_a_device(tmp_path):
 
 # --------------------------------------------------------------------------- on a GPU
 GPU_RUNS = {"matmul": ((512, 512, 512), 12), "softmax": ((1024, 4096), 6),
-            "row_sum": ((1024, 4096), 8)}
+            "row_sum": ((1024, 4096), 8), "layernorm": ((1024, 4096), 6)}
 
 
 @pytest.mark.gpu
@@ -365,3 +377,28 @@ def test_runner_checks_rotates_and_times_on_the_emulated_driver(tmp_path, monkey
         assert r.run(4, wrong, meta, dict(opt, check=True))[2] == "wrong_result"
         garbage = r.run(5, b"EMU:not C", meta, opt)
         assert garbage[2] == "runtime_error" and garbage[6] is False
+
+
+def test_gpu_features_see_threads_shared_memory_and_occupancy():
+    import math
+
+    from polytile.autotune.features import N_FEATURES, extract_features
+    from polytile.schedule.pipeline import lower
+
+    def feats(knobs, target):
+        t = get_template("matmul")
+        sp = t.space((256, 256, 256), "float32", target)
+        cfg = sp.default() if knobs is None else sp.from_json(knobs)
+        s, tensors = t.instantiate(cfg, (256, 256, 256), "float32", target)
+        f = extract_features(lower(s, tensors, target=target, stop_after="storage_flattening"))
+        assert len(f) == N_FEATURES
+        return f[-6:]
+
+    assert feats(None, "llvm") == [0.0] * 6
+    threads, blocks, shared, local, occ, stride = feats(None, "cuda")
+    assert threads == pytest.approx(math.log2(257)) and blocks == pytest.approx(math.log2(5))
+    assert shared == pytest.approx(math.log2(1 + (128 + 128) * 16 * 4))   # A and B tiles
+    assert local == pytest.approx(math.log2(1 + 64 * 4))                  # 8x8 accumulators
+    assert occ == pytest.approx(0.25)   # 88 registers x 256 threads: 2 blocks of 2048 threads
+    small = feats({"tile": [32, 32, 8, 2, 2], "vec": 1, "unroll_k": False}, "cuda")
+    assert small[0] == pytest.approx(math.log2(257)) and small[4] > occ
