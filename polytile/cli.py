@@ -431,15 +431,19 @@ def _cmd_templates(a) -> int:
 
     rows = []
     for name, t in sorted(registered().items()):
-        try:
-            size = f"{len(t.space()):,}"
-        except Exception as exc:  # a broken user template should not hide the others
-            size = f"error: {exc}"[:40]
+        sizes = []
+        for kind in t.target_kinds() or [None]:
+            try:
+                n = f"{len(t.space(None, 'float32', kind)):,}"
+            except Exception as exc:  # a broken user template should not hide the others
+                n = f"error: {exc}"[:40]
+            sizes.append(n)
+        size = " / ".join(sizes)
         desc = t.description if len(t.description) <= 64 else t.description[:63] + "…"
         kinds = t.target_kinds()
         rows.append((name, ",".join(kinds) if kinds else "any",
                      ",".join(map(str, t.default_args)), size, desc))
-    print(_table(rows, ["template", "targets", "default --args", "space size",
+    print(_table(rows, ["template", "targets", "default --args", "space size (per target)",
                         "description"]))
     return EXIT_OK
 

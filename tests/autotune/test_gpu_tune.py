@@ -58,6 +58,9 @@ def test_matmul_space_holds_the_tutorial_schedule_and_fits_the_limits():
         assert 32 <= threads <= lim.max_threads_per_block
         assert (bm + bn) * bk * 4 <= lim.shared_bytes_per_block
         assert matmul_registers(tm, tn) * threads <= lim.registers_per_block
+    # a large GEMM keeps register-tiled configs only (at least 16 outputs per thread)
+    assert len(sp) == 912 and all(tm * tn >= 16 for _, _, _, tm, tn in vals)
+    assert len(t.space((512, 512, 512), "float32", "cuda")) == 6384
     # the CPU schedule is another space under the same name
     assert len(t.space((64, 64, 64), "float32", "llvm")) != len(sp)
 
@@ -439,3 +442,28 @@ def test_gpu_features_see_threads_shared_memory_and_occupancy():
     assert occ == pytest.approx(0.25)   # 88 registers x 256 threads: 2 blocks of 2048 threads
     small = feats({"tile": [32, 32, 8, 2, 2], "vec": 1, "unroll_k": False}, "cuda")
     assert small[0] == pytest.approx(math.log2(257)) and small[4] > occ
+
+
+def test_cli_run_cuda_refuses_records_of_another_gpu(tmp_path):
+    log = tmp_path / "a100.jsonl"
+    with RecordWriter(log) as w:
+        w.write(_rec(A100, 5e-4, {"layout": [64, 1]}, "cuda -arch=sm_80"))
+    rc, out, err = _cli("run", "row_sum", "--args", "64,1000", "--target", "cuda", "--log",
+                        str(log))
+    assert rc == 1 and "were measured on NVIDIA A100-SXM4-80GB (sm_80), not on this device " \
+        "class" in err and "hint: tune on this GPU" in err, err
+
+
+def test_cli_run_cuda_without_a_device(tmp_path):
+    from conftest import cuda_device_status
+
+    if cuda_device_status()[0]:
+        pytest.skip("this machine has a GPU")
+    log = tmp_path / "h.jsonl"
+    with RecordWriter(log) as w:
+        w.write(_rec({"name": "", "arch": "sm_90", "compute_capability": "9.0", "driver": "",
+                      "cuda": ""}, 1e-3, {"layout": [1, 32]}))
+    rc, out, err = _cli("run", "row_sum", "--args", "64,1000", "--target", "cuda", "--log",
+                        str(log))
+    assert "config          layout=[1, 32]" in out
+    assert rc == 1 and "no CUDA device was found" in err, err
