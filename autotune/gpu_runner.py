@@ -233,6 +233,11 @@ class _Runner:
                 self.checked.add(key)
             cutoff = opt.get("cutoff_s")
             if cutoff is not None and warm > cutoff:
+                # the first call loads the module: a second one decides
+                t0 = time.perf_counter()
+                mod(*first)
+                warm = min(warm, time.perf_counter() - t0)
+            if cutoff is not None and warm > cutoff:
                 from .timing import Timing
 
                 return ("ran", cid, None, f"slow: stopped after the warm-up run ({warm:.3g} "
