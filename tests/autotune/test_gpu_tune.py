@@ -467,3 +467,15 @@ def test_cli_run_cuda_without_a_device(tmp_path):
                         str(log))
     assert "config          layout=[1, 32]" in out
     assert rc == 1 and "no CUDA device was found" in err, err
+
+
+def test_variants_do_not_depend_on_import_order():
+    """Importing the GPU templates first still makes the CPU schedule the one used without
+    a target (a registration-order bug once made CPU tuning build the GPU schedule)."""
+    code = ("from polytile.autotune.templates_gpu import matmul_tiles\n"
+            "from polytile.autotune.template import get_template\n"
+            "t = get_template('matmul')\n"
+            "print(t.targets, sorted(t.variants), sorted(t.space((64, 64, 64)).knobs)[:2])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.strip() == "('llvm',) ['cuda'] ['pack_b', 'parallel']", out.stderr
