@@ -42,7 +42,7 @@ from .template import get_config, template
 
 #: Block tile sizes, thread tile sizes and k steps the matmul space draws from.
 BLOCK_TILES = (16, 32, 64, 128, 256)
-THREAD_TILES = (1, 2, 4, 8)
+THREAD_TILES = (1, 2, 4, 8, 16)
 K_TILES = (4, 8, 16, 32)
 #: Threads per block the reductions may use.
 REDUCE_THREADS = (32, 64, 128, 256, 512, 1024)
@@ -81,7 +81,7 @@ def matmul_tiles(limits: gpu_limits.GPULimits, itemsize: int = 4, large: bool = 
     :data:`LARGE`) keeps the register-tiled ones (``TM * TN >= 16``, blocks of at least
     64 x 64 outputs and 64 threads): on a large GEMM a thread computing fewer than 16
     outputs re-reads shared memory too often to come near the peak (Volkov & Demmel), and
-    the 4096^3 space shrinks from 6,384 configs to 912."""
+    the 4096^3 space shrinks from 9,840 configs to 2,208."""
     out = []
     for bm in BLOCK_TILES:
         for bn in BLOCK_TILES:

@@ -59,8 +59,9 @@ def test_matmul_space_holds_the_tutorial_schedule_and_fits_the_limits():
         assert (bm + bn) * bk * 4 <= lim.shared_bytes_per_block
         assert matmul_registers(tm, tn) * threads <= lim.registers_per_block
     # a large GEMM keeps register-tiled configs only (at least 16 outputs per thread)
-    assert len(sp) == 912 and all(tm * tn >= 16 for _, _, _, tm, tn in vals)
-    assert len(t.space((512, 512, 512), "float32", "cuda")) == 6384
+    assert len(sp) == 2208 and all(tm * tn >= 16 for _, _, _, tm, tn in vals)
+    assert [128, 256, 8, 8, 16] in vals   # larger register tiles than the tutorial's
+    assert len(t.space((512, 512, 512), "float32", "cuda")) == 9840
     # the CPU schedule is another space under the same name
     assert len(t.space((64, 64, 64), "float32", "llvm")) != len(sp)
 
