@@ -204,8 +204,8 @@ def test_runner_that_cannot_start_is_a_clear_error(tmp_path):
 
 
 # --------------------------------------------------------------------------- records
-def _rec(device, cost, config, target="cuda -arch=sm_90"):
-    return Record(workload={"template": "row_sum", "args": [64, 1000], "dtype": "float32"},
+def _rec(device, cost, config, target="cuda -arch=sm_90", args=(64, 1000)):
+    return Record(workload={"template": "row_sum", "args": list(args), "dtype": "float32"},
                   target=target, config=config, costs=[cost], device=device)
 
 
@@ -480,3 +480,21 @@ def test_variants_do_not_depend_on_import_order():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.stdout.strip() == "('llvm',) ['cuda'] ['pack_b', 'parallel']", out.stderr
+
+
+def test_resume_on_the_gpu_keeps_to_the_device_class(tmp_path):
+    """--resume continues a GPU run from its records; records of another GPU in the same
+    file are neither resumed nor learned from."""
+    log = tmp_path / "r.jsonl"
+    h100 = dict(H200, name="NVIDIA H100 80GB HBM3")   # same target, another GPU
+    with RecordWriter(log) as w:
+        w.write(_rec(h100, 1e-6, {"layout": [1, 32]}, "cuda -arch=sm_90", (37, 45)))
+    opt = MeasureOptions(parallel=1, runner_command=_fake(tmp_path, ""))
+    first = tune("row_sum", (37, 45), target="cuda", tuner="random", n_trial=2,
+                 measure_option=opt, log_file=str(log))
+    assert first.n_trials == 2 and first.resumed == 0
+    again = tune("row_sum", (37, 45), target="cuda", tuner="random", n_trial=4,
+                 measure_option=opt, log_file=str(log), resume=True)
+    assert again.resumed == 2 and again.n_trials == 4
+    assert all(r.device["name"] == "Fake GPU" for r in again.records)
+    assert again.best.cost > 1e-6   # the H100 record's 1 us was not taken
