@@ -301,13 +301,25 @@ def runner_main(conn) -> None:
             return
         if msg[0] == "exit":
             return
-        if msg[0] != "run":
-            conn.send(("error", f"unknown command {msg[0]!r}", ""))
+        if msg[0] != "run" or not is_plain(msg):
+            conn.send(("error", f"unknown command or not plain data: {str(msg[0])[:40]!r}", ""))
             continue
         reply = r.run(msg[1], msg[2], msg[3], msg[4])
         conn.send(reply)
         if reply[-1]:  # the context is poisoned: end, the tuner starts a fresh runner
             os._exit(3)
+
+
+def is_plain(x) -> bool:
+    """Whether ``x`` is plain data: None, bool, int, float, str, bytes, and lists, tuples
+    and str-keyed dicts of them (what crosses to the runner; never an object or callable)."""
+    if x is None or isinstance(x, (bool, int, float, str, bytes)):
+        return True
+    if isinstance(x, (list, tuple)):
+        return all(is_plain(v) for v in x)
+    if isinstance(x, dict):
+        return all(isinstance(k, str) and is_plain(v) for k, v in x.items())
+    return False
 
 
 # ---------------------------------------------------------------------------- tuner side
@@ -397,8 +409,13 @@ class GPURunner:
         except TuneError as exc:
             return "runtime_error", f"GPU runner unavailable: {exc}"[:600], [], None
         p = self._proc
+        msg = ("run", cid, bytes(image), meta, options)
+        if not is_plain(msg):
+            raise TuneError(format_error("gpu_runner", "a candidate's launch plan or options "
+                                         "hold objects", "expected plain data (numbers, "
+                                         "strings, bytes, lists, dicts)"))
         try:
-            p.conn.send(("run", cid, bytes(image), meta, options))
+            p.conn.send(msg)
             ok = p.conn.poll(timeout)
             reply = p.conn.recv() if ok else None
         except (EOFError, OSError):

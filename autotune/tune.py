@@ -1,9 +1,9 @@
 """The tuning loop: propose, build, run, record, learn, until a stop condition.
 
 ``tune("matmul")`` searches the template's space for the default workload on the host CPU
-(``target="cuda"``: on the GPU, through the GPU runner) and returns a :class:`TuneResult`; every trial is appended to the records file as soon as
-it is measured (so an interrupted run leaves a valid log, which ``resume=True`` continues
-without re-measuring). Stop conditions: ``n_trial`` trials in total (resumed ones count),
+(``target="cuda"``: on the GPU, through the GPU runner) and returns a :class:`TuneResult`;
+every trial is appended to the records file as soon as it is measured (so an interrupted
+run leaves a valid log, which ``resume=True`` continues without re-measuring). Stop conditions: ``n_trial`` trials in total (resumed ones count),
 ``early_stopping`` trials without improvement, ``timeout_total`` seconds, an exhausted
 space, or Ctrl-C (``TuneResult.interrupted``).
 """

@@ -498,3 +498,17 @@ def test_resume_on_the_gpu_keeps_to_the_device_class(tmp_path):
     assert again.resumed == 2 and again.n_trials == 4
     assert all(r.device["name"] == "Fake GPU" for r in again.records)
     assert again.best.cost > 1e-6   # the H100 record's 1 us was not taken
+
+
+def test_only_plain_data_crosses_to_the_runner(tmp_path):
+    from polytile.autotune.gpu_runner import is_plain
+
+    assert is_plain(("run", 1, b"\x00cubin", {"kernels": [{"grid": [1, 1, 1]}]}, {"x": 1.5}))
+    assert not is_plain(("run", 1, b"", {"f": len}, {}))
+    assert not is_plain({1: "non-str key"}) and not is_plain(np.zeros(2))
+    r = GPURunner({"template": "row_sum", "args": [4, 4]}, _fake(tmp_path, ""))
+    try:
+        with pytest.raises(TuneError, match="expected plain data"):
+            r.run(1, b"x", {"format": "polytile-function", "hook": print}, {}, 10)
+    finally:
+        r.close()
