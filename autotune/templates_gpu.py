@@ -1,5 +1,5 @@
-"""Built-in GPU templates (target kind ``cuda``): ``matmul``, ``softmax``, ``layernorm``,
-``row_sum``.
+"""Built-in GPU templates (target kind ``cuda``): ``matmul``, ``batch_matmul``,
+``softmax``, ``layernorm``, ``row_sum``.
 
 They are registered under the names of the CPU templates where one exists (one workload
 name, one records key; the target picks the schedule, see
@@ -14,7 +14,8 @@ overhead) than the device or ``-arch`` allows.
 tile (``C.local``) accumulated over ``k`` in steps of ``BK``; the ``BM x BK`` tile of A and
 the ``BK x BN`` tile of B are staged in shared memory with ``vec``-wide cooperative loads;
 ``unroll_k`` unrolls the inner k loop. The tutorial's hand schedule (``[128, 128, 16, 8,
-8]``, ``vec`` 4) is the default config.
+8]``, ``vec`` 4) is the default config. ``batch_matmul`` is the same schedule per batch,
+batches on ``blockIdx.z``.
 
 ``softmax``: one block per row; the row maximum and the sum of exponentials are
 cross-thread reductions over ``threads`` threads (TVM's all-reduce), each a kernel of its
@@ -105,11 +106,8 @@ def _mm_reference(a, b, *, args=()):
     return a @ b
 
 
-@template("matmul", target="cuda", default_args=(1024, 1024, 1024),
-          flops=lambda M, N, K: 2.0 * M * N * K, reference=_mm_reference)
-def matmul_cuda(M: int, N: int, K: int, dtype: str = "float32"):
-    """C[M, N] = A[M, K] @ B[K, N] on the GPU: shared-memory and register tiling."""
-    cfg = get_config()
+def _mm_knobs(cfg, M: int, N: int, dtype: str) -> tuple:
+    """Declare the knobs of the (batched) GEMM schedule; ``(BM, BN, BK, TM, TN, vec)``."""
     limits = gpu_limits.current()
     itemsize = np.dtype(dtype).itemsize if dtype != "bfloat16" else 2
     tiles = matmul_tiles(limits, itemsize, large=M >= LARGE and N >= LARGE) or \
@@ -118,22 +116,52 @@ def matmul_cuda(M: int, N: int, K: int, dtype: str = "float32"):
     cfg.define_knob("tile", tiles, default=default)
     cfg.define_knob("vec", [1, 2, 4], default=4)
     cfg.define_knob("unroll_k", [True, False], default=True)
-    bm, bn, bk, tm, tn = cfg["tile"].val
-    vec = cfg["vec"].val
+    return (*cfg["tile"].val, cfg["vec"].val)
 
+
+@template("matmul", target="cuda", default_args=(1024, 1024, 1024),
+          flops=lambda M, N, K: 2.0 * M * N * K, reference=_mm_reference)
+def matmul_cuda(M: int, N: int, K: int, dtype: str = "float32"):
+    """C[M, N] = A[M, K] @ B[K, N] on the GPU: shared-memory and register tiling."""
+    cfg = get_config()
     A = te.placeholder((M, K), name="A", dtype=dtype)
     B = te.placeholder((K, N), name="B", dtype=dtype)
     r = te.reduce_axis((0, K), name="k")
     C = te.compute((M, N), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    return _gemm_schedule(cfg, A, B, C, _mm_knobs(cfg, M, N, dtype)), [A, B, C]
+
+
+@template("batch_matmul", target="cuda", default_args=(8, 256, 256, 256),
+          flops=lambda Bt, M, N, K: 2.0 * Bt * M * N * K,
+          reference=lambda a, b, *, args=(): np.matmul(a, b))
+def batch_matmul_cuda(Bt: int, M: int, N: int, K: int, dtype: str = "float32"):
+    """C[b, M, N] = A[b, M, K] @ B[b, K, N] on the GPU: the matmul schedule per batch,
+    batches on blockIdx.z."""
+    cfg = get_config()
+    A = te.placeholder((Bt, M, K), name="A", dtype=dtype)
+    B = te.placeholder((Bt, K, N), name="B", dtype=dtype)
+    r = te.reduce_axis((0, K), name="k")
+    C = te.compute((Bt, M, N), lambda b, i, j: te.sum(A[b, i, r] * B[b, r, j], axis=r),
+                   name="C")
+    return _gemm_schedule(cfg, A, B, C, _mm_knobs(cfg, M, N, dtype)), [A, B, C]
+
+
+def _gemm_schedule(cfg, A, B, C, knobs: tuple):
+    """The shared + register tiled schedule of a GEMM ``C`` (2-D, or 3-D with a leading
+    batch axis bound to ``blockIdx.z``); see the module docstring."""
+    bm, bn, bk, tm, tn, vec = knobs
     s = te.create_schedule(C.op)
     AS = s.cache_read(A, "shared", [C])
     BS = s.cache_read(B, "shared", [C])
     CL = s.cache_write(C, "local")
     ty_n, tx_n = bm // tm, bn // tn
-    bi, bj, ii, jj = s[C].tile(C.op.axis[0], C.op.axis[1], bm, bn)
+    axes = C.op.axis
+    bi, bj, ii, jj = s[C].tile(axes[-2], axes[-1], bm, bn)
     ty, iin = s[C].split(ii, factor=tm)
     tx, jin = s[C].split(jj, factor=tn)
-    s[C].reorder(bi, bj, ty, tx, iin, jin)
+    s[C].reorder(*axes[:-2], bi, bj, ty, tx, iin, jin)
+    if len(axes) == 3:
+        s[C].bind(axes[0], te.thread_axis("blockIdx.z"))
     s[C].bind(bi, _by())
     s[C].bind(bj, _bx())
     s[C].bind(ty, _ty())
@@ -143,7 +171,7 @@ def matmul_cuda(M: int, N: int, K: int, dtype: str = "float32"):
     if tn > 1:
         s[C].vectorize(jin)
     s[CL].compute_at(s[C], tx)
-    ci, cj = s[CL].op.axis
+    ci, cj = s[CL].op.axis[-2:]
     ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=bk)
     s[CL].reorder(ko, ki, ci, cj)
     for ax, n in ((ki, bk if cfg["unroll_k"].val else 1), (ci, tm), (cj, tn)):
@@ -159,7 +187,7 @@ def matmul_cuda(M: int, N: int, K: int, dtype: str = "float32"):
         s[T].bind(tx_, _tx())
         if vec > 1:
             s[T].vectorize(v)
-    return s, [A, B, C]
+    return s
 
 
 def _reduce_threads(limits: gpu_limits.GPULimits, n: int) -> list:
