@@ -128,6 +128,8 @@ def _torch_fn(name: str, args: tuple):
     if name == "layernorm":
         return lambda torch, a, g, b: torch.nn.functional.layer_norm(
             a, (a.shape[1],), g, b, eps=1e-5)
+    if name == "rmsnorm":
+        return lambda torch, a, g: torch.nn.functional.rms_norm(a, (a.shape[1],), g, eps=1e-6)
     if name == "conv2d_nchw":
         stride, pad = args[-2], args[-1]
         return lambda torch, a, w: torch.nn.functional.conv2d(a, w, stride=stride,

@@ -1,5 +1,5 @@
 """Built-in neural-network templates: ``conv2d_nchw``, ``depthwise_conv2d_nchw``, ``softmax``,
-``layernorm``. Each has default sizes, a numpy reference and a hand-written default config.
+``layernorm``, ``rmsnorm``. Each has default sizes, a numpy reference and a hand-written default config.
 """
 
 from __future__ import annotations
@@ -151,12 +151,83 @@ def _softmax_reference(a, *, args=()):
     return e / e.sum(axis=1, keepdims=True)
 
 
+#: Output size (bytes) from which the fused row schedules stream their stores by default:
+#: larger than the last-level caches of common CPUs, so the output is not read back soon.
+STREAM_BYTES = 8 << 20
+#: ``red_lanes`` choices: lane-wise partial accumulators of the row reductions (0: a plain
+#: serial reduction). 64 float32 lanes are four AVX-512 registers: four independent
+#: dependence chains hide the latency of the vector add/max.
+RED_LANES = (0, 16, 32, 64)
+
+
+def _row_reduction(s, red, out, at, lanes: int) -> None:
+    """Compute row reduction ``red`` (one row per value, one reduce axis) at loop ``at`` of
+    ``out``. With ``lanes`` > 0 the reduce axis is split by ``lanes`` and factored out
+    (``rfactor``): a ``lanes``-wide vector of partial results accumulates the row (the
+    loop over the lanes innermost and vectorized), then ``red`` reduces the ``lanes``
+    partials. Lane ``l`` sees the elements ``l, l + lanes, ...``: the order of the float
+    sum changes, as in any vectorized reduction (numpy's pairwise sum too)."""
+    if lanes:
+        ko, ki = s[red].split(red.op.reduce_axis[0], factor=lanes)
+        rf = s.rfactor(red, ki)
+        kin, row, kout = s[rf].leaf_iter_vars
+        s[rf].reorder(row, kout, kin)
+        s[rf].vectorize(kin)
+        s[rf].compute_at(s[out], at)
+    s[red].compute_at(s[out], at)
+
+
+def _row_schedule(cfg, s, out, N: int, nbytes: int, reductions, elementwise, scalars=()):
+    """The fused schedule shared by softmax, layernorm and rmsnorm over rows of ``N``
+    elements: rows split by ``tile_i`` (outer part in parallel), and for every row block,
+    in order, each reduction of ``reductions`` (lane-wise partials, :func:`_row_reduction`),
+    the ``scalars`` (per-row values), the ``elementwise`` intermediates (columns split by
+    ``tile_j``, vectorized) and the output (same), its stores streamed (``nontemporal``
+    pragma) when the knob says so. ``fuse_rows=False`` computes every stage apart over all
+    rows instead (each a parallel loop; the reductions serial per row)."""
+    i, j = out.op.axis
+    cfg.define_split("tile_i", i, num_outputs=2, max_factor=64, default=[-1, 1])
+    cfg.define_split("tile_j", j, num_outputs=2, max_factor=64, filter=_lane_filter(N),
+                     default=[-1, 16])
+    cfg.define_knob("fuse_rows", [True, False], default=True)
+    cfg.define_knob("red_lanes", list(RED_LANES), default=64)
+    cfg.define_knob("nontemporal", [False, True], default=nbytes >= STREAM_BYTES)
+    i0, i1 = cfg["tile_i"].apply(s, out, i)
+    j0, j1 = cfg["tile_j"].apply(s, out, j)
+    s[out].reorder(i0, i1, j0, j1)
+    s[out].vectorize(j1)
+    s[out].parallel(i0)
+    if cfg["nontemporal"].val:
+        s[out].pragma(j0, "nontemporal")
+    if cfg["fuse_rows"].val:
+        for red in reductions:
+            _row_reduction(s, red, out, i1, cfg["red_lanes"].val)
+        for st in (*scalars, *elementwise):
+            s[st].compute_at(s[out], i1)
+    else:
+        for st in (*reductions, *scalars):
+            s[st].parallel(st.op.axis[0])
+        for st in elementwise:
+            ei, ej = st.op.axis
+            s[st].vectorize(cfg["tile_j"].apply(s, st, ej)[1])
+            s[st].parallel(ei)
+    for st in elementwise:
+        if cfg["fuse_rows"].val:
+            s[st].vectorize(cfg["tile_j"].apply(s, st, st.op.axis[1])[1])
+
+
 @template("softmax", default_args=(1024, 1024), flops=lambda M, N: 5.0 * M * N,
           reference=_softmax_reference)
 def softmax(M: int, N: int, dtype: str = "float32"):
-    """Row-wise softmax of A[M, N]: max, exp, sum, divide; rows in parallel, columns of the
-    elementwise stages vectorized, reductions fused into each row block or computed
-    apart."""
+    """Row-wise softmax of A[M, N]: ``max``, ``e = exp(A - max)``, ``sum(e)``, then
+    ``e * (1 / sum)``. The default config is the fused vectorized schedule: rows in
+    parallel; per row (in the cache) the row max and the row sum as 64 lane-wise partial
+    accumulators, ``exp`` vectorized (polytile's polynomial, 1 ulp), the output stored
+    with streaming stores from 8 MiB on. Subtracting the row max first keeps every
+    exponent <= 0 (no overflow; Milakov & Gimelshein 2018 fuse the max and the sum into one
+    pass with rescaling instead, which costs a second exponential per element: with the
+    row in the cache the separate passes are cheaper). Rows holding NaN or +inf give NaN
+    rows, and rows of -inf too, as numpy does."""
     cfg = get_config()
     A = te.placeholder((M, N), name="A", dtype=dtype)
     k1 = te.reduce_axis((0, N), name="k1")
@@ -164,28 +235,10 @@ def softmax(M: int, N: int, dtype: str = "float32"):
     mx = te.compute((M,), lambda i: te.max(A[i, k1], axis=k1), name="rowmax")
     ex = te.compute((M, N), lambda i, j: te.exp(A[i, j] - mx[i]), name="expo")
     sm = te.compute((M,), lambda i: te.sum(ex[i, k2], axis=k2), name="rowsum")
-    out = te.compute((M, N), lambda i, j: ex[i, j] / sm[i], name="softmax")
+    inv = te.compute((M,), lambda i: te.const(1.0, dtype) / sm[i], name="rowinv")
+    out = te.compute((M, N), lambda i, j: ex[i, j] * inv[i], name="softmax")
     s = te.create_schedule(out.op)
-    i, j = out.op.axis
-    cfg.define_split("tile_i", i, num_outputs=2, max_factor=64, default=[-1, 4])
-    cfg.define_split("tile_j", j, num_outputs=2, max_factor=64, filter=_lane_filter(N),
-                     default=[-1, 16])
-    i0, i1 = cfg["tile_i"].apply(s, out, i)
-    j0, j1 = cfg["tile_j"].apply(s, out, j)
-    s[out].reorder(i0, i1, j0, j1)
-    s[out].vectorize(j1)
-    s[out].parallel(i0)
-    cfg.define_knob("fuse_rows", [True, False], default=True)
-    if cfg["fuse_rows"].val:
-        for st in (mx, ex, sm):
-            s[st].compute_at(s[out], i1)
-    else:
-        for st in (mx, sm):
-            s[st].parallel(st.op.axis[0])
-        ei, ej = ex.op.axis
-        ej0, ej1 = cfg["tile_j"].apply(s, ex, ej)
-        s[ex].vectorize(ej1)
-        s[ex].parallel(ei)
+    _row_schedule(cfg, s, out, N, M * N * 4, [mx, sm], [ex], [inv])
     return s, [A, out]
 
 
@@ -198,9 +251,11 @@ def _layernorm_reference(a, g, b, *, args=()):
 @template("layernorm", default_args=(1024, 1024), flops=lambda M, N: 8.0 * M * N,
           reference=_layernorm_reference)
 def layernorm(M: int, N: int, dtype: str = "float32"):
-    """Layer normalisation over the rows of A[M, N] with gain and bias: mean, variance,
-    normalise; rows in parallel, columns vectorized, statistics fused per row block or
-    computed apart."""
+    """Layer normalisation over the rows of A[M, N] with gain and bias (epsilon 1e-5):
+    mean, variance of ``A - mean`` (two passes over the row, the second in the cache: no
+    cancellation of a one-pass sum of squares), ``rstd = rsqrt(var + eps)``, then
+    ``(A - mean) * rstd * gamma + beta``. Default config: the fused vectorized row schedule
+    of :func:`softmax` (lane-wise partial sums, streamed output from 8 MiB on)."""
     cfg = get_config()
     A = te.placeholder((M, N), name="A", dtype=dtype)
     G = te.placeholder((N,), name="gamma", dtype=dtype)
@@ -211,23 +266,32 @@ def layernorm(M: int, N: int, dtype: str = "float32"):
     mean = te.compute((M,), lambda i: te.sum(A[i, k1] * inv_n, axis=k1), name="mean")
     var = te.compute((M,), lambda i: te.sum((A[i, k2] - mean[i]) * (A[i, k2] - mean[i])
                                             * inv_n, axis=k2), name="var")
-    out = te.compute((M, N), lambda i, j: (A[i, j] - mean[i]) * te.rsqrt(
-        var[i] + te.const(1e-5, dtype)) * G[j] + Bt[j], name="layernorm")
+    rstd = te.compute((M,), lambda i: te.rsqrt(var[i] + te.const(1e-5, dtype)), name="rstd")
+    out = te.compute((M, N), lambda i, j: (A[i, j] - mean[i]) * rstd[i] * G[j] + Bt[j],
+                     name="layernorm")
     s = te.create_schedule(out.op)
-    i, j = out.op.axis
-    cfg.define_split("tile_i", i, num_outputs=2, max_factor=64, default=[-1, 4])
-    cfg.define_split("tile_j", j, num_outputs=2, max_factor=64, filter=_lane_filter(N),
-                     default=[-1, 16])
-    i0, i1 = cfg["tile_i"].apply(s, out, i)
-    j0, j1 = cfg["tile_j"].apply(s, out, j)
-    s[out].reorder(i0, i1, j0, j1)
-    s[out].vectorize(j1)
-    s[out].parallel(i0)
-    cfg.define_knob("fuse_rows", [True, False], default=True)
-    if cfg["fuse_rows"].val:
-        s[mean].compute_at(s[out], i1)
-        s[var].compute_at(s[out], i1)
-    else:
-        s[mean].parallel(mean.op.axis[0])
-        s[var].parallel(var.op.axis[0])
+    _row_schedule(cfg, s, out, N, M * N * 4, [mean, var], [], [rstd])
     return s, [A, G, Bt, out]
+
+
+def _rmsnorm_reference(a, g, *, args=()):
+    return a / np.sqrt((a * a).mean(axis=1, keepdims=True) + 1e-6) * g
+
+
+@template("rmsnorm", default_args=(1024, 1024), flops=lambda M, N: 4.0 * M * N,
+          reference=_rmsnorm_reference)
+def rmsnorm(M: int, N: int, dtype: str = "float32"):
+    """RMS normalisation over the rows of A[M, N] with gain (Zhang & Sennrich 2019;
+    epsilon 1e-6): ``A * rsqrt(mean(A**2) + eps) * gamma``. Default config: the fused
+    vectorized row schedule of :func:`softmax`."""
+    cfg = get_config()
+    A = te.placeholder((M, N), name="A", dtype=dtype)
+    G = te.placeholder((N,), name="gamma", dtype=dtype)
+    k = te.reduce_axis((0, N), name="k")
+    inv_n = te.const(1.0 / N, dtype)
+    ms = te.compute((M,), lambda i: te.sum(A[i, k] * A[i, k] * inv_n, axis=k), name="meansq")
+    rstd = te.compute((M,), lambda i: te.rsqrt(ms[i] + te.const(1e-6, dtype)), name="rstd")
+    out = te.compute((M, N), lambda i, j: A[i, j] * rstd[i] * G[j], name="rmsnorm")
+    s = te.create_schedule(out.op)
+    _row_schedule(cfg, s, out, N, M * N * 4, [ms], [], [rstd])
+    return s, [A, G, out]

@@ -20,6 +20,7 @@ SMALL = {
     "depthwise_conv2d_nchw": (1, 5, 13, 10, 3, 3, 2, 1),
     "softmax": (13, 40),
     "layernorm": (7, 24),
+    "rmsnorm": (5, 37),
 }
 
 
