@@ -1,4 +1,5 @@
-"""Built-in neural-network templates: ``conv2d_nchw``, ``depthwise_conv2d_nchw``, ``softmax``,
+"""Built-in neural-network templates: ``conv2d_nchw``, ``conv2d_nchwc``,
+``depthwise_conv2d_nchw``, ``softmax``,
 ``layernorm``, ``rmsnorm``. Each has default sizes, a numpy reference and a hand-written default config.
 """
 
@@ -89,6 +90,82 @@ def conv2d_nchw(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
     cfg["unroll"].apply(s, C, [f1, y1])
     s[C].vectorize(x1)
     _parallel_and_padding(cfg, s, C, (n, f0, y0), "n.co", Ap, pad)
+    return s, [A, Wt, C]
+
+
+def _blocks(n: int, widths=(16, 8, 4, 2, 1)) -> list[int]:
+    """Channel block sizes for ``n`` channels: the widths that divide ``n``, widest first."""
+    return [w for w in widths if n % w == 0]
+
+
+@template("conv2d_nchwc", default_args=(1, 64, 56, 56, 64, 3, 3, 1, 1), flops=_conv2d_flops,
+          reference=_conv_reference)
+def conv2d_nchwc(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
+    """2-D convolution computed in the blocked NCHW[x]c layout of oneDNN (Intel's MKL-DNN;
+    Liu et al., "Optimizing CNN model inference on CPUs", USENIX ATC 2019), NCHW input and
+    output, OIHW weights. Stages:
+
+    * ``A_nchwc[n, cb, y, x, ci]``: the input zero-padded and blocked by ``ic_block``
+      channels (the layout transform, parallel over ``n, cb, y``);
+    * ``W_packed[ob, cb, ky, kx, ci, oi]``: the weights blocked by ``ic_block`` input and
+      ``oc_block`` output channels;
+    * ``C_nchwc[n, ob, y, x, oi]``: the convolution; one output row of one channel block
+      per parallel task, a register tile of ``tile_ow`` output columns by ``oc_block``
+      output channels (one or two vectors each) accumulated over the reduction ``cb, ky, kx, ci``:
+      each input element is broadcast into ``tile_ow`` fused multiply-adds with one weight
+      vector;
+    * ``C[n, co, y, x]``: the row tile written back in NCHW (the output transform, fused
+      into the row's task).
+    """
+    cfg = get_config()
+    OH, OW = _out_size(H, KH, stride, pad), _out_size(W, KW, stride, pad)
+    cfg.define_knob("ic_block", _blocks(CI), default=_blocks(CI)[0])
+    # narrow rows leave few columns to block: two vectors of output channels then
+    oc_blocks = _blocks(CO, (32, 16, 8, 4, 2, 1))
+    cfg.define_knob("oc_block", oc_blocks,
+                    default=oc_blocks[0] if OW <= 8 or len(oc_blocks) == 1 else oc_blocks[1])
+    cfg.define_split("tile_ow", OW, num_outputs=2, max_factor=32,
+                     default=[-1, next((f for f in (14, 16, 12, 8, 7) if OW % f == 0), 1)])
+    cfg.define_knob("unroll_kw", [True, False], default=True)
+    bc, bo = cfg["ic_block"].val, cfg["oc_block"].val
+    A = te.placeholder((N, CI, H, W), name="A", dtype=dtype)
+    Wt = te.placeholder((CO, CI, KH, KW), name="W", dtype=dtype)
+    zero = te.const(0.0, dtype)
+    Ab = te.compute((N, CI // bc, H + 2 * pad, W + 2 * pad, bc), lambda n, cb, y, x, ci:
+                    te.if_then_else(te.all(y >= pad, y < H + pad, x >= pad, x < W + pad),
+                                    A[n, cb * bc + ci, y - pad, x - pad], zero),
+                    name="A_nchwc")
+    Wb = te.compute((CO // bo, CI // bc, KH, KW, bc, bo), lambda ob, cb, ky, kx, ci, oi:
+                    Wt[ob * bo + oi, cb * bc + ci, ky, kx], name="W_packed")
+    rcb = te.reduce_axis((0, CI // bc), name="rcb")
+    rci = te.reduce_axis((0, bc), name="rci")
+    ry = te.reduce_axis((0, KH), name="ry")
+    rx = te.reduce_axis((0, KW), name="rx")
+    Cb = te.compute((N, CO // bo, OH, OW, bo), lambda n, ob, y, x, oi: te.sum(
+        Ab[n, rcb, y * stride + ry, x * stride + rx, rci] * Wb[ob, rcb, ry, rx, rci, oi],
+        axis=[rcb, ry, rx, rci]), name="C_nchwc")
+    C = te.compute((N, CO, OH, OW), lambda n, co, y, x: Cb[n, co // bo, y, x, co % bo],
+                   name="C")
+    s = te.create_schedule(C.op)
+    # the output transform: one task per (n, channel block, row)
+    n, co, y, x = C.op.axis
+    ob, oi = s[C].split(co, factor=bo)
+    s[C].reorder(n, ob, y, oi, x)
+    task = s[C].fuse(n, ob, y)
+    s[C].parallel(task)
+    # the convolution of that row, in registers
+    cn, cob, cy, cx, coi = Cb.op.axis
+    xo, xi = cfg["tile_ow"].apply(s, Cb, cx)
+    s[Cb].reorder(cn, cob, cy, xo, rcb, ry, rx, rci, xi, coi)
+    if cfg["unroll_kw"].val:
+        s[Cb].unroll(rx)
+    s[Cb].unroll(xi)
+    s[Cb].vectorize(coi)
+    s[Cb].compute_at(s[C], task)
+    # the layout transforms
+    an, acb, ay, _, _ = Ab.op.axis
+    s[Ab].parallel(s[Ab].fuse(an, acb, ay))
+    s[Wb].parallel(Wb.op.axis[0])
     return s, [A, Wt, C]
 
 

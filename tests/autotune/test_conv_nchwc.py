@@ -1,0 +1,80 @@
+"""The blocked-layout convolution template ``conv2d_nchwc``: every config of a small space
+and the default plus one-knob variations at awkward shapes (prime sizes, channel counts
+that are not multiples of the vector width, stride 2, 1x1, no padding, batch 2) against
+numpy in float64 on poisoned outputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import polytile
+from polytile.autotune import get_template
+
+SHAPES = [
+    (1, 6, 9, 11, 10, 3, 3, 1, 1),     # channels not multiples of 4, prime width
+    (2, 16, 7, 5, 32, 3, 3, 2, 1),     # batch 2, stride 2
+    (1, 32, 8, 8, 48, 1, 1, 1, 0),     # 1x1, no padding
+    (1, 3, 13, 13, 7, 5, 5, 1, 2),     # 5x5, prime channels
+    (1, 1, 1, 1, 1, 1, 1, 1, 0),       # everything 1
+    (1, 4, 6, 6, 4, 3, 3, 1, 0),       # no padding, output smaller than input
+]
+
+
+def _run(t, cfg, args, a, w):
+    s, tensors = t.instantiate(cfg, args)
+    f = polytile.build(s, tensors, target="llvm")
+    out = np.full(tuple(int(d) for d in tensors[2].shape), np.nan, dtype="float32")
+    f(a, w, out)
+    return out
+
+
+def _variants(sp):
+    d = sp.get(sp.default_index())
+    base = d.knob_values()
+    out = [d]
+    for k in range(len(sp)):
+        c = sp.get(k)
+        if sum(v != base[n] for n, v in c.knob_values().items()) == 1:
+            out.append(c)
+    return out
+
+
+@pytest.mark.parametrize("args", SHAPES, ids=lambda a: "x".join(map(str, a)))
+def test_default_and_knob_variants_match_numpy(args):
+    t = get_template("conv2d_nchwc")
+    rng = np.random.default_rng(sum(args))
+    n, ci, h, w_, co, kh, kw = args[:7]
+    a = rng.uniform(-1, 1, (n, ci, h, w_)).astype("float32")
+    w = rng.uniform(-1, 1, (co, ci, kh, kw)).astype("float32")
+    ref = t.reference(a.astype("float64"), w.astype("float64"), args=args)
+    tol = 2e-5 * np.sqrt(ci * kh * kw)
+    for cfg in _variants(t.space(args)):
+        out = _run(t, cfg, args, a, w)
+        np.testing.assert_allclose(out, ref, rtol=2e-5, atol=tol, err_msg=str(cfg))
+
+
+def test_every_config_of_a_small_space():
+    t = get_template("conv2d_nchwc")
+    args = (1, 4, 5, 6, 8, 3, 3, 1, 1)
+    sp = t.space(args)
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, (1, 4, 5, 6)).astype("float32")
+    w = rng.uniform(-1, 1, (8, 4, 3, 3)).astype("float32")
+    ref = t.reference(a.astype("float64"), w.astype("float64"), args=args)
+    for k in range(len(sp)):
+        out = _run(t, sp.get(k), args, a, w)
+        np.testing.assert_allclose(out, ref, rtol=2e-5, atol=1e-4, err_msg=str(sp.get(k)))
+
+
+def test_default_schedule_is_blocked_and_register_tiled():
+    t = get_template("conv2d_nchwc")
+    args = (1, 64, 56, 56, 64, 3, 3, 1, 1)
+    sp = t.space(args)
+    cfg = sp.get(sp.default_index())
+    assert cfg["ic_block"].val == 16 and cfg["oc_block"].val == 16
+    s, tensors = t.instantiate(cfg, args)
+    text = str(polytile.lower(s, tensors))
+    assert "A_nchwc = alloc(float32[1, 4, 58, 58, 16]" in text
+    assert "W_packed = alloc(float32[4, 4, 3, 3, 16, 16]" in text
+    assert "vectorized(0, 16)" in text and "parallel" in text
