@@ -1,5 +1,5 @@
 """Built-in neural-network templates: ``conv2d_nchw``, ``conv2d_nchwc``,
-``depthwise_conv2d_nchw``, ``softmax``,
+``depthwise_conv2d_nchw``, ``depthwise_conv2d_nchwc``, ``softmax``,
 ``layernorm``, ``rmsnorm``. Each has default sizes, a numpy reference and a hand-written default config.
 """
 
@@ -209,8 +209,10 @@ def depthwise_conv2d_nchw(N, C, H, W, KH, KW, stride, pad, dtype: str = "float32
     s = te.create_schedule(D.op)
     n, c, y, x = D.op.axis
     cfg.define_split("tile_oh", y, num_outputs=2, max_factor=16, default=[-1, 4])
-    cfg.define_split("tile_ow", x, num_outputs=2, max_factor=64, default=[-1, 8],
-                     filter=lambda e: e.size[-1] <= 64)
+    # one AVX-512 vector of columns, or a whole narrow row (14, 28: one load per tap)
+    cfg.define_split("tile_ow", x, num_outputs=2, max_factor=64, filter=lambda e: e.size[-1] <= 64,
+                     default=[-1, 16 if OW % 16 == 0 else max(
+                         f for f in range(1, min(OW, 32) + 1) if OW % f == 0)])
     y0, y1 = cfg["tile_oh"].apply(s, D, y)
     x0, x1 = cfg["tile_ow"].apply(s, D, x)
     cfg.define_reorder("reorder", [ry, rx, y1], policy="all", default=[0, 1, 2])
@@ -220,6 +222,60 @@ def depthwise_conv2d_nchw(N, C, H, W, KH, KW, stride, pad, dtype: str = "float32
     cfg["unroll"].apply(s, D, [ry, rx])
     s[D].vectorize(x1)
     _parallel_and_padding(cfg, s, D, (n, c, y0), "n.c", Ap, pad)
+    return s, [A, Wt, D]
+
+
+@template("depthwise_conv2d_nchwc", default_args=(1, 128, 56, 56, 3, 3, 1, 1),
+          flops=_dw_flops,
+          reference=lambda a, w, *, args: _conv_reference(a, w, args=args, depthwise=True))
+def depthwise_conv2d_nchwc(N, C, H, W, KH, KW, stride, pad, dtype: str = "float32"):
+    """Depthwise 2-D convolution (channel multiplier 1) computed in the blocked NCHW[x]c
+    layout, NCHW input and output, CHW weights: the input zero-padded and blocked by
+    ``c_block`` channels (the layout transform, a stage), the weights blocked likewise;
+    the vector lanes run over the channels of a block, so every tap is one FMA of a
+    contiguous input vector with a weight vector whatever the image width, over a register
+    tile of ``tile_ow`` output columns (the taps unrolled); one output row of one channel
+    block per parallel task, written back in NCHW in the same task."""
+    cfg = get_config()
+    OH, OW = _out_size(H, KH, stride, pad), _out_size(W, KW, stride, pad)
+    cfg.define_knob("c_block", _blocks(C), default=_blocks(C)[0])
+    cfg.define_split("tile_ow", OW, num_outputs=2, max_factor=32,
+                     default=[-1, next((f for f in (8, 7, 14, 16, 4) if OW % f == 0), 1)])
+    cfg.define_knob("unroll_taps", [True, False], default=True)
+    bc = cfg["c_block"].val
+    A = te.placeholder((N, C, H, W), name="A", dtype=dtype)
+    Wt = te.placeholder((C, KH, KW), name="W", dtype=dtype)
+    zero = te.const(0.0, dtype)
+    Ab = te.compute((N, C // bc, H + 2 * pad, W + 2 * pad, bc), lambda n, cb, y, x, ci:
+                    te.if_then_else(te.all(y >= pad, y < H + pad, x >= pad, x < W + pad),
+                                    A[n, cb * bc + ci, y - pad, x - pad], zero),
+                    name="A_nchwc")
+    Wb = te.compute((C // bc, KH, KW, bc), lambda cb, ky, kx, ci: Wt[cb * bc + ci, ky, kx],
+                    name="W_packed")
+    ry = te.reduce_axis((0, KH), name="ry")
+    rx = te.reduce_axis((0, KW), name="rx")
+    Db = te.compute((N, C // bc, OH, OW, bc), lambda n, cb, y, x, ci: te.sum(
+        Ab[n, cb, y * stride + ry, x * stride + rx, ci] * Wb[cb, ry, rx, ci], axis=[ry, rx]),
+        name="D_nchwc")
+    D = te.compute((N, C, OH, OW), lambda n, c, y, x: Db[n, c // bc, y, x, c % bc], name="D")
+    s = te.create_schedule(D.op)
+    n, c, y, x = D.op.axis
+    cb, ci = s[D].split(c, factor=bc)
+    s[D].reorder(n, cb, y, ci, x)
+    task = s[D].fuse(n, cb, y)
+    s[D].parallel(task)
+    dn, dcb, dy, dx, dci = Db.op.axis
+    xo, xi = cfg["tile_ow"].apply(s, Db, dx)
+    s[Db].reorder(dn, dcb, dy, xo, ry, rx, xi, dci)
+    if cfg["unroll_taps"].val:
+        s[Db].unroll(ry)
+        s[Db].unroll(rx)
+    s[Db].unroll(xi)
+    s[Db].vectorize(dci)
+    s[Db].compute_at(s[D], task)
+    an, acb, ay, _, _ = Ab.op.axis
+    s[Ab].parallel(s[Ab].fuse(an, acb, ay))
+    s[Wb].parallel(Wb.op.axis[0])
     return s, [A, Wt, D]
 
 

@@ -287,7 +287,8 @@ def bench_rows(name: str, threads, rounds, bnd) -> None:
 
 def bench_conv(threads, rounds, bnd, depthwise: bool) -> None:
     shapes = DW_SHAPES if depthwise else CONV_SHAPES
-    names = ["depthwise_conv2d_nchw"] if depthwise else ["conv2d_nchwc", "conv2d_nchw"]
+    names = ["depthwise_conv2d_nchwc", "depthwise_conv2d_nchw"] if depthwise \
+        else ["conv2d_nchwc", "conv2d_nchw"]
     for label, args in shapes.items():
         t0 = get_template(names[0])
         flop = t0.flops(args)

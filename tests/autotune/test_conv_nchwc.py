@@ -1,4 +1,5 @@
-"""The blocked-layout convolution template ``conv2d_nchwc``: every config of a small space
+"""The blocked-layout convolution templates ``conv2d_nchwc`` and
+``depthwise_conv2d_nchwc``: every config of a small space
 and the default plus one-knob variations at awkward shapes (prime sizes, channel counts
 that are not multiples of the vector width, stride 2, 1x1, no padding, batch 2) against
 numpy in float64 on poisoned outputs."""
@@ -78,3 +79,26 @@ def test_default_schedule_is_blocked_and_register_tiled():
     assert "A_nchwc = alloc(float32[1, 4, 58, 58, 16]" in text
     assert "W_packed = alloc(float32[4, 4, 3, 3, 16, 16]" in text
     assert "vectorized(0, 16)" in text and "parallel" in text
+
+
+DW_SHAPES = [
+    (1, 12, 13, 10, 3, 3, 2, 1),    # 12 channels: blocks of 4, stride 2
+    (2, 16, 7, 9, 3, 3, 1, 1),      # batch 2
+    (1, 7, 5, 5, 5, 5, 1, 2),       # prime channels, 5x5
+    (1, 32, 14, 14, 3, 3, 1, 0),    # no padding
+    (1, 1, 1, 1, 1, 1, 1, 0),       # everything 1
+]
+
+
+@pytest.mark.parametrize("args", DW_SHAPES, ids=lambda a: "x".join(map(str, a)))
+@pytest.mark.parametrize("name", ["depthwise_conv2d_nchwc", "depthwise_conv2d_nchw"])
+def test_depthwise_variants_match_numpy(name, args):
+    t = get_template(name)
+    rng = np.random.default_rng(sum(args))
+    n, c, h, w_, kh, kw = args[:6]
+    a = rng.uniform(-1, 1, (n, c, h, w_)).astype("float32")
+    w = rng.uniform(-1, 1, (c, kh, kw)).astype("float32")
+    ref = t.reference(a.astype("float64"), w.astype("float64"), args=args)
+    for cfg in _variants(t.space(args)):
+        out = _run(t, cfg, args, a, w)
+        np.testing.assert_allclose(out, ref, rtol=2e-5, atol=1e-4, err_msg=str(cfg))
