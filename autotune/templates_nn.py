@@ -360,13 +360,17 @@ def softmax(M: int, N: int, dtype: str = "float32"):
     exponent <= 0 (no overflow; Milakov & Gimelshein 2018 fuse the max and the sum into one
     pass with rescaling instead, which costs a second exponential per element: with the
     row in the cache the separate passes are cheaper). Rows holding NaN or +inf give NaN
-    rows, and rows of -inf too, as numpy does."""
+    rows, and rows of -inf too, as numpy does. The ``fast_exp`` knob (float32) takes
+    ``te.fast_exp`` (3 ulp; exponents below -87.7 give 0, whose true value is under
+    2**-126 anyway): a fifth less compute for a kernel that is compute-bound on one core."""
     cfg = get_config()
+    cfg.define_knob("fast_exp", [False, True], default=False)
+    exp = te.fast_exp if cfg["fast_exp"].val and dtype != "float64" else te.exp
     A = te.placeholder((M, N), name="A", dtype=dtype)
     k1 = te.reduce_axis((0, N), name="k1")
     k2 = te.reduce_axis((0, N), name="k2")
     mx = te.compute((M,), lambda i: te.max(A[i, k1], axis=k1), name="rowmax")
-    ex = te.compute((M, N), lambda i, j: te.exp(A[i, j] - mx[i]), name="expo")
+    ex = te.compute((M, N), lambda i, j: exp(A[i, j] - mx[i]), name="expo")
     sm = te.compute((M,), lambda i: te.sum(ex[i, k2], axis=k2), name="rowsum")
     inv = te.compute((M,), lambda i: te.const(1.0, dtype) / sm[i], name="rowinv")
     out = te.compute((M, N), lambda i, j: ex[i, j] * inv[i], name="softmax")

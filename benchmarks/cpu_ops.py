@@ -5,8 +5,9 @@ For softmax, layernorm and rmsnorm (4096 x 4096 float32), conv2d on ResNet-50 la
 prints one line per figure: the kernel's time (median of interleaved rounds, with the
 fastest round beside it), its rate (GB/s for the row kernels: bytes read + written; GFLOP/s
 for the others) and its ratios. polytile runs the template's default config (the hand
-schedule); torch (when installed) runs through ``out=`` variants where it has them, so that
-no kernel pays for allocating its output; numpy runs single-threaded.
+schedule; ``polytile fast``: softmax's with ``te.fast_exp``); torch (when installed) runs
+through ``out=`` variants where it has them, so that no kernel pays for allocating its
+output; numpy runs single-threaded.
 
 The bounds are measured in the same run:
 
@@ -23,7 +24,8 @@ Ratios are given for the medians and, in parentheses, for the best rounds.
 Rounds interleave the implementations (A B C A B C ...), so that a load spike hits them
 alike; the load average is printed beside the figures. On a machine shared with other jobs
 the figures are indicative only. Whole run: under 3 minutes. Run:
-``python benchmarks/cpu_ops.py [--only softmax,conv2d] [--threads 1,2] [--rounds 7]``.
+``python benchmarks/cpu_ops.py [--only softmax,conv2d] [--threads 1,2] [--rounds 7]
+[--clock cpu]``.
 """
 
 from __future__ import annotations
@@ -73,18 +75,25 @@ def _calls_per_sample(fn, target_s: float = 0.01) -> int:
     return max(1, min(1000, int(target_s / max(dt, 1e-7))))
 
 
+#: the clock of :func:`interleaved`: wall time, or with ``--clock cpu`` the calling
+#: thread's CPU time (1 thread only: every implementation then runs on that thread, and
+#: the time it spends descheduled on a busy machine is left out)
+CLOCK = {"fn": time.perf_counter}
+
+
 def interleaved(fns: dict, rounds: int) -> dict:
     """``{name: (median, min)}`` seconds per call of each function of ``fns``, timed in
     ``rounds`` interleaved rounds (each sample at least about 10 ms of calls)."""
     reps = {k: _calls_per_sample(f) for k, f in fns.items()}
     samples: dict = {k: [] for k in fns}
+    clock = CLOCK["fn"]
     for _ in range(rounds):
         for k, f in fns.items():
             n = reps[k]
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(n):
                 f()
-            samples[k].append((time.perf_counter() - t0) / n)
+            samples[k].append((clock() - t0) / n)
     return {k: (statistics.median(v), min(v)) for k, v in samples.items()}
 
 
@@ -203,13 +212,18 @@ def bounds(threads: list[int], rounds: int) -> dict:
 
 
 # ----------------------------------------------------------------------------- kernels
-def build_template(name: str, args: tuple):
-    """The template's default config built for llvm, with its inputs and output."""
+def build_template(name: str, args: tuple, **knobs):
+    """The template's default config (with ``knobs`` changed) built for llvm, with its
+    inputs and output."""
     from polytile.autotune.worker import make_inputs
 
     t = get_template(name)
     sp = t.space(args)
-    s, tensors = t.instantiate(sp.get(sp.default_index()), args)
+    cfg = sp.get(sp.default_index())
+    if knobs:
+        want = dict(cfg.knob_values(), **knobs)
+        cfg = next(sp.get(k) for k in range(len(sp)) if sp.get(k).knob_values() == want)
+    s, tensors = t.instantiate(cfg, args)
     f = polytile.build(s, tensors, target="llvm")
     arrays = make_inputs(tensors, seed=1)
     f(*arrays)
@@ -288,7 +302,10 @@ def bench_rows(name: str, threads, rounds, bnd) -> None:
     nbytes = sum(x.nbytes for x in arrays)
     src, dst = arrays[0], np.empty_like(arrays[0])
     copy_bytes = 2 * src.nbytes
-    fns = {"polytile": run, "numpy": _rows_numpy(name, arrays)}
+    fns = {"polytile": run}
+    if name == "softmax":  # the same schedule with te.fast_exp (3 ulp)
+        fns["polytile fast"] = build_template(name, ROW_SHAPE, fast_exp=True)[0]
+    fns["numpy"] = _rows_numpy(name, arrays)
     if torch is not None:
         fns["torch"] = _rows_torch(name, arrays)
     fns["copy"] = lambda: np.copyto(dst, src)
@@ -300,8 +317,8 @@ def bench_rows(name: str, threads, rounds, bnd) -> None:
         bound = tuple(nbytes / copy_bytes * t for t in r.pop("copy"))
         pt = r["polytile"]
         for impl, t in r.items():
-            extra = f"polytile/bound {pt[0] / bound[0]:5.2f} (best {pt[1] / bound[1]:4.2f})" \
-                if impl == "polytile" else \
+            extra = f"polytile/bound {t[0] / bound[0]:5.2f} (best {t[1] / bound[1]:4.2f})" \
+                if impl.startswith("polytile") else \
                 f"{impl}/polytile {t[0] / pt[0]:5.2f} (best {t[1] / pt[1]:4.2f})"
             _line(kernel, th, impl, t, f"{nbytes / t[0] / 1e9:6.1f} GB/s", extra, load)
         _line(kernel, th, "bound (copy)", bound, f"{nbytes / bound[0] / 1e9:6.1f} GB/s",
@@ -380,7 +397,14 @@ def main() -> None:
                     help=f"comma-separated kernels among {', '.join(KERNELS)}")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds per figure")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: the calling thread's CPU time (with --threads 1 only; "
+                    "for a busy machine)")
     args = ap.parse_args()
+    if args.clock == "cpu":
+        if args.threads != "1":
+            ap.error("--clock cpu needs --threads 1 (other threads' time is not counted)")
+        CLOCK["fn"] = time.thread_time
     only = [k for k in args.only.split(",") if k]
     bad = sorted(set(only) - set(KERNELS))
     if bad:
@@ -388,7 +412,7 @@ def main() -> None:
     threads = sorted({int(x) for x in args.threads.split(",")} | {1})
     t_start = time.perf_counter()
     print(f"torch {torch.__version__ if torch is not None else 'not installed'}, numpy "
-          f"{np.__version__}, {os.cpu_count()} CPUs, load {loadavg()}")
+          f"{np.__version__}, {os.cpu_count()} CPUs, {args.clock} clock, load {loadavg()}")
     bnd = bounds(threads, args.rounds)
     for th in threads:
         print(f"bound {th}t: copy (np.copyto{' in ' + str(th) + ' threads' if th > 1 else ''}) "
