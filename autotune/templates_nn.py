@@ -106,12 +106,14 @@ def conv2d_nchwc(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
     output, OIHW weights. Stages:
 
     * ``A_nchwc[n, cb, y, x, ci]``: the input zero-padded and blocked by ``ic_block``
-      channels (the layout transform, parallel over ``n, cb, y``);
+      channels (the layout transform, parallel over ``n, cb, y``); with
+      ``in_layout="nchw"`` only zero-padded (``Apad``, none without padding) and read in
+      NCHW;
     * ``W_packed[ob, cb, ky, kx, ci, oi]``: the weights blocked by ``ic_block`` input and
       ``oc_block`` output channels;
     * ``C_nchwc[n, ob, y, x, oi]``: the convolution; one output row of one channel block
       per parallel task, a register tile of ``tile_ow`` output columns by ``oc_block``
-      output channels (one or two vectors each) accumulated over the reduction ``cb, ky, kx, ci``:
+      output channels (one or two vectors) accumulated over the reduction ``cb, ky, kx, ci``:
       each input element is broadcast into ``tile_ow`` fused multiply-adds with one weight
       vector;
     * ``C[n, co, y, x]``: the row tile written back in NCHW (the output transform, fused
@@ -120,21 +122,31 @@ def conv2d_nchwc(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
     cfg = get_config()
     OH, OW = _out_size(H, KH, stride, pad), _out_size(W, KW, stride, pad)
     cfg.define_knob("ic_block", _blocks(CI), default=_blocks(CI)[0])
-    # narrow rows leave few columns to block: two vectors of output channels then
+    # two vectors of output channels by 14 columns: 28 of the 32 AVX-512 registers hold
+    # accumulators, each broadcast input feeds two FMAs (ResNet-50 3x3 layers, 1 thread:
+    # 15-20 % faster than one vector by 14 columns)
     oc_blocks = _blocks(CO, (32, 16, 8, 4, 2, 1))
-    cfg.define_knob("oc_block", oc_blocks,
-                    default=oc_blocks[0] if OW <= 8 or len(oc_blocks) == 1 else oc_blocks[1])
+    cfg.define_knob("oc_block", oc_blocks, default=oc_blocks[0])
     cfg.define_split("tile_ow", OW, num_outputs=2, max_factor=32,
                      default=[-1, next((f for f in (14, 16, 12, 8, 7) if OW % f == 0), 1)])
     cfg.define_knob("unroll_kw", [True, False], default=True)
+    # the input blocked (oneDNN) or left in NCHW, padded: the kernel broadcasts single
+    # input elements, which any layout serves; NCHW saves the transform but its reads
+    # cross a channel plane per step (ResNet-50 layers, 1 thread: 5-15 % slower)
+    cfg.define_knob("in_layout", ["nchwc", "nchw"], default="nchwc")
     bc, bo = cfg["ic_block"].val, cfg["oc_block"].val
     A = te.placeholder((N, CI, H, W), name="A", dtype=dtype)
     Wt = te.placeholder((CO, CI, KH, KW), name="W", dtype=dtype)
     zero = te.const(0.0, dtype)
-    Ab = te.compute((N, CI // bc, H + 2 * pad, W + 2 * pad, bc), lambda n, cb, y, x, ci:
-                    te.if_then_else(te.all(y >= pad, y < H + pad, x >= pad, x < W + pad),
-                                    A[n, cb * bc + ci, y - pad, x - pad], zero),
-                    name="A_nchwc")
+    if cfg["in_layout"].val == "nchwc":
+        Ab = te.compute((N, CI // bc, H + 2 * pad, W + 2 * pad, bc), lambda n, cb, y, x, ci:
+                        te.if_then_else(te.all(y >= pad, y < H + pad, x >= pad, x < W + pad),
+                                        A[n, cb * bc + ci, y - pad, x - pad], zero),
+                        name="A_nchwc")
+        read = lambda n, cb, y, x, ci: Ab[n, cb, y, x, ci]  # noqa: E731
+    else:
+        Ab = _padded(A, pad)
+        read = lambda n, cb, y, x, ci: Ab[n, cb * bc + ci, y, x]  # noqa: E731
     Wb = te.compute((CO // bo, CI // bc, KH, KW, bc, bo), lambda ob, cb, ky, kx, ci, oi:
                     Wt[ob * bo + oi, cb * bc + ci, ky, kx], name="W_packed")
     rcb = te.reduce_axis((0, CI // bc), name="rcb")
@@ -142,16 +154,22 @@ def conv2d_nchwc(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
     ry = te.reduce_axis((0, KH), name="ry")
     rx = te.reduce_axis((0, KW), name="rx")
     Cb = te.compute((N, CO // bo, OH, OW, bo), lambda n, ob, y, x, oi: te.sum(
-        Ab[n, rcb, y * stride + ry, x * stride + rx, rci] * Wb[ob, rcb, ry, rx, rci, oi],
+        read(n, rcb, y * stride + ry, x * stride + rx, rci) * Wb[ob, rcb, ry, rx, rci, oi],
         axis=[rcb, ry, rx, rci]), name="C_nchwc")
     C = te.compute((N, CO, OH, OW), lambda n, co, y, x: Cb[n, co // bo, y, x, co % bo],
                    name="C")
     s = te.create_schedule(C.op)
-    # the output transform: one task per (n, channel block, row)
+    # the output transform: one task per (n, channel block, row); consecutive tasks share
+    # the channel block's weights ("ob_y") or the input rows ("y_ob")
+    cfg.define_knob("task_order", ["ob_y", "y_ob"], default="y_ob" if KH == KW == 1 else "ob_y")
     n, co, y, x = C.op.axis
     ob, oi = s[C].split(co, factor=bo)
-    s[C].reorder(n, ob, y, oi, x)
-    task = s[C].fuse(n, ob, y)
+    if cfg["task_order"].val == "ob_y":
+        s[C].reorder(n, ob, y, oi, x)
+        task = s[C].fuse(n, ob, y)
+    else:
+        s[C].reorder(n, y, ob, oi, x)
+        task = s[C].fuse(n, y, ob)
     s[C].parallel(task)
     # the convolution of that row, in registers
     cn, cob, cy, cx, coi = Cb.op.axis
@@ -163,8 +181,13 @@ def conv2d_nchwc(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
     s[Cb].vectorize(coi)
     s[Cb].compute_at(s[C], task)
     # the layout transforms
-    an, acb, ay, _, _ = Ab.op.axis
-    s[Ab].parallel(s[Ab].fuse(an, acb, ay))
+    if Ab is not A:
+        an, acb, ay = Ab.op.axis[:3]
+        s[Ab].parallel(s[Ab].fuse(an, acb, ay))
+        if cfg["in_layout"].val == "nchw":
+            s[Ab].vectorize(s[Ab].split(Ab.op.axis[3], factor=16)[1])
+        else:  # gathers across the channel planes, contiguous stores
+            s[Ab].vectorize(Ab.op.axis[4])
     s[Wb].parallel(Wb.op.axis[0])
     return s, [A, Wt, C]
 
