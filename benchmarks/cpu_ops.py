@@ -340,6 +340,9 @@ def bench_conv(threads, rounds, bnd, depthwise: bool) -> None:
         tf = _conv_torch(arrays, args, depthwise)
         if tf is not None:
             fns["torch"] = tf
+        else:  # the template's numpy reference (einsum per tap) as the anchor
+            ref, ins = t0.reference, (arrays[0], arrays[1])
+            fns["numpy"] = lambda ref=ref, ins=ins, args=args: ref(*ins, args=args)
         kernel = f"{'depthwise' if depthwise else 'conv2d'} {label}"
         for th in threads:
             set_threads(th)
