@@ -122,3 +122,23 @@ def test_nontemporal_with_a_value_is_refused():
     with pytest.raises(ScheduleError, match=r"pragma: 'nontemporal' on stage 'B' has value 1; "
                        r"expected no value"):
         s[B].pragma(B.op.axis[1], "nontemporal", 1)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16", "int8", "int64", "bool"])
+def test_streamed_stores_of_other_dtypes(dtype):
+    m, n = 3, 77
+    A = te.placeholder((m, n), name="A", dtype=dtype)
+    B = te.compute((m, n), lambda i, j: A[i, j], name="B")
+    s = te.create_schedule(B.op)
+    jo, ji = s[B].split(B.op.axis[1], factor=32)
+    s[B].vectorize(ji)
+    s[B].pragma(jo, "nontemporal")
+    f = polytile.build(s, [A, B], target="llvm")
+    rng = np.random.default_rng(5)
+    a = (rng.integers(0, 2, (m, n)) if dtype == "bool" else rng.integers(-9, 9, (m, n)))
+    a = a.astype(dtype)
+    b = np.zeros((m, n), dtype=dtype) if dtype == "bool" else poison((m, n), dtype)
+    if dtype == "bool":
+        b[...] = ~a
+    f(a, b)
+    np.testing.assert_array_equal(b, a)
