@@ -11,6 +11,7 @@ with plain strings read the same.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 
@@ -140,5 +141,24 @@ def default_scope(tags) -> str:
     return "global"
 
 
-__all__ = ["Annotation", "LoopKind", "PARAMS", "PARAM_SPACE", "ThreadTag", "annotation_name",
+@dataclass(frozen=True)
+class PipelinePragma:
+    """``s[C].pipeline(k, stages=N)`` on loop-IR ``For.pragmas``: the loop ``axis`` of
+    stage ``stage`` runs as an ``stages``-deep software pipeline (see
+    :mod:`polytile.schedule.passes.software_pipeline`)."""
+
+    stages: int
+    stage: str
+    axis: str
+
+    def __str__(self) -> str:
+        return f"software_pipeline(stages={self.stages})"
+
+
+#: The ``For.pragmas`` entry of a vectorized 16-byte copy from global into shared memory
+#: that runs asynchronously (PTX ``cp.async``; :mod:`~polytile.schedule.passes.async_copy`).
+ASYNC_COPY = "cp.async"
+
+
+__all__ = ["ASYNC_COPY", "PipelinePragma", "Annotation", "LoopKind", "PARAMS", "PARAM_SPACE", "ThreadTag", "annotation_name",
            "default_scope", "loop_kind", "FRAGMENT_SCOPES", "thread_private"]

@@ -39,7 +39,7 @@ import numpy as np
 
 from polytile.backend import DeviceLimits, get_backend, registered_kinds
 from polytile.errors import BuildError, LoweringError, format_error
-from polytile.schedule.kinds import FRAGMENT_SCOPES, LoopKind
+from polytile.schedule.kinds import ASYNC_COPY, FRAGMENT_SCOPES, LoopKind
 from polytile.schedule.loop_ir import (FOR_KINDS, AccessPtr, Allocate, Assert, Buffer, Evaluate,
                                        ExternCall, For, TensorCall,
                                        IfThenElse, KernelLaunch, LetStmt, PrimFunc, Seq, Stmt,
@@ -398,9 +398,15 @@ class CPrinter(CExprPrinter, StmtFunctor):
             raise BuildError(format_error(self.who, f"loop {s.var.name!r} has kind "
                                           f"{s.kind!r}", "expected serial, unrolled, "
                                           "vectorized or parallel", Kernel=self.kname))
+        asynchronous = ASYNC_COPY in s.pragmas
         for p in s.pragmas:
-            self.emit(depth, f"// pragma {p}")
+            if p != ASYNC_COPY:
+                self.emit(depth, f"// pragma {p}")
         vec = vector_copy(s) if self.d.vector_copies else None
+        if asynchronous and (vec is None or vec[0] not in ("uint4", "float4", "int4")):
+            raise BuildError(format_error(
+                self.who, f"loop {s.var.name!r} is a cp.async copy but not a 16-byte vector "
+                "copy", "an aligned vector copy of 16 bytes", Kernel=self.kname))
         if vec is not None:
             vt, st, ld, guard = vec
             if guard is not None:
@@ -411,8 +417,16 @@ class CPrinter(CExprPrinter, StmtFunctor):
                                               for i in st.indices))
             src = self.index(ld.buffer, tuple(simplify_expr(substitute(i, zero))
                                               for i in ld.indices))
-            self.emit(depth, f"*({vt}*)(&{self.buffer(st.buffer)}[{dst}]) = "
-                             f"*(const {vt}*)(&{self.buffer(ld.buffer)}[{src}]);")
+            if asynchronous:
+                from polytile.targets.cuda.tensor_core import C_HELPERS
+
+                name, text = C_HELPERS["cp.async.cg.shared.global"]
+                self.helpers[name] = text
+                self.emit(depth, f"{name}(&{self.buffer(st.buffer)}[{dst}], "
+                                 f"&{self.buffer(ld.buffer)}[{src}]);")
+            else:
+                self.emit(depth, f"*({vt}*)(&{self.buffer(st.buffer)}[{dst}]) = "
+                                 f"*(const {vt}*)(&{self.buffer(ld.buffer)}[{src}]);")
             if guard is not None:
                 self.emit(depth - 1, "}")
             return

@@ -140,7 +140,7 @@ C_HELPERS = {
 
 def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 64),
               warp=(64, 64), pad: int = 8, vector: int = 8, isa: str = "wmma",
-              dtype: str = "float16"):
+              dtype: str = "float16", stages: int = 1):
     """A hand-scheduled float16 GEMM on tensor cores through WMMA (TVM's tensor-core
     tutorial structure): ``C[M, N] = A[M, K] @ B[K, N]`` (row-major), ``C`` in ``acc``.
 
@@ -152,6 +152,14 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
     ``mma.sync.aligned.m16n8k16`` (sm_80+) instead of WMMA. Threads: 32 lanes
     (``threadIdx.x``, the shared-memory copies only)
     times ``BM/WM x BN/WN`` warps (``threadIdx.z``, ``threadIdx.y``).
+
+    The shared copies are 16-byte vectors, hence ``cp.async`` on sm_80+ (when ``K`` and
+    ``N`` are multiples of 8). ``stages > 1`` software-pipelines the k-tile loop
+    (``s[CF].pipeline(k.outer, stages=stages)``): ``stages`` shared buffers of each tile,
+    the copies of tile ``k + stages - 1`` in flight during the MMAs of tile ``k``, and the
+    16-wide k steps of a tile unrolled. Shared memory: ``stages * (BM * (BK + pad) +
+    BK * (BN + pad)) * 2`` bytes (105 KiB for the default tiles and 3 stages; above 48
+    KiB it is dynamic shared memory, within the 227 KiB of sm_90).
 
     Returns
     -------
@@ -208,6 +216,10 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
     s[CF].tensorize(cti, mma_mma("float16", acc) if mma else wmma_mma(dtype, acc))
     for v in (cfi, cfj):
         s[CF].unroll(v)
+    if stages > 1:
+        # the 16-wide k steps of a tile unrolled: fragment loads of step k+1 can be issued
+        # during the MMAs of step k (nvcc does not always unroll this loop on sm_90)
+        s[CF].unroll(kf)
     s[AF].compute_at(s[CF], kf)
     s[BF].compute_at(s[CF], kf)
     loads = (mma_load_a(), mma_load_b()) if mma else (wmma_load_a(dtype), wmma_load_b(dtype))
@@ -219,6 +231,8 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
         s[F].tensorize(i0, intrin)
         s[F].unroll(o0)
         s[F].unroll(o1)
+    if stages > 1:
+        s[CF].pipeline(ko, stages=stages)
     for S in (AS, BS):
         s[S].compute_at(s[CF], ko)
         if pad:
@@ -318,6 +332,42 @@ __device__ __forceinline__ void mma_store(half* dst, const pt_mma_c_f16& c, int 
 }"""),
 }
 C_HELPERS.update(_MMA_HELPERS)
+
+# ------------------------------------------------------------------ cp.async (sm_80+)
+# Asynchronous global -> shared copies (PTX ISA 9.7.9.25): the loop IR's meaning is in
+# polytile.schedule.passes.async_copy. Below sm_80 they are ordinary 16-byte copies (and
+# the group operations nothing), which keeps every schedule correct there.
+_ASYNC_HELPERS = {
+    "cp.async.cg.shared.global": ("cp_async_cg_shared_global", r"""__device__ __forceinline__ void cp_async_cg_shared_global(void* dst, const void* src) {
+#if __CUDA_ARCH__ >= 800
+  unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(a), "l"(src) : "memory");
+#else
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+#endif
+}"""),
+    "cp.async.commit_group": ("cp_async_commit_group", r"""__device__ __forceinline__ void cp_async_commit_group() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}"""),
+    "cp.async.wait_group": ("cp_async_wait_group", r"""__device__ __forceinline__ void cp_async_wait_group(int n) {
+  // n is a constant at every call: the switch folds to one instruction
+#if __CUDA_ARCH__ >= 800
+  switch (n) {
+    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
+  }
+#endif
+}"""),
+}
+C_HELPERS.update(_ASYNC_HELPERS)
 
 #: The C type of one fragment tile on the mma.sync path, by scope and dtype.
 MMA_FRAGMENT_TYPES = {("wmma.matrix_a", "float16"): "pt_mma_a",

@@ -73,7 +73,10 @@ def test_wmma_source_compiles_for_sm80_and_sm90_with_mma_instructions():
     assert ("nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> "
             "C_wmma_accumulator[16];") in src
     assert "wmma_mma_sync(C_wmma_accumulator[" in src
-    assert "*(uint4*)(&A_shared[" in src and "*(uint4*)(&B_shared[" in src   # 16-byte copies
+    # 16-byte copies into shared memory are cp.async (an ordinary uint4 copy below sm_80)
+    assert "cp_async_cg_shared_global(&A_shared[" in src
+    assert "cp_async_cg_shared_global(&B_shared[" in src
+    assert src.index("cp_async_wait_group(0);") < src.index("wmma_mma_sync(C_wmma")
     for arch in ("sm_80", "sm_90"):
         compile_with_nvcc(src, arch)
     if cc.nvcc_path() is None:
