@@ -245,7 +245,9 @@ def _sass_counts(src: str, arch: str) -> dict | None:
                         path], check=True, capture_output=True)
         sass = subprocess.run([tool, "-sass", cubin], check=True, capture_output=True,
                               text=True).stdout
-    return {op: len(re.findall(rf"\b{op}\b", sass)) for op in ("LDGSTS", "LDSM", "HMMA")}
+    counts = {op: len(re.findall(rf"\b{op}\b", sass)) for op in ("LDGSTS", "LDSM", "HMMA")}
+    counts["STG.128"] = len(re.findall(r"\bSTG\.E\.128\b", sass))
+    return counts
 
 
 @pytest.mark.parametrize("isa", ["wmma", "mma"])
@@ -261,8 +263,8 @@ def test_pipelined_tensor_core_gemm_compiles_with_cp_async(isa):
         counts = _sass_counts(src, arch)
         if counts is not None:
             assert counts["LDGSTS"] > 0 and counts["HMMA"] > 0, counts
-            if isa == "mma":
-                assert counts["LDSM"] > 0, counts
+            if isa == "mma":   # ldmatrix, and the 16-byte epilogue stores of mma_store
+                assert counts["LDSM"] > 0 and counts["STG.128"] > 0, counts
 
 
 def test_pipelined_simt_gemm_compiles():
