@@ -74,6 +74,10 @@ class DeviceLimits:
         ``shared_bytes_per_block``.
     registers_per_block : int
         32-bit registers of one block.
+    async_copy_bytes : int
+        Bytes of one asynchronous global -> shared copy (CUDA ``cp.async``: 16); 0 where
+        there is none: staging copies stay synchronous and software pipelines wait for
+        nothing.
     vector_bytes : int
         Width of the widest SIMD register in bytes (64 with AVX-512, 32 with AVX2, 16 with
         SSE/NEON); 0 on devices without SIMD registers (GPUs).
@@ -98,6 +102,7 @@ class DeviceLimits:
     shared_bytes_optin: int = 0
     static_shared_bytes: int = 0
     registers_per_block: int = 0
+    async_copy_bytes: int = 0
     vector_bytes: int = 0
     vector_load_bytes: int = 0
     stack_buffer_bytes: int = 0

@@ -75,7 +75,7 @@ from .passes.loops import (dedup_syncs, legalize_vector_loops, serialize_nested_
                            unroll)
 from .passes.share import share_subexpressions
 from .passes.simplify import simplify
-from .passes.software_pipeline import software_pipeline
+from .passes.software_pipeline import software_pipeline, software_pipeline_synchronous
 from .passes.storage import allocate_intermediates, flatten_storage
 from .rfactor import lower_cross_thread_reductions
 from .schedule import Schedule
@@ -206,9 +206,20 @@ def _ast(s: Lowering) -> None:
                 for k, env in zip(s.units, s.envs)]
 
 
+def loop_passes(target: Target) -> tuple:
+    """``LOOP_PASSES`` for ``target``: on a device without asynchronous copies
+    (``DeviceLimits.async_copy_bytes == 0``) no copy becomes one, and software pipelines
+    copy synchronously."""
+    if target.limits.async_copy_bytes:
+        return LOOP_PASSES
+    return tuple((n, software_pipeline_synchronous if n == "software_pipeline" else f)
+                 for n, f in LOOP_PASSES if n != "async_copies")
+
+
 def _loop_passes(s: Lowering) -> None:
     """loop-IR passes of LOOP_PASSES"""
-    s.bodies = [run_passes(b, LOOP_PASSES) for b in s.bodies]
+    passes = loop_passes(s.target)
+    s.bodies = [run_passes(b, passes) for b in s.bodies]
 
 
 def _kernel_launch(s: Lowering) -> None:

@@ -116,8 +116,9 @@ def _sub(a: Expr, b: Expr) -> Expr:
 
 
 class _Pipeline(StmtMutator):
-    def __init__(self, root: Stmt):
+    def __init__(self, root: Stmt, asynchronous: bool):
         self.root = root
+        self.asynchronous = asynchronous
 
     def visit_For(self, s: For):
         s = self.generic_visit(s)
@@ -153,7 +154,7 @@ class _Pipeline(StmtMutator):
                                 "which is not a shared copy", "only shared copies there")
                 if isinstance(x, Store):
                     bufs[id(x.buffer)] = x.buffer
-                if isinstance(x, For) and x.kind == LoopKind.VECTORIZED:
+                if isinstance(x, For) and x.kind == LoopKind.VECTORIZED and self.asynchronous:
                     why = async_copy_refusal(x)
                     if why is not None:
                         st = next(y for y in walk_stmts(x) if isinstance(y, Store))
@@ -163,7 +164,7 @@ class _Pipeline(StmtMutator):
                                     "aligned addresses", hint="vectorize the copy into 8 "
                                     "float16 (4 float32) lanes; row lengths and storage_align "
                                     "padding multiples of the vector")
-        for c in copies:
+        for c in copies if self.asynchronous else ():
             bare = [x for x in walk_stmts(c) if isinstance(x, Store)
                     and not any(is_async_copy(f) and any(y is x for y in walk_stmts(f))
                                 for f in walk_stmts(c) if isinstance(f, For)
@@ -204,21 +205,25 @@ class _Pipeline(StmtMutator):
             body = substitute_stmt(seq(*copies), {k: at})
             return _Slots(new, slot).visit(body)
 
+        # without asynchronous copies the same slots are right (the copies complete at
+        # once), and there is nothing to commit or wait for
+        commit = commit_group() if self.asynchronous else None
         prologue = []
         for j in range(n - 1):
             load = stage(_add(lo, j), Const("int64", j))
             if not (isinstance(ext, Const) and j < ext.value):
                 load = IfThenElse(Cmp("bool", "lt", Const("int64", j), ext), load)
-            prologue += [load, commit_group()]
+            prologue += [load, commit]
         rel = _sub(k, lo)
         ahead = _add(rel, n - 1)
         fetch = IfThenElse(Cmp("bool", "lt", ahead, ext), stage(_add(k, n - 1), ahead))
         slot = Binary("int64", "truncmod", rel, Const("int64", n))
-        body = seq(wait_group(n - 2), Sync("shared"), fetch, commit_group(),
+        wait = wait_group if self.asynchronous else (lambda _: None)
+        body = seq(wait(n - 2), Sync("shared"), fetch, commit,
                    _Slots(new, slot).visit(seq(*compute)))
         pragmas = tuple(x for x in s.pragmas if not isinstance(x, PipelinePragma))
         loop = For(k, lo, ext, s.kind, body, s.step, pragmas)
-        return seq(Sync("shared"), *prologue, loop, wait_group(0))
+        return seq(Sync("shared"), *prologue, loop, wait(0))
 
 
 class _MarkAsync(StmtMutator):
@@ -248,16 +253,23 @@ class _MarkPipelined(StmtMutator):
         return For(s.var, s.min, s.extent, s.kind, seq(*stmts), s.step, s.pragmas)
 
 
-def software_pipeline(stmt: Stmt) -> Stmt:
+def software_pipeline(stmt: Stmt, asynchronous: bool = True) -> Stmt:
     """Rewrite every loop marked by ``Stage.pipeline`` into a prologue and a steady state
     whose shared copies run ``stages - 1`` iterations ahead (module docstring).
-    Guarantees: the same values as the loop it replaces; each copy is a 16-byte
-    ``cp.async``. Raises ``ScheduleError`` (primitive ``pipeline``) naming the stage, the
-    loop and what does not fit."""
+    Guarantees: the same values as the loop it replaces; with ``asynchronous`` (targets
+    with ``DeviceLimits.async_copy_bytes``) each copy is a 16-byte ``cp.async``, else an
+    ordinary copy and no group is committed or waited for. Raises ``ScheduleError``
+    (primitive ``pipeline``) naming the stage, the loop and what does not fit."""
     if not any(isinstance(x, For) and _pragma(x) for x in walk_stmts(stmt)):
         return stmt
-    stmt = _MarkPipelined().visit(stmt)
-    return _Pipeline(stmt).visit(stmt)
+    if asynchronous:
+        stmt = _MarkPipelined().visit(stmt)
+    return _Pipeline(stmt, asynchronous).visit(stmt)
 
 
-__all__ = ["software_pipeline"]
+def software_pipeline_synchronous(stmt: Stmt) -> Stmt:
+    """:func:`software_pipeline` for targets without asynchronous copies."""
+    return software_pipeline(stmt, asynchronous=False)
+
+
+__all__ = ["software_pipeline", "software_pipeline_synchronous"]

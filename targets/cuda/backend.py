@@ -26,7 +26,7 @@ CUDA_LIMITS = DeviceLimits(
     max_threads_per_block=1024, max_block_dim=(1024, 1024, 64),
     max_grid_dim=(2**31 - 1, 65535, 65535), warp_size=32,
     shared_bytes_per_block=48 * 1024, static_shared_bytes=48 * 1024,
-    shared_bytes_optin=227 * 1024,
+    shared_bytes_optin=227 * 1024, async_copy_bytes=16,
     registers_per_block=64 * 1024, vector_bytes=0, vector_load_bytes=16)
 
 

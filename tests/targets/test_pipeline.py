@@ -305,3 +305,30 @@ def test_pipelined_tensor_core_gemm_on_the_gpu(size, stages, isa, dtype):
     f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
     ref = a.astype("float64") @ b.astype("float64")
     assert _rel(c.numpy(), ref) < 1e-5
+
+
+# ------------------------------------------------------- devices without asynchronous copies
+def test_pipeline_without_async_copies_copies_synchronously():
+    import dataclasses
+
+    from polytile.backend import Target
+
+    t = Target.parse("cuda")
+    t = dataclasses.replace(t, limits=dataclasses.replace(t.limits, async_copy_bytes=0))
+    s, args, _ = simt_gemm(21, 24, 40, stages=3)
+    f = lower(s, args, target=t)
+    text = str(f)
+    assert "cp.async" not in text and "alloc(float32[3, " in text
+    a, b = _inputs(21, 24, 40, "float32")
+    c = np.full((21, 24), np.nan, "float32")
+    run(f, a, b, c)
+    assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
+
+
+def test_splitting_a_pipelined_loop_afterwards_is_refused():
+    s, args, (AS, BS, CL, ko) = simt_gemm(32, 32, 64, stages=1)
+    s[CL].pipeline(ko, stages=2)
+    s[CL].split(ko, factor=2)
+    with pytest.raises(ScheduleError, match=r"pipeline: loop 'k.outer' of stage 'C.local' was "
+                       r"split or fused after s\[...\].pipeline\(\)"):
+        lower(s, args, target="cuda")
