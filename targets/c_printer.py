@@ -567,8 +567,8 @@ def fragment_type(b: Buffer, body: Stmt, d: CDialect, who: str) -> str:
         if (b.scope, b.dtype) not in MMA_FRAGMENT_TYPES or b.size % 256:
             raise BuildError(format_error(who, f"fragment {b.name!r} of {b.dtype}"
                                           f"{list(b.shape)} on the mma.sync path",
-                                          "whole 16x16 tiles of float16 (accumulators: "
-                                          "float16/float32)"))
+                                          "whole 16x16 tiles of float16 or bfloat16 "
+                                          "(accumulators: float16/float32)"))
         return MMA_FRAGMENT_TYPES[(b.scope, b.dtype)]
     t = {"float16": "half", "float32": "float", "int8": "signed char", "uint8": "unsigned char",
          "int32": "int", "bfloat16": "__nv_bfloat16"}.get(b.dtype)

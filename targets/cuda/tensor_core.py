@@ -175,8 +175,11 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
 
     BM, BN, BK = block
     WM, WN = warp
-    if isa == "mma" and dtype != "float16":
-        raise ValueError(f"wmma_gemm: isa 'mma' has float16 inputs only, not {dtype!r}")
+    if isa == "mma" and (dtype, acc) not in (("float16", "float32"), ("float16", "float16"),
+                                             ("bfloat16", "float32")):
+        raise ValueError(f"wmma_gemm: isa 'mma' takes float16 (float32 or float16 "
+                         f"accumulation) or bfloat16 (float32 accumulation), not {dtype!r} "
+                         f"with {acc!r}")
     A = te.placeholder((M, K), name="A", dtype=dtype)
     B = te.placeholder((K, N), name="B", dtype=dtype)
     C = _matmul(A, B, acc, "C")
@@ -213,7 +216,7 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
     cfi, cti = s[CF].split(ci, factor=N_TILE)
     cfj, ctj = s[CF].split(cj, factor=N_TILE)
     s[CF].reorder(ko, kf, cfi, cfj, cti, ctj, ki)
-    s[CF].tensorize(cti, mma_mma("float16", acc) if mma else wmma_mma(dtype, acc))
+    s[CF].tensorize(cti, mma_mma(dtype, acc) if mma else wmma_mma(dtype, acc))
     for v in (cfi, cfj):
         s[CF].unroll(v)
     if stages > 1:
@@ -222,7 +225,7 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
         s[CF].unroll(kf)
     s[AF].compute_at(s[CF], kf)
     s[BF].compute_at(s[CF], kf)
-    loads = (mma_load_a(), mma_load_b()) if mma else (wmma_load_a(dtype), wmma_load_b(dtype))
+    loads = (mma_load_a(dtype), mma_load_b(dtype)) if mma else (wmma_load_a(dtype), wmma_load_b(dtype))
     for F, intrin in zip((AF, BF), loads):
         a0, a1 = F.op.axis
         o0, i0 = s[F].split(a0, factor=N_TILE)
@@ -260,6 +263,8 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
 # fragment buffers keep their wmma.* scopes; the ``:mma`` tag of the calls picks these types.
 MMA_TYPES = r"""struct pt_mma_a { unsigned r[4]; };      // 16x16 f16 A tile (ldmatrix.x4)
 struct pt_mma_b { unsigned r[4]; };      // 16x16 f16 B tile: two k16n8 fragments
+struct pt_mma_a_bf16 { unsigned r[4]; }; // the same tiles of bf16
+struct pt_mma_b_bf16 { unsigned r[4]; };
 struct pt_mma_c_f32 { float r[8]; };     // 16x16 f32 accumulator: two m16n8 fragments
 struct pt_mma_c_f16 { unsigned r[4]; };  // 16x16 f16 accumulator (half2 registers)
 __device__ __forceinline__ unsigned pt_lane() {
@@ -267,14 +272,14 @@ __device__ __forceinline__ unsigned pt_lane() {
 }"""
 
 _MMA_HELPERS = {
-    "mma.ldmatrix_x4": ("ldmatrix_x4", r"""__device__ __forceinline__ void ldmatrix_x4(pt_mma_a& f, const half* src, int ldm) {
+    "mma.ldmatrix_x4": ("ldmatrix_x4", r"""template <typename F, typename T> __device__ __forceinline__ void ldmatrix_x4(F& f, const T* src, int ldm) {
   // lanes 0-15 address rows 0-15 at column 0, lanes 16-31 at column 8
   unsigned l = pt_lane();
   unsigned a = (unsigned)__cvta_generic_to_shared(src + (l % 16) * ldm + (l / 16) * 8);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(f.r[0]), "=r"(f.r[1]), "=r"(f.r[2]), "=r"(f.r[3]) : "r"(a));
 }"""),
-    "mma.ldmatrix_x4_trans": ("ldmatrix_x4_trans", r"""__device__ __forceinline__ void ldmatrix_x4_trans(pt_mma_b& f, const half* src, int ldm) {
+    "mma.ldmatrix_x4_trans": ("ldmatrix_x4_trans", r"""template <typename F, typename T> __device__ __forceinline__ void ldmatrix_x4_trans(F& f, const T* src, int ldm) {
   // matrices (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15)
   unsigned l = pt_lane();
   unsigned a = (unsigned)__cvta_generic_to_shared(
@@ -286,6 +291,16 @@ _MMA_HELPERS = {
 #pragma unroll
   for (int h = 0; h < 2; ++h)
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+                 : "=f"(d.r[4 * h]), "=f"(d.r[4 * h + 1]), "=f"(d.r[4 * h + 2]), "=f"(d.r[4 * h + 3])
+                 : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[2 * h]),
+                   "r"(b.r[2 * h + 1]), "f"(c.r[4 * h]), "f"(c.r[4 * h + 1]), "f"(c.r[4 * h + 2]),
+                   "f"(c.r[4 * h + 3]));
+}
+__device__ __forceinline__ void mma_sync_m16n8k16(pt_mma_c_f32& d, const pt_mma_a_bf16& a, const pt_mma_b_bf16& b, const pt_mma_c_f32& c) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
                  "{%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
                  : "=f"(d.r[4 * h]), "=f"(d.r[4 * h + 1]), "=f"(d.r[4 * h + 2]), "=f"(d.r[4 * h + 3])
                  : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[2 * h]),
@@ -387,6 +402,8 @@ C_HELPERS.update(_ASYNC_HELPERS)
 #: The C type of one fragment tile on the mma.sync path, by scope and dtype.
 MMA_FRAGMENT_TYPES = {("wmma.matrix_a", "float16"): "pt_mma_a",
                       ("wmma.matrix_b", "float16"): "pt_mma_b",
+                      ("wmma.matrix_a", "bfloat16"): "pt_mma_a_bf16",
+                      ("wmma.matrix_b", "bfloat16"): "pt_mma_b_bf16",
                       ("wmma.accumulator", "float32"): "pt_mma_c_f32",
                       ("wmma.accumulator", "float16"): "pt_mma_c_f16"}
 
@@ -411,7 +428,9 @@ def _mma_load(use: str, call: str, dtype: str) -> te.TensorIntrin:
         return tir.call_intrin("void", call, outs[0].access_ptr("w"), ins[0].access_ptr("r"),
                                _stride(ins[0]))
 
-    return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=f"mma_load_{use[-1]}")
+    suffix = "" if dtype == "float16" else f"_{dtype}"
+    return te.decl_tensor_intrin(c.op, fcompute, binds=binds,
+                                 name=f"mma_load_{use[-1]}{suffix}")
 
 
 def mma_mma(dtype: str = "float16", acc: str = "float32") -> te.TensorIntrin:

@@ -112,6 +112,21 @@ def test_pipelined_gemm_on_the_interpreter(m, n, k, dtype, stages):
     assert err < 1e-6
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_pipelined_mma_sync_gemm_on_the_interpreter(dtype):
+    # the tensor-core GEMM pipelined 3 deep, its ldmatrix/mma.sync calls run through the
+    # intrinsics' compute definitions
+    M, N, K = 32, 64, 80                   # 5 k tiles of 16
+    s, args = tc.wmma_gemm(M, N, K, isa="mma", dtype=dtype, block=(32, 32, 16),
+                           warp=(16, 32), stages=3)
+    f = lower(s, args, target="cuda", stop_after=None)
+    a, b = _inputs(M, N, K, dtype)
+    c = np.full((M, N), np.nan, "float32")
+    run(f, a, b, c)
+    assert "cp.async.wait_group(1)" in str(f)
+    assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
+
+
 def test_double_buffer_is_a_two_stage_pipeline():
     s, args, _ = simt_gemm(21, 24, 40, double_buffer=True)
     f, err = _interpret(s, args, 21, 24, 40, "float32")
@@ -250,9 +265,10 @@ def _sass_counts(src: str, arch: str) -> dict | None:
     return counts
 
 
-@pytest.mark.parametrize("isa", ["wmma", "mma"])
-def test_pipelined_tensor_core_gemm_compiles_with_cp_async(isa):
-    s, args = tc.wmma_gemm(256, 256, 256, isa=isa, stages=3)
+@pytest.mark.parametrize("isa, dtype", [("wmma", "float16"), ("mma", "float16"),
+                                        ("mma", "bfloat16")])
+def test_pipelined_tensor_core_gemm_compiles_with_cp_async(isa, dtype):
+    s, args = tc.wmma_gemm(256, 256, 256, isa=isa, dtype=dtype, stages=3)
     src = polytile.build(s, args, target="cuda").get_source("cu")
     for helper in ("void cp_async_cg_shared_global(", "void cp_async_commit_group(",
                    "void cp_async_wait_group("):
@@ -293,7 +309,7 @@ def test_pipelined_simt_gemm_on_the_gpu(dtype, stages):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("isa, dtype", [("wmma", "float16"), ("wmma", "bfloat16"),
-                                        ("mma", "float16")])
+                                        ("mma", "float16"), ("mma", "bfloat16")])
 @pytest.mark.parametrize("stages", [2, 3, 4])
 @pytest.mark.parametrize("size", [(384, 640, 320), (4096, 4096, 4096)])
 def test_pipelined_tensor_core_gemm_on_the_gpu(size, stages, isa, dtype):
@@ -332,3 +348,9 @@ def test_splitting_a_pipelined_loop_afterwards_is_refused():
     with pytest.raises(ScheduleError, match=r"pipeline: loop 'k.outer' of stage 'C.local' was "
                        r"split or fused after s\[...\].pipeline\(\)"):
         lower(s, args, target="cuda")
+
+
+def test_mma_sync_dtype_and_accumulation_are_checked():
+    with pytest.raises(ValueError, match="isa 'mma' takes float16 .* not 'bfloat16' with "
+                       "'float16'"):
+        tc.wmma_gemm(64, 64, 64, isa="mma", dtype="bfloat16", acc="float16")
