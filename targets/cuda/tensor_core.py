@@ -332,7 +332,7 @@ __device__ __forceinline__ void mma_fill(pt_mma_c_f16& c, half v) {
   // 16-byte store each (8-byte stores where dst or ldm is not 16-byte aligned)
   unsigned l = pt_lane();
   int g = l / 4, t = l % 4;
-  if (ldm % 4 == 0 && reinterpret_cast<size_t>(dst) % 16 == 0) {
+  if (ldm % 4 == 0 && reinterpret_cast<unsigned long long>(dst) % 16 == 0) {
     bool odd = t & 1;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
