@@ -1,6 +1,7 @@
 """Vector copies in C dialects: a vectorized loop that copies contiguous, aligned elements
 becomes one ``float4``/``int4`` (or 2-wide; ``uint4``/``uint2`` for 8 or 4 16-bit
-elements) load and store (128-bit memory instructions on
+elements, ``uint4``/``uint2`` for 16 or 8 8-bit ones) load and store (128-bit memory
+instructions on
 NVIDIA GPUs: CUDA C Programming Guide, "Device Memory Accesses").
 """
 
@@ -18,7 +19,10 @@ VECTOR_TYPES = {("float32", 4): "float4", ("float32", 2): "float2",
                 ("int32", 4): "int4", ("int32", 2): "int2",
                 # 16-bit elements are copied as bits (the shared staging of tensor cores)
                 ("float16", 8): "uint4", ("float16", 4): "uint2",
-                ("bfloat16", 8): "uint4", ("bfloat16", 4): "uint2"}
+                ("bfloat16", 8): "uint4", ("bfloat16", 4): "uint2",
+                # and 8-bit ones (int8 tensor-core staging)
+                ("int8", 16): "uint4", ("int8", 8): "uint2",
+                ("uint8", 16): "uint4", ("uint8", 8): "uint2"}
 
 
 def vector_copy(s: For) -> tuple[str, Store, Load, Expr | None] | None:

@@ -9,7 +9,8 @@ tile, in the style of TVM's tensor-core tutorial:
                            ``wmma.matrix_a`` / ``wmma.matrix_b`` fragment
 ``wmma_mma``               ``c[i, j] += a[i, k] * b[k, j]`` (``wmma::mma_sync``), with
                            ``reset`` = ``wmma::fill_fragment(c, 0)``; float16 inputs, float32
-                           (``acc="float32"``) or float16 accumulation
+                           (``acc="float32"``) or float16 accumulation; bfloat16 inputs
+                           with float32, int8 inputs with int32 accumulation
 ``wmma_store``             ``out[i, j] = frag[i, j]``: ``wmma::store_matrix_sync``
 =========================  ==================================================================
 
@@ -139,10 +140,13 @@ C_HELPERS = {
 
 
 def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 64),
-              warp=(64, 64), pad: int = 8, vector: int = 8, isa: str = "wmma",
+              warp=(64, 64), pad: int | None = None, vector: int | None = None,
+              isa: str = "wmma",
               dtype: str = "float16", stages: int = 1):
     """A hand-scheduled float16 GEMM on tensor cores through WMMA (TVM's tensor-core
     tutorial structure): ``C[M, N] = A[M, K] @ B[K, N]`` (row-major), ``C`` in ``acc``.
+    ``dtype`` may also be ``bfloat16`` (``acc`` float32) or ``int8`` (``acc`` int32, WMMA
+    only); ``vector`` (copy lanes) and ``pad`` (row padding) default to 16 bytes.
 
     Blocks of ``block = (BM, BN, BK)``: each block stages ``A[BM, BK]`` and ``B[BK, BN]`` in
     shared memory (rows padded by ``pad`` elements against bank conflicts, copied with
@@ -175,6 +179,13 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
 
     BM, BN, BK = block
     WM, WN = warp
+    if dtype == "int8" and acc != "int32":
+        raise ValueError(f"wmma_gemm: int8 inputs accumulate in 'int32', not {acc!r}")
+    nbytes = 1 if dtype == "int8" else 2
+    if vector is None:
+        vector = 16 // nbytes           # 16-byte copies (cp.async)
+    if pad is None:
+        pad = 16 // nbytes              # rows stay multiples of 16 bytes (WMMA's ldm)
     if isa == "mma" and (dtype, acc) not in (("float16", "float32"), ("float16", "float16"),
                                              ("bfloat16", "float32")):
         raise ValueError(f"wmma_gemm: isa 'mma' takes float16 (float32 or float16 "
