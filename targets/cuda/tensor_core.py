@@ -139,6 +139,22 @@ C_HELPERS = {
 }
 
 
+def ldmatrix_bank_ways(row_bytes: int, rows: int = 8, width_bytes: int = 16) -> int:
+    """Bank-conflict degree of one ``ldmatrix`` 8x8 matrix (``rows`` rows of
+    ``width_bytes`` at a stride of ``row_bytes``) in shared memory of 32 banks of 4 bytes:
+    the most rows one bank serves (1: conflict-free, one wavefront). With float16 rows of
+    64 elements (128 bytes) all 8 rows start in bank 0 (8-way); ``storage_align`` padding
+    by 8 elements (144 bytes) spreads them over the 32 banks. Source: CUDA C Programming
+    Guide, "Shared Memory" (compute capability 5.x+ bank layout)."""
+    hits: dict = {}
+    for r in range(rows):
+        first = r * row_bytes // 4
+        for w in range(width_bytes // 4):
+            bank = (first + w) % 32
+            hits[bank] = hits.get(bank, 0) + 1
+    return max(hits.values())
+
+
 def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 64),
               warp=(64, 64), pad: int | None = None, vector: int | None = None,
               isa: str = "wmma",

@@ -20,6 +20,7 @@ from polytile import te
 from polytile.te import dtype as dt
 from polytile.errors import ScheduleError
 from polytile.schedule.interpreter import RaceError, run
+from polytile.schedule.loop_ir import Allocate, walk_stmts
 from polytile.schedule.passes import async_copy, software_pipeline
 from polytile.schedule.pipeline import lower
 from polytile.targets.cuda import compile as cc
@@ -365,3 +366,17 @@ def test_mma_sync_dtype_and_accumulation_are_checked():
     with pytest.raises(ValueError, match="isa 'mma' takes float16 .* not 'bfloat16' with "
                        "'float16'"):
         tc.wmma_gemm(64, 64, 64, isa="mma", dtype="bfloat16", acc="float16")
+
+
+def test_padded_shared_rows_are_bank_conflict_free_for_ldmatrix():
+    # the default tiles of wmma_gemm: A rows of 64 + 8 float16, B rows of 128 + 8
+    for width in (64, 128):
+        assert tc.ldmatrix_bank_ways(2 * width) == 8          # unpadded: 8-way conflicts
+        assert tc.ldmatrix_bank_ways(2 * (width + 8)) == 1    # padded: conflict-free
+    s, args = tc.wmma_gemm(256, 256, 256, isa="mma", stages=3)
+    f = lower(s, args, target="cuda")
+    shapes = {x.buffer.name: x.buffer.shape for x in walk_stmts(f.body)
+              if isinstance(x, Allocate) and x.buffer.scope == "shared"}
+    assert shapes == {"A.shared": (3, 128, 72), "B.shared": (3, 64, 136)}
+    for shape in shapes.values():
+        assert tc.ldmatrix_bank_ways(2 * shape[-1]) == 1
