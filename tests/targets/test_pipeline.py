@@ -380,3 +380,14 @@ def test_padded_shared_rows_are_bank_conflict_free_for_ldmatrix():
     assert shapes == {"A.shared": (3, 128, 72), "B.shared": (3, 64, 136)}
     for shape in shapes.values():
         assert tc.ldmatrix_bank_ways(2 * shape[-1]) == 1
+
+
+def test_pipeline_replays_from_the_trace():
+    from polytile.schedule.schedule import replay
+
+    s, args, _ = simt_gemm(32, 32, 64, stages=3)
+    C = args[2]
+    fresh = replay(s.trace, te.create_schedule(C.op))
+    steps = [st for st in fresh.trace if st.primitive == "pipeline"]
+    assert len(steps) == 1 and dict(steps[0].kwargs) == {"stages": 3}
+    assert str(lower(fresh, args, target="cuda")) == str(lower(s, args, target="cuda"))
