@@ -48,15 +48,23 @@ def wmma_load_b(dtype: str = "float16", layout: str = "row_major",
     return _load("matrix_b", dtype, layout, name)
 
 
+def k_tile(dtype: str) -> int:
+    """The k extent of one WMMA step: 8 for float32 operands (tf32, m16n16k8), else 16."""
+    return 8 if dtype == "float32" else N
+
+
 def _load(use: str, dtype: str, layout: str, name: str) -> te.TensorIntrin:
-    a = te.placeholder((N, N), name="src", dtype=dtype)
-    c = te.compute((N, N), lambda i, j: a[i, j], name="frag")
+    shape = (N, k_tile(dtype)) if use == "matrix_a" else (k_tile(dtype), N)
+    a = te.placeholder(shape, name="src", dtype=dtype)
+    c = te.compute(shape, lambda i, j: a[i, j], name="frag")
     binds = {a: tir.decl_buffer(a.shape, dtype, "src", strides=[te.var("ldm"), 1]),
              c: tir.decl_buffer(c.shape, dtype, "frag", scope=f"wmma.{use}")}
 
     def fcompute(ins, outs):
         src, frag = ins[0], outs[0]
-        return tir.call_intrin("void", f"wmma.load_matrix_sync:{layout}",
+        # float32 operands are tf32 fragments, rounded (cvt.rna.tf32) after the load
+        op = "wmma.load_matrix_sync_tf32" if dtype == "float32" else "wmma.load_matrix_sync"
+        return tir.call_intrin("void", f"{op}:{layout}",
                                frag.access_ptr("w"), src.access_ptr("r"), _stride(src))
 
     return te.decl_tensor_intrin(c.op, fcompute, binds=binds,
@@ -78,9 +86,11 @@ def _matmul(a: te.Tensor, b: te.Tensor, acc: str, name: str) -> te.Tensor:
 def wmma_mma(dtype: str = "float16", acc: str = "float32", name: str = "") -> te.TensorIntrin:
     """``c[i, j] = sum_k a[i, k] * b[k, j]`` on 16x16x16 fragments (``mma_sync``); the
     stage must compute ``te.sum(A[i, k].astype(acc) * B[k, j].astype(acc))`` (or without
-    casts when ``acc`` is ``dtype``)."""
-    a = te.placeholder((N, N), name="a", dtype=dtype)
-    b = te.placeholder((N, N), name="b", dtype=dtype)
+    casts when ``acc`` is ``dtype``). ``dtype="float32"`` is tf32 (m16n16k8: 16x8 and 8x16
+    operands, float32 accumulation)."""
+    kt = k_tile(dtype)
+    a = te.placeholder((N, kt), name="a", dtype=dtype)
+    b = te.placeholder((kt, N), name="b", dtype=dtype)
     c = _matmul(a, b, acc, "c")
     binds = {a: tir.decl_buffer(a.shape, dtype, "a", scope="wmma.matrix_a"),
              b: tir.decl_buffer(b.shape, dtype, "b", scope="wmma.matrix_b"),
@@ -125,6 +135,11 @@ C_HELPERS = {
     "wmma.load_matrix_sync": ("wmma_load_matrix_sync", (
         f"template <typename F, typename T> {_INLINE} void wmma_load_matrix_sync(F& frag, "
         "const T* src, int ldm) { nvcuda::wmma::load_matrix_sync(frag, src, ldm); }")),
+    "wmma.load_matrix_sync_tf32": ("wmma_load_matrix_sync_tf32", (
+        f"template <typename F> {_INLINE} void wmma_load_matrix_sync_tf32(F& frag, "
+        "const float* src, int ldm) { nvcuda::wmma::load_matrix_sync(frag, src, ldm); "
+        "for (int t = 0; t < frag.num_elements; ++t) "
+        "frag.x[t] = nvcuda::wmma::__float_to_tf32(frag.x[t]); }")),
     "wmma.mma_sync": ("wmma_mma_sync", (
         f"template <typename D, typename A, typename B, typename C> {_INLINE} void "
         "wmma_mma_sync(D& d, const A& a, const B& b, const C& c) "
@@ -161,8 +176,9 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
               dtype: str = "float16", stages: int = 1):
     """A hand-scheduled float16 GEMM on tensor cores through WMMA (TVM's tensor-core
     tutorial structure): ``C[M, N] = A[M, K] @ B[K, N]`` (row-major), ``C`` in ``acc``.
-    ``dtype`` may also be ``bfloat16`` (``acc`` float32) or ``int8`` (``acc`` int32, WMMA
-    only); ``vector`` (copy lanes) and ``pad`` (row padding) default to 16 bytes.
+    ``dtype`` may also be ``bfloat16`` (``acc`` float32), ``int8`` (``acc`` int32, WMMA
+    only) or ``float32`` (tf32 WMMA, m16n16k8, float32 accumulation); ``vector`` (copy
+    lanes) and ``pad`` (row padding) default to 16 bytes.
 
     Blocks of ``block = (BM, BN, BK)``: each block stages ``A[BM, BK]`` and ``B[BK, BN]`` in
     shared memory (rows padded by ``pad`` elements against bank conflicts, copied with
@@ -197,7 +213,11 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
     WM, WN = warp
     if dtype == "int8" and acc != "int32":
         raise ValueError(f"wmma_gemm: int8 inputs accumulate in 'int32', not {acc!r}")
-    nbytes = 1 if dtype == "int8" else 2
+    if dtype == "float32" and (acc != "float32" or isa != "wmma"):
+        raise ValueError(f"wmma_gemm: float32 inputs (tf32) take isa 'wmma' and 'float32' "
+                         f"accumulation, not {isa!r} with {acc!r}")
+    nbytes = {"int8": 1, "float32": 4}.get(dtype, 2)
+    kt = k_tile(dtype)
     if vector is None:
         vector = 16 // nbytes           # 16-byte copies (cp.async)
     if pad is None:
@@ -239,7 +259,7 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
     ci, cj = CF.op.axis
     (ck,) = CF.op.reduce_axis
     ko, kk = s[CF].split(ck, factor=BK)
-    kf, ki = s[CF].split(kk, factor=N_TILE)
+    kf, ki = s[CF].split(kk, factor=kt)
     cfi, cti = s[CF].split(ci, factor=N_TILE)
     cfj, ctj = s[CF].split(cj, factor=N_TILE)
     s[CF].reorder(ko, kf, cfi, cfj, cti, ctj, ki)
@@ -253,10 +273,10 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
     s[AF].compute_at(s[CF], kf)
     s[BF].compute_at(s[CF], kf)
     loads = (mma_load_a(dtype), mma_load_b(dtype)) if mma else (wmma_load_a(dtype), wmma_load_b(dtype))
-    for F, intrin in zip((AF, BF), loads):
+    for F, intrin, (t0, t1) in zip((AF, BF), loads, ((N_TILE, kt), (kt, N_TILE))):
         a0, a1 = F.op.axis
-        o0, i0 = s[F].split(a0, factor=N_TILE)
-        o1, i1 = s[F].split(a1, factor=N_TILE)
+        o0, i0 = s[F].split(a0, factor=t0)
+        o1, i1 = s[F].split(a1, factor=t1)
         s[F].reorder(o0, o1, i0, i1)
         s[F].tensorize(i0, intrin)
         s[F].unroll(o0)
