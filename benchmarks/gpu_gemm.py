@@ -59,14 +59,15 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
         import ml_dtypes
 
         a, b = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
-    else:
+    elif dtype != "tf32":
         a, b = a.astype("float16"), b.astype("float16")
     ref = None
     cublas = None
     try:
         import torch
 
-        tdt = torch.bfloat16 if dtype == "bfloat16" else torch.float16
+        tdt = {"bfloat16": torch.bfloat16, "tf32": torch.float32}.get(dtype, torch.float16)
+        torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"   # cuBLAS on tf32 tensor cores
         ta = torch.from_numpy(a.astype("float32")).cuda().to(tdt)
         tb = torch.from_numpy(b.astype("float32")).cuda().to(tdt)
         ref = (ta.double() @ tb.double()).cpu().numpy()
@@ -75,6 +76,8 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
         try:
             if not anchors:
                 raise ImportError("not asked for")
+            if dtype == "tf32":   # its tile configs are sized for 16-bit operands
+                raise ImportError("not for tf32")
             import triton_gemm
 
             tt, cfg = triton_gemm.best_tflops(ta, tb, lambda fn: _time_torch(fn, n))
@@ -85,19 +88,21 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
     except ImportError:
         print("torch not installed: no cuBLAS anchor")
         ref = a.astype("float64") @ b.astype("float64")
-    if dtype == "bfloat16" and acc != "float32":
-        raise SystemExit("bfloat16: float32 accumulation only")
+    if dtype in ("bfloat16", "tf32") and acc != "float32":
+        raise SystemExit(f"{dtype}: float32 accumulation only")
+    if dtype == "tf32" and isa != "wmma":
+        raise SystemExit("tf32: WMMA only (--isa wmma)")
     da, db = polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda")
     for depth in stages:
         t0 = time.perf_counter()
-        s, args = tc.wmma_gemm(n, n, n, acc=acc, isa=isa, dtype=dtype, block=tiles[0],
-                               warp=tiles[1], stages=depth)
+        s, args = tc.wmma_gemm(n, n, n, acc=acc, isa=isa, block=tiles[0], warp=tiles[1],
+                               dtype="float32" if dtype == "tf32" else dtype, stages=depth)
         f = polytile.build(s, args, target="cuda")
         t_build = time.perf_counter() - t0
         dc = polytile.nd.array(np.full((n, n), np.nan, acc), device="cuda")
         f(da, db, dc)
         err = np.linalg.norm(dc.numpy().astype("float64") - ref) / np.linalg.norm(ref)
-        if not err < (5e-3 if acc == "float16" else 1e-4):
+        if not err < (5e-3 if acc == "float16" or dtype == "tf32" else 1e-4):
             raise SystemExit(f"polytile {isa} stages={depth}: wrong result (relative error "
                              f"{err:.2e})")
         t = f.time_evaluator(number=10, repeat=3)(da, db, dc).median
@@ -119,7 +124,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, nargs="+", default=None,
                     help="M = N = K (default: 4096 for float32, 4096 8192 for float16)")
-    ap.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    ap.add_argument("--dtype", choices=("float32", "float16", "bfloat16", "tf32"),
+                    default="float32", help="float32: CUDA cores (tutorial 04); tf32: float32 "
+                    "operands on tensor cores (WMMA m16n16k8), cuBLAS with allow_tf32")
     ap.add_argument("--acc", choices=("float32", "float16"), default="float32",
                     help="accumulation dtype of the float16 GEMM")
     ap.add_argument("--isa", choices=("wmma", "mma"), default="wmma",
