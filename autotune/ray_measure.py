@@ -95,9 +95,6 @@ def connect(address: str) -> bool:
     TuneError
         For another address, no cluster to join, or Ray missing.
     """
-    ray = import_ray()
-    if ray.is_initialized():
-        return False
     if address == "local":
         kw = {"include_dashboard": False}
     elif address == "auto" or address.startswith("ray://"):
@@ -105,6 +102,9 @@ def connect(address: str) -> bool:
     else:
         raise TuneError(format_error("tune", f"--ray {address!r}",
                                      "expected 'auto', 'local' or 'ray://host:port'"))
+    ray = import_ray()
+    if ray.is_initialized():
+        return False
     try:
         ray.init(namespace=NAMESPACE, log_to_driver=False, **kw)
     except (ConnectionError, RuntimeError) as exc:

@@ -1,0 +1,146 @@
+"""Tuning on a Ray cluster (``tune(..., ray=...)``, ``polytile tune --ray``) against a local
+Ray instance with two worker CPUs: records of the same form as a local run's, a measuring
+actor killed mid-run, resume after the driver is interrupted, refusal of a target no node
+can measure, and the error without Ray. CI installs Ray (``.ci/run``: ``.[test,ray]``);
+without it the Ray tests skip and say so."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from polytile.autotune import MeasureOptions, read_records, tune
+from polytile.autotune.context import canonical_target
+from polytile.autotune.records import RecordWarning
+from polytile.errors import TuneError
+
+ARGS = (48, 40, 56)
+OPT = MeasureOptions(parallel=1, threads=1, number=1, repeat=2, min_repeat_ms=2,
+                     budget_s=0.02)
+
+
+@pytest.fixture(scope="module")
+def ray():
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install "
+                              "'polytile[ray]' (CI installs it)")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def _lines(path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(x) for x in f if x.strip()]
+
+
+def _read_clean(path) -> list:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RecordWarning)
+        return read_records(path)
+
+
+def test_records_have_the_form_of_a_local_run(ray, tmp_path):
+    local, remote = tmp_path / "local.jsonl", tmp_path / "ray.jsonl"
+    a = tune("matmul", ARGS, tuner="random", n_trial=5, measure_option=OPT,
+             log_file=str(local), seed=3)
+    b = tune("matmul", ARGS, tuner="random", n_trial=5, measure_option=OPT,
+             log_file=str(remote), seed=3, ray="local")
+    la, lb = _lines(local), _lines(remote)
+    assert len(la) == len(lb) == 5 and b.n_failed == 0
+    for x, y in zip(la, lb):
+        assert x.keys() == y.keys()
+        for k in ("schema", "workload", "target", "config", "config_index", "trace", "error",
+                  "tuner", "threads", "phase"):
+            assert x[k] == y[k], k
+        assert y["costs"] and all(c > 0 for c in y["costs"]) and y["build_s"] > 0
+    assert b.records[0].config == a.records[0].config  # the default config first
+    (node,) = b.nodes
+    assert node["trials"] == 5 and node["devices"] == ["cpu"] and node["trials_per_s"] > 0
+
+
+def test_killed_measuring_actor_loses_its_trials_once(ray, tmp_path):
+    log = tmp_path / "killed.jsonl"
+    killed = []
+
+    def kill_once(res, rec):
+        if res.n_trials == 2 and not killed:
+            names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                     if a["name"].startswith("polytile-measure:")]
+            assert len(names) == 1  # one device, one measuring actor
+            ray.kill(ray.get_actor(names[0], namespace="polytile"))
+            killed.append(names[0])
+
+    res = tune("matmul", ARGS, tuner="random", n_trial=8, measure_option=OPT,
+               log_file=str(log), seed=5, batch_size=6, callbacks=[kill_once], ray="local")
+    assert killed
+    recs = _read_clean(log)
+    assert len(recs) == len(_lines(log)) == res.n_trials >= 8
+    lost = [r for r in recs if r.error_msg.startswith("lost:")]
+    assert lost and all(r.error == "runtime_error" and "died" in r.error_msg for r in lost)
+    assert all(r.error_msg.endswith("queued again") for r in lost)
+    for r in lost:  # measured again, after, by the replacement actor
+        later = [q for q in recs if q.config_index == r.config_index and q.line > r.line]
+        assert len(later) == 1 and not later[0].error_msg.startswith("lost:")
+    assert sum(r.ok for r in recs) >= 8 - len(lost)
+    assert res.nodes[0]["trials"] == res.n_trials
+
+
+def test_resume_after_the_driver_is_interrupted(ray, tmp_path):
+    log = tmp_path / "resume.jsonl"
+
+    def interrupt(res, rec):
+        if res.n_trials == 3:
+            raise KeyboardInterrupt
+
+    first = tune("matmul", ARGS, tuner="random", n_trial=7, measure_option=OPT,
+                 log_file=str(log), seed=7, batch_size=5, callbacks=[interrupt], ray="local")
+    assert first.interrupted and len(_read_clean(log)) == 3
+    again = tune("matmul", ARGS, tuner="random", n_trial=7, measure_option=OPT,
+                 log_file=str(log), seed=7, resume=True, ray="local")
+    assert not again.interrupted and again.resumed == 3 and again.n_trials == 7
+    recs = _read_clean(log)
+    assert len(recs) == 7
+    assert len({r.config_index for r in recs}) == 7  # nothing measured twice
+
+
+def test_refuses_a_target_no_node_can_measure(ray):
+    host = canonical_target("llvm")
+    other = "llvm -mcpu=" + ("znver4" if "znver4" not in host else "skylake")
+    with pytest.raises(TuneError, match=r"no node of the Ray cluster can measure "
+                       r"'llvm -mcpu=\w+'.*\n.*Nodes: .*" + host):
+        tune("matmul", ARGS, n_trial=2, measure_option=OPT, target=other, ray="local")
+
+
+def test_cli_ray_prints_trials_per_node(ray, tmp_path, capsys):
+    from polytile.cli import main
+
+    rc = main(["tune", "matmul", "--args", "48,40,56", "--trials", "3", "--parallel", "1",
+               "--threads", "1", "--no-numpy", "--quiet", "--ray", "local",
+               "--log", str(tmp_path / "cli.jsonl")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "measured on the Ray cluster --ray local" in out
+    assert "trials/s (cpu; node " in out
+
+
+def test_without_ray_the_option_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails
+    with pytest.raises(TuneError, match=r"needs the package 'ray'.*\n.*polytile\[ray\]"):
+        tune("matmul", ARGS, n_trial=1, measure_option=OPT, ray="local")
+
+
+def test_bad_address_is_refused():
+    with pytest.raises(TuneError, match="expected 'auto', 'local' or 'ray://host:port'"):
+        tune("matmul", ARGS, n_trial=1, measure_option=OPT, ray="localhost:6379")
+
+
+def test_import_polytile_does_not_import_ray():
+    code = ("import sys, polytile, polytile.autotune, polytile.cli; "
+            "import polytile.autotune.ray_measure; print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
