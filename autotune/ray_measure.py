@@ -96,7 +96,7 @@ def connect(address: str) -> bool:
         For another address, no cluster to join, or Ray missing.
     """
     if address == "local":
-        kw = {"include_dashboard": False}
+        kw = {"address": "local", "include_dashboard": False}  # never an existing one
     elif address == "auto" or address.startswith("ray://"):
         kw = {"address": address}
     else:
@@ -274,6 +274,7 @@ class _Slot:
     limit: float = 0.0
     trials: int = 0
     busy_s: float = 0.0
+    served: int = 0  # trials final on this actor (not counting the ones lost with it)
 
 
 class RayMeasurer:
@@ -300,10 +301,12 @@ class RayMeasurer:
         self._built: dict = {}  # item position -> its build's result, until it runs
         self._owned = False
         self._ray = None
-        self._setup = json.dumps({"workload": workload.key(), "target": target,
+        key = workload.key()
+        key["template"] = _portable_spec(workload.template)
+        self._setup = json.dumps({"workload": key, "target": target,
                                   "options": asdict(self.opt)})
         self._worker_setup = json.dumps({
-            "template": workload.template, "args": list(workload.args),
+            "template": key["template"], "args": list(workload.args),
             "dtype": workload.dtype, "target": target, "threads": self.opt.threads,
             "seed": self.opt.seed})
 
@@ -509,9 +512,10 @@ class RayMeasurer:
                 return
             s.since = time.perf_counter()
 
-        def done(s: _Slot, k: int, r: MeasureResult) -> None:
+        def done(s: _Slot, k: int, r: MeasureResult, lost: bool = False) -> None:
             final[k] = r
             s.trials += 1
+            s.served += not lost
             if r.ok and (best[0] is None or r.cost < best[0]):
                 best[0] = r.cost
             if on_result is not None:
@@ -526,7 +530,7 @@ class RayMeasurer:
             for k in ks:
                 r = MeasureResult(error="runtime_error", error_msg=f"lost: {why}"
                                   + ("" if k in retried else "; queued again"))
-                done(s, k, r)
+                done(s, k, r, lost=True)
                 if k not in retried:
                     retried.add(k)
                     again.append(k)
@@ -586,8 +590,11 @@ class RayMeasurer:
         return [final[k] for k in range(len(items)) if k in final]
 
     def _replace(self, dead: _Slot) -> None:
-        """A new actor for ``dead``'s device when its node is still alive."""
+        """A new actor for ``dead``'s device when its node is still alive and ``dead``
+        measured something (an actor that dies before its first trial would again)."""
         ray = self._ray
+        if not dead.served:
+            return
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
         if dead.node["node_id"] not in alive:
             return
@@ -630,6 +637,16 @@ class RayMeasurer:
         for d in per.values():
             d["trials_per_s"] = d["trials"] / self.measure_s if self.measure_s else 0.0
         return list(per.values())
+
+
+def _portable_spec(spec: str) -> str:
+    """A ``file.py:function`` template spec with an absolute path (a Ray worker's
+    working directory is not the driver's); a registered name as it is. Records keep the
+    spec as the user gave it: only what the nodes load changes."""
+    path, sep, fn = spec.rpartition(":")
+    if sep and os.path.isfile(path):
+        return os.path.abspath(path) + ":" + fn
+    return spec
 
 
 def _first_line(exc: BaseException) -> str:

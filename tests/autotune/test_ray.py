@@ -7,8 +7,11 @@ without it the Ray tests skip and say so."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 import warnings
 
 import pytest
@@ -18,6 +21,10 @@ from polytile.autotune.context import canonical_target
 from polytile.autotune.records import RecordWarning
 from polytile.errors import TuneError
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXPECTED = {"ok": None, "segv": "build_error", "hang": "timeout", "oom": "build_error",
+            "invalid": "invalid_config", "wrong": "wrong_result", "crash_run": "runtime_error",
+            "hang_run": "timeout"}
 ARGS = (48, 40, 56)
 OPT = MeasureOptions(parallel=1, threads=1, number=1, repeat=2, min_repeat_ms=2,
                      budget_s=0.02)
@@ -90,21 +97,51 @@ def test_killed_measuring_actor_loses_its_trials_once(ray, tmp_path):
 
 
 def test_resume_after_the_driver_is_interrupted(ray, tmp_path):
+    """Ctrl-C of `polytile tune --ray local` (a driver of its own), then --resume."""
     log = tmp_path / "resume.jsonl"
-
-    def interrupt(res, rec):
-        if res.n_trials == 3:
-            raise KeyboardInterrupt
-
-    first = tune("matmul", ARGS, tuner="random", n_trial=7, measure_option=OPT,
-                 log_file=str(log), seed=7, batch_size=5, callbacks=[interrupt], ray="local")
-    assert first.interrupted and len(_read_clean(log)) == 3
-    again = tune("matmul", ARGS, tuner="random", n_trial=7, measure_option=OPT,
+    cmd = [sys.executable, "-m", "polytile.cli", "tune", "matmul", "--args", "48,40,56",
+           "--trials", "60", "--tuner", "random", "--seed", "7", "--parallel", "1",
+           "--threads", "1", "--repeat", "2", "--min-repeat-ms", "2", "--no-numpy",
+           "--quiet", "--ray", "local", "--log", str(log)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline and proc.poll() is None:
+            if log.exists() and len(_lines(log)) >= 3:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "continue with the same command and --resume" in err
+    done = _read_clean(log)
+    assert 3 <= len(done) < 60
+    again = tune("matmul", ARGS, tuner="random", n_trial=len(done) + 3, measure_option=OPT,
                  log_file=str(log), seed=7, resume=True, ray="local")
-    assert not again.interrupted and again.resumed == 3 and again.n_trials == 7
+    assert not again.interrupted and again.resumed == len(done)
     recs = _read_clean(log)
-    assert len(recs) == 7
-    assert len({r.config_index for r in recs}) == 7  # nothing measured twice
+    assert len(recs) == len(done) + 3 == again.n_trials
+    assert len({r.config_index for r in recs}) == len(recs)  # nothing measured twice
+
+
+def test_faulty_candidates_fail_as_in_a_local_run(ray, tmp_path, monkeypatch):
+    """Crashes, hangs, runaway allocations, wrong results: the error codes of a local run
+    (tests/autotune/test_measure.py), the template named by a path relative to the
+    driver's working directory."""
+    monkeypatch.chdir(HERE)
+    opt = MeasureOptions(parallel=2, check=True, build_timeout=2.0, run_timeout=2.0,
+                         mem_limit_mb=2048)
+    res = tune("faulty_template.py:faulty", (16,), tuner="grid", n_trial=len(EXPECTED),
+               measure_option=opt, log_file=str(tmp_path / "faulty.jsonl"), ray="local")
+    got = {r.config["mode"]: (r.error, r.error_msg) for r in res.records}
+    assert {m: e for m, (e, _) in got.items()} == EXPECTED
+    assert "SIGSEGV" in got["segv"][1] and "out of memory" in got["oom"][1]
+    assert res.best.config["mode"] == "ok"
+    assert res.records[0].workload["template"] == "faulty_template.py:faulty"
 
 
 def test_refuses_a_target_no_node_can_measure(ray):
