@@ -1,0 +1,80 @@
+"""Benchmark: the same matmul tuning run with the local worker pool and on a local Ray
+instance (``tune(..., ray=...)``): trials/s of each, Ray's overhead per trial, and the
+constants of the projection for N nodes in docs/distributed.md.
+
+Per tuner and mode the run is made ``--rounds`` times, alternating local / Ray (so that a
+drift of a shared machine weighs on both), and the medians are printed:
+
+* ``trials/s``: trials over the wall time of the search (the start-up of the workers or of
+  the measuring actors excluded; it is printed apart, with ``ray.init``'s);
+* ``driver ms/trial``: CPU time of the driver process per trial (proposing, Ray's
+  dispatch, writing records): ``p`` of the projection;
+* ``overhead ms/trial``: ``1000 * (1 / rate_ray - 1 / rate_local)``.
+
+Run: ``python benchmarks/ray_tune.py [--args 256,256,256] [--trials 48] [--rounds 3]``
+(needs ``pip install "polytile[ray]"``). Give ``cat /proc/loadavg`` beside the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+from polytile.autotune import MeasureOptions, tune
+
+
+def _run(mode: str, tuner: str, args, trials: int, opt, seed: int) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        c0 = time.process_time()
+        res = tune("matmul", args, tuner=tuner, n_trial=trials, measure_option=opt,
+                   log_file=os.path.join(d, "log.jsonl"), seed=seed,
+                   ray="local" if mode == "ray" else None)
+        cpu = time.process_time() - c0
+    search = res.wall_s - res.startup_s
+    return {"rate": res.n_trials / search, "startup": res.startup_s,
+            "driver_ms": 1000 * cpu / res.n_trials, "failed": res.n_failed,
+            "nodes": res.nodes}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--args", default="256,256,256")
+    ap.add_argument("--trials", type=int, default=48)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tuners", default="random,model")
+    a = ap.parse_args()
+    import ray
+
+    args = tuple(int(x) for x in a.args.split(","))
+    opt = MeasureOptions()  # the defaults of `polytile tune`: cores workers and threads
+    t0 = time.perf_counter()
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    init_s = time.perf_counter() - t0
+    print(f"matmul{args}, {a.trials} trials, {opt.parallel} build workers, {opt.threads} "
+          f"threads; ray.init {init_s:.1f} s; load average before: "
+          f"{open('/proc/loadavg').read().split()[:3]}")
+    for tuner in a.tuners.split(","):
+        got: dict = {"local": [], "ray": []}
+        for r in range(a.rounds):
+            for mode in ("local", "ray") if r % 2 == 0 else ("ray", "local"):
+                got[mode].append(_run(mode, tuner, args, a.trials, opt, seed=r))
+        med = {m: {k: statistics.median(x[k] for x in v) for k in ("rate", "startup",
+                                                                    "driver_ms")}
+               for m, v in got.items()}
+        over = 1000 * (1 / med["ray"]["rate"] - 1 / med["local"]["rate"])
+        for m in ("local", "ray"):
+            rounds = ", ".join(f"{x['rate']:.2f}" for x in got[m])
+            print(f"  {tuner:6s} {m:5s}: {med[m]['rate']:.2f} trials/s (rounds: "
+                  f"{rounds}); start-up "
+                  f"{med[m]['startup']:.1f} s; driver {med[m]['driver_ms']:.1f} ms/trial; "
+                  f"failed {sum(x['failed'] for x in got[m])}")
+        print(f"  {tuner:6s} Ray overhead: {over:.1f} ms/trial")
+    print(f"load average after: {open('/proc/loadavg').read().split()[:3]}")
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
