@@ -236,6 +236,11 @@ class MeasureActor:
         self.m.run_built(cid, json.loads(knobs_json), res, best)
         return json.dumps(result_to_data(res))
 
+    def drop(self) -> None:
+        """Forget the candidates built and not run (their modules in the workers too)."""
+        self.built.clear()
+        self.m._drop_all()
+
     def compare(self, spec_json: str) -> str:
         s = json.loads(spec_json)
         cmp = self.m.compare([tuple(x) for x in s["items"]], tuple(s["anchors"]), s["rounds"])
@@ -363,8 +368,9 @@ class RayMeasurer:
                 why = _first_line(exc)
                 if all(x.dead for x in self.slots):
                     raise TuneError(format_error(
-                        "tune", f"no measuring actor started ({why})",
-                        "expected Ray workers able to import polytile")) from None
+                        "tune", f"no measuring actor started: {why}",
+                        "expected Ray workers able to load the template (a file template "
+                        "at the same path on every node)")) from None
         self.startup_s = time.perf_counter() - t0
 
     def _discover(self) -> list:
@@ -512,10 +518,10 @@ class RayMeasurer:
                 return
             s.since = time.perf_counter()
 
-        def done(s: _Slot, k: int, r: MeasureResult, lost: bool = False) -> None:
+        def done(s: _Slot, k: int, r: MeasureResult, was_lost: bool = False) -> None:
             final[k] = r
             s.trials += 1
-            s.served += not lost
+            s.served += not was_lost
             if r.ok and (best[0] is None or r.cost < best[0]):
                 best[0] = r.cost
             if on_result is not None:
@@ -530,7 +536,7 @@ class RayMeasurer:
             for k in ks:
                 r = MeasureResult(error="runtime_error", error_msg=f"lost: {why}"
                                   + ("" if k in retried else "; queued again"))
-                done(s, k, r, lost=True)
+                done(s, k, r, was_lost=True)
                 if k not in retried:
                     retried.add(k)
                     again.append(k)
@@ -585,6 +591,8 @@ class RayMeasurer:
         finally:
             self._built.clear()
             for s in self.slots:
+                if s.to_run and not s.dead:  # built, never run (deadline, Ctrl-C)
+                    s.handle.drop.remote()
                 s.todo, s.to_run = [], []
             self.measure_s += time.perf_counter() - t_start
         return [final[k] for k in range(len(items)) if k in final]
@@ -617,8 +625,18 @@ class RayMeasurer:
         spec = json.dumps({"items": [[n, k] for n, k in items], "anchors": list(anchors),
                            "rounds": rounds})
         t0 = time.perf_counter()
-        data = json.loads(self._ray.get(s.handle.compare.remote(spec)))
-        self.busy_s += time.perf_counter() - t0
+        limit = (self.opt.build_timeout + self.opt.run_timeout * 4 * max(1, rounds) * 2
+                 * (len(items) + len(anchors)) + 120)
+        try:
+            data = json.loads(self._ray.get(s.handle.compare.remote(spec), timeout=limit))
+        except Exception as exc:  # the tuning result stands without its comparison
+            cmp = Comparison([n for n, _ in items], list(anchors))
+            for n, _ in items:
+                cmp.errors[n] = ("runtime_error", f"lost: measuring actor on "
+                                 f"{s.node['host']}: {_first_line(exc)}")
+            return cmp
+        finally:
+            self.busy_s += time.perf_counter() - t0
         return comparison_from_data(data)
 
     # ------------------------------------------------------------------ report
@@ -650,6 +668,11 @@ def _portable_spec(spec: str) -> str:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
+    """What went wrong, in a line: the innermost ``...Error: message`` of a Ray error's
+    remote traceback (a failed actor constructor), else the error's first line."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:300]
+    causes = [ln for ln in lines if re.match(r"^[\w.]*(Error|Exception): ", ln)]
+    return (causes[-1] if causes else lines[0] if lines else type(exc).__name__)[:300]

@@ -52,18 +52,21 @@ def _read_clean(path) -> list:
 
 def test_records_have_the_form_of_a_local_run(ray, tmp_path):
     local, remote = tmp_path / "local.jsonl", tmp_path / "ray.jsonl"
-    a = tune("matmul", ARGS, tuner="random", n_trial=5, measure_option=OPT,
-             log_file=str(local), seed=3)
-    b = tune("matmul", ARGS, tuner="random", n_trial=5, measure_option=OPT,
-             log_file=str(remote), seed=3, ray="local")
+    kw = dict(tuner="random", n_trial=5, measure_option=OPT, seed=3, anchors=("numpy",),
+              compare_rounds=1)
+    a = tune("matmul", ARGS, log_file=str(local), **kw)
+    b = tune("matmul", ARGS, log_file=str(remote), ray="local", **kw)
     la, lb = _lines(local), _lines(remote)
-    assert len(la) == len(lb) == 5 and b.n_failed == 0
+    assert len(la) == len(lb) == 6 and b.n_failed == 0  # 5 trials and the summary
     for x, y in zip(la, lb):
         assert x.keys() == y.keys()
         for k in ("schema", "workload", "target", "config", "config_index", "trace", "error",
                   "tuner", "threads", "phase"):
             assert x[k] == y[k], k
-        assert y["costs"] and all(c > 0 for c in y["costs"]) and y["build_s"] > 0
+        assert y["costs"] and all(c > 0 for c in y["costs"])
+    assert all(y["build_s"] > 0 for y in lb[:5])
+    assert la[5]["summary"].keys() == lb[5]["summary"].keys()
+    assert b.comparison.timing("best") and b.comparison.timing("numpy")
     assert b.records[0].config == a.records[0].config  # the default config first
     (node,) = b.nodes
     assert node["trials"] == 5 and node["devices"] == ["cpu"] and node["trials_per_s"] > 0
@@ -181,3 +184,17 @@ def test_import_polytile_does_not_import_ray():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_a_template_the_nodes_cannot_load_is_refused(ray):
+    from polytile.autotune.ray_measure import RayMeasurer
+    from polytile.autotune.template import Workload
+
+    m = RayMeasurer(Workload("no_such_template", (1,), "float32"), canonical_target("llvm"),
+                    OPT, "local")
+    try:
+        with pytest.raises(TuneError, match=r"no measuring actor started: .*unknown "
+                           r"template 'no_such_template'.*at the same path on every node"):
+            m.start()
+    finally:
+        m.close()
