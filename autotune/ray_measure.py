@@ -393,7 +393,11 @@ class RayMeasurer:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         name = f"polytile-measure:{node['node_id'][:16]}:{device['id']}"
-        res = {"num_gpus": 1} if device["kind"] == "gpu" else {"num_cpus": 1}
+        # A CPU actor claims no Ray CPU: the feature tasks need the node's CPUs between
+        # batches (a 1-CPU node would starve them), and its own worker processes are
+        # outside Ray's accounting anyway. Its name, not a resource, makes it the
+        # device's only measuring actor.
+        res = {"num_gpus": 1, "num_cpus": 0} if device["kind"] == "gpu" else {"num_cpus": 0}
         cls = ray.remote(max_restarts=0, max_task_retries=0, **res)(MeasureActor)
         for attempt in range(20):
             try:
