@@ -107,12 +107,17 @@ def connect(address: str) -> bool:
         return False
     try:
         ray.init(namespace=NAMESPACE, log_to_driver=False, **kw)
-    except (ConnectionError, RuntimeError) as exc:
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        hint = ("start one with `ray start --head` (then `ray start --address=<head>:6379` "
+                "on the other machines), or use --ray local")
+        if address.startswith("ray://"):
+            hint += ("; a cluster with token authentication (the default of Ray 2.59 and "
+                     "later) wants RAY_AUTH_MODE=token and its token (`ray get-auth-token` "
+                     "on the head) in RAY_AUTH_TOKEN here; the Ray Client needs "
+                     "pip install 'polytile[ray]' (ray[client])")
         raise TuneError(format_error(
-            "tune", f"--ray {address}: cannot connect to a Ray cluster ({exc})",
-            "expected a running cluster", hint="start one with `ray start --head` (then "
-            "`ray start --address=<head>:6379` on the other machines), or use --ray local"
-        )) from None
+            "tune", f"--ray {address}: cannot connect to a Ray cluster "
+            f"({_first_line(exc)})", "expected a running cluster", hint=hint)) from None
     return True
 
 
