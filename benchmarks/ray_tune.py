@@ -77,7 +77,8 @@ def main() -> None:
     args = tuple(int(x) for x in a.args.split(","))
     opt = MeasureOptions()  # the defaults of `polytile tune`: cores workers and threads
     t0 = time.perf_counter()
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
+             log_to_driver=False)
     init_s = time.perf_counter() - t0
     print(f"matmul{args}, {a.trials} trials, {opt.parallel} build workers, {opt.threads} "
           f"threads; ray.init {init_s:.1f} s; load average before: "

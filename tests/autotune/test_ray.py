@@ -34,7 +34,7 @@ OPT = MeasureOptions(parallel=1, threads=1, number=1, repeat=2, min_repeat_ms=2,
 def ray():
     ray = pytest.importorskip("ray", reason="Ray is not installed: pip install "
                               "'polytile[ray]' (CI installs it)")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 
@@ -198,3 +198,25 @@ def test_a_template_the_nodes_cannot_load_is_refused(ray):
             m.start()
     finally:
         m.close()
+
+
+def test_a_device_measures_for_one_run_at_a_time(ray):
+    from polytile.autotune.ray_measure import RayMeasurer
+    from polytile.autotune.template import Workload
+
+    wl, tgt = Workload("matmul", ARGS, "float32"), canonical_target("llvm")
+    first, second = RayMeasurer(wl, tgt, OPT, "local"), RayMeasurer(wl, tgt, OPT, "local")
+    try:
+        first.start()
+        with pytest.raises(TuneError, match=r"every device able to measure 'llvm -mcpu=\w+' "
+                           r"is measuring for another tuning run \(\S+:cpu\)"):
+            second.start()
+    finally:
+        second.close()
+        first.close()
+    second = RayMeasurer(wl, tgt, OPT, "local")  # free again once the first run ended
+    try:
+        second.start()
+        assert [s.device["id"] for s in second.slots] == ["cpu"]
+    finally:
+        second.close()
