@@ -309,6 +309,7 @@ class RayMeasurer:
         self.measure_s = 0.0  # wall seconds inside measure()
         self.startup_s = 0.0
         self._built: dict = {}  # item position -> its build's result, until it runs
+        self._warming: list = []
         self._owned = False
         self._ray = None
         key = workload.key()
@@ -364,6 +365,7 @@ class RayMeasurer:
                 f"another tuning run ({', '.join(busy)})", "expected a free device",
                 hint="wait for the other run to end"))
         t0 = time.perf_counter()
+        self._warm_feature_workers()
         for s in list(self.slots):
             try:
                 s.pid = json.loads(ray.get(s.handle.info.remote(), timeout=180))["pid"]
@@ -377,6 +379,17 @@ class RayMeasurer:
                         "expected Ray workers able to load the template (a file template "
                         "at the same path on every node)")) from None
         self.startup_s = time.perf_counter() - t0
+
+    def _warm_feature_workers(self) -> None:
+        """One empty feature task per Ray CPU of the cluster, spread over the nodes, so
+        that the Ray workers have loaded polytile and the template when the model tuner
+        first asks for features (a second or two each otherwise, inside the search)."""
+        ray = self._ray
+        cpus = int(sum(n.get("Resources", {}).get("CPU", 0) for n in ray.nodes()
+                       if n.get("Alive")))
+        task = ray.remote(num_cpus=1, max_retries=0)(features_task).options(
+            scheduling_strategy="SPREAD")
+        self._warming = [task.remote(self._worker_setup, "[]") for _ in range(cpus)]
 
     def _discover(self) -> list:
         ray = self._ray

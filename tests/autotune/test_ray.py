@@ -166,10 +166,17 @@ def test_cli_ray_prints_trials_per_node(ray, tmp_path, capsys):
     assert "trials/s (cpu; node " in out
 
 
-def test_without_ray_the_option_names_the_extra(monkeypatch):
+def test_without_ray_the_option_names_the_extra(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails
     with pytest.raises(TuneError, match=r"needs the package 'ray'.*\n.*polytile\[ray\]"):
         tune("matmul", ARGS, n_trial=1, measure_option=OPT, ray="local")
+    from polytile.cli import main
+
+    rc = main(["tune", "matmul", "--args", "48,40,56", "--trials", "1", "--ray", "auto",
+               "--log", str(tmp_path / "never.jsonl")])
+    err = capsys.readouterr().err
+    assert rc == 1 and not (tmp_path / "never.jsonl").exists()
+    assert "--ray needs the package 'ray'" in err and 'pip install "polytile[ray]"' in err
 
 
 def test_bad_address_is_refused():
