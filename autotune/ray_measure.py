@@ -35,7 +35,9 @@ changes.
   processes, then times it one candidate at a time. :meth:`RayMeasurer.node_stats` gives
   trials/s per node for the summary.
 
-Ray is imported only here and only when used: ``import polytile`` never imports it.
+What runs on the nodes (the probe, the feature task, the measuring actor) is in
+:mod:`.ray_node`. Ray is imported only in these two modules and only when used:
+``import polytile`` never imports it.
 """
 
 from __future__ import annotations
@@ -43,9 +45,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import socket
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -53,8 +52,9 @@ from polytile.errors import TuneError, format_error
 
 from .anchors import Comparison
 from .measure import MeasureOptions, MeasureResult
+from .ray_node import (MeasureActor, comparison_from_data, features_task, first_line,
+                       probe_node, result_from_data)
 from .template import Workload
-from .timing import Timing
 
 #: Ray namespace of the measuring actors (their names lock devices cluster-wide).
 NAMESPACE = "polytile"
@@ -117,142 +117,8 @@ def connect(address: str) -> bool:
                      "pip install 'polytile[ray]' (ray[client])")
         raise TuneError(format_error(
             "tune", f"--ray {address}: cannot connect to a Ray cluster "
-            f"({_first_line(exc)})", "expected a running cluster", hint=hint)) from None
+            f"({first_line(exc)})", "expected a running cluster", hint=hint)) from None
     return True
-
-
-# ---------------------------------------------------------------------------- plain data
-
-
-def result_to_data(r: MeasureResult) -> dict:
-    """A MeasureResult as JSON-able data (the inverse of :func:`result_from_data`)."""
-    return {"costs": [float(c) for c in r.costs], "error": r.error, "error_msg": r.error_msg,
-            "build_s": r.build_s, "run_s": r.run_s,
-            "features": None if r.features is None else [float(x) for x in r.features],
-            "trace": r.trace, "timing": r.timing.to_json() if r.timing is not None else None}
-
-
-def result_from_data(d: dict) -> MeasureResult:
-    return MeasureResult(costs=list(d["costs"]), error=d["error"], error_msg=d["error_msg"],
-                         build_s=d["build_s"], run_s=d["run_s"], features=d["features"],
-                         trace=d["trace"],
-                         timing=Timing.from_json(d["timing"]) if d["timing"] else None)
-
-
-def comparison_to_data(c: Comparison) -> dict:
-    return {"names": c.names, "anchors": c.anchors, "errors": {k: list(v) for k, v in
-                                                               c.errors.items()},
-            "order": c.order, "extended": c.extended,
-            "rounds": [{k: t.to_json() for k, t in r.items()} for r in c.rounds]}
-
-
-def comparison_from_data(d: dict) -> Comparison:
-    return Comparison(d["names"], d["anchors"],
-                      rounds=[{k: Timing.from_json(t) for k, t in r.items()}
-                              for r in d["rounds"]],
-                      errors={k: tuple(v) for k, v in d["errors"].items()},
-                      order=d["order"], extended=d["extended"])
-
-
-# ---------------------------------------------------------------------------- on the nodes
-
-
-def _gpus() -> list:
-    """``[{"name", "cc"}]`` of this machine's NVIDIA GPUs (empty without nvidia-smi)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return []
-    try:
-        out = subprocess.run([exe, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    gpus = []
-    for line in out.splitlines():
-        name, _, cc = line.rpartition(",")
-        if name.strip():
-            gpus.append({"name": name.strip(), "cc": cc.strip()})
-    return gpus
-
-
-def probe_node() -> str:
-    """JSON of this node: id, host name, cores and devices (``[{"id", "target"}]``)."""
-    import ray
-
-    from .context import canonical_target
-
-    devices = [{"id": "cpu", "kind": "cpu", "target": canonical_target("llvm")}]
-    for k, g in enumerate(_gpus()):
-        devices.append({"id": f"gpu{k}", "kind": "gpu", "name": g["name"],
-                        "target": f"cuda -arch=sm_{g['cc'].replace('.', '')}"})
-    return json.dumps({"node_id": ray.get_runtime_context().get_node_id(),
-                       "host": socket.gethostname(), "cores": os.cpu_count(),
-                       "devices": devices})
-
-
-_TASK_WORKERS: dict = {}
-
-
-def features_task(setup_json: str, items_json: str) -> str:
-    """A Ray task: the loop-IR features of configs ``[[cid, knobs]]`` ->
-    ``[[cid, features or null, code, msg]]`` (JSON). The template is loaded once per
-    Ray worker process."""
-    from .worker import _Worker
-
-    w = _TASK_WORKERS.get(setup_json)
-    if w is None:
-        w = _TASK_WORKERS[setup_json] = _Worker(json.loads(setup_json))
-    out = []
-    for cid, knobs in json.loads(items_json):
-        _, _, code, msg, feats = w.features(cid, knobs)
-        out.append([cid, None if feats is None else [float(x) for x in feats], code, msg])
-    return json.dumps(out)
-
-
-class MeasureActor:
-    """A measuring actor: a :class:`~.measure.LocalMeasurer` on one node's device, driven
-    with JSON strings."""
-
-    def __init__(self, setup_json: str):
-        from .measure import LocalMeasurer
-
-        s = json.loads(setup_json)
-        self.m = LocalMeasurer(Workload.from_key(s["workload"]), s["target"],
-                               MeasureOptions(**s["options"]))
-        self.m.start()
-        self.built: dict = {}
-
-    def info(self) -> str:
-        import ray
-
-        return json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                           "node_id": ray.get_runtime_context().get_node_id()})
-
-    def build(self, items_json: str) -> str:
-        """Build ``[[cid, knobs]]``; keep the results; ``[[cid, result]]`` (JSON)."""
-        items = [(cid, knobs) for cid, knobs in json.loads(items_json)]
-        got = self.m.build(items, want_features=True)
-        self.built.update(got)
-        return json.dumps([[cid, result_to_data(got[cid])] for cid, _ in items])
-
-    def run(self, cid: int, knobs_json: str, best: float | None) -> str:
-        """Time built candidate ``cid`` (the cut-off from ``best`` seconds); its result."""
-        res = self.built.pop(cid)
-        self.m.run_built(cid, json.loads(knobs_json), res, best)
-        return json.dumps(result_to_data(res))
-
-    def drop(self) -> None:
-        """Forget the candidates built and not run (their modules in the workers too)."""
-        self.built.clear()
-        self.m._drop_all()
-
-    def compare(self, spec_json: str) -> str:
-        s = json.loads(spec_json)
-        cmp = self.m.compare([tuple(x) for x in s["items"]], tuple(s["anchors"]), s["rounds"])
-        return json.dumps(comparison_to_data(cmp))
-
-    def close(self) -> None:
-        self.m.close()
 
 
 # ---------------------------------------------------------------------------- the driver
@@ -372,7 +238,7 @@ class RayMeasurer:
             except Exception as exc:
                 self._kill(s)
                 s.dead = True
-                why = _first_line(exc)
+                why = first_line(exc)
                 if all(x.dead for x in self.slots):
                     raise TuneError(format_error(
                         "tune", f"no measuring actor started: {why}",
@@ -486,7 +352,7 @@ class RayMeasurer:
                     out[cid] = (feats, code, msg)
             except Exception as exc:
                 for cid, _ in refs[ref]:
-                    out[cid] = (None, "build_error", "features: " + _first_line(exc))
+                    out[cid] = (None, "build_error", "features: " + first_line(exc))
         return out
 
     # ------------------------------------------------------------------ measure
@@ -592,7 +458,7 @@ class RayMeasurer:
                 except Exception as exc:  # the actor died (process killed, node gone)
                     s.held = held
                     lost(s, f"measuring actor on {s.node['host']} "
-                         f"({s.node['node_id'][:8]}) died: {_first_line(exc)}")
+                         f"({s.node['node_id'][:8]}) died: {first_line(exc)}")
                     continue
                 if kind == "build":
                     for k, (_, data) in zip(held, reply):
@@ -655,7 +521,7 @@ class RayMeasurer:
             cmp = Comparison([n for n, _ in items], list(anchors))
             for n, _ in items:
                 cmp.errors[n] = ("runtime_error", f"lost: measuring actor on "
-                                 f"{s.node['host']}: {_first_line(exc)}")
+                                 f"{s.node['host']}: {first_line(exc)}")
             return cmp
         finally:
             self.busy_s += time.perf_counter() - t0
@@ -687,14 +553,3 @@ def _portable_spec(spec: str) -> str:
     if sep and os.path.isfile(path):
         return os.path.abspath(path) + ":" + fn
     return spec
-
-
-def _first_line(exc: BaseException) -> str:
-    """What went wrong, in a line: the innermost ``...Error: message`` of a Ray error's
-    remote traceback (a failed actor constructor), else the error's first line."""
-    import re
-
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    causes = [ln for ln in lines if re.match(r"^[\w.]*(Error|Exception): ", ln)]
-    return (causes[-1] if causes else lines[0] if lines else type(exc).__name__)[:300]

@@ -58,14 +58,16 @@ def test_records_have_the_form_of_a_local_run(ray, tmp_path):
     b = tune("matmul", ARGS, log_file=str(remote), ray="local", **kw)
     la, lb = _lines(local), _lines(remote)
     assert len(la) == len(lb) == 6 and b.n_failed == 0  # 5 trials and the summary
-    for x, y in zip(la, lb):
+    for n, (x, y) in enumerate(zip(la, lb)):
         assert x.keys() == y.keys()
-        for k in ("schema", "workload", "target", "config", "config_index", "trace", "error",
-                  "tuner", "threads", "phase"):
-            assert x[k] == y[k], k
+        same = ("schema", "workload", "target", "tuner", "threads", "phase")
+        if n < 5:  # trials: the same configs in the same order (the summary: each its best)
+            same += ("config", "config_index", "trace", "error")
+        for k in same:
+            assert x[k] == y[k], (n, k)
         assert y["costs"] and all(c > 0 for c in y["costs"])
     assert all(y["build_s"] > 0 for y in lb[:5])
-    assert la[5]["summary"].keys() == lb[5]["summary"].keys()
+    assert la[5]["phase"] == "summary" and la[5]["summary"].keys() == lb[5]["summary"].keys()
     assert b.comparison.timing("best") and b.comparison.timing("numpy")
     assert b.records[0].config == a.records[0].config  # the default config first
     (node,) = b.nodes
@@ -185,8 +187,9 @@ def test_bad_address_is_refused():
 
 
 def test_import_polytile_does_not_import_ray():
-    code = ("import sys, polytile, polytile.autotune, polytile.cli; "
-            "import polytile.autotune.ray_measure; print('ray' in sys.modules)")
+    code = ("import sys, polytile, polytile.autotune, polytile.cli; import "
+            "polytile.autotune.ray_measure, polytile.autotune.ray_node; "
+            "print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
