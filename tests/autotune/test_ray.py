@@ -230,3 +230,23 @@ def test_a_device_measures_for_one_run_at_a_time(ray):
         assert [s.device["id"] for s in second.slots] == ["cpu"]
     finally:
         second.close()
+
+
+def test_device_matching_and_plain_data():
+    """No Ray needed: which node device measures which target, and results as JSON."""
+    from polytile.autotune.measure import MeasureResult
+    from polytile.autotune.ray_node import result_from_data, result_to_data
+    from polytile.autotune.ray_measure import device_matches
+    from polytile.autotune.timing import Timing
+
+    assert device_matches("llvm -mcpu=znver4", "llvm -mcpu=znver4")
+    assert device_matches("llvm -mcpu=znver4", "llvm -opt=3 -mcpu=znver4")
+    assert not device_matches("llvm -mcpu=znver4", "llvm -mcpu=skylake")
+    assert not device_matches("cuda -arch=sm_90", "llvm -mcpu=znver4")
+    assert not device_matches("cuda -arch=sm_90", "cuda -arch=sm_80")
+    r = MeasureResult(costs=[2e-3, 3e-3], build_s=0.5, features=[1.0, 2.5], trace=[["split"]],
+                      timing=Timing((2e-3, 3e-3), 1, 2e-3))
+    text = json.dumps(result_to_data(r))
+    back = result_from_data(json.loads(text))
+    assert back.costs == r.costs and back.features == r.features and back.trace == r.trace
+    assert back.timing.costs == r.timing.costs and back.ok and back.cost == r.cost
