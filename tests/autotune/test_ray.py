@@ -250,3 +250,26 @@ def test_device_matching_and_plain_data():
     back = result_from_data(json.loads(text))
     assert back.costs == r.costs and back.features == r.features and back.trace == r.trace
     assert back.timing.costs == r.timing.costs and back.ok and back.cost == r.cost
+
+
+def test_past_the_deadline_no_candidate_starts_running(ray):
+    import time as _time
+
+    from polytile.autotune import get_template
+    from polytile.autotune.ray_measure import RayMeasurer
+    from polytile.autotune.template import Workload
+
+    space = get_template("matmul").space(ARGS)
+    items = [(i, space.get(i).knob_values()) for i in (space.default_index(), 7, 1234)]
+    m = RayMeasurer(Workload("matmul", ARGS, "float32"), canonical_target("llvm"), OPT,
+                    "local")
+    try:
+        m.start()
+        seen = []
+        got = m.measure(items, None, lambda k, r: seen.append(k), _time.perf_counter())
+        assert all(not r.costs for r in got) and len(got) == len(seen)  # build failures only
+        got = m.measure(items, None, lambda k, r: seen.append(k), None)  # and then all
+        assert len(got) == 3 and got[0].ok and all(r.ok or r.error for r in got)
+        assert m.node_stats()[0]["trials"] == len(seen)
+    finally:
+        m.close()
