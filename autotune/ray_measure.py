@@ -176,6 +176,7 @@ class RayMeasurer:
         self.startup_s = 0.0
         self._built: dict = {}  # item position -> its build's result, until it runs
         self._warming: list = []
+        self._feature_task = None
         self._owned = False
         self._ray = None
         key = workload.key()
@@ -330,7 +331,9 @@ class RayMeasurer:
         """Loop-IR features of configs ``items`` [(cid, knobs)], lowered by Ray tasks on
         any node: cid -> (features or None, error code, message)."""
         ray = self._ray
-        task = ray.remote(num_cpus=1, max_retries=1)(features_task)
+        if self._feature_task is None:
+            self._feature_task = ray.remote(num_cpus=1, max_retries=1)(features_task)
+        task = self._feature_task
         chunks = [items[k:k + FEATURE_CHUNK] for k in range(0, len(items), FEATURE_CHUNK)]
         refs = {task.remote(self._worker_setup, json.dumps([[c, k] for c, k in ch])): ch
                 for ch in chunks}
@@ -395,7 +398,7 @@ class RayMeasurer:
                                                           for k in ks]))
                 s.kind, s.held = "build", ks
                 s.limit = (self.opt.build_timeout * math.ceil(len(ks) / self.opt.parallel)
-                           + 60)
+                           + 60 + (0 if s.served else 120))  # a new actor starts first
             elif s.to_run and (deadline is None or time.perf_counter() < deadline):
                 k = s.to_run.pop(0)
                 cid, knobs = items[k]
