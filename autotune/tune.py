@@ -63,6 +63,7 @@ class TuneResult:
     threads: int = 0
     device: dict | None = None  # GPU targets: the device the trials ran on
     runner_restarts: int = 0    # GPU targets: times the GPU runner was restarted
+    nodes: list | None = None  # with ray: per node, trials and trials/s (RayMeasurer)
 
     def noise(self) -> dict:
         """How noisy this run's measurements were: trials measured, how many were
@@ -219,7 +220,8 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
          timeout_total: float | None = None, seed: int | None = 0,
          include_default: bool = True, batch_size: int | None = None,
          transfer: bool = True, callbacks: list[Callable] = (),
-         anchors: tuple | None = None, compare_rounds: int = 4) -> TuneResult:
+         anchors: tuple | None = None, compare_rounds: int = 4,
+         ray: str | None = None) -> TuneResult:
     """Tune ``template`` at ``args``; see the module docstring.
 
     Parameters
@@ -252,13 +254,22 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         default configs are timed ``compare_rounds`` times alternately with these anchors
         (:meth:`.measure.LocalMeasurer.compare`; ``TuneResult.comparison``) and a
         ``"summary"`` record ends the log. None (default): no final comparison.
+    ray : str, optional
+        Build and measure on a Ray cluster (:mod:`.ray_measure`): ``"auto"`` (the cluster
+        this machine joined with ``ray start``), ``"local"`` (a Ray instance started
+        here) or ``"ray://host:port"``; in a process that called ``ray.init`` already,
+        that connection. Records, resume and stop conditions are those of a local run;
+        ``TuneResult.nodes`` gives trials/s per node. ``batch_size`` defaults to 16 per
+        measuring actor.
 
     Raises
     ------
     TuneError
         For an unknown template or tuner, bad arguments, a workload whose template
         fails to build its space, a ``log_file`` that is not a records file, or ``resume``
-        onto a log without records of this workload and target.
+        onto a log without records of this workload and target. With ``ray``: Ray not
+        installed (naming the extra ``polytile[ray]``), no cluster, or no node able to
+        measure ``target``.
     """
     t0 = time.perf_counter()
     t, wl = resolve(template, args, dtype)
@@ -268,7 +279,7 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         raise TuneError(format_error("tune", f"n_trial={n_trial}", "expected at least 1"))
     t.func_for(tgt)  # a template without a schedule for this target kind: say so first
     runner, device, limits = None, None, None
-    if Target.parse(tgt).backend.is_gpu:
+    if Target.parse(tgt).backend.is_gpu and not ray:
         # the GPU runner owns the CUDA context: this process never touches the device;
         # its description names the records' device and bounds the template's space
         from . import gpu_limits
@@ -287,7 +298,6 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         if runner is not None:
             runner.close()
         raise
-    batch = batch_size or 16
     res = TuneResult(wl, tgt, tuner, len(space), log_file, flops=t.flops(wl.args),
                      threads=opt.threads, device=device)
     history = []
@@ -305,7 +315,12 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
             _refuse_resume(log_file, everything, wl, tgt)
     try:
         writer = RecordWriter(log_file) if log_file else None
-        measurer = LocalMeasurer(wl, tgt, opt, runner=runner)
+        if ray:
+            from .ray_measure import RayMeasurer
+
+            measurer = RayMeasurer(wl, tgt, opt, address=ray)
+        else:
+            measurer = LocalMeasurer(wl, tgt, opt, runner=runner)
     except BaseException:
         if runner is not None:
             runner.close()
@@ -314,6 +329,7 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         t_start = time.perf_counter()
         measurer.start()
         res.startup_s = time.perf_counter() - t_start
+        batch = batch_size or getattr(measurer, "batch_size", 16)
 
         def featurize(indices):
             got = measurer.features([(i, space.get(i).knob_values()) for i in indices])
@@ -361,9 +377,11 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
                 break
             items = [(i, space.get(i).knob_values()) for i in picks]
             best_cost = res.best.cost if res.best is not None else None
+            final: dict = {}  # item position -> its last result (a lost trial gets two)
 
             def on_result(k, r):
                 nonlocal best_trial
+                final[k] = r
                 rec = _record(wl, tgt, space.get(picks[k]), r, tuner, opt.threads, device)
                 if writer:
                     writer.write(rec)
@@ -376,8 +394,9 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
                     cb(res, rec)
 
             deadline = t0 + timeout_total if timeout_total else None
-            results = measurer.measure(items, best_cost, on_result, deadline)
-            tn.update(picks[:len(results)], results)
+            measurer.measure(items, best_cost, on_result, deadline)
+            ks = sorted(final)
+            tn.update([picks[k] for k in ks], [final[k] for k in ks])
         if anchors is not None and res.best is not None:
             _compare_best(res, measurer, tuple(anchors), compare_rounds, writer)
     except KeyboardInterrupt:
@@ -385,8 +404,10 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         res.stop_reason = "interrupted"
     finally:
         res.busy_s = measurer.busy_s
-        if measurer.runner is not None:
+        if getattr(measurer, "runner", None) is not None:
             res.runner_restarts = measurer.runner.restarts
+        if hasattr(measurer, "node_stats"):
+            res.nodes = measurer.node_stats()
         measurer.close()
         if writer:
             writer.close()

@@ -132,6 +132,9 @@ def print_summary(res, out) -> None:
     if getattr(res, "runner_restarts", 0):
         rows.append(("gpu runner", f"restarted {res.runner_restarts} times (faulting or "
                      "hung kernels; see the failed trials)"))
+    for n in res.nodes or ():  # tuned on a Ray cluster
+        rows.append((f"node {n['host']}", f"{n['trials']} trials, {n['trials_per_s']:.2f} "
+                     f"trials/s ({', '.join(n['devices'])}; node {n['node_id'][:8]})"))
     if best is not None:
         rows.append(("best config", " ".join(f"{k}={json.dumps(v)}"
                                              for k, v in best.config.items())))

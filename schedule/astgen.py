@@ -291,7 +291,9 @@ class _Converter:
             kind = loop_kind(loop.annotation)
             if loop.key in self.model.rolled:
                 kind = LoopKind.SERIAL
-            pragmas = tuple(k for k, _ in loop.plan.stage.pragmas.get(loop.iter_var, ()))
+            # a software pipeline keeps its parameters (stages, names for messages)
+            pragmas = tuple(v if k == "software_pipeline" else k
+                            for k, v in loop.plan.stage.pragmas.get(loop.iter_var, ()))
         return For(v, init, extent, kind, body, step, pragmas)
 
     def convert_user(self, node: isl.AstNode, env: dict) -> Stmt:

@@ -21,6 +21,7 @@ from polytile.te.scan import ScanOp
 from .kinds import Annotation, LoopKind, ThreadTag, annotation_name
 from .relations import Fuse, Singleton, Split, Step, Transform
 from .stage_extras import StorageMixin, TensorizeMixin
+from .stage_pipeline import PipelineMixin
 
 if TYPE_CHECKING:
     from .schedule import Schedule  # a type hint only: schedule.py imports this module
@@ -41,7 +42,7 @@ IMPORT_PRAGMAS = ("import_llvm", "import_c")
 HINT_PRAGMAS = ("nontemporal",)
 
 
-class Stage(StorageMixin, TensorizeMixin):
+class Stage(StorageMixin, TensorizeMixin, PipelineMixin):
     """The schedule of one operation (TVM's ``Stage``), obtained as ``s[tensor]``.
 
     Attributes
