@@ -129,7 +129,7 @@ def main() -> None:
                     "operands on tensor cores (WMMA m16n16k8), cuBLAS with allow_tf32")
     ap.add_argument("--acc", choices=("float32", "float16"), default="float32",
                     help="accumulation dtype of the float16 GEMM")
-    ap.add_argument("--isa", choices=("wmma", "mma"), default="wmma",
+    ap.add_argument("--isa", choices=("wmma", "mma", "wgmma"), default="wmma",
                     help="tensor-core path of the float16 GEMM")
     ap.add_argument("--stages", type=int, nargs="+", default=[3],
                     help="software-pipeline depths of the tensor-core GEMM (cp.async into "
@@ -140,6 +140,12 @@ def main() -> None:
     if args.dtype == "float32":
         for n in args.n or [4096]:
             _tutorial().main(["--n", str(n)])
+        return
+    if args.isa == "wgmma":   # sm_90a warpgroup MMA (benchmarks/wgmma_gemm.py)
+        import wgmma_gemm
+
+        for n in args.n or [4096, 8192]:
+            wgmma_gemm.run(n, args.dtype, stages=args.stages if args.stages != [3] else (3, 4))
         return
     for n in args.n or [4096, 8192]:
         half_gemm(n, args.acc, args.isa, args.dtype, stages=args.stages)

@@ -1,0 +1,59 @@
+"""The wgmma (sm_90a) GEMM of :mod:`polytile.targets.cuda.wgmma` beside cuBLAS (torch):
+``python benchmarks/gpu_gemm.py --dtype float16 --isa wgmma --n 4096`` calls :func:`run`.
+Each block shape and pipeline depth is checked against a float64 reference (or cuBLAS
+in float32 at large sizes) before it is timed; one line per figure."""
+
+from __future__ import annotations
+
+import time
+
+#: (BM, BN, BK) tiles timed by default: 2 warpgroups of 64 x BN each
+BLOCKS = ((128, 256, 64), (128, 128, 64), (256, 128, 64))
+
+
+def run(n: int, dtype: str = "float16", stages=(3, 4), blocks=BLOCKS) -> None:
+    import torch
+
+    from polytile.targets.cuda import wgmma as wg
+
+    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    g = torch.Generator().manual_seed(0)
+    a = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt).cuda()
+    b = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt).cuda()
+    ref = a.float() @ b.float() if n > 2048 else (a.double() @ b.double()).float()
+
+    def tflops(sec: float) -> float:
+        return 2.0 * n**3 / sec / 1e12
+
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(20):
+        a @ b
+    e.record()
+    torch.cuda.synchronize()
+    cublas = tflops(s.elapsed_time(e) / 1e3 / 20)
+    print(f"n={n:5d} {f'cuBLAS {dtype} (torch)':44s} {cublas:7.1f} TFLOP/s", flush=True)
+    for block in blocks:
+        for depth in stages:
+            try:
+                t0 = time.perf_counter()
+                f = wg.WgmmaGemm(n, n, n, block, depth, dtype)
+                t_build = time.perf_counter() - t0
+            except Exception as exc:  # a shape past shared memory: say so, go on
+                print(f"n={n:5d} wgmma block {block} stages {depth}: {exc}".splitlines()[0])
+                continue
+            c = torch.full((n, n), float("nan"), dtype=torch.float32, device="cuda")
+            f(a.data_ptr(), b.data_ptr(), c.data_ptr())
+            f.synchronize()
+            err = (torch.linalg.norm(c - ref) / torch.linalg.norm(ref)).item()
+            if not err < 1e-4:
+                print(f"n={n:5d} wgmma block {block} stages {depth}: WRONG result (relative "
+                      f"error {err:.2e})", flush=True)
+                continue
+            t = tflops(f.time(a.data_ptr(), b.data_ptr(), c.data_ptr()))
+            print(f"n={n:5d} {f'polytile wgmma {dtype}->float32 {depth} stages':44s} "
+                  f"{t:7.1f} TFLOP/s  {t / cublas:6.3f} x cuBLAS  (block {block}, build "
+                  f"{t_build:.1f} s, rel. error {err:.1e})", flush=True)

@@ -1,0 +1,442 @@
+"""Hopper warpgroup MMA (``wgmma.mma_async``, sm_90a): descriptors, layouts, a GEMM kernel.
+
+First step of issue 10's Hopper path. What is here:
+
+* :func:`make_descriptor`: the 64-bit shared-memory matrix descriptor of ``wgmma``
+  (PTX ISA, "Asynchronous Warpgroup Level Matrix Shared Memory Layout: Matrix
+  Descriptor"): bits 0-13 start address >> 4, bits 16-29 leading-dimension byte offset
+  (LBO) >> 4, bits 32-45 stride-dimension byte offset (SBO) >> 4, bits 49-51 base offset
+  (0 for the layouts used here), bits 62-63 swizzle mode (0 none, 1 128B, 2 64B, 3 32B).
+* The no-swizzle canonical layouts (PTX ISA, "Shared Memory Matrix Layout"): an operand is
+  a grid of *core matrices* of 8 rows x 16 bytes (8x8 float16/bfloat16), each core matrix
+  128 contiguous bytes. LBO is the byte distance between two core matrices adjacent in K,
+  SBO between two adjacent in M (for A) or N (for B). :func:`a_offset` and :func:`b_offset`
+  are the element offsets of the layout transform applied to the shared tiles: A ``[BM,
+  BK]`` K-major (rows of a core matrix are 8 consecutive k of one m), B ``[BK, BN]``
+  MN-major (rows of a core matrix are 8 consecutive n of one k, read with ``imm-trans-b =
+  1``), so that both are filled by 16-byte ``cp.async`` copies of row-major global rows.
+* The accumulator fragment of ``m64nNk16`` with float32 D (PTX ISA, "Register Fragments:
+  wgmma .m64nNk16"): :func:`d_fragment` maps (thread of the warpgroup, register) to (row,
+  column).
+* :func:`gemm_source`: a CUDA C GEMM kernel (C[M, N] = A[M, K] @ B[K, N], row-major,
+  float16/bfloat16 in, float32 out): blocks of ``BM x BN``, one warpgroup (4 consecutive
+  warps, 128 threads) per 64 rows, ``stages``-deep ``cp.async`` pipeline over k tiles of
+  ``BK``, ``BK / 16`` ``wgmma.mma_async.m64nBNk16`` per k tile between ``wgmma.fence`` and
+  ``wgmma.commit_group`` / ``wgmma.wait_group``; ``fence.proxy.async.shared::cta`` after
+  each thread's ``cp.async.wait_group`` and before the barrier that precedes the MMAs (the
+  tensor cores read shared memory through the async proxy). One helper per instruction.
+
+Not yet here (the continuation): a ``decl_tensor_intrin`` for tensorize and the schedule
+path (``wmma_gemm(isa="wgmma")``), the 128B swizzle, TMA.
+"""
+
+from __future__ import annotations
+
+from polytile.errors import BuildError, ScheduleError, format_error
+
+#: swizzle-mode field values (bits 62-63)
+SWIZZLE = {"none": 0, "128B": 1, "64B": 2, "32B": 3}
+CORE_BYTES = 128           # one core matrix: 8 rows x 16 bytes
+WGMMA_N = tuple(range(8, 257, 8))
+DTYPES = {"float16": ("f16", "half"), "bfloat16": ("bf16", "__nv_bfloat16")}
+
+
+def make_descriptor(addr: int, lbo: int, sbo: int, swizzle: str = "none",
+                    base_offset: int = 0) -> int:
+    """The 64-bit wgmma matrix descriptor of an operand at shared byte address ``addr``
+    with leading/stride byte offsets ``lbo``/``sbo`` (PTX ISA, "Matrix Descriptor").
+
+    Raises
+    ------
+    BuildError
+        An address or offset not a multiple of 16 bytes or past the 14-bit fields (256 KiB).
+    """
+    for what, v in (("start address", addr), ("leading byte offset", lbo),
+                    ("stride byte offset", sbo)):
+        if v % 16 or not 0 <= v >> 4 < (1 << 14):
+            raise BuildError(format_error(
+                "wgmma descriptor", f"{what} {v} bytes",
+                "expected a multiple of 16 below 256 KiB (a 14-bit field of 16-byte units)"))
+    if swizzle not in SWIZZLE:
+        raise BuildError(format_error("wgmma descriptor", f"swizzle {swizzle!r}",
+                                      f"expected one of {sorted(SWIZZLE)}"))
+    return ((addr >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32)
+            | ((base_offset & 7) << 49) | (SWIZZLE[swizzle] << 62))
+
+
+def a_offset(m: int, k: int, BK: int) -> int:
+    """Element offset of ``A[m, k]`` in a ``[BM, BK]`` shared tile laid out K-major in
+    no-swizzle core matrices: core matrix ``(m // 8, k // 8)`` at ``((m // 8) * (BK // 8)
+    + k // 8) * 64``, row ``m % 8`` of 8 consecutive k. LBO = 128 bytes, SBO = BK * 16."""
+    return ((m // 8) * (BK // 8) + k // 8) * 64 + (m % 8) * 8 + k % 8
+
+
+def b_offset(k: int, n: int, BK: int) -> int:
+    """Element offset of ``B[k, n]`` in a ``[BK, BN]`` shared tile laid out MN-major in
+    no-swizzle core matrices: core matrix ``(k // 8, n // 8)`` at ``((n // 8) * (BK // 8)
+    + k // 8) * 64``, row ``k % 8`` of 8 consecutive n. LBO (K-adjacent) = 128 bytes,
+    SBO (N-adjacent) = BK * 16."""
+    return ((n // 8) * (BK // 8) + k // 8) * 64 + (k % 8) * 8 + n % 8
+
+
+def operand_offsets(BK: int) -> tuple:
+    """(LBO, SBO) in bytes of both shared tiles above (the same for A and B)."""
+    return CORE_BYTES, BK // 8 * CORE_BYTES
+
+
+def d_fragment(thread: int, reg: int) -> tuple:
+    """(row, column) of float32 accumulator register ``reg`` of warpgroup thread ``thread``
+    (0-127) in an ``m64nN`` D tile: warp ``w`` owns rows ``16w .. 16w + 15``; register
+    ``4j + r`` lies in the 8-column chunk ``j``, rows ``l // 4`` (+8 for r >= 2), columns
+    ``2 (l % 4)`` (+1 for odd r), ``l`` the lane (PTX ISA, "wgmma .m64nNk16 register
+    fragments", D matrix)."""
+    w, lane = divmod(thread, 32)
+    j, r = divmod(reg, 4)
+    return 16 * w + lane // 4 + 8 * (r // 2), 8 * j + 2 * (lane % 4) + r % 2
+
+
+def check_tiles(M: int, N: int, K: int, block: tuple, stages: int, dtype: str) -> None:
+    """Refuse what :func:`gemm_source` cannot compute, naming the axis and the primitive.
+
+    Raises
+    ------
+    ScheduleError
+        A size the tiles do not divide, a tile wgmma has no shape for, a dtype it lacks,
+        or shared memory past the 227 KiB of sm_90.
+    """
+    BM, BN, BK = block
+    if dtype not in DTYPES:
+        raise ScheduleError(format_error("wgmma_gemm", f"dtype {dtype!r}",
+                                         f"expected one of {sorted(DTYPES)}"))
+    if BM % 64 or BN not in WGMMA_N or BK % 16:
+        raise ScheduleError(format_error(
+            "wgmma_gemm", f"block {block}",
+            "expected BM a multiple of 64 (one warpgroup per 64 rows), BN in 8..256 step 8 "
+            "(wgmma m64nNk16) and BK a multiple of 16"))
+    for axis, size, tile in (("i", M, BM), ("j", N, BN), ("k", K, BK)):
+        if size % tile:
+            raise ScheduleError(format_error(
+                "wgmma_gemm", f"stage 'C' axis {axis!r} of extent {size} is not a multiple "
+                f"of the tile {tile} (split for tensorize with the wgmma intrinsic)",
+                "expected sizes divisible by the block tile (no partial wgmma tiles yet)"))
+    if K // BK < stages - 1 or stages < 1:
+        raise ScheduleError(format_error(
+            "wgmma_gemm", f"pipeline stages={stages} over {K // BK} k tiles",
+            "expected 1 <= stages <= k tiles + 1"))
+    if smem_bytes(block, stages) > 227 * 1024:
+        raise ScheduleError(format_error(
+            "wgmma_gemm", f"{smem_bytes(block, stages)} bytes of shared memory",
+            "expected at most 227 KiB (sm_90)", hint="fewer stages or a smaller block"))
+
+
+def smem_bytes(block: tuple, stages: int) -> int:
+    """Dynamic shared memory of :func:`gemm_source`: ``stages`` A and B tiles, 2 bytes each."""
+    BM, BN, BK = block
+    return stages * (BM * BK + BK * BN) * 2
+
+
+def decode_descriptor(desc: int) -> dict:
+    """The fields of a descriptor built by :func:`make_descriptor` (byte units)."""
+    return {"addr": (desc & 0x3FFF) << 4, "lbo": ((desc >> 16) & 0x3FFF) << 4,
+            "sbo": ((desc >> 32) & 0x3FFF) << 4, "base_offset": (desc >> 49) & 7,
+            "swizzle": (desc >> 62) & 3}
+
+
+def descriptor_read(smem, desc: int, rows: int, cols: int, major: str):
+    """The ``rows x cols`` operand the tensor cores read through ``desc`` from ``smem`` (a
+    1-D numpy array of 2-byte elements, byte address = 2 x index), by the no-swizzle
+    canonical layouts: ``major="K"`` (A ``[M, K]``, B ``[N, K]``): element (r, k) at
+    ``start + (r // 8) SBO + (k // 8) LBO + (r % 8) 16 + (k % 8) 2`` bytes;
+    ``major="MN"`` (B ``[K, N]`` with imm-trans-b): element (k, n) at ``start + (n // 8)
+    SBO + (k // 8) LBO + (k % 8) 16 + (n % 8) 2``. The model the CPU tests check the
+    kernel's layouts against.
+    """
+    import numpy as np
+
+    f = decode_descriptor(desc)
+    if f["swizzle"] or f["base_offset"]:
+        raise NotImplementedError("descriptor_read: swizzled layouts")
+    r = np.arange(rows)[:, None]
+    c = np.arange(cols)[None, :]
+    if major == "K":
+        byte = f["addr"] + (r // 8) * f["sbo"] + (c // 8) * f["lbo"] + (r % 8) * 16 + (c % 8) * 2
+    else:
+        byte = f["addr"] + (c // 8) * f["sbo"] + (r // 8) * f["lbo"] + (r % 8) * 16 + (c % 8) * 2
+    return smem[byte // 2]
+
+
+def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4):
+    """Run :func:`gemm_source`'s kernel on the CPU in float64, block by block: the same
+    ``cp.async`` destinations (:func:`a_offset`, :func:`b_offset`), one flat shared array
+    per block and stage slot, operands read back through the descriptors the kernel builds
+    (:func:`descriptor_read`), D written through :func:`d_fragment`. Refuses what the
+    kernel refuses (:func:`check_tiles`)."""
+    import numpy as np
+
+    M, K = A.shape
+    N = B.shape[1]
+    check_tiles(M, N, K, block, stages, "float16")
+    BM, BN, BK = block
+    lbo, sbo = operand_offsets(BK)
+    C = np.full((M, N), np.nan)
+    mm, kk = np.meshgrid(np.arange(BM), np.arange(BK), indexing="ij")
+    ka, nb = np.meshgrid(np.arange(BK), np.arange(BN), indexing="ij")
+    a_idx, b_idx = a_offset(mm, kk, BK), b_offset(ka, nb, BK)
+    t, reg = np.meshgrid(np.arange(128), np.arange(BN // 2), indexing="ij")
+    rows, cols = d_fragment(t, reg)
+    a_base = 0
+    b_base = stages * BM * BK * 2           # bytes: B tiles after the A tiles
+    for bm in range(0, M, BM):
+        for bn in range(0, N, BN):
+            smem = np.zeros(stages * (BM * BK + BK * BN))
+            d = np.zeros((BM // 64, 128, BN // 2))
+            for kt in range(K // BK):
+                s = kt % stages
+                sa = smem[a_base // 2 + s * BM * BK:][:BM * BK]
+                sb = smem[b_base // 2 + s * BK * BN:][:BK * BN]
+                sa[a_idx] = A[bm:bm + BM, kt * BK:(kt + 1) * BK]
+                sb[b_idx] = B[kt * BK:(kt + 1) * BK, bn:bn + BN]
+                for wg in range(BM // 64):
+                    for k16 in range(BK // 16):
+                        da = make_descriptor(a_base + (s * BM * BK + wg * 64 * BK + k16 * 128) * 2,
+                                             lbo, sbo)
+                        db = make_descriptor(b_base + (s * BK * BN + k16 * 128) * 2, lbo, sbo)
+                        a = descriptor_read(smem, da, 64, 16, "K")
+                        b = descriptor_read(smem, db, 16, BN, "MN")
+                        d[wg] += (a @ b)[rows, cols]
+            for wg in range(BM // 64):
+                C[bm + wg * 64 + rows, bn + cols] = d[wg]
+    return C
+
+
+# ------------------------------------------------------------------ C helpers (PTX asm)
+def _mma_helper(n: int, ptx_type: str) -> str:
+    regs = n // 2
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    dlist = ", ".join(f"%{i}" for i in range(regs))
+    return (
+        f"__device__ __forceinline__ void wgmma_mma_async_m64n{n}k16_{ptx_type}("
+        f"float* d, unsigned long long da, unsigned long long db, int scale_d) {{\n"
+        "  // A K-major (imm-trans-a 0), B MN-major (imm-trans-b 1); D += A B when scale_d\n"
+        "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" + str(regs + 2) + ", 0;\\n\"\n"
+        f"    \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type} "
+        f"{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 1;\\n}}\\n\"\n"
+        f"    : {outs}\n"
+        "    : \"l\"(da), \"l\"(db), \"r\"(scale_d));\n}")
+
+
+COMMON = r"""__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit_group() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wgmma_wait_group() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async_shared_cta() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_cg_shared_global(void* dst, const void* src) {
+  unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(a), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit_group() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+__device__ __forceinline__ unsigned long long wgmma_descriptor(const void* p, unsigned lbo,
+                                                               unsigned sbo) {
+  // PTX ISA "Matrix Descriptor": start >> 4 (bits 0-13), LBO >> 4 (16-29), SBO >> 4
+  // (32-45), base offset 0, swizzle 0 (no swizzle)
+  unsigned long long a = (unsigned)__cvta_generic_to_shared(p);
+  return ((a & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16)
+         | ((unsigned long long)(sbo >> 4) << 32);
+}"""
+
+
+def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
+                dtype: str = "float16", name: str = "wgmma_gemm") -> str:
+    """CUDA C of the wgmma GEMM kernel ``name(const T* A, const T* B, float* C)`` for
+    row-major ``A[M, K]``, ``B[K, N]``, ``C[M, N]`` (see the module docstring). Launch
+    with grid ``(N / BN, M / BM)``, ``BM / 64 * 128`` threads and :func:`smem_bytes`
+    dynamic shared memory (after raising the function's dynamic limit); sm_90a.
+
+    Raises
+    ------
+    ScheduleError
+        Via :func:`check_tiles`.
+    """
+    check_tiles(M, N, K, block, stages, dtype)
+    BM, BN, BK = block
+    ptx, ctype = DTYPES[dtype]
+    lbo, sbo = operand_offsets(BK)
+    threads = BM // 64 * 128
+    a_chunks = BM * BK // 8
+    b_chunks = BK * BN // 8
+    ktiles = K // BK
+    include = "#include <cuda_fp16.h>" if dtype == "float16" else "#include <cuda_bf16.h>"
+    return f"""{include}
+{COMMON}
+{_mma_helper(BN, ptx)}
+
+extern "C" __global__ void __launch_bounds__({threads}, 1)
+{name}(const {ctype}* __restrict__ A, const {ctype}* __restrict__ B, float* __restrict__ C) {{
+  extern __shared__ __align__(128) unsigned char pt_smem[];
+  {ctype}* As = reinterpret_cast<{ctype}*>(pt_smem);              // [stages][BM*BK]
+  {ctype}* Bs = As + {stages} * {BM * BK};                          // [stages][BK*BN]
+  const int tid = threadIdx.x, wg = tid / 128;
+  const int bm = blockIdx.y * {BM}, bn = blockIdx.x * {BN};
+  float d[{BN // 2}];
+#pragma unroll
+  for (int i = 0; i < {BN // 2}; ++i) d[i] = 0.f;
+
+  // one k tile into slot s: 16-byte chunks of row-major global rows into core matrices
+  auto load = [&](int kt, int s) {{
+    {ctype}* as = As + s * {BM * BK};
+    {ctype}* bs = Bs + s * {BK * BN};
+#pragma unroll
+    for (int c = tid; c < {a_chunks}; c += {threads}) {{
+      int m = c / {BK // 8}, kc = c % {BK // 8};
+      cp_async_cg_shared_global(as + ((m / 8) * {BK // 8} + kc) * 64 + (m % 8) * 8,
+                                A + (size_t)(bm + m) * {K} + kt * {BK} + kc * 8);
+    }}
+#pragma unroll
+    for (int c = tid; c < {b_chunks}; c += {threads}) {{
+      int k = c / {BN // 8}, nc = c % {BN // 8};
+      cp_async_cg_shared_global(bs + (nc * {BK // 8} + k / 8) * 64 + (k % 8) * 8,
+                                B + (size_t)(kt * {BK} + k) * {N} + bn + nc * 8);
+    }}
+  }};
+
+#pragma unroll
+  for (int s = 0; s < {stages - 1}; ++s) {{
+    if (s < {ktiles}) load(s, s);
+    cp_async_commit_group();
+  }}
+  for (int kt = 0; kt < {ktiles}; ++kt) {{
+    if ({stages} == 1) {{ load(kt, 0); cp_async_commit_group(); }}   // no pipeline
+    // tile kt landed (this thread's copies), visible to the async proxy, then to all
+    cp_async_wait_group<{max(stages - 2, 0)}>();
+    fence_proxy_async_shared_cta();
+    __syncthreads();
+    // refill the slot the MMAs of tile kt - 1 read (finished: wait_group 0 below)
+    if ({stages} > 1) {{
+      int nk = kt + {stages - 1};
+      if (nk < {ktiles}) load(nk, nk % {stages});
+      cp_async_commit_group();
+    }}
+    const {ctype}* as = As + (kt % {stages}) * {BM * BK} + wg * 64 * {BK};
+    const {ctype}* bs = Bs + (kt % {stages}) * {BK * BN};
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < {BK // 16}; ++kk)
+      wgmma_mma_async_m64n{BN}k16_{ptx}(d, wgmma_descriptor(as + kk * 128, {lbo}, {sbo}),
+                                     wgmma_descriptor(bs + kk * 128, {lbo}, {sbo}), 1);
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+    if ({stages} == 1) __syncthreads();
+  }}
+  // D fragment: warp w rows 16w + lane/4 (+8), columns 8j + 2 (lane % 4) (+1)
+  const int w = (tid % 128) / 32, lane = tid % 32;
+  const int row = bm + wg * 64 + 16 * w + lane / 4;
+#pragma unroll
+  for (int j = 0; j < {BN // 8}; ++j) {{
+    int col = bn + 8 * j + 2 * (lane % 4);
+    *reinterpret_cast<float2*>(C + (size_t)row * {N} + col) = make_float2(d[4 * j], d[4 * j + 1]);
+    *reinterpret_cast<float2*>(C + (size_t)(row + 8) * {N} + col) =
+        make_float2(d[4 * j + 2], d[4 * j + 3]);
+  }}
+}}
+"""
+
+
+def compile_gemm(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
+                 dtype: str = "float16", arch: str = "sm_90a", compiler: str = "nvcc") -> bytes:
+    """The cubin of :func:`gemm_source` for ``arch``, which must be ``sm_90a`` (wgmma is an
+    architecture-specific feature: plain sm_90 has no such instruction).
+
+    Raises
+    ------
+    BuildError
+        Another architecture (named in the message), or a compile error.
+    """
+    if arch != "sm_90a":
+        raise BuildError(format_error(
+            "wgmma_gemm", f"target architecture {arch!r}",
+            "expected 'sm_90a': wgmma.mma_async is an sm_90a feature",
+            hint="target='cuda -arch=sm_90a'"))
+    from .compile import compile_cuda
+
+    return compile_cuda(gemm_source(M, N, K, block, stages, dtype), arch,
+                        compiler=compiler, name="wgmma_gemm.cu")
+
+
+class WgmmaGemm:
+    """The wgmma GEMM compiled for sm_90a, launchable on device pointers (the GPU's
+    primary context, legacy default stream: torch's tensors and stream work as is).
+
+    ``f(a_ptr, b_ptr, c_ptr)`` runs ``C = A @ B``; :meth:`time` gives seconds per run.
+    Compiling needs no GPU; loading does (``DeviceNotFoundError`` without one).
+    """
+
+    def __init__(self, M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
+                 dtype: str = "float16", compiler: str = "nvcc"):
+        self.M, self.N, self.K, self.block, self.stages = M, N, K, tuple(block), stages
+        self.source = gemm_source(M, N, K, block, stages, dtype)
+        self.cubin = compile_gemm(M, N, K, block, stages, dtype, compiler=compiler)
+        self._fn = None
+
+    def _load(self):
+        from .driver import check, context
+
+        st = context()
+        drv = st["driver"]
+        mod = check(drv.cuModuleLoadData(self.cubin), "cuModuleLoadData")
+        fn = check(drv.cuModuleGetFunction(mod, b"wgmma_gemm"), "cuModuleGetFunction")
+        check(drv.cuFuncSetAttribute(
+            fn, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            smem_bytes(self.block, self.stages)), "cuFuncSetAttribute")
+        self._mod, self._fn, self._st = mod, fn, st
+
+    def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int) -> None:
+        import ctypes
+
+        from .driver import check
+
+        if self._fn is None:
+            self._load()
+        BM, BN, _ = self.block
+        drv = self._st["driver"]
+        params = ((a_ptr, b_ptr, c_ptr), (ctypes.c_void_p,) * 3)
+        check(drv.cuLaunchKernel(self._fn, self.N // BN, self.M // BM, 1, BM // 64 * 128, 1, 1,
+                                 smem_bytes(self.block, self.stages), self._st["stream"],
+                                 params, 0), "cuLaunchKernel", "wgmma_gemm")
+
+    def synchronize(self) -> None:
+        from .driver import check
+
+        drv = self._st["driver"]
+        check(drv.cuStreamSynchronize(self._st["stream"]), "running wgmma_gemm")
+
+    def time(self, a_ptr: int, b_ptr: int, c_ptr: int, reps: int = 20) -> float:
+        """Mean seconds of one run over ``reps`` back-to-back launches (after
+        3 warm-up runs), timed with CUDA events."""
+        from .driver import check
+
+        for _ in range(3):
+            self(a_ptr, b_ptr, c_ptr)
+        drv = self._st["driver"]
+        start = check(drv.cuEventCreate(0), "cuEventCreate")
+        end = check(drv.cuEventCreate(0), "cuEventCreate")
+        check(drv.cuEventRecord(start, self._st["stream"]), "cuEventRecord")
+        for _ in range(reps):
+            self(a_ptr, b_ptr, c_ptr)
+        check(drv.cuEventRecord(end, self._st["stream"]), "cuEventRecord")
+        check(drv.cuEventSynchronize(end), "running wgmma_gemm")
+        ms = check(drv.cuEventElapsedTime(start, end), "cuEventElapsedTime")
+        drv.cuEventDestroy(start)
+        drv.cuEventDestroy(end)
+        return float(ms) / 1e3 / reps

@@ -1,0 +1,161 @@
+"""Hopper wgmma (sm_90a): descriptor fields against hand-computed values of the PTX ISA
+"Matrix Descriptor" format, the shared layouts and the D fragment checked on a CPU model of
+the kernel, nvcc compiles for sm_90a (SASS ``HGMMA`` where ``cuobjdump`` exists),
+refusals, and runs on a GPU (marked ``gpu``) against a float64 reference."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+import pytest
+
+from polytile.errors import BuildError, ScheduleError
+from polytile.targets.cuda import compile as cc
+from polytile.targets.cuda import wgmma as wg
+
+
+def test_descriptor_fields_by_hand():
+    # start 0x400 bytes -> 0x40 in bits 0-13; LBO 128 -> 8 in bits 16-29; SBO 1024 -> 64
+    # in bits 32-45; no swizzle (bits 62-63 = 0)
+    assert wg.make_descriptor(0x400, 128, 1024) == 0x40 | (8 << 16) | (64 << 32)
+    assert wg.make_descriptor(0x400, 128, 1024) == 0x0000_0040_0008_0040
+    # 128B swizzle sets bit 62; the largest start address fills the 14 bits
+    assert wg.make_descriptor(0, 16, 1024, "128B") == (1 << 62) | (1 << 16) | (64 << 32)
+    assert wg.make_descriptor(0x3FFF0, 0, 0) == 0x3FFF
+    d = wg.make_descriptor(0x1230, 256, 2048, "64B")
+    assert wg.decode_descriptor(d) == {"addr": 0x1230, "lbo": 256, "sbo": 2048,
+                                       "base_offset": 0, "swizzle": 2}
+
+
+@pytest.mark.parametrize("bad", [(8, 128, 1024), (0, 120, 1024), (1 << 18, 128, 1024)])
+def test_descriptor_refuses_unencodable_offsets(bad):
+    with pytest.raises(BuildError, match="wgmma descriptor"):
+        wg.make_descriptor(*bad)
+
+
+def test_layout_offsets_are_a_bijection_onto_core_matrices():
+    BM, BN, BK = 128, 64, 32
+    m, k = np.meshgrid(np.arange(BM), np.arange(BK), indexing="ij")
+    a = wg.a_offset(m, k, BK)
+    assert sorted(a.ravel()) == list(range(BM * BK))
+    # 8 consecutive k of one row are contiguous (16-byte cp.async chunks)
+    assert (np.diff(a[:, :8], axis=1) == 1).all()
+    k, n = np.meshgrid(np.arange(BK), np.arange(BN), indexing="ij")
+    b = wg.b_offset(k, n, BK)
+    assert sorted(b.ravel()) == list(range(BK * BN))
+    assert (np.diff(b[:, :8], axis=1) == 1).all()
+    assert wg.operand_offsets(BK) == (128, 512)
+
+
+def test_d_fragment_covers_the_64xn_tile_once():
+    for n in (64, 128, 256):
+        t, r = np.meshgrid(np.arange(128), np.arange(n // 2), indexing="ij")
+        rows, cols = wg.d_fragment(t, r)
+        flat = sorted((rows * n + cols).ravel())
+        assert flat == list(range(64 * n))
+    # hand-checked: thread 37 (warp 1, lane 5), register 6 (chunk 1, r = 2): row 16 + 1
+    # + 8, column 8 + 2
+    assert wg.d_fragment(37, 6) == (25, 10)
+
+
+@pytest.mark.parametrize("size, block, stages", [
+    ((128, 192, 128), (128, 64, 32), 3), ((64, 64, 64), (64, 64, 64), 1),
+    ((192, 256, 96), (64, 256, 16), 4), ((128, 128, 64), (128, 128, 16), 2)])
+def test_kernel_model_matches_float64(size, block, stages):
+    M, N, K = size
+    rng = np.random.default_rng(3)
+    A = rng.uniform(-1, 1, (M, K))
+    B = rng.uniform(-1, 1, (K, N))
+    C = wg.emulate_gemm(A, B, block, stages)
+    assert np.linalg.norm(C - A @ B) / np.linalg.norm(A @ B) < 1e-13
+
+
+@pytest.mark.parametrize("size, block, what", [
+    ((100, 128, 64), (64, 128, 64), "axis 'i' of extent 100"),
+    ((128, 120, 64), (64, 128, 64), "axis 'j' of extent 120"),
+    ((128, 128, 40), (64, 128, 16), "axis 'k' of extent 40"),
+    ((128, 128, 64), (32, 128, 16), "BM a multiple of 64"),
+    ((128, 128, 64), (64, 264, 16), "BN in 8..256"),
+])
+def test_refuses_tiles_it_cannot_compute(size, block, what):
+    with pytest.raises(ScheduleError, match="wgmma_gemm") as exc:
+        wg.gemm_source(*size, block=block, stages=1)
+    assert what in str(exc.value)
+
+
+def test_refuses_too_much_shared_memory_and_other_dtypes():
+    with pytest.raises(ScheduleError, match="shared memory"):
+        wg.gemm_source(4096, 4096, 4096, (256, 256, 64), stages=4)
+    with pytest.raises(ScheduleError, match="dtype"):
+        wg.gemm_source(128, 128, 64, (64, 128, 64), stages=1, dtype="float32")
+
+
+def test_refuses_sm90_without_a():
+    with pytest.raises(BuildError, match="sm_90a") as exc:
+        wg.compile_gemm(128, 128, 64, (64, 128, 64), 1, arch="sm_90")
+    assert "target architecture 'sm_90'" in str(exc.value)
+
+
+def _sass(cubin: bytes) -> str:
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        pytest.skip("cuobjdump not found")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as fh:
+            fh.write(cubin)
+        return subprocess.run([tool, "-sass", path], capture_output=True, text=True,
+                              check=True).stdout
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("block, stages", [((128, 128, 64), 4), ((128, 256, 64), 3),
+                                           ((64, 64, 32), 1)])
+def test_compiles_for_sm90a_with_hgmma(dtype, block, stages):
+    if cc.nvcc_path() is None:
+        pytest.skip("nvcc not found")
+    src = wg.gemm_source(512, 512, 512, block, stages, dtype)
+    assert "wgmma.mma_async.sync.aligned.m64n" in src
+    assert "fence.proxy.async.shared::cta" in src
+    cubin, log = cc.compile_nvcc(src, "sm_90a", ("-Werror", "all-warnings"))
+    sass = _sass(cubin)
+    assert "HGMMA" in sass
+    assert "LDGSTS" in sass
+
+
+# ------------------------------------------------------------------------------ GPU
+def _torch_cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU (wgmma)")
+    return torch
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("size, block, stages", [
+    ((64, 64, 16), (64, 64, 16), 1),          # one wgmma: the descriptors themselves
+    ((128, 64, 64), (64, 64, 64), 1),
+    ((256, 384, 192), (128, 128, 64), 3),
+    ((384, 512, 640), (128, 256, 64), 4),
+    ((1024, 1024, 1024), (128, 128, 64), 4)])
+def test_wgmma_gemm_on_the_gpu(size, block, stages, dtype):
+    torch = _torch_cuda()
+    M, N, K = size
+    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    g = torch.Generator().manual_seed(5)
+    a = (torch.rand(M, K, generator=g) * 2 - 1).to(tdt).cuda()
+    b = (torch.rand(K, N, generator=g) * 2 - 1).to(tdt).cuda()
+    c = torch.full((M, N), float("nan"), dtype=torch.float32, device="cuda")
+    f = wg.WgmmaGemm(M, N, K, block, stages, dtype)
+    torch.cuda.synchronize()
+    f(a.data_ptr(), b.data_ptr(), c.data_ptr())
+    f.synchronize()
+    ref = a.double() @ b.double()
+    err = (torch.linalg.norm(c.double() - ref) / torch.linalg.norm(ref)).item()
+    assert err < 1e-5, (f"wgmma {dtype} {size} block {block} stages {stages}: relative "
+                        f"error {err:.2e}")
