@@ -258,11 +258,13 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor(const void* p, un
 
 
 def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
-                dtype: str = "float16", name: str = "wgmma_gemm") -> str:
+                dtype: str = "float16", name: str = "wgmma_gemm", swap_b: bool = False) -> str:
     """CUDA C of the wgmma GEMM kernel ``name(const T* A, const T* B, float* C)`` for
     row-major ``A[M, K]``, ``B[K, N]``, ``C[M, N]`` (see the module docstring). Launch
     with grid ``(N / BN, M / BM)``, ``BM / 64 * 128`` threads and :func:`smem_bytes`
     dynamic shared memory (after raising the function's dynamic limit); sm_90a.
+    ``swap_b`` exchanges LBO and SBO in B's descriptor: a probe of the MN-major reading
+    of the PTX ISA on a GPU (the kernel is then wrong when the reading is right).
 
     Raises
     ------
@@ -273,6 +275,7 @@ def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
     BM, BN, BK = block
     ptx, ctype = DTYPES[dtype]
     lbo, sbo = operand_offsets(BK)
+    b_lbo, b_sbo = (sbo, lbo) if swap_b else (lbo, sbo)
     threads = BM // 64 * 128
     a_chunks = BM * BK // 8
     b_chunks = BK * BN // 8
@@ -334,7 +337,7 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
 #pragma unroll
     for (int kk = 0; kk < {BK // 16}; ++kk)
       wgmma_mma_async_m64n{BN}k16_{ptx}(d, wgmma_descriptor(as + kk * 128, {lbo}, {sbo}),
-                                     wgmma_descriptor(bs + kk * 128, {lbo}, {sbo}), 1);
+                                     wgmma_descriptor(bs + kk * 128, {b_lbo}, {b_sbo}), 1);
     wgmma_commit_group();
     wgmma_wait_group<0>();
     if ({stages} == 1) __syncthreads();
@@ -354,7 +357,8 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
 
 
 def compile_gemm(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
-                 dtype: str = "float16", arch: str = "sm_90a", compiler: str = "nvcc") -> bytes:
+                 dtype: str = "float16", arch: str = "sm_90a", compiler: str = "nvcc",
+                 swap_b: bool = False) -> bytes:
     """The cubin of :func:`gemm_source` for ``arch``, which must be ``sm_90a`` (wgmma is an
     architecture-specific feature: plain sm_90 has no such instruction).
 
@@ -370,7 +374,7 @@ def compile_gemm(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
             hint="target='cuda -arch=sm_90a'"))
     from .compile import compile_cuda
 
-    return compile_cuda(gemm_source(M, N, K, block, stages, dtype), arch,
+    return compile_cuda(gemm_source(M, N, K, block, stages, dtype, swap_b=swap_b), arch,
                         compiler=compiler, name="wgmma_gemm.cu")
 
 
@@ -383,10 +387,11 @@ class WgmmaGemm:
     """
 
     def __init__(self, M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
-                 dtype: str = "float16", compiler: str = "nvcc"):
+                 dtype: str = "float16", compiler: str = "nvcc", swap_b: bool = False):
         self.M, self.N, self.K, self.block, self.stages = M, N, K, tuple(block), stages
-        self.source = gemm_source(M, N, K, block, stages, dtype)
-        self.cubin = compile_gemm(M, N, K, block, stages, dtype, compiler=compiler)
+        self.source = gemm_source(M, N, K, block, stages, dtype, swap_b=swap_b)
+        self.cubin = compile_gemm(M, N, K, block, stages, dtype, compiler=compiler,
+                                  swap_b=swap_b)
         self._fn = None
 
     def _load(self):

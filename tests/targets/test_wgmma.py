@@ -159,3 +159,46 @@ def test_wgmma_gemm_on_the_gpu(size, block, stages, dtype):
     err = (torch.linalg.norm(c.double() - ref) / torch.linalg.norm(ref)).item()
     assert err < 1e-5, (f"wgmma {dtype} {size} block {block} stages {stages}: relative "
                         f"error {err:.2e}")
+
+
+def _gpu_run(torch, M, N, K, block, stages, dtype, **kw):
+    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    g = torch.Generator().manual_seed(7)
+    a = (torch.rand(M, K, generator=g) * 2 - 1).to(tdt).cuda()
+    b = (torch.rand(K, N, generator=g) * 2 - 1).to(tdt).cuda()
+    c = torch.full((M, N), float("nan"), dtype=torch.float32, device="cuda")
+    f = wg.WgmmaGemm(M, N, K, block, stages, dtype, **kw)
+    torch.cuda.synchronize()
+    f(a.data_ptr(), b.data_ptr(), c.data_ptr())
+    f.synchronize()
+    ref = a.double() @ b.double()
+    return (torch.linalg.norm(c.double() - ref) / torch.linalg.norm(ref)).item()
+
+
+@pytest.mark.gpu
+def test_wgmma_descriptor_reading_probe():
+    """One m64n64k16 per block: the PTX reading (B MN-major: LBO between K-adjacent core
+    matrices, SBO between N-adjacent) must be right and its swap wrong; the message
+    says which one the GPU agrees with."""
+    torch = _torch_cuda()
+    ours = _gpu_run(torch, 64, 64, 16, (64, 64, 16), 1, "float16")
+    swapped = _gpu_run(torch, 64, 64, 16, (64, 64, 16), 1, "float16", swap_b=True)
+    assert ours < 1e-5 and swapped > 1e-2, (f"relative error {ours:.2e} as documented, "
+                                            f"{swapped:.2e} with B's LBO/SBO swapped")
+
+
+def test_target_string_sm90a_builds_with_nvcc():
+    if cc.nvcc_path() is None:
+        pytest.skip("nvcc not found")
+    import polytile
+    from polytile import te
+    from polytile.schedule import create_schedule
+
+    A = te.placeholder((256,), name="A")
+    B = te.compute((256,), lambda i: A[i] * 2, name="B")
+    s = create_schedule(B.op)
+    o, i = s[B].split(B.op.axis[0], factor=128)
+    s[B].bind(o, te.thread_axis("blockIdx.x"))
+    s[B].bind(i, te.thread_axis("threadIdx.x"))
+    m = polytile.build(s, [A, B], target="cuda -arch=sm_90a", compiler="nvcc")
+    assert m.cubin and "arch='sm_90a'" in repr(m)
