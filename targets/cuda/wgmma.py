@@ -280,6 +280,12 @@ def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
     a_chunks = BM * BK // 8
     b_chunks = BK * BN // 8
     ktiles = K // BK
+    # stages >= 3: the MMAs of tile kt stay in flight (wgmma.wait_group 1) while tile kt + 1
+    # is awaited, so a refill may only reuse the slot of tile kt - 2: stages - 2 tiles
+    # ahead. Fewer stages: every tile's MMAs finish before the next barrier.
+    overlap = stages >= 3
+    ahead = stages - 2 if overlap else stages - 1
+    cp_wait = stages - 3 if overlap else max(stages - 2, 0)
     include = "#include <cuda_fp16.h>" if dtype == "float16" else "#include <cuda_bf16.h>"
     return f"""{include}
 {COMMON}
@@ -315,19 +321,20 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
   }};
 
 #pragma unroll
-  for (int s = 0; s < {stages - 1}; ++s) {{
+  for (int s = 0; s < {ahead}; ++s) {{
     if (s < {ktiles}) load(s, s);
     cp_async_commit_group();
   }}
   for (int kt = 0; kt < {ktiles}; ++kt) {{
     if ({stages} == 1) {{ load(kt, 0); cp_async_commit_group(); }}   // no pipeline
     // tile kt landed (this thread's copies), visible to the async proxy, then to all
-    cp_async_wait_group<{max(stages - 2, 0)}>();
+    cp_async_wait_group<{cp_wait}>();
     fence_proxy_async_shared_cta();
     __syncthreads();
-    // refill the slot the MMAs of tile kt - 1 read (finished: wait_group 0 below)
+    // refill the slot of tile kt - {2 if overlap else 1}, whose MMAs all warpgroups finished
+    // before this barrier (wgmma.wait_group {1 if overlap else 0} below)
     if ({stages} > 1) {{
-      int nk = kt + {stages - 1};
+      int nk = kt + {ahead};
       if (nk < {ktiles}) load(nk, nk % {stages});
       cp_async_commit_group();
     }}
@@ -339,9 +346,10 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
       wgmma_mma_async_m64n{BN}k16_{ptx}(d, wgmma_descriptor(as + kk * 128, {lbo}, {sbo}),
                                      wgmma_descriptor(bs + kk * 128, {b_lbo}, {b_sbo}), 1);
     wgmma_commit_group();
-    wgmma_wait_group<0>();
+    wgmma_wait_group<{1 if overlap else 0}>();
     if ({stages} == 1) __syncthreads();
   }}
+  wgmma_wait_group<0>();
   // D fragment: warp w rows 16w + lane/4 (+8), columns 8j + 2 (lane % 4) (+1)
   const int w = (tid % 128) / 32, lane = tid % 32;
   const int row = bm + wg * 64 + 16 * w + lane / 4;
