@@ -27,7 +27,14 @@ First step of issue 10's Hopper path. What is here:
   tensor cores read shared memory through the async proxy). One helper per instruction.
 
 Not yet here (the continuation): a ``decl_tensor_intrin`` for tensorize and the schedule
-path (``wmma_gemm(isa="wgmma")``), the 128B swizzle, TMA.
+path (``wmma_gemm(isa="wgmma")``), the 128B swizzle, TMA. The planned design: an intrinsic
+``wgmma_mma(n, dtype)`` whose compute is ``c[64, n] += a[64, 16] * b[16, n]``, ``a`` and
+``b`` bound to ``shared`` buffers in the core-matrix layouts above (``transform_layout`` of
+the cache_read stages, with the LBO/SBO of :func:`operand_offsets` passed to a
+``wgmma_descriptor`` helper), ``c`` in a warpgroup accumulator scope whose C type is
+``float[n / 2]`` per thread (:func:`d_fragment` for its store); the CF stage replicated over
+the 128 threads of a warpgroup (``threadIdx.x`` of 128 per warpgroup, not a guard), and the
+kernel above as the reference the tensorized schedule must reproduce.
 """
 
 from __future__ import annotations
