@@ -86,6 +86,20 @@ def b_offset(k: int, n: int, BK: int) -> int:
     return ((n // 8) * (BK // 8) + k // 8) * 64 + (k % 8) * 8 + n % 8
 
 
+def a_chunk(c: int, BK: int) -> tuple:
+    """(m, k) of the first element of 16-byte copy ``c`` of the A tile in the kernel: the
+    chunk lands at element ``8 c`` of the shared tile, i.e. ``a_offset(m, k) == 8 c``."""
+    core = c // 8
+    return (core // (BK // 8)) * 8 + c % 8, (core % (BK // 8)) * 8
+
+
+def b_chunk(c: int, BK: int) -> tuple:
+    """(k, n) of the first element of 16-byte copy ``c`` of the B tile: ``b_offset(k, n)
+    == 8 c``."""
+    core = c // 8
+    return (core % (BK // 8)) * 8 + c % 8, (core // (BK // 8)) * 8
+
+
 def operand_offsets(BK: int) -> tuple:
     """(LBO, SBO) in bytes of both shared tiles above (the same for A and B)."""
     return CORE_BYTES, BK // 8 * CORE_BYTES
@@ -174,7 +188,7 @@ def descriptor_read(smem, desc: int, rows: int, cols: int, major: str):
 
 def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4):
     """Run :func:`gemm_source`'s kernel on the CPU in float64, block by block: the same
-    ``cp.async`` destinations (:func:`a_offset`, :func:`b_offset`), one flat shared array
+    ``cp.async`` chunks (:func:`a_chunk`, :func:`b_chunk`), one flat shared array
     per block and stage slot, operands read back through the descriptors the kernel builds
     (:func:`descriptor_read`), D written through :func:`d_fragment`. Refuses what the
     kernel refuses (:func:`check_tiles`)."""
@@ -186,9 +200,6 @@ def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4):
     BM, BN, BK = block
     lbo, sbo = operand_offsets(BK)
     C = np.full((M, N), np.nan)
-    mm, kk = np.meshgrid(np.arange(BM), np.arange(BK), indexing="ij")
-    ka, nb = np.meshgrid(np.arange(BK), np.arange(BN), indexing="ij")
-    a_idx, b_idx = a_offset(mm, kk, BK), b_offset(ka, nb, BK)
     t, reg = np.meshgrid(np.arange(128), np.arange(BN // 2), indexing="ij")
     rows, cols = d_fragment(t, reg)
     a_base = 0
@@ -201,8 +212,13 @@ def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4):
                 s = kt % stages
                 sa = smem[a_base // 2 + s * BM * BK:][:BM * BK]
                 sb = smem[b_base // 2 + s * BK * BN:][:BK * BN]
-                sa[a_idx] = A[bm:bm + BM, kt * BK:(kt + 1) * BK]
-                sb[b_idx] = B[kt * BK:(kt + 1) * BK, bn:bn + BN]
+                # the kernel's copies: 16-byte chunk c of each tile to element 8 c
+                for c in range(BM * BK // 8):
+                    m, k = a_chunk(c, BK)
+                    sa[8 * c:8 * c + 8] = A[bm + m, kt * BK + k:kt * BK + k + 8]
+                for c in range(BK * BN // 8):
+                    k, n = b_chunk(c, BK)
+                    sb[8 * c:8 * c + 8] = B[kt * BK + k, bn + n:bn + n + 8]
                 for wg in range(BM // 64):
                     for k16 in range(BK // 16):
                         da = make_descriptor(a_base + (s * BM * BK + wg * 64 * BK + k16 * 128) * 2,
@@ -309,20 +325,22 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
 #pragma unroll
   for (int i = 0; i < {BN // 2}; ++i) d[i] = 0.f;
 
-  // one k tile into slot s: 16-byte chunks of row-major global rows into core matrices
+  // one k tile into slot s: 16-byte chunks of row-major global rows into core matrices;
+  // 8 consecutive threads fill the 8 rows of one core matrix (128 contiguous bytes: no
+  // bank conflict), their global reads 8 rows of 16 bytes (whole 32-byte sectors per 2)
   auto load = [&](int kt, int s) {{
     {ctype}* as = As + s * {BM * BK};
     {ctype}* bs = Bs + s * {BK * BN};
 #pragma unroll
     for (int c = tid; c < {a_chunks}; c += {threads}) {{
-      int m = c / {BK // 8}, kc = c % {BK // 8};
-      cp_async_cg_shared_global(as + ((m / 8) * {BK // 8} + kc) * 64 + (m % 8) * 8,
+      int core = c / 8, m = (core / {BK // 8}) * 8 + c % 8, kc = core % {BK // 8};
+      cp_async_cg_shared_global(as + c * 8,   // == a_offset(m, 8 kc)
                                 A + (size_t)(bm + m) * {K} + kt * {BK} + kc * 8);
     }}
 #pragma unroll
     for (int c = tid; c < {b_chunks}; c += {threads}) {{
-      int k = c / {BN // 8}, nc = c % {BN // 8};
-      cp_async_cg_shared_global(bs + (nc * {BK // 8} + k / 8) * 64 + (k % 8) * 8,
+      int core = c / 8, k = (core % {BK // 8}) * 8 + c % 8, nc = core / {BK // 8};
+      cp_async_cg_shared_global(bs + c * 8,   // == b_offset(k, 8 nc)
                                 B + (size_t)(kt * {BK} + k) * {N} + bn + nc * 8);
     }}
   }};

@@ -202,3 +202,19 @@ def test_target_string_sm90a_builds_with_nvcc():
     s[B].bind(i, te.thread_axis("threadIdx.x"))
     m = polytile.build(s, [A, B], target="cuda -arch=sm_90a", compiler="nvcc")
     assert m.cubin and "arch='sm_90a'" in repr(m)
+
+
+@pytest.mark.parametrize("BM, BN, BK", [(128, 256, 64), (64, 64, 16), (192, 128, 32)])
+def test_copy_chunks_land_where_the_layouts_say(BM, BN, BK):
+    # the kernel's thread -> chunk maps (a_chunk, b_chunk) write chunk c at element 8 c;
+    # every chunk's 8 elements are where a_offset/b_offset put them
+    for c in range(BM * BK // 8):
+        m, k = wg.a_chunk(c, BK)
+        assert [wg.a_offset(m, k + e, BK) for e in range(8)] == list(range(8 * c, 8 * c + 8))
+    assert sorted(wg.a_chunk(c, BK) for c in range(BM * BK // 8)) == sorted(
+        (m, k) for m in range(BM) for k in range(0, BK, 8))
+    for c in range(BK * BN // 8):
+        k, n = wg.b_chunk(c, BK)
+        assert [wg.b_offset(k, n + e, BK) for e in range(8)] == list(range(8 * c, 8 * c + 8))
+    assert sorted(wg.b_chunk(c, BK) for c in range(BK * BN // 8)) == sorted(
+        (k, n) for k in range(BK) for n in range(0, BN, 8))
