@@ -11,6 +11,29 @@ import time
 BLOCKS = ((128, 256, 64), (128, 128, 64), (256, 128, 64))
 
 
+def sass_counts(cubin: bytes, ops=("HGMMA", "LDGSTS", "BAR", "WARPSYNC")) -> str:
+    """``op count`` of each SASS op in ``cubin`` (``cuobjdump -sass``), or why not."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        return "SASS: no cuobjdump"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as fh:
+            fh.write(cubin)
+        sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True).stdout
+    words = []
+    for ln in sass.splitlines():   # "/*0100*/  @P0 HGMMA.64x128x16.F32 ... ; /* 0x... */"
+        toks = ln.split("*/", 1)[1].split() if "*/" in ln else []
+        toks = toks[1:] if toks and toks[0].startswith("@") else toks
+        words.append(toks[0] if toks else "")
+    return "SASS " + " ".join(f"{op} {sum(w.split('.')[0] == op for w in words)}" for op in ops)
+
+
 def run(n: int, dtype: str = "float16", stages=(3, 4), blocks=BLOCKS) -> None:
     import torch
 
@@ -56,4 +79,5 @@ def run(n: int, dtype: str = "float16", stages=(3, 4), blocks=BLOCKS) -> None:
             t = tflops(f.time(a.data_ptr(), b.data_ptr(), c.data_ptr()))
             print(f"n={n:5d} {f'polytile wgmma {dtype}->float32 {depth} stages':44s} "
                   f"{t:7.1f} TFLOP/s  {t / cublas:6.3f} x cuBLAS  (block {block}, build "
-                  f"{t_build:.1f} s, rel. error {err:.1e})", flush=True)
+                  f"{t_build:.1f} s, rel. error {err:.1e}, {sass_counts(f.cubin)})",
+                  flush=True)
