@@ -448,10 +448,13 @@ class WgmmaGemm:
             self._load()
         BM, BN, _ = self.block
         drv = self._st["driver"]
-        params = ((a_ptr, b_ptr, c_ptr), (ctypes.c_void_p,) * 3)
+        # the kernel's parameters as the driver takes them: an array of addresses of
+        # the values (as targets/gpu/module.py passes them)
+        objs = [ctypes.c_uint64(int(p)) for p in (a_ptr, b_ptr, c_ptr)]
+        ptrs = (ctypes.c_void_p * 3)(*[ctypes.addressof(o) for o in objs])
         check(drv.cuLaunchKernel(self._fn, self.N // BN, self.M // BM, 1, BM // 64 * 128, 1, 1,
                                  smem_bytes(self.block, self.stages), self._st["stream"],
-                                 params, 0), "cuLaunchKernel", "wgmma_gemm")
+                                 ctypes.addressof(ptrs), 0), "cuLaunchKernel", "wgmma_gemm")
 
     def synchronize(self) -> None:
         from .driver import check
