@@ -134,6 +134,8 @@ def main() -> None:
     ap.add_argument("--stages", type=int, nargs="+", default=[3],
                     help="software-pipeline depths of the tensor-core GEMM (cp.async into "
                     "stages x the shared tiles; 1: no pipeline), one line each")
+    ap.add_argument("--swizzle", nargs="+", choices=("none", "128B"), default=["none", "128B"],
+                    help="shared layouts of the wgmma GEMM (--isa wgmma), one line each")
     ap.add_argument("--sweep", action="store_true",
                     help="time wmma_gemm over the block/warp tiles of SWEEP too")
     args = ap.parse_args()
@@ -145,7 +147,8 @@ def main() -> None:
         import wgmma_gemm
 
         for n in args.n or [4096, 8192]:
-            wgmma_gemm.run(n, args.dtype, stages=args.stages if args.stages != [3] else (3, 4))
+            wgmma_gemm.run(n, args.dtype, stages=args.stages if args.stages != [3] else (3, 4),
+                           swizzles=args.swizzle)
         return
     for n in args.n or [4096, 8192]:
         half_gemm(n, args.acc, args.isa, args.dtype, stages=args.stages)

@@ -5,6 +5,7 @@ in float32 at large sizes) before it is timed; one line per figure."""
 
 from __future__ import annotations
 
+import itertools
 import time
 
 #: (BM, BN, BK) tiles timed by default: 2 warpgroups of 64 x BN each
@@ -34,7 +35,9 @@ def sass_counts(cubin: bytes, ops=("HGMMA", "LDGSTS", "BAR", "WARPSYNC")) -> str
     return "SASS " + " ".join(f"{op} {sum(w.split('.')[0] == op for w in words)}" for op in ops)
 
 
-def run(n: int, dtype: str = "float16", stages=(3, 4), blocks=BLOCKS) -> None:
+def run(n: int, dtype: str = "float16", stages=(3, 4), blocks=BLOCKS,
+        swizzles=("none", "128B")) -> None:
+    """One line per (block, stages, swizzle) of the wgmma GEMM at ``n``^3, after cuBLAS."""
     import torch
 
     from polytile.targets.cuda import wgmma as wg
@@ -59,25 +62,25 @@ def run(n: int, dtype: str = "float16", stages=(3, 4), blocks=BLOCKS) -> None:
     torch.cuda.synchronize()
     cublas = tflops(s.elapsed_time(e) / 1e3 / 20)
     print(f"n={n:5d} {f'cuBLAS {dtype} (torch)':44s} {cublas:7.1f} TFLOP/s", flush=True)
-    for block in blocks:
-        for depth in stages:
-            try:
-                t0 = time.perf_counter()
-                f = wg.WgmmaGemm(n, n, n, block, depth, dtype)
-                t_build = time.perf_counter() - t0
-            except Exception as exc:  # a shape past shared memory: say so, go on
-                print(f"n={n:5d} wgmma block {block} stages {depth}: {exc}".splitlines()[0])
-                continue
-            c = torch.full((n, n), float("nan"), dtype=torch.float32, device="cuda")
-            f(a.data_ptr(), b.data_ptr(), c.data_ptr())
-            f.synchronize()
-            err = (torch.linalg.norm(c - ref) / torch.linalg.norm(ref)).item()
-            if not err < 1e-4:
-                print(f"n={n:5d} wgmma block {block} stages {depth}: WRONG result (relative "
-                      f"error {err:.2e})", flush=True)
-                continue
-            t = tflops(f.time(a.data_ptr(), b.data_ptr(), c.data_ptr()))
-            print(f"n={n:5d} {f'polytile wgmma {dtype}->float32 {depth} stages':44s} "
-                  f"{t:7.1f} TFLOP/s  {t / cublas:6.3f} x cuBLAS  (block {block}, build "
-                  f"{t_build:.1f} s, rel. error {err:.1e}, {sass_counts(f.cubin)})",
-                  flush=True)
+    for block, swz, depth in itertools.product(blocks, swizzles, stages):
+        what = f"block {block} stages {depth} swizzle {swz}"
+        try:
+            t0 = time.perf_counter()
+            f = wg.WgmmaGemm(n, n, n, block, depth, dtype, swizzle=swz)
+            t_build = time.perf_counter() - t0
+        except Exception as exc:  # a shape past shared memory: say so, go on
+            print(f"n={n:5d} wgmma {what}: {exc}".splitlines()[0])
+            continue
+        c = torch.full((n, n), float("nan"), dtype=torch.float32, device="cuda")
+        f(a.data_ptr(), b.data_ptr(), c.data_ptr())
+        f.synchronize()
+        err = (torch.linalg.norm(c - ref) / torch.linalg.norm(ref)).item()
+        if not err < 1e-4:
+            print(f"n={n:5d} wgmma {what}: WRONG result (relative "
+                  f"error {err:.2e})", flush=True)
+            continue
+        t = tflops(f.time(a.data_ptr(), b.data_ptr(), c.data_ptr()))
+        print(f"n={n:5d} {f'polytile wgmma {dtype}->float32 {depth} st. {swz}':44s} "
+              f"{t:7.1f} TFLOP/s  {t / cublas:6.3f} x cuBLAS  (block {block}, build "
+              f"{t_build:.1f} s, rel. error {err:.1e}, {sass_counts(f.cubin)})",
+              flush=True)

@@ -18,6 +18,10 @@ First step of issue 10's Hopper path. What is here:
 * The accumulator fragment of ``m64nNk16`` with float32 D (PTX ISA, "Register Fragments:
   wgmma .m64nNk16"): :func:`d_fragment` maps (thread of the warpgroup, register) to (row,
   column).
+* The 128-byte swizzle (``swizzle="128B"``, PTX ISA "Shared Memory Matrix Layout",
+  swizzling modes): 128-byte rows, 16-byte chunk ``j`` of row ``r`` stored at chunk ``j ^
+  (r % 8)``, 8-row atoms of 1024 bytes (:func:`a_offset_128b`, :func:`b_offset_128b`,
+  :func:`operand_offsets_128b`); its copies read whole global rows (coalesced).
 * :func:`gemm_source`: a CUDA C GEMM kernel (C[M, N] = A[M, K] @ B[K, N], row-major,
   float16/bfloat16 in, float32 out): blocks of ``BM x BN``, one warpgroup (4 consecutive
   warps, 128 threads) per 64 rows, ``stages``-deep ``cp.async`` pipeline over k tiles of
@@ -27,7 +31,7 @@ First step of issue 10's Hopper path. What is here:
   tensor cores read shared memory through the async proxy). One helper per instruction.
 
 Not yet here (the continuation): a ``decl_tensor_intrin`` for tensorize and the schedule
-path (``wmma_gemm(isa="wgmma")``), the 128B swizzle, TMA. The planned design: an intrinsic
+path (``wmma_gemm(isa="wgmma")``), TMA, a persistent grid. The planned design: an intrinsic
 ``wgmma_mma(n, dtype)`` whose compute is ``c[64, n] += a[64, 16] * b[16, n]``, ``a`` and
 ``b`` bound to ``shared`` buffers in the core-matrix layouts above (``transform_layout`` of
 the cache_read stages, with the LBO/SBO of :func:`operand_offsets` passed to a
@@ -105,6 +109,55 @@ def operand_offsets(BK: int) -> tuple:
     return CORE_BYTES, BK // 8 * CORE_BYTES
 
 
+def a_offset_128b(m: int, k: int, BM: int, BK: int) -> int:
+    """Element offset of ``A[m, k]`` in a ``[BM, BK]`` shared tile laid out K-major with the
+    128-byte swizzle (PTX ISA, "Shared Memory Matrix Layout", swizzling modes; the
+    canonical K-major 128B layout ``((8, m), (T, 2k)) : ((8T, SBO), (1, T))`` in 16-byte
+    units T): the tile is ``BK / 64`` K-atoms of ``BM`` rows x 128 bytes (64 elements),
+    row ``m`` at ``m * 128`` bytes of its atom, its 16-byte chunk ``j`` stored at chunk
+    ``j ^ (m % 8)``. 8 rows (1024 bytes) repeat the pattern: SBO = 1024, LBO unused.
+    The tensor cores apply the XOR to shared address bits 4-6 from bits 7-9, so the tile
+    must start on a 1024-byte boundary."""
+    kc = k % 64
+    return (k // 64) * BM * 64 + m * 64 + ((kc // 8) ^ (m % 8)) * 8 + k % 8
+
+
+def b_offset_128b(k: int, n: int, BK: int) -> int:
+    """Element offset of ``B[k, n]`` in a ``[BK, BN]`` shared tile laid out MN-major with
+    the 128-byte swizzle (canonical MN-major 128B layout ``((T, 8, m), (8, k)) : ((1, T,
+    LBO), (8T, SBO))``): N-atoms of 64 columns (128 bytes) x ``BK`` rows, atom ``n // 64``
+    at ``BK * 128`` bytes (LBO), row ``k`` at ``k * 128`` bytes of its atom (8 rows:
+    SBO = 1024), 16-byte chunk ``j`` of the row stored at chunk ``j ^ (k % 8)``."""
+    nc = n % 64
+    return (n // 64) * BK * 64 + k * 64 + ((nc // 8) ^ (k % 8)) * 8 + n % 8
+
+
+def a_chunk_128b(c: int, BK: int) -> tuple:
+    """(m, k) of 16-byte copy ``c`` of the swizzled A tile: consecutive copies walk one
+    global row (``BK / 8`` chunks, whole 32-byte sectors), landing at
+    :func:`a_offset_128b`."""
+    return c // (BK // 8), (c % (BK // 8)) * 8
+
+
+def b_chunk_128b(c: int, BN: int) -> tuple:
+    """(k, n) of 16-byte copy ``c`` of the swizzled B tile: consecutive copies walk one
+    global row of ``BN`` elements, landing at :func:`b_offset_128b`."""
+    return c // (BN // 8), (c % (BN // 8)) * 8
+
+
+def operand_offsets_128b(BK: int) -> tuple:
+    """((LBO, SBO) of A, (LBO, SBO) of B) in bytes for the 128B-swizzled tiles: A K-major
+    LBO unused (16, i.e. the field's 1), SBO 1024; B MN-major LBO = ``BK * 128`` (between
+    64-column N-atoms), SBO 1024 (between 8-row K groups)."""
+    return (16, 1024), (BK * 128, 1024)
+
+
+def swizzle_128b(byte):
+    """The physical shared byte address of logical ``byte`` under the 128B swizzle: bits
+    4-6 XOR bits 7-9 (the 16-byte chunk within a 128-byte row XOR the row within 8)."""
+    return byte ^ (((byte >> 7) & 7) << 4)
+
+
 def d_fragment(thread: int, reg: int) -> tuple:
     """(row, column) of float32 accumulator register ``reg`` of warpgroup thread ``thread``
     (0-127) in an ``m64nN`` D tile: warp ``w`` owns rows ``16w .. 16w + 15``; register
@@ -116,16 +169,25 @@ def d_fragment(thread: int, reg: int) -> tuple:
     return 16 * w + lane // 4 + 8 * (r // 2), 8 * j + 2 * (lane % 4) + r % 2
 
 
-def check_tiles(M: int, N: int, K: int, block: tuple, stages: int, dtype: str) -> None:
+def check_tiles(M: int, N: int, K: int, block: tuple, stages: int, dtype: str,
+                swizzle: str = "none") -> None:
     """Refuse what :func:`gemm_source` cannot compute, naming the axis and the primitive.
 
     Raises
     ------
     ScheduleError
         A size the tiles do not divide, a tile wgmma has no shape for, a dtype it lacks,
-        or shared memory past the 227 KiB of sm_90.
+        or shared memory past the 227 KiB of sm_90; a swizzle other than ``"none"`` and
+        ``"128B"``, or a 128B-swizzled block whose BK or BN is not a multiple of 64.
     """
     BM, BN, BK = block
+    if swizzle not in ("none", "128B"):
+        raise ScheduleError(format_error("wgmma_gemm", f"swizzle {swizzle!r}",
+                                         "expected 'none' or '128B'"))
+    if swizzle == "128B" and (BK % 64 or BN % 64):
+        raise ScheduleError(format_error(
+            "wgmma_gemm", f"block {block} with the 128B swizzle",
+            "expected BK and BN multiples of 64 (128-byte rows of the swizzle atoms)"))
     if dtype not in DTYPES:
         raise ScheduleError(format_error("wgmma_gemm", f"dtype {dtype!r}",
                                          f"expected one of {sorted(DTYPES)}"))
@@ -144,16 +206,17 @@ def check_tiles(M: int, N: int, K: int, block: tuple, stages: int, dtype: str) -
         raise ScheduleError(format_error(
             "wgmma_gemm", f"pipeline stages={stages} over {K // BK} k tiles",
             "expected 1 <= stages <= k tiles + 1"))
-    if smem_bytes(block, stages) > 227 * 1024:
+    if smem_bytes(block, stages, swizzle) > 227 * 1024:
         raise ScheduleError(format_error(
-            "wgmma_gemm", f"{smem_bytes(block, stages)} bytes of shared memory",
+            "wgmma_gemm", f"{smem_bytes(block, stages, swizzle)} bytes of shared memory",
             "expected at most 227 KiB (sm_90)", hint="fewer stages or a smaller block"))
 
 
-def smem_bytes(block: tuple, stages: int) -> int:
-    """Dynamic shared memory of :func:`gemm_source`: ``stages`` A and B tiles, 2 bytes each."""
+def smem_bytes(block: tuple, stages: int, swizzle: str = "none") -> int:
+    """Dynamic shared memory of :func:`gemm_source`: ``stages`` A and B tiles, 2 bytes each
+    (+ 1024 bytes with the 128B swizzle, to start the tiles on a 1024-byte boundary)."""
     BM, BN, BK = block
-    return stages * (BM * BK + BK * BN) * 2
+    return stages * (BM * BK + BK * BN) * 2 + (1024 if swizzle == "128B" else 0)
 
 
 def decode_descriptor(desc: int) -> dict:
@@ -169,16 +232,27 @@ def descriptor_read(smem, desc: int, rows: int, cols: int, major: str):
     canonical layouts: ``major="K"`` (A ``[M, K]``, B ``[N, K]``): element (r, k) at
     ``start + (r // 8) SBO + (k // 8) LBO + (r % 8) 16 + (k % 8) 2`` bytes;
     ``major="MN"`` (B ``[K, N]`` with imm-trans-b): element (k, n) at ``start + (n // 8)
-    SBO + (k // 8) LBO + (k % 8) 16 + (n % 8) 2``. The model the CPU tests check the
+    SBO + (k // 8) LBO + (k % 8) 16 + (n % 8) 2``. With the 128B swizzle (``k`` within
+    one 128-byte row): K-major (r, k) at ``start + (r // 8) SBO + (r % 8) 128 + 2 k``,
+    MN-major (k, n) at ``start + (n // 64) LBO + (k // 8) SBO + (k % 8) 128 + 2 (n %
+    64)``, then :func:`swizzle_128b` of that address. The model the CPU tests check the
     kernel's layouts against.
     """
     import numpy as np
 
     f = decode_descriptor(desc)
-    if f["swizzle"] or f["base_offset"]:
-        raise NotImplementedError("descriptor_read: swizzled layouts")
+    if f["base_offset"] or f["swizzle"] not in (0, SWIZZLE["128B"]):
+        raise NotImplementedError("descriptor_read: base offset, 32B/64B swizzles")
     r = np.arange(rows)[:, None]
     c = np.arange(cols)[None, :]
+    if f["swizzle"]:
+        if major == "K":
+            assert cols * 2 + f["addr"] % 128 <= 128, "one 128-byte row per wgmma K"
+            byte = f["addr"] + (r // 8) * f["sbo"] + (r % 8) * 128 + c * 2
+        else:
+            byte = (f["addr"] + (c // 64) * f["lbo"] + (r // 8) * f["sbo"] + (r % 8) * 128
+                    + (c % 64) * 2)
+        return smem[swizzle_128b(byte) // 2]
     if major == "K":
         byte = f["addr"] + (r // 8) * f["sbo"] + (c // 8) * f["lbo"] + (r % 8) * 16 + (c % 8) * 2
     else:
@@ -186,19 +260,22 @@ def descriptor_read(smem, desc: int, rows: int, cols: int, major: str):
     return smem[byte // 2]
 
 
-def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4):
+def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4, swizzle: str = "none"):
     """Run :func:`gemm_source`'s kernel on the CPU in float64, block by block: the same
     ``cp.async`` chunks (:func:`a_chunk`, :func:`b_chunk`), one flat shared array
     per block and stage slot, operands read back through the descriptors the kernel builds
     (:func:`descriptor_read`), D written through :func:`d_fragment`. Refuses what the
-    kernel refuses (:func:`check_tiles`)."""
+    kernel refuses (:func:`check_tiles`). ``swizzle="128B"``: the swizzled copies
+    (:func:`a_chunk_128b`, :func:`b_chunk_128b`) and descriptors."""
     import numpy as np
 
     M, K = A.shape
     N = B.shape[1]
-    check_tiles(M, N, K, block, stages, "float16")
+    check_tiles(M, N, K, block, stages, "float16", swizzle)
     BM, BN, BK = block
+    sw = swizzle == "128B"
     lbo, sbo = operand_offsets(BK)
+    (a_lbo, a_sbo), (b_lbo, b_sbo) = operand_offsets_128b(BK) if sw else ((lbo, sbo),) * 2
     C = np.full((M, N), np.nan)
     t, reg = np.meshgrid(np.arange(128), np.arange(BN // 2), indexing="ij")
     rows, cols = d_fragment(t, reg)
@@ -214,16 +291,24 @@ def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4):
                 sb = smem[b_base // 2 + s * BK * BN:][:BK * BN]
                 # the kernel's copies: 16-byte chunk c of each tile to element 8 c
                 for c in range(BM * BK // 8):
-                    m, k = a_chunk(c, BK)
-                    sa[8 * c:8 * c + 8] = A[bm + m, kt * BK + k:kt * BK + k + 8]
+                    m, k = a_chunk_128b(c, BK) if sw else a_chunk(c, BK)
+                    e = a_offset_128b(m, k, BM, BK) if sw else 8 * c
+                    sa[e:e + 8] = A[bm + m, kt * BK + k:kt * BK + k + 8]
                 for c in range(BK * BN // 8):
-                    k, n = b_chunk(c, BK)
-                    sb[8 * c:8 * c + 8] = B[kt * BK + k, bn + n:bn + n + 8]
+                    k, n = b_chunk_128b(c, BN) if sw else b_chunk(c, BK)
+                    e = b_offset_128b(k, n, BK) if sw else 8 * c
+                    sb[e:e + 8] = B[kt * BK + k, bn + n:bn + n + 8]
                 for wg in range(BM // 64):
                     for k16 in range(BK // 16):
-                        da = make_descriptor(a_base + (s * BM * BK + wg * 64 * BK + k16 * 128) * 2,
-                                             lbo, sbo)
-                        db = make_descriptor(b_base + (s * BK * BN + k16 * 128) * 2, lbo, sbo)
+                        if sw:
+                            ea = wg * 64 * 64 + (k16 * 16 // 64) * BM * 64 + k16 * 16 % 64
+                            eb = k16 * 16 * 64
+                        else:
+                            ea, eb = wg * 64 * BK + k16 * 128, k16 * 128
+                        da = make_descriptor(a_base + (s * BM * BK + ea) * 2, a_lbo, a_sbo,
+                                             swizzle)
+                        db = make_descriptor(b_base + (s * BK * BN + eb) * 2, b_lbo, b_sbo,
+                                             swizzle)
                         a = descriptor_read(smem, da, 64, 16, "K")
                         b = descriptor_read(smem, db, 16, BN, "MN")
                         d[wg] += (a @ b)[rows, cols]
@@ -271,30 +356,37 @@ template <int N> __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
 }
 __device__ __forceinline__ unsigned long long wgmma_descriptor(const void* p, unsigned lbo,
-                                                               unsigned sbo) {
+                                                               unsigned sbo,
+                                                               unsigned swizzle = 0) {
   // PTX ISA "Matrix Descriptor": start >> 4 (bits 0-13), LBO >> 4 (16-29), SBO >> 4
-  // (32-45), base offset 0, swizzle 0 (no swizzle)
+  // (32-45), base offset 0 (swizzled tiles start 1024-aligned), swizzle mode (62-63:
+  // 0 none, 1 128B)
   unsigned long long a = (unsigned)__cvta_generic_to_shared(p);
   return ((a & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16)
-         | ((unsigned long long)(sbo >> 4) << 32);
+         | ((unsigned long long)(sbo >> 4) << 32) | ((unsigned long long)swizzle << 62);
 }"""
 
 
 def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
-                dtype: str = "float16", name: str = "wgmma_gemm", swap_b: bool = False) -> str:
+                dtype: str = "float16", name: str = "wgmma_gemm", swap_b: bool = False,
+                swizzle: str = "none") -> str:
     """CUDA C of the wgmma GEMM kernel ``name(const T* A, const T* B, float* C)`` for
     row-major ``A[M, K]``, ``B[K, N]``, ``C[M, N]`` (see the module docstring). Launch
     with grid ``(N / BN, M / BM)``, ``BM / 64 * 128`` threads and :func:`smem_bytes`
     dynamic shared memory (after raising the function's dynamic limit); sm_90a.
     ``swap_b`` exchanges LBO and SBO in B's descriptor: a probe of the MN-major reading
     of the PTX ISA on a GPU (the kernel is then wrong when the reading is right).
+    ``swizzle="128B"``: the 128-byte-swizzled tiles (:func:`a_offset_128b`,
+    :func:`b_offset_128b`), filled by copies that walk whole global rows (coalesced, whole
+    32-byte sectors); ``"none"``: the core-matrix layouts.
 
     Raises
     ------
     ScheduleError
         Via :func:`check_tiles`.
     """
-    check_tiles(M, N, K, block, stages, dtype)
+    check_tiles(M, N, K, block, stages, dtype, swizzle)
+    sw = swizzle == "128B"
     BM, BN, BK = block
     ptx, ctype = DTYPES[dtype]
     lbo, sbo = operand_offsets(BK)
@@ -309,29 +401,32 @@ def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
     overlap = stages >= 3
     ahead = stages - 2 if overlap else stages - 1
     cp_wait = stages - 3 if overlap else max(stages - 2, 0)
-    include = "#include <cuda_fp16.h>" if dtype == "float16" else "#include <cuda_bf16.h>"
-    return f"""{include}
-{COMMON}
-{_mma_helper(BN, ptx)}
-
-extern "C" __global__ void __launch_bounds__({threads}, 1)
-{name}(const {ctype}* __restrict__ A, const {ctype}* __restrict__ B, float* __restrict__ C) {{
-  extern __shared__ __align__(128) unsigned char pt_smem[];
-  {ctype}* As = reinterpret_cast<{ctype}*>(pt_smem);              // [stages][BM*BK]
-  {ctype}* Bs = As + {stages} * {BM * BK};                          // [stages][BK*BN]
-  const int tid = threadIdx.x, wg = tid / 128;
-  const int bm = blockIdx.y * {BM}, bn = blockIdx.x * {BN};
-  float d[{BN // 2}];
+    if sw:
+        (a_lbo, a_sbo), (b_lbo, b_sbo) = operand_offsets_128b(BK)
+        if swap_b:   # the probe of the MN-major 128B reading (LBO between N-atoms)
+            b_lbo, b_sbo = b_sbo, b_lbo
+        # consecutive threads copy consecutive 16-byte chunks of one global row (whole
+        # sectors), chunk j of row r into chunk j ^ (r % 8) of its 128-byte shared row
+        copies = f"""#pragma unroll
+    for (int c = tid; c < {a_chunks}; c += {threads}) {{
+      int m = c / {BK // 8}, q = c % {BK // 8};   // == a_chunk_128b(c)
+      cp_async_cg_shared_global(as + (q / 8) * {BM * 64} + m * 64 + (((q % 8) ^ (m % 8)) * 8),
+                                A + (size_t)(bm + m) * {K} + kt * {BK} + q * 8);
+    }}
 #pragma unroll
-  for (int i = 0; i < {BN // 2}; ++i) d[i] = 0.f;
-
-  // one k tile into slot s: 16-byte chunks of row-major global rows into core matrices;
-  // 8 consecutive threads fill the 8 rows of one core matrix (128 contiguous bytes: no
-  // bank conflict), their global reads 8 rows of 16 bytes (whole 32-byte sectors per 2)
-  auto load = [&](int kt, int s) {{
-    {ctype}* as = As + s * {BM * BK};
-    {ctype}* bs = Bs + s * {BK * BN};
-#pragma unroll
+    for (int c = tid; c < {b_chunks}; c += {threads}) {{
+      int k = c / {BN // 8}, q = c % {BN // 8};   // == b_chunk_128b(c)
+      cp_async_cg_shared_global(bs + (q / 8) * {BK * 64} + k * 64 + (((q % 8) ^ (k % 8)) * 8),
+                                B + (size_t)(kt * {BK} + k) * {N} + bn + q * 8);
+    }}
+"""
+        # k16 step kk: A's start moves 32 bytes along its 128-byte rows (next K-atom every
+        # 4 steps), B's 16 rows of 128 bytes; the hardware swizzles the absolute address
+        mma = (f"wgmma_mma_async_m64n{BN}k16_{ptx}(d, wgmma_descriptor(as + (kk / 4) * "
+               f"{BM * 64} + (kk % 4) * 16, {a_lbo}, {a_sbo}, 1), wgmma_descriptor(bs + kk * "
+               f"{16 * 64}, {b_lbo}, {b_sbo}, 1), 1);")
+    else:
+        copies = f"""#pragma unroll
     for (int c = tid; c < {a_chunks}; c += {threads}) {{
       int core = c / 8, m = (core / {BK // 8}) * 8 + c % 8, kc = core % {BK // 8};
       cp_async_cg_shared_global(as + c * 8,   // == a_offset(m, 8 kc)
@@ -343,7 +438,34 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
       cp_async_cg_shared_global(bs + c * 8,   // == b_offset(k, 8 nc)
                                 B + (size_t)(kt * {BK} + k) * {N} + bn + nc * 8);
     }}
-  }};
+"""
+        mma = (f"wgmma_mma_async_m64n{BN}k16_{ptx}(d, wgmma_descriptor(as + kk * 128, {lbo}, "
+               f"{sbo}), wgmma_descriptor(bs + kk * 128, {b_lbo}, {b_sbo}), 1);")
+    include = "#include <cuda_fp16.h>" if dtype == "float16" else "#include <cuda_bf16.h>"
+    return f"""{include}
+{COMMON}
+{_mma_helper(BN, ptx)}
+
+extern "C" __global__ void __launch_bounds__({threads}, 1)
+{name}(const {ctype}* __restrict__ A, const {ctype}* __restrict__ B, float* __restrict__ C) {{
+  extern __shared__ __align__(1024) unsigned char pt_smem_raw[];
+  // the 128B swizzle XORs shared address bits 4-6 with 7-9: tiles start 1024-aligned
+  unsigned char* pt_smem = pt_smem_raw + {"((1024u - ((unsigned)__cvta_generic_to_shared(pt_smem_raw) & 1023u)) & 1023u)" if sw else "0"};
+  {ctype}* As = reinterpret_cast<{ctype}*>(pt_smem);              // [stages][BM*BK]
+  {ctype}* Bs = As + {stages} * {BM * BK};                          // [stages][BK*BN]
+  const int tid = threadIdx.x, wg = tid / 128;
+  const int bm = blockIdx.y * {BM}, bn = blockIdx.x * {BN};
+  float d[{BN // 2}];
+#pragma unroll
+  for (int i = 0; i < {BN // 2}; ++i) d[i] = 0.f;
+
+  // one k tile into slot s, 16-byte chunks of row-major global rows; no swizzle: 8
+  // consecutive threads fill the 8 rows of one core matrix (128 contiguous bytes, 8 global
+  // rows); 128B swizzle: consecutive threads copy one global row (whole sectors)
+  auto load = [&](int kt, int s) {{
+    {ctype}* as = As + s * {BM * BK};
+    {ctype}* bs = Bs + s * {BK * BN};
+{copies}  }};
 
 #pragma unroll
   for (int s = 0; s < {ahead}; ++s) {{
@@ -363,13 +485,12 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
       if (nk < {ktiles}) load(nk, nk % {stages});
       cp_async_commit_group();
     }}
-    const {ctype}* as = As + (kt % {stages}) * {BM * BK} + wg * 64 * {BK};
+    const {ctype}* as = As + (kt % {stages}) * {BM * BK} + wg * 64 * {64 if sw else BK};
     const {ctype}* bs = Bs + (kt % {stages}) * {BK * BN};
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < {BK // 16}; ++kk)
-      wgmma_mma_async_m64n{BN}k16_{ptx}(d, wgmma_descriptor(as + kk * 128, {lbo}, {sbo}),
-                                     wgmma_descriptor(bs + kk * 128, {b_lbo}, {b_sbo}), 1);
+      {mma}
     wgmma_commit_group();
     wgmma_wait_group<{1 if overlap else 0}>();
     if ({stages} == 1) __syncthreads();
@@ -391,7 +512,7 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
 
 def compile_gemm(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
                  dtype: str = "float16", arch: str = "sm_90a", compiler: str = "nvcc",
-                 swap_b: bool = False) -> bytes:
+                 swap_b: bool = False, swizzle: str = "none") -> bytes:
     """The cubin of :func:`gemm_source` for ``arch``, which must be ``sm_90a`` (wgmma is an
     architecture-specific feature: plain sm_90 has no such instruction).
 
@@ -407,7 +528,8 @@ def compile_gemm(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
             hint="target='cuda -arch=sm_90a'"))
     from .compile import compile_cuda
 
-    return compile_cuda(gemm_source(M, N, K, block, stages, dtype, swap_b=swap_b), arch,
+    return compile_cuda(gemm_source(M, N, K, block, stages, dtype, swap_b=swap_b,
+                                    swizzle=swizzle), arch,
                         compiler=compiler, name="wgmma_gemm.cu")
 
 
@@ -420,11 +542,14 @@ class WgmmaGemm:
     """
 
     def __init__(self, M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
-                 dtype: str = "float16", compiler: str = "nvcc", swap_b: bool = False):
+                 dtype: str = "float16", compiler: str = "nvcc", swap_b: bool = False,
+                 swizzle: str = "none"):
         self.M, self.N, self.K, self.block, self.stages = M, N, K, tuple(block), stages
-        self.source = gemm_source(M, N, K, block, stages, dtype, swap_b=swap_b)
+        self.swizzle = swizzle
+        self.source = gemm_source(M, N, K, block, stages, dtype, swap_b=swap_b,
+                                  swizzle=swizzle)
         self.cubin = compile_gemm(M, N, K, block, stages, dtype, compiler=compiler,
-                                  swap_b=swap_b)
+                                  swap_b=swap_b, swizzle=swizzle)
         self._fn = None
 
     def _load(self):
@@ -436,7 +561,7 @@ class WgmmaGemm:
         fn = check(drv.cuModuleGetFunction(mod, b"wgmma_gemm"), "cuModuleGetFunction")
         check(drv.cuFuncSetAttribute(
             fn, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            smem_bytes(self.block, self.stages)), "cuFuncSetAttribute")
+            smem_bytes(self.block, self.stages, self.swizzle)), "cuFuncSetAttribute")
         self._mod, self._fn, self._st = mod, fn, st
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int) -> None:
@@ -453,7 +578,8 @@ class WgmmaGemm:
         objs = [ctypes.c_uint64(int(p)) for p in (a_ptr, b_ptr, c_ptr)]
         ptrs = (ctypes.c_void_p * 3)(*[ctypes.addressof(o) for o in objs])
         check(drv.cuLaunchKernel(self._fn, self.N // BN, self.M // BM, 1, BM // 64 * 128, 1, 1,
-                                 smem_bytes(self.block, self.stages), self._st["stream"],
+                                 smem_bytes(self.block, self.stages, self.swizzle),
+                                 self._st["stream"],
                                  ctypes.addressof(ptrs), 0), "cuLaunchKernel", "wgmma_gemm")
 
     def synchronize(self) -> None:

@@ -31,6 +31,85 @@ def test_descriptor_fields_by_hand():
                                        "base_offset": 0, "swizzle": 2}
 
 
+def test_descriptor_128b_by_hand():
+    # A K-major, 128B swizzle: tile at 0x400, second k16 step 32 bytes on -> start 0x420
+    # (0x42), LBO unused (field 1), SBO 1024 (64), bits 62-63 = 1
+    assert wg.operand_offsets_128b(64) == ((16, 1024), (8192, 1024))
+    assert wg.make_descriptor(0x420, 16, 1024, "128B") == 0x4000_0040_0001_0042
+    # B MN-major, 128B: tile at 0x2000, LBO 8192 between 64-column atoms (0x200), SBO 1024
+    assert wg.make_descriptor(0x2000, 8192, 1024, "128B") == 0x4000_0040_0200_0200
+
+
+def test_128b_offsets_are_the_swizzled_row_major_bytes():
+    # hand values: row 1's chunk 0 is stored at chunk 1; row 9's chunk 1 at chunk 0
+    assert wg.a_offset_128b(1, 0, 128, 64) == 64 + 8
+    assert wg.a_offset_128b(9, 8, 128, 64) == 9 * 64
+    assert wg.b_offset_128b(3, 64 + 17, 64) == 64 * 64 + 3 * 64 + (2 ^ 3) * 8 + 1
+    assert wg.swizzle_128b(0x3A0) == 0x3A0 ^ 0x70      # row 7: chunk 2 -> chunk 5
+    BM, BN, BK = 128, 192, 128
+    m, k = np.meshgrid(np.arange(BM), np.arange(BK), indexing="ij")
+    a = wg.a_offset_128b(m, k, BM, BK)
+    assert sorted(a.ravel()) == list(range(BM * BK))
+    # each 64-column K-atom: rows of 128 bytes, XOR of address bits 4-6 by bits 7-9
+    assert (2 * a == wg.swizzle_128b((k // 64) * BM * 128 + m * 128 + (k % 64) * 2)).all()
+    k, n = np.meshgrid(np.arange(BK), np.arange(BN), indexing="ij")
+    b = wg.b_offset_128b(k, n, BK)
+    assert sorted(b.ravel()) == list(range(BK * BN))
+    assert (2 * b == wg.swizzle_128b((n // 64) * BK * 128 + k * 128 + (n % 64) * 2)).all()
+
+
+@pytest.mark.parametrize("BM, BN, BK", [(128, 256, 64), (64, 64, 128)])
+def test_128b_copies_are_coalesced_and_conflict_free(BM, BN, BK):
+    # 8 consecutive copies: one contiguous 128-byte run of one global row, into 8 distinct
+    # 16-byte bank groups of shared memory; every element copied once to its offset
+    for chunk, offset, n_c, args in ((wg.a_chunk_128b, wg.a_offset_128b, BM * BK // 8,
+                                      (BM, BK)),
+                                     (wg.b_chunk_128b, wg.b_offset_128b, BK * BN // 8, (BK,))):
+        span = BK if chunk is wg.a_chunk_128b else BN
+        seen = set()
+        for c0 in range(0, n_c, 8):
+            rc = [chunk(c, span) for c in range(c0, c0 + 8)]
+            assert len({r for r, _ in rc}) == 1
+            assert [col for _, col in rc] == list(range(rc[0][1], rc[0][1] + 64, 8))
+            dst = [offset(r, col, *args) for r, col in rc]
+            assert len({(d // 8) % 8 for d in dst}) == 8
+            for (r, col), d in zip(rc, dst):
+                assert [offset(r, col + e, *args) for e in range(8)] == list(range(d, d + 8))
+                seen.add(d)
+        assert len(seen) == n_c
+
+
+def test_swizzled_read_differs_from_the_unswizzled_bytes():
+    # the CPU model is sensitive to the swizzle: a row-major (unswizzled) tile read
+    # through a 128B descriptor is permuted
+    smem = np.arange(64 * 64, dtype=float)
+    plain = smem.reshape(64, 64)[:, :16]
+    d = wg.make_descriptor(0, 16, 1024, "128B")
+    got = wg.descriptor_read(smem, d, 64, 16, "K")
+    assert (got[::8] == plain[::8]).all() and not (got == plain).all()
+
+
+@pytest.mark.parametrize("size, block, stages", [
+    ((128, 192, 128), (128, 64, 64), 3), ((64, 128, 64), (64, 128, 64), 1),
+    ((192, 256, 192), (64, 256, 64), 4), ((128, 128, 256), (128, 128, 128), 2)])
+def test_kernel_model_128b_matches_float64(size, block, stages):
+    M, N, K = size
+    rng = np.random.default_rng(4)
+    A = rng.uniform(-1, 1, (M, K))
+    B = rng.uniform(-1, 1, (K, N))
+    C = wg.emulate_gemm(A, B, block, stages, swizzle="128B")
+    assert np.linalg.norm(C - A @ B) / np.linalg.norm(A @ B) < 1e-13
+
+
+def test_128b_refusals():
+    with pytest.raises(ScheduleError, match="multiples of 64"):
+        wg.gemm_source(128, 128, 64, (64, 128, 32), stages=1, swizzle="128B")
+    with pytest.raises(ScheduleError, match="multiples of 64"):
+        wg.gemm_source(128, 96, 64, (64, 96, 64), stages=1, swizzle="128B")
+    with pytest.raises(ScheduleError, match="swizzle '64B'"):
+        wg.gemm_source(128, 128, 64, (64, 128, 64), stages=1, swizzle="64B")
+
+
 @pytest.mark.parametrize("bad", [(8, 128, 1024), (0, 120, 1024), (1 << 18, 128, 1024)])
 def test_descriptor_refuses_unencodable_offsets(bad):
     with pytest.raises(BuildError, match="wgmma descriptor"):
@@ -113,12 +192,13 @@ def _sass(cubin: bytes) -> str:
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("block, stages", [((128, 128, 64), 4), ((128, 256, 64), 3),
-                                           ((64, 64, 32), 1)])
-def test_compiles_for_sm90a_with_hgmma(dtype, block, stages):
+@pytest.mark.parametrize("block, stages, swizzle", [
+    ((128, 128, 64), 4, "none"), ((128, 256, 64), 3, "none"), ((64, 64, 32), 1, "none"),
+    ((128, 256, 64), 4, "128B")])
+def test_compiles_for_sm90a_with_hgmma(dtype, block, stages, swizzle):
     if cc.nvcc_path() is None:
         pytest.skip("nvcc not found")
-    src = wg.gemm_source(512, 512, 512, block, stages, dtype)
+    src = wg.gemm_source(512, 512, 512, block, stages, dtype, swizzle=swizzle)
     assert "wgmma.mma_async.sync.aligned.m64n" in src
     assert "fence.proxy.async.shared::cta" in src
     cubin, log = cc.compile_nvcc(src, "sm_90a", ("-Werror", "all-warnings"))
@@ -161,6 +241,22 @@ def test_wgmma_gemm_on_the_gpu(size, block, stages, dtype):
                         f"error {err:.2e}")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("size, block, stages", [
+    ((64, 64, 64), (64, 64, 64), 1),          # one k tile: the swizzled descriptors
+    ((128, 128, 64), (64, 128, 64), 1),       # two 64-column atoms of B (LBO)
+    ((256, 384, 192), (128, 128, 64), 3),
+    ((384, 512, 640), (128, 256, 64), 4),
+    ((256, 256, 384), (128, 128, 128), 2),    # two K-atoms of A per tile
+    ((1024, 1024, 1024), (128, 256, 64), 4)])
+def test_wgmma_gemm_128b_swizzle_on_the_gpu(size, block, stages, dtype):
+    torch = _torch_cuda()
+    err = _gpu_run(torch, *size, block, stages, dtype, swizzle="128B")
+    assert err < 1e-5, (f"wgmma 128B swizzle {dtype} {size} block {block} stages {stages}: "
+                        f"relative error {err:.2e}")
+
+
 def _gpu_run(torch, M, N, K, block, stages, dtype, **kw):
     tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
     g = torch.Generator().manual_seed(7)
@@ -183,6 +279,18 @@ def test_wgmma_descriptor_reading_probe():
     torch = _torch_cuda()
     ours = _gpu_run(torch, 64, 64, 16, (64, 64, 16), 1, "float16")
     swapped = _gpu_run(torch, 64, 64, 16, (64, 64, 16), 1, "float16", swap_b=True)
+    assert ours < 1e-5 and swapped > 1e-2, (f"relative error {ours:.2e} as documented, "
+                                            f"{swapped:.2e} with B's LBO/SBO swapped")
+
+
+@pytest.mark.gpu
+def test_wgmma_128b_descriptor_reading_probe():
+    """B MN-major with the 128B swizzle: LBO between 64-column N-atoms, SBO between 8-row
+    K groups must be right, the swap wrong (N = 128: two atoms)."""
+    torch = _torch_cuda()
+    ours = _gpu_run(torch, 64, 128, 64, (64, 128, 64), 1, "float16", swizzle="128B")
+    swapped = _gpu_run(torch, 64, 128, 64, (64, 128, 64), 1, "float16", swizzle="128B",
+                       swap_b=True)
     assert ours < 1e-5 and swapped > 1e-2, (f"relative error {ours:.2e} as documented, "
                                             f"{swapped:.2e} with B's LBO/SBO swapped")
 
