@@ -136,6 +136,12 @@ def main() -> None:
                     "stages x the shared tiles; 1: no pipeline), one line each")
     ap.add_argument("--swizzle", nargs="+", choices=("none", "128B"), default=["none", "128B"],
                     help="shared layouts of the wgmma GEMM (--isa wgmma), one line each")
+    ap.add_argument("--grid", nargs="+", choices=("tiles", "persistent"),
+                    default=["tiles", "persistent"],
+                    help="wgmma GEMM grid: one block per tile (row-major order), or one per "
+                    "SM over tiles grouped by 8 tile rows; one line each")
+    ap.add_argument("--blocks", nargs="+", default=None, metavar="BMxBNxBK",
+                    help="wgmma GEMM block tiles (default: those of benchmarks/wgmma_gemm.py)")
     ap.add_argument("--sweep", action="store_true",
                     help="time wmma_gemm over the block/warp tiles of SWEEP too")
     args = ap.parse_args()
@@ -148,7 +154,11 @@ def main() -> None:
 
         for n in args.n or [4096, 8192]:
             wgmma_gemm.run(n, args.dtype, stages=args.stages if args.stages != [3] else (3, 4),
-                           swizzles=args.swizzle)
+                           swizzles=args.swizzle,
+                           grids=[(g == "persistent", 8 if g == "persistent" else 1)
+                                  for g in args.grid],
+                           blocks=[tuple(int(x) for x in b.split("x")) for b in args.blocks]
+                           if args.blocks else wgmma_gemm.BLOCKS)
         return
     for n in args.n or [4096, 8192]:
         half_gemm(n, args.acc, args.isa, args.dtype, stages=args.stages)

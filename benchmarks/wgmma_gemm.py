@@ -10,6 +10,9 @@ import time
 
 #: (BM, BN, BK) tiles timed by default: 2 warpgroups of 64 x BN each
 BLOCKS = ((128, 256, 64), (128, 128, 64), (256, 128, 64))
+#: (persistent, group_m): one block per tile in row-major order, then one block per SM
+#: over tiles grouped by 8 tile rows (L2 reuse)
+GRIDS = ((False, 1), (True, 8))
 
 
 def sass_counts(cubin: bytes, ops=("HGMMA", "LDGSTS", "BAR", "WARPSYNC")) -> str:
@@ -36,8 +39,9 @@ def sass_counts(cubin: bytes, ops=("HGMMA", "LDGSTS", "BAR", "WARPSYNC")) -> str
 
 
 def run(n: int, dtype: str = "float16", stages=(3, 4), blocks=BLOCKS,
-        swizzles=("none", "128B")) -> None:
-    """One line per (block, stages, swizzle) of the wgmma GEMM at ``n``^3, after cuBLAS."""
+        swizzles=("none", "128B"), grids=GRIDS) -> None:
+    """One line per (block, stages, swizzle, grid) of the wgmma GEMM at ``n``^3, after
+    cuBLAS; a grid is ``(persistent, group_m)``."""
     import torch
 
     from polytile.targets.cuda import wgmma as wg
@@ -62,11 +66,13 @@ def run(n: int, dtype: str = "float16", stages=(3, 4), blocks=BLOCKS,
     torch.cuda.synchronize()
     cublas = tflops(s.elapsed_time(e) / 1e3 / 20)
     print(f"n={n:5d} {f'cuBLAS {dtype} (torch)':44s} {cublas:7.1f} TFLOP/s", flush=True)
-    for block, swz, depth in itertools.product(blocks, swizzles, stages):
-        what = f"block {block} stages {depth} swizzle {swz}"
+    for block, swz, depth, (pers, gm) in itertools.product(blocks, swizzles, stages, grids):
+        grid = f"persistent g{gm}" if pers else f"tiles g{gm}"
+        what = f"block {block} stages {depth} swizzle {swz} {grid}"
         try:
             t0 = time.perf_counter()
-            f = wg.WgmmaGemm(n, n, n, block, depth, dtype, swizzle=swz)
+            f = wg.WgmmaGemm(n, n, n, block, depth, dtype, swizzle=swz, group_m=gm,
+                            persistent=pers)
             t_build = time.perf_counter() - t0
         except Exception as exc:  # a shape past shared memory: say so, go on
             print(f"n={n:5d} wgmma {what}: {exc}".splitlines()[0])
@@ -80,7 +86,7 @@ def run(n: int, dtype: str = "float16", stages=(3, 4), blocks=BLOCKS,
                   f"error {err:.2e})", flush=True)
             continue
         t = tflops(f.time(a.data_ptr(), b.data_ptr(), c.data_ptr()))
-        print(f"n={n:5d} {f'polytile wgmma {dtype}->float32 {depth} st. {swz}':44s} "
+        print(f"n={n:5d} {f'wgmma {dtype} {depth}st {swz} {grid}':44s} "
               f"{t:7.1f} TFLOP/s  {t / cublas:6.3f} x cuBLAS  (block {block}, build "
               f"{t_build:.1f} s, rel. error {err:.1e}, {sass_counts(f.cubin)})",
               flush=True)

@@ -158,6 +158,18 @@ def swizzle_128b(byte):
     return byte ^ (((byte >> 7) & 7) << 4)
 
 
+def tile_coords(t: int, tiles_m: int, tiles_n: int, group_m: int = 1) -> tuple:
+    """(tile row, tile column) of linear tile ``t`` in the kernel's order: groups of
+    ``group_m`` tile rows covering all ``tiles_n`` columns, the row fastest within a group
+    (blocks running together then share A rows and B columns in L2); ``group_m = 1`` is
+    row-major."""
+    per = group_m * tiles_n
+    first = (t // per) * group_m
+    size = min(tiles_m - first, group_m)
+    r = t % per
+    return first + r % size, r // size
+
+
 def d_fragment(thread: int, reg: int) -> tuple:
     """(row, column) of float32 accumulator register ``reg`` of warpgroup thread ``thread``
     (0-127) in an ``m64nN`` D tile: warp ``w`` owns rows ``16w .. 16w + 15``; register
@@ -260,13 +272,15 @@ def descriptor_read(smem, desc: int, rows: int, cols: int, major: str):
     return smem[byte // 2]
 
 
-def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4, swizzle: str = "none"):
+def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4, swizzle: str = "none",
+                 group_m: int = 1):
     """Run :func:`gemm_source`'s kernel on the CPU in float64, block by block: the same
     ``cp.async`` chunks (:func:`a_chunk`, :func:`b_chunk`), one flat shared array
     per block and stage slot, operands read back through the descriptors the kernel builds
     (:func:`descriptor_read`), D written through :func:`d_fragment`. Refuses what the
     kernel refuses (:func:`check_tiles`). ``swizzle="128B"``: the swizzled copies
-    (:func:`a_chunk_128b`, :func:`b_chunk_128b`) and descriptors."""
+    (:func:`a_chunk_128b`, :func:`b_chunk_128b`) and descriptors; tiles in the order of
+    :func:`tile_coords` with ``group_m``."""
     import numpy as np
 
     M, K = A.shape
@@ -281,39 +295,44 @@ def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4, swizzle: str = "no
     rows, cols = d_fragment(t, reg)
     a_base = 0
     b_base = stages * BM * BK * 2           # bytes: B tiles after the A tiles
-    for bm in range(0, M, BM):
-        for bn in range(0, N, BN):
-            smem = np.zeros(stages * (BM * BK + BK * BN))
-            d = np.zeros((BM // 64, 128, BN // 2))
-            for kt in range(K // BK):
-                s = kt % stages
-                sa = smem[a_base // 2 + s * BM * BK:][:BM * BK]
-                sb = smem[b_base // 2 + s * BK * BN:][:BK * BN]
-                # the kernel's copies: 16-byte chunk c of each tile to element 8 c
-                for c in range(BM * BK // 8):
-                    m, k = a_chunk_128b(c, BK) if sw else a_chunk(c, BK)
-                    e = a_offset_128b(m, k, BM, BK) if sw else 8 * c
-                    sa[e:e + 8] = A[bm + m, kt * BK + k:kt * BK + k + 8]
-                for c in range(BK * BN // 8):
-                    k, n = b_chunk_128b(c, BN) if sw else b_chunk(c, BK)
-                    e = b_offset_128b(k, n, BK) if sw else 8 * c
-                    sb[e:e + 8] = B[kt * BK + k, bn + n:bn + n + 8]
-                for wg in range(BM // 64):
-                    for k16 in range(BK // 16):
-                        if sw:
-                            ea = wg * 64 * 64 + (k16 * 16 // 64) * BM * 64 + k16 * 16 % 64
-                            eb = k16 * 16 * 64
-                        else:
-                            ea, eb = wg * 64 * BK + k16 * 128, k16 * 128
-                        da = make_descriptor(a_base + (s * BM * BK + ea) * 2, a_lbo, a_sbo,
-                                             swizzle)
-                        db = make_descriptor(b_base + (s * BK * BN + eb) * 2, b_lbo, b_sbo,
-                                             swizzle)
-                        a = descriptor_read(smem, da, 64, 16, "K")
-                        b = descriptor_read(smem, db, 16, BN, "MN")
-                        d[wg] += (a @ b)[rows, cols]
+    tiles_m, tiles_n = M // BM, N // BN
+    seen = set()
+    for tile in range(tiles_m * tiles_n):           # the kernel's tile order
+        tm, tn = tile_coords(tile, tiles_m, tiles_n, group_m)
+        seen.add((tm, tn))
+        bm, bn = tm * BM, tn * BN
+        smem = np.zeros(stages * (BM * BK + BK * BN))
+        d = np.zeros((BM // 64, 128, BN // 2))
+        for kt in range(K // BK):
+            s = kt % stages
+            sa = smem[a_base // 2 + s * BM * BK:][:BM * BK]
+            sb = smem[b_base // 2 + s * BK * BN:][:BK * BN]
+            # the kernel's copies: 16-byte chunk c of each tile to element 8 c
+            for c in range(BM * BK // 8):
+                m, k = a_chunk_128b(c, BK) if sw else a_chunk(c, BK)
+                e = a_offset_128b(m, k, BM, BK) if sw else 8 * c
+                sa[e:e + 8] = A[bm + m, kt * BK + k:kt * BK + k + 8]
+            for c in range(BK * BN // 8):
+                k, n = b_chunk_128b(c, BN) if sw else b_chunk(c, BK)
+                e = b_offset_128b(k, n, BK) if sw else 8 * c
+                sb[e:e + 8] = B[kt * BK + k, bn + n:bn + n + 8]
             for wg in range(BM // 64):
-                C[bm + wg * 64 + rows, bn + cols] = d[wg]
+                for k16 in range(BK // 16):
+                    if sw:
+                        ea = wg * 64 * 64 + (k16 * 16 // 64) * BM * 64 + k16 * 16 % 64
+                        eb = k16 * 16 * 64
+                    else:
+                        ea, eb = wg * 64 * BK + k16 * 128, k16 * 128
+                    da = make_descriptor(a_base + (s * BM * BK + ea) * 2, a_lbo, a_sbo,
+                                         swizzle)
+                    db = make_descriptor(b_base + (s * BK * BN + eb) * 2, b_lbo, b_sbo,
+                                         swizzle)
+                    a = descriptor_read(smem, da, 64, 16, "K")
+                    b = descriptor_read(smem, db, 16, BN, "MN")
+                    d[wg] += (a @ b)[rows, cols]
+        for wg in range(BM // 64):
+            C[bm + wg * 64 + rows, bn + cols] = d[wg]
+    assert len(seen) == tiles_m * tiles_n, "tile order is not a permutation"
     return C
 
 
@@ -369,13 +388,16 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor(const void* p, un
 
 def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
                 dtype: str = "float16", name: str = "wgmma_gemm", swap_b: bool = False,
-                swizzle: str = "none") -> str:
+                swizzle: str = "none", group_m: int = 1) -> str:
     """CUDA C of the wgmma GEMM kernel ``name(const T* A, const T* B, float* C)`` for
     row-major ``A[M, K]``, ``B[K, N]``, ``C[M, N]`` (see the module docstring). Launch
-    with grid ``(N / BN, M / BM)``, ``BM / 64 * 128`` threads and :func:`smem_bytes`
+    with ``BM / 64 * 128`` threads and :func:`smem_bytes`
     dynamic shared memory (after raising the function's dynamic limit); sm_90a.
     ``swap_b`` exchanges LBO and SBO in B's descriptor: a probe of the MN-major reading
     of the PTX ISA on a GPU (the kernel is then wrong when the reading is right).
+    The kernel loops over tiles ``t = blockIdx.x, blockIdx.x + gridDim.x, ...`` in the
+    order of :func:`tile_coords` (``group_m`` tile rows per group): launch a 1-D grid of
+    all ``M / BM * N / BN`` tiles, or fewer blocks (persistent, e.g. one per SM).
     ``swizzle="128B"``: the 128-byte-swizzled tiles (:func:`a_offset_128b`,
     :func:`b_offset_128b`), filled by copies that walk whole global rows (coalesced, whole
     32-byte sectors); ``"none"``: the core-matrix layouts.
@@ -386,7 +408,11 @@ def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
         Via :func:`check_tiles`.
     """
     check_tiles(M, N, K, block, stages, dtype, swizzle)
+    if not isinstance(group_m, int) or group_m < 1:
+        raise ScheduleError(format_error("wgmma_gemm", f"group_m={group_m!r}",
+                                         "expected a positive int (tile rows per L2 group)"))
     sw = swizzle == "128B"
+    tiles_m, tiles_n = M // block[0], N // block[1]
     BM, BN, BK = block
     ptx, ctype = DTYPES[dtype]
     lbo, sbo = operand_offsets(BK)
@@ -441,6 +467,8 @@ def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
 """
         mma = (f"wgmma_mma_async_m64n{BN}k16_{ptx}(d, wgmma_descriptor(as + kk * 128, {lbo}, "
                f"{sbo}), wgmma_descriptor(bs + kk * 128, {b_lbo}, {b_sbo}), 1);")
+    align = ("((1024u - ((unsigned)__cvta_generic_to_shared(pt_smem_raw) & 1023u)) & 1023u)"
+             if sw else "0")
     include = "#include <cuda_fp16.h>" if dtype == "float16" else "#include <cuda_bf16.h>"
     return f"""{include}
 {COMMON}
@@ -450,14 +478,12 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
 {name}(const {ctype}* __restrict__ A, const {ctype}* __restrict__ B, float* __restrict__ C) {{
   extern __shared__ __align__(1024) unsigned char pt_smem_raw[];
   // the 128B swizzle XORs shared address bits 4-6 with 7-9: tiles start 1024-aligned
-  unsigned char* pt_smem = pt_smem_raw + {"((1024u - ((unsigned)__cvta_generic_to_shared(pt_smem_raw) & 1023u)) & 1023u)" if sw else "0"};
+  unsigned char* pt_smem = pt_smem_raw + {align};
   {ctype}* As = reinterpret_cast<{ctype}*>(pt_smem);              // [stages][BM*BK]
   {ctype}* Bs = As + {stages} * {BM * BK};                          // [stages][BK*BN]
   const int tid = threadIdx.x, wg = tid / 128;
-  const int bm = blockIdx.y * {BM}, bn = blockIdx.x * {BN};
+  int bm = 0, bn = 0;
   float d[{BN // 2}];
-#pragma unroll
-  for (int i = 0; i < {BN // 2}; ++i) d[i] = 0.f;
 
   // one k tile into slot s, 16-byte chunks of row-major global rows; no swizzle: 8
   // consecutive threads fill the 8 rows of one core matrix (128 contiguous bytes, 8 global
@@ -467,6 +493,18 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
     {ctype}* bs = Bs + s * {BK * BN};
 {copies}  }};
 
+  // tiles t = blockIdx.x, + gridDim.x, ...: one per block with a grid of all tiles, a
+  // persistent grid (fewer blocks) loops; groups of {group_m} tile rows, m fastest within
+  // a group (== tile_coords), so that concurrent blocks share A rows and B columns in L2
+  for (int t = blockIdx.x; t < {tiles_m * tiles_n}; t += gridDim.x) {{
+  {{
+    const int per = {group_m * tiles_n}, first = (t / per) * {group_m};
+    const int size = min({tiles_m} - first, {group_m}), r = t % per;
+    bm = (first + r % size) * {BM};
+    bn = (r / size) * {BN};
+  }}
+#pragma unroll
+  for (int i = 0; i < {BN // 2}; ++i) d[i] = 0.f;
 #pragma unroll
   for (int s = 0; s < {ahead}; ++s) {{
     if (s < {ktiles}) load(s, s);
@@ -496,6 +534,8 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
     if ({stages} == 1) __syncthreads();
   }}
   wgmma_wait_group<0>();
+  // every warpgroup's MMAs done before the next tile's copies refill the slots
+  __syncthreads();
   // D fragment: warp w rows 16w + lane/4 (+8), columns 8j + 2 (lane % 4) (+1)
   const int w = (tid % 128) / 32, lane = tid % 32;
   const int row = bm + wg * 64 + 16 * w + lane / 4;
@@ -506,13 +546,14 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
     *reinterpret_cast<float2*>(C + (size_t)(row + 8) * {N} + col) =
         make_float2(d[4 * j + 2], d[4 * j + 3]);
   }}
+  }}
 }}
 """
 
 
 def compile_gemm(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
                  dtype: str = "float16", arch: str = "sm_90a", compiler: str = "nvcc",
-                 swap_b: bool = False, swizzle: str = "none") -> bytes:
+                 swap_b: bool = False, swizzle: str = "none", group_m: int = 1) -> bytes:
     """The cubin of :func:`gemm_source` for ``arch``, which must be ``sm_90a`` (wgmma is an
     architecture-specific feature: plain sm_90 has no such instruction).
 
@@ -529,7 +570,7 @@ def compile_gemm(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
     from .compile import compile_cuda
 
     return compile_cuda(gemm_source(M, N, K, block, stages, dtype, swap_b=swap_b,
-                                    swizzle=swizzle), arch,
+                                    swizzle=swizzle, group_m=group_m), arch,
                         compiler=compiler, name="wgmma_gemm.cu")
 
 
@@ -538,18 +579,20 @@ class WgmmaGemm:
     primary context, legacy default stream: torch's tensors and stream work as is).
 
     ``f(a_ptr, b_ptr, c_ptr)`` runs ``C = A @ B``; :meth:`time` gives seconds per run.
+    ``persistent``: a grid of one block per SM looping over the tiles (else one block per
+    tile); ``group_m``: tile rows per L2 group of the tile order (:func:`tile_coords`).
     Compiling needs no GPU; loading does (``DeviceNotFoundError`` without one).
     """
 
     def __init__(self, M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
                  dtype: str = "float16", compiler: str = "nvcc", swap_b: bool = False,
-                 swizzle: str = "none"):
+                 swizzle: str = "none", group_m: int = 1, persistent: bool = False):
         self.M, self.N, self.K, self.block, self.stages = M, N, K, tuple(block), stages
-        self.swizzle = swizzle
+        self.swizzle, self.group_m, self.persistent = swizzle, group_m, persistent
         self.source = gemm_source(M, N, K, block, stages, dtype, swap_b=swap_b,
-                                  swizzle=swizzle)
+                                  swizzle=swizzle, group_m=group_m)
         self.cubin = compile_gemm(M, N, K, block, stages, dtype, compiler=compiler,
-                                  swap_b=swap_b, swizzle=swizzle)
+                                  swap_b=swap_b, swizzle=swizzle, group_m=group_m)
         self._fn = None
 
     def _load(self):
@@ -563,6 +606,13 @@ class WgmmaGemm:
             fn, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             smem_bytes(self.block, self.stages, self.swizzle)), "cuFuncSetAttribute")
         self._mod, self._fn, self._st = mod, fn, st
+        tiles = (self.M // self.block[0]) * (self.N // self.block[1])
+        if self.persistent:   # one block per SM (1 block of this smem fits an SM)
+            sms = check(drv.cuDeviceGetAttribute(
+                drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, st["device"]),
+                "cuDeviceGetAttribute(multi_processor_count)")
+            tiles = min(tiles, int(sms))
+        self.grid = tiles
 
     def __call__(self, a_ptr: int, b_ptr: int, c_ptr: int) -> None:
         import ctypes
@@ -571,13 +621,13 @@ class WgmmaGemm:
 
         if self._fn is None:
             self._load()
-        BM, BN, _ = self.block
+        BM = self.block[0]
         drv = self._st["driver"]
         # the kernel's parameters as the driver takes them: an array of addresses of
         # the values (as targets/gpu/module.py passes them)
         objs = [ctypes.c_uint64(int(p)) for p in (a_ptr, b_ptr, c_ptr)]
         ptrs = (ctypes.c_void_p * 3)(*[ctypes.addressof(o) for o in objs])
-        check(drv.cuLaunchKernel(self._fn, self.N // BN, self.M // BM, 1, BM // 64 * 128, 1, 1,
+        check(drv.cuLaunchKernel(self._fn, self.grid, 1, 1, BM // 64 * 128, 1, 1,
                                  smem_bytes(self.block, self.stages, self.swizzle),
                                  self._st["stream"],
                                  ctypes.addressof(ptrs), 0), "cuLaunchKernel", "wgmma_gemm")

@@ -101,6 +101,27 @@ def test_kernel_model_128b_matches_float64(size, block, stages):
     assert np.linalg.norm(C - A @ B) / np.linalg.norm(A @ B) < 1e-13
 
 
+def test_tile_order_groups_rows_and_is_a_permutation():
+    # 5 tile rows x 3 columns, groups of 2 rows: (0,0) (1,0) (0,1) (1,1) (0,2) (1,2), then
+    # (2,0) (3,0) ..., the last group of one row
+    order = [wg.tile_coords(t, 5, 3, 2) for t in range(15)]
+    assert order[:8] == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2), (2, 0), (3, 0)]
+    assert order[12:] == [(4, 0), (4, 1), (4, 2)]
+    assert sorted(order) == [(m, n) for m in range(5) for n in range(3)]
+    assert [wg.tile_coords(t, 4, 3, 1) for t in range(4)] == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    with pytest.raises(ScheduleError, match="group_m"):
+        wg.gemm_source(128, 128, 64, (64, 128, 64), stages=1, group_m=0)
+
+
+@pytest.mark.parametrize("swizzle", ["none", "128B"])
+def test_kernel_model_grouped_order_matches_float64(swizzle):
+    rng = np.random.default_rng(6)
+    A = rng.uniform(-1, 1, (320, 64))
+    B = rng.uniform(-1, 1, (64, 192))
+    C = wg.emulate_gemm(A, B, (64, 64, 64), 1, swizzle=swizzle, group_m=2)
+    assert np.linalg.norm(C - A @ B) / np.linalg.norm(A @ B) < 1e-13
+
+
 def test_128b_refusals():
     with pytest.raises(ScheduleError, match="multiples of 64"):
         wg.gemm_source(128, 128, 64, (64, 128, 32), stages=1, swizzle="128B")
@@ -255,6 +276,22 @@ def test_wgmma_gemm_128b_swizzle_on_the_gpu(size, block, stages, dtype):
     err = _gpu_run(torch, *size, block, stages, dtype, swizzle="128B")
     assert err < 1e-5, (f"wgmma 128B swizzle {dtype} {size} block {block} stages {stages}: "
                         f"relative error {err:.2e}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("swizzle", ["none", "128B"])
+@pytest.mark.parametrize("size, block, stages, group_m, persistent", [
+    ((2304, 2048, 192), (128, 128, 64), 4, 8, True),    # 288 tiles over the SMs, last
+    ((2304, 2048, 192), (128, 128, 64), 4, 8, False),   # group of 2 tile rows
+    ((1152, 1280, 320), (128, 256, 64), 3, 4, True),    # fewer tiles than SMs
+    ((4096, 4096, 128), (128, 256, 64), 4, 1, True)])
+def test_wgmma_gemm_persistent_grouped_on_the_gpu(size, block, stages, group_m, persistent,
+                                                  swizzle):
+    torch = _torch_cuda()
+    err = _gpu_run(torch, *size, block, stages, "float16", swizzle=swizzle, group_m=group_m,
+                   persistent=persistent)
+    assert err < 1e-5, (f"wgmma {size} block {block} stages {stages} group_m {group_m} "
+                        f"persistent {persistent} swizzle {swizzle}: relative error {err:.2e}")
 
 
 def _gpu_run(torch, M, N, K, block, stages, dtype, **kw):
