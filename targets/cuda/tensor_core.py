@@ -376,27 +376,25 @@ __device__ __forceinline__ void mma_fill(pt_mma_c_f16& c, half v) {
   // m16n8 layout: lane l holds rows g = l/4 and g + 8, columns 2t and 2t + 1 (t = l%4) of
   // each n8 half h. Lanes t and t^1 swap a pair (shfl.sync.bfly) so that the even lane holds
   // columns 2t..2t+3 of row g and the odd one columns 2t-2..2t+1 of row g + 8: one
-  // 16-byte store each (8-byte stores where dst or ldm is not 16-byte aligned)
+  // 16-byte store each (8-byte stores of the own pairs where dst or ldm is not 16-byte
+  // aligned; the shuffles run on every lane either way)
   unsigned l = pt_lane();
   int g = l / 4, t = l % 4;
-  if (ldm % 4 == 0 && reinterpret_cast<unsigned long long>(dst) % 16 == 0) {
-    bool odd = t & 1;
+  bool odd = t & 1;
+  bool wide = ldm % 4 == 0 && reinterpret_cast<unsigned long long>(dst) % 16 == 0;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float a0 = c.r[4 * h], a1 = c.r[4 * h + 1], b0 = c.r[4 * h + 2], b1 = c.r[4 * h + 3];
-      float r0 = __shfl_xor_sync(0xffffffffu, odd ? a0 : b0, 1);
-      float r1 = __shfl_xor_sync(0xffffffffu, odd ? a1 : b1, 1);
+  for (int h = 0; h < 2; ++h) {
+    float a0 = c.r[4 * h], a1 = c.r[4 * h + 1], b0 = c.r[4 * h + 2], b1 = c.r[4 * h + 3];
+    float r0 = __shfl_xor_sync(0xffffffffu, odd ? a0 : b0, 1);
+    float r1 = __shfl_xor_sync(0xffffffffu, odd ? a1 : b1, 1);
+    if (wide) {
       *reinterpret_cast<float4*>(dst + (odd ? g + 8 : g) * ldm + 8 * h + 2 * (t & ~1)) =
           odd ? make_float4(r0, r1, b0, b1) : make_float4(a0, a1, r0, r1);
+    } else {
+      *reinterpret_cast<float2*>(dst + g * ldm + 8 * h + 2 * t) = make_float2(a0, a1);
+      *reinterpret_cast<float2*>(dst + (g + 8) * ldm + 8 * h + 2 * t) = make_float2(b0, b1);
     }
-    return;
   }
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      *reinterpret_cast<float2*>(dst + (g + 8 * r) * ldm + 8 * h + 2 * t) =
-          make_float2(c.r[4 * h + 2 * r], c.r[4 * h + 2 * r + 1]);
 }
 __device__ __forceinline__ void mma_store(half* dst, const pt_mma_c_f16& c, int ldm) {
   unsigned l = pt_lane();
