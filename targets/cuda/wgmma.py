@@ -22,6 +22,8 @@ First step of issue 10's Hopper path. What is here:
   swizzling modes): 128-byte rows, 16-byte chunk ``j`` of row ``r`` stored at chunk ``j ^
   (r % 8)``, 8-row atoms of 1024 bytes (:func:`a_offset_128b`, :func:`b_offset_128b`,
   :func:`operand_offsets_128b`); its copies read whole global rows (coalesced).
+* The tile order (:func:`tile_coords`): a 1-D grid, groups of ``group_m`` tile rows for
+  L2 reuse; ``WgmmaGemm(persistent=True)`` launches one block per SM looping over tiles.
 * :func:`gemm_source`: a CUDA C GEMM kernel (C[M, N] = A[M, K] @ B[K, N], row-major,
   float16/bfloat16 in, float32 out): blocks of ``BM x BN``, one warpgroup (4 consecutive
   warps, 128 threads) per 64 rows, ``stages``-deep ``cp.async`` pipeline over k tiles of
@@ -31,7 +33,8 @@ First step of issue 10's Hopper path. What is here:
   tensor cores read shared memory through the async proxy). One helper per instruction.
 
 Not yet here (the continuation): a ``decl_tensor_intrin`` for tensorize and the schedule
-path (``wmma_gemm(isa="wgmma")``), TMA, a persistent grid. The planned design: an intrinsic
+path (``wmma_gemm(isa="wgmma")``), TMA, warp specialization (a producer warp and
+consumer warpgroups with ``setmaxnreg``). The planned design: an intrinsic
 ``wgmma_mma(n, dtype)`` whose compute is ``c[64, n] += a[64, 16] * b[16, n]``, ``a`` and
 ``b`` bound to ``shared`` buffers in the core-matrix layouts above (``transform_layout`` of
 the cache_read stages, with the LBO/SBO of :func:`operand_offsets` passed to a
