@@ -236,14 +236,55 @@ def _torch_cuda():
     return torch
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("size, block, stages", [
+#: (size, block, stages) of the GPU runs, no swizzle
+GPU_CASES = [
     ((64, 64, 16), (64, 64, 16), 1),          # one wgmma: the descriptors themselves
     ((128, 64, 64), (64, 64, 64), 1),
     ((256, 384, 192), (128, 128, 64), 3),
     ((384, 512, 640), (128, 256, 64), 4),
-    ((1024, 1024, 1024), (128, 128, 64), 4)])
+    ((1024, 1024, 1024), (128, 128, 64), 4)]
+#: (size, block, stages) of the GPU runs with the 128B swizzle
+GPU_CASES_128B = [
+    ((64, 64, 64), (64, 64, 64), 1),          # one k tile: the swizzled descriptors
+    ((128, 128, 64), (64, 128, 64), 1),       # two 64-column atoms of B (LBO)
+    ((256, 384, 192), (128, 128, 64), 3),
+    ((384, 512, 640), (128, 256, 64), 4),
+    ((256, 256, 384), (128, 128, 128), 2),    # two K-atoms of A per tile
+    ((1024, 1024, 1024), (128, 256, 64), 4)]
+#: (size, block, stages, group_m, persistent) of the tile-order GPU runs (both swizzles)
+GPU_CASES_GRID = [
+    ((2304, 2048, 192), (128, 128, 64), 4, 8, True),    # 288 tiles over the SMs, last
+    ((2304, 2048, 192), (128, 128, 64), 4, 8, False),   # group of 2 tile rows
+    ((1152, 1280, 320), (128, 256, 64), 3, 4, True),    # fewer tiles than SMs
+    ((4096, 4096, 192), (128, 256, 64), 4, 1, True)]    # 3 k tiles: 4 stages allowed
+
+
+def test_gpu_case_parameters_pass_the_cpu_checks():
+    # a GPU test whose sizes the kernel refuses fails only on a GPU: build every GPU case's
+    # source here (check_tiles, group_m), so that the CPU suite catches it
+    for size, block, stages in GPU_CASES:
+        for dtype in ("float16", "bfloat16"):
+            assert "wgmma.mma_async" in wg.gemm_source(*size, block, stages, dtype)
+    for size, block, stages in GPU_CASES_128B:
+        assert "wgmma.mma_async" in wg.gemm_source(*size, block, stages, swizzle="128B")
+    for size, block, stages, group_m, _ in GPU_CASES_GRID:
+        for swizzle in ("none", "128B"):
+            assert "wgmma.mma_async" in wg.gemm_source(*size, block, stages, swizzle=swizzle,
+                                                       group_m=group_m)
+    wg.gemm_source(64, 64, 16, (64, 64, 16), 1, swap_b=True)       # the probes
+    wg.gemm_source(64, 128, 64, (64, 128, 64), 1, swap_b=True, swizzle="128B")
+
+
+def test_stages_past_k_tiles_plus_one_are_refused():
+    # the failure GPU tests once hit: 4 stages over K // BK = 2 k tiles
+    with pytest.raises(ScheduleError, match=r"stages=4 over 2 k tiles"):
+        wg.gemm_source(4096, 4096, 128, (128, 256, 64), 4, swizzle="128B")
+    wg.gemm_source(4096, 4096, 128, (128, 256, 64), 3, swizzle="128B")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("size, block, stages", GPU_CASES)
 def test_wgmma_gemm_on_the_gpu(size, block, stages, dtype):
     torch = _torch_cuda()
     M, N, K = size
@@ -264,13 +305,7 @@ def test_wgmma_gemm_on_the_gpu(size, block, stages, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("size, block, stages", [
-    ((64, 64, 64), (64, 64, 64), 1),          # one k tile: the swizzled descriptors
-    ((128, 128, 64), (64, 128, 64), 1),       # two 64-column atoms of B (LBO)
-    ((256, 384, 192), (128, 128, 64), 3),
-    ((384, 512, 640), (128, 256, 64), 4),
-    ((256, 256, 384), (128, 128, 128), 2),    # two K-atoms of A per tile
-    ((1024, 1024, 1024), (128, 256, 64), 4)])
+@pytest.mark.parametrize("size, block, stages", GPU_CASES_128B)
 def test_wgmma_gemm_128b_swizzle_on_the_gpu(size, block, stages, dtype):
     torch = _torch_cuda()
     err = _gpu_run(torch, *size, block, stages, dtype, swizzle="128B")
@@ -280,11 +315,7 @@ def test_wgmma_gemm_128b_swizzle_on_the_gpu(size, block, stages, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("swizzle", ["none", "128B"])
-@pytest.mark.parametrize("size, block, stages, group_m, persistent", [
-    ((2304, 2048, 192), (128, 128, 64), 4, 8, True),    # 288 tiles over the SMs, last
-    ((2304, 2048, 192), (128, 128, 64), 4, 8, False),   # group of 2 tile rows
-    ((1152, 1280, 320), (128, 256, 64), 3, 4, True),    # fewer tiles than SMs
-    ((4096, 4096, 128), (128, 256, 64), 4, 1, True)])
+@pytest.mark.parametrize("size, block, stages, group_m, persistent", GPU_CASES_GRID)
 def test_wgmma_gemm_persistent_grouped_on_the_gpu(size, block, stages, group_m, persistent,
                                                   swizzle):
     torch = _torch_cuda()
