@@ -120,6 +120,13 @@ SWEEP = (((128, 256, 32), (64, 64)), ((256, 128, 32), (64, 64)), ((128, 128, 32)
          ((128, 128, 32), (32, 64)), ((64, 128, 32), (32, 64)), ((128, 256, 32), (64, 128)))
 
 
+def wgmma_mainloops() -> tuple:
+    """The main-loop variants of the wgmma GEMM (benchmarks/wgmma_gemm.py MAINLOOPS)."""
+    import wgmma_gemm
+
+    return tuple(wgmma_gemm.MAINLOOPS)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, nargs="+", default=None,
@@ -140,6 +147,11 @@ def main() -> None:
                     default=["tiles", "persistent"],
                     help="wgmma GEMM grid: one block per tile (row-major order), or one per "
                     "SM over tiles grouped by 8 tile rows; one line each")
+    ap.add_argument("--mainloop", nargs="+", choices=wgmma_mainloops(),
+                    default=list(wgmma_mainloops()),
+                    help="wgmma GEMM main loop: 'sync' (every warp copies, then MMAs, "
+                    "__syncthreads), 'ws' (a producer warpgroup of cp.async, consumer "
+                    "warpgroups of wgmma, mbarriers, setmaxnreg); one line each")
     ap.add_argument("--blocks", nargs="+", default=None, metavar="BMxBNxBK",
                     help="wgmma GEMM block tiles (default: those of benchmarks/wgmma_gemm.py)")
     ap.add_argument("--sweep", action="store_true",
@@ -154,7 +166,7 @@ def main() -> None:
 
         for n in args.n or [4096, 8192]:
             wgmma_gemm.run(n, args.dtype, stages=args.stages if args.stages != [3] else (3, 4),
-                           swizzles=args.swizzle,
+                           swizzles=args.swizzle, mainloops=args.mainloop,
                            grids=[(g == "persistent", 8 if g == "persistent" else 1)
                                   for g in args.grid],
                            blocks=[tuple(int(x) for x in b.split("x")) for b in args.blocks]

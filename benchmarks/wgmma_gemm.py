@@ -13,9 +13,14 @@ BLOCKS = ((128, 256, 64), (128, 128, 64), (256, 128, 64))
 #: (persistent, group_m): one block per tile in row-major order, then one block per SM
 #: over tiles grouped by 8 tile rows (L2 reuse)
 GRIDS = ((False, 1), (True, 8))
+#: main-loop variant -> WgmmaGemm keywords: every warp copies and multiplies between
+#: __syncthreads ('sync'); a cp.async producer warpgroup and wgmma consumer warpgroups
+#: on mbarriers ('ws')
+MAINLOOPS = {"sync": {}, "ws": {"warp_specialized": True}}
 
 
-def sass_counts(cubin: bytes, ops=("HGMMA", "LDGSTS", "BAR", "WARPSYNC")) -> str:
+def sass_counts(cubin: bytes, ops=("HGMMA", "LDGSTS", "BAR", "WARPSYNC", "SYNCS",
+                                    "USETMAXREG", "UTMALDG")) -> str:
     """``op count`` of each SASS op in ``cubin`` (``cuobjdump -sass``), or why not."""
     import os
     import shutil
@@ -39,9 +44,10 @@ def sass_counts(cubin: bytes, ops=("HGMMA", "LDGSTS", "BAR", "WARPSYNC")) -> str
 
 
 def run(n: int, dtype: str = "float16", stages=(3, 4), blocks=BLOCKS,
-        swizzles=("none", "128B"), grids=GRIDS) -> None:
-    """One line per (block, stages, swizzle, grid) of the wgmma GEMM at ``n``^3, after
-    cuBLAS; a grid is ``(persistent, group_m)``."""
+        swizzles=("none", "128B"), grids=GRIDS, mainloops=tuple(MAINLOOPS)) -> None:
+    """One line per (block, stages, swizzle, grid, main loop) of the wgmma GEMM at
+    ``n``^3, after cuBLAS; a grid is ``(persistent, group_m)``, a main loop a key of
+    :data:`MAINLOOPS`."""
     import torch
 
     from polytile.targets.cuda import wgmma as wg
@@ -66,13 +72,14 @@ def run(n: int, dtype: str = "float16", stages=(3, 4), blocks=BLOCKS,
     torch.cuda.synchronize()
     cublas = tflops(s.elapsed_time(e) / 1e3 / 20)
     print(f"n={n:5d} {f'cuBLAS {dtype} (torch)':44s} {cublas:7.1f} TFLOP/s", flush=True)
-    for block, swz, depth, (pers, gm) in itertools.product(blocks, swizzles, stages, grids):
+    for block, swz, depth, (pers, gm), loop in itertools.product(blocks, swizzles, stages,
+                                                                 grids, mainloops):
         grid = f"persistent g{gm}" if pers else f"tiles g{gm}"
-        what = f"block {block} stages {depth} swizzle {swz} {grid}"
+        what = f"block {block} stages {depth} swizzle {swz} {grid} {loop}"
         try:
             t0 = time.perf_counter()
             f = wg.WgmmaGemm(n, n, n, block, depth, dtype, swizzle=swz, group_m=gm,
-                            persistent=pers)
+                             persistent=pers, **MAINLOOPS[loop])
             t_build = time.perf_counter() - t0
         except Exception as exc:  # a shape past shared memory: say so, go on
             print(f"n={n:5d} wgmma {what}: {exc}".splitlines()[0])
@@ -86,7 +93,7 @@ def run(n: int, dtype: str = "float16", stages=(3, 4), blocks=BLOCKS,
                   f"error {err:.2e})", flush=True)
             continue
         t = tflops(f.time(a.data_ptr(), b.data_ptr(), c.data_ptr()))
-        print(f"n={n:5d} {f'wgmma {dtype} {depth}st {swz} {grid}':44s} "
+        print(f"n={n:5d} {f'wgmma {dtype} {depth}st {swz} {grid} {loop}':48s} "
               f"{t:7.1f} TFLOP/s  {t / cublas:6.3f} x cuBLAS  (block {block}, build "
               f"{t_build:.1f} s, rel. error {err:.1e}, {sass_counts(f.cubin)})",
               flush=True)

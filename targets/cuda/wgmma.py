@@ -185,7 +185,7 @@ def d_fragment(thread: int, reg: int) -> tuple:
 
 
 def check_tiles(M: int, N: int, K: int, block: tuple, stages: int, dtype: str,
-                swizzle: str = "none") -> None:
+                swizzle: str = "none", warp_specialized: bool = False) -> None:
     """Refuse what :func:`gemm_source` cannot compute, naming the axis and the primitive.
 
     Raises
@@ -193,7 +193,9 @@ def check_tiles(M: int, N: int, K: int, block: tuple, stages: int, dtype: str,
     ScheduleError
         A size the tiles do not divide, a tile wgmma has no shape for, a dtype it lacks,
         or shared memory past the 227 KiB of sm_90; a swizzle other than ``"none"`` and
-        ``"128B"``, or a 128B-swizzled block whose BK or BN is not a multiple of 64.
+        ``"128B"``, or a 128B-swizzled block whose BK or BN is not a multiple of 64; a
+        warp-specialized kernel with one stage (the producer would wait for the slot the
+        consumers are waiting on).
     """
     BM, BN, BK = block
     if swizzle not in ("none", "128B"):
@@ -217,21 +219,31 @@ def check_tiles(M: int, N: int, K: int, block: tuple, stages: int, dtype: str,
                 "wgmma_gemm", f"stage 'C' axis {axis!r} of extent {size} is not a multiple "
                 f"of the tile {tile} (split for tensorize with the wgmma intrinsic)",
                 "expected sizes divisible by the block tile (no partial wgmma tiles yet)"))
-    if K // BK < stages - 1 or stages < 1:
+    # the warp-specialized producer runs ahead across tiles: any depth serves it
+    if (K // BK < stages - 1 and not warp_specialized) or stages < 1:
         raise ScheduleError(format_error(
             "wgmma_gemm", f"pipeline stages={stages} over {K // BK} k tiles",
             "expected 1 <= stages <= k tiles + 1"))
-    if smem_bytes(block, stages, swizzle) > 227 * 1024:
+    if warp_specialized and stages < 2:
         raise ScheduleError(format_error(
-            "wgmma_gemm", f"{smem_bytes(block, stages, swizzle)} bytes of shared memory",
+            "wgmma_gemm", f"warp_specialized with stages={stages}",
+            "expected stages >= 2 (a slot is released only after the next slot's MMAs are "
+            "issued)"))
+    nbytes = smem_bytes(block, stages, swizzle, warp_specialized)
+    if nbytes > 227 * 1024:
+        raise ScheduleError(format_error(
+            "wgmma_gemm", f"{nbytes} bytes of shared memory",
             "expected at most 227 KiB (sm_90)", hint="fewer stages or a smaller block"))
 
 
-def smem_bytes(block: tuple, stages: int, swizzle: str = "none") -> int:
+def smem_bytes(block: tuple, stages: int, swizzle: str = "none",
+               warp_specialized: bool = False) -> int:
     """Dynamic shared memory of :func:`gemm_source`: ``stages`` A and B tiles, 2 bytes each
-    (+ 1024 bytes with the 128B swizzle, to start the tiles on a 1024-byte boundary)."""
+    (+ 1024 bytes with the 128B swizzle, to start the tiles on a 1024-byte boundary; + two
+    8-byte mbarriers per stage when warp-specialized)."""
     BM, BN, BK = block
-    return stages * (BM * BK + BK * BN) * 2 + (1024 if swizzle == "128B" else 0)
+    return (stages * (BM * BK + BK * BN) * 2 + (1024 if swizzle == "128B" else 0)
+            + (16 * stages if warp_specialized else 0))
 
 
 def decode_descriptor(desc: int) -> dict:
@@ -276,19 +288,22 @@ def descriptor_read(smem, desc: int, rows: int, cols: int, major: str):
 
 
 def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4, swizzle: str = "none",
-                 group_m: int = 1):
+                 group_m: int = 1, warp_specialized: bool = False, seed: int = 0):
     """Run :func:`gemm_source`'s kernel on the CPU in float64, block by block: the same
     ``cp.async`` chunks (:func:`a_chunk`, :func:`b_chunk`), one flat shared array
     per block and stage slot, operands read back through the descriptors the kernel builds
     (:func:`descriptor_read`), D written through :func:`d_fragment`. Refuses what the
     kernel refuses (:func:`check_tiles`). ``swizzle="128B"``: the swizzled copies
     (:func:`a_chunk_128b`, :func:`b_chunk_128b`) and descriptors; tiles in the order of
-    :func:`tile_coords` with ``group_m``."""
+    :func:`tile_coords` with ``group_m``. ``warp_specialized``: the producer and consumer
+    warpgroups of the kernel run as interleaved agents (order drawn from ``seed``) over
+    a model of its mbarriers (:func:`_ws_run`); a wrong protocol deadlocks (RuntimeError)
+    or overwrites a slot under the MMAs (AssertionError)."""
     import numpy as np
 
     M, K = A.shape
     N = B.shape[1]
-    check_tiles(M, N, K, block, stages, "float16", swizzle)
+    check_tiles(M, N, K, block, stages, "float16", swizzle, warp_specialized)
     BM, BN, BK = block
     sw = swizzle == "128B"
     lbo, sbo = operand_offsets(BK)
@@ -299,44 +314,151 @@ def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4, swizzle: str = "no
     a_base = 0
     b_base = stages * BM * BK * 2           # bytes: B tiles after the A tiles
     tiles_m, tiles_n = M // BM, N // BN
-    seen = set()
-    for tile in range(tiles_m * tiles_n):           # the kernel's tile order
-        tm, tn = tile_coords(tile, tiles_m, tiles_n, group_m)
-        seen.add((tm, tn))
+    order = [tile_coords(tile, tiles_m, tiles_n, group_m) for tile in range(tiles_m * tiles_n)]
+    assert len(set(order)) == tiles_m * tiles_n, "tile order is not a permutation"
+
+    def copy(smem, s, tm, tn, kt):
+        # the kernel's copies of k tile kt of tile (tm, tn) into slot s
         bm, bn = tm * BM, tn * BN
+        sa = smem[a_base // 2 + s * BM * BK:][:BM * BK]
+        sb = smem[b_base // 2 + s * BK * BN:][:BK * BN]
+        for c in range(BM * BK // 8):
+            m, k = a_chunk_128b(c, BK) if sw else a_chunk(c, BK)
+            e = a_offset_128b(m, k, BM, BK) if sw else 8 * c
+            sa[e:e + 8] = A[bm + m, kt * BK + k:kt * BK + k + 8]
+        for c in range(BK * BN // 8):
+            k, n = b_chunk_128b(c, BN) if sw else b_chunk(c, BK)
+            e = b_offset_128b(k, n, BK) if sw else 8 * c
+            sb[e:e + 8] = B[kt * BK + k, bn + n:bn + n + 8]
+
+    def mma(smem, s, wg):
+        # warpgroup wg's BK / 16 wgmma of slot s: its D fragment increment
+        d = 0
+        for k16 in range(BK // 16):
+            if sw:
+                ea = wg * 64 * 64 + (k16 * 16 // 64) * BM * 64 + k16 * 16 % 64
+                eb = k16 * 16 * 64
+            else:
+                ea, eb = wg * 64 * BK + k16 * 128, k16 * 128
+            da = make_descriptor(a_base + (s * BM * BK + ea) * 2, a_lbo, a_sbo, swizzle)
+            db = make_descriptor(b_base + (s * BK * BN + eb) * 2, b_lbo, b_sbo, swizzle)
+            a = descriptor_read(smem, da, 64, 16, "K")
+            b = descriptor_read(smem, db, 16, BN, "MN")
+            d = d + (a @ b)[rows, cols]
+        return d
+
+    def store(tm, tn, wg, d):
+        C[tm * BM + wg * 64 + rows, tn * BN + cols] = d
+
+    if warp_specialized:
+        _ws_run(order, K // BK, stages, BM // 64, copy, mma, store,
+                np.zeros(stages * (BM * BK + BK * BN)), seed)
+        return C
+    for tm, tn in order:                        # the kernel's tile order
         smem = np.zeros(stages * (BM * BK + BK * BN))
         d = np.zeros((BM // 64, 128, BN // 2))
         for kt in range(K // BK):
-            s = kt % stages
-            sa = smem[a_base // 2 + s * BM * BK:][:BM * BK]
-            sb = smem[b_base // 2 + s * BK * BN:][:BK * BN]
-            # the kernel's copies: 16-byte chunk c of each tile to element 8 c
-            for c in range(BM * BK // 8):
-                m, k = a_chunk_128b(c, BK) if sw else a_chunk(c, BK)
-                e = a_offset_128b(m, k, BM, BK) if sw else 8 * c
-                sa[e:e + 8] = A[bm + m, kt * BK + k:kt * BK + k + 8]
-            for c in range(BK * BN // 8):
-                k, n = b_chunk_128b(c, BN) if sw else b_chunk(c, BK)
-                e = b_offset_128b(k, n, BK) if sw else 8 * c
-                sb[e:e + 8] = B[kt * BK + k, bn + n:bn + n + 8]
+            copy(smem, kt % stages, tm, tn, kt)
             for wg in range(BM // 64):
-                for k16 in range(BK // 16):
-                    if sw:
-                        ea = wg * 64 * 64 + (k16 * 16 // 64) * BM * 64 + k16 * 16 % 64
-                        eb = k16 * 16 * 64
-                    else:
-                        ea, eb = wg * 64 * BK + k16 * 128, k16 * 128
-                    da = make_descriptor(a_base + (s * BM * BK + ea) * 2, a_lbo, a_sbo,
-                                         swizzle)
-                    db = make_descriptor(b_base + (s * BK * BN + eb) * 2, b_lbo, b_sbo,
-                                         swizzle)
-                    a = descriptor_read(smem, da, 64, 16, "K")
-                    b = descriptor_read(smem, db, 16, BN, "MN")
-                    d[wg] += (a @ b)[rows, cols]
+                d[wg] += mma(smem, kt % stages, wg)
         for wg in range(BM // 64):
-            C[bm + wg * 64 + rows, bn + cols] = d[wg]
-    assert len(seen) == tiles_m * tiles_n, "tile order is not a permutation"
+            store(tm, tn, wg, d[wg])
     return C
+
+
+class _MBarrier:
+    """An mbarrier as the PTX ISA describes it: a pending count reset to ``count`` when a
+    phase completes; ``try_wait_parity(p)`` is true once the phase of parity ``p`` has
+    completed, i.e. while the current (incomplete) phase's parity differs from ``p``."""
+
+    def __init__(self, count: int):
+        self.count, self.pending, self.phase = count, count, 0
+
+    def arrive(self, n: int = 1) -> None:
+        assert n <= self.pending, "more arrivals than the phase expects"
+        self.pending -= n
+        if self.pending == 0:
+            self.phase, self.pending = self.phase + 1, self.count
+
+    def try_wait_parity(self, parity: int) -> bool:
+        return (self.phase & 1) != parity
+
+
+def _ws_run(order, ktiles, stages, consumers, copy, mma, store, smem, seed) -> None:
+    """The warp-specialized kernel's protocol (:func:`_ws_kernel`) on :class:`_MBarrier`
+    models, one block over all tiles of ``order`` (a persistent block), the agents
+    interleaved at random (``seed``): the producer warpgroup; each consumer warpgroup;
+    in-flight copies, which land (write ``smem`` and arrive on *full* for all 128
+    producer threads) at a random later time. An MMA reads its slot when issued and again
+    when its ``wgmma.wait_group`` retires it: both reads must agree (no overwrite while in
+    flight). No agent able to move is a deadlock (RuntimeError)."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(seed)
+    full = [_MBarrier(128) for _ in range(stages)]
+    empty = [_MBarrier(consumers * 128) for _ in range(stages)]
+    landing = []                     # copies issued, not landed: (slot, tile, kt)
+
+    def producer():
+        it = 0
+        for tm, tn in order:
+            for kt in range(ktiles):
+                s = it % stages
+                while not empty[s].try_wait_parity(((it // stages) & 1) ^ 1):
+                    yield False
+                landing.append((s, tm, tn, kt))
+                it += 1
+                yield True
+
+    def consumer(wg):
+        it = 0
+        for tm, tn in order:
+            d = 0
+            inflight = []            # (step, slot, operands read at issue)
+            for kt in range(ktiles):
+                s = it % stages
+                while not full[s].try_wait_parity((it // stages) & 1):
+                    yield False
+                inflight.append((it, s, mma(smem, s, wg)))
+                # wgmma.wait_group 1: all but the newest group retire
+                for _, s0, got in inflight[:-1]:
+                    again = mma(smem, s0, wg)
+                    assert np.array_equal(got, again), "slot overwritten under the MMAs"
+                    d = d + got
+                inflight = inflight[-1:]
+                if kt > 0:
+                    empty[(it - 1) % stages].arrive(128)
+                it += 1
+                yield True
+            for _, s0, got in inflight:      # wgmma.wait_group 0
+                assert np.array_equal(got, mma(smem, s0, wg)), "slot overwritten"
+                d = d + got
+            empty[(it - 1) % stages].arrive(128)
+            store(tm, tn, wg, d)
+            yield True
+
+    agents = [producer()] + [consumer(w) for w in range(consumers)]
+    live = list(agents)
+    stuck = 0
+    while live or landing:
+        if landing and (not live or rng.random() < 0.3):
+            s, tm, tn, kt = landing.pop(rng.randrange(len(landing)) if rng.random() < 0.1
+                                        else 0)
+            copy(smem, s, tm, tn, kt)
+            full[s].arrive(128)
+            stuck = 0
+            continue
+        a = rng.choice(live)
+        try:
+            moved = next(a)
+        except StopIteration:
+            live.remove(a)
+            moved = True
+        stuck = 0 if moved else stuck + 1
+        if stuck > 50 * (len(live) + 1) and not landing:
+            raise RuntimeError("warp-specialized protocol deadlock: no agent can move")
 
 
 # ------------------------------------------------------------------ C helpers (PTX asm)
@@ -377,6 +499,37 @@ __device__ __forceinline__ void cp_async_commit_group() {
 template <int N> __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
 }
+// mbarrier (PTX ISA, "Parallel Synchronization and Communication Instructions: mbarrier"):
+// a 64-bit shared object with a pending-arrival count and a phase; try_wait.parity P
+// returns true once the phase of parity P has completed (so on a fresh barrier, parity 1
+// -- the phase "before" phase 0 -- counts as complete)
+__device__ __forceinline__ void mbarrier_init(unsigned long long* bar, unsigned count) {
+  unsigned a = (unsigned)__cvta_generic_to_shared(bar);
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(a), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(unsigned long long* bar) {
+  unsigned a = (unsigned)__cvta_generic_to_shared(bar);
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" :: "r"(a) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait_parity(unsigned long long* bar, unsigned parity) {
+  unsigned a = (unsigned)__cvta_generic_to_shared(bar);
+  asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+               "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%0], %1;\n"
+               "@!p bra WAIT_%=;\n}" :: "r"(a), "r"(parity) : "memory");
+}
+// the arrive-on operation fires when all of this thread's prior cp.async have landed;
+// .noinc: the arrival counts against the count given at init (one per producer thread)
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(unsigned long long* bar) {
+  unsigned a = (unsigned)__cvta_generic_to_shared(bar);
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(a) : "memory");
+}
+// PTX ISA "setmaxnreg": every warp of the warpgroup executes it (.sync.aligned)
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N));
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N));
+}
 __device__ __forceinline__ unsigned long long wgmma_descriptor(const void* p, unsigned lbo,
                                                                unsigned sbo,
                                                                unsigned swizzle = 0) {
@@ -391,7 +544,8 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor(const void* p, un
 
 def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
                 dtype: str = "float16", name: str = "wgmma_gemm", swap_b: bool = False,
-                swizzle: str = "none", group_m: int = 1) -> str:
+                swizzle: str = "none", group_m: int = 1,
+                warp_specialized: bool = False) -> str:
     """CUDA C of the wgmma GEMM kernel ``name(const T* A, const T* B, float* C)`` for
     row-major ``A[M, K]``, ``B[K, N]``, ``C[M, N]`` (see the module docstring). Launch
     with ``BM / 64 * 128`` threads and :func:`smem_bytes`
@@ -404,13 +558,16 @@ def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
     ``swizzle="128B"``: the 128-byte-swizzled tiles (:func:`a_offset_128b`,
     :func:`b_offset_128b`), filled by copies that walk whole global rows (coalesced, whole
     32-byte sectors); ``"none"``: the core-matrix layouts.
+    ``warp_specialized``: one more warpgroup (the producer, the last one; launch
+    :func:`block_threads` threads) issues every copy and the ``BM / 64`` consumer
+    warpgroups only wait and run the MMAs (:func:`_ws_kernel`).
 
     Raises
     ------
     ScheduleError
         Via :func:`check_tiles`.
     """
-    check_tiles(M, N, K, block, stages, dtype, swizzle)
+    check_tiles(M, N, K, block, stages, dtype, swizzle, warp_specialized)
     if not isinstance(group_m, int) or group_m < 1:
         raise ScheduleError(format_error("wgmma_gemm", f"group_m={group_m!r}",
                                          "expected a positive int (tile rows per L2 group)"))
@@ -421,6 +578,7 @@ def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
     lbo, sbo = operand_offsets(BK)
     b_lbo, b_sbo = (sbo, lbo) if swap_b else (lbo, sbo)
     threads = BM // 64 * 128
+    copy_threads = 128 if warp_specialized else threads
     a_chunks = BM * BK // 8
     b_chunks = BK * BN // 8
     ktiles = K // BK
@@ -437,13 +595,13 @@ def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
         # consecutive threads copy consecutive 16-byte chunks of one global row (whole
         # sectors), chunk j of row r into chunk j ^ (r % 8) of its 128-byte shared row
         copies = f"""#pragma unroll
-    for (int c = tid; c < {a_chunks}; c += {threads}) {{
+    for (int c = tid; c < {a_chunks}; c += {copy_threads}) {{
       int m = c / {BK // 8}, q = c % {BK // 8};   // == a_chunk_128b(c)
       cp_async_cg_shared_global(as + (q / 8) * {BM * 64} + m * 64 + (((q % 8) ^ (m % 8)) * 8),
                                 A + (size_t)(bm + m) * {K} + kt * {BK} + q * 8);
     }}
 #pragma unroll
-    for (int c = tid; c < {b_chunks}; c += {threads}) {{
+    for (int c = tid; c < {b_chunks}; c += {copy_threads}) {{
       int k = c / {BN // 8}, q = c % {BN // 8};   // == b_chunk_128b(c)
       cp_async_cg_shared_global(bs + (q / 8) * {BK * 64} + k * 64 + (((q % 8) ^ (k % 8)) * 8),
                                 B + (size_t)(kt * {BK} + k) * {N} + bn + q * 8);
@@ -456,13 +614,13 @@ def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
                f"{16 * 64}, {b_lbo}, {b_sbo}, 1), 1);")
     else:
         copies = f"""#pragma unroll
-    for (int c = tid; c < {a_chunks}; c += {threads}) {{
+    for (int c = tid; c < {a_chunks}; c += {copy_threads}) {{
       int core = c / 8, m = (core / {BK // 8}) * 8 + c % 8, kc = core % {BK // 8};
       cp_async_cg_shared_global(as + c * 8,   // == a_offset(m, 8 kc)
                                 A + (size_t)(bm + m) * {K} + kt * {BK} + kc * 8);
     }}
 #pragma unroll
-    for (int c = tid; c < {b_chunks}; c += {threads}) {{
+    for (int c = tid; c < {b_chunks}; c += {copy_threads}) {{
       int core = c / 8, k = (core % {BK // 8}) * 8 + c % 8, nc = core / {BK // 8};
       cp_async_cg_shared_global(bs + c * 8,   // == b_offset(k, 8 nc)
                                 B + (size_t)(kt * {BK} + k) * {N} + bn + nc * 8);
@@ -473,6 +631,9 @@ def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
     align = ("((1024u - ((unsigned)__cvta_generic_to_shared(pt_smem_raw) & 1023u)) & 1023u)"
              if sw else "0")
     include = "#include <cuda_fp16.h>" if dtype == "float16" else "#include <cuda_bf16.h>"
+    if warp_specialized:
+        return _ws_kernel(N, K, block, stages, ctype, include, name, align, copies, mma,
+                          sw, tiles_m, tiles_n, group_m)
     return f"""{include}
 {COMMON}
 {_mma_helper(BN, ptx)}
@@ -554,9 +715,136 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
 """
 
 
+def block_threads(block: tuple, warp_specialized: bool = False) -> int:
+    """Threads per block of :func:`gemm_source`: 128 per 64 rows of ``BM`` (+ 128 for the
+    producer warpgroup when warp-specialized)."""
+    return (block[0] // 64 + bool(warp_specialized)) * 128
+
+
+def ws_registers(consumers: int, producer: int = 72) -> tuple:
+    """(producer, consumer) ``setmaxnreg`` register counts of the warp-specialized kernel
+    with ``consumers`` consumer warpgroups: the producer drops to ``producer`` (72: its
+    unrolled ``cp.async`` address math spills below that with the 128B swizzle, nvcc 13),
+    the consumers take what is left of the 64K-register file, rounded down to a multiple
+    of 8 and at most 240 (PTX ISA "setmaxnreg": 24..256, multiples of 8)."""
+    consumer = min(240, (65536 - producer * 128) // (consumers * 128) // 8 * 8)
+    return producer, consumer
+
+
+def _ws_kernel(N, K, block, stages, ctype, include, name, align, copies, mma, sw, tiles_m,
+               tiles_n, group_m) -> str:
+    """The warp-specialized kernel of :func:`gemm_source`. Synchronization (PTX ISA,
+    "Parallel Synchronization and Communication Instructions: mbarrier"): per stage slot
+    ``s`` a *full* barrier (count 128: every producer thread's
+    ``cp.async.mbarrier.arrive.noinc`` fires when that thread's copies into the slot have
+    landed) and an *empty* barrier (count ``BM / 64 * 128``: each consumer thread arrives
+    once its MMAs reading the slot are done, i.e. after the next ``wgmma.wait_group 1``).
+    Both sides walk the same sequence of (tile, k tile) steps ``it = 0, 1, ...``: slot
+    ``it % stages``, pass ``it / stages``; the consumers wait on full with parity ``pass &
+    1``, the producer on empty with parity ``(pass & 1) ^ 1`` (the first pass over a fresh
+    barrier does not wait). The producer runs up to ``stages`` steps ahead, across tile
+    boundaries, so the next tile's copies overlap this tile's last MMAs and stores."""
+    BM, BN, BK = block
+    consumers = BM // 64
+    ktiles = K // BK
+    preg, creg = ws_registers(consumers)
+    return f"""{include}
+{COMMON}
+{_mma_helper(BN, ptx_of(ctype))}
+
+extern "C" __global__ void __launch_bounds__({(consumers + 1) * 128}, 1)
+{name}(const {ctype}* __restrict__ A, const {ctype}* __restrict__ B, float* __restrict__ C) {{
+  extern __shared__ __align__(1024) unsigned char pt_smem_raw[];
+  // the 128B swizzle XORs shared address bits 4-6 with 7-9: tiles start 1024-aligned
+  unsigned char* pt_smem = pt_smem_raw + {align};
+  {ctype}* As = reinterpret_cast<{ctype}*>(pt_smem);              // [stages][BM*BK]
+  {ctype}* Bs = As + {stages} * {BM * BK};                          // [stages][BK*BN]
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(Bs + {stages} * {BK * BN});
+  unsigned long long* empty = full + {stages};
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {{
+    for (int s = 0; s < {stages}; ++s) {{
+      mbarrier_init(full + s, 128);
+      mbarrier_init(empty + s, {consumers * 128});
+    }}
+  }}
+  __syncthreads();
+  if (wg == {consumers}) {{
+    // producer warpgroup: copies only
+    setmaxnreg_dec<{preg}>();
+    const int tid = threadIdx.x - {consumers * 128};
+    unsigned it = 0;
+    for (int t = blockIdx.x; t < {tiles_m * tiles_n}; t += gridDim.x) {{
+      const int per = {group_m * tiles_n}, first = (t / per) * {group_m};
+      const int size = min({tiles_m} - first, {group_m}), r = t % per;
+      const int bm = (first + r % size) * {BM}, bn = (r / size) * {BN};
+      for (int kt = 0; kt < {ktiles}; ++kt, ++it) {{
+        const int s = it % {stages};
+        // the consumers released this slot's previous contents (pass it / stages - 1)
+        mbarrier_wait_parity(empty + s, ((it / {stages}) & 1) ^ 1);
+        {ctype}* as = As + s * {BM * BK};
+        {ctype}* bs = Bs + s * {BK * BN};
+{copies}        cp_async_mbarrier_arrive_noinc(full + s);
+      }}
+    }}
+    // cp.async still in flight complete on their own; the block stays resident until the
+    // consumers, which wait for them, exit
+    cp_async_wait_group<0>();
+  }} else {{
+    setmaxnreg_inc<{creg}>();
+    const int tid = threadIdx.x;
+    float d[{BN // 2}];
+    unsigned it = 0;
+    for (int t = blockIdx.x; t < {tiles_m * tiles_n}; t += gridDim.x) {{
+      const int per = {group_m * tiles_n}, first = (t / per) * {group_m};
+      const int size = min({tiles_m} - first, {group_m}), r = t % per;
+      const int bm = (first + r % size) * {BM}, bn = (r / size) * {BN};
+#pragma unroll
+      for (int i = 0; i < {BN // 2}; ++i) d[i] = 0.f;
+      for (int kt = 0; kt < {ktiles}; ++kt, ++it) {{
+        const int s = it % {stages};
+        mbarrier_wait_parity(full + s, (it / {stages}) & 1);
+        // the cp.async writes (generic proxy), acquired through the barrier, made visible
+        // to this thread's async-proxy reads (wgmma operands)
+        fence_proxy_async_shared_cta();
+        const {ctype}* as = As + s * {BM * BK} + wg * 64 * {64 if sw else BK};
+        const {ctype}* bs = Bs + s * {BK * BN};
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < {BK // 16}; ++kk)
+          {mma}
+        wgmma_commit_group();
+        // the MMAs of step it - 1 are done: release their slot
+        wgmma_wait_group<1>();
+        if (kt > 0) mbarrier_arrive(empty + (it - 1) % {stages});
+      }}
+      wgmma_wait_group<0>();
+      mbarrier_arrive(empty + (it - 1) % {stages});
+      // D fragment: warp w rows 16w + lane/4 (+8), columns 8j + 2 (lane % 4) (+1)
+      const int w = (tid % 128) / 32, lane = tid % 32;
+      const int row = bm + wg * 64 + 16 * w + lane / 4;
+#pragma unroll
+      for (int j = 0; j < {BN // 8}; ++j) {{
+        int col = bn + 8 * j + 2 * (lane % 4);
+        *reinterpret_cast<float2*>(C + (size_t)row * {N} + col) = make_float2(d[4 * j], d[4 * j + 1]);
+        *reinterpret_cast<float2*>(C + (size_t)(row + 8) * {N} + col) =
+            make_float2(d[4 * j + 2], d[4 * j + 3]);
+      }}
+    }}
+  }}
+}}
+"""
+
+
+def ptx_of(ctype: str) -> str:
+    """The PTX type name of a C element type of :data:`DTYPES`."""
+    return {c: p for p, c in DTYPES.values()}[ctype]
+
+
 def compile_gemm(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
                  dtype: str = "float16", arch: str = "sm_90a", compiler: str = "nvcc",
-                 swap_b: bool = False, swizzle: str = "none", group_m: int = 1) -> bytes:
+                 swap_b: bool = False, swizzle: str = "none", group_m: int = 1,
+                 warp_specialized: bool = False) -> bytes:
     """The cubin of :func:`gemm_source` for ``arch``, which must be ``sm_90a`` (wgmma is an
     architecture-specific feature: plain sm_90 has no such instruction).
 
@@ -573,7 +861,8 @@ def compile_gemm(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
     from .compile import compile_cuda
 
     return compile_cuda(gemm_source(M, N, K, block, stages, dtype, swap_b=swap_b,
-                                    swizzle=swizzle, group_m=group_m), arch,
+                                    swizzle=swizzle, group_m=group_m,
+                                    warp_specialized=warp_specialized), arch,
                         compiler=compiler, name="wgmma_gemm.cu")
 
 
@@ -583,19 +872,26 @@ class WgmmaGemm:
 
     ``f(a_ptr, b_ptr, c_ptr)`` runs ``C = A @ B``; :meth:`time` gives seconds per run.
     ``persistent``: a grid of one block per SM looping over the tiles (else one block per
-    tile); ``group_m``: tile rows per L2 group of the tile order (:func:`tile_coords`).
+    tile); ``group_m``: tile rows per L2 group of the tile order (:func:`tile_coords`);
+    ``warp_specialized``: a producer warpgroup and mbarriers (:func:`gemm_source`).
     Compiling needs no GPU; loading does (``DeviceNotFoundError`` without one).
     """
 
     def __init__(self, M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
                  dtype: str = "float16", compiler: str = "nvcc", swap_b: bool = False,
-                 swizzle: str = "none", group_m: int = 1, persistent: bool = False):
+                 swizzle: str = "none", group_m: int = 1, persistent: bool = False,
+                 warp_specialized: bool = False):
         self.M, self.N, self.K, self.block, self.stages = M, N, K, tuple(block), stages
         self.swizzle, self.group_m, self.persistent = swizzle, group_m, persistent
+        self.warp_specialized = warp_specialized
+        self.smem = smem_bytes(self.block, stages, swizzle, warp_specialized)
+        self.threads = block_threads(self.block, warp_specialized)
         self.source = gemm_source(M, N, K, block, stages, dtype, swap_b=swap_b,
-                                  swizzle=swizzle, group_m=group_m)
+                                  swizzle=swizzle, group_m=group_m,
+                                  warp_specialized=warp_specialized)
         self.cubin = compile_gemm(M, N, K, block, stages, dtype, compiler=compiler,
-                                  swap_b=swap_b, swizzle=swizzle, group_m=group_m)
+                                  swap_b=swap_b, swizzle=swizzle, group_m=group_m,
+                                  warp_specialized=warp_specialized)
         self._fn = None
 
     def _load(self):
@@ -607,7 +903,7 @@ class WgmmaGemm:
         fn = check(drv.cuModuleGetFunction(mod, b"wgmma_gemm"), "cuModuleGetFunction")
         check(drv.cuFuncSetAttribute(
             fn, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            smem_bytes(self.block, self.stages, self.swizzle)), "cuFuncSetAttribute")
+            self.smem), "cuFuncSetAttribute")
         self._mod, self._fn, self._st = mod, fn, st
         tiles = (self.M // self.block[0]) * (self.N // self.block[1])
         if self.persistent:   # one block per SM (1 block of this smem fits an SM)
@@ -624,14 +920,12 @@ class WgmmaGemm:
 
         if self._fn is None:
             self._load()
-        BM = self.block[0]
         drv = self._st["driver"]
         # the kernel's parameters as the driver takes them: an array of addresses of
         # the values (as targets/gpu/module.py passes them)
         objs = [ctypes.c_uint64(int(p)) for p in (a_ptr, b_ptr, c_ptr)]
         ptrs = (ctypes.c_void_p * 3)(*[ctypes.addressof(o) for o in objs])
-        check(drv.cuLaunchKernel(self._fn, self.grid, 1, 1, BM // 64 * 128, 1, 1,
-                                 smem_bytes(self.block, self.stages, self.swizzle),
+        check(drv.cuLaunchKernel(self._fn, self.grid, 1, 1, self.threads, 1, 1, self.smem,
                                  self._st["stream"],
                                  ctypes.addressof(ptrs), 0), "cuLaunchKernel", "wgmma_gemm")
 

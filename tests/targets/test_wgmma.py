@@ -394,3 +394,112 @@ def test_copy_chunks_land_where_the_layouts_say(BM, BN, BK):
         assert [wg.b_offset(k, n + e, BK) for e in range(8)] == list(range(8 * c, 8 * c + 8))
     assert sorted(wg.b_chunk(c, BK) for c in range(BK * BN // 8)) == sorted(
         (k, n) for k in range(BK) for n in range(0, BN, 8))
+
+
+# ------------------------------------------------------------ warp specialization
+@pytest.mark.parametrize("swizzle", ["none", "128B"])
+@pytest.mark.parametrize("size, block, stages, seed", [
+    ((192, 128, 192), (64, 64, 64), 2, 0),     # 6 tiles through one block: slots reused
+    ((128, 128, 256), (128, 64, 64), 3, 1),    # across tile boundaries, passes 0..3
+    ((256, 128, 320), (128, 128, 64), 4, 2),
+    ((128, 64, 64), (64, 64, 64), 3, 3)])      # more stages than k tiles per tile
+def test_kernel_model_warp_specialized_matches_float64(size, block, stages, seed, swizzle):
+    M, N, K = size
+    rng = np.random.default_rng(8)
+    A = rng.uniform(-1, 1, (M, K))
+    B = rng.uniform(-1, 1, (K, N))
+    C = wg.emulate_gemm(A, B, block, stages, swizzle=swizzle, warp_specialized=True,
+                        seed=seed)
+    assert np.linalg.norm(C - A @ B) / np.linalg.norm(A @ B) < 1e-13
+
+
+def test_mbarrier_model_parity_by_hand():
+    bar = wg._MBarrier(2)
+    # a fresh barrier: the phase "before" phase 0 (parity 1) counts as complete
+    assert bar.try_wait_parity(1) and not bar.try_wait_parity(0)
+    bar.arrive()
+    assert not bar.try_wait_parity(0)
+    bar.arrive()
+    assert bar.try_wait_parity(0) and not bar.try_wait_parity(1)
+
+
+def test_ws_model_catches_a_wrong_protocol(monkeypatch):
+    # waits that never block: the consumers read slots not yet filled or refilled under
+    # their MMAs -- the model must notice (an assertion or a wrong product)
+    rng = np.random.default_rng(9)
+    A = rng.uniform(-1, 1, (128, 256))
+    B = rng.uniform(-1, 1, (256, 64))
+    monkeypatch.setattr(wg._MBarrier, "try_wait_parity", lambda self, parity: True)
+    monkeypatch.setattr(wg._MBarrier, "arrive", lambda self, n=1: None)
+    try:
+        C = wg.emulate_gemm(A, B, (64, 64, 64), 2, warp_specialized=True, seed=1)
+    except AssertionError:
+        return
+    assert not np.linalg.norm(C - A @ B) / np.linalg.norm(A @ B) < 1e-13
+
+
+def test_ws_model_deadlocks_with_one_stage():
+    # the refused configuration, run on the protocol model directly: it cannot progress
+    with pytest.raises(RuntimeError, match="deadlock"):
+        wg._ws_run([(0, 0)], 3, 1, 1, lambda *a: None, lambda *a: np.zeros(1),
+                   lambda *a: None, np.zeros(1), 0)
+    with pytest.raises(ScheduleError, match="warp_specialized with stages=1"):
+        wg.gemm_source(128, 128, 128, (64, 128, 64), 1, warp_specialized=True)
+
+
+def test_ws_threads_registers_and_smem():
+    assert wg.block_threads((128, 256, 64), True) == 384
+    assert wg.block_threads((128, 256, 64)) == 256
+    p, c = wg.ws_registers(2)
+    assert (p, c) == (72, 216) and p * 128 + 2 * c * 128 <= 65536
+    assert wg.ws_registers(1) == (72, 240)
+    assert wg.smem_bytes((128, 256, 64), 4, "128B", True) == 4 * 49152 + 1024 + 64
+
+
+@pytest.mark.parametrize("swizzle", ["none", "128B"])
+@pytest.mark.parametrize("block, stages", [((128, 256, 64), 4), ((64, 128, 64), 2),
+                                           ((192, 128, 64), 3)])
+def test_ws_compiles_for_sm90a_without_spills(block, stages, swizzle):
+    if cc.nvcc_path() is None:
+        pytest.skip("nvcc not found")
+    src = wg.gemm_source(768, 768, 768, block, stages, swizzle=swizzle, group_m=8,
+                         warp_specialized=True)
+    for op in ("mbarrier.try_wait.parity", "cp.async.mbarrier.arrive.noinc",
+               "setmaxnreg.dec", "setmaxnreg.inc", "__launch_bounds__("):
+        assert op in src
+    cubin, log = cc.compile_nvcc(src, "sm_90a", ("-Werror", "all-warnings", "-Xptxas", "-v"))
+    assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
+    if shutil.which("cuobjdump"):
+        sass = _sass(cubin)
+        assert "HGMMA" in sass and "LDGSTS" in sass
+
+
+#: (size, block, stages, swizzle, group_m, persistent) of the warp-specialized GPU runs
+GPU_CASES_WS = [
+    ((64, 64, 64), (64, 64, 64), 2, "none", 1, False),      # one k tile
+    ((128, 128, 128), (64, 128, 64), 2, "128B", 1, False),
+    ((256, 384, 640), (128, 128, 64), 3, "128B", 1, False),  # 10 k tiles, 4 passes
+    ((384, 512, 640), (128, 256, 64), 4, "none", 1, False),
+    ((2304, 2048, 192), (128, 128, 64), 4, "128B", 8, True),  # slots across tiles
+    ((1152, 1280, 320), (128, 256, 64), 3, "none", 4, True),
+    ((1024, 1024, 1024), (128, 256, 64), 4, "128B", 8, True),
+    ((384, 384, 256), (192, 128, 64), 3, "128B", 1, True)]   # 3 consumer warpgroups
+
+
+def test_ws_gpu_case_parameters_pass_the_cpu_checks():
+    for size, block, stages, swizzle, group_m, _ in GPU_CASES_WS:
+        wg.gemm_source(*size, block, stages, swizzle=swizzle, group_m=group_m,
+                       warp_specialized=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("size, block, stages, swizzle, group_m, persistent", GPU_CASES_WS)
+def test_wgmma_gemm_warp_specialized_on_the_gpu(size, block, stages, swizzle, group_m,
+                                                persistent, dtype):
+    torch = _torch_cuda()
+    err = _gpu_run(torch, *size, block, stages, dtype, swizzle=swizzle, group_m=group_m,
+                   persistent=persistent, warp_specialized=True)
+    assert err < 1e-5, (f"wgmma warp-specialized {dtype} {size} block {block} stages "
+                        f"{stages} swizzle {swizzle} group_m {group_m} persistent "
+                        f"{persistent}: relative error {err:.2e}")
