@@ -151,7 +151,8 @@ def main() -> None:
                     default=list(wgmma_mainloops()),
                     help="wgmma GEMM main loop: 'sync' (every warp copies, then MMAs, "
                     "__syncthreads), 'ws' (a producer warpgroup of cp.async, consumer "
-                    "warpgroups of wgmma, mbarriers, setmaxnreg); one line each")
+                    "warpgroups of wgmma, mbarriers, setmaxnreg), 'tma' (ws with one "
+                    "producer thread issuing TMA boxes; 128B swizzle only); one line each")
     ap.add_argument("--blocks", nargs="+", default=None, metavar="BMxBNxBK",
                     help="wgmma GEMM block tiles (default: those of benchmarks/wgmma_gemm.py)")
     ap.add_argument("--sweep", action="store_true",

@@ -15,8 +15,10 @@ BLOCKS = ((128, 256, 64), (128, 128, 64), (256, 128, 64))
 GRIDS = ((False, 1), (True, 8))
 #: main-loop variant -> WgmmaGemm keywords: every warp copies and multiplies between
 #: __syncthreads ('sync'); a cp.async producer warpgroup and wgmma consumer warpgroups
-#: on mbarriers ('ws')
-MAINLOOPS = {"sync": {}, "ws": {"warp_specialized": True}}
+#: on mbarriers ('ws'); the producer's copies by one thread's TMA boxes ('tma', 128B
+#: swizzle only: with 'none' the line says it is refused)
+MAINLOOPS = {"sync": {}, "ws": {"warp_specialized": True},
+             "tma": {"warp_specialized": True, "tma": True}}
 
 
 def sass_counts(cubin: bytes, ops=("HGMMA", "LDGSTS", "BAR", "WARPSYNC", "SYNCS",

@@ -185,7 +185,8 @@ def d_fragment(thread: int, reg: int) -> tuple:
 
 
 def check_tiles(M: int, N: int, K: int, block: tuple, stages: int, dtype: str,
-                swizzle: str = "none", warp_specialized: bool = False) -> None:
+                swizzle: str = "none", warp_specialized: bool = False,
+                tma: bool = False) -> None:
     """Refuse what :func:`gemm_source` cannot compute, naming the axis and the primitive.
 
     Raises
@@ -195,7 +196,8 @@ def check_tiles(M: int, N: int, K: int, block: tuple, stages: int, dtype: str,
         or shared memory past the 227 KiB of sm_90; a swizzle other than ``"none"`` and
         ``"128B"``, or a 128B-swizzled block whose BK or BN is not a multiple of 64; a
         warp-specialized kernel with one stage (the producer would wait for the slot the
-        consumers are waiting on).
+        consumers are waiting on); ``tma`` without ``warp_specialized`` and the 128B
+        swizzle, or with a BM past 256 (a TMA box has at most 256 rows).
     """
     BM, BN, BK = block
     if swizzle not in ("none", "128B"):
@@ -224,6 +226,12 @@ def check_tiles(M: int, N: int, K: int, block: tuple, stages: int, dtype: str,
         raise ScheduleError(format_error(
             "wgmma_gemm", f"pipeline stages={stages} over {K // BK} k tiles",
             "expected 1 <= stages <= k tiles + 1"))
+    if tma and not (warp_specialized and swizzle == "128B" and BM <= 256):
+        raise ScheduleError(format_error(
+            "wgmma_gemm", f"tma with warp_specialized={warp_specialized}, swizzle "
+            f"{swizzle!r}, block {block}",
+            "expected warp_specialized=True, swizzle='128B' (the TMA boxes are 64-column "
+            "128B-swizzled atoms) and BM <= 256 (box rows)"))
     if warp_specialized and stages < 2:
         raise ScheduleError(format_error(
             "wgmma_gemm", f"warp_specialized with stages={stages}",
@@ -288,7 +296,8 @@ def descriptor_read(smem, desc: int, rows: int, cols: int, major: str):
 
 
 def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4, swizzle: str = "none",
-                 group_m: int = 1, warp_specialized: bool = False, seed: int = 0):
+                 group_m: int = 1, warp_specialized: bool = False, seed: int = 0,
+                 tma: bool = False):
     """Run :func:`gemm_source`'s kernel on the CPU in float64, block by block: the same
     ``cp.async`` chunks (:func:`a_chunk`, :func:`b_chunk`), one flat shared array
     per block and stage slot, operands read back through the descriptors the kernel builds
@@ -298,12 +307,14 @@ def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4, swizzle: str = "no
     :func:`tile_coords` with ``group_m``. ``warp_specialized``: the producer and consumer
     warpgroups of the kernel run as interleaved agents (order drawn from ``seed``) over
     a model of its mbarriers (:func:`_ws_run`); a wrong protocol deadlocks (RuntimeError)
-    or overwrites a slot under the MMAs (AssertionError)."""
+    or overwrites a slot under the MMAs (AssertionError). ``tma``: the copies are TMA
+    boxes (:func:`tensor_map_args`), written as the hardware's 128B swizzle of a dense
+    row-major box (:func:`swizzle_128b` of the byte address), one arrival on *full*."""
     import numpy as np
 
     M, K = A.shape
     N = B.shape[1]
-    check_tiles(M, N, K, block, stages, "float16", swizzle, warp_specialized)
+    check_tiles(M, N, K, block, stages, "float16", swizzle, warp_specialized, tma)
     BM, BN, BK = block
     sw = swizzle == "128B"
     lbo, sbo = operand_offsets(BK)
@@ -331,6 +342,20 @@ def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4, swizzle: str = "no
             e = b_offset_128b(k, n, BK) if sw else 8 * c
             sb[e:e + 8] = B[kt * BK + k, bn + n:bn + n + 8]
 
+    def tma_copy(smem, s, tm, tn, kt):
+        # the kernel's boxes: A (k, m) = (kt BK + 64 a, bm) into A's slot + a BM 64; B (n, k)
+        # = (bn + 64 j, kt BK) into B's slot + j BK 64; a box is row-major 128-byte rows,
+        # stored at swizzle_128b of each byte address (the slots are 1024-aligned)
+        bm, bn = tm * BM, tn * BN
+        boxes = [(a_base + (s * BM * BK + a * BM * 64) * 2,
+                  A[bm:bm + BM, kt * BK + 64 * a:kt * BK + 64 * a + 64]) for a in range(BK // 64)]
+        boxes += [(b_base + (s * BK * BN + j * BK * 64) * 2,
+                   B[kt * BK:kt * BK + BK, bn + 64 * j:bn + 64 * j + 64]) for j in range(BN // 64)]
+        for base, box in boxes:
+            assert base % 1024 == 0
+            r, c = np.meshgrid(np.arange(box.shape[0]), np.arange(64), indexing="ij")
+            smem[swizzle_128b(base + (r * 64 + c) * 2) // 2] = box
+
     def mma(smem, s, wg):
         # warpgroup wg's BK / 16 wgmma of slot s: its D fragment increment
         d = 0
@@ -351,8 +376,8 @@ def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4, swizzle: str = "no
         C[tm * BM + wg * 64 + rows, tn * BN + cols] = d
 
     if warp_specialized:
-        _ws_run(order, K // BK, stages, BM // 64, copy, mma, store,
-                np.zeros(stages * (BM * BK + BK * BN)), seed)
+        _ws_run(order, K // BK, stages, BM // 64, tma_copy if tma else copy, mma, store,
+                np.zeros(stages * (BM * BK + BK * BN)), seed, 1 if tma else 128)
         return C
     for tm, tn in order:                        # the kernel's tile order
         smem = np.zeros(stages * (BM * BK + BK * BN))
@@ -384,12 +409,14 @@ class _MBarrier:
         return (self.phase & 1) != parity
 
 
-def _ws_run(order, ktiles, stages, consumers, copy, mma, store, smem, seed) -> None:
+def _ws_run(order, ktiles, stages, consumers, copy, mma, store, smem, seed,
+            full_count: int = 128) -> None:
     """The warp-specialized kernel's protocol (:func:`_ws_kernel`) on :class:`_MBarrier`
     models, one block over all tiles of ``order`` (a persistent block), the agents
     interleaved at random (``seed``): the producer warpgroup; each consumer warpgroup;
-    in-flight copies, which land (write ``smem`` and arrive on *full* for all 128
-    producer threads) at a random later time. An MMA reads its slot when issued and again
+    in-flight copies, which land (write ``smem`` and arrive on *full* ``full_count``
+    times: 128 producer threads' cp.async, or TMA's one expect_tx arrival whose bytes
+    complete with the copy) at a random later time. An MMA reads its slot when issued and again
     when its ``wgmma.wait_group`` retires it: both reads must agree (no overwrite while in
     flight). No agent able to move is a deadlock (RuntimeError)."""
     import random
@@ -397,7 +424,7 @@ def _ws_run(order, ktiles, stages, consumers, copy, mma, store, smem, seed) -> N
     import numpy as np
 
     rng = random.Random(seed)
-    full = [_MBarrier(128) for _ in range(stages)]
+    full = [_MBarrier(full_count) for _ in range(stages)]
     empty = [_MBarrier(consumers * 128) for _ in range(stages)]
     landing = []                     # copies issued, not landed: (slot, tile, kt)
 
@@ -447,7 +474,7 @@ def _ws_run(order, ktiles, stages, consumers, copy, mma, store, smem, seed) -> N
             s, tm, tn, kt = landing.pop(rng.randrange(len(landing)) if rng.random() < 0.1
                                         else 0)
             copy(smem, s, tm, tn, kt)
-            full[s].arrive(128)
+            full[s].arrive(full_count)
             stuck = 0
             continue
         a = rng.choice(live)
@@ -523,6 +550,29 @@ __device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(unsigned long lon
   unsigned a = (unsigned)__cvta_generic_to_shared(bar);
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(a) : "memory");
 }
+// TMA (PTX ISA "cp.async.bulk.tensor"): the tensor map is a 128-byte, 64-aligned opaque
+// object built on the host (cuTensorMapEncodeTiled), passed as a __grid_constant__
+// parameter and addressed generically; the copy completes on an mbarrier by
+// complete_tx of its bytes, which the issuing thread announced with arrive.expect_tx
+struct alignas(64) PtTensorMap { unsigned long long opaque[16]; };
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned long long* bar,
+                                                          unsigned bytes) {
+  unsigned a = (unsigned)__cvta_generic_to_shared(bar);
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+               :: "r"(a), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void tma_load_2d(void* dst, const PtTensorMap* map, int c0, int c1,
+                                            unsigned long long* bar) {
+  unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  unsigned b = (unsigned)__cvta_generic_to_shared(bar);
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3}], [%4];"
+               :: "r"(d), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1),
+                  "r"(b) : "memory");
+}
 // PTX ISA "setmaxnreg": every warp of the warpgroup executes it (.sync.aligned)
 template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N));
@@ -545,7 +595,7 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor(const void* p, un
 def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
                 dtype: str = "float16", name: str = "wgmma_gemm", swap_b: bool = False,
                 swizzle: str = "none", group_m: int = 1,
-                warp_specialized: bool = False) -> str:
+                warp_specialized: bool = False, tma: bool = False) -> str:
     """CUDA C of the wgmma GEMM kernel ``name(const T* A, const T* B, float* C)`` for
     row-major ``A[M, K]``, ``B[K, N]``, ``C[M, N]`` (see the module docstring). Launch
     with ``BM / 64 * 128`` threads and :func:`smem_bytes`
@@ -560,14 +610,18 @@ def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
     32-byte sectors); ``"none"``: the core-matrix layouts.
     ``warp_specialized``: one more warpgroup (the producer, the last one; launch
     :func:`block_threads` threads) issues every copy and the ``BM / 64`` consumer
-    warpgroups only wait and run the MMAs (:func:`_ws_kernel`).
+    warpgroups only wait and run the MMAs (:func:`_ws_kernel`). ``tma`` (with
+    ``warp_specialized`` and ``swizzle="128B"``): one producer thread loads the tiles with
+    ``cp.async.bulk.tensor.2d``; the kernel is then ``name(const __grid_constant__
+    PtTensorMap tmA, const __grid_constant__ PtTensorMap tmB, float* C)``, the maps of
+    :func:`tensor_map_args`.
 
     Raises
     ------
     ScheduleError
         Via :func:`check_tiles`.
     """
-    check_tiles(M, N, K, block, stages, dtype, swizzle, warp_specialized)
+    check_tiles(M, N, K, block, stages, dtype, swizzle, warp_specialized, tma)
     if not isinstance(group_m, int) or group_m < 1:
         raise ScheduleError(format_error("wgmma_gemm", f"group_m={group_m!r}",
                                          "expected a positive int (tile rows per L2 group)"))
@@ -633,7 +687,7 @@ def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
     include = "#include <cuda_fp16.h>" if dtype == "float16" else "#include <cuda_bf16.h>"
     if warp_specialized:
         return _ws_kernel(N, K, block, stages, ctype, include, name, align, copies, mma,
-                          sw, tiles_m, tiles_n, group_m)
+                          sw, tiles_m, tiles_n, group_m, tma)
     return f"""{include}
 {COMMON}
 {_mma_helper(BN, ptx)}
@@ -732,7 +786,7 @@ def ws_registers(consumers: int, producer: int = 72) -> tuple:
 
 
 def _ws_kernel(N, K, block, stages, ctype, include, name, align, copies, mma, sw, tiles_m,
-               tiles_n, group_m) -> str:
+               tiles_n, group_m, tma=False) -> str:
     """The warp-specialized kernel of :func:`gemm_source`. Synchronization (PTX ISA,
     "Parallel Synchronization and Communication Instructions: mbarrier"): per stage slot
     ``s`` a *full* barrier (count 128: every producer thread's
@@ -743,36 +797,47 @@ def _ws_kernel(N, K, block, stages, ctype, include, name, align, copies, mma, sw
     ``it % stages``, pass ``it / stages``; the consumers wait on full with parity ``pass &
     1``, the producer on empty with parity ``(pass & 1) ^ 1`` (the first pass over a fresh
     barrier does not wait). The producer runs up to ``stages`` steps ahead, across tile
-    boundaries, so the next tile's copies overlap this tile's last MMAs and stores."""
+    boundaries, so the next tile's copies overlap this tile's last MMAs and stores.
+    ``tma``: the producer's first thread alone announces the slot's bytes
+    (``mbarrier.arrive.expect_tx``, full's count is 1) and issues ``BK / 64`` A boxes
+    ``[BM, 64]`` and ``BN / 64`` B boxes ``[BK, 64]`` (:func:`tensor_map_args`), which
+    complete the phase by their bytes; the async-proxy writes need no proxy fence."""
     BM, BN, BK = block
     consumers = BM // 64
     ktiles = K // BK
-    preg, creg = ws_registers(consumers)
-    return f"""{include}
-{COMMON}
-{_mma_helper(BN, ptx_of(ctype))}
-
-extern "C" __global__ void __launch_bounds__({(consumers + 1) * 128}, 1)
-{name}(const {ctype}* __restrict__ A, const {ctype}* __restrict__ B, float* __restrict__ C) {{
-  extern __shared__ __align__(1024) unsigned char pt_smem_raw[];
-  // the 128B swizzle XORs shared address bits 4-6 with 7-9: tiles start 1024-aligned
-  unsigned char* pt_smem = pt_smem_raw + {align};
-  {ctype}* As = reinterpret_cast<{ctype}*>(pt_smem);              // [stages][BM*BK]
-  {ctype}* Bs = As + {stages} * {BM * BK};                          // [stages][BK*BN]
-  unsigned long long* full = reinterpret_cast<unsigned long long*>(Bs + {stages} * {BK * BN});
-  unsigned long long* empty = full + {stages};
-  const int wg = threadIdx.x / 128;
-  if (threadIdx.x == 0) {{
-    for (int s = 0; s < {stages}; ++s) {{
-      mbarrier_init(full + s, 128);
-      mbarrier_init(empty + s, {consumers * 128});
+    preg, creg = ws_registers(consumers, 40 if tma else 72)
+    if tma:
+        params = ("const __grid_constant__ PtTensorMap tmA, "
+                  "const __grid_constant__ PtTensorMap tmB, float* __restrict__ C")
+        full_count = 1
+        producer = f"""    if (threadIdx.x % 128 == 0) {{   // one thread issues every box
+      unsigned it = 0;
+      for (int t = blockIdx.x; t < {tiles_m * tiles_n}; t += gridDim.x) {{
+        const int per = {group_m * tiles_n}, first = (t / per) * {group_m};
+        const int size = min({tiles_m} - first, {group_m}), r = t % per;
+        const int bm = (first + r % size) * {BM}, bn = (r / size) * {BN};
+        for (int kt = 0; kt < {ktiles}; ++kt, ++it) {{
+          const int s = it % {stages};
+          mbarrier_wait_parity(empty + s, ((it / {stages}) & 1) ^ 1);
+          mbarrier_arrive_expect_tx(full + s, {(BM * BK + BK * BN) * 2});
+#pragma unroll
+          for (int a = 0; a < {BK // 64}; ++a)   // coordinates innermost first: (k, m)
+            tma_load_2d(As + s * {BM * BK} + a * {BM * 64}, &tmA, kt * {BK} + a * 64, bm,
+                        full + s);
+#pragma unroll
+          for (int j = 0; j < {BN // 64}; ++j)   // (n, k)
+            tma_load_2d(Bs + s * {BK * BN} + j * {BK * 64}, &tmB, bn + j * 64, kt * {BK},
+                        full + s);
+        }}
+      }}
     }}
-  }}
-  __syncthreads();
-  if (wg == {consumers}) {{
-    // producer warpgroup: copies only
-    setmaxnreg_dec<{preg}>();
-    const int tid = threadIdx.x - {consumers * 128};
+"""
+        consumer_fence = ""
+    else:
+        params = (f"const {ctype}* __restrict__ A, const {ctype}* __restrict__ B, "
+                  "float* __restrict__ C")
+        full_count = 128
+        producer = f"""    const int tid = threadIdx.x - {consumers * 128};
     unsigned it = 0;
     for (int t = blockIdx.x; t < {tiles_m * tiles_n}; t += gridDim.x) {{
       const int per = {group_m * tiles_n}, first = (t / per) * {group_m};
@@ -790,7 +855,38 @@ extern "C" __global__ void __launch_bounds__({(consumers + 1) * 128}, 1)
     // cp.async still in flight complete on their own; the block stays resident until the
     // consumers, which wait for them, exit
     cp_async_wait_group<0>();
-  }} else {{
+"""
+        consumer_fence = """        // the cp.async writes (generic proxy), acquired through the barrier, made visible
+        // to this thread's async-proxy reads (wgmma operands)
+        fence_proxy_async_shared_cta();
+"""
+    return f"""{include}
+{COMMON}
+{_mma_helper(BN, ptx_of(ctype))}
+
+extern "C" __global__ void __launch_bounds__({(consumers + 1) * 128}, 1)
+{name}({params}) {{
+  extern __shared__ __align__(1024) unsigned char pt_smem_raw[];
+  // the 128B swizzle XORs shared address bits 4-6 with 7-9: tiles start 1024-aligned
+  unsigned char* pt_smem = pt_smem_raw + {align};
+  {ctype}* As = reinterpret_cast<{ctype}*>(pt_smem);              // [stages][BM*BK]
+  {ctype}* Bs = As + {stages} * {BM * BK};                          // [stages][BK*BN]
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(Bs + {stages} * {BK * BN});
+  unsigned long long* empty = full + {stages};
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {{
+    for (int s = 0; s < {stages}; ++s) {{
+      mbarrier_init(full + s, {full_count});
+      mbarrier_init(empty + s, {consumers * 128});
+    }}
+    // the initialized barriers visible to the async proxy (TMA's complete_tx)
+    fence_mbarrier_init();
+  }}
+  __syncthreads();
+  if (wg == {consumers}) {{
+    // producer warpgroup: copies only
+    setmaxnreg_dec<{preg}>();
+{producer}  }} else {{
     setmaxnreg_inc<{creg}>();
     const int tid = threadIdx.x;
     float d[{BN // 2}];
@@ -804,10 +900,7 @@ extern "C" __global__ void __launch_bounds__({(consumers + 1) * 128}, 1)
       for (int kt = 0; kt < {ktiles}; ++kt, ++it) {{
         const int s = it % {stages};
         mbarrier_wait_parity(full + s, (it / {stages}) & 1);
-        // the cp.async writes (generic proxy), acquired through the barrier, made visible
-        // to this thread's async-proxy reads (wgmma operands)
-        fence_proxy_async_shared_cta();
-        const {ctype}* as = As + s * {BM * BK} + wg * 64 * {64 if sw else BK};
+{consumer_fence}        const {ctype}* as = As + s * {BM * BK} + wg * 64 * {64 if sw else BK};
         const {ctype}* bs = Bs + s * {BK * BN};
         wgmma_fence();
 #pragma unroll
@@ -836,6 +929,40 @@ extern "C" __global__ void __launch_bounds__({(consumers + 1) * 128}, 1)
 """
 
 
+def tensor_map_args(drv, a_ptr: int, b_ptr: int, M: int, N: int, K: int, block: tuple,
+                    dtype: str) -> tuple:
+    """The two ``CUtensorMap`` of the TMA kernel (``cuTensorMapEncodeTiled`` of cuda-python's
+    driver module ``drv``; CUDA driver API, "Tensor Map Object Management"): row-major
+    ``A[M, K]`` as dimensions ``(K, M)`` (innermost first), row stride ``2 K`` bytes, boxes
+    ``(64, BM)``; ``B[K, N]`` as ``(N, K)``, stride ``2 N``, boxes ``(64, BK)``; 128-byte
+    swizzle (a box row is one 128-byte row: the layouts of :func:`a_offset_128b` and
+    :func:`b_offset_128b` for each 64-column atom), no interleave, 256-byte L2 promotion,
+    no out-of-bounds fill (the tiles divide the sizes).
+
+    Raises
+    ------
+    DeviceError
+        When the driver refuses an encoding (via ``driver.check``).
+    """
+    from .driver import check
+
+    BM, BN, BK = block
+    dt = {"float16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+          "bfloat16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}[dtype]
+    maps = []
+    for ptr, rows, cols, box_rows in ((a_ptr, M, K, BM), (b_ptr, K, N, BK)):
+        maps.append(check(drv.cuTensorMapEncodeTiled(
+            dt, 2, int(ptr), [drv.cuuint64_t(cols), drv.cuuint64_t(rows)],
+            [drv.cuuint64_t(cols * 2)], [drv.cuuint32_t(64), drv.cuuint32_t(box_rows)],
+            [drv.cuuint32_t(1), drv.cuuint32_t(1)],
+            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+            "cuTensorMapEncodeTiled", "wgmma_gemm"))
+    return tuple(maps)
+
+
 def ptx_of(ctype: str) -> str:
     """The PTX type name of a C element type of :data:`DTYPES`."""
     return {c: p for p, c in DTYPES.values()}[ctype]
@@ -844,7 +971,7 @@ def ptx_of(ctype: str) -> str:
 def compile_gemm(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
                  dtype: str = "float16", arch: str = "sm_90a", compiler: str = "nvcc",
                  swap_b: bool = False, swizzle: str = "none", group_m: int = 1,
-                 warp_specialized: bool = False) -> bytes:
+                 warp_specialized: bool = False, tma: bool = False) -> bytes:
     """The cubin of :func:`gemm_source` for ``arch``, which must be ``sm_90a`` (wgmma is an
     architecture-specific feature: plain sm_90 has no such instruction).
 
@@ -862,7 +989,7 @@ def compile_gemm(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
 
     return compile_cuda(gemm_source(M, N, K, block, stages, dtype, swap_b=swap_b,
                                     swizzle=swizzle, group_m=group_m,
-                                    warp_specialized=warp_specialized), arch,
+                                    warp_specialized=warp_specialized, tma=tma), arch,
                         compiler=compiler, name="wgmma_gemm.cu")
 
 
@@ -873,25 +1000,28 @@ class WgmmaGemm:
     ``f(a_ptr, b_ptr, c_ptr)`` runs ``C = A @ B``; :meth:`time` gives seconds per run.
     ``persistent``: a grid of one block per SM looping over the tiles (else one block per
     tile); ``group_m``: tile rows per L2 group of the tile order (:func:`tile_coords`);
-    ``warp_specialized``: a producer warpgroup and mbarriers (:func:`gemm_source`).
+    ``warp_specialized``: a producer warpgroup and mbarriers (:func:`gemm_source`);
+    ``tma``: its copies by TMA, the tensor maps built (:func:`tensor_map_args`) for each
+    new pair of ``a_ptr``, ``b_ptr``.
     Compiling needs no GPU; loading does (``DeviceNotFoundError`` without one).
     """
 
     def __init__(self, M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
                  dtype: str = "float16", compiler: str = "nvcc", swap_b: bool = False,
                  swizzle: str = "none", group_m: int = 1, persistent: bool = False,
-                 warp_specialized: bool = False):
+                 warp_specialized: bool = False, tma: bool = False):
         self.M, self.N, self.K, self.block, self.stages = M, N, K, tuple(block), stages
+        self.dtype, self.tma, self._maps = dtype, tma, {}
         self.swizzle, self.group_m, self.persistent = swizzle, group_m, persistent
         self.warp_specialized = warp_specialized
         self.smem = smem_bytes(self.block, stages, swizzle, warp_specialized)
         self.threads = block_threads(self.block, warp_specialized)
         self.source = gemm_source(M, N, K, block, stages, dtype, swap_b=swap_b,
                                   swizzle=swizzle, group_m=group_m,
-                                  warp_specialized=warp_specialized)
+                                  warp_specialized=warp_specialized, tma=tma)
         self.cubin = compile_gemm(M, N, K, block, stages, dtype, compiler=compiler,
                                   swap_b=swap_b, swizzle=swizzle, group_m=group_m,
-                                  warp_specialized=warp_specialized)
+                                  warp_specialized=warp_specialized, tma=tma)
         self._fn = None
 
     def _load(self):
@@ -923,8 +1053,18 @@ class WgmmaGemm:
         drv = self._st["driver"]
         # the kernel's parameters as the driver takes them: an array of addresses of
         # the values (as targets/gpu/module.py passes them)
-        objs = [ctypes.c_uint64(int(p)) for p in (a_ptr, b_ptr, c_ptr)]
-        ptrs = (ctypes.c_void_p * 3)(*[ctypes.addressof(o) for o in objs])
+        if self.tma:   # the two 128-byte tensor maps by address, then C's pointer value
+            key = (int(a_ptr), int(b_ptr))
+            if key not in self._maps:
+                self._maps = {key: tensor_map_args(drv, a_ptr, b_ptr, self.M, self.N, self.K,
+                                                   self.block, self.dtype)}
+            ma, mb = self._maps[key]
+            cval = ctypes.c_uint64(int(c_ptr))
+            addrs = [ma.getPtr(), mb.getPtr(), ctypes.addressof(cval)]
+        else:
+            objs = [ctypes.c_uint64(int(p)) for p in (a_ptr, b_ptr, c_ptr)]
+            addrs = [ctypes.addressof(o) for o in objs]
+        ptrs = (ctypes.c_void_p * 3)(*addrs)
         check(drv.cuLaunchKernel(self._fn, self.grid, 1, 1, self.threads, 1, 1, self.smem,
                                  self._st["stream"],
                                  ctypes.addressof(ptrs), 0), "cuLaunchKernel", "wgmma_gemm")

@@ -503,3 +503,84 @@ def test_wgmma_gemm_warp_specialized_on_the_gpu(size, block, stages, swizzle, gr
     assert err < 1e-5, (f"wgmma warp-specialized {dtype} {size} block {block} stages "
                         f"{stages} swizzle {swizzle} group_m {group_m} persistent "
                         f"{persistent}: relative error {err:.2e}")
+
+
+# ------------------------------------------------------------------------------ TMA
+@pytest.mark.parametrize("size, block, stages, seed", [
+    ((192, 128, 192), (64, 64, 64), 2, 0),
+    ((128, 256, 256), (128, 128, 128), 3, 1),    # two A boxes (K-atoms) per slot
+    ((256, 256, 320), (128, 256, 64), 4, 2),     # four B boxes (N-atoms) per slot
+    ((192, 128, 128), (192, 128, 64), 3, 3)])    # 3 consumer warpgroups, 192-row boxes
+def test_kernel_model_tma_matches_float64(size, block, stages, seed):
+    M, N, K = size
+    rng = np.random.default_rng(10)
+    A = rng.uniform(-1, 1, (M, K))
+    B = rng.uniform(-1, 1, (K, N))
+    C = wg.emulate_gemm(A, B, block, stages, swizzle="128B", warp_specialized=True,
+                        seed=seed, tma=True)
+    assert np.linalg.norm(C - A @ B) / np.linalg.norm(A @ B) < 1e-13
+
+
+def test_tma_box_layout_is_the_descriptor_layout_by_hand():
+    # row 3 of a box: its 16-byte chunk 1 (elements 8..15) lands at chunk 1 ^ 3 = 2 of
+    # the 128-byte row, i.e. a_offset_128b's place for (m=3, k=8)
+    byte = wg.swizzle_128b(3 * 128 + 8 * 2)
+    assert byte == 3 * 128 + 2 * 16
+    assert byte // 2 == wg.a_offset_128b(3, 8, 64, 64)
+    assert wg.swizzle_128b(9 * 128 + 17 * 2) // 2 == wg.b_offset_128b(9, 17, 64)
+
+
+@pytest.mark.parametrize("kw, what", [
+    ({"tma": True, "warp_specialized": False, "swizzle": "128B"}, "warp_specialized=False"),
+    ({"tma": True, "warp_specialized": True, "swizzle": "none"}, "swizzle 'none'"),
+])
+def test_tma_refusals(kw, what):
+    with pytest.raises(ScheduleError, match="tma with") as exc:
+        wg.gemm_source(256, 256, 256, (128, 128, 64), 3, **kw)
+    assert what in str(exc.value)
+
+
+@pytest.mark.parametrize("block, stages", [((128, 256, 64), 4), ((64, 128, 64), 2),
+                                           ((128, 128, 128), 3), ((192, 128, 64), 3)])
+def test_tma_compiles_for_sm90a_without_spills(block, stages):
+    if cc.nvcc_path() is None:
+        pytest.skip("nvcc not found")
+    src = wg.gemm_source(768, 768, 768, block, stages, swizzle="128B", group_m=8,
+                         warp_specialized=True, tma=True)
+    for op in ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
+               "mbarrier.arrive.expect_tx", "__grid_constant__ PtTensorMap tmA",
+               "fence.mbarrier_init", "setmaxnreg.dec.sync.aligned.u32 %0"):
+        assert op in src
+    assert "cp.async.cg" not in src.split("extern \"C\"")[1]    # no per-thread copies
+    cubin, log = cc.compile_nvcc(src, "sm_90a", ("-Werror", "all-warnings", "-Xptxas", "-v"))
+    assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
+    if shutil.which("cuobjdump"):
+        sass = _sass(cubin)
+        assert "HGMMA" in sass and "UTMALDG" in sass and "LDGSTS" not in sass
+
+
+#: (size, block, stages, group_m, persistent) of the TMA GPU runs
+GPU_CASES_TMA = [
+    ((64, 64, 64), (64, 64, 64), 2, 1, False),         # one box of each, one k tile
+    ((128, 256, 128), (64, 256, 64), 2, 1, False),     # 4 B boxes
+    ((256, 384, 640), (128, 128, 128), 3, 1, False),   # 2 A boxes, 5 k tiles
+    ((2304, 2048, 192), (128, 128, 64), 4, 8, True),   # slots across tiles
+    ((1024, 1024, 1024), (128, 256, 64), 4, 8, True),
+    ((384, 384, 256), (192, 128, 64), 3, 1, True)]     # 192-row boxes
+
+
+def test_tma_gpu_case_parameters_pass_the_cpu_checks():
+    for size, block, stages, group_m, _ in GPU_CASES_TMA:
+        wg.gemm_source(*size, block, stages, swizzle="128B", group_m=group_m,
+                       warp_specialized=True, tma=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("size, block, stages, group_m, persistent", GPU_CASES_TMA)
+def test_wgmma_gemm_tma_on_the_gpu(size, block, stages, group_m, persistent, dtype):
+    torch = _torch_cuda()
+    err = _gpu_run(torch, *size, block, stages, dtype, swizzle="128B", group_m=group_m,
+                   persistent=persistent, warp_specialized=True, tma=True)
+    assert err < 1e-5, (f"wgmma TMA {dtype} {size} block {block} stages {stages} group_m "
+                        f"{group_m} persistent {persistent}: relative error {err:.2e}")
