@@ -153,6 +153,9 @@ def main() -> None:
                     "__syncthreads), 'ws' (a producer warpgroup of cp.async, consumer "
                     "warpgroups of wgmma, mbarriers, setmaxnreg), 'tma' (ws with one "
                     "producer thread issuing TMA boxes; 128B swizzle only); one line each")
+    ap.add_argument("--epilogue", nargs="+", choices=("8B", "16B"), default=["8B", "16B"],
+                    help="wgmma GEMM D stores: float2 (8B) or float4 after a lane-pair "
+                    "shuffle (16B); one line each")
     ap.add_argument("--blocks", nargs="+", default=None, metavar="BMxBNxBK",
                     help="wgmma GEMM block tiles (default: those of benchmarks/wgmma_gemm.py)")
     ap.add_argument("--sweep", action="store_true",
@@ -168,6 +171,7 @@ def main() -> None:
         for n in args.n or [4096, 8192]:
             wgmma_gemm.run(n, args.dtype, stages=args.stages if args.stages != [3] else (3, 4),
                            swizzles=args.swizzle, mainloops=args.mainloop,
+                           epilogues=args.epilogue,
                            grids=[(g == "persistent", 8 if g == "persistent" else 1)
                                   for g in args.grid],
                            blocks=[tuple(int(x) for x in b.split("x")) for b in args.blocks]

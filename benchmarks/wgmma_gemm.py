@@ -46,10 +46,11 @@ def sass_counts(cubin: bytes, ops=("HGMMA", "LDGSTS", "BAR", "WARPSYNC", "SYNCS"
 
 
 def run(n: int, dtype: str = "float16", stages=(3, 4), blocks=BLOCKS,
-        swizzles=("none", "128B"), grids=GRIDS, mainloops=tuple(MAINLOOPS)) -> None:
-    """One line per (block, stages, swizzle, grid, main loop) of the wgmma GEMM at
-    ``n``^3, after cuBLAS; a grid is ``(persistent, group_m)``, a main loop a key of
-    :data:`MAINLOOPS`."""
+        swizzles=("none", "128B"), grids=GRIDS, mainloops=tuple(MAINLOOPS),
+        epilogues=("8B",)) -> None:
+    """One line per (block, stages, swizzle, grid, main loop, epilogue) of the wgmma GEMM
+    at ``n``^3, after cuBLAS; a grid is ``(persistent, group_m)``, a main loop a key of
+    :data:`MAINLOOPS`, an epilogue ``"8B"`` (float2 stores) or ``"16B"`` (float4)."""
     import torch
 
     from polytile.targets.cuda import wgmma as wg
@@ -74,14 +75,14 @@ def run(n: int, dtype: str = "float16", stages=(3, 4), blocks=BLOCKS,
     torch.cuda.synchronize()
     cublas = tflops(s.elapsed_time(e) / 1e3 / 20)
     print(f"n={n:5d} {f'cuBLAS {dtype} (torch)':44s} {cublas:7.1f} TFLOP/s", flush=True)
-    for block, swz, depth, (pers, gm), loop in itertools.product(blocks, swizzles, stages,
-                                                                 grids, mainloops):
+    for block, swz, depth, (pers, gm), loop, epi in itertools.product(
+            blocks, swizzles, stages, grids, mainloops, epilogues):
         grid = f"persistent g{gm}" if pers else f"tiles g{gm}"
-        what = f"block {block} stages {depth} swizzle {swz} {grid} {loop}"
+        what = f"block {block} stages {depth} swizzle {swz} {grid} {loop} st{epi}"
         try:
             t0 = time.perf_counter()
             f = wg.WgmmaGemm(n, n, n, block, depth, dtype, swizzle=swz, group_m=gm,
-                             persistent=pers, **MAINLOOPS[loop])
+                             persistent=pers, epilogue=epi, **MAINLOOPS[loop])
             t_build = time.perf_counter() - t0
         except Exception as exc:  # a shape past shared memory: say so, go on
             print(f"n={n:5d} wgmma {what}: {exc}".splitlines()[0])
@@ -95,7 +96,7 @@ def run(n: int, dtype: str = "float16", stages=(3, 4), blocks=BLOCKS,
                   f"error {err:.2e})", flush=True)
             continue
         t = tflops(f.time(a.data_ptr(), b.data_ptr(), c.data_ptr()))
-        print(f"n={n:5d} {f'wgmma {dtype} {depth}st {swz} {grid} {loop}':48s} "
+        print(f"n={n:5d} {f'wgmma {dtype} {depth}st {swz} {grid} {loop} st{epi}':54s} "
               f"{t:7.1f} TFLOP/s  {t / cublas:6.3f} x cuBLAS  (block {block}, build "
               f"{t_build:.1f} s, rel. error {err:.1e}, {sass_counts(f.cubin)})",
               flush=True)

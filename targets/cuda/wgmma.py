@@ -297,7 +297,7 @@ def descriptor_read(smem, desc: int, rows: int, cols: int, major: str):
 
 def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4, swizzle: str = "none",
                  group_m: int = 1, warp_specialized: bool = False, seed: int = 0,
-                 tma: bool = False):
+                 tma: bool = False, epilogue: str = "8B"):
     """Run :func:`gemm_source`'s kernel on the CPU in float64, block by block: the same
     ``cp.async`` chunks (:func:`a_chunk`, :func:`b_chunk`), one flat shared array
     per block and stage slot, operands read back through the descriptors the kernel builds
@@ -309,12 +309,16 @@ def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4, swizzle: str = "no
     a model of its mbarriers (:func:`_ws_run`); a wrong protocol deadlocks (RuntimeError)
     or overwrites a slot under the MMAs (AssertionError). ``tma``: the copies are TMA
     boxes (:func:`tensor_map_args`), written as the hardware's 128B swizzle of a dense
-    row-major box (:func:`swizzle_128b` of the byte address), one arrival on *full*."""
+    row-major box (:func:`swizzle_128b` of the byte address), one arrival on *full*.
+    ``epilogue="16B"``: D stored by :func:`d_store_16b` (float4 at 16-byte columns)."""
     import numpy as np
 
     M, K = A.shape
     N = B.shape[1]
     check_tiles(M, N, K, block, stages, "float16", swizzle, warp_specialized, tma)
+    if epilogue not in EPILOGUES:
+        raise ScheduleError(format_error("wgmma_gemm", f"epilogue {epilogue!r}",
+                                         f"expected one of {EPILOGUES}"))
     BM, BN, BK = block
     sw = swizzle == "128B"
     lbo, sbo = operand_offsets(BK)
@@ -373,6 +377,13 @@ def emulate_gemm(A, B, block=(128, 128, 64), stages: int = 4, swizzle: str = "no
         return d
 
     def store(tm, tn, wg, d):
+        if epilogue == "16B":
+            for th in range(128):
+                for j in range(BN // 8):
+                    (r, c), src = d_store_16b(th, j)
+                    assert c % 4 == 0, "a float4 store off 16 bytes"
+                    C[tm * BM + wg * 64 + r, tn * BN + c:tn * BN + c + 4] = [d[x] for x in src]
+            return
         C[tm * BM + wg * 64 + rows, tn * BN + cols] = d
 
     if warp_specialized:
@@ -595,7 +606,8 @@ __device__ __forceinline__ unsigned long long wgmma_descriptor(const void* p, un
 def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
                 dtype: str = "float16", name: str = "wgmma_gemm", swap_b: bool = False,
                 swizzle: str = "none", group_m: int = 1,
-                warp_specialized: bool = False, tma: bool = False) -> str:
+                warp_specialized: bool = False, tma: bool = False,
+                epilogue: str = "8B") -> str:
     """CUDA C of the wgmma GEMM kernel ``name(const T* A, const T* B, float* C)`` for
     row-major ``A[M, K]``, ``B[K, N]``, ``C[M, N]`` (see the module docstring). Launch
     with ``BM / 64 * 128`` threads and :func:`smem_bytes`
@@ -614,7 +626,8 @@ def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
     ``warp_specialized`` and ``swizzle="128B"``): one producer thread loads the tiles with
     ``cp.async.bulk.tensor.2d``; the kernel is then ``name(const __grid_constant__
     PtTensorMap tmA, const __grid_constant__ PtTensorMap tmB, float* C)``, the maps of
-    :func:`tensor_map_args`.
+    :func:`tensor_map_args`. ``epilogue``: ``"8B"`` float2 stores of the D fragment,
+    ``"16B"`` float4 stores after a lane-pair shuffle (:func:`d_store_16b`).
 
     Raises
     ------
@@ -622,6 +635,9 @@ def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
         Via :func:`check_tiles`.
     """
     check_tiles(M, N, K, block, stages, dtype, swizzle, warp_specialized, tma)
+    if epilogue not in EPILOGUES:
+        raise ScheduleError(format_error("wgmma_gemm", f"epilogue {epilogue!r}",
+                                         f"expected one of {EPILOGUES}"))
     if not isinstance(group_m, int) or group_m < 1:
         raise ScheduleError(format_error("wgmma_gemm", f"group_m={group_m!r}",
                                          "expected a positive int (tile rows per L2 group)"))
@@ -687,7 +703,7 @@ def gemm_source(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
     include = "#include <cuda_fp16.h>" if dtype == "float16" else "#include <cuda_bf16.h>"
     if warp_specialized:
         return _ws_kernel(N, K, block, stages, ctype, include, name, align, copies, mma,
-                          sw, tiles_m, tiles_n, group_m, tma)
+                          sw, tiles_m, tiles_n, group_m, tma, epilogue)
     return f"""{include}
 {COMMON}
 {_mma_helper(BN, ptx)}
@@ -754,18 +770,59 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
   wgmma_wait_group<0>();
   // every warpgroup's MMAs done before the next tile's copies refill the slots
   __syncthreads();
-  // D fragment: warp w rows 16w + lane/4 (+8), columns 8j + 2 (lane % 4) (+1)
-  const int w = (tid % 128) / 32, lane = tid % 32;
-  const int row = bm + wg * 64 + 16 * w + lane / 4;
-#pragma unroll
-  for (int j = 0; j < {BN // 8}; ++j) {{
-    int col = bn + 8 * j + 2 * (lane % 4);
-    *reinterpret_cast<float2*>(C + (size_t)row * {N} + col) = make_float2(d[4 * j], d[4 * j + 1]);
-    *reinterpret_cast<float2*>(C + (size_t)(row + 8) * {N} + col) =
-        make_float2(d[4 * j + 2], d[4 * j + 3]);
-  }}
-  }}
+{_epilogue(N, BN, epilogue)}  }}
 }}
+"""
+
+
+EPILOGUES = ("8B", "16B")
+
+
+def d_store_16b(thread: int, j: int) -> tuple:
+    """The 16-byte epilogue of 8-column chunk ``j``: ``((row, column), sources)`` that
+    warpgroup thread ``thread`` stores as one float4, ``sources`` the four (thread,
+    register) pairs of :func:`d_fragment` it holds after one ``__shfl_xor_sync(.., 1)``:
+    lanes ``l`` and ``l ^ 1`` trade halves, the even lane keeping row ``r`` (its columns
+    ``c, c + 1`` and the odd lane's ``c + 2, c + 3``), the odd lane row ``r + 8`` (the
+    even lane's ``c - 2, c - 1`` and its own), so each float4 starts at a multiple of 4
+    columns (16 bytes)."""
+    partner = thread ^ 1
+    if thread % 2 == 0:
+        src = [(thread, 4 * j), (thread, 4 * j + 1), (partner, 4 * j), (partner, 4 * j + 1)]
+    else:
+        src = [(partner, 4 * j + 2), (partner, 4 * j + 3), (thread, 4 * j + 2),
+               (thread, 4 * j + 3)]
+    return d_fragment(*src[0]), src
+
+
+def _epilogue(N: int, BN: int, mode: str) -> str:
+    """The D store of one warpgroup's 64 x BN fragment at (bm + 64 wg, bn): ``"8B"`` two
+    float2 per 8-column chunk (rows r and r + 8); ``"16B"`` one float4 after a lane-pair
+    shuffle (:func:`d_store_16b`): half the store instructions, each 16 bytes."""
+    head = """      // D fragment: warp w rows 16w + lane/4 (+8), columns 8j + 2 (lane % 4) (+1)
+      const int w = (tid % 128) / 32, lane = tid % 32;
+      const int row = bm + wg * 64 + 16 * w + lane / 4;
+"""
+    if mode == "8B":
+        return head + f"""#pragma unroll
+      for (int j = 0; j < {BN // 8}; ++j) {{
+        int col = bn + 8 * j + 2 * (lane % 4);
+        *reinterpret_cast<float2*>(C + (size_t)row * {N} + col) = make_float2(d[4 * j], d[4 * j + 1]);
+        *reinterpret_cast<float2*>(C + (size_t)(row + 8) * {N} + col) =
+            make_float2(d[4 * j + 2], d[4 * j + 3]);
+      }}
+"""
+    return head + f"""      const bool odd = lane & 1;
+      // even lanes: row r, columns c .. c + 3; odd lanes: row r + 8, columns c - 2 .. c + 1
+      float* out = C + (size_t)(row + (odd ? 8 : 0)) * {N} + bn + 2 * (lane % 4) - (odd ? 2 : 0);
+#pragma unroll
+      for (int j = 0; j < {BN // 8}; ++j) {{
+        float s0 = odd ? d[4 * j] : d[4 * j + 2], s1 = odd ? d[4 * j + 1] : d[4 * j + 3];
+        float x0 = __shfl_xor_sync(0xffffffffu, s0, 1), x1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+        float4 v = odd ? make_float4(x0, x1, d[4 * j + 2], d[4 * j + 3])
+                       : make_float4(d[4 * j], d[4 * j + 1], x0, x1);
+        *reinterpret_cast<float4*>(out + 8 * j) = v;
+      }}
 """
 
 
@@ -786,7 +843,7 @@ def ws_registers(consumers: int, producer: int = 72) -> tuple:
 
 
 def _ws_kernel(N, K, block, stages, ctype, include, name, align, copies, mma, sw, tiles_m,
-               tiles_n, group_m, tma=False) -> str:
+               tiles_n, group_m, tma=False, epilogue="8B") -> str:
     """The warp-specialized kernel of :func:`gemm_source`. Synchronization (PTX ISA,
     "Parallel Synchronization and Communication Instructions: mbarrier"): per stage slot
     ``s`` a *full* barrier (count 128: every producer thread's
@@ -913,17 +970,7 @@ extern "C" __global__ void __launch_bounds__({(consumers + 1) * 128}, 1)
       }}
       wgmma_wait_group<0>();
       mbarrier_arrive(empty + (it - 1) % {stages});
-      // D fragment: warp w rows 16w + lane/4 (+8), columns 8j + 2 (lane % 4) (+1)
-      const int w = (tid % 128) / 32, lane = tid % 32;
-      const int row = bm + wg * 64 + 16 * w + lane / 4;
-#pragma unroll
-      for (int j = 0; j < {BN // 8}; ++j) {{
-        int col = bn + 8 * j + 2 * (lane % 4);
-        *reinterpret_cast<float2*>(C + (size_t)row * {N} + col) = make_float2(d[4 * j], d[4 * j + 1]);
-        *reinterpret_cast<float2*>(C + (size_t)(row + 8) * {N} + col) =
-            make_float2(d[4 * j + 2], d[4 * j + 3]);
-      }}
-    }}
+{_epilogue(N, BN, epilogue)}    }}
   }}
 }}
 """
@@ -971,7 +1018,8 @@ def ptx_of(ctype: str) -> str:
 def compile_gemm(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
                  dtype: str = "float16", arch: str = "sm_90a", compiler: str = "nvcc",
                  swap_b: bool = False, swizzle: str = "none", group_m: int = 1,
-                 warp_specialized: bool = False, tma: bool = False) -> bytes:
+                 warp_specialized: bool = False, tma: bool = False,
+                 epilogue: str = "8B") -> bytes:
     """The cubin of :func:`gemm_source` for ``arch``, which must be ``sm_90a`` (wgmma is an
     architecture-specific feature: plain sm_90 has no such instruction).
 
@@ -989,7 +1037,8 @@ def compile_gemm(M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
 
     return compile_cuda(gemm_source(M, N, K, block, stages, dtype, swap_b=swap_b,
                                     swizzle=swizzle, group_m=group_m,
-                                    warp_specialized=warp_specialized, tma=tma), arch,
+                                    warp_specialized=warp_specialized, tma=tma,
+                                    epilogue=epilogue), arch,
                         compiler=compiler, name="wgmma_gemm.cu")
 
 
@@ -1002,14 +1051,14 @@ class WgmmaGemm:
     tile); ``group_m``: tile rows per L2 group of the tile order (:func:`tile_coords`);
     ``warp_specialized``: a producer warpgroup and mbarriers (:func:`gemm_source`);
     ``tma``: its copies by TMA, the tensor maps built (:func:`tensor_map_args`) for each
-    new pair of ``a_ptr``, ``b_ptr``.
+    new pair of ``a_ptr``, ``b_ptr``; ``epilogue``: ``"8B"`` or ``"16B"`` stores.
     Compiling needs no GPU; loading does (``DeviceNotFoundError`` without one).
     """
 
     def __init__(self, M: int, N: int, K: int, block=(128, 128, 64), stages: int = 4,
                  dtype: str = "float16", compiler: str = "nvcc", swap_b: bool = False,
                  swizzle: str = "none", group_m: int = 1, persistent: bool = False,
-                 warp_specialized: bool = False, tma: bool = False):
+                 warp_specialized: bool = False, tma: bool = False, epilogue: str = "8B"):
         self.M, self.N, self.K, self.block, self.stages = M, N, K, tuple(block), stages
         self.dtype, self.tma, self._maps = dtype, tma, {}
         self.swizzle, self.group_m, self.persistent = swizzle, group_m, persistent
@@ -1018,10 +1067,12 @@ class WgmmaGemm:
         self.threads = block_threads(self.block, warp_specialized)
         self.source = gemm_source(M, N, K, block, stages, dtype, swap_b=swap_b,
                                   swizzle=swizzle, group_m=group_m,
-                                  warp_specialized=warp_specialized, tma=tma)
+                                  warp_specialized=warp_specialized, tma=tma,
+                                  epilogue=epilogue)
         self.cubin = compile_gemm(M, N, K, block, stages, dtype, compiler=compiler,
                                   swap_b=swap_b, swizzle=swizzle, group_m=group_m,
-                                  warp_specialized=warp_specialized, tma=tma)
+                                  warp_specialized=warp_specialized, tma=tma,
+                                  epilogue=epilogue)
         self._fn = None
 
     def _load(self):

@@ -584,3 +584,71 @@ def test_wgmma_gemm_tma_on_the_gpu(size, block, stages, group_m, persistent, dty
                    persistent=persistent, warp_specialized=True, tma=True)
     assert err < 1e-5, (f"wgmma TMA {dtype} {size} block {block} stages {stages} group_m "
                         f"{group_m} persistent {persistent}: relative error {err:.2e}")
+
+
+# ------------------------------------------------------------------- 16-byte epilogue
+def test_d_store_16b_covers_the_tile_once_with_aligned_float4():
+    for n in (8, 64, 256):
+        seen = {}
+        for th in range(128):
+            for j in range(n // 8):
+                (r, c), src = wg.d_store_16b(th, j)
+                assert c % 4 == 0 and 0 <= r < 64
+                # the four values are those d_fragment places at (r, c .. c + 3), from the
+                # thread itself and its lane partner only
+                assert [wg.d_fragment(*x) for x in src] == [(r, c + e) for e in range(4)]
+                assert {t for t, _ in src} <= {th, th ^ 1}
+                for e in range(4):
+                    seen[(r, c + e)] = seen.get((r, c + e), 0) + 1
+        assert seen == {(r, c): 1 for r in range(64) for c in range(n)}
+    # by hand: thread 5 (odd lane 5: row 1 + 8, its columns 2, 3 after lane 4's 0, 1)
+    assert wg.d_store_16b(5, 0) == ((9, 0), [(4, 2), (4, 3), (5, 2), (5, 3)])
+
+
+@pytest.mark.parametrize("kw", [{}, {"swizzle": "128B"}, {"warp_specialized": True},
+                                {"warp_specialized": True, "tma": True, "swizzle": "128B"}])
+def test_kernel_model_16b_epilogue_matches_float64(kw):
+    rng = np.random.default_rng(11)
+    A = rng.uniform(-1, 1, (192, 128))
+    B = rng.uniform(-1, 1, (128, 128))
+    C = wg.emulate_gemm(A, B, (64, 64, 64), 2, epilogue="16B", **kw)
+    assert np.linalg.norm(C - A @ B) / np.linalg.norm(A @ B) < 1e-13
+    with pytest.raises(ScheduleError, match="epilogue '4B'"):
+        wg.gemm_source(192, 128, 128, (64, 64, 64), 2, epilogue="4B", **kw)
+
+
+@pytest.mark.parametrize("kw", [{}, {"warp_specialized": True},
+                                {"warp_specialized": True, "tma": True}])
+def test_16b_epilogue_compiles_without_spills(kw):
+    if cc.nvcc_path() is None:
+        pytest.skip("nvcc not found")
+    src = wg.gemm_source(512, 512, 512, (128, 256, 64), 4, swizzle="128B", epilogue="16B",
+                         **kw)
+    assert "__shfl_xor_sync" in src and "float4" in src
+    cubin, log = cc.compile_nvcc(src, "sm_90a", ("-Werror", "all-warnings", "-Xptxas", "-v"))
+    assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
+
+
+#: (size, block, stages, WgmmaGemm keywords) of the 16-byte epilogue GPU runs
+GPU_CASES_16B = [
+    ((64, 64, 16), (64, 64, 16), 1, {}),
+    ((384, 512, 640), (128, 256, 64), 4, {"swizzle": "128B"}),
+    ((2304, 2048, 192), (128, 128, 64), 4,
+     {"swizzle": "128B", "warp_specialized": True, "group_m": 8, "persistent": True}),
+    ((1024, 1024, 1024), (128, 256, 64), 4,
+     {"swizzle": "128B", "warp_specialized": True, "tma": True, "group_m": 8,
+      "persistent": True})]
+
+
+def test_16b_gpu_case_parameters_pass_the_cpu_checks():
+    for size, block, stages, kw in GPU_CASES_16B:
+        kw = {k: v for k, v in kw.items() if k != "persistent"}
+        wg.gemm_source(*size, block, stages, epilogue="16B", **kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size, block, stages, kw", GPU_CASES_16B)
+def test_wgmma_gemm_16b_epilogue_on_the_gpu(size, block, stages, kw):
+    torch = _torch_cuda()
+    err = _gpu_run(torch, *size, block, stages, "float16", epilogue="16B", **kw)
+    assert err < 1e-5, f"wgmma 16B epilogue {size} block {block} {kw}: relative error {err:.2e}"
