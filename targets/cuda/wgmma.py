@@ -909,9 +909,8 @@ def _ws_kernel(N, K, block, stages, ctype, include, name, align, copies, mma, sw
 {copies}        cp_async_mbarrier_arrive_noinc(full + s);
       }}
     }}
-    // cp.async still in flight complete on their own; the block stays resident until the
-    // consumers, which wait for them, exit
-    cp_async_wait_group<0>();
+    // this thread's cp.async (never committed to a group) all landed before it exits
+    asm volatile("cp.async.wait_all;" ::: "memory");
 """
         consumer_fence = """        // the cp.async writes (generic proxy), acquired through the barrier, made visible
         // to this thread's async-proxy reads (wgmma operands)
