@@ -32,9 +32,22 @@ First step of issue 10's Hopper path. What is here:
   each thread's ``cp.async.wait_group`` and before the barrier that precedes the MMAs (the
   tensor cores read shared memory through the async proxy). One helper per instruction.
 
+* Main loops: ``"sync"`` (above: every warp copies and multiplies between
+  ``__syncthreads``); ``warp_specialized=True``: a producer warpgroup (``setmaxnreg.dec``)
+  fills the slots and ``BM / 64`` consumer warpgroups (``setmaxnreg.inc``) multiply, on a
+  full and an empty mbarrier per slot (PTX ISA, "Parallel Synchronization and
+  Communication Instructions: mbarrier": ``mbarrier.init``, ``arrive``,
+  ``arrive.expect_tx``, ``try_wait.parity``), the producer running ahead across tiles
+  (:func:`_ws_kernel`; its protocol is run on the CPU by :func:`_ws_run`); with
+  ``tma=True`` the producer is one thread issuing ``cp.async.bulk.tensor.2d`` boxes through
+  ``__grid_constant__`` tensor maps (:func:`tensor_map_args`, 128B swizzle) that complete
+  on the full barrier by bytes.
+* Epilogues: ``"8B"`` (float2 stores of the fragment) or ``"16B"`` (float4 stores after
+  a lane-pair shuffle, :func:`d_store_16b`).
+
 Not yet here (the continuation): a ``decl_tensor_intrin`` for tensorize and the schedule
-path (``wmma_gemm(isa="wgmma")``), TMA, warp specialization (a producer warp and
-consumer warpgroups with ``setmaxnreg``). The planned design: an intrinsic
+path (``wmma_gemm(isa="wgmma")``), clusters with TMA multicast, a shared-memory-staged
+(TMA store) epilogue, two consumer warpgroups ping-ponging over tiles. The planned design: an intrinsic
 ``wgmma_mma(n, dtype)`` whose compute is ``c[64, n] += a[64, 16] * b[16, n]``, ``a`` and
 ``b`` bound to ``shared`` buffers in the core-matrix layouts above (``transform_layout`` of
 the cache_read stages, with the LBO/SBO of :func:`operand_offsets` passed to a
