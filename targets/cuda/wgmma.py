@@ -47,8 +47,8 @@ First step of issue 10's Hopper path. What is here:
 
 Not yet here (the continuation): a ``decl_tensor_intrin`` for tensorize and the schedule
 path (``wmma_gemm(isa="wgmma")``), clusters with TMA multicast, a shared-memory-staged
-(TMA store) epilogue, two consumer warpgroups ping-ponging over tiles. The planned design: an intrinsic
-``wgmma_mma(n, dtype)`` whose compute is ``c[64, n] += a[64, 16] * b[16, n]``, ``a`` and
+(TMA store) epilogue, two consumer warpgroups ping-ponging over tiles. The planned design:
+an intrinsic ``wgmma_mma(n, dtype)`` whose compute is ``c[64, n] += a[64, 16] * b[16, n]``, ``a`` and
 ``b`` bound to ``shared`` buffers in the core-matrix layouts above (``transform_layout`` of
 the cache_read stages, with the LBO/SBO of :func:`operand_offsets` passed to a
 ``wgmma_descriptor`` helper), ``c`` in a warpgroup accumulator scope whose C type is
@@ -820,7 +820,8 @@ def _epilogue(N: int, BN: int, mode: str) -> str:
         return head + f"""#pragma unroll
       for (int j = 0; j < {BN // 8}; ++j) {{
         int col = bn + 8 * j + 2 * (lane % 4);
-        *reinterpret_cast<float2*>(C + (size_t)row * {N} + col) = make_float2(d[4 * j], d[4 * j + 1]);
+        *reinterpret_cast<float2*>(C + (size_t)row * {N} + col) =
+            make_float2(d[4 * j], d[4 * j + 1]);
         *reinterpret_cast<float2*>(C + (size_t)(row + 8) * {N} + col) =
             make_float2(d[4 * j + 2], d[4 * j + 3]);
       }}
@@ -925,10 +926,10 @@ def _ws_kernel(N, K, block, stages, ctype, include, name, align, copies, mma, sw
     // this thread's cp.async (never committed to a group) all landed before it exits
     asm volatile("cp.async.wait_all;" ::: "memory");
 """
-        consumer_fence = """        // the cp.async writes (generic proxy), acquired through the barrier, made visible
-        // to this thread's async-proxy reads (wgmma operands)
-        fence_proxy_async_shared_cta();
-"""
+        consumer_fence = (
+            "        // the cp.async writes (generic proxy), acquired through the barrier, made\n"
+            "        // visible to this thread's async-proxy reads (wgmma operands)\n"
+            "        fence_proxy_async_shared_cta();\n")
     return f"""{include}
 {COMMON}
 {_mma_helper(BN, ptx_of(ctype))}
