@@ -846,13 +846,24 @@ def block_threads(block: tuple, warp_specialized: bool = False) -> int:
     return (block[0] // 64 + bool(warp_specialized)) * 128
 
 
+def launch_registers(threads: int) -> int:
+    """Registers per thread ptxas gives a kernel of ``__launch_bounds__(threads, 1)``
+    (observed with nvcc 13 on the warp-specialized kernels: the 64K file over the threads,
+    rounded down to a multiple of 8, at most 255): the block's register pool at launch."""
+    return min(255, 65536 // threads // 8 * 8)
+
+
 def ws_registers(consumers: int, producer: int = 72) -> tuple:
     """(producer, consumer) ``setmaxnreg`` register counts of the warp-specialized kernel
     with ``consumers`` consumer warpgroups: the producer drops to ``producer`` (72: its
-    unrolled ``cp.async`` address math spills below that with the 128B swizzle, nvcc 13),
-    the consumers take what is left of the 64K-register file, rounded down to a multiple
-    of 8 and at most 240 (PTX ISA "setmaxnreg": 24..256, multiples of 8)."""
-    consumer = min(240, (65536 - producer * 128) // (consumers * 128) // 8 * 8)
+    unrolled ``cp.async`` address math spills below that with the 128B swizzle, nvcc 13;
+    40 with TMA), the consumers take what that frees of the block's pool at launch
+    (:func:`launch_registers`), rounded down to a multiple of 8 and at most 240. The
+    pool is all there is (PTX ISA "setmaxnreg": ``.inc`` blocks until the CTA's pool
+    has the registers), so asking for more would hang the consumers;
+    :class:`WgmmaGemm` checks the pool of the loaded kernel."""
+    pool = (consumers + 1) * 128 * launch_registers((consumers + 1) * 128)
+    consumer = min(240, (pool - producer * 128) // (consumers * 128) // 8 * 8)
     return producer, consumer
 
 
@@ -877,6 +888,10 @@ def _ws_kernel(N, K, block, stages, ctype, include, name, align, copies, mma, sw
     consumers = BM // 64
     ktiles = K // BK
     preg, creg = ws_registers(consumers, 40 if tma else 72)
+    launch = launch_registers((consumers + 1) * 128)
+    # an increase to the count already held (or a decrease to it) is no change: leave it out
+    dec = f"setmaxnreg_dec<{preg}>();" if preg < launch else "// (no setmaxnreg.dec)"
+    inc = f"setmaxnreg_inc<{creg}>();" if creg > launch else "// (no setmaxnreg.inc)"
     if tma:
         params = ("const __grid_constant__ PtTensorMap tmA, "
                   "const __grid_constant__ PtTensorMap tmB, float* __restrict__ C")
@@ -955,9 +970,9 @@ extern "C" __global__ void __launch_bounds__({(consumers + 1) * 128}, 1)
   __syncthreads();
   if (wg == {consumers}) {{
     // producer warpgroup: copies only
-    setmaxnreg_dec<{preg}>();
+    {dec}
 {producer}  }} else {{
-    setmaxnreg_inc<{creg}>();
+    {inc}
     const int tid = threadIdx.x;
     float d[{BN // 2}];
     unsigned it = 0;
@@ -1099,6 +1114,20 @@ class WgmmaGemm:
             fn, drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             self.smem), "cuFuncSetAttribute")
         self._mod, self._fn, self._st = mod, fn, st
+        if self.warp_specialized:
+            # setmaxnreg.inc waits for registers of the block's pool: more than the pool
+            # would hang the consumers, so refuse it here
+            regs = check(drv.cuFuncGetAttribute(
+                drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS, fn),
+                "cuFuncGetAttribute(num_regs)")
+            consumers = self.block[0] // 64
+            preg, creg = ws_registers(consumers, 40 if self.tma else 72)
+            if preg * 128 + creg * consumers * 128 > int(regs) * self.threads:
+                raise BuildError(format_error(
+                    "wgmma_gemm", f"setmaxnreg {preg}/{creg} over a pool of {int(regs)} "
+                    f"registers x {self.threads} threads",
+                    "expected the producer's and consumers' registers within the pool "
+                    "(launch_registers assumed more than ptxas gave)"))
         tiles = (self.M // self.block[0]) * (self.N // self.block[1])
         if self.persistent:   # one block per SM (1 block of this smem fits an SM)
             sms = check(drv.cuDeviceGetAttribute(

@@ -450,9 +450,17 @@ def test_ws_model_deadlocks_with_one_stage():
 def test_ws_threads_registers_and_smem():
     assert wg.block_threads((128, 256, 64), True) == 384
     assert wg.block_threads((128, 256, 64)) == 256
-    p, c = wg.ws_registers(2)
-    assert (p, c) == (72, 216) and p * 128 + 2 * c * 128 <= 65536
-    assert wg.ws_registers(1) == (72, 240)
+    # the pool is the launch allocation: 384 threads x 168 registers; the consumers may
+    # take no more than the producer frees (setmaxnreg.inc would wait forever)
+    assert wg.launch_registers(384) == 168
+    assert wg.ws_registers(2) == (72, 216) and wg.ws_registers(2, 40) == (40, 232)
+    for consumers in (1, 2, 3, 4):
+        threads = (consumers + 1) * 128
+        for producer in (40, 72):
+            p, c = wg.ws_registers(consumers, producer)
+            assert c % 8 == 0 and 24 <= c <= 240
+            assert p * 128 + c * consumers * 128 <= threads * wg.launch_registers(threads)
+    assert wg.ws_registers(3, 40) == (40, 152) and wg.ws_registers(4, 40) == (40, 104)
     assert wg.smem_bytes((128, 256, 64), 4, "128B", True) == 4 * 49152 + 1024 + 64
 
 
@@ -465,13 +473,22 @@ def test_ws_compiles_for_sm90a_without_spills(block, stages, swizzle):
     src = wg.gemm_source(768, 768, 768, block, stages, swizzle=swizzle, group_m=8,
                          warp_specialized=True)
     for op in ("mbarrier.try_wait.parity", "cp.async.mbarrier.arrive.noinc",
-               "setmaxnreg.dec", "setmaxnreg.inc", "__launch_bounds__("):
+               "setmaxnreg.dec", "__launch_bounds__("):
         assert op in src
     cubin, log = cc.compile_nvcc(src, "sm_90a", ("-Werror", "all-warnings", "-Xptxas", "-v"))
     assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
+    _check_launch_registers(log, block)
     if shutil.which("cuobjdump"):
         sass = _sass(cubin)
         assert "HGMMA" in sass and "LDGSTS" in sass
+
+
+def _check_launch_registers(log, block):
+    # setmaxnreg's budget assumes ptxas gives launch_registers(threads) per thread
+    import re
+
+    used = int(re.search(r"Used (\d+) registers", log).group(1))
+    assert used == wg.launch_registers(wg.block_threads(block, True)), log
 
 
 #: (size, block, stages, swizzle, group_m, persistent) of the warp-specialized GPU runs
@@ -554,6 +571,7 @@ def test_tma_compiles_for_sm90a_without_spills(block, stages):
     assert "cp.async.cg" not in src.split("extern \"C\"")[1]    # no per-thread copies
     cubin, log = cc.compile_nvcc(src, "sm_90a", ("-Werror", "all-warnings", "-Xptxas", "-v"))
     assert "0 bytes spill stores" in log and "0 bytes spill loads" in log, log
+    _check_launch_registers(log, block)
     if shutil.which("cuobjdump"):
         sass = _sass(cubin)
         assert "HGMMA" in sass and "UTMALDG" in sass and "LDGSTS" not in sass
