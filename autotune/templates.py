@@ -25,7 +25,8 @@ accumulators (the *micro-kernel*, ``MR x NR`` in BLIS's words) stays in vector r
   loop, one ``KC x NR`` B panel in L1 for the whole ``i1`` loop).
 * ``parallel``: which loop the threads share: ``i0``, ``j0`` or both fused (``"i0.j0"``;
   in the ``goto`` order, where they are not adjacent, ``j0`` when it has at least two
-  iterations, else ``i0``). A packed block computed inside the parallel loop is private to
+  iterations, else ``i0``), or ``"none"`` (small products, where waking the threads costs
+  more than the work). A packed block computed inside the parallel loop is private to
   each thread.
 * ``unroll`` (``k1``, ``i2``) and ``reorder`` (of ``k0, i1, j1`` in the ``ij`` order, of
   ``i0, j1, i1`` in the ``goto`` order).
@@ -46,6 +47,9 @@ LANES = (8, 16, 32, 64)
 REG_ROWS = (4, 6, 8, 12, 14, 16)
 #: Lanes of a micro-kernel offered even when they do not divide N.
 REG_LANES = (16, 32, 48, 64)
+#: Products of at most this many multiply-adds (64^3 and below) get a default config
+#: without packing or threads: both cost more than they save there.
+SMALL_PRODUCT = 1 << 18
 #: Reduction blocks offered even when they do not divide K.
 K_BLOCKS = (32, 64, 128, 192, 256, 384, 512)
 
@@ -94,7 +98,8 @@ def _k_candidates(k: int) -> list:
 def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None:
     """The knobs of the matmul space (module docstring); the default is the 12 x 32 BLAS
     micro-kernel with both operands packed in the Goto order, blocks of 96 x 256 of A and
-    256 x 512 of B or the whole matrix when smaller (``blas_like`` of
+    256 x 512 of B or the whole matrix when smaller, no packing and no threads for products
+    of at most :data:`SMALL_PRODUCT` multiply-adds (``blas_like`` of
     ``tutorials/02_cpu_matmul.py``)."""
     lanes = _lane_filter(N)
     cfg.define_split("tile_i", M, policy="candidate", num_outputs=3,
@@ -107,13 +112,15 @@ def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None
                      default=[-1, min(16, -(-N // 32)), 32])
     cfg.define_split("tile_k", K, policy="candidate", candidate=_k_candidates(K),
                      default=[-1, min(256, K)])
-    cfg.define_knob("pack_a", [False, True], default=True)
-    cfg.define_knob("pack_b", [False, True], default=True)
+    small = M * N * K <= SMALL_PRODUCT
+    cfg.define_knob("pack_a", [False, True], default=not small)
+    cfg.define_knob("pack_b", [False, True], default=not small)
     cfg.define_knob("order", ["ij", "goto"], default="goto")
     if batch:
-        cfg.define_knob("parallel", ["b", "b.i0", "b.i0.j0"], default="b.i0")
+        cfg.define_knob("parallel", ["b", "b.i0", "b.i0.j0", "none"], default="b.i0")
     else:
-        cfg.define_knob("parallel", ["i0", "i0.j0", "j0"], default="i0.j0")
+        cfg.define_knob("parallel", ["i0", "i0.j0", "j0", "none"],
+                        default="none" if small else "i0.j0")
 
 
 class _Ent:
@@ -191,8 +198,9 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None) -> None:
             par = {"i0.j0": "j0" if n_j0 >= 2 else "i0"}.get(par, par)
         else:
             par = {"b.i0": "b.j0", "b.i0.j0": "b.j0"}.get(par, par)
-    outer = [loops[x] for x in par.split(".")]
-    s[C].parallel(s[C].fuse(*outer) if len(outer) > 1 else outer[0])
+    if par != "none":
+        outer = [loops[x] for x in par.split(".")]
+        s[C].parallel(s[C].fuse(*outer) if len(outer) > 1 else outer[0])
     for P, at in ((PB, k0), (PA, i0)):
         if P is None:
             continue
@@ -200,7 +208,8 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None) -> None:
         if order == "goto":
             s[P].compute_at(s[C], at)
         else:
-            s[P].parallel(s[P].fuse(*pb, x) if pb else x)
+            if par != "none":
+                s[P].parallel(s[P].fuse(*pb, x) if pb else x)
         if P is PB:
             s[P].vectorize(z)
 

@@ -112,7 +112,7 @@ def register_tiled(n, threads: bool = False, rows: int = 8, cols: int = 32):
 
 def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int = 12,
               nr: int = 32, kc: int = 256, mc: int = 96, nc: int = 512,
-              threads: bool = True):
+              threads: bool | None = None, pack: bool | None = None):
     """The BLAS recipe (Goto & van de Geijn, TOMS 2008; BLIS, TOMS 2015) for
     ``C[M, N] = A[M, K] @ B[K, N]`` (float32; ``N`` and ``K`` default to ``M``).
 
@@ -134,12 +134,19 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int = 1
        blocks ``i0``) run in parallel; the packed blocks computed inside are private to
        each thread.
 
+    ``threads`` and ``pack`` default to ``True`` except for products of at most 64^3
+    multiply-adds, where waking threads and copying panels cost more than they save (the
+    operands then fit in L1/L2 as they are).
+
     The ``matmul`` template's space holds this schedule (config ``tile_i=[-1, mc // mr,
     mr]``, ``tile_j=[-1, nc // nr, nr]``, ``tile_k=[-1, kc]``, both packs, ``order="goto"``,
     ``parallel="i0.j0"``), so the tuner can find it and its neighbours.
     """
     N = M if N is None else N
     K = M if K is None else K
+    small = M * N * K <= 64**3
+    threads = not small if threads is None else threads
+    pack = not small if pack is None else pack
     # blocks no larger than the matrices (whole panels)
     mc, nc, kc = min(mc, mr * -(-M // mr)), min(nc, nr * -(-N // nr)), min(kc, K)
     A = te.placeholder((M, K), name="A")
@@ -151,8 +158,11 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int = 1
         te.if_then_else(p * nr + r < N, B[kp, p * nr + r], 0.0) if N % nr
         else B[kp, p * nr + r]), name="packedB")
     k = te.reduce_axis((0, K), name="k")
-    C = te.compute((M, N), lambda i, j: te.sum(
-        packedA[i // mr, k, i % mr] * packedB[j // nr, k, j % nr], axis=k), name="C")
+    if pack:
+        C = te.compute((M, N), lambda i, j: te.sum(
+            packedA[i // mr, k, i % mr] * packedB[j // nr, k, j % nr], axis=k), name="C")
+    else:
+        C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
     s = te.create_schedule(C.op)
     i, j = C.op.axis
     i0, i = s[C].split(i, factor=mc)
@@ -165,9 +175,10 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int = 1
     s[C].vectorize(j2)   # ...of nr lanes each (nr / 16 AVX-512 registers per row)
     if threads:
         s[C].parallel(j0 if -(-N // nc) >= 2 else i0)
-    s[packedB].compute_at(s[C], k0)
-    s[packedB].vectorize(packedB.op.axis[2])
-    s[packedA].compute_at(s[C], i0)
+    if pack:
+        s[packedB].compute_at(s[C], k0)
+        s[packedB].vectorize(packedB.op.axis[2])
+        s[packedA].compute_at(s[C], i0)
     return s, [A, B, C]
 
 

@@ -56,7 +56,10 @@ RAGGED = dict(tile_i=[-1, 2, 12], tile_j=[-1, 2, 16], tile_k=[-1, 32])
                          list(itertools.product(["ij", "goto"], [False, True], [False, True])))
 def test_matmul_every_packing_and_order_at_ragged_sizes(order, pack_a, pack_b):
     args = (37, 53, 70)
-    for par in ("i0", "i0.j0", "j0"):
+    # each parallel choice in turn (all of them meet every order and packing)
+    pars = ["i0", "i0.j0", "j0", "none"]
+    k = 4 * (order == "goto") + 2 * pack_a + pack_b
+    for par in (pars[k % 4], pars[(k + 1) % 4]):
         _check("matmul", args, _config("matmul", args, order=order, pack_a=pack_a,
                                        pack_b=pack_b, parallel=par, **RAGGED))
 
@@ -89,10 +92,15 @@ def test_matmul_micro_kernel_shapes():
 @pytest.mark.parametrize("pack", [False, True])
 def test_batch_matmul_every_order_packing_and_parallel_loop(order, pack):
     args = (3, 37, 53, 70)
-    for par in ("b", "b.i0", "b.i0.j0"):
+    for par in ("b", "b.i0", "none"):
         _check("batch_matmul", args, _config("batch_matmul", args, order=order,
                                              pack_a=pack, pack_b=pack, parallel=par,
                                              **RAGGED))
+    # b, i0 and j0 fused: whole tiles (fusing three loops of ragged tiles takes isl
+    # minutes to generate code for)
+    args = (3, 48, 64, 70)
+    _check("batch_matmul", args, _config("batch_matmul", args, order=order, pack_a=pack,
+                                         pack_b=pack, parallel="b.i0.j0", **RAGGED))
 
 
 def test_batch_matmul_size_one_batch_and_rows():
@@ -109,9 +117,11 @@ def test_matmul_space_holds_the_tutorial_schedule(shape):
     s, args = _tutorial().blas_like(M, N, K)
     hand = str(polytile.lower(s, args))
     mc, nc, kc = min(96, 12 * -(-M // 12)), min(512, 32 * -(-N // 32)), min(256, K)
+    big = M * N * K > 64**3  # smaller products: no packing, no threads
     cfg = _config("matmul", shape, tile_i=[-1, mc // 12, 12], tile_j=[-1, nc // 32, 32],
-                  tile_k=[-1, kc], pack_a=True, pack_b=True, order="goto",
-                  parallel="i0.j0", reorder=[0, 1, 2], unroll=["none", "unroll"])
+                  tile_k=[-1, kc], pack_a=big, pack_b=big, order="goto",
+                  parallel="i0.j0" if big else "none", reorder=[0, 1, 2],
+                  unroll=["none", "unroll"])
     s2, args2 = get_template("matmul").instantiate(cfg, shape)
     assert str(polytile.lower(s2, args2)) == hand
     # and it is the template's default config
@@ -121,8 +131,9 @@ def test_matmul_space_holds_the_tutorial_schedule(shape):
 def test_tutorial_schedule_numerics_at_odd_sizes():
     tut = _tutorial()
     rng = np.random.default_rng(3)
-    for M, N, K in ((29, 67, 41), (1, 40, 3), (50, 1, 300)):
-        s, args = tut.blas_like(M, N, K, kc=16, mc=24, nc=32)
+    for (M, N, K), pack in (((29, 67, 41), True), ((1, 40, 3), True), ((50, 1, 300), True),
+                            ((29, 67, 41), False)):
+        s, args = tut.blas_like(M, N, K, kc=16, mc=24, nc=32, pack=pack, threads=True)
         f = polytile.build(s, args)
         a = rng.standard_normal((M, K)).astype("float32")
         b = rng.standard_normal((K, N)).astype("float32")

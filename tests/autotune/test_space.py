@@ -147,8 +147,11 @@ def test_template_space_and_default_config():
     d = sp.default()
     assert d["tile_i"].size == [-1, 6, 12]  # 12-row micro-kernel, the 64 rows in 1 block
     assert d["tile_j"].size == [-1, 2, 32]
-    assert (d["pack_a"].val, d["pack_b"].val, d["order"].val) == (True, True, "goto")
-    assert d["parallel"].val == "i0.j0"
+    # 64^3 is small: no packing, no threads; larger products pack both and run in parallel
+    assert (d["pack_a"].val, d["pack_b"].val, d["order"].val) == (False, False, "goto")
+    assert d["parallel"].val == "none"
+    d = t.space((96, 64, 64)).default()
+    assert (d["pack_a"].val, d["pack_b"].val, d["parallel"].val) == (True, True, "i0.j0")
     assert len(sp) == math.prod(sp.dims())
 
 
