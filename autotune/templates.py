@@ -54,13 +54,20 @@ SMALL_PRODUCT = 1 << 18
 K_BLOCKS = (32, 64, 128, 192, 256, 384, 512)
 
 
-def _lane_filter(n: int):
-    """Inner split sizes allowed for a vectorized axis of extent ``n``: widths from
-    :data:`LANES` dividing ``n``, or any divisor up to 64 when none does."""
+def _lane_ok(n: int):
+    """Inner split sizes allowed for a vectorized axis of extent ``n`` (a predicate on the
+    size): widths from :data:`LANES` dividing ``n``, or any divisor up to 64 when none
+    does."""
     ok = [w for w in LANES if n % w == 0]
     if ok:
-        return lambda e: e.size[-1] in ok
-    return lambda e: e.size[-1] <= 64
+        return lambda f: f in ok
+    return lambda f: f <= 64
+
+
+def _lane_filter(n: int):
+    """:func:`_lane_ok` as a filter of split entities (on their innermost size)."""
+    ok = _lane_ok(n)
+    return lambda e: ok(e.size[-1])
 
 
 def _divisors(n: int, limit: int) -> list:
@@ -101,14 +108,13 @@ def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None
     256 x 512 of B or the whole matrix when smaller, no packing and no threads for products
     of at most :data:`SMALL_PRODUCT` multiply-adds (``blas_like`` of
     ``tutorials/02_cpu_matmul.py``)."""
-    lanes = _lane_filter(N)
     cfg.define_split("tile_i", M, policy="candidate", num_outputs=3,
                      candidate=_block_candidates(M, list(REG_ROWS), 64,
                                                  ok=lambda f2: f2 <= 32),
                      default=[-1, min(8, -(-M // 12)), 12])
     cfg.define_split("tile_j", N, policy="candidate", num_outputs=3,
                      candidate=_block_candidates(N, list(REG_LANES), 64,
-                                                 ok=lambda f2: lanes(_Ent(f2))),
+                                                 ok=_lane_ok(N)),
                      default=[-1, min(16, -(-N // 32)), 32])
     cfg.define_split("tile_k", K, policy="candidate", candidate=_k_candidates(K),
                      default=[-1, min(256, K)])
@@ -121,13 +127,6 @@ def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None
     else:
         cfg.define_knob("parallel", ["i0", "i0.j0", "j0", "none"],
                         default="none" if small else "i0.j0")
-
-
-class _Ent:
-    """A stand-in split entity for :func:`_lane_filter` (which reads ``size[-1]``)."""
-
-    def __init__(self, f2: int):
-        self.size = [-1, f2]
 
 
 def _pad(cond, value, ragged: bool):
