@@ -34,7 +34,7 @@ def test_01_compute_and_schedule():
 def test_02_cpu_matmul():
     out = _run("02_cpu_matmul.py", "--n", "96", "--threads", "2")
     assert "numpy (OpenBLAS)" in out
-    assert out.count("x numpy") == 8
+    assert out.count("x numpy") == 10
 
 
 def test_04_cuda_gemm_builds_without_a_gpu():
