@@ -120,7 +120,15 @@ def loop_kind(a: Annotation | None) -> LoopKind:
 #: in the IR's meaning (each thread of a warp holds the whole tile, as the interpreter
 #: runs it), held collectively by the 32 lanes of a warp on the device. Only tensor
 #: intrinsics (``targets/cuda/tensor_core.py``) read and write them.
-FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
+FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator",
+                   "mfma.accumulator_32x32", "mfma.accumulator_16x16")
+#: The tile of each fragment scope (rows, columns): a fragment buffer is a row-major array
+#: of such tiles, one intrinsic operand each. AMD MFMA accumulators (the registers of a
+#: wavefront's 64 lanes, ``targets/hip/mfma.py``) come in the two output tiles of the
+#: MFMA instructions.
+FRAGMENT_TILES = {"wmma.matrix_a": (16, 16), "wmma.matrix_b": (16, 16),
+                  "wmma.accumulator": (16, 16), "mfma.accumulator_32x32": (32, 32),
+                  "mfma.accumulator_16x16": (16, 16)}
 
 
 def thread_private(scope: str) -> bool:
@@ -141,4 +149,5 @@ def default_scope(tags) -> str:
 
 
 __all__ = ["Annotation", "LoopKind", "PARAMS", "PARAM_SPACE", "ThreadTag", "annotation_name",
-           "default_scope", "loop_kind", "FRAGMENT_SCOPES", "thread_private"]
+           "default_scope", "loop_kind", "FRAGMENT_SCOPES", "FRAGMENT_TILES",
+           "thread_private"]

@@ -47,7 +47,7 @@ from polytile.te.reduction import accumulation_dtype
 from . import isl_util as iu
 from polytile.te.tensor_intrin import EXTERN_KEY
 
-from .kinds import FRAGMENT_SCOPES
+from .kinds import FRAGMENT_SCOPES, FRAGMENT_TILES
 from .loop_ir import Buffer, TensorCall, seq
 from .polymodel import Model, PolyStmt, StagePlan
 from .relations import Fuse, Singleton, Split, Transform
@@ -356,11 +356,14 @@ def _strides(buf: Buffer, t, where: str, intrin) -> tuple:
     decl = intrin.binds.get(t)
     declared = decl.strides if decl is not None else None
     if buf.scope in FRAGMENT_SCOPES:
-        # an array of 16x16 tiles (targets/cuda/tensor_core.py): any row-major shape whose
-        # rows hold whole tiles, the region one tile
-        if len(buf.shape) < 2 or buf.shape[-1] % 16 or t.shape != (16, 16):
-            fail("tensorize", f"{where}: fragment {buf.name!r} has shape {list(buf.shape)}",
-                 "rows of whole 16x16 tiles, one tile per intrinsic operand")
+        # an array of tiles (targets/cuda/tensor_core.py, targets/hip/mfma.py): any
+        # row-major shape whose rows hold whole tiles, the region one tile
+        th, tw = FRAGMENT_TILES[buf.scope]
+        if len(buf.shape) < 2 or buf.shape[-1] % tw or t.shape != (th, tw):
+            fail("tensorize", f"{where}: fragment {buf.name!r} ({buf.scope}) has shape "
+                 f"{list(buf.shape)} and operand {t.name!r} of intrinsic {intrin.name!r} "
+                 f"the shape {list(t.shape)}",
+                 f"rows of whole {th}x{tw} tiles, one tile per intrinsic operand")
         return strides
     if declared is None:
         compact = _row_major(t.shape)
@@ -492,6 +495,9 @@ def eval_tensor_call(s: TensorCall, arrays: list, indices: list) -> None:
     views = [_region(a, b, i, shape, st) for a, b, i, shape, st in
              zip(arrays, s.buffers, indices, s.shapes, s.strides)]
     intrin = s.intrin
+    if intrin.emulate is not None:   # a model of the hardware instruction (MFMA lanes)
+        intrin.emulate(s.part, views)
+        return
     out = views[-1]
     body = intrin.op.body[0]
     odt = dt.to_numpy(intrin.output.dtype)

@@ -39,7 +39,7 @@ import numpy as np
 
 from polytile.backend import DeviceLimits, get_backend, registered_kinds
 from polytile.errors import BuildError, LoweringError, format_error
-from polytile.schedule.kinds import FRAGMENT_SCOPES, LoopKind
+from polytile.schedule.kinds import FRAGMENT_SCOPES, FRAGMENT_TILES, LoopKind
 from polytile.schedule.loop_ir import (FOR_KINDS, AccessPtr, Allocate, Assert, Buffer, Evaluate,
                                        ExternCall, For, TensorCall,
                                        IfThenElse, KernelLaunch, LetStmt, PrimFunc, Seq, Stmt,
@@ -212,7 +212,7 @@ class CPrinter(CExprPrinter, StmtFunctor):
             if t in self.d.dtype_headers:
                 head.append(self.d.dtype_headers[t])
         if getattr(self, "uses_fragments", False):
-            head.append("#include <mma.h>")
+            head.extend(self.d.fragment_headers)
         n = len(infos)
         title = (f"// polytile: {self.d.name} source of function {func.name!r} "
                  f"({n} kernel{'s' if n != 1 else ''})")
@@ -490,7 +490,9 @@ class CPrinter(CExprPrinter, StmtFunctor):
             self.emit(depth, f"{' '.join(w for w in words if w)} {name}[{size}];")
         elif b.scope in FRAGMENT_SCOPES:
             self.uses_fragments = True
-            self.emit(depth, f"{fragment_type(b, s.body, d, self.who)} {name}[{size // 256}];")
+            th, tw = FRAGMENT_TILES[b.scope]
+            self.emit(depth, f"{d.fragment_type(b, s.body, self.who)} {name}"
+                             f"[{size // (th * tw)}];")
         else:
             words = (d.local_prefix, t)
             self.emit(depth, f"{' '.join(w for w in words if w)} {name}[{size}];")
