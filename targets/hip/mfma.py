@@ -309,13 +309,13 @@ def _poison(dtype) -> object:
     return np.iinfo(dtype).min if np.dtype(dtype).kind in "iu" else np.nan
 
 
-def _emulator(ins: MFMA) -> Callable:
+def _emulator(ins: MFMA, layouts: tuple | None = None) -> Callable:
     """The lane-level model of ``ins`` the reference interpreter runs: operands scattered
     to the 64 lanes' registers by their layouts, the instruction's arithmetic on the
     matrices the registers hold (products exact, sums in ``acc``), the result scattered
     by the accumulator's layout and read back as a tile. A layout that misses or doubles
     an element poisons the result (NaN, or the integer minimum)."""
-    lay_a, lay_b, lay_c = ins.a, ins.b, ins.c
+    lay_a, lay_b, lay_c = layouts or (ins.a, ins.b, ins.c)
     acc = np.float32 if ins.acc == "float32" else np.int32
 
     def run(part: str, views: list) -> None:

@@ -213,7 +213,8 @@ class HIPModule(GPUModule):
         for name in mfma.used_instructions(source):
             if name not in have:
                 raise BuildError(format_error(
-                    "build", f"{name} is not an instruction of {self.arch}",
+                    "tensorize", f"intrinsic 'mfma_{name[7:]}' of function {self.name!r} "
+                    f"uses {name}, which is not an instruction of {self.arch}",
                     f"one of {', '.join(have) or 'none'}",
                     hint=f"{name} exists on {', '.join(mfma.INSTRUCTIONS[name].archs)}"))
         if hipcc_path() is None:
