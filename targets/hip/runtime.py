@@ -2,10 +2,11 @@
 
 Building needs no GPU and no ROCm: the HIP C is printed at construction (``get_source()``)
 and compiled when ``hipcc`` exists (:mod:`.compile`; the code object, or for ``-mcpu``
-values the installed clang lacks an ISA check). Calling needs an AMD GPU and the
-``hip-python`` package (``from hip import hip``, AMD's counterpart of cuda-python); the
-kernels are then compiled with hiprtc for the device's own architecture and launched with
-``hipModuleLaunchKernel``.
+values the installed clang lacks an ISA check only). Calling needs an AMD GPU, the
+``hip-python`` package (``from hip import hip``, AMD's counterpart of cuda-python) and a
+loadable code object for the target's ``-mcpu`` (hipcc's; build with the device's own
+``-mcpu``), loaded with ``hipModuleLoadData`` and launched with ``hipModuleLaunchKernel``.
+Compiling with hiprtc at run time is not written.
 
 **Untested on hardware**: the project has no AMD GPU. The device API below is a thin,
 direct mapping of the CUDA one onto hip-python's names; it is kept small on purpose, and
