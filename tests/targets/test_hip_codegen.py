@@ -204,3 +204,18 @@ def test_running_without_an_amd_gpu_says_so():
     assert API.exists() is False
     with pytest.raises(DeviceNotFoundError, match="hip"):
         polytile.nd.array(np.zeros(4, "float32"), device="hip")
+
+
+@needs_hipcc
+@pytest.mark.hip
+def test_the_compile_check_sees_warnings_and_errors():
+    # the warning check of the tests above can fail: an uninitialized value is reported
+    src = ("#include <hip/hip_runtime.h>\n"
+           'extern "C" __global__ void k(float* x) { float y; if (threadIdx.x > 3) y = 1.0f; '
+           "x[threadIdx.x] = y; }\n")
+    for mcpu in ("gfx90a", "gfx942"):
+        assert "uninitialized" in hc.compile_hip(src, mcpu).log
+    with pytest.raises(polytile.errors.BuildError,
+                       match=r"(?s)hipcc failed to compile 'polytile.hip' for gfx90a.*"
+                             r"line 2: extern"):
+        hc.compile_hip(src.replace("float y;", "flot y;"), "gfx90a")
