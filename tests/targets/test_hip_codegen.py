@@ -61,6 +61,7 @@ def test_target_strings_and_limits_per_mcpu():
     with pytest.raises(TargetError, match="-arch"):
         Target.parse("hip -arch=sm_90")
     assert "hip" in registered_kinds()
+    assert polytile.target.rocm("gfx90a") == Target.parse("hip -mcpu=gfx90a")
 
 
 # ------------------------------------------------------------------ kernels
