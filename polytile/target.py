@@ -4,8 +4,8 @@
 description of polytile, :class:`polytile.backend.Target` (an immutable dataclass; its
 fields, options and device limits are documented there), and
 ``isinstance(t, polytile.target.Target)`` holds for every such object. Target strings are
-``<kind> [-option[=value]]...`` with the kinds of the backend registry (``llvm``, ``cuda``, ``hip``;
-``polytile targets`` lists them with their options).
+``<kind> [-option[=value]]...`` with the kinds of the backend registry (``llvm``, ``cuda``,
+``hip``; ``polytile targets`` lists them with their options).
 """
 
 from __future__ import annotations
