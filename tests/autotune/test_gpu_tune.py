@@ -367,7 +367,9 @@ def test_real_faulting_and_hanging_kernels_restart_the_runner():
     store = "B[blockIdx_x] = 0.0f;"
     assert store in src
     fault = compile_cuda(src.replace(store, "B[blockIdx_x + (1LL << 38)] = 0.0f;"), mod.arch)
-    hang = compile_cuda(src.replace(store, "for (volatile int q = 1; q > 0; q = q | 1) {} "
+    # clock64() reads a volatile register: the compiler cannot drop this loop (a loop on a
+    # volatile local ended on the H200, C++'s forward-progress rule let it go)
+    hang = compile_cuda(src.replace(store, "for (long long t0 = clock64(); clock64() >= t0;) {} "
                                     + store), mod.arch)
     r = GPURunner({"template": "row_sum", "args": list(args), "dtype": "float32", "seed": 0})
     opt = {"min_repeat_ms": 1.0, "min_repeats": 3, "max_repeats": 5, "budget_s": 0.05}
