@@ -170,13 +170,20 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int = 1
     j0, j = s[C].split(j, factor=nc)
     j1, j2 = s[C].split(j, factor=nr)
     k0, k1 = s[C].split(k, factor=kc)
-    s[C].reorder(j0, k0, i0, j1, i1, k1, i2, j2)
+    single_k = kc >= K
+    if single_k:
+        # one reduction block: k0 right above k1, so the reduction's zero initialisation
+        # runs per micro-tile just before its k loop instead of as a pass of its own over a
+        # whole column block of C (skinny and small products)
+        s[C].reorder(j0, i0, j1, i1, k0, k1, i2, j2)
+    else:
+        s[C].reorder(j0, k0, i0, j1, i1, k1, i2, j2)
     s[C].unroll(i2)      # mr rows of accumulators...
     s[C].vectorize(j2)   # ...of nr lanes each (nr / 16 AVX-512 registers per row)
     if threads:
         s[C].parallel(j0 if -(-N // nc) >= 2 else i0)
     if pack:
-        s[packedB].compute_at(s[C], k0)
+        s[packedB].compute_at(s[C], j0 if single_k else k0)
         s[packedB].vectorize(packedB.op.axis[2])
         s[packedA].compute_at(s[C], i0)
     return s, [A, B, C]
