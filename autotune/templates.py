@@ -22,7 +22,10 @@ accumulators (the *micro-kernel*, ``MR x NR`` in BLIS's words) stays in vector r
   block packed at ``k0`` and the A panels of one ``MC x KC`` block packed at ``i0``
   (``compute_at``): each packed block is written where it is read, so it stays in cache
   (B's block in L2/L3 for the whole ``i0`` loop, A's block in L2 for the whole ``j1``
-  loop, one ``KC x NR`` B panel in L1 for the whole ``i1`` loop).
+  loop, one ``KC x NR`` B panel in L1 for the whole ``i1`` loop). When ``KC`` covers K
+  (one reduction block) ``k0`` goes right above ``k1`` and B's block is packed at
+  ``j0``: C's zero initialisation then runs per micro-tile, before its k loop, not as a
+  pass of its own over a column block of C.
 * ``parallel``: which loop the threads share: ``i0``, ``j0`` or both fused (``"i0.j0"``;
   in the ``goto`` order, where they are not adjacent, ``j0`` when it has at least two
   iterations, else ``i0``), or ``"none"`` (small products, where waking the threads costs

@@ -79,8 +79,9 @@ def test_micro_kernel_keeps_accumulators_in_registers(parallel):
 def test_full_tiles_of_a_ragged_row_block_keep_accumulators_in_registers():
     """M = 130 = 96 + 34: the last row block (34 rows) holds two full 12-row tiles and a
     ragged one of 10. isl separates only the full row blocks; the full tiles of the ragged
-    block get their constant-extent copy from ``specialize_partial_unrolls``, so the
-    micro-kernel appears twice, and the ragged tile still computes its rows."""
+    block get a constant-extent copy (``specialize_partial_unrolls``): the micro-kernel
+    appears at least twice, each time with its accumulators in registers, and the ragged
+    tile still computes its rows."""
     M, N, K = 130, 64, 70
     s, args = _gemm(M, N, K, mr=12, nr=32, kc=32, mc=96, nc=64, parallel=False)
     f = polytile.build(s, args)
