@@ -1,7 +1,11 @@
 """Benchmark: GEMM on the GPU, polytile's hand schedules vs cuBLAS (and Triton).
 
 ``--dtype float32`` (default): the SGEMM schedules of ``tutorials/04_cuda_gemm.py`` vs
-cuBLAS with tensor cores off. ``--dtype float16`` (or ``bfloat16``, float32 accumulation): polytile's tensor-core GEMM
+cuBLAS with tensor cores off. ``--dtype float16`` (or ``bfloat16``) with the default
+``--isa best``: cuBLAS, Triton, polytile's fastest path of the device (on sm_90: the
+generated wgmma + TMA warp-specialized kernel, :mod:`polytile.targets.cuda.wgmma`, best of
+``benchmarks/wgmma_gemm.py`` ``BEST``), then the mma.sync and WMMA schedules below.
+``--isa wmma|mma``: polytile's tensor-core GEMM
 (:func:`polytile.targets.cuda.tensor_core.wmma_gemm`, WMMA, float32 accumulation, or
 float16 with ``--acc float16``) vs cuBLAS half precision through torch and a plain Triton
 GEMM (``benchmarks/triton_gemm.py``, best of a few tile shapes) when installed (``--isa mma``: ldmatrix + mma.sync.m16n8k16 instead
@@ -45,10 +49,12 @@ def _time_torch(fn, n: int, reps: int = 20) -> float:
 
 
 def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 128, 64), (64, 64)),
-              anchors: bool = True, stages=(3,)) -> None:
+              anchors: bool = True, stages=(3,), cublas: float | None = None) -> float | None:
     """cuBLAS, Triton (with ``anchors``) and polytile's ``wmma_gemm`` with ``tiles = (block,
     warp)`` at ``n``^3 in ``dtype`` (float16 or bfloat16; one line each), once per
-    pipeline depth of ``stages`` (1: no software pipeline)."""
+    pipeline depth of ``stages`` (1: no software pipeline). A ``cublas`` figure (TFLOP/s)
+    measured earlier in this run is used as the anchor instead of timing cuBLAS again.
+    Returns the cuBLAS figure (None without torch)."""
     import polytile
     from polytile.targets.cuda import tensor_core as tc
 
@@ -71,8 +77,9 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
         ta = torch.from_numpy(a.astype("float32")).cuda().to(tdt)
         tb = torch.from_numpy(b.astype("float32")).cuda().to(tdt)
         ref = (ta.double() @ tb.double()).cpu().numpy()
-        cublas = _time_torch(lambda: ta @ tb, n)
-        print(f"n={n:5d} {f'cuBLAS {dtype} (torch)':36s} {cublas:7.1f} TFLOP/s")
+        if cublas is None:
+            cublas = _time_torch(lambda: ta @ tb, n)
+            print(f"n={n:5d} {f'cuBLAS {dtype} (torch)':36s} {cublas:7.1f} TFLOP/s")
         try:
             if not anchors:
                 raise ImportError("not asked for")
@@ -113,6 +120,7 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
         print(f"n={n:5d} {f'polytile {label} {dtype}->{acc}':44s} {tflops:7.1f} TFLOP/s  "
               f"{ratio}  (block {tiles[0]}, warp {tiles[1]}, lower+build {t_build:.1f} s, "
               f"rel. error {err:.1e})", flush=True)
+    return cublas
 
 
 #: (block (BM, BN, BK), warp (WM, WN)) tiles ``--sweep`` tries beside the default
@@ -127,6 +135,29 @@ def wgmma_mainloops() -> tuple:
     return tuple(wgmma_gemm.MAINLOOPS)
 
 
+def best_gemm(n: int, acc: str, dtype: str, stages=(3,)) -> None:
+    """The default float16/bfloat16 report at ``n``^3: cuBLAS and Triton, polytile's best
+    path of this device (the wgmma + TMA kernel on sm_90, float32 accumulation), then the
+    mma.sync+ldmatrix and WMMA schedules, all against the cuBLAS figure of this run."""
+    import torch
+
+    if dtype == "tf32":
+        half_gemm(n, acc, "wmma", dtype, stages=stages)
+        return
+    cublas = None
+    if torch.cuda.get_device_capability() == (9, 0) and acc == "float32":
+        import wgmma_gemm
+
+        cublas = wgmma_gemm.best(n, dtype)     # prints cuBLAS, Triton, then the best wgmma
+    else:
+        print(f"n={n:5d} wgmma: not measured (needs an sm_90 device and float32 "
+              f"accumulation; device sm_{''.join(map(str, torch.cuda.get_device_capability()))}"
+              f", acc {acc})")
+    cublas = half_gemm(n, acc, "mma", dtype, stages=stages, anchors=cublas is None,
+                       cublas=cublas)
+    half_gemm(n, acc, "wmma", dtype, stages=stages, anchors=False, cublas=cublas)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, nargs="+", default=None,
@@ -136,8 +167,11 @@ def main() -> None:
                     "operands on tensor cores (WMMA m16n16k8), cuBLAS with allow_tf32")
     ap.add_argument("--acc", choices=("float32", "float16"), default="float32",
                     help="accumulation dtype of the float16 GEMM")
-    ap.add_argument("--isa", choices=("wmma", "mma", "wgmma"), default="wmma",
-                    help="tensor-core path of the float16 GEMM")
+    ap.add_argument("--isa", choices=("best", "wmma", "mma", "wgmma"), default="best",
+                    help="tensor-core path of the float16 GEMM; 'best' (default): the "
+                    "fastest path of the device (wgmma + TMA on sm_90, best of "
+                    "benchmarks/wgmma_gemm.py BEST) beside cuBLAS and Triton, then the "
+                    "mma.sync+ldmatrix and WMMA lines; 'wgmma': every wgmma variant")
     ap.add_argument("--stages", type=int, nargs="+", default=[3],
                     help="software-pipeline depths of the tensor-core GEMM (cp.async into "
                     "stages x the shared tiles; 1: no pipeline), one line each")
@@ -176,6 +210,10 @@ def main() -> None:
                                   for g in args.grid],
                            blocks=[tuple(int(x) for x in b.split("x")) for b in args.blocks]
                            if args.blocks else wgmma_gemm.BLOCKS)
+        return
+    if args.isa == "best":
+        for n in args.n or [4096, 8192]:
+            best_gemm(n, args.acc, args.dtype, args.stages)
         return
     for n in args.n or [4096, 8192]:
         half_gemm(n, args.acc, args.isa, args.dtype, stages=args.stages)
