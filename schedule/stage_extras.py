@@ -16,7 +16,8 @@ from polytile.te.visitor import free_vars, substitute
 from .kinds import ThreadTag
 
 #: Storage scopes a stage's buffer can have (``cache_read``/``cache_write``/``set_scope``).
-SCOPES = ("global", "shared", "local", "wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
+SCOPES = ("global", "shared", "local", "wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator",
+          "wgmma.accumulator")
 
 
 class StorageMixin:

@@ -358,7 +358,7 @@ def _strides(buf: Buffer, t, where: str, intrin) -> tuple:
     if buf.scope in FRAGMENT_SCOPES:
         # an array of tiles (16x16; 16x8 / 8x16 for tf32 operands, kinds.fragment_tile):
         # any row-major shape whose rows hold whole tiles, the region one tile
-        tr, tc = fragment_tile(buf.scope, buf.dtype)
+        tr, tc = fragment_tile(buf.scope, buf.dtype, buf.shape[-1])
         if len(buf.shape) < 2 or buf.shape[-1] % tc or tuple(t.shape) != (tr, tc):
             fail("tensorize", f"{where}: fragment {buf.name!r} has shape {list(buf.shape)}",
                  f"rows of whole {tr}x{tc} tiles, one tile per intrinsic operand")

@@ -234,7 +234,7 @@ class CExprPrinter:
             # a fragment buffer [R, C] is an array of 16x16 tiles, row-major over the tile
             # grid: the element offset of a tile's corner -> its index
             off, width = self.expr(e.offset), e.buffer.shape[-1]
-            tr, tc = fragment_tile(e.buffer.scope, e.buffer.dtype)
+            tr, tc = fragment_tile(e.buffer.scope, e.buffer.dtype, width)
             if width == tc:
                 return f"{self.buffer(e.buffer)}[{strip_parens(off)} / {tr * tc}]"
             return (f"{self.buffer(e.buffer)}[{off} / {tr * width} * {width // tc} + "
@@ -254,6 +254,10 @@ class CExprPrinter:
                 from polytile.targets.cuda.tensor_core import MMA_TYPES
 
                 self.helpers["_pt_mma_types"] = MMA_TYPES
+            if name.startswith("wgmma."):
+                from polytile.targets.cuda.tensor_core import WGMMA_TYPES
+
+                self.helpers["_pt_wgmma_types"] = WGMMA_TYPES
             name, text = C_HELPERS[name]
             self.helpers[name] = text
         args = [strip_parens(self.expr(a)) for a in e.args]
