@@ -212,7 +212,7 @@ class CPrinter(CExprPrinter, StmtFunctor):
             if t in self.d.dtype_headers:
                 head.append(self.d.dtype_headers[t])
         if getattr(self, "uses_fragments", False):
-            head.append("#include <mma.h>")
+            head.extend(self.d.fragment_headers)
         n = len(infos)
         title = (f"// polytile: {self.d.name} source of function {func.name!r} "
                  f"({n} kernel{'s' if n != 1 else ''})")
@@ -504,9 +504,9 @@ class CPrinter(CExprPrinter, StmtFunctor):
             self.emit(depth, f"{' '.join(w for w in words if w)} {name}[{size}];")
         elif b.scope in FRAGMENT_SCOPES:
             self.uses_fragments = True
-            tr, tc = fragment_tile(b.scope, b.dtype, b.shape[-1])
-            self.emit(depth, f"{fragment_type(b, s.body, d, self.who)} {name}"
-                             f"[{size // (tr * tc)}];")
+            th, tw = fragment_tile(b.scope, b.dtype, b.shape[-1])
+            self.emit(depth, f"{d.fragment_type(b, s.body, self.who)} {name}"
+                             f"[{size // (th * tw)}];")
         else:
             words = (d.local_prefix, t)
             self.emit(depth, f"{' '.join(w for w in words if w)} {name}[{size}];")
@@ -560,7 +560,7 @@ def fragment_type(b: Buffer, body: Stmt, d: CDialect, who: str) -> str:
     16, 16, T, layout>``, the layout taken from the ``:layout`` tag of the calls that load
     it in ``body`` (matrix_a/matrix_b only)."""
     use = b.scope.split(".")[1]
-    if b.scope == "wgmma.accumulator":   # targets/cuda/wgmma.py: float[N / 2] per thread
+    if b.scope == "wgmma.accumulator":   # targets/cuda/wgmma_intrin.py: float[N / 2]
         width = b.shape[-1]
         if b.dtype != "float32" or len(b.shape) != 2 or b.shape[0] % 64 or width % 8 \
                 or not 8 <= width <= 256:

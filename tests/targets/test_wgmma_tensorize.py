@@ -59,7 +59,8 @@ def test_tensorized_gemm_on_the_interpreter_matches_float64(size, block, stages,
     assert err < 1e-6, f"relative error {err:.2e}"
 
 
-def _schedule(M=128, N=64, K=64, BN=64, mma=None, axis="ci", order=None, dtype="float16"):
+def _schedule(M=128, N=64, K=64, BN=64, mma=None, axis="ci", order=None, dtype="float16",
+              threads=128):
     """wgmma_gemm_schedule's CF stage with a chosen intrinsic, axis and loop order."""
     A, Bt, AS, BS, C = tc.wgmma_gemm_compute(M, N, K, dtype)
     s = create_schedule(C.op)
@@ -81,6 +82,8 @@ def _schedule(M=128, N=64, K=64, BN=64, mma=None, axis="ci", order=None, dtype="
     for S in (AS, BS):
         s[S].set_scope("shared")
         s[S].compute_at(s[CF], ko)
+        f, tx = s[S].split(s[S].fuse(*S.op.axis), factor=threads)
+        s[S].bind(tx, te.thread_axis("threadIdx.x"))
     return s, [A, Bt, C]
 
 
@@ -120,6 +123,13 @@ def test_refuses_a_transposed_order_of_the_region():
     # cj outside ci: the region under ci is one column of the tile
     s, args = _schedule(order=("ko", "kf", "cj", "ci", "kb2", "kk"))
     _refused(s, args, "'i.c'", "1 axes", "2 axes")
+
+
+def test_refuses_a_block_narrower_than_a_warpgroup():
+    s, args = _schedule(threads=64)
+    with pytest.raises(ScheduleError, match="warpgroup") as exc:
+        lower(s, args, target="cuda -arch=sm_90a", stop_after=None)
+    assert "threadIdx.x extent 64" in str(exc.value) and "multiple of 128" in str(exc.value)
 
 
 def test_refuses_sizes_the_tiles_do_not_divide():
