@@ -513,3 +513,12 @@ def mma_store(acc: str = "float32") -> te.TensorIntrin:
                                ins[0].access_ptr("r"), _stride(outs[0]))
 
     return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=f"mma_store_{acc}")
+
+
+# ------------------------------------------------------------ wgmma (sm_90a, warpgroups)
+# Declared in wgmma_intrin.py (the Hopper module's neighbour); re-exported here beside the
+# WMMA and mma.sync intrinsics.
+from .wgmma_intrin import (WGMMA_TYPES, c_helpers as _wgmma_helpers,  # noqa: E402
+                           wgmma_gemm_compute, wgmma_gemm_schedule, wgmma_mma, wgmma_store)
+
+C_HELPERS.update(_wgmma_helpers())
