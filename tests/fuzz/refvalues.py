@@ -221,6 +221,11 @@ def float_binary(op: str, a: Val, b: Val, dtype: str) -> Val:
                 err = np.abs(x) * b.e() + np.abs(y) * a.e() + a.e() * b.e()
             out = rounded(r, dtype, err, a.m() * b.m())
             out.fma = np.abs(r - out.v)
+            # x * -1 is folded into a negation, which the consumer's subtraction absorbs:
+            # a product under it stays fusable (fuzz seed llvm 15522: -(p * a) - a)
+            for p, q in ((a, y), (b, x)):
+                if p.fma is not None:
+                    out.fma = np.where(np.abs(q) == 1, np.maximum(out.fma, p.fma), out.fma)
             return out
         if op == "div":
             r = x / y

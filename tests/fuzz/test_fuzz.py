@@ -109,6 +109,7 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
     ("cuda", 886): "isl 'void expression': threads with an empty clipped region",
     ("llvm", 4374): "generator: te.max(i, i) of two axes is a reduction (invalid program)",
     ("llvm", 4416): "reference: a product under if_then_else, inlined, fused into an fma",
+    ("llvm", 15522): "reference: a product negated (x * -1) then subtracted, fused into an fma",
 }
 
 
