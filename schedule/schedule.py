@@ -54,7 +54,8 @@ class Schedule:
             if isinstance(st.op, ScanOp):
                 # TVM schedules a scan through its update (s[s_update]), whose axes the
                 # scan's stage shares; the update itself is inlined into the scan
-                self.stage_map.setdefault(st.op.update[0].op, st)
+                for u in st.op.update:
+                    self.stage_map.setdefault(u.op, st)
 
     def __getitem__(self, key) -> Stage:
         op = key.op if isinstance(key, Tensor) else key

@@ -123,6 +123,8 @@ class Stage(StorageMixin, TensorizeMixin):
                                         tuple((k, enc(v)) for k, v in kwargs.items())))
 
     def _index_of(self, iv: IterVar) -> int:
+        if isinstance(self.op, ScanOp):
+            iv = self.op.axis_alias().get(id(iv), iv)
         for k, v in enumerate(self.all_iter_vars):
             if v is iv:
                 return k
@@ -148,6 +150,8 @@ class Stage(StorageMixin, TensorizeMixin):
         if not isinstance(iv, IterVar):
             fail(primitive, f"{role} {iv!r} is not an IterVar",
                        "pass an axis such as C.op.axis[0] or a result of split/fuse")
+        if isinstance(self.op, ScanOp):   # an axis of another update of the scan
+            iv = self.op.axis_alias().get(id(iv), iv)
         for v in self.leaf_iter_vars:
             if v is iv:
                 return iv
@@ -520,7 +524,7 @@ class Stage(StorageMixin, TensorizeMixin):
             For an unknown pragma.
         """
         if pragma_type in IMPORT_PRAGMAS:
-            self._leaf("pragma", iv)
+            iv = self._leaf("pragma", iv)
             if not isinstance(pragma_value, str):
                 fail("pragma", f"{pragma_type!r} on stage {self.name!r} has value "
                      f"{type(pragma_value).__name__}", "the source text (a str)")
@@ -532,6 +536,7 @@ class Stage(StorageMixin, TensorizeMixin):
             fail("pragma", f"unknown pragma {pragma_type!r} on iter_var {iv.name!r} of "
                        f"stage {self.name!r}",
                  f"expected one of {sorted(PRAGMAS) + sorted(IMPORT_PRAGMAS)}")
+        iv = self._leaf("pragma", iv)
         self._annotate("pragma", iv, PRAGMAS[pragma_type])
         self.pragmas[iv] = self.pragmas.get(iv, ()) + ((pragma_type, pragma_value),)
         self._record("pragma", iv, pragma_type, pragma_value)
@@ -598,7 +603,7 @@ class Stage(StorageMixin, TensorizeMixin):
                        "pass s[consumer]")
         if parent is self:
             fail("compute_at", f"stage {self.name!r} cannot be computed inside itself")
-        parent._leaf("compute_at", scope, role="scope")
+        scope = parent._leaf("compute_at", scope, role="scope")
         if self.op in self.schedule.outputs:
             fail("compute_at", f"stage {self.name!r} is an output of the schedule",
                        "attach intermediate stages only")
