@@ -288,6 +288,9 @@ class _Converter:
         step = node.for_get_inc().get_val().to_python()
         kind, pragmas = LoopKind.SERIAL, ()
         if loop is not None:
+            rel = loop.plan.strips.get(loop.iter_var)
+            if rel is not None:
+                return _strip_mine(rel, loop, v, init, extent, step, body, taken)
             kind = loop_kind(loop.annotation)
             if loop.key in self.model.rolled:
                 kind = LoopKind.SERIAL
@@ -376,6 +379,45 @@ class _Body(ExprMutator):
         if src.layouts:   # transform_layout: the element's position in the buffer
             idx = tuple(_to_index(i) for i in apply_indices(src.layouts, idx))
         return Load(r.dtype, buf, idx)
+
+
+def _strip_mine(rel, loop: LoopNode, v: Var, init: Expr, extent: Expr, step: int, body: Stmt,
+                taken: set) -> Stmt:
+    """The loop ``for v in range(init, init + extent, step)`` that isl generated for the
+    parent of a split by a symbolic factor ``f``, as its two loops::
+
+        for x.outer in range(0, ceil(trip / f)):
+          for x.inner in range(0, min(f, trip - f * x.outer)):
+            v = init + step * (f * x.outer + x.inner)
+
+    (``trip`` the loop's iteration count). Each of isl's loops over the parent (a loop
+    split around a guard, say) is strip-mined on its own: the iterations run in the same
+    order, so the result is the unsplit loop's."""
+    def name(base: str) -> str:
+        out, k = base, 1
+        while out in taken or out == v.name:
+            out, k = f"{base}_{k}", k + 1
+        taken.add(out)
+        return out
+
+    f = _to_index(rel.sym)
+    one = Const("int64", 1)
+    trip = extent if step == 1 else Binary("int64", "floordiv", Binary(
+        "int64", "add", extent, Const("int64", step - 1)), Const("int64", step))
+    vo, vi = Var("int64", name(rel.outer.name)), Var("int64", name(rel.inner.name))
+    done = Binary("int64", "mul", f, vo)
+    pos = Binary("int64", "add", done, vi)
+    if step != 1:
+        pos = Binary("int64", "mul", Const("int64", step), pos)
+    inner = For(vi, Const("int64", 0),
+                Binary("int64", "min", f, Binary("int64", "sub", trip, done)),
+                loop_kind(loop.plan.stage.annotations.get(rel.inner)),
+                LetStmt(v, Binary("int64", "add", init, pos), body), 1, ())
+    outer_ext = Binary("int64", "floordiv", Binary("int64", "add", trip,
+                                                   Binary("int64", "sub", f, one)), f)
+    pragmas = tuple(k for k, _ in loop.plan.stage.pragmas.get(rel.outer, ()))
+    return For(vo, Const("int64", 0), outer_ext,
+               loop_kind(loop.plan.stage.annotations.get(rel.outer)), inner, 1, pragmas)
 
 
 def _param(name: str) -> Expr:

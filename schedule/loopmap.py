@@ -15,7 +15,7 @@ from polytile.errors import fail
 from polytile.te import symbolic as sym
 
 from . import isl_util as iu
-from .relations import Fuse, Singleton, Split, Transform
+from .relations import Fuse, Singleton, Split, Transform, symbolic_split
 from .stage import Stage
 
 
@@ -24,7 +24,10 @@ def iter_ranges(stage: Stage, root: dict) -> dict:
     split gives ``ceil(E/f)`` and ``f``, fuse the product; derived variables start at 0."""
     rng = dict(root)
     for rel in stage.relations:
-        if isinstance(rel, Split):
+        if symbolic_split(rel):   # strip-mined after AST generation: never seen by isl
+            rng[rel.outer] = (0, rel.outer.dom.extent)
+            rng[rel.inner] = (0, rel.sym)
+        elif isinstance(rel, Split):
             e = rng[rel.parent][1]
             if rel.nparts:
                 if not sym.is_static(e):
@@ -60,6 +63,8 @@ def leaf_affines(stage: Stage, names: dict, ranges: dict) -> dict:
     root axes ``names`` (``{IterVar: isl name}``), following split and fuse."""
     aff = dict(names)
     for rel in stage.relations:
+        if symbolic_split(rel):
+            continue   # its loops are one loop over the parent for isl
         if isinstance(rel, Split):
             lo = ranges[rel.parent][0]
             base = f"({aff[rel.parent]} - {iu.num(lo)})" if sym.static(lo) != 0 else \

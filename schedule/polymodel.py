@@ -104,6 +104,7 @@ class StagePlan:
     tensorize: object = None          # tensorize.Tensorized, set by the tensorize phase
     bodies: tuple = ()                # one body per output (``body`` is the first)
     outs: list = field(default_factory=list)   # one buffer per output (``buffer`` is the first)
+    strips: dict = field(default_factory=dict)  # parent IterVar -> Split by a symbolic factor
 
     @property
     def name(self) -> str:
@@ -185,6 +186,12 @@ class LoopNode:
 
     @property
     def annotation(self) -> Annotation | None:
+        rel = self.plan.strips.get(self.iter_var)
+        if rel is not None:   # a symbolic split: parallel if either of its loops is
+            ann = self.plan.stage.annotations
+            got = [ann.get(rel.outer), ann.get(rel.inner)]
+            return next((a for a in got if a is not None and not isinstance(a, ThreadTag)),
+                        None)
         return self.plan.stage.annotations.get(self.iter_var)
 
     @property

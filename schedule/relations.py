@@ -33,6 +33,19 @@ class Split:
     inner: IterVar
     factor: int
     nparts: int = 0
+    #: the factor as an integer expression of size parameters or scalar arguments when it
+    #: is symbolic (``factor`` is then 0): see :func:`symbolic_split`
+    sym: object = None
+    #: the symbolic ``factor=`` or ``nparts=`` as given (checked ``>= 1`` at each call)
+    given: object = None
+
+
+def symbolic_split(rel) -> bool:
+    """Whether ``rel`` is a split by a symbolic factor (``split(x, factor=n // 4)``, or
+    ``nparts=`` of a symbolic extent). isl cannot represent ``x -> (floor(x/f), x mod f)``
+    for a parameter ``f``: the two loops are one loop over ``x`` for isl (legality, bounds,
+    AST generation) and are strip-mined after AST generation (``astgen.convert_for``)."""
+    return isinstance(rel, Split) and rel.sym is not None
 
 
 @dataclass(frozen=True, slots=True, eq=False)

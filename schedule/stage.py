@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from polytile.errors import ScheduleError, fail, format_error
+from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
-from polytile.te.expr import ExprOp, IterVar, Range, Var
+from polytile.te.expr import ExprOp, IterVar, Range, TensorRead, Var, binary
+from polytile.te.visitor import collect
 from polytile.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 from polytile.te.scan import ScanOp
 
 from .kinds import Annotation, LoopKind, ThreadTag, annotation_name
-from .relations import Fuse, Singleton, Split, Step, Transform
+from .relations import Fuse, Singleton, Split, Step, Transform, symbolic_split
 from .stage_extras import StorageMixin, TensorizeMixin
 
 if TYPE_CHECKING:
@@ -203,7 +205,18 @@ class Stage(StorageMixin, TensorizeMixin):
         Tail: a non-divisible factor gives an exact partial last tile (no guard, no
         wasted iterations); ``lower`` separates full tiles from it where vectorize/unroll
         need constant extents. ``nparts=p`` sets ``factor = ceil(extent / p)``.
-        Always legal. Synonyms: Halide ``split``, loopy ``split_iname``, Exo ``divide_loop``.
+        Always legal.
+
+        Symbolic factors (TVM allows any integer expression): ``factor=n // 4``,
+        ``factor=nthread`` (a ``te.var`` passed as a scalar argument) or ``nparts=`` of a
+        symbolic extent. isl cannot represent ``floor(x / f)`` for a parameter ``f``, so
+        the two loops are one loop over ``x`` for isl and are strip-mined after code
+        generation: ``for x.outer in range(ceil(E / f)): for x.inner in range(min(f,
+        E - f * x.outer))``. They must stay adjacent (no reorder between them), neither can
+        be split, fused, vectorized, unrolled, bound to a GPU index (except the pair
+        ``x.outer`` -> ``blockIdx``, ``x.inner`` -> ``threadIdx`` on CUDA) or hold a
+        ``compute_at``; ``x.outer`` may be ``parallel``. ``f >= 1`` is checked at each
+        call. Synonyms: Halide ``split``, loopy ``split_iname``, Exo ``divide_loop``.
 
         ``disable_predication=True`` is accepted as TVM accepts it, and changes nothing.
         In TVM it drops the guard of a non-divisible split, so that the last tile runs
@@ -224,6 +237,7 @@ class Stage(StorageMixin, TensorizeMixin):
                  f"{self.name!r}", "expected True or False")
         parent = self._leaf("split", parent)
         self._check_not_annotated("split", parent)
+        self._check_not_symbolic_split("split", parent)
         if (factor is None) == (nparts is None):
             got = "both factor= and nparts=" if factor is not None else "neither factor= nor "\
                 "nparts="
@@ -234,25 +248,17 @@ class Stage(StorageMixin, TensorizeMixin):
         if isinstance(val, np.integer):  # numpy ints are ints; the trace keeps plain ones
             val = int(val)
             factor, nparts = (val, None) if which == "factor" else (None, val)
-        if isinstance(val, ExprOp) and sym.static(val) is None:
-            fail("split", f"{which}={val} for iter_var {parent.name!r} of stage "
-                 f"{self.name!r} is an expression", "a positive int: a symbolic tile size "
-                 "would make the loop map x -> (floor(x/f), x mod f) non-affine, which isl "
-                 "cannot represent", hint="split by a constant factor; tune it over "
-                 "concrete sizes with polytile tune --sizes")
-        if isinstance(val, ExprOp):
+        if isinstance(val, ExprOp) and sym.static(val) is not None:
             val = sym.static(val)
             factor, nparts = (val, None) if which == "factor" else (None, val)
-        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+        if not isinstance(val, ExprOp) and (isinstance(val, bool) or not isinstance(val, int)
+                                            or val < 1):
             fail("split", f"{which}={val!r} for iter_var {parent.name!r} of stage "
-                       f"{self.name!r}", "expected a positive int (symbolic factors are not "
-                       "affine)")
+                       f"{self.name!r}", "expected a positive int or an integer expression "
+                       "of size parameters")
         ext = self.extent_of(parent)
-        if factor is None and not sym.is_static(ext):
-            fail("split", f"nparts={val} for iter_var {parent.name!r} of stage {self.name!r}, "
-                 f"whose extent {sym.text(ext)} is symbolic", "a constant extent for "
-                 "nparts= (the factor ceil(extent/nparts) would be symbolic)",
-                 hint=f"split({parent.name}, factor=...) instead")
+        if isinstance(val, ExprOp) or (factor is None and not sym.is_static(ext)):
+            return self._split_symbolic(parent, which, val, ext)
         ext = sym.static(ext) if sym.is_static(ext) else ext
         # an empty loop split in parts: inner loops of one iteration, none of them run
         f = val if factor is not None else max(1, -(-ext // val))
@@ -265,6 +271,41 @@ class Stage(StorageMixin, TensorizeMixin):
         self._record("split", parent, **({"factor": factor} if factor is not None
                                           else {"nparts": nparts}))
         return outer, inner
+
+    def _split_symbolic(self, parent: IterVar, which: str, val, ext):
+        """``split`` by a factor only known at run time (see :func:`symbolic_split`):
+        ``factor=`` an integer expression of size parameters or scalar arguments, or
+        ``nparts=`` of a symbolic extent (``factor = ceil(extent / nparts)``)."""
+        e = sym.as_expr(val)
+        bad = [v.name for v in collect(e, Var) if v.is_axis]
+        if not dt.is_int(e.dtype) or bad or any(isinstance(r, TensorRead)
+                                                 for r in collect(e, TensorRead)):
+            fail("split", f"{which}={val} for iter_var {parent.name!r} of stage "
+                 f"{self.name!r}", "an int or an integer expression of size parameters and "
+                 "scalar arguments (no loop variables, no tensor reads)")
+        if which == "factor":
+            f = e
+        else:   # ceil(extent / nparts), 1 for an empty loop (as for constant nparts)
+            f = binary("max", binary("floordiv", binary("add", sym.as_expr(ext),
+                                                        binary("sub", e, 1)), e), 1)
+        outer = self._new_iv(f"{parent.name}.outer",
+                             binary("floordiv", binary("add", sym.as_expr(ext),
+                                                       binary("sub", f, 1)), f), parent)
+        inner = self._new_iv(f"{parent.name}.inner", f, parent)
+        self.relations.append(Split(parent, outer, inner, 0, 0, sym=f, given=e))
+        k = self.leaf_iter_vars.index(parent)
+        self.leaf_iter_vars[k:k + 1] = [outer, inner]
+        self._move_attach(parent, inner)
+        self._record("split", parent, **{which: val})
+        return outer, inner
+
+    def _check_not_symbolic_split(self, primitive: str, iv: IterVar) -> None:
+        for rel in self.relations:
+            if symbolic_split(rel) and iv in (rel.outer, rel.inner):
+                fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} comes from a "
+                     f"split by the symbolic factor {rel.sym}", "split, fuse or transform "
+                     "loops of constant extent (the two loops of a symbolic split are "
+                     "strip-mined after isl's code generation and stay as they are)")
 
     def _check_not_annotated(self, primitive: str, iv: IterVar) -> None:
         kind = self.annotations.get(iv)
@@ -326,6 +367,7 @@ class Stage(StorageMixin, TensorizeMixin):
             return ivs[0]
         for iv in ivs:
             self._check_not_annotated("fuse", iv)
+            self._check_not_symbolic_split("fuse", iv)
         for iv in ivs[:-1]:
             for st in self._attached_at(iv):
                 fail("fuse", f"stage {st.name!r} is computed at {iv.name!r}, which is "

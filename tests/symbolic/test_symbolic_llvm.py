@@ -214,17 +214,6 @@ def test_intermediate_root_stage_heap():
         np.testing.assert_allclose(c, (a.astype(np.float64) + 1.0) * 2.0, rtol=2e-5)
 
 
-def test_symbolic_split_factor_refused():
-    n = te.var("n")
-    A = te.placeholder((n,), name="A")
-    C = te.compute((n,), lambda i: A[i], name="C")
-    s = te.create_schedule(C.op)
-    with pytest.raises(ScheduleError, match="split: factor=n for iter_var 'i' of stage 'C'"):
-        s[C].split(C.op.axis[0], factor=n)
-    with pytest.raises(ScheduleError, match="nparts=4 for iter_var 'i' of stage 'C'"):
-        s[C].split(C.op.axis[0], nparts=4)
-
-
 def test_fuse_symbolic_inner_refused_constant_ok():
     n = te.var("n")
     A = te.placeholder((n, 6), name="A")

@@ -1,0 +1,154 @@
+"""Split factors given as expressions (TVM allows any integer expression): ``factor=n // 4``,
+``factor=`` a ``te.var`` passed as a scalar argument, ``nparts=`` of a symbolic extent and
+``nparts=`` a ``te.var``. isl sees one loop; it is strip-mined after code generation.
+Numeric tests against numpy at odd sizes, poisoned outputs; refusals with their messages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import polytile
+from polytile import te
+from polytile.errors import ScheduleError
+from polytile.schedule import interpreter
+
+
+def _poison(shape):
+    return np.full(shape, np.nan, "float32")
+
+
+def _rand(shape, seed):
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype("float32")
+
+
+def _rowsumsq():
+    m, n = te.var("m"), te.var("n")
+    A = te.placeholder((m, n), name="A")
+    k = te.reduce_axis((0, n), name="k")
+    B = te.compute((m,), lambda i: te.sum(A[i, k] * A[i, k], axis=k), name="B")
+    return m, n, A, k, B
+
+
+def test_factor_expression_of_the_size():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2.0 + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    xo, xi = s[B].split(B.op.axis[0], factor=n // 4)
+    assert str(xi.dom.extent) == "(n // 4)"
+    s[B].parallel(xo)
+    text = str(polytile.lower(s, [A, B]))
+    assert "for i.outer in parallel(" in text and "for i.inner in range(0, min(" in text
+    assert "the factor of the split of 'i' in stage 'B'" in text
+    f = polytile.build(s, [A, B])
+    for N in (4, 5, 7, 17, 101):
+        a, b = _rand(N, N), _poison(N)
+        f(a, b)
+        np.testing.assert_allclose(b, a.astype(np.float64) * 2 + 1, rtol=1e-6)
+    with pytest.raises(ValueError, match=r"the factor of the split of 'i' in stage 'B', "
+                       r"minus 1 \(it must be at least 1\) is \(\(n // 4\) - 1\) = -1 for n=3"):
+        f(np.zeros(3, "float32"), np.zeros(3, "float32"))
+
+
+@pytest.mark.parametrize("how", ["factor", "nparts"])
+def test_reduction_split_by_a_scalar_argument(how):
+    m, n, A, k, B = _rowsumsq()
+    nt = te.var("nt")
+    s = te.create_schedule(B.op)
+    s[B].split(k, **{how: nt})
+    io, ii = s[B].split(B.op.axis[0], nparts=3)   # constant nparts of a symbolic extent
+    s[B].parallel(io)
+    f = polytile.build(s, [A, B, nt])
+    func = polytile.lower(s, [A, B, nt])
+    for M, N, t in ((5, 7, 2), (1, 1, 1), (9, 30, 4), (3, 0, 2), (8, 5, 9), (2, 13, 13)):
+        a, b = _rand((M, N), M * N + t), _poison(M)
+        f(a, b, t)
+        ref = (a.astype(np.float64) ** 2).sum(1)
+        np.testing.assert_allclose(b, ref, rtol=1e-5, atol=1e-6)
+        b2 = _poison(M)
+        interpreter.run(func, a, b2, t)   # the loop IR itself, independent of LLVM
+        np.testing.assert_allclose(b2, ref, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=rf"the {how} of the split of 'k' .* = -1 for nt=0"):
+        f(np.zeros((2, 2), "float32"), np.zeros(2, "float32"), 0)
+
+
+def test_symbolic_split_inside_other_loops_and_a_consumer():
+    m, n = te.var("m"), te.var("n")
+    A = te.placeholder((m, n), name="A")
+    B = te.compute((m, n), lambda i, j: A[i, j] + 1.0, name="B")
+    C = te.compute((m, n), lambda i, j: B[i, j] * B[i, n - 1 - j], name="C")
+    s = te.create_schedule(C.op)
+    jo, ji = s[C].split(C.op.axis[1], factor=(n + 2) // 3)
+    io, ii = s[C].split(C.op.axis[0], factor=2)
+    s[C].reorder(io, ii, jo, ji)
+    s[B].split(B.op.axis[0], nparts=m + 1)
+    f = polytile.build(s, [A, C])
+    for M, N in ((1, 1), (5, 7), (4, 12), (0, 3)):
+        a, c = _rand((M, N), M + N), _poison((M, N))
+        f(a, c)
+        b = a.astype(np.float64) + 1
+        np.testing.assert_allclose(c, b * b[:, ::-1], rtol=1e-5)
+
+
+def test_copy_and_trace_of_a_symbolic_split():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] - 3.0, name="B")
+    s = te.create_schedule(B.op)
+    s[B].split(B.op.axis[0], factor=n // 2 + 1)
+    s2 = s.copy()
+    assert str(polytile.lower(s2, [A, B])) == str(polytile.lower(s, [A, B]))
+
+
+def test_refusals():
+    m, n, A, k, B = _rowsumsq()
+    nt = te.var("nt")
+    s = te.create_schedule(B.op)
+    ko, ki = s[B].split(k, factor=nt)
+    s[B].parallel(ko)
+    with pytest.raises(ScheduleError, match=r"parallel: loop 'k' of stage 'B' carries a "
+                       r"dependence"):
+        polytile.lower(s, [A, B, nt])
+    s = te.create_schedule(B.op)
+    ko, ki = s[B].split(k, factor=nt)
+    s[B].reorder(ko, B.op.axis[0], ki)
+    with pytest.raises(ScheduleError, match=r"reorder: stage 'B': the loops 'k.outer' and "
+                       r"'k.inner' of a split by the symbolic factor nt are not adjacent"):
+        polytile.lower(s, [A, B, nt])
+    s = te.create_schedule(B.op)
+    ko, ki = s[B].split(k, factor=nt)
+    with pytest.raises(ScheduleError, match=r"split: iter_var 'k.inner' of stage 'B' comes "
+                       r"from a split by the symbolic factor nt"):
+        s[B].split(ki, factor=2)
+    with pytest.raises(ScheduleError, match=r"fuse: iter_var 'k.outer'"):
+        s[B].fuse(ko, ki)
+    s[B].vectorize(ki)
+    with pytest.raises(ScheduleError, match=r"vectorize: loop 'k.inner' of stage 'B' has the "
+                       r"symbolic extent nt"):
+        polytile.lower(s, [A, B, nt])
+    s = te.create_schedule(B.op)
+    s[B].split(k, factor=nt)
+    with pytest.raises(ScheduleError, match=r"the symbolic size 'nt' is not a dimension of any "
+                       r"argument"):
+        polytile.lower(s, [A, B])
+
+
+def test_compute_at_a_symbolic_split_is_refused():
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
+    C = te.compute((n,), lambda i: B[i] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=n // 3)
+    s[B].compute_at(s[C], xo)
+    with pytest.raises(ScheduleError, match=r"compute_at: stage 'B' is computed at 'i.outer' "
+                       r"of 'C', a loop of a split by the symbolic factor"):
+        polytile.lower(s, [A, C])
+    s = te.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=4)
+    s[B].compute_at(s[C], xo)
+    s[B].split(B.op.axis[0], factor=n // 3)
+    with pytest.raises(ScheduleError, match=r"split: stage 'B' splits 'i' by the symbolic "
+                       r"factor .* and is computed at 'C'"):
+        polytile.lower(s, [A, C])
