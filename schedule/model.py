@@ -403,6 +403,16 @@ def _strip_leaves(st: Stage) -> tuple[list, dict]:
                      f"{other.attach_ivar.name!r} of {st.name!r}, a loop of a split by the "
                      f"symbolic factor {rel.sym}", "compute_at a loop of constant extent "
                      "or one outside the symbolic split")
+        pair = [st.annotations.get(rel.outer), st.annotations.get(rel.inner)]
+        if any(isinstance(a, ThreadTag) for a in pair) and not (
+                all(isinstance(a, ThreadTag) for a in pair) and pair[0].is_block
+                and pair[1].is_thread and pair[0].value[-1] == pair[1].value[-1]):
+            fail("bind", f"the loops {rel.outer.name!r} and {rel.inner.name!r} of stage "
+                 f"{st.name!r} (a split by the symbolic factor {rel.sym}) are bound to "
+                 f"{[a.value if isinstance(a, ThreadTag) else None for a in pair]}",
+                 "the outer loop to blockIdx.d and the inner one to threadIdx.d of the same "
+                 "dimension d (a block size given at launch), or no GPU index",
+                 hint="split by a constant factor to bind other combinations")
         for iv in (rel.outer, rel.inner):
             ann = st.annotations.get(iv)
             if ann is not None and ann is not LoopKind.PARALLEL and not (

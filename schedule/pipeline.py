@@ -193,7 +193,7 @@ def _kernels(s: Lowering) -> None:
 
 def _ast(s: Lowering) -> None:
     """schedule trees and checked isl ASTs, into loop IR (one per kernel on GPUs)"""
-    s.envs = [{} if k is None else k.thread_vars() for k in s.units]
+    s.envs = [{} if k is None else k.index_env() for k in s.units]
     s.bodies = [lower_nodes(s.model) if k is None else
                 lower_nodes(s.model, k.nodes, k.context(), env)
                 for k, env in zip(s.units, s.envs)]
@@ -441,7 +441,7 @@ def _dump_set(dump) -> bool | set:
 
 def _launch(kernel: Kernel, body, env: dict, name: str) -> KernelLaunch:
     used = {id(v) for x in walk_stmts(body) for e in stmt_exprs(x) for v in collect(e, Var)}
-    tvars = tuple((v, v.name) for v in env.values() if id(v) in used)
+    tvars = tuple((v, v.name) for v in kernel.thread_vars().values() if id(v) in used)
     return KernelLaunch(name, kernel.grid, kernel.block, tvars, body)
 
 

@@ -159,9 +159,25 @@ class StagePlan:
                                       if self.leaves[k].iter_type != "reduce"]
 
     def binding(self, pos: int) -> ThreadTag | None:
-        """The thread tag loop ``pos`` is bound to, if any."""
-        ann = self.stage.annotations.get(self.leaves[pos])
+        """The thread tag loop ``pos`` is bound to, if any (for a symbolic split bound to
+        a block and a thread index, the thread index: see :meth:`index_pair`)."""
+        iv = self.leaves[pos]
+        rel = self.strips.get(iv)
+        ann = self.stage.annotations.get(rel.inner if rel is not None else iv)
         return ann if isinstance(ann, ThreadTag) else None
+
+    def index_pair(self, pos: int) -> tuple | None:
+        """``(blockIdx.d, threadIdx.d)`` when loop ``pos`` is a split by a symbolic factor
+        ``f`` whose loops are bound to them: the loop's value ``x`` is then
+        ``blockIdx.d * f + threadIdx.d``, and the isl parameter of ``blockIdx.d`` (``bx``)
+        stands for the block's offset ``blockIdx.d * f`` (``x = bx + tx``, affine)."""
+        rel = self.strips.get(self.leaves[pos])
+        if rel is None:
+            return None
+        a, b = (self.stage.annotations.get(rel.outer), self.stage.annotations.get(rel.inner))
+        if isinstance(a, ThreadTag) and isinstance(b, ThreadTag):
+            return a, b
+        return None
 
 
 @dataclass(eq=False)
@@ -197,6 +213,11 @@ class LoopNode:
     @property
     def binding(self) -> ThreadTag | None:
         return self.plan.binding(self.position)
+
+    @property
+    def index_pair(self) -> tuple | None:
+        """See :meth:`StagePlan.index_pair`."""
+        return self.plan.index_pair(self.position)
 
 
 @dataclass(eq=False)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import islpy as isl
 
-from polytile.errors import fail
+from polytile.errors import LoweringError, fail
 from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
 from polytile.te.expr import Var, binary
@@ -92,15 +92,19 @@ def context(sch, vars_: list[Var]) -> tuple[isl.Set | None, list]:
     checks += [(v, f"te.size_var {v.name!r}") for v in vars_
                if sym.is_size_var(v) and str(v) not in seen]
     names = [iu.param_name(v) for v in vars_]
-    conds = " and ".join(f"{iu.num(e)} >= 0" for e, _ in checks) or "1 = 1"
-    ctx = isl.Set(f"[{', '.join(names)}] -> {{ : {conds} }}")
-    # symbolic split factors: checked at each call, never seen by isl (not affine)
+    conds = [f"{iu.num(e)} >= 0" for e, _ in checks]
+    # symbolic split factors: checked at each call; isl assumes them where it can read them
     for st in sch.stages:
         for rel in _symbolic_splits(st):
             what = "nparts" if rel.given is not rel.sym else "factor"
-            checks.append((binary("sub", rel.given, 1), f"the {what} of the split of "
-                           f"{rel.parent.name!r} in stage {st.name!r}, minus 1 (it must be "
-                           f"at least 1)"))
+            e = binary("sub", rel.given, 1)
+            checks.append((e, f"the {what} of the split of {rel.parent.name!r} in stage "
+                           f"{st.name!r}, minus 1 (it must be at least 1)"))
+            try:
+                conds.append(f"{iu.num(e)} >= 0")
+            except LoweringError:
+                pass   # not affine (nparts=p of a symbolic extent, p a te.var): runtime only
+    ctx = isl.Set(f"[{', '.join(names)}] -> {{ : {' and '.join(conds) or '1 = 1'} }}")
     return ctx, checks
 
 

@@ -152,3 +152,115 @@ def test_compute_at_a_symbolic_split_is_refused():
     with pytest.raises(ScheduleError, match=r"split: stage 'B' splits 'i' by the symbolic "
                        r"factor .* and is computed at 'C'"):
         polytile.lower(s, [A, C])
+
+
+# ------------------------------------------------------------------ CUDA
+import os  # noqa: E402
+import sys  # noqa: E402
+
+from helpers import compile_with_nvcc  # noqa: E402
+
+from polytile.targets import Target  # noqa: E402
+from polytile.targets.cuda.runtime import CUDAModule  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "targets"))
+import cuda_emulator  # noqa: E402
+
+
+@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
+def cuda_build(request, tmp_path, monkeypatch):
+    """``build(s, args)`` for CUDA: on the GPU, or on the emulated driver."""
+    if request.param == "gpu":
+        yield lambda s, args: polytile.build(s, args, target="cuda")
+        return
+    with cuda_emulator.installed(tmp_path, monkeypatch):
+        yield lambda s, args: CUDAModule(polytile.lower(s, args, target="cuda",
+                                                        stop_after=None), Target.parse("cuda"))
+
+
+def _thread_count_var():
+    # TVM's elementwise schedule with the thread count a run-time value: one kernel for
+    # every n and every block size
+    m, n, nt = te.var("m"), te.var("n"), te.var("nt")
+    A = te.placeholder((m, n), name="A")
+    B = te.compute((m, n), lambda i, j: A[i, j] * 2.0 - A[i, n - 1 - j], name="B")
+    s = te.create_schedule(B.op)
+    bx, tx = s[B].split(B.op.axis[1], factor=nt)
+    s[B].bind(bx, te.thread_axis("blockIdx.x"))
+    s[B].bind(tx, te.thread_axis("threadIdx.x"))
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.y"))
+    return s, [A, B, nt]
+
+
+def test_symbolic_block_size_lowering_and_nvcc():
+    s, args = _thread_count_var()
+    text = str(polytile.lower(s, args, target="cuda"))
+    assert "grid=[((n + (nt - 1)) // nt), m, 1], block=[nt, 1, 1]" in text
+    src = polytile.build(s, args, target="cuda").get_source()
+    assert "__launch_bounds__" not in src   # the block size is only known at launch
+    compile_with_nvcc(src)
+    func = polytile.lower(s, args, target="cuda")
+    for M, N, T in ((1, 1, 1), (3, 10, 3), (2, 64, 32), (2, 65, 32), (0, 5, 2)):
+        a, b = _rand((M, N), M + N + T), _poison((M, N))
+        interpreter.run(func, a, b, T)
+        np.testing.assert_allclose(b, 2.0 * a - a[:, ::-1], rtol=1e-6)
+
+
+def test_symbolic_block_size_runs(cuda_build):
+    s, args = _thread_count_var()
+    f = cuda_build(s, args)
+    for M, N, T in ((1, 1, 1), (3, 10, 3), (2, 100, 32), (4, 33, 7)):
+        a = _rand((M, N), M * N + T)
+        da = polytile.nd.array(a, device="cuda")
+        db = polytile.nd.array(_poison((M, N)), device="cuda")
+        f(da, db, T)
+        np.testing.assert_allclose(db.numpy(), 2.0 * a - a[:, ::-1], rtol=1e-6)
+    a = np.zeros((1, 4), "float32")
+    with pytest.raises(ValueError, match=r"needs blocks of \[2048, 1, 1\] threads"):
+        f(polytile.nd.array(a, device="cuda"), polytile.nd.array(a, device="cuda"), 2048)
+
+
+def test_reduction_per_thread_with_a_symbolic_block(cuda_build):
+    m, n, A, k, B = _rowsumsq()
+    s = te.create_schedule(B.op)
+    bx, tx = s[B].split(B.op.axis[0], factor=m // 3 + 1)
+    s[B].bind(bx, te.thread_axis("blockIdx.x"))
+    s[B].bind(tx, te.thread_axis("threadIdx.x"))
+    compile_with_nvcc(polytile.build(s, [A, B], target="cuda").get_source())
+    f = cuda_build(s, [A, B])
+    for M, N in ((1, 1), (7, 5), (40, 3), (2, 0)):
+        a = _rand((M, N), M + 10 * N)
+        db = polytile.nd.array(_poison(M), device="cuda")
+        f(polytile.nd.array(a, device="cuda"), db)
+        np.testing.assert_allclose(db.numpy(), (a.astype(np.float64) ** 2).sum(1),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_gpu_refusals_of_symbolic_splits():
+    n, nt = te.var("n"), te.var("nt")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
+    C = te.compute((n,), lambda i: B[i] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    bx, tx = s[C].split(C.op.axis[0], factor=nt)
+    s[C].bind(bx, te.thread_axis("blockIdx.x"))
+    s[C].bind(tx, te.thread_axis("threadIdx.y"))
+    with pytest.raises(ScheduleError, match=r"bind: the loops 'i.outer' and 'i.inner' of stage "
+                       r"'C' .* are bound to \['blockIdx.x', 'threadIdx.y'\]"):
+        polytile.lower(s, [A, C, nt], target="cuda")
+    s = te.create_schedule(C.op)
+    bx, tx = s[C].split(C.op.axis[0], factor=nt)
+    s[C].bind(bx, te.thread_axis("blockIdx.x"))
+    s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    ko, ki = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(ko, te.thread_axis("blockIdx.x"))
+    s[B].bind(ki, te.thread_axis("threadIdx.x"))
+    f = polytile.lower(s, [A, C, nt], target="cuda")   # two kernels: B's fixed, C's not
+    assert "block=[nt, 1, 1]" in str(f) and "block=[32, 1, 1]" in str(f)
+    s2 = te.create_schedule(C.op)
+    bx, tx = s2[C].split(C.op.axis[0], factor=nt)
+    s2[C].bind(bx, te.thread_axis("blockIdx.x"))
+    s2[C].bind(tx, te.thread_axis("threadIdx.x"))
+    s2[B].compute_inline()
+    f = polytile.lower(s2, [A, C, nt], target="cuda")
+    assert "block=[nt, 1, 1]" in str(f)
