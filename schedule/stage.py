@@ -96,6 +96,7 @@ class Stage(StorageMixin, TensorizeMixin):
         self.group = None
         #: bind: the thread-axis variable each bound loop stands for
         self.bound_vars: dict = {}
+        self.bound_axes: dict = {}   # loop -> the thread axis (te.thread_axis) it is bound to
         #: tensorize: (loop, TensorIntrin)
         self.tensorized = None
 
@@ -175,6 +176,14 @@ class Stage(StorageMixin, TensorizeMixin):
                  "of a schedule created before")
         fail(primitive, f"iter_var {iv.name!r} is not an axis of stage {self.name!r} "
                    f"({where})", f"expected one of [{self._leaf_names()}]")
+
+    @property
+    def iter_var_attrs(self) -> dict:
+        """TVM's ``Stage.iter_var_attrs``: ``{loop: IterVarAttr}`` of the annotated loops
+        (see :mod:`polytile.schedule.iter_attrs`)."""
+        from .iter_attrs import iter_var_attrs
+
+        return iter_var_attrs(self)
 
     def _leaf_names(self) -> str:
         return ", ".join(repr(v.name) for v in self.leaf_iter_vars)
@@ -528,6 +537,7 @@ class Stage(StorageMixin, TensorizeMixin):
                      "bind each thread axis once per stage")
         self._annotate("bind", iv, tag)
         self.bound_vars[iv] = thread_ivar.var
+        self.bound_axes[iv] = thread_ivar
         if thread_ivar.dom is not None:
             self.thread_extents[iv] = thread_ivar.dom.extent
         self._record("bind", iv, ("thread", tag.value, thread_ivar.var.name))
