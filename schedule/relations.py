@@ -40,6 +40,21 @@ class Split:
     given: object = None
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Cyclic:
+    """``parent = inner * parts + outer`` (``0 <= outer < parts``): how ``split(k,
+    nparts=parts)`` (a constant) splits a *reduction* axis of symbolic extent. The block
+    split ``k = outer * ceil(E / parts) + inner`` would be non-affine; the cyclic one runs
+    the same iterations, with the reduction summed in another order (as any reorder of
+    reduction loops; ``outer`` has the constant extent ``parts``, so it can be bound to
+    ``threadIdx``: TVM's cross-thread reduction with ``nparts=num_threads``)."""
+
+    parent: IterVar
+    outer: IterVar
+    inner: IterVar
+    parts: int
+
+
 def symbolic_split(rel) -> bool:
     """Whether ``rel`` is a split by a symbolic factor (``split(x, factor=n // 4)``, or
     ``nparts=`` of a symbolic extent). isl cannot represent ``x -> (floor(x/f), x mod f)``

@@ -15,13 +15,14 @@ import numpy as np
 from polytile.errors import ScheduleError, fail, format_error
 from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
-from polytile.te.expr import ExprOp, IterVar, Range, TensorRead, Var, binary
+from polytile.te.expr import (ExprOp, IterVar, Range, Reduce, TensorRead, TupleCommReducer,
+                              Var, binary)
 from polytile.te.visitor import collect
 from polytile.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 from polytile.te.scan import ScanOp
 
 from .kinds import Annotation, LoopKind, ThreadTag, annotation_name
-from .relations import Fuse, Singleton, Split, Step, Transform, symbolic_split
+from .relations import Cyclic, Fuse, Singleton, Split, Step, Transform, symbolic_split
 from .stage_extras import StorageMixin, TensorizeMixin
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ class Stage(StorageMixin, TensorizeMixin):
             if v is iv:
                 return iv
         for rel in self.relations:
-            if isinstance(rel, Split) and rel.parent is iv:
+            if isinstance(rel, (Split, Cyclic)) and rel.parent is iv:
                 fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} was already "
                            f"split into {rel.outer.name!r} and {rel.inner.name!r}",
                            "use one of those instead")
@@ -285,6 +286,12 @@ class Stage(StorageMixin, TensorizeMixin):
         """``split`` by a factor only known at run time (see :func:`symbolic_split`):
         ``factor=`` an integer expression of size parameters or scalar arguments, or
         ``nparts=`` of a symbolic extent (``factor = ceil(extent / nparts)``)."""
+        body = self.op.body[0] if getattr(self.op, "body", ()) else None
+        if (which == "nparts" and isinstance(val, int) and parent.iter_type == "reduce"
+                and isinstance(body, Reduce)
+                and not isinstance(body.combiner, TupleCommReducer)):
+            # a tuple reducer keeps the block split: its ties follow the axis order
+            return self._split_cyclic(parent, val, ext)
         e = sym.as_expr(val)
         bad = [v.name for v in collect(e, Var) if v.is_axis]
         if not dt.is_int(e.dtype) or bad or any(isinstance(r, TensorRead)
@@ -306,6 +313,18 @@ class Stage(StorageMixin, TensorizeMixin):
         self.leaf_iter_vars[k:k + 1] = [outer, inner]
         self._move_attach(parent, inner)
         self._record("split", parent, **{which: val})
+        return outer, inner
+
+    def _split_cyclic(self, parent: IterVar, parts: int, ext):
+        """``split(k, nparts=parts)`` of a reduction axis of symbolic extent: the cyclic
+        split ``k = inner * parts + outer`` (see :class:`~.relations.Cyclic`)."""
+        outer = self._new_iv(f"{parent.name}.outer", parts, parent)
+        inner = self._new_iv(f"{parent.name}.inner", sym.ceildiv(ext, parts), parent)
+        self.relations.append(Cyclic(parent, outer, inner, parts))
+        k = self.leaf_iter_vars.index(parent)
+        self.leaf_iter_vars[k:k + 1] = [outer, inner]
+        self._move_attach(parent, inner)
+        self._record("split", parent, nparts=parts)
         return outer, inner
 
     def _check_not_symbolic_split(self, primitive: str, iv: IterVar) -> None:

@@ -264,3 +264,94 @@ def test_gpu_refusals_of_symbolic_splits():
     s2[B].compute_inline()
     f = polytile.lower(s2, [A, C, nt], target="cuda")
     assert "block=[nt, 1, 1]" in str(f)
+
+
+# ------------------------------------------------- cross-thread reductions, symbolic extents
+def _rowsum_sym():
+    n, m = te.var("n"), te.var("m")
+    A = te.placeholder((n, m), name="A")
+    k = te.reduce_axis((0, m), "m")
+    B = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    return A, B
+
+
+@pytest.mark.parametrize("nthd", [16, 32])
+def test_tvm_crossthread_reduction_nparts_over_a_symbolic_extent(nthd, cuda_build):
+    # TVM's test_crossthread_reduction1: nparts=nthd of a symbolic reduction, bound to
+    # threadIdx.x. polytile splits a reduction by nparts of a symbolic extent cyclically
+    # (k = k.inner * nthd + k.outer: affine; the same terms summed in another order)
+    A, B = _rowsum_sym()
+    s = te.create_schedule(B.op)
+    ko, _ = s[B].split(B.op.reduce_axis[0], nparts=nthd)
+    s[B].bind(ko, te.thread_axis("threadIdx.x"))
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    compile_with_nvcc(polytile.build(s, [A, B], target="cuda").get_source())
+    func = polytile.lower(s, [A, B], target="cuda")
+    f = cuda_build(s, [A, B])
+    for kk in (nthd - 1, nthd, nthd + 1, 1, 3 * nthd + 5):
+        a, b = _rand((3, kk), kk), _poison(3)
+        interpreter.run(func, a, b)
+        np.testing.assert_allclose(b, a.astype(np.float64).sum(1), rtol=1e-5, atol=1e-6)
+        db = polytile.nd.array(_poison(3), device="cuda")
+        f(polytile.nd.array(a, device="cuda"), db)
+        np.testing.assert_allclose(db.numpy(), a.astype(np.float64).sum(1), rtol=1e-5,
+                                   atol=1e-6)
+
+
+def test_tvm_crossthread_reduction_two_axes_and_the_factor_idiom():
+    # TVM's test_crossthread_reduction2 (two symbolic reduction axes, nparts on each, bound
+    # to threadIdx.x/y: refused), and the factor= idiom (inner loop of 16 on threadIdx.x)
+    n, k0, k1 = te.var("n"), te.var("k0"), te.var("k1")
+    A = te.placeholder((n, k0, k1), name="A")
+    r0, r1 = te.reduce_axis((0, k0), "k0"), te.reduce_axis((0, k1), "k1")
+    B = te.compute((n,), lambda i: te.sum(A[i, r0, r1], axis=(r0, r1)), name="B")
+    s = te.create_schedule(B.op)
+    k0o, _ = s[B].split(B.op.reduce_axis[0], nparts=8)
+    k1o, _ = s[B].split(B.op.reduce_axis[1], nparts=4)
+    s[B].bind(k0o, te.thread_axis("threadIdx.x"))
+    s[B].bind(k1o, te.thread_axis("threadIdx.y"))
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    # two reduction loops on two thread indices: not lowered yet (a clear refusal)
+    with pytest.raises(ScheduleError, match=r"bind: the cross-thread reduction of stage 'B' "
+                       r"over 'k0.outer' .* reduction loop 'k1.outer' of stage 'B' is annotated "
+                       r"'bind:threadIdx.y'"):
+        polytile.lower(s, [A, B], target="cuda")
+    A2, B2 = _rowsum_sym()
+    s = te.create_schedule(B2.op)
+    ko, ki = s[B2].split(B2.op.reduce_axis[0], factor=16)
+    s[B2].bind(ki, te.thread_axis("threadIdx.x"))
+    s[B2].bind(B2.op.axis[0], te.thread_axis("blockIdx.x"))
+    func = polytile.lower(s, [A2, B2], target="cuda")
+    for kk in (1, 15, 16, 17, 50):
+        a, b = _rand((3, kk), kk + 1), _poison(3)
+        interpreter.run(func, a, b)
+        np.testing.assert_allclose(b, a.astype(np.float64).sum(1), rtol=1e-5, atol=1e-6)
+
+
+def test_nparts_of_a_symbolic_reduction_on_llvm_and_argmax_keeps_block_order():
+    A, B = _rowsum_sym()
+    s = te.create_schedule(B.op)
+    ko, ki = s[B].split(B.op.reduce_axis[0], nparts=4)
+    assert "A[i, (m.outer + (4 * m.inner))]" in str(polytile.lower(s, [A, B]))
+    f = polytile.build(s, [A, B])
+    for kk in (0, 1, 5, 17):
+        a, b = _rand((3, kk), kk), _poison(3)
+        f(a, b)
+        np.testing.assert_allclose(b, a.astype(np.float64).sum(1), rtol=1e-5, atol=1e-6)
+    # a tuple reducer (argmax) keeps the block split: ties must give the first index
+    n, m = te.var("n"), te.var("m")
+    X = te.placeholder((n, m), name="X")
+    argmax = te.comm_reducer(
+        lambda x, y: (te.if_then_else(x[1] >= y[1], x[0], y[0]),
+                      te.if_then_else(x[1] >= y[1], x[1], y[1])),
+        lambda t0, t1: (te.const(-1, t0), te.min_value(t1)), name="argmax")
+    k = te.reduce_axis((0, m), "k")
+    I, V = te.compute((n,), lambda i: argmax((k, X[i, k]), axis=k), name="T")
+    s = te.create_schedule(I.op)
+    s[I].split(k, nparts=3)
+    f = polytile.build(s, [X, I, V])
+    x = np.random.default_rng(0).integers(0, 3, (4, 11)).astype("float32")   # many ties
+    i_out, v_out = np.full(4, -7, "int32"), _poison(4)
+    f(x, i_out, v_out)
+    np.testing.assert_array_equal(i_out, x.argmax(1))
+    np.testing.assert_array_equal(v_out, x.max(1))
