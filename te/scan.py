@@ -51,6 +51,9 @@ class ScanOp(ComputeOp):
     update: tuple = ()
     state_placeholder: tuple = ()
     inputs: tuple = ()
+    #: the computes between the updates and the states (they read a state), inlined into
+    #: the step; ``s[t]`` of one of them is a :class:`~polytile.schedule.schedule.ScanStep`
+    steps: tuple = ()
 
     def axis_alias(self) -> dict:
         """``{id(axis k of a later update compute): axis k of the stage}`` (several states
@@ -115,6 +118,19 @@ class _State(ExprMutator):
         if any(a is not b for a, b in zip(idx, r.indices)):
             return TensorRead(r.dtype, r.tensor, idx)
         return r
+
+
+def _ops_between(bodies, reads_state) -> list:
+    """The compute ops the update bodies read (transitively) that read a state."""
+    out: list = []
+    todo = [r.tensor.op for b in bodies for r in collect(b, TensorRead)]
+    while todo:
+        op = todo.pop()
+        if not isinstance(op, ComputeOp) or any(op is o for o in out) or not reads_state(op):
+            continue
+        out.append(op)
+        todo += [t.op for t in op.input_tensors]
+    return out
 
 
 def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: str = "",
@@ -227,5 +243,7 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
         new.append(Select(b.dtype, first, TensorRead(i.dtype, i, tuple(ivars)), upd))
     # the body reads the op's own outputs, which exist only once the op does
     object.__setattr__(op, "body", tuple(new))
+    object.__setattr__(op, "steps", tuple(
+        o for o in _ops_between(bodies, reads_state) if all(o is not u.op for u in updates)))
     outs = list(op.outputs)
     return outs[0] if single else outs

@@ -140,3 +140,33 @@ def test_multi_state_definition_errors():
     r = te.compute((m, n), lambda t, i: te.sum(s1[t - 1, k], axis=k), name="r")
     with pytest.raises(TypeError, match="scan: update 'r' is a reduction"):
         te.scan([i1, i1], [u1, r], [s1, s1])
+
+
+def test_tvm_multi_stage_scan_cell_schedule(backend):
+    # TVM's scan tutorial: s_update1 reads the state, s_update2 reads s_update1; TVM
+    # attaches s_update1 inside s_update2's loop. polytile inlines it into the step, so that
+    # compute_at is accepted and changes nothing; other primitives on it say why
+    m, n = 6, 40
+    X = te.placeholder((m, n), name="X")
+    st = te.placeholder((m, n), name="st")
+    init = te.compute((1, n), lambda _, i: X[0, i], name="init")
+    u1 = te.compute((m, n), lambda t, i: st[t - 1, i] * 2, name="u1")
+    u2 = te.compute((m, n), lambda t, i: u1[t, i] + X[t, i], name="u2")
+    S = te.scan(init, u2, st, inputs=[X])
+    s = te.create_schedule(S.op)
+    xo, xi = s[u2].split(u2.op.axis[1], factor=32)
+    s[u1].compute_at(s[u2], xo)
+    s[u1].compute_inline()
+    with pytest.raises(ScheduleError, match=r"split: stage 'u1' is inlined into the step of "
+                       r"te.scan 'scan' and has no loops of its own"):
+        s[u1].split(u1.op.axis[0], factor=2)
+    other = te.compute((m, n), lambda t, i: S[t, i] + 1, name="other")
+    s2 = te.create_schedule(other.op)
+    with pytest.raises(ScheduleError, match="compute_at: stage 'u1' is computed inside the step"):
+        s2[u1].compute_at(s2[other], other.op.axis[0])
+    x = rand((m, n), seed=11)
+    (out,) = run_schedule(s, [X, S], [x], backend)
+    ref = x.astype("float64").copy()
+    for t in range(1, m):
+        ref[t] = ref[t - 1] * 2 + x[t]
+    check(out, ref, k=m)
