@@ -331,6 +331,10 @@ def lower(sch: Schedule, args, name: str = "main", target: str | Target | None =
     tgt = Target.parse(target) if target is not None else _default_target(sch)
     last = _phase_index(stop_after)
     show = _dump_set(dump)
+    if isinstance(args, (list, tuple)):   # vector-dtype tensors lower as their lanes view
+        from polytile.te.vector import unwrap
+
+        args = type(args)(unwrap(a) for a in args)
     state = Lowering(sch, args, name, tgt, who)
     t_all = time.perf_counter()
     with iu.parameter_context(None):

@@ -94,6 +94,9 @@ class Schedule:
                     self.stage_map.setdefault(op, ScanStep(op, st))
 
     def __getitem__(self, key) -> Stage:
+        from polytile.te.vector import unwrap
+
+        key = unwrap(key)   # a vector-dtype tensor: the stage of its lanes view
         op = key.op if isinstance(key, Tensor) else key
         if isinstance(key, ScanStep) and key.scan.schedule is self:
             return key

@@ -124,10 +124,9 @@ _VECTOR = re.compile(r"^([a-z]+[0-9]*)x([0-9]+)$")
 def _refuse_known(dtype: str) -> None:
     """Clear refusals for TVM dtypes polytile does not have (see docs/tvm_compatibility.md):
 
-    * vector dtypes (``"float32x4"``, ``"int8x4"``): TVM TE accepts them as tensor
-      elements (a ``(n,)`` tensor of ``float32x4`` holds an ``(n, 4)`` host array and its
-      arithmetic is lane-wise); polytile's elements are scalars, and the same program is
-      written with the lanes as a trailing axis, ``vectorize``d;
+    * vector dtypes (``"float32x4"``, ``"int8x4"``) as the dtype of a scalar (a
+      ``te.var``, ``astype`` of a scalar): tensors and constants of vector dtypes are
+      views handled by :mod:`polytile.te.vector` before this function is reached;
     * ``int4``/``uint4``: TVM TE uses them mostly for CUDA tensor-core and packing
       tests; polytile has no sub-byte storage (packed stores of two elements of one byte
       by different threads would race), so they are refused.
@@ -138,11 +137,12 @@ def _refuse_known(dtype: str) -> None:
     if m and (m.group(1) in _BITS or m.group(1) in ALIASES) and int(m.group(2)) > 1:
         base, lanes = ALIASES.get(m.group(1), m.group(1)), int(m.group(2))
         raise DefinitionTypeError(
-            f"dtype: {dtype!r} is a vector dtype ({lanes} lanes of {base}); polytile "
-            f"tensor elements are scalars. hint: give the tensor a trailing axis of {lanes} "
+            f"dtype: {dtype!r} is a vector dtype ({lanes} lanes of {base}), which polytile "
+            f"takes as the element dtype of a tensor only (te.placeholder((n,), "
+            f"dtype={dtype!r}), te.const(v, {dtype!r}), see polytile.te.vector), not of a "
+            f"scalar. hint: or give the tensor a trailing axis of {lanes} "
             f"(te.placeholder((n, {lanes}), dtype={base!r})), index it A[i, l] in the "
-            f"compute and vectorize that axis; the host array is the same (n, {lanes}) "
-            f"{base} array TVM copies into a {dtype} NDArray")
+            f"compute and vectorize that axis")
     if dtype in ("int4", "uint4"):
         raise DefinitionTypeError(
             f"dtype: {dtype!r} (4-bit integers) is not supported: polytile has no "

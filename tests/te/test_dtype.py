@@ -226,11 +226,11 @@ def test_canonical_refuses_unsupported(bad):
 @pytest.mark.parametrize("vec,base,lanes", [("float32x4", "float32", 4),
                                             ("int8x16", "int8", 16), ("floatx2", "float32", 2),
                                             ("float16x8", "float16", 8)])
-def test_vector_dtypes_are_refused_with_the_trailing_axis_form(vec, base, lanes):
-    # TVM TE takes them as elements; polytile asks for the lanes as a trailing axis
+def test_vector_dtypes_of_scalars_are_refused(vec, base, lanes):
+    # vector dtypes are tensor elements (tests/te/test_vector_dtypes.py), not scalars
     with pytest.raises(TypeError, match=rf"dtype: '{vec}' is a vector dtype \({lanes} lanes "
                        rf"of {base}\).*te.placeholder\(\(n, {lanes}\), dtype='{base}'\)"):
-        te.placeholder((8,), dtype=vec)
+        te.var("x", dtype=vec)
 
 
 def test_one_lane_vector_dtype_is_the_scalar_dtype():
