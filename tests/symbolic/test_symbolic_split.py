@@ -355,3 +355,29 @@ def test_nparts_of_a_symbolic_reduction_on_llvm_and_argmax_keeps_block_order():
     f(x, i_out, v_out)
     np.testing.assert_array_equal(i_out, x.argmax(1))
     np.testing.assert_array_equal(v_out, x.max(1))
+
+
+def test_tensorize_under_a_parallel_symbolic_split():
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "schedule"))
+    from test_tensorize import GEMV_C, gemv_intrin
+
+    n, nt = te.var("n"), te.var("nt")
+    A = te.placeholder((n, 48), name="A")
+    B = te.placeholder((32, 48), name="B")
+    k = te.reduce_axis((0, 48), name="k")
+    C = te.compute((n, 32), lambda i, j: te.sum(A[i, k] * B[j, k], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    io, ii = s[C].split(C.op.axis[0], factor=nt)
+    yo, yi = s[C].split(C.op.axis[1], factor=16)
+    zo, zi = s[C].split(k, factor=16)
+    s[C].reorder(io, ii, yo, zo, yi, zi)
+    s[C].tensorize(yi, gemv_intrin(16, 16, reset=True))
+    s[C].pragma(io, "import_c", GEMV_C)
+    s[C].parallel(io)
+    f = polytile.build(s, [A, B, C, nt])
+    for N, t in ((5, 2), (7, 3), (1, 1), (9, 20)):
+        a, b = _rand((N, 48), N) + 1.5, _rand((32, 48), t) + 1.5
+        c = _poison((N, 32))
+        f(a, b, c, t)
+        np.testing.assert_allclose(c, a.astype(np.float64) @ b.T.astype(np.float64),
+                                   rtol=1e-5)
