@@ -13,17 +13,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from polytile.errors import ScheduleError, fail, format_error
-from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
-from polytile.te.expr import (ExprOp, IterVar, Range, Reduce, TensorRead, TupleCommReducer,
-                              Var, binary)
-from polytile.te.visitor import collect
+from polytile.te.expr import ExprOp, IterVar, Range, Var
 from polytile.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 from polytile.te.scan import ScanOp
 
 from .kinds import Annotation, LoopKind, ThreadTag, annotation_name
-from .relations import Cyclic, Fuse, Singleton, Split, Step, Transform, symbolic_split
+from .relations import Cyclic, Fuse, Singleton, Split, Step, Transform
 from .stage_extras import StorageMixin, TensorizeMixin
+from .stage_split import SymbolicSplitMixin
 
 if TYPE_CHECKING:
     from .schedule import Schedule  # a type hint only: schedule.py imports this module
@@ -40,7 +38,7 @@ PRAGMAS = {"unroll": LoopKind.UNROLLED, "vectorize": LoopKind.VECTORIZED,
 IMPORT_PRAGMAS = ("import_llvm", "import_c")
 
 
-class Stage(StorageMixin, TensorizeMixin):
+class Stage(StorageMixin, TensorizeMixin, SymbolicSplitMixin):
     """The schedule of one operation (TVM's ``Stage``), obtained as ``s[tensor]``.
 
     Attributes
@@ -281,59 +279,6 @@ class Stage(StorageMixin, TensorizeMixin):
         self._record("split", parent, **({"factor": factor} if factor is not None
                                           else {"nparts": nparts}))
         return outer, inner
-
-    def _split_symbolic(self, parent: IterVar, which: str, val, ext):
-        """``split`` by a factor only known at run time (see :func:`symbolic_split`):
-        ``factor=`` an integer expression of size parameters or scalar arguments, or
-        ``nparts=`` of a symbolic extent (``factor = ceil(extent / nparts)``)."""
-        body = self.op.body[0] if getattr(self.op, "body", ()) else None
-        if (which == "nparts" and isinstance(val, int) and parent.iter_type == "reduce"
-                and isinstance(body, Reduce)
-                and not isinstance(body.combiner, TupleCommReducer)):
-            # a tuple reducer keeps the block split: its ties follow the axis order
-            return self._split_cyclic(parent, val, ext)
-        e = sym.as_expr(val)
-        bad = [v.name for v in collect(e, Var) if v.is_axis]
-        if not dt.is_int(e.dtype) or bad or any(isinstance(r, TensorRead)
-                                                 for r in collect(e, TensorRead)):
-            fail("split", f"{which}={val} for iter_var {parent.name!r} of stage "
-                 f"{self.name!r}", "an int or an integer expression of size parameters and "
-                 "scalar arguments (no loop variables, no tensor reads)")
-        if which == "factor":
-            f = e
-        else:   # ceil(extent / nparts), 1 for an empty loop (as for constant nparts)
-            f = binary("max", binary("floordiv", binary("add", sym.as_expr(ext),
-                                                        binary("sub", e, 1)), e), 1)
-        outer = self._new_iv(f"{parent.name}.outer",
-                             binary("floordiv", binary("add", sym.as_expr(ext),
-                                                       binary("sub", f, 1)), f), parent)
-        inner = self._new_iv(f"{parent.name}.inner", f, parent)
-        self.relations.append(Split(parent, outer, inner, 0, 0, sym=f, given=e))
-        k = self.leaf_iter_vars.index(parent)
-        self.leaf_iter_vars[k:k + 1] = [outer, inner]
-        self._move_attach(parent, inner)
-        self._record("split", parent, **{which: val})
-        return outer, inner
-
-    def _split_cyclic(self, parent: IterVar, parts: int, ext):
-        """``split(k, nparts=parts)`` of a reduction axis of symbolic extent: the cyclic
-        split ``k = inner * parts + outer`` (see :class:`~.relations.Cyclic`)."""
-        outer = self._new_iv(f"{parent.name}.outer", parts, parent)
-        inner = self._new_iv(f"{parent.name}.inner", sym.ceildiv(ext, parts), parent)
-        self.relations.append(Cyclic(parent, outer, inner, parts))
-        k = self.leaf_iter_vars.index(parent)
-        self.leaf_iter_vars[k:k + 1] = [outer, inner]
-        self._move_attach(parent, inner)
-        self._record("split", parent, nparts=parts)
-        return outer, inner
-
-    def _check_not_symbolic_split(self, primitive: str, iv: IterVar) -> None:
-        for rel in self.relations:
-            if symbolic_split(rel) and iv in (rel.outer, rel.inner):
-                fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} comes from a "
-                     f"split by the symbolic factor {rel.sym}", "split, fuse or transform "
-                     "loops of constant extent (the two loops of a symbolic split are "
-                     "strip-mined after isl's code generation and stay as they are)")
 
     def _check_not_annotated(self, primitive: str, iv: IterVar) -> None:
         kind = self.annotations.get(iv)
