@@ -13,6 +13,7 @@ import islpy as isl
 
 from polytile.errors import InternalError
 from polytile.te import dtype as dt
+from polytile.te import symbolic as sym
 from polytile.te.expr import (Binary, Cast, Cmp, Const, Expr, Not, Or, Reduce, Select,
                               TupleCommReducer, Var, logical_and)
 from polytile.te.reduction import widened
@@ -196,6 +197,7 @@ class _Converter:
     def __init__(self, model: Model, hook: _Hook, barriers: set = frozenset(),
                  idle: dict | None = None):
         self.model = model
+        self.iv_of: dict = {}   # id(For) -> the IterVar it is the loop of
         self.hook = hook
         self.barriers = barriers   # plan indices of attached stages between barriers
         self.idle = idle or {}     # statement name -> tags of which only index 0 runs it
@@ -295,7 +297,11 @@ class _Converter:
             if loop.key in self.model.rolled:
                 kind = LoopKind.SERIAL
             pragmas = tuple(k for k, _ in loop.plan.stage.pragmas.get(loop.iter_var, ()))
-        return For(v, init, extent, kind, body, step, pragmas)
+        out = For(v, init, extent, kind, body, step, pragmas)
+        if loop is not None:
+            self.iv_of[id(out)] = loop.iter_var
+            out = _coalesce(out, loop.plan.stage, self.iv_of, taken)
+        return out
 
     def convert_user(self, node: isl.AstNode, env: dict) -> Stmt:
         st, idx, guard = self.hook.info[int(node.get_annotation().get_name()[1:])]
@@ -418,6 +424,60 @@ def _strip_mine(rel, loop: LoopNode, v: Var, init: Expr, extent: Expr, step: int
     pragmas = tuple(k for k, _ in loop.plan.stage.pragmas.get(rel.outer, ()))
     return For(vo, Const("int64", 0), outer_ext,
                loop_kind(loop.plan.stage.annotations.get(rel.outer)), inner, 1, pragmas)
+
+
+def _coalesce(f: For, stage, iv_of: dict, taken: set) -> Stmt:
+    """The perfect nest ``for o: for i: body`` of a fuse of symbolic inner extent ``E``
+    (``relations.symbolic_fuse``) as its fused loop::
+
+        for o.i.fused in range(0, ext_o * E):
+          o = init_o + o.i.fused // E
+          i = i_min + o.i.fused % E
+          if init_i(o) <= i < init_i(o) + ext_i(o): body
+
+    repeatedly (``fuse(a, b, c)``). A nest isl generated otherwise is kept as it is (the
+    same iterations in the same order; the fused loop's annotation is on both loops)."""
+    while True:
+        rel = next((r for r in stage.relations if getattr(r, "sym", None) is True
+                    and r.outer is iv_of.get(id(f))), None)
+        inner, rebuild = _inner_for(f.body)
+        if (rel is None or inner is None or iv_of.get(id(inner)) is not rel.inner
+                or f.step != 1 or inner.step != 1):
+            return f
+        e = _to_index(sym.as_expr(rel.inner.dom.extent))
+        lo = _to_index(sym.as_expr(rel.inner.dom.min))
+        name, k = rel.fused.name, 1
+        while name in taken:
+            name, k = f"{rel.fused.name}_{k}", k + 1
+        taken.add(name)
+        fv = Var("int64", name)
+        o_val = Binary("int64", "add", f.min, Binary("int64", "floordiv", fv, e))
+        i_val = Binary("int64", "add", lo, Binary("int64", "floormod", fv, e))
+        guard = logical_and(Cmp("bool", "le", inner.min, inner.var),
+                            Cmp("bool", "lt", inner.var,
+                                Binary("int64", "add", inner.min, inner.extent)))
+        body = LetStmt(f.var, o_val, rebuild(LetStmt(inner.var, i_val,
+                                                     IfThenElse(guard, inner.body))))
+        ann = stage.annotations.get(rel.fused)
+        out = For(fv, Const("int64", 0), Binary("int64", "mul", f.extent, e), loop_kind(ann),
+                  body, 1, tuple(k for k, _ in stage.pragmas.get(rel.fused, ())))
+        iv_of[id(out)] = rel.fused
+        f = out
+
+
+def _inner_for(s: Stmt):
+    """The loop directly inside ``s`` through the lets and guards a previous coalescing
+    wrote (``(None, None)`` if there is none), and a function that puts a statement in
+    its place."""
+    if isinstance(s, For):
+        return s, lambda x: x
+    if isinstance(s, LetStmt):
+        f, rb = _inner_for(s.body)
+        return f, lambda x: LetStmt(s.var, s.value, rb(x))
+    if isinstance(s, IfThenElse) and s.else_case is None:
+        f, rb = _inner_for(s.then_case)
+        return f, lambda x: IfThenElse(s.cond, rb(x))
+    return None, None
 
 
 def _param(name: str) -> Expr:

@@ -15,7 +15,8 @@ from polytile.errors import fail
 from polytile.te import symbolic as sym
 
 from . import isl_util as iu
-from .relations import Cyclic, Fuse, Singleton, Split, Transform, symbolic_split
+from .relations import (Cyclic, Fuse, Singleton, Split, Transform, symbolic_fuse,
+                        symbolic_split)
 from .stage import Stage
 
 
@@ -42,6 +43,8 @@ def iter_ranges(stage: Stage, root: dict) -> dict:
             f = max(1, -(-e // rel.nparts)) if rel.nparts else rel.factor
             rng[rel.outer] = (0, sym.ceildiv(e, f))
             rng[rel.inner] = (0, f)
+        elif symbolic_fuse(rel):   # coalesced after AST generation: never seen by isl
+            rng[rel.fused] = (0, rel.fused.dom.extent)
         elif isinstance(rel, Fuse):
             if not sym.is_static(rng[rel.inner][1]):
                 fail("fuse", f"inner iter_var {rel.inner.name!r} of stage {stage.name!r} has "
@@ -66,8 +69,8 @@ def leaf_affines(stage: Stage, names: dict, ranges: dict) -> dict:
     root axes ``names`` (``{IterVar: isl name}``), following split and fuse."""
     aff = dict(names)
     for rel in stage.relations:
-        if symbolic_split(rel):
-            continue   # its loops are one loop over the parent for isl
+        if symbolic_split(rel) or symbolic_fuse(rel):
+            continue   # its loops are one loop over the parent (two loops) for isl
         if isinstance(rel, Cyclic):
             lo = ranges[rel.parent][0]
             base = f"({aff[rel.parent]} - {iu.num(lo)})" if sym.static(lo) != 0 else \

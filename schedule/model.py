@@ -57,7 +57,7 @@ from .kinds import LoopKind, ThreadTag
 from .loop_ir import Buffer
 from .polymodel import LoopNode, Model, PolyStmt, ReadInfo, StagePlan
 from .schedule import Schedule
-from .relations import symbolic_split
+from .relations import symbolic_fuse, symbolic_split
 from .stage import Stage
 
 
@@ -423,6 +423,24 @@ def _strip_leaves(st: Stage) -> tuple[list, dict]:
                      "extent (only parallel, or the GPU index pair, for a symbolic split)")
         leaves[k:k + 2] = [rel.parent]
         strips[rel.parent] = rel
+    # fuses of symbolic extent, last first: each fused loop is its two loops again
+    for rel in reversed(st.relations):
+        if not symbolic_fuse(rel):
+            continue
+        ann = st.annotations.get(rel.fused)
+        if ann is not None and ann is not LoopKind.PARALLEL:
+            fail(getattr(ann, "primitive", "bind"), f"loop {rel.fused.name!r} of stage "
+                 f"{st.name!r} fuses a loop of symbolic extent {rel.inner.dom.extent}",
+                 "parallel or no annotation on such a fused loop (its index is not affine: "
+                 "the loops are coalesced after isl's code generation)",
+                 hint="split the inner axis by a constant factor and fuse that part")
+        for other in st.schedule.stages:
+            if other.attach_stage is st and other.attach_ivar is rel.fused:
+                fail("compute_at", f"stage {other.name!r} is computed at {rel.fused.name!r} "
+                     f"of {st.name!r}, a fuse of a loop of symbolic extent", "compute_at a "
+                     "loop of constant extent or one outside the fused loop")
+        k = leaves.index(rel.fused)
+        leaves[k:k + 1] = [rel.outer, rel.inner]
     return leaves, strips
 
 

@@ -166,6 +166,17 @@ class StagePlan:
         ann = self.stage.annotations.get(rel.inner if rel is not None else iv)
         return ann if isinstance(ann, ThreadTag) else None
 
+    def fused_into(self, iv) -> object:
+        """The outermost fused loop of symbolic extent that loop ``iv`` is part of (a
+        symbolic fuse's loops stay separate for isl), else ``None``."""
+        top = None
+        for rel in self.stage.relations:
+            if getattr(rel, "sym", False) is True and (rel.outer is iv or rel.inner is iv
+                                                      or rel.outer is top):
+                top = rel.fused
+                iv = rel.fused
+        return top
+
     def index_pair(self, pos: int) -> tuple | None:
         """``(blockIdx.d, threadIdx.d)`` when loop ``pos`` is a split by a symbolic factor
         ``f`` whose loops are bound to them: the loop's value ``x`` is then
@@ -203,6 +214,9 @@ class LoopNode:
     @property
     def annotation(self) -> Annotation | None:
         rel = self.plan.strips.get(self.iter_var)
+        fuse = self.plan.fused_into(self.iter_var)
+        if fuse is not None:   # a loop of a symbolic fuse: the fused loop's annotation
+            return self.plan.stage.annotations.get(fuse)
         if rel is not None:   # a symbolic split: parallel if either of its loops is
             ann = self.plan.stage.annotations
             got = [ann.get(rel.outer), ann.get(rel.inner)]

@@ -65,9 +65,23 @@ def symbolic_split(rel) -> bool:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Fuse:
+    """``fused = outer * E + inner`` (``E`` the inner extent). With a symbolic ``E``
+    (``sym=True``) the map is not affine: isl sees the two loops, and the code generator
+    coalesces them into the fused loop (:func:`symbolic_fuse`)."""
+
     outer: IterVar
     inner: IterVar
     fused: IterVar
+    sym: bool = False
+
+
+def symbolic_fuse(rel) -> bool:
+    """Whether ``rel`` fuses an inner loop of symbolic extent: for isl the two loops stay
+    (``model._strip_leaves``); the annotation of the fused loop applies to both for
+    legality, and ``astgen`` emits one loop over ``outer * E + inner`` where the generated
+    nest is perfect (else the two loops, the outer one with the fused loop's kind: the
+    same iterations in the same order)."""
+    return isinstance(rel, Fuse) and rel.sym
 
 
 @dataclass(frozen=True, slots=True, eq=False)

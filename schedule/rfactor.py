@@ -79,10 +79,12 @@ def _root_values(stage: Stage, leaf_vals: dict) -> tuple[dict, list]:
             return memo[iv]
         rel = made_by[iv]
         lo = iv.dom.min
-        if symbolic_split(rel):
-            fail("rfactor", f"the reduction axis {iv.name!r} of stage {stage.name!r} is split "
-                 f"by the symbolic factor {rel.sym}", "reduction loops of constant-factor "
-                 "splits for rfactor and cross-thread reductions",
+        if symbolic_split(rel) or getattr(rel, "sym", None) is True:
+            how = (f"split by the symbolic factor {rel.sym}" if symbolic_split(rel) else
+                   f"fused with {rel.inner.name!r} of symbolic extent {rel.inner.dom.extent}")
+            fail("rfactor", f"the reduction axis {iv.name!r} of stage {stage.name!r} is {how}",
+                 "reduction loops of constant-factor "
+                 "splits and constant-extent fuses for rfactor and cross-thread reductions",
                  hint="split the reduction axis by a constant factor (or nparts) first")
         if isinstance(rel, Cyclic):
             v = value(rel.inner) * rel.parts + value(rel.outer)

@@ -14,7 +14,7 @@ import numpy as np
 
 from polytile.errors import ScheduleError, fail, format_error
 from polytile.te import symbolic as sym
-from polytile.te.expr import ExprOp, IterVar, Range, Var
+from polytile.te.expr import ExprOp, IterVar, Range, Var, binary
 from polytile.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 from polytile.te.scan import ScanOp
 
@@ -383,14 +383,12 @@ class Stage(StorageMixin, TensorizeMixin, SymbolicSplitMixin):
             fail("fuse", f"stage {self.name!r}: {outer.name!r} is a {outer.iter_type} "
                        f"axis and {inner.name!r} a {inner.iter_type} axis",
                        "fuse axes of one kind")
-        if not sym.is_static(self.extent_of(inner)):
-            fail("fuse", f"inner iter_var {inner.name!r} of stage {self.name!r} has the "
-                 f"symbolic extent {sym.text(self.extent_of(inner))}", "a constant inner "
-                 "extent (the fused index outer*extent + inner must be affine)",
-                 hint="split the inner axis by a constant factor and fuse that part")
-        ext = sym.mul(self.extent_of(outer), self.extent_of(inner))
+        symbolic = not sym.is_static(self.extent_of(inner)) or any(
+            r.fused is outer and r.sym for r in self.relations if isinstance(r, Fuse))
+        ext = sym.mul(self.extent_of(outer), self.extent_of(inner)) if not symbolic else \
+            binary("mul", sym.as_expr(self.extent_of(outer)), sym.as_expr(self.extent_of(inner)))
         fused = self._new_iv(f"{outer.name}.{inner.name}.fused", ext, outer)
-        self.relations.append(Fuse(outer, inner, fused))
+        self.relations.append(Fuse(outer, inner, fused, symbolic))
         self.leaf_iter_vars[lo:li + 1] = [fused]
         self._move_attach(inner, fused)
         return fused

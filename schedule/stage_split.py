@@ -17,7 +17,7 @@ from polytile.te import symbolic as sym
 from polytile.te.expr import IterVar, Reduce, TensorRead, TupleCommReducer, Var, binary
 from polytile.te.visitor import collect
 
-from .relations import Cyclic, Split, symbolic_split
+from .relations import Cyclic, Split, symbolic_fuse, symbolic_split
 
 
 class SymbolicSplitMixin:
@@ -70,6 +70,12 @@ class SymbolicSplitMixin:
 
     def _check_not_symbolic_split(self, primitive: str, iv: IterVar) -> None:
         for rel in self.relations:
+            if symbolic_fuse(rel) and iv is rel.fused:
+                fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} fuses a loop "
+                     f"of symbolic extent {rel.inner.dom.extent}", "split, fuse or transform "
+                     "loops of constant extent (the fused index is not affine: the loops are "
+                     "coalesced after isl's code generation)", hint="split the inner axis "
+                     "by a constant factor and fuse that part")
             if symbolic_split(rel) and iv in (rel.outer, rel.inner):
                 fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} comes from a "
                      f"split by the symbolic factor {rel.sym}", "split, fuse or transform "

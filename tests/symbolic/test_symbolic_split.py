@@ -381,3 +381,69 @@ def test_tensorize_under_a_parallel_symbolic_split():
         f(a, b, c, t)
         np.testing.assert_allclose(c, a.astype(np.float64) @ b.T.astype(np.float64),
                                    rtol=1e-5)
+
+
+# ------------------------------------------------------- fuse of loops of symbolic extent
+def test_fuse_of_symbolic_extents_parallel_on_llvm():
+    # TVM's CPU injective schedule: fuse the outer axes, parallelize the fused loop
+    m, n, l = te.var("m"), te.var("n"), te.var("l")
+    A = te.placeholder((m, n, l), name="A")
+    B = te.compute((m, n, l), lambda i, j, k: A[i, j, k] * 2.0 - 1.0, name="B")
+    s = te.create_schedule(B.op)
+    f = s[B].fuse(*B.op.axis)
+    s[B].parallel(f)
+    text = str(polytile.lower(s, [A, B]))
+    assert "for i.j.fused.k.fused in parallel(0, ((int64(m) * int64(n)) * int64(l)))" in text
+    fn = polytile.build(s, [A, B])
+    func = polytile.lower(s, [A, B])
+    for M, N, L in ((1, 1, 1), (3, 7, 2), (4, 5, 6), (0, 3, 2), (2, 0, 5)):
+        a, b = _rand((M, N, L), M + N + L), _poison((M, N, L))
+        fn(a, b)
+        np.testing.assert_allclose(b, a.astype(np.float64) * 2 - 1, rtol=1e-6)
+        b2 = _poison((M, N, L))
+        interpreter.run(func, a, b2)
+        np.testing.assert_allclose(b2, a.astype(np.float64) * 2 - 1, rtol=1e-6)
+
+
+def test_fuse_of_symbolic_reduction_axes_and_inner_splits():
+    m, n = te.var("m"), te.var("n")
+    A = te.placeholder((m, n, 7), name="A")
+    r0, r1 = te.reduce_axis((0, n), "r0"), te.reduce_axis((0, 7), "r1")
+    B = te.compute((m,), lambda i: te.sum(A[i, r0, r1], axis=[r0, r1]), name="B")
+    s = te.create_schedule(B.op)
+    s[B].fuse(r0, r1)                       # serial: the reduction in the same order
+    io, ii = s[B].split(B.op.axis[0], factor=3)
+    s[B].parallel(io)
+    fn = polytile.build(s, [A, B])
+    for M, N in ((1, 1), (5, 4), (7, 0)):
+        a, b = _rand((M, N, 7), M * N), _poison(M)
+        fn(a, b)
+        np.testing.assert_allclose(b, a.astype(np.float64).sum((1, 2)), rtol=1e-5,
+                                   atol=1e-6)
+
+
+def test_fuse_of_symbolic_extents_refusals():
+    m, n = te.var("m"), te.var("n")
+    A = te.placeholder((m, n), name="A")
+    B = te.compute((m, n), lambda i, j: A[i, j] + 1.0, name="B")
+    C = te.compute((m, n), lambda i, j: B[i, j] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    f = s[C].fuse(*C.op.axis)
+    with pytest.raises(ScheduleError, match=r"split: iter_var 'i.j.fused' of stage 'C' fuses "
+                       r"a loop of symbolic extent n"):
+        s[C].split(f, factor=64)    # TVM's GPU injective schedule: not affine here
+    s[C].vectorize(f)
+    with pytest.raises(ScheduleError, match=r"vectorize: loop 'i.j.fused' of stage 'C' fuses "
+                       r"a loop of symbolic extent n"):
+        polytile.lower(s, [A, C])
+    s = te.create_schedule(C.op)
+    f = s[C].fuse(*C.op.axis)
+    s[B].compute_at(s[C], f)
+    with pytest.raises(ScheduleError, match=r"compute_at: stage 'B' is computed at "
+                       r"'i.j.fused' of 'C', a fuse of a loop of symbolic extent"):
+        polytile.lower(s, [A, C])
+    s = te.create_schedule(C.op)
+    f = s[C].fuse(*C.op.axis)
+    s[C].bind(f, te.thread_axis("blockIdx.x"))
+    with pytest.raises(ScheduleError, match=r"bind: loop 'i.j.fused' of stage 'C' fuses"):
+        polytile.lower(s, [A, C], target="cuda")
