@@ -128,11 +128,13 @@ def _torch_fn(name: str, args: tuple):
     if name == "layernorm":
         return lambda torch, a, g, b: torch.nn.functional.layer_norm(
             a, (a.shape[1],), g, b, eps=1e-5)
-    if name == "conv2d_nchw":
+    if name == "rmsnorm":
+        return lambda torch, a, g: torch.nn.functional.rms_norm(a, (a.shape[1],), g, eps=1e-6)
+    if name in ("conv2d_nchw", "conv2d_nchwc"):
         stride, pad = args[-2], args[-1]
         return lambda torch, a, w: torch.nn.functional.conv2d(a, w, stride=stride,
                                                               padding=pad)
-    if name == "depthwise_conv2d_nchw":
+    if name in ("depthwise_conv2d_nchw", "depthwise_conv2d_nchwc"):
         stride, pad = args[-2], args[-1]
         return lambda torch, a, w: torch.nn.functional.conv2d(
             a, w.unsqueeze(1), stride=stride, padding=pad, groups=a.shape[1])

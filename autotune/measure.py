@@ -504,6 +504,14 @@ class LocalMeasurer:
                     pass
             p.built.clear()
 
+    def run_built(self, cid, knobs, res: MeasureResult, best: float | None) -> None:
+        """Run candidate ``cid`` (built by :meth:`build`, whose result is ``res``)
+        exclusively and fill ``res``: the run phase of :meth:`measure` for one candidate
+        (a measuring actor of :mod:`.ray_measure` calls it). ``best`` (seconds) sets the
+        cut-off for slow ones."""
+        if res.error is None:
+            self._run(cid, knobs, res, best)
+
     def _run(self, cid, knobs, res: MeasureResult, best: float | None, over: dict | None = None,
              keep: bool = False) -> None:
         """Run built candidate ``cid`` exclusively and fill ``res``; ``over`` overrides run

@@ -1,5 +1,6 @@
-"""Built-in neural-network templates: ``conv2d_nchw``, ``depthwise_conv2d_nchw``, ``softmax``,
-``layernorm``. Each has default sizes, a numpy reference and a hand-written default config.
+"""Built-in neural-network templates: ``conv2d_nchw``, ``conv2d_nchwc``,
+``depthwise_conv2d_nchw``, ``depthwise_conv2d_nchwc``, ``softmax``,
+``layernorm``, ``rmsnorm``. Each has default sizes, a numpy reference and a hand-written default config.
 """
 
 from __future__ import annotations
@@ -92,6 +93,105 @@ def conv2d_nchw(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
     return s, [A, Wt, C]
 
 
+def _blocks(n: int, widths=(16, 8, 4, 2, 1)) -> list[int]:
+    """Channel block sizes for ``n`` channels: the widths that divide ``n``, widest first."""
+    return [w for w in widths if n % w == 0]
+
+
+@template("conv2d_nchwc", default_args=(1, 64, 56, 56, 64, 3, 3, 1, 1), flops=_conv2d_flops,
+          reference=_conv_reference)
+def conv2d_nchwc(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
+    """2-D convolution computed in the blocked NCHW[x]c layout of oneDNN (Intel's MKL-DNN;
+    Liu et al., "Optimizing CNN model inference on CPUs", USENIX ATC 2019), NCHW input and
+    output, OIHW weights. Stages:
+
+    * ``A_nchwc[n, cb, y, x, ci]``: the input zero-padded and blocked by ``ic_block``
+      channels (the layout transform, parallel over ``n, cb, y``); with
+      ``in_layout="nchw"`` only zero-padded (``Apad``, none without padding) and read in
+      NCHW;
+    * ``W_packed[ob, cb, ky, kx, ci, oi]``: the weights blocked by ``ic_block`` input and
+      ``oc_block`` output channels;
+    * ``C_nchwc[n, ob, y, x, oi]``: the convolution; one output row of one channel block
+      per parallel task, a register tile of ``tile_ow`` output columns by ``oc_block``
+      output channels (one or two vectors) accumulated over the reduction ``cb, ky, kx, ci``:
+      each input element is broadcast into ``tile_ow`` fused multiply-adds with one weight
+      vector;
+    * ``C[n, co, y, x]``: the row tile written back in NCHW (the output transform, fused
+      into the row's task).
+    """
+    cfg = get_config()
+    OH, OW = _out_size(H, KH, stride, pad), _out_size(W, KW, stride, pad)
+    cfg.define_knob("ic_block", _blocks(CI), default=_blocks(CI)[0])
+    # two vectors of output channels by 14 columns: 28 of the 32 AVX-512 registers hold
+    # accumulators, each broadcast input feeds two FMAs (ResNet-50 3x3 layers, 1 thread:
+    # 15-20 % faster than one vector by 14 columns)
+    oc_blocks = _blocks(CO, (32, 16, 8, 4, 2, 1))
+    cfg.define_knob("oc_block", oc_blocks, default=oc_blocks[0])
+    cfg.define_split("tile_ow", OW, num_outputs=2, max_factor=32,
+                     default=[-1, next((f for f in (14, 16, 12, 8, 7) if OW % f == 0), 1)])
+    cfg.define_knob("unroll_kw", [True, False], default=True)
+    # the input blocked (oneDNN) or left in NCHW, padded: the kernel broadcasts single
+    # input elements, which any layout serves; NCHW saves the transform but its reads
+    # cross a channel plane per step (ResNet-50 layers, 1 thread: 5-15 % slower)
+    cfg.define_knob("in_layout", ["nchwc", "nchw"], default="nchwc")
+    bc, bo = cfg["ic_block"].val, cfg["oc_block"].val
+    A = te.placeholder((N, CI, H, W), name="A", dtype=dtype)
+    Wt = te.placeholder((CO, CI, KH, KW), name="W", dtype=dtype)
+    zero = te.const(0.0, dtype)
+    if cfg["in_layout"].val == "nchwc":
+        Ab = te.compute((N, CI // bc, H + 2 * pad, W + 2 * pad, bc), lambda n, cb, y, x, ci:
+                        te.if_then_else(te.all(y >= pad, y < H + pad, x >= pad, x < W + pad),
+                                        A[n, cb * bc + ci, y - pad, x - pad], zero),
+                        name="A_nchwc")
+        read = lambda n, cb, y, x, ci: Ab[n, cb, y, x, ci]  # noqa: E731
+    else:
+        Ab = _padded(A, pad)
+        read = lambda n, cb, y, x, ci: Ab[n, cb * bc + ci, y, x]  # noqa: E731
+    Wb = te.compute((CO // bo, CI // bc, KH, KW, bc, bo), lambda ob, cb, ky, kx, ci, oi:
+                    Wt[ob * bo + oi, cb * bc + ci, ky, kx], name="W_packed")
+    rcb = te.reduce_axis((0, CI // bc), name="rcb")
+    rci = te.reduce_axis((0, bc), name="rci")
+    ry = te.reduce_axis((0, KH), name="ry")
+    rx = te.reduce_axis((0, KW), name="rx")
+    Cb = te.compute((N, CO // bo, OH, OW, bo), lambda n, ob, y, x, oi: te.sum(
+        read(n, rcb, y * stride + ry, x * stride + rx, rci) * Wb[ob, rcb, ry, rx, rci, oi],
+        axis=[rcb, ry, rx, rci]), name="C_nchwc")
+    C = te.compute((N, CO, OH, OW), lambda n, co, y, x: Cb[n, co // bo, y, x, co % bo],
+                   name="C")
+    s = te.create_schedule(C.op)
+    # the output transform: one task per (n, channel block, row); consecutive tasks share
+    # the channel block's weights ("ob_y") or the input rows ("y_ob")
+    cfg.define_knob("task_order", ["ob_y", "y_ob"], default="y_ob" if KH == KW == 1 else "ob_y")
+    n, co, y, x = C.op.axis
+    ob, oi = s[C].split(co, factor=bo)
+    if cfg["task_order"].val == "ob_y":
+        s[C].reorder(n, ob, y, oi, x)
+        task = s[C].fuse(n, ob, y)
+    else:
+        s[C].reorder(n, y, ob, oi, x)
+        task = s[C].fuse(n, y, ob)
+    s[C].parallel(task)
+    # the convolution of that row, in registers
+    cn, cob, cy, cx, coi = Cb.op.axis
+    xo, xi = cfg["tile_ow"].apply(s, Cb, cx)
+    s[Cb].reorder(cn, cob, cy, xo, rcb, ry, rx, rci, xi, coi)
+    if cfg["unroll_kw"].val:
+        s[Cb].unroll(rx)
+    s[Cb].unroll(xi)
+    s[Cb].vectorize(coi)
+    s[Cb].compute_at(s[C], task)
+    # the layout transforms
+    if Ab is not A:
+        an, acb, ay = Ab.op.axis[:3]
+        s[Ab].parallel(s[Ab].fuse(an, acb, ay))
+        if cfg["in_layout"].val == "nchw":
+            s[Ab].vectorize(s[Ab].split(Ab.op.axis[3], factor=16)[1])
+        else:  # gathers across the channel planes, contiguous stores
+            s[Ab].vectorize(Ab.op.axis[4])
+    s[Wb].parallel(Wb.op.axis[0])
+    return s, [A, Wt, C]
+
+
 def _parallel_and_padding(cfg, s, T, axes, name: str, Ap, pad: int) -> None:
     """Knobs shared by the convolutions: parallelise the fused batch and channel loops
     (``name``), or those and the output-row tiles (``name.oh``); inline the padding stage
@@ -132,8 +232,10 @@ def depthwise_conv2d_nchw(N, C, H, W, KH, KW, stride, pad, dtype: str = "float32
     s = te.create_schedule(D.op)
     n, c, y, x = D.op.axis
     cfg.define_split("tile_oh", y, num_outputs=2, max_factor=16, default=[-1, 4])
-    cfg.define_split("tile_ow", x, num_outputs=2, max_factor=64, default=[-1, 8],
-                     filter=lambda e: e.size[-1] <= 64)
+    # one AVX-512 vector of columns, or a whole narrow row (14, 28: one load per tap)
+    cfg.define_split("tile_ow", x, num_outputs=2, max_factor=64, filter=lambda e: e.size[-1] <= 64,
+                     default=[-1, 16 if OW % 16 == 0 else max(
+                         f for f in range(1, min(OW, 32) + 1) if OW % f == 0)])
     y0, y1 = cfg["tile_oh"].apply(s, D, y)
     x0, x1 = cfg["tile_ow"].apply(s, D, x)
     cfg.define_reorder("reorder", [ry, rx, y1], policy="all", default=[0, 1, 2])
@@ -146,46 +248,157 @@ def depthwise_conv2d_nchw(N, C, H, W, KH, KW, stride, pad, dtype: str = "float32
     return s, [A, Wt, D]
 
 
+@template("depthwise_conv2d_nchwc", default_args=(1, 128, 56, 56, 3, 3, 1, 1),
+          flops=_dw_flops,
+          reference=lambda a, w, *, args: _conv_reference(a, w, args=args, depthwise=True))
+def depthwise_conv2d_nchwc(N, C, H, W, KH, KW, stride, pad, dtype: str = "float32"):
+    """Depthwise 2-D convolution (channel multiplier 1) computed in the blocked NCHW[x]c
+    layout, NCHW input and output, CHW weights: the input zero-padded and blocked by
+    ``c_block`` channels (the layout transform, a stage), the weights blocked likewise;
+    the vector lanes run over the channels of a block, so every tap is one FMA of a
+    contiguous input vector with a weight vector whatever the image width, over a register
+    tile of ``tile_ow`` output columns (the taps unrolled); one output row of one channel
+    block per parallel task, written back in NCHW in the same task."""
+    cfg = get_config()
+    OH, OW = _out_size(H, KH, stride, pad), _out_size(W, KW, stride, pad)
+    cfg.define_knob("c_block", _blocks(C), default=_blocks(C)[0])
+    cfg.define_split("tile_ow", OW, num_outputs=2, max_factor=32,
+                     default=[-1, next((f for f in (8, 7, 14, 16, 4) if OW % f == 0), 1)])
+    cfg.define_knob("unroll_taps", [True, False], default=True)
+    bc = cfg["c_block"].val
+    A = te.placeholder((N, C, H, W), name="A", dtype=dtype)
+    Wt = te.placeholder((C, KH, KW), name="W", dtype=dtype)
+    zero = te.const(0.0, dtype)
+    Ab = te.compute((N, C // bc, H + 2 * pad, W + 2 * pad, bc), lambda n, cb, y, x, ci:
+                    te.if_then_else(te.all(y >= pad, y < H + pad, x >= pad, x < W + pad),
+                                    A[n, cb * bc + ci, y - pad, x - pad], zero),
+                    name="A_nchwc")
+    Wb = te.compute((C // bc, KH, KW, bc), lambda cb, ky, kx, ci: Wt[cb * bc + ci, ky, kx],
+                    name="W_packed")
+    ry = te.reduce_axis((0, KH), name="ry")
+    rx = te.reduce_axis((0, KW), name="rx")
+    Db = te.compute((N, C // bc, OH, OW, bc), lambda n, cb, y, x, ci: te.sum(
+        Ab[n, cb, y * stride + ry, x * stride + rx, ci] * Wb[cb, ry, rx, ci], axis=[ry, rx]),
+        name="D_nchwc")
+    D = te.compute((N, C, OH, OW), lambda n, c, y, x: Db[n, c // bc, y, x, c % bc], name="D")
+    s = te.create_schedule(D.op)
+    n, c, y, x = D.op.axis
+    cb, ci = s[D].split(c, factor=bc)
+    s[D].reorder(n, cb, y, ci, x)
+    task = s[D].fuse(n, cb, y)
+    s[D].parallel(task)
+    dn, dcb, dy, dx, dci = Db.op.axis
+    xo, xi = cfg["tile_ow"].apply(s, Db, dx)
+    s[Db].reorder(dn, dcb, dy, xo, ry, rx, xi, dci)
+    if cfg["unroll_taps"].val:
+        s[Db].unroll(ry)
+        s[Db].unroll(rx)
+    s[Db].unroll(xi)
+    s[Db].vectorize(dci)
+    s[Db].compute_at(s[D], task)
+    an, acb, ay, _, _ = Ab.op.axis
+    s[Ab].parallel(s[Ab].fuse(an, acb, ay))
+    s[Wb].parallel(Wb.op.axis[0])
+    return s, [A, Wt, D]
+
+
 def _softmax_reference(a, *, args=()):
     e = np.exp(a - a.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
 
 
-@template("softmax", default_args=(1024, 1024), flops=lambda M, N: 5.0 * M * N,
-          reference=_softmax_reference)
-def softmax(M: int, N: int, dtype: str = "float32"):
-    """Row-wise softmax of A[M, N]: max, exp, sum, divide; rows in parallel, columns of the
-    elementwise stages vectorized, reductions fused into each row block or computed
-    apart."""
-    cfg = get_config()
-    A = te.placeholder((M, N), name="A", dtype=dtype)
-    k1 = te.reduce_axis((0, N), name="k1")
-    k2 = te.reduce_axis((0, N), name="k2")
-    mx = te.compute((M,), lambda i: te.max(A[i, k1], axis=k1), name="rowmax")
-    ex = te.compute((M, N), lambda i, j: te.exp(A[i, j] - mx[i]), name="expo")
-    sm = te.compute((M,), lambda i: te.sum(ex[i, k2], axis=k2), name="rowsum")
-    out = te.compute((M, N), lambda i, j: ex[i, j] / sm[i], name="softmax")
-    s = te.create_schedule(out.op)
+#: Output size (bytes) from which the fused row schedules stream their stores by default:
+#: larger than the last-level caches of common CPUs, so the output is not read back soon.
+STREAM_BYTES = 8 << 20
+#: ``red_lanes`` choices: lane-wise partial accumulators of the row reductions (0: a plain
+#: serial reduction). 64 float32 lanes are four AVX-512 registers: four independent
+#: dependence chains hide the latency of the vector add/max.
+RED_LANES = (0, 16, 32, 64)
+
+
+def _row_reduction(s, red, out, at, lanes: int) -> None:
+    """Compute row reduction ``red`` (one row per value, one reduce axis) at loop ``at`` of
+    ``out``. With ``lanes`` > 0 the reduce axis is split by ``lanes`` and factored out
+    (``rfactor``): a ``lanes``-wide vector of partial results accumulates the row (the
+    loop over the lanes innermost and vectorized), then ``red`` reduces the ``lanes``
+    partials. Lane ``l`` sees the elements ``l, l + lanes, ...``: the order of the float
+    sum changes, as in any vectorized reduction (numpy's pairwise sum too)."""
+    if lanes:
+        ko, ki = s[red].split(red.op.reduce_axis[0], factor=lanes)
+        rf = s.rfactor(red, ki)
+        kin, row, kout = s[rf].leaf_iter_vars
+        s[rf].reorder(row, kout, kin)
+        s[rf].vectorize(kin)
+        s[rf].compute_at(s[out], at)
+    s[red].compute_at(s[out], at)
+
+
+def _row_schedule(cfg, s, out, N: int, nbytes: int, reductions, elementwise, scalars=()):
+    """The fused schedule shared by softmax, layernorm and rmsnorm over rows of ``N``
+    elements: rows split by ``tile_i`` (outer part in parallel), and for every row block,
+    in order, each reduction of ``reductions`` (lane-wise partials, :func:`_row_reduction`),
+    the ``scalars`` (per-row values), the ``elementwise`` intermediates (columns split by
+    ``tile_j``, vectorized) and the output (same), its stores streamed (``nontemporal``
+    pragma) when the knob says so. ``fuse_rows=False`` computes every stage apart over all
+    rows instead (each a parallel loop; the reductions serial per row)."""
     i, j = out.op.axis
-    cfg.define_split("tile_i", i, num_outputs=2, max_factor=64, default=[-1, 4])
+    cfg.define_split("tile_i", i, num_outputs=2, max_factor=64, default=[-1, 1])
     cfg.define_split("tile_j", j, num_outputs=2, max_factor=64, filter=_lane_filter(N),
                      default=[-1, 16])
+    cfg.define_knob("fuse_rows", [True, False], default=True)
+    cfg.define_knob("red_lanes", list(RED_LANES), default=64)
+    cfg.define_knob("nontemporal", [False, True], default=nbytes >= STREAM_BYTES)
     i0, i1 = cfg["tile_i"].apply(s, out, i)
     j0, j1 = cfg["tile_j"].apply(s, out, j)
     s[out].reorder(i0, i1, j0, j1)
     s[out].vectorize(j1)
     s[out].parallel(i0)
-    cfg.define_knob("fuse_rows", [True, False], default=True)
+    if cfg["nontemporal"].val:
+        s[out].pragma(j0, "nontemporal")
     if cfg["fuse_rows"].val:
-        for st in (mx, ex, sm):
+        for red in reductions:
+            _row_reduction(s, red, out, i1, cfg["red_lanes"].val)
+        for st in (*scalars, *elementwise):
             s[st].compute_at(s[out], i1)
     else:
-        for st in (mx, sm):
+        for st in (*reductions, *scalars):
             s[st].parallel(st.op.axis[0])
-        ei, ej = ex.op.axis
-        ej0, ej1 = cfg["tile_j"].apply(s, ex, ej)
-        s[ex].vectorize(ej1)
-        s[ex].parallel(ei)
+        for st in elementwise:
+            ei, ej = st.op.axis
+            s[st].vectorize(cfg["tile_j"].apply(s, st, ej)[1])
+            s[st].parallel(ei)
+    for st in elementwise:
+        if cfg["fuse_rows"].val:
+            s[st].vectorize(cfg["tile_j"].apply(s, st, st.op.axis[1])[1])
+
+
+@template("softmax", default_args=(1024, 1024), flops=lambda M, N: 5.0 * M * N,
+          reference=_softmax_reference)
+def softmax(M: int, N: int, dtype: str = "float32"):
+    """Row-wise softmax of A[M, N]: ``max``, ``e = exp(A - max)``, ``sum(e)``, then
+    ``e * (1 / sum)``. The default config is the fused vectorized schedule: rows in
+    parallel; per row (in the cache) the row max and the row sum as 64 lane-wise partial
+    accumulators, ``exp`` vectorized (polytile's polynomial, 1 ulp), the output stored
+    with streaming stores from 8 MiB on. Subtracting the row max first keeps every
+    exponent <= 0 (no overflow; Milakov & Gimelshein 2018 fuse the max and the sum into one
+    pass with rescaling instead, which costs a second exponential per element: with the
+    row in the cache the separate passes are cheaper). Rows holding NaN or +inf give NaN
+    rows, and rows of -inf too, as numpy does. The ``fast_exp`` knob (float32) takes
+    ``te.fast_exp`` (3 ulp; exponents below -87.7 give 0, whose true value is under
+    2**-126 anyway): a fifth less compute for a kernel that is compute-bound on one core."""
+    cfg = get_config()
+    cfg.define_knob("fast_exp", [False, True], default=False)
+    exp = te.fast_exp if cfg["fast_exp"].val and dtype != "float64" else te.exp
+    A = te.placeholder((M, N), name="A", dtype=dtype)
+    k1 = te.reduce_axis((0, N), name="k1")
+    k2 = te.reduce_axis((0, N), name="k2")
+    mx = te.compute((M,), lambda i: te.max(A[i, k1], axis=k1), name="rowmax")
+    ex = te.compute((M, N), lambda i, j: exp(A[i, j] - mx[i]), name="expo")
+    sm = te.compute((M,), lambda i: te.sum(ex[i, k2], axis=k2), name="rowsum")
+    inv = te.compute((M,), lambda i: te.const(1.0, dtype) / sm[i], name="rowinv")
+    out = te.compute((M, N), lambda i, j: ex[i, j] * inv[i], name="softmax")
+    s = te.create_schedule(out.op)
+    _row_schedule(cfg, s, out, N, M * N * 4, [mx, sm], [ex], [inv])
     return s, [A, out]
 
 
@@ -198,9 +411,11 @@ def _layernorm_reference(a, g, b, *, args=()):
 @template("layernorm", default_args=(1024, 1024), flops=lambda M, N: 8.0 * M * N,
           reference=_layernorm_reference)
 def layernorm(M: int, N: int, dtype: str = "float32"):
-    """Layer normalisation over the rows of A[M, N] with gain and bias: mean, variance,
-    normalise; rows in parallel, columns vectorized, statistics fused per row block or
-    computed apart."""
+    """Layer normalisation over the rows of A[M, N] with gain and bias (epsilon 1e-5):
+    mean, variance of ``A - mean`` (two passes over the row, the second in the cache: no
+    cancellation of a one-pass sum of squares), ``rstd = rsqrt(var + eps)``, then
+    ``(A - mean) * rstd * gamma + beta``. Default config: the fused vectorized row schedule
+    of :func:`softmax` (lane-wise partial sums, streamed output from 8 MiB on)."""
     cfg = get_config()
     A = te.placeholder((M, N), name="A", dtype=dtype)
     G = te.placeholder((N,), name="gamma", dtype=dtype)
@@ -211,23 +426,32 @@ def layernorm(M: int, N: int, dtype: str = "float32"):
     mean = te.compute((M,), lambda i: te.sum(A[i, k1] * inv_n, axis=k1), name="mean")
     var = te.compute((M,), lambda i: te.sum((A[i, k2] - mean[i]) * (A[i, k2] - mean[i])
                                             * inv_n, axis=k2), name="var")
-    out = te.compute((M, N), lambda i, j: (A[i, j] - mean[i]) * te.rsqrt(
-        var[i] + te.const(1e-5, dtype)) * G[j] + Bt[j], name="layernorm")
+    rstd = te.compute((M,), lambda i: te.rsqrt(var[i] + te.const(1e-5, dtype)), name="rstd")
+    out = te.compute((M, N), lambda i, j: (A[i, j] - mean[i]) * rstd[i] * G[j] + Bt[j],
+                     name="layernorm")
     s = te.create_schedule(out.op)
-    i, j = out.op.axis
-    cfg.define_split("tile_i", i, num_outputs=2, max_factor=64, default=[-1, 4])
-    cfg.define_split("tile_j", j, num_outputs=2, max_factor=64, filter=_lane_filter(N),
-                     default=[-1, 16])
-    i0, i1 = cfg["tile_i"].apply(s, out, i)
-    j0, j1 = cfg["tile_j"].apply(s, out, j)
-    s[out].reorder(i0, i1, j0, j1)
-    s[out].vectorize(j1)
-    s[out].parallel(i0)
-    cfg.define_knob("fuse_rows", [True, False], default=True)
-    if cfg["fuse_rows"].val:
-        s[mean].compute_at(s[out], i1)
-        s[var].compute_at(s[out], i1)
-    else:
-        s[mean].parallel(mean.op.axis[0])
-        s[var].parallel(var.op.axis[0])
+    _row_schedule(cfg, s, out, N, M * N * 4, [mean, var], [], [rstd])
     return s, [A, G, Bt, out]
+
+
+def _rmsnorm_reference(a, g, *, args=()):
+    return a / np.sqrt((a * a).mean(axis=1, keepdims=True) + 1e-6) * g
+
+
+@template("rmsnorm", default_args=(1024, 1024), flops=lambda M, N: 4.0 * M * N,
+          reference=_rmsnorm_reference)
+def rmsnorm(M: int, N: int, dtype: str = "float32"):
+    """RMS normalisation over the rows of A[M, N] with gain (Zhang & Sennrich 2019;
+    epsilon 1e-6): ``A * rsqrt(mean(A**2) + eps) * gamma``. Default config: the fused
+    vectorized row schedule of :func:`softmax`."""
+    cfg = get_config()
+    A = te.placeholder((M, N), name="A", dtype=dtype)
+    G = te.placeholder((N,), name="gamma", dtype=dtype)
+    k = te.reduce_axis((0, N), name="k")
+    inv_n = te.const(1.0 / N, dtype)
+    ms = te.compute((M,), lambda i: te.sum(A[i, k] * A[i, k] * inv_n, axis=k), name="meansq")
+    rstd = te.compute((M,), lambda i: te.rsqrt(ms[i] + te.const(1e-6, dtype)), name="rstd")
+    out = te.compute((M, N), lambda i, j: A[i, j] * rstd[i] * G[j], name="rmsnorm")
+    s = te.create_schedule(out.op)
+    _row_schedule(cfg, s, out, N, M * N * 4, [ms], [], [rstd])
+    return s, [A, G, out]

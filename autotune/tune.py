@@ -59,6 +59,7 @@ class TuneResult:
     stop_reason: str = ""
     comparison: Comparison | None = None  # best/default vs anchors, timed alternately
     threads: int = 0
+    nodes: list | None = None  # with ray: per node, trials and trials/s (RayMeasurer)
 
     def noise(self) -> dict:
         """How noisy this run's measurements were: trials measured, how many were
@@ -206,7 +207,8 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
          timeout_total: float | None = None, seed: int | None = 0,
          include_default: bool = True, batch_size: int | None = None,
          transfer: bool = True, callbacks: list[Callable] = (),
-         anchors: tuple | None = None, compare_rounds: int = 4) -> TuneResult:
+         anchors: tuple | None = None, compare_rounds: int = 4,
+         ray: str | None = None) -> TuneResult:
     """Tune ``template`` at ``args``; see the module docstring.
 
     Parameters
@@ -236,13 +238,22 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         default configs are timed ``compare_rounds`` times alternately with these anchors
         (:meth:`.measure.LocalMeasurer.compare`; ``TuneResult.comparison``) and a
         ``"summary"`` record ends the log. None (default): no final comparison.
+    ray : str, optional
+        Build and measure on a Ray cluster (:mod:`.ray_measure`): ``"auto"`` (the cluster
+        this machine joined with ``ray start``), ``"local"`` (a Ray instance started
+        here) or ``"ray://host:port"``; in a process that called ``ray.init`` already,
+        that connection. Records, resume and stop conditions are those of a local run;
+        ``TuneResult.nodes`` gives trials/s per node. ``batch_size`` defaults to 16 per
+        measuring actor.
 
     Raises
     ------
     TuneError
         For an unknown template or tuner, bad arguments, a workload whose template
         fails to build its space, a ``log_file`` that is not a records file, or ``resume``
-        onto a log without records of this workload and target.
+        onto a log without records of this workload and target. With ``ray``: Ray not
+        installed (naming the extra ``polytile[ray]``), no cluster, or no node able to
+        measure ``target``.
     """
     t0 = time.perf_counter()
     t, wl = resolve(template, args, dtype)
@@ -251,7 +262,6 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
     opt = measure_option or MeasureOptions()
     if n_trial < 1:
         raise TuneError(format_error("tune", f"n_trial={n_trial}", "expected at least 1"))
-    batch = batch_size or 16
     res = TuneResult(wl, tgt, tuner, len(space), log_file, flops=t.flops(wl.args),
                      threads=opt.threads)
     history = []
@@ -266,11 +276,17 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         if resume and everything and not history:
             _refuse_resume(log_file, everything, wl, tgt)
     writer = RecordWriter(log_file) if log_file else None
-    measurer = LocalMeasurer(wl, tgt, opt)
+    if ray:
+        from .ray_measure import RayMeasurer
+
+        measurer = RayMeasurer(wl, tgt, opt, address=ray)
+    else:
+        measurer = LocalMeasurer(wl, tgt, opt)
     try:
         t_start = time.perf_counter()
         measurer.start()
         res.startup_s = time.perf_counter() - t_start
+        batch = batch_size or getattr(measurer, "batch_size", 16)
 
         def featurize(indices):
             got = measurer.features([(i, space.get(i).knob_values()) for i in indices])
@@ -318,9 +334,11 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
                 break
             items = [(i, space.get(i).knob_values()) for i in picks]
             best_cost = res.best.cost if res.best is not None else None
+            final: dict = {}  # item position -> its last result (a lost trial gets two)
 
             def on_result(k, r):
                 nonlocal best_trial
+                final[k] = r
                 rec = _record(wl, tgt, space.get(picks[k]), r, tuner, opt.threads)
                 if writer:
                     writer.write(rec)
@@ -333,8 +351,9 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
                     cb(res, rec)
 
             deadline = t0 + timeout_total if timeout_total else None
-            results = measurer.measure(items, best_cost, on_result, deadline)
-            tn.update(picks[:len(results)], results)
+            measurer.measure(items, best_cost, on_result, deadline)
+            ks = sorted(final)
+            tn.update([picks[k] for k in ks], [final[k] for k in ks])
         if anchors is not None and res.best is not None:
             _compare_best(res, measurer, tuple(anchors), compare_rounds, writer)
     except KeyboardInterrupt:
@@ -342,6 +361,8 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         res.stop_reason = "interrupted"
     finally:
         res.busy_s = measurer.busy_s
+        if hasattr(measurer, "node_stats"):
+            res.nodes = measurer.node_stats()
         measurer.close()
         if writer:
             writer.close()

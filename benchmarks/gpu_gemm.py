@@ -1,11 +1,12 @@
 """Benchmark: GEMM on the GPU, polytile's hand schedules vs cuBLAS (and Triton).
 
 ``--dtype float32`` (default): the SGEMM schedules of ``tutorials/04_cuda_gemm.py`` vs
-cuBLAS with tensor cores off. ``--dtype float16`` (or ``bfloat16``, WMMA only): polytile's tensor-core GEMM
+cuBLAS with tensor cores off. ``--dtype float16`` (or ``bfloat16``, float32 accumulation): polytile's tensor-core GEMM
 (:func:`polytile.targets.cuda.tensor_core.wmma_gemm`, WMMA, float32 accumulation, or
 float16 with ``--acc float16``) vs cuBLAS half precision through torch and a plain Triton
 GEMM (``benchmarks/triton_gemm.py``, best of a few tile shapes) when installed (``--isa mma``: ldmatrix + mma.sync.m16n8k16 instead
-of WMMA), at each ``--n`` (default 4096 and 8192), all measured
+of WMMA; ``--stages 1 2 3 4``: software-pipeline depths, cp.async copies, default 3), at
+each ``--n`` (default 4096 and 8192), all measured
 in this run: one line per figure with TFLOP/s and the ratio to cuBLAS.
 Run on a machine with an NVIDIA GPU: ``python benchmarks/gpu_gemm.py --dtype float16``.
 """
@@ -44,9 +45,10 @@ def _time_torch(fn, n: int, reps: int = 20) -> float:
 
 
 def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 128, 64), (64, 64)),
-              anchors: bool = True) -> None:
+              anchors: bool = True, stages=(3,)) -> None:
     """cuBLAS, Triton (with ``anchors``) and polytile's ``wmma_gemm`` with ``tiles = (block,
-    warp)`` at ``n``^3 in ``dtype`` (float16 or bfloat16; one line each)."""
+    warp)`` at ``n``^3 in ``dtype`` (float16 or bfloat16; one line each), once per
+    pipeline depth of ``stages`` (1: no software pipeline)."""
     import polytile
     from polytile.targets.cuda import tensor_core as tc
 
@@ -57,14 +59,15 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
         import ml_dtypes
 
         a, b = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
-    else:
+    elif dtype != "tf32":
         a, b = a.astype("float16"), b.astype("float16")
     ref = None
     cublas = None
     try:
         import torch
 
-        tdt = torch.bfloat16 if dtype == "bfloat16" else torch.float16
+        tdt = {"bfloat16": torch.bfloat16, "tf32": torch.float32}.get(dtype, torch.float16)
+        torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"   # cuBLAS on tf32 tensor cores
         ta = torch.from_numpy(a.astype("float32")).cuda().to(tdt)
         tb = torch.from_numpy(b.astype("float32")).cuda().to(tdt)
         ref = (ta.double() @ tb.double()).cpu().numpy()
@@ -73,6 +76,8 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
         try:
             if not anchors:
                 raise ImportError("not asked for")
+            if dtype == "tf32":   # its tile configs are sized for 16-bit operands
+                raise ImportError("not for tf32")
             import triton_gemm
 
             tt, cfg = triton_gemm.best_tflops(ta, tb, lambda fn: _time_torch(fn, n))
@@ -83,25 +88,31 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
     except ImportError:
         print("torch not installed: no cuBLAS anchor")
         ref = a.astype("float64") @ b.astype("float64")
-    if dtype == "bfloat16" and (isa != "wmma" or acc != "float32"):
-        raise SystemExit("bfloat16: WMMA with float32 accumulation only (--isa wmma)")
-    t0 = time.perf_counter()
-    s, args = tc.wmma_gemm(n, n, n, acc=acc, isa=isa, dtype=dtype, block=tiles[0],
-                           warp=tiles[1])
-    f = polytile.build(s, args, target="cuda")
-    t_build = time.perf_counter() - t0
+    if dtype in ("bfloat16", "tf32") and acc != "float32":
+        raise SystemExit(f"{dtype}: float32 accumulation only")
+    if dtype == "tf32" and isa != "wmma":
+        raise SystemExit("tf32: WMMA only (--isa wmma)")
     da, db = polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda")
-    dc = polytile.nd.array(np.full((n, n), np.nan, acc), device="cuda")
-    f(da, db, dc)
-    err = np.linalg.norm(dc.numpy().astype("float64") - ref) / np.linalg.norm(ref)
-    if not err < (5e-3 if acc == "float16" else 1e-4):
-        raise SystemExit(f"polytile wmma: wrong result (relative error {err:.2e})")
-    t = f.time_evaluator(number=10, repeat=3)(da, db, dc).median
-    tflops = 2.0 * n**3 / t / 1e12
-    ratio = f"{tflops / cublas:6.3f} x cuBLAS" if cublas else ""
-    label = {"wmma": "WMMA", "mma": "mma.sync+ldmatrix"}[isa]
-    print(f"n={n:5d} {f'polytile {label} {dtype}->{acc}':36s} {tflops:7.1f} TFLOP/s  {ratio}  "
-          f"(block {tiles[0]}, warp {tiles[1]}, lower+build {t_build:.1f} s, rel. error {err:.1e})")
+    for depth in stages:
+        t0 = time.perf_counter()
+        s, args = tc.wmma_gemm(n, n, n, acc=acc, isa=isa, block=tiles[0], warp=tiles[1],
+                               dtype="float32" if dtype == "tf32" else dtype, stages=depth)
+        f = polytile.build(s, args, target="cuda")
+        t_build = time.perf_counter() - t0
+        dc = polytile.nd.array(np.full((n, n), np.nan, acc), device="cuda")
+        f(da, db, dc)
+        err = np.linalg.norm(dc.numpy().astype("float64") - ref) / np.linalg.norm(ref)
+        if not err < (5e-3 if acc == "float16" or dtype == "tf32" else 1e-4):
+            raise SystemExit(f"polytile {isa} stages={depth}: wrong result (relative error "
+                             f"{err:.2e})")
+        t = f.time_evaluator(number=10, repeat=3)(da, db, dc).median
+        tflops = 2.0 * n**3 / t / 1e12
+        ratio = f"{tflops / cublas:6.3f} x cuBLAS" if cublas else ""
+        label = {"wmma": "WMMA", "mma": "mma.sync+ldmatrix"}[isa]
+        label += f" {depth} stages" if depth > 1 else ""
+        print(f"n={n:5d} {f'polytile {label} {dtype}->{acc}':44s} {tflops:7.1f} TFLOP/s  "
+              f"{ratio}  (block {tiles[0]}, warp {tiles[1]}, lower+build {t_build:.1f} s, "
+              f"rel. error {err:.1e})", flush=True)
 
 
 #: (block (BM, BN, BK), warp (WM, WN)) tiles ``--sweep`` tries beside the default
@@ -113,11 +124,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, nargs="+", default=None,
                     help="M = N = K (default: 4096 for float32, 4096 8192 for float16)")
-    ap.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    ap.add_argument("--dtype", choices=("float32", "float16", "bfloat16", "tf32"),
+                    default="float32", help="float32: CUDA cores (tutorial 04); tf32: float32 "
+                    "operands on tensor cores (WMMA m16n16k8), cuBLAS with allow_tf32")
     ap.add_argument("--acc", choices=("float32", "float16"), default="float32",
                     help="accumulation dtype of the float16 GEMM")
     ap.add_argument("--isa", choices=("wmma", "mma"), default="wmma",
                     help="tensor-core path of the float16 GEMM")
+    ap.add_argument("--stages", type=int, nargs="+", default=[3],
+                    help="software-pipeline depths of the tensor-core GEMM (cp.async into "
+                    "stages x the shared tiles; 1: no pipeline), one line each")
     ap.add_argument("--sweep", action="store_true",
                     help="time wmma_gemm over the block/warp tiles of SWEEP too")
     args = ap.parse_args()
@@ -126,10 +142,11 @@ def main() -> None:
             _tutorial().main(["--n", str(n)])
         return
     for n in args.n or [4096, 8192]:
-        half_gemm(n, args.acc, args.isa, args.dtype)
+        half_gemm(n, args.acc, args.isa, args.dtype, stages=args.stages)
         for tiles in SWEEP if args.sweep else ():
             try:
-                half_gemm(n, args.acc, args.isa, args.dtype, tiles, anchors=False)
+                half_gemm(n, args.acc, args.isa, args.dtype, tiles, anchors=False,
+                          stages=args.stages)
             except Exception as exc:  # a tile shape past a device limit: say so, go on
                 print(f"n={n:5d} block {tiles[0]}, warp {tiles[1]}: {type(exc).__name__}: "
                       f"{str(exc).splitlines()[0][:100]}")

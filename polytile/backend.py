@@ -66,8 +66,18 @@ class DeviceLimits:
     static_shared_bytes : int
         Shared memory a kernel may declare statically (bytes); above it the C printer
         declares one dynamic array.
+    shared_bytes_optin : int
+        Shared memory one kernel may use when it opts in (bytes; CUDA's
+        ``cudaFuncAttributeMaxDynamicSharedMemorySize``: 227 KiB on sm_90, 163 KiB on
+        sm_80); lowering allows it to kernels with a software-pipelined loop
+        (``Stage.pipeline``), whose buffers are ``stages`` times larger. 0: the same as
+        ``shared_bytes_per_block``.
     registers_per_block : int
         32-bit registers of one block.
+    async_copy_bytes : int
+        Bytes of one asynchronous global -> shared copy (CUDA ``cp.async``: 16); 0 where
+        there is none: staging copies stay synchronous and software pipelines wait for
+        nothing.
     vector_bytes : int
         Width of the widest SIMD register in bytes (64 with AVX-512, 32 with AVX2, 16 with
         SSE/NEON); 0 on devices without SIMD registers (GPUs).
@@ -89,8 +99,10 @@ class DeviceLimits:
     max_grid_dim: tuple = (0, 0, 0)
     warp_size: int = 1
     shared_bytes_per_block: int = 0
+    shared_bytes_optin: int = 0
     static_shared_bytes: int = 0
     registers_per_block: int = 0
+    async_copy_bytes: int = 0
     vector_bytes: int = 0
     vector_load_bytes: int = 0
     stack_buffer_bytes: int = 0

@@ -187,12 +187,20 @@ def _tune_one(a, args) -> int:
                          build_timeout=a.build_timeout, run_timeout=a.run_timeout,
                          seed=a.seed or 0)
     space_size = len(t.space(wl.args, wl.dtype))
+    if a.ray:
+        from polytile.autotune.ray_measure import import_ray
+
+        import_ray()  # before the header: a missing extra is the first thing said
     out = sys.stdout
     print(f"polytile tune {wl} on '{target}'", file=out)
     limit = f" (at most {budget:g} s)" if budget else ""
     print(f"  space {space_size:,} configs; tuner {a.tuner}; {trials} trials{limit}"
           f"{' (resumed)' if a.resume else ''}; {opt.parallel} build workers; "
           f"{opt.threads} threads; log {log}", file=out)
+    if a.ray:
+        print(f"  built and measured on the Ray cluster --ray {a.ray} (one measuring actor "
+              f"per device able to run '{target}'; {opt.parallel} build workers each)",
+              file=out)
     from polytile.autotune.anchors import available
 
     anchors = () if a.no_numpy else tuple(available(t, wl.args))
@@ -216,7 +224,7 @@ def _tune_one(a, args) -> int:
     res = tune(t, wl.args, wl.dtype, target=a.target, tuner=a.tuner, n_trial=trials,
                measure_option=opt, log_file=log, resume=a.resume,
                early_stopping=a.early_stopping, timeout_total=budget,
-               seed=a.seed, callbacks=[on_trial], anchors=anchors)
+               seed=a.seed, callbacks=[on_trial], anchors=anchors, ray=a.ray)
     if bar is not None:
         bar.close()
     cmp = res.comparison
@@ -520,6 +528,10 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--no-numpy", action="store_true",
                    help="skip the comparison with numpy (and torch)")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
+    q.add_argument("--ray", default=None, metavar="ADDRESS",
+                   help="build and measure on a Ray cluster: auto (the cluster this machine "
+                   "joined with `ray start`), local (a Ray instance started here) or "
+                   "ray://host:port; needs pip install 'polytile[ray]'")
     q.set_defaults(fn=_cmd_tune)
 
     q = sub.add_parser("records", help="inspect a records file")

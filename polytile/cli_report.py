@@ -122,6 +122,9 @@ def print_summary(res, out) -> None:
     new = max(1, res.n_trials - res.resumed)
     rows.append(("wall time", f"{res.wall_s:.1f} s (tuner overhead {res.overhead_s / new:.2f} "
                  f"s per trial; stopped: {res.stop_reason or '-'})"))
+    for n in res.nodes or ():  # tuned on a Ray cluster
+        rows.append((f"node {n['host']}", f"{n['trials']} trials, {n['trials_per_s']:.2f} "
+                     f"trials/s ({', '.join(n['devices'])}; node {n['node_id'][:8]})"))
     if best is not None:
         rows.append(("best config", " ".join(f"{k}={json.dumps(v)}"
                                              for k, v in best.config.items())))

@@ -296,7 +296,9 @@ class _Converter:
             kind = loop_kind(loop.annotation)
             if loop.key in self.model.rolled:
                 kind = LoopKind.SERIAL
-            pragmas = tuple(k for k, _ in loop.plan.stage.pragmas.get(loop.iter_var, ()))
+            # a software pipeline keeps its parameters (stages, names for messages)
+            pragmas = tuple(v if k == "software_pipeline" else k
+                            for k, v in loop.plan.stage.pragmas.get(loop.iter_var, ()))
         out = For(v, init, extent, kind, body, step, pragmas)
         if loop is not None:
             self.iv_of[id(out)] = loop.iter_var

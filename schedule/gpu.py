@@ -214,11 +214,23 @@ def _check_limits(plan: StagePlan, extents: dict, limits: DeviceLimits) -> None:
               f"at most {top}")
 
 
+def pipeline_stages(stage) -> int:
+    """How many slots the buffer of ``stage`` gets: the ``stages`` of a
+    ``Stage.pipeline`` on the loop it is computed at, else 1."""
+    if stage.attach_type != "scope" or stage.attach_stage is None:
+        return 1
+    for k, v in stage.attach_stage.pragmas.get(stage.attach_ivar, ()):
+        if k == "software_pipeline":
+            return v.stages
+    return 1
+
+
 def check_shared_memory(model: Model, kernel: Kernel, limits: DeviceLimits) -> None:
     """The shared buffers of one kernel must fit in the device's
     ``limits.shared_bytes_per_block``."""
     total = 0
     names = []
+    pipelined = False
     for p in model.plans:
         if p.buffer.scope == "local" and _root(p) is kernel.plan and not all(
                 sym.is_static(d) for d in p.buffer.shape):
@@ -233,11 +245,15 @@ def check_shared_memory(model: Model, kernel: Kernel, limits: DeviceLimits) -> N
             if not all(sym.is_static(d) for shp in shapes for d in shp):
                 names.append(p.name)   # its size is known at launch, and checked there
                 continue
-            total += sum(b.size * dt.nbytes(b.dtype) for b in p.outs)
+            slots = pipeline_stages(p.stage)
+            pipelined = pipelined or slots > 1
+            total += slots * sum(b.size * dt.nbytes(b.dtype) for b in p.outs)
             if p.acc is not None:   # its wide accumulator
                 total += p.acc.size * dt.nbytes(p.acc.dtype)
-            names.append(p.name)
+            names.append(p.name if slots == 1 else f"{p.name} x {slots} stages")
     top = limits.shared_bytes_per_block
+    if pipelined and limits.shared_bytes_optin:
+        top = limits.shared_bytes_optin
     if top and total > top:
         raise ScheduleError(format_error(
             "cache_read", f"the kernel of stage {kernel.plan.name!r} needs {total} bytes of "

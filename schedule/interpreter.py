@@ -21,8 +21,10 @@ from polytile.te import dtype as dt
 from polytile.te.depth import deep
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select, Var)
 
-from .loop_ir import (Allocate, Assert, Buffer, Evaluate, For, IfThenElse, KernelLaunch,
-                      LetStmt, Load, PrimFunc, Seq, Stmt, StmtFunctor, Store, Sync, TensorCall)
+from .kinds import ASYNC_COPY
+from .loop_ir import (Allocate, Assert, Buffer, Evaluate, ExternCall, For, IfThenElse,
+                      KernelLaunch, LetStmt, Load, PrimFunc, Seq, Stmt, StmtFunctor, Store, Sync,
+                      TensorCall)
 
 _MATH = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log10": np.log10,
@@ -111,6 +113,11 @@ class _Interp(StmtFunctor):
         self.block_mem: dict | None = None   # shared buffers of the current GPU block
         self.races: _Races | None = None     # inside a kernel
         self.who: tuple = ()                 # (block, thread) inside a kernel
+        # cp.async: the copies of the open group, then the committed groups (oldest first);
+        # each copy lands (is written) at the wait_group that retires its group
+        self.async_open: list | None = None
+        self.async_groups: list = []
+        self.in_async = False
 
     def expr(self, e: Expr):
         t = type(e)
@@ -194,9 +201,12 @@ class _Interp(StmtFunctor):
     def visit_For(self, s: For):
         lo = int(self.expr(s.min))
         hi = lo + int(self.expr(s.extent))
+        was = self.in_async
+        self.in_async = was or ASYNC_COPY in s.pragmas
         for v in range(lo, hi, s.step):
             self.env[s.var] = np.int64(v)
             yield from self.visit(s.body)
+        self.in_async = was
 
     def visit_Store(self, s: Store):
         arr = self.mem[id(s.buffer)]
@@ -209,12 +219,35 @@ class _Interp(StmtFunctor):
         v = self.expr(s.value)
         if self.races is not None and s.buffer.scope != "local":
             self.races.write(s.buffer, idx, *self.who)
-        if s.buffer.dtype == "bfloat16":
+        if self.in_async:
+            # cp.async: the source is read now, the destination written at the wait
+            if self.async_open is None:
+                self.async_open = []
+            self.async_open.append((s.buffer, flat, idx, v))
+            return ()
+        self._write(s.buffer, flat, idx, v)
+        return ()
+
+    def _write(self, buffer, flat, idx, v) -> None:
+        if buffer.dtype == "bfloat16":
             # host bfloat16 arrays: uint16 bit patterns or ml_dtypes.bfloat16
             flat.view(np.uint16)[idx] = dt.bfloat16_bits(v)
         else:
             flat[idx] = v
-        return ()
+
+    def _async(self, call: ExternCall) -> None:
+        if call.name == "cp.async.commit_group":
+            self.async_groups.append(self.async_open or [])
+            self.async_open = None
+            return
+        keep = int(self.expr(call.args[0]))
+        land = self.async_groups[:max(len(self.async_groups) - keep, 0)]
+        self.async_groups = self.async_groups[len(land):]
+        for group in land:
+            for buffer, flat, idx, v in group:
+                if self.races is not None:
+                    self.races.write(buffer, idx, *self.who)
+                self._write(buffer, flat, idx, v)
 
     def visit_IfThenElse(self, s: IfThenElse):
         if bool(self.expr(s.cond)):
@@ -237,6 +270,9 @@ class _Interp(StmtFunctor):
         yield from self.visit(s.body)
 
     def visit_Evaluate(self, s: Evaluate):
+        if isinstance(s.value, ExternCall) and s.value.name.startswith("cp.async."):
+            self._async(s.value)
+            return ()
         self.expr(s.value)
         return ()
 

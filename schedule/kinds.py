@@ -11,6 +11,7 @@ with plain strings read the same.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 
@@ -123,6 +124,17 @@ def loop_kind(a: Annotation | None) -> LoopKind:
 FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
 
 
+def fragment_tile(scope: str, dtype: str) -> tuple[int, int]:
+    """``(rows, columns)`` of one tile of a fragment buffer: 16x16, except the tf32 WMMA
+    shape m16n16k8 (float32 ``matrix_a`` 16x8, ``matrix_b`` 8x16). A fragment buffer is
+    an array of such tiles, row-major over the tile grid."""
+    if dtype == "float32" and scope == "wmma.matrix_a":
+        return 16, 8
+    if dtype == "float32" and scope == "wmma.matrix_b":
+        return 8, 16
+    return 16, 16
+
+
 def thread_private(scope: str) -> bool:
     """Does a buffer of ``scope`` have one copy per GPU thread (``local``, fragments)?"""
     return scope == "local" or scope in FRAGMENT_SCOPES
@@ -140,5 +152,24 @@ def default_scope(tags) -> str:
     return "global"
 
 
-__all__ = ["Annotation", "LoopKind", "PARAMS", "PARAM_SPACE", "ThreadTag", "annotation_name",
-           "default_scope", "loop_kind", "FRAGMENT_SCOPES", "thread_private"]
+@dataclass(frozen=True)
+class PipelinePragma:
+    """``s[C].pipeline(k, stages=N)`` on loop-IR ``For.pragmas``: the loop ``axis`` of
+    stage ``stage`` runs as an ``stages``-deep software pipeline (see
+    :mod:`polytile.schedule.passes.software_pipeline`)."""
+
+    stages: int
+    stage: str
+    axis: str
+
+    def __str__(self) -> str:
+        return f"software_pipeline(stages={self.stages})"
+
+
+#: The ``For.pragmas`` entry of a vectorized 16-byte copy from global into shared memory
+#: that runs asynchronously (PTX ``cp.async``; :mod:`~polytile.schedule.passes.async_copy`).
+ASYNC_COPY = "cp.async"
+
+
+__all__ = ["ASYNC_COPY", "PipelinePragma", "Annotation", "LoopKind", "PARAMS", "PARAM_SPACE", "ThreadTag", "annotation_name",
+           "default_scope", "loop_kind", "FRAGMENT_SCOPES", "fragment_tile", "thread_private"]

@@ -54,6 +54,9 @@ def _size(n, rolled: set[int]) -> int:
     the loops inside ``n`` (post-order) and ``n`` itself."""
     if isinstance(n, PolyStmt):
         return 1
+    tz = n.plan.stage.tensorized
+    if tz is not None and tz[0] is n.iter_var:
+        return 1    # the nest under a tensorized loop is one intrinsic call
     body = sum(_size(c, rolled) for c in n.children)
     kind = n.annotation
     if kind is ThreadTag.VTHREAD:   # virtual threads are always unrolled

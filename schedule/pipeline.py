@@ -24,8 +24,10 @@ ast                   the isl schedule tree of the program or of each kernel (``
                       with fallbacks where isl is wrong), converted at once into loop IR
                       (``astgen.py``)
 loop_passes           ``LOOP_PASSES``: bfloat16 arithmetic in float32, simplify,
-                      vector-loop legalisation, unroll, ..., and last the sharing of
-                      common subexpressions through let-bindings (``passes/``)
+                      vector-loop legalisation, unroll, ..., software pipelines
+                      (``Stage.pipeline``) and asynchronous 16-byte global -> shared
+                      copies (``cp.async``), and last the sharing of common
+                      subexpressions through let-bindings (``passes/``)
 kernel_launch         the bodies assembled: one ``KernelLaunch`` per kernel on GPUs
 allocation            an ``Allocate`` for every intermediate, its scope chosen within the
                       target's stack limits (``passes/storage.py``)
@@ -67,11 +69,13 @@ from .kinds import ThreadTag
 from .limits import limit_unrolls
 from .loop_ir import KernelLaunch, PrimFunc, seq, stmt_exprs, walk_stmts
 from .model import Model, build_model
+from .passes.async_copy import async_copies
 from .passes.bfloat16 import legalize_bfloat16
 from .passes.loops import (dedup_syncs, legalize_vector_loops, serialize_nested_parallel,
                            unroll)
 from .passes.share import share_subexpressions
 from .passes.simplify import simplify
+from .passes.software_pipeline import software_pipeline, software_pipeline_synchronous
 from .passes.storage import allocate_intermediates, flatten_storage
 from .rfactor import lower_cross_thread_reductions
 from .schedule import Schedule
@@ -93,6 +97,9 @@ LOOP_PASSES = (
     ("simplify", simplify),
     ("serialize_nested_parallel", serialize_nested_parallel),
     ("dedup_syncs", dedup_syncs),
+    ("software_pipeline", software_pipeline),
+    ("async_copies", async_copies),
+    ("simplify", simplify),
     ("share_subexpressions", share_subexpressions),
 )
 
@@ -199,9 +206,20 @@ def _ast(s: Lowering) -> None:
                 for k, env in zip(s.units, s.envs)]
 
 
+def loop_passes(target: Target) -> tuple:
+    """``LOOP_PASSES`` for ``target``: on a device without asynchronous copies
+    (``DeviceLimits.async_copy_bytes == 0``) no copy becomes one, and software pipelines
+    copy synchronously."""
+    if target.limits.async_copy_bytes:
+        return LOOP_PASSES
+    return tuple((n, software_pipeline_synchronous if n == "software_pipeline" else f)
+                 for n, f in LOOP_PASSES if n != "async_copies")
+
+
 def _loop_passes(s: Lowering) -> None:
     """loop-IR passes of LOOP_PASSES"""
-    s.bodies = [run_passes(b, LOOP_PASSES) for b in s.bodies]
+    passes = loop_passes(s.target)
+    s.bodies = [run_passes(b, passes) for b in s.bodies]
 
 
 def _kernel_launch(s: Lowering) -> None:

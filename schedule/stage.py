@@ -21,6 +21,7 @@ from polytile.te.scan import ScanOp
 from .kinds import Annotation, LoopKind, ThreadTag, annotation_name
 from .relations import Cyclic, Fuse, Singleton, Split, Step, Transform
 from .stage_extras import StorageMixin, TensorizeMixin
+from .stage_pipeline import PipelineMixin
 from .stage_split import SymbolicSplitMixin
 
 if TYPE_CHECKING:
@@ -36,9 +37,13 @@ PRAGMAS = {"unroll": LoopKind.UNROLLED, "vectorize": LoopKind.VECTORIZED,
 #: ``import_llvm`` LLVM IR text linked in, ``import_c`` C source compiled with the system
 #: compiler and loaded (``llvm`` target).
 IMPORT_PRAGMAS = ("import_llvm", "import_c")
+#: Pragmas that are hints to the code generator and leave the loop's kind alone:
+#: ``nontemporal`` streams the vector stores inside the loop past the caches (see
+#: :meth:`Stage.pragma`).
+HINT_PRAGMAS = ("nontemporal",)
 
 
-class Stage(StorageMixin, TensorizeMixin, SymbolicSplitMixin):
+class Stage(StorageMixin, TensorizeMixin, PipelineMixin, SymbolicSplitMixin):
     """The schedule of one operation (TVM's ``Stage``), obtained as ``s[tensor]``.
 
     Attributes
@@ -532,6 +537,19 @@ class Stage(StorageMixin, TensorizeMixin, SymbolicSplitMixin):
         ``"import_c"`` (C source, compiled with the system compiler and loaded), which
         define the extern functions of tensor intrinsics on the ``llvm`` target.
 
+        ``"nontemporal"`` (a hint; the loop keeps its kind): contiguous vector stores nested
+        in loop ``iv`` are non-temporal on the ``llvm`` target (x86 ``movntps``, LLVM's
+        ``!nontemporal``): they go to memory without first reading the line into the cache
+        (no read-for-ownership) and without evicting what the cache holds. That saves a
+        third of the memory traffic of a kernel that writes a large output once and never
+        reads it back soon (a copy, a softmax or layernorm over rows larger than the last
+        level cache), and costs time when the output is read again while still cached. A
+        store whose address is not 16-byte aligned at run time is an ordinary store; scalar
+        stores (loop tails) stay ordinary. Functions that stream stores end them with a
+        fence (and fence before starting threads), so the values are visible to the other
+        threads and to the caller. Other targets ignore the hint. Like Intel's
+        ``#pragma vector nontemporal``.
+
         Raises
         ------
         ScheduleError
@@ -545,11 +563,19 @@ class Stage(StorageMixin, TensorizeMixin, SymbolicSplitMixin):
             self.pragmas[iv] = self.pragmas.get(iv, ()) + ((pragma_type, pragma_value),)
             self._record("pragma", iv, pragma_type, pragma_value)
             return
+        if pragma_type in HINT_PRAGMAS:
+            iv = self._leaf("pragma", iv)
+            if pragma_value is not None:
+                fail("pragma", f"{pragma_type!r} on stage {self.name!r} has value "
+                     f"{pragma_value!r}", "expected no value (the hint takes none)")
+            self.pragmas[iv] = self.pragmas.get(iv, ()) + ((pragma_type, None),)
+            self._record("pragma", iv, pragma_type, None)
+            return
         if pragma_type not in PRAGMAS:
             self._leaf("pragma", iv)
             fail("pragma", f"unknown pragma {pragma_type!r} on iter_var {iv.name!r} of "
                        f"stage {self.name!r}",
-                 f"expected one of {sorted(PRAGMAS) + sorted(IMPORT_PRAGMAS)}")
+                 f"expected one of {sorted(PRAGMAS) + sorted(IMPORT_PRAGMAS + HINT_PRAGMAS)}")
         iv = self._leaf("pragma", iv)
         self._annotate("pragma", iv, PRAGMAS[pragma_type])
         self.pragmas[iv] = self.pragmas.get(iv, ()) + ((pragma_type, pragma_value),)

@@ -47,7 +47,7 @@ from polytile.te.reduction import accumulation_dtype
 from . import isl_util as iu
 from polytile.te.tensor_intrin import EXTERN_KEY
 
-from .kinds import FRAGMENT_SCOPES
+from .kinds import FRAGMENT_SCOPES, fragment_tile
 from .loop_ir import Buffer, TensorCall, seq
 from .polymodel import Model, PolyStmt, StagePlan
 from .relations import Cyclic, Fuse, Singleton, Split, Transform
@@ -356,11 +356,12 @@ def _strides(buf: Buffer, t, where: str, intrin) -> tuple:
     decl = intrin.binds.get(t)
     declared = decl.strides if decl is not None else None
     if buf.scope in FRAGMENT_SCOPES:
-        # an array of 16x16 tiles (targets/cuda/tensor_core.py): any row-major shape whose
-        # rows hold whole tiles, the region one tile
-        if len(buf.shape) < 2 or buf.shape[-1] % 16 or t.shape != (16, 16):
+        # an array of tiles (16x16; 16x8 / 8x16 for tf32 operands, kinds.fragment_tile):
+        # any row-major shape whose rows hold whole tiles, the region one tile
+        tr, tc = fragment_tile(buf.scope, buf.dtype)
+        if len(buf.shape) < 2 or buf.shape[-1] % tc or tuple(t.shape) != (tr, tc):
             fail("tensorize", f"{where}: fragment {buf.name!r} has shape {list(buf.shape)}",
-                 "rows of whole 16x16 tiles, one tile per intrinsic operand")
+                 f"rows of whole {tr}x{tc} tiles, one tile per intrinsic operand")
         return strides
     if declared is None:
         compact = _row_major(t.shape)

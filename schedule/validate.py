@@ -81,6 +81,13 @@ def interchange_outer_vectorized(sch: Schedule) -> Schedule:
         if not isinstance(st.op, ComputeOp) or st.attach_type == "inline":
             continue
         leaves = st.leaf_iter_vars
+        for iv, prs in st.pragmas.items():
+            if any(k == "software_pipeline" for k, _ in prs) and iv not in leaves:
+                raise ScheduleError(format_error(
+                    "pipeline", f"loop {iv.name!r} of stage {st.name!r} was split or fused "
+                    "after s[...].pipeline()", "pipeline a current loop of the stage",
+                    hint="call pipeline() after the splits, on the loop the copies are "
+                    "computed at"))
         for iv, kind in st.annotations.items():
             if kind is not LoopKind.VECTORIZED or iv.iter_type != "data_par":
                 continue
@@ -129,6 +136,13 @@ def validate_schedule(sch: Schedule) -> None:
         if not isinstance(st.op, ComputeOp) or st.attach_type == "inline":
             continue
         leaves = st.leaf_iter_vars
+        for iv, prs in st.pragmas.items():
+            if any(k == "software_pipeline" for k, _ in prs) and iv not in leaves:
+                raise ScheduleError(format_error(
+                    "pipeline", f"loop {iv.name!r} of stage {st.name!r} was split or fused "
+                    "after s[...].pipeline()", "pipeline a current loop of the stage",
+                    hint="call pipeline() after the splits, on the loop the copies are "
+                    "computed at"))
         for iv, kind in st.annotations.items():
             if (isinstance(kind, ThreadTag) and kind.is_hardware
                     and sym.static(st.extent_of(iv)) == 0 and not _writes_nothing(st)):

@@ -14,7 +14,7 @@ import numpy as np
 
 from polytile.errors import BuildError, InternalError, format_error
 from polytile.schedule.intdiv import floordiv_expr, floormod_expr
-from polytile.schedule.kinds import FRAGMENT_SCOPES
+from polytile.schedule.kinds import FRAGMENT_SCOPES, fragment_tile
 from polytile.schedule.loop_ir import AccessPtr, Buffer, ExternCall, Load
 from polytile.te import dtype as dt
 from polytile.te.expr import And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select, Var
@@ -234,10 +234,11 @@ class CExprPrinter:
             # a fragment buffer [R, C] is an array of 16x16 tiles, row-major over the tile
             # grid: the element offset of a tile's corner -> its index
             off, width = self.expr(e.offset), e.buffer.shape[-1]
-            if width == 16:
-                return f"{self.buffer(e.buffer)}[{strip_parens(off)} / 256]"
-            return (f"{self.buffer(e.buffer)}[{off} / {16 * width} * {width // 16} + "
-                    f"{off} % {width} / 16]")
+            tr, tc = fragment_tile(e.buffer.scope, e.buffer.dtype)
+            if width == tc:
+                return f"{self.buffer(e.buffer)}[{strip_parens(off)} / {tr * tc}]"
+            return (f"{self.buffer(e.buffer)}[{off} / {tr * width} * {width // tc} + "
+                    f"{off} % {width} / {tc}]")
         return f"(&{self.buffer(e.buffer)}[{strip_parens(self.expr(e.offset))}])"
 
     def expr_ExternCall(self, e: ExternCall) -> str:

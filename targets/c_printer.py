@@ -39,7 +39,7 @@ import numpy as np
 
 from polytile.backend import DeviceLimits, get_backend, registered_kinds
 from polytile.errors import BuildError, LoweringError, format_error
-from polytile.schedule.kinds import FRAGMENT_SCOPES, LoopKind
+from polytile.schedule.kinds import ASYNC_COPY, FRAGMENT_SCOPES, LoopKind, fragment_tile
 from polytile.schedule.loop_ir import (FOR_KINDS, AccessPtr, Allocate, Assert, Buffer, Evaluate,
                                        ExternCall, For, TensorCall,
                                        IfThenElse, KernelLaunch, LetStmt, PrimFunc, Seq, Stmt,
@@ -401,9 +401,15 @@ class CPrinter(CExprPrinter, StmtFunctor):
             raise BuildError(format_error(self.who, f"loop {s.var.name!r} has kind "
                                           f"{s.kind!r}", "expected serial, unrolled, "
                                           "vectorized or parallel", Kernel=self.kname))
+        asynchronous = ASYNC_COPY in s.pragmas
         for p in s.pragmas:
-            self.emit(depth, f"// pragma {p}")
+            if p != ASYNC_COPY:
+                self.emit(depth, f"// pragma {p}")
         vec = vector_copy(s) if self.d.vector_copies else None
+        if asynchronous and (vec is None or vec[0] not in ("uint4", "float4", "int4")):
+            raise BuildError(format_error(
+                self.who, f"loop {s.var.name!r} is a cp.async copy but not a 16-byte vector "
+                "copy", "an aligned vector copy of 16 bytes", Kernel=self.kname))
         if vec is not None:
             vt, st, ld, guard = vec
             if guard is not None:
@@ -414,8 +420,16 @@ class CPrinter(CExprPrinter, StmtFunctor):
                                               for i in st.indices))
             src = self.index(ld.buffer, tuple(simplify_expr(substitute(i, zero))
                                               for i in ld.indices))
-            self.emit(depth, f"*({vt}*)(&{self.buffer(st.buffer)}[{dst}]) = "
-                             f"*(const {vt}*)(&{self.buffer(ld.buffer)}[{src}]);")
+            if asynchronous:
+                from polytile.targets.cuda.tensor_core import C_HELPERS
+
+                name, text = C_HELPERS["cp.async.cg.shared.global"]
+                self.helpers[name] = text
+                self.emit(depth, f"{name}(&{self.buffer(st.buffer)}[{dst}], "
+                                 f"&{self.buffer(ld.buffer)}[{src}]);")
+            else:
+                self.emit(depth, f"*({vt}*)(&{self.buffer(st.buffer)}[{dst}]) = "
+                                 f"*(const {vt}*)(&{self.buffer(ld.buffer)}[{src}]);")
             if guard is not None:
                 self.emit(depth - 1, "}")
             return
@@ -493,7 +507,9 @@ class CPrinter(CExprPrinter, StmtFunctor):
             self.emit(depth, f"{' '.join(w for w in words if w)} {name}[{size}];")
         elif b.scope in FRAGMENT_SCOPES:
             self.uses_fragments = True
-            self.emit(depth, f"{fragment_type(b, s.body, d, self.who)} {name}[{size // 256}];")
+            tr, tc = fragment_tile(b.scope, b.dtype)
+            self.emit(depth, f"{fragment_type(b, s.body, d, self.who)} {name}"
+                             f"[{size // (tr * tc)}];")
         else:
             words = (d.local_prefix, t)
             self.emit(depth, f"{' '.join(w for w in words if w)} {name}[{size}];")
@@ -556,14 +572,20 @@ def fragment_type(b: Buffer, body: Stmt, d: CDialect, who: str) -> str:
         if (b.scope, b.dtype) not in MMA_FRAGMENT_TYPES or b.size % 256:
             raise BuildError(format_error(who, f"fragment {b.name!r} of {b.dtype}"
                                           f"{list(b.shape)} on the mma.sync path",
-                                          "whole 16x16 tiles of float16 (accumulators: "
-                                          "float16/float32)"))
+                                          "whole 16x16 tiles of float16 or bfloat16 "
+                                          "(accumulators: float16/float32)"))
         return MMA_FRAGMENT_TYPES[(b.scope, b.dtype)]
     t = {"float16": "half", "float32": "float", "int8": "signed char", "uint8": "unsigned char",
          "int32": "int", "bfloat16": "__nv_bfloat16"}.get(b.dtype)
-    if t is None or b.size % 256:
+    tr, tc = fragment_tile(b.scope, b.dtype)
+    if t is None or b.size % (tr * tc):
         raise BuildError(format_error(who, f"fragment {b.name!r} of {b.dtype}{list(b.shape)}",
-                                      "whole 16x16 tiles of float16/float32/int8/int32"))
+                                      "whole 16x16 tiles of float16/float32/int8/int32 "
+                                      "(16x8 and 8x16 for tf32 operands)"))
+    shape = "16, 16, 16"
+    if (tr, tc) != (16, 16) or (use == "accumulator" and _tf32_accumulator(b, body)):
+        # tf32 (m16n16k8): float32 operands are held as precision::tf32
+        shape, t = "16, 16, 8", "nvcuda::wmma::precision::tf32" if use != "accumulator" else t
     layout = ""
     if use != "accumulator":
         tags = {x.name.partition(":")[2] for st in walk_stmts(body)
@@ -580,7 +602,18 @@ def fragment_type(b: Buffer, body: Stmt, d: CDialect, who: str) -> str:
             raise BuildError(format_error(who, f"fragment {b.name!r} is loaded with layouts "
                                           f"{sorted(tags) or 'none'}", "one layout"))
         layout = f", nvcuda::wmma::{tags.pop()}"
-    return f"nvcuda::wmma::fragment<nvcuda::wmma::{use}, 16, 16, 16, {t}{layout}>"
+    return f"nvcuda::wmma::fragment<nvcuda::wmma::{use}, {shape}, {t}{layout}>"
+
+
+def _tf32_accumulator(b: Buffer, body: Stmt) -> bool:
+    """Is accumulator ``b`` updated by a tf32 MMA (a call that also takes a float32
+    ``matrix_a`` fragment)?"""
+    def ptrs(x):
+        return [a.buffer for a in x.args if isinstance(a, AccessPtr)]
+
+    return any(any(p is b for p in ptrs(x)) and any(
+        p.scope == "wmma.matrix_a" and p.dtype == "float32" for p in ptrs(x))
+        for st in walk_stmts(body) for e in _exprs(st) for x in _calls(e))
 
 
 def _exprs(st: Stmt):

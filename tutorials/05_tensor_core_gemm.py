@@ -8,13 +8,23 @@
 3. The same with float16 accumulation.
 4. The same tiles through ``ldmatrix`` and ``mma.sync.aligned.m16n8k16`` (registers in
    PTX's lane layout) instead of WMMA.
+5. The mma.sync GEMM software-pipelined: ``s[CF].pipeline(k.outer, stages=3)`` gives each
+   shared tile three buffers and issues the ``cp.async`` copies (16-byte global -> shared
+   copies that bypass registers, sm_80+) of tile ``k + 2`` before the MMAs of tile ``k``,
+   with ``cp.async.wait_group`` and one barrier per k tile. The shared rows are padded
+   (``storage_align``, 8 float16) so that the 8 rows an ``ldmatrix`` reads fall in
+   different banks. Printed with ``--print-source``: one helper per PTX instruction
+   (``cp_async_cg_shared_global``, ``cp_async_commit_group``, ``cp_async_wait_group``,
+   ``ldmatrix_x4``, ``mma_sync_m16n8k16``).
 
 Each GPU step prints TFLOP/s and the ratio to cuBLAS float16 (torch) measured in the same
 run. Without a GPU (or with ``--no-run``) the steps are built (NVRTC or nvcc) and the
 tensor-core lowering is checked on polytile's reference interpreter at a small size, which
 runs each intrinsic through its compute definition. A last section tensorizes a CPU matmul
 with an extern C micro-kernel (``tutorials/06_tensorize.py`` has the full story).
-The cp.async pipelining and wgmma steps are not written yet.
+The pipelined loop is checked on the interpreter too, which lands each asynchronous copy at
+the ``wait_group`` that retires it (a wrong wait count shows as a race). The wgmma step is
+not written yet.
 Run: ``python tutorials/05_tensor_core_gemm.py [--n 4096]``.
 """
 
@@ -42,10 +52,11 @@ def sgemm_step():
     return mod.register_tiles
 
 
-def check_on_interpreter(acc: str) -> None:
+def check_on_interpreter(acc: str, isa: str = "wmma", stages: int = 1) -> None:
     """The tensor-core lowering at 32x64x48 on the interpreter vs float64 numpy."""
     m, n, k = 32, 64, 48
-    s, args = tc.wmma_gemm(m, n, k, acc=acc, block=(32, 32, 16), warp=(16, 32))
+    s, args = tc.wmma_gemm(m, n, k, acc=acc, block=(32, 32, 16), warp=(16, 32), isa=isa,
+                           stages=stages)
     f = lower(s, args, target="cuda", stop_after=None)
     rng = np.random.default_rng(0)
     a = rng.uniform(-1, 1, (m, k)).astype("float16")
@@ -56,7 +67,8 @@ def check_on_interpreter(acc: str) -> None:
     err = np.linalg.norm(c - ref) / np.linalg.norm(ref)
     if not err < (2e-3 if acc == "float16" else 1e-6):
         raise SystemExit(f"interpreter: wrong result for {acc} accumulation ({err:.2e})")
-    print(f"interpreter: WMMA fp16->{acc} lowering matches numpy (rel. error {err:.1e})")
+    what = {"wmma": "WMMA", "mma": "mma.sync"}[isa] + (f" {stages}-stage" * (stages > 1))
+    print(f"interpreter: {what} fp16->{acc} lowering matches numpy (rel. error {err:.1e})")
 
 
 def cpu_tensorize() -> None:
@@ -121,7 +133,9 @@ def main(argv=None) -> None:
              ("WMMA fp16 -> fp32", lambda: tc.wmma_gemm(n, n, n, acc="float32"), "float32"),
              ("WMMA fp16 -> fp16", lambda: tc.wmma_gemm(n, n, n, acc="float16"), "float16"),
              ("mma.sync+ldmatrix fp16 -> fp32",
-              lambda: tc.wmma_gemm(n, n, n, acc="float32", isa="mma"), "float32")]
+              lambda: tc.wmma_gemm(n, n, n, acc="float32", isa="mma"), "float32"),
+             ("mma.sync + cp.async, 3 stages",
+              lambda: tc.wmma_gemm(n, n, n, acc="float32", isa="mma", stages=3), "float32")]
     for title, make, out in steps:
         s, targs = make()
         t0 = time.perf_counter()
@@ -148,6 +162,7 @@ def main(argv=None) -> None:
         print(f"{title:28s} {tflops:7.1f} TFLOP/s  {ratio}  (lower+build {t_build:.2f} s)")
     for acc in ("float32", "float16"):
         check_on_interpreter(acc)
+    check_on_interpreter("float32", "mma", stages=3)
     cpu_tensorize()
 
 

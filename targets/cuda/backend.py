@@ -7,8 +7,8 @@ and ``cache_dir`` (the cubin cache), see :class:`~.runtime.CUDAModule`.
 
 The device limits are those of compute capability 9.0 (CUDA C Programming Guide,
 "Technical Specifications per Compute Capability"); shared memory is the 48 KiB a block
-may declare statically (more needs an opt-in per kernel, which the printer uses only for
-hand-written loop IR).
+may declare statically (more needs an opt-in per kernel, which the printer uses for
+hand-written loop IR and for software-pipelined kernels, up to the 227 KiB of sm_90).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ CUDA_LIMITS = DeviceLimits(
     max_threads_per_block=1024, max_block_dim=(1024, 1024, 64),
     max_grid_dim=(2**31 - 1, 65535, 65535), warp_size=32,
     shared_bytes_per_block=48 * 1024, static_shared_bytes=48 * 1024,
+    shared_bytes_optin=227 * 1024, async_copy_bytes=16,
     registers_per_block=64 * 1024, vector_bytes=0, vector_load_bytes=16)
 
 

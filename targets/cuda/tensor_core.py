@@ -9,7 +9,8 @@ tile, in the style of TVM's tensor-core tutorial:
                            ``wmma.matrix_a`` / ``wmma.matrix_b`` fragment
 ``wmma_mma``               ``c[i, j] += a[i, k] * b[k, j]`` (``wmma::mma_sync``), with
                            ``reset`` = ``wmma::fill_fragment(c, 0)``; float16 inputs, float32
-                           (``acc="float32"``) or float16 accumulation
+                           (``acc="float32"``) or float16 accumulation; bfloat16 inputs
+                           with float32, int8 inputs with int32 accumulation
 ``wmma_store``             ``out[i, j] = frag[i, j]``: ``wmma::store_matrix_sync``
 =========================  ==================================================================
 
@@ -47,15 +48,23 @@ def wmma_load_b(dtype: str = "float16", layout: str = "row_major",
     return _load("matrix_b", dtype, layout, name)
 
 
+def k_tile(dtype: str) -> int:
+    """The k extent of one WMMA step: 8 for float32 operands (tf32, m16n16k8), else 16."""
+    return 8 if dtype == "float32" else N
+
+
 def _load(use: str, dtype: str, layout: str, name: str) -> te.TensorIntrin:
-    a = te.placeholder((N, N), name="src", dtype=dtype)
-    c = te.compute((N, N), lambda i, j: a[i, j], name="frag")
+    shape = (N, k_tile(dtype)) if use == "matrix_a" else (k_tile(dtype), N)
+    a = te.placeholder(shape, name="src", dtype=dtype)
+    c = te.compute(shape, lambda i, j: a[i, j], name="frag")
     binds = {a: tir.decl_buffer(a.shape, dtype, "src", strides=[te.var("ldm"), 1]),
              c: tir.decl_buffer(c.shape, dtype, "frag", scope=f"wmma.{use}")}
 
     def fcompute(ins, outs):
         src, frag = ins[0], outs[0]
-        return tir.call_intrin("void", f"wmma.load_matrix_sync:{layout}",
+        # float32 operands are tf32 fragments, rounded (cvt.rna.tf32) after the load
+        op = "wmma.load_matrix_sync_tf32" if dtype == "float32" else "wmma.load_matrix_sync"
+        return tir.call_intrin("void", f"{op}:{layout}",
                                frag.access_ptr("w"), src.access_ptr("r"), _stride(src))
 
     return te.decl_tensor_intrin(c.op, fcompute, binds=binds,
@@ -77,9 +86,11 @@ def _matmul(a: te.Tensor, b: te.Tensor, acc: str, name: str) -> te.Tensor:
 def wmma_mma(dtype: str = "float16", acc: str = "float32", name: str = "") -> te.TensorIntrin:
     """``c[i, j] = sum_k a[i, k] * b[k, j]`` on 16x16x16 fragments (``mma_sync``); the
     stage must compute ``te.sum(A[i, k].astype(acc) * B[k, j].astype(acc))`` (or without
-    casts when ``acc`` is ``dtype``)."""
-    a = te.placeholder((N, N), name="a", dtype=dtype)
-    b = te.placeholder((N, N), name="b", dtype=dtype)
+    casts when ``acc`` is ``dtype``). ``dtype="float32"`` is tf32 (m16n16k8: 16x8 and 8x16
+    operands, float32 accumulation)."""
+    kt = k_tile(dtype)
+    a = te.placeholder((N, kt), name="a", dtype=dtype)
+    b = te.placeholder((kt, N), name="b", dtype=dtype)
     c = _matmul(a, b, acc, "c")
     binds = {a: tir.decl_buffer(a.shape, dtype, "a", scope="wmma.matrix_a"),
              b: tir.decl_buffer(b.shape, dtype, "b", scope="wmma.matrix_b"),
@@ -124,6 +135,11 @@ C_HELPERS = {
     "wmma.load_matrix_sync": ("wmma_load_matrix_sync", (
         f"template <typename F, typename T> {_INLINE} void wmma_load_matrix_sync(F& frag, "
         "const T* src, int ldm) { nvcuda::wmma::load_matrix_sync(frag, src, ldm); }")),
+    "wmma.load_matrix_sync_tf32": ("wmma_load_matrix_sync_tf32", (
+        f"template <typename F> {_INLINE} void wmma_load_matrix_sync_tf32(F& frag, "
+        "const float* src, int ldm) { nvcuda::wmma::load_matrix_sync(frag, src, ldm); "
+        "for (int t = 0; t < frag.num_elements; ++t) "
+        "frag.x[t] = nvcuda::wmma::__float_to_tf32(frag.x[t]); }")),
     "wmma.mma_sync": ("wmma_mma_sync", (
         f"template <typename D, typename A, typename B, typename C> {_INLINE} void "
         "wmma_mma_sync(D& d, const A& a, const B& b, const C& c) "
@@ -138,11 +154,31 @@ C_HELPERS = {
 }
 
 
+def ldmatrix_bank_ways(row_bytes: int, rows: int = 8, width_bytes: int = 16) -> int:
+    """Bank-conflict degree of one ``ldmatrix`` 8x8 matrix (``rows`` rows of
+    ``width_bytes`` at a stride of ``row_bytes``) in shared memory of 32 banks of 4 bytes:
+    the most rows one bank serves (1: conflict-free, one wavefront). With float16 rows of
+    64 elements (128 bytes) all 8 rows start in bank 0 (8-way); ``storage_align`` padding
+    by 8 elements (144 bytes) spreads them over the 32 banks. Source: CUDA C Programming
+    Guide, "Shared Memory" (compute capability 5.x+ bank layout)."""
+    hits: dict = {}
+    for r in range(rows):
+        first = r * row_bytes // 4
+        for w in range(width_bytes // 4):
+            bank = (first + w) % 32
+            hits[bank] = hits.get(bank, 0) + 1
+    return max(hits.values())
+
+
 def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 64),
-              warp=(64, 64), pad: int = 8, vector: int = 8, isa: str = "wmma",
-              dtype: str = "float16"):
+              warp=(64, 64), pad: int | None = None, vector: int | None = None,
+              isa: str = "wmma",
+              dtype: str = "float16", stages: int = 1):
     """A hand-scheduled float16 GEMM on tensor cores through WMMA (TVM's tensor-core
     tutorial structure): ``C[M, N] = A[M, K] @ B[K, N]`` (row-major), ``C`` in ``acc``.
+    ``dtype`` may also be ``bfloat16`` (``acc`` float32), ``int8`` (``acc`` int32, WMMA
+    only) or ``float32`` (tf32 WMMA, m16n16k8, float32 accumulation); ``vector`` (copy
+    lanes) and ``pad`` (row padding) default to 16 bytes.
 
     Blocks of ``block = (BM, BN, BK)``: each block stages ``A[BM, BK]`` and ``B[BK, BN]`` in
     shared memory (rows padded by ``pad`` elements against bank conflicts, copied with
@@ -152,6 +188,14 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
     ``mma.sync.aligned.m16n8k16`` (sm_80+) instead of WMMA. Threads: 32 lanes
     (``threadIdx.x``, the shared-memory copies only)
     times ``BM/WM x BN/WN`` warps (``threadIdx.z``, ``threadIdx.y``).
+
+    The shared copies are 16-byte vectors, hence ``cp.async`` on sm_80+ (when ``K`` and
+    ``N`` are multiples of 8). ``stages > 1`` software-pipelines the k-tile loop
+    (``s[CF].pipeline(k.outer, stages=stages)``): ``stages`` shared buffers of each tile,
+    the copies of tile ``k + stages - 1`` in flight during the MMAs of tile ``k``, and the
+    16-wide k steps of a tile unrolled. Shared memory: ``stages * (BM * (BK + pad) +
+    BK * (BN + pad)) * 2`` bytes (105 KiB for the default tiles and 3 stages; above 48
+    KiB it is dynamic shared memory, within the 227 KiB of sm_90).
 
     Returns
     -------
@@ -167,8 +211,22 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
 
     BM, BN, BK = block
     WM, WN = warp
-    if isa == "mma" and dtype != "float16":
-        raise ValueError(f"wmma_gemm: isa 'mma' has float16 inputs only, not {dtype!r}")
+    if dtype == "int8" and acc != "int32":
+        raise ValueError(f"wmma_gemm: int8 inputs accumulate in 'int32', not {acc!r}")
+    if dtype == "float32" and (acc != "float32" or isa != "wmma"):
+        raise ValueError(f"wmma_gemm: float32 inputs (tf32) take isa 'wmma' and 'float32' "
+                         f"accumulation, not {isa!r} with {acc!r}")
+    nbytes = {"int8": 1, "float32": 4}.get(dtype, 2)
+    kt = k_tile(dtype)
+    if vector is None:
+        vector = 16 // nbytes           # 16-byte copies (cp.async)
+    if pad is None:
+        pad = 16 // nbytes              # rows stay multiples of 16 bytes (WMMA's ldm)
+    if isa == "mma" and (dtype, acc) not in (("float16", "float32"), ("float16", "float16"),
+                                             ("bfloat16", "float32")):
+        raise ValueError(f"wmma_gemm: isa 'mma' takes float16 (float32 or float16 "
+                         f"accumulation) or bfloat16 (float32 accumulation), not {dtype!r} "
+                         f"with {acc!r}")
     A = te.placeholder((M, K), name="A", dtype=dtype)
     B = te.placeholder((K, N), name="B", dtype=dtype)
     C = _matmul(A, B, acc, "C")
@@ -201,24 +259,30 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
     ci, cj = CF.op.axis
     (ck,) = CF.op.reduce_axis
     ko, kk = s[CF].split(ck, factor=BK)
-    kf, ki = s[CF].split(kk, factor=N_TILE)
+    kf, ki = s[CF].split(kk, factor=kt)
     cfi, cti = s[CF].split(ci, factor=N_TILE)
     cfj, ctj = s[CF].split(cj, factor=N_TILE)
     s[CF].reorder(ko, kf, cfi, cfj, cti, ctj, ki)
-    s[CF].tensorize(cti, mma_mma("float16", acc) if mma else wmma_mma(dtype, acc))
+    s[CF].tensorize(cti, mma_mma(dtype, acc) if mma else wmma_mma(dtype, acc))
     for v in (cfi, cfj):
         s[CF].unroll(v)
+    if stages > 1:
+        # the 16-wide k steps of a tile unrolled: fragment loads of step k+1 can be issued
+        # during the MMAs of step k (nvcc does not always unroll this loop on sm_90)
+        s[CF].unroll(kf)
     s[AF].compute_at(s[CF], kf)
     s[BF].compute_at(s[CF], kf)
-    loads = (mma_load_a(), mma_load_b()) if mma else (wmma_load_a(dtype), wmma_load_b(dtype))
-    for F, intrin in zip((AF, BF), loads):
+    loads = (mma_load_a(dtype), mma_load_b(dtype)) if mma else (wmma_load_a(dtype), wmma_load_b(dtype))
+    for F, intrin, (t0, t1) in zip((AF, BF), loads, ((N_TILE, kt), (kt, N_TILE))):
         a0, a1 = F.op.axis
-        o0, i0 = s[F].split(a0, factor=N_TILE)
-        o1, i1 = s[F].split(a1, factor=N_TILE)
+        o0, i0 = s[F].split(a0, factor=t0)
+        o1, i1 = s[F].split(a1, factor=t1)
         s[F].reorder(o0, o1, i0, i1)
         s[F].tensorize(i0, intrin)
         s[F].unroll(o0)
         s[F].unroll(o1)
+    if stages > 1:
+        s[CF].pipeline(ko, stages=stages)
     for S in (AS, BS):
         s[S].compute_at(s[CF], ko)
         if pad:
@@ -246,6 +310,8 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
 # fragment buffers keep their wmma.* scopes; the ``:mma`` tag of the calls picks these types.
 MMA_TYPES = r"""struct pt_mma_a { unsigned r[4]; };      // 16x16 f16 A tile (ldmatrix.x4)
 struct pt_mma_b { unsigned r[4]; };      // 16x16 f16 B tile: two k16n8 fragments
+struct pt_mma_a_bf16 { unsigned r[4]; }; // the same tiles of bf16
+struct pt_mma_b_bf16 { unsigned r[4]; };
 struct pt_mma_c_f32 { float r[8]; };     // 16x16 f32 accumulator: two m16n8 fragments
 struct pt_mma_c_f16 { unsigned r[4]; };  // 16x16 f16 accumulator (half2 registers)
 __device__ __forceinline__ unsigned pt_lane() {
@@ -253,14 +319,14 @@ __device__ __forceinline__ unsigned pt_lane() {
 }"""
 
 _MMA_HELPERS = {
-    "mma.ldmatrix_x4": ("ldmatrix_x4", r"""__device__ __forceinline__ void ldmatrix_x4(pt_mma_a& f, const half* src, int ldm) {
+    "mma.ldmatrix_x4": ("ldmatrix_x4", r"""template <typename F, typename T> __device__ __forceinline__ void ldmatrix_x4(F& f, const T* src, int ldm) {
   // lanes 0-15 address rows 0-15 at column 0, lanes 16-31 at column 8
   unsigned l = pt_lane();
   unsigned a = (unsigned)__cvta_generic_to_shared(src + (l % 16) * ldm + (l / 16) * 8);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(f.r[0]), "=r"(f.r[1]), "=r"(f.r[2]), "=r"(f.r[3]) : "r"(a));
 }"""),
-    "mma.ldmatrix_x4_trans": ("ldmatrix_x4_trans", r"""__device__ __forceinline__ void ldmatrix_x4_trans(pt_mma_b& f, const half* src, int ldm) {
+    "mma.ldmatrix_x4_trans": ("ldmatrix_x4_trans", r"""template <typename F, typename T> __device__ __forceinline__ void ldmatrix_x4_trans(F& f, const T* src, int ldm) {
   // matrices (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15)
   unsigned l = pt_lane();
   unsigned a = (unsigned)__cvta_generic_to_shared(
@@ -272,6 +338,16 @@ _MMA_HELPERS = {
 #pragma unroll
   for (int h = 0; h < 2; ++h)
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+                 : "=f"(d.r[4 * h]), "=f"(d.r[4 * h + 1]), "=f"(d.r[4 * h + 2]), "=f"(d.r[4 * h + 3])
+                 : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[2 * h]),
+                   "r"(b.r[2 * h + 1]), "f"(c.r[4 * h]), "f"(c.r[4 * h + 1]), "f"(c.r[4 * h + 2]),
+                   "f"(c.r[4 * h + 3]));
+}
+__device__ __forceinline__ void mma_sync_m16n8k16(pt_mma_c_f32& d, const pt_mma_a_bf16& a, const pt_mma_b_bf16& b, const pt_mma_c_f32& c) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
                  "{%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
                  : "=f"(d.r[4 * h]), "=f"(d.r[4 * h + 1]), "=f"(d.r[4 * h + 2]), "=f"(d.r[4 * h + 3])
                  : "r"(a.r[0]), "r"(a.r[1]), "r"(a.r[2]), "r"(a.r[3]), "r"(b.r[2 * h]),
@@ -297,15 +373,28 @@ __device__ __forceinline__ void mma_fill(pt_mma_c_f16& c, half v) {
   for (int i = 0; i < 4; ++i) c.r[i] = *reinterpret_cast<unsigned*>(&h);
 }"""),
     "mma.store": ("mma_store", r"""__device__ __forceinline__ void mma_store(float* dst, const pt_mma_c_f32& c, int ldm) {
-  // m16n8 layout: lane l holds rows l/4 and l/4 + 8, columns 2*(l%4) and 2*(l%4) + 1
+  // m16n8 layout: lane l holds rows g = l/4 and g + 8, columns 2t and 2t + 1 (t = l%4) of
+  // each n8 half h. Lanes t and t^1 swap a pair (shfl.sync.bfly) so that the even lane holds
+  // columns 2t..2t+3 of row g and the odd one columns 2t-2..2t+1 of row g + 8: one
+  // 16-byte store each (8-byte stores of the own pairs where dst or ldm is not 16-byte
+  // aligned; the shuffles run on every lane either way)
   unsigned l = pt_lane();
   int g = l / 4, t = l % 4;
+  bool odd = t & 1;
+  bool wide = ldm % 4 == 0 && reinterpret_cast<unsigned long long>(dst) % 16 == 0;
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      *reinterpret_cast<float2*>(dst + (g + 8 * r) * ldm + 8 * h + 2 * t) =
-          make_float2(c.r[4 * h + 2 * r], c.r[4 * h + 2 * r + 1]);
+  for (int h = 0; h < 2; ++h) {
+    float a0 = c.r[4 * h], a1 = c.r[4 * h + 1], b0 = c.r[4 * h + 2], b1 = c.r[4 * h + 3];
+    float r0 = __shfl_xor_sync(0xffffffffu, odd ? a0 : b0, 1);
+    float r1 = __shfl_xor_sync(0xffffffffu, odd ? a1 : b1, 1);
+    if (wide) {
+      *reinterpret_cast<float4*>(dst + (odd ? g + 8 : g) * ldm + 8 * h + 2 * (t & ~1)) =
+          odd ? make_float4(r0, r1, b0, b1) : make_float4(a0, a1, r0, r1);
+    } else {
+      *reinterpret_cast<float2*>(dst + g * ldm + 8 * h + 2 * t) = make_float2(a0, a1);
+      *reinterpret_cast<float2*>(dst + (g + 8) * ldm + 8 * h + 2 * t) = make_float2(b0, b1);
+    }
+  }
 }
 __device__ __forceinline__ void mma_store(half* dst, const pt_mma_c_f16& c, int ldm) {
   unsigned l = pt_lane();
@@ -319,9 +408,47 @@ __device__ __forceinline__ void mma_store(half* dst, const pt_mma_c_f16& c, int 
 }
 C_HELPERS.update(_MMA_HELPERS)
 
+# ------------------------------------------------------------------ cp.async (sm_80+)
+# Asynchronous global -> shared copies (PTX ISA 9.7.9.25): the loop IR's meaning is in
+# polytile.schedule.passes.async_copy. Below sm_80 they are ordinary 16-byte copies (and
+# the group operations nothing), which keeps every schedule correct there.
+_ASYNC_HELPERS = {
+    "cp.async.cg.shared.global": ("cp_async_cg_shared_global", r"""__device__ __forceinline__ void cp_async_cg_shared_global(void* dst, const void* src) {
+#if __CUDA_ARCH__ >= 800
+  unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(a), "l"(src) : "memory");
+#else
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+#endif
+}"""),
+    "cp.async.commit_group": ("cp_async_commit_group", r"""__device__ __forceinline__ void cp_async_commit_group() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}"""),
+    "cp.async.wait_group": ("cp_async_wait_group", r"""__device__ __forceinline__ void cp_async_wait_group(int n) {
+  // n is a constant at every call: the switch folds to one instruction
+#if __CUDA_ARCH__ >= 800
+  switch (n) {
+    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
+  }
+#endif
+}"""),
+}
+C_HELPERS.update(_ASYNC_HELPERS)
+
 #: The C type of one fragment tile on the mma.sync path, by scope and dtype.
 MMA_FRAGMENT_TYPES = {("wmma.matrix_a", "float16"): "pt_mma_a",
                       ("wmma.matrix_b", "float16"): "pt_mma_b",
+                      ("wmma.matrix_a", "bfloat16"): "pt_mma_a_bf16",
+                      ("wmma.matrix_b", "bfloat16"): "pt_mma_b_bf16",
                       ("wmma.accumulator", "float32"): "pt_mma_c_f32",
                       ("wmma.accumulator", "float16"): "pt_mma_c_f16"}
 
@@ -346,7 +473,9 @@ def _mma_load(use: str, call: str, dtype: str) -> te.TensorIntrin:
         return tir.call_intrin("void", call, outs[0].access_ptr("w"), ins[0].access_ptr("r"),
                                _stride(ins[0]))
 
-    return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=f"mma_load_{use[-1]}")
+    suffix = "" if dtype == "float16" else f"_{dtype}"
+    return te.decl_tensor_intrin(c.op, fcompute, binds=binds,
+                                 name=f"mma_load_{use[-1]}{suffix}")
 
 
 def mma_mma(dtype: str = "float16", acc: str = "float32") -> te.TensorIntrin:

@@ -18,6 +18,12 @@
   :func:`.analysis.may_trap`) it is emitted with branches and a ``phi``, else as ``select``.
   ``And``/``Or`` with a right operand that may trap short-circuit the same way.
 * ``floordiv``/``floormod`` are rewritten by :mod:`polytile.schedule.intdiv`.
+* Loops with the ``nontemporal`` pragma: contiguous vector stores inside them are emitted
+  with ``!nontemporal`` when their address is 16-byte aligned (checked at run time; other
+  addresses get an ordinary store), see :meth:`CodeGen.vector_store`. Non-temporal stores
+  are weakly ordered, so a function holding such a loop fences (``fence seq_cst``, x86
+  ``mfence``) before it returns, before each ``GOMP_parallel`` call and at the end of each
+  thread's part of a parallel loop.
 
 The pass is pure: it reads ``func`` and returns a new module.
 """
@@ -34,7 +40,7 @@ from polytile.schedule.kinds import LoopKind
 from polytile.schedule.loop_ir import (FOR_KINDS, AccessPtr, Allocate, ExternCall, TensorCall,
                                        is_empty, Assert, Buffer, Evaluate, For,
                                        IfThenElse, LetStmt, Load, PrimFunc, Seq, Stmt,
-                                       StmtFunctor, Store, asserts)
+                                       StmtFunctor, Store, asserts, walk_stmts)
 from polytile.te import dtype as dt
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select,
                               Var)
@@ -94,6 +100,11 @@ class CodeGen(StmtFunctor):
         self.module.triple = llvm.get_process_triple()
         self.st: FnState | None = None
         self.n_outlined = 0
+        #: nesting depth of loops with the ``nontemporal`` pragma at the current position
+        self.nontemporal = 0
+        #: whether any loop of the function has that pragma (then fences are emitted)
+        self.streams = any("nontemporal" in x.pragmas for x in walk_stmts(func.body)
+                           if isinstance(x, For))
 
     # ---------------------------------------------------------------- function level
     @property
@@ -127,9 +138,34 @@ class CodeGen(StmtFunctor):
             else:
                 self.st.env[p] = a
         self.stmt(f.body)
+        self.fence_streams()
         self.b.ret(I32(llx.STATUS_OK))
         self.st.finish()
         return self.module
+
+    def fence_streams(self) -> None:
+        """Order the non-temporal stores emitted so far before what follows (they are
+        weakly ordered: another thread could otherwise read stale values)."""
+        if self.streams:
+            self.b.fence("seq_cst")
+
+    def vector_store(self, value: ir.Value, ptr: ir.Value, align: int) -> None:
+        """Store vector ``value`` at element pointer ``ptr`` (element alignment ``align``);
+        inside a ``nontemporal`` loop, a non-temporal store when ``ptr`` is 16-byte aligned
+        at run time and the vector a multiple of 16 bytes."""
+        b = self.b
+        vp = b.bitcast(ptr, value.type.as_pointer())
+        nbytes = value.type.count * align
+        if not self.nontemporal or nbytes % 16 or align >= 16:
+            b.store(value, vp, align=align)
+            return
+        aligned = b.icmp_unsigned("==", b.and_(b.ptrtoint(vp, I64), I64(15)), I64(0))
+        with b.if_else(aligned, likely=True) as (then, other):
+            with then:
+                st = b.store(value, vp, align=16)
+                st.set_metadata("nontemporal", self.module.add_metadata([I32(1)]))
+            with other:
+                b.store(value, vp, align=align)
 
     def new_function(self, suffix: str, ret: ir.Type, args: list) -> ir.Function:
         """A fresh internal function ``<name>.<suffix><k>`` in the module."""
@@ -205,6 +241,16 @@ class CodeGen(StmtFunctor):
             raise InternalError(format_error(
                 "codegen_llvm", f"loop {s.var.name!r} has variable dtype {s.var.dtype} and "
                 f"step {s.step!r}", "expected an int64 loop variable and a positive int step"))
+        if "nontemporal" in s.pragmas:
+            self.nontemporal += 1
+            try:
+                self._for(s)
+            finally:
+                self.nontemporal -= 1
+        else:
+            self._for(s)
+
+    def _for(self, s: For) -> None:
         if s.kind == LoopKind.PARALLEL and not self.st.in_parallel:
             emit_parallel(self, s)
         elif s.kind == LoopKind.VECTORIZED:

@@ -73,6 +73,7 @@ def emit_parallel(cg: CodeGen, s: For) -> None:
         b.store(v, b.gep(slot, [I32(0), I32(k)], inbounds=True))
     fnptr_ty = ir.FunctionType(llx.VOID, [I8P]).as_pointer()
     gomp = llx.declare(cg.module, "GOMP_parallel", llx.VOID, [fnptr_ty, I8P, I32, I32])
+    cg.fence_streams()  # the threads may read what this one streamed
     b.call(gomp, [thread_fn, b.bitcast(slot, I8P), I32(0), I32(0)])
     status = b.load_atomic(b.gep(slot, [I32(0), I32(0)], inbounds=True), "monotonic", 4)
     with b.if_then(b.icmp_signed("!=", status, I32(0)), likely=False):
@@ -109,6 +110,7 @@ def _emit_body(cg: CodeGen, s: For, caps: list, cap_types: list) -> ir.Function:
             cg.let(s.var, var, lambda: cg.stmt(s.body))
 
         cg.loop(begin, end, 1, f"{s.var.name}.par", body)
+        cg.fence_streams()  # before the team's barrier: the caller reads the results
         cg.b.ret(I32(llx.STATUS_OK))
         cg.st.finish()
     finally:

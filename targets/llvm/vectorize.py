@@ -267,8 +267,7 @@ class _Widener(StmtFunctor):
                     align=align)
         elif idx.kind == "ramp" and idx.stride == 1:
             p = b.gep(base, [self._i64(idx, idx.value)], inbounds=True)
-            vt = llx.mem_type(buf.dtype, self.lanes)
-            b.store(mem(self.vec(val)), b.bitcast(p, vt.as_pointer()), align=align)
+            cg.vector_store(mem(self.vec(val)), p, align)
         else:
             ptrs = self._ptrs(buf, idx)
             data = mem(self.vec(val))

@@ -95,7 +95,7 @@ def test_templates_command():
     rc, out, _ = polytile("templates")
     assert rc == 0
     for name in ("matmul", "batch_matmul", "conv2d_nchw", "depthwise_conv2d_nchw", "softmax",
-                 "layernorm"):
+                 "layernorm", "rmsnorm"):
         assert name in out
     assert "984,000" in out  # the space of the default matmul
 

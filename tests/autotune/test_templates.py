@@ -17,9 +17,12 @@ SMALL = {
     "matmul": (31, 48, 17),
     "batch_matmul": (2, 12, 32, 9),
     "conv2d_nchw": (1, 4, 9, 11, 6, 3, 3, 1, 1),
+    "conv2d_nchwc": (1, 6, 9, 11, 10, 3, 3, 1, 1),
     "depthwise_conv2d_nchw": (1, 5, 13, 10, 3, 3, 2, 1),
+    "depthwise_conv2d_nchwc": (1, 12, 13, 10, 3, 3, 2, 1),
     "softmax": (13, 40),
     "layernorm": (7, 24),
+    "rmsnorm": (5, 37),
 }
 
 

@@ -285,7 +285,8 @@ def test_unknown_pragma_raises():
     s = w.schedule()
     with pytest.raises(ScheduleError, match=r"pragma: unknown pragma 'auto_unroll_max_step' on "
                        r"iter_var 'i' of stage 'C'; expected one of \['parallel', "
-                       r"'parallel_launch_point', 'unroll', 'vectorize', 'import_c', 'import_llvm'\]"):
+                       r"'parallel_launch_point', 'unroll', 'vectorize', 'import_c', 'import_llvm', "
+                       r"'nontemporal'\]"):
         s[w.C].pragma(w.C.op.axis[0], "auto_unroll_max_step", 16)
 
 

@@ -73,7 +73,10 @@ def test_wmma_source_compiles_for_sm80_and_sm90_with_mma_instructions():
     assert ("nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> "
             "C_wmma_accumulator[16];") in src
     assert "wmma_mma_sync(C_wmma_accumulator[" in src
-    assert "*(uint4*)(&A_shared[" in src and "*(uint4*)(&B_shared[" in src   # 16-byte copies
+    # 16-byte copies into shared memory are cp.async (an ordinary uint4 copy below sm_80)
+    assert "cp_async_cg_shared_global(&A_shared[" in src
+    assert "cp_async_cg_shared_global(&B_shared[" in src
+    assert src.index("cp_async_wait_group(0);") < src.index("wmma_mma_sync(C_wmma")
     for arch in ("sm_80", "sm_90"):
         compile_with_nvcc(src, arch)
     if cc.nvcc_path() is None:
@@ -216,3 +219,114 @@ def test_warp_collective_intrinsics_run_on_every_lane(isa):
     assert calls
     for i in calls:
         assert "threadIdx.x" not in lines[i - 1], lines[i - 1]
+
+
+@pytest.mark.parametrize("stages", [1, 3])
+def test_wmma_int8_gemm_is_exact_on_the_interpreter(stages):
+    # int8 x int8 summed in int32 (WMMA m16n16k16 s8): 16-byte copies are 16 lanes
+    M, N, K = 32, 64, 96
+    s, args = tc.wmma_gemm(M, N, K, dtype="int8", acc="int32", block=(32, 32, 32),
+                           warp=(16, 32), stages=stages)
+    f = lower(s, args, target="cuda", stop_after=None)
+    assert "wmma_mma_int8_int32.update" in str(f) and "# pragma cp.async" in str(f)
+    rng = np.random.default_rng(5)
+    a = rng.integers(-128, 128, (M, K)).astype("int8")
+    b = rng.integers(-128, 128, (K, N)).astype("int8")
+    c = np.full((M, N), -7, "int32")
+    run(f, a, b, c)
+    np.testing.assert_array_equal(c, a.astype("int64") @ b.astype("int64"))
+    with pytest.raises(ValueError, match="int8 inputs accumulate in 'int32'"):
+        tc.wmma_gemm(M, N, K, dtype="int8", acc="float32")
+
+
+def test_wmma_int8_source_compiles_with_imma():
+    s, args = tc.wmma_gemm(256, 256, 256, dtype="int8", acc="int32", stages=3)
+    src = polytile.build(s, args, target="cuda").get_source("cu")
+    assert "nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, signed char" in src
+    for arch in ("sm_80", "sm_90"):
+        compile_with_nvcc(src, arch)
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path, cubin = os.path.join(tmp, "k.cu"), os.path.join(tmp, "k.cubin")
+        with open(path, "w") as fh:
+            fh.write(src)
+        subprocess.run([cc.nvcc_path(), "-arch=sm_90", "-cubin", "-std=c++17", "-o", cubin,
+                        path], check=True, capture_output=True)
+        sass = subprocess.run([tool, "-sass", cubin], check=True, capture_output=True,
+                              text=True).stdout
+        assert "IMMA" in sass and "LDGSTS" in sass
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stages", [1, 3])
+@pytest.mark.parametrize("size", [(384, 640, 320), (2048, 2048, 2048)])
+def test_wmma_int8_gemm_on_the_gpu(size, stages):
+    M, N, K = size
+    s, args = tc.wmma_gemm(M, N, K, dtype="int8", acc="int32", stages=stages)
+    f = polytile.build(s, args, target="cuda")
+    rng = np.random.default_rng(6)
+    a = rng.integers(-128, 128, (M, K)).astype("int8")
+    b = rng.integers(-128, 128, (K, N)).astype("int8")
+    c = polytile.nd.array(np.full((M, N), -7, "int32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
+    np.testing.assert_array_equal(c.numpy(), a.astype("int64") @ b.astype("int64"))
+
+
+@pytest.mark.parametrize("stages", [1, 3])
+def test_wmma_tf32_gemm_on_the_interpreter(stages):
+    # float32 operands run as tf32 (m16n16k8: 16x8 A and 8x16 B fragments); the
+    # interpreter computes the intrinsic's float32 definition
+    M, N, K = 32, 64, 40
+    s, args = tc.wmma_gemm(M, N, K, dtype="float32", block=(32, 32, 8), warp=(16, 32),
+                           stages=stages)
+    f = lower(s, args, target="cuda", stop_after=None)
+    assert "wmma_mma_float32_float32.update" in str(f)
+    rng = np.random.default_rng(7)
+    a = rng.uniform(-1, 1, (M, K)).astype("float32")
+    b = rng.uniform(-1, 1, (K, N)).astype("float32")
+    c = np.full((M, N), np.nan, "float32")
+    run(f, a, b, c)
+    assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
+    with pytest.raises(ValueError, match="float32 inputs \\(tf32\\) take isa 'wmma'"):
+        tc.wmma_gemm(M, N, K, dtype="float32", isa="mma")
+
+
+def test_wmma_tf32_source_compiles_with_tf32_mma():
+    s, args = tc.wmma_gemm(256, 256, 256, dtype="float32", stages=3)
+    src = polytile.build(s, args, target="cuda").get_source("cu")
+    assert ("nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 8, "
+            "nvcuda::wmma::precision::tf32, nvcuda::wmma::row_major>") in src
+    assert "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 8, float>" in src
+    assert "__float_to_tf32" in src
+    for arch in ("sm_80", "sm_90"):
+        compile_with_nvcc(src, arch)
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path, cubin = os.path.join(tmp, "k.cu"), os.path.join(tmp, "k.cubin")
+        with open(path, "w") as fh:
+            fh.write(src)
+        subprocess.run([cc.nvcc_path(), "-arch=sm_90", "-cubin", "-std=c++17", "-o", cubin,
+                        path], check=True, capture_output=True)
+        sass = subprocess.run([tool, "-sass", cubin], check=True, capture_output=True,
+                              text=True).stdout
+        assert "HMMA.1684.F32.TF32" in sass and "LDGSTS" in sass
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stages", [1, 3])
+@pytest.mark.parametrize("size", [(384, 640, 320), (2048, 2048, 2048)])
+def test_wmma_tf32_gemm_on_the_gpu(size, stages):
+    M, N, K = size
+    s, args = tc.wmma_gemm(M, N, K, dtype="float32", stages=stages)
+    f = polytile.build(s, args, target="cuda")
+    rng = np.random.default_rng(8)
+    a = rng.uniform(-1, 1, (M, K)).astype("float32")
+    b = rng.uniform(-1, 1, (K, N)).astype("float32")
+    c = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
+    # tf32 keeps 10 mantissa bits of each operand: about 1e-3 relative error per product
+    assert _rel(c.numpy(), a.astype("float64") @ b.astype("float64")) < 5e-3

@@ -1,0 +1,439 @@
+"""Benchmark: polytile's CPU kernels beside numpy, torch and the machine's own bounds.
+
+For softmax, layernorm and rmsnorm (4096 x 4096 float32), conv2d on ResNet-50 layer shapes
+(NCHW and the blocked NCHW16c layout), depthwise conv2d and matmul, at 1 and 2 threads,
+prints one line per figure: the kernel's time (median of interleaved rounds, with the
+fastest round beside it), its rate (GB/s for the row kernels: bytes read + written; GFLOP/s
+for the others) and its ratios. polytile runs the template's default config (the hand
+schedule; ``polytile fast``: softmax's with ``te.fast_exp``); torch (when installed) runs
+through ``out=`` variants where it has them, so that no kernel pays for allocating its
+output; numpy runs single-threaded.
+
+The bounds are measured in the same run:
+
+* ``copy``: ``np.copyto`` of the row kernel's 64 MiB float32 input, one thread, timed in
+  the kernel's own interleaved rounds: the memory-bound time of a row kernel is its bytes
+  over that bandwidth (``polytile/bound`` 1.0 would be copy speed). The header also gives
+  the copy bandwidth with two threads copying halves;
+* ``fma``: a loop of independent vector FMAs held in registers (12 accumulators, LLVM IR
+  compiled for this CPU), the best of many short samples on one core, times the threads:
+  the machine's peak GFLOP/s (``of fma peak``: the fraction a kernel reaches).
+
+Ratios are given for the medians and, in parentheses, for the best rounds.
+
+Rounds interleave the implementations (A B C A B C ...), so that a load spike hits them
+alike; the load average is printed beside the figures. On a machine shared with other jobs
+the figures are indicative only. Whole run: under 3 minutes. Run:
+``python benchmarks/cpu_ops.py [--only softmax,conv2d] [--threads 1,2] [--rounds 7]
+[--clock cpu]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import importlib.util
+import os
+import pathlib
+import statistics
+import threading
+import time
+
+# torch's and polytile's OpenMP threads must not spin between calls (both read it at load)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+
+import polytile  # noqa: E402
+from polytile.autotune import get_template  # noqa: E402
+
+try:
+    import torch  # noqa: E402
+except ImportError:  # the figures are then against numpy only
+    torch = None
+
+ROW_SHAPE = (4096, 4096)
+CONV_SHAPES = {  # ResNet-50 layers: (N, CI, H, W, CO, KH, KW, stride, pad)
+    "56x56x64 3x3": (1, 64, 56, 56, 64, 3, 3, 1, 1),
+    "28x28x128 3x3": (1, 128, 28, 28, 128, 3, 3, 1, 1),
+    "14x14x256 3x3": (1, 256, 14, 14, 256, 3, 3, 1, 1),
+    "7x7x512 3x3": (1, 512, 7, 7, 512, 3, 3, 1, 1),
+    "56x56 256->64 1x1": (1, 256, 56, 56, 64, 1, 1, 1, 0),
+}
+DW_SHAPES = {  # MobileNet-style depthwise layers: (N, C, H, W, KH, KW, stride, pad)
+    "112x112x32 3x3": (1, 32, 112, 112, 3, 3, 1, 1),
+    "28x28x256 3x3": (1, 256, 28, 28, 3, 3, 1, 1),
+    "14x14x512 3x3": (1, 512, 14, 14, 3, 3, 1, 1),
+}
+
+
+# ----------------------------------------------------------------------------- timing
+def _calls_per_sample(fn, target_s: float = 0.01) -> int:
+    t0 = time.perf_counter()
+    fn()
+    dt = time.perf_counter() - t0
+    return max(1, min(1000, int(target_s / max(dt, 1e-7))))
+
+
+#: the clock of :func:`interleaved`: wall time, or with ``--clock cpu`` the calling
+#: thread's CPU time (1 thread only: every implementation then runs on that thread, and
+#: the time it spends descheduled on a busy machine is left out)
+CLOCK = {"fn": time.perf_counter}
+
+
+def interleaved(fns: dict, rounds: int) -> dict:
+    """``{name: (median, min)}`` seconds per call of each function of ``fns``, timed in
+    ``rounds`` interleaved rounds (each sample at least about 10 ms of calls)."""
+    reps = {k: _calls_per_sample(f) for k, f in fns.items()}
+    samples: dict = {k: [] for k in fns}
+    clock = CLOCK["fn"]
+    for _ in range(rounds):
+        for k, f in fns.items():
+            n = reps[k]
+            t0 = clock()
+            for _ in range(n):
+                f()
+            samples[k].append((clock() - t0) / n)
+    return {k: (statistics.median(v), min(v)) for k, v in samples.items()}
+
+
+def loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def set_threads(n: int) -> None:
+    polytile.set_num_threads(n)
+    if torch is not None:
+        torch.set_num_threads(n)
+
+
+def in_threads(fn_of_part, n: int):
+    """A function running ``fn_of_part(k)`` for ``k < n`` in ``n`` Python threads (the
+    callees release the GIL: ctypes calls, numpy copies)."""
+    if n == 1:
+        return lambda: fn_of_part(0)
+
+    def run():
+        ts = [threading.Thread(target=fn_of_part, args=(k,)) for k in range(n)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    return run
+
+
+# ----------------------------------------------------------------------------- bounds
+def fma_kernel():
+    """``(f(iterations), flop per iteration)``: a loop of 12 independent ``<L x float>``
+    FMA chains in registers (L = 16 with AVX-512, else 8), compiled through llvmlite for
+    this CPU."""
+    import llvmlite.binding as llvm
+
+    from polytile.targets.llvm import runtime
+
+    runtime._ensure_llvm()  # llvmlite initialised for this CPU
+    feats = llvm.get_host_cpu_features().flatten()
+    lanes = 16 if "+avx512f" in feats else 8
+    acc = 12
+    vt = f"<{lanes} x float>"
+    lines = [f"declare {vt} @llvm.fma.v{lanes}f32({vt}, {vt}, {vt})",
+             "define void @fma_peak(float* noalias %p, i64 %n) {",
+             "entry:",
+             f"  %vp = bitcast float* %p to {vt}*",
+             f"  %x = load {vt}, {vt}* %vp, align 4",
+             f"  %yp = getelementptr {vt}, {vt}* %vp, i64 1",
+             f"  %y = load {vt}, {vt}* %yp, align 4",
+             "  br label %loop", "loop:",
+             "  %i = phi i64 [0, %entry], [%i1, %loop]"]
+    for a in range(acc):
+        lines.append(f"  %a{a} = phi {vt} [%y, %entry], [%b{a}, %loop]")
+    for a in range(acc):
+        lines.append(f"  %b{a} = call {vt} @llvm.fma.v{lanes}f32({vt} %a{a}, {vt} %x, "
+                     f"{vt} %y)")
+    lines += ["  %i1 = add i64 %i, 1", "  %c = icmp ult i64 %i1, %n",
+              "  br i1 %c, label %loop, label %exit", "exit:"]
+    prev = "%b0"
+    for a in range(1, acc):
+        lines.append(f"  %s{a} = fadd {vt} {prev}, %b{a}")
+        prev = f"%s{a}"
+    lines += [f"  store {vt} {prev}, {vt}* %vp, align 4", "  ret void", "}"]
+    mod = llvm.parse_assembly("\n".join(lines))
+    tm = llvm.Target.from_default_triple().create_target_machine(
+        cpu=llvm.get_host_cpu_name(), features=feats, opt=3)
+    engine = llvm.create_mcjit_compiler(mod, tm)
+    engine.finalize_object()
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(
+        engine.get_function_address("fma_peak"))
+    bufs = [np.full(2 * lanes, 0.5, dtype="float32") for _ in range(2)]
+    for b in bufs:
+        b[lanes:] = 1e-3
+
+    def run(iters: int, part: int = 0):
+        fn(bufs[part].ctypes.data, iters)
+    run._keep = (engine, mod)  # the machine code lives as long as the engine
+    return run, 2 * lanes * acc
+
+
+def _best(fn, samples: int) -> float:
+    """The fastest of ``samples`` calls of ``fn`` (seconds): a bound is what the machine
+    can do, so the least disturbed sample is the one that shows it."""
+    fn()
+    best = float("inf")
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def bounds(threads: list[int], rounds: int) -> dict:
+    """Copy bandwidth (bytes/s, read + written: the median round and the best one) and FMA
+    peak (FLOP/s: the best of many short samples on one core, times the threads) per
+    thread count."""
+    n = 16 << 20
+    src = np.random.default_rng(0).uniform(-1, 1, n).astype("float32")
+    dst = np.empty_like(src)
+    fma, flop_per_iter = fma_kernel()
+    iters = 20_000  # about 0.1 ms: short samples, so that some run undisturbed
+    peak = iters * flop_per_iter / _best(lambda: fma(iters), 300)
+    out = {}
+    for th in threads:
+        half = n // th
+        copy = in_threads(lambda k: np.copyto(dst[k * half:(k + 1) * half],
+                                              src[k * half:(k + 1) * half]), th)
+        r = interleaved({"copy": copy}, rounds)
+        out[th] = {"copy": 2 * src.nbytes / r["copy"][0],
+                   "copy_best": 2 * src.nbytes / r["copy"][1], "fma": th * peak}
+    return out
+
+
+# ----------------------------------------------------------------------------- kernels
+def build_template(name: str, args: tuple, **knobs):
+    """The template's default config (with ``knobs`` changed) built for llvm, with its
+    inputs and output."""
+    from polytile.autotune.worker import make_inputs
+
+    t = get_template(name)
+    sp = t.space(args)
+    cfg = sp.get(sp.default_index())
+    if knobs:
+        want = dict(cfg.knob_values(), **knobs)
+        cfg = next(sp.get(k) for k in range(len(sp)) if sp.get(k).knob_values() == want)
+    s, tensors = t.instantiate(cfg, args)
+    f = polytile.build(s, tensors, target="llvm")
+    arrays = make_inputs(tensors, seed=1)
+    f(*arrays)
+    ref = np.asarray(t.reference(*[a.astype("float64") for a in arrays[:-1]], args=args))
+    err = np.abs(arrays[-1] - ref).max() / max(np.abs(ref).max(), 1e-30)
+    if not err < 1e-4:
+        raise SystemExit(f"{name}{args}: wrong result (relative error {err:.2e})")
+    return (lambda: f(*arrays)), arrays
+
+
+def _rows_numpy(name: str, arrays):
+    a, o = arrays[0], arrays[-1]
+    tmp = np.empty_like(a)
+    if name == "softmax":
+        def run():
+            np.subtract(a, a.max(axis=1, keepdims=True), out=tmp)
+            np.exp(tmp, out=tmp)
+            np.multiply(tmp, 1.0 / tmp.sum(axis=1, keepdims=True), out=o)
+    elif name == "layernorm":
+        g, b = arrays[1], arrays[2]
+
+        def run():
+            np.subtract(a, a.mean(axis=1, keepdims=True), out=tmp)
+            rstd = 1.0 / np.sqrt(np.mean(tmp * tmp, axis=1, keepdims=True) + 1e-5)
+            np.multiply(tmp, rstd, out=o)
+            np.multiply(o, g, out=o)
+            np.add(o, b, out=o)
+    else:
+        g = arrays[1]
+
+        def run():
+            np.multiply(a, a, out=tmp)
+            rstd = 1.0 / np.sqrt(tmp.mean(axis=1, keepdims=True) + 1e-6)
+            np.multiply(a, rstd, out=o)
+            np.multiply(o, g, out=o)
+    return run
+
+
+def _rows_torch(name: str, arrays):
+    if torch is None:
+        return None
+    ts = [torch.from_numpy(x) for x in arrays]
+    a, o = ts[0], ts[-1]
+    if name == "softmax":
+        return lambda: torch.ops.aten._softmax.out(a, 1, False, out=o)
+    if name == "layernorm":
+        mean, rstd = torch.empty(a.shape[0], 1), torch.empty(a.shape[0], 1)
+        return lambda: torch.ops.aten.native_layer_norm.out(
+            a, [a.shape[1]], ts[1], ts[2], 1e-5, out0=o, out1=mean, out2=rstd)
+    return lambda: torch.nn.functional.rms_norm(a, (a.shape[1],), ts[1], eps=1e-6)
+
+
+def _conv_torch(arrays, args, depthwise: bool):
+    if torch is None:
+        return None
+    a, w = torch.from_numpy(arrays[0]), torch.from_numpy(arrays[1])
+    stride, pad = args[-2], args[-1]
+    if depthwise:
+        w = w.unsqueeze(1).contiguous()
+        return lambda: torch.nn.functional.conv2d(a, w, stride=stride, padding=pad,
+                                                  groups=a.shape[1])
+    return lambda: torch.nn.functional.conv2d(a, w, stride=stride, padding=pad)
+
+
+def _line(kernel: str, th: int, impl: str, t: tuple, rate: str, extra: str, load: str) -> None:
+    print(f"{kernel:25s} {th}t {impl:12s} {t[0] * 1e3:8.3f} ms (min {t[1] * 1e3:8.3f}) "
+          f"{rate:>14s}  {extra}  [load {load}]", flush=True)
+
+
+def bench_rows(name: str, threads, rounds, bnd) -> None:
+    """A row kernel beside numpy, torch and ``np.copyto`` of its input, all in the same
+    interleaved rounds: the memory-bound time is the kernel's bytes (read + written) over
+    the copy's bandwidth of the same rounds."""
+    m, n = ROW_SHAPE
+    run, arrays = build_template(name, ROW_SHAPE)
+    nbytes = sum(x.nbytes for x in arrays)
+    src, dst = arrays[0], np.empty_like(arrays[0])
+    copy_bytes = 2 * src.nbytes
+    fns = {"polytile": run}
+    if name == "softmax":  # the same schedule with te.fast_exp (3 ulp)
+        fns["polytile fast"] = build_template(name, ROW_SHAPE, fast_exp=True)[0]
+    fns["numpy"] = _rows_numpy(name, arrays)
+    if torch is not None:
+        fns["torch"] = _rows_torch(name, arrays)
+    fns["copy"] = lambda: np.copyto(dst, src)
+    kernel = f"{name} {m}x{n}"
+    for th in threads:
+        set_threads(th)
+        r = interleaved(fns, rounds)
+        load = loadavg()
+        bound = tuple(nbytes / copy_bytes * t for t in r.pop("copy"))
+        pt = r["polytile"]
+        for impl, t in r.items():
+            extra = f"polytile/bound {t[0] / bound[0]:5.2f} (best {t[1] / bound[1]:4.2f})" \
+                if impl.startswith("polytile") else \
+                f"{impl}/polytile {t[0] / pt[0]:5.2f} (best {t[1] / pt[1]:4.2f})"
+            _line(kernel, th, impl, t, f"{nbytes / t[0] / 1e9:6.1f} GB/s", extra, load)
+        _line(kernel, th, "bound (copy)", bound, f"{nbytes / bound[0] / 1e9:6.1f} GB/s",
+              "np.copyto, 1 thread, same rounds", load)
+
+
+def bench_conv(threads, rounds, bnd, depthwise: bool) -> None:
+    shapes = DW_SHAPES if depthwise else CONV_SHAPES
+    names = ["depthwise_conv2d_nchwc", "depthwise_conv2d_nchw"] if depthwise \
+        else ["conv2d_nchwc", "conv2d_nchw"]
+    for label, args in shapes.items():
+        t0 = get_template(names[0])
+        flop = t0.flops(args)
+        fns, arrays = {}, None
+        for nm in names:
+            run, arrs = build_template(nm, args)
+            fns[nm.replace("depthwise_conv2d_", "dw_").replace("conv2d_", "")] = run
+            arrays = arrays or arrs
+        tf = _conv_torch(arrays, args, depthwise)
+        if tf is not None:
+            fns["torch"] = tf
+        else:  # the template's numpy reference (einsum per tap) as the anchor
+            ref, ins = t0.reference, (arrays[0], arrays[1])
+            fns["numpy"] = lambda ref=ref, ins=ins, args=args: ref(*ins, args=args)
+        kernel = f"{'depthwise' if depthwise else 'conv2d'} {label}"
+        for th in threads:
+            set_threads(th)
+            r = interleaved(fns, rounds)
+            load = loadavg()
+            first = next(iter(r))
+            pt = r[first]
+            for impl, t in r.items():
+                extra = (f"of fma peak {flop / bnd[th]['fma'] / pt[0]:5.2f} "
+                         f"(best {flop / bnd[th]['fma'] / pt[1]:4.2f})" if impl == first
+                         else f"{impl}/{first} {t[0] / pt[0]:5.2f} (best {t[1] / pt[1]:4.2f})")
+                _line(kernel, th, impl, t, f"{flop / t[0] / 1e9:6.1f} GFLOP/s", extra, load)
+
+
+def bench_matmul(threads, rounds, bnd, n: int = 1024) -> None:
+    """The tutorial's best hand schedule (what ``benchmarks/cpu_matmul.py`` times) beside
+    numpy (timed in a process of its own, as there) and torch."""
+    path = pathlib.Path(__file__).resolve().parent.parent / "tutorials" / "02_cpu_matmul.py"
+    spec = importlib.util.spec_from_file_location("cpu_matmul_tutorial", path)
+    tut = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tut)
+    from polytile.autotune.tune import measure_numpy_isolated
+
+    s, targs = tut.best(n)
+    f = polytile.build(s, targs, target="llvm")
+    rng = np.random.default_rng(0)
+    a, b = (rng.uniform(-1, 1, (n, n)).astype("float32") for _ in range(2))
+    c = np.empty((n, n), dtype="float32")
+    fns = {"polytile": lambda: f(a, b, c)}
+    if torch is not None:
+        ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c)
+        fns["torch"] = lambda: torch.matmul(ta, tb, out=tc)
+    flop = 2.0 * n**3
+    for th in threads:
+        set_threads(th)
+        r = interleaved(fns, rounds)
+        t_np = measure_numpy_isolated("matmul", [n, n, n], threads=th)["median"]
+        r["numpy"] = (t_np, t_np)
+        load = loadavg()
+        pt = r["polytile"]
+        for impl, t in r.items():
+            extra = f"of fma peak {flop / bnd[th]['fma'] / pt[0]:5.2f} " \
+                f"(best {flop / bnd[th]['fma'] / pt[1]:4.2f})" if impl == "polytile" \
+                else f"{impl}/polytile {t[0] / pt[0]:5.2f} (best {t[1] / pt[1]:4.2f})"
+            _line(f"matmul {n}^3", th, impl, t, f"{flop / t[0] / 1e9:6.1f} GFLOP/s", extra,
+                  load)
+
+
+KERNELS = ("softmax", "layernorm", "rmsnorm", "conv2d", "depthwise", "matmul")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default=",".join(KERNELS),
+                    help=f"comma-separated kernels among {', '.join(KERNELS)}")
+    ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds per figure")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: the calling thread's CPU time (with --threads 1 only; "
+                    "for a busy machine)")
+    args = ap.parse_args()
+    if args.clock == "cpu":
+        if args.threads != "1":
+            ap.error("--clock cpu needs --threads 1 (other threads' time is not counted)")
+        CLOCK["fn"] = time.thread_time
+    only = [k for k in args.only.split(",") if k]
+    bad = sorted(set(only) - set(KERNELS))
+    if bad:
+        ap.error(f"unknown kernel(s) {bad}; expected some of {list(KERNELS)}")
+    threads = sorted({int(x) for x in args.threads.split(",")} | {1})
+    t_start = time.perf_counter()
+    print(f"torch {torch.__version__ if torch is not None else 'not installed'}, numpy "
+          f"{np.__version__}, {os.cpu_count()} CPUs, {args.clock} clock, load {loadavg()}")
+    bnd = bounds(threads, args.rounds)
+    for th in threads:
+        print(f"bound {th}t: copy (np.copyto{' in ' + str(th) + ' threads' if th > 1 else ''}) "
+              f"{bnd[th]['copy'] / 1e9:6.1f} GB/s median, {bnd[th]['copy_best'] / 1e9:.1f} "
+              f"best; fma peak {bnd[th]['fma'] / 1e9:7.1f} GFLOP/s  [load {loadavg()}]",
+              flush=True)
+    threads = [int(x) for x in args.threads.split(",")]
+    for k in only:
+        if k in ("softmax", "layernorm", "rmsnorm"):
+            bench_rows(k, threads, args.rounds, bnd)
+        elif k == "conv2d":
+            bench_conv(threads, args.rounds, bnd, depthwise=False)
+        elif k == "depthwise":
+            bench_conv(threads, args.rounds, bnd, depthwise=True)
+        else:
+            bench_matmul(threads, args.rounds, bnd)
+    print(f"total {time.perf_counter() - t_start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

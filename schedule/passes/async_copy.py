@@ -1,0 +1,236 @@
+"""Asynchronous global -> shared copies (PTX ``cp.async``, sm_80+) in the loop IR.
+
+Meaning: a vectorized ``For`` whose ``pragmas`` hold :data:`~..kinds.ASYNC_COPY` copies
+its 16 bytes asynchronously: the source is read when the loop runs, the destination is
+written at some time before the issuing thread's next ``cp.async.wait_group(n)`` that
+covers it. ``Evaluate(ExternCall("cp.async.commit_group"))`` closes the thread's current
+group of copies; ``Evaluate(ExternCall("cp.async.wait_group", n))`` waits until at most
+``n`` of its committed groups are still in flight (PTX ISA 9.7.9.25, "Data Movement and
+Conversion Instructions: cp.async"). The reference interpreter runs exactly this (writes
+land at the wait), so a missing or wrong wait shows as wrong values; the C printer emits
+one helper per instruction, an ordinary 16-byte copy below sm_80.
+
+:func:`async_copies` (a loop pass) turns every eligible staging copy (see
+:func:`async_copy_refusal`) into an asynchronous one and, for those no software pipeline
+manages, waits for them (``commit_group``; ``wait_group(0)``) before the next barrier.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from polytile.te import dtype as dt
+from polytile.te.expr import Binary, Cast, Const, Expr, Var
+from polytile.te.visitor import free_vars
+
+from ..kinds import ASYNC_COPY, LoopKind
+from ..loop_ir import (Allocate, Evaluate, ExternCall, For, IfThenElse, KernelLaunch, LetStmt,
+                       Load, Seq, Stmt, StmtMutator, Store, Sync, seq, walk_stmts)
+
+#: Bytes one ``cp.async.cg`` copies (the ``.cg`` form, which bypasses L1, takes 16 only).
+ASYNC_BYTES = 16
+
+
+def commit_group() -> Stmt:
+    """``cp.async.commit_group``: close this thread's current group of async copies."""
+    return Evaluate(ExternCall("void", "cp.async.commit_group", ()))
+
+
+def wait_group(n: int) -> Stmt:
+    """``cp.async.wait_group n``: wait until at most ``n`` committed groups are pending."""
+    return Evaluate(ExternCall("void", "cp.async.wait_group", (Const("int32", n),)))
+
+
+def is_async_op(s: Stmt, name: str | None = None) -> bool:
+    """Is ``s`` a ``cp.async.commit_group``/``wait_group`` statement (``name`` one of them)?"""
+    return (isinstance(s, Evaluate) and isinstance(s.value, ExternCall)
+            and s.value.name.startswith("cp.async.")
+            and (name is None or s.value.name == f"cp.async.{name}"))
+
+
+# ------------------------------------------------------------------ affine alignment
+def linear_terms(e: Expr) -> tuple[dict, int] | None:
+    """``({term: coefficient}, constant)``: ``e`` as an integer sum of multiples of terms;
+    a term is a variable or any other sub-expression (kept whole)."""
+    if isinstance(e, Const) and dt.is_int(e.dtype):
+        return {}, int(e.value)
+    if isinstance(e, Var):
+        return {e: 1}, 0
+    if isinstance(e, Cast) and dt.is_int(e.dtype) and dt.is_int(e.value.dtype):
+        return linear_terms(e.value)
+    if isinstance(e, Binary) and e.op in ("add", "sub"):
+        a, b = linear_terms(e.a), linear_terms(e.b)
+        if a is None or b is None:
+            return None
+        sign = 1 if e.op == "add" else -1
+        terms = dict(a[0])
+        for v, k in b[0].items():
+            terms[v] = terms.get(v, 0) + sign * k
+        return terms, a[1] + sign * b[1]
+    if isinstance(e, Binary) and e.op == "mul":
+        for c, other in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(c, Const) and dt.is_int(c.dtype):
+                lo = linear_terms(other)
+                if lo is None:
+                    return None
+                return {v: k * c.value for v, k in lo[0].items()}, lo[1] * c.value
+    return {e: 1}, 0
+
+
+def contiguous_aligned(index: Expr, var: Var, lanes: int) -> bool:
+    """Is the flat element offset ``index`` equal to ``base + var`` with ``base`` provably
+    a multiple of ``lanes`` (every other term's coefficient and the constant are)?"""
+    lin = linear_terms(index)
+    if lin is None:
+        return False
+    terms, const = lin
+    if terms.get(var, 0) != 1:
+        return False
+    for t, k in terms.items():
+        if t is var:
+            continue
+        if k % lanes or (not isinstance(t, Var) and any(x is var for x in free_vars(t))):
+            return False
+    return const % lanes == 0
+
+
+def _row_major(buf, indices) -> Expr | None:
+    """The flat element offset of ``buf[indices]``; None for a symbolic shape."""
+    off: Expr = Const("int64", 0)
+    stride = 1
+    for ext, ix in zip(reversed(buf.shape), reversed(indices)):
+        ix = ix if ix.dtype == "int64" else Cast("int64", ix)
+        off = Binary("int64", "add", Binary("int64", "mul", ix, Const("int64", stride)), off)
+        e = ext.value if isinstance(ext, Const) else ext
+        if not isinstance(e, int):
+            return None
+        stride *= e
+    return off
+
+
+def copy_parts(s: For) -> tuple[Store, Expr | None] | None:
+    """``(store, guard)`` of a vectorized copy loop ``dst[..] = src[..]`` (possibly under a
+    guard that does not depend on the lane); None for any other loop."""
+    if s.kind != LoopKind.VECTORIZED:
+        return None
+    st, guard = s.body, None
+    if isinstance(st, IfThenElse) and st.else_case is None and not any(
+            x is s.var for x in free_vars(st.cond)):
+        st, guard = st.then_case, st.cond
+    if not isinstance(st, Store) or not isinstance(st.value, Load):
+        return None
+    return st, guard
+
+
+def async_copy_refusal(s: For) -> str | None:
+    """Why vectorized loop ``s`` cannot be one ``cp.async`` of 16 bytes (None: it can).
+
+    It can when it copies ``lanes`` elements of one dtype (``lanes * bytes == 16``) from a
+    buffer that is not ``shared``/``local`` into a ``shared`` one, both flat offsets
+    provably ``base + lane`` with ``base`` a multiple of ``lanes`` (buffers start
+    16-byte aligned)."""
+    parts = copy_parts(s)
+    lane_guard = False
+    if parts is None and s.kind == LoopKind.VECTORIZED and isinstance(s.body, IfThenElse) \
+            and s.body.else_case is None:
+        # a guard that depends on the lane: a vector cut by the edge of the tensor
+        inner = s.body.then_case
+        if isinstance(inner, Store) and isinstance(inner.value, Load):
+            parts, lane_guard = (inner, s.body.cond), True
+    if parts is None:
+        return "it is not a vectorized copy dst[...] = src[...]"
+    st, _ = parts
+    ld = st.value
+    if st.buffer.scope != "shared" or ld.buffer.scope in ("shared", "local"):
+        return (f"it copies {ld.buffer.name!r} ({ld.buffer.scope}) into {st.buffer.name!r} "
+                f"({st.buffer.scope}), not global into shared memory")
+    if not (isinstance(s.extent, Const) and isinstance(s.min, Const) and s.min.value == 0
+            and s.step == 1):
+        return "its extent is not a constant"
+    lanes = int(s.extent.value)
+    nbytes = dt.nbytes(st.buffer.dtype)
+    if ld.buffer.dtype != st.buffer.dtype or lanes * nbytes != ASYNC_BYTES:
+        return (f"it copies {lanes} lanes of {nbytes} bytes ({lanes * nbytes} bytes), not "
+                f"{ASYNC_BYTES}")
+    for what, buf, idx in (("shared", st.buffer, st.indices), ("global", ld.buffer, ld.indices)):
+        flat = _row_major(buf, idx)
+        if flat is None or not contiguous_aligned(flat, s.var, lanes):
+            return (f"its {what} address {buf.name}[{', '.join(map(str, idx))}] is not "
+                    f"provably 16-byte aligned (a multiple of {lanes} elements plus the lane)")
+    if lane_guard:
+        return (f"its guard {s.body.cond} depends on the lane (a vector cut by the edge of "
+                "the tensor)")
+    return None
+
+
+def mark_async(s: For) -> For:
+    """``s`` with the :data:`ASYNC_COPY` pragma."""
+    return For(s.var, s.min, s.extent, s.kind, s.body, s.step, s.pragmas + (ASYNC_COPY,))
+
+
+def is_async_copy(s: Stmt) -> bool:
+    return isinstance(s, For) and ASYNC_COPY in s.pragmas
+
+
+# ------------------------------------------------------------------------- the pass
+class _Convert(StmtMutator):
+    def __init__(self):
+        self.new: set = set()
+
+    def visit_For(self, s: For):
+        if s.kind == LoopKind.VECTORIZED and ASYNC_COPY not in s.pragmas \
+                and async_copy_refusal(s) is None:
+            out = mark_async(s)
+            self.new.add(id(out))
+            return out
+        return self.generic_visit(s)
+
+
+def _drain() -> tuple:
+    return (commit_group(), wait_group(0))
+
+
+def _waits(s: Stmt, new: set) -> tuple[Stmt, bool]:
+    """``s`` with waits for the copies of ``new``; True when some are still in flight at
+    its end (the caller waits before its next barrier)."""
+    if isinstance(s, For) and id(s) in new:
+        return s, True
+    if isinstance(s, Seq):
+        out, pending = [], False
+        for x in s.stmts:
+            if isinstance(x, Sync) and pending:
+                out += _drain()
+                pending = False
+            nx, p = _waits(x, new)
+            out.append(nx)
+            pending |= p
+        return seq(*out), pending
+    if isinstance(s, (For, LetStmt, Allocate, IfThenElse, KernelLaunch)):
+        if isinstance(s, IfThenElse):
+            a, pa = _waits(s.then_case, new)
+            b, pb = (None, False) if s.else_case is None else _waits(s.else_case, new)
+            return IfThenElse(s.cond, a, b), pa or pb
+        body, p = _waits(s.body, new)
+        if p and (isinstance(s, KernelLaunch) or (
+                isinstance(s, For) and any(isinstance(x, Sync) for x in walk_stmts(body)))):
+            # copies after the last barrier of a loop body would still be in flight at the
+            # next iteration's barriers
+            body, p = seq(body, *_drain()), False
+        return dataclasses.replace(s, body=body), p
+    return s, False
+
+
+def async_copies(stmt: Stmt) -> Stmt:
+    """Vectorized 16-byte copies from global into shared memory become ``cp.async``
+    (:func:`async_copy_refusal` says which qualify; the others stay ordinary vector
+    copies); those outside a software pipeline are committed and waited for
+    (``wait_group(0)``) before the next barrier, so every copy of a staging step is in
+    flight at once. Assumes: barriers are ``Sync`` statements of the kernel body (the
+    kernel's top level is drained at its end). Helps: the copies skip registers and L1,
+    and the thread issues all of them before waiting."""
+    conv = _Convert()
+    out = conv.visit(stmt)
+    if not conv.new:
+        return out
+    out, pending = _waits(out, conv.new)
+    return seq(out, *_drain()) if pending else out

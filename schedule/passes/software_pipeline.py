@@ -1,0 +1,275 @@
+"""Software pipelining of shared-memory staging loops (``Stage.pipeline``).
+
+A loop whose ``For.pragmas`` hold a :class:`~..kinds.PipelinePragma` with ``stages = S``
+has the body ``[sync] P(k); sync; C(k)``: ``P`` copies global memory into shared buffers
+``B`` (vectorized 16-byte loops), ``C`` computes from them. It becomes::
+
+    sync
+    P(lo + j) into slot j; commit_group              for j in 0 .. S-2 (if j < E)
+    for k in range(lo, lo + E):
+      wait_group(S - 2); sync                        # tile k has landed, in every thread
+      if k - lo + S - 1 < E: P(k + S - 1) into slot (k - lo + S - 1) % S
+      commit_group                                   # empty groups keep the count exact
+      C(k) from slot (k - lo) % S
+    wait_group(0)
+
+Each ``B`` gets a leading dimension of ``S`` slots. Why it is right: the copy issued at
+iteration ``k`` writes the slot ``C(k - 1)`` read, and every thread has finished
+``C(k - 1)`` when it passes the barrier of iteration ``k``; ``C(k)`` reads the slot written
+by the copy of iteration ``k - S + 1`` (or the prologue), which ``wait_group(S - 2)``
+completed in the issuing thread (``S - 1 + k`` groups committed, at most ``S - 2`` pending)
+before that barrier made it visible to all. The reference interpreter runs the
+asynchronous copies literally (:mod:`.async_copy`), so the claim is tested, not assumed.
+Model: the multistage main loops of CUTLASS (``MmaMultistage``) and Triton's pipeliner.
+"""
+
+from __future__ import annotations
+
+from polytile.errors import fail
+from polytile.te.expr import Binary, Cmp, Const, Expr
+from polytile.te.visitor import ExprMutator, collect
+
+from ..kinds import LoopKind, PipelinePragma
+from ..loop_ir import (Buffer, For, IfThenElse, LetStmt, Load, Seq, Stmt, StmtMutator, Store,
+                       Sync, TensorCall, seq, stmt_exprs, walk_stmts)
+from .async_copy import async_copy_refusal, commit_group, is_async_copy, mark_async, wait_group
+from .loops import substitute_stmt
+
+
+def _pragma(s: For) -> PipelinePragma | None:
+    return next((p for p in s.pragmas if isinstance(p, PipelinePragma)), None)
+
+
+def _loads(s: Stmt) -> list:
+    return [x for st in walk_stmts(s) for e in stmt_exprs(st) for x in collect(e, Load)]
+
+
+def _written(s: Stmt) -> set:
+    out = set()
+    for x in walk_stmts(s):
+        if isinstance(x, Store):
+            out.add(id(x.buffer))
+        elif isinstance(x, TensorCall):
+            out.add(id(x.buffers[-1]))
+    return out
+
+
+def _uses(s: Stmt, buf: Buffer) -> int:
+    n = 0
+    for x in walk_stmts(s):
+        if isinstance(x, Store) and x.buffer is buf:
+            n += 1
+        if isinstance(x, TensorCall):
+            n += sum(b is buf for b in x.buffers)
+        n += sum(ld.buffer is buf for e in stmt_exprs(x) for ld in collect(e, Load))
+    return n
+
+
+class _SlotLoads(ExprMutator):
+    def __init__(self, new: dict, slot: Expr):
+        self.new, self.slot = new, slot
+
+    def visit_Load(self, x: Load):
+        x = self.generic_visit(x)
+        if id(x.buffer) in self.new:
+            return Load(x.dtype, self.new[id(x.buffer)], (self.slot,) + tuple(x.indices))
+        return x
+
+
+class _Slots(StmtMutator):
+    """Accesses of the buffers of ``new`` (old buffer id -> new buffer) at slot ``slot``."""
+
+    def __init__(self, new: dict, slot: Expr):
+        self.new, self.slot = new, slot
+        self.loads = _SlotLoads(new, slot)
+
+    def visit_expr(self, e):
+        return self.loads.visit(e)
+
+    def visit_Store(self, s: Store):
+        s = self.generic_visit(s)
+        if id(s.buffer) in self.new:
+            return Store(self.new[id(s.buffer)], (self.slot,) + tuple(s.indices), s.value)
+        return s
+
+    def visit_TensorCall(self, s: TensorCall):
+        s = self.generic_visit(s)
+        if not any(id(b) in self.new for b in s.buffers):
+            return s
+        idx = []
+        for b, ix in zip(s.buffers, s.operand_indices()):
+            idx += ([self.slot] if id(b) in self.new else []) + list(ix)
+        bufs = tuple(self.new.get(id(b), b) for b in s.buffers)
+        return TensorCall(s.intrin, s.part, bufs, s.shapes, s.strides, tuple(idx), s.body)
+
+
+def _i64(v) -> Expr:
+    return Const("int64", v) if isinstance(v, int) else v
+
+
+def _add(a: Expr, b) -> Expr:
+    return Binary("int64", "add", a, _i64(b))
+
+
+def _sub(a: Expr, b: Expr) -> Expr:
+    return a if isinstance(b, Const) and b.value == 0 else Binary("int64", "sub", a, b)
+
+
+class _Pipeline(StmtMutator):
+    def __init__(self, root: Stmt, asynchronous: bool):
+        self.root = root
+        self.asynchronous = asynchronous
+
+    def visit_For(self, s: For):
+        s = self.generic_visit(s)
+        p = _pragma(s)
+        return s if p is None else self.rewrite(s, p)
+
+    def refuse(self, p: PipelinePragma, what: str, expected: str, **ctx):
+        fail("pipeline", f"loop {p.axis!r} of stage {p.stage!r}: {what}", expected,
+             hint=ctx.pop("hint", None), **ctx)
+
+    def rewrite(self, s: For, p: PipelinePragma) -> Stmt:
+        stmts = list(s.body.stmts) if isinstance(s.body, Seq) else [s.body]
+        i = 0
+        while i < len(stmts) and isinstance(stmts[i], Sync):
+            i += 1
+        copies = []
+        while i < len(stmts) and not isinstance(stmts[i], Sync):
+            copies.append(stmts[i])
+            i += 1
+        compute = stmts[i + 1:]
+        if not copies or i == len(stmts) or not compute:
+            self.refuse(p, "its body is not <copies into shared memory>, barrier, <compute>",
+                        "a loop that shared stages are computed at (compute_at) and "
+                        "read after", Loop_body=str(s.body).strip().splitlines()[0][:200],
+                        hint="pipeline the loop the cache_read stages are attached at")
+        bufs: dict = {}
+        for c in copies:
+            for x in walk_stmts(c):
+                if isinstance(x, TensorCall) or (isinstance(x, Store)
+                                                 and x.buffer.scope != "shared"):
+                    name = x.buffers[-1].name if isinstance(x, TensorCall) else x.buffer.name
+                    self.refuse(p, f"the statements before its barrier write {name!r}, "
+                                "which is not a shared copy", "only shared copies there")
+                if isinstance(x, Store):
+                    bufs[id(x.buffer)] = x.buffer
+                if isinstance(x, For) and x.kind == LoopKind.VECTORIZED and self.asynchronous:
+                    why = async_copy_refusal(x)
+                    if why is not None:
+                        st = next(y for y in walk_stmts(x) if isinstance(y, Store))
+                        self.refuse(p, f"the copy into {st.buffer.name!r} (stage "
+                                    f"{st.buffer.name!r}, loop {x.var.name!r}) cannot be a "
+                                    f"16-byte cp.async: {why}", "16-byte vector copies with "
+                                    "aligned addresses", hint="vectorize the copy into 8 "
+                                    "float16 (4 float32) lanes; row lengths and storage_align "
+                                    "padding multiples of the vector")
+        for c in copies if self.asynchronous else ():
+            bare = [x for x in walk_stmts(c) if isinstance(x, Store)
+                    and not any(is_async_copy(f) and any(y is x for y in walk_stmts(f))
+                                for f in walk_stmts(c) if isinstance(f, For)
+                                and f.kind == LoopKind.VECTORIZED)]
+            if bare:
+                self.refuse(p, f"the copy into {bare[0].buffer.name!r} (stage "
+                            f"{bare[0].buffer.name!r}) is not a vectorized loop",
+                            "copies that are 16-byte cp.async vector loops",
+                            hint=f"s[{bare[0].buffer.name}].vectorize(<innermost copy axis>) "
+                            "with 8 float16 (4 float32) lanes")
+        body_writes = _written(s.body)
+        for c in copies:
+            for ld in _loads(c):
+                if id(ld.buffer) in body_writes or ld.buffer.scope in ("shared", "local"):
+                    self.refuse(p, f"a copy reads {ld.buffer.name!r}, which the loop writes "
+                                "or which is not global memory", "copies of global inputs")
+        for c in compute:
+            w = _written(c) & set(bufs)
+            if w:
+                self.refuse(p, f"its compute writes the copied buffer "
+                            f"{bufs[next(iter(w))].name!r}", "a compute that only reads it")
+            if any(isinstance(x, For) and _pragma(x) for x in walk_stmts(c)):
+                self.refuse(p, "a loop inside it is pipelined too", "one pipelined loop "
+                            "per nest")
+        for b in bufs.values():
+            if _uses(self.root, b) != _uses(s, b):
+                self.refuse(p, f"shared buffer {b.name!r} is used outside the loop",
+                            "buffers that only the loop uses")
+        if s.step != 1:
+            self.refuse(p, f"its step is {s.step}", "a unit step")
+        n = p.stages
+        new = {k: Buffer(b.name, (n,) + tuple(b.shape), b.dtype, b.scope)
+               for k, b in bufs.items()}
+        k, lo, ext = s.var, s.min, s.extent
+
+        def stage(at: Expr, rel: Expr) -> Stmt:
+            slot = Binary("int64", "truncmod", rel, Const("int64", n))
+            body = substitute_stmt(seq(*copies), {k: at})
+            return _Slots(new, slot).visit(body)
+
+        # without asynchronous copies the same slots are right (the copies complete at
+        # once), and there is nothing to commit or wait for
+        commit = commit_group() if self.asynchronous else None
+        prologue = []
+        for j in range(n - 1):
+            load = stage(_add(lo, j), Const("int64", j))
+            if not (isinstance(ext, Const) and j < ext.value):
+                load = IfThenElse(Cmp("bool", "lt", Const("int64", j), ext), load)
+            prologue += [load, commit]
+        rel = _sub(k, lo)
+        ahead = _add(rel, n - 1)
+        fetch = IfThenElse(Cmp("bool", "lt", ahead, ext), stage(_add(k, n - 1), ahead))
+        slot = Binary("int64", "truncmod", rel, Const("int64", n))
+        wait = wait_group if self.asynchronous else (lambda _: None)
+        body = seq(wait(n - 2), Sync("shared"), fetch, commit,
+                   _Slots(new, slot).visit(seq(*compute)))
+        pragmas = tuple(x for x in s.pragmas if not isinstance(x, PipelinePragma))
+        loop = For(k, lo, ext, s.kind, body, s.step, pragmas)
+        return seq(Sync("shared"), *prologue, loop, wait(0))
+
+
+class _MarkAsync(StmtMutator):
+    def visit_For(self, s: For):
+        if s.kind == LoopKind.VECTORIZED and not is_async_copy(s) and \
+                async_copy_refusal(s) is None:
+            return mark_async(s)
+        return self.generic_visit(s)
+
+
+class _MarkPipelined(StmtMutator):
+    """The vectorized copies before the first barrier after them in a pipelined loop's
+    body become ``cp.async`` (the rewrite refuses the ones that cannot)."""
+
+    def visit_For(self, s: For):
+        s = self.generic_visit(s)
+        if _pragma(s) is None:
+            return s
+        stmts = list(s.body.stmts) if isinstance(s.body, Seq) else [s.body]
+        i = 0
+        while i < len(stmts) and isinstance(stmts[i], Sync):
+            i += 1
+        j = i
+        while j < len(stmts) and not isinstance(stmts[j], Sync):
+            stmts[j] = _MarkAsync().visit(stmts[j])
+            j += 1
+        return For(s.var, s.min, s.extent, s.kind, seq(*stmts), s.step, s.pragmas)
+
+
+def software_pipeline(stmt: Stmt, asynchronous: bool = True) -> Stmt:
+    """Rewrite every loop marked by ``Stage.pipeline`` into a prologue and a steady state
+    whose shared copies run ``stages - 1`` iterations ahead (module docstring).
+    Guarantees: the same values as the loop it replaces; with ``asynchronous`` (targets
+    with ``DeviceLimits.async_copy_bytes``) each copy is a 16-byte ``cp.async``, else an
+    ordinary copy and no group is committed or waited for. Raises ``ScheduleError``
+    (primitive ``pipeline``) naming the stage, the loop and what does not fit."""
+    if not any(isinstance(x, For) and _pragma(x) for x in walk_stmts(stmt)):
+        return stmt
+    if asynchronous:
+        stmt = _MarkPipelined().visit(stmt)
+    return _Pipeline(stmt, asynchronous).visit(stmt)
+
+
+def software_pipeline_synchronous(stmt: Stmt) -> Stmt:
+    """:func:`software_pipeline` for targets without asynchronous copies."""
+    return software_pipeline(stmt, asynchronous=False)
+
+
+__all__ = ["software_pipeline", "software_pipeline_synchronous"]

@@ -1,0 +1,393 @@
+"""Software pipelining (``Stage.pipeline``, ``Stage.double_buffer``) and asynchronous
+global -> shared copies (``cp.async``): the pipelined loop IR on the reference interpreter
+(which lands each asynchronous copy at the ``wait_group`` that retires it) against numpy
+at odd sizes, refusals, the CUDA source compiled with nvcc for sm_80 and sm_90 (SASS
+``LDGSTS``/``LDSM``/``HMMA`` where ``cuobjdump`` exists), and real runs marked ``gpu``."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+import pytest
+
+import polytile
+from polytile import te
+from polytile.te import dtype as dt
+from polytile.errors import ScheduleError
+from polytile.schedule.interpreter import RaceError, run
+from polytile.schedule.loop_ir import Allocate, walk_stmts
+from polytile.schedule.passes import async_copy, software_pipeline
+from polytile.schedule.pipeline import lower
+from polytile.targets.cuda import compile as cc
+from polytile.targets.cuda import tensor_core as tc
+
+from helpers import compile_with_nvcc
+
+
+def simt_gemm(m, n, k, dtype="float32", *, block=16, per=2, kt=8, vec=None, stages=3,
+              double_buffer=False):
+    """``C[m, n] = A @ B`` summed in float32 on CUDA cores: shared tiles of A and B copied
+    with ``vec``-lane vector loops (16 bytes by default) at loop ``k.outer`` of the
+    register tile, pipelined ``stages`` deep."""
+    vec = vec or 16 // dt.nbytes(dtype)
+    A = te.placeholder((m, k), name="A", dtype=dtype)
+    B = te.placeholder((k, n), name="B", dtype=dtype)
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r].astype("float32")
+                                               * B[r, j].astype("float32"), axis=r), name="C")
+    s = te.create_schedule(C.op)
+    AS, BS = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])
+    CL = s.cache_write(C, "local")
+    threads = block // per
+    bi, bj, ii, jj = s[C].tile(C.op.axis[0], C.op.axis[1], block, block)
+    ty, iin = s[C].split(ii, factor=per)
+    tx, jin = s[C].split(jj, factor=per)
+    s[C].reorder(bi, bj, ty, tx, iin, jin)
+    for v, tag in ((bi, "blockIdx.y"), (bj, "blockIdx.x"), (ty, "threadIdx.y"),
+                   (tx, "threadIdx.x")):
+        s[C].bind(v, te.thread_axis(tag))
+    s[CL].compute_at(s[C], tx)
+    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=kt)
+    s[CL].reorder(ko, ki, *s[CL].op.axis)
+    if stages > 1 and not double_buffer:
+        s[CL].pipeline(ko, stages=stages)
+    for T in (AS, BS):
+        s[T].compute_at(s[CL], ko)
+        fused = s[T].fuse(*s[T].op.axis)
+        rest, v = s[T].split(fused, factor=vec)
+        rest, t1 = s[T].split(rest, factor=threads)
+        _, t2 = s[T].split(rest, factor=threads)
+        s[T].bind(t2, te.thread_axis("threadIdx.y"))
+        s[T].bind(t1, te.thread_axis("threadIdx.x"))
+        if vec > 1:
+            s[T].vectorize(v)
+        if double_buffer:
+            s[T].double_buffer()
+    return s, [A, B, C], (AS, BS, CL, ko)
+
+
+def _inputs(m, n, k, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-1, 1, (m, k)).astype("float32")
+    b = rng.uniform(-1, 1, (k, n)).astype("float32")
+    if dtype == "bfloat16":
+        ml_dtypes = pytest.importorskip("ml_dtypes")
+        return a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
+    return a.astype(dtype), b.astype(dtype)
+
+
+def _rel(c, ref):
+    return np.linalg.norm(c.astype("float64") - ref) / np.linalg.norm(ref)
+
+
+def _interpret(s, args, m, n, k, dtype):
+    f = lower(s, args, target="cuda")
+    a, b = _inputs(m, n, k, dtype)
+    c = np.full((m, n), np.nan, "float32")
+    run(f, a, b, c)
+    return f, _rel(c, a.astype("float64") @ b.astype("float64"))
+
+
+# ------------------------------------------------------------------ interpreter numerics
+@pytest.mark.parametrize("m, n, k, dtype, stages", [
+    (21, 24, 40, "float32", 3),    # partial row and column tiles
+    (19, 8, 44, "float32", 2),     # a partial last k tile (44 = 5 * 8 + 4)
+    (17, 8, 16, "float32", 4),     # two k tiles: fewer than the stages
+    (19, 16, 48, "float16", 3),
+    (13, 16, 56, "float16", 4),    # 56 = 3 * 16 + 8: a partial k tile, 4 stages
+    (13, 16, 80, "bfloat16", 3),
+])
+def test_pipelined_gemm_on_the_interpreter(m, n, k, dtype, stages):
+    kt = 8 if dtype == "float32" else 16
+    s, args, _ = simt_gemm(m, n, k, dtype, kt=kt, stages=stages)
+    f, err = _interpret(s, args, m, n, k, dtype)
+    text = str(f)
+    assert f"[{stages}, " in text.split("A.shared = alloc(")[1].split("\n")[0]
+    assert "# pragma cp.async" in text
+    assert f"cp.async.wait_group({stages - 2})" in text
+    assert err < 1e-6
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_pipelined_mma_sync_gemm_on_the_interpreter(dtype):
+    # the tensor-core GEMM pipelined 3 deep, its ldmatrix/mma.sync calls run through the
+    # intrinsics' compute definitions
+    M, N, K = 32, 64, 80                   # 5 k tiles of 16
+    s, args = tc.wmma_gemm(M, N, K, isa="mma", dtype=dtype, block=(32, 32, 16),
+                           warp=(16, 32), stages=3)
+    f = lower(s, args, target="cuda", stop_after=None)
+    a, b = _inputs(M, N, K, dtype)
+    c = np.full((M, N), np.nan, "float32")
+    run(f, a, b, c)
+    assert "cp.async.wait_group(1)" in str(f)
+    assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
+
+
+def test_double_buffer_is_a_two_stage_pipeline():
+    s, args, _ = simt_gemm(21, 24, 40, double_buffer=True)
+    f, err = _interpret(s, args, 21, 24, 40, "float32")
+    assert "alloc(float32[2, " in str(f) and "cp.async.wait_group(0)" in str(f)
+    assert err < 1e-6
+
+
+def test_a_wrong_wait_count_is_caught_by_the_interpreter(monkeypatch):
+    # the interpreter lands a cp.async at the wait that retires it: waiting for one group
+    # fewer than the pipeline needs lands this iteration's tile after the barrier, while
+    # other threads read it
+    monkeypatch.setattr(software_pipeline, "wait_group",
+                        lambda n: async_copy.wait_group(n + 1))
+    s, args, _ = simt_gemm(21, 24, 40, stages=3)
+    f = lower(s, args, target="cuda")
+    a, b = _inputs(21, 24, 40, "float32")
+    with pytest.raises(RaceError, match=r"a write and a read of [AB]\.shared\["):
+        run(f, a, b, np.full((21, 24), np.nan, "float32"))
+
+
+def test_unpipelined_copies_are_async_and_waited_for_before_the_barrier():
+    s, args, _ = simt_gemm(21, 24, 40, stages=1)
+    f, err = _interpret(s, args, 21, 24, 40, "float32")
+    body = str(f)
+    assert body.count("# pragma cp.async") == 2
+    # the two copies are in flight together, then one wait before the barrier
+    assert re.search(r"commit_group\(\)\n\s*extern:cp\.async\.wait_group\(0\)\n\s*sync",
+                     body)
+    assert err < 1e-6
+
+
+def test_misaligned_copies_stay_synchronous_outside_a_pipeline():
+    s, args, _ = simt_gemm(21, 24, 30, stages=1)      # rows of A: 30 floats; of B: 24
+    f, err = _interpret(s, args, 21, 24, 30, "float32")
+    lines = str(f).splitlines()
+    marked = [lines[i + 1] + lines[i + 2] for i, x in enumerate(lines) if "pragma cp.async" in x]
+    assert len(marked) == 1 and "B.shared[" in marked[0] and err < 1e-6
+
+
+# -------------------------------------------------------------------------- refusals
+def test_pipeline_arguments_are_checked():
+    s, args, (AS, BS, CL, ko) = simt_gemm(32, 32, 32, stages=1)
+    with pytest.raises(ScheduleError, match=r"pipeline: stages=1 for loop 'k.outer' of stage "
+                       r"'C.local'; an int >= 2"):
+        s[CL].pipeline(ko, stages=1)
+    with pytest.raises(ScheduleError, match="pipeline: .* is not an axis of stage 'C.local'"):
+        s[CL].pipeline(s[AS].leaf_iter_vars[0], stages=2)
+    s[CL].pipeline(ko, stages=3)
+    with pytest.raises(ScheduleError, match="already pipelined with stages=3"):
+        s[CL].pipeline(ko, stages=2)
+    C = args[2]
+    with pytest.raises(ScheduleError, match="pipeline: loop 'i.outer' of stage 'C' is bound "
+                       "to 'blockIdx.y'; a serial loop"):
+        s[C].pipeline(s[C].leaf_iter_vars[0])
+
+
+def test_double_buffer_needs_an_attached_stage():
+    A = te.placeholder((16, 16), name="A")
+    B = te.compute((16, 16), lambda i, j: A[i, j] * 2, name="B")
+    s = te.create_schedule(B.op)
+    AS = s.cache_read(A, "shared", [B])
+    with pytest.raises(ScheduleError, match="double_buffer: stage 'A.shared' is not computed "
+                       "at a loop of another stage"):
+        s[AS].double_buffer()
+
+
+def test_misaligned_copy_in_a_pipeline_is_refused():
+    s, args, _ = simt_gemm(37, 24, 30, stages=3)      # rows of 30 floats: 120 bytes
+    with pytest.raises(ScheduleError, match=r"pipeline: loop 'k.outer' of stage 'C.local': "
+                       r"the copy into 'A.shared' \(stage 'A.shared', loop "
+                       r"'ax0.ax1.fused.inner'\) cannot be a 16-byte cp.async: its global "
+                       r"address .* is not provably 16-byte aligned"):
+        lower(s, args, target="cuda")
+
+
+def test_narrow_vector_copy_in_a_pipeline_is_refused():
+    s, args, _ = simt_gemm(32, 32, 32, vec=2, stages=2)   # 8-byte vectors
+    with pytest.raises(ScheduleError, match=r"cannot be a 16-byte cp.async: it copies 2 lanes "
+                       r"of 4 bytes \(8 bytes\), not 16"):
+        lower(s, args, target="cuda")
+
+
+def test_scalar_copy_in_a_pipeline_is_refused():
+    s, args, _ = simt_gemm(32, 32, 32, vec=1, stages=2)
+    with pytest.raises(ScheduleError, match=r"the copy into 'A.shared' \(stage 'A.shared'\) "
+                       r"is not a vectorized loop"):
+        lower(s, args, target="cuda")
+
+
+def test_pipeline_of_a_loop_without_shared_copies_is_refused():
+    s, args, (AS, BS, CL, ko) = simt_gemm(32, 32, 32, stages=1)
+    ki = s[CL].leaf_iter_vars[1]
+    s[CL].pipeline(ki, stages=2)
+    with pytest.raises(ScheduleError, match=r"pipeline: loop 'k.inner' of stage 'C.local': "
+                       r"its body is not <copies into shared memory>, barrier, <compute>"):
+        lower(s, args, target="cuda")
+
+
+def test_pipeline_on_the_cpu_is_refused():
+    A = te.placeholder((64,), name="A")
+    B = te.compute((64,), lambda i: A[i] + 1, name="B")
+    s = te.create_schedule(B.op)
+    o, _ = s[B].split(B.op.axis[0], factor=8)
+    s[B].pipeline(o, stages=2)
+    with pytest.raises(ScheduleError, match="pipeline: loop 'i.outer' of stage 'B': its body "
+                       "is not <copies into shared memory>"):
+        polytile.lower(s, [A, B])
+
+
+def test_pipelined_shared_memory_uses_the_opt_in_limit():
+    # 3 stages of 128x72 + 64x136 float16 tiles: 105 KiB, above the 48 KiB a kernel
+    # declares statically, within the 227 KiB of sm_90's opt-in
+    s, args = tc.wmma_gemm(256, 256, 256, isa="mma", stages=3)
+    src = polytile.build(s, args, target="cuda").get_source("cu")
+    assert "dynamic shared memory" in src
+    s, args = tc.wmma_gemm(512, 512, 512, block=(256, 256, 64), warp=(64, 64), stages=4)
+    with pytest.raises(ScheduleError, match=r"needs .* bytes of shared memory .*x 4 stages"):
+        lower(s, args, target="cuda")
+
+
+# ------------------------------------------------------------------ CUDA source and SASS
+def _sass_counts(src: str, arch: str) -> dict | None:
+    tool = shutil.which("cuobjdump")
+    if tool is None or cc.nvcc_path() is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path, cubin = os.path.join(tmp, "k.cu"), os.path.join(tmp, "k.cubin")
+        with open(path, "w") as fh:
+            fh.write(src)
+        subprocess.run([cc.nvcc_path(), f"-arch={arch}", "-cubin", "-std=c++17", "-o", cubin,
+                        path], check=True, capture_output=True)
+        sass = subprocess.run([tool, "-sass", cubin], check=True, capture_output=True,
+                              text=True).stdout
+    counts = {op: len(re.findall(rf"\b{op}\b", sass)) for op in ("LDGSTS", "LDSM", "HMMA")}
+    counts["STG.128"] = len(re.findall(r"\bSTG\.E\.128\b", sass))
+    return counts
+
+
+@pytest.mark.parametrize("isa, dtype", [("wmma", "float16"), ("mma", "float16"),
+                                        ("mma", "bfloat16")])
+def test_pipelined_tensor_core_gemm_compiles_with_cp_async(isa, dtype):
+    s, args = tc.wmma_gemm(256, 256, 256, isa=isa, dtype=dtype, stages=3)
+    src = polytile.build(s, args, target="cuda").get_source("cu")
+    for helper in ("void cp_async_cg_shared_global(", "void cp_async_commit_group(",
+                   "void cp_async_wait_group("):
+        assert helper in src
+    assert "cp_async_wait_group(1);\n    __syncthreads();" in src
+    for arch in ("sm_80", "sm_90"):
+        compile_with_nvcc(src, arch)
+        counts = _sass_counts(src, arch)
+        if counts is not None:
+            assert counts["LDGSTS"] > 0 and counts["HMMA"] > 0, counts
+            if isa == "mma":   # ldmatrix, and the 16-byte epilogue stores of mma_store
+                assert counts["LDSM"] > 0 and counts["STG.128"] > 0, counts
+
+
+def test_pipelined_simt_gemm_compiles():
+    s, args, _ = simt_gemm(37, 24, 40, "float16", kt=16, stages=3)
+    src = polytile.build(s, args, target="cuda").get_source("cu")
+    assert "cp_async_cg_shared_global(&A_shared[" in src
+    compile_with_nvcc(src, "sm_80")
+    counts = _sass_counts(src, "sm_90")
+    if counts is not None:
+        assert counts["LDGSTS"] > 0
+
+
+# ------------------------------------------------------------------------------ GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("stages", [2, 3])
+def test_pipelined_simt_gemm_on_the_gpu(dtype, stages):
+    m, n, k = 37, 24, 44 if dtype == "float32" else 56
+    s, args, _ = simt_gemm(m, n, k, dtype, kt=8 if dtype == "float32" else 16, stages=stages)
+    f = polytile.build(s, args, target="cuda")
+    a, b = _inputs(m, n, k, dtype, seed=2)
+    c = polytile.nd.array(np.full((m, n), np.nan, "float32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
+    assert _rel(c.numpy(), a.astype("float64") @ b.astype("float64")) < 1e-6
+
+
+_GPU_CASES = [(size, stages) for size in [(384, 640, 320)] for stages in (2, 3, 4)] + [
+    ((4096, 4096, 4096), 3)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("isa, dtype", [("wmma", "float16"), ("wmma", "bfloat16"),
+                                        ("mma", "float16"), ("mma", "bfloat16")])
+@pytest.mark.parametrize("size, stages", _GPU_CASES)
+def test_pipelined_tensor_core_gemm_on_the_gpu(size, stages, isa, dtype):
+    M, N, K = size
+    s, args = tc.wmma_gemm(M, N, K, isa=isa, dtype=dtype, stages=stages)
+    f = polytile.build(s, args, target="cuda")
+    a, b = _inputs(M, N, K, dtype, seed=1)
+    c = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
+    assert _rel(c.numpy(), _reference(M, N, K, dtype)) < 1e-5
+
+
+def _reference(M, N, K, dtype, cache={}):
+    # float64 products of the rounded inputs (seed 1), computed once per shape and dtype
+    key = (M, N, K, dtype)
+    if key not in cache:
+        a, b = _inputs(M, N, K, dtype, seed=1)
+        cache[key] = a.astype("float64") @ b.astype("float64")
+    return cache[key]
+
+
+# ------------------------------------------------------- devices without asynchronous copies
+def test_pipeline_without_async_copies_copies_synchronously():
+    import dataclasses
+
+    from polytile.backend import Target
+
+    t = Target.parse("cuda")
+    t = dataclasses.replace(t, limits=dataclasses.replace(t.limits, async_copy_bytes=0))
+    s, args, _ = simt_gemm(21, 24, 40, stages=3)
+    f = lower(s, args, target=t)
+    text = str(f)
+    assert "cp.async" not in text and "alloc(float32[3, " in text
+    a, b = _inputs(21, 24, 40, "float32")
+    c = np.full((21, 24), np.nan, "float32")
+    run(f, a, b, c)
+    assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
+
+
+def test_splitting_a_pipelined_loop_afterwards_is_refused():
+    s, args, (AS, BS, CL, ko) = simt_gemm(32, 32, 64, stages=1)
+    s[CL].pipeline(ko, stages=2)
+    s[CL].split(ko, factor=2)
+    with pytest.raises(ScheduleError, match=r"pipeline: loop 'k.outer' of stage 'C.local' was "
+                       r"split or fused after s\[...\].pipeline\(\)"):
+        lower(s, args, target="cuda")
+
+
+def test_mma_sync_dtype_and_accumulation_are_checked():
+    with pytest.raises(ValueError, match="isa 'mma' takes float16 .* not 'bfloat16' with "
+                       "'float16'"):
+        tc.wmma_gemm(64, 64, 64, isa="mma", dtype="bfloat16", acc="float16")
+
+
+def test_padded_shared_rows_are_bank_conflict_free_for_ldmatrix():
+    # the default tiles of wmma_gemm: A rows of 64 + 8 float16, B rows of 128 + 8
+    for width in (64, 128):
+        assert tc.ldmatrix_bank_ways(2 * width) == 8          # unpadded: 8-way conflicts
+        assert tc.ldmatrix_bank_ways(2 * (width + 8)) == 1    # padded: conflict-free
+    s, args = tc.wmma_gemm(256, 256, 256, isa="mma", stages=3)
+    f = lower(s, args, target="cuda")
+    shapes = {x.buffer.name: x.buffer.shape for x in walk_stmts(f.body)
+              if isinstance(x, Allocate) and x.buffer.scope == "shared"}
+    assert shapes == {"A.shared": (3, 128, 72), "B.shared": (3, 64, 136)}
+    for shape in shapes.values():
+        assert tc.ldmatrix_bank_ways(2 * shape[-1]) == 1
+
+
+def test_pipeline_replays_from_the_trace():
+    from polytile.schedule.schedule import replay
+
+    s, args, _ = simt_gemm(32, 32, 64, stages=3)
+    C = args[2]
+    fresh = replay(s.trace, te.create_schedule(C.op))
+    steps = [st for st in fresh.trace if st.primitive == "pipeline"]
+    assert len(steps) == 1 and dict(steps[0].kwargs) == {"stages": 3}
+    assert str(lower(fresh, args, target="cuda")) == str(lower(s, args, target="cuda"))
