@@ -2,11 +2,34 @@
 ones live in :mod:`.templates_nn`. Each has default sizes, a numpy reference and a
 hand-written default config (the ``default=`` of its knobs).
 
-The CPU matmul schedule space follows the register-blocking recipe: the output is tiled
-``i = i0 * I1 * I2 + i1 * I2 + i2``, ``j = j0 * J1 * J2 + j1 * J2 + j2``, ``k = k0 * K1 + k1``;
-the innermost ``I2 x J2`` block of accumulators stays in vector registers (``j2``
-vectorized, ``i2`` unrolled) while ``k1`` runs; ``k0, i1, j1`` order the cache blocks; B is
-optionally packed into ``[N / (J1 J2), K, J1 J2]`` panels; the outer loops run in parallel.
+The CPU matmul space follows the BLAS recipe (Goto & van de Geijn, TOMS 2008; BLIS, Van Zee
+& van de Geijn, TOMS 2015). The output is tiled ``i = i0 * I1 * I2 + i1 * I2 + i2``,
+``j = j0 * J1 * J2 + j1 * J2 + j2``, ``k = k0 * K1 + k1``: the ``I2 x J2`` block of
+accumulators (the *micro-kernel*, ``MR x NR`` in BLIS's words) stays in vector registers
+(``j2`` vectorized, ``i2`` unrolled) while ``k1`` runs; ``I1 * I2`` (``MC``), ``J1 * J2``
+(``NC``) and ``K1`` (``KC``) are the cache blocks. Knobs:
+
+* ``tile_i``, ``tile_j``, ``tile_k``: the splits. Besides the divisors of the extent they
+  offer register shapes that leave a ragged last tile (``I2`` of 6, 12 or 14 rows, ``J2`` of
+  16 to 64 lanes): with 32 AVX-512 registers a 12 x 32 float32 block (24 accumulators, 2
+  loads of B and one broadcast of A per row and k) is the usual best, whatever divides M.
+* ``pack_a`` / ``pack_b``: copy A into ``[ceil(M / I2), K, I2]`` and B into
+  ``[ceil(N / J2), K, J2]`` panels (zero padded), so that the micro-kernel reads both with
+  stride 1 and no cache-set conflicts of power-of-two leading dimensions.
+* ``order``: ``"ij"`` runs ``i0, j0, <reorder of k0 i1 j1>, k1, i2, j2`` with the panels
+  packed once for the whole matrix (root stages, their outer loop parallel); ``"goto"``
+  runs BLAS's ``j0, k0, i0, j1, i1, k1, i2, j2`` with the B panels of one ``KC x NC``
+  block packed at ``k0`` and the A panels of one ``MC x KC`` block packed at ``i0``
+  (``compute_at``): each packed block is written where it is read, so it stays in cache
+  (B's block in L2/L3 for the whole ``i0`` loop, A's block in L2 for the whole ``j1``
+  loop, one ``KC x NR`` B panel in L1 for the whole ``i1`` loop).
+* ``parallel``: which loop the threads share: ``i0``, ``j0`` or both fused (``"i0.j0"``;
+  in the ``goto`` order, where they are not adjacent, ``j0`` when it has at least two
+  iterations, else ``i0``), or ``"none"`` (small products, where waking the threads costs
+  more than the work). A packed block computed inside the parallel loop is private to
+  each thread.
+* ``unroll`` (``k1``, ``i2``) and ``reorder`` (of ``k0, i1, j1`` in the ``ij`` order, of
+  ``i0, j1, i1`` in the ``goto`` order).
 """
 
 from __future__ import annotations
@@ -19,15 +42,175 @@ from .template import get_config, template
 
 #: Vector widths (lanes) the inner j loop may take.
 LANES = (8, 16, 32, 64)
+#: Register rows of a micro-kernel offered even when they do not divide M (AVX-512 float32:
+#: 12 x 32 and 14 x 32 hold 24 and 28 accumulators, 6 x 64 holds 24).
+REG_ROWS = (4, 6, 8, 12, 14, 16)
+#: Lanes of a micro-kernel offered even when they do not divide N.
+REG_LANES = (16, 32, 48, 64)
+#: Products of at most this many multiply-adds (64^3 and below) get a default config
+#: without packing or threads: both cost more than they save there.
+SMALL_PRODUCT = 1 << 18
+#: Reduction blocks offered even when they do not divide K.
+K_BLOCKS = (32, 64, 128, 192, 256, 384, 512)
+
+
+def _lane_ok(n: int):
+    """Inner split sizes allowed for a vectorized axis of extent ``n`` (a predicate on the
+    size): widths from :data:`LANES` dividing ``n``, or any divisor up to 64 when none
+    does."""
+    ok = [w for w in LANES if n % w == 0]
+    if ok:
+        return lambda f: f in ok
+    return lambda f: f <= 64
 
 
 def _lane_filter(n: int):
-    """Inner split sizes allowed for a vectorized axis of extent ``n``: widths from
-    :data:`LANES` dividing ``n``, or any divisor up to 64 when none does."""
-    ok = [w for w in LANES if n % w == 0]
-    if ok:
-        return lambda e: e.size[-1] in ok
-    return lambda e: e.size[-1] <= 64
+    """:func:`_lane_ok` as a filter of split entities (on their innermost size)."""
+    ok = _lane_ok(n)
+    return lambda e: ok(e.size[-1])
+
+
+def _divisors(n: int, limit: int) -> list:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def _pow2(limit: int) -> list:
+    return [1 << k for k in range(0, max(1, limit).bit_length()) if 1 << k <= limit]
+
+
+def _block_candidates(n: int, inner: list, outer_max: int, ok=lambda f2: True) -> list:
+    """``[-1, f1, f2]`` splits of an extent ``n``: the divisor pairs (``f1 * f2`` dividing
+    ``n``, each at most 64) whose ``f2`` passes ``ok``, then the register sizes ``inner``
+    that leave a ragged tile, each with power-of-two ``f1`` up to ``outer_max`` (product at
+    most ``n``) and with the ``f1`` of a single block."""
+    out = []
+    for f2 in _divisors(n, 64):
+        if ok(f2):
+            out += [[-1, f1, f2] for f1 in _divisors(n // f2, 64)]
+    for f2 in inner:
+        if f2 <= n and n % f2:
+            f1s = [f1 for f1 in _pow2(outer_max) if f1 * f2 <= n]
+            whole = -(-n // f2)  # one block of all the panels
+            out += [[-1, f1, f2] for f1 in f1s + ([whole] if whole <= outer_max else [])]
+    return out
+
+
+def _k_candidates(k: int) -> list:
+    """``[-1, f]`` splits of the reduction extent: divisors up to 512 and the blocks of
+    :data:`K_BLOCKS` below ``k``."""
+    return [[-1, f] for f in _divisors(k, 512)] + [[-1, f] for f in K_BLOCKS
+                                                     if f < k and k % f]
+
+
+def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None:
+    """The knobs of the matmul space (module docstring); the default is the 12 x 32 BLAS
+    micro-kernel with both operands packed in the Goto order, blocks of 96 x 256 of A and
+    256 x 512 of B or the whole matrix when smaller, no packing and no threads for products
+    of at most :data:`SMALL_PRODUCT` multiply-adds (``blas_like`` of
+    ``tutorials/02_cpu_matmul.py``)."""
+    cfg.define_split("tile_i", M, policy="candidate", num_outputs=3,
+                     candidate=_block_candidates(M, list(REG_ROWS), 64,
+                                                 ok=lambda f2: f2 <= 32),
+                     default=[-1, min(8, -(-M // 12)), 12])
+    cfg.define_split("tile_j", N, policy="candidate", num_outputs=3,
+                     candidate=_block_candidates(N, list(REG_LANES), 64,
+                                                 ok=_lane_ok(N)),
+                     default=[-1, min(16, -(-N // 32)), 32])
+    cfg.define_split("tile_k", K, policy="candidate", candidate=_k_candidates(K),
+                     default=[-1, min(256, K)])
+    small = M * N * K <= SMALL_PRODUCT
+    cfg.define_knob("pack_a", [False, True], default=not small)
+    cfg.define_knob("pack_b", [False, True], default=not small)
+    cfg.define_knob("order", ["ij", "goto"], default="goto")
+    if batch:
+        cfg.define_knob("parallel", ["b", "b.i0", "b.i0.j0", "none"], default="b.i0")
+    else:
+        cfg.define_knob("parallel", ["i0", "i0.j0", "j0", "none"],
+                        default="none" if small else "i0.j0")
+
+
+def _pad(cond, value, ragged: bool):
+    """``value``, guarded by ``cond`` (zero elsewhere) only when the panels are ragged."""
+    return te.if_then_else(cond, value, 0.0) if ragged else value
+
+
+def _packed_operands(A, B, mr: int, nr: int, pack_a: bool, pack_b: bool):
+    """The micro-kernel's operands: ``A`` or its panels ``packedA[(b,) ceil(M/mr), K, mr]``
+    (``packedA[p, kp, r] = A[p * mr + r, kp]``), ``B`` or ``packedB[(b,) ceil(N/nr), K,
+    nr]`` (``packedB[p, kp, r] = B[kp, p * nr + r]``), zero padded; and the read functions
+    ``read_a(b, i, k)``, ``read_b(b, k, j)`` of the product (``b`` a tuple of batch
+    indices)."""
+    M, K = A.shape[-2:]
+    N = B.shape[-1]
+    ra, rb = M % mr != 0, N % nr != 0
+    PA = PB = None
+    if pack_a and len(A.shape) == 2:
+        PA = te.compute((-(-M // mr), K, mr), lambda p, kp, r: _pad(
+            p * mr + r < M, A[p * mr + r, kp], ra), name="packedA")
+    elif pack_a:
+        PA = te.compute((A.shape[0], -(-M // mr), K, mr), lambda b, p, kp, r: _pad(
+            p * mr + r < M, A[b, p * mr + r, kp], ra), name="packedA")
+    if pack_b and len(B.shape) == 2:
+        PB = te.compute((-(-N // nr), K, nr), lambda p, kp, r: _pad(
+            p * nr + r < N, B[kp, p * nr + r], rb), name="packedB")
+    elif pack_b:
+        PB = te.compute((B.shape[0], -(-N // nr), K, nr), lambda b, p, kp, r: _pad(
+            p * nr + r < N, B[b, kp, p * nr + r], rb), name="packedB")
+
+    def read_a(b, i, k):
+        return PA[(*b, i // mr, k, i % mr)] if pack_a else A[(*b, i, k)]
+
+    def read_b(b, k, j):
+        return PB[(*b, j // nr, k, j % nr)] if pack_b else B[(*b, k, j)]
+
+    return PA, PB, read_a, read_b
+
+
+def _schedule_gemm(cfg, s, C, PA, PB, batch=None) -> None:
+    """Apply the matmul knobs to the product stage ``C`` (and its packing stages), with
+    ``batch`` the batch axis of a batched product (outermost, parallel)."""
+    *_, i, j = C.op.axis
+    i0, i1, i2 = cfg["tile_i"].apply(s, C, i)
+    j0, j1, j2 = cfg["tile_j"].apply(s, C, j)
+    k0, k1 = cfg["tile_k"].apply(s, C, C.op.reduce_axis[0])
+    order = cfg["order"].val
+    par = cfg["parallel"].val
+    lead = [batch] if batch is not None else []
+    # "ij": any order of the cache-block loops k0, i1, j1 below i0, j0; "goto": any order
+    # of i0, j1, i1 below j0, k0 (the default, i0 j1 i1, is BLIS's)
+    cfg.define_reorder("reorder", [k0, i1, j1], policy="all", default=[0, 1, 2])
+    if order == "ij":
+        mid = cfg["reorder"].apply(s, C, [k0, i1, j1])
+        s[C].reorder(*lead, i0, j0, *mid, k1, i2, j2)
+    else:
+        mid = cfg["reorder"].apply(s, C, [i0, j1, i1])
+        s[C].reorder(*lead, j0, k0, *mid, k1, i2, j2)
+    cfg.define_annotate("unroll", [k1, i2], policy="try_unroll", default=["none", "unroll"])
+    cfg["unroll"].apply(s, C, [k1, i2], axis_lens=[cfg["tile_k"].size[1],
+                                                   cfg["tile_i"].size[2]], max_unroll=16)
+    s[C].vectorize(j2)
+    loops = {"b": batch, "i0": i0, "j0": j0}
+    if order == "goto":
+        # i0 and j0 are not adjacent there: the outer loops that may be fused
+        n_j0 = -(-C.shape[-1] // (cfg["tile_j"].size[1] * cfg["tile_j"].size[2]))
+        if batch is None:
+            par = {"i0.j0": "j0" if n_j0 >= 2 else "i0"}.get(par, par)
+        else:
+            par = {"b.i0": "b.j0", "b.i0.j0": "b.j0"}.get(par, par)
+    if par != "none":
+        outer = [loops[x] for x in par.split(".")]
+        s[C].parallel(s[C].fuse(*outer) if len(outer) > 1 else outer[0])
+    for P, at in ((PB, k0), (PA, i0)):
+        if P is None:
+            continue
+        *pb, x, y, z = s[P].op.axis
+        if order == "goto":
+            s[P].compute_at(s[C], at)
+        else:
+            if par != "none":
+                s[P].parallel(s[P].fuse(*pb, x) if pb else x)
+        if P is PB:
+            s[P].vectorize(z)
 
 
 def _mm_reference(a, b, *, args=()):
@@ -37,50 +220,19 @@ def _mm_reference(a, b, *, args=()):
 @template("matmul", default_args=(1024, 1024, 1024),
           flops=lambda M, N, K: 2.0 * M * N * K, reference=_mm_reference)
 def matmul(M: int, N: int, K: int, dtype: str = "float32"):
-    """C[M, N] = A[M, K] @ B[K, N]: tiled, register-blocked, vectorized, optionally packed."""
+    """C[M, N] = A[M, K] @ B[K, N]: packed panels, register micro-kernel, cache blocks and
+    threads as BLAS does (module docstring)."""
     cfg = get_config()
-    cfg.define_split("tile_i", M, num_outputs=3, max_factor=64,
-                     filter=lambda e: e.size[2] <= 32, default=[-1, 8, 8])
-    cfg.define_split("tile_j", N, num_outputs=3, max_factor=64, filter=_lane_filter(N),
-                     default=[-1, 4, 32])
-    cfg.define_split("tile_k", K, num_outputs=2, max_factor=512, default=[-1, 64])
-    cfg.define_knob("pack_b", [False, True], default=False)
-    bn = cfg["tile_j"].size[1] * cfg["tile_j"].size[2]
-
+    _define_gemm_knobs(cfg, M, N, K)
     A = te.placeholder((M, K), name="A", dtype=dtype)
     B = te.placeholder((K, N), name="B", dtype=dtype)
+    PA, PB, ra, rb = _packed_operands(A, B, cfg["tile_i"].size[2], cfg["tile_j"].size[2],
+                                      cfg["pack_a"].val, cfg["pack_b"].val)
     k = te.reduce_axis((0, K), name="k")
-    if cfg["pack_b"].val:
-        PB = te.compute((N // bn, K, bn), lambda x, y, z: B[y, x * bn + z], name="packedB")
-        C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * PB[j // bn, k, j % bn], axis=k),
-                       name="C")
-    else:
-        C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    C = te.compute((M, N), lambda i, j: te.sum(ra((), i, k) * rb((), k, j), axis=k),
+                   name="C")
     s = te.create_schedule(C.op)
-    i, j = C.op.axis
-    i0, i1, i2 = cfg["tile_i"].apply(s, C, i)
-    j0, j1, j2 = cfg["tile_j"].apply(s, C, j)
-    k0, k1 = cfg["tile_k"].apply(s, C, C.op.reduce_axis[0])
-    # middle loops (cache blocks): any order of k0, i1, j1; k1, i2, j2 innermost
-    cfg.define_reorder("reorder", [k0, i1, j1], policy="all", default=[0, 1, 2])
-    mid = cfg["reorder"].apply(s, C, [k0, i1, j1])
-    s[C].reorder(i0, j0, *mid, k1, i2, j2)
-    cfg.define_annotate("unroll", [k1, i2], policy="try_unroll", default=["none", "unroll"])
-    cfg["unroll"].apply(s, C, [k1, i2], axis_lens=[cfg["tile_k"].size[1],
-                                                   cfg["tile_i"].size[2]], max_unroll=16)
-    s[C].vectorize(j2)
-    cfg.define_knob("parallel", ["i0", "i0.j0"], default="i0.j0")
-    if cfg["parallel"].val == "i0.j0":
-        s[C].parallel(s[C].fuse(i0, j0))
-    else:
-        s[C].parallel(i0)
-    if cfg["pack_b"].val:
-        x, y, z = PB.op.axis
-        s[PB].parallel(x)
-        if bn > 64:
-            z, zi = s[PB].split(z, factor=64 if bn % 64 == 0 else bn)
-            z = zi
-        s[PB].vectorize(z)
+    _schedule_gemm(cfg, s, C, PA, PB)
     return s, [A, B, C]
 
 
@@ -91,39 +243,21 @@ def _bmm_reference(a, b, *, args=()):
 @template("batch_matmul", default_args=(8, 256, 256, 256),
           flops=lambda Bt, M, N, K: 2.0 * Bt * M * N * K, reference=_bmm_reference)
 def batch_matmul(Bt: int, M: int, N: int, K: int, dtype: str = "float32"):
-    """C[b, M, N] = A[b, M, K] @ B[b, K, N]: register-blocked per batch, batch x rows in
-    parallel."""
+    """C[b, M, N] = A[b, M, K] @ B[b, K, N]: the matmul space of each batch (packing per
+    batch), with the batch loop outermost. ``parallel``: ``b``, ``b.i0`` or ``b.i0.j0``
+    (fused with the batch loop; in the ``goto`` order the last two fuse ``b`` and ``j0``).
+    """
     cfg = get_config()
+    _define_gemm_knobs(cfg, M, N, K, batch=True)
     A = te.placeholder((Bt, M, K), name="A", dtype=dtype)
     B = te.placeholder((Bt, K, N), name="B", dtype=dtype)
+    PA, PB, ra, rb = _packed_operands(A, B, cfg["tile_i"].size[2], cfg["tile_j"].size[2],
+                                      cfg["pack_a"].val, cfg["pack_b"].val)
     k = te.reduce_axis((0, K), name="k")
-    C = te.compute((Bt, M, N), lambda b, i, j: te.sum(A[b, i, k] * B[b, k, j], axis=k),
-                   name="C")
+    C = te.compute((Bt, M, N), lambda b, i, j: te.sum(ra((b,), i, k) * rb((b,), k, j),
+                                                      axis=k), name="C")
     s = te.create_schedule(C.op)
-    b, i, j = C.op.axis
-    cfg.define_split("tile_i", i, num_outputs=3, max_factor=64,
-                     filter=lambda e: e.size[2] <= 32, default=[-1, 8, 8])
-    cfg.define_split("tile_j", j, num_outputs=3, max_factor=64, filter=_lane_filter(N),
-                     default=[-1, 4, 32])
-    cfg.define_split("tile_k", k, num_outputs=2, max_factor=512, default=[-1, 64])
-    i0, i1, i2 = cfg["tile_i"].apply(s, C, i)
-    j0, j1, j2 = cfg["tile_j"].apply(s, C, j)
-    k0, k1 = cfg["tile_k"].apply(s, C, k)
-    cfg.define_reorder("reorder", [k0, i1, j1], policy="all", default=[0, 1, 2])
-    mid = cfg["reorder"].apply(s, C, [k0, i1, j1])
-    s[C].reorder(b, i0, j0, *mid, k1, i2, j2)
-    cfg.define_annotate("unroll", [k1, i2], policy="try_unroll", default=["none", "unroll"])
-    cfg["unroll"].apply(s, C, [k1, i2], axis_lens=[cfg["tile_k"].size[1],
-                                                   cfg["tile_i"].size[2]], max_unroll=16)
-    s[C].vectorize(j2)
-    cfg.define_knob("parallel", ["b", "b.i0", "b.i0.j0"], default="b.i0")
-    par = cfg["parallel"].val
-    if par == "b":
-        s[C].parallel(b)
-    elif par == "b.i0":
-        s[C].parallel(s[C].fuse(b, i0))
-    else:
-        s[C].parallel(s[C].fuse(b, i0, j0))
+    _schedule_gemm(cfg, s, C, PA, PB, batch=C.op.axis[0])
     return s, [A, B, C]
 
 

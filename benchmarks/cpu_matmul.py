@@ -1,68 +1,104 @@
-"""Benchmark: fp32 matmul on the CPU, the tutorial's best hand schedule vs numpy (OpenBLAS).
+"""Benchmark: fp32 matmul on the CPU, polytile's BLAS-style schedule vs numpy (OpenBLAS).
 
-For each thread count (1 and 2 by default) prints numpy's GFLOP/s (median, timed in a
-process of its own with OpenBLAS limited to that many threads), polytile's GFLOP/s (median)
-and their ratio, measured in the same run; then the time of ``lower`` and ``build`` for that
-schedule. ``OPENBLAS_CORETYPE`` in the environment selects numpy's kernel: say which. Run: ``python benchmarks/cpu_matmul.py [--n 1024]``.
+For each shape (1024^3, 4096^3, 64^3 and the skinny 256x4096x64 by default) and each
+thread count (1 and 2) prints one line: numpy's GFLOP/s, polytile's GFLOP/s (the hand
+schedule ``blas_like`` of ``tutorials/02_cpu_matmul.py``, which is the ``matmul``
+template's default config) and, with ``--log``, the best tuned record's; each the median
+of its repeats with its spread, and the ratio to numpy. The figures come from the tuner's
+own comparison (:meth:`polytile.autotune.LocalMeasurer.compare`): the kernels run in a
+worker process and numpy in a process of its own, timed alternately (A B / B A rounds, the
+other side stopped while one is timed), so a load spike weighs on both sides of a ratio.
+The load average is printed with every line: on a shared machine the figures are
+indicative only.
+
+numpy's kernel depends on ``OPENBLAS_CORETYPE``, which some machines set for old OpenBLAS
+builds; to compare with numpy's own choice, run without it (the first line says which
+kernel numpy uses)::
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/cpu_matmul.py
+
+Options: ``--shapes 1024,1024,1024;64,64,64``, ``--threads 1,2``, ``--rounds 4``,
+``--log tune.jsonl`` (add the tuned records of the same shapes), ``--batch`` (add
+``batch_matmul`` 8x256x256x256).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import pathlib
-import time
+import os
 
-import numpy as np
-
-import polytile
-from polytile.autotune.tune import measure_numpy_isolated
+SHAPES = ((1024, 1024, 1024), (4096, 4096, 4096), (64, 64, 64), (256, 4096, 64))
 
 
-def _tutorial():
-    path = pathlib.Path(__file__).resolve().parent.parent / "tutorials" / "02_cpu_matmul.py"
-    spec = importlib.util.spec_from_file_location("cpu_matmul_tutorial", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def numpy_kernel() -> str:
+    """The BLAS numpy uses here and its kernel (threadpoolctl), or why it is unknown."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown (threadpoolctl is not installed)"
+    import numpy  # noqa: F401  (loads its BLAS)
+
+    infos = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    if not infos:
+        return "unknown"
+    i = infos[0]
+    return (f"{i.get('internal_api')} {i.get('version')} kernel {i.get('architecture')}, "
+            f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
 
 
-def main() -> None:
+def _gflops(flops: float, t) -> str:
+    return f"{flops / t.median / 1e9:7.1f} GFLOP/s (±{t.spread * 100:4.1f}%)"
+
+
+def bench(template: str, args: tuple, threads: int, rounds: int, log: str | None) -> str:
+    """One line of figures for ``template`` at ``args`` with ``threads`` threads."""
+    from polytile.autotune import LocalMeasurer, MeasureOptions, get_template, load_best
+    from polytile.autotune.data import resolve
+
+    t, wl = resolve(template, args, "float32")
+    items = [("hand", t.space(wl.args, wl.dtype).default().knob_values())]
+    if log:
+        rec = load_best(log, wl, "llvm")
+        if rec is not None:
+            items.append(("tuned", rec.config))
+    opt = MeasureOptions(parallel=1, threads=threads, build_timeout=300.0,
+                         run_timeout=300.0)
+    with LocalMeasurer(wl, "llvm", opt) as m:
+        cmp = m.compare(items, ("numpy",), rounds)
+    flops = get_template(template).flops(wl.args)
+    shape = "x".join(map(str, args))
+    parts = [f"{template} {shape} fp32, {threads} thread{'s' if threads > 1 else ''}:"]
+    tn = cmp.timing("numpy")
+    parts.append(f"numpy {_gflops(flops, tn)}" if tn else
+                 f"numpy failed ({cmp.errors.get('numpy', ('', '?'))[1]})")
+    for name, _ in items:
+        tc = cmp.timing(name)
+        if tc is None:
+            parts.append(f"{name} failed ({cmp.errors.get(name, ('', '?'))[1][:80]})")
+            continue
+        ratio = cmp.ratio("numpy", name)
+        parts.append(f"polytile {name} {_gflops(flops, tc)}" +
+                     (f", ratio {ratio:5.2f}" if ratio else ""))
+    parts.append(f"[load {os.getloadavg()[0]:.2f}]")
+    return " ".join(parts[:1]) + " " + "; ".join(parts[1:])
+
+
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=1024)
+    ap.add_argument("--shapes", default=";".join(",".join(map(str, s)) for s in SHAPES),
+                    help="M,N,K shapes separated by ';'")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts")
-    args = ap.parse_args()
-    n = args.n
-    tut = _tutorial()
-    rng = np.random.default_rng(0)
-    a = rng.uniform(-1, 1, (n, n)).astype("float32")
-    b = rng.uniform(-1, 1, (n, n)).astype("float32")
-    t0 = time.perf_counter()
-    s, targs = tut.best(n)
-    func = polytile.lower(s, targs)
-    t_lower = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    f = polytile.build(s, targs, target="llvm")
-    t_build = time.perf_counter() - t0
-    c = np.full((n, n), np.nan, dtype="float32")
-    f(a, b, c)
-    flop = 2.0 * n**3
-    rows = []
-    for threads in (int(x) for x in args.threads.split(",")):
-        polytile.set_num_threads(threads)
-        t_pt = f.time_evaluator(number=1, repeat=7, min_repeat_ms=100)(a, b, c).median
-        # numpy in a process of its own (BLAS threads spin after each call); median seconds
-        t_np = measure_numpy_isolated("matmul", [n, n, n], threads=threads)["median"]
-        rows.append((threads, t_np, t_pt))
-    # the float64 reference last: BLAS threads it leaves spinning would slow the kernel
-    ref = a.astype("float64") @ b.astype("float64")
-    err = np.abs(c - ref).max() / np.abs(ref).max()
-    assert err < 1e-5, f"wrong result: relative error {err:.2e}"
-    for threads, t_np, t_pt in rows:
-        print(f"matmul {n}^3 fp32, {threads} thread(s): numpy {flop / t_np / 1e9:7.1f} GFLOP/s, "
-              f"polytile {flop / t_pt / 1e9:7.1f} GFLOP/s, ratio {t_np / t_pt:5.2f}")
-    print(f"lower {t_lower:.3f} s, build (lower + LLVM O3 + JIT) {t_build:.3f} s "
-          f"({len(str(func).splitlines())} lines of loop IR)")
+    ap.add_argument("--rounds", type=int, default=4, help="A/B rounds per figure")
+    ap.add_argument("--log", default=None, help="tuning log whose best records to add")
+    ap.add_argument("--batch", action="store_true", help="add batch_matmul 8x256x256x256")
+    a = ap.parse_args(argv)
+    shapes = [tuple(int(x) for x in s.split(",")) for s in a.shapes.split(";") if s]
+    work = [("matmul", s) for s in shapes] + ([("batch_matmul", (8, 256, 256, 256))]
+                                               if a.batch else [])
+    print(f"numpy: {numpy_kernel()}")
+    for template, args in work:
+        for threads in (int(x) for x in a.threads.split(",")):
+            print(bench(template, args, threads, a.rounds, a.log), flush=True)
 
 
 if __name__ == "__main__":

@@ -120,6 +120,13 @@ SWEEP = (((128, 256, 32), (64, 64)), ((256, 128, 32), (64, 64)), ((128, 128, 32)
          ((128, 128, 32), (32, 64)), ((64, 128, 32), (32, 64)), ((128, 256, 32), (64, 128)))
 
 
+def wgmma_mainloops() -> tuple:
+    """The main-loop variants of the wgmma GEMM (benchmarks/wgmma_gemm.py MAINLOOPS)."""
+    import wgmma_gemm
+
+    return tuple(wgmma_gemm.MAINLOOPS)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, nargs="+", default=None,
@@ -129,17 +136,46 @@ def main() -> None:
                     "operands on tensor cores (WMMA m16n16k8), cuBLAS with allow_tf32")
     ap.add_argument("--acc", choices=("float32", "float16"), default="float32",
                     help="accumulation dtype of the float16 GEMM")
-    ap.add_argument("--isa", choices=("wmma", "mma"), default="wmma",
+    ap.add_argument("--isa", choices=("wmma", "mma", "wgmma"), default="wmma",
                     help="tensor-core path of the float16 GEMM")
     ap.add_argument("--stages", type=int, nargs="+", default=[3],
                     help="software-pipeline depths of the tensor-core GEMM (cp.async into "
                     "stages x the shared tiles; 1: no pipeline), one line each")
+    ap.add_argument("--swizzle", nargs="+", choices=("none", "128B"), default=["none", "128B"],
+                    help="shared layouts of the wgmma GEMM (--isa wgmma), one line each")
+    ap.add_argument("--grid", nargs="+", choices=("tiles", "persistent"),
+                    default=["tiles", "persistent"],
+                    help="wgmma GEMM grid: one block per tile (row-major order), or one per "
+                    "SM over tiles grouped by 8 tile rows; one line each")
+    ap.add_argument("--mainloop", nargs="+", choices=wgmma_mainloops(),
+                    default=list(wgmma_mainloops()),
+                    help="wgmma GEMM main loop: 'sync' (every warp copies, then MMAs, "
+                    "__syncthreads), 'ws' (a producer warpgroup of cp.async, consumer "
+                    "warpgroups of wgmma, mbarriers, setmaxnreg), 'tma' (ws with one "
+                    "producer thread issuing TMA boxes; 128B swizzle only); one line each")
+    ap.add_argument("--epilogue", nargs="+", choices=("8B", "16B"), default=["8B", "16B"],
+                    help="wgmma GEMM D stores: float2 (8B) or float4 after a lane-pair "
+                    "shuffle (16B); one line each")
+    ap.add_argument("--blocks", nargs="+", default=None, metavar="BMxBNxBK",
+                    help="wgmma GEMM block tiles (default: those of benchmarks/wgmma_gemm.py)")
     ap.add_argument("--sweep", action="store_true",
                     help="time wmma_gemm over the block/warp tiles of SWEEP too")
     args = ap.parse_args()
     if args.dtype == "float32":
         for n in args.n or [4096]:
             _tutorial().main(["--n", str(n)])
+        return
+    if args.isa == "wgmma":   # sm_90a warpgroup MMA (benchmarks/wgmma_gemm.py)
+        import wgmma_gemm
+
+        for n in args.n or [4096, 8192]:
+            wgmma_gemm.run(n, args.dtype, stages=args.stages if args.stages != [3] else (3, 4),
+                           swizzles=args.swizzle, mainloops=args.mainloop,
+                           epilogues=args.epilogue,
+                           grids=[(g == "persistent", 8 if g == "persistent" else 1)
+                                  for g in args.grid],
+                           blocks=[tuple(int(x) for x in b.split("x")) for b in args.blocks]
+                           if args.blocks else wgmma_gemm.BLOCKS)
         return
     for n in args.n or [4096, 8192]:
         half_gemm(n, args.acc, args.isa, args.dtype, stages=args.stages)

@@ -42,7 +42,8 @@ from typing import ClassVar
 from polytile.errors import TargetError, format_error
 
 #: Built-in kinds, in the order error messages list them, and the module registering each.
-BUILTIN = {"llvm": "polytile.targets.llvm.backend", "cuda": "polytile.targets.cuda.backend"}
+BUILTIN = {"llvm": "polytile.targets.llvm.backend", "cuda": "polytile.targets.cuda.backend",
+           "hip": "polytile.targets.hip.backend"}
 
 _REGISTRY: dict = {}
 

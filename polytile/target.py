@@ -4,8 +4,8 @@
 description of polytile, :class:`polytile.backend.Target` (an immutable dataclass; its
 fields, options and device limits are documented there), and
 ``isinstance(t, polytile.target.Target)`` holds for every such object. Target strings are
-``<kind> [-option[=value]]...`` with the kinds of the backend registry (``llvm``, ``cuda``;
-``polytile targets`` lists them with their options).
+``<kind> [-option[=value]]...`` with the kinds of the backend registry (``llvm``, ``cuda``,
+``hip``; ``polytile targets`` lists them with their options).
 """
 
 from __future__ import annotations
@@ -64,4 +64,12 @@ def llvm(mcpu: str | None = None, options: str = "") -> _Target:
     return _Target.parse(spec)
 
 
-__all__ = ["Target", "cuda", "llvm"]
+def rocm(mcpu: str | None = None, options: str = "") -> _Target:
+    """An AMD GPU target (TVM's ``tvm.target.rocm``), polytile's ``hip`` kind: ``mcpu`` one
+    of ``gfx90a``, ``gfx942`` (default), ``gfx950``; other options as in the target
+    string."""
+    spec = "hip" + (f" -mcpu={mcpu}" if mcpu else "") + (f" {options}" if options else "")
+    return _Target.parse(spec)
+
+
+__all__ = ["Target", "cuda", "llvm", "rocm"]

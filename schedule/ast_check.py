@@ -222,7 +222,10 @@ def _drop_hardware(s: isl.Set) -> isl.Set:
             start -= 1
         s = s.project_out(isl.dim_type.param, start, end - start)
         end = start
-    return s
+    # the projection leaves existential variables (a thread index that a fused, split
+    # copy loop divides); recovering the equalities among them first makes the later
+    # subtractions fast (an MFMA GEMM's LDS copies: 210 s -> 0.1 s); both steps are exact
+    return s.detect_equalities().coalesce()
 
 
 def _twice(maps: list) -> isl.Point | None:

@@ -20,7 +20,7 @@ from polytile.te import symbolic as sym
 from polytile.te.expr import Binary, Cast, Var
 
 from . import isl_util as iu
-from .kinds import PARAM_SPACE, PARAMS
+from .kinds import FRAGMENT_SCOPES, PARAM_SPACE, PARAMS
 from .polymodel import LoopNode, Model, StagePlan
 
 
@@ -259,6 +259,53 @@ def check_shared_memory(model: Model, kernel: Kernel, limits: DeviceLimits) -> N
             "cache_read", f"the kernel of stage {kernel.plan.name!r} needs {total} bytes of "
             f"shared memory ({', '.join(names)})", f"at most {top} bytes",
             hint="use smaller tiles"))
+
+
+def check_wavefronts(kernel: Kernel, limits: DeviceLimits) -> None:
+    """Tensor intrinsics that touch a tensor-core fragment (WMMA, MFMA) are collective: the
+    ``limits.warp_size`` lanes of a warp (CUDA, 32) or wavefront (AMD CDNA, 64) run each
+    call together, the lanes being consecutive ``threadIdx.x`` values. So such a statement
+    must not be inside a loop bound to ``threadIdx.x`` (the lanes would hold different
+    tiles), and ``threadIdx.x`` must have a multiple of ``warp_size`` threads (else one
+    warp would span several ``threadIdx.y`` rows, each expecting its own tile).
+
+    Raises
+    ------
+    ScheduleError
+        Naming the stage, the loop and the binding.
+    """
+    w = limits.warp_size
+    collective = []
+
+    def walk(n, bound_x) -> None:
+        if not isinstance(n, LoopNode):
+            return
+        if n.binding is not None and n.binding.value == "threadIdx.x":
+            bound_x = n
+        for st in n.stmts:
+            if st.plan.tensorize is not None and any(
+                    b is not None and b.scope in FRAGMENT_SCOPES
+                    for b, _ in st.accesses.values()):
+                if bound_x is not None:
+                    fail("bind", f"stage {st.plan.name!r} calls a warp-collective tensor "
+                         f"intrinsic inside loop {bound_x.iter_var.name!r} of stage "
+                         f"{bound_x.plan.name!r}, which is bound to 'threadIdx.x': its "
+                         f"{w} lanes would each hold a different tile",
+                         "fragment stages outside loops bound to threadIdx.x (bind the tile "
+                         "loops to threadIdx.y/z)")
+                collective.append(st.plan)
+        for c in n.children:
+            walk(c, bound_x)
+
+    for n in kernel.nodes:
+        walk(n, None)
+    tx = kernel.extents.get("threadIdx.x", 1)
+    if collective and w > 1 and (not isinstance(tx, int) or tx % w):
+        fail("bind", f"the kernel of stage {kernel.plan.name!r} has threadIdx.x extent {tx}, "
+             f"but stage {collective[0].name!r} calls a tensor intrinsic that the {w} lanes "
+             f"of a {'wavefront' if w == 64 else 'warp'} run together",
+             f"a threadIdx.x extent that is a multiple of {w}",
+             hint=f"split the loops bound to threadIdx.x by {w}")
 
 
 def check_store_predicate_threads(model: Model, kernel: Kernel) -> None:

@@ -121,18 +121,27 @@ def loop_kind(a: Annotation | None) -> LoopKind:
 #: in the IR's meaning (each thread of a warp holds the whole tile, as the interpreter
 #: runs it), held collectively by the 32 lanes of a warp on the device. Only tensor
 #: intrinsics (``targets/cuda/tensor_core.py``) read and write them.
-FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
+FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator",
+                   "mfma.accumulator_32x32", "mfma.accumulator_16x16")
+#: The tile of each fragment scope (rows, columns): a fragment buffer is a row-major array
+#: of such tiles, one intrinsic operand each. AMD MFMA accumulators (the registers of a
+#: wavefront's 64 lanes, ``targets/hip/mfma.py``) come in the two output tiles of the
+#: MFMA instructions.
+FRAGMENT_TILES = {"wmma.matrix_a": (16, 16), "wmma.matrix_b": (16, 16),
+                  "wmma.accumulator": (16, 16), "mfma.accumulator_32x32": (32, 32),
+                  "mfma.accumulator_16x16": (16, 16)}
 
 
 def fragment_tile(scope: str, dtype: str) -> tuple[int, int]:
-    """``(rows, columns)`` of one tile of a fragment buffer: 16x16, except the tf32 WMMA
+    """``(rows, columns)`` of one tile of a fragment buffer: 16x16 on CUDA, except the tf32 WMMA
     shape m16n16k8 (float32 ``matrix_a`` 16x8, ``matrix_b`` 8x16). A fragment buffer is
-    an array of such tiles, row-major over the tile grid."""
+    an array of such tiles, row-major over the tile grid (MFMA accumulators:
+    :data:`FRAGMENT_TILES`)."""
     if dtype == "float32" and scope == "wmma.matrix_a":
         return 16, 8
     if dtype == "float32" and scope == "wmma.matrix_b":
         return 8, 16
-    return 16, 16
+    return FRAGMENT_TILES[scope]
 
 
 def thread_private(scope: str) -> bool:
@@ -172,4 +181,4 @@ ASYNC_COPY = "cp.async"
 
 
 __all__ = ["ASYNC_COPY", "PipelinePragma", "Annotation", "LoopKind", "PARAMS", "PARAM_SPACE", "ThreadTag", "annotation_name",
-           "default_scope", "loop_kind", "FRAGMENT_SCOPES", "fragment_tile", "thread_private"]
+           "default_scope", "loop_kind", "FRAGMENT_SCOPES", "FRAGMENT_TILES", "fragment_tile", "thread_private"]

@@ -64,7 +64,8 @@ from polytile.te.tensor import ComputeOp
 from . import isl_util as iu
 from .astgen import lower_nodes
 from .deps import check_legality
-from .gpu import Kernel, check_shared_memory, check_store_predicate_threads, kernels
+from .gpu import (Kernel, check_shared_memory, check_store_predicate_threads, check_wavefronts,
+                  kernels)
 from .kinds import ThreadTag
 from .limits import limit_unrolls
 from .loop_ir import KernelLaunch, PrimFunc, seq, stmt_exprs, walk_stmts
@@ -195,6 +196,7 @@ def _kernels(s: Lowering) -> None:
     s.units = kernels(s.model, s.target.limits)
     for k in s.units:
         check_shared_memory(s.model, k, s.target.limits)
+        check_wavefronts(k, s.target.limits)
         check_store_predicate_threads(s.model, k)
 
 

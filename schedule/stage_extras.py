@@ -13,10 +13,10 @@ from polytile.errors import fail
 from polytile.te.expr import Const, Var, convert
 from polytile.te.visitor import free_vars, substitute
 
-from .kinds import ThreadTag
+from .kinds import FRAGMENT_SCOPES, ThreadTag
 
 #: Storage scopes a stage's buffer can have (``cache_read``/``cache_write``/``set_scope``).
-SCOPES = ("global", "shared", "local", "wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator")
+SCOPES = ("global", "shared", "local", *FRAGMENT_SCOPES)
 
 
 class StorageMixin:

@@ -356,12 +356,15 @@ def _strides(buf: Buffer, t, where: str, intrin) -> tuple:
     decl = intrin.binds.get(t)
     declared = decl.strides if decl is not None else None
     if buf.scope in FRAGMENT_SCOPES:
-        # an array of tiles (16x16; 16x8 / 8x16 for tf32 operands, kinds.fragment_tile):
-        # any row-major shape whose rows hold whole tiles, the region one tile
-        tr, tc = fragment_tile(buf.scope, buf.dtype)
-        if len(buf.shape) < 2 or buf.shape[-1] % tc or tuple(t.shape) != (tr, tc):
-            fail("tensorize", f"{where}: fragment {buf.name!r} has shape {list(buf.shape)}",
-                 f"rows of whole {tr}x{tc} tiles, one tile per intrinsic operand")
+        # an array of tiles (targets/cuda/tensor_core.py, targets/hip/mfma.py; tf32
+        # operands 16x8 / 8x16, kinds.fragment_tile): any row-major shape whose rows hold
+        # whole tiles, the region one tile
+        th, tw = fragment_tile(buf.scope, buf.dtype)
+        if len(buf.shape) < 2 or buf.shape[-1] % tw or tuple(t.shape) != (th, tw):
+            fail("tensorize", f"{where}: fragment {buf.name!r} ({buf.scope}) has shape "
+                 f"{list(buf.shape)} and operand {t.name!r} of intrinsic {intrin.name!r} "
+                 f"the shape {list(t.shape)}",
+                 f"rows of whole {th}x{tw} tiles, one tile per intrinsic operand")
         return strides
     if declared is None:
         compact = _row_major(t.shape)
@@ -493,6 +496,9 @@ def eval_tensor_call(s: TensorCall, arrays: list, indices: list) -> None:
     views = [_region(a, b, i, shape, st) for a, b, i, shape, st in
              zip(arrays, s.buffers, indices, s.shapes, s.strides)]
     intrin = s.intrin
+    if intrin.emulate is not None:   # a model of the hardware instruction (MFMA lanes)
+        intrin.emulate(s.part, views)
+        return
     out = views[-1]
     body = intrin.op.body[0]
     odt = dt.to_numpy(intrin.output.dtype)

@@ -3,8 +3,10 @@
 :class:`CDialect` lists, as class attributes, every spelling the printer
 (:mod:`polytile.targets.c_printer`) asks a dialect for: kernel prefix and launch bounds,
 ``restrict``, shared-memory and barrier syntax, hardware index names, the type map, half
-conversions and the math functions per dtype. ``targets/cuda/dialect.py`` (and later HIP)
-subclass it and override tables only; the structure of the generated code is the printer's.
+conversions and the math functions per dtype. :class:`GPUDialect` holds what the GPU
+dialects share (CUDA and HIP spell kernels, shared memory, barriers and hardware indices
+alike); ``targets/cuda/dialect.py`` and ``targets/hip/dialect.py`` subclass it and override
+tables only; the structure of the generated code is the printer's.
 Device limits (threads per block, shared memory) are not spellings: they come from the
 target's :class:`~polytile.backend.DeviceLimits`. ``name`` is the kind of the backend the
 dialect belongs to.
@@ -132,3 +134,65 @@ class CDialect:
         if fast and dtype in self.fast_math.get(name, {}):
             return self.fast_math[name][dtype]
         return self.math.get(name, {}).get(dtype)
+
+    # ------------------------------------------------------------------ tensor intrinsics
+    def call_helper(self, name: str) -> tuple | None:
+        """The helper of intrinsic call ``name`` (``tir.call_intrin``'s name without its
+        ``:tag``): ``(C function name, its definition, {key: prelude text} the definition
+        needs)``, or None for a plain function call. The printer defines each once."""
+        return None
+
+    def fragment_type(self, b, body, who: str) -> str:
+        """The C type of one tile of fragment buffer ``b`` (a scope of
+        ``kinds.FRAGMENT_TILES``), given the statement ``body`` that uses it.
+
+        Raises
+        ------
+        BuildError
+            Where the dialect has no such fragments.
+        """
+        raise BuildError(format_error(who, f"fragment {b.name!r} of scope {b.scope!r}",
+                                      f"no {b.scope} fragments in {self.name}"))
+
+    #: lines added to the top of a source that declares fragments
+    fragment_headers: ClassVar[tuple] = ()
+
+
+#: half precision math functions of ``cuda_fp16.h`` and ``hip_fp16.h`` (the same names in
+#: both); the functions missing here compute in float32 and round back
+HALF_MATH = {"exp": "hexp", "exp2": "hexp2", "log": "hlog", "log2": "hlog2",
+             "log10": "hlog10", "sqrt": "hsqrt", "rsqrt": "hrsqrt", "sin": "hsin",
+             "cos": "hcos", "floor": "hfloor", "ceil": "hceil", "round": "hrint",
+             "trunc": "htrunc", "abs": "__habs", "isnan": "__hisnan"}
+
+
+class GPUDialect(CDialect):
+    """What CUDA C++ and HIP C++ share: ``extern "C" __global__`` kernels with
+    ``__launch_bounds__``, ``__restrict__``, ``__shared__`` memory (an NVIDIA SM's shared
+    memory, an AMD CU's LDS) and ``__syncthreads()``, ``blockIdx``/``threadIdx`` as
+    hardware indices, ``__device__`` helpers, ``float4``-style vector copies and the half
+    precision function names (``__float2half_rn``, ``hexp``...). Subclasses give the
+    headers, the bfloat16 spellings, ``trap`` and their fast math."""
+
+    kernel_prefix = 'extern "C" __global__'
+    launch_bounds = "__launch_bounds__({threads})"
+    restrict = "__restrict__"
+    shared_prefix = "__shared__"
+    shared_align = "__align__(16)"
+    dynamic_shared_decl = "extern __shared__ __align__(16) unsigned char {name}[];"
+    barrier = "__syncthreads();"
+    vector_copies = True
+    device_inline = "__device__ __forceinline__"
+    index_names: ClassVar[dict] = {f"{k}.{a}": f"{k}.{a}" for k in ("blockIdx", "threadIdx")
+                                   for a in "xyz"}
+    type_map: ClassVar[dict] = {**CDialect.type_map, "float16": "half"}
+    half_from_float = "__float2half_rn"
+    half_to_float = "__half2float"
+    half_from_double = "__double2half"
+    half_from_int64 = "__ll2half_rn"
+    half_from_uint64 = "__ull2half_rn"
+    half_from_bits = "__ushort_as_half"
+    float_from_bits = "__int_as_float"
+    double_from_bits = "__longlong_as_double"
+    math: ClassVar[dict] = {name: ({**fns, "float16": HALF_MATH[name]} if name in HALF_MATH
+                                   else fns) for name, fns in CDialect.math.items()}

@@ -231,14 +231,14 @@ class CExprPrinter:
 
     def expr_AccessPtr(self, e: AccessPtr) -> str:
         if e.buffer.scope in FRAGMENT_SCOPES:
-            # a fragment buffer [R, C] is an array of 16x16 tiles, row-major over the tile
-            # grid: the element offset of a tile's corner -> its index
+            # a fragment buffer [R, C] is an array of th x tw tiles, row-major over the
+            # tile grid: the element offset of a tile's corner -> its index
+            th, tw = fragment_tile(e.buffer.scope, e.buffer.dtype)
             off, width = self.expr(e.offset), e.buffer.shape[-1]
-            tr, tc = fragment_tile(e.buffer.scope, e.buffer.dtype)
-            if width == tc:
-                return f"{self.buffer(e.buffer)}[{strip_parens(off)} / {tr * tc}]"
-            return (f"{self.buffer(e.buffer)}[{off} / {tr * width} * {width // tc} + "
-                    f"{off} % {width} / {tc}]")
+            if width == tw:
+                return f"{self.buffer(e.buffer)}[{strip_parens(off)} / {th * tw}]"
+            return (f"{self.buffer(e.buffer)}[{off} / {th * width} * {width // tw} + "
+                    f"{off} % {width} / {tw}]")
         return f"(&{self.buffer(e.buffer)}[{strip_parens(self.expr(e.offset))}])"
 
     def expr_ExternCall(self, e: ExternCall) -> str:
@@ -247,14 +247,10 @@ class CExprPrinter:
                 self.who, f"LLVM intrinsic {e.name!r} in a GPU kernel",
                 "call_intrin or call_extern on C targets", Kernel=self.kname))
         name, _, _ = e.name.partition(":")     # ":<layout>" tags a fragment's layout
-        from polytile.targets.cuda.tensor_core import C_HELPERS   # the instruction table
-
-        if name in C_HELPERS:
-            if name.startswith("mma."):
-                from polytile.targets.cuda.tensor_core import MMA_TYPES
-
-                self.helpers["_pt_mma_types"] = MMA_TYPES
-            name, text = C_HELPERS[name]
+        found = self.d.call_helper(name)   # the dialect's instruction table
+        if found is not None:
+            name, text, preludes = found
+            self.helpers.update(preludes)
             self.helpers[name] = text
         args = [strip_parens(self.expr(a)) for a in e.args]
         return f"{name}({', '.join(args)})"

@@ -213,7 +213,7 @@ class CPrinter(CExprPrinter, StmtFunctor):
             if t in self.d.dtype_headers:
                 head.append(self.d.dtype_headers[t])
         if getattr(self, "uses_fragments", False):
-            head.append("#include <mma.h>")
+            head.extend(self.d.fragment_headers)
         n = len(infos)
         title = (f"// polytile: {self.d.name} source of function {func.name!r} "
                  f"({n} kernel{'s' if n != 1 else ''})")
@@ -507,9 +507,9 @@ class CPrinter(CExprPrinter, StmtFunctor):
             self.emit(depth, f"{' '.join(w for w in words if w)} {name}[{size}];")
         elif b.scope in FRAGMENT_SCOPES:
             self.uses_fragments = True
-            tr, tc = fragment_tile(b.scope, b.dtype)
-            self.emit(depth, f"{fragment_type(b, s.body, d, self.who)} {name}"
-                             f"[{size // (tr * tc)}];")
+            th, tw = fragment_tile(b.scope, b.dtype)
+            self.emit(depth, f"{d.fragment_type(b, s.body, self.who)} {name}"
+                             f"[{size // (th * tw)}];")
         else:
             words = (d.local_prefix, t)
             self.emit(depth, f"{' '.join(w for w in words if w)} {name}[{size}];")

@@ -52,6 +52,11 @@ class TensorIntrin:
         scope) of the operands; operands without one are compact row-major.
     default_buffer_params : dict
         Keyword arguments of ``decl_buffer`` for operands not in ``binds``.
+    emulate : callable or None
+        ``emulate(part, views)``: a model of the instruction that the reference
+        interpreter runs instead of ``op`` on the numpy views of the regions (output
+        last), such as the lane-level model of an AMD MFMA (its operands spread over the
+        registers of 64 lanes); None runs ``op``.
     """
 
     name: str
@@ -61,6 +66,7 @@ class TensorIntrin:
     binds: dict = field(default_factory=dict)
     default_buffer_params: dict = field(default_factory=dict)
     parts: tuple = ("body",)
+    emulate: Callable | None = None
 
     @property
     def output(self) -> Tensor:
@@ -75,7 +81,8 @@ class TensorIntrin:
 
 
 def decl_tensor_intrin(op, fcompute: Callable, name: str = "tensor_intrin", binds=None,
-                       scalar_params=None, default_buffer_params=None) -> TensorIntrin:
+                       scalar_params=None, default_buffer_params=None, *,
+                       emulate: Callable | None = None) -> TensorIntrin:
     """Declare a tensor intrinsic (TVM v0.19's ``te.decl_tensor_intrin``).
 
     Parameters
@@ -98,6 +105,9 @@ def decl_tensor_intrin(op, fcompute: Callable, name: str = "tensor_intrin", bind
         Not supported (TVM's scalar parameters of an intrinsic).
     default_buffer_params : dict, optional
         ``decl_buffer`` keyword arguments for operands not in ``binds``.
+    emulate : callable, optional
+        A model of the instruction for the reference interpreter (``TensorIntrin.emulate``;
+        polytile's own, not TVM's).
 
     Raises
     ------
@@ -134,7 +144,7 @@ def decl_tensor_intrin(op, fcompute: Callable, name: str = "tensor_intrin", bind
                 f"an operand of {name!r}",
                 f"keys among {[x.name for x in inputs] + [op.output(0).name]}"))
     intrin = TensorIntrin(str(name), op, fcompute, inputs, binds,
-                          dict(default_buffer_params or {}))
+                          dict(default_buffer_params or {}), emulate=emulate)
     from polytile.tir import probe_parts  # tir builds on the loop IR, which builds on te
 
     object.__setattr__(intrin, "parts", probe_parts(intrin))

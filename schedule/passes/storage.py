@@ -32,8 +32,12 @@ def allocate_intermediates(func: PrimFunc, limits: DeviceLimits) -> PrimFunc:
     """Give every non-argument buffer an ``Allocate``.
 
     A buffer used only inside parallel loops is allocated in the body of each of them, so
-    each thread gets its own copy (privatisation of compute_at buffers); any other buffer
-    is allocated for the whole function. Scope: ``stack`` or ``heap``. The stack holds
+    each thread gets its own copy (privatisation of compute_at buffers); so is a buffer
+    whose every parallel loop holds both its stage and that stage's consumer (a stage
+    computed inside the parallel loop), which also gets a function-level copy for its uses
+    outside parallel loops (the same attach point in tiles isolated from the parallel
+    part, such as a ragged last row block); any other buffer is allocated for the whole
+    function. Scope: ``stack`` or ``heap``. The stack holds
     buffers of at most ``limits.stack_buffer_bytes`` each, within a budget of
     ``limits.stack_frame_bytes`` per frame: one for the function, one for each parallel
     loop (its body runs on OpenMP threads, whose stacks may be smaller); smallest buffers
@@ -50,17 +54,29 @@ def allocate_intermediates(func: PrimFunc, limits: DeviceLimits) -> PrimFunc:
     par_loops = _outermost_parallel(func.body)
     inside = {id(x): _buffers_used(x.body) for x in par_loops}
     by_loop: dict[int, list] = {}
-    private: set[int] = set()
+    private: set[int] = set()   # allocated only inside parallel loops
+    also_shared: set[int] = set()  # private in parallel loops, shared by the other uses
     for b in pending:
         loops = [x for x in par_loops if any(y is b for y in inside[id(x)])]
-        if (loops and sum(_count_uses(x.body, b) for x in loops) == _count_uses(func.body, b)
+        if not loops:
+            continue
+        if (sum(_count_uses(x.body, b) for x in loops) == _count_uses(func.body, b)
                 and all(_writes(x.body, b) for x in loops)):
             # every use is inside parallel loops (several after unrolling an outer loop)
             # that each write the buffer before reading it (a stage computed inside them):
             # one private copy per iteration of each
             private.add(id(b))
-            for x in loops:
-                by_loop.setdefault(id(x), []).append(b)
+        elif all(_writes(x.body, b) and _read_by_other(x.body, b) for x in loops):
+            # each parallel loop holds both the stage's statements and its consumer's reads,
+            # so it encloses the stage's attach point (an attached stage is computed whole
+            # within one iteration of its attach loop); the other uses are copies of that
+            # attach point outside the parallel loops (tiles isolated from the parallel
+            # part) and get the function's copy
+            also_shared.add(id(b))
+        else:
+            continue
+        for x in loops:
+            by_loop.setdefault(id(x), []).append(b)
     # one stack budget per frame: the function's, and each parallel body's; a buffer
     # private to several parallel loops stays on the stack only if it fits in all of them
     frames = [[b for b in pending if id(b) not in private]] + list(by_loop.values())
@@ -146,6 +162,22 @@ def _outermost_parallel(s: Stmt) -> list[For]:
 def _writes(s: Stmt, b: Buffer) -> bool:
     return any(isinstance(x, Store) and x.buffer is b or
                isinstance(x, TensorCall) and x.buffers[-1] is b for x in walk_stmts(s))
+
+
+def _read_by_other(s: Stmt, b: Buffer) -> bool:
+    """Whether a statement of ``s`` that does not store to ``b`` loads from it (the reads
+    of a consumer, as opposed to a reduction reading its own buffer)."""
+    for x in walk_stmts(s):
+        if isinstance(x, Store) and x.buffer is b:
+            continue
+        if isinstance(x, TensorCall):
+            if any(y is b for y in x.buffers[:-1]):
+                return True
+            continue
+        for e in stmt_exprs(x):
+            if any(ld.buffer is b for ld in collect(e, Load)):
+                return True
+    return False
 
 
 def _count_uses(s: Stmt, b: Buffer) -> int:

@@ -227,7 +227,12 @@ def compile_nvcc(source: str, arch: str = DEFAULT_ARCH, options: tuple = (),
         out = os.path.join(tmp, "out.cubin")
         with open(src, "w") as fh:
             fh.write(source)
-        cmd = [nvcc, f"-arch={arch}", "-cubin", "-std=c++17", "-o", out, *options, src]
+        # sm_90a-style targets (arch-specific features: wgmma, setmaxnreg): nvcc 13.0's
+        # -arch=sm_90a shorthand also runs a plain sm_90 pass that rejects them; -gencode
+        # names the one pass
+        flag = (f"-gencode=arch=compute_{arch[3:]},code={arch}" if arch.endswith(("a", "f"))
+                else f"-arch={arch}")
+        cmd = [nvcc, flag, "-cubin", "-std=c++17", "-o", out, *options, src]
         res = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp)
         log = (res.stderr + res.stdout).replace(tmp + os.sep, "")
         if res.returncode != 0 or not os.path.isfile(out):

@@ -29,7 +29,8 @@ def test_fixed_length_and_finite(name):
 
 def test_matmul_features_follow_the_schedule():
     args = (64, 64, 64)
-    base = get_template("matmul").space(args).default().knob_values()
+    base = dict(get_template("matmul").space(args).default().knob_values(),
+                tile_i=[-1, 8, 8], pack_a=False, pack_b=False, order="ij")
     f = _features("matmul", args, base)
     # innermost level: the vectorized j2 loop of 32 lanes
     assert f[1 + KINDS.index("vectorized")] == 1.0

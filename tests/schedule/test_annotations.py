@@ -352,3 +352,46 @@ def test_attached_buffer_is_private_to_each_parallel_copy(unroll_outer):
         o = np.full((n, m), np.nan, "float32")
         f(a, o)
         np.testing.assert_allclose(o, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_attached_buffer_is_private_when_a_ragged_tile_runs_outside_the_parallel_loop():
+    """A row block computed inside a parallel loop whose last, ragged block is isolated
+    into serial code after it: each thread still needs its own packed block (a shared
+    one made the threads race), and the serial copy keeps a buffer of its own."""
+    import numpy as np
+
+    import polytile
+    from polytile import te
+
+    M, N, K, MR = 100, 48, 37, 12
+    A = te.placeholder((M, K), name="A")
+    B = te.placeholder((K, N), name="B")
+    PA = te.compute((-(-M // MR), K, MR), lambda x, y, z: te.if_then_else(
+        x * MR + z < M, A[x * MR + z, y], 0.0), name="PA")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(PA[i // MR, k, i % MR] * B[k, j], axis=k),
+                   name="C")
+    s = te.create_schedule(C.op)
+    i, j = C.op.axis
+    io, ii = s[C].split(i, factor=2 * MR)
+    ib, ir = s[C].split(ii, factor=MR)
+    jo, jv = s[C].split(j, factor=16)
+    s[C].reorder(io, jo, ib, k, ir, jv)
+    s[C].unroll(ir)  # an unrolled register block isolates the ragged row block
+    s[C].vectorize(jv)
+    s[PA].compute_at(s[C], io)
+    s[C].parallel(io)
+    text = str(polytile.lower(s, [A, B, C]))
+    lines = text.splitlines()
+    allocs = [n for n, line in enumerate(lines) if "PA = alloc" in line]
+    assert len(allocs) == 2, text  # the function's (ragged block) and the parallel body's
+    assert "in parallel(" in lines[allocs[1] - 1], text
+    f = polytile.build(s, [A, B, C])
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((M, K)).astype("float32")
+    b = rng.standard_normal((K, N)).astype("float32")
+    ref = a.astype("float64") @ b.astype("float64")
+    for _ in range(5):
+        c = np.full((M, N), np.nan, "float32")
+        f(a, b, c)
+        np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4)

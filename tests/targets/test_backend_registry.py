@@ -49,7 +49,7 @@ def matmul(m, n, k):
 
 # --------------------------------------------------------------------------- built-ins
 def test_builtin_kinds_are_registered_data():
-    assert registered_kinds()[:2] == ("llvm", "cuda") == tuple(BUILTIN)
+    assert registered_kinds()[:3] == ("llvm", "cuda", "hip") == tuple(BUILTIN)
     llvm, cuda = get_backend("llvm"), get_backend("cuda")
     assert not llvm.is_gpu and llvm.tunable and llvm.passes(Target.parse("llvm")) == ()
     assert cuda.is_gpu and not cuda.tunable

@@ -34,7 +34,7 @@ def test_01_compute_and_schedule():
 def test_02_cpu_matmul():
     out = _run("02_cpu_matmul.py", "--n", "96", "--threads", "2")
     assert "numpy (OpenBLAS)" in out
-    assert out.count("x numpy") == 8
+    assert out.count("x numpy") == 10
 
 
 def test_04_cuda_gemm_builds_without_a_gpu():
@@ -84,3 +84,16 @@ def test_08_argmax_and_scan():
     assert "T_v0_next = " in out and "PQ.v1 = alloc(" in out
     assert "rfactor refused: rfactor: polytile cannot prove that the combiner 'argmax'" in out
     assert "parallel scan axis refused: parallel: loop 't' of stage 'scan'" in out
+
+
+def test_09_hip_mfma():
+    from polytile.targets.hip import compile as hc
+
+    out = _run("09_hip_mfma.py", "--n", "64")
+    assert out.count("result matches numpy") == 3     # cuda, hip, MFMA on the interpreter
+    assert "hip -mcpu=gfx942   extern \"C\" __global__ void __launch_bounds__(256)" in out
+    assert "pt_mfma_f32_32x32x8f16(" in out                  # the MFMA call (its helper)
+    if hc.hipcc_path() is not None:
+        assert "gfx90a: compiled by hipcc --offload-arch=gfx90a; MFMA instructions: " \
+               "v_mfma_f32_32x32x8f16 x" in out
+        assert "MFMA instructions: v_mfma_f32_32x32x8_f16 x" in out    # gfx942's spelling

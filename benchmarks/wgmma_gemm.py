@@ -1,0 +1,102 @@
+"""The wgmma (sm_90a) GEMM of :mod:`polytile.targets.cuda.wgmma` beside cuBLAS (torch):
+``python benchmarks/gpu_gemm.py --dtype float16 --isa wgmma --n 4096`` calls :func:`run`.
+Each block shape and pipeline depth is checked against a float64 reference (or cuBLAS
+in float32 at large sizes) before it is timed; one line per figure."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+#: (BM, BN, BK) tiles timed by default: 2 warpgroups of 64 x BN each
+BLOCKS = ((128, 256, 64), (128, 128, 64), (256, 128, 64))
+#: (persistent, group_m): one block per tile in row-major order, then one block per SM
+#: over tiles grouped by 8 tile rows (L2 reuse)
+GRIDS = ((False, 1), (True, 8))
+#: main-loop variant -> WgmmaGemm keywords: every warp copies and multiplies between
+#: __syncthreads ('sync'); a cp.async producer warpgroup and wgmma consumer warpgroups
+#: on mbarriers ('ws'); the producer's copies by one thread's TMA boxes ('tma', 128B
+#: swizzle only: with 'none' the line says it is refused)
+MAINLOOPS = {"sync": {}, "ws": {"warp_specialized": True},
+             "tma": {"warp_specialized": True, "tma": True}}
+
+
+def sass_counts(cubin: bytes, ops=("HGMMA", "LDGSTS", "BAR", "WARPSYNC", "SYNCS",
+                                    "USETMAXREG", "UTMALDG")) -> str:
+    """``op count`` of each SASS op in ``cubin`` (``cuobjdump -sass``), or why not."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        return "SASS: no cuobjdump"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as fh:
+            fh.write(cubin)
+        sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True).stdout
+    words = []
+    for ln in sass.splitlines():   # "/*0100*/  @P0 HGMMA.64x128x16.F32 ... ; /* 0x... */"
+        toks = ln.split("*/", 1)[1].split() if "*/" in ln else []
+        toks = toks[1:] if toks and toks[0].startswith("@") else toks
+        words.append(toks[0] if toks else "")
+    return "SASS " + " ".join(f"{op} {sum(w.split('.')[0] == op for w in words)}" for op in ops)
+
+
+def run(n: int, dtype: str = "float16", stages=(3, 4), blocks=BLOCKS,
+        swizzles=("none", "128B"), grids=GRIDS, mainloops=tuple(MAINLOOPS),
+        epilogues=("8B",)) -> None:
+    """One line per (block, stages, swizzle, grid, main loop, epilogue) of the wgmma GEMM
+    at ``n``^3, after cuBLAS; a grid is ``(persistent, group_m)``, a main loop a key of
+    :data:`MAINLOOPS`, an epilogue ``"8B"`` (float2 stores) or ``"16B"`` (float4)."""
+    import torch
+
+    from polytile.targets.cuda import wgmma as wg
+
+    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    g = torch.Generator().manual_seed(0)
+    a = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt).cuda()
+    b = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt).cuda()
+    ref = a.float() @ b.float() if n > 2048 else (a.double() @ b.double()).float()
+
+    def tflops(sec: float) -> float:
+        return 2.0 * n**3 / sec / 1e12
+
+    for _ in range(3):
+        a @ b
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(20):
+        a @ b
+    e.record()
+    torch.cuda.synchronize()
+    cublas = tflops(s.elapsed_time(e) / 1e3 / 20)
+    print(f"n={n:5d} {f'cuBLAS {dtype} (torch)':44s} {cublas:7.1f} TFLOP/s", flush=True)
+    for block, swz, depth, (pers, gm), loop, epi in itertools.product(
+            blocks, swizzles, stages, grids, mainloops, epilogues):
+        grid = f"persistent g{gm}" if pers else f"tiles g{gm}"
+        what = f"block {block} stages {depth} swizzle {swz} {grid} {loop} st{epi}"
+        try:
+            t0 = time.perf_counter()
+            f = wg.WgmmaGemm(n, n, n, block, depth, dtype, swizzle=swz, group_m=gm,
+                             persistent=pers, epilogue=epi, **MAINLOOPS[loop])
+            t_build = time.perf_counter() - t0
+        except Exception as exc:  # a shape past shared memory: say so, go on
+            print(f"n={n:5d} wgmma {what}: {exc}".splitlines()[0])
+            continue
+        c = torch.full((n, n), float("nan"), dtype=torch.float32, device="cuda")
+        f(a.data_ptr(), b.data_ptr(), c.data_ptr())
+        f.synchronize()
+        err = (torch.linalg.norm(c - ref) / torch.linalg.norm(ref)).item()
+        if not err < 1e-4:
+            print(f"n={n:5d} wgmma {what}: WRONG result (relative "
+                  f"error {err:.2e})", flush=True)
+            continue
+        t = tflops(f.time(a.data_ptr(), b.data_ptr(), c.data_ptr()))
+        print(f"n={n:5d} {f'wgmma {dtype} {depth}st {swz} {grid} {loop} st{epi}':54s} "
+              f"{t:7.1f} TFLOP/s  {t / cublas:6.3f} x cuBLAS  (block {block}, build "
+              f"{t_build:.1f} s, rel. error {err:.1e}, {sass_counts(f.cubin)})",
+              flush=True)

@@ -1,0 +1,142 @@
+"""The BLAS-style matmul and batch_matmul spaces: every knob path computes the product
+(numpy float64 reference, poisoned outputs, ragged and degenerate sizes), and the space
+holds the tutorial's hand schedule."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import pathlib
+
+import numpy as np
+import pytest
+
+import polytile
+from polytile.autotune import get_template
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _tutorial():
+    spec = importlib.util.spec_from_file_location("cpu_matmul_tutorial",
+                                                  ROOT / "tutorials" / "02_cpu_matmul.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _config(name: str, args: tuple, **knobs):
+    sp = get_template(name).space(args)
+    return sp.from_json(dict(sp.default().knob_values(), **knobs))
+
+
+def _check(name: str, args: tuple, cfg, seed: int = 0) -> None:
+    t = get_template(name)
+    s, tensors = t.instantiate(cfg, args)
+    f = polytile.build(s, tensors)
+    rng = np.random.default_rng(seed)
+    A, B, C = tensors
+    a = rng.uniform(0.5, 1.5, [int(d) for d in A.shape]).astype("float32")
+    b = rng.uniform(-1.0, 1.0, [int(d) for d in B.shape]).astype("float32")
+    ref = np.matmul(a.astype("float64"), b.astype("float64"))
+    for _ in range(2):  # twice: a stale packed buffer would show on the second call
+        c = np.full([int(d) for d in C.shape], np.nan, "float32")
+        f(a, b, c)
+        K = A.shape[-1]
+        np.testing.assert_allclose(c, ref, rtol=2e-5, atol=2e-6 * K,
+                                   err_msg=f"{name}{args} {cfg.knob_values()}")
+
+
+# ragged everywhere: 37 rows = 24 + 13 (12-row panels), 53 columns = 32 + 21 (16-lane
+# panels), K = 70 = 2 * 32 + 6
+RAGGED = dict(tile_i=[-1, 2, 12], tile_j=[-1, 2, 16], tile_k=[-1, 32])
+
+
+@pytest.mark.parametrize("order,pack_a,pack_b",
+                         list(itertools.product(["ij", "goto"], [False, True], [False, True])))
+def test_matmul_every_packing_and_order_at_ragged_sizes(order, pack_a, pack_b):
+    args = (37, 53, 70)
+    # each parallel choice in turn (all of them meet every order and packing)
+    pars = ["i0", "i0.j0", "j0", "none"]
+    k = 4 * (order == "goto") + 2 * pack_a + pack_b
+    for par in (pars[k % 4], pars[(k + 1) % 4]):
+        _check("matmul", args, _config("matmul", args, order=order, pack_a=pack_a,
+                                       pack_b=pack_b, parallel=par, **RAGGED))
+
+
+@pytest.mark.parametrize("reorder", [[0, 1, 2], [2, 1, 0], [1, 2, 0]])
+def test_matmul_goto_loop_orders_and_rolled_register_rows(reorder):
+    args = (37, 53, 70)
+    _check("matmul", args, _config("matmul", args, order="goto", reorder=reorder,
+                                   unroll=["unroll", "none"], tile_k=[-1, 7], **{
+                                       k: v for k, v in RAGGED.items() if k != "tile_k"}))
+
+
+@pytest.mark.parametrize("args", [(1, 17, 5), (13, 1, 7), (7, 19, 1), (1, 1, 1), (31, 3, 97)])
+@pytest.mark.parametrize("order", ["ij", "goto"])
+def test_matmul_degenerate_and_prime_sizes(args, order):
+    _check("matmul", args, _config("matmul", args, order=order))
+
+
+def test_matmul_micro_kernel_shapes():
+    """The AVX-512 register shapes: 12 x 32, 6 x 64 and 14 x 32 (28 accumulators),
+    each with a ragged last panel."""
+    args = (43, 130, 67)
+    for ti, tj in (([-1, 2, 12], [-1, 2, 32]), ([-1, 4, 6], [-1, 1, 64]),
+                   ([-1, 2, 14], [-1, 4, 32])):
+        _check("matmul", args, _config("matmul", args, tile_i=ti, tile_j=tj,
+                                       tile_k=[-1, 32]))
+
+
+@pytest.mark.parametrize("order", ["ij", "goto"])
+@pytest.mark.parametrize("pack", [False, True])
+def test_batch_matmul_every_order_packing_and_parallel_loop(order, pack):
+    args = (3, 37, 53, 70)
+    for par in ("b", "b.i0", "none"):
+        _check("batch_matmul", args, _config("batch_matmul", args, order=order,
+                                             pack_a=pack, pack_b=pack, parallel=par,
+                                             **RAGGED))
+    # b, i0 and j0 fused: whole tiles (fusing three loops of ragged tiles takes isl
+    # minutes to generate code for)
+    args = (3, 48, 64, 70)
+    _check("batch_matmul", args, _config("batch_matmul", args, order=order, pack_a=pack,
+                                         pack_b=pack, parallel="b.i0.j0", **RAGGED))
+
+
+def test_batch_matmul_size_one_batch_and_rows():
+    args = (1, 1, 29, 13)
+    for order in ("ij", "goto"):
+        _check("batch_matmul", args, _config("batch_matmul", args, order=order))
+
+
+@pytest.mark.parametrize("shape", [(1024, 1024, 1024), (256, 4096, 64), (64, 64, 64),
+                                   (100, 70, 50)])
+def test_matmul_space_holds_the_tutorial_schedule(shape):
+    """``blas_like`` of the tutorial is a point of the matmul space: the same loop nest."""
+    M, N, K = shape
+    s, args = _tutorial().blas_like(M, N, K)
+    hand = str(polytile.lower(s, args))
+    mc, nc, kc = min(96, 12 * -(-M // 12)), min(512, 32 * -(-N // 32)), min(256, K)
+    big = M * N * K > 64**3  # smaller products: no packing, no threads
+    cfg = _config("matmul", shape, tile_i=[-1, mc // 12, 12], tile_j=[-1, nc // 32, 32],
+                  tile_k=[-1, kc], pack_a=big, pack_b=big, order="goto",
+                  parallel="i0.j0" if big else "none", reorder=[0, 1, 2],
+                  unroll=["none", "unroll"])
+    s2, args2 = get_template("matmul").instantiate(cfg, shape)
+    assert str(polytile.lower(s2, args2)) == hand
+    # and it is the template's default config
+    assert get_template("matmul").space(shape).default().knob_values() == cfg.knob_values()
+
+
+def test_tutorial_schedule_numerics_at_odd_sizes():
+    tut = _tutorial()
+    rng = np.random.default_rng(3)
+    for (M, N, K), pack in (((29, 67, 41), True), ((1, 40, 3), True), ((50, 1, 300), True),
+                            ((29, 67, 41), False)):
+        s, args = tut.blas_like(M, N, K, kc=16, mc=24, nc=32, pack=pack, threads=True)
+        f = polytile.build(s, args)
+        a = rng.standard_normal((M, K)).astype("float32")
+        b = rng.standard_normal((K, N)).astype("float32")
+        c = np.full((M, N), np.nan, "float32")
+        f(a, b, c)
+        np.testing.assert_allclose(c, a.astype("float64") @ b, rtol=1e-4, atol=1e-4)

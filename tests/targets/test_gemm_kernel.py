@@ -1,0 +1,75 @@
+"""The register micro-kernel of a BLAS-style matmul compiles to what a hand-written one is:
+broadcast FMAs on vector registers with the accumulators in registers across the k loop,
+in a parallel loop as well as outside one."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import polytile
+from polytile import te
+from polytile.backend import Target
+
+
+def _avx512() -> bool:
+    return Target.parse("llvm").has_feature("avx512f")
+
+
+def _gemm(M, N, K, mr, nr, kc, mc, nc, parallel):
+    A = te.placeholder((M, K), name="A")
+    B = te.placeholder((K, N), name="B")
+    PA = te.compute((-(-M // mr), K, mr), lambda p, kp, r: te.if_then_else(
+        p * mr + r < M, A[p * mr + r, kp], 0.0), name="PA")
+    PB = te.compute((-(-N // nr), K, nr), lambda p, kp, r: te.if_then_else(
+        p * nr + r < N, B[kp, p * nr + r], 0.0), name="PB")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(PA[i // mr, k, i % mr] * PB[j // nr, k, j % nr],
+                                               axis=k), name="C")
+    s = te.create_schedule(C.op)
+    i, j = C.op.axis
+    i0, i = s[C].split(i, factor=mc)
+    i1, i2 = s[C].split(i, factor=mr)
+    j0, j = s[C].split(j, factor=nc)
+    j1, j2 = s[C].split(j, factor=nr)
+    k0, k1 = s[C].split(k, factor=kc)
+    s[C].reorder(j0, k0, i0, j1, i1, k1, i2, j2)
+    s[C].unroll(i2)
+    s[C].vectorize(j2)
+    if parallel:
+        s[C].parallel(j0)  # the packed blocks are then computed inside the parallel body
+    s[PB].compute_at(s[C], k0)
+    s[PA].compute_at(s[C], i0)
+    return s, [A, B, C]
+
+
+def _kernel_blocks(asm: str) -> list[str]:
+    """The basic blocks of ``asm`` with at least 24 vector FMAs (the micro-kernel loop)."""
+    # a block: from a label to its first jump (what follows a loop's back edge is the
+    # loop's exit code)
+    blocks = [re.split(r"\n\s*j\w+\s", b)[0] for b in re.split(r"\n(?=\.LBB)", asm)]
+    return [b for b in blocks if len(re.findall(r"vfmadd\d+ps\s[^\n]*zmm", b)) >= 24]
+
+
+@pytest.mark.skipif(not _avx512(), reason="needs AVX-512")
+@pytest.mark.parametrize("parallel", [False, True])
+def test_micro_kernel_keeps_accumulators_in_registers(parallel):
+    M, N, K = 256, 256, 256  # 256 rows: 21 panels of 12 and a ragged one
+    s, args = _gemm(M, N, K, mr=12, nr=32, kc=256, mc=96, nc=128, parallel=parallel)
+    f = polytile.build(s, args)
+    asm = f.get_source("asm")
+    kernels = _kernel_blocks(asm)
+    assert kernels, "no loop with 24 zmm FMAs: the 12 x 32 micro-kernel was not formed"
+    for blk in kernels:
+        # no accumulator stored back (or spilled) inside the k loop: the 24 zmm stay live
+        assert not re.search(r"vmov\w+\s+%zmm\d+, [^\n]*\(", blk), blk
+        assert "(%rsp)" not in blk, blk
+        assert len(re.findall(r"vbroadcastss|\{1to16\}", blk)) >= 12, blk
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((M, K)).astype("float32")
+    b = rng.standard_normal((K, N)).astype("float32")
+    c = np.full((M, N), np.nan, "float32")
+    f(a, b, c)
+    np.testing.assert_allclose(c, a.astype("float64") @ b, rtol=1e-4, atol=1e-4)
