@@ -32,8 +32,9 @@ from polytile.errors import TuneError, format_error
 
 from .timing import Timing, quantile
 
-#: Anchor kinds, in the order summaries print them.
-ANCHORS = ("numpy", "torch")
+#: Anchor kinds, in the order summaries print them (``torch-cuda``: torch on the GPU,
+#: cuBLAS without TF32 for matmul, timed with CUDA events; for ``cuda`` targets).
+ANCHORS = ("numpy", "torch", "torch-cuda")
 
 
 @dataclass
@@ -125,6 +126,8 @@ def _torch_fn(name: str, args: tuple):
         return lambda torch, a, b: torch.matmul(a, b)
     if name == "softmax":
         return lambda torch, a: torch.softmax(a, dim=1)
+    if name == "row_sum":
+        return lambda torch, a: torch.sum(a, dim=1)
     if name == "layernorm":
         return lambda torch, a, g, b: torch.nn.functional.layer_norm(
             a, (a.shape[1],), g, b, eps=1e-5)
@@ -141,10 +144,14 @@ def _torch_fn(name: str, args: tuple):
     return None
 
 
-def available(template, args: tuple) -> list[str]:
+def available(template, args: tuple, target: str = "llvm") -> list[str]:
     """Anchor kinds that can time ``template`` at ``args`` here: ``numpy`` when it has a
     numpy reference, ``torch`` when torch is installed and the template is one of the
-    built-in ones torch computes."""
+    built-in ones torch computes; for a GPU ``target``, ``torch-cuda`` (torch on the GPU)
+    only."""
+    if str(target).split()[0] == "cuda":
+        return (["torch-cuda"] if importlib.util.find_spec("torch") is not None
+                and _torch_fn(template.name, args) else [])
     out = []
     if template.reference is not None:
         out.append("numpy")
@@ -193,14 +200,43 @@ class _Anchor:
                     return fn(torch, *tins)
 
             self.call = call
+        elif self.kind == "torch-cuda":
+            import torch
+
+            fn = _torch_fn(t.name, wl.args)
+            if fn is None or not torch.cuda.is_available():
+                raise TuneError(format_error("anchor", f"no torch CUDA version of '{t.name}'"
+                                             " here", "expected torch with a CUDA device"))
+            torch.backends.cuda.matmul.allow_tf32 = False  # fp32 against fp32
+            torch.backends.cudnn.allow_tf32 = False
+            tins = [torch.from_numpy(a).cuda() for a in inputs]
+            self.call = lambda: fn(torch, *tins)
+            self._torch = torch
         else:
             raise TuneError(format_error("anchor", f"unknown anchor {self.kind!r}",
                                          f"expected one of {ANCHORS}"))
 
     def time(self, opt: dict) -> dict:
-        from .timing import time_function, timing_kwargs
+        from .timing import time_calls, time_function, timing_kwargs
 
-        return time_function(self.call, **timing_kwargs(opt)).to_json()
+        if self.kind != "torch-cuda":
+            return time_function(self.call, **timing_kwargs(opt)).to_json()
+        torch = self._torch
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+
+        def run(n: int) -> float:  # CUDA events around n calls, as the GPU runner
+            start.record()
+            with torch.no_grad():
+                for _ in range(n):
+                    self.call()
+            stop.record()
+            stop.synchronize()
+            return start.elapsed_time(stop) / 1e3
+
+        for _ in range(3):
+            run(1)
+        return time_calls(run, **timing_kwargs(opt)).to_json()
 
 
 def anchor_main(conn) -> None:

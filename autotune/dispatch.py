@@ -3,18 +3,20 @@
 ``with autotune.apply_history_best("matmul.jsonl"):`` makes every template call inside
 the block (``s, args = matmul(1024, 1024, 1024)``, then ``polytile.build(s, args)``) use
 the fastest recorded config of its workload for the context's target. Without a record
-the template's default config is used, with a :class:`~.template.FallbackWarning`.
+the template's default config is used, with a :class:`~.template.FallbackWarning`. On GPU
+targets records are selected by device class (:mod:`.device`): a record tuned on another
+GPU model or compute capability is refused with a ``TuneError`` naming both.
 
 Symbolic sizes (:mod:`.sizes`): a template tuned over ``n`` for some values
 (``"n=64"``, ``"n=256"``) and called for a value that was not tuned (``"n=200"``) uses the
 record of the *nearest* tuned value. The rule (:func:`nearest_records`): among the
-records of the same template, dtype and target whose other arguments are equal and whose
-symbolic sizes have the same names, the distance is ``sum |log2(v_record / v_called)|``
-over the sizes (a ratio: 128 is as near to 256 as 512 is); the smallest distance wins,
-ties go to the larger tuned value (its tiles fit the called size no worse), then to the
-faster record; the first one whose config fits the template's space at the called value
-is used. A value of 0 counts as 1. The choice is logged (logger ``polytile.autotune``)
-and kept in :attr:`ApplyHistoryBest.chosen`.
+records of the same template, dtype, target (and device class) whose other arguments are
+equal and whose symbolic sizes have the same names, the distance is
+``sum |log2(v_record / v_called)|`` over the sizes (a ratio: 128 is as near to 256 as 512
+is); the smallest distance wins, ties go to the larger tuned value (its tiles fit the
+called size no worse), then to the faster record; the first one whose config fits the
+template's space at the called value is used. A value of 0 counts as 1. The choice is
+logged (logger ``polytile.autotune``) and kept in :attr:`ApplyHistoryBest.chosen`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from polytile.errors import TuneError, format_error
 
 from .context import canonical_target, contexts, current_context, default_target
 from . import sizes as size_args
+from .device import current_class, device_class, same_class
 from .records import Record, best_records, read_records, target_matches, workload_matches
 from .template import Workload, get_template
 
@@ -54,20 +57,45 @@ class ApplyHistoryBest:
         The target the code will be built for (default ``"llvm"``, the host CPU).
     """
 
-    def __init__(self, log, target: str = "llvm"):
+    def __init__(self, log, target: str = "llvm", device: dict | None = None):
         self.target = canonical_target(target)
         self.records = _as_records(log)
         self.best = best_records(self.records)
+        self._device = device
         #: ``{str(workload): record}`` of every call answered by a record of another
         #: symbolic size value (the nearest rule of the module docstring).
         self.chosen: dict = {}
 
+    def device_for(self, target: str) -> dict | None:
+        """The device class records are selected by on ``target`` (:mod:`.device`)."""
+        if self._device is not None:
+            return self._device
+        return current_class(target)
+
     def best_record(self, workload: Workload, target: str) -> Record | None:
-        """The fastest successful record of exactly ``workload`` on ``target``, or None."""
+        """The fastest record of ``workload`` on ``target`` measured on this device class.
+
+        Raises
+        ------
+        TuneError
+            When the only records of the workload on that target kind come from another
+            GPU class (the message names both classes).
+        """
         key = workload.key()
         cands = [r for r in self.best.values()
                  if workload_matches(r, key) and target_matches(r.target, target)]
-        return min(cands, key=lambda r: r.cost) if cands else None
+        want = self.device_for(target) if cands else None
+        mine = [r for r in cands if same_class(r.device, want)]
+        if cands and not mine:
+            others = sorted({device_class(r.device) for r in cands})
+            raise TuneError(format_error(
+                "apply_history_best", f"the records of {workload} on '{target}' were "
+                f"measured on {', '.join(others)}, not on this device class "
+                f"({device_class(want)})", "expected records tuned on the same GPU model and "
+                "compute capability (tiles tuned for one GPU mislead on another)",
+                hint=f"tune on this GPU: polytile tune {workload.template} --target "
+                f"{target.split()[0]} --args {','.join(map(str, workload.args))}"))
+        return min(mine, key=lambda r: r.cost) if mine else None
 
     def query(self, workload: Workload, target: str, space):
         """The best recorded config of ``workload`` on ``target`` as a ConfigEntity of
@@ -85,7 +113,10 @@ class ApplyHistoryBest:
             return None
 
     def _query_nearest(self, workload: Workload, target: str, space):
+        want = self.device_for(target)
         for rec in nearest_records(self.best.values(), workload, target):
+            if not same_class(rec.device, want):
+                continue
             try:
                 cfg = space.from_json(rec.config)
             except TuneError:
@@ -146,14 +177,19 @@ def nearest_records(records, workload: Workload, target: str) -> list[Record]:
     return [t[3] for t in ranked]
 
 
-def apply_history_best(log, target: str = "llvm") -> ApplyHistoryBest:
+def apply_history_best(log, target: str = "llvm", device: dict | None = None
+                       ) -> ApplyHistoryBest:
     """Context manager: inside it, calling a template builds its best recorded config for
-    ``target``; see :class:`ApplyHistoryBest`."""
-    return ApplyHistoryBest(log, target)
+    ``target``; see :class:`ApplyHistoryBest`. On GPU targets only records of this
+    device class count (``device``: a :mod:`.device` dict to pick another class, e.g.
+    ``{"arch": "sm_90"}``), and records of other classes alone raise ``TuneError``."""
+    return ApplyHistoryBest(log, target, device)
 
 
-def load_best(log, workload, target: str = "llvm") -> Record | None:
-    """The fastest successful record of ``workload`` on ``target`` in ``log``, or None.
+def load_best(log, workload, target: str = "llvm", device: dict | None = None
+              ) -> Record | None:
+    """The fastest successful record of ``workload`` on ``target`` in ``log`` (on GPU
+    targets: of this device class, see :func:`apply_history_best`), or None.
 
     ``workload`` is a :class:`Workload`, its key dict, or a template name (its default
     arguments, float32).
@@ -162,7 +198,8 @@ def load_best(log, workload, target: str = "llvm") -> Record | None:
         workload = get_template(workload).workload()
     if isinstance(workload, dict):
         workload = Workload.from_key(workload)
-    return ApplyHistoryBest(log, target).best_record(workload, canonical_target(target))
+    return ApplyHistoryBest(log, target, device).best_record(workload,
+                                                             canonical_target(target))
 
 
 __all__ = ["ApplyHistoryBest", "apply_history_best", "canonical_target", "current_context",

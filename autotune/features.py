@@ -15,7 +15,10 @@ belong to the same group). For each of its loop levels, innermost first (up to
 
 Global entries follow: total flops and iterations, statements in the innermost body,
 number of loop nests, bytes of intermediate buffers, work outside the main nest, the
-parallel loop's extent and load balance. Everything is ``log2(1 + x)`` scaled.
+parallel loop's extent and load balance; for GPU functions, of the kernel holding the
+main nest: threads per block, blocks, shared and local bytes, an occupancy estimate and
+the coalescing of its stores to global memory along ``threadIdx.x`` (zeros on CPUs). Everything is
+``log2(1 + x)`` scaled but the occupancy (0..1).
 
 Strides come from evaluating each flat index at the loop variable = 1 and = 0 (the others
 0), so they are exact for affine indices and an approximation otherwise (``truncdiv``).
@@ -28,8 +31,8 @@ from __future__ import annotations
 import math
 
 from polytile.schedule.kinds import LoopKind
-from polytile.schedule.loop_ir import (Allocate, For, IfThenElse, LetStmt, Load, PrimFunc,
-                                       Seq, Store, StmtMutator)
+from polytile.schedule.loop_ir import (Allocate, For, IfThenElse, KernelLaunch, LetStmt, Load,
+                                       PrimFunc, Seq, Store, StmtMutator)
 from polytile.te import dtype as dt
 from polytile.te.depth import deep
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Not, Or, Select, Var)
@@ -40,7 +43,10 @@ SLOTS = 4
 KINDS = tuple(k.value for k in LoopKind)
 PER_BUFFER = 4
 PER_LEVEL = 1 + len(KINDS) + 2 + SLOTS * PER_BUFFER + 1
-N_GLOBAL = 12
+N_GLOBAL = 18
+#: Per-SM resources of the occupancy estimate (compute capability 8.x-9.x): threads,
+#: shared memory (bytes), 32-bit registers, resident blocks.
+SM_THREADS, SM_SHARED, SM_REGISTERS, SM_BLOCKS = 2048, 228 * 1024, 65536, 32
 #: Length of every feature vector.
 N_FEATURES = LEVELS * PER_LEVEL + N_GLOBAL
 _LINE = 64
@@ -137,10 +143,18 @@ class _Walk:
         self.lets: dict = {}
         self.stores: list = []   # (store, loop stack tuple)
         self.allocs: list = []
+        self.kernel = None       # the KernelLaunch being walked (GPU functions)
+        self.kernel_of: dict = {}   # id(store) -> its KernelLaunch
+        self.kernel_allocs: dict = {}   # id(KernelLaunch) -> [Buffer]
 
     def visit(self, s) -> None:
         t = type(s)
-        if t is Seq:
+        if t is KernelLaunch:
+            outer, self.kernel = self.kernel, s
+            self.kernel_allocs.setdefault(id(s), [])
+            self.visit(s.body)
+            self.kernel = outer
+        elif t is Seq:
             for x in s.stmts:
                 self.visit(x)
         elif t is For:
@@ -149,6 +163,8 @@ class _Walk:
             self.stack.pop()
         elif t is Store:
             self.stores.append((s, tuple(self.stack)))
+            if self.kernel is not None:
+                self.kernel_of[id(s)] = self.kernel
         elif t is IfThenElse:
             self.visit(s.then_case)
             if s.else_case is not None:
@@ -158,6 +174,8 @@ class _Walk:
             self.visit(s.body)
         elif t is Allocate:
             self.allocs.append(s.buffer)
+            if self.kernel is not None:
+                self.kernel_allocs[id(self.kernel)].append(s.buffer)
             self.visit(s.body)
         else:
             body = getattr(s, "body", None)
@@ -317,7 +335,35 @@ def extract_features(func: PrimFunc, sizes: dict | None = None) -> list[float]:
         feats[g + 9] = math.ceil(e / threads) / (e / threads)
     feats[g + 10] = float(depth)
     feats[g + 11] = _l2(exts[-1]) if stack and stack[-1].kind == LoopKind.VECTORIZED else 0.0
+    kernel = w.kernel_of.get(id(stores[0]))
+    if kernel is not None:
+        out = [st for st, _ in w.stores if w.kernel_of.get(id(st)) is kernel
+               and st.buffer.scope not in ("shared", "local")] or list(stores)
+        feats[g + 12:g + 18] = _gpu_features(kernel, w.kernel_allocs.get(id(kernel), ()),
+                                             out, w.lets)
     return feats
+
+
+def _gpu_features(k, allocs, stores, lets) -> list:
+    """Of the kernel holding the main nest: log2 threads per block and blocks, log2 shared
+    and per-thread local bytes, an occupancy estimate (resident warps over the SM's, from
+    threads, shared memory and registers: local elements + 24 per thread) and the
+    coalescing of the main store (its stride along ``threadIdx.x``: 1 is best)."""
+    threads = math.prod(int(x) for x in k.block)
+    blocks = math.prod(int(x) for x in k.grid)
+    shared = sum(_buf_elems(b) * _itemsize(b.dtype) for b in allocs if b.scope == "shared")
+    local = sum(_buf_elems(b) * _itemsize(b.dtype) for b in allocs if b.scope == "local")
+    regs = local // 4 + 24
+    per_sm = min(SM_BLOCKS, SM_THREADS // max(1, threads),
+                 SM_SHARED // shared if shared else SM_BLOCKS,
+                 SM_REGISTERS // max(1, regs * threads))
+    occupancy = per_sm * threads / SM_THREADS
+    tx = next((v for v, tag in k.thread_vars if tag == "threadIdx.x"), None)
+    stride = 0.0
+    if tx is not None:
+        st = _stride(_flat(stores[0].buffer, stores[0].indices), tx, lets)
+        stride = _l2(abs(st)) if st is not None else 1.0
+    return [_l2(threads), _l2(blocks), _l2(shared), _l2(local), min(1.0, occupancy), stride]
 
 
 class _Specialize(StmtMutator):

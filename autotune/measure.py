@@ -19,6 +19,12 @@ past 10 % spread). :meth:`LocalMeasurer.compare` times chosen configs alternatel
 their numpy/torch anchors (:mod:`.anchors`); ``polytile tune``'s summary and ``polytile
 run`` both print its figures.
 
+GPU targets (``cuda``): the workers build only, and each build reply carries the cubin and
+its launch plan; phase 2 sends them, as plain data, to the long-lived GPU runner process
+(:mod:`.gpu_runner`), which owns the CUDA context, checks the outputs against the numpy
+reference and times with CUDA events; a faulting, dying or hanging kernel fails its trial
+and the runner is restarted.
+
 Isolation: a worker that crashes (a bad JIT, a segfault) or passes its per-candidate
 timeout is killed and replaced; the candidate is recorded with a typed error code
 (``build_error``, ``runtime_error``, ``timeout``, ``wrong_result``, ``invalid_config``) and
@@ -39,6 +45,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 
+from polytile.backend import Target
 from polytile.errors import TuneError, format_error
 
 from .anchors import AnchorProcess, Comparison
@@ -74,6 +81,9 @@ class MeasureOptions:
         (or longer than ``run_timeout / (repeat + 2)``) is recorded with that one run.
     mem_limit_mb : int
         Address-space limit of each worker (MiB); 0 for none.
+    runner_command : list of str, optional
+        GPU targets: the command starting the GPU runner (default ``python -m
+        polytile.autotune.gpu_runner``; tests pass a fake one).
     """
 
     parallel: int = 0
@@ -91,6 +101,7 @@ class MeasureOptions:
     slow_factor: float = 10.0
     mem_limit_mb: int = 8192
     seed: int = 0
+    runner_command: list | None = None
 
     def __post_init__(self):
         cores = os.cpu_count() or 1
@@ -177,11 +188,12 @@ class _Proc:
     whose tail explains a crash.
     """
 
-    def __init__(self, setup: dict):
+    def __init__(self, setup: dict, command: list | None = None):
         parent, child = socket.socketpair()
         self.stderr = tempfile.TemporaryFile()
+        command = command or [sys.executable, "-m", "polytile.autotune.worker"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "polytile.autotune.worker", str(child.fileno())],
+            [*command, str(child.fileno())],
             pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=self.stderr, start_new_session=False)
         child.close()
@@ -234,7 +246,8 @@ class LocalMeasurer:
     """Build/run candidates of one workload in local worker processes; see the module
     docstring. Use as a context manager or call :meth:`close`."""
 
-    def __init__(self, workload: Workload, target: str, options: MeasureOptions | None = None):
+    def __init__(self, workload: Workload, target: str, options: MeasureOptions | None = None,
+                 runner=None):
         self.workload = workload
         self.target = target
         self.opt = options or MeasureOptions()
@@ -243,11 +256,27 @@ class LocalMeasurer:
                        "seed": self.opt.seed,
                        "mem_limit_bytes": self.opt.mem_limit_mb << 20 if self.opt.mem_limit_mb
                        else 0}
+        self.gpu = Target.parse(target).backend.is_gpu
+        #: GPU targets: the runner process that times candidates (:mod:`.gpu_runner`)
+        self.runner = runner
+        self._payloads: dict = {}  # cid -> {"image", "meta"} of built GPU candidates
+        if self.gpu:
+            from . import gpu_limits
+            from .gpu_runner import GPURunner
+
+            if self.runner is None:
+                self.runner = GPURunner(self.runner_setup(), self.opt.runner_command)
+            info = self.runner.start()
+            self._setup["gpu_limits"] = gpu_limits.from_device(info).to_json()
         self._procs: list[_Proc] = []
         self._next = 0
         self._anchors: list = []
         self.busy_s = 0.0  # seconds spent waiting on workers (build + run)
         self.paused = 0  # runs during which other helper processes were stopped
+
+    def runner_setup(self) -> dict:
+        """The setup a GPU runner gets (plain data)."""
+        return {k: self._setup[k] for k in ("template", "args", "dtype", "seed")}
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -294,6 +323,8 @@ class LocalMeasurer:
             p.kill()
         self._procs = []
         self._close_anchors()
+        if self.runner is not None:
+            self.runner.close()
 
     def _close_anchors(self) -> None:
         for a in self._anchors:
@@ -351,8 +382,11 @@ class LocalMeasurer:
 
     def _build_result(self, r, who_p, cid) -> MeasureResult:
         if r[0] == "built":
-            _, _, code, msg, build_s, feats, trace = r
-            if code is None and who_p in self._procs:
+            _, _, code, msg, build_s, feats, trace = r[:7]
+            payload = r[7] if len(r) > 7 else None
+            if code is None and payload is not None:
+                self._payloads[cid] = payload
+            elif code is None and who_p in self._procs:
                 who_p.built.add(cid)
             return MeasureResult(error=code, error_msg=msg, build_s=build_s, features=feats,
                                  trace=trace)
@@ -496,6 +530,7 @@ class LocalMeasurer:
         return cmp
 
     def _drop_all(self) -> None:
+        self._payloads.clear()
         for p in self._procs:
             for cid in list(p.built):
                 try:
@@ -516,6 +551,9 @@ class LocalMeasurer:
              keep: bool = False) -> None:
         """Run built candidate ``cid`` exclusively and fill ``res``; ``over`` overrides run
         options, ``keep`` keeps the module in its worker for another run."""
+        if self.gpu:
+            self._run_gpu(cid, knobs, res, best, over, keep)
+            return
         opt = self.opt
         p = next((q for q in self._procs if cid in q.built), None)
         if p is None:  # its worker was replaced: rebuild it alone, then run
@@ -559,6 +597,37 @@ class LocalMeasurer:
             p.built.discard(cid)
             if not p.is_alive():
                 self._replace(p)
+
+    def _run_gpu(self, cid, knobs, res: MeasureResult, best: float | None, over: dict | None,
+                 keep: bool) -> None:
+        """Time built GPU candidate ``cid`` in the GPU runner (its cubin and launch plan
+        sent as plain data); a fault, death or hang of the runner fails this candidate and
+        restarts the runner (:class:`.gpu_runner.GPURunner`)."""
+        opt = self.opt
+        payload = self._payloads.get(cid)
+        if payload is None:  # dropped or never built here: build it alone
+            again = self.build([(cid, knobs)], want_features=False)[cid]
+            if again.error is not None:
+                res.error, res.error_msg = again.error, "rebuild: " + again.error_msg
+                return
+            payload = self._payloads.get(cid)
+            if payload is None:
+                res.error, res.error_msg = "runtime_error", "no cubin came back from the build"
+                return
+        cutoff = opt.run_timeout / (opt.repeat + 2)
+        if best is not None:
+            cutoff = min(cutoff, max(opt.slow_factor * best, 0.05))
+        run_opt = opt.timing(check=opt.check, cutoff_s=cutoff)
+        run_opt.update(over or {})
+        t0 = time.perf_counter()
+        code, msg, costs, timing = self.runner.run(cid, payload["image"], payload["meta"],
+                                                   run_opt, opt.run_timeout)
+        res.run_s = time.perf_counter() - t0
+        self.busy_s += res.run_s
+        res.error, res.error_msg, res.costs = code, msg, list(costs)
+        res.timing = Timing.from_json(timing) if timing else None
+        if code is not None or not keep:
+            self._payloads.pop(cid, None)
 
     # ------------------------------------------------------------------ exclusivity
     def _pausable(self) -> list[int]:

@@ -13,7 +13,9 @@ A line is one JSON object::
 
 ``costs`` are seconds per run (one per repeat, :func:`.timing.time_calls`); ``error`` is null
 or one of :data:`ERROR_CODES`; ``threads`` the OpenMP threads the candidate ran with;
-``spread`` the IQR of ``costs`` over their median; ``remeasured`` whether the first
+``spread`` the IQR of ``costs`` over their median; ``device`` (GPU targets only) the GPU
+it was measured on: ``{"name", "arch", "compute_capability", "driver", "cuda"}``
+(:mod:`.device`); ``remeasured`` whether the first
 measurement's spread passed the threshold and it was made again. ``phase`` is ``"search"``
 for a trial; the last line of a run of ``polytile tune`` is a ``"summary"`` record: the
 best config, its ``costs`` from the final comparison with the anchors, and ``summary``
@@ -71,6 +73,7 @@ class Record:
     remeasured: bool = False
     phase: str = "search"
     summary: dict | None = None
+    device: dict | None = None
     line: int = 0  # line number in the file it was read from (not written)
 
     @property
@@ -96,6 +99,8 @@ class Record:
              "remeasured": self.remeasured, "phase": self.phase}
         if self.summary is not None:
             d["summary"] = self.summary
+        if self.device is not None:
+            d["device"] = self.device
         return json.dumps(d, separators=(",", ":"))
 
     @property
@@ -138,7 +143,15 @@ class Record:
                       remeasured=bool(d.get("remeasured", False)),
                       phase=str(d.get("phase") or "search"),
                       summary=d.get("summary") if isinstance(d.get("summary"), dict)
-                      else None, line=line)
+                      else None, device=_device(d.get("device")), line=line)
+
+
+def _device(v) -> dict | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict) or not all(isinstance(x, str) for x in v.values()):
+        raise ValueError("malformed device (expected an object of strings)")
+    return dict(v)
 
 
 def _opt_float(v) -> float | None:
@@ -321,18 +334,29 @@ def workload_matches(rec: Record, workload_key: dict) -> bool:
 
 
 def target_matches(rec_target: str, target: str) -> bool:
-    """Same target kind and options (``-mcpu`` included; option order ignored)."""
+    """Same target kind and options (``-mcpu`` included; option order ignored). A GPU
+    target without ``-arch`` matches records of any ``-arch`` (the device class then
+    decides, :mod:`.device`)."""
     a, b = rec_target.split(), target.split()
-    return bool(a) and bool(b) and a[0] == b[0] and sorted(a[1:]) == sorted(b[1:])
+    if not (a and b and a[0] == b[0]):
+        return False
+    oa, ob = sorted(a[1:]), sorted(b[1:])
+    if not any(w.startswith("-arch=") for w in oa) or not any(
+            w.startswith("-arch=") for w in ob):
+        oa = [w for w in oa if not w.startswith("-arch=")]
+        ob = [w for w in ob if not w.startswith("-arch=")]
+    return oa == ob
 
 
 def best_records(records: Iterable[Record]) -> dict:
-    """The fastest successful record per (workload JSON, target)."""
+    """The fastest successful record per (workload JSON, target, device class)."""
+    from .device import device_class
+
     best: dict = {}
     for r in records:
         if not r.ok:
             continue
-        key = (json.dumps(r.workload, sort_keys=True), r.target)
+        key = (json.dumps(r.workload, sort_keys=True), r.target, device_class(r.device))
         if key not in best or r.cost < best[key].cost:
             best[key] = r
     return best

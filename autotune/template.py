@@ -130,13 +130,20 @@ class Template:
         ``reference(*inputs, args=workload_args) -> output or tuple of outputs``: a numpy
         implementation (for ``polytile run`` and the numpy comparison).
     description : str
+    targets : tuple of str or None
+        Target kinds ``func`` is written for (``("llvm",)``); None: any (user templates).
+    variants : dict
+        Target kind -> function of the same workload for that kind (a ``cuda`` schedule
+        beside the CPU one), registered with ``@template(name, target="cuda")``.
     """
 
     def __init__(self, name: str, func: Callable, default_args: tuple = (),
                  flops: Callable | None = None, reference: Callable | None = None,
-                 description: str = ""):
+                 description: str = "", targets: tuple | None = None):
         self.name = name
         self.func = func
+        self.targets = tuple(targets) if targets else None
+        self.variants: dict = {}
         self.default_args = tuple(default_args)
         self.flops_fn = flops
         self.reference = _with_values(reference) if reference is not None else None
@@ -148,14 +155,49 @@ class Template:
         except (TypeError, ValueError):
             self._takes_dtype = False
 
-    def _run(self, cfg, args: tuple, dtype: str):
+    def target_kinds(self) -> list | None:
+        """Target kinds this template has a schedule for (None: any)."""
+        if self.targets is None:
+            return None
+        return list(self.targets) + [k for k in self.variants if k not in self.targets]
+
+    def func_for(self, target=None) -> Callable:
+        """The template function for ``target`` (a target string or kind; None: the
+        ``llvm`` one, else the first registered).
+
+        Raises
+        ------
+        TuneError
+            When the template has no schedule for that target kind.
+        """
+        kind = str(target).split()[0] if target else None
+        if kind is None and "llvm" in self.variants:
+            kind = "llvm"  # no target: the host CPU's, whichever was registered first
+        if kind is None or self.targets is None or kind in self.targets:
+            return self.func
+        if kind in self.variants:
+            return self.variants[kind]
+        have = [n for n, t in registered().items()
+                if t.target_kinds() is None or kind in t.target_kinds()]
+        raise TuneError(format_error(
+            f"template {self.name!r}", f"has no schedule for target kind {kind!r} (it has "
+            f"{', '.join(self.target_kinds())})",
+            f"expected one of its targets; templates for {kind!r}: "
+            f"{', '.join(sorted(have)) or 'none'}", hint="`polytile templates` lists them"))
+
+    def _run(self, cfg, args: tuple, dtype: str, target=None):
+        func = self.func_for(target)
         # symbolic sizes ("n=256"): the function gets te.size_var("n"), the space the value
         args, values = sizes.symbolic_args(args)
-        with _UseConfig(cfg), sizes.binding(values):
-            if self._takes_dtype:
-                out = self.func(*args, dtype=dtype)
+        with _UseConfig(cfg), sizes.binding(values), _target_binding(target):
+            try:
+                takes_dtype = "dtype" in inspect.signature(func).parameters
+            except (TypeError, ValueError):
+                takes_dtype = False
+            if takes_dtype:
+                out = func(*args, dtype=dtype)
             else:
-                out = self.func(*args)
+                out = func(*args)
         if not (isinstance(out, tuple) and len(out) == 2):
             raise TuneError(format_error(self.name, f"template returned {type(out).__name__}",
                                          "expected a (schedule, list of tensors) pair"))
@@ -192,8 +234,10 @@ class Template:
             f"were given: {list(args)}", "expected one value per argument, in order",
             hint=f"--args {example}"))
 
-    def space(self, args=None, dtype: str = "float32") -> ConfigSpace:
-        """Collect the config space of this template at ``args``.
+    def space(self, args=None, dtype: str = "float32", target=None) -> ConfigSpace:
+        """Collect the config space of this template at ``args`` for ``target`` (its kind
+        picks the variant, see :meth:`func_for`; GPU variants prune with
+        :func:`.gpu_limits.current`).
 
         Raises
         ------
@@ -203,16 +247,17 @@ class Template:
         wl = self.workload(args, dtype)
         sp = ConfigSpace()
         sp.template_name, sp.workload = self.name, wl
-        self._run(sp, wl.args, dtype)
+        self._run(sp, wl.args, dtype, target)
         if not sp.knobs:
             raise TuneError(format_error(self.name, "the template defines no knobs",
                                          "call cfg.define_split/define_knob/... in it"))
         return sp
 
-    def instantiate(self, config: ConfigEntity, args=None, dtype: str = "float32"):
-        """The ``(schedule, tensors)`` of ``config`` at ``args``."""
+    def instantiate(self, config: ConfigEntity, args=None, dtype: str = "float32",
+                    target=None):
+        """The ``(schedule, tensors)`` of ``config`` at ``args`` for ``target``."""
         wl = self.workload(args, dtype)
-        return self._run(config, wl.args, dtype)
+        return self._run(config, wl.args, dtype, target)
 
     def flops(self, args=None) -> float | None:
         args = self.default_args if args is None else tuple(args)
@@ -221,16 +266,16 @@ class Template:
     def __call__(self, *args, dtype: str = "float32"):
         """Instantiate with the config chosen by the dispatch context (see the module
         docstring); returns ``(schedule, tensors)``."""
-        sp = self.space(args or None, dtype)
-        wl = sp.workload
         ctx = current_context()
         target = ctx.target if ctx is not None else default_target()
+        sp = self.space(args or None, dtype, target)
+        wl = sp.workload
         cfg = ctx.query(wl, target, sp) if ctx is not None else None
         if cfg is None:
             _warn_fallback(wl, target, ctx)
             d = sp.default()
             cfg = ConfigEntity(sp, d.index, d._entities, fallback=True)
-        return self._run(cfg, wl.args, dtype)
+        return self._run(cfg, wl.args, dtype, target)
 
     def __repr__(self) -> str:
         return f"Template({self.name!r}, default_args={self.default_args})"
@@ -272,12 +317,36 @@ def _warn_fallback(wl: Workload, target: str, ctx) -> None:
         f"apply_history_best(FILE):`", FallbackWarning, stacklevel=3)
 
 
+def _target_binding(target):
+    """GPU targets: the limits GPU templates prune with (:mod:`.gpu_limits`), from the
+    target's ``-arch`` unless the tuner bound the device's."""
+    from . import gpu_limits
+
+    if target and str(target).split()[0] == "cuda" and not getattr(
+            gpu_limits._local, "stack", None):
+        return gpu_limits.use(gpu_limits.current(target))
+    return gpu_limits.use(None)
+
+
 def template(name: str, default_args: tuple = (), flops: Callable | None = None,
-             reference: Callable | None = None, description: str = ""):
+             reference: Callable | None = None, description: str = "",
+             target: str | None = None):
     """Decorator registering a template function under ``name``; returns the
-    :class:`Template` (callable like the function)."""
+    :class:`Template` (callable like the function).
+
+    ``target`` (a kind: ``"llvm"``, ``"cuda"``) says which targets the function schedules
+    for; None means any. A second registration of the same name for another kind becomes
+    a *variant* of the first (:meth:`Template.func_for`): one workload name, one records
+    key, a schedule per target; its ``default_args``, ``flops`` and ``reference`` are the
+    first registration's where not given."""
     def deco(func):
-        t = Template(name, func, default_args, flops, reference, description)
+        old = _REGISTRY.get(name)
+        if target is not None and old is not None and old.targets is not None \
+                and target not in old.targets:
+            old.variants[target] = func
+            return old
+        t = Template(name, func, default_args, flops, reference, description,
+                     targets=(target,) if target else None)
         _REGISTRY[name] = t
         return t
     return deco
@@ -331,8 +400,10 @@ def get_template(spec: str) -> Template:
                                      "expected path/to/file.py:function"))
     if isinstance(fn, Template):
         # addressed by path: keep the path as its name so worker processes can load it
-        return Template(spec, fn.func, fn.default_args, fn.flops_fn, fn._reference,
-                        fn.description)
+        t = Template(spec, fn.func, fn.default_args, fn.flops_fn, fn._reference,
+                     fn.description, fn.targets)
+        t.variants = dict(fn.variants)
+        return t
     if not callable(fn):
         raise TuneError(format_error("template", f"{spec!r} is not a function"))
     return Template(spec, fn)

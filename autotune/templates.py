@@ -218,7 +218,7 @@ def _mm_reference(a, b, *, args=()):
 
 
 @template("matmul", default_args=(1024, 1024, 1024),
-          flops=lambda M, N, K: 2.0 * M * N * K, reference=_mm_reference)
+          flops=lambda M, N, K: 2.0 * M * N * K, reference=_mm_reference, target="llvm")
 def matmul(M: int, N: int, K: int, dtype: str = "float32"):
     """C[M, N] = A[M, K] @ B[K, N]: packed panels, register micro-kernel, cache blocks and
     threads as BLAS does (module docstring)."""
@@ -241,7 +241,7 @@ def _bmm_reference(a, b, *, args=()):
 
 
 @template("batch_matmul", default_args=(8, 256, 256, 256),
-          flops=lambda Bt, M, N, K: 2.0 * Bt * M * N * K, reference=_bmm_reference)
+          flops=lambda Bt, M, N, K: 2.0 * Bt * M * N * K, reference=_bmm_reference, target="llvm")
 def batch_matmul(Bt: int, M: int, N: int, K: int, dtype: str = "float32"):
     """C[b, M, N] = A[b, M, K] @ B[b, K, N]: the matmul space of each batch (packing per
     batch), with the batch loop outermost. ``parallel``: ``b``, ``b.i0`` or ``b.i0.j0``
@@ -262,3 +262,4 @@ def batch_matmul(Bt: int, M: int, N: int, K: int, dtype: str = "float32"):
 
 
 from . import templates_nn  # noqa: E402,F401  (registers the neural-network templates)
+from . import templates_gpu  # noqa: E402,F401  (registers the GPU variants)

@@ -57,7 +57,7 @@ def _conv2d_flops(N, CI, H, W, CO, KH, KW, stride, pad):
 
 
 @template("conv2d_nchw", default_args=(1, 64, 56, 56, 64, 3, 3, 1, 1), flops=_conv2d_flops,
-          reference=_conv_reference)
+          reference=_conv_reference, target="llvm")
 def conv2d_nchw(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
     """2-D convolution, NCHW input, OIHW weights: output channels and rows register-blocked,
     output columns vectorized, input channels split."""
@@ -99,7 +99,7 @@ def _blocks(n: int, widths=(16, 8, 4, 2, 1)) -> list[int]:
 
 
 @template("conv2d_nchwc", default_args=(1, 64, 56, 56, 64, 3, 3, 1, 1), flops=_conv2d_flops,
-          reference=_conv_reference)
+          reference=_conv_reference, target="llvm")
 def conv2d_nchwc(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
     """2-D convolution computed in the blocked NCHW[x]c layout of oneDNN (Intel's MKL-DNN;
     Liu et al., "Optimizing CNN model inference on CPUs", USENIX ATC 2019), NCHW input and
@@ -216,7 +216,8 @@ def _dw_flops(N, C, H, W, KH, KW, stride, pad):
 
 
 @template("depthwise_conv2d_nchw", default_args=(1, 128, 56, 56, 3, 3, 1, 1), flops=_dw_flops,
-          reference=lambda a, w, *, args: _conv_reference(a, w, args=args, depthwise=True))
+          reference=lambda a, w, *, args: _conv_reference(a, w, args=args, depthwise=True),
+          target="llvm")
 def depthwise_conv2d_nchw(N, C, H, W, KH, KW, stride, pad, dtype: str = "float32"):
     """Depthwise 2-D convolution (channel multiplier 1), NCHW: rows register-blocked,
     columns vectorized, channels in parallel."""
@@ -250,7 +251,8 @@ def depthwise_conv2d_nchw(N, C, H, W, KH, KW, stride, pad, dtype: str = "float32
 
 @template("depthwise_conv2d_nchwc", default_args=(1, 128, 56, 56, 3, 3, 1, 1),
           flops=_dw_flops,
-          reference=lambda a, w, *, args: _conv_reference(a, w, args=args, depthwise=True))
+          reference=lambda a, w, *, args: _conv_reference(a, w, args=args, depthwise=True),
+          target="llvm")
 def depthwise_conv2d_nchwc(N, C, H, W, KH, KW, stride, pad, dtype: str = "float32"):
     """Depthwise 2-D convolution (channel multiplier 1) computed in the blocked NCHW[x]c
     layout, NCHW input and output, CHW weights: the input zero-padded and blocked by
@@ -373,7 +375,7 @@ def _row_schedule(cfg, s, out, N: int, nbytes: int, reductions, elementwise, sca
 
 
 @template("softmax", default_args=(1024, 1024), flops=lambda M, N: 5.0 * M * N,
-          reference=_softmax_reference)
+          reference=_softmax_reference, target="llvm")
 def softmax(M: int, N: int, dtype: str = "float32"):
     """Row-wise softmax of A[M, N]: ``max``, ``e = exp(A - max)``, ``sum(e)``, then
     ``e * (1 / sum)``. The default config is the fused vectorized schedule: rows in
@@ -409,7 +411,7 @@ def _layernorm_reference(a, g, b, *, args=()):
 
 
 @template("layernorm", default_args=(1024, 1024), flops=lambda M, N: 8.0 * M * N,
-          reference=_layernorm_reference)
+          reference=_layernorm_reference, target="llvm")
 def layernorm(M: int, N: int, dtype: str = "float32"):
     """Layer normalisation over the rows of A[M, N] with gain and bias (epsilon 1e-5):
     mean, variance of ``A - mean`` (two passes over the row, the second in the cache: no
@@ -439,7 +441,7 @@ def _rmsnorm_reference(a, g, *, args=()):
 
 
 @template("rmsnorm", default_args=(1024, 1024), flops=lambda M, N: 4.0 * M * N,
-          reference=_rmsnorm_reference)
+          reference=_rmsnorm_reference, target="llvm")
 def rmsnorm(M: int, N: int, dtype: str = "float32"):
     """RMS normalisation over the rows of A[M, N] with gain (Zhang & Sennrich 2019;
     epsilon 1e-6): ``A * rsqrt(mean(A**2) + eps) * gamma``. Default config: the fused

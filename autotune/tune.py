@@ -1,9 +1,9 @@
 """The tuning loop: propose, build, run, record, learn, until a stop condition.
 
 ``tune("matmul")`` searches the template's space for the default workload on the host CPU
-and returns a :class:`TuneResult`; every trial is appended to the records file as soon as
-it is measured (so an interrupted run leaves a valid log, which ``resume=True`` continues
-without re-measuring). Stop conditions: ``n_trial`` trials in total (resumed ones count),
+(``target="cuda"``: on the GPU, through the GPU runner) and returns a :class:`TuneResult`;
+every trial is appended to the records file as soon as it is measured (so an interrupted
+run leaves a valid log, which ``resume=True`` continues without re-measuring). Stop conditions: ``n_trial`` trials in total (resumed ones count),
 ``early_stopping`` trials without improvement, ``timeout_total`` seconds, an exhausted
 space, or Ctrl-C (``TuneResult.interrupted``).
 """
@@ -22,7 +22,9 @@ from polytile.errors import TuneError, format_error
 
 from .anchors import Comparison
 from .data import resolve
+from .device import record_fields, same_class
 from .dispatch import canonical_target
+from .gpu_limits import use as gpu_limits_use
 from .measure import LocalMeasurer, MeasureOptions, MeasureResult
 from .records import Record, RecordWriter, read_records, target_matches, workload_matches
 from .template import Workload
@@ -59,6 +61,8 @@ class TuneResult:
     stop_reason: str = ""
     comparison: Comparison | None = None  # best/default vs anchors, timed alternately
     threads: int = 0
+    device: dict | None = None  # GPU targets: the device the trials ran on
+    runner_restarts: int = 0    # GPU targets: times the GPU runner was restarted
     nodes: list | None = None  # with ray: per node, trials and trials/s (RayMeasurer)
 
     def noise(self) -> dict:
@@ -124,8 +128,16 @@ def tunable_target(target: str) -> str:
         kinds = " or ".join(repr(b.kind) for b in backends(lambda b: b.tunable))
         raise TuneError(format_error("tune", f"target '{tgt}' cannot be tuned yet",
                                      f"expected an {kinds} target (candidates are timed on "
-                                     "this CPU)"))
+                                     "this CPU or its NVIDIA GPU)"))
     return tgt
+
+
+def _with_arch(target: str, arch: str) -> str:
+    """``target`` with ``-arch=arch`` unless it names one (GPU records say which)."""
+    words = target.split()
+    if any(w.startswith("-arch=") for w in words[1:]):
+        return target
+    return " ".join([words[0], f"-arch={arch}", *words[1:]])
 
 
 def measure_numpy_isolated(template: str, args=None, dtype: str = "float32",
@@ -152,12 +164,13 @@ def measure_numpy_isolated(template: str, args=None, dtype: str = "float32",
 
 
 def _record(wl: Workload, target: str, cfg, res: MeasureResult, tuner: str,
-            threads: int) -> Record:
+            threads: int, device: dict | None = None) -> Record:
     return Record(workload=wl.key(), target=target, config=cfg.knob_values(),
                   config_index=cfg.index, trace=res.trace, costs=list(res.costs),
                   error=res.error, error_msg=res.error_msg, timestamp=time.time(),
                   wall_s=res.build_s + res.run_s, build_s=res.build_s, tuner=tuner,
-                  threads=threads, spread=res.spread, remeasured=res.remeasured)
+                  threads=threads, spread=res.spread, remeasured=res.remeasured,
+                  device=device)
 
 
 def _compare_best(res: TuneResult, measurer: LocalMeasurer, anchors, rounds: int,
@@ -183,7 +196,7 @@ def _compare_best(res: TuneResult, measurer: LocalMeasurer, anchors, rounds: int
                         config=res.best.config, config_index=res.best.config_index,
                         costs=list(t.costs), timestamp=time.time(), tuner=res.tuner,
                         threads=res.threads, spread=t.spread, remeasured=t.remeasured,
-                        phase="summary", summary=summary))
+                        phase="summary", summary=summary, device=res.device))
 
 
 def _refuse_resume(log_file: str, records: list, wl: Workload, target: str) -> None:
@@ -217,6 +230,9 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         A registered name (``"matmul"``) or ``"path/to/file.py:function"``.
     args : sequence, optional
         Workload arguments (default: the template's ``default_args``).
+    target : str
+        ``"llvm"`` (this CPU) or ``"cuda"`` (built here, timed on the NVIDIA GPU by the GPU
+        runner process, :mod:`.gpu_runner`; the records get ``-arch`` and the device).
     tuner : {"model", "random", "grid"}
     n_trial : int
         Trials in total, counting resumed ones.
@@ -258,30 +274,57 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
     t0 = time.perf_counter()
     t, wl = resolve(template, args, dtype)
     tgt = tunable_target(target)
-    space = t.space(wl.args, dtype)
     opt = measure_option or MeasureOptions()
     if n_trial < 1:
         raise TuneError(format_error("tune", f"n_trial={n_trial}", "expected at least 1"))
+    t.func_for(tgt)  # a template without a schedule for this target kind: say so first
+    runner, device, limits = None, None, None
+    if Target.parse(tgt).backend.is_gpu and not ray:
+        # the GPU runner owns the CUDA context: this process never touches the device;
+        # its description names the records' device and bounds the template's space
+        from . import gpu_limits
+        from .gpu_runner import GPURunner
+
+        runner = GPURunner({"template": t.name, "args": list(wl.args), "dtype": dtype,
+                            "seed": opt.seed}, opt.runner_command)
+        info = runner.start()
+        tgt = _with_arch(tgt, info["arch"])
+        device = record_fields(info)
+        limits = gpu_limits.from_device(info)
+    try:
+        with gpu_limits_use(limits):
+            space = t.space(wl.args, dtype, tgt)
+    except BaseException:
+        if runner is not None:
+            runner.close()
+        raise
     res = TuneResult(wl, tgt, tuner, len(space), log_file, flops=t.flops(wl.args),
-                     threads=opt.threads)
+                     threads=opt.threads, device=device)
     history = []
     if log_file and os.path.exists(log_file):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             everything = read_records(log_file)
+            # GPU: only trials of this device class resume or teach the model
             history = [r for r in everything
-                       if workload_matches(r, wl.key()) and target_matches(r.target, tgt)]
+                       if workload_matches(r, wl.key()) and target_matches(r.target, tgt)
+                       and same_class(r.device, device)]
         for w in caught:
             warnings.warn(w.message, w.category, stacklevel=2)
         if resume and everything and not history:
             _refuse_resume(log_file, everything, wl, tgt)
-    writer = RecordWriter(log_file) if log_file else None
-    if ray:
-        from .ray_measure import RayMeasurer
+    try:
+        writer = RecordWriter(log_file) if log_file else None
+        if ray:
+            from .ray_measure import RayMeasurer
 
-        measurer = RayMeasurer(wl, tgt, opt, address=ray)
-    else:
-        measurer = LocalMeasurer(wl, tgt, opt)
+            measurer = RayMeasurer(wl, tgt, opt, address=ray)
+        else:
+            measurer = LocalMeasurer(wl, tgt, opt, runner=runner)
+    except BaseException:
+        if runner is not None:
+            runner.close()
+        raise
     try:
         t_start = time.perf_counter()
         measurer.start()
@@ -339,7 +382,7 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
             def on_result(k, r):
                 nonlocal best_trial
                 final[k] = r
-                rec = _record(wl, tgt, space.get(picks[k]), r, tuner, opt.threads)
+                rec = _record(wl, tgt, space.get(picks[k]), r, tuner, opt.threads, device)
                 if writer:
                     writer.write(rec)
                 res.records.append(rec)
@@ -361,6 +404,8 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         res.stop_reason = "interrupted"
     finally:
         res.busy_s = measurer.busy_s
+        if getattr(measurer, "runner", None) is not None:
+            res.runner_restarts = measurer.runner.restarts
         if hasattr(measurer, "node_stats"):
             res.nodes = measurer.node_stats()
         measurer.close()

@@ -8,7 +8,9 @@ that crashes or hangs the worker costs that worker only (the measurer kills and 
 it). Protocol (tuples over a ``multiprocessing`` pipe):
 
 * ``("build", cid, knobs, want_features)`` -> ``("built", cid, code, msg, build_s,
-  features, trace)``
+  features, trace, payload)``; ``payload`` is None on the CPU (the worker keeps the
+  module and runs it), and for a GPU target ``{"image": cubin bytes, "meta": launch
+  plan}``, which the tuner sends to the GPU runner (:mod:`.gpu_runner`)
 * ``("features", cid, knobs)`` -> ``("features", cid, code, msg, features)``
 * ``("run", cid, options)`` -> ``("ran", cid, code, msg, costs, timing)`` (``timing``:
   :meth:`.timing.Timing.to_json`; measured by :func:`.timing.time_calls`)
@@ -28,11 +30,12 @@ import traceback
 import numpy as np
 
 import polytile
+from polytile.backend import Target
 from polytile.errors import ScheduleError, TuneError
 from polytile.schedule.pipeline import lower
 from polytile.targets.llvm.runtime import set_num_threads
 
-from . import sizes
+from . import gpu_limits, sizes
 from .data import make_inputs, measure_numpy, output_positions, outputs_match
 from .features import extract_features
 from .template import get_template
@@ -53,7 +56,11 @@ class _Worker:
         self.args = tuple(setup["args"])
         self.dtype = setup["dtype"]
         self.target = setup["target"]
-        self.space = self.template.space(self.args, self.dtype)
+        self.gpu = Target.parse(self.target).backend.is_gpu
+        # GPU templates prune with the limits the tuner read from the device (plain data)
+        self.limits = setup.get("gpu_limits")
+        with gpu_limits.use(self.limits):
+            self.space = self.template.space(self.args, self.dtype, self.target)
         self.mods: dict = {}
         self.data = None
         self.reference = None
@@ -67,7 +74,9 @@ class _Worker:
         """(code, msg, func, tensors, trace) of the config with ``knobs``."""
         try:
             cfg = self.space.from_json(knobs)
-            s, tensors = self.template.instantiate(cfg, self.args, self.dtype)
+            with gpu_limits.use(self.limits):
+                s, tensors = self.template.instantiate(cfg, self.args, self.dtype,
+                                                       self.target)
             trace = [st.to_json() for st in s.trace]
         except MemoryError as exc:
             return "build_error", "out of memory: " + _short(exc), None, None, None
@@ -114,14 +123,21 @@ class _Worker:
         feats = None
         if code is None and want_features:
             feats = extract_features(func, sizes.sizes_of(self.args))
+        payload = None
         if code is None:
             try:
                 mod = self.polytile.build(func, target=self.target)
-                self._ensure_data(tensors)
-                self.mods[cid] = mod
+                if self.gpu:
+                    # timed in the GPU runner: the cubin and its launch plan, plain data
+                    from polytile.targets.cuda.library import metadata
+
+                    payload = {"image": bytes(mod.image), "meta": metadata(mod)}
+                else:
+                    self._ensure_data(tensors)
+                    self.mods[cid] = mod
             except Exception as exc:
                 code, msg = "build_error", _short(exc)
-        return ("built", cid, code, msg, time.perf_counter() - t0, feats, trace)
+        return ("built", cid, code, msg, time.perf_counter() - t0, feats, trace, payload)
 
     def features(self, cid, knobs):
         code, msg, func, _, _ = self._lower(knobs)

@@ -186,7 +186,10 @@ def _tune_one(a, args) -> int:
                          flush_cache=a.flush_cache, check=a.check,
                          build_timeout=a.build_timeout, run_timeout=a.run_timeout,
                          seed=a.seed or 0)
-    space_size = len(t.space(wl.args, wl.dtype))
+    from polytile.backend import Target
+
+    gpu = Target.parse(target).backend.is_gpu
+    space_size = len(t.space(wl.args, wl.dtype, target))
     if a.ray:
         from polytile.autotune.ray_measure import import_ray
 
@@ -194,19 +197,21 @@ def _tune_one(a, args) -> int:
     out = sys.stdout
     print(f"polytile tune {wl} on '{target}'", file=out)
     limit = f" (at most {budget:g} s)" if budget else ""
+    where = ("timed on the GPU in a runner process" if gpu else f"{opt.threads} threads")
     print(f"  space {space_size:,} configs; tuner {a.tuner}; {trials} trials{limit}"
           f"{' (resumed)' if a.resume else ''}; {opt.parallel} build workers; "
-          f"{opt.threads} threads; log {log}", file=out)
+          f"{where}; log {log}", file=out)
     if a.ray:
         print(f"  built and measured on the Ray cluster --ray {a.ray} (one measuring actor "
               f"per device able to run '{target}'; {opt.parallel} build workers each)",
               file=out)
     from polytile.autotune.anchors import available
 
-    anchors = () if a.no_numpy else tuple(available(t, wl.args))
+    anchors = () if a.no_numpy else tuple(available(t, wl.args, target))
     if anchors:
         print(f"  {' and '.join(anchors)} timed after the search, alternately with the best "
-              f"configs ({opt.threads} threads, same inputs)", file=out)
+              f"configs ({'on the GPU' if gpu else f'{opt.threads} threads'}, same inputs)",
+              file=out)
     out.flush()
     bar = _progress(trials, a.quiet)
     flops = t.flops(wl.args)
@@ -228,10 +233,11 @@ def _tune_one(a, args) -> int:
     if bar is not None:
         bar.close()
     cmp = res.comparison
-    t_np = cmp.timing("numpy").median if cmp is not None and cmp.timing("numpy") else None
+    anchor = "torch-cuda" if gpu else "numpy"  # the reference line of the plot
+    t_np = cmp.timing(anchor).median if cmp is not None and cmp.timing(anchor) else None
     _print_summary(res, out)
     if a.plot:
-        _plot(res, t_np, a.plot)
+        _plot(res, t_np, a.plot, anchor)
         print(f"  plot            {a.plot}", file=out)
     if res.interrupted:
         print(f"interrupted: {res.n_trials} trials are in {log}; continue with the same "
@@ -261,7 +267,7 @@ def _require_matplotlib():
         raise _Fail("--plot needs matplotlib: pip install 'polytile[plot]'") from None
 
 
-def _plot(res, t_np, path: str) -> None:
+def _plot(res, t_np, path: str, anchor: str = "numpy") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -272,7 +278,8 @@ def _plot(res, t_np, path: str) -> None:
     ax.plot(range(1, len(curve) + 1), curve, label=f"{res.tuner} tuner, best so far")
     unit = "GFLOP/s" if res.flops else "1/s"
     if t_np and res.flops:
-        ax.axhline(res.flops / t_np / 1e9, color="gray", linestyle="--", label="numpy")
+        ax.axhline(res.flops / t_np / 1e9, color="gray", linestyle="--",
+                   label="torch on the GPU" if anchor == "torch-cuda" else anchor)
     ax.set_xlabel("trial")
     ax.set_ylabel(unit)
     ax.set_title(f"{res.workload} on {res.target}", fontsize=9)
@@ -298,6 +305,8 @@ def _cmd_records(a) -> int:
             flops_cache[k] = _flops_of(w)
         return flops_cache[k]
 
+    from polytile.autotune.device import device_class
+
     if a.action == "show":
         rows = []
         for r in recs:
@@ -309,17 +318,20 @@ def _cmd_records(a) -> int:
         print(f"{len(recs)} records")
     elif a.action == "best":
         rows = []
-        for (_, target), r in sorted(best_records(recs).items()):
+        for (_, target, dev), r in sorted(best_records(recs).items()):
             cfg = " ".join(f"{k}={json.dumps(v)}" for k, v in r.config.items())
-            rows.append((r.workload_str(), target, _gflops(flops(r.workload), r.cost),
+            rows.append((r.workload_str(), target, dev or "-", _gflops(flops(r.workload),
+                                                                      r.cost),
                          _fmt_time(r.cost), r.line, cfg))
-        print(_table(rows, ["workload", "target", "GFLOP/s", "median", "line", "config"]))
+        print(_table(rows, ["workload", "target", "device", "GFLOP/s", "median", "line",
+                            "config"]))
     else:
         groups: dict = {}
         for r in recs:
-            groups.setdefault((json.dumps(r.workload, sort_keys=True), r.target), []).append(r)
+            groups.setdefault((json.dumps(r.workload, sort_keys=True), r.target,
+                               device_class(r.device)), []).append(r)
         rows = []
-        for (_, target), rs in sorted(groups.items()):
+        for (_, target, _dev), rs in sorted(groups.items()):
             ok = [r for r in rs if r.ok]
             fails: dict = {}
             for r in rs:
@@ -365,18 +377,22 @@ def _run_one(a, args) -> int:
     if not os.path.exists(log):
         raise _Fail(f"records file {log!r} not found (tune first: polytile tune "
                     f"{a.workload} --log {log})")
-    if a.threads:
+    from polytile.backend import Target
+
+    gpu = Target.parse(target).backend.is_gpu
+    if a.threads and not gpu:
         set_num_threads(a.threads)
-    rec = load_best(log, wl, a.target)
+    rec = load_best(log, wl, a.target)  # GPU: refuses records of another device class
     if rec is not None:
         # a best record outside the template's space (edited, or from another version of
         # the template) is refused here, before anything is built or printed about it
         try:
-            t.space(wl.args, wl.dtype).from_json(rec.config)
+            t.space(wl.args, wl.dtype, rec.target if gpu else None).from_json(rec.config)
         except TuneError as exc:
             raise _Fail(f"the best record of {wl} ({log}:{rec.line}) does not fit the "
                         f"template's space: {exc}; tune again, or remove that line") from None
-    with apply_history_best(log, a.target):
+    run_target = rec.target if gpu and rec is not None else a.target
+    with apply_history_best(log, run_target):
         s, tensors = t(*wl.args, dtype=wl.dtype)
     print(f"polytile run {wl} on '{target}'")
     if rec is not None:
@@ -386,13 +402,18 @@ def _run_one(a, args) -> int:
     else:
         print("  record          none: built with the default config")
     if a.print_ir:
-        print(lower(s, tensors, target=a.target))
-    f = polytile.build(s, tensors, target=a.target)
+        print(lower(s, tensors, target=run_target))
+    f = polytile.build(s, tensors, target=run_target)
     if a.print_source:
         print(f.get_source())
     arrays = make_inputs(tensors, args=wl.args)
     outs = output_positions(tensors)
-    f(*arrays)
+    if gpu:  # run once on the device here; timed below in the GPU runner
+        dev = [polytile.nd.array(x, device="cuda") for x in arrays]
+        f(*dev)
+        arrays = [d.numpy() for d in dev]
+    else:
+        f(*arrays)
     inputs = [x for k, x in enumerate(arrays) if k not in outs]
     if t.reference is not None:
         want = t.reference(*[x.astype("float64") if x.dtype.kind == "f" else x
@@ -406,7 +427,7 @@ def _run_one(a, args) -> int:
         print(f"  check           {'matches numpy' if ok else 'WRONG: ' + why}")
         if not ok:
             raise _Fail(f"the built kernel disagrees with numpy: {why}")
-    _run_timing(t, wl, target, rec, log, a.threads)
+    _run_timing(t, wl, run_target if gpu else target, rec, log, a.threads)
     return EXIT_OK
 
 
@@ -418,13 +439,20 @@ def _cmd_templates(a) -> int:
 
     rows = []
     for name, t in sorted(registered().items()):
-        try:
-            size = f"{len(t.space()):,}"
-        except Exception as exc:  # a broken user template should not hide the others
-            size = f"error: {exc}"[:40]
-        desc = t.description if len(t.description) <= 72 else t.description[:71] + "…"
-        rows.append((name, ",".join(map(str, t.default_args)), size, desc))
-    print(_table(rows, ["template", "default --args", "space size", "description"]))
+        sizes = []
+        for kind in t.target_kinds() or [None]:
+            try:
+                n = f"{len(t.space(None, 'float32', kind)):,}"
+            except Exception as exc:  # a broken user template should not hide the others
+                n = f"error: {exc}"[:40]
+            sizes.append(n)
+        size = " / ".join(sizes)
+        desc = t.description if len(t.description) <= 64 else t.description[:63] + "…"
+        kinds = t.target_kinds()
+        rows.append((name, ",".join(kinds) if kinds else "any",
+                     ",".join(map(str, t.default_args)), size, desc))
+    print(_table(rows, ["template", "targets", "default --args", "space size (per target)",
+                        "description"]))
     return EXIT_OK
 
 
@@ -488,11 +516,14 @@ def _parser() -> argparse.ArgumentParser:
                        "(built for every n) is tuned/run at each value; repeat for more "
                        "sizes (every combination)")
         q.add_argument("--dtype", default="float32", help="element type (default float32)")
-        q.add_argument("--target", default="llvm", help="target string (default llvm)")
+        q.add_argument("--target", default="llvm",
+                       help="target string (default llvm, the host CPU); cuda (or cuda "
+                       "-arch=sm_90) builds here and times on the NVIDIA GPU in a runner "
+                       "process; `polytile templates` lists each template's targets")
         q.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help=argparse.SUPPRESS)
 
-    q = sub.add_parser("tune", help="search a template's schedule space")
+    q = sub.add_parser("tune", help="search a template's schedule space (CPU or GPU)")
     workload_opts(q)
     q.add_argument("--tuner", choices=("model", "random", "grid"), default="model")
     q.add_argument("--trials", type=_positive, default=None,
@@ -501,12 +532,14 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--parallel", type=_positive, default=None,
                    help="build worker processes (default: cores)")
     q.add_argument("--threads", type=_positive, default=None,
-                   help="threads candidates run with (default: cores)")
+                   help="threads candidates run with (default: cores; CPU targets)")
     q.add_argument("--log", default=None, help=f"records file (JSON Lines; default "
                    f"{DEFAULT_LOG})")
     q.add_argument("--resume", action="store_true", help="continue the run in --log")
     q.add_argument("--check", action="store_true",
-                   help="check every candidate's output against the default config's")
+                   help="check every candidate's output against the default config's (on "
+                   "the GPU: against the numpy reference; without --check each distinct "
+                   "kernel is checked on its first trial)")
     q.add_argument("--plot", default=None, metavar="PNG",
                    help="write best-so-far GFLOP/s vs trial to this PNG")
     q.add_argument("--seed", type=int, default=0)
@@ -522,11 +555,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="re-measure a candidate once when its spread (IQR / median) is "
                    "above this (default 0.10)")
     q.add_argument("--flush-cache", action="store_true",
-                   help="flush the caches before each repeat")
+                   help="flush the caches before each repeat (CPU; on the GPU the inputs "
+                   "always rotate over buffer sets larger than L2)")
     q.add_argument("--build-timeout", type=_seconds, default=20.0)
-    q.add_argument("--run-timeout", type=_seconds, default=15.0)
+    q.add_argument("--run-timeout", type=_seconds, default=15.0,
+                   help="seconds one candidate may run (a GPU kernel past it is taken as "
+                   "hung: its runner is restarted)")
     q.add_argument("--no-numpy", action="store_true",
-                   help="skip the comparison with numpy (and torch)")
+                   help="skip the comparison with numpy and torch (on the GPU: torch on "
+                   "the GPU, cuBLAS without TF32 for matmul)")
     q.add_argument("--quiet", action="store_true", help="no progress bar")
     q.add_argument("--ray", default=None, metavar="ADDRESS",
                    help="build and measure on a Ray cluster: auto (the cluster this machine "

@@ -68,6 +68,11 @@ def print_summary(res, out) -> None:
     flops = res.flops
     cmp = res.comparison
     rows = [("workload", str(res.workload)), ("target", res.target)]
+    dev = getattr(res, "device", None)
+    if dev:
+        rows.append(("device", f"{dev.get('name')} (sm_{dev.get('compute_capability', '')}"
+                     .replace(".", "") + f", driver {dev.get('driver') or '?'}, CUDA "
+                     f"{dev.get('cuda') or '?'})"))
     tb = cmp.timing("best") if cmp is not None else None
     td = cmp.timing("default") if cmp is not None else None
     timed = [a for a in cmp.anchors if cmp.timing(a) is not None] if cmp is not None else []
@@ -120,8 +125,13 @@ def print_summary(res, out) -> None:
     rows.append(("trials", f"{res.n_trials} measured{resumed}, {res.n_failed} failed"
                  + (f" ({ftxt})" if ftxt else "")))
     new = max(1, res.n_trials - res.resumed)
-    rows.append(("wall time", f"{res.wall_s:.1f} s (tuner overhead {res.overhead_s / new:.2f} "
-                 f"s per trial; stopped: {res.stop_reason or '-'})"))
+    rate = f", {new / res.wall_s:.2f} trials/s" if res.wall_s > 0 else ""
+    rows.append(("wall time", f"{res.wall_s:.1f} s{rate} (tuner overhead "
+                 f"{res.overhead_s / new:.2f} s per trial; stopped: "
+                 f"{res.stop_reason or '-'})"))
+    if getattr(res, "runner_restarts", 0):
+        rows.append(("gpu runner", f"restarted {res.runner_restarts} times (faulting or "
+                     "hung kernels; see the failed trials)"))
     for n in res.nodes or ():  # tuned on a Ray cluster
         rows.append((f"node {n['host']}", f"{n['trials']} trials, {n['trials_per_s']:.2f} "
                      f"trials/s ({', '.join(n['devices'])}; node {n['node_id'][:8]})"))
@@ -155,9 +165,9 @@ def run_timing(t, wl, target: str, rec, log: str, threads) -> None:
     from polytile.autotune.anchors import available
     from polytile.autotune.timing import Timing
 
-    knobs = rec.config if rec is not None else t.space(wl.args, wl.dtype).default() \
-        .knob_values()
-    anchors = tuple(available(t, wl.args))
+    knobs = rec.config if rec is not None else t.space(wl.args, wl.dtype, target) \
+        .default().knob_values()
+    anchors = tuple(available(t, wl.args, target))
     with LocalMeasurer(wl, target, MeasureOptions(parallel=1, threads=threads or 0)) as m:
         cmp = m.compare([("best", knobs)], anchors)
     if "best" in cmp.errors:

@@ -40,6 +40,7 @@ class CUDABackend(Backend):
     build_options = ("compiler", "cache_dir")
     device_names = ("cuda", "gpu", "nvidia")
     limits = CUDA_LIMITS
+    tunable = True  # timed in a GPU runner process (polytile.autotune.gpu_runner)
 
     def parse_options(self, spec: str, options: tuple) -> Target:
         """Parse ``-arch`` and ``-fast-math`` (module doc).

@@ -95,7 +95,13 @@ class CubinModule(CUDAModule):
         Metadata of another format or a newer version.
     """
 
-    def __init__(self, path: str):  # noqa: D107 - no CUDAModule.__init__: nothing to compile
+    def __init__(self, path: str, *, image: bytes | None = None,
+                 metadata: dict | None = None):  # noqa: D107 - nothing to compile
+        if image is not None and metadata is not None:
+            self.path = path
+            self.metadata = meta = metadata
+            self._init(meta, bytes(image))
+            return
         self.path = os.path.abspath(path)
         meta_path = path + ".json"
         if not os.path.exists(meta_path):
@@ -104,6 +110,20 @@ class CubinModule(CUDAModule):
                 "expected the .json file export_library wrote with it"))
         with open(meta_path) as fh:
             self.metadata = meta = json.load(fh)
+        with open(path, "rb") as fh:
+            image = fh.read()
+        self._init(meta, image)
+
+    @classmethod
+    def from_data(cls, image: bytes, metadata: dict) -> CubinModule:
+        """A module from a cubin's bytes and its launch plan (:func:`metadata`), as the
+        GPU runner of the tuner receives them (plain data, no files)."""
+        if metadata.get("format") != export_meta.FORMAT:
+            raise ValueError(format_error("load_module", "the launch plan is not polytile's",
+                                          f"expected format {export_meta.FORMAT!r}"))
+        return cls("<memory>", image=image, metadata=metadata)
+
+    def _init(self, meta: dict, image: bytes) -> None:
         params, stored = export_meta.rebuild_params(meta)
         scalars = {p.name: p for p in params if not isinstance(p, Buffer)}
         workspace = tuple(Buffer(w["name"], export_meta.shape_of(w["shape"], scalars),
@@ -118,8 +138,7 @@ class CubinModule(CUDAModule):
                        frozenset(values[a][i] for a, i in k["stored"]),
                        int(k.get("dynamic_shared_max", 0)))
             for k in meta["kernels"])
-        with open(path, "rb") as fh:
-            self.image = fh.read()
+        self.image = image
         self.func = PrimFunc(meta["entry"], params, seq(),
                              export_meta.function_attrs(meta, params))
         self.target = Target.parse(meta["target"])

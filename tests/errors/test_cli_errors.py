@@ -86,9 +86,11 @@ CASES = [
     pytest.param(lambda d: [*TUNE, "--resume", "--log", str(d / "missing.jsonl")], 1,
                  r"polytile: error: --resume: log '.*missing\.jsonl' does not exist",
                  id="resume-missing-log"),
-    pytest.param(lambda d: [*TUNE, "--target", "cuda"], 1,
-                 r"polytile: error: tune: target 'cuda' cannot be tuned yet; expected an 'llvm' "
-                 r"target", id="tune-for-cuda"),
+    pytest.param(lambda d: ["tune", "conv2d_nchw", "--target", "cuda"], 1,
+                 r"polytile: error: template 'conv2d_nchw': has no schedule for target kind "
+                 r"'cuda' \(it has llvm\); expected one of its targets; templates for 'cuda': "
+                 r"batch_matmul, layernorm, matmul, row_sum, softmax",
+                 id="tune-cpu-template-for-cuda"),
 ]
 
 
