@@ -22,7 +22,10 @@ accumulators (the *micro-kernel*, ``MR x NR`` in BLIS's words) stays in vector r
   block packed at ``k0`` and the A panels of one ``MC x KC`` block packed at ``i0``
   (``compute_at``): each packed block is written where it is read, so it stays in cache
   (B's block in L2/L3 for the whole ``i0`` loop, A's block in L2 for the whole ``j1``
-  loop, one ``KC x NR`` B panel in L1 for the whole ``i1`` loop).
+  loop, one ``KC x NR`` B panel in L1 for the whole ``i1`` loop). When ``KC`` covers K
+  (one reduction block) ``k0`` goes right above ``k1`` and B's block is packed at
+  ``j0``: C's zero initialisation then runs per micro-tile, before its k loop, not as a
+  pass of its own over a column block of C.
 * ``parallel``: which loop the threads share: ``i0``, ``j0`` or both fused (``"i0.j0"``;
   in the ``goto`` order, where they are not adjacent, ``j0`` when it has at least two
   iterations, else ``i0``), or ``"none"`` (small products, where waking the threads costs
@@ -175,6 +178,7 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None) -> None:
     k0, k1 = cfg["tile_k"].apply(s, C, C.op.reduce_axis[0])
     order = cfg["order"].val
     par = cfg["parallel"].val
+    single_k = cfg["tile_k"].size[1] >= C.op.reduce_axis[0].dom.extent
     lead = [batch] if batch is not None else []
     # "ij": any order of the cache-block loops k0, i1, j1 below i0, j0; "goto": any order
     # of i0, j1, i1 below j0, k0 (the default, i0 j1 i1, is BLIS's)
@@ -184,7 +188,13 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None) -> None:
         s[C].reorder(*lead, i0, j0, *mid, k1, i2, j2)
     else:
         mid = cfg["reorder"].apply(s, C, [i0, j1, i1])
-        s[C].reorder(*lead, j0, k0, *mid, k1, i2, j2)
+        if single_k:
+            # one reduction block: with k0 right above k1 the reduction's zero
+            # initialisation runs per micro-tile, just before its k loop (while the tile is
+            # in cache), instead of as a pass of its own over a whole column block of C
+            s[C].reorder(*lead, j0, *mid, k0, k1, i2, j2)
+        else:
+            s[C].reorder(*lead, j0, k0, *mid, k1, i2, j2)
     cfg.define_annotate("unroll", [k1, i2], policy="try_unroll", default=["none", "unroll"])
     cfg["unroll"].apply(s, C, [k1, i2], axis_lens=[cfg["tile_k"].size[1],
                                                    cfg["tile_i"].size[2]], max_unroll=16)
@@ -200,7 +210,7 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None) -> None:
     if par != "none":
         outer = [loops[x] for x in par.split(".")]
         s[C].parallel(s[C].fuse(*outer) if len(outer) > 1 else outer[0])
-    for P, at in ((PB, k0), (PA, i0)):
+    for P, at in ((PB, j0 if single_k else k0), (PA, i0)):
         if P is None:
             continue
         *pb, x, y, z = s[P].op.axis

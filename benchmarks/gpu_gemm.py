@@ -1,7 +1,11 @@
 """Benchmark: GEMM on the GPU, polytile's hand schedules vs cuBLAS (and Triton).
 
 ``--dtype float32`` (default): the SGEMM schedules of ``tutorials/04_cuda_gemm.py`` vs
-cuBLAS with tensor cores off. ``--dtype float16`` (or ``bfloat16``, float32 accumulation): polytile's tensor-core GEMM
+cuBLAS with tensor cores off. ``--dtype float16`` (or ``bfloat16``) with the default
+``--isa best``: cuBLAS, Triton, polytile's fastest path of the device (on sm_90: the
+generated wgmma + TMA warp-specialized kernel, :mod:`polytile.targets.cuda.wgmma`, best of
+``benchmarks/wgmma_gemm.py`` ``BEST``), then the mma.sync and WMMA schedules below.
+``--isa wmma|mma``: polytile's tensor-core GEMM
 (:func:`polytile.targets.cuda.tensor_core.wmma_gemm`, WMMA, float32 accumulation, or
 float16 with ``--acc float16``) vs cuBLAS half precision through torch and a plain Triton
 GEMM (``benchmarks/triton_gemm.py``, best of a few tile shapes) when installed (``--isa mma``: ldmatrix + mma.sync.m16n8k16 instead
@@ -45,10 +49,12 @@ def _time_torch(fn, n: int, reps: int = 20) -> float:
 
 
 def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 128, 64), (64, 64)),
-              anchors: bool = True, stages=(3,)) -> None:
+              anchors: bool = True, stages=(3,), cublas: float | None = None) -> float | None:
     """cuBLAS, Triton (with ``anchors``) and polytile's ``wmma_gemm`` with ``tiles = (block,
     warp)`` at ``n``^3 in ``dtype`` (float16 or bfloat16; one line each), once per
-    pipeline depth of ``stages`` (1: no software pipeline)."""
+    pipeline depth of ``stages`` (1: no software pipeline). A ``cublas`` figure (TFLOP/s)
+    measured earlier in this run is used as the anchor instead of timing cuBLAS again.
+    Returns the cuBLAS figure (None without torch)."""
     import polytile
     from polytile.targets.cuda import tensor_core as tc
 
@@ -71,8 +77,9 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
         ta = torch.from_numpy(a.astype("float32")).cuda().to(tdt)
         tb = torch.from_numpy(b.astype("float32")).cuda().to(tdt)
         ref = (ta.double() @ tb.double()).cpu().numpy()
-        cublas = _time_torch(lambda: ta @ tb, n)
-        print(f"n={n:5d} {f'cuBLAS {dtype} (torch)':36s} {cublas:7.1f} TFLOP/s")
+        if cublas is None:
+            cublas = _time_torch(lambda: ta @ tb, n)
+            print(f"n={n:5d} {f'cuBLAS {dtype} (torch)':36s} {cublas:7.1f} TFLOP/s")
         try:
             if not anchors:
                 raise ImportError("not asked for")
@@ -113,6 +120,7 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
         print(f"n={n:5d} {f'polytile {label} {dtype}->{acc}':44s} {tflops:7.1f} TFLOP/s  "
               f"{ratio}  (block {tiles[0]}, warp {tiles[1]}, lower+build {t_build:.1f} s, "
               f"rel. error {err:.1e})", flush=True)
+    return cublas
 
 
 #: (block (BM, BN, BK), warp (WM, WN)) tiles ``--sweep`` tries beside the default
@@ -127,6 +135,77 @@ def wgmma_mainloops() -> tuple:
     return tuple(wgmma_gemm.MAINLOOPS)
 
 
+def wgmma_schedule_gemm(n: int, dtype: str, cublas: float, block=(128, 256, 64),
+                        stages: int = 3) -> None:
+    """One line: the warpgroup MMA through ``tensorize``
+    (:func:`polytile.targets.cuda.tensor_core.wgmma_gemm_schedule`, ``C = A @ Bt^T``,
+    synchronous cp.async main loop), checked against torch in float32, then timed."""
+    import torch
+
+    import polytile
+    from polytile.targets.cuda import tensor_core as tc
+
+    title = f"polytile wgmma via tensorize {dtype}->float32"
+    try:
+        t0 = time.perf_counter()
+        s, args = tc.wgmma_gemm_schedule(n, n, n, block=block, stages=stages, dtype=dtype)
+        f = polytile.build(s, args, target="cuda -arch=sm_90a", compiler="nvcc")
+        t_build = time.perf_counter() - t0
+    except Exception as exc:  # report and go on with the other lines
+        print(f"n={n:5d} {title}: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
+        return
+    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    g = torch.Generator().manual_seed(1)
+    ta = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt)
+    tb = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt)
+    ref = (ta.float().cuda() @ tb.float().cuda().T).cpu().numpy()
+    da = polytile.nd.array(ta.float().numpy().astype(_np_dtype(dtype)), device="cuda")
+    db = polytile.nd.array(tb.float().numpy().astype(_np_dtype(dtype)), device="cuda")
+    dc = polytile.nd.array(np.full((n, n), np.nan, "float32"), device="cuda")
+    f(da, db, dc)
+    err = np.linalg.norm(dc.numpy() - ref) / np.linalg.norm(ref)
+    if not err < 1e-4:
+        print(f"n={n:5d} {title}: WRONG result (relative error {err:.2e})")
+        return
+    t = f.time_evaluator(number=10, repeat=3)(da, db, dc).median
+    tflops = 2.0 * n**3 / t / 1e12
+    print(f"n={n:5d} {title:44s} {tflops:7.1f} TFLOP/s  {tflops / cublas:6.3f} x cuBLAS  "
+          f"(block {block}, {stages} stages, lower+build {t_build:.1f} s, rel. error "
+          f"{err:.1e})", flush=True)
+
+
+def _np_dtype(dtype: str):
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return np.dtype(dtype)
+
+
+def best_gemm(n: int, acc: str, dtype: str, stages=(3,)) -> None:
+    """The default float16/bfloat16 report at ``n``^3: cuBLAS and Triton, polytile's best
+    path of this device (the wgmma + TMA kernel on sm_90, float32 accumulation), then the
+    mma.sync+ldmatrix and WMMA schedules, all against the cuBLAS figure of this run."""
+    import torch
+
+    if dtype == "tf32":
+        half_gemm(n, acc, "wmma", dtype, stages=stages)
+        return
+    cublas = None
+    if torch.cuda.get_device_capability() == (9, 0) and acc == "float32":
+        import wgmma_gemm
+
+        cublas = wgmma_gemm.best(n, dtype)     # prints cuBLAS, Triton, then the best wgmma
+        wgmma_schedule_gemm(n, dtype, cublas)
+    else:
+        print(f"n={n:5d} wgmma: not measured (needs an sm_90 device and float32 "
+              f"accumulation; device sm_{''.join(map(str, torch.cuda.get_device_capability()))}"
+              f", acc {acc})")
+    cublas = half_gemm(n, acc, "mma", dtype, stages=stages, anchors=cublas is None,
+                       cublas=cublas)
+    half_gemm(n, acc, "wmma", dtype, stages=stages, anchors=False, cublas=cublas)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, nargs="+", default=None,
@@ -136,8 +215,11 @@ def main() -> None:
                     "operands on tensor cores (WMMA m16n16k8), cuBLAS with allow_tf32")
     ap.add_argument("--acc", choices=("float32", "float16"), default="float32",
                     help="accumulation dtype of the float16 GEMM")
-    ap.add_argument("--isa", choices=("wmma", "mma", "wgmma"), default="wmma",
-                    help="tensor-core path of the float16 GEMM")
+    ap.add_argument("--isa", choices=("best", "wmma", "mma", "wgmma"), default="best",
+                    help="tensor-core path of the float16 GEMM; 'best' (default): the "
+                    "fastest path of the device (wgmma + TMA on sm_90, best of "
+                    "benchmarks/wgmma_gemm.py BEST) beside cuBLAS and Triton, then the "
+                    "mma.sync+ldmatrix and WMMA lines; 'wgmma': every wgmma variant")
     ap.add_argument("--stages", type=int, nargs="+", default=[3],
                     help="software-pipeline depths of the tensor-core GEMM (cp.async into "
                     "stages x the shared tiles; 1: no pipeline), one line each")
@@ -176,6 +258,10 @@ def main() -> None:
                                   for g in args.grid],
                            blocks=[tuple(int(x) for x in b.split("x")) for b in args.blocks]
                            if args.blocks else wgmma_gemm.BLOCKS)
+        return
+    if args.isa == "best":
+        for n in args.n or [4096, 8192]:
+            best_gemm(n, args.acc, args.dtype, args.stages)
         return
     for n in args.n or [4096, 8192]:
         half_gemm(n, args.acc, args.isa, args.dtype, stages=args.stages)

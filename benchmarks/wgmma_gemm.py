@@ -20,6 +20,81 @@ GRIDS = ((False, 1), (True, 8))
 MAINLOOPS = {"sync": {}, "ws": {"warp_specialized": True},
              "tma": {"warp_specialized": True, "tma": True}}
 
+#: (block, stages, WgmmaGemm keywords) timed by :func:`best` (the default line of
+#: ``benchmarks/gpu_gemm.py --dtype float16``): the TMA warp-specialized persistent kernel
+BEST = tuple(((128, 256, 64), st, dict(swizzle="128B", group_m=8, persistent=True,
+                                      warp_specialized=True, tma=True, epilogue=epi))
+             for st in (4, 3) for epi in ("8B", "16B"))
+
+
+def _time_cuda(fn, reps: int = 20) -> float:
+    """Seconds per call of ``fn`` (CUDA events, after 3 warm-up calls)."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(reps):
+        fn()
+    e.record()
+    torch.cuda.synchronize()
+    return s.elapsed_time(e) / 1e3 / reps
+
+
+def best(n: int, dtype: str = "float16", candidates=BEST) -> float:
+    """cuBLAS (torch), Triton's GEMM (``triton_gemm``, when installed) and the fastest of
+    ``candidates`` (the wgmma TMA kernel, each checked against a float32 reference first)
+    at ``n``^3 in ``dtype``, one line each, all in this run. Returns cuBLAS TFLOP/s."""
+    import torch
+
+    from polytile.targets.cuda import wgmma as wg
+
+    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    g = torch.Generator().manual_seed(0)
+    a = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt).cuda()
+    b = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt).cuda()
+    ref = a.float() @ b.float() if n > 2048 else (a.double() @ b.double()).float()
+    flop = 2.0 * n**3
+    cublas = flop / _time_cuda(lambda: a @ b) / 1e12
+    print(f"n={n:5d} {f'cuBLAS {dtype} (torch)':44s} {cublas:7.1f} TFLOP/s", flush=True)
+    try:
+        import triton_gemm
+
+        tt, cfg = triton_gemm.best_tflops(a, b, lambda fn: flop / _time_cuda(fn) / 1e12)
+        print(f"n={n:5d} {f'Triton {dtype} (tl.dot, best of {len(triton_gemm.CONFIGS)})':44s}"
+              f" {tt:7.1f} TFLOP/s  {tt / cublas:6.3f} x cuBLAS  (tile {cfg[:3]})", flush=True)
+    except ImportError as exc:
+        print(f"n={n:5d} Triton: not measured ({exc})")
+    top = None
+    for block, depth, kw in candidates:
+        try:
+            f = wg.WgmmaGemm(n, n, n, block, depth, dtype, **kw)
+        except Exception as exc:  # a shape the kernel refuses at this n: next one
+            print(f"n={n:5d} wgmma block {block} stages {depth} {kw}: {exc}".splitlines()[0])
+            continue
+        c = torch.full((n, n), float("nan"), dtype=torch.float32, device="cuda")
+        f(a.data_ptr(), b.data_ptr(), c.data_ptr())
+        f.synchronize()
+        err = (torch.linalg.norm(c - ref) / torch.linalg.norm(ref)).item()
+        if not err < 1e-4:
+            print(f"n={n:5d} wgmma block {block} stages {depth} {kw}: WRONG result "
+                  f"(relative error {err:.2e})", flush=True)
+            continue
+        t = flop / f.time(a.data_ptr(), b.data_ptr(), c.data_ptr()) / 1e12
+        if top is None or t > top[0]:
+            top = (t, block, depth, kw, err, f)
+    if top is None:
+        print(f"n={n:5d} wgmma: no candidate ran")
+        return cublas
+    t, block, depth, kw, err, f = top
+    print(f"n={n:5d} {f'polytile wgmma+TMA {dtype}->float32 (best of {len(candidates)})':44s}"
+          f" {t:7.1f} TFLOP/s  {t / cublas:6.3f} x cuBLAS  (block {block}, stages {depth}, "
+          f"epilogue {kw['epilogue']}, rel. error {err:.1e}, {sass_counts(f.cubin)})",
+          flush=True)
+    return cublas
+
 
 def sass_counts(cubin: bytes, ops=("HGMMA", "LDGSTS", "BAR", "WARPSYNC", "SYNCS",
                                     "USETMAXREG", "UTMALDG")) -> str:

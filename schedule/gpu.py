@@ -276,6 +276,7 @@ def check_wavefronts(kernel: Kernel, limits: DeviceLimits) -> None:
     """
     w = limits.warp_size
     collective = []
+    warpgroup = []     # stages of Hopper warpgroup intrinsics: 4 warps run them together
 
     def walk(n, bound_x) -> None:
         if not isinstance(n, LoopNode):
@@ -294,12 +295,21 @@ def check_wavefronts(kernel: Kernel, limits: DeviceLimits) -> None:
                          "fragment stages outside loops bound to threadIdx.x (bind the tile "
                          "loops to threadIdx.y/z)")
                 collective.append(st.plan)
+                if any(b is not None and b.scope == "wgmma.accumulator"
+                       for b, _ in st.accesses.values()):
+                    warpgroup.append(st.plan)
         for c in n.children:
             walk(c, bound_x)
 
     for n in kernel.nodes:
         walk(n, None)
     tx = kernel.extents.get("threadIdx.x", 1)
+    if warpgroup and (not isinstance(tx, int) or tx % (4 * w)):
+        fail("bind", f"the kernel of stage {kernel.plan.name!r} has threadIdx.x extent {tx}, "
+             f"but stage {warpgroup[0].name!r} calls a warpgroup intrinsic (wgmma) that the "
+             f"{4 * w} threads of 4 consecutive warps run together",
+             f"a threadIdx.x extent that is a multiple of {4 * w}",
+             hint=f"split the loops bound to threadIdx.x by {4 * w}")
     if collective and w > 1 and (not isinstance(tx, int) or tx % w):
         fail("bind", f"the kernel of stage {kernel.plan.name!r} has threadIdx.x extent {tx}, "
              f"but stage {collective[0].name!r} calls a tensor intrinsic that the {w} lanes "

@@ -121,8 +121,10 @@ def loop_kind(a: Annotation | None) -> LoopKind:
 #: in the IR's meaning (each thread of a warp holds the whole tile, as the interpreter
 #: runs it), held collectively by the 32 lanes of a warp on the device. Only tensor
 #: intrinsics (``targets/cuda/tensor_core.py``) read and write them.
+#: ``wgmma.accumulator`` (Hopper ``wgmma.mma_async``, targets/cuda/wgmma_intrin.py): a
+#: 64 x N float32 tile held by the 128 threads of a warpgroup (N / 2 registers each).
 FRAGMENT_SCOPES = ("wmma.matrix_a", "wmma.matrix_b", "wmma.accumulator",
-                   "mfma.accumulator_32x32", "mfma.accumulator_16x16")
+                   "mfma.accumulator_32x32", "mfma.accumulator_16x16", "wgmma.accumulator")
 #: The tile of each fragment scope (rows, columns): a fragment buffer is a row-major array
 #: of such tiles, one intrinsic operand each. AMD MFMA accumulators (the registers of a
 #: wavefront's 64 lanes, ``targets/hip/mfma.py``) come in the two output tiles of the
@@ -132,11 +134,16 @@ FRAGMENT_TILES = {"wmma.matrix_a": (16, 16), "wmma.matrix_b": (16, 16),
                   "mfma.accumulator_16x16": (16, 16)}
 
 
-def fragment_tile(scope: str, dtype: str) -> tuple[int, int]:
+def fragment_tile(scope: str, dtype: str, width: int | None = None) -> tuple[int, int]:
     """``(rows, columns)`` of one tile of a fragment buffer: 16x16 on CUDA, except the tf32 WMMA
-    shape m16n16k8 (float32 ``matrix_a`` 16x8, ``matrix_b`` 8x16). A fragment buffer is
-    an array of such tiles, row-major over the tile grid (MFMA accumulators:
-    :data:`FRAGMENT_TILES`)."""
+    shape m16n16k8 (float32 ``matrix_a`` 16x8, ``matrix_b`` 8x16) and the warpgroup
+    accumulator ``wgmma.accumulator``: 64 rows by the buffer's ``width`` (one wgmma
+    ``m64nNk16`` D tile per 64 rows). A fragment buffer is an array of such tiles,
+    row-major over the tile grid (MFMA accumulators: :data:`FRAGMENT_TILES`)."""
+    if scope == "wgmma.accumulator":
+        if width is None:
+            raise ValueError("fragment_tile: a wgmma.accumulator tile needs the width")
+        return 64, int(width)
     if dtype == "float32" and scope == "wmma.matrix_a":
         return 16, 8
     if dtype == "float32" and scope == "wmma.matrix_b":

@@ -73,7 +73,7 @@ from .model import Model, build_model
 from .passes.async_copy import async_copies
 from .passes.bfloat16 import legalize_bfloat16
 from .passes.loops import (dedup_syncs, legalize_vector_loops, serialize_nested_parallel,
-                           unroll)
+                           specialize_partial_unrolls, unroll)
 from .passes.share import share_subexpressions
 from .passes.simplify import simplify
 from .passes.software_pipeline import software_pipeline, software_pipeline_synchronous
@@ -94,6 +94,7 @@ LOOP_PASSES = (
     ("legalize_bfloat16", legalize_bfloat16),
     ("simplify", simplify),
     ("legalize_vector_loops", legalize_vector_loops),
+    ("specialize_partial_unrolls", specialize_partial_unrolls),
     ("unroll", unroll),
     ("simplify", simplify),
     ("serialize_nested_parallel", serialize_nested_parallel),

@@ -359,7 +359,7 @@ def _strides(buf: Buffer, t, where: str, intrin) -> tuple:
         # an array of tiles (targets/cuda/tensor_core.py, targets/hip/mfma.py; tf32
         # operands 16x8 / 8x16, kinds.fragment_tile): any row-major shape whose rows hold
         # whole tiles, the region one tile
-        th, tw = fragment_tile(buf.scope, buf.dtype)
+        th, tw = fragment_tile(buf.scope, buf.dtype, buf.shape[-1])
         if len(buf.shape) < 2 or buf.shape[-1] % tw or tuple(t.shape) != (th, tw):
             fail("tensorize", f"{where}: fragment {buf.name!r} ({buf.scope}) has shape "
                  f"{list(buf.shape)} and operand {t.name!r} of intrinsic {intrin.name!r} "

@@ -233,7 +233,7 @@ class CExprPrinter:
         if e.buffer.scope in FRAGMENT_SCOPES:
             # a fragment buffer [R, C] is an array of th x tw tiles, row-major over the
             # tile grid: the element offset of a tile's corner -> its index
-            th, tw = fragment_tile(e.buffer.scope, e.buffer.dtype)
+            th, tw = fragment_tile(e.buffer.scope, e.buffer.dtype, e.buffer.shape[-1])
             off, width = self.expr(e.offset), e.buffer.shape[-1]
             if width == tw:
                 return f"{self.buffer(e.buffer)}[{strip_parens(off)} / {th * tw}]"

@@ -507,7 +507,7 @@ class CPrinter(CExprPrinter, StmtFunctor):
             self.emit(depth, f"{' '.join(w for w in words if w)} {name}[{size}];")
         elif b.scope in FRAGMENT_SCOPES:
             self.uses_fragments = True
-            th, tw = fragment_tile(b.scope, b.dtype)
+            th, tw = fragment_tile(b.scope, b.dtype, b.shape[-1])
             self.emit(depth, f"{d.fragment_type(b, s.body, self.who)} {name}"
                              f"[{size // (th * tw)}];")
         else:
@@ -563,6 +563,15 @@ def fragment_type(b: Buffer, body: Stmt, d: CDialect, who: str) -> str:
     16, 16, T, layout>``, the layout taken from the ``:layout`` tag of the calls that load
     it in ``body`` (matrix_a/matrix_b only)."""
     use = b.scope.split(".")[1]
+    if b.scope == "wgmma.accumulator":   # targets/cuda/wgmma_intrin.py: float[N / 2]
+        width = b.shape[-1]
+        if b.dtype != "float32" or len(b.shape) != 2 or b.shape[0] % 64 or width % 8 \
+                or not 8 <= width <= 256:
+            raise BuildError(format_error(who, f"fragment {b.name!r} of {b.dtype}"
+                                          f"{list(b.shape)} (wgmma.accumulator)",
+                                          "float32 tiles of 64 rows by 8..256 columns "
+                                          "(a multiple of 8)"))
+        return f"pt_wgmma_acc<{width}>"
     tags = {x.name.partition(":")[2] for st in walk_stmts(body) for e in _exprs(st)
             for x in _calls(e) if any(isinstance(a, AccessPtr) and a.buffer is b
                                       for a in x.args)}

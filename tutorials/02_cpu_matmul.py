@@ -129,7 +129,12 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int = 1
        ``mc x kc`` block of A is packed at ``i0`` and stays in L2 while ``j1`` walks the B
        panels; one ``kc x nr`` B panel (32 KiB) stays in L1 while ``i1`` walks A's panels.
        ``compute_at`` writes each packed block right where it is read, so it never goes
-       to memory.
+       to memory. With a single ``kc`` block (``K <= kc``: small and skinny products)
+       the order is ``j0, i0, j1, i1, k0, k1, i2, j2`` and B's block is packed at ``j0``:
+       the reduction's zero initialisation then runs per micro-tile, right before its k
+       loop, instead of as a pass of its own over a whole column block of C. The full
+       tiles of a ragged row block get constant-extent copies in lowering
+       (``specialize_partial_unrolls``), so their accumulators stay in registers too.
     4. *Threads*: the column blocks ``j0`` (when there are at least two, else the row
        blocks ``i0``) run in parallel; the packed blocks computed inside are private to
        each thread.
@@ -170,13 +175,20 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int = 1
     j0, j = s[C].split(j, factor=nc)
     j1, j2 = s[C].split(j, factor=nr)
     k0, k1 = s[C].split(k, factor=kc)
-    s[C].reorder(j0, k0, i0, j1, i1, k1, i2, j2)
+    single_k = kc >= K
+    if single_k:
+        # one reduction block: k0 right above k1, so the reduction's zero initialisation
+        # runs per micro-tile just before its k loop instead of as a pass of its own over a
+        # whole column block of C (skinny and small products)
+        s[C].reorder(j0, i0, j1, i1, k0, k1, i2, j2)
+    else:
+        s[C].reorder(j0, k0, i0, j1, i1, k1, i2, j2)
     s[C].unroll(i2)      # mr rows of accumulators...
     s[C].vectorize(j2)   # ...of nr lanes each (nr / 16 AVX-512 registers per row)
     if threads:
         s[C].parallel(j0 if -(-N // nc) >= 2 else i0)
     if pack:
-        s[packedB].compute_at(s[C], k0)
+        s[packedB].compute_at(s[C], j0 if single_k else k0)
         s[packedB].vectorize(packedB.op.axis[2])
         s[packedA].compute_at(s[C], i0)
     return s, [A, B, C]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from polytile.te.expr import Const
-from polytile.te.visitor import substitute
+import dataclasses
+
+from polytile.te.expr import Binary, Cmp, Const
+from polytile.te.visitor import free_vars, substitute
 
 from ..kinds import LoopKind
-from ..loop_ir import For, Seq, Stmt, StmtMutator, Sync, seq, walk_stmts
+from ..loop_ir import For, IfThenElse, Seq, Stmt, StmtMutator, Sync, seq, walk_stmts
 
 #: Loops marked ``unroll`` are expanded when their extent is a constant up to this bound.
 MAX_UNROLL = 256
@@ -52,6 +54,55 @@ def unroll(stmt: Stmt) -> Stmt:
     of their body. Partial tiles (non-constant extent) stay serial loops. Helps: register
     reuse and constant indices; costs code size."""
     return _Unroll().visit(stmt)
+
+
+def _partial_extent(s: For):
+    """``(C, X)`` when ``s`` is an unrolled loop of extent ``min(C, X)`` (a partial tile
+    that isl could not separate: a ragged register tile), else ``None``."""
+    e = s.extent
+    if s.kind != LoopKind.UNROLLED or not isinstance(s.min, Const):
+        return None
+    if not (isinstance(e, Binary) and e.op == "min"):
+        return None
+    for c, x in ((e.a, e.b), (e.b, e.a)):
+        if isinstance(c, Const) and isinstance(c.value, int) and 1 < c.value <= MAX_UNROLL:
+            return c.value, x
+    return None
+
+
+def _has_sync(s: Stmt) -> bool:
+    return any(isinstance(x, Sync) for x in walk_stmts(s))
+
+
+class _SpecializePartial(StmtMutator):
+    def visit_For(self, s: For):
+        s = self.generic_visit(s)
+        part = _partial_extent(s)
+        if part is not None and not _has_sync(s.body):
+            c, x = part
+            full = For(s.var, s.min, Const(s.extent.dtype, c), s.kind, s.body, s.step,
+                       s.pragmas)
+            return IfThenElse(Cmp("bool", "ge", x, Const(x.dtype, c)), full, s)
+        body = s.body
+        if (s.kind == LoopKind.SERIAL and isinstance(body, IfThenElse)
+                and body.else_case is not None and s.var not in free_vars(body.cond)
+                and not _has_sync(body)):
+            # hoist the test out of the loop (unswitching): the full tile's loop (the k
+            # loop of a GEMM micro-kernel) then runs without a branch per iteration
+            return IfThenElse(body.cond, dataclasses.replace(s, body=body.then_case),
+                              dataclasses.replace(s, body=body.else_case))
+        return s
+
+
+def specialize_partial_unrolls(stmt: Stmt) -> Stmt:
+    """Give an ``unrolled`` loop of extent ``min(C, X)`` (a ragged last register tile,
+    which ``unroll`` would leave a loop) a copy of constant extent ``C`` for the full
+    tiles: ``if X >= C: <loop of C, unrolled> else: <the loop>``, the test hoisted out of
+    serial loops that do not define ``X`` (the micro-kernel's ``k`` loop). A GEMM whose
+    ``M`` is not a multiple of the register rows then keeps the accumulators of all its
+    full tiles in registers; only the last tile runs rolled. Loops holding a barrier are
+    left alone (the test may differ between threads)."""
+    return _SpecializePartial().visit(stmt)
 
 
 class _LegalizeVector(StmtMutator):

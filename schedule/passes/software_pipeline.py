@@ -60,7 +60,9 @@ def _uses(s: Stmt, buf: Buffer) -> int:
         if isinstance(x, Store) and x.buffer is buf:
             n += 1
         if isinstance(x, TensorCall):
-            n += sum(b is buf for b in x.buffers)
+            # a reset part only writes its output (the reduction's identity): the regions
+            # of its inputs are named, not read
+            n += sum(b is buf for b in (x.buffers[-1:] if x.part == "reset" else x.buffers))
         n += sum(ld.buffer is buf for e in stmt_exprs(x) for ld in collect(e, Load))
     return n
 
@@ -119,6 +121,8 @@ class _Pipeline(StmtMutator):
     def __init__(self, root: Stmt, asynchronous: bool):
         self.root = root
         self.asynchronous = asynchronous
+        #: old buffer id -> its slotted replacement, over every rewritten loop
+        self.replaced: dict = {}
 
     def visit_For(self, s: For):
         s = self.generic_visit(s)
@@ -198,6 +202,7 @@ class _Pipeline(StmtMutator):
         n = p.stages
         new = {k: Buffer(b.name, (n,) + tuple(b.shape), b.dtype, b.scope)
                for k, b in bufs.items()}
+        self.replaced.update(new)
         k, lo, ext = s.var, s.min, s.extent
 
         def stage(at: Expr, rel: Expr) -> Stmt:
@@ -264,7 +269,12 @@ def software_pipeline(stmt: Stmt, asynchronous: bool = True) -> Stmt:
         return stmt
     if asynchronous:
         stmt = _MarkPipelined().visit(stmt)
-    return _Pipeline(stmt, asynchronous).visit(stmt)
+    pipe = _Pipeline(stmt, asynchronous)
+    stmt = pipe.visit(stmt)
+    # what still names a replaced buffer is a reset part outside its loop (the only use
+    # there that the rewrite allows), which names its input regions without reading them:
+    # point it at slot 0, so that the old buffer is not allocated too
+    return _Slots(pipe.replaced, Const("int64", 0)).visit(stmt) if pipe.replaced else stmt
 
 
 def software_pipeline_synchronous(stmt: Stmt) -> Stmt:

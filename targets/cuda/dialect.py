@@ -61,6 +61,10 @@ class CUDADialect(GPUDialect):
         if name not in C_HELPERS:
             return None
         fn, text = C_HELPERS[name]
+        if name.startswith("wgmma."):   # the warpgroup intrinsics (wgmma_intrin.py)
+            from .tensor_core import WGMMA_TYPES
+
+            return fn, text, {"_pt_wgmma_types": WGMMA_TYPES}
         return fn, text, ({"_pt_mma_types": MMA_TYPES} if name.startswith("mma.") else {})
 
     def fragment_type(self, b, body, who: str) -> str:

@@ -170,7 +170,7 @@ def ldmatrix_bank_ways(row_bytes: int, rows: int = 8, width_bytes: int = 16) -> 
     return max(hits.values())
 
 
-def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 64),
+def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
               warp=(64, 64), pad: int | None = None, vector: int | None = None,
               isa: str = "wmma",
               dtype: str = "float16", stages: int = 1):
@@ -180,7 +180,9 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
     only) or ``float32`` (tf32 WMMA, m16n16k8, float32 accumulation); ``vector`` (copy
     lanes) and ``pad`` (row padding) default to 16 bytes.
 
-    Blocks of ``block = (BM, BN, BK)``: each block stages ``A[BM, BK]`` and ``B[BK, BN]`` in
+    Blocks of ``block = (BM, BN, BK)``, by default (128, 128, 64), or (128, 128, 32) for
+    float32 operands without a pipeline (its 4-byte tiles would exceed the 48 KiB of static
+    shared memory): each block stages ``A[BM, BK]`` and ``B[BK, BN]`` in
     shared memory (rows padded by ``pad`` elements against bank conflicts, copied with
     ``vector``-element loads by all threads), each warp computes a ``warp = (WM, WN)`` tile
     as ``WM/16 x WN/16`` accumulator fragments, loading 16x16 fragments of A and B for each
@@ -209,6 +211,8 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=(128, 128, 
     """
     from polytile.schedule import create_schedule  # schedules build on te
 
+    if block is None:
+        block = (128, 128, 32) if dtype == "float32" and stages == 1 else (128, 128, 64)
     BM, BN, BK = block
     WM, WN = warp
     if dtype == "int8" and acc != "int32":
@@ -509,3 +513,12 @@ def mma_store(acc: str = "float32") -> te.TensorIntrin:
                                ins[0].access_ptr("r"), _stride(outs[0]))
 
     return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=f"mma_store_{acc}")
+
+
+# ------------------------------------------------------------ wgmma (sm_90a, warpgroups)
+# Declared in wgmma_intrin.py (the Hopper module's neighbour); re-exported here beside the
+# WMMA and mma.sync intrinsics.
+from .wgmma_intrin import (WGMMA_TYPES, c_helpers as _wgmma_helpers,  # noqa: E402
+                           wgmma_gemm_compute, wgmma_gemm_schedule, wgmma_mma, wgmma_store)
+
+C_HELPERS.update(_wgmma_helpers())

@@ -45,16 +45,11 @@ First step of issue 10's Hopper path. What is here:
 * Epilogues: ``"8B"`` (float2 stores of the fragment) or ``"16B"`` (float4 stores after
   a lane-pair shuffle, :func:`d_store_16b`).
 
-Not yet here (the continuation): a ``decl_tensor_intrin`` for tensorize and the schedule
-path (``wmma_gemm(isa="wgmma")``), clusters with TMA multicast, a shared-memory-staged
-(TMA store) epilogue, two consumer warpgroups ping-ponging over tiles. The planned design:
-an intrinsic ``wgmma_mma(n, dtype)`` whose compute is ``c[64, n] += a[64, 16] * b[16, n]``, ``a`` and
-``b`` bound to ``shared`` buffers in the core-matrix layouts above (``transform_layout`` of
-the cache_read stages, with the LBO/SBO of :func:`operand_offsets` passed to a
-``wgmma_descriptor`` helper), ``c`` in a warpgroup accumulator scope whose C type is
-``float[n / 2]`` per thread (:func:`d_fragment` for its store); the CF stage replicated over
-the 128 threads of a warpgroup (``threadIdx.x`` of 128 per warpgroup, not a guard), and the
-kernel above as the reference the tensorized schedule must reproduce.
+The schedule-language path (``tensorize`` with ``wgmma_mma(n)``, no swizzle, synchronous
+MMAs; :func:`polytile.targets.cuda.tensor_core.wgmma_gemm_schedule`) is in
+:mod:`polytile.targets.cuda.wgmma_intrin`; this generated kernel stays the fast path.
+Not yet here: clusters with TMA multicast, a shared-memory-staged (TMA store) epilogue,
+two consumer warpgroups ping-ponging over tiles.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -131,8 +132,11 @@ def test_matmul_space_holds_the_tutorial_schedule(shape):
 def test_tutorial_schedule_numerics_at_odd_sizes():
     tut = _tutorial()
     rng = np.random.default_rng(3)
+    # (29, 67, 13) and (37, 53, 1): one reduction block (k0 right above k1, the init per
+    # micro-tile) with ragged row and column panels
     for (M, N, K), pack in (((29, 67, 41), True), ((1, 40, 3), True), ((50, 1, 300), True),
-                            ((29, 67, 41), False)):
+                            ((29, 67, 41), False), ((29, 67, 13), True), ((37, 53, 1), True),
+                            ((29, 67, 13), False)):
         s, args = tut.blas_like(M, N, K, kc=16, mc=24, nc=32, pack=pack, threads=True)
         f = polytile.build(s, args)
         a = rng.standard_normal((M, K)).astype("float32")
@@ -140,3 +144,28 @@ def test_tutorial_schedule_numerics_at_odd_sizes():
         c = np.full((M, N), np.nan, "float32")
         f(a, b, c)
         np.testing.assert_allclose(c, a.astype("float64") @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("pack,parallel", [(True, "i0.j0"), (False, "none"), (True, "i0")])
+def test_matmul_single_reduction_block_initialises_per_micro_tile(pack, parallel):
+    """With one reduction block (``tile_k`` covering K) the goto order runs ``k0`` right
+    above ``k1``: C's zero initialisation is done per micro-tile, inside the row blocks,
+    not in a pass of its own over a column block before them; and it still computes the
+    product at ragged and prime sizes."""
+    for args in ((37, 53, 13), (61, 97, 7), (1, 5, 1)):
+        tiles = dict(tile_i=[-1, 2, 12], tile_j=[-1, 2, 16]) if args[0] > 1 else {}
+        cfg = _config("matmul", args, **tiles, tile_k=[-1, args[2]], order="goto",
+                      pack_a=pack, pack_b=pack, parallel=parallel)
+        _check("matmul", args, cfg, seed=args[0])
+    s, tensors = get_template("matmul").instantiate(cfg := _config(
+        "matmul", (37, 53, 13), tile_i=[-1, 2, 12], tile_j=[-1, 2, 16], tile_k=[-1, 13],
+        order="goto", pack_a=pack, pack_b=pack, parallel=parallel), (37, 53, 13))
+    lines = str(polytile.lower(s, tensors)).splitlines()
+    init = next(n for n, ln in enumerate(lines) if re.search(r"C\[.*\] = 0f", ln))
+    update = next(n for n, ln in enumerate(lines) if re.search(r"C\[.*\] = \(C\[", ln))
+    tile = next(n for n, ln in enumerate(lines) if ln.strip().startswith("for i.inner.outer"))
+    # the init sits at the depth of the micro-kernel's k loop: between the init and the
+    # first update there is only the k loop (and the vector loops of both)
+    between = [ln.strip() for ln in lines[init + 1:update] if ln.strip().startswith("for ")]
+    assert all(b.startswith(("for j", "for k")) for b in between), lines[init:update + 1]
+    assert tile < init, "the init is not inside the micro-tile loop"

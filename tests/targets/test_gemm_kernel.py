@@ -73,3 +73,25 @@ def test_micro_kernel_keeps_accumulators_in_registers(parallel):
     c = np.full((M, N), np.nan, "float32")
     f(a, b, c)
     np.testing.assert_allclose(c, a.astype("float64") @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not _avx512(), reason="needs AVX-512")
+def test_full_tiles_of_a_ragged_row_block_keep_accumulators_in_registers():
+    """M = 130 = 96 + 34: the last row block (34 rows) holds two full 12-row tiles and a
+    ragged one of 10. isl separates only the full row blocks; the full tiles of the ragged
+    block get a constant-extent copy (``specialize_partial_unrolls``): the micro-kernel
+    appears at least twice, each time with its accumulators in registers, and the ragged
+    tile still computes its rows."""
+    M, N, K = 130, 64, 70
+    s, args = _gemm(M, N, K, mr=12, nr=32, kc=32, mc=96, nc=64, parallel=False)
+    f = polytile.build(s, args)
+    kernels = _kernel_blocks(f.get_source("asm"))
+    assert len(kernels) >= 2, "the full tiles of the ragged row block are not unrolled"
+    for blk in kernels:
+        assert not re.search(r"vmov\w+\s+%zmm\d+, [^\n]*\(", blk), blk
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((M, K)).astype("float32")
+    b = rng.standard_normal((K, N)).astype("float32")
+    c = np.full((M, N), np.nan, "float32")
+    f(a, b, c)
+    np.testing.assert_allclose(c, a.astype("float64") @ b, rtol=1e-4, atol=1e-4)

@@ -293,6 +293,15 @@ def test_wmma_tf32_gemm_on_the_interpreter(stages):
         tc.wmma_gemm(M, N, K, dtype="float32", isa="mma")
 
 
+@pytest.mark.parametrize("stages", [1, 3])
+def test_wmma_tf32_default_tiles_fit_shared_memory(stages):
+    """The default tiles of the tf32 GEMM build for every stage count the GPU test uses: 4-byte
+    operands with k tile 64 need 68 KiB, over the 48 KiB of a kernel without a pipeline."""
+    s, args = tc.wmma_gemm(384, 640, 320, dtype="float32", stages=stages)
+    src = polytile.build(s, args, target="cuda").get_source("cu")
+    assert "precision::tf32" in src
+
+
 def test_wmma_tf32_source_compiles_with_tf32_mma():
     s, args = tc.wmma_gemm(256, 256, 256, dtype="float32", stages=3)
     src = polytile.build(s, args, target="cuda").get_source("cu")

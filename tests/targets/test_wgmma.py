@@ -1,13 +1,24 @@
 """Hopper wgmma (sm_90a): descriptor fields against hand-computed values of the PTX ISA
 "Matrix Descriptor" format, the shared layouts and the D fragment checked on a CPU model of
 the kernel, nvcc compiles for sm_90a (SASS ``HGMMA`` where ``cuobjdump`` exists),
-refusals, and runs on a GPU (marked ``gpu``) against a float64 reference."""
+refusals, and runs on a GPU (marked ``gpu``) against a float64 reference.
+
+Every GPU test's id names its main loop, so that these four commands split the GPU tests
+(each selected by exactly one; checked by ``test_gpu_selection_commands_partition``)::
+
+    pytest -m gpu tests/targets/test_wgmma.py -k sync   # cp.async + __syncthreads loop
+    pytest -m gpu tests/targets/test_wgmma.py -k ws     # warp-specialized cp.async loop
+    pytest -m gpu tests/targets/test_wgmma.py -k tma    # warp-specialized TMA loop
+    pytest -m gpu tests/targets/test_wgmma.py -k 16b    # 16-byte epilogue (all loops)
+"""
 
 from __future__ import annotations
 
 import os
+import pathlib
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -229,6 +240,40 @@ def test_compiles_for_sm90a_with_hgmma(dtype, block, stages, swizzle):
 
 
 # ------------------------------------------------------------------------------ GPU
+#: the -k words of the module docstring's GPU commands; each GPU test id holds exactly one
+GPU_SELECTIONS = ("sync", "ws", "tma", "16b")
+
+
+def _fmt(v) -> str:
+    if isinstance(v, tuple):
+        return "x".join(map(str, v))
+    if isinstance(v, bool):
+        return "persistent" if v else "tiles"
+    if isinstance(v, dict):      # WgmmaGemm keywords of a 16B case: no selection word
+        loop = "bulk" if v.get("tma") else "spec" if v.get("warp_specialized") else "plain"
+        return f"{loop}-{v.get('swizzle', 'none')}"
+    return str(v)
+
+
+def gpu_params(variant: str, cases) -> list:
+    """``cases`` as ``pytest.param`` with ids ``variant-<fields>`` (``-k variant`` selects
+    them; sizes as ``MxNxK``)."""
+    return [pytest.param(*c, id="-".join([variant, *map(_fmt, c)])) for c in cases]
+
+
+def test_gpu_selection_commands_partition():
+    # the documented commands (module docstring) select every GPU test exactly once: the
+    # -k matching is pytest's own (collect-only runs), not a model of it
+    def collect(*args):
+        out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                              "-p", "no:cacheprovider", "-m", "gpu", __file__, *args],
+                             capture_output=True, text=True, timeout=240,
+                             cwd=pathlib.Path(__file__).resolve().parents[2]).stdout
+        return [ln for ln in out.splitlines() if "::" in ln]
+    every = collect()
+    assert len(every) > 50
+    picked = [t for word in GPU_SELECTIONS for t in collect("-k", word)]
+    assert sorted(picked) == sorted(every), sorted(set(every) ^ set(picked))
 def _torch_cuda():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
@@ -284,7 +329,7 @@ def test_stages_past_k_tiles_plus_one_are_refused():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("size, block, stages", GPU_CASES)
+@pytest.mark.parametrize("size, block, stages", gpu_params("sync", GPU_CASES))
 def test_wgmma_gemm_on_the_gpu(size, block, stages, dtype):
     torch = _torch_cuda()
     M, N, K = size
@@ -305,7 +350,7 @@ def test_wgmma_gemm_on_the_gpu(size, block, stages, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("size, block, stages", GPU_CASES_128B)
+@pytest.mark.parametrize("size, block, stages", gpu_params("sync", GPU_CASES_128B))
 def test_wgmma_gemm_128b_swizzle_on_the_gpu(size, block, stages, dtype):
     torch = _torch_cuda()
     err = _gpu_run(torch, *size, block, stages, dtype, swizzle="128B")
@@ -315,7 +360,8 @@ def test_wgmma_gemm_128b_swizzle_on_the_gpu(size, block, stages, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("swizzle", ["none", "128B"])
-@pytest.mark.parametrize("size, block, stages, group_m, persistent", GPU_CASES_GRID)
+@pytest.mark.parametrize("size, block, stages, group_m, persistent",
+                         gpu_params("sync", GPU_CASES_GRID))
 def test_wgmma_gemm_persistent_grouped_on_the_gpu(size, block, stages, group_m, persistent,
                                                   swizzle):
     torch = _torch_cuda()
@@ -340,7 +386,7 @@ def _gpu_run(torch, M, N, K, block, stages, dtype, **kw):
 
 
 @pytest.mark.gpu
-def test_wgmma_descriptor_reading_probe():
+def test_wgmma_sync_descriptor_reading_probe():
     """One m64n64k16 per block: the PTX reading (B MN-major: LBO between K-adjacent core
     matrices, SBO between N-adjacent) must be right and its swap wrong; the message
     says which one the GPU agrees with."""
@@ -352,7 +398,7 @@ def test_wgmma_descriptor_reading_probe():
 
 
 @pytest.mark.gpu
-def test_wgmma_128b_descriptor_reading_probe():
+def test_wgmma_sync_128b_descriptor_reading_probe():
     """B MN-major with the 128B swizzle: LBO between 64-column N-atoms, SBO between 8-row
     K groups must be right, the swap wrong (N = 128: two atoms)."""
     torch = _torch_cuda()
@@ -511,7 +557,8 @@ def test_ws_gpu_case_parameters_pass_the_cpu_checks():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("size, block, stages, swizzle, group_m, persistent", GPU_CASES_WS)
+@pytest.mark.parametrize("size, block, stages, swizzle, group_m, persistent",
+                         gpu_params("ws", GPU_CASES_WS))
 def test_wgmma_gemm_warp_specialized_on_the_gpu(size, block, stages, swizzle, group_m,
                                                 persistent, dtype):
     torch = _torch_cuda()
@@ -595,7 +642,8 @@ def test_tma_gpu_case_parameters_pass_the_cpu_checks():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("size, block, stages, group_m, persistent", GPU_CASES_TMA)
+@pytest.mark.parametrize("size, block, stages, group_m, persistent",
+                         gpu_params("tma", GPU_CASES_TMA))
 def test_wgmma_gemm_tma_on_the_gpu(size, block, stages, group_m, persistent, dtype):
     torch = _torch_cuda()
     err = _gpu_run(torch, *size, block, stages, dtype, swizzle="128B", group_m=group_m,
@@ -665,7 +713,7 @@ def test_16b_gpu_case_parameters_pass_the_cpu_checks():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("size, block, stages, kw", GPU_CASES_16B)
+@pytest.mark.parametrize("size, block, stages, kw", gpu_params("16b", GPU_CASES_16B))
 def test_wgmma_gemm_16b_epilogue_on_the_gpu(size, block, stages, kw):
     torch = _torch_cuda()
     err = _gpu_run(torch, *size, block, stages, "float16", epilogue="16B", **kw)

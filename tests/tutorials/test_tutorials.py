@@ -64,7 +64,7 @@ def test_06_tensorize():
     assert "tensorize tensor_intrin.reset(" in out and "tensorize tensor_intrin.update(" in out
 
 
-@pytest.mark.slow   # about 40 s: three nvcc builds and two interpreter runs
+@pytest.mark.slow   # about 50 s: four nvcc builds and two interpreter runs
 def test_05_tensor_core_gemm_builds_and_checks_without_a_gpu():
     from polytile.targets.cuda import compile as cc
 
@@ -76,6 +76,10 @@ def test_05_tensor_core_gemm_builds_and_checks_without_a_gpu():
     assert "interpreter: mma.sync 3-stage fp16->float32 lowering matches numpy" in out
     assert "interpreter: WMMA fp16->float16 lowering matches numpy" in out
     assert "CPU tensorize with an extern C micro-kernel: result matches numpy" in out
+    assert "CPU model: wgmma + TMA kernel (192x128x128) matches numpy" in out
+    assert "interpreter: wgmma tensorize fp16->float32 lowering matches numpy" in out
+    if cc.nvcc_path() is not None:   # step 6 compiles the wgmma kernel for sm_90a
+        assert "wgmma + TMA fp16 -> fp32     built for sm_90a" in out
 
 
 def test_08_argmax_and_scan():

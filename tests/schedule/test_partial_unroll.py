@@ -1,0 +1,70 @@
+"""``specialize_partial_unrolls``: an unrolled loop of extent ``min(C, X)`` (a ragged last
+tile isl did not separate) gets a copy of constant extent ``C`` under ``X >= C``, the test
+hoisted out of the serial loops that do not define ``X``; the result is unchanged at
+ragged, prime and size-1 extents, on the interpreter and LLVM."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import check, rand, run1
+
+import polytile
+from polytile import te
+from polytile.schedule.passes.loops import specialize_partial_unrolls
+
+
+def _rows_times_cols(m: int, n: int, k: int, rows: int, block: int = 3):
+    """C[i, j] = sum_k A[i, k] * B[k, j] with i split in blocks of ``block * rows`` rows
+    and those in tiles of ``rows`` (unrolled, ragged when ``rows`` does not divide ``m``)
+    below the serial k loop, as a GEMM micro-kernel: isl separates the full blocks, and
+    the ragged block has full tiles and a ragged one."""
+    A = te.placeholder((m, k), name="A")
+    B = te.placeholder((k, n), name="B")
+    r = te.reduce_axis((0, k), name="r")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    s = te.create_schedule(C.op)
+    i, j = C.op.axis
+    ib, i = s[C].split(i, factor=rows * block)
+    io, ii = s[C].split(i, factor=rows)
+    s[C].reorder(ib, io, r, ii, j)
+    s[C].unroll(ii)
+    return s, [A, B, C]
+
+
+def _final(s, args) -> str:
+    return str(polytile.lower(s, args, stop_after=None))
+
+
+def test_ragged_unrolled_loop_gets_a_full_copy_hoisted_out_of_the_k_loop():
+    s, args = _rows_times_cols(23, 7, 5, rows=4)  # 23 = 12 + (2 * 4 + 3)
+    text = _final(s, args)
+    lines = [ln.strip() for ln in text.splitlines()]
+    tests = [n for n, ln in enumerate(lines) if ln.startswith("if ") and ">= 4" in ln]
+    # one test for the init's rows, one above the k loop (hoisted); the full copies' rows
+    # are unrolled (constant indices), the partial ones stay loops
+    assert len(tests) == 2, text
+    assert any(lines[t + 1].startswith("for r in") for t in tests), text
+    assert any(ln.startswith("for i.inner.inner in range(0, min(4") or
+               ln.startswith("for i.inner.inner in unrolled(0, min(4") for ln in lines), text
+
+
+@pytest.mark.parametrize("backend", ["interp", "llvm"])
+@pytest.mark.parametrize("m,n,k,rows", [(23, 7, 5, 4), (13, 3, 1, 12), (1, 5, 3, 4),
+                                        (29, 1, 7, 6), (24, 5, 3, 4)])
+def test_partial_unroll_numerics(backend, m, n, k, rows):
+    s, args = _rows_times_cols(m, n, k, rows)
+    a, b = rand((m, k), seed=m), rand((k, n), seed=n + 1)
+    out = run1(s, args, [a, b], backend)
+    check(out, a.astype("float64") @ b.astype("float64"), k=k)
+
+
+def test_loops_without_a_partial_unroll_are_unchanged():
+    s, args = _rows_times_cols(24, 5, 3, 4)   # 4 divides 24: no partial tile
+    assert " >= 4" not in _final(s, args)
+    from polytile.schedule.loop_ir import For, seq
+    from polytile.te.expr import Const, Var
+
+    body = seq()
+    loop = For(Var("int64", "x"), Const("int64", 0), Const("int64", 7), "unrolled", body)
+    assert specialize_partial_unrolls(loop) is loop

@@ -1,0 +1,220 @@
+"""The warpgroup MMA through the schedule language (targets/cuda/wgmma_intrin.py):
+``s[CF].tensorize(axis, wgmma_mma(n))`` accepted where isl shows the region matches and
+refused (ScheduleError naming stage and axis) where not; the tensorized GEMM on the
+reference interpreter vs float64 numpy; its CUDA source compiled for sm_90a (HGMMA in
+the SASS where ``cuobjdump`` exists); runs on an sm_90 GPU (marked ``gpu``)::
+
+    pytest -m gpu tests/targets/test_wgmma_tensorize.py
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+import pytest
+
+import polytile
+from polytile import te
+from polytile.errors import BuildError, ScheduleError
+from polytile.schedule import create_schedule
+from polytile.schedule.interpreter import run
+from polytile.schedule.pipeline import lower
+from polytile.targets.cuda import compile as cc
+from polytile.targets.cuda import tensor_core as tc
+
+
+def _inputs(M, N, K, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-1, 1, (M, K))
+    bt = rng.uniform(-1, 1, (N, K))
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return a.astype(ml_dtypes.bfloat16), bt.astype(ml_dtypes.bfloat16)
+    return a.astype(dtype), bt.astype(dtype)
+
+
+@pytest.mark.parametrize("size, block, stages, dtype", [
+    ((64, 8, 16), (64, 8, 16), 1, "float16"),          # one wgmma, the smallest n
+    ((128, 64, 64), (128, 64, 32), 1, "float16"),      # two warpgroups, two k tiles
+    ((192, 128, 96), (64, 128, 32), 3, "float16"),     # 3 blocks, pipelined, 3 k tiles
+    ((128, 48, 80), (64, 24, 16), 2, "bfloat16"),      # 2 x 2 blocks, 5 k tiles, n = 24
+    ((64, 256, 32), (64, 256, 32), 1, "float16")])     # the largest n
+def test_tensorized_gemm_on_the_interpreter_matches_float64(size, block, stages, dtype):
+    M, N, K = size
+    s, args = tc.wgmma_gemm_schedule(M, N, K, block=block, stages=stages, dtype=dtype)
+    f = lower(s, args, target="cuda -arch=sm_90a", stop_after=None)
+    text = str(f)
+    assert f"tensorize wgmma_m64n{block[1]}k16_{dtype}.update" in text
+    assert f"tensorize wgmma_store_{block[1]}.body" in text
+    a, bt = _inputs(M, N, K, dtype)
+    c = np.full((M, N), np.nan, "float32")
+    run(f, a, bt, c)
+    ref = a.astype("float64") @ bt.astype("float64").T
+    err = np.linalg.norm(c - ref) / np.linalg.norm(ref)
+    assert err < 1e-6, f"relative error {err:.2e}"
+
+
+def _schedule(M=128, N=64, K=64, BN=64, mma=None, axis="ci", order=None, dtype="float16",
+              threads=128):
+    """wgmma_gemm_schedule's CF stage with a chosen intrinsic, axis and loop order."""
+    A, Bt, AS, BS, C = tc.wgmma_gemm_compute(M, N, K, dtype)
+    s = create_schedule(C.op)
+    CF = s.cache_write(C, "wgmma.accumulator")
+    i, j = C.op.axis
+    bi, ii = s[C].split(i, factor=64)
+    bj, jj = s[C].split(j, factor=BN)
+    s[C].reorder(bi, bj, ii, jj)
+    s[C].bind(bi, te.thread_axis("blockIdx.y"))
+    s[C].bind(bj, te.thread_axis("blockIdx.x"))
+    s[CF].compute_at(s[C], bj)
+    ci, cj = CF.op.axis
+    kb, kk = CF.op.reduce_axis
+    ko, kbi = s[CF].split(kb, factor=4)
+    kf, kb2 = s[CF].split(kbi, factor=2)
+    loops = dict(ko=ko, kf=kf, ci=ci, cj=cj, kb2=kb2, kk=kk)
+    s[CF].reorder(*[loops[n] for n in (order or ("ko", "kf", "ci", "cj", "kb2", "kk"))])
+    s[CF].tensorize(loops[axis], mma or tc.wgmma_mma(BN, dtype))
+    for S in (AS, BS):
+        s[S].set_scope("shared")
+        s[S].compute_at(s[CF], ko)
+        f, tx = s[S].split(s[S].fuse(*S.op.axis), factor=threads)
+        s[S].bind(tx, te.thread_axis("threadIdx.x"))
+    return s, [A, Bt, C]
+
+
+def _refused(s, args, *words):
+    with pytest.raises(ScheduleError) as exc:
+        lower(s, args, target="cuda -arch=sm_90a", stop_after=None)
+    msg = str(exc.value)
+    for w in ("tensorize", "C.wgmma.accumulator", *words):
+        assert w in msg, msg
+    return msg
+
+
+def test_the_matching_schedule_is_accepted():
+    s, args = _schedule()
+    f = lower(s, args, target="cuda -arch=sm_90a", stop_after=None)
+    assert "wgmma_m64n64k16_float16.update" in str(f)
+
+
+def test_refuses_a_wrong_extent():
+    # the intrinsic computes 64 x 32, the region under ci is 64 x 64
+    s, args = _schedule(mma=tc.wgmma_mma(32))
+    _refused(s, args, "'i.c'", "extent differs", "64 values", "extent 32")
+
+
+def test_refuses_a_wrong_dtype():
+    s, args = _schedule(mma=tc.wgmma_mma(64, "bfloat16"))
+    _refused(s, args, "'i.c'", "dtype float16", "bfloat16")
+
+
+def test_refuses_a_reduce_axis_outside_the_region():
+    # kb2 outside ci: the region under ci sums over kk only
+    s, args = _schedule(order=("ko", "kf", "kb2", "ci", "cj", "kk"))
+    _refused(s, args, "'i.c'", "missing reduce axis", "'kb'")
+
+
+def test_refuses_a_transposed_order_of_the_region():
+    # cj outside ci: the region under ci is one column of the tile
+    s, args = _schedule(order=("ko", "kf", "cj", "ci", "kb2", "kk"))
+    _refused(s, args, "'i.c'", "1 axes", "2 axes")
+
+
+def test_refuses_a_block_narrower_than_a_warpgroup():
+    s, args = _schedule(threads=64)
+    with pytest.raises(ScheduleError, match="warpgroup") as exc:
+        lower(s, args, target="cuda -arch=sm_90a", stop_after=None)
+    assert "threadIdx.x extent 64" in str(exc.value) and "multiple of 128" in str(exc.value)
+
+
+def test_refuses_sizes_the_tiles_do_not_divide():
+    with pytest.raises(ScheduleError, match="tensorize"):
+        s, args = tc.wgmma_gemm_schedule(96, 64, 64, block=(64, 64, 32))
+        lower(s, args, target="cuda -arch=sm_90a", stop_after=None)
+
+
+def test_refuses_bad_intrinsic_shapes_and_blocks():
+    for n in (0, 12, 264):
+        with pytest.raises(ValueError, match="multiple of 8"):
+            tc.wgmma_mma(n)
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        tc.wgmma_mma(64, "int8")
+    with pytest.raises(ValueError, match="BM a multiple of 64"):
+        tc.wgmma_gemm_schedule(128, 128, 64, block=(32, 128, 64))
+    with pytest.raises(ValueError, match="multiple of 8"):
+        tc.wgmma_gemm_compute(64, 64, 60)
+
+
+def _sass(cubin: bytes) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as fh:
+            fh.write(cubin)
+        return subprocess.run([shutil.which("cuobjdump"), "-sass", path],
+                              capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("block, stages, dtype", [((128, 128, 64), 3, "float16"),
+                                                  ((64, 256, 32), 1, "bfloat16")])
+def test_compiles_for_sm90a_with_hgmma(block, stages, dtype):
+    if cc.nvcc_path() is None:
+        pytest.skip("nvcc not found")
+    s, args = tc.wgmma_gemm_schedule(256, 256, 256, block=block, stages=stages, dtype=dtype)
+    m = polytile.build(s, args, target="cuda -arch=sm_90a", compiler="nvcc")
+    src = m.get_source()
+    p = {"float16": "f16", "bfloat16": "bf16"}[dtype]
+    for op in (f"wgmma.mma_async.sync.aligned.m64n{block[1]}k16.f32.{p}.{p}",
+               "wgmma.fence.sync.aligned", "fence.proxy.async.shared::cta",
+               f"pt_wgmma_acc<{block[1]}> ", "cp_async_cg_shared_global(",
+               "wgmma_store_d("):
+        assert op in src, op
+    assert m.cubin
+    if shutil.which("cuobjdump") is None:
+        return   # no disassembler here: the HGMMA count is checked where it exists
+    sass = _sass(m.cubin)
+    assert "HGMMA" in sass and "LDGSTS" in sass
+
+
+def test_plain_sm90_is_refused_with_a_clear_message():
+    if cc.nvcc_path() is None:
+        pytest.skip("nvcc not found")
+    s, args = tc.wgmma_gemm_schedule(128, 128, 64, block=(64, 128, 64))
+    with pytest.raises(BuildError, match="sm_90a"):
+        polytile.build(s, args, target="cuda -arch=sm_90", compiler="nvcc")
+
+
+#: (size, block, stages, dtype) of the GPU runs of the tensorized schedule
+GPU_CASES = [((64, 64, 16), (64, 64, 16), 1, "float16"),
+             ((384, 256, 320), (128, 128, 64), 3, "float16"),
+             ((320, 96, 144), (64, 48, 16), 2, "bfloat16"),
+             ((1024, 1024, 1024), (128, 256, 64), 3, "float16")]
+
+
+def test_gpu_case_parameters_lower_on_the_cpu():
+    for size, block, stages, dtype in GPU_CASES:
+        s, args = tc.wgmma_gemm_schedule(*size, block=block, stages=stages, dtype=dtype)
+        lower(s, args, target="cuda -arch=sm_90a")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size, block, stages, dtype", GPU_CASES)
+def test_tensorized_wgmma_gemm_on_the_gpu(size, block, stages, dtype):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU (wgmma)")
+    M, N, K = size
+    s, args = tc.wgmma_gemm_schedule(M, N, K, block=block, stages=stages, dtype=dtype)
+    f = polytile.build(s, args, target="cuda -arch=sm_90a", compiler="nvcc")
+    a, bt = _inputs(M, N, K, dtype, seed=3)
+    da = polytile.nd.array(a, device="cuda")
+    db = polytile.nd.array(bt, device="cuda")
+    dc = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
+    f(da, db, dc)
+    ref = a.astype("float64") @ bt.astype("float64").T
+    err = np.linalg.norm(dc.numpy() - ref) / np.linalg.norm(ref)
+    assert err < 1e-5, f"tensorized wgmma {dtype} {size} block {block}: error {err:.2e}"
