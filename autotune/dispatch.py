@@ -6,19 +6,35 @@ the fastest recorded config of its workload for the context's target. Without a 
 the template's default config is used, with a :class:`~.template.FallbackWarning`. On GPU
 targets records are selected by device class (:mod:`.device`): a record tuned on another
 GPU model or compute capability is refused with a ``TuneError`` naming both.
+
+Symbolic sizes (:mod:`.sizes`): a template tuned over ``n`` for some values
+(``"n=64"``, ``"n=256"``) and called for a value that was not tuned (``"n=200"``) uses the
+record of the *nearest* tuned value. The rule (:func:`nearest_records`): among the
+records of the same template, dtype, target (and device class) whose other arguments are
+equal and whose symbolic sizes have the same names, the distance is
+``sum |log2(v_record / v_called)|`` over the sizes (a ratio: 128 is as near to 256 as 512
+is); the smallest distance wins, ties go to the larger tuned value (its tiles fit the
+called size no worse), then to the faster record; the first one whose config fits the
+template's space at the called value is used. A value of 0 counts as 1. The choice is
+logged (logger ``polytile.autotune``) and kept in :attr:`ApplyHistoryBest.chosen`.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import warnings
 
 from polytile.errors import TuneError, format_error
 
 from .context import canonical_target, contexts, current_context, default_target
+from . import sizes as size_args
 from .device import current_class, device_class, same_class
 from .records import Record, best_records, read_records, target_matches, workload_matches
 from .template import Workload, get_template
+
+_log = logging.getLogger("polytile.autotune")
 
 def _as_records(log) -> list[Record]:
     if isinstance(log, (str, os.PathLike)):
@@ -46,6 +62,9 @@ class ApplyHistoryBest:
         self.records = _as_records(log)
         self.best = best_records(self.records)
         self._device = device
+        #: ``{str(workload): record}`` of every call answered by a record of another
+        #: symbolic size value (the nearest rule of the module docstring).
+        self.chosen: dict = {}
 
     def device_for(self, target: str) -> dict | None:
         """The device class records are selected by on ``target`` (:mod:`.device`)."""
@@ -80,10 +99,11 @@ class ApplyHistoryBest:
 
     def query(self, workload: Workload, target: str, space):
         """The best recorded config of ``workload`` on ``target`` as a ConfigEntity of
-        ``space``, or None."""
+        ``space``, or None. Without a record of ``workload`` itself, a workload with
+        symbolic sizes takes the record of the nearest tuned values (module docstring)."""
         rec = self.best_record(workload, target)
         if rec is None:
-            return None
+            return self._query_nearest(workload, target, space)
         try:
             return space.from_json(rec.config)
         except TuneError as exc:
@@ -92,12 +112,69 @@ class ApplyHistoryBest:
                           stacklevel=3)
             return None
 
+    def _query_nearest(self, workload: Workload, target: str, space):
+        want = self.device_for(target)
+        for rec in nearest_records(self.best.values(), workload, target):
+            if not same_class(rec.device, want):
+                continue
+            try:
+                cfg = space.from_json(rec.config)
+            except TuneError:
+                continue   # tiles of that value that the called value's space lacks
+            self.chosen[str(workload)] = rec
+            _log.info("apply_history_best: %s was not tuned; using the record of %s "
+                      "(line %s), the nearest tuned size", workload, rec.workload_str(),
+                      rec.line)
+            return cfg
+        return None
+
     def __enter__(self):
         contexts().append(self)
         return self
 
     def __exit__(self, *exc):
         contexts().remove(self)
+
+
+def _size_distance(rec_args, args) -> float | None:
+    """``sum |log2(v_rec / v)|`` over the symbolic sizes when ``rec_args`` differs from
+    ``args`` only in their values, else None."""
+    if len(rec_args) != len(args):
+        return None
+    dist = 0.0
+    for a, b in zip(rec_args, args):
+        pa = size_args.parse(a) if isinstance(a, str) else None
+        pb = size_args.parse(b) if isinstance(b, str) else None
+        if pa is None or pb is None:
+            if a != b or (pa is None) != (pb is None):
+                return None
+            continue
+        if pa[0] != pb[0]:
+            return None
+        dist += abs(math.log2(max(pa[1], 1) / max(pb[1], 1)))
+    return dist
+
+
+def nearest_records(records, workload: Workload, target: str) -> list[Record]:
+    """Records of ``workload``'s template, dtype and target at other values of its
+    symbolic sizes, nearest first (the rule of the module docstring); ``[]`` when the
+    workload has no symbolic size."""
+    if not size_args.sizes_of(workload.args):
+        return []
+    ranked = []
+    for r in records:
+        w = r.workload
+        if (not r.ok or w.get("template") != workload.template
+                or w.get("dtype", "float32") != workload.dtype
+                or not target_matches(r.target, target)):
+            continue
+        d = _size_distance(tuple(w.get("args", ())), tuple(workload.args))
+        if d is None:
+            continue
+        larger = sum(size_args.sizes_of(w.get("args", ())).values())
+        ranked.append((d, -larger, r.cost, r))
+    ranked.sort(key=lambda t: t[:3])
+    return [t[3] for t in ranked]
 
 
 def apply_history_best(log, target: str = "llvm", device: dict | None = None
@@ -126,4 +203,4 @@ def load_best(log, workload, target: str = "llvm", device: dict | None = None
 
 
 __all__ = ["ApplyHistoryBest", "apply_history_best", "canonical_target", "current_context",
-           "default_target", "load_best"]
+           "default_target", "load_best", "nearest_records"]

@@ -40,7 +40,8 @@ from polytile.te.expr import select as if_then_else
 from polytile.te.reduction import max_value, min_value
 from polytile.te.scalar_math import floordiv, floormod, truncdiv, truncmod
 
-__all__ = ["BufferView", "DeclBuffer", "all", "any", "call_extern", "call_intrin",
+__all__ = ["BufferView", "DeclBuffer", "all", "any", "call_extern", "call_intrin", "call_packed",
+           "vscale",
            "call_llvm_intrin", "call_llvm_pure_intrin", "call_pure_extern", "const",
            "decl_buffer", "floordiv", "floormod", "if_then_else", "ir_builder", "max_value",
            "min_value", "truncdiv", "truncmod"]
@@ -205,6 +206,25 @@ def call_pure_extern(dtype: str, func_name: str, *args, span=None) -> ExternCall
 def call_intrin(dtype: str, func_name: str, *args, span=None) -> ExternCall:
     """A builtin of the target's C dialect (printed as a call on CUDA)."""
     return _call("intrin", dtype, func_name, args)
+
+
+def call_packed(*args, **kwargs):
+    """TVM's ``call_packed``: refused (``TypeError``). It calls a function registered in
+    TVM's runtime through TVM's packed-argument convention; polytile has no such runtime
+    registry. Use :func:`call_extern` with a C function (``pragma(axis, "import_c",
+    source)``) or :func:`call_llvm_intrin`."""
+    raise DefinitionTypeError(format_error(
+        "tir.call_packed", "functions registered in TVM's runtime (packed calls) do not "
+        "exist in polytile", "tir.call_extern(dtype, 'name', args...) of a C function",
+        hint="give its C source with s[T].pragma(axis, 'import_c', source)"))
+
+
+def vscale(*args, **kwargs):
+    """TVM's ``vscale`` (Arm SVE's scalable vector length): refused (``TypeError``);
+    polytile's vectors have a fixed width (``vectorize`` of a constant extent)."""
+    raise DefinitionTypeError(format_error(
+        "tir.vscale", "scalable vectors (Arm SVE) are not supported", "fixed-width "
+        "vectors: split by a constant factor and vectorize the inner loop"))
 
 
 def call_llvm_intrin(dtype: str, name: str, *args, span=None) -> ExternCall:

@@ -8,10 +8,14 @@ phases of :mod:`polytile.schedule.pipeline`.
 
 from __future__ import annotations
 
+from .iter_attrs import IterVarAttr
+from .iter_attrs import IterVarKinds as IterVar
 from .pipeline import lower
-from .relations import Fuse, Singleton, Split, Step
+from .relations import Fuse, Singleton, Split, Step, Transform
 from .schedule import Schedule, create_schedule, replay
 from .stage import Stage, thread_axis
 
-__all__ = ["Fuse", "Schedule", "Split", "Stage", "Step", "create_schedule", "lower", "replay",
-           "thread_axis"]
+# ``IterVar`` here is TVM's ``tvm.te.schedule.IterVar`` namespace of kind numbers (for
+# ``iter_var_attrs[...].iter_type``); the axis class itself is ``polytile.te.IterVar``
+__all__ = ["Fuse", "IterVar", "IterVarAttr", "Schedule", "Singleton", "Split", "Stage", "Step",
+           "Transform", "create_schedule", "lower", "replay", "thread_axis"]

@@ -13,6 +13,7 @@ import islpy as isl
 
 from polytile.errors import InternalError
 from polytile.te import dtype as dt
+from polytile.te import symbolic as sym
 from polytile.te.expr import (Binary, Cast, Cmp, Const, Expr, Not, Or, Reduce, Select,
                               TupleCommReducer, Var, logical_and)
 from polytile.te.reduction import widened
@@ -196,6 +197,7 @@ class _Converter:
     def __init__(self, model: Model, hook: _Hook, barriers: set = frozenset(),
                  idle: dict | None = None):
         self.model = model
+        self.iv_of: dict = {}   # id(For) -> the IterVar it is the loop of
         self.hook = hook
         self.barriers = barriers   # plan indices of attached stages between barriers
         self.idle = idle or {}     # statement name -> tags of which only index 0 runs it
@@ -288,13 +290,20 @@ class _Converter:
         step = node.for_get_inc().get_val().to_python()
         kind, pragmas = LoopKind.SERIAL, ()
         if loop is not None:
+            rel = loop.plan.strips.get(loop.iter_var)
+            if rel is not None:
+                return _strip_mine(rel, loop, v, init, extent, step, body, taken)
             kind = loop_kind(loop.annotation)
             if loop.key in self.model.rolled:
                 kind = LoopKind.SERIAL
             # a software pipeline keeps its parameters (stages, names for messages)
             pragmas = tuple(v if k == "software_pipeline" else k
                             for k, v in loop.plan.stage.pragmas.get(loop.iter_var, ()))
-        return For(v, init, extent, kind, body, step, pragmas)
+        out = For(v, init, extent, kind, body, step, pragmas)
+        if loop is not None:
+            self.iv_of[id(out)] = loop.iter_var
+            out = _coalesce(out, loop.plan.stage, self.iv_of, taken)
+        return out
 
     def convert_user(self, node: isl.AstNode, env: dict) -> Stmt:
         st, idx, guard = self.hook.info[int(node.get_annotation().get_name()[1:])]
@@ -378,6 +387,99 @@ class _Body(ExprMutator):
         if src.layouts:   # transform_layout: the element's position in the buffer
             idx = tuple(_to_index(i) for i in apply_indices(src.layouts, idx))
         return Load(r.dtype, buf, idx)
+
+
+def _strip_mine(rel, loop: LoopNode, v: Var, init: Expr, extent: Expr, step: int, body: Stmt,
+                taken: set) -> Stmt:
+    """The loop ``for v in range(init, init + extent, step)`` that isl generated for the
+    parent of a split by a symbolic factor ``f``, as its two loops::
+
+        for x.outer in range(0, ceil(trip / f)):
+          for x.inner in range(0, min(f, trip - f * x.outer)):
+            v = init + step * (f * x.outer + x.inner)
+
+    (``trip`` the loop's iteration count). Each of isl's loops over the parent (a loop
+    split around a guard, say) is strip-mined on its own: the iterations run in the same
+    order, so the result is the unsplit loop's."""
+    def name(base: str) -> str:
+        out, k = base, 1
+        while out in taken or out == v.name:
+            out, k = f"{base}_{k}", k + 1
+        taken.add(out)
+        return out
+
+    f = _to_index(rel.sym)
+    one = Const("int64", 1)
+    trip = extent if step == 1 else Binary("int64", "floordiv", Binary(
+        "int64", "add", extent, Const("int64", step - 1)), Const("int64", step))
+    vo, vi = Var("int64", name(rel.outer.name)), Var("int64", name(rel.inner.name))
+    done = Binary("int64", "mul", f, vo)
+    pos = Binary("int64", "add", done, vi)
+    if step != 1:
+        pos = Binary("int64", "mul", Const("int64", step), pos)
+    inner = For(vi, Const("int64", 0),
+                Binary("int64", "min", f, Binary("int64", "sub", trip, done)),
+                loop_kind(loop.plan.stage.annotations.get(rel.inner)),
+                LetStmt(v, Binary("int64", "add", init, pos), body), 1, ())
+    outer_ext = Binary("int64", "floordiv", Binary("int64", "add", trip,
+                                                   Binary("int64", "sub", f, one)), f)
+    pragmas = tuple(k for k, _ in loop.plan.stage.pragmas.get(rel.outer, ()))
+    return For(vo, Const("int64", 0), outer_ext,
+               loop_kind(loop.plan.stage.annotations.get(rel.outer)), inner, 1, pragmas)
+
+
+def _coalesce(f: For, stage, iv_of: dict, taken: set) -> Stmt:
+    """The perfect nest ``for o: for i: body`` of a fuse of symbolic inner extent ``E``
+    (``relations.symbolic_fuse``) as its fused loop::
+
+        for o.i.fused in range(0, ext_o * E):
+          o = init_o + o.i.fused // E
+          i = i_min + o.i.fused % E
+          if init_i(o) <= i < init_i(o) + ext_i(o): body
+
+    repeatedly (``fuse(a, b, c)``). A nest isl generated otherwise is kept as it is (the
+    same iterations in the same order; the fused loop's annotation is on both loops)."""
+    while True:
+        rel = next((r for r in stage.relations if getattr(r, "sym", None) is True
+                    and r.outer is iv_of.get(id(f))), None)
+        inner, rebuild = _inner_for(f.body)
+        if (rel is None or inner is None or iv_of.get(id(inner)) is not rel.inner
+                or f.step != 1 or inner.step != 1):
+            return f
+        e = _to_index(sym.as_expr(rel.inner.dom.extent))
+        lo = _to_index(sym.as_expr(rel.inner.dom.min))
+        name, k = rel.fused.name, 1
+        while name in taken:
+            name, k = f"{rel.fused.name}_{k}", k + 1
+        taken.add(name)
+        fv = Var("int64", name)
+        o_val = Binary("int64", "add", f.min, Binary("int64", "floordiv", fv, e))
+        i_val = Binary("int64", "add", lo, Binary("int64", "floormod", fv, e))
+        guard = logical_and(Cmp("bool", "le", inner.min, inner.var),
+                            Cmp("bool", "lt", inner.var,
+                                Binary("int64", "add", inner.min, inner.extent)))
+        body = LetStmt(f.var, o_val, rebuild(LetStmt(inner.var, i_val,
+                                                     IfThenElse(guard, inner.body))))
+        ann = stage.annotations.get(rel.fused)
+        out = For(fv, Const("int64", 0), Binary("int64", "mul", f.extent, e), loop_kind(ann),
+                  body, 1, tuple(k for k, _ in stage.pragmas.get(rel.fused, ())))
+        iv_of[id(out)] = rel.fused
+        f = out
+
+
+def _inner_for(s: Stmt):
+    """The loop directly inside ``s`` through the lets and guards a previous coalescing
+    wrote (``(None, None)`` if there is none), and a function that puts a statement in
+    its place."""
+    if isinstance(s, For):
+        return s, lambda x: x
+    if isinstance(s, LetStmt):
+        f, rb = _inner_for(s.body)
+        return f, lambda x: LetStmt(s.var, s.value, rb(x))
+    if isinstance(s, IfThenElse) and s.else_case is None:
+        f, rb = _inner_for(s.then_case)
+        return f, lambda x: IfThenElse(s.cond, rb(x))
+    return None, None
 
 
 def _param(name: str) -> Expr:

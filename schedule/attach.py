@@ -332,7 +332,12 @@ def _region(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
 
 def _offsets(region: isl.Map, lo: isl.PwMultiAff) -> isl.Map:
     """``p -> x - lo(p)``: the positions of a region relative to its origin."""
-    return region.reset_tuple_id(isl.dim_type.out).sum(isl.Map.from_pw_multi_aff(lo.neg()))
+    region = region.reset_tuple_id(isl.dim_type.out)
+    shift = isl.Map.from_pw_multi_aff(lo.neg())
+    # symbolic sizes: both must name the same parameters (in the same order) for sum
+    region = region.align_params(shift.get_space())
+    shift = shift.align_params(region.get_space())
+    return region.sum(shift)
 
 
 def _stride(footprint: isl.Map, lo: isl.PwMultiAff, q: int) -> int:

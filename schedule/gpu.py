@@ -9,15 +9,15 @@ come from the target's :class:`~polytile.backend.DeviceLimits`; a limit of 0 is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import islpy as isl
 
 from polytile.backend import DeviceLimits
-from polytile.errors import ScheduleError, fail, format_error
+from polytile.errors import LoweringError, ScheduleError, fail, format_error
 from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
-from polytile.te.expr import Var
+from polytile.te.expr import Binary, Cast, Var
 
 from . import isl_util as iu
 from .kinds import FRAGMENT_SCOPES, PARAM_SPACE, PARAMS
@@ -31,6 +31,10 @@ class Kernel:
     plan: StagePlan
     nodes: list
     extents: dict            # tag -> extent
+    #: blockIdx tag -> the symbolic factor f of a split bound to it and to the thread index
+    #: of its dimension: the tag's isl parameter is the block's offset blockIdx * f
+    offsets: dict = field(default_factory=dict)
+    _vars: dict | None = None
 
     @property
     def grid(self) -> tuple:
@@ -41,13 +45,27 @@ class Kernel:
         return tuple(self.extents.get(f"threadIdx.{a}", 1) for a in "xyz")
 
     def context(self) -> str:
-        """The isl parameter context: each index within its launch extent."""
-        cons = [f"0 <= {PARAMS[t]} < {iu.num(self.extents.get(t, 1))}" for t in PARAMS]
+        """The isl parameter context: each index within its launch extent (a block offset
+        of a symbolic split, see :attr:`offsets`, only ``>= 0``: the domain bounds it)."""
+        cons = [f"0 <= {PARAMS[t]}" if t in self.offsets else
+                f"0 <= {PARAMS[t]} < {iu.num(self.extents.get(t, 1))}" for t in PARAMS]
         return iu.pfx(f"{PARAM_SPACE} -> {{ : {' and '.join(cons)} }}")
 
     def thread_vars(self) -> dict:
-        """isl parameter name -> loop-IR variable of the hardware index."""
-        return {PARAMS[t]: Var("int64", t.value) for t in PARAMS}
+        """isl parameter name -> loop-IR variable of the hardware index (the same
+        variables at every call)."""
+        if self._vars is None:
+            self._vars = {PARAMS[t]: Var("int64", t.value) for t in PARAMS}
+        return self._vars
+
+    def index_env(self) -> dict:
+        """isl parameter name -> its loop-IR value: the hardware index, or for a block
+        offset (:attr:`offsets`) ``blockIdx * f``."""
+        env = dict(self.thread_vars())
+        for t, f in self.offsets.items():
+            fx = f if f.dtype == "int64" else Cast("int64", f)
+            env[PARAMS[t]] = Binary("int64", "mul", env[PARAMS[t]], fx)
+        return env
 
 
 def kernels(model: Model, limits: DeviceLimits) -> list[Kernel]:
@@ -74,16 +92,26 @@ def kernels(model: Model, limits: DeviceLimits) -> list[Kernel]:
                 "build", f"stage {plan.name!r} has no loop bound to a GPU index",
                 "bind its loops with s[T].bind(axis, te.thread_axis('blockIdx.x')) and "
                 "'threadIdx.x'", hint="every stage computed at the root is one CUDA kernel"))
+        offsets: dict = {}
+        for n in nodes:
+            _pairs(n, offsets)
+        inside = [q for q in model.plans if q.attach is not None and _root(q) is plan]
+        if offsets and inside:
+            fail("compute_at", f"stage {inside[0].name!r} is computed inside the kernel of "
+                 f"stage {plan.name!r}, whose block size is a symbolic split factor",
+                 "stages computed at the root in a kernel whose block size is given at launch",
+                 hint=f"compute_root() {inside[0].name!r}, or split {plan.name!r} by a "
+                 "constant factor")
         extents = {}
         for tag, uses in bound.items():
-            exts = {iu.num(e): e for _, e in uses}
+            exts = {_key(e): e for _, e in uses}
             if len(exts) > 1:
                 desc = ", ".join(f"{sym.text(e)} (stage {p.name!r})" for p, e in uses)
                 fail("bind", f"thread axis {tag!r} is bound to loops of different extents: {desc}",
                       "one extent per kernel: split the loops to the same size")
             extents[tag] = next(iter(exts.values()))
         _check_limits(plan, extents, limits)
-        out.append(Kernel(plan, nodes, extents))
+        out.append(Kernel(plan, nodes, extents, offsets))
     return out
 
 
@@ -92,11 +120,51 @@ def _is_scalar(plan: StagePlan) -> bool:
     return not getattr(plan.stage.op, "axis", None)
 
 
+def _key(e) -> str:
+    """An extent as text, to compare extents (isl's form where it is affine)."""
+    return iu.num(e) if sym.is_static(e) or _affine(e) else str(sym.as_expr(e))
+
+
+def _affine(e) -> bool:
+    try:
+        iu.num(e)
+    except LoweringError:
+        return False
+    return True
+
+
+def _pairs(n, offsets: dict) -> None:
+    """The block indices of symbolic splits bound to (blockIdx.d, threadIdx.d) (see
+    :attr:`Kernel.offsets`); such a pair must be the only use of both indices."""
+    if not isinstance(n, LoopNode):
+        return
+    pair = n.index_pair
+    if pair:
+        rel = n.plan.strips[n.iter_var]
+        if pair[0] in offsets and offsets[pair[0]] is not rel.sym:
+            fail("bind", f"{pair[0].value!r} is bound to two splits by symbolic factors in "
+                 f"the kernel of stage {n.plan.name!r}", "one symbolic split per block index")
+        offsets[pair[0]] = sym.as_expr(rel.sym)
+    for c in n.children:
+        _pairs(c, offsets)
+
+
 def _collect(n, bound: dict) -> None:
     if not isinstance(n, LoopNode):
         return
     tag = n.binding
-    if tag in PARAMS:
+    pair = n.index_pair
+    if pair:
+        if n.plan.attach is not None:
+            fail("bind", f"loop {n.iter_var.name!r} of stage {n.plan.name!r} (a split by a "
+                 f"symbolic factor) is bound to {list(t.value for t in pair)} inside another "
+                 "stage", "such a split bound to GPU indices in a stage computed at the root")
+        rel = n.plan.strips[n.iter_var]
+        for t, ext in ((pair[0], rel.outer.dom.extent), (pair[1], rel.sym)):
+            uses = bound.setdefault(t, [])
+            if not any(p is n.plan and _key(e) == _key(ext) for p, e in uses):
+                uses.append((n.plan, ext))
+    elif tag in PARAMS:
         if n.plan.attach is not None and tag.is_block:
             fail("bind", f"loop {n.iter_var.name!r} of stage {n.plan.name!r} is bound to {tag!r}, "
                   f"but the stage is computed inside another stage",
@@ -117,7 +185,7 @@ def _collect(n, bound: dict) -> None:
                   hint=f"split the loop by {declared} first, or create "
                        f"te.thread_axis({tag!r}) without a range")
         uses = bound.setdefault(tag, [])
-        if not any(p is n.plan and iu.num(e) == iu.num(ext) for p, e in uses):
+        if not any(p is n.plan and _key(e) == _key(ext) for p, e in uses):
             uses.append((n.plan, ext))
     for c in n.children:
         _collect(c, bound)
@@ -128,6 +196,8 @@ def _check_limits(plan: StagePlan, extents: dict, limits: DeviceLimits) -> None:
     for k, a in enumerate("xyz"):
         t = extents.get(f"threadIdx.{a}", 1)
         b = extents.get(f"blockIdx.{a}", 1)
+        if not sym.is_static(t):
+            return   # a block size given at launch (a symbolic split): checked there
         threads *= t
         if not sym.is_static(b):
             continue   # a symbolic grid extent: checked at each launch

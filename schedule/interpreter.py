@@ -308,10 +308,13 @@ class _Interp(StmtFunctor):
         that not all threads reach is reported)."""
         tags = {tag: v for v, tag in k.thread_vars}
         races = _Races(k.name)
-        for bz, by, bx in itertools.product(*(range(n) for n in reversed(k.grid))):
+        # symbolic launch extents (sizes, split factors) are evaluated for this call
+        grid = [n if isinstance(n, int) else max(int(self.expr(n)), 0) for n in k.grid]
+        dims = [n if isinstance(n, int) else max(int(self.expr(n)), 0) for n in k.block]
+        for bz, by, bx in itertools.product(*(range(n) for n in reversed(grid))):
             block: dict = {}
             threads = []
-            for tz, ty, tx in itertools.product(*(range(n) for n in reversed(k.block))):
+            for tz, ty, tx in itertools.product(*(range(n) for n in reversed(dims))):
                 th = _Interp()
                 th.mem = dict(self.mem)
                 th.env = dict(self.env)

@@ -15,7 +15,8 @@ from polytile.errors import fail
 from polytile.te import symbolic as sym
 
 from . import isl_util as iu
-from .relations import Fuse, Singleton, Split, Transform
+from .relations import (Cyclic, Fuse, Singleton, Split, Transform, symbolic_fuse,
+                        symbolic_split)
 from .stage import Stage
 
 
@@ -24,7 +25,13 @@ def iter_ranges(stage: Stage, root: dict) -> dict:
     split gives ``ceil(E/f)`` and ``f``, fuse the product; derived variables start at 0."""
     rng = dict(root)
     for rel in stage.relations:
-        if isinstance(rel, Split):
+        if symbolic_split(rel):   # strip-mined after AST generation: never seen by isl
+            rng[rel.outer] = (0, rel.outer.dom.extent)
+            rng[rel.inner] = (0, rel.sym)
+        elif isinstance(rel, Cyclic):
+            rng[rel.outer] = (0, rel.parts)
+            rng[rel.inner] = (0, sym.ceildiv(rng[rel.parent][1], rel.parts))
+        elif isinstance(rel, Split):
             e = rng[rel.parent][1]
             if rel.nparts:
                 if not sym.is_static(e):
@@ -36,6 +43,8 @@ def iter_ranges(stage: Stage, root: dict) -> dict:
             f = max(1, -(-e // rel.nparts)) if rel.nparts else rel.factor
             rng[rel.outer] = (0, sym.ceildiv(e, f))
             rng[rel.inner] = (0, f)
+        elif symbolic_fuse(rel):   # coalesced after AST generation: never seen by isl
+            rng[rel.fused] = (0, rel.fused.dom.extent)
         elif isinstance(rel, Fuse):
             if not sym.is_static(rng[rel.inner][1]):
                 fail("fuse", f"inner iter_var {rel.inner.name!r} of stage {stage.name!r} has "
@@ -60,7 +69,15 @@ def leaf_affines(stage: Stage, names: dict, ranges: dict) -> dict:
     root axes ``names`` (``{IterVar: isl name}``), following split and fuse."""
     aff = dict(names)
     for rel in stage.relations:
-        if isinstance(rel, Split):
+        if symbolic_split(rel) or symbolic_fuse(rel):
+            continue   # its loops are one loop over the parent (two loops) for isl
+        if isinstance(rel, Cyclic):
+            lo = ranges[rel.parent][0]
+            base = f"({aff[rel.parent]} - {iu.num(lo)})" if sym.static(lo) != 0 else \
+                aff[rel.parent]
+            aff[rel.outer] = f"(({base}) mod {rel.parts})"
+            aff[rel.inner] = f"floor(({base})/{rel.parts})"
+        elif isinstance(rel, Split):
             lo = ranges[rel.parent][0]
             base = f"({aff[rel.parent]} - {iu.num(lo)})" if sym.static(lo) != 0 else \
                 aff[rel.parent]
@@ -88,7 +105,7 @@ def consumed_by(stage: Stage) -> dict:
     it (the split of a parent, the fuse of an outer or inner variable)."""
     made_by: dict = {}
     for rel in stage.relations:
-        if isinstance(rel, Split):
+        if isinstance(rel, (Split, Cyclic)):
             made_by[rel.parent] = rel
         elif isinstance(rel, Fuse):
             made_by[rel.outer] = made_by[rel.inner] = rel
@@ -111,6 +128,9 @@ def padded_box(stage: Stage, roots: list, leaves: list, ranges: dict) -> isl.Set
         if iv in lname:
             return lname[iv]
         rel = made_by[iv]
+        if isinstance(rel, Cyclic):
+            return (f"({expr(rel.inner)} * {rel.parts} + {expr(rel.outer)} + "
+                    f"{iu.num(ranges[iv][0])})")
         if isinstance(rel, Split):
             f = _factor(rel, ranges)
             return f"({expr(rel.outer)} * {f} + {expr(rel.inner)} + {iu.num(ranges[iv][0])})"

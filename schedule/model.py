@@ -53,9 +53,11 @@ from polytile.te.visitor import ExprMutator, ExprVisitor, substitute
 from . import isl_util as iu
 from .attach import accesses, check_scope, make_stmts, set_prefix
 from .layout import physical_shape
+from .kinds import LoopKind, ThreadTag
 from .loop_ir import Buffer
 from .polymodel import LoopNode, Model, PolyStmt, ReadInfo, StagePlan
 from .schedule import Schedule
+from .relations import symbolic_fuse, symbolic_split
 from .stage import Stage
 
 
@@ -338,7 +340,7 @@ def _make_plan(st: Stage, index: int, bodies: tuple, names: dict, outs: dict,
     op = st.op
     axis_vars = [iv.var for iv in op.axis]
     reduce_vars = [iv.var for iv in op.reduce_axis]
-    leaves = list(st.leaf_iter_vars)
+    leaves, strips = _strip_leaves(st)
     r = next((k for k, iv in enumerate(leaves) if iv.iter_type == "reduce"), len(leaves))
     bufs = []
     for k, t in enumerate(op.outputs):
@@ -359,11 +361,87 @@ def _make_plan(st: Stage, index: int, bodies: tuple, names: dict, outs: dict,
             rd.visit(body)
     body = bodies[0]
     plan = StagePlan(st, index, body, axis_vars, reduce_vars, leaves, r, bufs[0], rd.out,
-                     scope=st.scope or "global", bodies=tuple(bodies), outs=bufs)
+                     scope=st.scope or "global", bodies=tuple(bodies), outs=bufs,
+                     strips=strips)
     if isinstance(body, Reduce) and body.condition is not None:
         # an affine where= restricts the update's domain: isl then emits tight loops
         plan.where = iu.condition_str(body.condition, var_names)
     return plan
+
+
+def _strip_leaves(st: Stage) -> tuple[list, dict]:
+    """The loops of ``st`` as isl sees them: the two loops of each split by a symbolic
+    factor become one loop over its parent (strip-mined after AST generation), and
+    ``{parent: Split}`` for them.
+
+    Raises
+    ------
+    ScheduleError
+        When the two loops are not adjacent, a stage is computed at one of them, or the
+        stage is itself computed at another stage's loop."""
+    leaves = list(st.leaf_iter_vars)
+    strips: dict = {}
+    for rel in st.relations:
+        if not symbolic_split(rel):
+            continue
+        if st.attach_type == "scope":
+            fail("split", f"stage {st.name!r} splits {rel.parent.name!r} by the symbolic "
+                 f"factor {rel.sym} and is computed at {st.attach_stage.name!r}",
+                 "symbolic split factors in stages computed at the root",
+                 hint="split by a constant factor, or compute_root() the stage")
+        k = leaves.index(rel.outer)
+        if k + 1 >= len(leaves) or leaves[k + 1] is not rel.inner:
+            fail("reorder", f"stage {st.name!r}: the loops {rel.outer.name!r} and "
+                 f"{rel.inner.name!r} of a split by the symbolic factor {rel.sym} are not "
+                 f"adjacent in [{', '.join(v.name for v in leaves)}]", "the two loops of a "
+                 "symbolic split next to each other, outer first (isl cannot tile by a "
+                 "parameter: they are strip-mined from one loop)",
+                 hint="split by a constant factor to tile")
+        for other in st.schedule.stages:
+            if other.attach_stage is st and other.attach_ivar in (rel.outer, rel.inner):
+                fail("compute_at", f"stage {other.name!r} is computed at "
+                     f"{other.attach_ivar.name!r} of {st.name!r}, a loop of a split by the "
+                     f"symbolic factor {rel.sym}", "compute_at a loop of constant extent "
+                     "or one outside the symbolic split")
+        pair = [st.annotations.get(rel.outer), st.annotations.get(rel.inner)]
+        if any(isinstance(a, ThreadTag) for a in pair) and not (
+                all(isinstance(a, ThreadTag) for a in pair) and pair[0].is_block
+                and pair[1].is_thread and pair[0].value[-1] == pair[1].value[-1]):
+            fail("bind", f"the loops {rel.outer.name!r} and {rel.inner.name!r} of stage "
+                 f"{st.name!r} (a split by the symbolic factor {rel.sym}) are bound to "
+                 f"{[a.value if isinstance(a, ThreadTag) else None for a in pair]}",
+                 "the outer loop to blockIdx.d and the inner one to threadIdx.d of the same "
+                 "dimension d (a block size given at launch), or no GPU index",
+                 hint="split by a constant factor to bind other combinations")
+        for iv in (rel.outer, rel.inner):
+            ann = st.annotations.get(iv)
+            if ann is not None and ann is not LoopKind.PARALLEL and not (
+                    isinstance(ann, ThreadTag) and ann.is_hardware):
+                fail(getattr(ann, "primitive", "bind"),
+                     f"loop {iv.name!r} of stage {st.name!r} has the symbolic extent "
+                     f"{rel.sym if iv is rel.inner else iv.dom.extent}", "a loop of constant "
+                     "extent (only parallel, or the GPU index pair, for a symbolic split)")
+        leaves[k:k + 2] = [rel.parent]
+        strips[rel.parent] = rel
+    # fuses of symbolic extent, last first: each fused loop is its two loops again
+    for rel in reversed(st.relations):
+        if not symbolic_fuse(rel):
+            continue
+        ann = st.annotations.get(rel.fused)
+        if ann is not None and ann is not LoopKind.PARALLEL:
+            fail(getattr(ann, "primitive", "bind"), f"loop {rel.fused.name!r} of stage "
+                 f"{st.name!r} fuses a loop of symbolic extent {rel.inner.dom.extent}",
+                 "parallel or no annotation on such a fused loop (its index is not affine: "
+                 "the loops are coalesced after isl's code generation)",
+                 hint="split the inner axis by a constant factor and fuse that part")
+        for other in st.schedule.stages:
+            if other.attach_stage is st and other.attach_ivar is rel.fused:
+                fail("compute_at", f"stage {other.name!r} is computed at {rel.fused.name!r} "
+                     f"of {st.name!r}, a fuse of a loop of symbolic extent", "compute_at a "
+                     "loop of constant extent or one outside the fused loop")
+        k = leaves.index(rel.fused)
+        leaves[k:k + 1] = [rel.outer, rel.inner]
+    return leaves, strips
 
 
 def _check_inputs(plans: list[StagePlan], buffers: dict) -> None:

@@ -203,7 +203,7 @@ def _kernels(s: Lowering) -> None:
 
 def _ast(s: Lowering) -> None:
     """schedule trees and checked isl ASTs, into loop IR (one per kernel on GPUs)"""
-    s.envs = [{} if k is None else k.thread_vars() for k in s.units]
+    s.envs = [{} if k is None else k.index_env() for k in s.units]
     s.bodies = [lower_nodes(s.model) if k is None else
                 lower_nodes(s.model, k.nodes, k.context(), env)
                 for k, env in zip(s.units, s.envs)]
@@ -352,6 +352,10 @@ def lower(sch: Schedule, args, name: str = "main", target: str | Target | None =
     tgt = Target.parse(target) if target is not None else _default_target(sch)
     last = _phase_index(stop_after)
     show = _dump_set(dump)
+    if isinstance(args, (list, tuple)):   # vector-dtype tensors lower as their lanes view
+        from polytile.te.vector import unwrap
+
+        args = type(args)(unwrap(a) for a in args)
     state = Lowering(sch, args, name, tgt, who)
     t_all = time.perf_counter()
     with iu.parameter_context(None):
@@ -462,7 +466,7 @@ def _dump_set(dump) -> bool | set:
 
 def _launch(kernel: Kernel, body, env: dict, name: str) -> KernelLaunch:
     used = {id(v) for x in walk_stmts(body) for e in stmt_exprs(x) for v in collect(e, Var)}
-    tvars = tuple((v, v.name) for v in env.values() if id(v) in used)
+    tvars = tuple((v, v.name) for v in kernel.thread_vars().values() if id(v) in used)
     return KernelLaunch(name, kernel.grid, kernel.block, tvars, body)
 
 

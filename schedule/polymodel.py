@@ -104,6 +104,7 @@ class StagePlan:
     tensorize: object = None          # tensorize.Tensorized, set by the tensorize phase
     bodies: tuple = ()                # one body per output (``body`` is the first)
     outs: list = field(default_factory=list)   # one buffer per output (``buffer`` is the first)
+    strips: dict = field(default_factory=dict)  # parent IterVar -> Split by a symbolic factor
 
     @property
     def name(self) -> str:
@@ -158,9 +159,36 @@ class StagePlan:
                                       if self.leaves[k].iter_type != "reduce"]
 
     def binding(self, pos: int) -> ThreadTag | None:
-        """The thread tag loop ``pos`` is bound to, if any."""
-        ann = self.stage.annotations.get(self.leaves[pos])
+        """The thread tag loop ``pos`` is bound to, if any (for a symbolic split bound to
+        a block and a thread index, the thread index: see :meth:`index_pair`)."""
+        iv = self.leaves[pos]
+        rel = self.strips.get(iv)
+        ann = self.stage.annotations.get(rel.inner if rel is not None else iv)
         return ann if isinstance(ann, ThreadTag) else None
+
+    def fused_into(self, iv) -> object:
+        """The outermost fused loop of symbolic extent that loop ``iv`` is part of (a
+        symbolic fuse's loops stay separate for isl), else ``None``."""
+        top = None
+        for rel in self.stage.relations:
+            if getattr(rel, "sym", False) is True and (rel.outer is iv or rel.inner is iv
+                                                      or rel.outer is top):
+                top = rel.fused
+                iv = rel.fused
+        return top
+
+    def index_pair(self, pos: int) -> tuple | None:
+        """``(blockIdx.d, threadIdx.d)`` when loop ``pos`` is a split by a symbolic factor
+        ``f`` whose loops are bound to them: the loop's value ``x`` is then
+        ``blockIdx.d * f + threadIdx.d``, and the isl parameter of ``blockIdx.d`` (``bx``)
+        stands for the block's offset ``blockIdx.d * f`` (``x = bx + tx``, affine)."""
+        rel = self.strips.get(self.leaves[pos])
+        if rel is None:
+            return None
+        a, b = (self.stage.annotations.get(rel.outer), self.stage.annotations.get(rel.inner))
+        if isinstance(a, ThreadTag) and isinstance(b, ThreadTag):
+            return a, b
+        return None
 
 
 @dataclass(eq=False)
@@ -185,11 +213,25 @@ class LoopNode:
 
     @property
     def annotation(self) -> Annotation | None:
+        rel = self.plan.strips.get(self.iter_var)
+        fuse = self.plan.fused_into(self.iter_var)
+        if fuse is not None:   # a loop of a symbolic fuse: the fused loop's annotation
+            return self.plan.stage.annotations.get(fuse)
+        if rel is not None:   # a symbolic split: parallel if either of its loops is
+            ann = self.plan.stage.annotations
+            got = [ann.get(rel.outer), ann.get(rel.inner)]
+            return next((a for a in got if a is not None and not isinstance(a, ThreadTag)),
+                        None)
         return self.plan.stage.annotations.get(self.iter_var)
 
     @property
     def binding(self) -> ThreadTag | None:
         return self.plan.binding(self.position)
+
+    @property
+    def index_pair(self) -> tuple | None:
+        """See :meth:`StagePlan.index_pair`."""
+        return self.plan.index_pair(self.position)
 
 
 @dataclass(eq=False)

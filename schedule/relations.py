@@ -33,13 +33,55 @@ class Split:
     inner: IterVar
     factor: int
     nparts: int = 0
+    #: the factor as an integer expression of size parameters or scalar arguments when it
+    #: is symbolic (``factor`` is then 0): see :func:`symbolic_split`
+    sym: object = None
+    #: the symbolic ``factor=`` or ``nparts=`` as given (checked ``>= 1`` at each call)
+    given: object = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Cyclic:
+    """``parent = inner * parts + outer`` (``0 <= outer < parts``): how ``split(k,
+    nparts=parts)`` (a constant) splits a *reduction* axis of symbolic extent. The block
+    split ``k = outer * ceil(E / parts) + inner`` would be non-affine; the cyclic one runs
+    the same iterations, with the reduction summed in another order (as any reorder of
+    reduction loops; ``outer`` has the constant extent ``parts``, so it can be bound to
+    ``threadIdx``: TVM's cross-thread reduction with ``nparts=num_threads``)."""
+
+    parent: IterVar
+    outer: IterVar
+    inner: IterVar
+    parts: int
+
+
+def symbolic_split(rel) -> bool:
+    """Whether ``rel`` is a split by a symbolic factor (``split(x, factor=n // 4)``, or
+    ``nparts=`` of a symbolic extent). isl cannot represent ``x -> (floor(x/f), x mod f)``
+    for a parameter ``f``: the two loops are one loop over ``x`` for isl (legality, bounds,
+    AST generation) and are strip-mined after AST generation (``astgen.convert_for``)."""
+    return isinstance(rel, Split) and rel.sym is not None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Fuse:
+    """``fused = outer * E + inner`` (``E`` the inner extent). With a symbolic ``E``
+    (``sym=True``) the map is not affine: isl sees the two loops, and the code generator
+    coalesces them into the fused loop (:func:`symbolic_fuse`)."""
+
     outer: IterVar
     inner: IterVar
     fused: IterVar
+    sym: bool = False
+
+
+def symbolic_fuse(rel) -> bool:
+    """Whether ``rel`` fuses an inner loop of symbolic extent: for isl the two loops stay
+    (``model._strip_leaves``); the annotation of the fused loop applies to both for
+    legality, and ``astgen`` emits one loop over ``outer * E + inner`` where the generated
+    nest is perfect (else the two loops, the outer one with the fused loop's kind: the
+    same iterations in the same order)."""
+    return isinstance(rel, Fuse) and rel.sym
 
 
 @dataclass(frozen=True, slots=True, eq=False)

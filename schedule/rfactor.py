@@ -41,7 +41,7 @@ from polytile.te.visitor import substitute
 from .cache import _replace_op
 from .kinds import ThreadTag, annotation_name
 from .loopmap import consumed_by
-from .relations import Singleton, Split, Transform
+from .relations import Cyclic, Singleton, Split, Transform, symbolic_split
 from .stage import Stage, thread_axis
 
 if TYPE_CHECKING:
@@ -79,7 +79,18 @@ def _root_values(stage: Stage, leaf_vals: dict) -> tuple[dict, list]:
             return memo[iv]
         rel = made_by[iv]
         lo = iv.dom.min
-        if isinstance(rel, Split):
+        if symbolic_split(rel) or getattr(rel, "sym", None) is True:
+            how = (f"split by the symbolic factor {rel.sym}" if symbolic_split(rel) else
+                   f"fused with {rel.inner.name!r} of symbolic extent {rel.inner.dom.extent}")
+            fail("rfactor", f"the reduction axis {iv.name!r} of stage {stage.name!r} is {how}",
+                 "reduction loops of constant-factor "
+                 "splits and constant-extent fuses for rfactor and cross-thread reductions",
+                 hint="split the reduction axis by a constant factor (or nparts) first")
+        if isinstance(rel, Cyclic):
+            v = value(rel.inner) * rel.parts + value(rel.outer)
+            v = v + lo if lo else v
+            conds.append(v < lo + stage.extent_of(iv))   # the last round may be ragged
+        elif isinstance(rel, Split):
             f = rel.factor
             v = value(rel.outer) * f + value(rel.inner)
             v = v + lo if lo else v
@@ -237,7 +248,8 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
     stage.leaf_iter_vars.insert(first, r)
     stage.relations = [rel for rel in stage.relations
                        if isinstance(rel, (Singleton, Transform)) or (
-                           rel.parent if isinstance(rel, Split) else rel.outer).iter_type
+                           rel.parent if isinstance(rel, (Split, Cyclic)) else rel.outer
+                       ).iter_type
                        != "reduce"]
     stage.all_iter_vars = [iv for iv in stage.all_iter_vars if iv.iter_type != "reduce"] + [r]
     rst = sch._add_stage(rf, before=stage)

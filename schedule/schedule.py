@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from polytile.errors import ScheduleError, format_error
+from polytile.errors import ScheduleError, fail, format_error
 from polytile.te.depth import deep
 from polytile.te.expr import IterVar
 from polytile.te.tensor import Operation, Tensor
@@ -32,6 +32,40 @@ def _post_order(outputs: list[Operation]) -> list[Operation]:
     return order
 
 
+class ScanStep:
+    """``s[t]`` of a compute between a ``te.scan``'s update and its state (TVM's
+    multi-stage scan cell, ``s_update1`` read by ``s_update2``): it is inlined into the
+    scan's step, so each of its values is computed where the update uses it. TVM's
+    ``s[s_update1].compute_at(s[s_update2], xo)`` is accepted and changes nothing (the
+    values are already computed inside that loop); ``compute_inline`` likewise. Any other
+    primitive is refused: the stage has no loops of its own."""
+
+    def __init__(self, op, scan_stage):
+        self.op, self.scan = op, scan_stage
+        self.name = op.name
+
+    def compute_at(self, parent, scope) -> None:
+        """Accepted for a loop of the scan's stage; the values stay inlined."""
+        if parent is not self.scan:
+            fail("compute_at", f"stage {self.name!r} is computed inside the step of te.scan "
+                 f"{self.scan.name!r}", f"compute_at a loop of s[{self.scan.name}] (or of "
+                 "its update), where it already is")
+        parent._leaf("compute_at", scope, role="scope")
+
+    def compute_inline(self) -> None:
+        """Accepted: the stage is inlined into the scan's step already."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        fail(name, f"stage {self.name!r} is inlined into the step of te.scan "
+             f"{self.scan.name!r} and has no loops of its own", "schedule the scan "
+             f"through s[{self.scan.name}] (its update's axes)")
+
+    def __repr__(self) -> str:
+        return f"ScanStep({self.name!r} in {self.scan.name!r})"
+
+
 class Schedule:
     """Stages of all operations reachable from ``outputs``, producers before consumers.
 
@@ -54,10 +88,18 @@ class Schedule:
             if isinstance(st.op, ScanOp):
                 # TVM schedules a scan through its update (s[s_update]), whose axes the
                 # scan's stage shares; the update itself is inlined into the scan
-                self.stage_map.setdefault(st.op.update[0].op, st)
+                for u in st.op.update:
+                    self.stage_map.setdefault(u.op, st)
+                for op in st.op.steps:
+                    self.stage_map.setdefault(op, ScanStep(op, st))
 
     def __getitem__(self, key) -> Stage:
+        from polytile.te.vector import unwrap
+
+        key = unwrap(key)   # a vector-dtype tensor: the stage of its lanes view
         op = key.op if isinstance(key, Tensor) else key
+        if isinstance(key, ScanStep) and key.scan.schedule is self:
+            return key
         if isinstance(key, Stage) and key.schedule is self:
             return key
         st = self.stage_map.get(op) if isinstance(op, Operation) else None

@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import islpy as isl
 
-from polytile.errors import fail
+from polytile.errors import LoweringError, fail
 from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
-from polytile.te.expr import Var
+from polytile.te.expr import Var, binary
 from polytile.te.scan import ScanOp
 from polytile.te.tensor import ComputeOp, PlaceholderOp
 
 from . import isl_util as iu
 from .loop_ir import Buffer
+from .relations import symbolic_split
 
 
 def _tensor_dims(sch) -> list:
@@ -67,6 +68,9 @@ def size_vars(sch, args) -> list[Var]:
             for iv in list(op.axis) + list(op.reduce_axis):
                 add(iv.dom.min)
                 add(iv.dom.extent)
+            for rel in _symbolic_splits(st):
+                add(rel.sym)
+                add(rel.given)
     for a in args or ():
         if isinstance(a, Var) and any(a is v for v in found) and not dt.is_int(a.dtype):
             fail("lower", f"the size parameter {a.name!r} has dtype {a.dtype}",
@@ -88,9 +92,24 @@ def context(sch, vars_: list[Var]) -> tuple[isl.Set | None, list]:
     checks += [(v, f"te.size_var {v.name!r}") for v in vars_
                if sym.is_size_var(v) and str(v) not in seen]
     names = [iu.param_name(v) for v in vars_]
-    conds = " and ".join(f"{iu.num(e)} >= 0" for e, _ in checks) or "1 = 1"
-    ctx = isl.Set(f"[{', '.join(names)}] -> {{ : {conds} }}")
+    conds = [f"{iu.num(e)} >= 0" for e, _ in checks]
+    # symbolic split factors: checked at each call; isl assumes them where it can read them
+    for st in sch.stages:
+        for rel in _symbolic_splits(st):
+            what = "nparts" if rel.given is not rel.sym else "factor"
+            e = binary("sub", rel.given, 1)
+            checks.append((e, f"the {what} of the split of {rel.parent.name!r} in stage "
+                           f"{st.name!r}, minus 1 (it must be at least 1)"))
+            try:
+                conds.append(f"{iu.num(e)} >= 0")
+            except LoweringError:
+                pass   # not affine (nparts=p of a symbolic extent, p a te.var): runtime only
+    ctx = isl.Set(f"[{', '.join(names)}] -> {{ : {' and '.join(conds) or '1 = 1'} }}")
     return ctx, checks
+
+
+def _symbolic_splits(st) -> list:
+    return [rel for rel in st.relations if symbolic_split(rel)]
 
 
 def bind(params: list, vars_: list[Var], who: str) -> list[tuple[Var, int, int]]:

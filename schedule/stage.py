@@ -14,14 +14,15 @@ import numpy as np
 
 from polytile.errors import ScheduleError, fail, format_error
 from polytile.te import symbolic as sym
-from polytile.te.expr import ExprOp, IterVar, Range, Var
+from polytile.te.expr import ExprOp, IterVar, Range, Var, binary
 from polytile.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 from polytile.te.scan import ScanOp
 
 from .kinds import Annotation, LoopKind, ThreadTag, annotation_name
-from .relations import Fuse, Singleton, Split, Step, Transform
+from .relations import Cyclic, Fuse, Singleton, Split, Step, Transform
 from .stage_extras import StorageMixin, TensorizeMixin
 from .stage_pipeline import PipelineMixin
+from .stage_split import SymbolicSplitMixin
 
 if TYPE_CHECKING:
     from .schedule import Schedule  # a type hint only: schedule.py imports this module
@@ -42,7 +43,7 @@ IMPORT_PRAGMAS = ("import_llvm", "import_c")
 HINT_PRAGMAS = ("nontemporal",)
 
 
-class Stage(StorageMixin, TensorizeMixin, PipelineMixin):
+class Stage(StorageMixin, TensorizeMixin, PipelineMixin, SymbolicSplitMixin):
     """The schedule of one operation (TVM's ``Stage``), obtained as ``s[tensor]``.
 
     Attributes
@@ -99,6 +100,7 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin):
         self.group = None
         #: bind: the thread-axis variable each bound loop stands for
         self.bound_vars: dict = {}
+        self.bound_axes: dict = {}   # loop -> the thread axis (te.thread_axis) it is bound to
         #: tensorize: (loop, TensorIntrin)
         self.tensorized = None
 
@@ -128,6 +130,8 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin):
                                         tuple((k, enc(v)) for k, v in kwargs.items())))
 
     def _index_of(self, iv: IterVar) -> int:
+        if isinstance(self.op, ScanOp):
+            iv = self.op.axis_alias().get(id(iv), iv)
         for k, v in enumerate(self.all_iter_vars):
             if v is iv:
                 return k
@@ -153,11 +157,13 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin):
         if not isinstance(iv, IterVar):
             fail(primitive, f"{role} {iv!r} is not an IterVar",
                        "pass an axis such as C.op.axis[0] or a result of split/fuse")
+        if isinstance(self.op, ScanOp):   # an axis of another update of the scan
+            iv = self.op.axis_alias().get(id(iv), iv)
         for v in self.leaf_iter_vars:
             if v is iv:
                 return iv
         for rel in self.relations:
-            if isinstance(rel, Split) and rel.parent is iv:
+            if isinstance(rel, (Split, Cyclic)) and rel.parent is iv:
                 fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} was already "
                            f"split into {rel.outer.name!r} and {rel.inner.name!r}",
                            "use one of those instead")
@@ -174,6 +180,14 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin):
                  "of a schedule created before")
         fail(primitive, f"iter_var {iv.name!r} is not an axis of stage {self.name!r} "
                    f"({where})", f"expected one of [{self._leaf_names()}]")
+
+    @property
+    def iter_var_attrs(self) -> dict:
+        """TVM's ``Stage.iter_var_attrs``: ``{loop: IterVarAttr}`` of the annotated loops
+        (see :mod:`polytile.schedule.iter_attrs`)."""
+        from .iter_attrs import iter_var_attrs
+
+        return iter_var_attrs(self)
 
     def _leaf_names(self) -> str:
         return ", ".join(repr(v.name) for v in self.leaf_iter_vars)
@@ -204,7 +218,18 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin):
         Tail: a non-divisible factor gives an exact partial last tile (no guard, no
         wasted iterations); ``lower`` separates full tiles from it where vectorize/unroll
         need constant extents. ``nparts=p`` sets ``factor = ceil(extent / p)``.
-        Always legal. Synonyms: Halide ``split``, loopy ``split_iname``, Exo ``divide_loop``.
+        Always legal.
+
+        Symbolic factors (TVM allows any integer expression): ``factor=n // 4``,
+        ``factor=nthread`` (a ``te.var`` passed as a scalar argument) or ``nparts=`` of a
+        symbolic extent. isl cannot represent ``floor(x / f)`` for a parameter ``f``, so
+        the two loops are one loop over ``x`` for isl and are strip-mined after code
+        generation: ``for x.outer in range(ceil(E / f)): for x.inner in range(min(f,
+        E - f * x.outer))``. They must stay adjacent (no reorder between them), neither can
+        be split, fused, vectorized, unrolled, bound to a GPU index (except the pair
+        ``x.outer`` -> ``blockIdx``, ``x.inner`` -> ``threadIdx`` on CUDA) or hold a
+        ``compute_at``; ``x.outer`` may be ``parallel``. ``f >= 1`` is checked at each
+        call. Synonyms: Halide ``split``, loopy ``split_iname``, Exo ``divide_loop``.
 
         ``disable_predication=True`` is accepted as TVM accepts it, and changes nothing.
         In TVM it drops the guard of a non-divisible split, so that the last tile runs
@@ -225,6 +250,7 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin):
                  f"{self.name!r}", "expected True or False")
         parent = self._leaf("split", parent)
         self._check_not_annotated("split", parent)
+        self._check_not_symbolic_split("split", parent)
         if (factor is None) == (nparts is None):
             got = "both factor= and nparts=" if factor is not None else "neither factor= nor "\
                 "nparts="
@@ -235,25 +261,17 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin):
         if isinstance(val, np.integer):  # numpy ints are ints; the trace keeps plain ones
             val = int(val)
             factor, nparts = (val, None) if which == "factor" else (None, val)
-        if isinstance(val, ExprOp) and sym.static(val) is None:
-            fail("split", f"{which}={val} for iter_var {parent.name!r} of stage "
-                 f"{self.name!r} is an expression", "a positive int: a symbolic tile size "
-                 "would make the loop map x -> (floor(x/f), x mod f) non-affine, which isl "
-                 "cannot represent", hint="split by a constant factor; tune it over "
-                 "concrete sizes with polytile tune --sizes")
-        if isinstance(val, ExprOp):
+        if isinstance(val, ExprOp) and sym.static(val) is not None:
             val = sym.static(val)
             factor, nparts = (val, None) if which == "factor" else (None, val)
-        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+        if not isinstance(val, ExprOp) and (isinstance(val, bool) or not isinstance(val, int)
+                                            or val < 1):
             fail("split", f"{which}={val!r} for iter_var {parent.name!r} of stage "
-                       f"{self.name!r}", "expected a positive int (symbolic factors are not "
-                       "affine)")
+                       f"{self.name!r}", "expected a positive int or an integer expression "
+                       "of size parameters")
         ext = self.extent_of(parent)
-        if factor is None and not sym.is_static(ext):
-            fail("split", f"nparts={val} for iter_var {parent.name!r} of stage {self.name!r}, "
-                 f"whose extent {sym.text(ext)} is symbolic", "a constant extent for "
-                 "nparts= (the factor ceil(extent/nparts) would be symbolic)",
-                 hint=f"split({parent.name}, factor=...) instead")
+        if isinstance(val, ExprOp) or (factor is None and not sym.is_static(ext)):
+            return self._split_symbolic(parent, which, val, ext)
         ext = sym.static(ext) if sym.is_static(ext) else ext
         # an empty loop split in parts: inner loops of one iteration, none of them run
         f = val if factor is not None else max(1, -(-ext // val))
@@ -327,6 +345,7 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin):
             return ivs[0]
         for iv in ivs:
             self._check_not_annotated("fuse", iv)
+            self._check_not_symbolic_split("fuse", iv)
         for iv in ivs[:-1]:
             for st in self._attached_at(iv):
                 fail("fuse", f"stage {st.name!r} is computed at {iv.name!r}, which is "
@@ -369,14 +388,12 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin):
             fail("fuse", f"stage {self.name!r}: {outer.name!r} is a {outer.iter_type} "
                        f"axis and {inner.name!r} a {inner.iter_type} axis",
                        "fuse axes of one kind")
-        if not sym.is_static(self.extent_of(inner)):
-            fail("fuse", f"inner iter_var {inner.name!r} of stage {self.name!r} has the "
-                 f"symbolic extent {sym.text(self.extent_of(inner))}", "a constant inner "
-                 "extent (the fused index outer*extent + inner must be affine)",
-                 hint="split the inner axis by a constant factor and fuse that part")
-        ext = sym.mul(self.extent_of(outer), self.extent_of(inner))
+        symbolic = not sym.is_static(self.extent_of(inner)) or any(
+            r.fused is outer and r.sym for r in self.relations if isinstance(r, Fuse))
+        ext = sym.mul(self.extent_of(outer), self.extent_of(inner)) if not symbolic else \
+            binary("mul", sym.as_expr(self.extent_of(outer)), sym.as_expr(self.extent_of(inner)))
         fused = self._new_iv(f"{outer.name}.{inner.name}.fused", ext, outer)
-        self.relations.append(Fuse(outer, inner, fused))
+        self.relations.append(Fuse(outer, inner, fused, symbolic))
         self.leaf_iter_vars[lo:li + 1] = [fused]
         self._move_attach(inner, fused)
         return fused
@@ -487,6 +504,7 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin):
                      "bind each thread axis once per stage")
         self._annotate("bind", iv, tag)
         self.bound_vars[iv] = thread_ivar.var
+        self.bound_axes[iv] = thread_ivar
         if thread_ivar.dom is not None:
             self.thread_extents[iv] = thread_ivar.dom.extent
         self._record("bind", iv, ("thread", tag.value, thread_ivar.var.name))
@@ -538,7 +556,7 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin):
             For an unknown pragma.
         """
         if pragma_type in IMPORT_PRAGMAS:
-            self._leaf("pragma", iv)
+            iv = self._leaf("pragma", iv)
             if not isinstance(pragma_value, str):
                 fail("pragma", f"{pragma_type!r} on stage {self.name!r} has value "
                      f"{type(pragma_value).__name__}", "the source text (a str)")
@@ -546,7 +564,7 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin):
             self._record("pragma", iv, pragma_type, pragma_value)
             return
         if pragma_type in HINT_PRAGMAS:
-            self._leaf("pragma", iv)
+            iv = self._leaf("pragma", iv)
             if pragma_value is not None:
                 fail("pragma", f"{pragma_type!r} on stage {self.name!r} has value "
                      f"{pragma_value!r}", "expected no value (the hint takes none)")
@@ -558,6 +576,7 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin):
             fail("pragma", f"unknown pragma {pragma_type!r} on iter_var {iv.name!r} of "
                        f"stage {self.name!r}",
                  f"expected one of {sorted(PRAGMAS) + sorted(IMPORT_PRAGMAS + HINT_PRAGMAS)}")
+        iv = self._leaf("pragma", iv)
         self._annotate("pragma", iv, PRAGMAS[pragma_type])
         self.pragmas[iv] = self.pragmas.get(iv, ()) + ((pragma_type, pragma_value),)
         self._record("pragma", iv, pragma_type, pragma_value)
@@ -624,7 +643,7 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin):
                        "pass s[consumer]")
         if parent is self:
             fail("compute_at", f"stage {self.name!r} cannot be computed inside itself")
-        parent._leaf("compute_at", scope, role="scope")
+        scope = parent._leaf("compute_at", scope, role="scope")
         if self.op in self.schedule.outputs:
             fail("compute_at", f"stage {self.name!r} is an output of the schedule",
                        "attach intermediate stages only")

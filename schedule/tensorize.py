@@ -50,7 +50,7 @@ from polytile.te.tensor_intrin import EXTERN_KEY
 from .kinds import FRAGMENT_SCOPES, fragment_tile
 from .loop_ir import Buffer, TensorCall, seq
 from .polymodel import Model, PolyStmt, StagePlan
-from .relations import Fuse, Singleton, Split, Transform
+from .relations import Cyclic, Fuse, Singleton, Split, Transform
 
 
 @dataclass(eq=False)
@@ -186,7 +186,7 @@ def _covered_roots(stage, inner: list) -> set:
     """Root axes (``IterVar``) from which some loop of ``inner`` derives."""
     parents: dict = {}
     for rel in stage.relations:
-        if isinstance(rel, Split):
+        if isinstance(rel, (Split, Cyclic)):
             parents[rel.outer] = parents[rel.inner] = [rel.parent]
         elif isinstance(rel, Fuse):
             parents[rel.fused] = [rel.outer, rel.inner]

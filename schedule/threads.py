@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polytile.errors import fail
+from polytile.te import symbolic as sym
 
 from . import isl_util as iu
 from .kinds import FRAGMENT_SCOPES, PARAMS, thread_private
@@ -94,7 +95,11 @@ def launch_extents(nodes: list) -> dict:
 
     def walk(n):
         if isinstance(n, LoopNode):
-            if n.binding in PARAMS:
+            pair = n.index_pair
+            if pair:   # a symbolic split: ceil(E / f) blocks of f threads
+                rel = n.plan.strips[n.iter_var]
+                out[pair[0]], out[pair[1]] = rel.outer.dom.extent, rel.sym
+            elif n.binding in PARAMS:
                 out[n.binding] = n.plan.extent(n.iter_var)
             for c in n.children:
                 walk(c)
@@ -133,7 +138,12 @@ def _role(st: PolyStmt, anc: list, extents: dict) -> ThreadRole:
     bound: dict = {}
     for a in anc:
         if st in a.stmts:
-            bound.setdefault(a.binding, []).append(a.stmts[st])
+            pair = a.index_pair
+            if pair:   # x = bx + tx, bx the block's offset (StagePlan.index_pair)
+                bound.setdefault(pair[0], []).append(f"({a.stmts[st]}) - {PARAMS[pair[1]]}")
+                bound.setdefault(pair[1], []).append(f"({a.stmts[st]}) - {PARAMS[pair[0]]}")
+            else:
+                bound.setdefault(a.binding, []).append(a.stmts[st])
     fixed = dict(st.plan.stage.thread_predicate or {})
     replicated, idle = [], []
     scope = st.plan.buffer.scope
@@ -179,7 +189,10 @@ def barrier_plans(model: Model, nodes: list, role_of: dict | None = None) -> set
     barrier before (earlier readers are done) and after (the writes are visible)."""
     role_of = roles(nodes) if role_of is None else role_of
     extents = launch_extents(nodes)
-    if all(extents.get(t, 1) <= 1 for t in TAGS if t.in_thread):
+    if all(sym.is_static(extents.get(t, 1)) and extents.get(t, 1) <= 1
+           for t in TAGS if t.in_thread):
+        return set()
+    if not any(p.attach is not None for p in model.plans):
         return set()
     users: dict = {}
     for r in role_of.values():

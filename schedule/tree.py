@@ -126,7 +126,11 @@ def _node(n, vthreads: tuple, domains: dict) -> isl.Schedule:
     if tag is ThreadTag.VTHREAD:
         return child
     if tag in PARAMS:
-        pieces = [f"{st.tuple()} : ({n.stmts[st]}) = {PARAMS[tag]}" if st in n.stmts
+        pair = n.index_pair
+        # a symbolic split bound to (blockIdx.d, threadIdx.d): its value is the block's
+        # offset (the parameter of blockIdx.d, see StagePlan.index_pair) plus the thread's
+        index = f"{PARAMS[pair[0]]} + {PARAMS[tag]}" if pair else PARAMS[tag]
+        pieces = [f"{st.tuple()} : ({n.stmts[st]}) = {index}" if st in n.stmts
                   else st.tuple() for st in stmts_below(n)]
         child = child.intersect_domain(
             iu.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}"))

@@ -83,6 +83,7 @@ class KernelInfo:
 
     @property
     def threads(self) -> int:
+        """Threads per block (``block`` evaluated first where it is symbolic)."""
         return self.block[0] * self.block[1] * self.block[2]
 
 
@@ -228,10 +229,10 @@ class CPrinter(CExprPrinter, StmtFunctor):
     def kernel(self, func: PrimFunc, k: KernelLaunch, workspace: list, global_names: _Namer):
         d, limits = self.d, self.limits
         for what, ext in (("grid", k.grid), ("block", k.block)):
-            # a grid extent may be symbolic (an expression of size parameters, evaluated
-            # at each launch); block extents are fixed at compile time
-            if len(ext) != 3 or not all(isinstance(x, int) and x >= 0 or (
-                    what == "grid" and not sym.is_static(x)) for x in ext):
+            # an extent may be symbolic (an expression of size parameters, evaluated at
+            # each launch): grids of symbolic sizes, blocks of a split by a symbolic factor
+            if len(ext) != 3 or not all(isinstance(x, int) and x >= 0 or
+                                        not sym.is_static(x) for x in ext):
                 raise BuildError(format_error(
                     self.who, f"kernel {k.name!r} has {what} {list(ext)}",
                     "expected three ints >= 0 (0: the kernel is never launched)"))
@@ -239,7 +240,8 @@ class CPrinter(CExprPrinter, StmtFunctor):
         if any(m and sym.is_static(x) and x > m for x, m in zip(k.grid, top)):
             raise BuildError(format_error(self.who, f"kernel {k.name!r} has grid "
                                           f"{list(k.grid)}", f"expected at most {list(top)}"))
-        threads = k.block[0] * k.block[1] * k.block[2]
+        fixed_block = all(sym.is_static(x) for x in k.block)
+        threads = k.block[0] * k.block[1] * k.block[2] if fixed_block else 0
         if limits.max_threads_per_block and threads > limits.max_threads_per_block:
             raise BuildError(format_error(
                 self.who, f"kernel {k.name!r} has {threads} threads per block (block "
@@ -311,7 +313,8 @@ class CPrinter(CExprPrinter, StmtFunctor):
                          f"({d.ctype(v.dtype)}){d.index_names[tag]};")
         self.stmt(k.body, 1)
         # a kernel of an empty stage (a zero extent) is never launched; its bound must be legal
-        bounds = d.launch_bounds.format(threads=max(threads, 1))
+        # a block size given at launch has no compile-time bound
+        bounds = d.launch_bounds.format(threads=max(threads, 1)) if fixed_block else ""
         head = " ".join(x for x in (d.kernel_prefix, "void", bounds, kname) if x)
         one_line = f"{head}({', '.join(sig)}) {{"
         if len(one_line) <= 100:

@@ -6,13 +6,13 @@ function's calling convention, and :func:`polytile.runtime.load_module` rebuilds
 parameters that the runtimes check arguments against, so that a loaded function refuses a
 wrong dtype, shape or layout with the same messages as a freshly built one.
 
-Format (``"format": "polytile-function"``, ``"version": 1``)::
+Format (``"format": "polytile-function"``, ``"version": 2``)::
 
     entry        the function's symbol (CPU) or name (GPU)
     target       the target string it was built for
     params       [{"name", "kind": "array", "dtype", "shape", "written"} |
-                  {"name", "kind": "scalar", "dtype"}], in call order; a shape entry is an
-                  int or the name of a scalar parameter
+                  {"name", "kind": "scalar", "dtype"}], in call order; a shape entry is a
+                  size (below)
     asserts      [{"message", "error"}]: run-time check k fails with status assert_base + k
     status       {"ok": 0, "no_memory": 1, "assert_base": 16}
     size_params  [[name, i, q]]: scalar ``name`` (a symbolic size, last in ``params``) is read
@@ -20,20 +20,36 @@ Format (``"format": "polytile-function"``, ``"version": 1``)::
                  without symbolic sizes; C callers pass it)
     c_signature  the C prototype (CPU)
     kernels      (GPU) [{"name", "params": [ref...], "grid", "block",
-                  "dynamic_shared_bytes"}], a ref being ["param", i] or ["workspace", j]
+                  "dynamic_shared_bytes"}], a ref being ["param", i] or ["workspace", j];
+                  grid, block and shared bytes are sizes; "dynamic_shared_max": the bytes
+                  of dynamic shared memory the kernel is loaded for when they are symbolic
+                  (a launch that needs more is refused)
     workspace    (GPU) [{"name", "dtype", "shape"}]: device buffers the runtime allocates
+
+A *size* is an int, the name of a scalar parameter (a symbolic size read off the arrays,
+see ``size_params``), or ``[op, a, b]`` with ``op`` one of ``add sub mul floordiv floormod
+min max`` (floor semantics, as Python's ``//`` and ``%``) and ``a``, ``b`` sizes: a grid of
+``ceil(n / 256)`` blocks is ``["floordiv", ["add", "n", 255], 256]``. A loader evaluates
+them per call from the scalar values. Version 1 (ints and names only) is still read.
 """
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from polytile.errors import BuildError, format_error
 from polytile.schedule.loop_ir import Buffer
-from polytile.te.expr import Const, Var
+from polytile.te.expr import Binary, Cast, Const, Var, binary
+
+from .runtime_support import eval_size
 
 FORMAT = "polytile-function"
-VERSION = 1
+VERSION = 2
+
+#: the operators a size may use (``eval_size`` evaluates the same set)
+SIZE_OPS = ("add", "sub", "mul", "floordiv", "floormod", "min", "max")
 
 #: C type of each dtype in the exported C ABI (16-bit floats travel as their bit patterns)
 C_TYPES = {
@@ -43,20 +59,67 @@ C_TYPES = {
     "float32": "float", "float64": "double"}
 
 
-def _shape(fname: str, b: Buffer, scalars: dict) -> list:
+def size_json(e, scalars: dict):
+    """The JSON form of a size (module docstring), or None when ``e`` uses anything but
+    constants, the scalar parameters ``scalars`` and the operators of ``SIZE_OPS``."""
+    if isinstance(e, Cast):
+        return size_json(e.value, scalars) if e.dtype.startswith(("int", "uint")) else None
+    if isinstance(e, Const):
+        e = e.value
+    if isinstance(e, (int, np.integer)) and not isinstance(e, bool):
+        return int(e)
+    if isinstance(e, Var):
+        return e.name if e in scalars else None
+    if isinstance(e, Binary) and e.op in SIZE_OPS:
+        a, b = size_json(e.a, scalars), size_json(e.b, scalars)
+        return None if a is None or b is None else [e.op, a, b]
+    return None
+
+
+def size_from_json(j, scalars: dict):
+    """The size expression of a JSON size (an int stays an int); ``scalars`` maps names
+    to :class:`Var`.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name or operator.
+    """
+    if isinstance(j, int) and not isinstance(j, bool):
+        return j
+    if isinstance(j, str) and j in scalars:
+        return scalars[j]
+    if isinstance(j, list) and len(j) == 3 and j[0] in SIZE_OPS:
+        a, b = size_from_json(j[1], scalars), size_from_json(j[2], scalars)
+        if isinstance(a, int) and isinstance(b, int):
+            return eval_size(binary(j[0], a, b), {})
+        return binary(j[0], a, b)
+    raise ValueError(format_error("load_module", f"the size {j!r} in the metadata",
+                                  f"an int, a scalar parameter of {sorted(scalars)} or "
+                                  f"[op, a, b] with op in {SIZE_OPS}"))
+
+
+def sizes_json(fname: str, what: str, values, scalars: dict) -> list:
+    """:func:`size_json` of each of ``values``.
+
+    Raises
+    ------
+    BuildError
+        For a value that is not a size (naming ``what`` and the function)."""
     out = []
-    for d in b.shape:
-        if isinstance(d, Const):
-            d = d.value
-        if isinstance(d, int):
-            out.append(int(d))
-        elif isinstance(d, Var) and d in scalars:
-            out.append(d.name)
-        else:
+    for d in values:
+        j = size_json(d, scalars)
+        if j is None:
             raise BuildError(format_error(
-                "export_library", f"buffer {b.name!r} of {fname!r} has the extent {d}",
-                "expected extents that are constants or scalar parameters"))
+                "export_library", f"{what} of {fname!r} has the extent {d}",
+                "expected extents that are constants, scalar parameters or integer "
+                f"arithmetic ({', '.join(SIZE_OPS)}) on them"))
+        out.append(j)
     return out
+
+
+def _shape(fname: str, b: Buffer, scalars: dict) -> list:
+    return sizes_json(fname, f"buffer {b.name!r}", b.shape, scalars)
 
 
 def function_metadata(func, target, stored, asserts, status: dict) -> dict:
@@ -133,8 +196,8 @@ def rebuild_params(meta: dict) -> tuple:
 
 
 def shape_of(shape: list, scalars: dict) -> tuple:
-    """A metadata shape with parameter names replaced by their :class:`Var`."""
-    return tuple(scalars[d] if isinstance(d, str) else int(d) for d in shape)
+    """A metadata shape with its sizes rebuilt (:func:`size_from_json`)."""
+    return tuple(size_from_json(d, scalars) for d in shape)
 
 
 def check_format(meta: dict) -> None:

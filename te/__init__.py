@@ -56,6 +56,16 @@ def thread_axis(dom=None, tag: str = "", name: str = ""):
     return _ta(dom, tag, name)
 
 
+def __getattr__(name: str):
+    # ``te.schedule`` (TVM's ``tvm.te.schedule``: Schedule, Stage, Split, Fuse, Singleton,
+    # IterVar kinds): the schedule package, imported on first use (it imports te)
+    if name == "schedule":
+        import polytile.schedule as _schedule
+
+        return _schedule
+    raise AttributeError(f"module 'polytile.te' has no attribute {name!r}")
+
+
 __all__ = [
     "AXIS_SEPARATOR", "Call", "Cast", "Cmp", "CommReducer", "ComputeOp", "Const", "Expr",
     "IterVar", "acos",

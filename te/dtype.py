@@ -72,6 +72,8 @@ beyond the float reassociation that a reduction's split, reorder or rfactor impl
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from polytile.errors import DefinitionTypeError
@@ -100,6 +102,11 @@ def canonical(dtype) -> str:
         return dtype
     if isinstance(dtype, str) and dtype in ALIASES:
         return ALIASES[dtype]
+    if isinstance(dtype, str):
+        m = _VECTOR.match(dtype)
+        if m and m.group(2) == "1" and (m.group(1) in _BITS or m.group(1) in ALIASES):
+            return ALIASES.get(m.group(1), m.group(1))
+        _refuse_known(dtype)
     try:
         name = np.dtype(dtype).name
     except TypeError:
@@ -109,6 +116,39 @@ def canonical(dtype) -> str:
             f"dtype: unsupported dtype {dtype!r}; expected one of {', '.join(ALL_DTYPES)}"
         )
     return name
+
+
+_VECTOR = re.compile(r"^([a-z]+[0-9]*)x([0-9]+)$")
+
+
+def _refuse_known(dtype: str) -> None:
+    """Clear refusals for TVM dtypes polytile does not have (see docs/tvm_compatibility.md):
+
+    * vector dtypes (``"float32x4"``, ``"int8x4"``) as the dtype of a scalar (a
+      ``te.var``, ``astype`` of a scalar): tensors and constants of vector dtypes are
+      views handled by :mod:`polytile.te.vector` before this function is reached;
+    * ``int4``/``uint4``: TVM TE uses them mostly for CUDA tensor-core and packing
+      tests; polytile has no sub-byte storage (packed stores of two elements of one byte
+      by different threads would race), so they are refused.
+
+    ``"float32x1"`` (one lane) is ``float32``, as in TVM.
+    """
+    m = _VECTOR.match(dtype)
+    if m and (m.group(1) in _BITS or m.group(1) in ALIASES) and int(m.group(2)) > 1:
+        base, lanes = ALIASES.get(m.group(1), m.group(1)), int(m.group(2))
+        raise DefinitionTypeError(
+            f"dtype: {dtype!r} is a vector dtype ({lanes} lanes of {base}), which polytile "
+            f"takes as the element dtype of a tensor only (te.placeholder((n,), "
+            f"dtype={dtype!r}), te.const(v, {dtype!r}), see polytile.te.vector), not of a "
+            f"scalar. hint: or give the tensor a trailing axis of {lanes} "
+            f"(te.placeholder((n, {lanes}), dtype={base!r})), index it A[i, l] in the "
+            f"compute and vectorize that axis")
+    if dtype in ("int4", "uint4"):
+        raise DefinitionTypeError(
+            f"dtype: {dtype!r} (4-bit integers) is not supported: polytile has no "
+            f"sub-byte storage. hint: hold the values in {dtype[:-1]}8 (one per byte) and "
+            f"pack/unpack nibbles with >>, & and | in the compute where packed storage is "
+            f"needed")
 
 
 def bits(dtype: str) -> int:

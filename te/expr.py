@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from polytile.errors import (DefinitionOverflowError, DefinitionTypeError,
-                             DefinitionZeroDivisionError)
+                             DefinitionZeroDivisionError, format_error)
 
 from . import dtype as dt
 
@@ -442,6 +442,11 @@ def const(value, dtype=None) -> Const:
     """
     if isinstance(value, Expr):
         raise DefinitionTypeError(f"const: expected a Python number, got expression {value}")
+    from .vector import LaneVector, parse
+
+    vec = parse(dtype)
+    if vec is not None:   # TVM's vector constant: the value in every lane
+        return LaneVector.broadcast(value, vec[1], vec[0])
     d = dt.canonical(dtype) if dtype is not None else dt.scalar_dtype(value, None)
     return Const(d, _coerce(value, d, literal=True))
 
@@ -497,6 +502,12 @@ def convert(value, dtype_hint: str | None = None) -> Expr:
         raise DefinitionTypeError(
             f"tensor {value.name!r} of shape {value.shape} used as a scalar; "
             f"index it, e.g. {value.name}[i, j]")
+    if type(value).__name__ == "LaneVector":
+        raise DefinitionTypeError(format_error(
+            "vector dtype", f"{value!r} where a scalar expression is needed (a math "
+            "function, a reduction, an extern call)", "lane-wise + - * / // %, comparisons, "
+            "astype, te.if_then_else and te.const on lane vectors",
+            hint="write the lanes as an axis: a tensor of shape (n, lanes) and scalar dtype"))
     raise DefinitionTypeError(f"cannot convert {type(value).__name__} {value!r} to an expression")
 
 
@@ -606,7 +617,18 @@ def select(cond, true_value, false_value) -> Expr:
     """``te.if_then_else``: ``true_value`` where ``cond`` holds, else ``false_value``.
 
     Only the chosen operand is evaluated, so it may guard an out-of-bounds read (padding).
+    With lane vectors (vector dtypes, :mod:`polytile.te.vector`) it selects lane-wise.
     """
+    from .vector import LaneVector
+
+    vecs = [x for x in (cond, true_value, false_value) if isinstance(x, LaneVector)]
+    if vecs:
+        def lane(x, ln):
+            return x.at(ln) if isinstance(x, LaneVector) else x
+
+        probe = select(lane(cond, 0), lane(true_value, 0), lane(false_value, 0))
+        return LaneVector(vecs[0].lanes, probe.dtype, lambda ln: select(
+            lane(cond, ln), lane(true_value, ln), lane(false_value, ln)))
     c = _as_bool(cond, "te.if_then_else")
     t, f = _operands(true_value, false_value, "te.if_then_else") if (
         isinstance(true_value, ExprOp) or isinstance(false_value, ExprOp)

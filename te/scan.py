@@ -5,14 +5,21 @@ steps first): rows ``t < L`` (``L = init.shape[0]``) are ``init[t, ...]``, each 
 ``update[t, ...]`` where ``update`` reads ``state[t - 1, ...]`` (any earlier row) as the
 already computed rows of ``S``. A read of the current row or a later one is refused by
 ``lower`` (``ScheduleError`` naming the reading and the writing instance). With lists of
-tensors a scan carries several states and returns one tensor per state.
+tensors a scan carries several states and returns one tensor per state; their updates are
+either the outputs of one multi-output compute or separate computes (TVM's
+``test_scan_multi_out`` form), all of one shape ``[T, ...]``.
 
 In polytile a scan is one compute stage that reads its own buffer: its body is
 ``if_then_else(t < L, init[t, ...], update's body)`` with every read of ``state`` redirected
 to the scan's own output (computes between ``update`` and ``state`` are inlined; ``init``
 stays a stage of its own, which ``s[init]`` schedules). The stage's axes *are*
 ``update.op.axis`` (``scan_axis`` is the first), and ``s[update]`` is the scan's stage, so
-TVM's ``s[s_update].split(s_update.op.axis[1], ...)`` schedules it. The dependence of a row
+TVM's ``s[s_update].split(s_update.op.axis[1], ...)`` schedules it. With separate update
+computes the axes are those of the first one; the states share one loop nest, and
+``s[u]`` of any update ``u`` is that stage, scheduled through ``u.op.axis`` as well (axis
+``k`` of ``u`` stands for axis ``k`` of the first update: TVM could give each update its
+own loops, polytile computes all states of a step in one statement, so a second schedule
+of the same axis raises "already split"). The dependence of a row
 on earlier rows is an exact dependence of the stage (``schedule/deps.py``): the scan axis
 stays serial (``parallel``, ``vectorize``, ``bind`` or a reorder that runs a row before
 the rows it reads are refused with a violating pair), the spatial axes can be split,
@@ -44,6 +51,15 @@ class ScanOp(ComputeOp):
     update: tuple = ()
     state_placeholder: tuple = ()
     inputs: tuple = ()
+    #: the computes between the updates and the states (they read a state), inlined into
+    #: the step; ``s[t]`` of one of them is a :class:`~polytile.schedule.schedule.ScanStep`
+    steps: tuple = ()
+
+    def axis_alias(self) -> dict:
+        """``{id(axis k of a later update compute): axis k of the stage}`` (several states
+        with one compute each: ``s[u].split(u.op.axis[1], ...)`` for any of them)."""
+        return {id(a): b for u in self.update if u.op is not self.update[0].op
+                for a, b in zip(u.op.axis, self.axis)}
 
     @property
     def scan_axis(self):
@@ -104,6 +120,19 @@ class _State(ExprMutator):
         return r
 
 
+def _ops_between(bodies, reads_state) -> list:
+    """The compute ops the update bodies read (transitively) that read a state."""
+    out: list = []
+    todo = [r.tensor.op for b in bodies for r in collect(b, TensorRead)]
+    while todo:
+        op = todo.pop()
+        if not isinstance(op, ComputeOp) or any(op is o for o in out) or not reads_state(op):
+            continue
+        out.append(op)
+        todo += [t.op for t in op.input_tensors]
+    return out
+
+
 def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: str = "",
          attrs=None):
     """A recurrence over the first axis (TVM's ``te.scan``; see the module docstring).
@@ -142,17 +171,24 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
             "scan", f"{len(inits)} init, {len(updates)} update and {len(states)} state "
             f"tensors", "one of each per state"))
     uop = updates[0].op
-    if not isinstance(uop, ComputeOp) or any(u.op is not uop for u in updates):
-        raise DefinitionTypeError(format_error(
-            "scan", f"update {[u.name for u in updates]} is not the outputs of one compute",
-            "te.compute tensors (several states: the outputs of one multi-output compute)"))
-    if uop.reduce_axis:
-        raise DefinitionTypeError(format_error(
-            "scan", f"update {uop.name!r} is a reduction", "an elementwise update",
-            hint="compute the reduction in a compute that the update reads"))
-    if not uop.axis:
-        raise DefinitionValueError(format_error("scan", f"update {uop.name!r} has no axes",
-                                                "a time axis first"))
+    for u in updates:
+        if not isinstance(u.op, ComputeOp) or isinstance(u.op, ScanOp):
+            raise DefinitionTypeError(format_error(
+                "scan", f"update {u.name!r} is not a te.compute",
+                "te.compute tensors (several states: the outputs of one multi-output "
+                "compute, or one compute per state)"))
+        if u.op.reduce_axis:
+            raise DefinitionTypeError(format_error(
+                "scan", f"update {u.op.name!r} is a reduction", "an elementwise update",
+                hint="compute the reduction in a compute that the update reads"))
+        if not u.op.axis:
+            raise DefinitionValueError(format_error("scan", f"update {u.op.name!r} has no "
+                                                    "axes", "a time axis first"))
+        if u.op is not uop and not sym.same_shape(u.shape, updates[0].shape):
+            raise DefinitionValueError(format_error(
+                "scan", f"updates {updates[0].name!r} and {u.name!r} have the shapes "
+                f"{updates[0].shape} and {u.shape}", "states of one shape [T, ...] (they "
+                "are computed in one loop nest)"))
     steps = updates[0].shape[0]
     rows = inits[0].shape[0] if inits[0].ndim else 0
     for i, u, s in zip(inits, updates, states):
@@ -191,7 +227,10 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
                                for t in op.input_tensors)
         return memo[id(op)]
 
-    bodies = tuple(uop.body[u.value_index] for u in updates)
+    # each update's body over the first update's axes (one loop nest for every state)
+    bodies = tuple(u.op.body[u.value_index] if u.op is uop else substitute(
+        u.op.body[u.value_index], {a.var: b.var for a, b in zip(u.op.axis, uop.axis)})
+        for u in updates)
     op = ScanOp(name=name, tag=tag, attrs=dict(attrs or {}), axis=uop.axis, reduce_axis=(),
                 body=bodies, init=tuple(inits), update=tuple(updates),
                 state_placeholder=tuple(states), inputs=tuple(inputs or ()))
@@ -204,5 +243,7 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
         new.append(Select(b.dtype, first, TensorRead(i.dtype, i, tuple(ivars)), upd))
     # the body reads the op's own outputs, which exist only once the op does
     object.__setattr__(op, "body", tuple(new))
+    object.__setattr__(op, "steps", tuple(
+        o for o in _ops_between(bodies, reads_state) if all(o is not u.op for u in updates)))
     outs = list(op.outputs)
     return outs[0] if single else outs

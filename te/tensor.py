@@ -20,6 +20,7 @@ from .depth import check_depth
 from .expr import (Expr, ExprOp, IterVar, Range, Reduce, TensorRead, Var, binary,
                    building_body, convert)
 from . import symbolic as sym
+from . import vector
 from .visitor import collect
 
 
@@ -289,6 +290,10 @@ def placeholder(shape, dtype="float32", name: str = "placeholder") -> Tensor:
     name : str
         Name used in printed IR and as the argument name of built functions.
     """
+    vec = vector.parse(dtype)
+    if vec is not None:   # TVM's vector elements: a view of a trailing lane axis
+        shp = _shape(shape, "placeholder", name)
+        return vector.VectorTensor(placeholder((*shp, vec[1]), vec[0], name), vec[1])
     return PlaceholderOp(name=name, shape=_shape(shape, "placeholder", name),
                          dtype=dt.canonical(dtype)).output(0)
 
@@ -427,7 +432,15 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
         body = fcompute(*[iv.var for iv in axis])
     finally:
         building_body(old)
+    if isinstance(body, vector.LaneVector):   # vector elements: one more axis, the lanes
+        lane = IterVar(Var("int32", "lane", True), Range(0, body.lanes), "data_par")
+        scalar, reduce_axes = _check_body(body.at(lane.var), axis + (lane,), name)
+        op = ComputeOp(name=name, tag=tag, attrs=dict(attrs or {}), axis=axis + (lane,),
+                       reduce_axis=tuple(reduce_axes), body=(scalar,))
+        return vector.VectorTensor(op.output(0), body.lanes)
     if isinstance(body, (tuple, list)):
+        if any(isinstance(b, vector.LaneVector) for b in body):
+            vector._refuse("a tuple of outputs")
         return _compute_outputs(tuple(body), axis, name, tag, attrs)
     body, reduce_axes = _check_body(body, axis, name)
     op = ComputeOp(name=name, tag=tag, attrs=dict(attrs or {}), axis=axis,

@@ -29,22 +29,16 @@ from ..gpu.module import _free_all
 from .runtime import API, CUDAModule
 
 
-def _ints(fname: str, what: str, values) -> list:
-    try:
-        return [int(v) for v in values]
-    except TypeError:
-        raise BuildError(format_error(
-            "export_library", f"the {what} of a kernel of {fname!r} is {tuple(values)}",
-            "expected constant launch sizes in an exported CUDA function")) from None
-
-
 def metadata(module: CUDAModule) -> dict:
     """The export metadata of ``module``: its parameters, kernels and workspace.
 
     Raises
     ------
     BuildError
-        For launch sizes or buffer extents that are not constants or scalar parameters.
+        For launch sizes or buffer extents that are not sizes (constants, scalar
+        parameters such as symbolic sizes, and integer arithmetic on them: see
+        :mod:`polytile.targets.export_meta`); symbolic grids, blocks and dynamic shared
+        memory are evaluated by the loader at each call.
     """
     f = module.func
     meta = export_meta.function_metadata(f, module.target, module._stored, (), {"ok": 0})
@@ -57,6 +51,10 @@ def metadata(module: CUDAModule) -> dict:
         meta["workspace"].append({"name": b.name, "dtype": b.dtype,
                                   "shape": export_meta._shape(f.name, b, scalars)})
     kernels = []
+
+    def sz(what, values):
+        return export_meta.sizes_json(f.name, what, values, scalars)
+
     for k in module.kernels:
         missing = [p.name for p in k.params if id(p) not in refs]
         if missing:
@@ -64,10 +62,11 @@ def metadata(module: CUDAModule) -> dict:
                 "export_library", f"kernel {k.name!r} takes {missing}, which are neither "
                 "parameters nor workspace", "expected kernels of the function's own values"))
         kernels.append({"name": k.name, "params": [refs[id(p)] for p in k.params],
-                        "grid": _ints(f.name, "grid", k.grid),
-                        "block": _ints(f.name, "block", k.block),
-                        "dynamic_shared_bytes": _ints(f.name, "dynamic shared memory",
-                                                      [k.dynamic_shared_bytes])[0],
+                        "grid": sz(f"the grid of kernel {k.name!r}", k.grid),
+                        "block": sz(f"the block of kernel {k.name!r}", k.block),
+                        "dynamic_shared_bytes": sz(f"the dynamic shared memory of kernel "
+                                                   f"{k.name!r}", [k.dynamic_shared_bytes])[0],
+                        "dynamic_shared_max": int(k.dynamic_shared_max),
                         "stored": [refs[id(p)] for p in k.params if p in k.stored]})
     meta["kernels"] = kernels
     return meta
@@ -130,10 +129,14 @@ class CubinModule(CUDAModule):
         workspace = tuple(Buffer(w["name"], export_meta.shape_of(w["shape"], scalars),
                                  w["dtype"], "global") for w in meta["workspace"])
         values = {"param": params, "workspace": workspace}
+        sz = export_meta.size_from_json
         kernels = tuple(
             KernelInfo(k["name"], tuple(values[a][i] for a, i in k["params"]),
-                       tuple(k["grid"]), tuple(k["block"]), k["dynamic_shared_bytes"],
-                       frozenset(values[a][i] for a, i in k["stored"]))
+                       tuple(sz(x, scalars) for x in k["grid"]),
+                       tuple(sz(x, scalars) for x in k["block"]),
+                       sz(k["dynamic_shared_bytes"], scalars),
+                       frozenset(values[a][i] for a, i in k["stored"]),
+                       int(k.get("dynamic_shared_max", 0)))
             for k in meta["kernels"])
         self.image = image
         self.func = PrimFunc(meta["entry"], params, seq(),

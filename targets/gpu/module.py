@@ -130,16 +130,23 @@ class GPUModule(Module):
     def _launch_shape(self, k, scalars: dict):
         """``k`` with its symbolic grid extents evaluated for this call (``None``: an
         empty grid, nothing to launch); checked against the device's grid limits."""
-        if all(isinstance(x, int) for x in k.grid + (k.dynamic_shared_bytes,)):
+        if all(isinstance(x, int) for x in k.grid + k.block + (k.dynamic_shared_bytes,)):
             return k
         grid = tuple(eval_size(x, scalars) for x in k.grid)
+        block = tuple(eval_size(x, scalars) for x in k.block)
         smem = eval_size(k.dynamic_shared_bytes, scalars)
-        if any(x is None for x in grid) or smem is None:
+        if any(x is None for x in grid + block) or smem is None:
             raise LoweringError(format_error(
-                self.name, f"kernel {k.name!r} has the grid {list(k.grid)}", "a grid of "
-                "constants and size parameters"))
+                self.name, f"kernel {k.name!r} has the grid {list(k.grid)} and block "
+                f"{list(k.block)}", "a launch shape of constants and size parameters"))
         if min(grid) <= 0:
             return None
+        top_t = self.target.limits.max_threads_per_block
+        if min(block) <= 0 or (top_t and block[0] * block[1] * block[2] > top_t):
+            raise ValueError(format_error(
+                self.name, f"kernel {k.name!r} needs blocks of {list(block)} threads for the "
+                f"sizes {', '.join(f'{v.name}={n}' for v, n in scalars.items())}",
+                f"between 1 and {top_t} threads per block", hint="a smaller split factor"))
         top = self.target.limits.max_grid_dim
         for a, x, m in zip("xyz", grid, top):
             if m and x > m:
@@ -153,7 +160,7 @@ class GPUModule(Module):
                 f"sizes {', '.join(f'{v.name}={n}' for v, n in scalars.items())}",
                 f"at most {k.dynamic_shared_max} bytes",
                 hint="tile the loops its shared buffers are computed at by constant factors"))
-        return dataclasses.replace(k, grid=grid, dynamic_shared_bytes=smem)
+        return dataclasses.replace(k, grid=grid, block=block, dynamic_shared_bytes=smem)
 
     def _workspace_ptr(self, b: Buffer, scalars: dict) -> int:
         shape = expected_shape(b, scalars)

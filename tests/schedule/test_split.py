@@ -136,12 +136,15 @@ def test_split_bad_factor_raises(kw, msg):
         s[B].split(B.op.axis[0], **kw)
 
 
-def test_split_symbolic_factor_raises():
+def test_split_factor_expression_of_the_wrong_kind_raises():
+    # symbolic factors are integer expressions of sizes and scalars (tests/symbolic)
     A, B = _vec(10)
     s = te.create_schedule(B.op)
-    with pytest.raises(ScheduleError, match="split: factor=f for iter_var 'i' of stage 'B' is "
-                       "an expression; a positive int: a symbolic tile size"):
-        s[B].split(B.op.axis[0], factor=te.var("f"))
+    with pytest.raises(ScheduleError, match="split: factor=f for iter_var 'i' of stage 'B'; "
+                       "an int or an integer expression of size parameters"):
+        s[B].split(B.op.axis[0], factor=te.var("f", "float32"))
+    with pytest.raises(ScheduleError, match="no loop variables"):
+        s[B].split(B.op.axis[0], factor=B.op.axis[0].var + 1)
 
 
 def test_split_axis_of_another_stage_raises():

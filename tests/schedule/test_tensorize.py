@@ -488,3 +488,40 @@ def test_refuse_multi_output_stage():
     s[P].tensorize(P.op.axis[1], intrin)
     with pytest.raises(ScheduleError, match=r"the stage has 2 outputs"):
         polytile.lower(s, [A, P, Q])
+
+
+def _symbolic_matmul_bt(rows, cols, l=48):
+    A = te.placeholder((rows, l), name="A")
+    B = te.placeholder((cols, l), name="B")
+    k = te.reduce_axis((0, l), name="k")
+    C = te.compute((rows, cols), lambda i, j: te.sum(A[i, k] * B[j, k], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    x, y = C.op.axis
+    yo, yi = s[C].split(y, factor=16)
+    zo, zi = s[C].split(k, factor=16)
+    s[C].reorder(x, yo, zo, yi, zi)
+    s[C].tensorize(yi, gemv_intrin(16, 16, reset=True))
+    s[C].pragma(x, "import_c", GEMV_C)
+    return A, B, C, s
+
+
+def test_tensorize_over_symbolic_shapes_on_llvm():
+    # rows n symbolic, columns 16*q: every tile is the intrinsic's full box for all n, q
+    n, q = te.size_var("n"), te.size_var("q")
+    A, B, C, s = _symbolic_matmul_bt(n, 16 * q)
+    f = polytile.build(s, [A, B, C, q])
+    assert "tensorize gemv.update" in str(polytile.lower(s, [A, B, C, q]))
+    for nn, qq in ((5, 2), (1, 1), (13, 3), (0, 2)):
+        a, b = data((nn, 48), (16 * qq, 48), seed=nn)
+        c = np.full((nn, 16 * qq), np.nan, "float32")
+        f(a, b, c, qq)
+        np.testing.assert_allclose(c, a.astype(np.float64) @ b.T.astype(np.float64),
+                                   rtol=1e-5)
+
+
+def test_tensorize_refuses_a_symbolic_extent_with_partial_tiles():
+    n, m = te.size_var("n"), te.size_var("m")
+    A, B, C, s = _symbolic_matmul_bt(n, m)
+    with pytest.raises(ScheduleError, match=r"tensorize: stage 'C' at loop 'j.inner'.*"
+                       r"not the intrinsic's full box"):
+        polytile.lower(s, [A, B, C])

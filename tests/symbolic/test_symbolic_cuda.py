@@ -216,3 +216,40 @@ def test_gemm_shared_tiles_all_sizes(build, tmp_path):
         f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), dc)
         np.testing.assert_allclose(dc.numpy(), a.astype(np.float64) @ b, rtol=1e-5,
                                    atol=1e-5)
+
+
+def test_cubin_export_of_symbolic_grids_and_shared_memory(build, tmp_path):
+    # the launch plan keeps grid and dynamic shared memory as expressions of n and m; the
+    # loaded module reads n and m off the arrays at each call, as the built one does
+    import json
+
+    from polytile.runtime import load_module
+
+    s, args = _row_in_shared()
+    path = build(s, args).export_library(str(tmp_path / "rows.cubin"))
+    meta = json.loads(open(path + ".json").read())
+    assert meta["version"] == 2
+    assert [p["shape"] for p in meta["params"][:2]] == [["n", "m"], ["n", "m"]]
+    assert meta["kernels"][0]["grid"][0] == "n"
+    assert "m" in json.dumps(meta["kernels"][0]["dynamic_shared_bytes"])
+    f = load_module(path)
+    for n, m in ((0, 5), (1, 1), (3, 33), (5, 100)):
+        a = np.random.default_rng(n * m + 1).uniform(-1, 1, (n, m)).astype("float32")
+        da = polytile.nd.array(a, device="cuda")
+        dc = polytile.nd.array(np.full((n, m), np.nan, "float32"), device="cuda")
+        f(da, dc)
+        np.testing.assert_allclose(dc.numpy(), 2.0 * a + 2.0 * a[:, ::-1], rtol=1e-6)
+    a = np.zeros((1, 20000), "float32")
+    with pytest.raises(ValueError, match="bytes of shared memory for the sizes"):
+        f(polytile.nd.array(a, device="cuda"), polytile.nd.array(a.copy(), device="cuda"))
+    s, args = _vadd()
+    path = build(s, args).export_library(str(tmp_path / "vadd.cubin"))
+    grid = json.loads(open(path + ".json").read())["kernels"][0]["grid"]
+    assert grid == [["floordiv", ["add", "n", 63], 64], 1, 1]
+    f = load_module(path)
+    for n in (0, 1, 65, 130):
+        a, b = (np.random.default_rng(n + k).uniform(-1, 1, n).astype("float32")
+                for k in range(2))
+        dc = polytile.nd.array(np.full(n, np.nan, "float32"), device="cuda")
+        f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), dc)
+        np.testing.assert_allclose(dc.numpy(), a + 2.0 * b, rtol=1e-6)

@@ -8,6 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
+import polytile
 from polytile import te
 from polytile.errors import PolytileWarning
 from polytile.te import dtype as dt
@@ -216,10 +217,46 @@ def test_max_and_min_value_are_tvms_finite_extremes():
     assert te.max_value("float").dtype == "float32"
 
 
-@pytest.mark.parametrize("bad", ["complex64", "float128x", object, "int4"])
+@pytest.mark.parametrize("bad", ["complex64", "float128x", object, "float31x4"])
 def test_canonical_refuses_unsupported(bad):
     with pytest.raises(TypeError, match="unsupported dtype"):
         dt.canonical(bad)
+
+
+@pytest.mark.parametrize("vec,base,lanes", [("float32x4", "float32", 4),
+                                            ("int8x16", "int8", 16), ("floatx2", "float32", 2),
+                                            ("float16x8", "float16", 8)])
+def test_vector_dtypes_of_scalars_are_refused(vec, base, lanes):
+    # vector dtypes are tensor elements (tests/te/test_vector_dtypes.py), not scalars
+    with pytest.raises(TypeError, match=rf"dtype: '{vec}' is a vector dtype \({lanes} lanes "
+                       rf"of {base}\).*te.placeholder\(\(n, {lanes}\), dtype='{base}'\)"):
+        te.var("x", dtype=vec)
+
+
+def test_one_lane_vector_dtype_is_the_scalar_dtype():
+    assert te.placeholder((3,), dtype="float32x1").dtype == "float32"
+    assert dt.canonical("int8x1") == "int8"
+
+
+@pytest.mark.parametrize("d", ["int4", "uint4"])
+def test_int4_is_refused_clearly(d):
+    with pytest.raises(TypeError, match=rf"dtype: '{d}' \(4-bit integers\) is not supported: "
+                       r"polytile has no sub-byte storage.*hint: hold the values in u?int8"):
+        te.placeholder((8,), dtype=d)
+
+
+def test_the_trailing_axis_form_of_a_vector_dtype_program():
+    # TVM's vectorize-add test (A: (n,) float32x4, B = A + 1) written with a lanes axis
+    n, lanes = 37, 4
+    A = te.placeholder((n, lanes), name="A")
+    B = te.compute((n, lanes), lambda i, l: A[i, l] + te.const(1, "float32"), name="B")
+    s = te.create_schedule(B.op)
+    s[B].vectorize(B.op.axis[1])
+    f = polytile.build(s, [A, B])
+    a = np.random.default_rng(0).uniform(-1, 1, (n, lanes)).astype("float32")
+    b = np.full((n, lanes), np.nan, "float32")
+    f(a, b)
+    np.testing.assert_allclose(b, a.astype(np.float64) + 1, rtol=1e-6)
 
 
 def test_placeholder_canonicalises_dtype():
