@@ -22,7 +22,7 @@ matching had):
 4. *Reduction.* With reduce loops outside ``var`` the intrinsic's ``reset`` (on ``init``)
    and ``update`` run. Otherwise the whole reduction is in the tile and ``body`` runs once
    per tile (TVM's rule) and ``init`` disappears; where the output is in memory (not a
-   fragment) each call first stores the identity over its output region
+   fragment, nor shared memory) each call first stores the identity over its output region
    (:func:`lower_tensor_call`), so that a body which accumulates (TVM's tutorial kernel)
    still computes the definition. An intrinsic with no body of its own (None, or its update's code) runs
    ``reset`` then ``update``; one with neither is refused (ScheduleError naming the stage,
@@ -507,7 +507,10 @@ def lower_tensor_call(s: TensorCall, flat: tuple) -> TensorCall:
              for b, shape, strides, off, t in zip(s.buffers, s.shapes, s.strides, flat,
                                                  list(intrin.inputs) + [intrin.output])]
     body = code_of(intrin, views[:-1], views[-1:], s.part)
-    if s.part == "body" and intrin.is_reduction and s.buffers[-1].scope not in FRAGMENT_SCOPES:
+    # not on fragments (no scalar address per element) nor on shared memory (a body run
+    # by a warp together would race with every thread's fill)
+    if (s.part == "body" and intrin.is_reduction and s.buffers[-1].scope not in FRAGMENT_SCOPES
+            and not s.buffers[-1].scope.startswith("shared")):
         body = seq(_fill_identity(views[-1], intrin.op.body[0]), body)
     return TensorCall(intrin, s.part, s.buffers, s.shapes, s.strides, tuple(flat), body)
 
