@@ -207,12 +207,17 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None) -> None:
             par = {"i0.j0": "j0" if n_j0 >= 2 else "i0"}.get(par, par)
         else:
             par = {"b.i0": "b.j0", "b.i0.j0": "b.j0"}.get(par, par)
+    fused_into = {}
     if par != "none":
         outer = [loops[x] for x in par.split(".")]
-        s[C].parallel(s[C].fuse(*outer) if len(outer) > 1 else outer[0])
+        ax = s[C].fuse(*outer) if len(outer) > 1 else outer[0]
+        s[C].parallel(ax)
+        # a packing stage attached at the innermost fused loop attaches at the fused one
+        fused_into = {id(outer[-1]): ax} if len(outer) > 1 else {}
     for P, at in ((PB, j0 if single_k else k0), (PA, i0)):
         if P is None:
             continue
+        at = fused_into.get(id(at), at)
         *pb, x, y, z = s[P].op.axis
         if order == "goto":
             s[P].compute_at(s[C], at)

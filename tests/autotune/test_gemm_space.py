@@ -169,3 +169,14 @@ def test_matmul_single_reduction_block_initialises_per_micro_tile(pack, parallel
     between = [ln.strip() for ln in lines[init + 1:update] if ln.strip().startswith("for ")]
     assert all(b.startswith(("for j", "for k")) for b in between), lines[init:update + 1]
     assert tile < init, "the init is not inside the micro-tile loop"
+
+
+@pytest.mark.parametrize("parallel", ["b.i0", "b.i0.j0"])
+def test_batch_matmul_single_reduction_block_with_fused_parallel_batch(parallel):
+    """One reduction block in the goto order packs B at ``j0``; with the batch loop fused
+    with ``j0`` for the parallel loop, the packing attaches at the fused loop (CI found the
+    sampled config refused: 'j.outer was already fused')."""
+    args = (3, 37, 53, 13)
+    cfg = _config("batch_matmul", args, tile_i=[-1, 2, 12], tile_j=[-1, 2, 16],
+                  tile_k=[-1, 13], order="goto", pack_a=True, pack_b=True, parallel=parallel)
+    _check("batch_matmul", args, cfg, seed=3)

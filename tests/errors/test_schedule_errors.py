@@ -347,7 +347,8 @@ CASES = [
     pytest.param(cache_read_with_a_misspelt_scope,
                  r"cache_read: unknown scope 'sharde'; one of \('global', 'shared', 'local', "
                  r"'wmma.matrix_a', 'wmma.matrix_b', 'wmma.accumulator', "
-                 r"'mfma.accumulator_32x32', 'mfma.accumulator_16x16'\)",
+                 r"'mfma.accumulator_32x32', 'mfma.accumulator_16x16', "
+                 r"'wgmma.accumulator'\)",
                  id="cache-read-misspelt-scope"),
     pytest.param(cache_write_of_a_placeholder,
                  r"cache_write: 'A' is a placeholder; cache the output of a compute",
