@@ -190,6 +190,20 @@ def _gemm_schedule(cfg, A, B, C, knobs: tuple):
     return s
 
 
+def _block_per_row(s, out: te.Tensor, reductions, nt: int, ot: int) -> None:
+    """One block per row (``blockIdx.x``): the columns of ``out[M, N]`` split over ``ot``
+    threads and each row reduction of ``reductions`` (``[M]``, reducing over ``N``) over
+    ``nt`` threads (``threadIdx.x``, a cross-thread reduction)."""
+    i, j = out.op.axis
+    _, ji = s[out].split(j, factor=ot)
+    s[out].bind(i, _bx())
+    s[out].bind(ji, _tx())
+    for st in reductions:
+        _, ki = s[st].split(st.op.reduce_axis[0], factor=nt)
+        s[st].bind(st.op.axis[0], _bx())
+        s[st].bind(ki, _tx())
+
+
 def _reduce_threads(limits: gpu_limits.GPULimits, n: int) -> list:
     """Thread counts for a reduction over ``n`` elements: from :data:`REDUCE_THREADS`
     within the device's limit, the smallest one at least ``n`` the largest kept."""
@@ -227,14 +241,7 @@ def softmax_cuda(M: int, N: int, dtype: str = "float32"):
     sm = te.compute((M,), lambda i: te.sum(te.exp(A[i, k2] - mx[i]), axis=k2), name="rowsum")
     out = te.compute((M, N), lambda i, j: te.exp(A[i, j] - mx[i]) / sm[i], name="softmax")
     s = te.create_schedule(out.op)
-    i, j = out.op.axis
-    jo, ji = s[out].split(j, factor=nt)
-    s[out].bind(i, _bx())
-    s[out].bind(ji, _tx())
-    for st in (mx, sm):
-        _, ki = s[st].split(st.op.reduce_axis[0], factor=nt)
-        s[st].bind(st.op.axis[0], _bx())
-        s[st].bind(ki, _tx())
+    _block_per_row(s, out, (mx, sm), nt, nt)
     return s, [A, out]
 
 
@@ -267,14 +274,7 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     out = te.compute((M, N), lambda i, j: (A[i, j] - mean[i]) * te.rsqrt(
         var[i] + te.const(1e-5, dtype)) * G[j] + Bt[j], name="layernorm")
     s = te.create_schedule(out.op)
-    i, j = out.op.axis
-    _, ji = s[out].split(j, factor=ot)
-    s[out].bind(i, _bx())
-    s[out].bind(ji, _tx())
-    for st in (mean, var):
-        _, ki = s[st].split(st.op.reduce_axis[0], factor=nt)
-        s[st].bind(st.op.axis[0], _bx())
-        s[st].bind(ki, _tx())
+    _block_per_row(s, out, (mean, var), nt, ot)
     return s, [A, G, Bt, out]
 
 
