@@ -10,7 +10,6 @@ from __future__ import annotations
 from polytile.schedule.kinds import LoopKind
 from polytile.schedule.passes.async_copy import contiguous_aligned
 from polytile.schedule.loop_ir import For, IfThenElse, Load, Store
-from polytile.te import dtype as dt
 from polytile.te.expr import Const, Expr
 from polytile.te.visitor import free_vars
 
