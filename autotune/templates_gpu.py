@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from polytile import te
+from polytile.targets.gpu_tiling import cooperative_copy
 
 from . import gpu_limits
 from . import templates as _cpu  # noqa: F401  (the CPU templates first: ours are variants)
@@ -179,14 +180,7 @@ def _gemm_schedule(cfg, A, B, C, knobs: tuple):
             s[CL].unroll(ax)
     for T in (AS, BS):
         s[T].compute_at(s[CL], ko)
-        fused = s[T].fuse(*s[T].op.axis)
-        rest, v = s[T].split(fused, factor=vec)
-        rest, tx_ = s[T].split(rest, factor=tx_n)
-        _, ty_ = s[T].split(rest, factor=ty_n)
-        s[T].bind(ty_, _ty())
-        s[T].bind(tx_, _tx())
-        if vec > 1:
-            s[T].vectorize(v)
+        cooperative_copy(s, T, vector=vec, threads=(tx_n, ty_n))
     return s
 
 

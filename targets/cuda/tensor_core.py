@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from polytile import te, tir
 
-from ..gpu.tiling import cooperative_copy, fragment_tiles, warp_tiles
+from ..gpu_tiling import cooperative_copy, fragment_tiles, warp_tiles
 
 N = N_TILE = 16
 TILE = 256   # elements of one fragment: fragment index = element offset / 256
@@ -278,7 +278,7 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
             width = S.op.axis[1].dom.extent
             s[S].storage_align(S.op.axis[0], width + pad if width % 32 else 32,
                                pad if width % 32 == 0 else 0)
-        cooperative_copy(s, S, vector=vector, lanes=32, warps=(BN // WN, BM // WM))
+        cooperative_copy(s, S, vector=vector, threads=(32, BN // WN, BM // WM))
     return s, [A, B, C]
 
 

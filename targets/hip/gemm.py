@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from polytile import te
 
-from ..gpu.tiling import cooperative_copy, fragment_tiles, warp_tiles
+from ..gpu_tiling import cooperative_copy, fragment_tiles, warp_tiles
 from .mfma import WAVEFRONT, _matmul, instruction, mfma_mma, mfma_store
 
 
@@ -60,7 +60,7 @@ def mfma_gemm(M: int, N: int, K: int, *, instr: str = "v_mfma_f32_32x32x8f16",
     s[CF].unroll(cfj)
     for S in (AS, BS):
         s[S].compute_at(s[CF], ko)
-        cooperative_copy(s, S, vector=vector, lanes=WAVEFRONT, warps=(BN // WN, BM // WM))
+        cooperative_copy(s, S, vector=vector, threads=(WAVEFRONT, BN // WN, BM // WM))
     return s, [A, B, C]
 
 

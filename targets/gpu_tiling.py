@@ -44,17 +44,19 @@ def fragment_tiles(s, CF: te.Tensor, bk: int, frag: tuple[int, int, int]):
     return ko, kf, cfi, cfj, cti
 
 
-def cooperative_copy(s, S: te.Tensor, *, vector: int, lanes: int, warps: tuple[int, int]):
+def cooperative_copy(s, S: te.Tensor, *, vector: int, threads: tuple[int, ...]):
     """Copy the shared-memory tile ``S`` (already placed by ``compute_at``) with every thread
-    of the block: its fused axes split into ``vector``-element loads, ``lanes`` threads
-    (``threadIdx.x``) and ``warps = (y, z)`` warps (``threadIdx.y``, ``threadIdx.z``)."""
+    of the block: its fused axes split into ``vector``-element loads, then over
+    ``threads = (x, y[, z])`` threads (``threadIdx.x`` innermost, e.g. the lanes of a warp,
+    then the warps on ``threadIdx.y``, ``threadIdx.z``); the outermost loop is what is left
+    (several loads per thread where the tile is larger than the block)."""
     f = s[S].fuse(*S.op.axis)
     f, v = s[S].split(f, factor=vector)
-    f, tx = s[S].split(f, factor=lanes)
-    f, ty = s[S].split(f, factor=warps[0])
-    f, tz = s[S].split(f, factor=warps[1])
-    s[S].bind(tx, te.thread_axis("threadIdx.x"))
-    s[S].bind(ty, te.thread_axis("threadIdx.y"))
-    s[S].bind(tz, te.thread_axis("threadIdx.z"))
+    bound = []
+    for n, tag in zip(threads, ("threadIdx.x", "threadIdx.y", "threadIdx.z")):
+        f, t = s[S].split(f, factor=n)
+        bound.append((t, tag))
+    for t, tag in bound:
+        s[S].bind(t, te.thread_axis(tag))
     if vector > 1:
         s[S].vectorize(v)
