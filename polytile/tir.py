@@ -325,6 +325,12 @@ def _parts(intrin, ins, outs) -> dict:
 def probe_parts(intrin) -> tuple:
     """The parts (``body``, ``reset``, ``update``) ``fcompute`` gives, found by calling it
     on the declared buffers (TVM calls it at declaration too)."""
+    return tuple(probe_statements(intrin))
+
+
+def probe_statements(intrin) -> dict:
+    """``{part: statement}`` that ``fcompute`` gives on the declared buffers (offsets
+    symbolic); parts it leaves None are absent."""
     views = []
     for t in list(intrin.inputs) + [intrin.output]:
         d = intrin.binds.get(t)
@@ -337,7 +343,7 @@ def probe_parts(intrin) -> tuple:
             strides = tuple(x if isinstance(x, int) else c for x, c in zip(d.strides, strides))
         buf = Buffer(d.name if d is not None else t.name, tuple(t.shape), t.dtype, "global")
         views.append(BufferView(buf, t.shape, strides, Var("int64", f"{buf.name}_elem_offset")))
-    return tuple(_parts(intrin, views[:-1], views[-1:]))
+    return _parts(intrin, views[:-1], views[-1:])
 
 
 def code_of(intrin, ins: list, outs: list, part: str) -> Stmt:

@@ -20,7 +20,13 @@ matching had):
    access, ``E`` embeds its tensor as the trailing dimensions of the stage's buffer): the
    access is the intrinsic's up to an offset ``base(o)``, the start of the operand region.
 4. *Reduction.* With reduce loops outside ``var`` the intrinsic's ``reset`` (on ``init``)
-   and ``update`` run; otherwise ``body`` runs once per tile and ``init`` disappears.
+   and ``update`` run. Otherwise the whole reduction is in the tile and ``body`` runs once
+   per tile (TVM's rule) and ``init`` disappears; where the output is in memory (not a
+   fragment, nor shared memory) each call first stores the identity over its output region
+   (:func:`lower_tensor_call`), so that a body which accumulates (TVM's tutorial kernel)
+   still computes the definition. An intrinsic with no body of its own (None, or its update's code) runs
+   ``reset`` then ``update``; one with neither is refused (ScheduleError naming the stage,
+   the loop, the intrinsic and the missing parts), never left uninitialised.
 
 Then each matched statement's domain is cut down to the tile corners ``F(o, 0)``: the
 loops under ``var`` are left with one iteration, and the code generated for a corner is a
@@ -168,11 +174,19 @@ def _apply(model: Model, p: StagePlan, spec: tuple) -> None:
                      f"tensorized region, so intrinsic {intrin.name!r} needs a {part!r} part",
                      "fcompute returning (body, reset, update), or every reduce loop under "
                      "the tensorized one")
-        _match_stmt(model, p, p.stmts[0], tz, "reset", sp, [], where, pairs)
-        _match_stmt(model, p, main, tz, "update", sp, rd, where, pairs)
-        for st in p.stmts[2:]:   # round: each call of the intrinsic rounds its output
-            st.domain = st.exact = st.domain.subtract(st.domain)
-            st.guard = None
+        _reset_update(model, p, main, tz, sp, rd, where, pairs)
+    elif p.is_reduction and _full_part(intrin) != "body":
+        # the whole reduction is in the tile but the intrinsic has no body of its own
+        # (None, or the update's own code, TVM's tutorial kernel): reset then one update
+        # compute the same
+        if not {"reset", "update"} <= set(intrin.parts):
+            missing = [x for x in ("body", "reset", "update") if x not in intrin.parts]
+            fail("tensorize", f"{where}: the whole reduction (reduce axes "
+                 f"{', '.join(repr(op.reduce_axis[k].var.name) for k in rd)}) is inside the "
+                 f"tensorized region, so intrinsic {intrin.name!r} needs a 'body' part (or "
+                 f"'reset' and 'update'); fcompute gives no {', '.join(map(repr, missing))}",
+                 "fcompute returning a body, or (body, reset, update)")
+        _reset_update(model, p, main, tz, sp, rd, where, pairs)
     else:
         _match_stmt(model, p, main, tz, "body", sp, rd, where, pairs)
         for st in p.stmts:
@@ -180,6 +194,31 @@ def _apply(model: Model, p: StagePlan, spec: tuple) -> None:
                 st.domain = st.exact = st.domain.subtract(st.domain)
                 st.guard = None
     p.tensorize = tz
+
+
+def _reset_update(model: Model, p: StagePlan, main: PolyStmt, tz: Tensorized, sp: list,
+                  rd: list, where: str, pairs: list) -> None:
+    """``init`` becomes the intrinsic's ``reset``, the update its ``update``."""
+    _match_stmt(model, p, p.stmts[0], tz, "reset", sp, [], where, pairs)
+    _match_stmt(model, p, main, tz, "update", sp, rd, where, pairs)
+    for st in p.stmts[2:]:   # round: each call of the intrinsic rounds its output
+        st.domain = st.exact = st.domain.subtract(st.domain)
+        st.guard = None
+
+
+def _full_part(intrin) -> str | None:
+    """The part that runs a whole reduction inside one tile: ``"body"``, unless
+    ``fcompute`` gives none, or gives as body the very code of its update next to a
+    ``reset`` (TVM's tutorial declares ``gemv_update`` as both), then ``None``."""
+    if "body" not in intrin.parts:
+        return None
+    if {"reset", "update"} <= set(intrin.parts):
+        from polytile.tir import probe_statements   # tir builds on the loop IR
+
+        stmts = probe_statements(intrin)
+        if str(stmts["body"]) == str(stmts["update"]):
+            return None
+    return "body"
 
 
 def _covered_roots(stage, inner: list) -> set:
@@ -467,7 +506,34 @@ def lower_tensor_call(s: TensorCall, flat: tuple) -> TensorCall:
              for b, shape, strides, off, t in zip(s.buffers, s.shapes, s.strides, flat,
                                                  list(intrin.inputs) + [intrin.output])]
     body = code_of(intrin, views[:-1], views[-1:], s.part)
+    # not on fragments (no scalar address per element) nor on shared memory (a body run
+    # by a warp together would race with every thread's fill)
+    if (s.part == "body" and intrin.is_reduction and s.buffers[-1].scope not in FRAGMENT_SCOPES
+            and not s.buffers[-1].scope.startswith("shared")):
+        body = seq(_fill_identity(views[-1], intrin.op.body[0]), body)
     return TensorCall(intrin, s.part, s.buffers, s.shapes, s.strides, tuple(flat), body)
+
+
+def _fill_identity(view, body: Reduce):
+    """Store the identity of ``body``'s combiner over the region ``view``: before a
+    ``body`` call, so that a body that accumulates into its output (``c[i] += ...``,
+    TVM's tutorial ``gemv_update``, a common way to write one) starts from the identity
+    rather than from uninitialised memory. A body that overwrites its output is unaffected;
+    the cost is one store per output element per call."""
+    from polytile.tir import ir_builder
+
+    ident = body.combiner.identity
+    ib = ir_builder.create()
+
+    def nest(idx: tuple, dims: list):
+        if not dims:
+            ib.emit(view.vstore(idx, ident))
+            return
+        with ib.for_range(0, dims[0], name=f"fill{len(idx)}") as v:
+            nest(idx + (v,), dims[1:])
+
+    nest((), list(view.shape))
+    return ib.get()
 
 
 # ------------------------------------------------------------------ the reference semantics

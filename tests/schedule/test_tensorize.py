@@ -524,3 +524,118 @@ def test_tensorize_refuses_a_symbolic_extent_with_partial_tiles():
     with pytest.raises(ScheduleError, match=r"tensorize: stage 'C' at loop 'j.inner'.*"
                        r"not the intrinsic's full box"):
         polytile.lower(s, [A, B, C])
+
+
+# ----------------------------------------- which part runs a complete / split reduction
+def _gemv_forms(m, l, form, name):
+    """gemv intrinsics written with ir_builder (no extern code), by ``form``:
+    ``body`` (a body that overwrites), ``acc_body`` (a body that accumulates, TVM's
+    tutorial kernel), ``triple`` (body, reset, update), ``same`` (body is the update's own
+    code), ``reset_update`` (None, reset, update), ``update_only`` (None, None, update)."""
+    a = te.placeholder((l,), name="a")
+    b = te.placeholder((m, l), name="b")
+    k = te.reduce_axis((0, l), name="k")
+    c = te.compute((m,), lambda i: te.sum(a[k] * b[i, k], axis=k), name="c")
+    binds = {b: tir.decl_buffer(b.shape, "float32", name="B", strides=[te.var("s1"), 1])}
+
+    def fcompute(ins, outs):
+        aa, bb = ins
+        cc = outs[0]
+
+        def code(zero, acc):
+            ib = tir.ir_builder.create()
+            with ib.for_range(0, m, name="i") as i:
+                if zero:
+                    ib.emit(cc.vstore((i,), tir.const(0.0, "float32")))
+                if acc:
+                    with ib.for_range(0, l, name="j") as j:
+                        ib.emit(cc.vstore((i,), cc.vload((i,)) +
+                                          aa.vload((j,)) * bb.vload((i, j))))
+            return ib.get()
+
+        return {"body": lambda: code(True, True), "acc_body": lambda: code(False, True),
+                "triple": lambda: (code(True, True), code(True, False), code(False, True)),
+                "same": lambda: (code(False, True), code(True, False), code(False, True)),
+                "reset_update": lambda: (None, code(True, False), code(False, True)),
+                "update_only": lambda: (None, None, code(False, True))}[form]()
+
+    return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=name)
+
+
+def _forms_schedule(form, split, n=5, m=48, kf=4):
+    l = 12 if split else 13     # a prime reduction extent when the tile holds it whole
+    A, B, C = matmul_bt(n, m, l)
+    s = te.create_schedule(C.op)
+    x, y = C.op.axis
+    (z,) = C.op.reduce_axis
+    yo, yi = s[C].split(y, factor=16)
+    if split:
+        zo, zi = s[C].split(z, factor=kf)
+        s[C].reorder(x, yo, zo, yi, zi)
+    else:
+        s[C].reorder(x, yo, yi, z)
+    s[C].tensorize(yi, _gemv_forms(16, kf if split else l, form, f"gemv_{form}_{split}"))
+    return s, [A, B, C]
+
+
+def _run_both(s, args):
+    a, b = (np.random.default_rng(3).uniform(-1.5, 1.5, size=t.shape).astype("float32")
+            for t in args[:2])
+    ref = a.astype("float64") @ b.astype("float64").T
+    f = polytile.build(s, args)
+    c = np.full(args[2].shape, np.nan, "float32")
+    f(a, b, c)
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-5)
+    c = np.full(args[2].shape, np.nan, "float32")
+    run(polytile.lower(s, args), a, b, c)
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-5)
+    return str(polytile.lower(s, args))
+
+
+@pytest.mark.parametrize("form,split,parts", [
+    ("body", False, ("body",)), ("acc_body", False, ("body",)),
+    ("triple", False, ("body",)), ("triple", True, ("reset", "update")),
+    ("same", False, ("reset", "update")), ("same", True, ("reset", "update")),
+    ("reset_update", False, ("reset", "update")), ("reset_update", True, ("reset", "update")),
+])
+def test_complete_and_split_reductions_compute_the_definition(form, split, parts):
+    # outputs poisoned with NaN: a skipped initialisation shows; n=5, k of 12 split by 4
+    # across the tile boundary, or k of 13 whole in the tile
+    s, args = _forms_schedule(form, split)
+    text = _run_both(s, args)
+    for part in ("body", "reset", "update"):
+        assert (f"gemv_{form}_{split}.{part}(" in text) == (part in parts), text
+
+
+@pytest.mark.parametrize("form,split,match", [
+    ("body", True, r"stage 'C' at loop 'j.inner': reduce loop\(s\) \['k.outer'\] are outside "
+                   r"the tensorized region, so intrinsic 'gemv_body_True' needs a 'reset'"),
+    ("acc_body", True, r"needs a 'reset' part"),
+    ("update_only", True, r"intrinsic 'gemv_update_only_True' needs a 'reset' part"),
+    ("update_only", False, r"stage 'C' at loop 'j.inner': the whole reduction \(reduce axes "
+                           r"'k'\) is inside the tensorized region, so intrinsic "
+                           r"'gemv_update_only_False' needs a 'body' part \(or 'reset' and "
+                           r"'update'\); fcompute gives no 'body', 'reset'"),
+])
+def test_missing_part_is_refused(form, split, match):
+    s, args = _forms_schedule(form, split)
+    with pytest.raises(ScheduleError, match=match):
+        polytile.lower(s, args)
+
+
+def test_tutorial_update_kernel_as_body_needs_no_zeroed_output():
+    # TVM's tutorial declares gemv_update (c += a . b) as the body: the output used to be
+    # read uninitialised when the whole reduction was in the tile
+    A, B, C = matmul_bt(7, 32, 13)
+    for reset in (False, True):
+        s = te.create_schedule(C.op)
+        x, y = C.op.axis
+        yo, yi = s[C].split(y, factor=16)
+        s[C].reorder(x, yo, yi, C.op.reduce_axis[0])
+        s[C].tensorize(yi, gemv_intrin(16, 13, reset=reset, name=f"gemv_tut{reset}"))
+        s[C].pragma(x, "import_c", GEMV_C)
+        f = polytile.build(s, [A, B, C])
+        a, b = data((7, 13), (32, 13))
+        c = np.full((7, 32), np.nan, "float32")
+        f(a, b, c)
+        np.testing.assert_allclose(c, a.astype("float64") @ b.astype("float64").T, rtol=1e-5)
