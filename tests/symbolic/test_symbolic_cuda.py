@@ -8,8 +8,10 @@ launched). The sources are also compiled with ``nvcc -arch=sm_90`` when it is in
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -17,12 +19,26 @@ import pytest
 import polytile
 from polytile import te
 from polytile.errors import ScheduleError
+from polytile.targets import Target
+from polytile.targets.cuda.runtime import CUDAModule
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "targets"))
+import cuda_emulator  # noqa: E402
 
 
-@pytest.fixture
-def build(cuda_build):
-    """``build(s, args)`` for CUDA: on the GPU, or on the emulated driver (conftest)."""
-    return cuda_build
+@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
+def build(request, tmp_path, monkeypatch):
+    """``build(s, args)`` for CUDA: on the GPU, or on the emulated driver."""
+    if request.param == "gpu":
+        yield lambda s, args: polytile.build(s, args, target="cuda")
+        return
+    with cuda_emulator.installed(tmp_path, monkeypatch):
+
+        def on_host(s, args):
+            func = polytile.lower(s, args, target="cuda", stop_after=None)
+            return CUDAModule(func, Target.parse("cuda"))
+
+        yield on_host
 
 
 def _nvcc_check(src: str, tmp_path) -> None:
