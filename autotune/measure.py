@@ -565,11 +565,7 @@ class LocalMeasurer:
             if p is None:
                 res.error, res.error_msg = "runtime_error", "lost its worker before running"
                 return
-        cutoff = opt.run_timeout / (opt.repeat + 2)
-        if best is not None:
-            cutoff = min(cutoff, max(opt.slow_factor * best, 0.05))
-        run_opt = opt.timing(flush=opt.flush_cache, check=opt.check, cutoff_s=cutoff)
-        run_opt.update(over or {})
+        run_opt = self._run_options(best, over, flush=opt.flush_cache)
         t0 = time.perf_counter()
         try:
             with self._exclusive(p.proc.pid):
@@ -598,6 +594,18 @@ class LocalMeasurer:
             if not p.is_alive():
                 self._replace(p)
 
+    def _run_options(self, best: float | None, over: dict | None, **kw) -> dict:
+        """Timing options of one run (``opt.timing(**kw)``, then ``over``): it is cut off
+        after its share of ``run_timeout``, or after ``slow_factor`` times the ``best``
+        seconds so far (at least 0.05 s)."""
+        opt = self.opt
+        cutoff = opt.run_timeout / (opt.repeat + 2)
+        if best is not None:
+            cutoff = min(cutoff, max(opt.slow_factor * best, 0.05))
+        run_opt = opt.timing(**kw, check=opt.check, cutoff_s=cutoff)
+        run_opt.update(over or {})
+        return run_opt
+
     def _run_gpu(self, cid, knobs, res: MeasureResult, best: float | None, over: dict | None,
                  keep: bool) -> None:
         """Time built GPU candidate ``cid`` in the GPU runner (its cubin and launch plan
@@ -614,11 +622,7 @@ class LocalMeasurer:
             if payload is None:
                 res.error, res.error_msg = "runtime_error", "no cubin came back from the build"
                 return
-        cutoff = opt.run_timeout / (opt.repeat + 2)
-        if best is not None:
-            cutoff = min(cutoff, max(opt.slow_factor * best, 0.05))
-        run_opt = opt.timing(check=opt.check, cutoff_s=cutoff)
-        run_opt.update(over or {})
+        run_opt = self._run_options(best, over)
         t0 = time.perf_counter()
         code, msg, costs, timing = self.runner.run(cid, payload["image"], payload["meta"],
                                                    run_opt, opt.run_timeout)

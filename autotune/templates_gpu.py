@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from polytile import te
+from polytile.targets.gpu_tiling import cooperative_copy
 
 from . import gpu_limits
 from . import templates as _cpu  # noqa: F401  (the CPU templates first: ours are variants)
@@ -179,15 +180,22 @@ def _gemm_schedule(cfg, A, B, C, knobs: tuple):
             s[CL].unroll(ax)
     for T in (AS, BS):
         s[T].compute_at(s[CL], ko)
-        fused = s[T].fuse(*s[T].op.axis)
-        rest, v = s[T].split(fused, factor=vec)
-        rest, tx_ = s[T].split(rest, factor=tx_n)
-        _, ty_ = s[T].split(rest, factor=ty_n)
-        s[T].bind(ty_, _ty())
-        s[T].bind(tx_, _tx())
-        if vec > 1:
-            s[T].vectorize(v)
+        cooperative_copy(s, T, vector=vec, threads=(tx_n, ty_n))
     return s
+
+
+def _block_per_row(s, out: te.Tensor, reductions, nt: int, ot: int) -> None:
+    """One block per row (``blockIdx.x``): the columns of ``out[M, N]`` split over ``ot``
+    threads and each row reduction of ``reductions`` (``[M]``, reducing over ``N``) over
+    ``nt`` threads (``threadIdx.x``, a cross-thread reduction)."""
+    i, j = out.op.axis
+    _, ji = s[out].split(j, factor=ot)
+    s[out].bind(i, _bx())
+    s[out].bind(ji, _tx())
+    for st in reductions:
+        _, ki = s[st].split(st.op.reduce_axis[0], factor=nt)
+        s[st].bind(st.op.axis[0], _bx())
+        s[st].bind(ki, _tx())
 
 
 def _reduce_threads(limits: gpu_limits.GPULimits, n: int) -> list:
@@ -227,14 +235,7 @@ def softmax_cuda(M: int, N: int, dtype: str = "float32"):
     sm = te.compute((M,), lambda i: te.sum(te.exp(A[i, k2] - mx[i]), axis=k2), name="rowsum")
     out = te.compute((M, N), lambda i, j: te.exp(A[i, j] - mx[i]) / sm[i], name="softmax")
     s = te.create_schedule(out.op)
-    i, j = out.op.axis
-    jo, ji = s[out].split(j, factor=nt)
-    s[out].bind(i, _bx())
-    s[out].bind(ji, _tx())
-    for st in (mx, sm):
-        _, ki = s[st].split(st.op.reduce_axis[0], factor=nt)
-        s[st].bind(st.op.axis[0], _bx())
-        s[st].bind(ki, _tx())
+    _block_per_row(s, out, (mx, sm), nt, nt)
     return s, [A, out]
 
 
@@ -267,14 +268,7 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     out = te.compute((M, N), lambda i, j: (A[i, j] - mean[i]) * te.rsqrt(
         var[i] + te.const(1e-5, dtype)) * G[j] + Bt[j], name="layernorm")
     s = te.create_schedule(out.op)
-    i, j = out.op.axis
-    _, ji = s[out].split(j, factor=ot)
-    s[out].bind(i, _bx())
-    s[out].bind(ji, _tx())
-    for st in (mean, var):
-        _, ki = s[st].split(st.op.reduce_axis[0], factor=nt)
-        s[st].bind(st.op.axis[0], _bx())
-        s[st].bind(ki, _tx())
+    _block_per_row(s, out, (mean, var), nt, ot)
     return s, [A, G, Bt, out]
 
 

@@ -34,18 +34,10 @@ def _tutorial():
 
 
 def _time_torch(fn, n: int, reps: int = 20) -> float:
-    import torch
+    """TFLOP/s of ``fn``, an ``n``^3 GEMM, timed by CUDA events."""
+    import wgmma_gemm
 
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    stop.record()
-    torch.cuda.synchronize()
-    return 2.0 * n**3 / (start.elapsed_time(stop) / 1e3 / reps) / 1e12
+    return 2.0 * n**3 / wgmma_gemm._time_cuda(fn, reps) / 1e12
 
 
 def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 128, 64), (64, 64)),

@@ -43,19 +43,39 @@ def _time_cuda(fn, reps: int = 20) -> float:
     return s.elapsed_time(e) / 1e3 / reps
 
 
-def best(n: int, dtype: str = "float16", candidates=BEST) -> float:
-    """cuBLAS (torch), Triton's GEMM (``triton_gemm``, when installed) and the fastest of
-    ``candidates`` (the wgmma TMA kernel, each checked against a float32 reference first)
-    at ``n``^3 in ``dtype``, one line each, all in this run. Returns cuBLAS TFLOP/s."""
+def _operands(n: int, dtype: str):
+    """Random ``A, B : Tensor[n, n]`` in ``dtype`` (float16 or bfloat16) on the GPU, uniform
+    in [-1, 1), and ``A @ B`` in float32 (from float64 up to n = 2048, from cuBLAS float32
+    above)."""
     import torch
-
-    from polytile.targets.cuda import wgmma as wg
 
     tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
     g = torch.Generator().manual_seed(0)
     a = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt).cuda()
     b = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt).cuda()
     ref = a.float() @ b.float() if n > 2048 else (a.double() @ b.double()).float()
+    return a, b, ref
+
+
+def _check(f, a, b, ref):
+    """Run the wgmma GEMM ``f`` once on ``a``, ``b`` into a NaN-poisoned float32 ``C``;
+    returns ``C`` and its relative Frobenius error against ``ref``."""
+    import torch
+
+    n = a.shape[0]
+    c = torch.full((n, n), float("nan"), dtype=torch.float32, device="cuda")
+    f(a.data_ptr(), b.data_ptr(), c.data_ptr())
+    f.synchronize()
+    return c, (torch.linalg.norm(c - ref) / torch.linalg.norm(ref)).item()
+
+
+def best(n: int, dtype: str = "float16", candidates=BEST) -> float:
+    """cuBLAS (torch), Triton's GEMM (``triton_gemm``, when installed) and the fastest of
+    ``candidates`` (the wgmma TMA kernel, each checked against a float32 reference first)
+    at ``n``^3 in ``dtype``, one line each, all in this run. Returns cuBLAS TFLOP/s."""
+    from polytile.targets.cuda import wgmma as wg
+
+    a, b, ref = _operands(n, dtype)
     flop = 2.0 * n**3
     cublas = flop / _time_cuda(lambda: a @ b) / 1e12
     print(f"n={n:5d} {f'cuBLAS {dtype} (torch)':44s} {cublas:7.1f} TFLOP/s", flush=True)
@@ -74,10 +94,7 @@ def best(n: int, dtype: str = "float16", candidates=BEST) -> float:
         except Exception as exc:  # a shape the kernel refuses at this n: next one
             print(f"n={n:5d} wgmma block {block} stages {depth} {kw}: {exc}".splitlines()[0])
             continue
-        c = torch.full((n, n), float("nan"), dtype=torch.float32, device="cuda")
-        f(a.data_ptr(), b.data_ptr(), c.data_ptr())
-        f.synchronize()
-        err = (torch.linalg.norm(c - ref) / torch.linalg.norm(ref)).item()
+        c, err = _check(f, a, b, ref)
         if not err < 1e-4:
             print(f"n={n:5d} wgmma block {block} stages {depth} {kw}: WRONG result "
                   f"(relative error {err:.2e})", flush=True)
@@ -126,29 +143,14 @@ def run(n: int, dtype: str = "float16", stages=(3, 4), blocks=BLOCKS,
     """One line per (block, stages, swizzle, grid, main loop, epilogue) of the wgmma GEMM
     at ``n``^3, after cuBLAS; a grid is ``(persistent, group_m)``, a main loop a key of
     :data:`MAINLOOPS`, an epilogue ``"8B"`` (float2 stores) or ``"16B"`` (float4)."""
-    import torch
-
     from polytile.targets.cuda import wgmma as wg
 
-    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
-    g = torch.Generator().manual_seed(0)
-    a = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt).cuda()
-    b = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt).cuda()
-    ref = a.float() @ b.float() if n > 2048 else (a.double() @ b.double()).float()
+    a, b, ref = _operands(n, dtype)
 
     def tflops(sec: float) -> float:
         return 2.0 * n**3 / sec / 1e12
 
-    for _ in range(3):
-        a @ b
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(20):
-        a @ b
-    e.record()
-    torch.cuda.synchronize()
-    cublas = tflops(s.elapsed_time(e) / 1e3 / 20)
+    cublas = tflops(_time_cuda(lambda: a @ b))
     print(f"n={n:5d} {f'cuBLAS {dtype} (torch)':44s} {cublas:7.1f} TFLOP/s", flush=True)
     for block, swz, depth, (pers, gm), loop, epi in itertools.product(
             blocks, swizzles, stages, grids, mainloops, epilogues):
@@ -162,10 +164,7 @@ def run(n: int, dtype: str = "float16", stages=(3, 4), blocks=BLOCKS,
         except Exception as exc:  # a shape past shared memory: say so, go on
             print(f"n={n:5d} wgmma {what}: {exc}".splitlines()[0])
             continue
-        c = torch.full((n, n), float("nan"), dtype=torch.float32, device="cuda")
-        f(a.data_ptr(), b.data_ptr(), c.data_ptr())
-        f.synchronize()
-        err = (torch.linalg.norm(c - ref) / torch.linalg.norm(ref)).item()
+        c, err = _check(f, a, b, ref)
         if not err < 1e-4:
             print(f"n={n:5d} wgmma {what}: WRONG result (relative "
                   f"error {err:.2e})", flush=True)

@@ -315,7 +315,6 @@ def _match_stmt(model: Model, p: StagePlan, st: PolyStmt, tz: Tensorized, part: 
     onames = [f"o{k}" for k in range(len(o_exprs))]
     iaxes = list(iop.axis) + (list(iop.reduce_axis) if part != "reset" else [])
     unames = [f"u{k}" for k in range(len(iaxes))]
-    own = st.dims[m:]
     place = ["0"] * len(st.dims)
     for k, j in enumerate(sp):
         place[m + j] = unames[k]

@@ -55,6 +55,18 @@ def _writes_nothing(st) -> bool:
     return any(iv.dom is not None and iv.dom.extent == 0 for iv in st.op.axis)
 
 
+def _check_pipelined_loops(st, leaves) -> None:
+    """Raise ScheduleError when a loop of stage ``st`` marked by ``pipeline()`` is no longer
+    one of its ``leaves`` (split or fused afterwards)."""
+    for iv, prs in st.pragmas.items():
+        if any(k == "software_pipeline" for k, _ in prs) and iv not in leaves:
+            raise ScheduleError(format_error(
+                "pipeline", f"loop {iv.name!r} of stage {st.name!r} was split or fused "
+                "after s[...].pipeline()", "pipeline a current loop of the stage",
+                hint="call pipeline() after the splits, on the loop the copies are "
+                "computed at"))
+
+
 def interchange_outer_vectorized(sch: Schedule) -> Schedule:
     """Outer-loop vectorization (TVM, Halide): a vectorized spatial loop with serial loops
     inside it runs those loops once over vectors of lanes. For a loop that carries no
@@ -81,13 +93,7 @@ def interchange_outer_vectorized(sch: Schedule) -> Schedule:
         if not isinstance(st.op, ComputeOp) or st.attach_type == "inline":
             continue
         leaves = st.leaf_iter_vars
-        for iv, prs in st.pragmas.items():
-            if any(k == "software_pipeline" for k, _ in prs) and iv not in leaves:
-                raise ScheduleError(format_error(
-                    "pipeline", f"loop {iv.name!r} of stage {st.name!r} was split or fused "
-                    "after s[...].pipeline()", "pipeline a current loop of the stage",
-                    hint="call pipeline() after the splits, on the loop the copies are "
-                    "computed at"))
+        _check_pipelined_loops(st, leaves)
         for iv, kind in st.annotations.items():
             if kind is not LoopKind.VECTORIZED or iv.iter_type != "data_par":
                 continue
@@ -136,13 +142,7 @@ def validate_schedule(sch: Schedule) -> None:
         if not isinstance(st.op, ComputeOp) or st.attach_type == "inline":
             continue
         leaves = st.leaf_iter_vars
-        for iv, prs in st.pragmas.items():
-            if any(k == "software_pipeline" for k, _ in prs) and iv not in leaves:
-                raise ScheduleError(format_error(
-                    "pipeline", f"loop {iv.name!r} of stage {st.name!r} was split or fused "
-                    "after s[...].pipeline()", "pipeline a current loop of the stage",
-                    hint="call pipeline() after the splits, on the loop the copies are "
-                    "computed at"))
+        _check_pipelined_loops(st, leaves)
         for iv, kind in st.annotations.items():
             if (isinstance(kind, ThreadTag) and kind.is_hardware
                     and sym.static(st.extent_of(iv)) == 0 and not _writes_nothing(st)):

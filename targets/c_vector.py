@@ -8,11 +8,9 @@ NVIDIA GPUs: CUDA C Programming Guide, "Device Memory Accesses").
 from __future__ import annotations
 
 from polytile.schedule.kinds import LoopKind
-from polytile.schedule.passes.async_copy import contiguous_aligned
-from polytile.schedule.loop_ir import For, IfThenElse, Load, Store
-from polytile.te import dtype as dt
+from polytile.schedule.passes.async_copy import contiguous_aligned, copy_parts
+from polytile.schedule.loop_ir import For, Load, Store
 from polytile.te.expr import Const, Expr
-from polytile.te.visitor import free_vars
 
 #: (element dtype, lanes) -> C vector type
 VECTOR_TYPES = {("float32", 4): "float4", ("float32", 2): "float2",
@@ -34,12 +32,10 @@ def vector_copy(s: For) -> tuple[str, Store, Load, Expr | None] | None:
         return None
     if not (isinstance(s.min, Const) and s.min.value == 0):
         return None
-    st, guard = s.body, None
-    if isinstance(st, IfThenElse) and st.else_case is None and not any(
-            x is s.var for x in free_vars(st.cond)):
-        st, guard = st.then_case, st.cond
-    if not isinstance(st, Store) or not isinstance(st.value, Load):
+    parts = copy_parts(s)
+    if parts is None:
         return None
+    st, guard = parts
     ld = st.value
     vt = VECTOR_TYPES.get((st.buffer.dtype, int(s.extent.value)))
     if vt is None or ld.buffer.dtype != st.buffer.dtype or len(st.indices) != 1:

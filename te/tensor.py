@@ -360,7 +360,7 @@ def reduce_axis(dom, name: str = "rv") -> IterVar:
     if rng.min < -(2**63) or rng.min + rng.extent - 1 > INT64_MAX or rng.extent > INT64_MAX:
         raise DefinitionValueError(format_error(
             f"reduce_axis {name!r}", f"range {dom!r} leaves int64",
-            f"bounds within [-2**63, 2**63 - 1] (iteration variables are at most int64)"))
+            "bounds within [-2**63, 2**63 - 1] (iteration variables are at most int64)"))
     if rng.extent < 0:
         raise DefinitionValueError(
             f"reduce_axis: range of {name!r} is reversed ({dom!r}): it ends "

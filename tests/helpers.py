@@ -290,3 +290,31 @@ def compile_with_nvcc(source: str, arch: str = "sm_90") -> None:
     except BuildError as exc:
         pytest.fail(f"nvcc rejected the generated source:\n{exc}\n--- source ---\n{source}",
                     pytrace=False)
+
+
+def nvcc_text(source: str, kind: str, arch: str = "sm_90") -> str | None:
+    """What ``nvcc -arch=<arch> -std=c++17`` makes of CUDA C ``source``: the PTX text
+    (``kind="ptx"``) or the SASS listing of the cubin by ``cuobjdump -sass``
+    (``kind="sass"``); None where nvcc (or, for SASS, cuobjdump) is missing. Raises
+    ``subprocess.CalledProcessError`` where a tool fails."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    from polytile.targets.cuda import compile as cc
+
+    tool = shutil.which("cuobjdump") if kind == "sass" else "nvcc"
+    if cc.nvcc_path() is None or tool is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path, out = os.path.join(tmp, "k.cu"), os.path.join(tmp, "k.out")
+        with open(path, "w") as fh:
+            fh.write(source)
+        subprocess.run([cc.nvcc_path(), f"-arch={arch}", "-ptx" if kind == "ptx" else "-cubin",
+                        "-std=c++17", "-o", out, path], check=True, capture_output=True)
+        if kind == "ptx":
+            with open(out) as fh:
+                return fh.read()
+        return subprocess.run([tool, "-sass", out], check=True, capture_output=True,
+                              text=True).stdout

@@ -30,7 +30,7 @@ from polytile.te.expr import Binary, Cmp, Const, Expr
 from polytile.te.visitor import ExprMutator, collect
 
 from ..kinds import LoopKind, PipelinePragma
-from ..loop_ir import (Buffer, For, IfThenElse, LetStmt, Load, Seq, Stmt, StmtMutator, Store,
+from ..loop_ir import (Buffer, For, IfThenElse, Load, Seq, Stmt, StmtMutator, Store,
                        Sync, TensorCall, seq, stmt_exprs, walk_stmts)
 from .async_copy import async_copy_refusal, commit_group, is_async_copy, mark_async, wait_group
 from .loops import substitute_stmt

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from polytile import te, tir
 
+from ..gpu_tiling import cooperative_copy, fragment_tiles, warp_tiles
+
 N = N_TILE = 16
 TILE = 256   # elements of one fragment: fragment index = element offset / 256
 
@@ -240,18 +242,7 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
     CF = s.cache_write(C, "wmma.accumulator")
     AF = s.cache_read(AS, "wmma.matrix_a", [CF])
     BF = s.cache_read(BS, "wmma.matrix_b", [CF])
-    i, j = C.op.axis
-    bi, ii = s[C].split(i, factor=BM)
-    bj, jj = s[C].split(j, factor=BN)
-    wi, ii = s[C].split(ii, factor=WM)
-    wj, jj = s[C].split(jj, factor=WN)
-    fi, ti = s[C].split(ii, factor=N_TILE)
-    fj, tj = s[C].split(jj, factor=N_TILE)
-    s[C].reorder(bi, bj, wi, wj, fi, fj, ti, tj)
-    s[C].bind(bi, te.thread_axis("blockIdx.y"))
-    s[C].bind(bj, te.thread_axis("blockIdx.x"))
-    s[C].bind(wi, te.thread_axis("threadIdx.z"))
-    s[C].bind(wj, te.thread_axis("threadIdx.y"))
+    wj, fi, fj, ti = warp_tiles(s, C, (BM, BN), (WM, WN), (N_TILE, N_TILE))
     if isa not in ("wmma", "mma"):
         raise ValueError(f"wmma_gemm: isa {isa!r}; expected 'wmma' or 'mma'")
     mma = isa == "mma"
@@ -260,13 +251,7 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
     s[C].unroll(fi)
     s[C].unroll(fj)
     s[CF].compute_at(s[C], wj)
-    ci, cj = CF.op.axis
-    (ck,) = CF.op.reduce_axis
-    ko, kk = s[CF].split(ck, factor=BK)
-    kf, ki = s[CF].split(kk, factor=kt)
-    cfi, cti = s[CF].split(ci, factor=N_TILE)
-    cfj, ctj = s[CF].split(cj, factor=N_TILE)
-    s[CF].reorder(ko, kf, cfi, cfj, cti, ctj, ki)
+    ko, kf, cfi, cfj, cti = fragment_tiles(s, CF, BK, (N_TILE, N_TILE, kt))
     s[CF].tensorize(cti, mma_mma(dtype, acc) if mma else wmma_mma(dtype, acc))
     for v in (cfi, cfj):
         s[CF].unroll(v)
@@ -293,16 +278,7 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
             width = S.op.axis[1].dom.extent
             s[S].storage_align(S.op.axis[0], width + pad if width % 32 else 32,
                                pad if width % 32 == 0 else 0)
-        f = s[S].fuse(*S.op.axis)
-        f, v = s[S].split(f, factor=vector)
-        f, tx = s[S].split(f, factor=32)
-        f, ty = s[S].split(f, factor=BN // WN)
-        f, tz = s[S].split(f, factor=BM // WM)
-        s[S].bind(tx, te.thread_axis("threadIdx.x"))
-        s[S].bind(ty, te.thread_axis("threadIdx.y"))
-        s[S].bind(tz, te.thread_axis("threadIdx.z"))
-        if vector > 1:
-            s[S].vectorize(v)
+        cooperative_copy(s, S, vector=vector, threads=(32, BN // WN, BM // WM))
     return s, [A, B, C]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from polytile import te
 
+from ..gpu_tiling import cooperative_copy, fragment_tiles, warp_tiles
 from .mfma import WAVEFRONT, _matmul, instruction, mfma_mma, mfma_store
 
 
@@ -47,45 +48,19 @@ def mfma_gemm(M: int, N: int, K: int, *, instr: str = "v_mfma_f32_32x32x8f16",
     AS = s.cache_read(A, "shared", [C])
     BS = s.cache_read(B, "shared", [C])
     CF = s.cache_write(C, ins.scope)
-    i, j = C.op.axis
-    bi, ii = s[C].split(i, factor=BM)
-    bj, jj = s[C].split(j, factor=BN)
-    wi, ii = s[C].split(ii, factor=WM)
-    wj, jj = s[C].split(jj, factor=WN)
-    fi, ti = s[C].split(ii, factor=ins.m)
-    fj, tj = s[C].split(jj, factor=ins.n)
-    s[C].reorder(bi, bj, wi, wj, fi, fj, ti, tj)
-    s[C].bind(bi, te.thread_axis("blockIdx.y"))
-    s[C].bind(bj, te.thread_axis("blockIdx.x"))
-    s[C].bind(wi, te.thread_axis("threadIdx.z"))
-    s[C].bind(wj, te.thread_axis("threadIdx.y"))
+    wj, fi, fj, ti = warp_tiles(s, C, (BM, BN), (WM, WN), (ins.m, ins.n))
     s[C].tensorize(ti, mfma_store(ins.m, ins.n, ins.acc))
     # accumulator tiles are registers: constant indices, so unroll every loop over them
     s[C].unroll(fi)
     s[C].unroll(fj)
     s[CF].compute_at(s[C], wj)
-    ci, cj = CF.op.axis
-    (ck,) = CF.op.reduce_axis
-    ko, kk = s[CF].split(ck, factor=BK)
-    kf, ki = s[CF].split(kk, factor=ins.k)
-    cfi, cti = s[CF].split(ci, factor=ins.m)
-    cfj, ctj = s[CF].split(cj, factor=ins.n)
-    s[CF].reorder(ko, kf, cfi, cfj, cti, ctj, ki)
+    ko, kf, cfi, cfj, cti = fragment_tiles(s, CF, BK, (ins.m, ins.n, ins.k))
     s[CF].tensorize(cti, mfma_mma(ins.name))
     s[CF].unroll(cfi)
     s[CF].unroll(cfj)
     for S in (AS, BS):
         s[S].compute_at(s[CF], ko)
-        f = s[S].fuse(*S.op.axis)
-        f, v = s[S].split(f, factor=vector)
-        f, tx = s[S].split(f, factor=WAVEFRONT)
-        f, ty = s[S].split(f, factor=BN // WN)
-        f, tz = s[S].split(f, factor=BM // WM)
-        s[S].bind(tx, te.thread_axis("threadIdx.x"))
-        s[S].bind(ty, te.thread_axis("threadIdx.y"))
-        s[S].bind(tz, te.thread_axis("threadIdx.z"))
-        if vector > 1:
-            s[S].vectorize(v)
+        cooperative_copy(s, S, vector=vector, threads=(WAVEFRONT, BN // WN, BM // WM))
     return s, [A, B, C]
 
 

@@ -5,7 +5,6 @@ ragged, prime and size-1 extents, on the interpreter and LLVM."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from helpers import check, rand, run1
 

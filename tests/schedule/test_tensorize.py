@@ -11,7 +11,6 @@ from polytile import te, tir
 from polytile.errors import ScheduleError
 from polytile.schedule.interpreter import run
 from polytile.schedule.loop_ir import TensorCall, walk_stmts
-from polytile.schedule.pipeline import lower
 
 GEMV_C = r"""
 extern "C" int gemv_update(float *cc, const float *aa, const float *bb, int m, int l,

@@ -45,6 +45,17 @@ def _gemm(M, N, K, mr, nr, kc, mc, nc, parallel):
     return s, [A, B, C]
 
 
+def _check_gemm(f, M, N, K, seed):
+    """Run the built GEMM ``f`` on random float32 data into a NaN-poisoned ``C`` and
+    compare with the float64 product."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((M, K)).astype("float32")
+    b = rng.standard_normal((K, N)).astype("float32")
+    c = np.full((M, N), np.nan, "float32")
+    f(a, b, c)
+    np.testing.assert_allclose(c, a.astype("float64") @ b, rtol=1e-4, atol=1e-4)
+
+
 def _kernel_blocks(asm: str) -> list[str]:
     """The basic blocks of ``asm`` with at least 24 vector FMAs (the micro-kernel loop)."""
     # a block: from a label to its first jump (what follows a loop's back edge is the
@@ -67,12 +78,7 @@ def test_micro_kernel_keeps_accumulators_in_registers(parallel):
         assert not re.search(r"vmov\w+\s+%zmm\d+, [^\n]*\(", blk), blk
         assert "(%rsp)" not in blk, blk
         assert len(re.findall(r"vbroadcastss|\{1to16\}", blk)) >= 12, blk
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((M, K)).astype("float32")
-    b = rng.standard_normal((K, N)).astype("float32")
-    c = np.full((M, N), np.nan, "float32")
-    f(a, b, c)
-    np.testing.assert_allclose(c, a.astype("float64") @ b, rtol=1e-4, atol=1e-4)
+    _check_gemm(f, M, N, K, seed=0)
 
 
 @pytest.mark.skipif(not _avx512(), reason="needs AVX-512")
@@ -89,9 +95,4 @@ def test_full_tiles_of_a_ragged_row_block_keep_accumulators_in_registers():
     assert len(kernels) >= 2, "the full tiles of the ragged row block are not unrolled"
     for blk in kernels:
         assert not re.search(r"vmov\w+\s+%zmm\d+, [^\n]*\(", blk), blk
-    rng = np.random.default_rng(1)
-    a = rng.standard_normal((M, K)).astype("float32")
-    b = rng.standard_normal((K, N)).astype("float32")
-    c = np.full((M, N), np.nan, "float32")
-    f(a, b, c)
-    np.testing.assert_allclose(c, a.astype("float64") @ b, rtol=1e-4, atol=1e-4)
+    _check_gemm(f, M, N, K, seed=1)

@@ -6,11 +6,7 @@ at odd sizes, refusals, the CUDA source compiled with nvcc for sm_80 and sm_90 (
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import tempfile
 
 import numpy as np
 import pytest
@@ -23,10 +19,9 @@ from polytile.schedule.interpreter import RaceError, run
 from polytile.schedule.loop_ir import Allocate, walk_stmts
 from polytile.schedule.passes import async_copy, software_pipeline
 from polytile.schedule.pipeline import lower
-from polytile.targets.cuda import compile as cc
 from polytile.targets.cuda import tensor_core as tc
 
-from helpers import compile_with_nvcc
+from helpers import compile_with_nvcc, nvcc_text
 
 
 def simt_gemm(m, n, k, dtype="float32", *, block=16, per=2, kt=8, vec=None, stages=3,
@@ -250,17 +245,9 @@ def test_pipelined_shared_memory_uses_the_opt_in_limit():
 
 # ------------------------------------------------------------------ CUDA source and SASS
 def _sass_counts(src: str, arch: str) -> dict | None:
-    tool = shutil.which("cuobjdump")
-    if tool is None or cc.nvcc_path() is None:
+    sass = nvcc_text(src, "sass", arch)
+    if sass is None:
         return None
-    with tempfile.TemporaryDirectory() as tmp:
-        path, cubin = os.path.join(tmp, "k.cu"), os.path.join(tmp, "k.cubin")
-        with open(path, "w") as fh:
-            fh.write(src)
-        subprocess.run([cc.nvcc_path(), f"-arch={arch}", "-cubin", "-std=c++17", "-o", cubin,
-                        path], check=True, capture_output=True)
-        sass = subprocess.run([tool, "-sass", cubin], check=True, capture_output=True,
-                              text=True).stdout
     counts = {op: len(re.findall(rf"\b{op}\b", sass)) for op in ("LDGSTS", "LDSM", "HMMA")}
     counts["STG.128"] = len(re.findall(r"\bSTG\.E\.128\b", sass))
     return counts

@@ -5,10 +5,6 @@ and real runs on a GPU (marked ``gpu``)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import tempfile
 
 import numpy as np
 import pytest
@@ -18,10 +14,9 @@ from polytile import te
 from polytile.errors import BuildError, ScheduleError
 from polytile.schedule.interpreter import run
 from polytile.schedule.pipeline import lower
-from polytile.targets.cuda import compile as cc
 from polytile.targets.cuda import tensor_core as tc
 
-from helpers import compile_with_nvcc
+from helpers import compile_with_nvcc, nvcc_text
 
 SMALL = dict(block=(32, 32, 16), warp=(16, 32))
 
@@ -79,26 +74,15 @@ def test_wmma_source_compiles_for_sm80_and_sm90_with_mma_instructions():
     assert src.index("cp_async_wait_group(0);") < src.index("wmma_mma_sync(C_wmma")
     for arch in ("sm_80", "sm_90"):
         compile_with_nvcc(src, arch)
-    if cc.nvcc_path() is None:
+    ptx = nvcc_text(src, "ptx")
+    if ptx is None:
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cu")
-        with open(path, "w") as fh:
-            fh.write(src)
-        subprocess.run([cc.nvcc_path(), "-arch=sm_90", "-ptx", "-std=c++17", "-o",
-                        os.path.join(tmp, "k.ptx"), path], check=True, capture_output=True)
-        ptx = open(os.path.join(tmp, "k.ptx")).read()
-        n = ptx.count("wmma.mma.sync")     # 4x4 fragments per warp per k step, unrolled
-        assert n >= 16 and n % 16 == 0
-        assert "ld.local" not in ptx                    # fragments stay in registers
-        tool = shutil.which("cuobjdump")
-        if tool:
-            cubin = os.path.join(tmp, "k.cubin")
-            subprocess.run([cc.nvcc_path(), "-arch=sm_90", "-cubin", "-std=c++17", "-o",
-                            cubin, path], check=True, capture_output=True)
-            sass = subprocess.run([tool, "-sass", cubin], check=True, capture_output=True,
-                                  text=True).stdout
-            assert "HMMA" in sass
+    n = ptx.count("wmma.mma.sync")     # 4x4 fragments per warp per k step, unrolled
+    assert n >= 16 and n % 16 == 0
+    assert "ld.local" not in ptx                    # fragments stay in registers
+    sass = nvcc_text(src, "sass")
+    if sass is not None:
+        assert "HMMA" in sass
 
 
 @pytest.mark.parametrize("acc", ["float32", "float16"])
@@ -113,28 +97,17 @@ def test_mma_sync_source_compiles_with_ldmatrix_and_mma(acc):
         assert helper in src
     for arch in ("sm_80", "sm_90"):
         compile_with_nvcc(src, arch)
-    if cc.nvcc_path() is None:
+    ptx = nvcc_text(src, "ptx")
+    if ptx is None:
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cu")
-        with open(path, "w") as fh:
-            fh.write(src)
-        subprocess.run([cc.nvcc_path(), "-arch=sm_90", "-ptx", "-std=c++17", "-o",
-                        os.path.join(tmp, "k.ptx"), path], check=True, capture_output=True)
-        ptx = open(os.path.join(tmp, "k.ptx")).read()
-        n_mma = ptx.count("mma.sync.aligned.m16n8k16")
-        assert n_mma >= 32 and n_mma % 32 == 0       # 2 per 16x16x16 tile, 16 tiles
-        assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") >= 4
-        assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") >= 4
-        assert "ld.local" not in ptx
-        tool = shutil.which("cuobjdump")
-        if tool:
-            cubin = os.path.join(tmp, "k.cubin")
-            subprocess.run([cc.nvcc_path(), "-arch=sm_90", "-cubin", "-std=c++17", "-o",
-                            cubin, path], check=True, capture_output=True)
-            sass = subprocess.run([tool, "-sass", cubin], check=True, capture_output=True,
-                                  text=True).stdout
-            assert "HMMA" in sass and "LDSM" in sass
+    n_mma = ptx.count("mma.sync.aligned.m16n8k16")
+    assert n_mma >= 32 and n_mma % 32 == 0       # 2 per 16x16x16 tile, 16 tiles
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") >= 4
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") >= 4
+    assert "ld.local" not in ptx
+    sass = nvcc_text(src, "sass")
+    if sass is not None:
+        assert "HMMA" in sass and "LDSM" in sass
 
 
 def test_wmma_bfloat16_on_the_interpreter_and_nvcc():
@@ -245,18 +218,10 @@ def test_wmma_int8_source_compiles_with_imma():
     assert "nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, signed char" in src
     for arch in ("sm_80", "sm_90"):
         compile_with_nvcc(src, arch)
-    tool = shutil.which("cuobjdump")
-    if tool is None:
+    sass = nvcc_text(src, "sass")
+    if sass is None:
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        path, cubin = os.path.join(tmp, "k.cu"), os.path.join(tmp, "k.cubin")
-        with open(path, "w") as fh:
-            fh.write(src)
-        subprocess.run([cc.nvcc_path(), "-arch=sm_90", "-cubin", "-std=c++17", "-o", cubin,
-                        path], check=True, capture_output=True)
-        sass = subprocess.run([tool, "-sass", cubin], check=True, capture_output=True,
-                              text=True).stdout
-        assert "IMMA" in sass and "LDGSTS" in sass
+    assert "IMMA" in sass and "LDGSTS" in sass
 
 
 @pytest.mark.gpu
@@ -311,18 +276,10 @@ def test_wmma_tf32_source_compiles_with_tf32_mma():
     assert "__float_to_tf32" in src
     for arch in ("sm_80", "sm_90"):
         compile_with_nvcc(src, arch)
-    tool = shutil.which("cuobjdump")
-    if tool is None:
+    sass = nvcc_text(src, "sass")
+    if sass is None:
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        path, cubin = os.path.join(tmp, "k.cu"), os.path.join(tmp, "k.cubin")
-        with open(path, "w") as fh:
-            fh.write(src)
-        subprocess.run([cc.nvcc_path(), "-arch=sm_90", "-cubin", "-std=c++17", "-o", cubin,
-                        path], check=True, capture_output=True)
-        sass = subprocess.run([tool, "-sass", cubin], check=True, capture_output=True,
-                              text=True).stdout
-        assert "HMMA.1684.F32.TF32" in sass and "LDGSTS" in sass
+    assert "HMMA.1684.F32.TF32" in sass and "LDGSTS" in sass
 
 
 @pytest.mark.gpu

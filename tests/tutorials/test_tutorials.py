@@ -4,7 +4,6 @@ non-zero on a wrong one)."""
 from __future__ import annotations
 
 import pathlib
-import shutil
 import subprocess
 import sys
 
