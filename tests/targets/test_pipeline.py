@@ -123,6 +123,26 @@ def test_pipelined_mma_sync_gemm_on_the_interpreter(dtype):
     assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
 
 
+@pytest.mark.parametrize("M, group", [(48, 2), (64, 2), (32, 1)])
+def test_mma_sync_fragments_per_tile_and_grouped_blocks_on_the_interpreter(M, group):
+    # frags="tile": the ldmatrix loads of both 16-wide k steps of a 32-deep tile issued
+    # before its MMAs (distinct registers); group: blocks walk `group` tile rows of a tile
+    # column (3 tile rows, groups of 2: the last group is ragged)
+    N, K = 64, 96                          # 3 k tiles of 32, 4 stages
+    s, args = tc.wmma_gemm(M, N, K, isa="mma", block=(16, 32, 32), warp=(16, 16),
+                           stages=4, frags="tile", group=group)
+    f = lower(s, args, target="cuda", stop_after=None)
+    a, b = _inputs(M, N, K, "float16")
+    c = np.full((M, N), np.nan, "float32")
+    run(f, a, b, c)
+    assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
+
+
+def test_fragments_placement_is_checked():
+    with pytest.raises(ValueError, match="frags 'warp'; expected 'step' or 'tile'"):
+        tc.wmma_gemm(64, 64, 64, isa="mma", frags="warp")
+
+
 def test_double_buffer_is_a_two_stage_pipeline():
     s, args, _ = simt_gemm(21, 24, 40, double_buffer=True)
     f, err = _interpret(s, args, 21, 24, 40, "float32")
