@@ -41,12 +41,13 @@ def _time_torch(fn, n: int, reps: int = 20) -> float:
 
 
 def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 128, 64), (64, 64)),
-              anchors: bool = True, stages=(3,), cublas: float | None = None) -> float | None:
+              anchors: bool = True, stages=(3,), cublas: float | None = None,
+              frags: str = "step", group: int = 1) -> float | None:
     """cuBLAS, Triton (with ``anchors``) and polytile's ``wmma_gemm`` with ``tiles = (block,
-    warp)`` at ``n``^3 in ``dtype`` (float16 or bfloat16; one line each), once per
-    pipeline depth of ``stages`` (1: no software pipeline). A ``cublas`` figure (TFLOP/s)
-    measured earlier in this run is used as the anchor instead of timing cuBLAS again.
-    Returns the cuBLAS figure (None without torch)."""
+    warp)``, ``frags`` and ``group`` at ``n``^3 in ``dtype`` (float16 or bfloat16; one line
+    each), once per pipeline depth of ``stages`` (1: no software pipeline). A ``cublas``
+    figure (TFLOP/s) measured earlier in this run is used as the anchor instead of timing
+    cuBLAS again. Returns the cuBLAS figure (None without torch)."""
     import polytile
     from polytile.targets.cuda import tensor_core as tc
 
@@ -95,7 +96,8 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
     for depth in stages:
         t0 = time.perf_counter()
         s, args = tc.wmma_gemm(n, n, n, acc=acc, isa=isa, block=tiles[0], warp=tiles[1],
-                               dtype="float32" if dtype == "tf32" else dtype, stages=depth)
+                               dtype="float32" if dtype == "tf32" else dtype, stages=depth,
+                               frags=frags, group=group)
         f = polytile.build(s, args, target="cuda")
         t_build = time.perf_counter() - t0
         dc = polytile.nd.array(np.full((n, n), np.nan, acc), device="cuda")
@@ -109,15 +111,51 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
         ratio = f"{tflops / cublas:6.3f} x cuBLAS" if cublas else ""
         label = {"wmma": "WMMA", "mma": "mma.sync+ldmatrix"}[isa]
         label += f" {depth} stages" if depth > 1 else ""
+        extra = (", fragments per k tile" if frags == "tile" else "") + (
+            f", blocks grouped by {group} rows" if group > 1 else "")
         print(f"n={n:5d} {f'polytile {label} {dtype}->{acc}':44s} {tflops:7.1f} TFLOP/s  "
-              f"{ratio}  (block {tiles[0]}, warp {tiles[1]}, lower+build {t_build:.1f} s, "
-              f"rel. error {err:.1e})", flush=True)
+              f"{ratio}  (block {tiles[0]}, warp {tiles[1]}{extra}, lower+build "
+              f"{t_build:.1f} s, rel. error {err:.1e})", flush=True)
     return cublas
 
 
 #: (block (BM, BN, BK), warp (WM, WN)) tiles ``--sweep`` tries beside the default
 SWEEP = (((128, 256, 32), (64, 64)), ((256, 128, 32), (64, 64)), ((128, 128, 32), (64, 64)),
          ((128, 128, 32), (32, 64)), ((64, 128, 32), (32, 64)), ((128, 256, 32), (64, 128)))
+
+
+#: mma.sync variants ``--variants`` times in one run: (block, warp, stages, frags, group).
+#: The first is the old default (4 warps of 64x64, 212 registers on the H200 per Nsight, 2
+#: blocks per SM); the others have 8 warps per block and 32-deep k tiles, the fragments of a
+#: whole k tile loaded before its MMAs, and blocks grouped by 8 tile rows for L2 reuse.
+#: ptxas -v (sm_90, nvcc 13; Nsight saw 212 for the first on the H200): 164, 126, 97, 212,
+#: 166, 126, 166 registers, no spills.
+MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
+                ((128, 128, 32), (32, 64), 4, "tile", 8),
+                ((128, 128, 32), (32, 64), 4, "step", 8),
+                ((128, 256, 32), (64, 64), 4, "tile", 8),
+                ((128, 256, 32), (64, 64), 3, "step", 8),
+                ((128, 128, 32), (32, 64), 4, "tile", 1),
+                ((256, 128, 32), (64, 64), 3, "step", 8))
+
+#: the mma.sync variant of ``--isa best``
+MMA_DEFAULT = MMA_VARIANTS[1]
+
+
+def mma_variants(n: int, acc: str, dtype: str, variants=MMA_VARIANTS,
+                 cublas: float | None = None) -> float | None:
+    """One line per mma.sync variant (``(block, warp, stages, frags, group)``) at ``n``^3,
+    beside cuBLAS and Triton (timed first unless ``cublas`` is given); a variant that fails
+    to build or run is reported and skipped. Returns the cuBLAS figure."""
+    for i, (block, warp, depth, frags, group) in enumerate(variants):
+        try:
+            cublas = half_gemm(n, acc, "mma", dtype, (block, warp), anchors=cublas is None
+                               and i == 0, stages=(depth,), cublas=cublas, frags=frags,
+                               group=group) or cublas
+        except Exception as exc:  # past a device limit or wrong: say so, go on
+            print(f"n={n:5d} mma block {block}, warp {warp}, {depth} stages, frags {frags}, "
+                  f"group {group}: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}")
+    return cublas
 
 
 def wgmma_mainloops() -> tuple:
@@ -193,8 +231,7 @@ def best_gemm(n: int, acc: str, dtype: str, stages=(3,)) -> None:
         print(f"n={n:5d} wgmma: not measured (needs an sm_90 device and float32 "
               f"accumulation; device sm_{''.join(map(str, torch.cuda.get_device_capability()))}"
               f", acc {acc})")
-    cublas = half_gemm(n, acc, "mma", dtype, stages=stages, anchors=cublas is None,
-                       cublas=cublas)
+    cublas = mma_variants(n, acc, dtype, (MMA_DEFAULT,), cublas=cublas)
     half_gemm(n, acc, "wmma", dtype, stages=stages, anchors=False, cublas=cublas)
 
 
@@ -234,6 +271,10 @@ def main() -> None:
                     help="wgmma GEMM block tiles (default: those of benchmarks/wgmma_gemm.py)")
     ap.add_argument("--sweep", action="store_true",
                     help="time wmma_gemm over the block/warp tiles of SWEEP too")
+    ap.add_argument("--variants", action="store_true",
+                    help="--isa mma: time every mma.sync variant of MMA_VARIANTS (tiles, "
+                    "stages, fragments per k step or per k tile, grouped block order) "
+                    "beside cuBLAS and Triton in one run")
     args = ap.parse_args()
     if args.dtype == "float32":
         for n in args.n or [4096]:
@@ -256,6 +297,9 @@ def main() -> None:
             best_gemm(n, args.acc, args.dtype, args.stages)
         return
     for n in args.n or [4096, 8192]:
+        if args.isa == "mma" and args.variants:
+            mma_variants(n, args.acc, args.dtype)
+            continue
         half_gemm(n, args.acc, args.isa, args.dtype, stages=args.stages)
         for tiles in SWEEP if args.sweep else ():
             try:

@@ -298,7 +298,8 @@ struct pt_mma_b_bf16 { unsigned r[4]; };
 struct pt_mma_c_f32 { float r[8]; };     // 16x16 f32 accumulator: two m16n8 fragments
 struct pt_mma_c_f16 { unsigned r[4]; };  // 16x16 f16 accumulator (half2 registers)
 __device__ __forceinline__ unsigned pt_lane() {
-  unsigned l; asm volatile("mov.u32 %0, %%laneid;" : "=r"(l)); return l;
+  // not volatile: the lane id is constant per thread, so nvcc may compute it once
+  unsigned l; asm("mov.u32 %0, %%laneid;" : "=r"(l)); return l;
 }"""
 
 _MMA_HELPERS = {

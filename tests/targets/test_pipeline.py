@@ -291,6 +291,45 @@ def test_pipelined_tensor_core_gemm_compiles_with_cp_async(isa, dtype):
                 assert counts["LDSM"] > 0 and counts["STG.128"] > 0, counts
 
 
+def _ptxas_registers(source: str, arch: str = "sm_90") -> tuple[int, int] | None:
+    """(registers, spill bytes) ptxas -v reports for the kernel of ``source``; None
+    without nvcc."""
+    import os
+    import subprocess
+    import tempfile
+
+    from polytile.targets.cuda import compile as cc
+
+    if cc.nvcc_path() is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cu")
+        with open(path, "w") as fh:
+            fh.write(source)
+        log = subprocess.run([cc.nvcc_path(), f"-arch={arch}", "-cubin", "-std=c++17",
+                              "-Xptxas", "-v", "-o", path + ".cubin", path], check=True,
+                             capture_output=True, text=True).stderr
+    regs = int(re.search(r"Used (\d+) registers", log).group(1))
+    spills = sum(int(x) for x in re.findall(r"(\d+) bytes spill (?:stores|loads)", log))
+    return regs, spills
+
+
+def test_eight_warp_mma_sync_gemm_fits_two_blocks_per_sm():
+    # 128x128x32 blocks of 8 warps (32x64 warp tiles), fragments per k tile, 4 stages,
+    # grouped blocks: at most 128 registers (two 256-thread blocks per SM), no spills
+    s, args = tc.wmma_gemm(512, 512, 512, isa="mma", block=(128, 128, 32), warp=(32, 64),
+                           stages=4, frags="tile", group=8)
+    src = polytile.build(s, args, target="cuda").get_source("cu")
+    assert "__launch_bounds__(256)" in src
+    assert "blockIdx_x % 8" in src            # the grouped block order
+    compile_with_nvcc(src, "sm_80")
+    got = _ptxas_registers(src)
+    if got is None:
+        pytest.skip("nvcc not found")
+    regs, spills = got
+    assert regs <= 128 and spills == 0, got
+
+
 def test_pipelined_simt_gemm_compiles():
     s, args, _ = simt_gemm(37, 24, 40, "float16", kt=16, stages=3)
     src = polytile.build(s, args, target="cuda").get_source("cu")
@@ -326,6 +365,23 @@ _GPU_CASES = [(size, stages) for size in [(384, 640, 320)] for stages in (2, 3, 
 def test_pipelined_tensor_core_gemm_on_the_gpu(size, stages, isa, dtype):
     M, N, K = size
     s, args = tc.wmma_gemm(M, N, K, isa=isa, dtype=dtype, stages=stages)
+    f = polytile.build(s, args, target="cuda")
+    a, b = _inputs(M, N, K, dtype, seed=1)
+    c = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
+    assert _rel(c.numpy(), _reference(M, N, K, dtype)) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("size", [(384, 640, 320), (4096, 4096, 4096)])
+@pytest.mark.parametrize("block, warp, stages, frags, group", [
+    ((128, 128, 32), (32, 64), 4, "tile", 8), ((128, 256, 32), (64, 64), 4, "tile", 8)])
+def test_eight_warp_mma_sync_gemm_on_the_gpu(size, dtype, block, warp, stages, frags, group):
+    # the variants of benchmarks/gpu_gemm.py MMA_VARIANTS (3 tile rows in groups of 8 at 384)
+    M, N, K = size
+    s, args = tc.wmma_gemm(M, N, K, isa="mma", dtype=dtype, block=block, warp=warp,
+                           stages=stages, frags=frags, group=group)
     f = polytile.build(s, args, target="cuda")
     a, b = _inputs(M, N, K, dtype, seed=1)
     c = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
