@@ -41,8 +41,35 @@ def test_04_cuda_gemm_builds_without_a_gpu():
 
     if cc.nvcc_path() is None and cc.nvrtc_version() is None:
         pytest.skip("neither NVRTC nor nvcc is available")
-    out = _run("04_cuda_gemm.py", "--n", "256", "--no-run")
-    assert out.count("built in") == 3
+    out = _run("04_cuda_gemm.py", "--n", "256", "--no-run", "--variants")
+    assert out.count("built in") == 8           # 4 steps, 4 variants of the last one
+
+
+@pytest.mark.parametrize("m, n, k, stages", [(68, 40, 44, 2), (36, 72, 20, 3), (32, 32, 8, 1)])
+def test_04_pipelined_register_tiles_on_the_interpreter(m, n, k, stages):
+    # the vthread + cp.async SGEMM step at ragged block and k tiles, run by the reference
+    # interpreter (asynchronous copies landing at their wait_group) against float64
+    import importlib.util
+
+    import numpy as np
+
+    from polytile.schedule.interpreter import run
+    from polytile.schedule.pipeline import lower
+
+    spec = importlib.util.spec_from_file_location("t04", TUTORIALS / "04_cuda_gemm.py")
+    t04 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t04)
+    s, args = t04.pipelined_tiles(m, n, k, block=32, threads=4, vt=2, kt=8, stages=stages)
+    f = lower(s, args, target="cuda", stop_after=None)
+    rng = np.random.default_rng(3)
+    a = rng.uniform(-1, 1, (m, k)).astype("float32")
+    b = rng.uniform(-1, 1, (k, n)).astype("float32")
+    c = np.full((m, n), np.nan, "float32")
+    run(f, a, b, c)
+    ref = a.astype("float64") @ b.astype("float64")
+    assert np.linalg.norm(c - ref) / np.linalg.norm(ref) < 1e-6
+    if stages > 1:
+        assert f"cp.async.wait_group({stages - 2})" in str(f)
 
 
 def test_07_dynamic_shapes():
