@@ -1,7 +1,8 @@
 """Benchmark: GEMM on the GPU, polytile's hand schedules vs cuBLAS (and Triton).
 
 ``--dtype float32`` (default): the SGEMM schedules of ``tutorials/04_cuda_gemm.py`` vs
-cuBLAS with tensor cores off. ``--dtype float16`` (or ``bfloat16``) with the default
+cuBLAS with tensor cores off and Triton's float32 GEMM (IEEE, no tf32); ``--variants`` adds
+the tutorial's ``VARIANTS``. ``--dtype float16`` (or ``bfloat16``) with the default
 ``--isa best``: cuBLAS, Triton, polytile's fastest path of the device (on sm_90: the
 generated wgmma + TMA warp-specialized kernel, :mod:`polytile.targets.cuda.wgmma`, best of
 ``benchmarks/wgmma_gemm.py`` ``BEST``), then the mma.sync and WMMA schedules below.
@@ -38,6 +39,29 @@ def _time_torch(fn, n: int, reps: int = 20) -> float:
     import wgmma_gemm
 
     return 2.0 * n**3 / wgmma_gemm._time_cuda(fn, reps) / 1e12
+
+
+def triton_sgemm(n: int, cublas: float | None) -> None:
+    """One line: Triton's float32 GEMM without tf32 (``tl.dot(..., input_precision="ieee")``,
+    best of ``triton_gemm.FP32_CONFIGS``) at ``n``^3 beside the cuBLAS figure of this run."""
+    try:
+        import torch
+        import triton_gemm
+    except ImportError as exc:
+        print(f"Triton float32: not measured ({exc})")
+        return
+    g = torch.Generator().manual_seed(0)
+    ta = (torch.rand(n, n, generator=g) * 2 - 1).cuda()
+    tb = (torch.rand(n, n, generator=g) * 2 - 1).cuda()
+    try:
+        tt, cfg = triton_gemm.best_tflops(ta, tb, lambda fn: _time_torch(fn, n))
+    except Exception as exc:  # an older Triton without input_precision: say so
+        print(f"Triton float32: not measured ({type(exc).__name__}: "
+              f"{str(exc).splitlines()[0][:100]})")
+        return
+    ratio = f"{tt / cublas:6.3f} x cuBLAS" if cublas else ""
+    print(f"{f'Triton fp32 (ieee, best of {len(triton_gemm.FP32_CONFIGS)})':34s} {tt:7.2f} "
+          f"TFLOP/s  {ratio}  (tile {cfg[:3]})")
 
 
 def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 128, 64), (64, 64)),
@@ -274,11 +298,13 @@ def main() -> None:
     ap.add_argument("--variants", action="store_true",
                     help="--isa mma: time every mma.sync variant of MMA_VARIANTS (tiles, "
                     "stages, fragments per k step or per k tile, grouped block order) "
-                    "beside cuBLAS and Triton in one run")
+                    "beside cuBLAS and Triton in one run; --dtype float32: the k-tile and "
+                    "pipeline depths of tutorial 04's VARIANTS too")
     args = ap.parse_args()
     if args.dtype == "float32":
         for n in args.n or [4096]:
-            _tutorial().main(["--n", str(n)])
+            cublas = _tutorial().main(["--n", str(n)] + ["--variants"] * args.variants)
+            triton_sgemm(n, cublas)
         return
     if args.isa == "wgmma":   # sm_90a warpgroup MMA (benchmarks/wgmma_gemm.py)
         import wgmma_gemm

@@ -174,7 +174,7 @@ VARIANTS = [(f"8x8 vthread tiles, kt {kt}, {st} stage{'s' * (st > 1)}", kt, st)
             for kt, st in ((8, 1), (8, 3), (16, 2), (16, 3))]
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> float | None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=4096, help="M = N = K (default 4096)")
     ap.add_argument("--print-source", action="store_true", help="print the CUDA C of each step")
@@ -182,6 +182,12 @@ def main(argv=None) -> None:
     ap.add_argument("--variants", action="store_true",
                     help="also time the k-tile depths and pipeline depths of VARIANTS")
     args = ap.parse_args(argv)
+    return run_steps(args)
+
+
+def run_steps(args) -> float | None:
+    """The steps (and ``args.variants``) at ``args.n``: returns the cuBLAS figure in
+    TFLOP/s (None without torch or a GPU)."""
     n = args.n
     ref_tflops = None
     if not args.no_run and not _have_gpu():
@@ -216,6 +222,7 @@ def main(argv=None) -> None:
         tflops = 2.0 * n**3 / t / 1e12
         ratio = f"{tflops / ref_tflops:6.3f} x cuBLAS" if ref_tflops else ""
         print(f"{title:34s} {tflops:7.2f} TFLOP/s  {ratio}  (lower+build {t_build:.2f} s)")
+    return ref_tflops
 
 
 def _have_gpu() -> bool:

@@ -72,6 +72,30 @@ def test_04_pipelined_register_tiles_on_the_interpreter(m, n, k, stages):
         assert f"cp.async.wait_group({stages - 2})" in str(f)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("m, n, k, stages", [(1004, 1028, 516, 2), (4096, 4096, 4096, 2),
+                                             (4096, 4096, 4096, 3)])
+def test_04_pipelined_register_tiles_on_the_gpu(m, n, k, stages):
+    import importlib.util
+
+    import numpy as np
+
+    import polytile
+
+    spec = importlib.util.spec_from_file_location("t04", TUTORIALS / "04_cuda_gemm.py")
+    t04 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t04)
+    s, args = t04.pipelined_tiles(m, n, k, stages=stages)
+    f = polytile.build(s, args, target="cuda")
+    rng = np.random.default_rng(4)
+    a = rng.uniform(-1, 1, (m, k)).astype("float32")
+    b = rng.uniform(-1, 1, (k, n)).astype("float32")
+    dc = polytile.nd.array(np.full((m, n), np.nan, "float32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), dc)
+    ref = a.astype("float64") @ b.astype("float64")
+    assert np.linalg.norm(dc.numpy() - ref) / np.linalg.norm(ref) < 1e-6
+
+
 def test_07_dynamic_shapes():
     out = _run("07_dynamic_shapes.py", "--sizes", "16,40", "--trials", "2")
     assert "# n: int32 = A.shape[0]" in out                   # the size read off A
