@@ -300,6 +300,8 @@ def main() -> None:
                     "stages, fragments per k step or per k tile, grouped block order) "
                     "beside cuBLAS and Triton in one run; --dtype float32: the k-tile and "
                     "pipeline depths of tutorial 04's VARIANTS too")
+    ap.add_argument("--pick", type=int, nargs="+", default=None, metavar="I",
+                    help="with --isa mma --variants: only MMA_VARIANTS[I] (e.g. under ncu)")
     args = ap.parse_args()
     if args.dtype == "float32":
         for n in args.n or [4096]:
@@ -324,7 +326,8 @@ def main() -> None:
         return
     for n in args.n or [4096, 8192]:
         if args.isa == "mma" and args.variants:
-            mma_variants(n, args.acc, args.dtype)
+            mma_variants(n, args.acc, args.dtype, [MMA_VARIANTS[i] for i in args.pick]
+                         if args.pick else MMA_VARIANTS)
             continue
         half_gemm(n, args.acc, args.isa, args.dtype, stages=args.stages)
         for tiles in SWEEP if args.sweep else ():

@@ -443,6 +443,9 @@ def test_padded_shared_rows_are_bank_conflict_free_for_ldmatrix():
     assert shapes == {"A.shared": (3, 128, 72), "B.shared": (3, 64, 136)}
     for shape in shapes.values():
         assert tc.ldmatrix_bank_ways(2 * shape[-1]) == 1
+    # the 8-warp variant's 32-deep tiles: A rows of 32 + 8 (80 bytes; 4-way unpadded)
+    assert tc.ldmatrix_bank_ways(2 * 32) == 4
+    assert tc.ldmatrix_bank_ways(2 * 40) == 1
 
 
 def test_pipeline_replays_from_the_trace():

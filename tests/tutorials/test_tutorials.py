@@ -121,7 +121,7 @@ def test_05_tensor_core_gemm_builds_and_checks_without_a_gpu():
     if cc.nvcc_path() is None and cc.nvrtc_version() is None:
         pytest.skip("neither NVRTC nor nvcc is available")
     out = _run("05_tensor_core_gemm.py", "--n", "256", "--no-run")
-    assert out.count("built in") == 5
+    assert out.count("built in") == 6
     assert "interpreter: WMMA fp16->float32 lowering matches numpy" in out
     assert "interpreter: mma.sync 3-stage fp16->float32 lowering matches numpy" in out
     assert "interpreter: WMMA fp16->float16 lowering matches numpy" in out
