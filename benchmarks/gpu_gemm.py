@@ -177,9 +177,10 @@ def mma_variants(n: int, acc: str, dtype: str, variants=MMA_VARIANTS,
             cublas = half_gemm(n, acc, "mma", dtype, (block, warp), anchors=cublas is None
                                and i == 0, stages=(depth,), cublas=cublas, frags=frags,
                                group=group) or cublas
-        except Exception as exc:  # past a device limit or wrong: say so, go on
+        except (Exception, SystemExit) as exc:  # past a device limit or wrong: say so, go on
             print(f"n={n:5d} mma block {block}, warp {warp}, {depth} stages, frags {frags}, "
-                  f"group {group}: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}")
+                  f"group {group}: FAILED {type(exc).__name__}: "
+                  f"{str(exc).splitlines()[0][:100]}", flush=True)
     return cublas
 
 
