@@ -123,19 +123,47 @@ def test_pipelined_mma_sync_gemm_on_the_interpreter(dtype):
     assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
 
 
-@pytest.mark.parametrize("M, group", [(48, 2), (64, 2), (32, 1)])
-def test_mma_sync_fragments_per_tile_and_grouped_blocks_on_the_interpreter(M, group):
+@pytest.mark.parametrize("M, N, BN, group", [(48, 64, 32, 2), (64, 64, 32, 2), (32, 64, 32, 1),
+                                            (48, 80, 64, 8)])
+def test_mma_sync_fragments_per_tile_and_grouped_blocks_on_the_interpreter(M, N, BN, group):
     # frags="tile": the ldmatrix loads of both 16-wide k steps of a 32-deep tile issued
     # before its MMAs (distinct registers); group: blocks walk `group` tile rows of a tile
-    # column (3 tile rows, groups of 2: the last group is ragged)
-    N, K = 64, 96                          # 3 k tiles of 32, 4 stages
-    s, args = tc.wmma_gemm(M, N, K, isa="mma", block=(16, 32, 32), warp=(16, 16),
+    # column (3 tile rows, groups of 2: the last group is ragged). (48, 80, 64, 8): groups
+    # larger than the tile rows and a partial tile column, whose guard of the whole k-loop
+    # body the pipeline hoists (it was refused)
+    K = 96                                 # 3 k tiles of 32, 4 stages
+    s, args = tc.wmma_gemm(M, N, K, isa="mma", block=(16, BN, 32), warp=(16, 16),
                            stages=4, frags="tile", group=group)
     f = lower(s, args, target="cuda", stop_after=None)
     a, b = _inputs(M, N, K, "float16")
     c = np.full((M, N), np.nan, "float32")
     run(f, a, b, c)
     assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
+    _assert_both_operands_pipelined(s, args, 4)
+
+
+def _assert_both_operands_pipelined(s, args, stages):
+    # the copies of A and of B both rotate through `stages` slots, and the k loop has one
+    # barrier: the fragments of A attached at the k loop (frags="tile") sit between the two
+    # copies, which the pipeline gathers before them
+    text = str(lower(s, args, target="cuda"))
+    for name in ("A.shared", "B.shared"):
+        assert f"{name} = alloc(float16[{stages}, " in text, name
+    loop = text.split("for k.outer in range")[1].split("cp.async.wait_group(0)")[0]
+    assert loop.count("sync('shared')") == 1, loop
+
+
+@pytest.mark.parametrize("size", [(384, 640, 320), (4096, 4096, 4096)])
+@pytest.mark.parametrize("block, warp, stages, frags, group", [
+    ((128, 128, 32), (32, 64), 4, "tile", 8), ((128, 256, 32), (64, 64), 4, "tile", 8),
+    ((128, 128, 32), (64, 64), 4, "step", 8), ((128, 128, 64), (64, 64), 3, "tile", 8)])
+def test_gpu_mma_sync_variants_lower_with_both_operands_pipelined(size, block, warp, stages,
+                                                                  frags, group):
+    # the configurations of the GPU tests and of benchmarks/gpu_gemm.py, lowered here
+    # (no GPU needed): a refusal at build time shows here, not first on the GPU machine
+    s, args = tc.wmma_gemm(*size, isa="mma", block=block, warp=warp, stages=stages,
+                           frags=frags, group=group)
+    _assert_both_operands_pipelined(s, args, stages)
 
 
 def test_fragments_placement_is_checked():

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import normwise_bound
 
 TUTORIALS = pathlib.Path(__file__).resolve().parents[2] / "tutorials"
 
@@ -93,7 +94,8 @@ def test_04_pipelined_register_tiles_on_the_gpu(m, n, k, stages):
     dc = polytile.nd.array(np.full((m, n), np.nan, "float32"), device="cuda")
     f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), dc)
     ref = a.astype("float64") @ b.astype("float64")
-    assert np.linalg.norm(dc.numpy() - ref) / np.linalg.norm(ref) < 1e-6
+    # float32 rounding grows with k (1.15e-6 measured at 4096: 0.15 of the bound)
+    assert np.linalg.norm(dc.numpy() - ref) / np.linalg.norm(ref) < normwise_bound(k)
 
 
 def test_07_dynamic_shapes():
