@@ -153,7 +153,10 @@ SWEEP = (((128, 256, 32), (64, 64)), ((256, 128, 32), (64, 64)), ((128, 128, 32)
 #: blocks per SM); the others have 8 warps per block and 32-deep k tiles, the fragments of a
 #: whole k tile loaded before its MMAs, and blocks grouped by 8 tile rows for L2 reuse.
 #: ptxas -v (sm_90, nvcc 13; Nsight saw 212 for the first on the H200): 164, 126, 97, 212,
-#: 166, 126, 166, 168, 102 registers, no spills (168: 3 blocks of 4 warps per SM).
+#: 166, 126, 166, 168, 102, 165, 166 registers, no spills (168: 3 blocks of 4 warps per SM).
+#: H200, 4096^3 float16 at 781d745 (cuBLAS 740): [4] 270, [5] 226, [6] 264, [7] 310,
+#: [8] 291 TFLOP/s. The frags="tile" variants then pipelined only A's copies (B's were
+#: synchronous, with a cp.async.wait_group 0 per k tile); they pipeline both since 7e34a71.
 MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
                 ((128, 128, 32), (32, 64), 4, "tile", 8),
                 ((128, 128, 32), (32, 64), 4, "step", 8),
@@ -162,10 +165,12 @@ MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
                 ((128, 128, 32), (32, 64), 4, "tile", 1),
                 ((256, 128, 32), (64, 64), 3, "step", 8),
                 ((128, 128, 32), (64, 64), 4, "step", 8),
-                ((128, 128, 64), (32, 64), 3, "step", 8))
+                ((128, 128, 64), (32, 64), 3, "step", 8),
+                ((128, 128, 64), (64, 64), 3, "step", 8),
+                ((128, 256, 32), (64, 64), 3, "tile", 8))
 
-#: the mma.sync variant of ``--isa best``
-MMA_DEFAULT = MMA_VARIANTS[1]
+#: the mma.sync variant of ``--isa best``: the fastest measured (310 TFLOP/s, 0.417x)
+MMA_DEFAULT = MMA_VARIANTS[7]
 
 
 def mma_variants(n: int, acc: str, dtype: str, variants=MMA_VARIANTS,

@@ -404,7 +404,8 @@ def test_pipelined_tensor_core_gemm_on_the_gpu(size, stages, isa, dtype):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("size", [(384, 640, 320), (4096, 4096, 4096)])
 @pytest.mark.parametrize("block, warp, stages, frags, group", [
-    ((128, 128, 32), (32, 64), 4, "tile", 8), ((128, 256, 32), (64, 64), 4, "tile", 8)])
+    ((128, 128, 32), (32, 64), 4, "tile", 8), ((128, 256, 32), (64, 64), 4, "tile", 8),
+    ((128, 128, 32), (64, 64), 4, "step", 8)])
 def test_eight_warp_mma_sync_gemm_on_the_gpu(size, dtype, block, warp, stages, frags, group):
     # the variants of benchmarks/gpu_gemm.py MMA_VARIANTS (3 tile rows in groups of 8 at 384)
     M, N, K = size
