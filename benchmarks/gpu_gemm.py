@@ -66,9 +66,10 @@ def triton_sgemm(n: int, cublas: float | None) -> None:
 
 def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 128, 64), (64, 64)),
               anchors: bool = True, stages=(3,), cublas: float | None = None,
-              frags: str = "step", group: int = 1) -> float | None:
+              frags: str = "step", group: int = 1, min_blocks: int = 0) -> float | None:
     """cuBLAS, Triton (with ``anchors``) and polytile's ``wmma_gemm`` with ``tiles = (block,
-    warp)``, ``frags`` and ``group`` at ``n``^3 in ``dtype`` (float16 or bfloat16; one line
+    warp)``, ``frags`` and ``group`` (built for ``cuda -min-blocks=<min_blocks>`` when given) at
+    ``n``^3 in ``dtype`` (float16 or bfloat16; one line
     each), once per pipeline depth of ``stages`` (1: no software pipeline). A ``cublas``
     figure (TFLOP/s) measured earlier in this run is used as the anchor instead of timing
     cuBLAS again. Returns the cuBLAS figure (None without torch)."""
@@ -122,7 +123,8 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
         s, args = tc.wmma_gemm(n, n, n, acc=acc, isa=isa, block=tiles[0], warp=tiles[1],
                                dtype="float32" if dtype == "tf32" else dtype, stages=depth,
                                frags=frags, group=group)
-        f = polytile.build(s, args, target="cuda")
+        f = polytile.build(s, args, target="cuda" + (f" -min-blocks={min_blocks}"
+                                                     if min_blocks else ""))
         t_build = time.perf_counter() - t0
         dc = polytile.nd.array(np.full((n, n), np.nan, acc), device="cuda")
         f(da, db, dc)
@@ -136,7 +138,8 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
         label = {"wmma": "WMMA", "mma": "mma.sync+ldmatrix"}[isa]
         label += f" {depth} stages" if depth > 1 else ""
         extra = (", fragments per k tile" if frags == "tile" else "") + (
-            f", blocks grouped by {group} rows" if group > 1 else "")
+            f", blocks grouped by {group} rows" if group > 1 else "") + (
+            f", {min_blocks} blocks per SM" if min_blocks else "")
         print(f"n={n:5d} {f'polytile {label} {dtype}->{acc}':44s} {tflops:7.1f} TFLOP/s  "
               f"{ratio}  (block {tiles[0]}, warp {tiles[1]}{extra}, lower+build "
               f"{t_build:.1f} s, rel. error {err:.1e})", flush=True)
@@ -148,7 +151,9 @@ SWEEP = (((128, 256, 32), (64, 64)), ((256, 128, 32), (64, 64)), ((128, 128, 32)
          ((128, 128, 32), (32, 64)), ((64, 128, 32), (32, 64)), ((128, 256, 32), (64, 128)))
 
 
-#: mma.sync variants ``--variants`` times in one run: (block, warp, stages, frags, group).
+#: mma.sync variants ``--variants`` times in one run: (block, warp, stages, frags, group[,
+#: blocks]); blocks: the target's ``-min-blocks`` (the last: [7] with three blocks of 4 warps
+#: per SM instead of two: ptxas fits it in 168 registers, no spills).
 #: The first is the old default (4 warps of 64x64, 212 registers on the H200 per Nsight, 2
 #: blocks per SM); the others have 8 warps per block and 32-deep k tiles, the fragments of a
 #: whole k tile loaded before its MMAs, and blocks grouped by 8 tile rows for L2 reuse.
@@ -167,7 +172,8 @@ MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
                 ((128, 128, 32), (64, 64), 4, "step", 8),
                 ((128, 128, 64), (32, 64), 3, "step", 8),
                 ((128, 128, 64), (64, 64), 3, "step", 8),
-                ((128, 256, 32), (64, 64), 3, "tile", 8))
+                ((128, 256, 32), (64, 64), 3, "tile", 8),
+                ((128, 128, 32), (64, 64), 4, "step", 8, 3))
 
 #: the mma.sync variant of ``--isa best``: the fastest measured (310 TFLOP/s, 0.417x)
 MMA_DEFAULT = MMA_VARIANTS[7]
@@ -178,11 +184,11 @@ def mma_variants(n: int, acc: str, dtype: str, variants=MMA_VARIANTS,
     """One line per mma.sync variant (``(block, warp, stages, frags, group)``) at ``n``^3,
     beside cuBLAS and Triton (timed first unless ``cublas`` is given); a variant that fails
     to build or run is reported and skipped. Returns the cuBLAS figure."""
-    for i, (block, warp, depth, frags, group) in enumerate(variants):
+    for i, (block, warp, depth, frags, group, *regs) in enumerate(variants):
         try:
             cublas = half_gemm(n, acc, "mma", dtype, (block, warp), anchors=cublas is None
                                and i == 0, stages=(depth,), cublas=cublas, frags=frags,
-                               group=group) or cublas
+                               group=group, min_blocks=regs[0] if regs else 0) or cublas
         except (Exception, SystemExit) as exc:  # past a device limit or wrong: say so, go on
             print(f"n={n:5d} mma block {block}, warp {warp}, {depth} stages, frags {frags}, "
                   f"group {group}: FAILED {type(exc).__name__}: "

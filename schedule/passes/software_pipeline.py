@@ -13,6 +13,10 @@ has the body ``[sync] P(k); sync; C(k)``: ``P`` copies global memory into shared
       C(k) from slot (k - lo) % S
     wait_group(0)
 
+Two normalisations come first: a guard of the whole body that does not depend on ``k``
+(``for k: if c: ...``, the partial tile rows of grouped blocks) moves outside the loop,
+and shared copies that a stage attached at the same loop separates (``copy A; sync;
+fragments of A; sync; copy B``) are gathered before the barrier (``_gather_copies``).
 Each ``B`` gets a leading dimension of ``S`` slots. Why it is right: the copy issued at
 iteration ``k`` writes the slot ``C(k - 1)`` read, and every thread has finished
 ``C(k - 1)`` when it passes the barrier of iteration ``k``; ``C(k)`` reads the slot written

@@ -319,9 +319,10 @@ def test_pipelined_tensor_core_gemm_compiles_with_cp_async(isa, dtype):
                 assert counts["LDSM"] > 0 and counts["STG.128"] > 0, counts
 
 
-def _ptxas_registers(source: str, arch: str = "sm_90") -> tuple[int, int] | None:
-    """(registers, spill bytes) ptxas -v reports for the kernel of ``source``; None
-    without nvcc."""
+def _ptxas_registers(source: str, arch: str = "sm_90",
+                     options: tuple = ()) -> tuple[int, int] | None:
+    """(registers, spill bytes) ptxas -v reports for the kernel of ``source`` (compiled
+    with the extra nvcc ``options``); None without nvcc."""
     import os
     import subprocess
     import tempfile
@@ -335,7 +336,8 @@ def _ptxas_registers(source: str, arch: str = "sm_90") -> tuple[int, int] | None
         with open(path, "w") as fh:
             fh.write(source)
         log = subprocess.run([cc.nvcc_path(), f"-arch={arch}", "-cubin", "-std=c++17",
-                              "-Xptxas", "-v", "-o", path + ".cubin", path], check=True,
+                              "-Xptxas", "-v", *options, "-o", path + ".cubin", path],
+                             check=True,
                              capture_output=True, text=True).stderr
     regs = int(re.search(r"Used (\d+) registers", log).group(1))
     spills = sum(int(x) for x in re.findall(r"(\d+) bytes spill (?:stores|loads)", log))
@@ -356,6 +358,25 @@ def test_eight_warp_mma_sync_gemm_fits_two_blocks_per_sm():
         pytest.skip("nvcc not found")
     regs, spills = got
     assert regs <= 128 and spills == 0, got
+
+
+def test_min_blocks_target_option_bounds_the_registers():
+    # "cuda -min-blocks=3": the default mma.sync variant (206 registers, 2 blocks of 4 warps
+    # per SM) gets __launch_bounds__(128, 3) and fits 168 registers without spills
+    from polytile.errors import TargetError
+
+    s, args = tc.wmma_gemm(512, 512, 512, isa="mma", block=(128, 128, 32), warp=(64, 64),
+                           stages=4, group=8)
+    assert polytile.target.Target("cuda -min-blocks=3").attr("min_blocks") == 3
+    for bad in ("cuda -min-blocks=0", "cuda -min-blocks=33", "cuda -min-blocks=x",
+                "cuda -min-blocks"):
+        with pytest.raises(TargetError):
+            polytile.target.Target(bad)
+    src = polytile.build(s, args, target="cuda -min-blocks=3").get_source("cu")
+    assert "__launch_bounds__(128, 3)" in src
+    compile_with_nvcc(src, "sm_80")
+    got = _ptxas_registers(src)
+    assert got is not None and got[0] <= 168 and got[1] == 0, got
 
 
 def test_pipelined_simt_gemm_compiles():
