@@ -314,8 +314,9 @@ def software_pipeline(stmt: Stmt, asynchronous: bool = True) -> Stmt:
     with ``DeviceLimits.async_copy_bytes``) each copy is a 16-byte ``cp.async``, else an
     ordinary copy and no group is committed or waited for. Raises ``ScheduleError``
     (primitive ``pipeline``) naming the stage, the loop and what does not fit."""
+    # (a pipelined loop without mma_wait refuses its asynchronous calls itself)
     managed = {id(x) for f in walk_stmts(stmt) if isinstance(f, For) and _pragma(f)
-               and _pragma(f).mma_wait is not None for x in walk_stmts(f.body)}
+               for x in walk_stmts(f.body)}
     for x in walk_stmts(stmt):
         if is_async_call(x) and id(x) not in managed:
             fail("tensorize", f"intrinsic {x.intrin.name!r} only issues its work "
