@@ -45,9 +45,12 @@ First step of issue 10's Hopper path. What is here:
 * Epilogues: ``"8B"`` (float2 stores of the fragment) or ``"16B"`` (float4 stores after
   a lane-pair shuffle, :func:`d_store_16b`).
 
-The schedule-language path (``tensorize`` with ``wgmma_mma(n)``, no swizzle, synchronous
-MMAs; :func:`polytile.targets.cuda.tensor_core.wgmma_gemm_schedule`) is in
-:mod:`polytile.targets.cuda.wgmma_intrin`; this generated kernel stays the fast path.
+The schedule-language path (``tensorize`` with ``wgmma_mma(n, swizzle="128B",
+asynchronous=True)``, ``Stage.swizzle`` and ``pipeline(..., mma_wait=1)``;
+:func:`polytile.targets.cuda.tensor_core.wgmma_gemm_schedule`) is in
+:mod:`polytile.targets.cuda.wgmma_intrin`, built from this module's swizzle function,
+descriptor and instruction helpers; this generated kernel keeps TMA and warp
+specialization.
 Not yet here: clusters with TMA multicast, a shared-memory-staged (TMA store) epilogue,
 two consumer warpgroups ping-ponging over tiles.
 """

@@ -1,25 +1,27 @@
 """Hopper ``wgmma.mma_async`` as tensor intrinsics for ``tensorize`` (sm_90a).
 
 The schedule-language path to the warpgroup MMA of :mod:`polytile.targets.cuda.wgmma`
-(whose generated kernel stays the fast path):
+(whose generated kernel keeps TMA and warp specialization):
 
-=========================  ==================================================================
-``wgmma_mma(n, dtype)``    ``c[64, n] += a[64, 16] b[16, n]`` (float32 accumulation), A and B
-                           read from shared memory through matrix descriptors; ``reset``
-                           zeroes the accumulator
-``wgmma_store(n)``         ``out[64, n] = c[64, n]``: each thread of the warpgroup stores its
-                           registers (:func:`~polytile.targets.cuda.wgmma.d_fragment`)
-=========================  ==================================================================
+=================================  ==========================================================
+``wgmma_mma(n, dtype, swizzle=``   ``c[64, n] += a[64, 16] b[n, 16]^T`` (float32
+``"128B", asynchronous=True)``     accumulation), ``a``/``b`` K-major rows of shared
+                                   buffers swizzled by ``Stage.swizzle``, read through
+                                   descriptors of that mode; ``reset`` zeroes ``c``
+``wgmma_mma(n, dtype)``            the same over no-swizzle core matrices ``a[2, 64, 8]``,
+                                   ``b[2, n, 8]`` (:func:`wgmma_gemm_compute`)
+``wgmma_store(n)``                 ``out[64, n] = c[64, n]``: each thread of the warpgroup
+                                   stores its registers (:func:`~.wgmma.d_fragment`)
+=================================  ==========================================================
 
-Operand layout (PTX ISA, "Shared Memory Matrix Layout", no swizzle, both operands
-K-major): a shared tile is stored as ``[k // 8, row, k % 8]``, so that each 8 x 8 *core
-matrix* (8 rows of 16 bytes) is 128 contiguous bytes. The intrinsic's operands are
-therefore 3-D, ``a[2, 64, 8]`` and ``b[2, n, 8]`` (the two 8-wide k halves of a k16 step),
-and a GEMM that tensorizes to it reads its operands through stages of that shape
-(:func:`wgmma_gemm_schedule`): core matrices adjacent in M (or N) are 128 bytes apart
-(SBO), those adjacent in K one k-group stride apart (LBO = the region's first stride x
-2 bytes). B is K-major, so the schedule's GEMM is ``C = A @ Bt^T`` with ``Bt[N, K]``
-(both operands copied by 16-byte ``cp.async`` from row-major global rows).
+Swizzled operands (PTX ISA, "Shared Memory Matrix Layout", swizzling modes): a
+``cache_read`` tile ``[rows, BK]`` whose rows are exactly the mode's width (``BK = 64``
+float16 for 128B) with ``s[AS].swizzle("128B")``: chunk ``j`` of row ``r`` at ``j ^ r %
+8`` (:func:`~.wgmma.swizzle_elements`, the layout of the generated kernel's
+``a_offset_128b``). A k16 step is 32 bytes of a row: the descriptor's start is the
+region's logical address, SBO the 8-row period, LBO unused. No-swizzle operands: a tile
+stored as ``[k // 8, row, k % 8]``, each 8 x 8 core matrix 128 contiguous bytes (SBO 128
+bytes, LBO the region's first stride).
 
 The accumulator is a buffer of scope ``wgmma.accumulator``: a 64 x n float32 tile held by
 the 128 threads of a warpgroup (``float[n / 2]`` each, C type ``pt_wgmma_acc<n>``). In
@@ -27,10 +29,12 @@ the loop IR it is, like WMMA fragments, a per-thread array holding the whole til
 the interpreter runs): stages that use it must not bind ``threadIdx.x``, whose 128 threads
 (``blockDim.x == 128``) form the warpgroup that issues the collective instructions.
 
-Each MMA call is synchronous: ``fence.proxy.async`` (the tiles were written through the
-generic proxy: ``cp.async`` or stores), ``wgmma.fence``, one ``wgmma.mma_async``,
-``wgmma.commit_group``, ``wgmma.wait_group 0``. The generated kernel overlaps MMAs with
-copies across stages; this path does not.
+Synchronous calls fence (``fence.proxy.async``, ``wgmma.fence``), issue, commit and wait
+(``wgmma.wait_group 0``). Asynchronous ones (:data:`WGMMA_GROUP`, a ``te.AsyncGroup``)
+only issue: ``s[CF].pipeline(ko, stages=S, mma_wait=N)`` fences once per k tile before its
+barrier, commits the tile's MMAs as one group and waits with ``wgmma.wait_group N``, so
+they run while the next tile is awaited and issued. The C helpers (descriptor, fences,
+commit/wait, the ``wgmma.mma_async`` asm) are those of :mod:`.wgmma`.
 """
 
 from __future__ import annotations
