@@ -466,6 +466,9 @@ class CodeGen(StmtFunctor):
                 "codegen_llvm", f"call_intrin {e.name!r} is a builtin of a C dialect",
                 "call_extern or call_llvm_intrin on the llvm target"))
         args = [self.expr(a) for a in e.args]
+        if e.name == "llvm.prefetch.p0":
+            # one declaration for the addresses of every element type (Stage.prefetch)
+            args[0] = self.b.bitcast(args[0], I8P)
         ret = llx.VOID if e.dtype == "void" else llx.llvm_type(e.dtype)
         fn = self.module.globals.get(e.name)
         fnty = ir.FunctionType(ret, [a.type for a in args])
