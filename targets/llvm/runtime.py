@@ -93,6 +93,12 @@ def _gomp_already_loaded() -> bool:
         return False
 
 
+#: LICM's cap on the memory accesses of a loop whose locations it promotes to registers
+#: (LLVM's ``-licm-mssa-max-acc-promotion``, 250 by default), raised for unrolled
+#: micro-kernels (see :func:`_ensure_llvm`).
+LICM_MAX_ACCESSES = 4096
+
+
 def _ensure_llvm() -> dict:
     """Initialise LLVM's native target once and load libm and libgomp into the process
     (libgomp's wait policy set first: :func:`omp_environment`)."""
@@ -104,6 +110,11 @@ def _ensure_llvm() -> dict:
                 _state["gomp_preloaded"] = True
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
+            # LICM keeps a loop's memory accesses in registers (a GEMM micro-kernel's
+            # accumulators) only up to 250 accesses in the loop: a 12 x 32 kernel with its
+            # k loop unrolled 4 times has about 250, and then ran from memory (45 instead
+            # of 170 GFLOP/s); register pressure, not this cap, is what should limit it
+            llvm.set_option("polytile", f"-licm-mssa-max-acc-promotion={LICM_MAX_ACCESSES}")
             _load("m")
             if ctypes.util.find_library("gcc_s"):
                 _load("gcc_s")
