@@ -94,8 +94,8 @@ log = logging.getLogger("polytile.lower")
 LOOP_PASSES = (
     ("legalize_bfloat16", legalize_bfloat16),
     ("simplify", simplify),
-    ("legalize_vector_loops", legalize_vector_loops),
     ("specialize_partial_unrolls", specialize_partial_unrolls),
+    ("legalize_vector_loops", legalize_vector_loops),
     ("unroll", unroll),
     ("simplify", simplify),
     ("serialize_nested_parallel", serialize_nested_parallel),

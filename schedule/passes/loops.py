@@ -57,10 +57,11 @@ def unroll(stmt: Stmt) -> Stmt:
 
 
 def _partial_extent(s: For):
-    """``(C, X)`` when ``s`` is an unrolled loop of extent ``min(C, X)`` (a partial tile
-    that isl could not separate: a ragged register tile), else ``None``."""
+    """``(C, X)`` when ``s`` is an unrolled or vectorized loop of extent ``min(C, X)`` (a
+    partial tile that isl could not separate: a ragged register tile), else ``None``."""
     e = s.extent
-    if s.kind != LoopKind.UNROLLED or not isinstance(s.min, Const):
+    if (s.kind not in (LoopKind.UNROLLED, LoopKind.VECTORIZED)
+            or not isinstance(s.min, Const)):
         return None
     if not (isinstance(e, Binary) and e.op == "min"):
         return None
@@ -84,7 +85,7 @@ class _SpecializePartial(StmtMutator):
                        s.pragmas)
             return IfThenElse(Cmp("bool", "ge", x, Const(x.dtype, c)), full, s)
         body = s.body
-        if (s.kind == LoopKind.SERIAL and isinstance(body, IfThenElse)
+        if (s.kind in (LoopKind.SERIAL, LoopKind.UNROLLED) and isinstance(body, IfThenElse)
                 and body.else_case is not None and s.var not in free_vars(body.cond)
                 and not _has_sync(body)):
             # hoist the test out of the loop (unswitching): the full tile's loop (the k
@@ -95,13 +96,16 @@ class _SpecializePartial(StmtMutator):
 
 
 def specialize_partial_unrolls(stmt: Stmt) -> Stmt:
-    """Give an ``unrolled`` loop of extent ``min(C, X)`` (a ragged last register tile,
-    which ``unroll`` would leave a loop) a copy of constant extent ``C`` for the full
-    tiles: ``if X >= C: <loop of C, unrolled> else: <the loop>``, the test hoisted out of
-    serial loops that do not define ``X`` (the micro-kernel's ``k`` loop). A GEMM whose
-    ``M`` is not a multiple of the register rows then keeps the accumulators of all its
-    full tiles in registers; only the last tile runs rolled. Loops holding a barrier are
-    left alone (the test may differ between threads)."""
+    """Give an ``unrolled`` or ``vectorized`` loop of extent ``min(C, X)`` (a ragged last
+    register tile, which ``unroll`` would leave a loop and ``legalize_vector_loops`` a
+    scalar loop) a copy of constant extent ``C`` for the full tiles: ``if X >= C: <loop of
+    C> else: <the loop>``, the test hoisted out of serial and unrolled loops that do not
+    define ``X`` (the micro-kernel's ``k`` loop and its unrolled rows). A GEMM whose ``M``
+    or ``N`` is not a multiple of the register tile then keeps the accumulators of all its
+    full tiles in vector registers (with ``N = 1000`` every column panel of the ragged
+    column block ran as scalar code before: a third of the speed); only the last tile runs
+    rolled. Runs before ``legalize_vector_loops``. Loops holding a barrier are left alone
+    (the test may differ between threads)."""
     return _SpecializePartial().visit(stmt)
 
 

@@ -67,3 +67,44 @@ def test_loops_without_a_partial_unroll_are_unchanged():
     body = seq()
     loop = For(Var("int64", "x"), Const("int64", 0), Const("int64", 7), "unrolled", body)
     assert specialize_partial_unrolls(loop) is loop
+
+
+def _cols_vectorized(m: int, n: int, k: int, lanes: int, block: int = 3):
+    """The GEMM of :func:`_rows_times_cols` with ``j`` in blocks of ``block * lanes``
+    columns and those in vectors of ``lanes`` (ragged when ``lanes`` does not divide
+    ``n``) below the k loop."""
+    A = te.placeholder((m, k), name="A")
+    B = te.placeholder((k, n), name="B")
+    r = te.reduce_axis((0, k), name="r")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    s = te.create_schedule(C.op)
+    i, j = C.op.axis
+    jb, j = s[C].split(j, factor=lanes * block)
+    jo, ji = s[C].split(j, factor=lanes)
+    s[C].reorder(jb, i, jo, r, ji)
+    s[C].vectorize(ji)
+    return s, [A, B, C]
+
+
+def test_ragged_vectorized_loop_gets_a_full_vector_copy():
+    # n = 40 = 24 + (8 + 8): the ragged column block has one full vector of 8 and a ragged
+    # one; the full one is a vectorized loop of constant extent (before: every vector of
+    # the ragged block ran as a scalar loop), the test hoisted out of the k loop
+    s, args = _cols_vectorized(5, 38, 6, lanes=8)
+    text = _final(s, args)
+    lines = [ln.strip() for ln in text.splitlines()]
+    tests = [n for n, ln in enumerate(lines) if ln.startswith("if ") and ">= 8" in ln]
+    assert tests, text
+    assert any(lines[t + 1].startswith("for r in") and
+               lines[t + 2].startswith("for j.inner.inner in vectorized(0, 8)")
+               for t in tests), text
+
+
+@pytest.mark.parametrize("backend", ["interp", "llvm"])
+@pytest.mark.parametrize("m,n,k,lanes", [(5, 38, 6, 8), (3, 17, 1, 16), (1, 1, 3, 8),
+                                         (7, 29, 5, 4), (2, 48, 3, 16)])
+def test_ragged_vectorized_numerics(backend, m, n, k, lanes):
+    s, args = _cols_vectorized(m, n, k, lanes)
+    a, b = rand((m, k), seed=m), rand((k, n), seed=n + 1)
+    out = run1(s, args, [a, b], backend)
+    check(out, a.astype("float64") @ b.astype("float64"), k=k)
