@@ -109,23 +109,44 @@ def specialize_partial_unrolls(stmt: Stmt) -> Stmt:
     return _SpecializePartial().visit(stmt)
 
 
+def masked_extent(s: For):
+    """``(C, X)`` when ``s`` is a vectorized loop of unit step and extent ``min(C, X)``
+    with a constant ``C`` (the ragged last vector of a split), else ``None``."""
+    if s.kind != LoopKind.VECTORIZED or s.step != 1:
+        return None
+    return _partial_extent(dataclasses.replace(s, kind=LoopKind.UNROLLED))
+
+
 class _LegalizeVector(StmtMutator):
+    def __init__(self, masked: bool):
+        self.masked = masked
+
     def visit_For(self, s: For):
         s = self.generic_visit(s)
         if s.kind != LoopKind.VECTORIZED:
             return s
         inner_loop = any(isinstance(x, For) for x in walk_stmts(s.body))
+        if self.masked and not inner_loop and masked_extent(s) is not None:
+            return s
         if not isinstance(s.extent, Const) or s.step != 1 or inner_loop:
             # the partial tile of a non-divisible split runs as scalar code
             return For(s.var, s.min, s.extent, LoopKind.SERIAL, s.body, s.step, s.pragmas)
         return s
 
 
-def legalize_vector_loops(stmt: Stmt) -> Stmt:
+def legalize_vector_loops(stmt: Stmt, masked: bool = False) -> Stmt:
     """Turn vectorized loops that the targets cannot widen (a non-constant extent: the
     partial tile of a split) into serial loops. Guarantees: every remaining ``vectorized``
-    loop has a constant extent, unit step and no inner loop."""
-    return _LegalizeVector().visit(stmt)
+    loop has unit step, no inner loop and a constant extent, or with ``masked`` (targets
+    with masked vector memory access: ``llvm``) an extent ``min(C, X)`` of constant ``C``
+    (see :func:`masked_extent`), which runs as ``C`` lanes of which those below ``X`` are
+    active."""
+    return _LegalizeVector(masked).visit(stmt)
+
+
+def legalize_vector_loops_masked(stmt: Stmt) -> Stmt:
+    """:func:`legalize_vector_loops` keeping ragged vectors (``masked=True``)."""
+    return legalize_vector_loops(stmt, masked=True)
 
 
 class _SerialNested(StmtMutator):
