@@ -143,7 +143,7 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int = 1
     5. *Prefetch*: the micro-kernel's ``C`` tile is 12 rows a whole row of ``C`` apart
        (12 pages at ``N = 4096``), which no hardware prefetcher predicts; its first load
        would stall the k loop. ``s[C].prefetch(C, i1, 1)`` fetches the next tile's lines
-       while the current one computes (about 3 % at 1024^3, 5 % at 4096^3 here).
+       while the current one computes (about 3 % at 1024^3 and at 4096^3 here).
 
     ``threads``, ``pack`` and ``prefetch`` default to ``True`` except for products of at
     most 64^3 multiply-adds, where waking threads and copying panels cost more than they
