@@ -11,8 +11,9 @@ from 1 element) merge into it; the other loops become loops of prefetches, and e
 prefetched every :data:`LINE_BYTES` bytes and at its last element. Identical footprints
 (the load and the store of an accumulator) are prefetched once, for writing when one of
 them is a store. Accesses that do not have this form (non-affine, negative strides,
-non-constant extents such as ragged tiles) are left out: a prefetch is a hint, and the
-missing lines are only loaded later.
+non-constant extents such as ragged tiles, indices read from memory, which would be read
+one iteration ahead) are left out: a prefetch is a hint, and the missing lines are only
+loaded later.
 
 Runs on the flattened function, as a pass of the ``llvm`` backend; ``let`` bindings inside
 ``L`` are substituted into the prefetched indices. ``llvm.prefetch`` never faults, so the
@@ -86,6 +87,10 @@ def _footprint(index, loops: tuple):
     """``(base, rows, run)`` of an access: ``rows`` the ``(stride, count)`` of the loops
     that are not part of the contiguous run of ``run`` elements at ``base + sum(stride *
     r)``; ``None`` when the index is not of the affine form of the module docstring."""
+    if collect(index, (Load, ExternCall)):
+        # an index read from memory would be read at the iteration ahead, which may lie
+        # past the end of the index array
+        return None
     lin = _linear(simplify_expr(index))
     if lin is None:
         return None

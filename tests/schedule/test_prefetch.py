@@ -136,3 +136,22 @@ def test_prefetch_of_a_ragged_tile_skips_rolled_loops_and_keeps_results():
     out = run1(s, args, [a, b], "llvm")
     check(out, a.astype("float64") @ b.astype("float64"), k=3)
     assert np.isfinite(out).all()
+
+
+def test_prefetch_of_an_indirect_access_is_left_out():
+    # C[i] = A[P[i]]: the address of iteration i + 1 needs P[i + 1], past the end of P at
+    # the last iteration; such accesses are not prefetched (the direct ones are)
+    n = 9
+    A = te.placeholder((n,), name="A")
+    P = te.placeholder((n,), name="P", dtype="int32")
+    C = te.compute((n,), lambda i: A[P[i]] + 1.0, name="C")
+    s = te.create_schedule(C.op)
+    s[C].prefetch(A, C.op.axis[0], 1)
+    s[C].prefetch(P, C.op.axis[0], 1)
+    text = _final(s, [A, P, C])
+    pf = [ln.strip() for ln in text.splitlines() if "llvm.prefetch" in ln]
+    assert pf and all("&P[" in p for p in pf), text
+    a = rand((n,), seed=3)
+    p = np.random.default_rng(0).permutation(n).astype("int32")
+    out = run1(s, [A, P, C], [a, p], "llvm")
+    check(out, a.astype("float64")[p] + 1)
