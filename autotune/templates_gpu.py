@@ -20,7 +20,8 @@ batches on ``blockIdx.z``.
 ``softmax``, ``layernorm``, ``rmsnorm``: one kernel per call, ``rows`` rows per block,
 each row's statistics as cross-thread reductions (TVM's all-reduce, a reduce loop bound to
 ``threadIdx.x``) computed at the block's row loop, 16-byte vector loads and stores, the
-statistics in float32 (:func:`_fused_rows`; knob ``layout`` = ``[threads, vec, rows]``).
+statistics in float32, the rows staged in shared memory or re-read from global memory
+(:func:`_fused_rows`; knob ``layout`` = ``[threads, vec, rows, shared]``).
 
 ``row_sum``: ``B[i] = sum_k A[i, k]``; ``layout`` ``[threads, rows]``: a row per block
 reduced across ``threads`` threads, or (``[1, rows]``) one row per thread with ``rows``
@@ -200,11 +201,14 @@ ROWS_PER_BLOCK = (1, 2, 4, 8)
 
 
 def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> list:
-    """``[threads, vec, rows]`` configs of the fused row kernels over ``M`` rows of ``N``
-    elements: ``threads`` threads per row (:func:`_reduce_threads`), ``vec`` elements per
-    load and store (16, 8 bytes or one element; only widths dividing ``N``, so every
-    vector is whole and aligned), ``rows`` rows per block (at most ``M``). Pruned by the
-    device's threads per block and shared memory (two float32 partials per thread)."""
+    """``[threads, vec, rows, shared]`` configs of the fused row kernels over ``M`` rows of
+    ``N`` elements: ``threads`` threads per row (:func:`_reduce_threads`), ``vec``
+    elements per load and store (16, 8 bytes or one element; only widths dividing ``N``,
+    so every vector is whole and aligned), ``rows`` rows per block (at most ``M``), and
+    ``shared`` 1 to stage the block's rows in shared memory (read from global memory once,
+    by 16-byte ``cp.async`` copies) or 0 to read them from global memory in every pass
+    (L1/L2 hits after the first). Pruned by the device's threads per block and shared
+    memory (two float32 partials per thread, plus the staged rows)."""
     itemsize = np.dtype("float16" if dtype == "bfloat16" else dtype).itemsize
     vecs = [w for w in dict.fromkeys((16 // itemsize, 8 // itemsize, 1))
             if w == 1 or (N % w == 0 and (dtype, w) in _VECTOR_TYPES)]
@@ -212,18 +216,22 @@ def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> lis
     for vec in vecs:
         for t in _reduce_threads(limits, -(-N // vec)):
             for rows in ROWS_PER_BLOCK:
-                if (rows > 1 and rows > M) or t * rows > limits.max_threads_per_block \
-                        or 2 * 4 * t * rows > limits.shared_bytes_per_block:
+                if (rows > 1 and rows > M) or t * rows > limits.max_threads_per_block:
                     continue
-                out.append([t, vec, rows])
+                for shared in (0, 1):
+                    nbytes = 2 * 4 * t * rows + shared * rows * N * itemsize
+                    if nbytes <= limits.shared_bytes_per_block:
+                        out.append([t, vec, rows, shared])
     return out
 
 
 def _row_knobs(cfg, M: int, N: int, dtype: str) -> tuple:
     layouts = row_layouts(gpu_limits.current(), M, N, dtype)
-    # the default: the widest vectors, one row per block, at most 256 threads (fewer when
-    # the row is short or the device smaller)
+    # the default: the widest vectors, one row per block staged in shared memory when it
+    # fits, at most 256 threads (fewer when the row is short or the device smaller)
     one = [lay for lay in layouts if lay[2] == 1 and lay[1] == layouts[0][1]]
+    staged = max(lay[3] for lay in one)
+    one = [lay for lay in one if lay[3] == staged]
     best = max((lay for lay in one if lay[0] <= 256), key=lambda lay: lay[0], default=one[0])
     cfg.define_knob("layout", layouts, default=best)
     return tuple(cfg["layout"].val)
@@ -236,11 +244,16 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple) -> None:
     block's row loop, then the row written. Every pass reads ``vec`` contiguous elements
     per thread and step (a ``local`` copy, one 16-byte load for 4 float32 or 8 float16)
     and the output is stored the same way (``cache_write`` to ``local``); consecutive
-    threads read consecutive vectors (coalesced). The row is read once per pass (the
-    second and third from L1/L2: a row is at most a few tens of KiB)."""
-    nt, vec, rows = layout
+    threads read consecutive vectors (coalesced). With ``shared`` the block's rows of the
+    2-D input are first copied to shared memory (16-byte ``cp.async``) and every pass reads
+    them there; else every pass reads global memory (the second and third from L1/L2)."""
+    nt, vec, rows, shared = layout
     tx, ty = _tx(), _ty()
+    row_input = next(t for t in out.op.input_tensors if len(t.shape) == 2)
     OL = s.cache_write(out, "local")
+    readers = [st for st in (*reductions, OL) if any(
+        t.op is row_input.op for t in s[st].op.input_tensors)]
+    staged = s.cache_read(row_input, "shared", readers) if shared else None
     i, j = out.op.axis
     io, ii = s[out].split(i, factor=rows)
     j0, jv = s[out].split(j, factor=vec)
@@ -250,11 +263,22 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple) -> None:
     s[out].bind(jt, tx)
     if rows > 1:
         s[out].bind(ii, ty)
+    if staged is not None:
+        a0, a1 = staged.op.axis
+        b0, bv = s[staged].split(a1, factor=vec)
+        bo, bt = s[staged].split(b0, factor=nt)
+        s[staged].reorder(a0, bo, bt, bv)
+        s[staged].bind(bt, tx)
+        if rows > 1:
+            s[staged].bind(s[staged].split(a0, factor=rows)[1], ty)
+        if vec > 1:
+            s[staged].vectorize(bv)
+        s[staged].compute_at(s[out], io)
     s[OL].compute_at(s[out], jt)
     if vec > 1:
         s[out].vectorize(jv)
         s[OL].vectorize(OL.op.axis[1])
-    for t in _placeholders(OL):
+    for t in _sources(s, OL, staged):
         c = s.cache_read(t, "local", [OL])
         s[c].compute_at(s[OL], OL.op.axis[0])
         if vec > 1:
@@ -266,7 +290,7 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple) -> None:
         s[red].bind(kt, tx)
         if rows > 1:
             s[red].bind(s[red].split(red.op.axis[0], factor=rows)[1], ty)
-        for t in _placeholders(red):
+        for t in _sources(s, red, staged):
             c = s.cache_read(t, "local", [red])
             s[c].compute_at(s[red], ko)
             if vec > 1:
@@ -274,9 +298,11 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple) -> None:
         s[red].compute_at(s[out], io)
 
 
-def _placeholders(t: te.Tensor) -> list:
-    """The input tensors (placeholders) ``t`` reads, in order."""
-    return [x for x in t.op.input_tensors if isinstance(x.op, PlaceholderOp)]
+def _sources(s, t: te.Tensor, staged) -> list:
+    """The tensors stage ``t`` reads that are inputs (placeholders) or the ``staged``
+    shared copy, in order: those it reads through a ``local`` vector copy."""
+    return [x for x in s[t].op.input_tensors if isinstance(x.op, PlaceholderOp)
+            or (staged is not None and x.op is staged.op)]
 
 
 def _f32(x):
@@ -294,7 +320,7 @@ def _softmax_reference(a, *, args=()):
 def softmax_cuda(M: int, N: int, dtype: str = "float32"):
     """Row-wise softmax of A[M, N] on the GPU in one kernel (:func:`_fused_rows`): the row
     maximum, then the sum of ``exp(A - max)``, then ``exp(A - max) / sum``; statistics in
-    float32 whatever ``dtype``. Knob ``layout``: ``[threads, vec, rows]``
+    float32 whatever ``dtype``. Knob ``layout``: ``[threads, vec, rows, shared]``
     (:func:`row_layouts`)."""
     cfg = get_config()
     layout = _row_knobs(cfg, M, N, dtype)
