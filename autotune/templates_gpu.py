@@ -21,7 +21,7 @@ batches on ``blockIdx.z``.
 each row's statistics as cross-thread reductions (TVM's all-reduce, a reduce loop bound to
 ``threadIdx.x``) computed at the block's row loop, 16-byte vector loads and stores, the
 statistics in float32, the rows staged in shared memory or re-read from global memory
-(:func:`_fused_rows`; knob ``layout`` = ``[threads, vec, rows, shared]``).
+(:func:`_fused_rows`; knob ``layout`` = ``[threads, vec, rows, shared, local]``).
 
 ``row_sum``: ``B[i] = sum_k A[i, k]``; ``layout`` ``[threads, rows]``: a row per block
 reduced across ``threads`` threads, or (``[1, rows]``) one row per thread with ``rows``
@@ -201,14 +201,17 @@ ROWS_PER_BLOCK = (1, 2, 4, 8)
 
 
 def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> list:
-    """``[threads, vec, rows, shared]`` configs of the fused row kernels over ``M`` rows of
-    ``N`` elements: ``threads`` threads per row (:func:`_reduce_threads`), ``vec``
+    """``[threads, vec, rows, shared, local]`` configs of the fused row kernels over ``M``
+    rows of ``N`` elements: ``threads`` threads per row (:func:`_reduce_threads`), ``vec``
     elements per load and store (16, 8 bytes or one element; only widths dividing ``N``,
     so every vector is whole and aligned), ``rows`` rows per block (at most ``M``), and
     ``shared`` 1 to stage the block's rows in shared memory (read from global memory once,
     by 16-byte ``cp.async`` copies) or 0 to read them from global memory in every pass
-    (L1/L2 hits after the first). Pruned by the device's threads per block and shared
-    memory (two float32 partials per thread, plus the staged rows)."""
+    (L1/L2 hits after the first), ``local`` 1 (one row per block only) to have every
+    thread combine the partials of a reduction into its own register (broadcast shared
+    reads, no barrier after the combine) instead of thread 0 into shared memory. Pruned by
+    the device's threads per block and shared memory (two float32 partials per thread,
+    plus the staged rows)."""
     itemsize = np.dtype("float16" if dtype == "bfloat16" else dtype).itemsize
     vecs = [w for w in dict.fromkeys((16 // itemsize, 8 // itemsize, 1))
             if w == 1 or (N % w == 0 and (dtype, w) in _VECTOR_TYPES)]
@@ -220,8 +223,12 @@ def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> lis
                     continue
                 for shared in (0, 1):
                     nbytes = 2 * 4 * t * rows + shared * rows * N * itemsize
-                    if nbytes <= limits.shared_bytes_per_block:
-                        out.append([t, vec, rows, shared])
+                    if nbytes > limits.shared_bytes_per_block:
+                        continue
+                    # statistics in registers: one row per block only (a local buffer's
+                    # own loops may not be bound to threadIdx.y)
+                    for local in ((0, 1) if rows == 1 else (0,)):
+                        out.append([t, vec, rows, shared, local])
     return out
 
 
@@ -238,16 +245,18 @@ def _row_knobs(cfg, M: int, N: int, dtype: str) -> tuple:
 
 
 def _fused_rows(s, out: te.Tensor, reductions, layout: tuple) -> None:
-    """One kernel for a row-wise normalisation ``out[M, N]``: ``rows`` rows per block
+    """One kernel for a row-wise normalisation ``out[M, N]``; ``layout`` is ``(threads,
+    vec, rows, shared, local)`` (:func:`row_layouts`): ``rows`` rows per block
     (``blockIdx.x``, rows on ``threadIdx.y``), each row's ``reductions`` (``[M]``, in order)
     as cross-thread reductions over ``threads`` threads (``threadIdx.x``) computed at the
-    block's row loop, then the row written. Every pass reads ``vec`` contiguous elements
+    block's row loop (with ``local``, every thread combines the partials into its own
+    register; else thread 0 into shared memory), then the row written. Every pass reads ``vec`` contiguous elements
     per thread and step (a ``local`` copy, one 16-byte load for 4 float32 or 8 float16)
     and the output is stored the same way (``cache_write`` to ``local``); consecutive
     threads read consecutive vectors (coalesced). With ``shared`` the block's rows of the
     2-D input are first copied to shared memory (16-byte ``cp.async``) and every pass reads
     them there; else every pass reads global memory (the second and third from L1/L2)."""
-    nt, vec, rows, shared = layout
+    nt, vec, rows, shared, local = layout
     tx, ty = _tx(), _ty()
     row_input = next(t for t in out.op.input_tensors if len(t.shape) == 2)
     OL = s.cache_write(out, "local")
@@ -296,6 +305,8 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple) -> None:
             if vec > 1:
                 s[c].vectorize(c.op.axis[-1])
         s[red].compute_at(s[out], io)
+        if local:
+            s[red].set_scope("local")
 
 
 def _sources(s, t: te.Tensor, staged) -> list:
@@ -320,7 +331,7 @@ def _softmax_reference(a, *, args=()):
 def softmax_cuda(M: int, N: int, dtype: str = "float32"):
     """Row-wise softmax of A[M, N] on the GPU in one kernel (:func:`_fused_rows`): the row
     maximum, then the sum of ``exp(A - max)``, then ``exp(A - max) / sum``; statistics in
-    float32 whatever ``dtype``. Knob ``layout``: ``[threads, vec, rows, shared]``
+    float32 whatever ``dtype``. Knob ``layout``: ``[threads, vec, rows, shared, local]``
     (:func:`row_layouts`)."""
     cfg = get_config()
     layout = _row_knobs(cfg, M, N, dtype)

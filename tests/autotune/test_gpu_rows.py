@@ -85,26 +85,47 @@ def test_sampled_layouts_compute_the_definition(name, dtype, args):
         check(arrays[out], _reference(t, arrays, out, args), k=args[1])
 
 
+def test_local_statistics_are_combined_by_every_thread():
+    """``local`` statistics: no thread-0 guard on the combine, one barrier fewer per
+    reduction, the same numbers (interpreter, races and barriers checked)."""
+    t = get_template("layernorm")
+    args = (3, 40)
+    sp = t.space(args, "float16", "cuda")
+    syncs = {}
+    for local in (0, 1):
+        idx = next(k for k in range(len(sp)) if sp.get(k).knob_values()["layout"] == [
+            32, 8, 1, 1, local])
+        s, tensors = t.instantiate(sp.get(idx), args, "float16", "cuda")
+        f = polytile.lower(s, tensors, target="cuda")
+        syncs[local] = str(f).count("sync(")
+        arrays, out = _inputs(tensors, args)
+        interpret(f, *arrays)
+        check(arrays[out], _reference(t, arrays, out, args), k=args[1])
+    assert syncs[1] < syncs[0]
+
+
 def test_layouts_respect_the_device_limits():
     small = gpu_limits.GPULimits("sm_90", max_threads_per_block=256,
                                  shared_bytes_per_block=16384)
     lays = row_layouts(small, 4096, 4096, "float32")
-    assert lays and all(th * rows <= 256 for th, _, rows, _ in lays)
-    assert all(8 * th * rows + sh * rows * 4096 * 4 <= 16384 for th, _, rows, sh in lays)
-    assert not any(sh and rows > 1 for _, _, rows, sh in lays)   # one 16 KiB row at most
+    assert lays and all(th * rows <= 256 for th, _, rows, _, _ in lays)
+    assert all(8 * th * rows + sh * rows * 4096 * 4 <= 16384 for th, _, rows, sh, _ in lays)
+    assert not any(sh and rows > 1 for _, _, rows, sh, _ in lays)   # one 16 KiB row at most
+    assert not any(loc and rows > 1 for _, _, rows, _, loc in lays)
     # vectors divide the row and are 16 or 8 bytes; short rows keep few threads
-    assert {v for _, v, _, _ in row_layouts(small, 8, 4096, "float16")} == {8, 4, 1}
-    assert {v for _, v, _, _ in row_layouts(small, 8, 4094, "float16")} == {1}
-    assert {th for th, _, _, _ in row_layouts(small, 8, 20, "float32")} == {32}
-    assert {rows for _, _, rows, _ in row_layouts(small, 3, 20, "float32")} == {1, 2}
+    assert {lay[1] for lay in row_layouts(small, 8, 4096, "float16")} == {8, 4, 1}
+    assert {lay[1] for lay in row_layouts(small, 8, 4094, "float16")} == {1}
+    assert {lay[0] for lay in row_layouts(small, 8, 20, "float32")} == {32}
+    assert {lay[2] for lay in row_layouts(small, 3, 20, "float32")} == {1, 2}
 
 
 def test_vector_copies_and_staging_in_the_cuda_source():
     t = get_template("softmax")
     for dtype, vt in (("float32", "float4"), ("float16", "uint4")):
         sp = t.space((4096, 4096), dtype, "cuda -arch=sm_90")
-        for lay in ([256, 16 // np.dtype(dtype).itemsize, 1, 1],
-                    [128, 16 // np.dtype(dtype).itemsize, 2, 0]):
+        for lay in ([256, 16 // np.dtype(dtype).itemsize, 1, 1, 0],
+                    [128, 16 // np.dtype(dtype).itemsize, 1, 0, 1],
+                    [128, 16 // np.dtype(dtype).itemsize, 2, 1, 0]):
             idx = next(k for k in range(len(sp)) if sp.get(k).knob_values()["layout"] == lay)
             s, tensors = t.instantiate(sp.get(idx), (4096, 4096), dtype, "cuda -arch=sm_90")
             src = polytile.build(s, tensors, target="cuda -arch=sm_90").get_source()
@@ -112,6 +133,8 @@ def test_vector_copies_and_staging_in_the_cuda_source():
             assert f"*({vt}*)(&softmax[" in src              # 16-byte stores
             assert ("cp_async" in src) == bool(lay[3])       # staged rows: cp.async copies
             assert f"__launch_bounds__({lay[0] * lay[2]})" in src
+            # local statistics: every thread combines (no write of the result to shared)
+            assert ("__shared__ __align__(16) float rowsum[" in src) == (not lay[4])
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -78,15 +78,15 @@ def test_gpu_spaces_shrink_with_the_device_limits():
     t = get_template("softmax")
     with gpu_limits.use(small):  # a bound device wins over the target's -arch table
         sp = t.space((64, 1000), "float32", "cuda -arch=sm_90")
-        layouts = [sp.knobs["layout"].get(i).val for i in range(len(sp))]
+        layouts = [sp.knobs["layout"].get(i).val for i in range(len(sp.knobs["layout"]))]
         assert sorted({lay[0] for lay in layouts}) == [32, 64, 128]
         assert all(th * rows <= 128 and 8 * th * rows + sh * rows * 4000 <= 8192
-                   for th, _, rows, sh in layouts)
+                   for th, _, rows, sh, _ in layouts)
         mm = len(get_template("matmul").space((64, 64, 64), "float32", "cuda"))
     big = t.space((64, 1000), "float32", "cuda")
-    layouts = [big.knobs["layout"].get(i).val for i in range(len(big))]
-    assert len(layouts) > len(sp) and {lay[1] for lay in layouts} == {1, 2, 4}
-    assert max(lay[0] for lay in layouts) == 1024 and [256, 4, 1, 1] == big.default().knob_values(
+    layouts = [big.knobs["layout"].get(i).val for i in range(len(big.knobs["layout"]))]
+    assert len(big) == len(layouts) > len(sp) and {lay[1] for lay in layouts} == {1, 2, 4}
+    assert max(lay[0] for lay in layouts) == 1024 and [256, 4, 1, 1, 0] == big.default().knob_values(
         )["layout"]
     assert mm == len(tiles) * 3 * 2 < len(get_template("matmul").space((64, 64, 64), "float32",
                                                                         "cuda -arch=sm_90"))
