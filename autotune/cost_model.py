@@ -46,15 +46,25 @@ class XGBCostModel:
                        "seed": seed}
         self.booster = None
 
-    def fit(self, xs, ys) -> None:
-        """Train on features ``xs`` (n x F) and normalised throughputs ``ys`` (n,)."""
+    def fit(self, xs, ys, groups=None) -> None:
+        """Train on features ``xs`` (n x F) and normalised throughputs ``ys`` (n,).
+
+        ``groups`` (sizes of consecutive runs of rows, summing to n): the pairwise loss
+        only compares rows of the same group, so throughputs of different workloads
+        (records of another shape, used for transfer) are never ranked against each
+        other. None: one group."""
         xgb = _xgb()
         x = np.asarray(xs, dtype=np.float32)
         y = np.asarray(ys, dtype=np.float32)
         if len(x) < 2 or float(y.max() - y.min()) <= 0:
             self.booster = None
             return
+        if groups is not None and sum(groups) != len(x):
+            raise TuneError(format_error("cost model", f"groups sum to {sum(groups)}, "
+                                         f"expected {len(x)} rows"))
         dtrain = xgb.DMatrix(x, label=y)
+        if groups is not None:
+            dtrain.set_group([int(g) for g in groups])
         self.booster = xgb.train(self.params, dtrain, num_boost_round=self.num_rounds)
 
     @property
