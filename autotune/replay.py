@@ -152,16 +152,24 @@ def measure_pool(template, args, dtype: str = "float32", target: str = "llvm",
 class ReplayOracle:
     """Answers for configs of a pool: their recorded cost and features.
 
-    ``index_of`` maps the pool's configs to indices of ``space`` (the pool's space unless
-    given); configs that no longer fit the space are dropped (``dropped`` counts them).
+    The pool's configs map to indices of ``space`` (the pool's space unless given);
+    configs that no longer fit the space are dropped (``dropped`` counts them). With
+    ``refeaturize`` (default), features missing or of another length than this version's
+    (:data:`.features.N_FEATURES`: a pool measured before the features changed) are
+    computed again here (``refeaturized`` counts them); the costs are what a pool keeps.
+    Without it the features are used as they are.
     """
 
-    def __init__(self, pool: Pool, space=None):
+    def __init__(self, pool: Pool, space=None, refeaturize: bool = True):
+        from .features import N_FEATURES
+
         self.pool = pool
         self.space = space if space is not None else pool.space()
         self.cost: dict[int, float] = {}
         self.features: dict[int, list | None] = {}
         self.dropped = 0
+        self.refeaturized = 0
+        stale = []
         for e in pool.entries:
             try:
                 i = self.space.from_json(e["config"]).index
@@ -169,7 +177,19 @@ class ReplayOracle:
                 self.dropped += 1
                 continue
             self.cost[i] = _cost(e)
-            self.features[i] = e.get("features")
+            f = e.get("features")
+            self.features[i] = f
+            if refeaturize and (f is None or len(f) != N_FEATURES):
+                stale.append((i, e["config"]))
+        if stale:
+            from .transfer import config_features
+
+            w = pool.wl
+            feats, _ = config_features(get_template(w.template), w.args, w.dtype,
+                                       pool.target, [k for _, k in stale], pool.gpu_limits)
+            for (i, _), f in zip(stale, feats):
+                self.features[i] = f
+            self.refeaturized = len(stale)
 
     @property
     def indices(self) -> list[int]:

@@ -54,30 +54,39 @@ def _subset(recs: list[Record], limit: int) -> list[Record]:
     return head + [rest[int(k * step)] for k in range(limit - len(head))]
 
 
-def source_data(t: Template, args: tuple, dtype: str, target: str, records: list[Record],
-                limits=None, limit: int = MAX_PER_SOURCE):
-    """``(features, costs, knob_features)`` of ``records`` of ``t`` at ``args``, lowered
-    here for that shape (feature None where a record's config no longer fits the space or
-    does not lower; costs in seconds, ``inf`` for failed trials)."""
+def config_features(t: Template, args: tuple, dtype: str, target: str, configs: list,
+                    limits=None) -> tuple[list, list]:
+    """Loop-IR features and :func:`.tuner.knob_features` of ``configs`` (knob-value dicts)
+    of ``t`` at ``args``, lowered here (``None`` / ``[]`` for a config that no longer fits
+    the space or does not lower)."""
     from polytile.schedule.pipeline import lower
 
     from .tuner import knob_features
 
     with gpu_limits_use(limits):
         space = t.space(args, dtype, target)
-    feats, costs, kfs = [], [], []
-    for r in _subset(records, limit):
-        f = kf = None
+    feats, kfs = [], []
+    for knobs in configs:
+        f, kf = None, []
         try:
-            cfg = space.from_json(r.config)
+            cfg = space.from_json(knobs)
             with gpu_limits_use(limits):
                 s, tensors = t.instantiate(cfg, args, dtype, target)
                 func = lower(s, tensors, target=target, stop_after="storage_flattening")
             f = extract_features(func, sizes.sizes_of(args))
             kf = knob_features(space, cfg.index)
-        except Exception:  # a config that no longer applies here: not training data
-            f = None
+        except Exception:  # a config that no longer applies here: no features
+            f, kf = None, []
         feats.append(f)
-        kfs.append(kf if kf is not None else [])
-        costs.append(r.cost if r.ok else math.inf)
-    return feats, costs, kfs
+        kfs.append(kf)
+    return feats, kfs
+
+
+def source_data(t: Template, args: tuple, dtype: str, target: str, records: list[Record],
+                limits=None, limit: int = MAX_PER_SOURCE):
+    """``(features, costs, knob_features)`` of ``records`` of ``t`` at ``args`` (at most
+    ``limit`` of them), lowered here for that shape (:func:`config_features`; costs in
+    seconds, ``inf`` for failed trials)."""
+    recs = _subset(records, limit)
+    feats, kfs = config_features(t, args, dtype, target, [r.config for r in recs], limits)
+    return feats, [r.cost if r.ok else math.inf for r in recs], kfs

@@ -372,7 +372,8 @@ class ModelTuner(Tuner):
 
     def next_batch(self, n: int) -> list[int]:
         if not self._train():
-            out = self._random_unvisited(n)
+            # no more random configs than the model needs to start: it picks the rest
+            out = self._random_unvisited(min(n, 2 * self.min_train))
             self.visited.update(out)
             return out
         n_random = min(n, max(0, int(round(self.epsilon * n))))

@@ -140,7 +140,8 @@ def _replay(a, name, args, rows):
     nmax = 4 * max(a.trials)
     ok = sum(math.isfinite(c) for c in oracle.cost.values())
     title = (f"{name}{tuple(args)} on '{pool.target}'  REPLAY over a pool of "
-             f"{len(oracle.cost)} configs ({ok} ran) of {pool.space_size:,}, {how}, load "
+             f"{len(oracle.cost)} configs ({ok} ran) of {pool.space_size:,}, {how}"
+             f"{f', {oracle.refeaturized} refeaturized' if oracle.refeaturized else ''}, load "
              f"{pool.load_avg} when measured; best {best * 1e3:.4g} ms")
     curves = {t: [replay_search(oracle, t, nmax, seed=s, batch=a.batch)
                   for s in range(a.seeds)] for t in ("model", "random")}

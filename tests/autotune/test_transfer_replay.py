@@ -64,7 +64,7 @@ def _pool(sp, indices, fail=()) -> Pool:
 def test_replay_oracle_answers_recorded_costs_and_refuses_others():
     sp = _space()
     idx = random.Random(0).sample(range(len(sp)), 40)
-    oracle = ReplayOracle(_pool(sp, idx, fail=idx[:3]), space=sp)
+    oracle = ReplayOracle(_pool(sp, idx, fail=idx[:3]), space=sp, refeaturize=False)
     assert oracle.indices == sorted(idx) and oracle.dropped == 0
     res = oracle.measure(idx[:5])
     assert [r.ok for r in res] == [False, False, False, True, True]
@@ -96,7 +96,7 @@ def test_pool_entries_outside_the_space_are_dropped():
     pool = _pool(sp, [0, 1])
     pool.entries.append({"config": {"a": [-1, 3, 5], "b": [-1, 8], "k": 2}, "costs": [1e-9],
                          "error": None, "features": [0.0] * 4})
-    oracle = ReplayOracle(pool, space=sp)
+    oracle = ReplayOracle(pool, space=sp, refeaturize=False)
     assert oracle.dropped == 1 and oracle.indices == [0, 1]
     assert oracle.best_cost() > 1e-6
 
@@ -105,7 +105,7 @@ def test_pool_entries_outside_the_space_are_dropped():
 def test_replayed_search_stays_in_the_pool(tuner):
     sp = _space()
     idx = random.Random(1).sample(range(len(sp)), 60)
-    oracle = ReplayOracle(_pool(sp, idx), space=sp)
+    oracle = ReplayOracle(_pool(sp, idx), space=sp, refeaturize=False)
     curve = replay_search(oracle, tuner, n_trial=60, seed=3, batch=7)
     assert len(curve) == 60  # every pool config once (oracle.measure refuses others)
     assert all(b <= a for a, b in zip(curve, curve[1:]))
@@ -119,7 +119,7 @@ def test_model_beats_random_on_a_learnable_pool():
     best in fewer trials than random search, on average over seeds."""
     sp = _space()
     idx = random.Random(2).sample(range(len(sp)), 200)
-    oracle = ReplayOracle(_pool(sp, idx), space=sp)
+    oracle = ReplayOracle(_pool(sp, idx), space=sp, refeaturize=False)
     best = oracle.best_cost()
 
     def mean_reach(t):
@@ -131,7 +131,7 @@ def test_model_beats_random_on_a_learnable_pool():
 
 def test_replay_transfer_from_the_same_workload_is_refused():
     sp = _space()
-    oracle = ReplayOracle(_pool(sp, [1, 2, 3]), space=sp)
+    oracle = ReplayOracle(_pool(sp, [1, 2, 3]), space=sp, refeaturize=False)
     with pytest.raises(TuneError, match="transfer from the same workload"):
         replay_search(oracle, "model", 3, transfer=[oracle])
 
@@ -241,3 +241,18 @@ def test_tune_transfer_file(tmp_path):
     with pytest.raises(TuneError, match="does not exist"):
         tune("matmul", (40, 32, 24), n_trial=1, measure_option=opt,
              transfer_from=str(tmp_path / "none.jsonl"))
+
+
+def test_stale_pool_features_are_computed_again():
+    from polytile.autotune.features import N_FEATURES
+
+    t = get_template("softmax")
+    sp = t.space((8, 24))
+    tgt = canonical_target("llvm")
+    pool = Pool({"template": "softmax", "args": [8, 24], "dtype": "float32"}, tgt,
+                [{"config": sp.get(i).knob_values(), "costs": [1e-6 * (i + 1)], "error": None,
+                  "features": [1.0, 2.0]} for i in (0, 1, 2)], len(sp))
+    oracle = ReplayOracle(pool)
+    assert oracle.refeaturized == 3
+    assert all(len(f) == N_FEATURES for f in oracle.features.values())
+    assert oracle.best_cost() == pytest.approx(1e-6)
