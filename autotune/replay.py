@@ -107,7 +107,8 @@ def measure_pool(template, args, dtype: str = "float32", target: str = "llvm",
                  path: str | None = None, progress=None, batch: int = 16) -> Pool:
     """Measure ``n`` configs drawn uniformly (without repetition, ``seed``) from the space
     of ``template`` at ``args``, with their loop-IR features; saved to ``path`` after each
-    batch (so an interrupted run keeps what it measured). ``progress(done, n)`` is called
+    batch (an interrupted run keeps what it measured, and a later call with the same
+    workload, target and seed continues it). ``progress(done, n)`` is called
     after each batch. Costs are full measurements (no cut-off by the best so far).
 
     Raises
@@ -130,10 +131,26 @@ def measure_pool(template, args, dtype: str = "float32", target: str = "llvm",
         load = None
     pool = Pool(wl.key(), tgt, [], size, seed, device,
                 limits.to_json() if limits is not None else None, load)
+    done = 0
+    if path and os.path.exists(path):  # continue a pool an interrupted run left
+        try:
+            old = Pool.load(path)
+        except TuneError:
+            old = None
+        if (old is not None and old.workload == pool.workload and old.target == tgt
+                and old.seed == seed and old.entries):
+            mine = [space.get(i).knob_values() for i in picks[:len(old.entries)]]
+            if mine == [e["config"] for e in old.entries]:
+                pool.entries = old.entries
+                done = len(old.entries)
+    if done >= len(picks):
+        if runner is not None:
+            runner.close()
+        return pool
     measurer = LocalMeasurer(wl, tgt, opt, runner=runner)
     try:
         measurer.start()
-        for k in range(0, len(picks), batch):
+        for k in range(done, len(picks), batch):
             chunk = picks[k:k + batch]
             items = [(i, space.get(i).knob_values()) for i in chunk]
             results = measurer.measure(items, None)

@@ -60,10 +60,13 @@ def _pool(a, name, args, measure_pool, Pool, MeasureOptions):
     kind = a.target.split()[0]
     slug = f"{name}_{'x'.join(map(str, args))}_{kind}_n{a.pool}_s{a.pool_seed}.json"
     path = os.path.join(a.cache, slug)
-    if os.path.exists(path) and not a.remeasure:
-        pool = Pool.load(path)
-        if len(pool.entries) >= a.pool:
-            return pool, "cached"
+    if os.path.exists(path):
+        if a.remeasure:
+            os.remove(path)
+        else:
+            pool = Pool.load(path)
+            if len(pool.entries) >= a.pool:
+                return pool, "cached"
     t0 = time.perf_counter()
 
     def progress(done, n):

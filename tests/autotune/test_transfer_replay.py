@@ -256,3 +256,20 @@ def test_stale_pool_features_are_computed_again():
     assert oracle.refeaturized == 3
     assert all(len(f) == N_FEATURES for f in oracle.features.values())
     assert oracle.best_cost() == pytest.approx(1e-6)
+
+
+def test_measure_pool_continues_an_interrupted_pool(tmp_path):
+    from polytile.autotune.features import N_FEATURES
+    from polytile.autotune.replay import measure_pool
+
+    path = str(tmp_path / "pool.json")
+    opt = MeasureOptions(parallel=1, threads=1, number=1, repeat=1, min_repeat_ms=1)
+    first = measure_pool("softmax", (8, 24), n=2, seed=4, options=opt, path=path, batch=2)
+    assert len(first.entries) == 2 and Pool.load(path).entries == first.entries
+    more = measure_pool("softmax", (8, 24), n=4, seed=4, options=opt, path=path, batch=2)
+    assert more.entries[:2] == first.entries and len(more.entries) == 4
+    assert len({json.dumps(e["config"], sort_keys=True) for e in more.entries}) == 4
+    assert all(e["costs"] and len(e["features"]) == N_FEATURES for e in more.entries)
+    oracle = ReplayOracle(Pool.load(path))
+    assert oracle.refeaturized == 0 and len(oracle.indices) == 4
+    assert replay_search(oracle, "random", 4, seed=0)[-1] == pytest.approx(oracle.best_cost())
