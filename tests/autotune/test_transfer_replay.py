@@ -273,3 +273,34 @@ def test_measure_pool_continues_an_interrupted_pool(tmp_path):
     oracle = ReplayOracle(Pool.load(path))
     assert oracle.refeaturized == 0 and len(oracle.indices) == 4
     assert replay_search(oracle, "random", 4, seed=0)[-1] == pytest.approx(oracle.best_cost())
+
+
+def test_gpu_pool_with_a_fake_runner(tmp_path):
+    """The GPU path of the benchmark without a GPU: the fake runner times candidates built
+    here (nvcc), the pool carries the device and its limits, GPU features come from the
+    workers, and a replay runs on it."""
+    import os
+    import shutil
+    import sys
+
+    from polytile.autotune.features import N_FEATURES, N_GLOBAL
+    from polytile.autotune.replay import measure_pool
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed")
+    fake = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_gpu_runner.py")
+    opt = MeasureOptions(parallel=2, runner_command=[sys.executable, fake,
+                                                     str(tmp_path / "state"), ""])
+    path = str(tmp_path / "gpu.json")
+    pool = measure_pool("matmul", (128, 128, 64), target="cuda", n=3, seed=1, options=opt,
+                        path=path)
+    assert pool.target == "cuda -arch=sm_90" and pool.device["name"] == "Fake GPU"
+    assert pool.gpu_limits is not None
+    ok = [e for e in pool.entries if e["costs"]]
+    assert ok and all(len(e["features"]) == N_FEATURES for e in ok)
+    g = N_FEATURES - N_GLOBAL
+    assert all(e["features"][g + 18] > 0 for e in ok)  # global bytes: a GPU kernel
+    oracle = ReplayOracle(Pool.load(path))
+    assert oracle.refeaturized == 0 and len(oracle.indices) == 3
+    curve = replay_search(oracle, "model", 3, seed=0, batch=2)
+    assert curve[-1] == pytest.approx(oracle.best_cost())
