@@ -304,3 +304,23 @@ def test_gpu_pool_with_a_fake_runner(tmp_path):
     assert oracle.refeaturized == 0 and len(oracle.indices) == 3
     curve = replay_search(oracle, "model", 3, seed=0, batch=2)
     assert curve[-1] == pytest.approx(oracle.best_cost())
+
+
+def test_cli_tune_transfer(tmp_path):
+    import subprocess
+    import sys
+
+    src = tmp_path / "src.jsonl"
+    src.write_text("".join(r.to_json() + "\n" for r in _fake_records((48, 32, 16), 5, 1e-6)))
+    p = subprocess.run([sys.executable, "-m", "polytile", "tune", "matmul", "--args",
+                        "40,32,24", "--trials", "2", "--transfer", str(src), "--no-numpy",
+                        "--quiet", "--repeat", "1", "--log", str(tmp_path / "log.jsonl")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "model trained on 5 records of 1 other shape(s)" in p.stdout
+    assert all(r.workload["args"] == [40, 32, 24] for r in read_records(tmp_path / "log.jsonl"))
+    p = subprocess.run([sys.executable, "-m", "polytile", "tune", "softmax", "--args", "8,8",
+                        "--trials", "1", "--transfer", str(src), "--no-numpy", "--quiet",
+                        "--log", str(tmp_path / "log2.jsonl")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0 and "holds no record of softmax float32" in p.stderr
