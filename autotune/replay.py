@@ -104,12 +104,13 @@ def _cost(e: dict) -> float:
 
 def measure_pool(template, args, dtype: str = "float32", target: str = "llvm",
                  n: int = 256, seed: int = 0, options: MeasureOptions | None = None,
-                 path: str | None = None, progress=None, batch: int = 16) -> Pool:
+                 path: str | None = None, progress=None, batch: int | None = None) -> Pool:
     """Measure ``n`` configs drawn uniformly (without repetition, ``seed``) from the space
     of ``template`` at ``args``, with their loop-IR features; saved to ``path`` after each
     batch (an interrupted run keeps what it measured, and a later call with the same
     workload, target and seed continues it). ``progress(done, n)`` is called
-    after each batch. Costs are full measurements (no cut-off by the best so far).
+    after each batch (default: as many as build workers, at least 16). Costs are full
+    measurements (no cut-off by the best so far).
 
     Raises
     ------
@@ -121,6 +122,7 @@ def measure_pool(template, args, dtype: str = "float32", target: str = "llvm",
 
     t, wl = resolve(template, args, dtype)
     opt = options or MeasureOptions()
+    batch = batch or max(16, opt.parallel)  # builds of a batch fill the workers
     tgt, runner, device, limits, space = open_target(t, wl, tunable_target(target), opt)
     rng = random.Random(seed)
     size = len(space)

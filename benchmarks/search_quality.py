@@ -29,10 +29,17 @@ CPU (2 cores shared: indicative only)::
 
     python benchmarks/search_quality.py --templates matmul conv2d softmax --transfer
 
-GPU (on the GPU machine; pools of the H200, about 2-3 minutes)::
+GPU (on the GPU machine: two pools of 160 fp32 matmul configs timed on the device, 2048^3
+and 2048x2048x1024, then the replays; about 4 minutes; run it again if ``timeout`` stops
+it: cached pools are continued, not measured again)::
 
-    python benchmarks/search_quality.py --target cuda --templates matmul --pool 192 \\
-        --transfer --plot sq_png
+    timeout 290 python benchmarks/search_quality.py --target cuda --templates matmul \\
+        --pool 160 --seeds 12 --trials 8 16 32 --transfer --cache sq_cache --plot sq_png
+
+The same CPU figures on a quiet many-core machine (the GPU host)::
+
+    timeout 290 python benchmarks/search_quality.py --templates matmul softmax conv2d \\
+        --pool 192 --seeds 12 --trials 8 16 32 --threads 1 --transfer --cache sq_cache
 """
 
 from __future__ import annotations
