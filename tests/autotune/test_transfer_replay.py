@@ -10,13 +10,13 @@ import random
 import numpy as np
 import pytest
 
-from polytile.autotune import (MeasureOptions, canonical_target, ModelTuner, RandomTuner, Record, XGBCostModel,
-                               get_template, load_best, read_records, tune)
+from polytile.autotune import (MeasureOptions, ModelTuner, RandomTuner, Record, XGBCostModel,
+                               canonical_target, get_template, load_best, read_records, tune)
 from polytile.autotune.measure import MeasureResult
-from polytile.autotune.replay import (Pool, ReplayOracle, replay_search, trials_to_reach)
+from polytile.autotune.replay import Pool, ReplayOracle, replay_search, trials_to_reach
+from polytile.autotune.space import ConfigSpace
 from polytile.autotune.transfer import transfer_sources
 from polytile.autotune.tuner import knob_features
-from polytile.autotune.space import ConfigSpace
 from polytile.errors import TuneError
 
 
