@@ -129,7 +129,9 @@ def _plot(folder, name, curves, best, title):
     ax.set_xscale("log", base=2)
     ax.set_xlabel("trials")
     ax.set_ylabel("best so far / best known")
-    ax.set_title(title, fontsize=8)
+    import textwrap
+
+    ax.set_title(textwrap.fill(title, 100), fontsize=7)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
     fig.tight_layout()
@@ -156,12 +158,10 @@ def _replay(a, name, args, rows):
     curves = {t: [replay_search(oracle, t, nmax, seed=s, batch=a.batch)
                   for s in range(a.seeds)] for t in ("model", "random")}
     _report(title, curves, best, a.trials, rows)
-    if a.plot:
+    src_args = SHAPES.get((name, a.target.split()[0]), (None, None))[1] if a.transfer else None
+    if a.plot and src_args is None:
         _plot(a.plot, name, curves, best, title)
-    if a.transfer:
-        src_args = SHAPES.get((name, a.target.split()[0]), (None, None))[1]
-        if src_args is None:
-            return
+    if src_args is not None:
         src, how = _pool(a, name, src_args, measure_pool, Pool, MeasureOptions)
         so = ReplayOracle(src)
         warm = [replay_search(oracle, "model", nmax, seed=s, batch=a.batch, transfer=[so])
@@ -179,6 +179,15 @@ def _replay(a, name, args, rows):
                   f"  transfer: random search reaches 95% in median {med:g} trials "
                   f"({len(got)}/{len(cs)} seeds within {nmax}); mean at 8 "
                   f"{_mean_at(cs, 8, best):.3f}")
+        for n in a.trials:
+            wins = sum(w[min(n, len(w)) - 1] <= r[min(4 * n, len(r)) - 1]
+                       for w, r in zip(warm, curves["random"]))
+            print(f"  warm-start headline N={n}: model@{n} {_mean_at(warm, n, best):.3f} vs "
+                  f"random@{4 * n} {_mean_at(curves['random'], 4 * n, best):.3f}; model >= "
+                  f"random@4N in {wins}/{len(warm)} seeds")
+        if a.plot:
+            _plot(a.plot, name, dict(curves, **{"model, warm start": warm}), best,
+                  title + f"; warm start from {name}{tuple(src_args)}")
 
 
 def _live(a, name, args, rows):
