@@ -27,8 +27,7 @@ from polytile.te.tensor_intrin import ASYNC_GROUP_CALLS
 from .kinds import ASYNC_COPY
 from .loop_ir import (Allocate, Assert, Buffer, Evaluate, ExternCall, For, IfThenElse,
                       KernelLaunch, LetStmt, Load, PrimFunc, Seq, Stmt, StmtFunctor, Store, Sync,
-                      WarpShuffle,
-                      TensorCall)
+                      TensorCall, WarpShuffle)
 
 _MATH = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log10": np.log10,

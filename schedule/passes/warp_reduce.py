@@ -31,8 +31,8 @@ import itertools
 from polytile.te.expr import Binary, Cmp, Const, Var
 from polytile.te.visitor import ExprMutator, collect, free_vars, structural_equal
 
-from ..loop_ir import (Allocate, Buffer, For, IfThenElse, KernelLaunch, Load, PrimFunc, Seq,
-                       Stmt, StmtMutator, Store, Sync, TensorCall, WarpShuffle, seq)
+from ..loop_ir import (Allocate, Buffer, For, IfThenElse, KernelLaunch, LetStmt, Load, PrimFunc,
+                       Seq, Stmt, StmtMutator, Store, Sync, TensorCall, WarpShuffle, seq)
 
 #: dtypes ``__shfl_xor_sync`` exchanges without cuda_fp16.h (the accumulators of the
 #: fused row kernels are float32)
@@ -57,7 +57,7 @@ class _Kernels(StmtMutator):
         tx, ty = tags.get("threadIdx.x"), tags.get("threadIdx.y")
         if tx is None:
             return k
-        threads = frozenset(v for t, v in tags.items() if t.startswith("threadIdx"))
+        threads = {v for t, v in tags.items() if t.startswith("threadIdx")}
         body = _Uniform(tx, ty, k.block[0], k.block[1], threads).visit(k.body)
         return k if body is k.body else dataclasses.replace(k, body=body)
 
@@ -66,7 +66,7 @@ class _Uniform(StmtMutator):
     """Walks the block-uniform code of one kernel (a shuffle must be reached by every
     thread) and rewrites the matching folds."""
 
-    def __init__(self, tx: Var, ty: Var | None, T: int, Y: int, threads: frozenset):
+    def __init__(self, tx: Var, ty: Var | None, T: int, Y: int, threads: set):
         self.tx, self.ty, self.T, self.Y, self.threads = tx, ty, T, Y, threads
         self.names = itertools.count()
 
@@ -75,6 +75,11 @@ class _Uniform(StmtMutator):
 
     def visit_IfThenElse(self, s: IfThenElse):
         return self.generic_visit(s) if self._uniform(s.cond) else s
+
+    def visit_LetStmt(self, s: LetStmt):
+        if not self._uniform(s.value):
+            self.threads.add(s.var)   # a condition on it is thread-dependent too
+        return self.generic_visit(s)
 
     def visit_TensorCall(self, s: TensorCall):
         return s

@@ -106,3 +106,31 @@ def test_built_shuffle_combine(build, kind, dtype, threads):
     build(s, args)(*dev, out)
     check(out.numpy(), ref, k=args[0].shape[1])
     assert np.isfinite(out.numpy().astype("float64")).all()
+
+
+def _exchange_kernel(threads: int, lane_xor: int, mask: int = 0xFFFFFFFF):
+    """``out[tx] = in[tx ^ lane_xor]`` through one warp shuffle, in one block."""
+    from polytile.schedule.loop_ir import (Allocate, Buffer, KernelLaunch, Load, PrimFunc,
+                                           Store, seq)
+    from polytile.te.expr import Const, Var
+
+    tx = Var("int64", "threadIdx.x")
+    a = Buffer("a", (threads,), "float32")
+    o = Buffer("o", (threads,), "float32")
+    v = Buffer("v", (1,), "float32", "local")
+    zero = Const("int64", 0)
+    body = Allocate(v, seq(WarpShuffle(v, (zero,), Load("float32", a, (tx,)), lane_xor, mask),
+                           Store(o, (tx,), Load("float32", v, (zero,)))))
+    k = KernelLaunch("k", (1, 1, 1), (threads, 1, 1), ((tx, "threadIdx.x"),), body)
+    return PrimFunc("main", (a, o), k)
+
+
+def test_interpreter_exchanges_lanes_and_refuses_missing_partners():
+    x = np.arange(1, 65, dtype="float32")
+    out = poison((64,), "float32")
+    interpret(_exchange_kernel(64, 5), x, out)
+    np.testing.assert_array_equal(out, x[np.arange(64) ^ 5])
+    with pytest.raises(RuntimeError, match="does not take part"):
+        interpret(_exchange_kernel(7, 4, 0x7F), x[:7], poison((7,), "float32"))
+    with pytest.raises(RuntimeError, match="does not take part"):
+        interpret(_exchange_kernel(8, 1, 0x0F), x[:8], poison((8,), "float32"))
