@@ -27,7 +27,7 @@ from polytile.te.tensor_intrin import ASYNC_GROUP_CALLS
 from .kinds import ASYNC_COPY
 from .loop_ir import (Allocate, Assert, Buffer, Evaluate, ExternCall, For, IfThenElse,
                       KernelLaunch, LetStmt, Load, PrimFunc, Seq, Stmt, StmtFunctor, Store, Sync,
-                      TensorCall)
+                      TensorCall, WarpShuffle)
 
 _MATH = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log10": np.log10,
@@ -178,6 +178,7 @@ class _Interp(StmtFunctor):
         self.mma_open: list = []
         self.mma_groups: list = []
         self.mma_outputs: dict = {}
+        self.shuffle: tuple | None = None    # (array, index, value) at a warp shuffle
 
     def expr(self, e: Expr):
         t = type(e)
@@ -402,6 +403,16 @@ class _Interp(StmtFunctor):
             raise RuntimeError("interpreter: sync outside a kernel")
         return (s,)
 
+    def visit_WarpShuffle(self, s: WarpShuffle):
+        """Evaluate this thread's value and its destination, then wait (like at a barrier)
+        for every thread of the block: :meth:`launch` exchanges the values."""
+        if self.block_mem is None:
+            raise RuntimeError("interpreter: warp shuffle outside a kernel")
+        arr = self.mem[id(s.buffer)]
+        idx = tuple(int(self.expr(i)) for i in s.indices)
+        self.shuffle = (arr, idx, self.expr(s.value))
+        return (s,)
+
     def visit_KernelLaunch(self, s: KernelLaunch):
         self.launch(s)
         return ()
@@ -455,11 +466,33 @@ class _Interp(StmtFunctor):
                                        f"{bz}) wait at different barriers (a barrier in "
                                        f"divergent code)")
                 threads = alive
+                if alive and isinstance(at[0], WarpShuffle):
+                    _exchange(at[0], states, k.name)
             for th in states:
                 if th.mma_groups or th.mma_open:
                     raise RaceError(f"kernel {k.name}: thread {th.who[1]} of block "
                                     f"{th.who[0]} ends with asynchronous calls never "
                                     "waited for")
+
+
+def _exchange(s: WarpShuffle, states: list, kernel: str) -> None:
+    """Every thread of one block at warp shuffle ``s`` (threads in linear id order): each
+    receives the value of its lane XOR ``s.lane_xor``, in the warp's 32 lanes. A partner
+    lane outside ``s.mask`` or past the block's last thread is an error (CUDA: the value
+    read is undefined)."""
+    vals = [th.shuffle[2] for th in states]
+    for lin, th in enumerate(states):
+        lane = lin % 32
+        other = lin ^ s.lane_xor
+        if (s.lane_xor >= 32 or other >= len(states) or not (s.mask >> lane) & 1
+                or not (s.mask >> (other % 32)) & 1):
+            raise RuntimeError(f"kernel {kernel}: warp shuffle (xor {s.lane_xor}, mask "
+                               f"{s.mask:#x}) of thread {lin} reads lane {other}, which "
+                               f"does not take part (block of {len(states)} threads)")
+        arr, idx, _ = th.shuffle
+        flat = arr.reshape(-1) if len(idx) == 1 and arr.ndim != 1 else arr
+        flat[idx] = _cast(vals[other], s.buffer.dtype)
+        th.shuffle = None
 
 
 def swizzled_place(buf: Buffer, arr: np.ndarray, idx: tuple, what: str) -> tuple:

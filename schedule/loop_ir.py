@@ -268,6 +268,22 @@ class Sync(Stmt):
     scope: str = "shared"
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class WarpShuffle(Stmt):
+    """``buffer[indices] = value`` read from another lane of the warp: the thread whose
+    lane is this thread's lane XOR ``lane_xor`` (CUDA's ``__shfl_xor_sync(mask, value,
+    lane_xor)``; lanes are the block's linear thread ids modulo 32). A warp-level
+    exchange: like :class:`Sync` it must be reached by every thread of the block (code
+    uniform over the block), and ``mask`` names the lanes taking part (all of each warp's
+    existing lanes). Built by :mod:`polytile.schedule.passes.warp_reduce`."""
+
+    buffer: Buffer
+    indices: tuple
+    value: Expr
+    lane_xor: int
+    mask: int = 0xFFFFFFFF
+
+
 @dataclass(frozen=True, eq=False)
 class PrimFunc:
     """A function: ``params`` are :class:`Buffer` (arrays) or :class:`Var` (scalars)."""
@@ -287,7 +303,7 @@ _STMT_CHILDREN = {
     Store: ("value", "indices"), For: ("min", "extent", "body"),
     IfThenElse: ("cond", "then_case", "else_case"), Seq: ("stmts",),
     LetStmt: ("value", "body"), Allocate: ("body",), Evaluate: ("value",),
-    KernelLaunch: ("body",), Sync: (), Assert: ("cond",), TensorCall: ("indices", "body"),
+    KernelLaunch: ("body",), Sync: (), WarpShuffle: ("value", "indices"), Assert: ("cond",), TensorCall: ("indices", "body"),
 }
 
 
@@ -515,6 +531,11 @@ class _Printer(StmtFunctor):
 
     def visit_Sync(self, s: Sync, ind: str, out: list) -> None:
         out.append(f"{ind}sync({s.scope!r})")
+
+    def visit_WarpShuffle(self, s: WarpShuffle, ind: str, out: list) -> None:
+        idx = ", ".join(_P(i) for i in s.indices)
+        out.append(f"{ind}{s.buffer.name}[{idx}] = shfl_xor({_P(s.value)}, "
+                   f"{s.lane_xor}, mask={s.mask:#x})")
 
     def visit_TensorCall(self, s: TensorCall, ind: str, out: list) -> None:
         ops = []

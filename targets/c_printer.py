@@ -43,7 +43,8 @@ from polytile.schedule.kinds import ASYNC_COPY, FRAGMENT_SCOPES, LoopKind, fragm
 from polytile.schedule.loop_ir import (FOR_KINDS, AccessPtr, Allocate, Assert, Buffer, Evaluate,
                                        ExternCall, For, TensorCall,
                                        IfThenElse, KernelLaunch, LetStmt, PrimFunc, Seq, Stmt,
-                                       StmtFunctor, Store, Sync, stmt_str, walk_stmts)
+                                       StmtFunctor, Store, Sync, WarpShuffle, stmt_str,
+                                       walk_stmts)
 from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
 from polytile.te.depth import deep
@@ -569,6 +570,17 @@ class CPrinter(CExprPrinter, StmtFunctor):
             raise BuildError(format_error(self.who, f"sync of scope {s.scope!r}",
                                           "expected scope 'shared'", Kernel=self.kname))
         self.emit(depth, self.d.barrier)
+
+    def visit_WarpShuffle(self, s: WarpShuffle, depth: int) -> None:
+        if self.d.name != "cuda":
+            raise BuildError(format_error(self.who, f"warp shuffle into {s.buffer.name!r}",
+                                          "warp shuffles only in CUDA kernels (the "
+                                          "warp_reduce pass runs for target cuda only)",
+                                          Kernel=self.kname))
+        call = ExternCall(s.buffer.dtype, "__shfl_xor_sync",
+                          (Const("uint32", s.mask), s.value, Const("int32", s.lane_xor)),
+                          "pure_extern")
+        self.visit_Store(Store(s.buffer, s.indices, call), depth)
 
     def visit_KernelLaunch(self, s: KernelLaunch, depth: int) -> None:
         raise LoweringError(format_error(

@@ -21,6 +21,7 @@ from polytile.backend import (Backend, DeviceLimits, Target, need_value, no_valu
                               register_backend, split_option)
 from polytile.errors import TargetError, format_error
 from polytile.schedule.passes.narrow import narrow_indices
+from polytile.schedule.passes.warp_reduce import warp_reduce
 
 from .runtime import API, CUDADeviceAPI, CUDAModule
 
@@ -77,9 +78,10 @@ class CUDABackend(Backend):
                       options=options, limits=self.limits, attrs=attrs)
 
     def passes(self, target: Target) -> tuple:
-        """GPUs run 32-bit index arithmetic natively (a no-op for buffers of 2**30
-        elements or more)."""
-        return (("narrow_indices", narrow_indices),)
+        """The serial combines of cross-thread reductions become warp shuffles
+        (:mod:`~polytile.schedule.passes.warp_reduce`); GPUs run 32-bit index arithmetic
+        natively (a no-op for buffers of 2**30 elements or more)."""
+        return (("warp_reduce", warp_reduce), ("narrow_indices", narrow_indices))
 
     def build_module(self, func, target: Target, **options) -> CUDAModule:
         """Print and compile ``func`` (see :class:`~.runtime.CUDAModule`)."""

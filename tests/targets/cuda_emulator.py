@@ -53,6 +53,17 @@ struct alignas(8) uint2 { unsigned x, y; };
 static thread_local pt_uint3 blockIdx, threadIdx;
 static std::barrier<>* pt_block_barrier;
 static inline void __syncthreads() { pt_block_barrier->arrive_and_wait(); }
+// warp shuffles (loop IR WarpShuffle, reached by the whole block): a slot per thread and
+// two block barriers; the partner is the thread whose linear id is this one's XOR lane_xor
+static thread_local unsigned pt_lin;
+template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int lane_xor) {
+  static T slots[1024];
+  slots[pt_lin] = v;
+  pt_block_barrier->arrive_and_wait();
+  T r = slots[pt_lin ^ (unsigned)lane_xor];
+  pt_block_barrier->arrive_and_wait();
+  return r;
+}
 alignas(16) unsigned char pt_dynamic_shared[1 << 20];
 typedef _Float16 half;
 template <typename T, typename F> static inline T pt_bits(F f) { T t; memcpy(&t, &f, sizeof t); return t; }
@@ -102,7 +113,8 @@ static void pt_run_grid(const unsigned* g, const unsigned* b, const std::functio
     std::vector<std::thread> ts;
     for (unsigned tz = 0; tz < b[2]; ++tz) for (unsigned ty = 0; ty < b[1]; ++ty)
     for (unsigned tx = 0; tx < b[0]; ++tx)
-      ts.emplace_back([=, &k] { blockIdx = {bx, by, bz}; threadIdx = {tx, ty, tz}; k(); });
+      ts.emplace_back([=, &k] { blockIdx = {bx, by, bz}; threadIdx = {tx, ty, tz};
+                                    pt_lin = tx + b[0] * (ty + b[1] * tz); k(); });
     for (auto& t : ts) t.join();
   }
 }
