@@ -30,7 +30,7 @@ from polytile.targets.cuda.conv2d import (M_ALIGN, conv2d_nhwc_gemm_compute,
 from polytile.targets.gpu_tiling import cooperative_copy
 
 from . import gpu_limits
-from . import templates_nn as _nn
+from . import templates_nn as _nn   # used at call time: it may still be importing
 from .template import get_config, template
 
 
@@ -125,10 +125,29 @@ def conv2d_nchw_cuda(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32
         for ax in (cry, crx, cf, cy, cx):
             s[CL].unroll(ax)
     threads = (bx // tx, by // ty, bf // tf)
-    for S in (AS, WS):
-        s[S].compute_at(s[CL], ko)
-        cooperative_copy(s, S, vector=1, threads=threads)
+    # the shared tiles copied axis by axis, one thread index each: fusing their odd
+    # extents (3x3 taps, halo rows) before splitting them over the threads gives quasi-
+    # affine maps that make lowering take seconds more per kernel
+    s[AS].compute_at(s[CL], ko)
+    _axis_copy(s, AS, AS.op.axis[1:], threads)
+    s[WS].compute_at(s[CL], ko)
+    f_, c_, kh_, kw_ = WS.op.axis
+    _axis_copy(s, WS, (f_, c_, s[WS].fuse(kh_, kw_)), threads)
     return s, [A, Wt, C]
+
+
+def _axis_copy(s, S: te.Tensor, axes, threads: tuple) -> None:
+    """Copy shared tile ``S`` with the block's threads: ``axes`` (outermost first) split
+    over ``threadIdx.z``, ``threadIdx.y``, ``threadIdx.x`` with ``threads = (x, y, z)``
+    threads; the outer parts loop."""
+    outer, inner = [], []
+    for axis, nt in zip(axes, (threads[2], threads[1], threads[0])):
+        o, i = s[S].split(axis, factor=nt)
+        outer.append(o)
+        inner.append(i)
+    s[S].reorder(*outer, *inner)
+    for i, tag in zip(inner, ("threadIdx.z", "threadIdx.y", "threadIdx.x")):
+        s[S].bind(i, _t(tag))
 
 
 # ---------------------------------------------------------------------- NHWC, GEMM view
@@ -186,7 +205,7 @@ def _simt_tiles(limits, CO: int) -> list:
 
 
 @template("conv2d_nhwc", default_args=(1, 64, 56, 56, 64, 3, 3, 1, 1),
-          flops=_nn._conv2d_flops, reference=_nhwc_reference, target="cuda")
+          flops=lambda *a: _nn._conv2d_flops(*a), reference=_nhwc_reference, target="cuda")
 def conv2d_nhwc_cuda(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float16"):
     """2-D convolution NHWC as an implicit GEMM on the GPU: tensor cores for float16 and
     bfloat16 (float32 sums), shared + register tiling for float32; output C[Mp, CO]."""
