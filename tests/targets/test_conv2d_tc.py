@@ -175,3 +175,26 @@ def test_implicit_gemm_conv_on_the_gpu(shape, isa):
                           device="cuda")
     f(polytile.nd.array(a, device="cuda"), polytile.nd.array(wt, device="cuda"), c)
     _check_output(c.numpy(), conv_nhwc_reference(a, wt, shape[7], shape[8]), 1e-5)
+
+
+def test_zero_fill_condition_must_be_the_same_for_every_lane():
+    from polytile.schedule.loop_ir import Buffer, Load
+    from polytile.te.expr import Binary, Cmp, Const, Select, Var
+
+    lane, base = Var("int32", "v"), Var("int32", "t")
+    buf = Buffer("A", (64,), "float16")
+    c = lambda k: Const("int32", k)  # noqa: E731
+    idx = Binary("int32", "add", Binary("int32", "mul", base, c(8)), lane)
+    load = Load("float16", buf, (idx,))
+    zero = Const("float16", 0)
+    # (8 t + v) // 8 < 3: the same for v in [0, 8), rewritten without the lane
+    cond = Cmp("bool", "lt", Binary("int32", "floordiv", idx, c(8)), c(3))
+    ld, fill = async_copy.zero_fill(Select("float16", cond, load, zero), lane, 8)
+    assert ld is load and "v" not in str(fill) and "t" in str(fill)
+    # 8 t + v < 20 cuts a vector; (8 t + v) // 4 too (4 is not a multiple of 8 lanes)
+    for bad in (Cmp("bool", "lt", idx, c(20)),
+                Cmp("bool", "lt", Binary("int32", "floordiv", idx, c(4)), c(5))):
+        assert async_copy.zero_fill(Select("float16", bad, load, zero), lane, 8) is None
+    # a non-zero fill value is not a zero-filled copy
+    assert async_copy.zero_fill(Select("float16", cond, load, Const("float16", 1)), lane,
+                                8) is None
