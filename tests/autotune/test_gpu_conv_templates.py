@@ -134,15 +134,14 @@ def test_sampled_configs_compile_with_nvcc(name, dtype):
 # --------------------------------------------------------------------------- on a GPU
 @pytest.mark.gpu
 @pytest.mark.parametrize("name, dtype", [("conv2d_nhwc", "float16"),
-                                         ("conv2d_nhwc", "float32"),
                                          ("conv2d_nchw", "float32")])
 def test_short_conv_tuning_run(name, dtype, tmp_path):
     """A bounded tuning run of a ResNet-50 layer (28x28x128, 3x3) on the GPU, every
     candidate checked against numpy."""
     args = (1, 128, 28, 28, 128, 3, 3, 1, 1)
     opt = MeasureOptions(parallel=min(8, os.cpu_count() or 1), check=True, run_timeout=20)
-    res = tune(name, args, dtype=dtype, target="cuda", tuner="random", n_trial=6,
-               measure_option=opt, log_file=str(tmp_path / "conv.jsonl"), timeout_total=90,
+    res = tune(name, args, dtype=dtype, target="cuda", tuner="random", n_trial=4,
+               measure_option=opt, log_file=str(tmp_path / "conv.jsonl"), timeout_total=60,
                anchors=())
     assert res.best is not None, res.failures()
     assert not any(r.error == "wrong_result" for r in res.records), [
