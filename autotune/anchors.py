@@ -137,6 +137,12 @@ def _torch_fn(name: str, args: tuple):
         stride, pad = args[-2], args[-1]
         return lambda torch, a, w: torch.nn.functional.conv2d(a, w, stride=stride,
                                                               padding=pad)
+    if name == "conv2d_nhwc":
+        # NHWC input and HWIO weights as NCHW / OIHW views (cuDNN's channels-last kernels);
+        # the template's output is the GEMM view, torch's NCHW: the work is the same
+        stride, pad = args[-2], args[-1]
+        return lambda torch, a, w: torch.nn.functional.conv2d(
+            a.permute(0, 3, 1, 2), w.permute(3, 2, 0, 1), stride=stride, padding=pad)
     if name in ("depthwise_conv2d_nchw", "depthwise_conv2d_nchwc"):
         stride, pad = args[-2], args[-1]
         return lambda torch, a, w: torch.nn.functional.conv2d(

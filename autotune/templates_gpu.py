@@ -1,5 +1,6 @@
 """Built-in GPU templates (target kind ``cuda``): ``matmul``, ``batch_matmul``,
-``softmax``, ``layernorm``, ``rmsnorm``, ``row_sum``.
+``softmax``, ``layernorm``, ``rmsnorm``, ``row_sum`` (the convolutions:
+:mod:`.templates_gpu_conv`).
 
 They are registered under the names of the CPU templates where one exists (one workload
 name, one records key; the target picks the schedule, see
@@ -437,3 +438,6 @@ def row_sum_cuda(M: int, N: int, dtype: str = "float32"):
         s[B].bind(bo, _bx())
         s[B].bind(bi, _tx())
     return s, [A, B]
+
+
+from . import templates_gpu_conv  # noqa: E402,F401  (conv2d_nchw / conv2d_nhwc on the GPU)

@@ -429,7 +429,7 @@ class CPrinter(CExprPrinter, StmtFunctor):
                 self.who, f"loop {s.var.name!r} is a cp.async copy but not a 16-byte vector "
                 "copy", "an aligned vector copy of 16 bytes", Kernel=self.kname))
         if vec is not None:
-            vt, st, ld, guard = vec
+            vt, st, ld, guard, fill = vec
             if guard is not None:
                 self.emit(depth, f"if ({strip_parens(self.expr(guard))}) {{")
                 depth += 1
@@ -441,10 +441,25 @@ class CPrinter(CExprPrinter, StmtFunctor):
             if asynchronous:
                 from polytile.targets.cuda.tensor_core import C_HELPERS
 
-                name, text = C_HELPERS["cp.async.cg.shared.global"]
-                self.helpers[name] = text
-                self.emit(depth, f"{name}(&{self.buffer(st.buffer)}[{dst}], "
-                                 f"&{self.buffer(ld.buffer)}[{src}]);")
+                if fill is None:
+                    name, text = C_HELPERS["cp.async.cg.shared.global"]
+                    self.helpers[name] = text
+                    self.emit(depth, f"{name}(&{self.buffer(st.buffer)}[{dst}], "
+                                     f"&{self.buffer(ld.buffer)}[{src}]);")
+                else:
+                    # zero-filled: where fill is false nothing is read, and the source
+                    # operand is the buffer's start (the gather's address may be outside it)
+                    name, text = C_HELPERS["cp.async.cg.shared.global.zfill"]
+                    self.helpers[name] = text
+                    cond = strip_parens(self.expr(fill))
+                    self.emit(depth, f"{{ bool pt_fill = {cond};")
+                    self.emit(depth + 1, f"{name}(&{self.buffer(st.buffer)}[{dst}], pt_fill ? "
+                                         f"&{self.buffer(ld.buffer)}[{src}] : "
+                                         f"{self.buffer(ld.buffer)}, pt_fill); }}")
+            elif fill is not None:
+                cond = strip_parens(self.expr(fill))
+                self.emit(depth, f"*({vt}*)(&{self.buffer(st.buffer)}[{dst}]) = ({cond}) ? "
+                                 f"*(const {vt}*)(&{self.buffer(ld.buffer)}[{src}]) : {vt}{{}};")
             else:
                 self.emit(depth, f"*({vt}*)(&{self.buffer(st.buffer)}[{dst}]) = "
                                  f"*(const {vt}*)(&{self.buffer(ld.buffer)}[{src}]);")

@@ -23,11 +23,12 @@ VECTOR_TYPES = {("float32", 4): "float4", ("float32", 2): "float2",
                 ("uint8", 16): "uint4", ("uint8", 8): "uint2"}
 
 
-def vector_copy(s: For) -> tuple[str, Store, Load, Expr | None] | None:
-    """``(vector type, store, load, guard)`` when loop ``s`` is a vectorized copy
+def vector_copy(s: For) -> tuple[str, Store, Load, Expr | None, Expr | None] | None:
+    """``(vector type, store, load, guard, fill)`` when loop ``s`` is a vectorized copy
     ``dst[base + v] = src[base' + v]`` of 2, 4 (or 8 16-bit) elements with both bases provably
     multiples of the width (buffers are at least 16-byte aligned), possibly under a guard
-    that does not depend on the lane; else ``None``."""
+    that does not depend on the lane, or a zero-filled one (``select(fill, src, 0)``,
+    ``fill`` the same for every lane; None for a plain copy); else ``None``."""
     if s.kind != LoopKind.VECTORIZED or not isinstance(s.extent, Const) or s.step != 1:
         return None
     if not (isinstance(s.min, Const) and s.min.value == 0):
@@ -35,8 +36,7 @@ def vector_copy(s: For) -> tuple[str, Store, Load, Expr | None] | None:
     parts = copy_parts(s)
     if parts is None:
         return None
-    st, guard = parts
-    ld = st.value
+    st, guard, ld, fill = parts
     vt = VECTOR_TYPES.get((st.buffer.dtype, int(s.extent.value)))
     if vt is None or ld.buffer.dtype != st.buffer.dtype or len(st.indices) != 1:
         return None
@@ -44,4 +44,4 @@ def vector_copy(s: For) -> tuple[str, Store, Load, Expr | None] | None:
     if not (contiguous_aligned(st.indices[0], s.var, lanes)
             and contiguous_aligned(ld.indices[0], s.var, lanes)):
         return None
-    return vt, st, ld, guard
+    return vt, st, ld, guard, fill

@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 
 from polytile.te import dtype as dt
-from polytile.te.expr import Binary, Cast, Const, Expr, Var
-from polytile.te.visitor import free_vars
+from polytile.te.expr import Binary, Cast, Const, Expr, Select, Var
+from polytile.te.visitor import ExprMutator, free_vars, substitute
 
 from ..kinds import ASYNC_COPY, LoopKind
 from ..loop_ir import (Allocate, Evaluate, ExternCall, For, IfThenElse, KernelLaunch, LetStmt,
@@ -108,18 +108,59 @@ def _row_major(buf, indices) -> Expr | None:
     return off
 
 
-def copy_parts(s: For) -> tuple[Store, Expr | None] | None:
-    """``(store, guard)`` of a vectorized copy loop ``dst[..] = src[..]`` (possibly under a
-    guard that does not depend on the lane); None for any other loop."""
+class _LaneFree(ExprMutator):
+    """``floordiv(base + lane, k)`` -> ``floordiv(base, k)`` where ``base`` is provably a
+    multiple of ``lanes`` and ``k`` one too: every lane of an aligned vector is in the
+    same ``k``-block (the channel test ``c // 8 < CI // 8`` of a padded gather)."""
+
+    def __init__(self, lane: Var, lanes: int):
+        self.lane, self.lanes = lane, lanes
+
+    def visit_Binary(self, e: Binary):
+        if e.op == "floordiv" and isinstance(e.b, Const) and dt.is_int(e.b.dtype) \
+                and e.b.value % self.lanes == 0 and contiguous_aligned(e.a, self.lane,
+                                                                        self.lanes):
+            return Binary(e.dtype, e.op, substitute(e.a, {self.lane: Const(self.lane.dtype,
+                                                                         0)}), e.b)
+        return self.generic_visit(e)
+
+
+def zero_fill(value: Expr, lane: Var, lanes: int) -> tuple[Load, Expr | None] | None:
+    """``(load, fill)`` of a copied value: ``src[..]`` (``fill`` None) or a zero-filled
+    load ``select(fill, src[..], 0)`` whose condition is the same for all ``lanes`` lanes
+    (the padding of an im2col gather: the whole vector is either read or zero; ``fill`` is
+    returned without the lane variable); else None."""
+    if isinstance(value, Load):
+        return value, None
+    if isinstance(value, Select) and isinstance(value.true_value, Load) \
+            and isinstance(value.false_value, Const) and value.false_value.value == 0:
+        cond = value.cond
+        if any(x is lane for x in free_vars(cond)):
+            cond = _LaneFree(lane, lanes).visit(cond)
+        if not any(x is lane for x in free_vars(cond)):
+            return value.true_value, cond
+    return None
+
+
+def copy_parts(s: For) -> tuple[Store, Expr | None, Load, Expr | None] | None:
+    """``(store, guard, load, fill)`` of a vectorized copy loop ``dst[..] = src[..]``
+    (possibly under a ``guard`` that does not depend on the lane), or of a zero-filled
+    copy ``dst[..] = select(fill, src[..], 0)`` with ``fill`` independent of the lane
+    (:func:`zero_fill`; ``fill`` None for a plain copy); None for any other loop."""
     if s.kind != LoopKind.VECTORIZED:
         return None
     st, guard = s.body, None
     if isinstance(st, IfThenElse) and st.else_case is None and not any(
             x is s.var for x in free_vars(st.cond)):
         st, guard = st.then_case, st.cond
-    if not isinstance(st, Store) or not isinstance(st.value, Load):
+    if not isinstance(st, Store):
         return None
-    return st, guard
+    if not isinstance(s.extent, Const):
+        return None
+    src = zero_fill(st.value, s.var, int(s.extent.value))
+    if src is None:
+        return None
+    return st, guard, src[0], src[1]
 
 
 def async_copy_refusal(s: For) -> str | None:
@@ -128,7 +169,9 @@ def async_copy_refusal(s: For) -> str | None:
     It can when it copies ``lanes`` elements of one dtype (``lanes * bytes == 16``) from a
     buffer that is not ``shared``/``local`` into a ``shared`` one, both flat offsets
     provably ``base + lane`` with ``base`` a multiple of ``lanes`` (buffers start
-    16-byte aligned)."""
+    16-byte aligned). A zero-filled copy (``select(fill, src, 0)``, ``fill`` the same for
+    every lane) is one too: PTX's ``src-size`` operand, 16 where ``fill`` holds, else 0
+    (nothing read, 16 zero bytes written)."""
     parts = copy_parts(s)
     lane_guard = False
     if parts is None and s.kind == LoopKind.VECTORIZED and isinstance(s.body, IfThenElse) \
@@ -136,11 +179,11 @@ def async_copy_refusal(s: For) -> str | None:
         # a guard that depends on the lane: a vector cut by the edge of the tensor
         inner = s.body.then_case
         if isinstance(inner, Store) and isinstance(inner.value, Load):
-            parts, lane_guard = (inner, s.body.cond), True
+            parts, lane_guard = (inner, s.body.cond, inner.value, None), True
     if parts is None:
-        return "it is not a vectorized copy dst[...] = src[...]"
-    st, _ = parts
-    ld = st.value
+        return ("it is not a vectorized copy dst[...] = src[...] (nor a zero-filled one, "
+                "dst[...] = select(c, src[...], 0) with c the same for every lane)")
+    st, _, ld, _ = parts
     if st.buffer.scope != "shared" or ld.buffer.scope in ("shared", "local"):
         return (f"it copies {ld.buffer.name!r} ({ld.buffer.scope}) into {st.buffer.name!r} "
                 f"({st.buffer.scope}), not global into shared memory")

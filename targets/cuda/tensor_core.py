@@ -405,6 +405,16 @@ _ASYNC_HELPERS = {
   *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
 #endif
 }"""),
+    "cp.async.cg.shared.global.zfill": ("cp_async_cg_shared_global_zfill", r"""__device__ __forceinline__ void cp_async_cg_shared_global_zfill(void* dst, const void* src, bool fill) {
+  // src-size 16 copies, 0 reads nothing and writes 16 zero bytes (padding of a gather)
+#if __CUDA_ARCH__ >= 800
+  unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(a), "l"(src),
+               "r"(fill ? 16 : 0) : "memory");
+#else
+  *reinterpret_cast<uint4*>(dst) = fill ? *reinterpret_cast<const uint4*>(src) : uint4{};
+#endif
+}"""),
     "cp.async.commit_group": ("cp_async_commit_group", r"""__device__ __forceinline__ void cp_async_commit_group() {
 #if __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;" ::: "memory");

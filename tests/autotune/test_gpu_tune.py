@@ -306,7 +306,8 @@ def test_cli_templates_lists_targets():
     assert rc == 0
     lines = {ln.split()[0]: ln.split()[1] for ln in out.splitlines()[2:]}
     assert lines["matmul"] == "llvm,cuda" and lines["row_sum"] == "cuda"
-    assert lines["conv2d_nchw"] == "llvm" and lines["layernorm"] == "llvm,cuda"
+    assert lines["conv2d_nchw"] == "llvm,cuda" and lines["layernorm"] == "llvm,cuda"
+    assert lines["conv2d_nhwc"] == "cuda"
     assert lines["batch_matmul"] == "llvm,cuda"
 
 
