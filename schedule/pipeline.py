@@ -58,7 +58,7 @@ from polytile.backend import Target, backends
 from polytile.errors import ScheduleError, format_error
 from polytile.te.depth import deep
 from polytile.te.expr import Var
-from polytile.te.visitor import collect
+from polytile.te.visitor import collect_many
 from polytile.te.tensor import ComputeOp
 
 from . import isl_util as iu
@@ -303,7 +303,8 @@ PHASE_NAMES = tuple(p.name for p in PHASES)
 @deep("lower")
 def lower(sch: Schedule, args, name: str = "main", target: str | Target | None = None,
           simple_mode: bool = False, *, stop_after: str | None = READABLE,
-          dump: bool | str | Iterable[str] = False, who: str = "lower") -> PrimFunc:
+          dump: bool | str | Iterable[str] = False, who: str = "lower",
+          timings: dict | None = None) -> PrimFunc:
     """Lower schedule ``sch`` to a loop-IR function with parameters ``args``.
 
     Parameters
@@ -328,6 +329,9 @@ def lower(sch: Schedule, args, name: str = "main", target: str | Target | None =
         Print what each phase (True) or the named phases produced, to stdout.
     who : str
         The primitive error messages name (``build`` when called by it).
+    timings : dict, optional
+        Filled with the wall time of each phase that ran, in seconds, by phase name
+        (``benchmarks/build_time.py`` reads it).
 
     Returns
     -------
@@ -359,18 +363,20 @@ def lower(sch: Schedule, args, name: str = "main", target: str | Target | None =
     state = Lowering(sch, args, name, tgt, who)
     t_all = time.perf_counter()
     with iu.parameter_context(None):
-        _run_phases(state, PHASES[:last + 1], show, name)
+        _run_phases(state, PHASES[:last + 1], show, name, timings)
     log.debug("lowered %s for %s in %.3f s", name, tgt, time.perf_counter() - t_all)
     return state.func
 
 
-def _run_phases(state: Lowering, phases, show, name: str) -> None:
+def _run_phases(state: Lowering, phases, show, name: str, timings: dict | None) -> None:
     for phase in phases:
         if phase.gpu is not None and phase.gpu != state.gpu:
             continue
         t0 = time.perf_counter()
         phase.run(state)
         ms = (time.perf_counter() - t0) * 1e3
+        if timings is not None:
+            timings[phase.name] = ms / 1e3
         log.debug("%s: %s %.2f ms", name, phase.name, ms)
         if log.isEnabledFor(logging.DEBUG - 1):
             log.log(logging.DEBUG - 1, "%s after %s:\n%s", name, phase.name, phase.show(state))
@@ -465,9 +471,14 @@ def _dump_set(dump) -> bool | set:
 
 
 def _launch(kernel: Kernel, body, env: dict, name: str) -> KernelLaunch:
-    used = {id(v) for x in walk_stmts(body) for e in stmt_exprs(x) for v in collect(e, Var)}
+    used = {id(v) for v in collect_many(_all_exprs(body), Var)}
     tvars = tuple((v, v.name) for v in kernel.thread_vars().values() if id(v) in used)
     return KernelLaunch(name, kernel.grid, kernel.block, tvars, body)
+
+
+def _all_exprs(body):
+    """Every expression held by a statement of ``body``, statements in pre-order."""
+    return (e for s in walk_stmts(body) for e in stmt_exprs(s))
 
 
 def _check_free_vars(body, params) -> None:
@@ -478,10 +489,8 @@ def _check_free_vars(body, params) -> None:
             bound.add(id(v))
         if isinstance(s, KernelLaunch):
             bound.update(id(v) for v, _ in s.thread_vars)
-    for s in walk_stmts(body):
-        for e in stmt_exprs(s):
-            for v in collect(e, Var):
-                if id(v) not in bound:
-                    raise ScheduleError(format_error(
-                        "lower", f"te.var {v.name!r} is used but not in args",
-                        "add it to args so the built function receives it"))
+    for v in collect_many(_all_exprs(body), Var):
+        if id(v) not in bound:
+            raise ScheduleError(format_error(
+                "lower", f"te.var {v.name!r} is used but not in args",
+                "add it to args so the built function receives it"))

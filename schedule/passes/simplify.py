@@ -54,10 +54,30 @@ def _fold_int(op: str, a: int, b: int, dtype: str):
 
 # linear forms: {var: coef} plus a constant, for int64 index arithmetic --------------------
 
+#: Memo of :func:`_linear`, a pure function, by node identity: ``id -> (node, result)``
+#: (holding the node keeps its id from being reused). Emptied when it reaches
+#: :data:`MEMO_LIMIT` entries, so a long tuning session does not keep old programs alive.
+_LINEAR: dict = {}
+MEMO_LIMIT = 200_000
+
+
 def _linear(e: Expr):
-    """``(terms, const)`` if ``e`` is a sum of integer multiples of opaque sub-expressions."""
+    """``(terms, const)`` if ``e`` is a sum of integer multiples of opaque sub-expressions.
+    Memoized (the result is shared: callers never mutate it): without it the rewrite of
+    each ``+`` of a chain re-walked the whole chain below it."""
     if e.dtype != "int64":
         return None
+    hit = _LINEAR.get(id(e))
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    out = _linear_of(e)
+    if len(_LINEAR) >= MEMO_LIMIT:
+        _LINEAR.clear()
+    _LINEAR[id(e)] = (e, out)
+    return out
+
+
+def _linear_of(e: Expr):
     c = _ci(e)
     if c is not None:
         return {}, c
@@ -125,8 +145,8 @@ class Simplifier(ExprMutator):
                 return Const(e.dtype, 0)
             if e.op in ("min", "max") and a is b:
                 return a
-        if (e.dtype == "int64" and e.op in ("add", "sub") and _linear(b) is not None
-                and isinstance(a, Binary) and a.op in ("min", "max")):
+        if (e.dtype == "int64" and e.op in ("add", "sub") and isinstance(a, Binary)
+                and a.op in ("min", "max") and _linear(b) is not None):
             # min(x, y) + z -> min(x + z, y + z): partial-tile extents fold their offsets
             return self.visit(Binary(e.dtype, a.op, Binary(e.dtype, e.op, a.a, b),
                                      Binary(e.dtype, e.op, a.b, b)))

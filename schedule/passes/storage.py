@@ -6,7 +6,7 @@ from polytile.backend import DeviceLimits
 from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
 from polytile.te.expr import Binary, Cast, Const, Expr
-from polytile.te.visitor import ExprMutator, collect
+from polytile.te.visitor import ExprMutator, collect, collect_into
 
 from ..kinds import LoopKind, thread_private
 from ..loop_ir import (AccessPtr, Allocate, Buffer, For, KernelLaunch, Load, PrimFunc, Stmt,
@@ -16,15 +16,18 @@ from ..tensorize import lower_tensor_call
 
 def _buffers_used(s: Stmt) -> list[Buffer]:
     out: dict[int, Buffer] = {}
+    done: set[int] = set()    # expression nodes walked: shared indices are walked once
     for x in walk_stmts(s):
         if isinstance(x, Store):
             out.setdefault(id(x.buffer), x.buffer)
         if isinstance(x, TensorCall):
             for b in x.buffers:
                 out.setdefault(id(b), b)
+        loads: list = []
         for e in stmt_exprs(x):
-            for ld in collect(e, Load):
-                out.setdefault(id(ld.buffer), ld.buffer)
+            collect_into(e, Load, loads, done)
+        for ld in loads:
+            out.setdefault(id(ld.buffer), ld.buffer)
     return list(out.values())
 
 
