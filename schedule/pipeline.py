@@ -228,13 +228,18 @@ def _loop_passes(s: Lowering) -> None:
 def _kernel_launch(s: Lowering) -> None:
     """the function: one KernelLaunch per kernel on GPUs"""
     if s.gpu:
-        body = seq(*[_launch(k, b, env, f"{s.name}_kernel{i}")
-                     for i, (k, b, env) in enumerate(zip(s.units, s.bodies, s.envs))])
+        # the variables of each kernel, walked once for both the launch and the check below
+        used = [collect_many(_all_exprs(b), Var) for b in s.bodies]
+        body = seq(*[_launch(k, b, env, f"{s.name}_kernel{i}", vs)
+                     for i, (k, b, env, vs) in enumerate(zip(s.units, s.bodies, s.envs,
+                                                             used))])
+        free = [v for vs in used for v in vs]
     else:
         (body,) = s.bodies
+        free = None
     bound = bind_sizes(s.model.params, s.sizes, s.who)
     params = tuple(s.model.params) + tuple(v for v, _, _ in bound)
-    _check_free_vars(body, params)
+    _check_free_vars(body, params, free)
     imports = tuple((kind, text) for st in s.sch.stages for prs in st.pragmas.values()
                     for kind, text in prs if kind in ("import_llvm", "import_c"))
     attrs = {"imports": imports} if imports else {}
@@ -470,8 +475,8 @@ def _dump_set(dump) -> bool | set:
     return names
 
 
-def _launch(kernel: Kernel, body, env: dict, name: str) -> KernelLaunch:
-    used = {id(v) for v in collect_many(_all_exprs(body), Var)}
+def _launch(kernel: Kernel, body, env: dict, name: str, variables: list) -> KernelLaunch:
+    used = {id(v) for v in variables}
     tvars = tuple((v, v.name) for v in kernel.thread_vars().values() if id(v) in used)
     return KernelLaunch(name, kernel.grid, kernel.block, tvars, body)
 
@@ -481,7 +486,10 @@ def _all_exprs(body):
     return (e for s in walk_stmts(body) for e in stmt_exprs(s))
 
 
-def _check_free_vars(body, params) -> None:
+def _check_free_vars(body, params, variables: list | None = None) -> None:
+    """Refuse a variable of ``body`` that no parameter or statement binds; ``variables``
+    are those of ``body`` when the caller has them (its expressions' ``Var`` nodes in
+    pre-order of statements, repeats allowed)."""
     bound = {id(p) for p in params if isinstance(p, Var)}
     for s in walk_stmts(body):
         v = getattr(s, "var", None)
@@ -489,7 +497,7 @@ def _check_free_vars(body, params) -> None:
             bound.add(id(v))
         if isinstance(s, KernelLaunch):
             bound.update(id(v) for v, _ in s.thread_vars)
-    for v in collect_many(_all_exprs(body), Var):
+    for v in collect_many(_all_exprs(body), Var) if variables is None else variables:
         if id(v) not in bound:
             raise ScheduleError(format_error(
                 "lower", f"te.var {v.name!r} is used but not in args",

@@ -101,12 +101,12 @@ class ExprMutator(_Memo):
                     if changes is None:
                         changes = {}
                     changes[f] = nv
-        return e if changes is None else _replace(e, changes)
+        return e if changes is None else replace_node(e, changes)
 
 
-def _replace(e, changes: dict):
-    """``dataclasses.replace(e, **changes)`` without its per-call field analysis (the
-    node classes' ``__init__`` fields are read once per class)."""
+def replace_node(e, changes: dict):
+    """``dataclasses.replace(e, **changes)`` for expression and statement nodes, without
+    its per-call field analysis (each class's ``__init__`` fields are read once)."""
     names = _INIT_FIELDS.get(type(e))
     if names is None:
         fs = dataclasses.fields(e)

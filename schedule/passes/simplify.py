@@ -11,8 +11,8 @@ need.
 from __future__ import annotations
 
 from polytile.te import dtype as dt
-from polytile.te.expr import And, Binary, Cast, Cmp, Const, Expr, Not, Or, Select
-from polytile.te.visitor import ExprMutator
+from polytile.te.expr import And, Binary, Cast, Cmp, Const, Expr, Not, Or, Select, Var
+from polytile.te.visitor import ExprMutator, _Memo
 
 from ..loop_ir import StmtMutator, For, IfThenElse, is_empty, seq
 
@@ -21,9 +21,20 @@ _wrap = dt.wrap  # folded integer arithmetic wraps in the operands' dtype
 
 
 def _ci(e: Expr):
-    if isinstance(e, Const) and dt.is_int(e.dtype) and not isinstance(e.value, bool):
+    if e.__class__ is Const and _is_int(e.dtype) and not isinstance(e.value, bool):
         return e.value
     return None
+
+
+_INT_DTYPE: dict = {}
+
+
+def _is_int(dtype: str) -> bool:
+    """``dt.is_int``, remembered per dtype name (asked for every node the simplifier sees)."""
+    r = _INT_DTYPE.get(dtype)
+    if r is None:
+        r = _INT_DTYPE[dtype] = dt.is_int(dtype)
+    return r
 
 
 def _fold_int(op: str, a: int, b: int, dtype: str):
@@ -123,6 +134,11 @@ def _rebuild(terms: dict, const: int) -> Expr:
 
 
 class Simplifier(ExprMutator):
+    def visit(self, e):
+        if e.__class__ is Var or e.__class__ is Const:
+            return e    # nothing to simplify (and nothing worth a memo entry)
+        return _Memo.visit(self, e)
+
     def visit_Binary(self, e: Binary):
         a, b = self.visit(e.a), self.visit(e.b)
         ca, cb = _ci(a), _ci(b)
@@ -130,7 +146,7 @@ class Simplifier(ExprMutator):
             v = _fold_int(e.op, ca, cb, e.dtype)
             if v is not None:
                 return Const(e.dtype, v)
-        if dt.is_int(e.dtype):
+        if _is_int(e.dtype):
             if e.op in ("add", "sub") and (cb == 0):
                 return a
             if e.op == "add" and ca == 0:
@@ -165,7 +181,7 @@ class Simplifier(ExprMutator):
     def visit_Cast(self, e: Cast):
         v = self.visit(e.value)
         c = _ci(v)
-        if c is not None and dt.is_int(e.dtype):
+        if c is not None and _is_int(e.dtype):
             return Const(e.dtype, _wrap(c, e.dtype))
         if v.dtype == e.dtype:
             return v
