@@ -235,7 +235,24 @@ def simplify_expr(e: Expr) -> Expr:
     return Simplifier().visit(e)
 
 
+#: Statements a ``simplify`` returned, by id (holding each keeps its id from being reused).
+#: The simplifier reaches its fixed point in one pass and sees nothing but the statement
+#: itself, so a statement it returned, met again by a later ``simplify`` (the passes in
+#: between left it alone), is returned as it is instead of being rebuilt node by node.
+_SIMPLIFIED: dict = {}
+
+
 class _SimplifyStmt(StmtMutator):
+    def visit(self, s):
+        if _SIMPLIFIED.get(id(s)) is s:
+            return s
+        out = StmtMutator.visit(self, s)
+        if out is not None:
+            if len(_SIMPLIFIED) >= MEMO_LIMIT:
+                _SIMPLIFIED.clear()
+            _SIMPLIFIED[id(out)] = out
+        return out
+
     def visit_expr(self, e):
         return simplify_expr(e)
 
