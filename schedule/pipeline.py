@@ -75,6 +75,7 @@ from .passes.bfloat16 import legalize_bfloat16
 from .passes.loops import (dedup_syncs, legalize_vector_loops, serialize_nested_parallel,
                            specialize_partial_unrolls, unroll)
 from .passes.share import share_subexpressions
+from .passes.simplify import forget as forget_simplified
 from .passes.simplify import simplify
 from .passes.software_pipeline import software_pipeline, software_pipeline_synchronous
 from .passes.storage import allocate_intermediates, flatten_storage
@@ -367,8 +368,11 @@ def lower(sch: Schedule, args, name: str = "main", target: str | Target | None =
         args = type(args)(unwrap(a) for a in args)
     state = Lowering(sch, args, name, tgt, who)
     t_all = time.perf_counter()
-    with iu.parameter_context(None):
-        _run_phases(state, PHASES[:last + 1], show, name, timings)
+    try:
+        with iu.parameter_context(None):
+            _run_phases(state, PHASES[:last + 1], show, name, timings)
+    finally:
+        forget_simplified()
     log.debug("lowered %s for %s in %.3f s", name, tgt, time.perf_counter() - t_all)
     return state.func
 

@@ -274,6 +274,13 @@ class _SimplifyStmt(StmtMutator):
         return s
 
 
+def forget() -> None:
+    """Empty the memos of this module (``lower`` calls it when a lowering ends: nothing of
+    one program is met again in the next)."""
+    _LINEAR.clear()
+    _SIMPLIFIED.clear()
+
+
 def simplify(stmt):
     """Simplify every expression of a statement; drop branches and loops that never run."""
     out = _SimplifyStmt().visit(stmt)
