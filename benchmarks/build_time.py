@@ -4,9 +4,9 @@ Three kernels: the register-tiled SGEMM of ``tutorials/04_cuda_gemm.py``
 (``register_tiles``, target ``cuda``), the CPU matmul of ``tutorials/02_cpu_matmul.py``
 with an 8x32 register tile (``register_tiled``, target ``llvm``: the issue's CPU figure,
 about 0.25 s before the issue), and that tutorial's ``best`` (BLAS-like packing, parallel;
-``llvm-best``, no goal: LLVM's O3 of its micro-kernel alone takes seconds). Each is built ``--repeat`` times
-after a warm-up build (imports, isl and LLVM initialised, caches of the process filled), and
-one line per figure prints the median wall time of each group of phases, in seconds:
+``llvm-best``, no goal: LLVM's O3 of its micro-kernel alone takes seconds). Each is built
+``--repeat`` times after a warm-up build (imports, isl and LLVM initialised), and one line
+per figure prints the median wall time of each group of phases, in seconds:
 
 ==============  ========================================================================
 te_to_isl       lowering phases ``inputs`` .. ``kernels``: statements, domains,
