@@ -1,7 +1,8 @@
 """Benchmark: GEMM on the GPU, polytile's hand schedules vs cuBLAS (and Triton).
 
 ``--dtype float32`` (default): the SGEMM schedules of ``tutorials/04_cuda_gemm.py`` vs
-cuBLAS with tensor cores off. ``--dtype float16`` (or ``bfloat16``) with the default
+cuBLAS with tensor cores off and Triton's float32 GEMM (IEEE, no tf32); ``--variants`` adds
+the tutorial's ``VARIANTS``. ``--dtype float16`` (or ``bfloat16``) with the default
 ``--isa best``: cuBLAS, Triton, polytile's fastest path of the device (on sm_90: the
 generated wgmma + TMA warp-specialized kernel, :mod:`polytile.targets.cuda.wgmma`, best of
 ``benchmarks/wgmma_gemm.py`` ``BEST``), the wgmma schedules through ``tensorize``
@@ -42,13 +43,38 @@ def _time_torch(fn, n: int, reps: int = 20) -> float:
     return 2.0 * n**3 / wgmma_gemm._time_cuda(fn, reps) / 1e12
 
 
+def triton_sgemm(n: int, cublas: float | None) -> None:
+    """One line: Triton's float32 GEMM without tf32 (``tl.dot(..., input_precision="ieee")``,
+    best of ``triton_gemm.FP32_CONFIGS``) at ``n``^3 beside the cuBLAS figure of this run."""
+    try:
+        import torch
+        import triton_gemm
+    except ImportError as exc:
+        print(f"Triton float32: not measured ({exc})")
+        return
+    g = torch.Generator().manual_seed(0)
+    ta = (torch.rand(n, n, generator=g) * 2 - 1).cuda()
+    tb = (torch.rand(n, n, generator=g) * 2 - 1).cuda()
+    try:
+        tt, cfg = triton_gemm.best_tflops(ta, tb, lambda fn: _time_torch(fn, n))
+    except Exception as exc:  # an older Triton without input_precision: say so
+        print(f"Triton float32: not measured ({type(exc).__name__}: "
+              f"{str(exc).splitlines()[0][:100]})")
+        return
+    ratio = f"{tt / cublas:6.3f} x cuBLAS" if cublas else ""
+    print(f"{f'Triton fp32 (ieee, best of {len(triton_gemm.FP32_CONFIGS)})':34s} {tt:7.2f} "
+          f"TFLOP/s  {ratio}  (tile {cfg[:3]})")
+
+
 def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 128, 64), (64, 64)),
-              anchors: bool = True, stages=(3,), cublas: float | None = None) -> float | None:
+              anchors: bool = True, stages=(3,), cublas: float | None = None,
+              frags: str = "step", group: int = 1, min_blocks: int = 0) -> float | None:
     """cuBLAS, Triton (with ``anchors``) and polytile's ``wmma_gemm`` with ``tiles = (block,
-    warp)`` at ``n``^3 in ``dtype`` (float16 or bfloat16; one line each), once per
-    pipeline depth of ``stages`` (1: no software pipeline). A ``cublas`` figure (TFLOP/s)
-    measured earlier in this run is used as the anchor instead of timing cuBLAS again.
-    Returns the cuBLAS figure (None without torch)."""
+    warp)``, ``frags`` and ``group`` (built for ``cuda -min-blocks=<min_blocks>`` when given) at
+    ``n``^3 in ``dtype`` (float16 or bfloat16; one line
+    each), once per pipeline depth of ``stages`` (1: no software pipeline). A ``cublas``
+    figure (TFLOP/s) measured earlier in this run is used as the anchor instead of timing
+    cuBLAS again. Returns the cuBLAS figure (None without torch)."""
     import polytile
     from polytile.targets.cuda import tensor_core as tc
 
@@ -97,8 +123,10 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
     for depth in stages:
         t0 = time.perf_counter()
         s, args = tc.wmma_gemm(n, n, n, acc=acc, isa=isa, block=tiles[0], warp=tiles[1],
-                               dtype="float32" if dtype == "tf32" else dtype, stages=depth)
-        f = polytile.build(s, args, target="cuda")
+                               dtype="float32" if dtype == "tf32" else dtype, stages=depth,
+                               frags=frags, group=group)
+        f = polytile.build(s, args, target="cuda" + (f" -min-blocks={min_blocks}"
+                                                     if min_blocks else ""))
         t_build = time.perf_counter() - t0
         dc = polytile.nd.array(np.full((n, n), np.nan, acc), device="cuda")
         f(da, db, dc)
@@ -111,15 +139,63 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
         ratio = f"{tflops / cublas:6.3f} x cuBLAS" if cublas else ""
         label = {"wmma": "WMMA", "mma": "mma.sync+ldmatrix"}[isa]
         label += f" {depth} stages" if depth > 1 else ""
+        extra = (", fragments per k tile" if frags == "tile" else "") + (
+            f", blocks grouped by {group} rows" if group > 1 else "") + (
+            f", {min_blocks} blocks per SM" if min_blocks else "")
         print(f"n={n:5d} {f'polytile {label} {dtype}->{acc}':44s} {tflops:7.1f} TFLOP/s  "
-              f"{ratio}  (block {tiles[0]}, warp {tiles[1]}, lower+build {t_build:.1f} s, "
-              f"rel. error {err:.1e})", flush=True)
+              f"{ratio}  (block {tiles[0]}, warp {tiles[1]}{extra}, lower+build "
+              f"{t_build:.1f} s, rel. error {err:.1e})", flush=True)
     return cublas
 
 
 #: (block (BM, BN, BK), warp (WM, WN)) tiles ``--sweep`` tries beside the default
 SWEEP = (((128, 256, 32), (64, 64)), ((256, 128, 32), (64, 64)), ((128, 128, 32), (64, 64)),
          ((128, 128, 32), (32, 64)), ((64, 128, 32), (32, 64)), ((128, 256, 32), (64, 128)))
+
+
+#: mma.sync variants ``--variants`` times in one run: (block, warp, stages, frags, group[,
+#: blocks]); blocks: the target's ``-min-blocks`` (the last: [7] with three blocks of 4 warps
+#: per SM instead of two: ptxas fits it in 168 registers, no spills).
+#: The first is the old default (4 warps of 64x64, 212 registers on the H200 per Nsight, 2
+#: blocks per SM); the others have 8 warps per block and 32-deep k tiles, the fragments of a
+#: whole k tile loaded before its MMAs, and blocks grouped by 8 tile rows for L2 reuse.
+#: ptxas -v (sm_90, nvcc 13; Nsight saw 212 for the first on the H200): 164, 126, 97, 212,
+#: 166, 126, 166, 168, 102, 165, 166 registers, no spills (168: 3 blocks of 4 warps per SM).
+#: H200, 4096^3 float16 at 781d745 (cuBLAS 740): [4] 270, [5] 226, [6] 264, [7] 310,
+#: [8] 291 TFLOP/s. The frags="tile" variants then pipelined only A's copies (B's were
+#: synchronous, with a cp.async.wait_group 0 per k tile); they pipeline both since 7e34a71.
+MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
+                ((128, 128, 32), (32, 64), 4, "tile", 8),
+                ((128, 128, 32), (32, 64), 4, "step", 8),
+                ((128, 256, 32), (64, 64), 4, "tile", 8),
+                ((128, 256, 32), (64, 64), 3, "step", 8),
+                ((128, 128, 32), (32, 64), 4, "tile", 1),
+                ((256, 128, 32), (64, 64), 3, "step", 8),
+                ((128, 128, 32), (64, 64), 4, "step", 8),
+                ((128, 128, 64), (32, 64), 3, "step", 8),
+                ((128, 128, 64), (64, 64), 3, "step", 8),
+                ((128, 256, 32), (64, 64), 3, "tile", 8),
+                ((128, 128, 32), (64, 64), 4, "step", 8, 3))
+
+#: the mma.sync variant of ``--isa best``: the fastest measured (310 TFLOP/s, 0.417x)
+MMA_DEFAULT = MMA_VARIANTS[7]
+
+
+def mma_variants(n: int, acc: str, dtype: str, variants=MMA_VARIANTS,
+                 cublas: float | None = None) -> float | None:
+    """One line per mma.sync variant (``(block, warp, stages, frags, group)``) at ``n``^3,
+    beside cuBLAS and Triton (timed first unless ``cublas`` is given); a variant that fails
+    to build or run is reported and skipped. Returns the cuBLAS figure."""
+    for i, (block, warp, depth, frags, group, *regs) in enumerate(variants):
+        try:
+            cublas = half_gemm(n, acc, "mma", dtype, (block, warp), anchors=cublas is None
+                               and i == 0, stages=(depth,), cublas=cublas, frags=frags,
+                               group=group, min_blocks=regs[0] if regs else 0) or cublas
+        except (Exception, SystemExit) as exc:  # past a device limit or wrong: say so, go on
+            print(f"n={n:5d} mma block {block}, warp {warp}, {depth} stages, frags {frags}, "
+                  f"group {group}: FAILED {type(exc).__name__}: "
+                  f"{str(exc).splitlines()[0][:100]}", flush=True)
+    return cublas
 
 
 def wgmma_mainloops() -> tuple:
@@ -211,8 +287,7 @@ def best_gemm(n: int, acc: str, dtype: str, stages=(3,), tensorize_only: bool = 
         print(f"n={n:5d} wgmma: not measured (needs an sm_90 device and float32 "
               f"accumulation; device sm_{''.join(map(str, torch.cuda.get_device_capability()))}"
               f", acc {acc})")
-    cublas = half_gemm(n, acc, "mma", dtype, stages=stages, anchors=cublas is None,
-                       cublas=cublas)
+    cublas = mma_variants(n, acc, dtype, (MMA_DEFAULT,), cublas=cublas)
     half_gemm(n, acc, "wmma", dtype, stages=stages, anchors=False, cublas=cublas)
 
 
@@ -255,10 +330,18 @@ def main() -> None:
                     help="wgmma GEMM block tiles (default: those of benchmarks/wgmma_gemm.py)")
     ap.add_argument("--sweep", action="store_true",
                     help="time wmma_gemm over the block/warp tiles of SWEEP too")
+    ap.add_argument("--variants", action="store_true",
+                    help="--isa mma: time every mma.sync variant of MMA_VARIANTS (tiles, "
+                    "stages, fragments per k step or per k tile, grouped block order) "
+                    "beside cuBLAS and Triton in one run; --dtype float32: the k-tile and "
+                    "pipeline depths of tutorial 04's VARIANTS too")
+    ap.add_argument("--pick", type=int, nargs="+", default=None, metavar="I",
+                    help="with --isa mma --variants: only MMA_VARIANTS[I] (e.g. under ncu)")
     args = ap.parse_args()
     if args.dtype == "float32":
         for n in args.n or [4096]:
-            _tutorial().main(["--n", str(n)])
+            cublas = _tutorial().main(["--n", str(n)] + ["--variants"] * args.variants)
+            triton_sgemm(n, cublas)
         return
     if args.isa == "wgmma":   # sm_90a warpgroup MMA (benchmarks/wgmma_gemm.py)
         import wgmma_gemm
@@ -277,6 +360,10 @@ def main() -> None:
             best_gemm(n, args.acc, args.dtype, args.stages, args.isa == "tensorize")
         return
     for n in args.n or [4096, 8192]:
+        if args.isa == "mma" and args.variants:
+            mma_variants(n, args.acc, args.dtype, [MMA_VARIANTS[i] for i in args.pick]
+                         if args.pick else MMA_VARIANTS)
+            continue
         half_gemm(n, args.acc, args.isa, args.dtype, stages=args.stages)
         for tiles in SWEEP if args.sweep else ():
             try:

@@ -78,6 +78,13 @@ class _Hook:
             return node
 
 
+def for_pragmas(stage, iv) -> tuple:
+    """The ``For.pragmas`` of loop ``iv`` of ``stage``: the pragma names, except that a
+    software pipeline and a prefetch keep their parameters (their ``*Pragma`` objects)."""
+    return tuple(v if k in ("software_pipeline", "prefetch") else k
+                 for k, v in stage.pragmas.get(iv, ()))
+
+
 def _total(pulled: isl.PwMultiAff, here: isl.Set, runs: isl.Set, st: PolyStmt,
            key) -> isl.PwMultiAff:
     """``pulled`` (an access at the schedule points ``here``) made total on ``here``.
@@ -302,8 +309,7 @@ class _Converter:
             if loop.key in self.model.rolled:
                 kind = LoopKind.SERIAL
             # a software pipeline keeps its parameters (stages, names for messages)
-            pragmas = tuple(v if k == "software_pipeline" else k
-                            for k, v in loop.plan.stage.pragmas.get(loop.iter_var, ()))
+            pragmas = for_pragmas(loop.plan.stage, loop.iter_var)
         out = For(v, init, extent, kind, body, step, pragmas)
         if loop is not None:
             self.iv_of[id(out)] = loop.iter_var
@@ -428,7 +434,7 @@ def _strip_mine(rel, loop: LoopNode, v: Var, init: Expr, extent: Expr, step: int
                 LetStmt(v, Binary("int64", "add", init, pos), body), 1, ())
     outer_ext = Binary("int64", "floordiv", Binary("int64", "add", trip,
                                                    Binary("int64", "sub", f, one)), f)
-    pragmas = tuple(k for k, _ in loop.plan.stage.pragmas.get(rel.outer, ()))
+    pragmas = for_pragmas(loop.plan.stage, rel.outer)
     return For(vo, Const("int64", 0), outer_ext,
                loop_kind(loop.plan.stage.annotations.get(rel.outer)), inner, 1, pragmas)
 
@@ -467,7 +473,7 @@ def _coalesce(f: For, stage, iv_of: dict, taken: set) -> Stmt:
                                                      IfThenElse(guard, inner.body))))
         ann = stage.annotations.get(rel.fused)
         out = For(fv, Const("int64", 0), Binary("int64", "mul", f.extent, e), loop_kind(ann),
-                  body, 1, tuple(k for k, _ in stage.pragmas.get(rel.fused, ())))
+                  body, 1, for_pragmas(stage, rel.fused))
         iv_of[id(out)] = rel.fused
         f = out
 

@@ -186,10 +186,26 @@ class PipelinePragma:
         return f"software_pipeline(stages={self.stages}{w})"
 
 
+@dataclass(frozen=True)
+class PrefetchPragma:
+    """``s[C].prefetch(T, axis, offset)`` on loop-IR ``For.pragmas``: each iteration of the
+    loop ``axis`` of stage ``stage`` first prefetches the cache lines of buffer ``tensor``
+    that iteration ``axis + offset`` accesses (see
+    :mod:`polytile.schedule.passes.prefetch`)."""
+
+    tensor: str
+    offset: int
+    stage: str
+    axis: str
+
+    def __str__(self) -> str:
+        return f"prefetch({self.tensor}, offset={self.offset})"
+
+
 #: The ``For.pragmas`` entry of a vectorized 16-byte copy from global into shared memory
 #: that runs asynchronously (PTX ``cp.async``; :mod:`~polytile.schedule.passes.async_copy`).
 ASYNC_COPY = "cp.async"
 
 
-__all__ = ["ASYNC_COPY", "PipelinePragma", "Annotation", "LoopKind", "PARAMS", "PARAM_SPACE", "ThreadTag", "annotation_name",
+__all__ = ["ASYNC_COPY", "PipelinePragma", "PrefetchPragma", "Annotation", "LoopKind", "PARAMS", "PARAM_SPACE", "ThreadTag", "annotation_name",
            "default_scope", "loop_kind", "FRAGMENT_SCOPES", "FRAGMENT_TILES", "fragment_tile", "thread_private"]

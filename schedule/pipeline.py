@@ -73,8 +73,8 @@ from .model import Model, build_model
 from .passes.async_copy import async_copies
 from .passes.bfloat16 import legalize_bfloat16
 from .passes.barriers import sink_divergent_guards
-from .passes.loops import (dedup_syncs, legalize_vector_loops, serialize_nested_parallel,
-                           specialize_partial_unrolls, unroll)
+from .passes.loops import (dedup_syncs, legalize_vector_loops, legalize_vector_loops_masked,
+                           serialize_nested_parallel, specialize_partial_unrolls, unroll)
 from .passes.share import share_subexpressions
 from .passes.simplify import forget as forget_simplified
 from .passes.simplify import simplify
@@ -95,8 +95,8 @@ log = logging.getLogger("polytile.lower")
 LOOP_PASSES = (
     ("legalize_bfloat16", legalize_bfloat16),
     ("simplify", simplify),
-    ("legalize_vector_loops", legalize_vector_loops),
     ("specialize_partial_unrolls", specialize_partial_unrolls),
+    ("legalize_vector_loops", legalize_vector_loops),
     ("unroll", unroll),
     ("simplify", simplify),
     ("serialize_nested_parallel", serialize_nested_parallel),
@@ -216,11 +216,17 @@ def _ast(s: Lowering) -> None:
 def loop_passes(target: Target) -> tuple:
     """``LOOP_PASSES`` for ``target``: on a device without asynchronous copies
     (``DeviceLimits.async_copy_bytes == 0``) no copy becomes one, and software pipelines
-    copy synchronously."""
+    copy synchronously; on ``llvm`` a ragged vector (extent ``min(C, X)``) stays vectorized,
+    its memory accesses masked."""
     if target.limits.async_copy_bytes:
         return LOOP_PASSES
-    return tuple((n, software_pipeline_synchronous if n == "software_pipeline" else f)
-                 for n, f in LOOP_PASSES if n != "async_copies")
+    passes = tuple((n, software_pipeline_synchronous if n == "software_pipeline" else f)
+                   for n, f in LOOP_PASSES if n != "async_copies")
+    if target.kind == "llvm":
+        # ragged vectors stay vectorized: the LLVM backend masks their memory accesses
+        passes = tuple((n, legalize_vector_loops_masked if n == "legalize_vector_loops"
+                        else f) for n, f in passes)
+    return passes
 
 
 def _loop_passes(s: Lowering) -> None:

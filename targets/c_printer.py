@@ -179,9 +179,10 @@ class CPrinter(CExprPrinter, StmtFunctor):
     """Prints one function for one dialect; use :func:`print_c_module`."""
 
     def __init__(self, dialect: CDialect, fast_math: bool = False,
-                 limits: DeviceLimits | None = None):
+                 limits: DeviceLimits | None = None, min_blocks: int = 0):
         self.d = dialect
         self.fast = fast_math
+        self.min_blocks = min_blocks
         if limits is None:
             limits = get_backend(dialect.name).limits if dialect.name in registered_kinds() \
                 else DeviceLimits()
@@ -324,6 +325,9 @@ class CPrinter(CExprPrinter, StmtFunctor):
         # a kernel of an empty stage (a zero extent) is never launched; its bound must be legal
         # a block size given at launch has no compile-time bound
         bounds = d.launch_bounds.format(threads=max(threads, 1)) if fixed_block else ""
+        if bounds and self.min_blocks and bounds.endswith(")"):
+            # the minimum of resident blocks per SM: ptxas caps the registers to fit them
+            bounds = f"{bounds[:-1]}, {self.min_blocks})"
         head = " ".join(x for x in (d.kernel_prefix, "void", bounds, kname) if x)
         one_line = f"{head}({', '.join(sig)}) {{"
         if len(one_line) <= 100:
@@ -664,7 +668,7 @@ def _calls(e):
 
 
 def print_c_module(func: PrimFunc, dialect: CDialect, fast_math: bool = False,
-                   limits: DeviceLimits | None = None) -> CModule:
+                   limits: DeviceLimits | None = None, min_blocks: int = 0) -> CModule:
     """Print ``func`` as C source in ``dialect``.
 
     Parameters
@@ -679,6 +683,9 @@ def print_c_module(func: PrimFunc, dialect: CDialect, fast_math: bool = False,
     limits : DeviceLimits, optional
         The device's limits (launch shapes, static shared memory); default: those of the
         backend named ``dialect.name``.
+    min_blocks : int
+        With N > 0, kernels of a fixed block size get ``__launch_bounds__(threads, N)``
+        (a ``-min-blocks=N`` CUDA target).
 
     Returns
     -------
@@ -697,4 +704,4 @@ def print_c_module(func: PrimFunc, dialect: CDialect, fast_math: bool = False,
     InternalError
         When ``func`` breaks the loop-IR contract (several indices per access).
     """
-    return CPrinter(dialect, fast_math, limits).module(func)
+    return CPrinter(dialect, fast_math, limits, min_blocks).module(func)

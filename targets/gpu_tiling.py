@@ -9,10 +9,17 @@ from polytile import te
 
 
 def warp_tiles(s, C: te.Tensor, block: tuple[int, int], warp: tuple[int, int],
-               frag: tuple[int, int]):
+               frag: tuple[int, int], group: int = 1):
     """Tile ``C[M, N]``'s ``(i, j)`` as ``bi, bj, wi, wj, fi, fj, ti, tj``: ``block = (BM, BN)``
     tiles on ``blockIdx.y/x``, ``warp = (WM, WN)`` tiles on ``threadIdx.z/y`` (one warp or
     wavefront each), ``frag = (m, n)`` fragments (``fi, fj``) of ``ti x tj`` elements.
+
+    ``group > 1`` orders the blocks for L2 reuse (Triton's ``GROUP_M``): ``bi`` split by
+    ``group``, its inner part fused under ``bj`` on ``blockIdx.x``, so the blocks launched
+    one after the other walk down ``group`` tile rows of one tile column before the next
+    column; a wave of blocks then reads ``group`` row panels of A and few column panels of
+    B instead of one row panel and every column panel.
+
     Returns ``(wj, fi, fj, ti)``: where ``C``'s accumulator goes, the fragment loops to
     unroll and the axis to tensorize."""
     i, j = C.op.axis
@@ -23,8 +30,15 @@ def warp_tiles(s, C: te.Tensor, block: tuple[int, int], warp: tuple[int, int],
     fi, ti = s[C].split(ii, factor=frag[0])
     fj, tj = s[C].split(jj, factor=frag[1])
     s[C].reorder(bi, bj, wi, wj, fi, fj, ti, tj)
-    s[C].bind(bi, te.thread_axis("blockIdx.y"))
-    s[C].bind(bj, te.thread_axis("blockIdx.x"))
+    if group > 1:
+        bo, bii = s[C].split(bi, factor=group)
+        s[C].reorder(bo, bj, bii)
+        bx = s[C].fuse(bj, bii)
+        s[C].bind(bo, te.thread_axis("blockIdx.y"))
+        s[C].bind(bx, te.thread_axis("blockIdx.x"))
+    else:
+        s[C].bind(bi, te.thread_axis("blockIdx.y"))
+        s[C].bind(bj, te.thread_axis("blockIdx.x"))
     s[C].bind(wi, te.thread_axis("threadIdx.z"))
     s[C].bind(wj, te.thread_axis("threadIdx.y"))
     return wj, fi, fj, ti

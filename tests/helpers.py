@@ -175,6 +175,17 @@ def run1(s, args, inputs, backend: str) -> np.ndarray:
     return outs[0]
 
 
+def normwise_bound(k: int, acc: str = "float32") -> float:
+    """Bound on ``||out - ref|| / ||ref||`` (Frobenius) for a GEMM over a reduction of
+    length ``k`` accumulated in ``acc`` (float32 or float64), inputs in [-1, 1) exactly
+    representable: ``4 * sqrt(k) * eps(acc)``. Rounding errors of a k-term sum of
+    random-signed terms grow like ``sqrt(k) * eps`` (Higham, "Accuracy and Stability of
+    Numerical Algorithms", 2nd ed., sec. 4.2, probabilistic bound); measured float32 GEMMs
+    at k = 4096 land near 0.15 * sqrt(k) * eps, a dropped k tile or a tf32 product lands
+    above 1e-4."""
+    return 4.0 * math.sqrt(max(k, 1)) * float(np.finfo(acc).eps)
+
+
 def check(out: np.ndarray, ref: np.ndarray, dtype: str | None = None, k: int = 1) -> None:
     """Compare ``out`` with the float64 reference ``ref`` at the tolerance of ``dtype``
     (``out.dtype`` by default) for reductions of length ``k`` (see the module doc)."""

@@ -105,17 +105,89 @@ def register_tiles(m, n, k, block: int = 128, threads: int = 16, kt: int = 16, v
     return s, [A, B, C]
 
 
+def pipelined_tiles(m, n, k, block: int = 128, threads: int = 16, vt: int = 2, kt: int = 8,
+                    stages: int = 2):
+    """The register tiling of the CUTLASS SIMT SGEMM: a ``block`` x ``block`` tile on
+    ``threads`` x ``threads`` threads, each owning ``vt`` x ``vt`` sub-tiles of
+    ``block / (threads * vt)`` squared outputs (8x8 outputs per thread by default) spread
+    ``block / vt`` apart by virtual threads (``vthread``), so that neighbouring threads
+    read neighbouring 16-byte vectors of B's shared tile (no bank conflicts) and A's row
+    values are broadcast. Each k step copies one column of A and one row of B from shared
+    memory into registers (``A.shared.local``, ``B.shared.local``); nvcc merges these copies
+    across the unrolled k steps into 16-byte shared loads (``ld.shared.v4.f32``), which is
+    what a transposed A tile would give. The shared tiles (``kt`` deep) are copied with
+    16-byte ``cp.async`` and software-pipelined ``stages`` deep
+    (``s[CL].pipeline(ko, stages)``; 1: no pipeline), so the copies of the next k tile
+    overlap the FMAs of this one. ``m``, ``n`` multiples of 4 (16-byte copies)."""
+    A, B, C = matmul(m, n, k)
+    s = te.create_schedule(C.op)
+    AS = s.cache_read(A, "shared", [C])
+    BS = s.cache_read(B, "shared", [C])
+    AL = s.cache_read(AS, "local", [C])
+    BL = s.cache_read(BS, "local", [C])
+    CL = s.cache_write(C, "local")
+    ty_ = te.thread_axis((0, threads), "threadIdx.y")
+    tx_ = te.thread_axis((0, threads), "threadIdx.x")
+    bi, bj, ii, jj = s[C].tile(C.op.axis[0], C.op.axis[1], block, block)
+    vy, ii = s[C].split(ii, nparts=vt)
+    ty, ii = s[C].split(ii, nparts=threads)
+    vx, jj = s[C].split(jj, nparts=vt)
+    tx, jj = s[C].split(jj, nparts=threads)
+    s[C].reorder(bi, bj, vy, vx, ty, tx, ii, jj)
+    s[C].bind(bi, te.thread_axis("blockIdx.y"))
+    s[C].bind(bj, te.thread_axis("blockIdx.x"))
+    s[C].bind(vy, te.thread_axis((0, vt), "vthread", name="vy"))
+    s[C].bind(vx, te.thread_axis((0, vt), "vthread", name="vx"))
+    s[C].bind(ty, ty_)
+    s[C].bind(tx, tx_)
+    s[C].vectorize(jj)
+    s[CL].compute_at(s[C], tx)
+    ci, cj = s[CL].op.axis
+    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=kt)
+    s[CL].reorder(ko, ki, ci, cj)
+    for ax in (ki, ci, cj):
+        s[CL].unroll(ax)
+    for T in (AS, BS):
+        s[T].compute_at(s[CL], ko)
+        fused = s[T].fuse(*s[T].op.axis)
+        rest, v = s[T].split(fused, factor=4)
+        rest, tx2 = s[T].split(rest, factor=threads)
+        _, ty2 = s[T].split(rest, factor=threads)
+        s[T].bind(ty2, ty_)
+        s[T].bind(tx2, tx_)
+        s[T].vectorize(v)
+    for T in (AL, BL):
+        s[T].compute_at(s[CL], ki)
+    if stages > 1:
+        s[CL].pipeline(ko, stages=stages)
+    return s, [A, B, C]
+
+
 STEPS = [("one thread per output", naive),
          ("shared-memory tiles 32x32", shared_tiles),
-         ("shared + 8x8 register tiles", register_tiles)]
+         ("shared + 8x8 register tiles", register_tiles),
+         ("8x8 vthread tiles, cp.async x2", pipelined_tiles)]
+
+#: ``--variants``: (title, kt, stages) of :func:`pipelined_tiles` timed besides the steps;
+#: ptxas -v (sm_90, nvcc 13): 128 registers each, no spills, 8-48 KiB of shared memory
+VARIANTS = [(f"8x8 vthread tiles, kt {kt}, {st} stage{'s' * (st > 1)}", kt, st)
+            for kt, st in ((8, 1), (8, 3), (16, 2), (16, 3))]
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> float | None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=4096, help="M = N = K (default 4096)")
     ap.add_argument("--print-source", action="store_true", help="print the CUDA C of each step")
     ap.add_argument("--no-run", action="store_true", help="build only (no GPU needed)")
+    ap.add_argument("--variants", action="store_true",
+                    help="also time the k-tile depths and pipeline depths of VARIANTS")
     args = ap.parse_args(argv)
+    return run_steps(args)
+
+
+def run_steps(args) -> float | None:
+    """The steps (and ``args.variants``) at ``args.n``: returns the cuBLAS figure in
+    TFLOP/s (None without torch or a GPU)."""
     n = args.n
     ref_tflops = None
     if not args.no_run and not _have_gpu():
@@ -126,7 +198,12 @@ def main(argv=None) -> None:
         b = np.random.default_rng(1).uniform(-1, 1, (n, n)).astype("float32")
         ref_tflops, ref = _cublas(a, b)
         da, db = polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda")
-    for title, make in STEPS:
+    steps = list(STEPS)
+    if args.variants:
+        steps += [(title, lambda m, n_, k, kt=kt, st=st: pipelined_tiles(m, n_, k, kt=kt,
+                                                                          stages=st))
+                  for title, kt, st in VARIANTS]
+    for title, make in steps:
         s, targs = make(n, n, n)
         t0 = time.perf_counter()
         f = polytile.build(s, targs, target="cuda")
@@ -145,6 +222,7 @@ def main(argv=None) -> None:
         tflops = 2.0 * n**3 / t / 1e12
         ratio = f"{tflops / ref_tflops:6.3f} x cuBLAS" if ref_tflops else ""
         print(f"{title:34s} {tflops:7.2f} TFLOP/s  {ratio}  (lower+build {t_build:.2f} s)")
+    return ref_tflops
 
 
 def _have_gpu() -> bool:

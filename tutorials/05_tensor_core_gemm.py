@@ -1,6 +1,7 @@
 """Tensor cores: from the fp32 SGEMM to a float16 GEMM on WMMA, and tensorize on the CPU.
 
-1. The best fp32 SGEMM of ``tutorials/04_cuda_gemm.py`` (CUDA cores).
+1. The best fp32 SGEMM of ``tutorials/04_cuda_gemm.py`` (CUDA cores: vthread 8x8
+   register tiles, cp.async double buffering).
 2. A float16 GEMM whose 16x16x16 tiles run on tensor cores through ``tensorize`` with the
    WMMA intrinsics of :mod:`polytile.targets.cuda.tensor_core`: A and B staged in shared
    memory, each warp owning a 64x64 tile of accumulator fragments
@@ -16,6 +17,12 @@
    different banks. Printed with ``--print-source``: one helper per PTX instruction
    (``cp_async_cg_shared_global``, ``cp_async_commit_group``, ``cp_async_wait_group``,
    ``ldmatrix_x4``, ``mma_sync_m16n8k16``).
+   Then 32-deep k tiles in 4 stages (4 warps of 64x64 on 128x128 tiles: 206 registers,
+   two blocks per SM; one ``ldmatrix.x4`` per 4 ``mma.sync``), the blocks grouped by 8
+   tile rows (``group=8``: a split and a fuse of the block loops) so that the blocks
+   running together share A and B panels in L2: the fastest mma.sync variant measured
+   on the H200 (``benchmarks/gpu_gemm.py --isa mma --variants``). ``frags="tile"`` loads
+   the fragments of a whole k tile before its MMAs instead.
 
 Each GPU step prints TFLOP/s and the ratio to cuBLAS float16 (torch) measured in the same
 run. Without a GPU (or with ``--no-run``) the steps are built (NVRTC or nvcc) and the
@@ -77,7 +84,7 @@ def sgemm_step():
     spec = importlib.util.spec_from_file_location("cuda_gemm_tutorial", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.register_tiles
+    return mod.pipelined_tiles
 
 
 def check_on_interpreter(acc: str, isa: str = "wmma", stages: int = 1) -> None:
@@ -182,7 +189,11 @@ def main(argv=None) -> None:
              ("mma.sync+ldmatrix fp16 -> fp32",
               lambda: tc.wmma_gemm(n, n, n, acc="float32", isa="mma"), "float32"),
              ("mma.sync + cp.async, 3 stages",
-              lambda: tc.wmma_gemm(n, n, n, acc="float32", isa="mma", stages=3), "float32")]
+              lambda: tc.wmma_gemm(n, n, n, acc="float32", isa="mma", stages=3), "float32"),
+             ("mma.sync 128x128x32, 4 stages",
+              lambda: tc.wmma_gemm(n, n, n, acc="float32", isa="mma", block=(128, 128, 32),
+                                   warp=(64, 64), stages=4, group=8),
+              "float32")]
     for title, make, out in steps:
         s, targs = make()
         t0 = time.perf_counter()

@@ -13,6 +13,11 @@ has the body ``[sync] P(k); sync; C(k)``: ``P`` copies global memory into shared
       C(k) from slot (k - lo) % S
     wait_group(0)
 
+Two normalisations come first: a guard of the whole body that does not depend on ``k``
+(``for k: if c: ...``, the partial tile rows of grouped blocks) moves outside the loop,
+and shared copies that a stage attached at the same loop separates (``copy A; sync;
+fragments of A; sync; copy B``) are gathered before the barrier (``_gather_copies``).
+
 With ``mma_wait = N`` (``Stage.pipeline``; a compute of asynchronous intrinsic calls,
 ``te.AsyncGroup``) the copies run ``D = S - 1 - N`` iterations ahead instead of ``S - 1``
 (``wait_group(D - 1)``), a proxy fence precedes the barrier, and the compute is one group
@@ -143,6 +148,82 @@ def _sub(a: Expr, b: Expr) -> Expr:
     return a if isinstance(b, Const) and b.value == 0 else Binary("int64", "sub", a, b)
 
 
+def _invariant(cond: Expr, var) -> bool:
+    """``cond`` reads no memory and not ``var``: the same in every iteration of its loop."""
+    return not collect(cond, Load) and not any(v is var for v in collect(cond, type(var)))
+
+
+def _is_copy(s: Stmt, body_writes: set) -> bool:
+    """``s`` only copies memory the loop does not write into shared buffers."""
+    if isinstance(s, Sync):
+        return False
+    xs = list(walk_stmts(s))
+    if any(isinstance(x, (TensorCall, Sync)) for x in xs):
+        return False
+    stores = [x for x in xs if isinstance(x, Store)]
+    return bool(stores) and all(x.buffer.scope == "shared" for x in stores) and all(
+        id(ld.buffer) not in body_writes and ld.buffer.scope not in ("shared", "local")
+        for ld in _loads(s))
+
+
+def _touches(s: Stmt, bufs: set) -> bool:
+    return any(_uses(s, b) for b in bufs)
+
+
+def _gather_copies(stmts: list, body_writes: set) -> list:
+    """Move later barrier-delimited shared copies up to the first ones, so that the body
+    reads ``[sync] <copies>, sync, <compute>`` (what the rewrite pipelines).
+
+    A stage attached at the pipelined loop between two shared copies (the fragments of
+    ``A``, loaded for a whole k tile, between the copies of ``A`` and of ``B``) leaves the
+    body as ``sync, copy A, sync, X, sync, copy B, sync, Y``. ``copy B`` commutes with
+    ``X`` when ``X`` neither reads nor writes ``B``'s shared buffers and writes no shared
+    memory (so the barriers around ``copy B`` ordered nothing else); the barrier left after
+    the gathered copies orders them before ``X`` and ``Y``, and the one that starts the
+    body orders them after the previous iteration's reads. Anything else is left as it is
+    (the rewrite then pipelines the first copies only, or refuses)."""
+    i = 0
+    while i < len(stmts) and isinstance(stmts[i], Sync):
+        i += 1
+    j = i
+    while j < len(stmts) and _is_copy(stmts[j], body_writes):
+        j += 1
+    if j == i or j == len(stmts) or not isinstance(stmts[j], Sync):
+        return stmts
+    head, rest = stmts[:j], stmts[j:]
+    moved = True
+    while moved:
+        moved = False
+        # rest = Sync, X..., Sync, copies..., Sync, ...
+        for a in range(1, len(rest)):
+            if not isinstance(rest[a], Sync):
+                continue
+            b = a + 1
+            while b < len(rest) and _is_copy(rest[b], body_writes):
+                b += 1
+            if b == a + 1 or b == len(rest) or not isinstance(rest[b], Sync):
+                continue
+            group, middle = rest[a + 1:b], rest[1:a]
+            written = {x.buffer for g in group for x in walk_stmts(g)
+                       if isinstance(x, Store)}
+            if any(_touches(m, written) for m in middle) or any(
+                    isinstance(x, Store) and x.buffer.scope == "shared"
+                    or isinstance(x, TensorCall) and x.buffers[-1].scope == "shared"
+                    for m in middle for x in walk_stmts(m)):
+                break
+            head += group
+            # the group and its barriers go; the one after it stays where what follows
+            # writes shared memory (which the reads in X must precede)
+            later = rest[b + 1:]
+            keep = any(isinstance(x, Store) and x.buffer.scope == "shared"
+                       or isinstance(x, TensorCall) and x.buffers[-1].scope == "shared"
+                       for m in later for x in walk_stmts(m))
+            rest = rest[:a] + rest[b if keep else b + 1:]
+            moved = True
+            break
+    return head + rest
+
+
 class _Pipeline(StmtMutator):
     def __init__(self, root: Stmt, asynchronous: bool):
         self.root = root
@@ -160,7 +241,15 @@ class _Pipeline(StmtMutator):
              hint=ctx.pop("hint", None), **ctx)
 
     def rewrite(self, s: For, p: PipelinePragma) -> Stmt:
-        stmts = list(s.body.stmts) if isinstance(s.body, Seq) else [s.body]
+        body = s.body
+        if isinstance(body, IfThenElse) and body.else_case is None and \
+                _invariant(body.cond, s.var):
+            # a guard of the whole body that does not change with the loop (the partial
+            # tile rows of grouped blocks): `for k: if c: B` is `if c: for k: B`
+            inner = For(s.var, s.min, s.extent, s.kind, body.then_case, s.step, s.pragmas)
+            return IfThenElse(body.cond, self.rewrite(inner, p))
+        stmts = _gather_copies(list(body.stmts) if isinstance(body, Seq) else [body],
+                               _written(body))
         i = 0
         while i < len(stmts) and isinstance(stmts[i], Sync):
             i += 1
@@ -296,7 +385,13 @@ class _MarkPipelined(StmtMutator):
         s = self.generic_visit(s)
         if _pragma(s) is None:
             return s
-        stmts = list(s.body.stmts) if isinstance(s.body, Seq) else [s.body]
+        body = s.body
+        if isinstance(body, IfThenElse) and body.else_case is None and \
+                _invariant(body.cond, s.var):
+            inner = For(s.var, s.min, s.extent, s.kind, body.then_case, s.step, s.pragmas)
+            return IfThenElse(body.cond, self.visit_For(inner))
+        stmts = _gather_copies(list(body.stmts) if isinstance(body, Seq) else [body],
+                               _written(body))
         i = 0
         while i < len(stmts) and isinstance(stmts[i], Sync):
             i += 1

@@ -1,8 +1,10 @@
 """The ``cuda`` backend: NVIDIA GPUs through CUDA C, registered as data.
 
 Options of ``cuda`` target strings: ``-arch=sm_<NN>`` (default: the compute capability of
-device 0, else ``sm_90``) and ``-fast-math`` (``__expf``-style intrinsics and
-``--use_fast_math``). Build options: ``compiler`` (``"auto"``, ``"nvrtc"``, ``"nvcc"``)
+device 0, else ``sm_90``), ``-fast-math`` (``__expf``-style intrinsics and
+``--use_fast_math``) and ``-min-blocks=<N>`` (``__launch_bounds__(threads, N)`` on every
+kernel of the module, 1 to 32: ptxas keeps the registers per thread low enough for N
+blocks per SM, e.g. 3 blocks of 128 threads at 168 registers). Build options: ``compiler`` (``"auto"``, ``"nvrtc"``, ``"nvcc"``)
 and ``cache_dir`` (the cubin cache), see :class:`~.runtime.CUDAModule`.
 
 The device limits are those of compute capability 9.0 (CUDA C Programming Guide,
@@ -36,14 +38,14 @@ class CUDABackend(Backend):
     kind = "cuda"
     description = "NVIDIA GPUs through CUDA C (NVRTC or nvcc), run with the driver API"
     is_gpu = True
-    option_names = ("-arch", "-fast-math")
+    option_names = ("-arch", "-fast-math", "-min-blocks")
     build_options = ("compiler", "cache_dir")
     device_names = ("cuda", "gpu", "nvidia")
     limits = CUDA_LIMITS
     tunable = True  # timed in a GPU runner process (polytile.autotune.gpu_runner)
 
     def parse_options(self, spec: str, options: tuple) -> Target:
-        """Parse ``-arch`` and ``-fast-math`` (module doc).
+        """Parse ``-arch``, ``-fast-math`` and ``-min-blocks`` (module doc).
 
         Raises
         ------
@@ -52,18 +54,27 @@ class CUDABackend(Backend):
         """
         arch = ""
         fast = False
+        attrs = ()
         for opt in options:
             name, value = split_option(spec, opt, self.option_names)
             if name == "-fast-math":
                 no_value(name, value)
                 fast = True
                 continue
+            if name == "-min-blocks":
+                blocks = need_value(spec, name, value)
+                if not (blocks.isdigit() and 1 <= int(blocks) <= 32):
+                    raise TargetError(format_error(
+                        "target", f"bad blocks per SM {blocks!r} in {spec!r}",
+                        "expected -min-blocks=<N> with 1 <= N <= 32"))
+                attrs = (("min_blocks", int(blocks)),)
+                continue
             arch = need_value(spec, name, value)
             if not re.fullmatch(r"sm_\d{2,3}[a-z]?", arch):
                 raise TargetError(format_error("target", f"bad GPU architecture {arch!r} in "
                                                f"{spec!r}", "expected sm_<NN>, e.g. -arch=sm_90"))
         return Target("cuda", arch=arch, opt_level=3, fast_math=fast, host=False,
-                      options=options, limits=self.limits)
+                      options=options, limits=self.limits, attrs=attrs)
 
     def passes(self, target: Target) -> tuple:
         """GPUs run 32-bit index arithmetic natively (a no-op for buffers of 2**30

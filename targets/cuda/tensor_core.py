@@ -175,7 +175,8 @@ def ldmatrix_bank_ways(row_bytes: int, rows: int = 8, width_bytes: int = 16) -> 
 def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
               warp=(64, 64), pad: int | None = None, vector: int | None = None,
               isa: str = "wmma",
-              dtype: str = "float16", stages: int = 1):
+              dtype: str = "float16", stages: int = 1, frags: str = "step",
+              group: int = 1):
     """A hand-scheduled float16 GEMM on tensor cores through WMMA (TVM's tensor-core
     tutorial structure): ``C[M, N] = A[M, K] @ B[K, N]`` (row-major), ``C`` in ``acc``.
     ``dtype`` may also be ``bfloat16`` (``acc`` float32), ``int8`` (``acc`` int32, WMMA
@@ -242,7 +243,7 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
     CF = s.cache_write(C, "wmma.accumulator")
     AF = s.cache_read(AS, "wmma.matrix_a", [CF])
     BF = s.cache_read(BS, "wmma.matrix_b", [CF])
-    wj, fi, fj, ti = warp_tiles(s, C, (BM, BN), (WM, WN), (N_TILE, N_TILE))
+    wj, fi, fj, ti = warp_tiles(s, C, (BM, BN), (WM, WN), (N_TILE, N_TILE), group)
     if isa not in ("wmma", "mma"):
         raise ValueError(f"wmma_gemm: isa {isa!r}; expected 'wmma' or 'mma'")
     mma = isa == "mma"
@@ -259,8 +260,10 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
         # the 16-wide k steps of a tile unrolled: fragment loads of step k+1 can be issued
         # during the MMAs of step k (nvcc does not always unroll this loop on sm_90)
         s[CF].unroll(kf)
-    s[AF].compute_at(s[CF], kf)
-    s[BF].compute_at(s[CF], kf)
+    if frags not in ("step", "tile"):
+        raise ValueError(f"wmma_gemm: frags {frags!r}; expected 'step' or 'tile'")
+    s[AF].compute_at(s[CF], kf if frags == "step" else ko)
+    s[BF].compute_at(s[CF], kf if frags == "step" else ko)
     loads = (mma_load_a(dtype), mma_load_b(dtype)) if mma else (wmma_load_a(dtype), wmma_load_b(dtype))
     for F, intrin, (t0, t1) in zip((AF, BF), loads, ((N_TILE, kt), (kt, N_TILE))):
         a0, a1 = F.op.axis
@@ -295,7 +298,8 @@ struct pt_mma_b_bf16 { unsigned r[4]; };
 struct pt_mma_c_f32 { float r[8]; };     // 16x16 f32 accumulator: two m16n8 fragments
 struct pt_mma_c_f16 { unsigned r[4]; };  // 16x16 f16 accumulator (half2 registers)
 __device__ __forceinline__ unsigned pt_lane() {
-  unsigned l; asm volatile("mov.u32 %0, %%laneid;" : "=r"(l)); return l;
+  // not volatile: the lane id is constant per thread, so nvcc may compute it once
+  unsigned l; asm("mov.u32 %0, %%laneid;" : "=r"(l)); return l;
 }"""
 
 _MMA_HELPERS = {

@@ -71,7 +71,8 @@ class GPUModule(Module):
         super().__init__(func, target)
         self.api = api
         self._c = print_c_module(func, self.dialect, fast_math=target.fast_math,
-                                 limits=target.limits)
+                                 limits=target.limits,
+                                 min_blocks=target.attr("min_blocks", 0))
         self.kernels = self._c.kernels
         self.image = self._compile(self._c.source)
         self._stored = stored_buffers(func.body)

@@ -123,6 +123,54 @@ def test_pipelined_mma_sync_gemm_on_the_interpreter(dtype):
     assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
 
 
+@pytest.mark.parametrize("M, N, BN, group", [(48, 64, 32, 2), (64, 64, 32, 2), (32, 64, 32, 1),
+                                            (48, 80, 64, 8)])
+def test_mma_sync_fragments_per_tile_and_grouped_blocks_on_the_interpreter(M, N, BN, group):
+    # frags="tile": the ldmatrix loads of both 16-wide k steps of a 32-deep tile issued
+    # before its MMAs (distinct registers); group: blocks walk `group` tile rows of a tile
+    # column (3 tile rows, groups of 2: the last group is ragged). (48, 80, 64, 8): groups
+    # larger than the tile rows and a partial tile column, whose guard of the whole k-loop
+    # body the pipeline hoists (it was refused)
+    K = 96                                 # 3 k tiles of 32, 4 stages
+    s, args = tc.wmma_gemm(M, N, K, isa="mma", block=(16, BN, 32), warp=(16, 16),
+                           stages=4, frags="tile", group=group)
+    f = lower(s, args, target="cuda", stop_after=None)
+    a, b = _inputs(M, N, K, "float16")
+    c = np.full((M, N), np.nan, "float32")
+    run(f, a, b, c)
+    assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
+    _assert_both_operands_pipelined(s, args, 4)
+
+
+def _assert_both_operands_pipelined(s, args, stages):
+    # the copies of A and of B both rotate through `stages` slots, and the k loop has one
+    # barrier: the fragments of A attached at the k loop (frags="tile") sit between the two
+    # copies, which the pipeline gathers before them
+    text = str(lower(s, args, target="cuda"))
+    for name in ("A.shared", "B.shared"):
+        assert f"{name} = alloc(float16[{stages}, " in text, name
+    loop = text.split("for k.outer in range")[1].split("cp.async.wait_group(0)")[0]
+    assert loop.count("sync('shared')") == 1, loop
+
+
+@pytest.mark.parametrize("size", [(384, 640, 320), (4096, 4096, 4096)])
+@pytest.mark.parametrize("block, warp, stages, frags, group", [
+    ((128, 128, 32), (32, 64), 4, "tile", 8), ((128, 256, 32), (64, 64), 4, "tile", 8),
+    ((128, 128, 32), (64, 64), 4, "step", 8), ((128, 128, 64), (64, 64), 3, "tile", 8)])
+def test_gpu_mma_sync_variants_lower_with_both_operands_pipelined(size, block, warp, stages,
+                                                                  frags, group):
+    # the configurations of the GPU tests and of benchmarks/gpu_gemm.py, lowered here
+    # (no GPU needed): a refusal at build time shows here, not first on the GPU machine
+    s, args = tc.wmma_gemm(*size, isa="mma", block=block, warp=warp, stages=stages,
+                           frags=frags, group=group)
+    _assert_both_operands_pipelined(s, args, stages)
+
+
+def test_fragments_placement_is_checked():
+    with pytest.raises(ValueError, match="frags 'warp'; expected 'step' or 'tile'"):
+        tc.wmma_gemm(64, 64, 64, isa="mma", frags="warp")
+
+
 def test_double_buffer_is_a_two_stage_pipeline():
     s, args, _ = simt_gemm(21, 24, 40, double_buffer=True)
     f, err = _interpret(s, args, 21, 24, 40, "float32")
@@ -271,6 +319,66 @@ def test_pipelined_tensor_core_gemm_compiles_with_cp_async(isa, dtype):
                 assert counts["LDSM"] > 0 and counts["STG.128"] > 0, counts
 
 
+def _ptxas_registers(source: str, arch: str = "sm_90",
+                     options: tuple = ()) -> tuple[int, int] | None:
+    """(registers, spill bytes) ptxas -v reports for the kernel of ``source`` (compiled
+    with the extra nvcc ``options``); None without nvcc."""
+    import os
+    import subprocess
+    import tempfile
+
+    from polytile.targets.cuda import compile as cc
+
+    if cc.nvcc_path() is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cu")
+        with open(path, "w") as fh:
+            fh.write(source)
+        log = subprocess.run([cc.nvcc_path(), f"-arch={arch}", "-cubin", "-std=c++17",
+                              "-Xptxas", "-v", *options, "-o", path + ".cubin", path],
+                             check=True,
+                             capture_output=True, text=True).stderr
+    regs = int(re.search(r"Used (\d+) registers", log).group(1))
+    spills = sum(int(x) for x in re.findall(r"(\d+) bytes spill (?:stores|loads)", log))
+    return regs, spills
+
+
+def test_eight_warp_mma_sync_gemm_fits_two_blocks_per_sm():
+    # 128x128x32 blocks of 8 warps (32x64 warp tiles), fragments per k tile, 4 stages,
+    # grouped blocks: at most 128 registers (two 256-thread blocks per SM), no spills
+    s, args = tc.wmma_gemm(512, 512, 512, isa="mma", block=(128, 128, 32), warp=(32, 64),
+                           stages=4, frags="tile", group=8)
+    src = polytile.build(s, args, target="cuda").get_source("cu")
+    assert "__launch_bounds__(256)" in src
+    assert "blockIdx_x % 8" in src            # the grouped block order
+    compile_with_nvcc(src, "sm_80")
+    got = _ptxas_registers(src)
+    if got is None:
+        pytest.skip("nvcc not found")
+    regs, spills = got
+    assert regs <= 128 and spills == 0, got
+
+
+def test_min_blocks_target_option_bounds_the_registers():
+    # "cuda -min-blocks=3": the default mma.sync variant (206 registers, 2 blocks of 4 warps
+    # per SM) gets __launch_bounds__(128, 3) and fits 168 registers without spills
+    from polytile.errors import TargetError
+
+    s, args = tc.wmma_gemm(512, 512, 512, isa="mma", block=(128, 128, 32), warp=(64, 64),
+                           stages=4, group=8)
+    assert polytile.target.Target("cuda -min-blocks=3").attr("min_blocks") == 3
+    for bad in ("cuda -min-blocks=0", "cuda -min-blocks=33", "cuda -min-blocks=x",
+                "cuda -min-blocks"):
+        with pytest.raises(TargetError):
+            polytile.target.Target(bad)
+    src = polytile.build(s, args, target="cuda -min-blocks=3").get_source("cu")
+    assert "__launch_bounds__(128, 3)" in src
+    compile_with_nvcc(src, "sm_80")
+    got = _ptxas_registers(src)
+    assert got is not None and got[0] <= 168 and got[1] == 0, got
+
+
 def test_pipelined_simt_gemm_compiles():
     s, args, _ = simt_gemm(37, 24, 40, "float16", kt=16, stages=3)
     src = polytile.build(s, args, target="cuda").get_source("cu")
@@ -306,6 +414,24 @@ _GPU_CASES = [(size, stages) for size in [(384, 640, 320)] for stages in (2, 3, 
 def test_pipelined_tensor_core_gemm_on_the_gpu(size, stages, isa, dtype):
     M, N, K = size
     s, args = tc.wmma_gemm(M, N, K, isa=isa, dtype=dtype, stages=stages)
+    f = polytile.build(s, args, target="cuda")
+    a, b = _inputs(M, N, K, dtype, seed=1)
+    c = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
+    assert _rel(c.numpy(), _reference(M, N, K, dtype)) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("size", [(384, 640, 320), (4096, 4096, 4096)])
+@pytest.mark.parametrize("block, warp, stages, frags, group", [
+    ((128, 128, 32), (32, 64), 4, "tile", 8), ((128, 256, 32), (64, 64), 4, "tile", 8),
+    ((128, 128, 32), (64, 64), 4, "step", 8)])
+def test_eight_warp_mma_sync_gemm_on_the_gpu(size, dtype, block, warp, stages, frags, group):
+    # the variants of benchmarks/gpu_gemm.py MMA_VARIANTS (3 tile rows in groups of 8 at 384)
+    M, N, K = size
+    s, args = tc.wmma_gemm(M, N, K, isa="mma", dtype=dtype, block=block, warp=warp,
+                           stages=stages, frags=frags, group=group)
     f = polytile.build(s, args, target="cuda")
     a, b = _inputs(M, N, K, dtype, seed=1)
     c = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
@@ -367,6 +493,9 @@ def test_padded_shared_rows_are_bank_conflict_free_for_ldmatrix():
     assert shapes == {"A.shared": (3, 128, 72), "B.shared": (3, 64, 136)}
     for shape in shapes.values():
         assert tc.ldmatrix_bank_ways(2 * shape[-1]) == 1
+    # the 8-warp variant's 32-deep tiles: A rows of 32 + 8 (80 bytes; 4-way unpadded)
+    assert tc.ldmatrix_bank_ways(2 * 32) == 4
+    assert tc.ldmatrix_bank_ways(2 * 40) == 1
 
 
 def test_pipeline_replays_from_the_trace():
