@@ -4,8 +4,8 @@ Each case lowers a schedule of the tutorials for ``cuda`` or ``llvm`` and prints
 compiler receives: the lowered loop IR (``str`` of the flattened ``PrimFunc``) and the CUDA
 C source or the LLVM IR as generated (before LLVM's optimisation). The sha256 of that
 text, its line count and its counts of loads and stores are compared with
-``golden/codegen.json``, recorded on main at the start of issue 11 (fast builds), whose
-optimisations of lowering must leave every byte of generated code as it was.
+``golden/codegen.json``, recorded on main (first at 1eae569, last at fa6057a): the
+optimisations of lowering (issue 11, fast builds) must leave every byte of it as it was.
 
 A deliberate change of the generated code (a new pass, another printing) changes these
 figures too: check the new code, then record it with
