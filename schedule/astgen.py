@@ -114,13 +114,14 @@ class AstMismatch(InternalError):
 
 def generate_ast(model: Model, sched: isl.Schedule, context: str = "{ : }",
                  env: dict | None = None, guards: dict | None = None,
-                 nodes: list | None = None) -> Stmt:
+                 nodes: list | None = None, role_of: dict | None = None) -> Stmt:
     """Generate the AST of ``sched``, check it (``ast_check.py``) and convert it into a
     loop-IR statement.
 
     ``context`` is the isl set of parameter values (GPU hardware indices and their
     ranges); ``env`` maps parameter names to the loop-IR variables that hold them;
-    ``guards`` (statement name -> set) replaces the guards of some statements.
+    ``guards`` (statement name -> set) replaces the guards of some statements;
+    ``role_of`` are the thread roles of ``nodes`` when the caller has them.
 
     Raises
     ------
@@ -149,7 +150,7 @@ def generate_ast(model: Model, sched: isl.Schedule, context: str = "{ : }",
         raise AstMismatch("isl generated a wrong loop nest: " + "; ".join(bad))
     barriers, idle = set(), {}
     if model.padded and nodes is not None:   # GPU kernel (threads.py)
-        role_of = roles(nodes)
+        role_of = roles(nodes) if role_of is None else role_of
         idle = {name: r.idle for name, r in role_of.items() if r.idle}
         barriers = {p.index for p in model.plans if p.buffer.scope == "shared"}
         barriers |= barrier_plans(model, nodes, role_of)
@@ -171,13 +172,17 @@ def lower_nodes(model: Model, nodes: list | None = None, context: str = "{ : }",
         When every attempt fails (the message lists the first failure).
     """
     first = None
+    role_of = None    # the kernel's thread roles: computed once for every attempt
     for atomic, hulls in ((False, False), (True, False), (True, True)):
         domains = guards = None
         if hulls:
             domains, guards = _hulls(model, nodes)
         try:
-            sched = build_schedule(model, nodes, atomic=atomic, domains=domains)
-            return generate_ast(model, sched, context, env, guards, nodes)
+            if model.padded and nodes is not None and role_of is None:
+                role_of = roles(nodes)
+            sched = build_schedule(model, nodes, atomic=atomic, domains=domains,
+                                   role_of=role_of)
+            return generate_ast(model, sched, context, env, guards, nodes, role_of)
         except AstMismatch as exc:
             first = first or exc
     raise InternalError(f"{first}; hint: simplify the quasi-affine indices (mod, floordiv) "

@@ -165,10 +165,12 @@ def parameter_context(ctx: isl.Set | None):
     old, old_sizes = _CONTEXT[0], _SIZES[0]
     _CONTEXT[0] = ctx
     _SIZES[0] = set()
+    _PARSED.clear()
     try:
         yield
     finally:
         _CONTEXT[0], _SIZES[0] = old, old_sizes
+        _PARSED.clear()
 
 
 def set_context(ctx: isl.Set | None, sizes=()) -> None:
@@ -393,22 +395,37 @@ def point_coords(p: isl.Point, n: int) -> list[int]:
     return [p.get_coordinate_val(isl.dim_type.set, k).to_python() for k in range(n)]
 
 
-# isl objects parsed from text with their symbolic-size parameters declared (see ``pfx``)
+# isl objects parsed from text with their symbolic-size parameters declared (see ``pfx``).
+# The phases of one lowering parse many texts more than once (the domain of a statement,
+# the same access map of several statements); isl objects are values (every operation
+# returns a new one), so one parse serves them all: ``(class, text) -> object``, emptied
+# by :func:`parameter_context` when a lowering starts and ends.
+_PARSED: dict = {}
+
+
+def _parse(cls, text: str):
+    text = pfx(text)
+    hit = _PARSED.get((cls, text))
+    if hit is None:
+        hit = _PARSED[cls, text] = cls(text)
+    return hit
+
+
 def Set(text: str) -> isl.Set:  # noqa: N802 - named after the isl class it builds
-    return isl.Set(pfx(text))
+    return _parse(isl.Set, text)
 
 
 def Map(text: str) -> isl.Map:  # noqa: N802
-    return isl.Map(pfx(text))
+    return _parse(isl.Map, text)
 
 
 def UnionSet(text: str) -> isl.UnionSet:  # noqa: N802
-    return isl.UnionSet(pfx(text))
+    return _parse(isl.UnionSet, text)
 
 
 def UnionMap(text: str) -> isl.UnionMap:  # noqa: N802
-    return isl.UnionMap(pfx(text))
+    return _parse(isl.UnionMap, text)
 
 
 def PwMultiAff(text: str) -> isl.PwMultiAff:  # noqa: N802
-    return isl.PwMultiAff(pfx(text))
+    return _parse(isl.PwMultiAff, text)

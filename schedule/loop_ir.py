@@ -29,13 +29,13 @@ Meaning of the IR, stated once:
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 from polytile.errors import InternalError
 from polytile.te.depth import deep
 from polytile.te.expr import Const, Expr, Var, register_node
 from polytile.te.printer import ExprPrinter
+from polytile.te.visitor import replace_node
 
 from .kinds import LoopKind
 
@@ -406,7 +406,7 @@ class StmtMutator(StmtFunctor):
                     changes[f] = nv
         if not changes:
             return s
-        out = dataclasses.replace(s, **changes)
+        out = replace_node(s, changes)
         if isinstance(out, Seq):
             return seq(*out.stmts)
         return out

@@ -58,7 +58,7 @@ from polytile.backend import Target, backends
 from polytile.errors import ScheduleError, format_error
 from polytile.te.depth import deep
 from polytile.te.expr import Var
-from polytile.te.visitor import collect
+from polytile.te.visitor import collect_many
 from polytile.te.tensor import ComputeOp
 
 from . import isl_util as iu
@@ -76,6 +76,7 @@ from .passes.barriers import sink_divergent_guards
 from .passes.loops import (dedup_syncs, legalize_vector_loops, legalize_vector_loops_masked,
                            serialize_nested_parallel, specialize_partial_unrolls, unroll)
 from .passes.share import share_subexpressions
+from .passes.simplify import forget as forget_simplified
 from .passes.simplify import simplify
 from .passes.software_pipeline import software_pipeline, software_pipeline_synchronous
 from .passes.storage import allocate_intermediates, flatten_storage
@@ -237,13 +238,18 @@ def _loop_passes(s: Lowering) -> None:
 def _kernel_launch(s: Lowering) -> None:
     """the function: one KernelLaunch per kernel on GPUs"""
     if s.gpu:
-        body = seq(*[_launch(k, b, env, f"{s.name}_kernel{i}")
-                     for i, (k, b, env) in enumerate(zip(s.units, s.bodies, s.envs))])
+        # the variables of each kernel, walked once for both the launch and the check below
+        used = [collect_many(_all_exprs(b), Var) for b in s.bodies]
+        body = seq(*[_launch(k, b, env, f"{s.name}_kernel{i}", vs)
+                     for i, (k, b, env, vs) in enumerate(zip(s.units, s.bodies, s.envs,
+                                                             used))])
+        free = [v for vs in used for v in vs]
     else:
         (body,) = s.bodies
+        free = None
     bound = bind_sizes(s.model.params, s.sizes, s.who)
     params = tuple(s.model.params) + tuple(v for v, _, _ in bound)
-    _check_free_vars(body, params)
+    _check_free_vars(body, params, free)
     imports = tuple((kind, text) for st in s.sch.stages for prs in st.pragmas.values()
                     for kind, text in prs if kind in ("import_llvm", "import_c"))
     attrs = {"imports": imports} if imports else {}
@@ -312,7 +318,8 @@ PHASE_NAMES = tuple(p.name for p in PHASES)
 @deep("lower")
 def lower(sch: Schedule, args, name: str = "main", target: str | Target | None = None,
           simple_mode: bool = False, *, stop_after: str | None = READABLE,
-          dump: bool | str | Iterable[str] = False, who: str = "lower") -> PrimFunc:
+          dump: bool | str | Iterable[str] = False, who: str = "lower",
+          timings: dict | None = None) -> PrimFunc:
     """Lower schedule ``sch`` to a loop-IR function with parameters ``args``.
 
     Parameters
@@ -337,6 +344,9 @@ def lower(sch: Schedule, args, name: str = "main", target: str | Target | None =
         Print what each phase (True) or the named phases produced, to stdout.
     who : str
         The primitive error messages name (``build`` when called by it).
+    timings : dict, optional
+        Filled with the wall time of each phase that ran, in seconds, by phase name
+        (``benchmarks/build_time.py`` reads it).
 
     Returns
     -------
@@ -367,19 +377,24 @@ def lower(sch: Schedule, args, name: str = "main", target: str | Target | None =
         args = type(args)(unwrap(a) for a in args)
     state = Lowering(sch, args, name, tgt, who)
     t_all = time.perf_counter()
-    with iu.parameter_context(None):
-        _run_phases(state, PHASES[:last + 1], show, name)
+    try:
+        with iu.parameter_context(None):
+            _run_phases(state, PHASES[:last + 1], show, name, timings)
+    finally:
+        forget_simplified()
     log.debug("lowered %s for %s in %.3f s", name, tgt, time.perf_counter() - t_all)
     return state.func
 
 
-def _run_phases(state: Lowering, phases, show, name: str) -> None:
+def _run_phases(state: Lowering, phases, show, name: str, timings: dict | None) -> None:
     for phase in phases:
         if phase.gpu is not None and phase.gpu != state.gpu:
             continue
         t0 = time.perf_counter()
         phase.run(state)
         ms = (time.perf_counter() - t0) * 1e3
+        if timings is not None:
+            timings[phase.name] = ms / 1e3
         log.debug("%s: %s %.2f ms", name, phase.name, ms)
         if log.isEnabledFor(logging.DEBUG - 1):
             log.log(logging.DEBUG - 1, "%s after %s:\n%s", name, phase.name, phase.show(state))
@@ -473,13 +488,21 @@ def _dump_set(dump) -> bool | set:
     return names
 
 
-def _launch(kernel: Kernel, body, env: dict, name: str) -> KernelLaunch:
-    used = {id(v) for x in walk_stmts(body) for e in stmt_exprs(x) for v in collect(e, Var)}
+def _launch(kernel: Kernel, body, env: dict, name: str, variables: list) -> KernelLaunch:
+    used = {id(v) for v in variables}
     tvars = tuple((v, v.name) for v in kernel.thread_vars().values() if id(v) in used)
     return KernelLaunch(name, kernel.grid, kernel.block, tvars, body)
 
 
-def _check_free_vars(body, params) -> None:
+def _all_exprs(body):
+    """Every expression held by a statement of ``body``, statements in pre-order."""
+    return (e for s in walk_stmts(body) for e in stmt_exprs(s))
+
+
+def _check_free_vars(body, params, variables: list | None = None) -> None:
+    """Refuse a variable of ``body`` that no parameter or statement binds; ``variables``
+    are those of ``body`` when the caller has them (its expressions' ``Var`` nodes in
+    pre-order of statements, repeats allowed)."""
     bound = {id(p) for p in params if isinstance(p, Var)}
     for s in walk_stmts(body):
         v = getattr(s, "var", None)
@@ -487,10 +510,8 @@ def _check_free_vars(body, params) -> None:
             bound.add(id(v))
         if isinstance(s, KernelLaunch):
             bound.update(id(v) for v, _ in s.thread_vars)
-    for s in walk_stmts(body):
-        for e in stmt_exprs(s):
-            for v in collect(e, Var):
-                if id(v) not in bound:
-                    raise ScheduleError(format_error(
-                        "lower", f"te.var {v.name!r} is used but not in args",
-                        "add it to args so the built function receives it"))
+    for v in collect_many(_all_exprs(body), Var) if variables is None else variables:
+        if id(v) not in bound:
+            raise ScheduleError(format_error(
+                "lower", f"te.var {v.name!r} is used but not in args",
+                "add it to args so the built function receives it"))

@@ -34,7 +34,7 @@ ISOLATION_OPERATIONS = 500_000
 
 
 def build_schedule(model: Model, nodes: list | None = None, *, atomic: bool = False,
-                   domains: dict | None = None) -> isl.Schedule:
+                   domains: dict | None = None, role_of: dict | None = None) -> isl.Schedule:
     """The isl schedule (tree form) of ``nodes`` (default: the whole program).
 
     Fallbacks for code that fails validation (``ast_check.py``): ``atomic`` generates every
@@ -42,11 +42,12 @@ def build_schedule(model: Model, nodes: list | None = None, *, atomic: bool = Fa
     isl's default, which may split a loop into several for different sets of statements;
     ``domains`` (statement name -> set) replaces the iteration domains of some statements
     (by simpler supersets, whose extra instances the code generator then guards off), and
-    drops full-tile isolation, which was computed on the exact domains."""
+    drops full-tile isolation, which was computed on the exact domains. ``role_of``: the
+    thread roles of ``nodes`` when the caller has them (``threads.roles``)."""
     nodes = model.nest if nodes is None else nodes
     sched = _seq([_node(n, (), domains or {}) for n in nodes])
     if model.padded:   # GPU: each statement on its threads, the others idle (threads.py)
-        only = restriction(roles(nodes))
+        only = restriction(roles(nodes) if role_of is None else role_of)
         if only is not None:
             sched = sched.intersect_domain(only)
     options: dict = {}

@@ -72,6 +72,8 @@ beyond the float reassociation that a reduction's split, reorder or rfactor impl
 
 from __future__ import annotations
 
+import functools
+
 import re
 
 import numpy as np
@@ -373,6 +375,7 @@ def smallest_finite(dtype: str):
     return min_value(dtype)
 
 
+@functools.cache
 def min_value(dtype: str):
     """Smallest finite value of ``dtype`` (``-inf`` for floats), as a Python number."""
     if is_float(dtype):
@@ -382,6 +385,7 @@ def min_value(dtype: str):
     return int(np.iinfo(dtype).min)
 
 
+@functools.cache
 def max_value(dtype: str):
     """Largest finite value of ``dtype`` (``inf`` for floats), as a Python number."""
     if is_float(dtype):

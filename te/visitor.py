@@ -19,11 +19,23 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from .expr import Expr, Var, child_fields
+from .expr import _CHILDREN, Expr, Var, child_fields
 
 
 class _Memo:
-    """Per-walker memo of visits by :meth:`memo_key` (see the module docstring)."""
+    """Per-walker memo of visits by :meth:`memo_key` (see the module docstring).
+
+    ``visit_<Class>`` methods are looked up once per walker class and node class, and a
+    walker that keeps the default :meth:`memo_key` skips calling it: a lowering visits
+    hundreds of thousands of nodes, and these lookups were a tenth of its time."""
+
+    _methods: dict = {}
+    _id_key = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._methods = {}
+        cls._id_key = cls.memo_key is _Memo.memo_key
 
     def memo_key(self, e):
         """What identifies a visit of ``e``: equal keys give the first visit's result;
@@ -31,7 +43,7 @@ class _Memo:
         return id(e)
 
     def visit(self, e):
-        key = self.memo_key(e)
+        key = id(e) if self._id_key else self.memo_key(e)
         if key is not None:
             try:
                 memo = self._memo
@@ -40,8 +52,12 @@ class _Memo:
             hit = memo.get(key)
             if hit is not None and hit[0] is e:
                 return hit[1]
-        fn = getattr(self, "visit_" + type(e).__name__, None)
-        out = fn(e) if fn is not None else self.generic_visit(e)
+        cls = type(e)
+        fn = self._methods.get(cls)
+        if fn is None:
+            fn = self._methods[cls] = getattr(type(self), "visit_" + cls.__name__, None) \
+                or type(self).generic_visit
+        out = fn(self, e)
         if key is not None:
             memo[key] = (e, out)   # holding ``e`` keeps its id from being reused
         return out
@@ -68,18 +84,40 @@ class ExprMutator(_Memo):
     survives the rewrite."""
 
     def generic_visit(self, e):
-        changes = {}
-        for f in child_fields(e):
+        changes = None
+        for f in _CHILDREN[type(e)]:
             v = getattr(e, f)
             if isinstance(v, tuple):
-                nv = tuple(self.visit(x) if isinstance(x, Expr) else x for x in v)
-                if any(a is not b for a, b in zip(nv, v)):
-                    changes[f] = nv
+                nv = tuple([self.visit(x) if isinstance(x, Expr) else x for x in v])
+                for a, b in zip(nv, v):
+                    if a is not b:
+                        if changes is None:
+                            changes = {}
+                        changes[f] = nv
+                        break
             elif isinstance(v, Expr):
                 nv = self.visit(v)
                 if nv is not v:
+                    if changes is None:
+                        changes = {}
                     changes[f] = nv
-        return dataclasses.replace(e, **changes) if changes else e
+        return e if changes is None else replace_node(e, changes)
+
+
+def replace_node(e, changes: dict):
+    """``dataclasses.replace(e, **changes)`` for expression and statement nodes, without
+    its per-call field analysis (each class's ``__init__`` fields are read once)."""
+    names = _INIT_FIELDS.get(type(e))
+    if names is None:
+        fs = dataclasses.fields(e)
+        names = _INIT_FIELDS[type(e)] = (tuple(f.name for f in fs)
+                                         if all(f.init for f in fs) else ())
+    if not names:
+        return dataclasses.replace(e, **changes)
+    return type(e)(*[changes[n] if n in changes else getattr(e, n) for n in names])
+
+
+_INIT_FIELDS: dict = {}
 
 
 def _children(e):
@@ -114,10 +152,34 @@ def collect(e: Expr, cls: type | tuple) -> list:
     Iterative, and each shared node is walked once: in post order every node below a node
     is listed before it, so a second walk of a finished node lists nothing new."""
     out: list = []
+    collect_into(e, cls, out, set())
+    return out
+
+
+def collect_many(exprs, cls: type | tuple) -> list:
+    """``collect`` over several expressions at once: every instance of ``cls`` in any of
+    ``exprs``, unique, in the order of the concatenated per-expression lists (first
+    occurrence). A node shared by several of the expressions (the same index in a
+    statement's load and store) is walked once, so a pass over all expressions of a
+    function is linear in their DAG."""
+    out: list = []
     done: set[int] = set()
+    for e in exprs:
+        collect_into(e, cls, out, done)
+    return out
+
+
+def collect_into(e: Expr, cls, out: list, done: set) -> None:
+    """Append to ``out`` the instances of ``cls`` below ``e`` (post order) that are not
+    below a node whose id is in ``done``; add the ids of the nodes walked to ``done``.
+    The building block of :func:`collect` and :func:`collect_many`."""
+    if id(e) in done:
+        return
+    children = _CHILDREN
     stack = [(e, False)]
+    pop, push = stack.pop, stack.append
     while stack:
-        x, expanded = stack.pop()
+        x, expanded = pop()
         if id(x) in done:
             continue
         if expanded:
@@ -125,9 +187,16 @@ def collect(e: Expr, cls: type | tuple) -> list:
             if isinstance(x, cls):
                 out.append(x)
             continue
-        stack.append((x, True))
-        stack.extend((c, False) for c in reversed(list(_children(x))) if id(c) not in done)
-    return out
+        push((x, True))
+        fields = children[type(x)]
+        for f in reversed(fields) if len(fields) > 1 else fields:
+            v = getattr(x, f)
+            if isinstance(v, tuple):
+                for c in reversed(v):
+                    if isinstance(c, Expr) and id(c) not in done:
+                        push((c, False))
+            elif isinstance(v, Expr) and id(v) not in done:
+                push((v, False))
 
 
 class _Substitute(ExprMutator):

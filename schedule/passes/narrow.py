@@ -20,6 +20,8 @@ instructions (TVM indexes in int32 for the same reason).
 
 from __future__ import annotations
 
+import functools
+
 from polytile.te import dtype as dt
 from polytile.te.expr import Binary, Cast, Cmp, Const, Expr, Select, Var
 from polytile.te.visitor import ExprMutator
@@ -33,6 +35,11 @@ def _fits(iv) -> bool:
     return iv is not None and I32[0] <= iv[0] and iv[1] <= I32[1]
 
 
+@functools.cache
+def _range(dtype: str) -> tuple:
+    return (int(dt.min_value(dtype)), int(dt.max_value(dtype)))
+
+
 class _Bounds:
     """Interval bounds ``(lo, hi)`` of integer expressions (``None``: unbounded), given the
     bounds of variables; memoized by node identity."""
@@ -40,6 +47,7 @@ class _Bounds:
     def __init__(self):
         self.vars: dict = {}     # Var -> (lo, hi)
         self.memo: dict = {}
+        self.nmemo: dict = {}    # narrowable, by node identity
 
     def of(self, e: Expr):
         hit = self.memo.get(id(e))
@@ -52,7 +60,7 @@ class _Bounds:
     def _of(self, e: Expr):
         if not dt.is_int(e.dtype):
             return None
-        dflt = (int(dt.min_value(e.dtype)), int(dt.max_value(e.dtype)))
+        dflt = _range(e.dtype)
         if isinstance(e, Const):
             return (int(e.value), int(e.value))
         if isinstance(e, Var):
@@ -104,6 +112,14 @@ class _Bounds:
     def narrowable(self, e: Expr) -> bool:
         """True when ``e`` (of dtype int64) and every int64 value inside it fit in int32
         (a ``Load`` inside is an index of its own and does not count)."""
+        hit = self.nmemo.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        out = self._narrowable(e)
+        self.nmemo[id(e)] = (e, out)
+        return out
+
+    def _narrowable(self, e: Expr) -> bool:
         if e.dtype == "int64" and not _fits(self.of(e)):
             return False
         if isinstance(e, (Binary, Cmp)):
@@ -197,6 +213,7 @@ class _NarrowStmt(StmtMutator):
             # bound again (a loop copied by unroll): walks memoized under the first
             # binding may not hold here
             self.b.memo.clear()
+            self.b.nmemo.clear()
             self.ex._memo = {}
             self.ex.nmemo.clear()
             self.b.vars.pop(v, None)

@@ -11,8 +11,8 @@ need.
 from __future__ import annotations
 
 from polytile.te import dtype as dt
-from polytile.te.expr import And, Binary, Cast, Cmp, Const, Expr, Not, Or, Select
-from polytile.te.visitor import ExprMutator
+from polytile.te.expr import And, Binary, Cast, Cmp, Const, Expr, Not, Or, Select, Var
+from polytile.te.visitor import ExprMutator, _Memo
 
 from ..loop_ir import StmtMutator, For, IfThenElse, is_empty, seq
 
@@ -21,9 +21,20 @@ _wrap = dt.wrap  # folded integer arithmetic wraps in the operands' dtype
 
 
 def _ci(e: Expr):
-    if isinstance(e, Const) and dt.is_int(e.dtype) and not isinstance(e.value, bool):
+    if e.__class__ is Const and _is_int(e.dtype) and not isinstance(e.value, bool):
         return e.value
     return None
+
+
+_INT_DTYPE: dict = {}
+
+
+def _is_int(dtype: str) -> bool:
+    """``dt.is_int``, remembered per dtype name (asked for every node the simplifier sees)."""
+    r = _INT_DTYPE.get(dtype)
+    if r is None:
+        r = _INT_DTYPE[dtype] = dt.is_int(dtype)
+    return r
 
 
 def _fold_int(op: str, a: int, b: int, dtype: str):
@@ -54,10 +65,30 @@ def _fold_int(op: str, a: int, b: int, dtype: str):
 
 # linear forms: {var: coef} plus a constant, for int64 index arithmetic --------------------
 
+#: Memo of :func:`_linear`, a pure function, by node identity: ``id -> (node, result)``
+#: (holding the node keeps its id from being reused). Emptied when it reaches
+#: :data:`MEMO_LIMIT` entries, so a long tuning session does not keep old programs alive.
+_LINEAR: dict = {}
+MEMO_LIMIT = 200_000
+
+
 def _linear(e: Expr):
-    """``(terms, const)`` if ``e`` is a sum of integer multiples of opaque sub-expressions."""
+    """``(terms, const)`` if ``e`` is a sum of integer multiples of opaque sub-expressions.
+    Memoized (the result is shared: callers never mutate it): without it the rewrite of
+    each ``+`` of a chain re-walked the whole chain below it."""
     if e.dtype != "int64":
         return None
+    hit = _LINEAR.get(id(e))
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    out = _linear_of(e)
+    if len(_LINEAR) >= MEMO_LIMIT:
+        _LINEAR.clear()
+    _LINEAR[id(e)] = (e, out)
+    return out
+
+
+def _linear_of(e: Expr):
     c = _ci(e)
     if c is not None:
         return {}, c
@@ -103,6 +134,11 @@ def _rebuild(terms: dict, const: int) -> Expr:
 
 
 class Simplifier(ExprMutator):
+    def visit(self, e):
+        if e.__class__ is Var or e.__class__ is Const:
+            return e    # nothing to simplify (and nothing worth a memo entry)
+        return _Memo.visit(self, e)
+
     def visit_Binary(self, e: Binary):
         a, b = self.visit(e.a), self.visit(e.b)
         ca, cb = _ci(a), _ci(b)
@@ -110,7 +146,7 @@ class Simplifier(ExprMutator):
             v = _fold_int(e.op, ca, cb, e.dtype)
             if v is not None:
                 return Const(e.dtype, v)
-        if dt.is_int(e.dtype):
+        if _is_int(e.dtype):
             if e.op in ("add", "sub") and (cb == 0):
                 return a
             if e.op == "add" and ca == 0:
@@ -125,8 +161,8 @@ class Simplifier(ExprMutator):
                 return Const(e.dtype, 0)
             if e.op in ("min", "max") and a is b:
                 return a
-        if (e.dtype == "int64" and e.op in ("add", "sub") and _linear(b) is not None
-                and isinstance(a, Binary) and a.op in ("min", "max")):
+        if (e.dtype == "int64" and e.op in ("add", "sub") and isinstance(a, Binary)
+                and a.op in ("min", "max") and _linear(b) is not None):
             # min(x, y) + z -> min(x + z, y + z): partial-tile extents fold their offsets
             return self.visit(Binary(e.dtype, a.op, Binary(e.dtype, e.op, a.a, b),
                                      Binary(e.dtype, e.op, a.b, b)))
@@ -145,7 +181,7 @@ class Simplifier(ExprMutator):
     def visit_Cast(self, e: Cast):
         v = self.visit(e.value)
         c = _ci(v)
-        if c is not None and dt.is_int(e.dtype):
+        if c is not None and _is_int(e.dtype):
             return Const(e.dtype, _wrap(c, e.dtype))
         if v.dtype == e.dtype:
             return v
@@ -199,7 +235,24 @@ def simplify_expr(e: Expr) -> Expr:
     return Simplifier().visit(e)
 
 
+#: Statements a ``simplify`` returned, by id (holding each keeps its id from being reused).
+#: The simplifier reaches its fixed point in one pass and sees nothing but the statement
+#: itself, so a statement it returned, met again by a later ``simplify`` (the passes in
+#: between left it alone), is returned as it is instead of being rebuilt node by node.
+_SIMPLIFIED: dict = {}
+
+
 class _SimplifyStmt(StmtMutator):
+    def visit(self, s):
+        if _SIMPLIFIED.get(id(s)) is s:
+            return s
+        out = StmtMutator.visit(self, s)
+        if out is not None:
+            if len(_SIMPLIFIED) >= MEMO_LIMIT:
+                _SIMPLIFIED.clear()
+            _SIMPLIFIED[id(out)] = out
+        return out
+
     def visit_expr(self, e):
         return simplify_expr(e)
 
@@ -219,6 +272,13 @@ class _SimplifyStmt(StmtMutator):
         if (isinstance(s.extent, Const) and s.extent.value <= 0) or is_empty(s.body):
             return None
         return s
+
+
+def forget() -> None:
+    """Empty the memos of this module (``lower`` calls it when a lowering ends: nothing of
+    one program is met again in the next)."""
+    _LINEAR.clear()
+    _SIMPLIFIED.clear()
 
 
 def simplify(stmt):

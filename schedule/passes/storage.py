@@ -6,7 +6,7 @@ from polytile.backend import DeviceLimits
 from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
 from polytile.te.expr import Binary, Cast, Const, Expr
-from polytile.te.visitor import ExprMutator, collect
+from polytile.te.visitor import ExprMutator, collect, collect_into
 
 from ..kinds import LoopKind, thread_private
 from ..loop_ir import (AccessPtr, Allocate, Buffer, For, KernelLaunch, Load, PrimFunc, Stmt,
@@ -14,17 +14,31 @@ from ..loop_ir import (AccessPtr, Allocate, Buffer, For, KernelLaunch, Load, Pri
 from ..tensorize import lower_tensor_call
 
 
-def _buffers_used(s: Stmt) -> list[Buffer]:
+def _buffers_used(s: Stmt, launches: dict | None = None) -> list[Buffer]:
+    """The buffers ``s`` stores to, calls or loads from, in order of first use. With
+    ``launches``, also the list of each ``KernelLaunch`` inside, by ``id`` (one walk for
+    the function and its kernels)."""
     out: dict[int, Buffer] = {}
-    for x in walk_stmts(s):
+    done: set[int] = set()    # expression nodes walked: shared indices are walked once
+    stack = [s]
+    while stack:
+        x = stack.pop()
+        if launches is not None and isinstance(x, KernelLaunch):
+            inner = launches[id(x)] = _buffers_used(x.body)
+            for b in inner:
+                out.setdefault(id(b), b)
+            continue
         if isinstance(x, Store):
             out.setdefault(id(x.buffer), x.buffer)
         if isinstance(x, TensorCall):
             for b in x.buffers:
                 out.setdefault(id(b), b)
+        loads: list = []
         for e in stmt_exprs(x):
-            for ld in collect(e, Load):
-                out.setdefault(id(ld.buffer), ld.buffer)
+            collect_into(e, Load, loads, done)
+        for ld in loads:
+            out.setdefault(id(ld.buffer), ld.buffer)
+        stack.extend(reversed(child_stmts(x)))
     return list(out.values())
 
 
@@ -46,11 +60,12 @@ def allocate_intermediates(func: PrimFunc, limits: DeviceLimits) -> PrimFunc:
     (the function launches kernels) see :func:`_allocate_gpu`.
     """
     params = {id(p) for p in func.params}
-    pending = [b for b in _buffers_used(func.body) if id(b) not in params]
+    launches: dict = {}
+    pending = [b for b in _buffers_used(func.body, launches) if id(b) not in params]
     if not pending:
         return func
-    if any(isinstance(x, KernelLaunch) for x in walk_stmts(func.body)):
-        return _allocate_gpu(func, pending)
+    if launches:
+        return _allocate_gpu(func, pending, launches)
     par_loops = _outermost_parallel(func.body)
     inside = {id(x): _buffers_used(x.body) for x in par_loops}
     by_loop: dict[int, list] = {}
@@ -100,7 +115,8 @@ def allocate_intermediates(func: PrimFunc, limits: DeviceLimits) -> PrimFunc:
     body = _PlaceInLoops().visit(func.body)
     for b in reversed([b for b in pending if id(b) not in private]):
         body = Allocate(b, body)
-    body = _Rescope(final).visit(body)
+    if final:   # else a walk of every expression that would change nothing
+        body = _Rescope(final).visit(body)
     return PrimFunc(func.name, func.params, body, func.attrs)
 
 
@@ -126,14 +142,15 @@ def _nbytes(b: Buffer) -> float:
     return b.size * dt.nbytes(b.dtype)
 
 
-def _allocate_gpu(func: PrimFunc, pending: list) -> PrimFunc:
+def _allocate_gpu(func: PrimFunc, pending: list, launches: dict) -> PrimFunc:
     """Shared and local buffers live in the kernel that uses them (per block / per
-    thread); other intermediates are device memory for the whole call."""
+    thread); other intermediates are device memory for the whole call. ``launches``:
+    the buffers of each kernel (``_buffers_used``)."""
     in_kernel = [b for b in pending if b.scope == "shared" or thread_private(b.scope)]
 
     class _Place(StmtMutator):
         def visit_KernelLaunch(self, k: KernelLaunch):
-            used = {id(b) for b in _buffers_used(k.body)}
+            used = {id(b) for b in launches[id(k)]}
             body = k.body
             for b in reversed([b for b in in_kernel if id(b) in used]):
                 body = Allocate(b, body)
@@ -148,7 +165,8 @@ def _allocate_gpu(func: PrimFunc, pending: list) -> PrimFunc:
             nb = Buffer(b.name, b.shape, b.dtype, "heap")
             final[id(b)] = nb
             body = Allocate(nb, body)
-    body = _Rescope(final).visit(body)
+    if final:   # else a walk of every expression that would change nothing
+        body = _Rescope(final).visit(body)
     return PrimFunc(func.name, func.params, body, func.attrs)
 
 

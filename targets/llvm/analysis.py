@@ -15,7 +15,7 @@ from __future__ import annotations
 from polytile.schedule.loop_ir import (AccessPtr, Allocate, Buffer, For, LetStmt, Load, Stmt,
                                        Store, TensorCall, stmt_exprs, walk_stmts)
 from polytile.te import dtype as dt
-from polytile.te.expr import Binary, Const, Expr, Var, child_fields
+from polytile.te.expr import _CHILDREN, Binary, Const, Expr, Var, child_fields
 
 _DIVS = ("truncdiv", "truncmod", "floordiv", "floormod")
 
@@ -85,28 +85,35 @@ def _ids_up_to(e: Expr, limit: int) -> set[int] | None:
     return out
 
 
-def _expr_symbols(e: Expr, out: dict) -> None:
+def _expr_symbols(e: Expr, out: dict, seen: set) -> None:
+    """Add the variables and buffers of ``e`` to ``out`` in pre-order, skipping the nodes
+    whose identity is in ``seen`` (walked for an earlier expression, with everything
+    below them) and adding the nodes walked to it."""
     stack = [e]
-    seen: set[int] = set()
-    order = []
+    children = _CHILDREN
     while stack:
         x = stack.pop()
         if id(x) in seen:
             continue
         seen.add(id(x))
-        order.append(x)
-        stack.extend(reversed(list(_children(x))))
-    for x in order:
         if isinstance(x, Var):
             out.setdefault(x, None)
         elif isinstance(x, (Load, AccessPtr)):
             out.setdefault(x.buffer, None)
+        fields = children[type(x)]
+        for f in reversed(fields) if len(fields) > 1 else fields:
+            v = getattr(x, f)
+            if isinstance(v, tuple):
+                stack.extend(c for c in reversed(v) if isinstance(c, Expr))
+            elif isinstance(v, Expr):
+                stack.append(v)
 
 
 def used_symbols(s: Stmt) -> list:
     """Variables and buffers read or written anywhere in ``s`` (including the shape
     expressions of its allocations), in first-use order, without duplicates."""
     out: dict = {}
+    seen: set[int] = set()   # expression nodes walked: shared ones are walked once
     for x in walk_stmts(s):
         if isinstance(x, Store):
             out.setdefault(x.buffer, None)
@@ -116,9 +123,9 @@ def used_symbols(s: Stmt) -> list:
         if isinstance(x, Allocate):
             for d in x.buffer.shape:
                 if isinstance(d, Expr):
-                    _expr_symbols(d, out)
+                    _expr_symbols(d, out, seen)
         for e in stmt_exprs(x):
-            _expr_symbols(e, out)
+            _expr_symbols(e, out, seen)
     return list(out)
 
 
