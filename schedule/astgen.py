@@ -23,7 +23,7 @@ from . import isl_util as iu
 from .layout import apply_indices
 from .loop_ir import (Assert, Buffer, For, IfThenElse, LetStmt, Load, Stmt, Store, Sync, seq)
 from .ast_check import mismatches
-from .kinds import LoopKind, loop_kind
+from .kinds import AutoUnrollPragma, LoopKind, for_pragmas, loop_kind
 from .polymodel import LoopNode, Model, PolyStmt
 from .tensorize import make_tensor_call
 from .threads import barrier_plans, roles
@@ -281,6 +281,11 @@ class _Converter:
         init = self.expr(node.for_get_init(), env)
         body = self.convert(node.for_get_body(), inner, None)
         if node.for_is_degenerate():
+            prag = () if loop is None else for_pragmas(loop.plan.stage, loop.iter_var)
+            if any(isinstance(p, AutoUnrollPragma) for p in prag):
+                # a one-iteration loop (TVM's ``kernel_scope``, a bound loop) keeps its
+                # auto-unroll scope for the loops inside
+                return For(v, init, Const("int64", 1), LoopKind.SERIAL, body, 1, prag)
             return LetStmt(v, init, body)
         cond = self.expr(node.for_get_cond(), inner)
         if not (isinstance(cond, Cmp) and cond.a is v and cond.op in ("le", "lt")):
@@ -297,12 +302,12 @@ class _Converter:
             if loop.key in self.model.rolled:
                 kind = LoopKind.SERIAL
             # a software pipeline keeps its parameters (stages, names for messages)
-            pragmas = tuple(v if k == "software_pipeline" else k
-                            for k, v in loop.plan.stage.pragmas.get(loop.iter_var, ()))
+            pragmas = for_pragmas(loop.plan.stage, loop.iter_var)
         out = For(v, init, extent, kind, body, step, pragmas)
         if loop is not None:
             self.iv_of[id(out)] = loop.iter_var
             out = _coalesce(out, loop.plan.stage, self.iv_of, taken)
+            out = _unit_scopes(out, loop.plan.stage, loop.iter_var)
         return out
 
     def convert_user(self, node: isl.AstNode, env: dict) -> Stmt:
@@ -423,7 +428,7 @@ def _strip_mine(rel, loop: LoopNode, v: Var, init: Expr, extent: Expr, step: int
                 LetStmt(v, Binary("int64", "add", init, pos), body), 1, ())
     outer_ext = Binary("int64", "floordiv", Binary("int64", "add", trip,
                                                    Binary("int64", "sub", f, one)), f)
-    pragmas = tuple(k for k, _ in loop.plan.stage.pragmas.get(rel.outer, ()))
+    pragmas = for_pragmas(loop.plan.stage, rel.outer)
     return For(vo, Const("int64", 0), outer_ext,
                loop_kind(loop.plan.stage.annotations.get(rel.outer)), inner, 1, pragmas)
 
@@ -462,7 +467,7 @@ def _coalesce(f: For, stage, iv_of: dict, taken: set) -> Stmt:
                                                      IfThenElse(guard, inner.body))))
         ann = stage.annotations.get(rel.fused)
         out = For(fv, Const("int64", 0), Binary("int64", "mul", f.extent, e), loop_kind(ann),
-                  body, 1, tuple(k for k, _ in stage.pragmas.get(rel.fused, ())))
+                  body, 1, for_pragmas(stage, rel.fused))
         iv_of[id(out)] = rel.fused
         f = out
 
@@ -578,3 +583,20 @@ def _tuple_store(st: PolyStmt, p, body: _Body, widx: tuple) -> Stmt:
         out = IfThenElse(where, seq(*body.checks, out), None)
         body.checks = []
     return seq(*body.checks, out)
+
+
+def _unit_scopes(out: For, stage, iv) -> Stmt:
+    """``out`` (the loop of ``iv``) inside the one-iteration scope of an
+    ``auto_unroll_max_step`` pragma on a loop of extent 1 just outside it (TVM's
+    ``kernel_scope = split(axis, nparts=1)``), which isl generates no loop for."""
+    leaves = stage.leaf_iter_vars
+    if iv not in leaves:
+        return out
+    for x in reversed(leaves[:leaves.index(iv)]):
+        if x.dom is None or not isinstance(x.dom.extent, int) or x.dom.extent != 1:
+            break
+        prag = tuple(p for p in for_pragmas(stage, x) if isinstance(p, AutoUnrollPragma))
+        if prag:
+            out = For(Var("int64", x.name), Const("int64", 0), Const("int64", 1),
+                      LoopKind.SERIAL, out, 1, prag)
+    return out

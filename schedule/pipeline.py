@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from polytile.backend import Target, backends
 from polytile.errors import ScheduleError, format_error
 from polytile.te.depth import deep
-from polytile.te.expr import Var
+from polytile.te.expr import Const, Var
 from polytile.te.visitor import collect
 from polytile.te.tensor import ComputeOp
 
@@ -66,14 +66,14 @@ from .astgen import lower_nodes
 from .deps import check_legality
 from .gpu import (Kernel, check_shared_memory, check_store_predicate_threads, check_wavefronts,
                   kernels)
-from .kinds import ThreadTag
+from .kinds import AutoUnrollPragma, LoopKind, ThreadTag
 from .limits import limit_unrolls
-from .loop_ir import KernelLaunch, PrimFunc, seq, stmt_exprs, walk_stmts
+from .loop_ir import For, KernelLaunch, PrimFunc, seq, stmt_exprs, walk_stmts
 from .model import Model, build_model
 from .passes.async_copy import async_copies
 from .passes.bfloat16 import legalize_bfloat16
-from .passes.loops import (dedup_syncs, legalize_vector_loops, serialize_nested_parallel,
-                           specialize_partial_unrolls, unroll)
+from .passes.loops import (auto_unroll, dedup_syncs, legalize_vector_loops,
+                           serialize_nested_parallel, specialize_partial_unrolls, unroll)
 from .passes.share import share_subexpressions
 from .passes.simplify import simplify
 from .passes.software_pipeline import software_pipeline, software_pipeline_synchronous
@@ -94,6 +94,7 @@ LOOP_PASSES = (
     ("legalize_bfloat16", legalize_bfloat16),
     ("simplify", simplify),
     ("legalize_vector_loops", legalize_vector_loops),
+    ("auto_unroll", auto_unroll),
     ("specialize_partial_unrolls", specialize_partial_unrolls),
     ("unroll", unroll),
     ("simplify", simplify),
@@ -205,8 +206,25 @@ def _ast(s: Lowering) -> None:
     """schedule trees and checked isl ASTs, into loop IR (one per kernel on GPUs)"""
     s.envs = [{} if k is None else k.index_env() for k in s.units]
     s.bodies = [lower_nodes(s.model) if k is None else
-                lower_nodes(s.model, k.nodes, k.context(), env)
+                _bound_auto_unroll(k, lower_nodes(s.model, k.nodes, k.context(), env))
                 for k, env in zip(s.units, s.envs)]
+
+
+def _bound_auto_unroll(k: Kernel, body):
+    """``body`` of kernel ``k`` in the scope of an ``auto_unroll_max_step`` pragma that its
+    stage puts on a loop bound to a thread index or outside the bound loops (TVM's
+    ``kernel_scope``): such a loop is no loop of the kernel's code, its scope is the whole
+    kernel."""
+    st = k.plan.stage
+    leaves = list(st.leaf_iter_vars)
+    bound = [n for n, iv in enumerate(leaves) if isinstance(st.annotations.get(iv), ThreadTag)]
+    steps = [v for iv, prs in st.pragmas.items() for key, v in prs
+             if key == "auto_unroll_max_step" and bound and iv in leaves
+             and leaves.index(iv) <= bound[-1]]
+    if not steps:
+        return body
+    return For(Var("int64", "kernel_scope"), Const("int64", 0), Const("int64", 1),
+               LoopKind.SERIAL, body, 1, (AutoUnrollPragma(steps[-1]),))
 
 
 def loop_passes(target: Target) -> tuple:
