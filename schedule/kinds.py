@@ -194,6 +194,23 @@ class AutoUnrollPragma:
         return f"auto_unroll_max_step={self.max_step}"
 
 
+@dataclass(frozen=True, eq=False)
+class PrefetchPragma:
+    """``s[C].prefetch(tensor, k, offset)`` on loop-IR ``For.pragmas``: each iteration of
+    the loop first prefetches the element of ``tensor`` (its operation ``op``, output
+    ``value_index``) that the loop's body reads first, ``offset`` iterations ahead
+    (:mod:`~polytile.schedule.passes.prefetch`)."""
+
+    op: object
+    value_index: int
+    offset: int
+    stage: str
+    axis: str
+
+    def __str__(self) -> str:
+        return f"prefetch({self.op.name}, offset={self.offset})"
+
+
 def for_pragmas(stage, iv) -> tuple:
     """The ``For.pragmas`` of the loop of ``iv`` in ``stage``: pragma names, with the
     objects of those that the loop passes read (a software pipeline, an auto unroll, a
@@ -214,5 +231,5 @@ def for_pragmas(stage, iv) -> tuple:
 ASYNC_COPY = "cp.async"
 
 
-__all__ = ["ASYNC_COPY", "AutoUnrollPragma", "PipelinePragma", "for_pragmas", "Annotation", "LoopKind", "PARAMS", "PARAM_SPACE", "ThreadTag", "annotation_name",
+__all__ = ["ASYNC_COPY", "AutoUnrollPragma", "PipelinePragma", "PrefetchPragma", "for_pragmas", "Annotation", "LoopKind", "PARAMS", "PARAM_SPACE", "ThreadTag", "annotation_name",
            "default_scope", "loop_kind", "FRAGMENT_SCOPES", "FRAGMENT_TILES", "fragment_tile", "thread_private"]

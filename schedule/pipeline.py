@@ -74,6 +74,7 @@ from .passes.async_copy import async_copies
 from .passes.bfloat16 import legalize_bfloat16
 from .passes.loops import (auto_unroll, dedup_syncs, legalize_vector_loops,
                            serialize_nested_parallel, specialize_partial_unrolls, unroll)
+from .passes.prefetch import insert_prefetches, strip_prefetch_pragmas
 from .passes.share import share_subexpressions
 from .passes.simplify import simplify
 from .passes.software_pipeline import software_pipeline, software_pipeline_synchronous
@@ -269,6 +270,14 @@ def _allocation(s: Lowering) -> None:
 def _storage_flattening(s: Lowering) -> None:
     """row-major offsets instead of multi-dimensional indices"""
     s.func = finalize(s.func)
+    if any(k == "prefetch" for st in s.sch.stages for prs in st.pragmas.values()
+           for k, _ in prs):
+        # a hint the CPU caches take; GPU kernels go without (see Stage.prefetch)
+        names = {(st.op, k): b.name for (st, k), b in s.model.outs.items()}
+        body = s.func.body if not s.gpu else strip_prefetch_pragmas(s.func.body)
+        if not s.gpu:
+            body = insert_prefetches(body, names)
+        s.func = PrimFunc(s.func.name, s.func.params, body, s.func.attrs)
 
 
 def _backend_passes(s: Lowering) -> None:

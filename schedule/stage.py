@@ -111,6 +111,10 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, SymbolicSplitMixin):
         self.bound_axes: dict = {}   # loop -> the thread axis (te.thread_axis) it is bound to
         #: tensorize: (loop, TensorIntrin)
         self.tensorized = None
+        #: env_threads (a te.scan): the thread axes launched around its time loop
+        self.env_thread_axes: tuple = ()
+        #: rolling_buffer: TVM's sliding-window buffer (the values are recomputed here)
+        self.rolling = False
 
     @property
     def name(self) -> str:

@@ -447,6 +447,8 @@ class CodeGen(StmtFunctor):
         return self.b.gep(self.buffer_ptr(e.buffer), [self.index(e.offset)], inbounds=True)
 
     def expr_ExternCall(self, e: ExternCall) -> ir.Value:
+        if e.kind == "intrin" and e.name == "prefetch":
+            return self._prefetch(e.args[0])
         if e.kind == "intrin":
             raise BuildError(format_error(
                 "codegen_llvm", f"call_intrin {e.name!r} is a builtin of a C dialect",
@@ -464,6 +466,19 @@ class CodeGen(StmtFunctor):
                 f"{fn.function_type}", "one signature per function"))
         v = self.b.call(fn, args)
         return I32(0) if e.dtype == "void" else v
+
+    def _prefetch(self, p: AccessPtr) -> ir.Value:
+        """``llvm.prefetch`` (read, locality 3, data cache) of element ``p.offset`` of
+        ``p.buffer`` (Stage.prefetch). The address may lie past the array (the iterations
+        ahead of the last): no ``inbounds``, and prefetches never fault."""
+        ptr = self.b.gep(self.buffer_ptr(p.buffer), [self.index(p.offset)])
+        ptr = self.b.bitcast(ptr, I8P)
+        fn = self.module.globals.get("llvm.prefetch.p0")
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(llx.VOID, [I8P, I32, I32, I32]),
+                             name="llvm.prefetch.p0")
+        self.b.call(fn, [ptr, I32(0), I32(3), I32(1)])
+        return I32(0)
 
     def expr_Load(self, e: Load) -> ir.Value:
         v = self.b.load(self.element_ptr(e.buffer, e.indices), align=dt.nbytes(e.buffer.dtype))
