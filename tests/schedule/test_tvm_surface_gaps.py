@@ -1,0 +1,101 @@
+"""TE-surface gaps of issue 9 closed by tesurf4: an argument tensor computed at a loop of
+its consumer, and the rest (see docs/tvm_compatibility.md); numeric results against
+numpy float64 at odd sizes, and the refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import check, rand
+
+import polytile
+from polytile import ScheduleError, te
+
+
+def _run(s, args, inputs, shapes):
+    outs = [np.full(sh, np.nan, "float32") for sh in shapes]
+    polytile.build(s, args)(*inputs, *outs)
+    return outs
+
+
+# ------------------------------------------------- an argument computed at another stage
+def test_tvm_schedule_primitives_tutorial_compute_at_argument():
+    # TVM's schedule_primitives tutorial: lower(s, [A, B, C]) with B computed at C
+    m, n = 17, 13
+    A = te.placeholder((m, n), name="A")
+    B = te.compute((m, n), lambda i, j: A[i, j] + 1.0, name="B")
+    C = te.compute((m, n), lambda i, j: B[i, j] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[1])
+    a = rand((m, n), seed=1)
+    b, c = _run(s, [A, B, C], [a], [(m, n), (m, n)])
+    check(b, a.astype("float64") + 1)
+    check(c, (a.astype("float64") + 1) * 2)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_argument_reduction_at_a_tile_with_a_halo(parallel):
+    # B (a row sum) is an argument, computed per tile of D's rows; D reads a 3-row window
+    m, n = 29, 11
+    A = te.placeholder((m, n), name="A")
+    k = te.reduce_axis((0, n), name="k")
+    B = te.compute((m,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    D = te.compute((m - 2,), lambda i: B[i] + B[i + 1] * 2.0 + B[i + 2], name="D")
+    s = te.create_schedule(D.op)
+    io, ii = s[D].split(D.op.axis[0], factor=4)
+    s[B].compute_at(s[D], io)
+    a = rand((m, n), seed=2)
+    rb = a.astype("float64").sum(axis=1)
+    if parallel:
+        s[D].parallel(io)
+        with pytest.raises(ScheduleError, match=r"compute_at: stage 'B' is in args and "
+                           r"computed at 'D'.'i.outer', and the regions of iterations of the "
+                           r"parallel loop 'i.outer' overlap"):
+            polytile.lower(s, [A, B, D])
+        return
+    b, d = _run(s, [A, B, D], [a], [(m,), (m - 2,)])
+    check(b, rb, k=n)
+    check(d, rb[:-2] + 2 * rb[1:-1] + rb[2:], k=3 * n)
+
+
+def test_argument_at_a_parallel_loop_without_overlap():
+    m, n = 31, 9
+    A = te.placeholder((m, n), name="A")
+    B = te.compute((m, n), lambda i, j: te.exp(A[i, j]), name="B")
+    C = te.compute((m, n), lambda i, j: B[i, j] - A[i, j], name="C")
+    s = te.create_schedule(C.op)
+    io, ii = s[C].split(C.op.axis[0], factor=5)
+    s[C].parallel(io)
+    s[B].compute_at(s[C], ii)
+    a = rand((m, n), seed=3)
+    b, c = _run(s, [A, B, C], [a], [(m, n), (m, n)])
+    check(b, np.exp(a.astype("float64")))
+    check(c, np.exp(a.astype("float64")) - a)
+
+
+def test_argument_read_in_part_is_refused():
+    m, n = 7, 9
+    A = te.placeholder((m, n), name="A")
+    B = te.compute((m, n), lambda i, j: A[i, j] + 1.0, name="B")
+    C = te.compute((m, 3), lambda i, j: B[i, j] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[0])
+    with pytest.raises(ScheduleError, match=r"compute_at: stage 'B' is in args and computed "
+                       r"at 'C'.'i', which reads only part of it: .* would never be written"):
+        polytile.lower(s, [A, B, C])
+    # without B in the arguments it is an intermediate as before
+    polytile.lower(s, [A, C])
+
+
+def test_argument_at_a_loop_in_a_gpu_kernel_is_refused():
+    m, n = 7, 32
+    A = te.placeholder((m, n), name="A")
+    B = te.compute((m, n), lambda i, j: A[i, j] + 1.0, name="B")
+    C = te.compute((m, n), lambda i, j: B[i, j] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[C].bind(C.op.axis[1], te.thread_axis("threadIdx.x"))
+    s[B].compute_at(s[C], C.op.axis[0])
+    with pytest.raises(ScheduleError, match=r"compute_at: stage 'B' is in args and computed "
+                       r"at 'C'.'i' in a GPU kernel"):
+        polytile.lower(s, [A, B, C], target="cuda")
