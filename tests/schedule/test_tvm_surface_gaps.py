@@ -99,3 +99,54 @@ def test_argument_at_a_loop_in_a_gpu_kernel_is_refused():
     with pytest.raises(ScheduleError, match=r"compute_at: stage 'B' is in args and computed "
                        r"at 'C'.'i' in a GPU kernel"):
         polytile.lower(s, [A, B, C], target="cuda")
+
+
+# ------------------------------------------- cross-thread reduction over two reduce loops
+def _sum2(n=5, k0=13, k1=7):
+    A = te.placeholder((n, k0, k1), name="A")
+    r0, r1 = te.reduce_axis((0, k0), "k0"), te.reduce_axis((0, k1), "k1")
+    B = te.compute((n,), lambda i: te.sum(A[i, r0, r1], axis=(r0, r1)), name="B")
+    return A, B
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_crossthread_reduction_over_two_loops(fused):
+    from helpers import compile_with_nvcc
+
+    from polytile.schedule import interpreter
+    A, B = _sum2()
+    s = te.create_schedule(B.op)
+    k0o, k0i = s[B].split(B.op.reduce_axis[0], nparts=8)
+    k1o, k1i = s[B].split(B.op.reduce_axis[1], nparts=3)
+    if fused:   # the user's own fuse of the two outer loops
+        s[B].reorder(B.op.axis[0], k0o, k1o, k0i, k1i)
+        s[B].bind(s[B].fuse(k0o, k1o), te.thread_axis("threadIdx.x"))
+    else:       # TVM's test_crossthread_reduction2: two loops on two indices
+        s[B].bind(k0o, te.thread_axis("threadIdx.x"))
+        s[B].bind(k1o, te.thread_axis("threadIdx.y"))
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    func = polytile.lower(s, [A, B], target="cuda")
+    assert "block=[21, 1, 1]" in str(func)     # 7 parts of 13 (factor 2) times 3
+    a = rand((5, 13, 7), seed=9)
+    b = np.full(5, np.nan, "float32")
+    interpreter.run(func, a, b)
+    check(b, a.astype("float64").sum((1, 2)), k=91)
+    compile_with_nvcc(polytile.build(s, [A, B], target="cuda").get_source())
+
+
+def test_crossthread_reduction_over_two_loops_with_rows_on_threads():
+    from polytile.schedule import interpreter
+    A, B = _sum2()
+    s = te.create_schedule(B.op)
+    k0o, _ = s[B].split(B.op.reduce_axis[0], nparts=4)
+    k1o, _ = s[B].split(B.op.reduce_axis[1], nparts=2)
+    io, ii = s[B].split(B.op.axis[0], factor=2)
+    s[B].bind(k0o, te.thread_axis("threadIdx.x"))
+    s[B].bind(k1o, te.thread_axis("threadIdx.y"))
+    s[B].bind(ii, te.thread_axis("threadIdx.z"))
+    s[B].bind(io, te.thread_axis("blockIdx.x"))
+    func = polytile.lower(s, [A, B], target="cuda")
+    a = rand((5, 13, 7), seed=10)
+    b = np.full(5, np.nan, "float32")
+    interpreter.run(func, a, b)
+    check(b, a.astype("float64").sum((1, 2)), k=91)
