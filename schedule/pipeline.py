@@ -65,6 +65,7 @@ from . import isl_util as iu
 from .astgen import lower_nodes
 from .deps import check_legality
 from .gpu import (Kernel, check_shared_memory, check_store_predicate_threads, check_wavefronts,
+                  is_extern,
                   kernels)
 from .kinds import AutoUnrollPragma, LoopKind, ThreadTag
 from .limits import limit_unrolls
@@ -434,7 +435,7 @@ def only_scalar_stages(sch: Schedule) -> bool:
     each runs as a kernel of one thread)."""
     roots = [st for st in sch.stages if isinstance(st.op, ComputeOp)
              and st.attach_type == "root"]
-    return bool(roots) and all(not st.op.axis for st in roots)
+    return bool(roots) and all(not st.op.axis or is_extern(st.op) for st in roots)
 
 
 def uses_gpu(sch: Schedule) -> bool:
