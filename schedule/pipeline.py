@@ -68,6 +68,7 @@ from .gpu import (Kernel, check_shared_memory, check_store_predicate_threads, ch
                   is_extern,
                   kernels)
 from .kinds import AutoUnrollPragma, LoopKind, ThreadTag
+from .injective import rewrite_fused_splits
 from .limits import limit_unrolls
 from .loop_ir import For, KernelLaunch, PrimFunc, seq, stmt_exprs, walk_stmts
 from .model import Model, build_model
@@ -160,7 +161,7 @@ def _inputs(s: Lowering) -> None:
     iu.set_context(None, s.sizes)
     ctx, s.size_checks = size_context(s.sch, s.sizes)
     iu.set_context(ctx, s.sizes)
-    s.sch = interchange_outer_vectorized(s.sch)
+    s.sch = interchange_outer_vectorized(rewrite_fused_splits(s.sch))
     validate_schedule(s.sch)
     s.gpu = uses_gpu(s.sch) or (s.target.is_gpu and only_scalar_stages(s.sch))
     check_store_predicates(s.sch, s.gpu)

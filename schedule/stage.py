@@ -262,7 +262,9 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, SymbolicSplitMixin):
                  f"{self.name!r}", "expected True or False")
         parent = self._leaf("split", parent)
         self._check_not_annotated("split", parent)
-        self._check_not_symbolic_split("split", parent)
+        if not (self._fused_symbolic(parent) and isinstance(factor, (int, np.integer))
+                and not isinstance(factor, bool) and nparts is None):
+            self._check_not_symbolic_split("split", parent)
         if (factor is None) == (nparts is None):
             got = "both factor= and nparts=" if factor is not None else "neither factor= nor "\
                 "nparts="

@@ -431,9 +431,18 @@ def test_fuse_of_symbolic_extents_refusals():
     C = te.compute((m, n), lambda i, j: B[i, j] * 2.0, name="C")
     s = te.create_schedule(C.op)
     f = s[C].fuse(*C.op.axis)
+    fo, fi = s[C].split(f, factor=64)   # kept for TVM's GPU injective schedule (below)
+    s[C].parallel(fo)                   # any other use is refused when lowering
     with pytest.raises(ScheduleError, match=r"split: iter_var 'i.j.fused' of stage 'C' fuses "
-                       r"a loop of symbolic extent n"):
-        s[C].split(f, factor=64)    # TVM's GPU injective schedule: not affine here
+                       r"a loop of symbolic extent n and is split by 64, but 'i.j.fused.outer' "
+                       r"is not bound to blockIdx.x"):
+        polytile.lower(s, [A, C])
+    s = te.create_schedule(C.op)
+    f = s[C].fuse(*C.op.axis)
+    with pytest.raises(ScheduleError, match=r"split: iter_var 'i.j.fused' of stage 'C' fuses "):
+        s[C].split(f, nparts=4)
+    s = te.create_schedule(C.op)
+    f = s[C].fuse(*C.op.axis)
     s[C].vectorize(f)
     with pytest.raises(ScheduleError, match=r"vectorize: loop 'i.j.fused' of stage 'C' fuses "
                        r"a loop of symbolic extent n"):
