@@ -150,3 +150,44 @@ def test_crossthread_reduction_over_two_loops_with_rows_on_threads():
     b = np.full(5, np.nan, "float32")
     interpreter.run(func, a, b)
     check(b, a.astype("float64").sum((1, 2)), k=91)
+
+
+# ------------------------------------------------------------ te.extern with several outputs
+TWO_OUTS = r"""
+int two_outs(const float* a, float* x, float* y, int n) {
+  for (int i = 0; i < n; ++i) { x[i] = a[i] + 1.0f; y[i] = a[i] * 3.0f; }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_extern_with_two_outputs(inline):
+    from polytile import tir
+    n = 29
+    A = te.placeholder((n,), name="A")
+    X, Y = te.extern([(n,), (n,)], [A], lambda ins, outs: tir.call_extern(
+        "int32", "two_outs", ins[0].access_ptr("r"), outs[0].access_ptr("w"),
+        outs[1].access_ptr("w"), n), name="E")
+    assert (X.name, Y.name) == ("E.v0", "E.v1")
+    D = te.compute((n,), lambda i: X[i] * Y[i] - 2.0, name="D")
+    s = te.create_schedule([D.op, Y.op])
+    packed = s[X].op.input_tensors[0]
+    s[packed].pragma(packed.op.axis[0], "import_c", TWO_OUTS)
+    if inline:
+        s[X].compute_inline()
+    a = rand((n,), seed=12)
+    y, d = _run(s, [A, Y, D], [a], [(n,), (n,)])
+    x64 = a.astype("float64")
+    check(y, x64 * 3)
+    check(d, (x64 + 1) * (x64 * 3) - 2)
+
+
+def test_extern_outputs_of_different_shapes_are_refused():
+    from polytile import tir
+    from polytile.errors import DefinitionValueError
+    A = te.placeholder((8,), name="A")
+    with pytest.raises(DefinitionValueError, match=r"extern: 2 outputs of the shapes \[\[8\], "
+                       r"\[4\]\] and dtypes .*; outputs of one shape and one dtype"):
+        te.extern([(8,), (4,)], [A], lambda ins, outs: tir.call_extern(
+            "int32", "f", ins[0].access_ptr("r")))
