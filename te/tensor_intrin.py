@@ -247,7 +247,6 @@ def _extern_outputs(shapes, inputs, fcompute, name, dtype, in_buffers, out_buffe
     from polytile.tir import BufferView
 
     from . import symbolic as sym
-    from .expr import Binary, Const
     from .tensor import compute
 
     shapes = [tuple(x) for x in shapes]
@@ -262,16 +261,10 @@ def _extern_outputs(shapes, inputs, fcompute, name, dtype, in_buffers, out_buffe
 
     def stacked(ins, outs):
         o = outs[0]
-        def start(j):
-            if j == 0:
-                return o.elem_offset
-            step = o.strides[0]
-            step = Const("int64", j * step) if isinstance(step, int) else \
-                Binary("int64", "mul", Const("int64", j), sym.as_expr(step))
-            return Binary("int64", "add", o.elem_offset, step)
-
-        views = [BufferView(o.buffer, o.shape[1:], o.strides[1:], start(j),
-                            name=f"{name}.v{j}") for j in range(k)]
+        zeros = (0,) * (len(o.shape) - 1)
+        views = [BufferView(o.buffer, o.shape[1:], o.strides[1:],
+                            o.offset_of((j, *zeros)), name=f"{name}.v{j}")
+                 for j in range(k)]
         return fcompute(ins, views)
 
     packed = extern((k, *shapes[0]), inputs, stacked, name=name, dtype=dtypes[0],

@@ -187,8 +187,8 @@ def test_split_factor_expressions_like_tvm():
 
 def test_extern_multi_out():
     # TVM's test_extern_multi_out, with the packed function written as C (call_packed is
-    # refused below)
-    m = 20
+    # refused below), and a symbolic size
+    m = te.size_var("m")
     A = te.placeholder((m,), name="A")
     B = te.compute((m,), lambda i: A[i] * 10, name="B")
     res = te.extern([A.shape, A.shape], [A, B], lambda ins, outs: tir.call_extern(
@@ -202,7 +202,7 @@ def test_extern_multi_out():
           return 0;
         }""")
     f = polytile.build(s, [A, *res])
-    for n in (20,):
+    for n in (1, 20, 33):
         a = _rand((n,), n)
         c, d = np.full(n, np.nan, "float32"), np.full(n, np.nan, "float32")
         f(a, c, d)
