@@ -7,7 +7,10 @@ already computed rows of ``S``. A read of the current row or a later one is refu
 ``lower`` (``ScheduleError`` naming the reading and the writing instance). With lists of
 tensors a scan carries several states and returns one tensor per state; their updates are
 either the outputs of one multi-output compute or separate computes (TVM's
-``test_scan_multi_out`` form), all of one shape ``[T, ...]``.
+``test_scan_multi_out`` form), of one shape ``[T, ...]``, or of constant widths that
+differ (TVM's scan tutorial, "multiple states"): the narrower states then run in the
+widest one's loop nest, guarded to their own extents, and are returned at their own shape
+by a compute ``{name}.state{k}`` that reads them out of the padded buffer.
 
 In polytile a scan is one compute stage that reads its own buffer: its body is
 ``if_then_else(t < L, init[t, ...], update's body)`` with every read of ``state`` redirected
