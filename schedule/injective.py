@@ -12,7 +12,8 @@ every iteration is independent, so any mapping of iterations onto threads comput
 same values; :func:`rewrite_fused_splits` lowers the nest as the equivalent
 
     j.outer, j.inner = split(j, factor=F)
-    bind(j.inner, threadIdx.x); bind(j.outer, blockIdx.x); bind(i, blockIdx.y)   # (z: the axis before)
+    bind(j.inner, threadIdx.x); bind(j.outer, blockIdx.x)
+    bind(i, blockIdx.y)                        # blockIdx.z: the axis before i
 
 a grid of ``ceil(n / F) x m`` blocks of ``F`` threads (computed at each launch) instead of
 TVM's ``ceil(m * n / F)`` blocks: the same elements, each computed once; the threads past

@@ -231,5 +231,6 @@ def for_pragmas(stage, iv) -> tuple:
 ASYNC_COPY = "cp.async"
 
 
-__all__ = ["ASYNC_COPY", "AutoUnrollPragma", "PipelinePragma", "PrefetchPragma", "for_pragmas", "Annotation", "LoopKind", "PARAMS", "PARAM_SPACE", "ThreadTag", "annotation_name",
+__all__ = ["ASYNC_COPY", "AutoUnrollPragma", "PipelinePragma", "PrefetchPragma", "for_pragmas",
+           "Annotation", "LoopKind", "PARAMS", "PARAM_SPACE", "ThreadTag", "annotation_name",
            "default_scope", "loop_kind", "FRAGMENT_SCOPES", "FRAGMENT_TILES", "fragment_tile", "thread_private"]
