@@ -65,15 +65,15 @@ from . import isl_util as iu
 from .astgen import lower_nodes
 from .deps import check_legality
 from .gpu import (Kernel, check_shared_memory, check_store_predicate_threads, check_wavefronts,
-                  is_extern,
-                  kernels)
-from .kinds import AutoUnrollPragma, LoopKind, ThreadTag
+                  is_extern, kernels)
 from .injective import rewrite_fused_splits
+from .kinds import PARAMS, AutoUnrollPragma, LoopKind, ThreadTag
 from .limits import limit_unrolls
 from .loop_ir import For, KernelLaunch, PrimFunc, seq, stmt_exprs, walk_stmts
 from .model import Model, build_model
 from .passes.async_copy import async_copies
 from .passes.bfloat16 import legalize_bfloat16
+from .passes.barriers import sink_divergent_guards
 from .passes.loops import (auto_unroll, dedup_syncs, legalize_vector_loops,
                            serialize_nested_parallel, specialize_partial_unrolls, unroll)
 from .passes.prefetch import insert_prefetches, strip_prefetch_pragmas
@@ -209,8 +209,11 @@ def _ast(s: Lowering) -> None:
     """schedule trees and checked isl ASTs, into loop IR (one per kernel on GPUs)"""
     s.envs = [{} if k is None else k.index_env() for k in s.units]
     s.bodies = [lower_nodes(s.model) if k is None else
-                _bound_auto_unroll(k, lower_nodes(s.model, k.nodes, k.context(), env))
-                for k, env in zip(s.units, s.envs)]
+                _bound_auto_unroll(k, sink_divergent_guards(
+                    lower_nodes(s.model, k.nodes, k.context(), env),
+                    [k.thread_vars()[PARAMS[t]] for t in PARAMS if t.is_thread],
+                    f"{s.name}_kernel{i}"))
+                for i, (k, env) in enumerate(zip(s.units, s.envs))]
 
 
 def _bound_auto_unroll(k: Kernel, body):
