@@ -4,7 +4,9 @@
 cuBLAS with tensor cores off. ``--dtype float16`` (or ``bfloat16``) with the default
 ``--isa best``: cuBLAS, Triton, polytile's fastest path of the device (on sm_90: the
 generated wgmma + TMA warp-specialized kernel, :mod:`polytile.targets.cuda.wgmma`, best of
-``benchmarks/wgmma_gemm.py`` ``BEST``), then the mma.sync and WMMA schedules below.
+``benchmarks/wgmma_gemm.py`` ``BEST``), the wgmma schedules through ``tensorize``
+(``TENSORIZE``: swizzled, overlapped; and the unswizzled synchronous one), then the
+mma.sync and WMMA schedules below (``--isa tensorize``: all but those two).
 ``--isa wmma|mma``: polytile's tensor-core GEMM
 (:func:`polytile.targets.cuda.tensor_core.wmma_gemm`, WMMA, float32 accumulation, or
 float16 with ``--acc float16``) vs cuBLAS half precision through torch and a plain Triton
@@ -127,25 +129,25 @@ def wgmma_mainloops() -> tuple:
     return tuple(wgmma_gemm.MAINLOOPS)
 
 
-def wgmma_schedule_gemm(n: int, dtype: str, cublas: float, block=(128, 256, 64),
-                        stages: int = 3) -> None:
-    """One line: the warpgroup MMA through ``tensorize``
-    (:func:`polytile.targets.cuda.tensor_core.wgmma_gemm_schedule`, ``C = A @ Bt^T``,
-    synchronous cp.async main loop), checked against torch in float32, then timed."""
+#: (block, stages, swizzle) of the tensorize lines: the swizzled, overlapped schedule
+#: (``mma_wait`` 1) at two block shapes, then the unswizzled synchronous one it replaced
+TENSORIZE = (((128, 256, 64), 4, "auto"), ((128, 128, 64), 4, "auto"),
+             ((128, 256, 64), 3, "none"))
+
+
+def wgmma_schedule_gemm(n: int, dtype: str, cublas: float, configs=TENSORIZE) -> None:
+    """One line per ``(block, stages, swizzle)`` of ``configs``: the warpgroup MMA through
+    ``tensorize`` (:func:`polytile.targets.cuda.tensor_core.wgmma_gemm_schedule`, ``C = A @
+    Bt^T``; ``swizzle="auto"``: 128B-swizzled ``cache_read`` tiles and MMA groups left in
+    flight by ``s[CF].pipeline(ko, stages, mma_wait=1)``; ``"none"``: core-matrix tiles,
+    each MMA waited for), checked against torch in float32, then timed, with the SASS
+    counts that show the path."""
     import torch
+    import wgmma_gemm
 
     import polytile
     from polytile.targets.cuda import tensor_core as tc
 
-    title = f"polytile wgmma via tensorize {dtype}->float32"
-    try:
-        t0 = time.perf_counter()
-        s, args = tc.wgmma_gemm_schedule(n, n, n, block=block, stages=stages, dtype=dtype)
-        f = polytile.build(s, args, target="cuda -arch=sm_90a", compiler="nvcc")
-        t_build = time.perf_counter() - t0
-    except Exception as exc:  # report and go on with the other lines
-        print(f"n={n:5d} {title}: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
-        return
     tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
     g = torch.Generator().manual_seed(1)
     ta = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt)
@@ -153,17 +155,29 @@ def wgmma_schedule_gemm(n: int, dtype: str, cublas: float, block=(128, 256, 64),
     ref = (ta.float().cuda() @ tb.float().cuda().T).cpu().numpy()
     da = polytile.nd.array(ta.float().numpy().astype(_np_dtype(dtype)), device="cuda")
     db = polytile.nd.array(tb.float().numpy().astype(_np_dtype(dtype)), device="cuda")
-    dc = polytile.nd.array(np.full((n, n), np.nan, "float32"), device="cuda")
-    f(da, db, dc)
-    err = np.linalg.norm(dc.numpy() - ref) / np.linalg.norm(ref)
-    if not err < 1e-4:
-        print(f"n={n:5d} {title}: WRONG result (relative error {err:.2e})")
-        return
-    t = f.time_evaluator(number=10, repeat=3)(da, db, dc).median
-    tflops = 2.0 * n**3 / t / 1e12
-    print(f"n={n:5d} {title:44s} {tflops:7.1f} TFLOP/s  {tflops / cublas:6.3f} x cuBLAS  "
-          f"(block {block}, {stages} stages, lower+build {t_build:.1f} s, rel. error "
-          f"{err:.1e})", flush=True)
+    for block, stages, swizzle in configs:
+        how = "swizzled, overlapped" if swizzle != "none" else "unswizzled, synchronous"
+        title = f"polytile wgmma via tensorize ({how})"
+        try:
+            t0 = time.perf_counter()
+            s, args = tc.wgmma_gemm_schedule(n, n, n, block=block, stages=stages, dtype=dtype,
+                                             swizzle=swizzle)
+            f = polytile.build(s, args, target="cuda -arch=sm_90a", compiler="nvcc")
+            t_build = time.perf_counter() - t0
+        except Exception as exc:  # report and go on with the other lines
+            print(f"n={n:5d} {title}: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}")
+            continue
+        dc = polytile.nd.array(np.full((n, n), np.nan, "float32"), device="cuda")
+        f(da, db, dc)
+        err = np.linalg.norm(dc.numpy() - ref) / np.linalg.norm(ref)
+        if not err < 1e-4:
+            print(f"n={n:5d} {title}: WRONG result (relative error {err:.2e})")
+            continue
+        t = f.time_evaluator(number=10, repeat=3)(da, db, dc).median
+        tflops = 2.0 * n**3 / t / 1e12
+        print(f"n={n:5d} {title:44s} {tflops:7.1f} TFLOP/s  {tflops / cublas:6.3f} x cuBLAS  "
+              f"(block {block}, {stages} stages, lower+build {t_build:.1f} s, rel. error "
+              f"{err:.1e}, {wgmma_gemm.sass_counts(f.cubin)})", flush=True)
 
 
 def _np_dtype(dtype: str):
@@ -174,10 +188,12 @@ def _np_dtype(dtype: str):
     return np.dtype(dtype)
 
 
-def best_gemm(n: int, acc: str, dtype: str, stages=(3,)) -> None:
+def best_gemm(n: int, acc: str, dtype: str, stages=(3,), tensorize_only: bool = False) -> None:
     """The default float16/bfloat16 report at ``n``^3: cuBLAS and Triton, polytile's best
-    path of this device (the wgmma + TMA kernel on sm_90, float32 accumulation), then the
-    mma.sync+ldmatrix and WMMA schedules, all against the cuBLAS figure of this run."""
+    path of this device (the wgmma + TMA kernel on sm_90, float32 accumulation), the
+    wgmma schedules through ``tensorize`` (:data:`TENSORIZE`), then the mma.sync+ldmatrix
+    and WMMA schedules (not with ``tensorize_only``), all against the cuBLAS figure of
+    this run."""
     import torch
 
     if dtype == "tf32":
@@ -189,6 +205,8 @@ def best_gemm(n: int, acc: str, dtype: str, stages=(3,)) -> None:
 
         cublas = wgmma_gemm.best(n, dtype)     # prints cuBLAS, Triton, then the best wgmma
         wgmma_schedule_gemm(n, dtype, cublas)
+        if tensorize_only:
+            return
     else:
         print(f"n={n:5d} wgmma: not measured (needs an sm_90 device and float32 "
               f"accumulation; device sm_{''.join(map(str, torch.cuda.get_device_capability()))}"
@@ -207,11 +225,14 @@ def main() -> None:
                     "operands on tensor cores (WMMA m16n16k8), cuBLAS with allow_tf32")
     ap.add_argument("--acc", choices=("float32", "float16"), default="float32",
                     help="accumulation dtype of the float16 GEMM")
-    ap.add_argument("--isa", choices=("best", "wmma", "mma", "wgmma"), default="best",
+    ap.add_argument("--isa", choices=("best", "wmma", "mma", "wgmma", "tensorize"),
+                    default="best",
                     help="tensor-core path of the float16 GEMM; 'best' (default): the "
                     "fastest path of the device (wgmma + TMA on sm_90, best of "
-                    "benchmarks/wgmma_gemm.py BEST) beside cuBLAS and Triton, then the "
-                    "mma.sync+ldmatrix and WMMA lines; 'wgmma': every wgmma variant")
+                    "benchmarks/wgmma_gemm.py BEST) beside cuBLAS and Triton, the wgmma "
+                    "schedules through tensorize, then the mma.sync+ldmatrix and WMMA "
+                    "lines; 'tensorize': 'best' without the mma.sync and WMMA lines; "
+                    "'wgmma': every wgmma variant")
     ap.add_argument("--stages", type=int, nargs="+", default=[3],
                     help="software-pipeline depths of the tensor-core GEMM (cp.async into "
                     "stages x the shared tiles; 1: no pipeline), one line each")
@@ -251,9 +272,9 @@ def main() -> None:
                            blocks=[tuple(int(x) for x in b.split("x")) for b in args.blocks]
                            if args.blocks else wgmma_gemm.BLOCKS)
         return
-    if args.isa == "best":
+    if args.isa in ("best", "tensorize"):
         for n in args.n or [4096, 8192]:
-            best_gemm(n, args.acc, args.dtype, args.stages)
+            best_gemm(n, args.acc, args.dtype, args.stages, args.isa == "tensorize")
         return
     for n in args.n or [4096, 8192]:
         half_gemm(n, args.acc, args.isa, args.dtype, stages=args.stages)

@@ -23,6 +23,7 @@ import math
 import islpy as isl
 
 from polytile.errors import InternalError, LoweringError, fail, format_error
+from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
 from polytile.te.expr import binary
 from polytile.te.reduction import accumulation_dtype
@@ -154,9 +155,14 @@ def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
                 else p.buffer.scope
             copies = tuple(e for _, _, _, e in vthread_copies(p))
             shape = copies + _aligned(p, ext)
-            p.outs = [Buffer(b.name, shape, t.dtype, scope)
+            sw = _swizzle(p, shape, scope)
+            p.outs = [Buffer(b.name, shape, t.dtype, scope, sw)
                       for b, t in zip(p.outs, op.outputs)]
             p.buffer = p.outs[0]
+    elif p.stage.swizzled != "none":
+        fail("swizzle", f"stage {p.name!r} is computed at root", "a shared stage attached "
+             "with compute_at (a tile of a cache_read in the k loop)",
+             hint=f"s[{p.name}].compute_at(s[<consumer>], <k loop>)")
     p.ranges = iter_ranges(p.stage, root)
     p.leaf_aff = leaf_affines(p.stage, {iv: f"d{k}" for k, iv in enumerate(p.root_axes)},
                               p.ranges)
@@ -420,6 +426,39 @@ def _compaction(stride: tuple) -> isl.Map:
     ys = [f"y{k}" for k in range(len(stride))]
     cond = " and ".join(f"{z} = {s}*{y}" for z, y, s in zip(zs, ys, stride)) or "1 = 1"
     return iu.Map(f"{{ [{', '.join(zs)}] -> [{', '.join(ys)}] : {cond} }}")
+
+
+def _swizzle(p: StagePlan, shape: tuple, scope: str) -> str:
+    """The swizzle mode of the buffer of attached stage ``p`` (``Stage.swizzle``), after
+    checking that its ``shape`` is whole rows of the mode's width, 8 rows at a time."""
+    mode = p.stage.swizzled
+    if mode == "none":
+        return mode
+    from polytile.targets.cuda.wgmma import SWIZZLE_BYTES
+
+    if scope != "shared":
+        fail("swizzle", f"stage {p.name!r} is in scope {scope!r}", "a shared buffer",
+             hint=f"s[{p.name}].set_scope('shared')")
+    if p.stage.align:
+        fail("swizzle", f"stage {p.name!r} is also padded by storage_align", "no padding "
+             "(the swizzle already spreads the rows over the banks)")
+    if not all(sym.is_static(e) for e in shape):
+        fail("swizzle", f"the buffer of stage {p.name!r} has the symbolic shape "
+             f"{[sym.text(e) for e in shape]}", "a constant shape")
+    width = SWIZZLE_BYTES[mode]
+    shape = [int(e) for e in shape]
+    row = shape[-1] * dt.nbytes(p.buffer.dtype) if shape else 0
+    rows = 1
+    for e in shape[:-1]:
+        rows *= e
+    if row != width or rows % 8:
+        fail("swizzle", f"the buffer of stage {p.name!r} is {list(shape)} "
+             f"{p.buffer.dtype} (rows of {row} bytes, {rows} rows)", f"rows of exactly "
+             f"{width} bytes for the {mode} swizzle, a multiple of 8 of them",
+             hint="split the k loop so that the tile is "
+             f"{width // max(dt.nbytes(p.buffer.dtype), 1)} elements wide, or choose the "
+             "swizzle of the tile's row width (128B, 64B, 32B)")
+    return mode
 
 
 def _aligned(p: StagePlan, ext: list[int]) -> tuple:

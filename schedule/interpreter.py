@@ -21,6 +21,8 @@ from polytile.te import dtype as dt
 from polytile.te.depth import deep
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select, Var)
 
+from polytile.te.tensor_intrin import ASYNC_GROUP_CALLS
+
 from .kinds import ASYNC_COPY
 from .loop_ir import (Allocate, Assert, Buffer, Evaluate, ExternCall, For, IfThenElse,
                       KernelLaunch, LetStmt, Load, PrimFunc, Seq, Stmt, StmtFunctor, Store, Sync,
@@ -58,6 +60,16 @@ class RaceError(RuntimeError):
     two blocks of one kernel do): the result would depend on their timing."""
 
 
+def _flat(buf, idx: tuple) -> int:
+    """The flat element offset of ``idx`` (one index per dimension, or one flat offset)."""
+    if len(idx) == 1:
+        return idx[0]
+    off = 0
+    for i, n in zip(idx, buf.shape):
+        off = off * int(n) + i
+    return off
+
+
 class _Races:
     """Accesses of one kernel launch to buffers that are not ``local``: element -> the
     last writer ``(block, thread, epoch)`` and the readers of the current epoch per block.
@@ -68,6 +80,46 @@ class _Races:
         self.epoch = 0
         self.writes: dict = {}
         self.reads: dict = {}
+        #: regions read by issued, unretired asynchronous calls (te.AsyncGroup): region
+        #: -> [holders, (block, thread) of the last issuer, intrinsic name, element keys]
+        #: (the threads of a warpgroup issue the same calls: one entry per region), and
+        #: element key -> the regions holding it
+        self.regions: dict = {}
+        self.in_flight: dict = {}
+
+    def check_in_flight(self, buf, idx, block, thread) -> None:
+        """A write of an element that an asynchronous call still reads is a race."""
+        key = self._key(buf, (_flat(buf, idx),), block)
+        held = self.in_flight.get(key)
+        if held:
+            _, who, name, _ = self.regions[next(iter(held))]
+            raise RaceError(f"kernel {self.name}: a write of {buf.name}{list(idx)} by thread "
+                            f"{thread} of block {block} while the asynchronous "
+                            f"{name} issued by thread {who[1]} still reads it (its "
+                            "group is not retired: the wait count lets too many groups "
+                            "stay in flight, or the slot is refilled too early)")
+
+    def hold(self, region, keys, who, name: str) -> None:
+        """One more issued call reads ``region`` (elements ``keys()``)."""
+        r = self.regions.get(region)
+        if r is None:
+            r = self.regions[region] = [0, who, name, keys()]
+            for key in r[3]:
+                self.in_flight.setdefault(key, set()).add(region)
+        r[0] += 1
+        r[1], r[2] = who, name
+
+    def release(self, region) -> None:
+        """A wait retired one call that read ``region``."""
+        r = self.regions[region]
+        r[0] -= 1
+        if r[0] == 0:
+            del self.regions[region]
+            for key in r[3]:
+                held = self.in_flight[key]
+                held.discard(region)
+                if not held:
+                    del self.in_flight[key]
 
     def _race(self, what: str, buf, idx, a, b):
         raise RaceError(f"kernel {self.name}: {what} of {buf.name}{list(idx)} by thread "
@@ -83,6 +135,8 @@ class _Races:
         return (id(buf), block, idx) if buf.scope == "shared" else (id(buf), idx)
 
     def write(self, buf, idx, block, thread):
+        if self.in_flight:
+            self.check_in_flight(buf, idx, block, thread)
         key = self._key(buf, idx, block)
         w = self.writes.get(key)
         if w is not None and self._conflict(w, block, thread):
@@ -118,6 +172,11 @@ class _Interp(StmtFunctor):
         self.async_open: list | None = None
         self.async_groups: list = []
         self.in_async = False
+        # asynchronous intrinsic calls (te.AsyncGroup): the element keys read by the calls
+        # of the open group, then the committed groups; ids of the outputs not retired
+        self.mma_open: list = []
+        self.mma_groups: list = []
+        self.mma_outputs: dict = {}
 
     def expr(self, e: Expr):
         t = type(e)
@@ -128,6 +187,8 @@ class _Interp(StmtFunctor):
         if t is Load:
             arr = self.mem[id(e.buffer)]
             idx = tuple(int(self.expr(i)) for i in e.indices)
+            if e.buffer.swizzle != "none":
+                arr, idx = swizzled_place(e.buffer, arr, idx, "load")
             if len(idx) == 1 and arr.ndim != 1:
                 arr = arr.reshape(-1)
             for k, (i, n) in enumerate(zip(idx, arr.shape)):
@@ -211,6 +272,8 @@ class _Interp(StmtFunctor):
     def visit_Store(self, s: Store):
         arr = self.mem[id(s.buffer)]
         idx = tuple(int(self.expr(i)) for i in s.indices)
+        if s.buffer.swizzle != "none":
+            arr, idx = swizzled_place(s.buffer, arr, idx, "store")
         flat = arr.reshape(-1) if len(idx) == 1 and arr.ndim != 1 else arr
         for i, n in zip(idx, flat.shape):
             if not 0 <= i < n:
@@ -218,6 +281,7 @@ class _Interp(StmtFunctor):
                                  f"{flat.shape}")
         v = self.expr(s.value)
         if self.races is not None and s.buffer.scope != "local":
+            # (a cp.async is checked here too: it may land any time after its issue)
             self.races.write(s.buffer, idx, *self.who)
         if self.in_async:
             # cp.async: the source is read now, the destination written at the wait
@@ -273,6 +337,9 @@ class _Interp(StmtFunctor):
         if isinstance(s.value, ExternCall) and s.value.name.startswith("cp.async."):
             self._async(s.value)
             return ()
+        if isinstance(s.value, ExternCall) and s.value.name in ASYNC_GROUP_CALLS:
+            self._mma_protocol(s.value)
+            return ()
         self.expr(s.value)
         return ()
 
@@ -284,11 +351,50 @@ class _Interp(StmtFunctor):
 
     def visit_TensorCall(self, s: TensorCall):
         # the intrinsic's compute definition on the regions, never its code (extern C)
-        from .tensorize import eval_tensor_call
+        from .tensorize import eval_tensor_call, region_offsets
 
         idx = [tuple(int(self.expr(i)) for i in ix) for ix in s.operand_indices()]
+        pending = [b for b in s.buffers[:-1] if id(b) in self.mma_outputs]
+        if pending and self.races is not None:
+            raise RaceError(f"kernel {self.races.name}: thread {self.who[1]} of block "
+                            f"{self.who[0]} reads {pending[0].name} (intrinsic "
+                            f"{s.intrin.name!r}) while the asynchronous "
+                            f"{self.mma_outputs[id(pending[0])]} writing it is not retired "
+                            "(wait for every group first)")
         eval_tensor_call(s, [self.mem[id(b)] for b in s.buffers], idx)
+        if s.part == "update" and getattr(s.intrin, "async_group", None) is not None \
+                and self.races is not None:
+            # the call reads its inputs until a wait retires its group: hold them
+            for b, ix, shape, st in zip(s.buffers[:-1], idx, s.shapes, s.strides):
+                if b.scope == "local":
+                    continue
+                block = self.who[0] if b.scope == "shared" else None
+                region = (id(b), block, ix, shape, st)
+
+                def keys(b=b, ix=ix, shape=shape, st=st):
+                    return [self.races._key(b, (o,), self.who[0])
+                            for o in region_offsets(b, ix, shape, st)]
+
+                self.races.hold(region, keys, self.who, s.intrin.name)
+                self.mma_open.append(region)
+            self.mma_outputs[id(s.buffers[-1])] = s.intrin.name
         return ()
+
+    def _mma_protocol(self, call: ExternCall) -> None:
+        group, role = ASYNC_GROUP_CALLS[call.name]
+        if role == "commit":
+            self.mma_groups.append(self.mma_open)
+            self.mma_open = []
+        elif role == "wait":
+            keep = int(self.expr(call.args[0]))
+            retire = self.mma_groups[:max(len(self.mma_groups) - keep, 0)]
+            self.mma_groups = self.mma_groups[len(retire):]
+            for regions in retire:
+                for region in regions:
+                    if self.races is not None:
+                        self.races.release(region)
+            if not self.mma_groups and not self.mma_open:
+                self.mma_outputs.clear()
 
     def visit_Sync(self, s: Sync):
         if self.block_mem is None:
@@ -314,6 +420,7 @@ class _Interp(StmtFunctor):
         for bz, by, bx in itertools.product(*(range(n) for n in reversed(grid))):
             block: dict = {}
             threads = []
+            states = []
             for tz, ty, tx in itertools.product(*(range(n) for n in reversed(dims))):
                 th = _Interp()
                 th.mem = dict(self.mem)
@@ -325,6 +432,7 @@ class _Interp(StmtFunctor):
                         "threadIdx.x": tx, "threadIdx.y": ty, "threadIdx.z": tz}
                 for tag, v in tags.items():
                     th.env[v] = np.int64(vals[tag])
+                states.append(th)
                 threads.append(th.stmt(k.body))
             while threads:
                 races.epoch += 1
@@ -335,10 +443,36 @@ class _Interp(StmtFunctor):
                         alive.append(g)
                     except StopIteration:
                         pass
+
                 if alive and len(alive) != len(threads):
                     raise RuntimeError(f"kernel {k.name}: a barrier is not reached by every "
                                        f"thread of block ({bx}, {by}, {bz})")
                 threads = alive
+            for th in states:
+                if th.mma_groups or th.mma_open:
+                    raise RaceError(f"kernel {k.name}: thread {th.who[1]} of block "
+                                    f"{th.who[0]} ends with asynchronous calls never "
+                                    "waited for")
+
+
+def swizzled_place(buf: Buffer, arr: np.ndarray, idx: tuple, what: str) -> tuple:
+    """``(flat array, (physical offset,))`` of logical index ``idx`` (one index per
+    dimension, or one flat offset after storage flattening) of swizzled ``buf``: the
+    element lives at :func:`~polytile.targets.cuda.wgmma.swizzle_elements` of its
+    row-major offset (``Stage.swizzle``)."""
+    from polytile.targets.cuda.wgmma import swizzle_elements
+
+    if len(idx) == 1 and len(buf.shape) != 1:
+        off = idx[0]
+        if not 0 <= off < arr.size:
+            raise IndexError(f"{what} {buf.name}{list(idx)} out of bounds {arr.size}")
+    else:
+        off = 0
+        for i, n in zip(idx, buf.shape):
+            if not 0 <= i < n:
+                raise IndexError(f"{what} {buf.name}{list(idx)} out of bounds {buf.shape}")
+            off = off * n + i
+    return arr.reshape(-1), (swizzle_elements(off, buf.swizzle, dt.nbytes(buf.dtype)),)
 
 
 def _fresh(b: Buffer) -> np.ndarray:

@@ -177,9 +177,13 @@ class PipelinePragma:
     stages: int
     stage: str
     axis: str
+    #: ``mma_wait``: asynchronous MMA groups (``te.AsyncGroup``) left in flight per
+    #: iteration; None when the compute is synchronous
+    mma_wait: int | None = None
 
     def __str__(self) -> str:
-        return f"software_pipeline(stages={self.stages})"
+        w = "" if self.mma_wait is None else f", mma_wait={self.mma_wait}"
+        return f"software_pipeline(stages={self.stages}{w})"
 
 
 @dataclass(frozen=True)

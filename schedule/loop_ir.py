@@ -42,12 +42,20 @@ from .kinds import LoopKind
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Buffer:
-    """A named array: ``shape`` in elements, ``dtype``, storage ``scope``."""
+    """A named array: ``shape`` in elements, ``dtype``, storage ``scope``.
+
+    ``swizzle`` (``"none"``, or ``"128B"``/``"64B"``/``"32B"`` for shared buffers set by
+    ``Stage.swizzle``): indices stay logical (row-major) everywhere in the loop IR, and the
+    element at logical flat offset ``o`` is stored at
+    :func:`polytile.targets.cuda.wgmma.swizzle_elements` ``(o)`` -- the interpreter and the
+    C printer apply it to every load and store; an :class:`AccessPtr` is the logical
+    address (what a wgmma descriptor takes, the hardware applying the swizzle)."""
 
     name: str
     shape: tuple
     dtype: str
     scope: str = "global"
+    swizzle: str = "none"
 
     @property
     def size(self) -> int:
@@ -58,7 +66,8 @@ class Buffer:
         return n
 
     def __repr__(self) -> str:
-        return f"Buffer({self.name}, {self.dtype}{list(self.shape)}, {self.scope})"
+        sw = "" if self.swizzle == "none" else f", swizzle={self.swizzle}"
+        return f"Buffer({self.name}, {self.dtype}{list(self.shape)}, {self.scope}{sw})"
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -493,7 +502,8 @@ class _Printer(StmtFunctor):
 
     def visit_Allocate(self, s: Allocate, ind: str, out: list) -> None:
         b = s.buffer
-        out.append(f"{ind}{b.name} = alloc({b.dtype}{list(b.shape)}, scope={b.scope!r})")
+        sw = "" if b.swizzle == "none" else f", swizzle={b.swizzle!r}"
+        out.append(f"{ind}{b.name} = alloc({b.dtype}{list(b.shape)}, scope={b.scope!r}{sw})")
         self.visit(s.body, ind, out)
 
     def visit_Evaluate(self, s: Evaluate, ind: str, out: list) -> None:

@@ -104,6 +104,8 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, SymbolicSplitMixin):
         self.store_predicate_tags: dict = {}
         #: transform_layout: the index maps of the stage's buffer, in order
         self.layouts: list = []
+        #: swizzle: the swizzle mode of the stage's shared buffer ("none", "128B", ...)
+        self.swizzled = "none"
         #: create_group: the group the stage belongs to
         self.group = None
         #: bind: the thread-axis variable each bound loop stands for

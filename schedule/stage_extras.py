@@ -279,6 +279,51 @@ class StorageMixin:
         self.relations.append(Transform(tuple(parents), tuple(children), m))
         return children
 
+    def swizzle(self, mode: str = "128B") -> None:
+        """Store this stage's shared buffer with the ``mode`` swizzle of the Hopper tensor
+        cores (PTX ISA, "Shared Memory Matrix Layout", swizzling modes ``128B``, ``64B``,
+        ``32B``; ``"none"`` undoes it): the buffer is a sequence of rows of ``W`` bytes
+        (``W`` = 128, 64, 32), and the 16-byte chunk ``j`` of row ``r`` is stored at chunk
+        ``j ^ (r / (128 / W)) % (W / 16)``, i.e. byte address bits 4.. XOR bits 7..
+        (:func:`polytile.targets.cuda.wgmma.swizzle_elements`). Loops and indices do not
+        change: only where each element lives. A ``wgmma`` intrinsic declared with the same
+        swizzle (:func:`polytile.targets.cuda.tensor_core.wgmma_mma`) reads the buffer
+        through a descriptor of that mode; 16-byte copies into it stay 16-byte copies (a
+        chunk moves whole) and a warp writing whole rows spreads over every bank.
+
+        ``s[AS].swizzle("128B")`` on a ``[BM, 64]`` float16 ``cache_read`` tile attached
+        in the k loop is the K-major 128B layout of CUTLASS's ``SW128`` atoms::
+
+            AS = alloc(float16[128, 64], scope='shared', swizzle='128B')
+            AS[m, k] lives at element 64 m + 8 ((k / 8) ^ (m % 8)) + k % 8
+
+        Legality (checked when lowering, naming the stage and ``swizzle``): the stage is
+        attached with ``compute_at`` in ``shared`` memory on a CUDA target; its buffer has
+        a constant shape whose innermost dimension is exactly ``W`` bytes (one swizzle row;
+        split K into ``W``-byte tiles) and whose other dimensions hold a multiple of 8 rows
+        (the pattern's period, ``8 W`` bytes; the buffer starts on such a boundary); no
+        ``storage_align`` (padding would break the rows). The reference interpreter stores
+        the elements at their swizzled places, so a layout the code does not honour shows
+        up as wrong values.
+
+        Synonyms: CUTLASS ``Swizzle<3, 4, 3>`` (``GMMA::Layout_K_SW128_Atom``), Triton's
+        ``NVMMASharedLayout``, TVM TensorIR's ``transform_layout`` with an XOR index map.
+
+        Raises
+        ------
+        ScheduleError
+            For an unknown mode or a placeholder; when lowering, for a buffer that does
+            not fit (see Legality).
+        """
+        from polytile.targets.cuda.wgmma import SWIZZLE_BYTES
+
+        self._require_compute("swizzle")
+        if mode != "none" and mode not in SWIZZLE_BYTES:
+            fail("swizzle", f"mode {mode!r} for stage {self.name!r}",
+                 f"one of {', '.join(SWIZZLE_BYTES)} or 'none'")
+        self.swizzled = mode
+        self._record("swizzle", mode)
+
     def _layout_parents(self) -> list:
         """The loops a new transform of a compute stage replaces: its axes, or the loops
         of its last transform, untouched and consecutive (else a ScheduleError)."""

@@ -11,7 +11,7 @@ from .kinds import PipelinePragma, ThreadTag
 class PipelineMixin:
     """``pipeline`` and ``double_buffer`` of a stage."""
 
-    def pipeline(self, axis, stages: int = 2) -> None:
+    def pipeline(self, axis, stages: int = 2, *, mma_wait: int | None = None) -> None:
         """Run loop ``axis`` of this stage as a software pipeline ``stages`` deep: the
         stages computed at ``axis`` in ``shared`` memory (``cache_read`` copies attached
         with ``compute_at(s[C], axis)``) get ``stages`` buffers each, and the copies of
@@ -45,6 +45,23 @@ class PipelineMixin:
         then the compute, which does not write the copied buffers; the buffers are not
         used outside the loop.
 
+        ``mma_wait=N`` (for a compute tensorized with an asynchronous intrinsic,
+        ``te.AsyncGroup``, such as ``wgmma_mma(..., asynchronous=True)``): each
+        iteration's intrinsic calls form one group (``wgmma.fence`` before them,
+        ``wgmma.commit_group`` after) and the iteration ends with ``wgmma.wait_group N``,
+        so the MMAs of iteration ``k`` run while iteration ``k + 1`` waits for its tile and
+        issues its own. The ``N`` groups in flight still read their slots, so the copies run
+        ``stages - 1 - N`` iterations ahead (not ``stages - 1``), waited for with
+        ``cp.async.wait_group(stages - 2 - N)``; ``0 <= N <= stages - 2``::
+
+            for ko in range(E):
+              cp.async.wait_group(S - 2 - N); fence.proxy.async; sync
+              if ko + S - 1 - N < E: S[(ko + S - 1 - N) % S] = copy(ko + S - 1 - N)
+              commit
+              wgmma.fence; compute(ko, S[ko % S]); wgmma.commit_group
+              wgmma.wait_group(N)
+            wgmma.wait_group(0); cp.async.wait_group(0)
+
         Synonyms: TVM TensorIR ``software_pipeline_stage``/``software_pipeline_order``
         annotations with ``software_pipeline_async_stages``, Triton ``num_stages``,
         CUTLASS multistage mainloops.
@@ -52,7 +69,8 @@ class PipelineMixin:
         Raises
         ------
         ScheduleError
-            Here, for a loop that is not a serial loop of this stage or ``stages < 2``;
+            Here, for a loop that is not a serial loop of this stage, ``stages < 2`` or
+            ``mma_wait`` outside ``0..stages - 2``;
             when lowering, naming the stage, the loop and ``pipeline``, when the loop's
             body does not fit (see Legality) or a copy cannot be a 16-byte ``cp.async``.
         """
@@ -65,15 +83,24 @@ class PipelineMixin:
             how = "bound to" if isinstance(a, ThreadTag) else "annotated"
             fail("pipeline", f"loop {iv.name!r} of stage {self.name!r} is {how} {str(a)!r}",
                  "a serial loop (not bound, vectorized, unrolled or parallel)")
+        if mma_wait is not None and (isinstance(mma_wait, bool) or not isinstance(
+                mma_wait, int) or not 0 <= mma_wait <= stages - 2):
+            fail("pipeline", f"mma_wait={mma_wait!r} for loop {iv.name!r} of stage "
+                 f"{self.name!r} with stages={stages}", f"an int in 0..{stages - 2} (the "
+                 "MMA groups in flight hold slots: stages - 1 - mma_wait tiles are loaded "
+                 "ahead, at least one)", hint="stages >= mma_wait + 2")
         old = [v for k, v in self.pragmas.get(iv, ()) if k == "software_pipeline"]
         if old:
-            if old[0].stages == stages:
+            if (old[0].stages, old[0].mma_wait) == (stages, mma_wait):
                 return
             fail("pipeline", f"loop {iv.name!r} of stage {self.name!r} is already "
                  f"pipelined with stages={old[0].stages}", "one depth per loop")
-        prag = PipelinePragma(stages, self.name, iv.name)
+        prag = PipelinePragma(stages, self.name, iv.name, mma_wait)
         self.pragmas[iv] = self.pragmas.get(iv, ()) + (("software_pipeline", prag),)
-        self._record("pipeline", iv, stages=stages)
+        if mma_wait is None:
+            self._record("pipeline", iv, stages=stages)
+        else:
+            self._record("pipeline", iv, stages=stages, mma_wait=mma_wait)
 
     def double_buffer(self) -> None:
         """TVM's ``Stage.double_buffer``: this shared stage, computed at a loop of its

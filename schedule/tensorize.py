@@ -552,8 +552,53 @@ def _region(arr: np.ndarray, buf: Buffer, idx: tuple, shape: tuple, strides: tup
         raise IndexError(f"tensorize: region of {buf.name} at offset {off} (span {span}) is "
                          f"outside its {flat.size} elements")
     item = flat.itemsize
+    if buf.swizzle != "none":
+        return _swizzled_region(flat, buf, off, shape, strides)
     return np.lib.stride_tricks.as_strided(flat[off:], shape=shape,
                                            strides=tuple(s * item for s in strides))
+
+
+def _logical_offsets(off: int, shape: tuple, strides: tuple) -> np.ndarray:
+    logical = np.full(shape, off, dtype=np.int64)
+    for k, (e, st) in enumerate(zip(shape, strides)):
+        axis = [1] * len(shape)
+        axis[k] = e
+        logical = logical + (np.arange(e, dtype=np.int64) * st).reshape(axis)
+    return logical
+
+
+def region_offsets(buf: Buffer, idx: tuple, shape: tuple, strides: tuple) -> list:
+    """The flat positions (swizzled where ``buf`` is) of the elements of the region of
+    ``buf`` at start index ``idx`` (one per dimension, or one flat offset)."""
+    from polytile.targets.cuda.wgmma import swizzle_elements
+
+    if len(idx) == 1 and len(buf.shape) != 1:
+        off = int(idx[0])
+    else:
+        off = sum(int(i) * s for i, s in zip(idx, _row_major(buf.shape)))
+    out = _logical_offsets(off, shape, strides)
+    if buf.swizzle != "none":
+        out = swizzle_elements(out, buf.swizzle, dt.nbytes(buf.dtype))
+    return [int(x) for x in out.reshape(-1)]
+
+
+def _swizzled_region(flat: np.ndarray, buf: Buffer, off: int, shape: tuple, strides: tuple):
+    """A read-only copy of the region of swizzled ``buf`` at logical offset ``off``: what a
+    tensor core reads through a descriptor of the buffer's swizzle mode, whose start
+    address must lie on a row that begins the swizzle pattern (base offset 0)."""
+    from polytile.targets.cuda.wgmma import SWIZZLE_BYTES, swizzle_elements
+
+    nbytes = dt.nbytes(buf.dtype)
+    period = 8 * SWIZZLE_BYTES[buf.swizzle]
+    if (off * nbytes) % period >= SWIZZLE_BYTES[buf.swizzle]:
+        row = (off * nbytes) % period // SWIZZLE_BYTES[buf.swizzle]
+        raise LoweringError(f"tensorize: a region of {buf.name} (swizzle {buf.swizzle}) "
+                            f"starts at element {off}, on row {row} of its 8-row swizzle "
+                            "pattern; expected a region starting on the pattern's first "
+                            "row (descriptor base offset 0)")
+    out = flat[swizzle_elements(_logical_offsets(off, shape, strides), buf.swizzle, nbytes)]
+    out.flags.writeable = False
+    return out
 
 
 def eval_tensor_call(s: TensorCall, arrays: list, indices: list) -> None:
@@ -562,6 +607,9 @@ def eval_tensor_call(s: TensorCall, arrays: list, indices: list) -> None:
     if s.intrin.op.attrs.get(EXTERN_KEY) is s.intrin:
         raise LoweringError(f"interpreter: stage {s.intrin.name!r} is a te.extern, whose "
                             "external code the reference interpreter cannot run")
+    if s.buffers[-1].swizzle != "none":
+        raise LoweringError(f"interpreter: intrinsic {s.intrin.name!r} writes the swizzled "
+                            f"buffer {s.buffers[-1].name!r}; swizzled buffers are operands")
     views = [_region(a, b, i, shape, st) for a, b, i, shape, st in
              zip(arrays, s.buffers, indices, s.shapes, s.strides)]
     intrin = s.intrin

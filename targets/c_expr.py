@@ -55,6 +55,12 @@ class CExprPrinter:
             raise InternalError(format_error(
                 self.who, f"access to {b.name!r} has {len(indices)} indices",
                 "expected exactly one (flattened) index after storage flattening"))
+        if b.swizzle != "none":
+            # Stage.swizzle: the logical offset's 16-byte chunk XOR its 128-byte line
+            from polytile.targets.cuda.wgmma import swizzle_elements
+
+            return strip_parens(self.expr(swizzle_elements(indices[0], b.swizzle,
+                                                           dt.nbytes(b.dtype))))
         return strip_parens(self.expr(indices[0]))
 
     # ---------------------------------------------------------------- expressions

@@ -316,6 +316,15 @@ class CPrinter(CExprPrinter, StmtFunctor):
         if not (sym.is_static(dyn_bytes) and dyn_bytes == 0):
             self.smem_name = "pt_dynamic_shared"  # IR names never start with pt_
             self.emit(1, d.dynamic_shared_decl.format(name=self.smem_name))
+            if self.swizzle_period:
+                # swizzled buffers (Stage.swizzle) start on their pattern's period, counted
+                # in shared addresses (what the tensor cores XOR): realign the base, for
+                # which _shared_layout reserved one period more
+                p = self.swizzle_period
+                self.emit(1, f"unsigned char* pt_smem = {self.smem_name} + (({p}u - ((unsigned)"
+                             f"__cvta_generic_to_shared({self.smem_name}) & {p - 1}u)) & "
+                             f"{p - 1}u);")
+                self.smem_name = "pt_smem"
         for v, tag in k.thread_vars:
             if tag not in d.index_names:
                 raise BuildError(format_error(
@@ -351,23 +360,27 @@ class CPrinter(CExprPrinter, StmtFunctor):
                 if isinstance(x, Allocate) and x.buffer.scope == "shared"]
         fixed = [b for b in bufs if all(sym.is_static(d) for d in b.shape)]
         dynamic = [b for b in bufs if b not in fixed]
+        self.swizzle_period = max((_swizzle_period(b, self.d, self.who) for b in bufs),
+                                  default=0)
         offsets, total = {}, 0
         for b in fixed:
-            total = -(-total // _MIN_ALIGN) * _MIN_ALIGN
+            align = max(_MIN_ALIGN, _swizzle_period(b, self.d, self.who))
+            total = -(-total // align) * align
             offsets[id(b)] = total
             total += self._const_size(b) * dt.nbytes(b.dtype)
         if not dynamic:
             if total <= self.limits.static_shared_bytes:
+                self.swizzle_period = 0   # static arrays are aligned by their declaration
                 return {}, 0
-            return offsets, total
-        for b in dynamic:
+            return offsets, total + self.swizzle_period
+        for b in dynamic:   # swizzled buffers have constant shapes (Stage.swizzle)
             total = sym.mul(sym.ceildiv(total, _MIN_ALIGN), _MIN_ALIGN)
             offsets[id(b)] = total
             size = dt.nbytes(b.dtype)
             for d in b.shape:
                 size = sym.mul(size, d)
             total = sym.add(total, size)
-        return offsets, total
+        return offsets, sym.add(total, self.swizzle_period)
 
     def _const_size(self, b: Buffer) -> int:
         n = 1
@@ -517,7 +530,8 @@ class CPrinter(CExprPrinter, StmtFunctor):
             self.emit(depth, f"{t}* {name} = reinterpret_cast<{t}*>({self.smem_name} + "
                              f"{off});  // {size} elements, dynamic shared memory")
         elif b.scope == "shared":
-            words = (d.shared_prefix, d.shared_align, t)
+            period = _swizzle_period(b, d, self.who)
+            words = (d.shared_prefix, f"__align__({period})" if period else d.shared_align, t)
             self.emit(depth, f"{' '.join(w for w in words if w)} {name}[{size}];")
         elif b.scope in FRAGMENT_SCOPES:
             self.uses_fragments = True
@@ -570,6 +584,20 @@ class CPrinter(CExprPrinter, StmtFunctor):
         raise LoweringError(format_error(
             self.who, f"kernel {s.name!r} is launched inside kernel {self.kname!r}",
             "expected kernel launches only at the top level of the function"))
+
+def _swizzle_period(b: Buffer, d: CDialect, who: str) -> int:
+    """Bytes of the swizzle pattern of shared buffer ``b`` (its start's alignment), 0 when
+    it is not swizzled."""
+    if b.swizzle == "none":
+        return 0
+    if d.name != "cuda":
+        raise BuildError(format_error(who, f"shared buffer {b.name!r} is swizzled "
+                                      f"({b.swizzle})", "a CUDA target (the Hopper tensor "
+                                      "cores' layouts)"))
+    from polytile.targets.cuda.wgmma import SWIZZLE_BYTES
+
+    return 8 * SWIZZLE_BYTES[b.swizzle]
+
 
 @deep("build")
 def fragment_type(b: Buffer, body: Stmt, d: CDialect, who: str) -> str:

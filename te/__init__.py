@@ -24,7 +24,7 @@ from .reduction import Reducer, comm_reducer, max, max_value, min, min_value, su
 from .tensor import (ComputeOp, Operation, PlaceholderOp, Tensor, TensorSlice, compute,
                      placeholder)
 from .tensor import reduce_axis, size_var, var
-from .tensor_intrin import TensorIntrin, decl_tensor_intrin, extern
+from .tensor_intrin import AsyncGroup, TensorIntrin, decl_tensor_intrin, extern
 from .scan import ScanOp, scan
 
 
@@ -78,5 +78,5 @@ __all__ = [
     "if_then_else", "isnan", "log", "log2", "log10", "max", "max_value", "min", "min_value",
     "placeholder", "pow", "power", "reduce_axis", "round", "rsqrt", "sigmoid", "sin", "sqrt",
     "size_var", "sum", "tanh", "thread_axis", "trunc", "truncdiv", "truncmod", "var",
-    "TensorIntrin", "decl_tensor_intrin", "extern",
+    "AsyncGroup", "TensorIntrin", "decl_tensor_intrin", "extern",
 ]

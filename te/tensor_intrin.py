@@ -28,6 +28,33 @@ from polytile.errors import DefinitionTypeError, DefinitionValueError, format_er
 from .expr import Reduce
 from .tensor import ComputeOp, PlaceholderOp, Tensor
 
+@dataclass(frozen=True)
+class AsyncGroup:
+    """The protocol of an intrinsic whose ``update`` only *issues* its work (Hopper
+    ``wgmma.mma_async``): it reads its inputs at some time before the issuing thread's
+    next ``wait(n)`` that retires it. The calls of one iteration of a pipelined loop
+    (``Stage.pipeline(..., mma_wait=n)``) form one group: ``begin`` before the first call,
+    ``commit`` after the last, then ``wait(n)`` (at most ``n`` groups still in flight), and
+    ``fence`` in every thread before the barrier that publishes the operands (a proxy
+    fence: the instruction reads shared memory through another memory proxy). Each field
+    is the name of an intrinsic call of the target (``tir.call_intrin``); ``wait`` takes
+    the count. The reference interpreter checks the protocol: a write to an operand of an
+    issued, unretired call, or a read of its output, is a ``RaceError``."""
+
+    fence: str
+    begin: str
+    commit: str
+    wait: str
+
+    def __post_init__(self):
+        for role in ("fence", "begin", "commit", "wait"):
+            ASYNC_GROUP_CALLS[getattr(self, role)] = (self, role)
+
+
+#: call name -> (AsyncGroup, role): how the reference interpreter recognises the protocol
+ASYNC_GROUP_CALLS: dict = {}
+
+
 #: Declared intrinsics by name (a recorded ``tensorize`` step replays through it).
 REGISTRY: dict[str, "TensorIntrin"] = {}
 
@@ -67,6 +94,7 @@ class TensorIntrin:
     default_buffer_params: dict = field(default_factory=dict)
     parts: tuple = ("body",)
     emulate: Callable | None = None
+    async_group: AsyncGroup | None = None
 
     @property
     def output(self) -> Tensor:
@@ -82,7 +110,8 @@ class TensorIntrin:
 
 def decl_tensor_intrin(op, fcompute: Callable, name: str = "tensor_intrin", binds=None,
                        scalar_params=None, default_buffer_params=None, *,
-                       emulate: Callable | None = None) -> TensorIntrin:
+                       emulate: Callable | None = None,
+                       async_group: AsyncGroup | None = None) -> TensorIntrin:
     """Declare a tensor intrinsic (TVM v0.19's ``te.decl_tensor_intrin``).
 
     Parameters
@@ -108,6 +137,9 @@ def decl_tensor_intrin(op, fcompute: Callable, name: str = "tensor_intrin", bind
     emulate : callable, optional
         A model of the instruction for the reference interpreter (``TensorIntrin.emulate``;
         polytile's own, not TVM's).
+    async_group : AsyncGroup, optional
+        The ``update`` only issues the work, grouped and waited for by a software
+        pipeline (:class:`AsyncGroup`; polytile's own).
 
     Raises
     ------
@@ -144,7 +176,8 @@ def decl_tensor_intrin(op, fcompute: Callable, name: str = "tensor_intrin", bind
                 f"an operand of {name!r}",
                 f"keys among {[x.name for x in inputs] + [op.output(0).name]}"))
     intrin = TensorIntrin(str(name), op, fcompute, inputs, binds,
-                          dict(default_buffer_params or {}), emulate=emulate)
+                          dict(default_buffer_params or {}), emulate=emulate,
+                          async_group=async_group)
     from polytile.tir import probe_parts  # tir builds on the loop IR, which builds on te
 
     object.__setattr__(intrin, "parts", probe_parts(intrin))

@@ -35,9 +35,23 @@ the ``wait_group`` that retires it (a wrong wait count shows as a race).
    fast path (H200, 2026-12-01: 693 TFLOP/s at 4096^3, 0.935x cuBLAS). Without an sm_90
    GPU the step compiles the kernel with nvcc for sm_90a and runs the kernel's CPU model
    (:func:`~polytile.targets.cuda.wgmma.emulate_gemm`, the same layouts, swizzle and
-   barrier protocol) against numpy. The schedule language reaches the same instruction
-   through ``tensorize`` (``tc.wgmma_gemm_schedule``: the synchronous cp.async main loop,
-   checked here on the interpreter).
+   barrier protocol) against numpy.
+
+   The schedule language reaches the same instruction through ``tensorize``
+   (``tc.wgmma_gemm_schedule``, ``C = A @ Bt^T``), with the two things that make it fast::
+
+       AS = s.cache_read(A, "shared", [CF]); BS = s.cache_read(Bt, "shared", [CF])
+       s[CF].tensorize(ci, tc.wgmma_mma(256, swizzle="128B", asynchronous=True))
+       s[CF].pipeline(ko, stages=4, mma_wait=1)   # MMAs of tile k run while k+1 lands
+       s[AS].compute_at(s[CF], ko); s[AS].swizzle("128B")   # [128, 64] tiles, 128B rows
+
+   ``swizzle`` stores the 64-element rows of the k tiles in the tensor cores' 128-byte
+   swizzle (16-byte chunk ``j`` of row ``r`` at chunk ``j ^ r % 8``), which the MMA's
+   descriptors name; ``mma_wait=1`` commits each k tile's MMAs as one group and waits
+   with ``wgmma.wait_group 1``, so they overlap the next tile's wait and issue (the copies
+   then run ``stages - 2`` tiles ahead: the slot of the group in flight is not refilled).
+   Both are checked on the interpreter, which stores the tiles swizzled and reports a
+   write into a slot that an unretired MMA group still reads as a race.
 Run: ``python tutorials/05_tensor_core_gemm.py [--n 4096]``.
 """
 
@@ -86,10 +100,10 @@ def check_on_interpreter(acc: str, isa: str = "wmma", stages: int = 1) -> None:
 
 
 def check_wgmma_schedule_on_interpreter() -> None:
-    """The warpgroup MMA through ``tensorize`` (C = A @ Bt^T) at 128x64x64 on the
-    interpreter vs float64 numpy."""
-    m, n, k = 128, 64, 64
-    s, args = tc.wgmma_gemm_schedule(m, n, k, block=(64, 64, 32), stages=2)
+    """The warpgroup MMA through ``tensorize`` (C = A @ Bt^T; 128B-swizzled tiles, 3
+    stages, one MMA group in flight) at 64x16x192 on the interpreter vs float64 numpy."""
+    m, n, k = 64, 16, 192
+    s, args = tc.wgmma_gemm_schedule(m, n, k, block=(64, 16, 64), stages=3)
     f = lower(s, args, target="cuda -arch=sm_90a", stop_after=None)
     rng = np.random.default_rng(0)
     a = rng.uniform(-1, 1, (m, k)).astype("float16")
@@ -101,7 +115,7 @@ def check_wgmma_schedule_on_interpreter() -> None:
     if not err < 1e-6:
         raise SystemExit(f"interpreter: wgmma tensorize wrong ({err:.2e})")
     print(f"interpreter: wgmma tensorize fp16->float32 lowering matches numpy "
-          f"(rel. error {err:.1e})")
+          f"(128B swizzle, mma_wait=1; rel. error {err:.1e})")
 
 
 def cpu_tensorize() -> None:
@@ -194,6 +208,8 @@ def main(argv=None) -> None:
         ratio = f"{tflops / cublas:6.3f} x cuBLAS fp16" if cublas else ""
         print(f"{title:28s} {tflops:7.1f} TFLOP/s  {ratio}  (lower+build {t_build:.2f} s)")
     wgmma_step(n, None if args.no_run else (da, db), cublas, None if args.no_run else ref)
+    wgmma_tensorize_step(n, None if args.no_run else (a, b), cublas,
+                         None if args.no_run else ref, args.print_source)
     for acc in ("float32", "float16"):
         check_on_interpreter(acc)
     check_on_interpreter("float32", "mma", stages=3)
@@ -252,6 +268,54 @@ def wgmma_step(n: int, arrays, cublas, ref) -> None:
     if not err < 1e-12:
         raise SystemExit(f"wgmma CPU model: wrong result ({err:.2e})")
     print(f"CPU model: wgmma + TMA kernel (192x128x128) matches numpy (rel. error {err:.1e})")
+
+
+#: the tensorize step: 128 x 256 tiles of 64 k (128B rows), 4 stages, mma_wait 1
+TENSORIZE_BLOCK, TENSORIZE_STAGES = (128, 256, 64), 4
+
+
+def wgmma_tensorize_step(n: int, arrays, cublas, ref, print_source: bool = False) -> None:
+    """Step 6b: the wgmma GEMM written in the schedule language
+    (:func:`~polytile.targets.cuda.tensor_core.wgmma_gemm_schedule`: swizzled
+    ``cache_read`` tiles, overlapped MMA groups) at ``n``^3 on an sm_90 GPU (``arrays`` =
+    the float16 A and B on the host), else built with nvcc for sm_90a."""
+    from polytile.targets.cuda import compile as cc
+
+    title = "wgmma via tensorize"
+    try:
+        s, targs = tc.wgmma_gemm_schedule(n, n, n, block=TENSORIZE_BLOCK,
+                                          stages=TENSORIZE_STAGES)
+    except ValueError as exc:
+        print(f"{title:28s} not built at n={n}: {str(exc).splitlines()[0]}")
+        return
+    on_gpu = arrays is not None and _capability() == (9, 0)
+    if not on_gpu and cc.nvcc_path() is None:
+        print(f"{title:28s} not built: needs nvcc (sm_90a)")
+        return
+    t0 = time.perf_counter()
+    try:
+        f = polytile.build(s, targs, target="cuda -arch=sm_90a", compiler="nvcc")
+    except ScheduleError as exc:   # n not a multiple of the tiles
+        print(f"{title:28s} not built at n={n}: {str(exc).splitlines()[0]}")
+        return
+    t_build = time.perf_counter() - t0
+    if print_source:
+        print(f.get_source())
+    if not on_gpu:
+        print(f"{title:28s} built for sm_90a in {t_build:.2f} s")
+        return
+    a, b = arrays
+    da = polytile.nd.array(a, device="cuda")
+    dbt = polytile.nd.array(np.ascontiguousarray(b.T), device="cuda")   # Bt[N, K]
+    dc = polytile.nd.array(np.full((n, n), np.nan, "float32"), device="cuda")
+    f(da, dbt, dc)
+    err = np.linalg.norm(dc.numpy().astype("float64") - ref) / np.linalg.norm(ref)
+    if not err < 1e-4:
+        raise SystemExit(f"{title}: wrong result (relative error {err:.2e})")
+    t = f.time_evaluator(number=10, repeat=3)(da, dbt, dc).median
+    tflops = 2.0 * n**3 / t / 1e12
+    ratio = f"{tflops / cublas:6.3f} x cuBLAS fp16" if cublas else ""
+    print(f"{title:28s} {tflops:7.1f} TFLOP/s  {ratio}  (lower+build {t_build:.2f} s)")
 
 
 def _capability():

@@ -13,6 +13,15 @@ has the body ``[sync] P(k); sync; C(k)``: ``P`` copies global memory into shared
       C(k) from slot (k - lo) % S
     wait_group(0)
 
+With ``mma_wait = N`` (``Stage.pipeline``; a compute of asynchronous intrinsic calls,
+``te.AsyncGroup``) the copies run ``D = S - 1 - N`` iterations ahead instead of ``S - 1``
+(``wait_group(D - 1)``), a proxy fence precedes the barrier, and the compute is one group
+of calls (``begin``, calls, ``commit``) followed by ``wait(N)``; after the loop ``wait(0)``.
+Why: the barrier of iteration ``k`` follows every thread's ``wait(N)`` of iteration
+``k - 1``, so only the groups of iterations ``k - N .. k - 1`` may still read their slots;
+with tile ``k`` in use and ``k + 1 .. k + D - 1`` landing, the copy of tile ``k + D`` takes
+the remaining slot, ``(k + D) % S == (k - N - 1) % S``.
+
 Each ``B`` gets a leading dimension of ``S`` slots. Why it is right: the copy issued at
 iteration ``k`` writes the slot ``C(k - 1)`` read, and every thread has finished
 ``C(k - 1)`` when it passes the barrier of iteration ``k``; ``C(k)`` reads the slot written
@@ -30,14 +39,31 @@ from polytile.te.expr import Binary, Cmp, Const, Expr
 from polytile.te.visitor import ExprMutator, collect
 
 from ..kinds import LoopKind, PipelinePragma
-from ..loop_ir import (Buffer, For, IfThenElse, Load, Seq, Stmt, StmtMutator, Store,
-                       Sync, TensorCall, seq, stmt_exprs, walk_stmts)
+from ..loop_ir import (Buffer, Evaluate, ExternCall, For, IfThenElse, Load, Seq, Stmt,
+                       StmtMutator, Store, Sync, TensorCall, seq, stmt_exprs, walk_stmts)
 from .async_copy import async_copy_refusal, commit_group, is_async_copy, mark_async, wait_group
 from .loops import substitute_stmt
 
 
 def _pragma(s: For) -> PipelinePragma | None:
     return next((p for p in s.pragmas if isinstance(p, PipelinePragma)), None)
+
+
+def is_async_call(x) -> bool:
+    """Is ``x`` a call that only issues its work (the ``update`` of an intrinsic with a
+    ``te.AsyncGroup``)?"""
+    return (isinstance(x, TensorCall) and x.part == "update"
+            and getattr(x.intrin, "async_group", None) is not None)
+
+
+def group_call(name: str, *args: int) -> Stmt:
+    """``name(args)``: one step of an intrinsic's ``te.AsyncGroup`` protocol."""
+    return Evaluate(ExternCall("void", name, tuple(Const("int32", a) for a in args), "intrin"))
+
+
+def mma_wait_group(group, n: int) -> Stmt:
+    """``group.wait(n)``: at most ``n`` groups of asynchronous calls still in flight."""
+    return group_call(group.wait, n)
 
 
 def _loads(s: Stmt) -> list:
@@ -199,8 +225,24 @@ class _Pipeline(StmtMutator):
                             "buffers that only the loop uses")
         if s.step != 1:
             self.refuse(p, f"its step is {s.step}", "a unit step")
+        asyncs = [x for c in compute for x in walk_stmts(c) if is_async_call(x)]
+        groups = {x.intrin.async_group for x in asyncs}
+        if p.mma_wait is None and asyncs:
+            self.refuse(p, f"its compute issues asynchronous calls of intrinsic "
+                        f"{asyncs[0].intrin.name!r}", "mma_wait=N: the groups of them left "
+                        "in flight per iteration", hint=f"s[{p.stage}].pipeline("
+                        f"{p.axis}, stages={p.stages}, mma_wait=1)")
+        if p.mma_wait is not None and not asyncs:
+            self.refuse(p, f"mma_wait={p.mma_wait} but its compute has no asynchronous "
+                        "intrinsic call", "a compute tensorized with an asynchronous "
+                        "intrinsic (te.AsyncGroup)", hint="drop mma_wait")
+        if len(groups) > 1:
+            self.refuse(p, "its compute mixes asynchronous intrinsics of different "
+                        "protocols", "one te.AsyncGroup per pipelined loop")
+        group = next(iter(groups)) if groups else None
         n = p.stages
-        new = {k: Buffer(b.name, (n,) + tuple(b.shape), b.dtype, b.scope)
+        ahead = n - 1 - (p.mma_wait or 0)
+        new = {k: Buffer(b.name, (n,) + tuple(b.shape), b.dtype, b.scope, b.swizzle)
                for k, b in bufs.items()}
         self.replaced.update(new)
         k, lo, ext = s.var, s.min, s.extent
@@ -214,21 +256,28 @@ class _Pipeline(StmtMutator):
         # once), and there is nothing to commit or wait for
         commit = commit_group() if self.asynchronous else None
         prologue = []
-        for j in range(n - 1):
+        for j in range(ahead):
             load = stage(_add(lo, j), Const("int64", j))
             if not (isinstance(ext, Const) and j < ext.value):
                 load = IfThenElse(Cmp("bool", "lt", Const("int64", j), ext), load)
             prologue += [load, commit]
         rel = _sub(k, lo)
-        ahead = _add(rel, n - 1)
-        fetch = IfThenElse(Cmp("bool", "lt", ahead, ext), stage(_add(k, n - 1), ahead))
+        nxt = _add(rel, ahead)
+        fetch = IfThenElse(Cmp("bool", "lt", nxt, ext), stage(_add(k, ahead), nxt))
         slot = Binary("int64", "truncmod", rel, Const("int64", n))
         wait = wait_group if self.asynchronous else (lambda _: None)
-        body = seq(wait(n - 2), Sync("shared"), fetch, commit,
-                   _Slots(new, slot).visit(seq(*compute)))
+        work = _Slots(new, slot).visit(seq(*compute))
+        if group is None:
+            body = seq(wait(ahead - 1), Sync("shared"), fetch, commit, work)
+            after = wait(0)
+        else:
+            body = seq(wait(ahead - 1), group_call(group.fence), Sync("shared"), fetch,
+                       commit, group_call(group.begin), work, group_call(group.commit),
+                       mma_wait_group(group, p.mma_wait))
+            after = seq(mma_wait_group(group, 0), wait(0))
         pragmas = tuple(x for x in s.pragmas if not isinstance(x, PipelinePragma))
         loop = For(k, lo, ext, s.kind, body, s.step, pragmas)
-        return seq(Sync("shared"), *prologue, loop, wait(0))
+        return seq(Sync("shared"), *prologue, loop, after)
 
 
 class _MarkAsync(StmtMutator):
@@ -265,6 +314,16 @@ def software_pipeline(stmt: Stmt, asynchronous: bool = True) -> Stmt:
     with ``DeviceLimits.async_copy_bytes``) each copy is a 16-byte ``cp.async``, else an
     ordinary copy and no group is committed or waited for. Raises ``ScheduleError``
     (primitive ``pipeline``) naming the stage, the loop and what does not fit."""
+    # (a pipelined loop without mma_wait refuses its asynchronous calls itself)
+    managed = {id(x) for f in walk_stmts(stmt) if isinstance(f, For) and _pragma(f)
+               for x in walk_stmts(f.body)}
+    for x in walk_stmts(stmt):
+        if is_async_call(x) and id(x) not in managed:
+            fail("tensorize", f"intrinsic {x.intrin.name!r} only issues its work "
+                 "(asynchronous), and no software pipeline groups and waits for its calls",
+                 "its calls inside a loop pipelined with mma_wait", hint="s[<stage>]."
+                 "pipeline(<k loop>, stages=3, mma_wait=1), or the synchronous intrinsic "
+                 "(also where the k loop has one iteration and is no loop)")
     if not any(isinstance(x, For) and _pragma(x) for x in walk_stmts(stmt)):
         return stmt
     if asynchronous:

@@ -45,9 +45,12 @@ First step of issue 10's Hopper path. What is here:
 * Epilogues: ``"8B"`` (float2 stores of the fragment) or ``"16B"`` (float4 stores after
   a lane-pair shuffle, :func:`d_store_16b`).
 
-The schedule-language path (``tensorize`` with ``wgmma_mma(n)``, no swizzle, synchronous
-MMAs; :func:`polytile.targets.cuda.tensor_core.wgmma_gemm_schedule`) is in
-:mod:`polytile.targets.cuda.wgmma_intrin`; this generated kernel stays the fast path.
+The schedule-language path (``tensorize`` with ``wgmma_mma(n, swizzle="128B",
+asynchronous=True)``, ``Stage.swizzle`` and ``pipeline(..., mma_wait=1)``;
+:func:`polytile.targets.cuda.tensor_core.wgmma_gemm_schedule`) is in
+:mod:`polytile.targets.cuda.wgmma_intrin`, built from this module's swizzle function,
+descriptor and instruction helpers; this generated kernel keeps TMA and warp
+specialization.
 Not yet here: clusters with TMA multicast, a shared-memory-staged (TMA store) epilogue,
 two consumer warpgroups ping-ponging over tiles.
 """
@@ -163,10 +166,28 @@ def operand_offsets_128b(BK: int) -> tuple:
     return (16, 1024), (BK * 128, 1024)
 
 
+#: row width in bytes of each swizzle mode (PTX ISA, "Shared Memory Matrix Layout")
+SWIZZLE_BYTES = {"128B": 128, "64B": 64, "32B": 32}
+
+
+def swizzle_elements(offset, mode: str, nbytes: int = 1):
+    """The physical position of logical element ``offset`` (elements of ``nbytes`` bytes,
+    a power of two up to 16) under swizzle ``mode`` (PTX ISA, "Shared Memory Matrix
+    Layout", swizzling modes): byte address bits 4.. (the 16-byte chunk) XOR bits 7..
+    (the 128-byte line), 3 bits for 128B, 2 for 64B, 1 for 32B; the pattern repeats
+    every ``8 * SWIZZLE_BYTES[mode]`` bytes (where the buffer must start). Works on ints,
+    numpy integer arrays and integer expressions (``^ >> & <<``): one definition for the
+    CPU models, the interpreter and the C printer."""
+    mask = SWIZZLE_BYTES[mode] // 16 - 1
+    row = (128 // nbytes).bit_length() - 1      # log2 of elements per 128 bytes
+    chunk = (16 // nbytes).bit_length() - 1     # log2 of elements per 16 bytes
+    return offset ^ (((offset >> row) & mask) << chunk)
+
+
 def swizzle_128b(byte):
     """The physical shared byte address of logical ``byte`` under the 128B swizzle: bits
     4-6 XOR bits 7-9 (the 16-byte chunk within a 128-byte row XOR the row within 8)."""
-    return byte ^ (((byte >> 7) & 7) << 4)
+    return swizzle_elements(byte, "128B")
 
 
 def tile_coords(t: int, tiles_m: int, tiles_n: int, group_m: int = 1) -> tuple:
@@ -508,22 +529,32 @@ def _ws_run(order, ktiles, stages, consumers, copy, mma, store, smem, seed,
 
 
 # ------------------------------------------------------------------ C helpers (PTX asm)
-def _mma_helper(n: int, ptx_type: str) -> str:
+def mma_helper_name(n: int, ptx_type: str, trans_b: int = 1) -> str:
+    """The C name of :func:`_mma_helper`'s function."""
+    return f"wgmma_mma_async_m64n{n}k16_{ptx_type}" + ("" if trans_b else "_kk")
+
+
+def _mma_helper(n: int, ptx_type: str, trans_b: int = 1) -> str:
+    """``wgmma.mma_async.m64nNk16`` from two descriptors into ``float d[n / 2]``: A K-major;
+    B MN-major (``trans_b=1``, this module's kernels) or K-major (``trans_b=0``, the
+    tensorize path of :mod:`.wgmma_intrin`)."""
     regs = n // 2
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
     dlist = ", ".join(f"%{i}" for i in range(regs))
+    major = "MN-major (imm-trans-b 1)" if trans_b else "K-major (imm-trans-b 0)"
     return (
-        f"__device__ __forceinline__ void wgmma_mma_async_m64n{n}k16_{ptx_type}("
+        f"__device__ __forceinline__ void {mma_helper_name(n, ptx_type, trans_b)}("
         f"float* d, unsigned long long da, unsigned long long db, int scale_d) {{\n"
-        "  // A K-major (imm-trans-a 0), B MN-major (imm-trans-b 1); D += A B when scale_d\n"
+        f"  // A K-major (imm-trans-a 0), B {major}; D += A B when scale_d\n"
         "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" + str(regs + 2) + ", 0;\\n\"\n"
         f"    \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_type}.{ptx_type} "
-        f"{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 1;\\n}}\\n\"\n"
+        f"{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, {1 if trans_b else 0};\\n}}\\n\"\n"
         f"    : {outs}\n"
         "    : \"l\"(da), \"l\"(db), \"r\"(scale_d));\n}")
 
 
-COMMON = r"""__device__ __forceinline__ void wgmma_fence() {
+#: the warpgroup instructions and the descriptor, shared with :mod:`.wgmma_intrin`
+WGMMA_CORE = r"""__device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
 __device__ __forceinline__ void wgmma_commit_group() {
@@ -535,7 +566,18 @@ template <int N> __device__ __forceinline__ void wgmma_wait_group() {
 __device__ __forceinline__ void fence_proxy_async_shared_cta() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
-__device__ __forceinline__ void cp_async_cg_shared_global(void* dst, const void* src) {
+__device__ __forceinline__ unsigned long long wgmma_descriptor(const void* p, unsigned lbo,
+                                                               unsigned sbo,
+                                                               unsigned swizzle = 0) {
+  // PTX ISA "Matrix Descriptor": start >> 4 (bits 0-13), LBO >> 4 (16-29), SBO >> 4
+  // (32-45), base offset 0 (swizzled tiles start on their pattern's period), swizzle
+  // mode (62-63: 0 none, 1 128B, 2 64B, 3 32B)
+  unsigned long long a = (unsigned)__cvta_generic_to_shared(p);
+  return ((a & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16)
+         | ((unsigned long long)(sbo >> 4) << 32) | ((unsigned long long)swizzle << 62);
+}"""
+
+COMMON = WGMMA_CORE + "\n" + r"""__device__ __forceinline__ void cp_async_cg_shared_global(void* dst, const void* src) {
   unsigned a = (unsigned)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(a), "l"(src) : "memory");
 }
@@ -598,16 +640,6 @@ template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
 }
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N));
-}
-__device__ __forceinline__ unsigned long long wgmma_descriptor(const void* p, unsigned lbo,
-                                                               unsigned sbo,
-                                                               unsigned swizzle = 0) {
-  // PTX ISA "Matrix Descriptor": start >> 4 (bits 0-13), LBO >> 4 (16-29), SBO >> 4
-  // (32-45), base offset 0 (swizzled tiles start 1024-aligned), swizzle mode (62-63:
-  // 0 none, 1 128B)
-  unsigned long long a = (unsigned)__cvta_generic_to_shared(p);
-  return ((a & 0x3FFFF) >> 4) | ((unsigned long long)(lbo >> 4) << 16)
-         | ((unsigned long long)(sbo >> 4) << 32) | ((unsigned long long)swizzle << 62);
 }"""
 
 

@@ -1,25 +1,27 @@
 """Hopper ``wgmma.mma_async`` as tensor intrinsics for ``tensorize`` (sm_90a).
 
 The schedule-language path to the warpgroup MMA of :mod:`polytile.targets.cuda.wgmma`
-(whose generated kernel stays the fast path):
+(whose generated kernel keeps TMA and warp specialization):
 
-=========================  ==================================================================
-``wgmma_mma(n, dtype)``    ``c[64, n] += a[64, 16] b[16, n]`` (float32 accumulation), A and B
-                           read from shared memory through matrix descriptors; ``reset``
-                           zeroes the accumulator
-``wgmma_store(n)``         ``out[64, n] = c[64, n]``: each thread of the warpgroup stores its
-                           registers (:func:`~polytile.targets.cuda.wgmma.d_fragment`)
-=========================  ==================================================================
+=================================  ==========================================================
+``wgmma_mma(n, dtype, swizzle=``   ``c[64, n] += a[64, 16] b[n, 16]^T`` (float32
+``"128B", asynchronous=True)``     accumulation), ``a``/``b`` K-major rows of shared
+                                   buffers swizzled by ``Stage.swizzle``, read through
+                                   descriptors of that mode; ``reset`` zeroes ``c``
+``wgmma_mma(n, dtype)``            the same over no-swizzle core matrices ``a[2, 64, 8]``,
+                                   ``b[2, n, 8]`` (:func:`wgmma_gemm_compute`)
+``wgmma_store(n)``                 ``out[64, n] = c[64, n]``: each thread of the warpgroup
+                                   stores its registers (:func:`~.wgmma.d_fragment`)
+=================================  ==========================================================
 
-Operand layout (PTX ISA, "Shared Memory Matrix Layout", no swizzle, both operands
-K-major): a shared tile is stored as ``[k // 8, row, k % 8]``, so that each 8 x 8 *core
-matrix* (8 rows of 16 bytes) is 128 contiguous bytes. The intrinsic's operands are
-therefore 3-D, ``a[2, 64, 8]`` and ``b[2, n, 8]`` (the two 8-wide k halves of a k16 step),
-and a GEMM that tensorizes to it reads its operands through stages of that shape
-(:func:`wgmma_gemm_schedule`): core matrices adjacent in M (or N) are 128 bytes apart
-(SBO), those adjacent in K one k-group stride apart (LBO = the region's first stride x
-2 bytes). B is K-major, so the schedule's GEMM is ``C = A @ Bt^T`` with ``Bt[N, K]``
-(both operands copied by 16-byte ``cp.async`` from row-major global rows).
+Swizzled operands (PTX ISA, "Shared Memory Matrix Layout", swizzling modes): a
+``cache_read`` tile ``[rows, BK]`` whose rows are exactly the mode's width (``BK = 64``
+float16 for 128B) with ``s[AS].swizzle("128B")``: chunk ``j`` of row ``r`` at ``j ^ r %
+8`` (:func:`~.wgmma.swizzle_elements`, the layout of the generated kernel's
+``a_offset_128b``). A k16 step is 32 bytes of a row: the descriptor's start is the
+region's logical address, SBO the 8-row period, LBO unused. No-swizzle operands: a tile
+stored as ``[k // 8, row, k % 8]``, each 8 x 8 core matrix 128 contiguous bytes (SBO 128
+bytes, LBO the region's first stride).
 
 The accumulator is a buffer of scope ``wgmma.accumulator``: a 64 x n float32 tile held by
 the 128 threads of a warpgroup (``float[n / 2]`` each, C type ``pt_wgmma_acc<n>``). In
@@ -27,19 +29,31 @@ the loop IR it is, like WMMA fragments, a per-thread array holding the whole til
 the interpreter runs): stages that use it must not bind ``threadIdx.x``, whose 128 threads
 (``blockDim.x == 128``) form the warpgroup that issues the collective instructions.
 
-Each MMA call is synchronous: ``fence.proxy.async`` (the tiles were written through the
-generic proxy: ``cp.async`` or stores), ``wgmma.fence``, one ``wgmma.mma_async``,
-``wgmma.commit_group``, ``wgmma.wait_group 0``. The generated kernel overlaps MMAs with
-copies across stages; this path does not.
+Synchronous calls fence (``fence.proxy.async``, ``wgmma.fence``), issue, commit and wait
+(``wgmma.wait_group 0``). Asynchronous ones (:data:`WGMMA_GROUP`, a ``te.AsyncGroup``)
+only issue: ``s[CF].pipeline(ko, stages=S, mma_wait=N)`` fences once per k tile before its
+barrier, commits the tile's MMAs as one group and waits with ``wgmma.wait_group N``, so
+they run while the next tile is awaited and issued. The C helpers (descriptor, fences,
+commit/wait, the ``wgmma.mma_async`` asm) are those of :mod:`.wgmma`.
 """
 
 from __future__ import annotations
 
 from polytile import te, tir
+from polytile.errors import BuildError, format_error
+from polytile.te import dtype as dt
+
+from .wgmma import SWIZZLE, SWIZZLE_BYTES, WGMMA_CORE, _mma_helper, mma_helper_name
 
 #: rows of one warpgroup MMA (m64nNk16) and its k step
 WG_M, WG_K = 64, 16
 PTX = {"float16": "f16", "bfloat16": "bf16"}
+
+#: the protocol of the asynchronous MMA (``wgmma_mma(..., asynchronous=True)``): a proxy
+#: fence before the barrier that publishes the tiles, ``wgmma.fence`` before a group of
+#: calls, ``wgmma.commit_group`` after it, ``wgmma.wait_group N``
+WGMMA_GROUP = te.AsyncGroup(fence="wgmma.fence_proxy_async", begin="wgmma.fence",
+                            commit="wgmma.commit_group", wait="wgmma.wait_group")
 
 WGMMA_TYPES = r"""#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "wgmma.mma_async needs sm_90a: build with target='cuda -arch=sm_90a'"
@@ -49,39 +63,65 @@ __device__ __forceinline__ unsigned pt_wgmma_thread() {
   // the thread's rank in its warpgroup (blockDim.x is a multiple of 128)
   return (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 128u;
 }
-__device__ __forceinline__ unsigned long long pt_wgmma_desc(const void* p, unsigned lbo,
-                                                            unsigned sbo) {
-  // PTX ISA "Matrix Descriptor", no swizzle: start >> 4 (bits 0-13), LBO >> 4 (16-29),
-  // SBO >> 4 (32-45)
-  unsigned long long a = (unsigned)__cvta_generic_to_shared(p);
-  return ((a & 0x3FFFF) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16)
-         | ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32);
+""" + WGMMA_CORE + r"""
+__device__ __forceinline__ void wgmma_wait_group_n(int n) {
+  // wgmma.wait_group takes an immediate: n is a constant at every call (folded)
+  switch (n) {
+    case 0: wgmma_wait_group<0>(); break;
+    case 1: wgmma_wait_group<1>(); break;
+    case 2: wgmma_wait_group<2>(); break;
+    case 3: wgmma_wait_group<3>(); break;
+    case 4: wgmma_wait_group<4>(); break;
+    case 5: wgmma_wait_group<5>(); break;
+    case 6: wgmma_wait_group<6>(); break;
+    default: wgmma_wait_group<7>(); break;
+  }
 }"""
 
 
-def _mma_helper(n: int, dtype: str) -> tuple[str, str]:
+def _raw_helper(n: int, p: str) -> str:
+    """:func:`~polytile.targets.cuda.wgmma._mma_helper` with B K-major, guarded so that
+    several wrappers of one shape can each carry it."""
+    guard = f"PT_{mma_helper_name(n, p, 0).upper()}"
+    return f"#ifndef {guard}\n#define {guard}\n{_mma_helper(n, p, trans_b=0)}\n#endif\n"
+
+
+def _mma_helper_core(n: int, dtype: str) -> tuple[str, str]:
     p = PTX[dtype]
     ctype = {"float16": "half", "bfloat16": "__nv_bfloat16"}[dtype]
-    name = f"wgmma_mma_async_m64n{n}k16_f32_{p}_kk"
-    regs = n // 2
-    outs = ", ".join(f'"+f"(d.r[{i}])' for i in range(regs))
-    dlist = ", ".join(f"%{i}" for i in range(regs))
-    text = (
+    name = f"wgmma_m64n{n}k16_{p}_core_sync"
+    text = _raw_helper(n, p) + (
         f"__device__ __forceinline__ void {name}(pt_wgmma_acc<{n}>& d, const {ctype}* a, "
         f"int a_kstride, const {ctype}* b, int b_kstride) {{\n"
         "  // A and B K-major in no-swizzle core matrices [k / 8][row][k % 8]: LBO (K) = the\n"
         "  // k-group stride in bytes, SBO (M or N) = 128 bytes; D += A B, then waited for\n"
-        "  unsigned long long da = pt_wgmma_desc(a, 2u * a_kstride, 128u);\n"
-        "  unsigned long long db = pt_wgmma_desc(b, 2u * b_kstride, 128u);\n"
-        "  asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");\n"
-        "  asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");\n"
-        "  asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" + str(regs + 2) + ", 0;\\n\"\n"
-        f"    \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{p}.{p} "
-        f"{{{dlist}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}\\n\"\n"
-        f"    : {outs}\n"
-        "    : \"l\"(da), \"l\"(db), \"r\"(1) : \"memory\");\n"
-        "  asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");\n"
-        "  asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");\n}")
+        "  fence_proxy_async_shared_cta();\n"
+        "  wgmma_fence();\n"
+        f"  {mma_helper_name(n, p, 0)}(d.r, wgmma_descriptor(a, 2u * a_kstride, 128u), "
+        "wgmma_descriptor(b, 2u * b_kstride, 128u), 1);\n"
+        "  wgmma_commit_group();\n"
+        "  wgmma_wait_group<0>();\n}")
+    return name, text
+
+
+def _mma_helper_swizzled(n: int, dtype: str, mode: str, asynchronous: bool) -> tuple[str, str]:
+    p = PTX[dtype]
+    ctype = {"float16": "half", "bfloat16": "__nv_bfloat16"}[dtype]
+    width = SWIZZLE_BYTES[mode]
+    name = f"wgmma_m64n{n}k16_{p}_sw{width}_{'async' if asynchronous else 'sync'}"
+    sync = ("" if asynchronous else "  fence_proxy_async_shared_cta();\n  wgmma_fence();\n")
+    done = ("" if asynchronous else "  wgmma_commit_group();\n  wgmma_wait_group<0>();\n")
+    how = ("issued only: the software pipeline groups and waits (te.AsyncGroup)"
+           if asynchronous else "then waited for")
+    text = _raw_helper(n, p) + (
+        f"__device__ __forceinline__ void {name}(pt_wgmma_acc<{n}>& d, const {ctype}* a, "
+        f"const {ctype}* b) {{\n"
+        f"  // A and B K-major in {width}-byte rows swizzled {mode} (Stage.swizzle): SBO = 8\n"
+        f"  // rows = {8 * width} bytes, LBO unused (k16 lies in one row); D += A B, {how}\n"
+        + sync +
+        f"  {mma_helper_name(n, p, 0)}(d.r, wgmma_descriptor(a, 16u, {8 * width}u, "
+        f"{SWIZZLE[mode]}u), wgmma_descriptor(b, 16u, {8 * width}u, {SWIZZLE[mode]}u), 1);\n"
+        + done + "}")
     return name, text
 
 
@@ -115,7 +155,11 @@ def c_helpers() -> dict:
     """The helpers of the calls below (call name -> (C name, definition)), for
     ``tensor_core.C_HELPERS``; the MMA helpers, one per (n, dtype), are added when an
     intrinsic is declared (:func:`wgmma_mma`)."""
-    return {"wgmma.fill": _FILL, "wgmma.store": _STORE}
+    return {"wgmma.fill": _FILL, "wgmma.store": _STORE,
+            WGMMA_GROUP.fence: ("fence_proxy_async_shared_cta", ""),
+            WGMMA_GROUP.begin: ("wgmma_fence", ""),
+            WGMMA_GROUP.commit: ("wgmma_commit_group", ""),
+            WGMMA_GROUP.wait: ("wgmma_wait_group_n", "")}
 
 
 def _register(call: str, helper: tuple[str, str]) -> None:
@@ -130,21 +174,95 @@ def _check_n(n: int, who: str) -> None:
                          "(wgmma m64nNk16)")
 
 
-def wgmma_mma(n: int, dtype: str = "float16", name: str = "") -> te.TensorIntrin:
-    """``c[i, j] = sum_{kb, kk} a[kb, i, kk] * b[kb, j, kk]`` over ``i < 64``, ``j < n``,
-    ``kb < 2``, ``kk < 8`` (one ``wgmma.mma_async.m64nNk16``, float32 accumulation),
-    operands ``dtype`` (float16 or bfloat16) cast to float32. ``a`` and ``b`` are shared
-    regions in the K-major core-matrix layout (strides ``[s, 8, 1]``, any ``s``: the
-    descriptor's LBO); ``c`` is a ``wgmma.accumulator`` tile of 64 x ``n``.
+def wgmma_mma(n: int, dtype: str = "float16", name: str = "", *, swizzle: str = "none",
+              asynchronous: bool = False) -> te.TensorIntrin:
+    """One ``wgmma.mma_async.m64nNk16`` (float32 accumulation, operands ``dtype``,
+    float16 or bfloat16, cast to float32) from shared memory into a ``wgmma.accumulator``
+    tile ``c`` of 64 x ``n``; ``reset`` zeroes it.
+
+    ``swizzle="none"``: ``c[i, j] = sum_{kb, kk} a[kb, i, kk] * b[kb, j, kk]`` over
+    ``kb < 2``, ``kk < 8``, ``a`` and ``b`` in the K-major no-swizzle core-matrix layout
+    (strides ``[s, 8, 1]``, any ``s``: the descriptor's LBO; :func:`wgmma_gemm_compute`).
+
+    ``swizzle="128B"`` (or ``"64B"``, ``"32B"``): ``c[i, j] = sum_k a[i, k] * b[j, k]``
+    over ``k < 16``, ``a[64, 16]`` and ``b[n, 16]`` regions of K-major rows of exactly
+    ``W`` bytes (strides ``[W / 2, 1]``) of buffers swizzled the same way
+    (``s[AS].swizzle(mode)`` on ``cache_read`` tiles of ``A[M, K]`` and ``Bt[N, K]``); the
+    descriptors carry the mode, SBO = 8 rows, and the region's logical start address
+    (the tensor cores apply the swizzle), which must begin an 8-row pattern.
+
+    ``asynchronous=True`` (swizzled only): the ``update`` only issues the MMA (no
+    ``wgmma.fence``, commit or wait of its own; :data:`WGMMA_GROUP`): the k loop must be
+    pipelined with ``s[CF].pipeline(ko, stages=S, mma_wait=N)``, which groups each k
+    tile's MMAs and waits with ``wgmma.wait_group N``. Synchronous calls fence, commit
+    and wait for themselves.
 
     Raises
     ------
     ValueError
-        ``n`` not a multiple of 8 in 8..256, or another dtype.
+        ``n`` not a multiple of 8 in 8..256, another dtype or swizzle mode, or
+        ``asynchronous`` without a swizzle.
+    BuildError
+        When the code is generated (``build``, ``lower(stop_after=None)``) for regions
+        whose buffer is not swizzled in the intrinsic's mode or whose rows are not ``W``
+        bytes.
     """
     _check_n(n, "wgmma_mma")
     if dtype not in PTX:
         raise ValueError(f"wgmma_mma: dtype {dtype!r}; expected float16 or bfloat16")
+    if swizzle != "none" and swizzle not in SWIZZLE_BYTES:
+        raise ValueError(f"wgmma_mma: swizzle {swizzle!r}; expected 'none' or one of "
+                         f"{', '.join(SWIZZLE_BYTES)}")
+    if asynchronous and swizzle == "none":
+        raise ValueError("wgmma_mma: asynchronous=True needs a swizzled layout "
+                         "(swizzle='128B', '64B' or '32B')")
+    if swizzle == "none":
+        return _wgmma_mma_core(n, dtype, name)
+    width = SWIZZLE_BYTES[swizzle]
+    a = te.placeholder((WG_M, WG_K), name="a", dtype=dtype)
+    b = te.placeholder((n, WG_K), name="b", dtype=dtype)
+    k = te.reduce_axis((0, WG_K), name="k")
+    c = te.compute((WG_M, n), lambda i, j: te.sum(
+        a[i, k].astype("float32") * b[j, k].astype("float32"), axis=k), name="c")
+    binds = {a: tir.decl_buffer(a.shape, dtype, "a", strides=[te.var("sa"), 1],
+                                scope="shared"),
+             b: tir.decl_buffer(b.shape, dtype, "b", strides=[te.var("sb"), 1],
+                                scope="shared"),
+             c: tir.decl_buffer(c.shape, "float32", "c", scope="wgmma.accumulator")}
+    flavour = "async" if asynchronous else "sync"
+    call = f"wgmma.mma_async_m64n{n}k16_{PTX[dtype]}_sw{width}_{flavour}"
+    _register(call, _mma_helper_swizzled(n, dtype, swizzle, asynchronous))
+    iname = name or f"wgmma_m64n{n}k16_{dtype}_sw{width}" + ("_async" if asynchronous
+                                                            else "")
+
+    def fcompute(ins, outs):
+        fa, fb = ins
+        # (decl_tensor_intrin probes fcompute on unscoped buffers: nothing to check)
+        for v in (fa, fb) if fa.scope == "shared" else ():
+            row = v.strides[0] * dt.nbytes(dtype) if isinstance(v.strides[0], int) else None
+            if v.buffer.swizzle != swizzle or row != width:
+                raise BuildError(format_error(
+                    "tensorize", f"intrinsic {iname!r} reads {v.buffer.name!r} "
+                    f"(swizzle {v.buffer.swizzle}, rows of {row} bytes)", f"a buffer "
+                    f"swizzled {swizzle} with rows of {width} bytes", hint=f"s["
+                    f"{v.buffer.name.split('.')[0]}...].swizzle({swizzle!r}) on the "
+                    f"cache_read stage, its k tile {width // dt.nbytes(dtype)} wide"))
+        fc = outs[0]
+        update = tir.call_intrin("void", call, fc.access_ptr("w"), fa.access_ptr("r"),
+                                 fb.access_ptr("r"))
+        reset = tir.call_intrin("void", "wgmma.fill", fc.access_ptr("w"),
+                                te.const(0, "float32"))
+        ib = tir.ir_builder.create()
+        ib.emit(reset)
+        ib.emit(update)
+        return ib.get(), reset, update
+
+    return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=iname,
+                                 async_group=WGMMA_GROUP if asynchronous else None)
+
+
+def _wgmma_mma_core(n: int, dtype: str, name: str) -> te.TensorIntrin:
+    """:func:`wgmma_mma` without swizzle: operands in no-swizzle core matrices."""
     a = te.placeholder((2, WG_M, 8), name="a", dtype=dtype)
     b = te.placeholder((2, n, 8), name="b", dtype=dtype)
     kb = te.reduce_axis((0, 2), name="kb")
@@ -158,10 +276,17 @@ def wgmma_mma(n: int, dtype: str = "float16", name: str = "") -> te.TensorIntrin
                                 scope="shared"),
              c: tir.decl_buffer(c.shape, "float32", "c", scope="wgmma.accumulator")}
     call = f"wgmma.mma_async_m64n{n}k16_{PTX[dtype]}"
-    _register(call, _mma_helper(n, dtype))
+    _register(call, _mma_helper_core(n, dtype))
+    iname = name or f"wgmma_m64n{n}k16_{dtype}"
 
     def fcompute(ins, outs):
         fa, fb = ins
+        for v in (fa, fb):
+            if v.buffer.swizzle != "none":
+                raise BuildError(format_error(
+                    "tensorize", f"intrinsic {iname!r} reads {v.buffer.name!r}, swizzled "
+                    f"{v.buffer.swizzle}", "no-swizzle core matrices",
+                    hint=f"wgmma_mma(n, dtype, swizzle={v.buffer.swizzle!r})"))
         fc = outs[0]
         update = tir.call_intrin("void", call, fc.access_ptr("w"), fa.access_ptr("r"),
                                  fa.strides[0], fb.access_ptr("r"), fb.strides[0])
@@ -172,8 +297,7 @@ def wgmma_mma(n: int, dtype: str = "float16", name: str = "") -> te.TensorIntrin
         ib.emit(update)
         return ib.get(), reset, update
 
-    return te.decl_tensor_intrin(c.op, fcompute, binds=binds,
-                                 name=name or f"wgmma_m64n{n}k16_{dtype}")
+    return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=iname)
 
 
 def wgmma_store(n: int, name: str = "") -> te.TensorIntrin:
@@ -223,18 +347,27 @@ def wgmma_gemm_compute(M: int, N: int, K: int, dtype: str = "float16"):
     return A, Bt, AS, BS, C
 
 
-def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages: int = 1,
-                        dtype: str = "float16"):
-    """A hand schedule of ``C = A @ Bt^T`` (:func:`wgmma_gemm_compute`; float16/bfloat16
-    in, float32 out) through ``tensorize`` with :func:`wgmma_mma` and :func:`wgmma_store`:
-    the synchronous ``cp.async`` main loop of :func:`~polytile.targets.cuda.wgmma.
-    gemm_source` written in the schedule language. Blocks of ``block = (BM, BN, BK)``
-    (``blockIdx.y``, ``blockIdx.x``), one warpgroup per 64 rows (``threadIdx.y``), 128
-    threads (``threadIdx.x``) copying the k tiles of ``AS``/``BS`` into shared memory with
-    16-byte ``cp.async``; ``stages > 1`` pipelines the k-tile loop
-    (``s[CF].pipeline``). Build for ``cuda -arch=sm_90a``. The generated kernel
-    (:class:`~polytile.targets.cuda.wgmma.WgmmaGemm`) remains the fast path: this one
-    waits for each MMA and has no warp specialization or TMA.
+def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages: int = 4,
+                        dtype: str = "float16", swizzle: str = "auto", mma_wait="auto"):
+    """A hand schedule of ``C = A @ Bt^T`` (``A[M, K]``, ``Bt[N, K]``, float16/bfloat16 in,
+    float32 out) through ``tensorize`` with :func:`wgmma_mma` and :func:`wgmma_store`: the
+    ``cp.async`` main loop of :func:`~polytile.targets.cuda.wgmma.gemm_source` written in
+    the schedule language. Blocks of ``block = (BM, BN, BK)`` (``blockIdx.y``,
+    ``blockIdx.x``), one warpgroup per 64 rows (``threadIdx.y``), 128 threads
+    (``threadIdx.x``) copying the k tiles into shared memory with 16-byte ``cp.async``.
+
+    ``swizzle`` (``"auto"``: the mode whose row width is ``BK`` elements, ``"128B"`` for
+    ``BK = 64`` in float16; ``"none"``): ``cache_read`` tiles ``[BM, BK]`` of ``A`` and
+    ``[BN, BK]`` of ``Bt`` with ``s[AS].swizzle(mode)``, copied along whole global rows
+    (coalesced), read by :func:`wgmma_mma` descriptors of that mode. ``"none"``: the
+    restaged core-matrix compute of :func:`wgmma_gemm_compute`, synchronous MMAs.
+
+    ``stages > 1`` pipelines the k-tile loop (``s[CF].pipeline``); ``mma_wait``
+    (``"auto"``: 1 when ``stages >= 3``, 0 for 2, synchronous MMAs for 1; with a swizzle)
+    keeps that many k tiles' MMA groups in flight (``wgmma.wait_group``) while the next
+    tile is awaited and issued. Build for ``cuda -arch=sm_90a``. What the generated
+    kernel (:class:`~polytile.targets.cuda.wgmma.WgmmaGemm`) adds: warp specialization,
+    TMA, persistent tile order.
 
     Returns
     -------
@@ -244,7 +377,8 @@ def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages:
     ------
     ValueError
         ``BM`` not a multiple of 64, ``BN`` not a multiple of 8 in 8..256, ``BK`` not a
-        multiple of 16 (sizes the tiles do not divide are refused when lowered, by
+        multiple of 16, a swizzle whose row is not ``BK`` elements, ``mma_wait`` outside
+        ``0..stages - 2`` (sizes the tiles do not divide are refused when lowered, by
         ``tensorize``).
     """
     from polytile.schedule import create_schedule
@@ -254,9 +388,51 @@ def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages:
         raise ValueError(f"wgmma_gemm_schedule: block {block}; expected BM a multiple of 64 "
                          "and BK of 16")
     _check_n(BN, "wgmma_gemm_schedule")
-    A, Bt, AS, BS, C = wgmma_gemm_compute(M, N, K, dtype)
+    if swizzle == "auto":
+        swizzle = next((m for m, w in SWIZZLE_BYTES.items() if w == BK * 2), "none")
+    if swizzle == "none":
+        return _core_schedule(M, N, K, block, stages, dtype)
+    if SWIZZLE_BYTES.get(swizzle) != BK * 2:
+        raise ValueError(f"wgmma_gemm_schedule: swizzle {swizzle!r} with BK={BK}; expected "
+                         "the mode whose rows are BK elements (128B: 64, 64B: 32, 32B: 16) "
+                         "or 'none'")
+    if K <= BK:
+        stages = 1     # one k tile: no loop to pipeline (nor to group MMAs over)
+    if mma_wait == "auto":
+        mma_wait = None if stages < 2 else min(stages - 2, 1)
+    if mma_wait is not None and not (isinstance(mma_wait, int) and 0 <= mma_wait <= stages - 2):
+        raise ValueError(f"wgmma_gemm_schedule: mma_wait={mma_wait!r} with stages={stages}; "
+                         "expected None or an int in 0..stages - 2")
+    A = te.placeholder((M, K), name="A", dtype=dtype)
+    Bt = te.placeholder((N, K), name="Bt", dtype=dtype)
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(
+        A[i, k].astype("float32") * Bt[j, k].astype("float32"), axis=k), name="C")
     s = create_schedule(C.op)
     CF = s.cache_write(C, "wgmma.accumulator")
+    AS = s.cache_read(A, "shared", [CF])
+    BS = s.cache_read(Bt, "shared", [CF])
+    wi = _blocks(s, C, BM, BN)
+    s[CF].compute_at(s[C], wi)
+    ci, cj = CF.op.axis
+    ko, ki = s[CF].split(CF.op.reduce_axis[0], factor=BK)
+    kf, kk = s[CF].split(ki, factor=WG_K)
+    s[CF].reorder(ko, kf, ci, cj, kk)
+    s[CF].unroll(kf)     # BK / 16 MMAs issued back to back
+    s[CF].tensorize(ci, wgmma_mma(BN, dtype, swizzle=swizzle,
+                                  asynchronous=mma_wait is not None))
+    if stages > 1:
+        s[CF].pipeline(ko, stages=stages, mma_wait=mma_wait)
+    for S in (AS, BS):
+        s[S].compute_at(s[CF], ko)
+        s[S].swizzle(swizzle)
+        _copy_threads(s, S, BM)
+    return s, [A, Bt, C]
+
+
+def _blocks(s, C, BM: int, BN: int):
+    """Blocks of ``BM x BN`` over ``C`` and one warpgroup per 64 rows (``threadIdx.y``),
+    the store tensorized; returns the warpgroup loop."""
     i, j = C.op.axis
     bi, ii = s[C].split(i, factor=BM)
     bj, jj = s[C].split(j, factor=BN)
@@ -266,6 +442,32 @@ def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages:
     s[C].bind(bj, te.thread_axis("blockIdx.x"))
     s[C].bind(wi, te.thread_axis("threadIdx.y"))
     s[C].tensorize(ii, wgmma_store(BN))
+    return wi
+
+
+def _copy_threads(s, S, BM: int) -> None:
+    """16-byte vectors (``cp.async``) of ``S``'s tile, consecutive over its rows, spread
+    over the ``128 x BM / 64`` threads."""
+    f = s[S].fuse(*S.op.axis)
+    f, v = s[S].split(f, factor=8)          # 16 bytes: cp.async
+    f, tx = s[S].split(f, factor=128)
+    f, ty = s[S].split(f, factor=BM // WG_M)
+    s[S].bind(tx, te.thread_axis("threadIdx.x"))
+    s[S].bind(ty, te.thread_axis("threadIdx.y"))
+    s[S].vectorize(v)
+    s[S].unroll(f)
+
+
+def _core_schedule(M, N, K, block, stages, dtype):
+    """:func:`wgmma_gemm_schedule` with ``swizzle="none"``: the core-matrix compute of
+    :func:`wgmma_gemm_compute`, synchronous MMAs."""
+    from polytile.schedule import create_schedule
+
+    BM, BN, BK = block
+    A, Bt, AS, BS, C = wgmma_gemm_compute(M, N, K, dtype)
+    s = create_schedule(C.op)
+    CF = s.cache_write(C, "wgmma.accumulator")
+    wi = _blocks(s, C, BM, BN)
     s[CF].compute_at(s[C], wi)
     ci, cj = CF.op.axis
     ckb, ckk = CF.op.reduce_axis
@@ -278,15 +480,9 @@ def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages:
     for S in (AS, BS):
         s[S].set_scope("shared")
         s[S].compute_at(s[CF], ko)
-        f = s[S].fuse(*S.op.axis)
-        f, v = s[S].split(f, factor=8)          # 16 bytes: cp.async
-        f, tx = s[S].split(f, factor=128)
-        f, ty = s[S].split(f, factor=BM // WG_M)
-        s[S].bind(tx, te.thread_axis("threadIdx.x"))
-        s[S].bind(ty, te.thread_axis("threadIdx.y"))
-        s[S].vectorize(v)
+        _copy_threads(s, S, BM)
     return s, [A, Bt, C]
 
 
-__all__ = ["WGMMA_TYPES", "c_helpers", "wgmma_mma", "wgmma_store", "wgmma_gemm_compute",
+__all__ = ["WGMMA_GROUP", "WGMMA_TYPES", "c_helpers", "wgmma_mma", "wgmma_store", "wgmma_gemm_compute",
            "wgmma_gemm_schedule"]

@@ -45,8 +45,10 @@ def _inputs(M, N, K, dtype, seed=0):
     ((128, 48, 80), (64, 24, 16), 2, "bfloat16"),      # 2 x 2 blocks, 5 k tiles, n = 24
     ((64, 256, 32), (64, 256, 32), 1, "float16")])     # the largest n
 def test_tensorized_gemm_on_the_interpreter_matches_float64(size, block, stages, dtype):
+    # the no-swizzle core-matrix path (wgmma_gemm_compute, synchronous MMAs)
     M, N, K = size
-    s, args = tc.wgmma_gemm_schedule(M, N, K, block=block, stages=stages, dtype=dtype)
+    s, args = tc.wgmma_gemm_schedule(M, N, K, block=block, stages=stages, dtype=dtype,
+                                     swizzle="none")
     f = lower(s, args, target="cuda -arch=sm_90a", stop_after=None)
     text = str(f)
     assert f"tensorize wgmma_m64n{block[1]}k16_{dtype}.update" in text
@@ -132,9 +134,10 @@ def test_refuses_a_block_narrower_than_a_warpgroup():
     assert "threadIdx.x extent 64" in str(exc.value) and "multiple of 128" in str(exc.value)
 
 
-def test_refuses_sizes_the_tiles_do_not_divide():
+@pytest.mark.parametrize("swizzle", ["none", "auto"])
+def test_refuses_sizes_the_tiles_do_not_divide(swizzle):
     with pytest.raises(ScheduleError, match="tensorize"):
-        s, args = tc.wgmma_gemm_schedule(96, 64, 64, block=(64, 64, 32))
+        s, args = tc.wgmma_gemm_schedule(96, 64, 64, block=(64, 64, 32), swizzle=swizzle)
         lower(s, args, target="cuda -arch=sm_90a", stop_after=None)
 
 
@@ -164,7 +167,8 @@ def _sass(cubin: bytes) -> str:
 def test_compiles_for_sm90a_with_hgmma(block, stages, dtype):
     if cc.nvcc_path() is None:
         pytest.skip("nvcc not found")
-    s, args = tc.wgmma_gemm_schedule(256, 256, 256, block=block, stages=stages, dtype=dtype)
+    s, args = tc.wgmma_gemm_schedule(256, 256, 256, block=block, stages=stages, dtype=dtype,
+                                     swizzle="none")
     m = polytile.build(s, args, target="cuda -arch=sm_90a", compiler="nvcc")
     src = m.get_source()
     p = {"float16": "f16", "bfloat16": "bf16"}[dtype]
@@ -188,27 +192,35 @@ def test_plain_sm90_is_refused_with_a_clear_message():
         polytile.build(s, args, target="cuda -arch=sm_90", compiler="nvcc")
 
 
-#: (size, block, stages, dtype) of the GPU runs of the tensorized schedule
-GPU_CASES = [((64, 64, 16), (64, 64, 16), 1, "float16"),
-             ((384, 256, 320), (128, 128, 64), 3, "float16"),
-             ((320, 96, 144), (64, 48, 16), 2, "bfloat16"),
-             ((1024, 1024, 1024), (128, 256, 64), 3, "float16")]
+#: (size, block, stages, dtype, swizzle) of the GPU runs of the tensorized schedule
+#: (swizzle "auto": the swizzled, overlapped path; "none": the core-matrix one)
+GPU_CASES = [((64, 64, 16), (64, 64, 16), 1, "float16", "none"),
+             ((384, 256, 320), (128, 128, 64), 3, "float16", "none"),
+             ((320, 96, 144), (64, 48, 16), 2, "bfloat16", "none"),
+             ((1024, 1024, 1024), (128, 256, 64), 3, "float16", "none"),
+             ((64, 64, 64), (64, 64, 64), 1, "float16", "auto"),        # 128B, synchronous
+             ((384, 256, 640), (128, 128, 64), 4, "float16", "auto"),   # 128B, mma_wait 1
+             ((320, 96, 160), (64, 48, 32), 3, "bfloat16", "auto"),     # 64B
+             ((192, 64, 96), (64, 64, 16), 2, "float16", "auto"),       # 32B, mma_wait 0
+             ((1024, 1024, 1024), (128, 256, 64), 4, "float16", "auto")]
 
 
 def test_gpu_case_parameters_lower_on_the_cpu():
-    for size, block, stages, dtype in GPU_CASES:
-        s, args = tc.wgmma_gemm_schedule(*size, block=block, stages=stages, dtype=dtype)
+    for size, block, stages, dtype, swizzle in GPU_CASES:
+        s, args = tc.wgmma_gemm_schedule(*size, block=block, stages=stages, dtype=dtype,
+                                         swizzle=swizzle)
         lower(s, args, target="cuda -arch=sm_90a")
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("size, block, stages, dtype", GPU_CASES)
-def test_tensorized_wgmma_gemm_on_the_gpu(size, block, stages, dtype):
+@pytest.mark.parametrize("size, block, stages, dtype, swizzle", GPU_CASES)
+def test_tensorized_wgmma_gemm_on_the_gpu(size, block, stages, dtype, swizzle):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs an sm_90 GPU (wgmma)")
     M, N, K = size
-    s, args = tc.wgmma_gemm_schedule(M, N, K, block=block, stages=stages, dtype=dtype)
+    s, args = tc.wgmma_gemm_schedule(M, N, K, block=block, stages=stages, dtype=dtype,
+                                     swizzle=swizzle)
     f = polytile.build(s, args, target="cuda -arch=sm_90a", compiler="nvcc")
     a, bt = _inputs(M, N, K, dtype, seed=3)
     da = polytile.nd.array(a, device="cuda")

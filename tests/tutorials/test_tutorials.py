@@ -77,8 +77,10 @@ def test_05_tensor_core_gemm_builds_and_checks_without_a_gpu():
     assert "CPU tensorize with an extern C micro-kernel: result matches numpy" in out
     assert "CPU model: wgmma + TMA kernel (192x128x128) matches numpy" in out
     assert "interpreter: wgmma tensorize fp16->float32 lowering matches numpy" in out
-    if cc.nvcc_path() is not None:   # step 6 compiles the wgmma kernel for sm_90a
+    assert "(128B swizzle, mma_wait=1; rel. error" in out
+    if cc.nvcc_path() is not None:   # step 6 compiles the wgmma kernels for sm_90a
         assert "wgmma + TMA fp16 -> fp32     built for sm_90a" in out
+        assert "wgmma via tensorize          built for sm_90a" in out
 
 
 def test_08_argmax_and_scan():
