@@ -1,5 +1,5 @@
 """Built-in GPU templates (target kind ``cuda``): ``matmul``, ``batch_matmul``,
-``softmax``, ``layernorm``, ``row_sum``.
+``softmax``, ``layernorm``, ``rmsnorm``, ``row_sum``.
 
 They are registered under the names of the CPU templates where one exists (one workload
 name, one records key; the target picks the schedule, see
@@ -17,14 +17,11 @@ the ``BK x BN`` tile of B are staged in shared memory with ``vec``-wide cooperat
 8]``, ``vec`` 4) is the default config. ``batch_matmul`` is the same schedule per batch,
 batches on ``blockIdx.z``.
 
-``softmax``: one block per row; the row maximum and the sum of exponentials are
-cross-thread reductions over ``threads`` threads (TVM's all-reduce), each a kernel of its
-own. (Attaching them to the output's row with ``compute_at`` would save two kernels, but
-lowering puts barriers inside the thread-0 combine of an attached cross-thread reduction
-today; the interpreter refuses that schedule, so the space leaves it out.)
-
-``layernorm``: as ``softmax``, with the mean and the variance as cross-thread reductions
-over ``threads`` threads and the normalised row written by ``out_threads`` threads.
+``softmax``, ``layernorm``, ``rmsnorm``: one kernel per call, ``rows`` rows per block,
+each row's statistics as cross-thread reductions (TVM's all-reduce, a reduce loop bound to
+``threadIdx.x``) computed at the block's row loop, 16-byte vector loads and stores, the
+statistics in float32, the rows staged in shared memory or re-read from global memory
+(:func:`_fused_rows`; knob ``layout`` = ``[threads, vec, rows, shared, local]``).
 
 ``row_sum``: ``B[i] = sum_k A[i, k]``; ``layout`` ``[threads, rows]``: a row per block
 reduced across ``threads`` threads, or (``[1, rows]``) one row per thread with ``rows``
@@ -36,7 +33,9 @@ from __future__ import annotations
 import numpy as np
 
 from polytile import te
+from polytile.targets.c_vector import VECTOR_TYPES as _VECTOR_TYPES
 from polytile.targets.gpu_tiling import cooperative_copy
+from polytile.te.tensor import PlaceholderOp
 
 from . import gpu_limits
 from . import templates as _cpu  # noqa: F401  (the CPU templates first: ours are variants)
@@ -184,20 +183,6 @@ def _gemm_schedule(cfg, A, B, C, knobs: tuple):
     return s
 
 
-def _block_per_row(s, out: te.Tensor, reductions, nt: int, ot: int) -> None:
-    """One block per row (``blockIdx.x``): the columns of ``out[M, N]`` split over ``ot``
-    threads and each row reduction of ``reductions`` (``[M]``, reducing over ``N``) over
-    ``nt`` threads (``threadIdx.x``, a cross-thread reduction)."""
-    i, j = out.op.axis
-    _, ji = s[out].split(j, factor=ot)
-    s[out].bind(i, _bx())
-    s[out].bind(ji, _tx())
-    for st in reductions:
-        _, ki = s[st].split(st.op.reduce_axis[0], factor=nt)
-        s[st].bind(st.op.axis[0], _bx())
-        s[st].bind(ki, _tx())
-
-
 def _reduce_threads(limits: gpu_limits.GPULimits, n: int) -> list:
     """Thread counts for a reduction over ``n`` elements: from :data:`REDUCE_THREADS`
     within the device's limit, the smallest one at least ``n`` the largest kept."""
@@ -211,65 +196,214 @@ def _reduce_threads(limits: gpu_limits.GPULimits, n: int) -> list:
     return out
 
 
+#: Rows per block the fused row templates may put on ``threadIdx.y`` (short rows).
+ROWS_PER_BLOCK = (1, 2, 4, 8)
+
+
+def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> list:
+    """``[threads, vec, rows, shared, local]`` configs of the fused row kernels over ``M``
+    rows of ``N`` elements: ``threads`` threads per row (:func:`_reduce_threads`), ``vec``
+    elements per load and store (16, 8 bytes or one element; only widths dividing ``N``,
+    so every vector is whole and aligned), ``rows`` rows per block (at most ``M``), and
+    ``shared`` 1 to stage the block's rows in shared memory (read from global memory once,
+    by 16-byte ``cp.async`` copies) or 0 to read them from global memory in every pass
+    (L1/L2 hits after the first), ``local`` 1 (one row per block only) to have every
+    thread combine the partials of a reduction into its own register (broadcast shared
+    reads, no barrier after the combine) instead of thread 0 into shared memory. Pruned by
+    the device's threads per block and shared memory (two float32 partials per thread,
+    plus the staged rows)."""
+    itemsize = np.dtype("float16" if dtype == "bfloat16" else dtype).itemsize
+    vecs = [w for w in dict.fromkeys((16 // itemsize, 8 // itemsize, 1))
+            if w == 1 or (N % w == 0 and (dtype, w) in _VECTOR_TYPES)]
+    out = []
+    for vec in vecs:
+        for t in _reduce_threads(limits, -(-N // vec)):
+            for rows in ROWS_PER_BLOCK:
+                if (rows > 1 and rows > M) or t * rows > limits.max_threads_per_block:
+                    continue
+                for shared in (0, 1):
+                    nbytes = 2 * 4 * t * rows + shared * rows * N * itemsize
+                    if nbytes > limits.shared_bytes_per_block:
+                        continue
+                    # statistics in registers: one row per block only (a local buffer's
+                    # own loops may not be bound to threadIdx.y)
+                    for local in ((0, 1) if rows == 1 else (0,)):
+                        out.append([t, vec, rows, shared, local])
+    return out
+
+
+def _row_knobs(cfg, M: int, N: int, dtype: str) -> tuple:
+    layouts = row_layouts(gpu_limits.current(), M, N, dtype)
+    # the default: the widest vectors, one row per block staged in shared memory when it
+    # fits, at most 256 threads (fewer when the row is short or the device smaller)
+    one = [lay for lay in layouts if lay[2] == 1 and lay[1] == layouts[0][1]]
+    staged = max(lay[3] for lay in one)
+    one = [lay for lay in one if lay[3] == staged]
+    best = max((lay for lay in one if lay[0] <= 256), key=lambda lay: lay[0], default=one[0])
+    cfg.define_knob("layout", layouts, default=best)
+    return tuple(cfg["layout"].val)
+
+
+def _fused_rows(s, out: te.Tensor, reductions, layout: tuple) -> None:
+    """One kernel for a row-wise normalisation ``out[M, N]``; ``layout`` is ``(threads,
+    vec, rows, shared, local)`` (:func:`row_layouts`): ``rows`` rows per block
+    (``blockIdx.x``, rows on ``threadIdx.y``), each row's ``reductions`` (``[M]``, in order)
+    as cross-thread reductions over ``threads`` threads (``threadIdx.x``) computed at the
+    block's row loop (with ``local``, every thread combines the partials into its own
+    register; else thread 0 into shared memory), then the row written. Every pass reads ``vec`` contiguous elements
+    per thread and step (a ``local`` copy, one 16-byte load for 4 float32 or 8 float16)
+    and the output is stored the same way (``cache_write`` to ``local``); consecutive
+    threads read consecutive vectors (coalesced). With ``shared`` the block's rows of the
+    2-D input are first copied to shared memory (16-byte ``cp.async``) and every pass reads
+    them there; else every pass reads global memory (the second and third from L1/L2)."""
+    nt, vec, rows, shared, local = layout
+    tx, ty = _tx(), _ty()
+    row_input = next(t for t in out.op.input_tensors if len(t.shape) == 2)
+    OL = s.cache_write(out, "local")
+    readers = [st for st in (*reductions, OL) if any(
+        t.op is row_input.op for t in s[st].op.input_tensors)]
+    staged = s.cache_read(row_input, "shared", readers) if shared else None
+    i, j = out.op.axis
+    io, ii = s[out].split(i, factor=rows)
+    j0, jv = s[out].split(j, factor=vec)
+    jo, jt = s[out].split(j0, factor=nt)
+    s[out].reorder(io, ii, jo, jt, jv)
+    s[out].bind(io, _bx())
+    s[out].bind(jt, tx)
+    if rows > 1:
+        s[out].bind(ii, ty)
+    if staged is not None:
+        a0, a1 = staged.op.axis
+        b0, bv = s[staged].split(a1, factor=vec)
+        bo, bt = s[staged].split(b0, factor=nt)
+        s[staged].reorder(a0, bo, bt, bv)
+        s[staged].bind(bt, tx)
+        if rows > 1:
+            s[staged].bind(s[staged].split(a0, factor=rows)[1], ty)
+        if vec > 1:
+            s[staged].vectorize(bv)
+        s[staged].compute_at(s[out], io)
+    s[OL].compute_at(s[out], jt)
+    if vec > 1:
+        s[out].vectorize(jv)
+        s[OL].vectorize(OL.op.axis[1])
+    for t in _sources(s, OL, staged):
+        c = s.cache_read(t, "local", [OL])
+        s[c].compute_at(s[OL], OL.op.axis[0])
+        if vec > 1:
+            s[c].vectorize(c.op.axis[-1])
+    for red in reductions:
+        k0, kv = s[red].split(red.op.reduce_axis[0], factor=vec)
+        ko, kt = s[red].split(k0, factor=nt)
+        s[red].reorder(ko, kt, kv)
+        s[red].bind(kt, tx)
+        if rows > 1:
+            s[red].bind(s[red].split(red.op.axis[0], factor=rows)[1], ty)
+        for t in _sources(s, red, staged):
+            c = s.cache_read(t, "local", [red])
+            s[c].compute_at(s[red], ko)
+            if vec > 1:
+                s[c].vectorize(c.op.axis[-1])
+        s[red].compute_at(s[out], io)
+        if local:
+            s[red].set_scope("local")
+
+
+def _sources(s, t: te.Tensor, staged) -> list:
+    """The tensors stage ``t`` reads that are inputs (placeholders) or the ``staged``
+    shared copy, in order: those it reads through a ``local`` vector copy."""
+    return [x for x in s[t].op.input_tensors if isinstance(x.op, PlaceholderOp)
+            or (staged is not None and x.op is staged.op)]
+
+
+def _f32(x):
+    return x if x.dtype == "float32" else x.astype("float32")
+
+
 def _softmax_reference(a, *, args=()):
-    e = np.exp(a - a.max(axis=1, keepdims=True))
+    x = a.astype("float64")
+    e = np.exp(x - x.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
 
 
 @template("softmax", target="cuda", default_args=(1024, 1024),
           flops=lambda M, N: 5.0 * M * N, reference=_softmax_reference)
 def softmax_cuda(M: int, N: int, dtype: str = "float32"):
-    """Row-wise softmax of A[M, N] on the GPU: a block per row, cross-thread max and sum."""
+    """Row-wise softmax of A[M, N] on the GPU in one kernel (:func:`_fused_rows`): the row
+    maximum, then the sum of ``exp(A - max)``, then ``exp(A - max) / sum``; statistics in
+    float32 whatever ``dtype``. Knob ``layout``: ``[threads, vec, rows, shared, local]``
+    (:func:`row_layouts`)."""
     cfg = get_config()
-    limits = gpu_limits.current()
-    threads = _reduce_threads(limits, N)
-    cfg.define_knob("threads", threads, default=256 if 256 in threads else threads[-1])
-    # computing the statistics in the output's kernel (compute_at) is not offered: its
-    # lowering puts barriers inside the thread-0 combine of the cross-thread reduction
-    # (a hang on a GPU; the interpreter refuses it), see the module docstring
-    nt = cfg["threads"].val
+    layout = _row_knobs(cfg, M, N, dtype)
     A = te.placeholder((M, N), name="A", dtype=dtype)
     k1 = te.reduce_axis((0, N), name="k1")
     k2 = te.reduce_axis((0, N), name="k2")
-    mx = te.compute((M,), lambda i: te.max(A[i, k1], axis=k1), name="rowmax")
-    sm = te.compute((M,), lambda i: te.sum(te.exp(A[i, k2] - mx[i]), axis=k2), name="rowsum")
-    out = te.compute((M, N), lambda i, j: te.exp(A[i, j] - mx[i]) / sm[i], name="softmax")
+    mx = te.compute((M,), lambda i: te.max(_f32(A[i, k1]), axis=k1), name="rowmax")
+    sm = te.compute((M,), lambda i: te.sum(te.exp(_f32(A[i, k2]) - mx[i]), axis=k2),
+                    name="rowsum")
+    out = te.compute((M, N), lambda i, j: (te.exp(_f32(A[i, j]) - mx[i]) / sm[i])
+                     .astype(dtype), name="softmax")
     s = te.create_schedule(out.op)
-    _block_per_row(s, out, (mx, sm), nt, nt)
+    _fused_rows(s, out, (mx, sm), layout)
     return s, [A, out]
 
 
 def _layernorm_reference(a, g, b, *, args=()):
-    mu = a.mean(axis=1, keepdims=True)
-    var = ((a - mu) ** 2).mean(axis=1, keepdims=True)
-    return (a - mu) / np.sqrt(var + 1e-5) * g + b
+    x = a.astype("float64")
+    mu = x.mean(axis=1, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=1, keepdims=True)
+    return (x - mu) / np.sqrt(var + 1e-5) * g + b
 
 
 @template("layernorm", target="cuda", default_args=(1024, 1024),
           flops=lambda M, N: 8.0 * M * N, reference=_layernorm_reference)
 def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
-    """Layer normalisation of the rows of A[M, N] on the GPU: a block per row, cross-thread
-    mean and variance, then the normalised row."""
+    """Layer normalisation of the rows of A[M, N] with gamma and beta (epsilon 1e-5) on the
+    GPU in one kernel (:func:`_fused_rows`): the mean, the variance of ``A - mean`` (two
+    passes: no cancellation), then the normalised row; statistics in float32."""
     cfg = get_config()
-    limits = gpu_limits.current()
-    threads = _reduce_threads(limits, N)
-    cfg.define_knob("threads", threads, default=256 if 256 in threads else threads[-1])
-    cfg.define_knob("out_threads", threads, default=256 if 256 in threads else threads[-1])
-    nt, ot = cfg["threads"].val, cfg["out_threads"].val
+    layout = _row_knobs(cfg, M, N, dtype)
     A = te.placeholder((M, N), name="A", dtype=dtype)
     G = te.placeholder((N,), name="gamma", dtype=dtype)
     Bt = te.placeholder((N,), name="beta", dtype=dtype)
     k1 = te.reduce_axis((0, N), name="k1")
     k2 = te.reduce_axis((0, N), name="k2")
-    inv_n = te.const(1.0 / N, dtype)
-    mean = te.compute((M,), lambda i: te.sum(A[i, k1] * inv_n, axis=k1), name="mean")
-    var = te.compute((M,), lambda i: te.sum((A[i, k2] - mean[i]) * (A[i, k2] - mean[i])
-                                            * inv_n, axis=k2), name="var")
-    out = te.compute((M, N), lambda i, j: (A[i, j] - mean[i]) * te.rsqrt(
-        var[i] + te.const(1e-5, dtype)) * G[j] + Bt[j], name="layernorm")
+    inv_n = te.const(1.0 / N, "float32")
+    mean = te.compute((M,), lambda i: te.sum(_f32(A[i, k1]) * inv_n, axis=k1), name="mean")
+    var = te.compute((M,), lambda i: te.sum((_f32(A[i, k2]) - mean[i])
+                                            * (_f32(A[i, k2]) - mean[i]) * inv_n, axis=k2),
+                     name="var")
+    out = te.compute((M, N), lambda i, j: ((_f32(A[i, j]) - mean[i]) * te.rsqrt(
+        var[i] + te.const(1e-5, "float32")) * _f32(G[j]) + _f32(Bt[j])).astype(dtype),
+        name="layernorm")
     s = te.create_schedule(out.op)
-    _block_per_row(s, out, (mean, var), nt, ot)
+    _fused_rows(s, out, (mean, var), layout)
     return s, [A, G, Bt, out]
+
+
+def _rmsnorm_reference(a, g, *, args=()):
+    x = a.astype("float64")
+    return x / np.sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6) * g
+
+
+@template("rmsnorm", target="cuda", default_args=(1024, 1024),
+          flops=lambda M, N: 4.0 * M * N, reference=_rmsnorm_reference)
+def rmsnorm_cuda(M: int, N: int, dtype: str = "float32"):
+    """RMS normalisation of the rows of A[M, N] with gamma (epsilon 1e-6) on the GPU in one
+    kernel (:func:`_fused_rows`): the mean of squares, then ``A * rsqrt(ms + eps) * g``."""
+    cfg = get_config()
+    layout = _row_knobs(cfg, M, N, dtype)
+    A = te.placeholder((M, N), name="A", dtype=dtype)
+    G = te.placeholder((N,), name="gamma", dtype=dtype)
+    k = te.reduce_axis((0, N), name="k")
+    inv_n = te.const(1.0 / N, "float32")
+    ms = te.compute((M,), lambda i: te.sum(_f32(A[i, k]) * _f32(A[i, k]) * inv_n, axis=k),
+                    name="meansq")
+    out = te.compute((M, N), lambda i, j: (_f32(A[i, j]) * te.rsqrt(
+        ms[i] + te.const(1e-6, "float32")) * _f32(G[j])).astype(dtype), name="rmsnorm")
+    s = te.create_schedule(out.op)
+    _fused_rows(s, out, (ms,), layout)
+    return s, [A, G, out]
 
 
 def _row_sum_reference(a, *, args=()):

@@ -12,6 +12,8 @@ Run on the GPU machine (each workload bounded by ``--budget`` seconds of search)
 
     python benchmarks/tune_gpu.py --workloads matmul --trials 64
     python benchmarks/tune_gpu.py --workloads softmax layernorm row_sum --trials 16
+    python benchmarks/tune_gpu.py --workloads softmax layernorm --dtypes float32 float16 \
+        --trials 16 --budget 60 --measure-copy
 
 ``--plot DIR`` writes each workload's tuning curves (best GFLOP/s so far per trial) as a
 PNG; ``--tuners model random`` runs both tuners (records not shared: ``transfer=False``)
@@ -24,12 +26,14 @@ import argparse
 import os
 import time
 
-#: workload -> (default args, bytes moved per call or None for compute-bound)
+#: workload -> (default args, bytes moved per call for elements of ``b`` bytes, or None for
+#: compute-bound workloads)
 WORKLOADS = {
     "matmul": ((4096, 4096, 4096), None),
-    "softmax": ((4096, 4096), lambda M, N: 2 * 4 * M * N),
-    "layernorm": ((4096, 4096), lambda M, N: 2 * 4 * M * N + 2 * 4 * N),
-    "row_sum": ((4096, 4096), lambda M, N: 4 * M * N + 4 * M),
+    "softmax": ((4096, 4096), lambda M, N, b=4: 2 * b * M * N),
+    "layernorm": ((4096, 4096), lambda M, N, b=4: 2 * b * M * N + 2 * b * N),
+    "rmsnorm": ((4096, 4096), lambda M, N, b=4: 2 * b * M * N + b * N),
+    "row_sum": ((4096, 4096), lambda M, N, b=4: b * M * N + b * M),
 }
 
 
@@ -47,18 +51,51 @@ def main(argv=None) -> None:
     ap.add_argument("--plot", default=None, metavar="DIR")
     ap.add_argument("--copy-tbs", type=float, default=4.16,
                     help="device copy bandwidth in TB/s for the bandwidth bound (H200: 4.16)")
+    ap.add_argument("--measure-copy", action="store_true",
+                    help="measure the copy bandwidth (torch copy_ of 1 GiB, CUDA events) "
+                    "and use it instead of --copy-tbs")
+    ap.add_argument("--dtypes", nargs="+", default=["float32"],
+                    choices=("float32", "float16"))
     a = ap.parse_args(argv)
+    if a.measure_copy:
+        a.copy_tbs = _copy_bandwidth()
+        print(f"device copy bandwidth (torch copy_ of 1 GiB, median of 20): "
+              f"{a.copy_tbs:.2f} TB/s")
 
     from polytile.autotune import MeasureOptions, tune
     from polytile.autotune.anchors import available
     from polytile.autotune.template import get_template
 
     for name in a.workloads:
-        curves = {}
-        for tuner in a.tuners:
-            curves[tuner] = _one(a, name, tuner, tune, available, get_template, MeasureOptions)
-        if a.plot and any(c for c in curves.values()):
-            _plot_curves(a.plot, name, curves)
+        for dtype in (a.dtypes if WORKLOADS[name][1] is not None else ["float32"]):
+            curves = {}
+            for tuner in a.tuners:
+                curves[tuner] = _one(a, name, tuner, tune, available, get_template,
+                                     MeasureOptions, dtype)
+            if a.plot and any(c for c in curves.values()):
+                _plot_curves(a.plot, name if dtype == "float32" else f"{name}_{dtype}",
+                             curves)
+
+
+def _copy_bandwidth(nbytes: int = 1 << 30) -> float:
+    """Device copy bandwidth in TB/s: bytes read + written by ``dst.copy_(src)`` of
+    ``nbytes`` over its median time (CUDA events, 20 repeats after 3 warm-ups)."""
+    import torch
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    times = []
+    for k in range(23):
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        stop.record()
+        stop.synchronize()
+        if k >= 3:
+            times.append(start.elapsed_time(stop) / 1e3)
+    times.sort()
+    return 2 * nbytes / times[len(times) // 2] / 1e12
 
 
 def _plot_curves(folder: str, name: str, curves: dict) -> None:
@@ -89,19 +126,26 @@ def _plot_curves(folder: str, name: str, curves: dict) -> None:
     print(f"  plot {path}")
 
 
-def _one(a, name, tuner, tune, available, get_template, MeasureOptions):
+def _one(a, name, tuner, tune, available, get_template, MeasureOptions, dtype="float32"):
     """Tune ``name`` with ``tuner``, print its figures; returns (curve, torch GFLOP/s)."""
     args, nbytes = WORKLOADS[name]
     t = get_template(name)
     anchors = tuple(available(t, args, "cuda"))
     opt = MeasureOptions(parallel=os.cpu_count() or 1)
     t0 = time.perf_counter()
-    res = tune(name, args, target="cuda", tuner=tuner, n_trial=a.trials,
+    res = tune(name, args, dtype=dtype, target="cuda", tuner=tuner, n_trial=a.trials,
                measure_option=opt, log_file=a.log, timeout_total=a.budget,
                anchors=anchors, transfer=False)
     wall = time.perf_counter() - t0
     dev = res.device or {}
-    print(f"{name}{args} [{tuner} tuner] on {dev.get('name')} ({dev.get('arch')}, driver "
+    if nbytes is not None:
+        itemsize = 2 if dtype == "float16" else 4
+        moved = nbytes(*args, itemsize)
+        bound = moved / (a.copy_tbs * 1e12)
+        print(f"{name}{args} {dtype}: copy bound {bound * 1e3:.4f} ms ({moved / 2**20:.0f} MiB "
+              f"read + written at {a.copy_tbs:.2f} TB/s)")
+        nbytes = lambda *_: moved   # noqa: E731
+    print(f"{name}{args} {dtype} [{tuner} tuner] on {dev.get('name')} ({dev.get('arch')}, driver "
           f"{dev.get('driver')}, CUDA {dev.get('cuda')}): {res.n_trials} trials "
           f"({res.n_failed} failed, runner restarts {res.runner_restarts}) in {wall:.0f} s,"
           f" {res.n_trials / max(wall, 1e-9):.2f} trials/s; stopped: {res.stop_reason}")
@@ -111,15 +155,15 @@ def _one(a, name, tuner, tune, available, get_template, MeasureOptions):
         return [], None
     flops = res.flops or 0.0
     ref = cmp.timing("torch-cuda") if anchors else None
-    for label, key in (("polytile tuned", "best"), ("polytile default config", "default"),
+    for label, key in (("polytile tuned", "best"), ("polytile hand (default config)", "default"),
                        ("torch (cuBLAS, no TF32)" if name == "matmul" else "torch",
                         "torch-cuda")):
         tm = cmp.timing(key)
         if tm is None:
             if key in cmp.errors:
-                print(f"  {label:28s} not timed: {cmp.errors[key][1][:100]}")
+                print(f"  {label:30s} not timed: {cmp.errors[key][1][:100]}")
             continue
-        line = f"  {label:28s} {tm.median * 1e3:9.3f} ms ± {tm.spread * 100:4.1f} %"
+        line = f"  {label:30s} {tm.median * 1e3:9.4f} ms ± {tm.spread * 100:4.1f} %"
         if flops:
             line += f"  {flops / tm.median / 1e12:7.2f} TFLOP/s"
         if nbytes is not None:

@@ -80,7 +80,13 @@ def cache_read(sch: Schedule, tensor: Tensor, scope: str, readers) -> Tensor:
     names = [iv.var.name for iv in src.op.axis] if isinstance(src.op, ComputeOp) else [
         f"ax{k}" for k in range(src.ndim)]
     cname = src.name if src.op.num_outputs == 1 else f"{src.name}.v{src.value_index}"
-    cache = _copy_op(f"{cname}.{scope}", src, names)
+    # a second cache of the same tensor and scope (one per reader) gets its own name: a
+    # schedule's trace names stages, and its replay (``Schedule.copy``) must tell them apart
+    taken = {st.name for st in sch.stages}
+    cache_name, k = f"{cname}.{scope}", 1
+    while cache_name in taken:
+        cache_name, k = f"{cname}.{scope}_{k}", k + 1
+    cache = _copy_op(cache_name, src, names)
     old = _ops_of(src_stage, sch)
     for rs in reader_stages:
         if not isinstance(rs.op, ComputeOp) or not any(

@@ -4,7 +4,8 @@ Used as a test oracle for lowering (does the loop nest compute the compute defin
 and for debugging a schedule without compiling it. Loads and stores check bounds, so an
 out-of-range access raises ``IndexError`` instead of reading garbage; vectorized, parallel
 and unrolled loops run serially. GPU kernels run block by block, the threads of a block
-interleaved at barriers, with ``shared`` buffers per block and ``local`` ones per thread.
+interleaved at barriers, with ``shared`` buffers per block and ``local`` ones per thread; all
+threads of a block must reach the same barrier (not one in code that only some threads run).
 A kernel is checked for races as it runs (:class:`RaceError`): between two barriers, no
 element of a buffer that is not ``local`` may be written by one thread and read or written
 by another, and no block may touch an element another block writes.
@@ -399,7 +400,7 @@ class _Interp(StmtFunctor):
     def visit_Sync(self, s: Sync):
         if self.block_mem is None:
             raise RuntimeError("interpreter: sync outside a kernel")
-        return (None,)
+        return (s,)
 
     def visit_KernelLaunch(self, s: KernelLaunch):
         self.launch(s)
@@ -436,10 +437,10 @@ class _Interp(StmtFunctor):
                 threads.append(th.stmt(k.body))
             while threads:
                 races.epoch += 1
-                alive = []
+                alive, at = [], []
                 for g in threads:
                     try:
-                        next(g)
+                        at.append(next(g))
                         alive.append(g)
                     except StopIteration:
                         pass
@@ -447,6 +448,12 @@ class _Interp(StmtFunctor):
                 if alive and len(alive) != len(threads):
                     raise RuntimeError(f"kernel {k.name}: a barrier is not reached by every "
                                        f"thread of block ({bx}, {by}, {bz})")
+                if any(b is not at[0] for b in at):
+                    # CUDA: __syncthreads() in code some threads skip is undefined (a hang
+                    # or a barrier that does not order anything)
+                    raise RuntimeError(f"kernel {k.name}: the threads of block ({bx}, {by}, "
+                                       f"{bz}) wait at different barriers (a barrier in "
+                                       f"divergent code)")
                 threads = alive
             for th in states:
                 if th.mma_groups or th.mma_open:

@@ -312,6 +312,17 @@ def lower_cross_thread_reductions(sch: Schedule) -> Schedule:
                 f"reduction", "keep at least one spatial loop (bound to blockIdx)"))
         _check_combiner(st, st.op.body[0].combiner, "bind")
         _check_one_output(st, "bind")
+        around = _thread_loop_around(st)
+        if around is not None:
+            at, loop, at_tag = around
+            raise ScheduleError(format_error(
+                "compute_at", f"stage {name!r} is a cross-thread reduction over {iv.name!r} "
+                f"(bound to {tag.value!r}) computed inside loop {loop.name!r} of stage "
+                f"{at.name!r}, which is bound to {at_tag.value!r}: each thread there would "
+                f"run the whole block's reduction", "compute it at a loop outside the "
+                f"threadIdx loops (the row loop bound to blockIdx)",
+                hint=f"bind {name!r}'s own row loops to thread indices instead (TVM's rows "
+                     f"on threadIdx.y)"))
         del st.annotations[iv]
         try:
             rf = rfactor(sch, st.op.output(0), iv, 0)
@@ -434,6 +445,21 @@ def _thread_rows(st: Stage, spatial: list, iv, tag) -> list[tuple[int, int, Thre
             "indices (an axis, or the inner loop of a split), or bind its spatial loops to "
             "blockIdx only"))
     return rows[::-1]
+
+
+def _thread_loop_around(st: Stage):
+    """The innermost loop bound to a ``threadIdx`` index that stage ``st`` is computed
+    inside (through ``compute_at``, transitively), as ``(stage, loop, tag)``, or None."""
+    at, ivar, seen = st.attach_stage, st.attach_ivar, set()
+    while st.attach_type == "scope" and at is not None and id(at) not in seen:
+        seen.add(id(at))
+        leaves = at.leaf_iter_vars
+        pos = _index(leaves, ivar)
+        for v in reversed(leaves[:pos + 1] if pos >= 0 else []):
+            if _on_thread(at.annotations.get(v)):
+                return at, v, at.annotations[v]
+        st, at, ivar = at, at.attach_stage, at.attach_ivar
+    return None
 
 
 def _index(seq, iv) -> int:

@@ -119,10 +119,11 @@ def roles(nodes: list) -> dict:
     """
     extents = launch_extents(nodes)
     out: dict = {}
+    stmts: list = []
 
     def walk(n, anc: list):
         if isinstance(n, PolyStmt):
-            out[n.name] = _role(n, anc, extents)
+            stmts.append((n, anc))
             return
         if n.binding in PARAMS:
             anc = anc + [n]
@@ -131,10 +132,16 @@ def roles(nodes: list) -> dict:
 
     for n in nodes:
         walk(n, [])
+    # plans that other stages are computed at: their code holds barriers
+    nested = frozenset(st.plan.attach[0].index for st, _ in stmts
+                       if st.plan.attach is not None)
+    for st, anc in stmts:
+        out[st.name] = _role(st, anc, extents, nested)
     return out
 
 
-def _role(st: PolyStmt, anc: list, extents: dict) -> ThreadRole:
+def _role(st: PolyStmt, anc: list, extents: dict, nested: frozenset = frozenset()) \
+        -> ThreadRole:
     bound: dict = {}
     for a in anc:
         if st in a.stmts:
@@ -147,10 +154,20 @@ def _role(st: PolyStmt, anc: list, extents: dict) -> ThreadRole:
     fixed = dict(st.plan.stage.thread_predicate or {})
     replicated, idle = [], []
     scope = st.plan.buffer.scope
+    if fixed and thread_private(scope):
+        # the combine of a cross-thread reduction into a buffer of each thread: every
+        # thread reduces the shared partials into its own copy (the broadcast)
+        fixed = {}
+    elif fixed and (st.plan.attach is not None or st.plan.index in nested):
+        # the code of an attached stage (or one with stages attached to it) sits between
+        # barriers: a restriction of its domain would put them under ``if (tx == 0)``
+        # (divergent barriers); a guard inside each statement keeps the loops uniform
+        idle = [t for t, v in fixed.items() if v == 0]
+        fixed = {t: v for t, v in fixed.items() if v != 0}
     collective = any(buf is not None and buf.scope in FRAGMENT_SCOPES
                      for buf, _ in st.accesses.values())
     for t, ext in extents.items():
-        if t in bound or t in fixed or ext <= 1:
+        if t in bound or t in fixed or t in idle or ext <= 1:
             continue
         # a local buffer is one per thread, a shared one per block: each fills its own
         if (thread_private(scope) or (scope == "shared" and t.is_block)

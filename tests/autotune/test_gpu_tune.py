@@ -78,9 +78,16 @@ def test_gpu_spaces_shrink_with_the_device_limits():
     t = get_template("softmax")
     with gpu_limits.use(small):  # a bound device wins over the target's -arch table
         sp = t.space((64, 1000), "float32", "cuda -arch=sm_90")
-        assert sorted(sp.knobs["threads"].get(i).val for i in range(len(sp))) == [32, 64, 128]
+        layouts = [sp.knobs["layout"].get(i).val for i in range(len(sp.knobs["layout"]))]
+        assert sorted({lay[0] for lay in layouts}) == [32, 64, 128]
+        assert all(th * rows <= 128 and 8 * th * rows + sh * rows * 4000 <= 8192
+                   for th, _, rows, sh, _ in layouts)
         mm = len(get_template("matmul").space((64, 64, 64), "float32", "cuda"))
-    assert len(t.space((64, 1000), "float32", "cuda")) == 6
+    big = t.space((64, 1000), "float32", "cuda")
+    layouts = [big.knobs["layout"].get(i).val for i in range(len(big.knobs["layout"]))]
+    assert len(big) == len(layouts) > len(sp) and {lay[1] for lay in layouts} == {1, 2, 4}
+    assert max(lay[0] for lay in layouts) == 1024 and [256, 4, 1, 1, 0] == big.default().knob_values(
+        )["layout"]
     assert mm == len(tiles) * 3 * 2 < len(get_template("matmul").space((64, 64, 64), "float32",
                                                                         "cuda -arch=sm_90"))
 
@@ -106,7 +113,7 @@ def test_buffer_sets_exceed_l2():
 
 # --------------------------------------------------------------------------- numerics
 SMALL = {"matmul": (19, 23, 13), "softmax": (5, 45), "row_sum": (7, 45), "layernorm": (5, 45),
-         "batch_matmul": (2, 11, 13, 7)}
+         "rmsnorm": (3, 44), "batch_matmul": (2, 11, 13, 7)}
 
 
 def _configs(name, n_random, seed=0):
@@ -150,7 +157,7 @@ def test_gpu_template_configs_compile_with_nvcc(name):
 
     t, sp, picks = _configs(name, 2, seed=1)
     args = {"matmul": (256, 192, 96), "softmax": (64, 1000), "row_sum": (64, 1000),
-            "layernorm": (64, 1000), "batch_matmul": (2, 128, 96, 64)}[name]
+            "layernorm": (64, 1000), "rmsnorm": (64, 1000), "batch_matmul": (2, 128, 96, 64)}[name]
     sp = t.space(args, "float32", "cuda -arch=sm_90")
     picks = [sp.default_index()] + random.Random(2).sample(range(len(sp)), min(2, len(sp) - 1))
     for i in picks:
@@ -328,6 +335,7 @@ def test_cli_tune_cuda_without_a_device(tmp_path):
 # --------------------------------------------------------------------------- on a GPU
 GPU_RUNS = {"matmul": ((512, 512, 512), 8), "softmax": ((1024, 4096), 4),
             "row_sum": ((1024, 4096), 6), "layernorm": ((1024, 4096), 4),
+            "rmsnorm": ((1024, 4096), 4),
             "batch_matmul": ((8, 256, 256, 256), 6)}
 
 

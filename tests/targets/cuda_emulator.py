@@ -48,6 +48,8 @@ struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(8) float2 { float x, y; };
 struct alignas(16) int4 { int x, y, z, w; };
 struct alignas(8) int2 { int x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(8) uint2 { unsigned x, y; };
 static thread_local pt_uint3 blockIdx, threadIdx;
 static std::barrier<>* pt_block_barrier;
 static inline void __syncthreads() { pt_block_barrier->arrive_and_wait(); }

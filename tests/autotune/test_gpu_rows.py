@@ -1,0 +1,194 @@
+"""The fused GPU row templates (``softmax``, ``layernorm``, ``rmsnorm`` for ``cuda``: one
+kernel, attached cross-thread reductions, 16-byte vectors, rows optionally staged in
+shared memory; ``autotune/templates_gpu.py``).
+
+Sampled ``layout`` configs at odd sizes (prime rows and columns, columns that no vector or
+thread count divides, one row) in float32 and float16: the reference interpreter (races
+and divergent barriers checked) and the emulated CUDA driver against numpy in float64;
+nvcc compiles sampled configs at 4096 x 4096; on a GPU (``gpu`` marker) sampled layouts of
+1024 x 4096 and 33 x 4093 run against numpy.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import check, compile_with_nvcc, poison
+
+import polytile
+from polytile.autotune import gpu_limits
+from polytile.autotune.data import make_inputs, output_positions
+from polytile.autotune.template import get_template
+from polytile.autotune.templates_gpu import row_layouts
+from polytile.schedule.interpreter import run as interpret
+from polytile.schedule.loop_ir import IfThenElse, StmtVisitor, Sync
+from polytile.te.expr import Var
+from polytile.te.visitor import collect
+
+NAMES = ("softmax", "layernorm", "rmsnorm")
+SIZES = [(7, 45), (1, 1), (2, 97), (3, 256)]
+
+
+def _picks(sp, n: int, seed: int) -> list:
+    return [sp.default_index()] + random.Random(seed).sample(range(len(sp)),
+                                                             min(n, len(sp) - 1))
+
+
+def _inputs(tensors, args):
+    arrays = make_inputs(tensors, 1, args)
+    outs = output_positions(tensors)
+    arrays[outs[0]][...] = poison(arrays[outs[0]].shape, arrays[outs[0]].dtype.name)
+    return arrays, outs[0]
+
+
+def _reference(t, arrays, out, args):
+    return t.reference(*[a.astype("float64") for k, a in enumerate(arrays) if k != out],
+                       args=args)
+
+
+class _DivergentSyncs(StmtVisitor):
+    def __init__(self):
+        self.depth = self.found = 0
+
+    def visit_IfThenElse(self, s: IfThenElse) -> None:
+        thread = any(v.name.startswith("threadIdx") for v in collect(s.cond, Var))
+        self.depth += thread
+        self.generic_visit(s)
+        self.depth -= thread
+
+    def visit_Sync(self, s: Sync) -> None:
+        self.found += self.depth > 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("args", SIZES)
+def test_sampled_layouts_compute_the_definition(name, dtype, args):
+    t = get_template(name)
+    sp = t.space(args, dtype, "cuda")
+    # blocks of at most 128 threads: the interpreter runs each thread as a generator
+    layouts = [sp.get(k).knob_values()["layout"] for k in range(len(sp))]
+    small = [k for k, lay in enumerate(layouts) if lay[0] * lay[2] <= 128]
+    for i in [sp.default_index()] + random.Random(args[1]).sample(small, 1):
+        s, tensors = t.instantiate(sp.get(i), args, dtype, "cuda")
+        f = polytile.lower(s, tensors, target="cuda")
+        v = _DivergentSyncs()
+        v.visit(f.body)
+        assert v.found == 0, sp.get(i).knob_values()
+        assert len(re.findall(r"launch ", str(f))) == 1   # one kernel
+        arrays, out = _inputs(tensors, args)
+        interpret(f, *arrays)
+        check(arrays[out], _reference(t, arrays, out, args), k=args[1])
+
+
+def test_local_statistics_are_combined_by_every_thread():
+    """``local`` statistics: no thread-0 guard on the combine, one barrier fewer per
+    reduction, the same numbers (interpreter, races and barriers checked)."""
+    t = get_template("layernorm")
+    args = (3, 40)
+    sp = t.space(args, "float16", "cuda")
+    syncs = {}
+    for local in (0, 1):
+        idx = next(k for k in range(len(sp)) if sp.get(k).knob_values()["layout"] == [
+            32, 8, 1, 1, local])
+        s, tensors = t.instantiate(sp.get(idx), args, "float16", "cuda")
+        f = polytile.lower(s, tensors, target="cuda")
+        syncs[local] = str(f).count("sync(")
+        arrays, out = _inputs(tensors, args)
+        interpret(f, *arrays)
+        check(arrays[out], _reference(t, arrays, out, args), k=args[1])
+    assert syncs[1] < syncs[0]
+
+
+def test_layouts_respect_the_device_limits():
+    small = gpu_limits.GPULimits("sm_90", max_threads_per_block=256,
+                                 shared_bytes_per_block=16384)
+    lays = row_layouts(small, 4096, 4096, "float32")
+    assert lays and all(th * rows <= 256 for th, _, rows, _, _ in lays)
+    assert all(8 * th * rows + sh * rows * 4096 * 4 <= 16384 for th, _, rows, sh, _ in lays)
+    assert not any(sh and rows > 1 for _, _, rows, sh, _ in lays)   # one 16 KiB row at most
+    assert not any(loc and rows > 1 for _, _, rows, _, loc in lays)
+    # vectors divide the row and are 16 or 8 bytes; short rows keep few threads
+    assert {lay[1] for lay in row_layouts(small, 8, 4096, "float16")} == {8, 4, 1}
+    assert {lay[1] for lay in row_layouts(small, 8, 4094, "float16")} == {1}
+    assert {lay[0] for lay in row_layouts(small, 8, 20, "float32")} == {32}
+    assert {lay[2] for lay in row_layouts(small, 3, 20, "float32")} == {1, 2}
+
+
+def test_vector_copies_and_staging_in_the_cuda_source():
+    t = get_template("softmax")
+    for dtype, vt in (("float32", "float4"), ("float16", "uint4")):
+        sp = t.space((4096, 4096), dtype, "cuda -arch=sm_90")
+        for lay in ([256, 16 // np.dtype(dtype).itemsize, 1, 1, 0],
+                    [128, 16 // np.dtype(dtype).itemsize, 1, 0, 1],
+                    [128, 16 // np.dtype(dtype).itemsize, 2, 1, 0]):
+            idx = next(k for k in range(len(sp)) if sp.get(k).knob_values()["layout"] == lay)
+            s, tensors = t.instantiate(sp.get(idx), (4096, 4096), dtype, "cuda -arch=sm_90")
+            src = polytile.build(s, tensors, target="cuda -arch=sm_90").get_source()
+            assert src.count("__global__") == 1
+            assert f"*({vt}*)(&softmax[" in src              # 16-byte stores
+            assert ("cp_async" in src) == bool(lay[3])       # staged rows: cp.async copies
+            assert f"__launch_bounds__({lay[0] * lay[2]})" in src
+            # local statistics: every thread combines (no write of the result to shared)
+            assert ("__shared__ __align__(16) float rowsum[" in src) == (not lay[4])
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_sampled_configs_compile_with_nvcc(name, dtype):
+    t = get_template(name)
+    sp = t.space((4096, 4096), dtype, "cuda -arch=sm_90")
+    for i in _picks(sp, 2, 7):
+        s, tensors = t.instantiate(sp.get(i), (4096, 4096), dtype, "cuda -arch=sm_90")
+        compile_with_nvcc(polytile.build(s, tensors, target="cuda -arch=sm_90").get_source())
+
+
+@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
+def device(request, tmp_path, monkeypatch):
+    """``"gpu"`` (a real device) or ``"emulated"`` (the host emulation of the driver)."""
+    if request.param == "gpu":
+        from polytile.targets.cuda import compile as cc
+
+        if cc.available_compiler() is None:
+            pytest.skip("no CUDA compiler")
+        yield "gpu"
+        return
+    monkeypatch.syspath_prepend(str(Path(__file__).parent.parent / "targets"))
+    import cuda_emulator
+
+    if not cuda_emulator.available():
+        pytest.skip("no g++ for the emulated driver")
+    with cuda_emulator.installed(tmp_path, monkeypatch):
+        yield "emulated"
+
+
+def _run_built(t, sp, i, args, dtype):
+    s, tensors = t.instantiate(sp.get(i), args, dtype, "cuda")
+    f = polytile.build(s, tensors, target="cuda")
+    arrays, out = _inputs(tensors, args)
+    dev = [polytile.nd.array(a, device="cuda") for a in arrays]
+    f(*dev)
+    check(dev[out].numpy(), _reference(t, arrays, out, args), k=args[1])
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_built_kernels_run(device, name, dtype):
+    """Emulated: the default and one sampled config at an odd size; on a GPU: the default
+    and five sampled layouts of 1024 x 4096 and of 33 x 4093 (no vectors, ragged
+    threads)."""
+    t = get_template(name)
+    if device == "emulated":
+        args = (3, 72)
+        sp = t.space(args, dtype, "cuda")
+        for i in _picks(sp, 1, 3):
+            _run_built(t, sp, i, args, dtype)
+        return
+    for args in ((1024, 4096), (33, 4093)):
+        sp = t.space(args, dtype, "cuda")
+        for i in _picks(sp, 5, 11):
+            _run_built(t, sp, i, args, dtype)
