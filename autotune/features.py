@@ -17,8 +17,11 @@ Global entries follow: total flops and iterations, statements in the innermost b
 number of loop nests, bytes of intermediate buffers, work outside the main nest, the
 parallel loop's extent and load balance; for GPU functions, of the kernel holding the
 main nest: threads per block, blocks, shared and local bytes, an occupancy estimate and
-the coalescing of its stores to global memory along ``threadIdx.x`` (zeros on CPUs). Everything is
-``log2(1 + x)`` scaled but the occupancy (0..1).
+the coalescing of its stores to global memory along ``threadIdx.x``; then the bytes
+requested from each memory level (global, shared, local: accesses times element size over
+the whole grid), a shared-memory bank-conflict estimate (mean and worst) and the global
+sectors per warp access (zeros on CPUs; :func:`_gpu_memory_features`). Everything is
+``log2(1 + x)`` scaled but the occupancy (0..1) and the ratios (``log2`` of values >= 1).
 
 Strides come from evaluating each flat index at the loop variable = 1 and = 0 (the others
 0), so they are exact for affine indices and an approximation otherwise (``truncdiv``).
@@ -43,7 +46,9 @@ SLOTS = 4
 KINDS = tuple(k.value for k in LoopKind)
 PER_BUFFER = 4
 PER_LEVEL = 1 + len(KINDS) + 2 + SLOTS * PER_BUFFER + 1
-N_GLOBAL = 18
+N_GLOBAL = 24
+#: Offset (from the start of the global entries) of the GPU kernel entries.
+GPU_OFFSET = 12
 #: Per-SM resources of the occupancy estimate (compute capability 8.x-9.x): threads,
 #: shared memory (bytes), 32-bit registers, resident blocks.
 SM_THREADS, SM_SHARED, SM_REGISTERS, SM_BLOCKS = 2048, 228 * 1024, 65536, 32
@@ -341,7 +346,123 @@ def extract_features(func: PrimFunc, sizes: dict | None = None) -> list[float]:
                and st.buffer.scope not in ("shared", "local")] or list(stores)
         feats[g + 12:g + 18] = _gpu_features(kernel, w.kernel_allocs.get(id(kernel), ()),
                                              out, w.lets)
+        feats[g + 18:g + 24] = _gpu_memory_features(kernel, w)
     return feats
+
+
+#: Shared memory banks (4-byte words) and bytes per global memory sector.
+_BANKS, _SECTOR = 32, 32
+
+
+def _lane_envs(k) -> list:
+    """Variable values of the 32 lanes of a block's first warp (``threadIdx.x`` fastest)."""
+    tv = {tag: v for v, tag in k.thread_vars}
+    bx, by = int(k.block[0]), int(k.block[1])
+    n = min(32, math.prod(int(x) for x in k.block))
+    out = []
+    for lane in range(n):
+        env = {}
+        if "threadIdx.x" in tv:
+            env[tv["threadIdx.x"]] = lane % bx
+        if "threadIdx.y" in tv:
+            env[tv["threadIdx.y"]] = (lane // bx) % by
+        if "threadIdx.z" in tv:
+            env[tv["threadIdx.z"]] = lane // (bx * by)
+        out.append(env)
+    return out
+
+
+def _lane_addresses(index, envs: list, lets: dict) -> list | None:
+    """Element offsets of ``index`` for each lane (other loop variables 0), or None when
+    the index is not computable (it reads memory)."""
+    deps = _with_lets(index, lets)[1:]  # let values the index reads, transitively
+    needed = {v for v in lets if any(lets[v] is d for d in deps)}
+    order = [v for v in lets if v in needed]
+    try:
+        out = []
+        for env in envs:
+            e = dict(env)
+            for v in order:
+                e[v] = _eval(lets[v], e)
+            out.append(_eval(index, e))
+        return out
+    except _Unknown:
+        return None
+
+
+def _gpu_memory_features(k, w) -> list:
+    """Of kernel ``k``: log2 of the bytes requested from global, shared and local memory
+    (every store and load of the kernel: its executions per thread times threads, blocks
+    and element size), then ``log2`` of three ratios to the ideal, access-weighted:
+
+    * shared-memory bank conflicts: for the first warp's 32 lanes (``threadIdx.x``
+      fastest, then ``y``), the wavefronts a shared access needs (the most distinct 4-byte
+      words any of the 32 banks holds) over the fewest possible (distinct words / 32);
+      mean and worst over the kernel's shared accesses;
+    * global coalescing: distinct 32-byte sectors a warp access touches over the fewest
+      possible (mean).
+
+    A vectorized innermost loop makes each lane access its extent of consecutive elements.
+    The model follows the CUDA C Programming Guide's description of shared memory banks
+    and global memory transactions (compute capability 5.x and later)."""
+    threads = math.prod(int(x) for x in k.block)
+    blocks = math.prod(int(x) for x in k.grid)
+    envs = _lane_envs(k)
+    level_bytes = {"global": 0.0, "shared": 0.0, "local": 0.0}
+    bank_sum = bank_w = sect_sum = sect_w = 0.0
+    bank_max = 1.0
+    cache: dict = {}
+    for st, stack in w.stores:
+        if w.kernel_of.get(id(st)) is not k:
+            continue
+        n_iter = math.prod(_extent(f, {}) for f in stack)
+        vec = _extent(stack[-1], {}) if stack and stack[-1].kind == LoopKind.VECTORIZED else 1
+        vvar = stack[-1].var if vec > 1 else None
+        accs = [(st.buffer, st.indices)] + [
+            (ld.buffer, ld.indices) for r in _with_lets(st.value, w.lets)
+            for ld in collect(r, Load)]
+        for buf, indices in accs:
+            scope = buf.scope if buf.scope in ("shared", "local") else "global"
+            isz = _itemsize(buf.dtype)
+            level_bytes[scope] += n_iter * isz * threads * blocks
+            if scope == "local" or not envs:
+                continue
+            idx = _flat(buf, indices)
+            key = (buf.name, str(idx))
+            if key not in cache:
+                addrs = _lane_addresses(idx, envs, w.lets)
+                width = vec if vvar is not None and _stride(idx, vvar, w.lets) == 1 else 1
+                cache[key] = None if addrs is None else _warp_cost(addrs, isz, width, scope)
+            ratio = cache[key]
+            if ratio is None:
+                continue
+            if scope == "shared":
+                bank_sum += ratio * n_iter
+                bank_w += n_iter
+                bank_max = max(bank_max, ratio)
+            else:
+                sect_sum += ratio * n_iter
+                sect_w += n_iter
+    return [_l2(level_bytes["global"]), _l2(level_bytes["shared"]), _l2(level_bytes["local"]),
+            math.log2(bank_sum / bank_w) if bank_w else 0.0, math.log2(bank_max),
+            math.log2(sect_sum / sect_w) if sect_w else 0.0]
+
+
+def _warp_cost(addrs: list, isz: int, width: int, scope: str) -> float:
+    """Wavefronts (shared) or sectors (global) of one warp access over the fewest
+    possible; lanes access ``width`` consecutive elements of ``isz`` bytes from ``addrs``."""
+    spans = [(a * isz, a * isz + width * isz) for a in addrs]
+    if scope == "shared":
+        words = {b // 4 for lo, hi in spans for b in range(lo - lo % 4, hi, 4)}
+        per_bank: dict = {}
+        for wd in words:
+            per_bank[wd % _BANKS] = per_bank.get(wd % _BANKS, 0) + 1
+        ideal = max(1, math.ceil(len(words) / _BANKS))
+        return max(per_bank.values()) / ideal if per_bank else 1.0
+    sectors = {b // _SECTOR for lo, hi in spans for b in range(lo - lo % _SECTOR, hi, _SECTOR)}
+    total = sum(hi - lo for lo, hi in set(spans))  # lanes reading one address share it
+    ideal = max(1, math.ceil(total / _SECTOR))
+    return max(1.0, len(sectors) / ideal)
 
 
 def _gpu_features(k, allocs, stores, lets) -> list:

@@ -31,6 +31,9 @@ accumulators (the *micro-kernel*, ``MR x NR`` in BLIS's words) stays in vector r
   iterations, else ``i0``), or ``"none"`` (small products, where waking the threads costs
   more than the work). A packed block computed inside the parallel loop is private to
   each thread.
+* Not a knob: above :data:`SMALL_PRODUCT` the next micro-tile of ``C`` is prefetched at
+  ``i1`` (``s[C].prefetch(C, i1, 1)``): its rows are a row of ``C`` apart, which the
+  hardware prefetchers do not follow, and its first load would stall the k loop.
 * ``unroll`` (``k1``, ``i2``) and ``reorder`` (of ``k0, i1, j1`` in the ``ij`` order, of
   ``i0, j1, i1`` in the ``goto`` order).
 """
@@ -107,18 +110,19 @@ def _k_candidates(k: int) -> list:
 
 def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None:
     """The knobs of the matmul space (module docstring); the default is the 12 x 32 BLAS
-    micro-kernel with both operands packed in the Goto order, blocks of 96 x 256 of A and
-    256 x 512 of B or the whole matrix when smaller, no packing and no threads for products
+    micro-kernel with both operands packed in the Goto order, blocks of 192 x 256 of A and
+    256 x N/2 of B (at most 2048 columns: two column blocks for two threads) or the whole
+    matrix when smaller, no packing and no threads for products
     of at most :data:`SMALL_PRODUCT` multiply-adds (``blas_like`` of
     ``tutorials/02_cpu_matmul.py``)."""
     cfg.define_split("tile_i", M, policy="candidate", num_outputs=3,
                      candidate=_block_candidates(M, list(REG_ROWS), 64,
                                                  ok=lambda f2: f2 <= 32),
-                     default=[-1, min(8, -(-M // 12)), 12])
+                     default=[-1, min(16, -(-M // 12)), 12])
     cfg.define_split("tile_j", N, policy="candidate", num_outputs=3,
                      candidate=_block_candidates(N, list(REG_LANES), 64,
                                                  ok=_lane_ok(N)),
-                     default=[-1, min(16, -(-N // 32)), 32])
+                     default=[-1, min(64, -(-N // 64)), 32])
     cfg.define_split("tile_k", K, policy="candidate", candidate=_k_candidates(K),
                      default=[-1, min(256, K)])
     small = M * N * K <= SMALL_PRODUCT
@@ -199,6 +203,10 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None) -> None:
     cfg["unroll"].apply(s, C, [k1, i2], axis_lens=[cfg["tile_k"].size[1],
                                                    cfg["tile_i"].size[2]], max_unroll=16)
     s[C].vectorize(j2)
+    if _prefetch_c(C):
+        # the next micro-tile's rows of C (12 pages apart at a large N) arrive while this
+        # one computes, instead of stalling its first k step
+        s[C].prefetch(C, i1, 1)
     loops = {"b": batch, "i0": i0, "j0": j0}
     if order == "goto":
         # i0 and j0 are not adjacent there: the outer loops that may be fused
@@ -226,6 +234,13 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None) -> None:
                 s[P].parallel(s[P].fuse(*pb, x) if pb else x)
         if P is PB:
             s[P].vectorize(z)
+
+
+def _prefetch_c(C) -> bool:
+    """Prefetch the next micro-tile of ``C`` unless the product is small (at most
+    :data:`SMALL_PRODUCT` multiply-adds per batch: ``C`` is then in L1 or L2 already)."""
+    *_, M, N = C.shape
+    return M * N * C.op.reduce_axis[0].dom.extent > SMALL_PRODUCT
 
 
 def _mm_reference(a, b, *, args=()):

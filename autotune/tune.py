@@ -64,6 +64,8 @@ class TuneResult:
     device: dict | None = None  # GPU targets: the device the trials ran on
     runner_restarts: int = 0    # GPU targets: times the GPU runner was restarted
     nodes: list | None = None  # with ray: per node, trials and trials/s (RayMeasurer)
+    transferred: int = 0        # records of other shapes the model was trained on
+    transfer_shapes: int = 0    # how many other shapes they came from
 
     def noise(self) -> dict:
         """How noisy this run's measurements were: trials measured, how many were
@@ -213,6 +215,73 @@ def _refuse_resume(log_file: str, records: list, wl: Workload, target: str) -> N
         "start a new run in this file (its records are kept)"))
 
 
+def open_target(t, wl: Workload, tgt: str, opt: MeasureOptions, gpu_runner: bool = True):
+    """``(target, runner, device, limits, space)`` for tuning ``wl`` of template ``t`` on
+    canonical target ``tgt``: on GPU targets (with ``gpu_runner``) a started GPU runner
+    process (it owns the CUDA context: this process never touches the device; its
+    description gives the records' ``-arch`` and device and bounds the template's space),
+    else None for the runner, device and limits."""
+    t.func_for(tgt)  # a template without a schedule for this target kind: say so first
+    runner, device, limits = None, None, None
+    if Target.parse(tgt).backend.is_gpu and gpu_runner:
+        from . import gpu_limits
+        from .gpu_runner import GPURunner
+
+        runner = GPURunner({"template": t.name, "args": list(wl.args), "dtype": wl.dtype,
+                            "seed": opt.seed}, opt.runner_command)
+        info = runner.start()
+        tgt = _with_arch(tgt, info["arch"])
+        device = record_fields(info)
+        limits = gpu_limits.from_device(info)
+    try:
+        with gpu_limits_use(limits):
+            space = t.space(wl.args, wl.dtype, tgt)
+    except BaseException:
+        if runner is not None:
+            runner.close()
+        raise
+    return tgt, runner, device, limits, space
+
+
+def _transfer_records(paths, wl: Workload, tgt: str, device) -> list:
+    """Records of ``paths`` (``--transfer`` files); TuneError when a file holds none of
+    ``wl``'s template, dtype and ``tgt`` (device class included)."""
+    from .transfer import transfer_sources
+
+    if not paths:
+        return []
+    out = []
+    for path in [paths] if isinstance(paths, str) else list(paths):
+        if not os.path.exists(path):
+            raise TuneError(format_error("tune", f"transfer: records file {path!r} does not "
+                                         "exist"))
+        recs = read_records(path)
+        same = [r for r in recs if workload_matches(r, wl.key())
+                and target_matches(r.target, tgt) and same_class(r.device, device)]
+        if not same and not transfer_sources(recs, wl, tgt,
+                                             lambda d: same_class(d, device)):
+            raise TuneError(format_error(
+                "tune", f"transfer: {path!r} holds no record of {wl.template} "
+                f"{wl.dtype} on '{tgt}'", "expected records of the same template, dtype "
+                "and target (another shape)"))
+        out += recs
+    return out
+
+
+def _warm_start(tn, res: TuneResult, t, wl: Workload, tgt: str, limits, records: list,
+                device) -> None:
+    """Train ``tn`` on ``records`` of other shapes (:mod:`.transfer`)."""
+    from .transfer import source_data, transfer_sources
+
+    srcs = transfer_sources(records, wl, tgt, lambda d: same_class(d, device))
+    for args, recs in srcs.items():
+        feats, costs, kfs = source_data(t, args, wl.dtype, tgt, recs, limits)
+        n = tn.add_transfer(feats, costs, kfs)
+        if n:
+            res.transferred += n
+            res.transfer_shapes += 1
+
+
 def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
          tuner: str = "model", n_trial: int = DEFAULT_TRIALS,
          measure_option: MeasureOptions | None = None, log_file: str | None = None,
@@ -221,7 +290,7 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
          include_default: bool = True, batch_size: int | None = None,
          transfer: bool = True, callbacks: list[Callable] = (),
          anchors: tuple | None = None, compare_rounds: int = 4,
-         ray: str | None = None) -> TuneResult:
+         ray: str | None = None, transfer_from=None) -> TuneResult:
     """Tune ``template`` at ``args``; see the module docstring.
 
     Parameters
@@ -245,8 +314,14 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         Measure the template's default config first (a baseline the result never falls
         below).
     transfer : bool
-        Without ``resume``, train the model tuner on records of the same workload and
-        target found in ``log_file`` (they are not measured again, nor counted as trials).
+        Train the model tuner on records of the same workload and target found in
+        ``log_file`` or ``transfer_from`` (without ``resume``: they are not measured
+        again, nor counted as trials) and on records of the same template, dtype and
+        target at *other* arguments found there (a nearby shape warm-starts the model,
+        :mod:`.transfer`; those are training data only, never measured, counted or taken
+        as the best).
+    transfer_from : str or list of str, optional
+        Records files to warm-start the model tuner from (``--transfer``).
     callbacks : list of callable
         Each called as ``cb(result, record)`` after every trial.
     anchors : tuple of str, optional
@@ -267,7 +342,8 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
     TuneError
         For an unknown template or tuner, bad arguments, a workload whose template
         fails to build its space, a ``log_file`` that is not a records file, or ``resume``
-        onto a log without records of this workload and target. With ``ray``: Ray not
+        onto a log without records of this workload and target, a ``transfer_from``
+        file without records of this template, dtype and target. With ``ray``: Ray not
         installed (naming the extra ``polytile[ray]``), no cluster, or no node able to
         measure ``target``.
     """
@@ -277,30 +353,11 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
     opt = measure_option or MeasureOptions()
     if n_trial < 1:
         raise TuneError(format_error("tune", f"n_trial={n_trial}", "expected at least 1"))
-    t.func_for(tgt)  # a template without a schedule for this target kind: say so first
-    runner, device, limits = None, None, None
-    if Target.parse(tgt).backend.is_gpu and not ray:
-        # the GPU runner owns the CUDA context: this process never touches the device;
-        # its description names the records' device and bounds the template's space
-        from . import gpu_limits
-        from .gpu_runner import GPURunner
-
-        runner = GPURunner({"template": t.name, "args": list(wl.args), "dtype": dtype,
-                            "seed": opt.seed}, opt.runner_command)
-        info = runner.start()
-        tgt = _with_arch(tgt, info["arch"])
-        device = record_fields(info)
-        limits = gpu_limits.from_device(info)
-    try:
-        with gpu_limits_use(limits):
-            space = t.space(wl.args, dtype, tgt)
-    except BaseException:
-        if runner is not None:
-            runner.close()
-        raise
+    tgt, runner, device, limits, space = open_target(t, wl, tgt, opt, gpu_runner=not ray)
     res = TuneResult(wl, tgt, tuner, len(space), log_file, flops=t.flops(wl.args),
                      threads=opt.threads, device=device)
     history = []
+    everything: list = []
     if log_file and os.path.exists(log_file):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -313,6 +370,10 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
             warnings.warn(w.message, w.category, stacklevel=2)
         if resume and everything and not history:
             _refuse_resume(log_file, everything, wl, tgt)
+    others = _transfer_records(transfer_from, wl, tgt, device) if transfer else []
+    if tuner == "model":
+        history += [r for r in others if workload_matches(r, wl.key())
+                    and target_matches(r.target, tgt) and same_class(r.device, device)]
     try:
         writer = RecordWriter(log_file) if log_file else None
         if ray:
@@ -352,6 +413,8 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
                         res.best, best_trial = r, len(res.records)
             tn.load_history(idx, results)
             res.resumed = len(res.records) if resume else 0
+        if transfer and tuner == "model":
+            _warm_start(tn, res, t, wl, tgt, limits, everything + others, device)
         default_idx = space.default_index()
         while True:
             done = len(res.records)

@@ -16,7 +16,16 @@ proposed or seen measured before, and learns from results (``update``).
   loop-IR model ranks them. The batch takes the best ranked unmeasured configs,
   preferring ones that differ from each other in at least two knobs, plus an
   epsilon-greedy share of uniformly random configs. Records of the same workload and
-  target seed both models (transfer) and are never re-measured.
+  target seed both models and are never re-measured.
+
+Transfer (:meth:`ModelTuner.add_transfer`): measurements of *another* workload of the same
+template (a nearby shape) are training data only, each workload a query group of the
+ranking loss so that run times of different shapes are never compared; their configs are
+never marked visited nor taken as this workload's best.
+
+Every tuner takes an optional ``candidates`` list: the search then proposes only those
+configs (the replay benchmark, :mod:`.replay`, restricts it to the configs measured in
+advance; the model tuner then ranks all unmeasured candidates instead of evolving).
 """
 
 from __future__ import annotations
@@ -38,12 +47,16 @@ class Tuner:
 
     name = "base"
 
-    def __init__(self, space: ConfigSpace, seed: int | None = None):
+    def __init__(self, space: ConfigSpace, seed: int | None = None,
+                 candidates: list[int] | None = None):
         self.space = space
         self.rng = random.Random(seed)
         self.visited: set[int] = set()
+        self.pool = sorted(set(candidates)) if candidates is not None else None
 
     def has_next(self) -> bool:
+        if self.pool is not None:
+            return any(i not in self.visited for i in self.pool)
         return len(self.visited) < len(self.space)
 
     def next_batch(self, n: int) -> list[int]:
@@ -59,6 +72,9 @@ class Tuner:
 
     def _random_unvisited(self, n: int, exclude: set | None = None) -> list[int]:
         exclude = self.visited | (exclude or set())
+        if self.pool is not None:
+            free = [i for i in self.pool if i not in exclude]
+            return self.rng.sample(free, min(n, len(free)))
         size = len(self.space)
         out: list[int] = []
         taken = set()
@@ -97,16 +113,19 @@ class GridTuner(Tuner):
 
     name = "grid"
 
-    def __init__(self, space: ConfigSpace, seed: int | None = None):
-        super().__init__(space, seed)
+    def __init__(self, space: ConfigSpace, seed: int | None = None,
+                 candidates: list[int] | None = None):
+        super().__init__(space, seed, candidates)
         self._next = 0
 
     def next_batch(self, n: int) -> list[int]:
         out = []
-        size = len(self.space)
+        order = self.pool if self.pool is not None else range(len(self.space))
+        size = len(order)
         while len(out) < n and self._next < size:
-            if self._next not in self.visited:
-                out.append(self._next)
+            i = order[self._next]
+            if i not in self.visited:
+                out.append(i)
             self._next += 1
         self.visited.update(out)
         return out
@@ -153,15 +172,19 @@ class ModelTuner(Tuner):
     lower_factor : int
         Candidates lowered (for loop-IR features) per batch slot.
     min_train : int
-        Successful measurements needed before the models propose (random picks before).
+        Successful measurements needed before the models propose (random picks before,
+        unless transfer data is loaded).
+    candidates : list of int, optional
+        Propose only these configs (see the module docstring).
     """
 
     name = "model"
 
     def __init__(self, space: ConfigSpace, featurize: Callable, seed: int | None = None,
                  epsilon: float = 0.1, population: int = 64, children: int = 256,
-                 generations: int = 4, lower_factor: int = 3, min_train: int = 4):
-        super().__init__(space, seed)
+                 generations: int = 4, lower_factor: int = 3, min_train: int = 4,
+                 candidates: list[int] | None = None):
+        super().__init__(space, seed, candidates)
         self.featurize = featurize
         self.epsilon = epsilon
         self.population = population
@@ -176,6 +199,9 @@ class ModelTuner(Tuner):
         self.invalid: set[int] = set()     # configs that failed to lower while searching
         self.dims = space.dims()
         self._dirty = False
+        #: transfer data: per source workload, (loop-IR features, targets in [0, 1],
+        #: knob features or None)
+        self.transfer: list[tuple[list, list, list | None]] = []
 
     # ----------------------------------------------------------------- learning
     def update(self, indices: list[int], results: list) -> None:
@@ -192,21 +218,60 @@ class ModelTuner(Tuner):
         if missing:
             self.feats.update(self.featurize(missing))
 
+    def add_transfer(self, features: list, costs: list, knob_feats: list | None = None
+                     ) -> int:
+        """Measurements of another workload of the same template as training data (one
+        query group): ``features`` (loop-IR feature vectors, None for configs that did
+        not lower: skipped), ``costs`` (seconds, ``inf`` for failures) and optionally the
+        configs' :func:`knob_features` in *their* space (used by the knob model when as
+        long as this space's). The configs are not marked visited. Returns the number
+        of rows kept."""
+        ok = [c for c in costs if math.isfinite(c) and c > 0]
+        if not ok:
+            return 0
+        best = min(ok)
+        keep = [k for k, f in enumerate(features) if f is not None]
+        if len(keep) < 2:
+            return 0
+        ys = [best / costs[k] if math.isfinite(costs[k]) and costs[k] > 0 else 0.0
+              for k in keep]
+        kf = None
+        if knob_feats is not None:
+            width = len(knob_features(self.space, self.space.default_index()))
+            if all(len(knob_feats[k]) == width for k in keep):
+                kf = [list(knob_feats[k]) for k in keep]
+        self.transfer.append(([list(features[k]) for k in keep], ys, kf))
+        self._dirty = True
+        return len(keep)
+
     def _train(self) -> bool:
         ok = [c for c in self.costs.values() if math.isfinite(c)]
-        if len(ok) < self.min_train:
+        if len(ok) < self.min_train and not self.transfer:
             return False
-        best = min(ok)
+        best = min(ok) if ok else 1.0
 
         def y(c):
             return best / c if math.isfinite(c) else 0.0
         if self._dirty:
             data = [(self.feats[i], c) for i, c in self.costs.items()
                     if self.feats.get(i) is not None]
-            self.model.fit([f for f, _ in data], [y(c) for _, c in data])
+            xs = [f for f, _ in data]
+            ys = [y(c) for _, c in data]
+            groups = [len(xs)] if xs else []
             known = list(self.costs) + [i for i in self.invalid if i not in self.costs]
-            self.knob_model.fit([knob_features(self.space, i) for i in known],
-                                [y(self.costs.get(i, math.inf)) for i in known])
+            kx = [knob_features(self.space, i) for i in known]
+            ky = [y(self.costs.get(i, math.inf)) for i in known]
+            kgroups = [len(kx)] if kx else []
+            for f, yt, kf in self.transfer:
+                xs += f
+                ys += yt
+                groups.append(len(f))
+                if kf is not None:
+                    kx += kf
+                    ky += yt
+                    kgroups.append(len(kf))
+            self.model.fit(xs, ys, groups if self.transfer else None)
+            self.knob_model.fit(kx, ky, kgroups if self.transfer else None)
             self._dirty = False
         return self.model.trained
 
@@ -297,14 +362,23 @@ class ModelTuner(Tuner):
             pop = list(dict.fromkeys(elite[:4] + ranked[: self.population]))
         return {i: v for i, v in scores.items() if i not in self.visited}
 
+    def _pool_scores(self) -> dict:
+        """Knob-model scores of the unvisited candidates (a sample of 4096 of them when
+        there are more)."""
+        free = [i for i in self.pool if i not in self.visited]
+        if len(free) > 4096:
+            free = self.rng.sample(free, 4096)
+        return self._knob_score(free)
+
     def next_batch(self, n: int) -> list[int]:
         if not self._train():
-            out = self._random_unvisited(n)
+            # no more random configs than the model needs to start: it picks the rest
+            out = self._random_unvisited(min(n, 2 * self.min_train))
             self.visited.update(out)
             return out
         n_random = min(n, max(0, int(round(self.epsilon * n))))
         n_model = n - n_random
-        cheap = self._evolve()
+        cheap = self._pool_scores() if self.pool is not None else self._evolve()
         ranked = sorted(cheap, key=lambda i: -cheap[i])
         shortlist = self._diverse(ranked, self.lower_factor * n_model)
         self._ensure_features(shortlist)
@@ -322,15 +396,16 @@ class ModelTuner(Tuner):
 
 
 def make_tuner(name: str, space: ConfigSpace, featurize: Callable | None = None,
-               seed: int | None = None) -> Tuner:
-    """A tuner by name: ``"model"``, ``"random"`` or ``"grid"``."""
+               seed: int | None = None, candidates: list[int] | None = None) -> Tuner:
+    """A tuner by name: ``"model"``, ``"random"`` or ``"grid"`` (``candidates``: propose
+    only these configs)."""
     if name == "random":
-        return RandomTuner(space, seed)
+        return RandomTuner(space, seed, candidates)
     if name == "grid":
-        return GridTuner(space, seed)
+        return GridTuner(space, seed, candidates)
     if name == "model":
         if featurize is None:
             raise TuneError(format_error("tuner", "the model tuner needs a featurize function"))
-        return ModelTuner(space, featurize, seed)
+        return ModelTuner(space, featurize, seed, candidates=candidates)
     raise TuneError(format_error("tuner", f"unknown tuner {name!r}",
                                  "expected 'model', 'random' or 'grid'"))

@@ -229,7 +229,8 @@ def _tune_one(a, args) -> int:
     res = tune(t, wl.args, wl.dtype, target=a.target, tuner=a.tuner, n_trial=trials,
                measure_option=opt, log_file=log, resume=a.resume,
                early_stopping=a.early_stopping, timeout_total=budget,
-               seed=a.seed, callbacks=[on_trial], anchors=anchors, ray=a.ray)
+               seed=a.seed, callbacks=[on_trial], anchors=anchors, ray=a.ray,
+               transfer_from=a.transfer)
     if bar is not None:
         bar.close()
     cmp = res.comparison
@@ -543,6 +544,10 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--plot", default=None, metavar="PNG",
                    help="write best-so-far GFLOP/s vs trial to this PNG")
     q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--transfer", action="append", default=None, metavar="RECORDS",
+                   help="records file whose trials of the same template at other shapes "
+                   "warm-start the model tuner (repeatable; records of other shapes in "
+                   "--log are used too)")
     q.add_argument("--early-stopping", type=_positive, default=None, metavar="N",
                    help="stop after N trials without improvement")
     q.add_argument("--timeout-total", type=_seconds, default=None, metavar="S",

@@ -73,6 +73,9 @@ def print_summary(res, out) -> None:
         rows.append(("device", f"{dev.get('name')} (sm_{dev.get('compute_capability', '')}"
                      .replace(".", "") + f", driver {dev.get('driver') or '?'}, CUDA "
                      f"{dev.get('cuda') or '?'})"))
+    if getattr(res, "transferred", 0):
+        rows.append(("warm start", f"model trained on {res.transferred} records of "
+                     f"{res.transfer_shapes} other shape(s) (not measured, never applied)"))
     tb = cmp.timing("best") if cmp is not None else None
     td = cmp.timing("default") if cmp is not None else None
     timed = [a for a in cmp.anchors if cmp.timing(a) is not None] if cmp is not None else []

@@ -198,21 +198,20 @@ class AutoUnrollPragma:
         return f"auto_unroll_max_step={self.max_step}"
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class PrefetchPragma:
-    """``s[C].prefetch(tensor, k, offset)`` on loop-IR ``For.pragmas``: each iteration of
-    the loop first prefetches the element of ``tensor`` (its operation ``op``, output
-    ``value_index``) that the loop's body reads first, ``offset`` iterations ahead
-    (:mod:`~polytile.schedule.passes.prefetch`)."""
+    """``s[C].prefetch(T, axis, offset)`` on loop-IR ``For.pragmas``: each iteration of the
+    loop ``axis`` of stage ``stage`` first prefetches the cache lines of buffer ``tensor``
+    that iteration ``axis + offset`` accesses (see
+    :mod:`polytile.schedule.passes.prefetch`)."""
 
-    op: object
-    value_index: int
+    tensor: str
     offset: int
     stage: str
     axis: str
 
     def __str__(self) -> str:
-        return f"prefetch({self.op.name}, offset={self.offset})"
+        return f"prefetch({self.tensor}, offset={self.offset})"
 
 
 def for_pragmas(stage, iv) -> tuple:

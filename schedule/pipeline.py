@@ -75,8 +75,9 @@ from .passes.async_copy import async_copies
 from .passes.bfloat16 import legalize_bfloat16
 from .passes.barriers import sink_divergent_guards
 from .passes.loops import (auto_unroll, dedup_syncs, legalize_vector_loops,
-                           serialize_nested_parallel, specialize_partial_unrolls, unroll)
-from .passes.prefetch import insert_prefetches, strip_prefetch_pragmas
+                           legalize_vector_loops_masked, serialize_nested_parallel,
+                           specialize_partial_unrolls, unroll)
+from .passes.prefetch import strip_prefetch_pragmas
 from .passes.share import share_subexpressions
 from .passes.simplify import simplify
 from .passes.software_pipeline import software_pipeline, software_pipeline_synchronous
@@ -96,9 +97,9 @@ log = logging.getLogger("polytile.lower")
 LOOP_PASSES = (
     ("legalize_bfloat16", legalize_bfloat16),
     ("simplify", simplify),
+    ("specialize_partial_unrolls", specialize_partial_unrolls),
     ("legalize_vector_loops", legalize_vector_loops),
     ("auto_unroll", auto_unroll),
-    ("specialize_partial_unrolls", specialize_partial_unrolls),
     ("unroll", unroll),
     ("simplify", simplify),
     ("serialize_nested_parallel", serialize_nested_parallel),
@@ -236,11 +237,17 @@ def _bound_auto_unroll(k: Kernel, body):
 def loop_passes(target: Target) -> tuple:
     """``LOOP_PASSES`` for ``target``: on a device without asynchronous copies
     (``DeviceLimits.async_copy_bytes == 0``) no copy becomes one, and software pipelines
-    copy synchronously."""
+    copy synchronously; on ``llvm`` a ragged vector (extent ``min(C, X)``) stays vectorized,
+    its memory accesses masked."""
     if target.limits.async_copy_bytes:
         return LOOP_PASSES
-    return tuple((n, software_pipeline_synchronous if n == "software_pipeline" else f)
-                 for n, f in LOOP_PASSES if n != "async_copies")
+    passes = tuple((n, software_pipeline_synchronous if n == "software_pipeline" else f)
+                   for n, f in LOOP_PASSES if n != "async_copies")
+    if target.kind == "llvm":
+        # ragged vectors stay vectorized: the LLVM backend masks their memory accesses
+        passes = tuple((n, legalize_vector_loops_masked if n == "legalize_vector_loops"
+                        else f) for n, f in passes)
+    return passes
 
 
 def _loop_passes(s: Lowering) -> None:
@@ -275,14 +282,10 @@ def _allocation(s: Lowering) -> None:
 def _storage_flattening(s: Lowering) -> None:
     """row-major offsets instead of multi-dimensional indices"""
     s.func = finalize(s.func)
-    if any(k == "prefetch" for st in s.sch.stages for prs in st.pragmas.values()
-           for k, _ in prs):
-        # a hint the CPU caches take; GPU kernels go without (see Stage.prefetch)
-        names = {(st.op, k): b.name for (st, k), b in s.model.outs.items()}
-        body = s.func.body if not s.gpu else strip_prefetch_pragmas(s.func.body)
-        if not s.gpu:
-            body = insert_prefetches(body, names)
-        s.func = PrimFunc(s.func.name, s.func.params, body, s.func.attrs)
+    if s.gpu:
+        # a hint the CPU caches take (the llvm backend's insert_prefetches); GPU kernels go
+        # without (see Stage.prefetch)
+        s.func = strip_prefetch_pragmas(s.func)
 
 
 def _backend_passes(s: Lowering) -> None:

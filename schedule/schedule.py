@@ -254,13 +254,6 @@ def replay(trace: list[Step], sch: Schedule) -> Schedule:
             return stage(a[1])
         if isinstance(a, tuple) and a and a[0] == "thread":
             return thread_axis(a[1], name=a[2])
-        if isinstance(a, tuple) and a and a[0] == "tensor":   # an input of the stage
-            for t in st.op.input_tensors:
-                if t.op.name == a[1] and t.value_index == a[2]:
-                    return t
-            raise ScheduleError(format_error(
-                "replay", f"stage {st.name!r} reads no tensor {a[1]!r}",
-                "a trace recorded on the same computation"))
         if isinstance(a, tuple) and a and a[0] in ("predicate", "index_map"):
             return a[1]
         if isinstance(a, tuple):

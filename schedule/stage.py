@@ -22,6 +22,7 @@ from .kinds import Annotation, LoopKind, ThreadTag, annotation_name
 from .relations import Cyclic, Fuse, Singleton, Split, Step, Transform
 from .stage_extras import StorageMixin, TensorizeMixin
 from .stage_pipeline import PipelineMixin
+from .stage_prefetch import PrefetchMixin
 from .stage_split import SymbolicSplitMixin
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ VALUE_PRAGMAS = ("auto_unroll_max_step", "unroll_explicit")
 PARALLEL_HINTS = ("parallel_stride_pattern", "parallel_barrier_when_finish")
 
 
-class Stage(StorageMixin, TensorizeMixin, PipelineMixin, SymbolicSplitMixin):
+class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, SymbolicSplitMixin):
     """The schedule of one operation (TVM's ``Stage``), obtained as ``s[tensor]``.
 
     Attributes

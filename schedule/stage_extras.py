@@ -21,8 +21,8 @@ SCOPES = ("global", "shared", "local", *FRAGMENT_SCOPES)
 
 
 class StorageMixin:
-    """``set_scope``, ``set_store_predicate``, ``transform_layout`` and ``prefetch`` of a
-    stage."""
+    """``set_scope``, ``set_store_predicate``, ``transform_layout``, ``env_threads`` and
+    ``rolling_buffer`` of a stage."""
 
     def env_threads(self, threads) -> None:
         """Launch the GPU threads ``threads`` outside the time loop of this ``te.scan``
@@ -70,54 +70,6 @@ class StorageMixin:
         self._require_compute("rolling_buffer")
         self.rolling = True
         self._record("rolling_buffer")
-
-    def prefetch(self, tensor, var, offset) -> None:
-        """Prefetch ``tensor`` ``offset`` iterations of loop ``var`` ahead (TVM's
-        ``Stage.prefetch``): at the start of each iteration ``v`` of ``var``, the cache
-        line of the element of ``tensor`` that iteration ``v + offset`` reads first (the
-        first access to ``tensor`` in the loop's body, with the loops inside at their
-        first iteration) is requested (``llvm``: ``llvm.prefetch``, read, high locality,
-        data cache; ``x86`` ``prefetcht0``). A hint: it never changes a value, and a
-        prefetch past the end of the array does not fault. On GPU targets it is a
-        no-op (the L2 cache and the schedule's shared-memory copies do that work).
-
-        Parameters
-        ----------
-        tensor : Tensor
-            An input of this stage (read in its body).
-        var : IterVar
-            A loop of this stage; at lowering it must run serially or in parallel (not
-            unrolled, vectorized or bound to a GPU index).
-        offset : int
-            Iterations ahead (TVM's ``offset``); may be negative or 0.
-
-        Raises
-        ------
-        ScheduleError
-            When ``tensor`` is not read by the stage, ``var`` is not one of its loops, or
-            ``offset`` is not an int; at lowering, for a loop that is not serial or
-            parallel.
-        """
-        from polytile.te.tensor import Tensor
-
-        from .kinds import PrefetchPragma
-
-        iv = self._leaf("prefetch", var)
-        if not isinstance(tensor, Tensor) or not any(
-                t.op is tensor.op and t.value_index == tensor.value_index
-                for t in self.op.input_tensors):
-            fail("prefetch", f"{getattr(tensor, 'name', tensor)!r} is not read by stage "
-                 f"{self.name!r}", "one of the stage's input tensors "
-                 f"({', '.join(repr(t.name) for t in self.op.input_tensors)})")
-        off = getattr(offset, "value", offset)
-        if isinstance(off, bool) or not isinstance(off, int):
-            fail("prefetch", f"offset {offset!r} of stage {self.name!r} (loop "
-                 f"{iv.name!r}) is not an int", "a constant number of iterations")
-        prag = PrefetchPragma(tensor.op, tensor.value_index, off, self.name, iv.name)
-        self.pragmas[iv] = self.pragmas.get(iv, ()) + (("prefetch", prag),)
-        self.schedule.trace.append(Step("prefetch", self.name, (
-            ("tensor", tensor.op.name, tensor.value_index), ("iv", self._index_of(iv),
-                                                             iv.name), off), ()))
 
     def set_scope(self, scope: str) -> None:
         """Set the storage scope of this stage's buffer (TVM's ``Stage.set_scope``).

@@ -111,8 +111,9 @@ def register_tiled(n, threads: bool = False, rows: int = 8, cols: int = 32):
 
 
 def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int = 12,
-              nr: int = 32, kc: int = 256, mc: int = 96, nc: int = 512,
-              threads: bool | None = None, pack: bool | None = None):
+              nr: int = 32, kc: int = 256, mc: int = 192, nc: int | None = None,
+              threads: bool | None = None, pack: bool | None = None,
+              prefetch: bool | None = None):
     """The BLAS recipe (Goto & van de Geijn, TOMS 2008; BLIS, TOMS 2015) for
     ``C[M, N] = A[M, K] @ B[K, N]`` (float32; ``N`` and ``K`` default to ``M``).
 
@@ -137,11 +138,16 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int = 1
        (``specialize_partial_unrolls``), so their accumulators stay in registers too.
     4. *Threads*: the column blocks ``j0`` (when there are at least two, else the row
        blocks ``i0``) run in parallel; the packed blocks computed inside are private to
-       each thread.
+       each thread. ``nc`` defaults to half of ``N`` (at most 2048): two column blocks,
+       one per core of a 2-core machine, and A packed only twice.
+    5. *Prefetch*: the micro-kernel's ``C`` tile is 12 rows a whole row of ``C`` apart
+       (12 pages at ``N = 4096``), which no hardware prefetcher predicts; its first load
+       would stall the k loop. ``s[C].prefetch(C, i1, 1)`` fetches the next tile's lines
+       while the current one computes (about 3 % at 1024^3 and at 4096^3 here).
 
-    ``threads`` and ``pack`` default to ``True`` except for products of at most 64^3
-    multiply-adds, where waking threads and copying panels cost more than they save (the
-    operands then fit in L1/L2 as they are).
+    ``threads``, ``pack`` and ``prefetch`` default to ``True`` except for products of at
+    most 64^3 multiply-adds, where waking threads and copying panels cost more than they
+    save (the operands then fit in L1/L2 as they are).
 
     The ``matmul`` template's space holds this schedule (config ``tile_i=[-1, mc // mr,
     mr]``, ``tile_j=[-1, nc // nr, nr]``, ``tile_k=[-1, kc]``, both packs, ``order="goto"``,
@@ -152,6 +158,9 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int = 1
     small = M * N * K <= 64**3
     threads = not small if threads is None else threads
     pack = not small if pack is None else pack
+    prefetch = not small if prefetch is None else prefetch
+    if nc is None:
+        nc = min(2048, nr * -(-N // (2 * nr)))
     # blocks no larger than the matrices (whole panels)
     mc, nc, kc = min(mc, mr * -(-M // mr)), min(nc, nr * -(-N // nr)), min(kc, K)
     A = te.placeholder((M, K), name="A")
@@ -185,6 +194,8 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int = 1
         s[C].reorder(j0, k0, i0, j1, i1, k1, i2, j2)
     s[C].unroll(i2)      # mr rows of accumulators...
     s[C].vectorize(j2)   # ...of nr lanes each (nr / 16 AVX-512 registers per row)
+    if prefetch:
+        s[C].prefetch(C, i1, 1)  # the next micro-tile of C, while this one computes
     if threads:
         s[C].parallel(j0 if -(-N // nc) >= 2 else i0)
     if pack:

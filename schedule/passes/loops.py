@@ -58,10 +58,11 @@ def unroll(stmt: Stmt) -> Stmt:
 
 
 def _partial_extent(s: For):
-    """``(C, X)`` when ``s`` is an unrolled loop of extent ``min(C, X)`` (a partial tile
-    that isl could not separate: a ragged register tile), else ``None``."""
+    """``(C, X)`` when ``s`` is an unrolled or vectorized loop of extent ``min(C, X)`` (a
+    partial tile that isl could not separate: a ragged register tile), else ``None``."""
     e = s.extent
-    if s.kind != LoopKind.UNROLLED or not isinstance(s.min, Const):
+    if (s.kind not in (LoopKind.UNROLLED, LoopKind.VECTORIZED)
+            or not isinstance(s.min, Const)):
         return None
     if not (isinstance(e, Binary) and e.op == "min"):
         return None
@@ -85,7 +86,7 @@ class _SpecializePartial(StmtMutator):
                        s.pragmas)
             return IfThenElse(Cmp("bool", "ge", x, Const(x.dtype, c)), full, s)
         body = s.body
-        if (s.kind == LoopKind.SERIAL and isinstance(body, IfThenElse)
+        if (s.kind in (LoopKind.SERIAL, LoopKind.UNROLLED) and isinstance(body, IfThenElse)
                 and body.else_case is not None and s.var not in free_vars(body.cond)
                 and not _has_sync(body)):
             # hoist the test out of the loop (unswitching): the full tile's loop (the k
@@ -96,33 +97,57 @@ class _SpecializePartial(StmtMutator):
 
 
 def specialize_partial_unrolls(stmt: Stmt) -> Stmt:
-    """Give an ``unrolled`` loop of extent ``min(C, X)`` (a ragged last register tile,
-    which ``unroll`` would leave a loop) a copy of constant extent ``C`` for the full
-    tiles: ``if X >= C: <loop of C, unrolled> else: <the loop>``, the test hoisted out of
-    serial loops that do not define ``X`` (the micro-kernel's ``k`` loop). A GEMM whose
-    ``M`` is not a multiple of the register rows then keeps the accumulators of all its
-    full tiles in registers; only the last tile runs rolled. Loops holding a barrier are
-    left alone (the test may differ between threads)."""
+    """Give an ``unrolled`` or ``vectorized`` loop of extent ``min(C, X)`` (a ragged last
+    register tile, which ``unroll`` would leave a loop and ``legalize_vector_loops`` a
+    scalar loop) a copy of constant extent ``C`` for the full tiles: ``if X >= C: <loop of
+    C> else: <the loop>``, the test hoisted out of serial and unrolled loops that do not
+    define ``X`` (the micro-kernel's ``k`` loop and its unrolled rows). A GEMM whose ``M``
+    or ``N`` is not a multiple of the register tile then keeps the accumulators of all its
+    full tiles in vector registers (with ``N = 1000`` every column panel of the ragged
+    column block ran as scalar code before: a third of the speed); only the last tile runs
+    rolled. Runs before ``legalize_vector_loops``. Loops holding a barrier are left alone
+    (the test may differ between threads)."""
     return _SpecializePartial().visit(stmt)
 
 
+def masked_extent(s: For):
+    """``(C, X)`` when ``s`` is a vectorized loop of unit step and extent ``min(C, X)``
+    with a constant ``C`` (the ragged last vector of a split), else ``None``."""
+    if s.kind != LoopKind.VECTORIZED or s.step != 1:
+        return None
+    return _partial_extent(dataclasses.replace(s, kind=LoopKind.UNROLLED))
+
+
 class _LegalizeVector(StmtMutator):
+    def __init__(self, masked: bool):
+        self.masked = masked
+
     def visit_For(self, s: For):
         s = self.generic_visit(s)
         if s.kind != LoopKind.VECTORIZED:
             return s
         inner_loop = any(isinstance(x, For) for x in walk_stmts(s.body))
+        if self.masked and not inner_loop and masked_extent(s) is not None:
+            return s
         if not isinstance(s.extent, Const) or s.step != 1 or inner_loop:
             # the partial tile of a non-divisible split runs as scalar code
             return For(s.var, s.min, s.extent, LoopKind.SERIAL, s.body, s.step, s.pragmas)
         return s
 
 
-def legalize_vector_loops(stmt: Stmt) -> Stmt:
+def legalize_vector_loops(stmt: Stmt, masked: bool = False) -> Stmt:
     """Turn vectorized loops that the targets cannot widen (a non-constant extent: the
     partial tile of a split) into serial loops. Guarantees: every remaining ``vectorized``
-    loop has a constant extent, unit step and no inner loop."""
-    return _LegalizeVector().visit(stmt)
+    loop has unit step, no inner loop and a constant extent, or with ``masked`` (targets
+    with masked vector memory access: ``llvm``) an extent ``min(C, X)`` of constant ``C``
+    (see :func:`masked_extent`), which runs as ``C`` lanes of which those below ``X`` are
+    active."""
+    return _LegalizeVector(masked).visit(stmt)
+
+
+def legalize_vector_loops_masked(stmt: Stmt) -> Stmt:
+    """:func:`legalize_vector_loops` keeping ragged vectors (``masked=True``)."""
+    return legalize_vector_loops(stmt, masked=True)
 
 
 class _SerialNested(StmtMutator):

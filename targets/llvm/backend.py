@@ -167,6 +167,12 @@ class LLVMBackend(Backend):
             words.insert(1, f"-mcpu={target.cpu}")
         return " ".join(words)
 
+    def passes(self, target: Target) -> tuple:
+        """Software prefetches (``Stage.prefetch``) become ``llvm.prefetch`` calls."""
+        from polytile.schedule.passes.prefetch import insert_prefetches
+
+        return (("insert_prefetches", insert_prefetches),)
+
     def build_module(self, func, target: Target, **options) -> LLVMModule:
         """JIT-compile ``func`` (see :class:`~.runtime.LLVMModule`)."""
         return LLVMModule(func, target)

@@ -39,6 +39,7 @@ import llvmlite.ir as ir
 
 from polytile.errors import InternalError, format_error
 from polytile.schedule.intdiv import floordiv_expr, floormod_expr
+from polytile.schedule.passes.loops import masked_extent
 from polytile.schedule.loop_ir import (AccessPtr, Allocate, Assert, Evaluate, ExternCall, For,
                                        IfThenElse, LetStmt, Load, Seq, Stmt, StmtFunctor, Store,
                                        stmt_exprs, walk_stmts)
@@ -82,6 +83,9 @@ def emit_vectorized(cg: CodeGen, s: For) -> None:
     InternalError
         If the extent is not a constant or the body contains a loop.
     """
+    if masked_extent(s) is not None:
+        _emit_masked(cg, s)
+        return
     if not isinstance(s.extent, Const):
         raise InternalError(format_error(
             "codegen_llvm", f"vectorized loop {s.var.name!r} has the non-constant extent "
@@ -107,6 +111,67 @@ def emit_vectorized(cg: CodeGen, s: For) -> None:
             lambda base: _emit_lanes(cg, s, base, chunk, widen))
     if lanes > full:
         _emit_lanes(cg, s, end, lanes - full, widen)
+
+
+def _emit_masked(cg: CodeGen, s: For) -> None:
+    """A ragged vector: ``s`` of extent ``min(C, X)`` runs as ``C`` lanes (in chunks of a
+    native vector) of which those below ``X`` are active: loads and stores of varying
+    addresses are masked (``llvm.masked.load/store/gather/scatter``), so inactive lanes
+    touch no memory. Bodies that a mask does not cover (see :func:`can_mask`) run as a
+    serial loop."""
+    c, x = masked_extent(s)
+    if has_inner_for(s.body):
+        raise InternalError(format_error(
+            "codegen_llvm", f"vectorized loop {s.var.name!r} contains another loop",
+            "expected an innermost loop (lowering only vectorizes innermost loops)"))
+    b = cg.b
+    lo = cg.index(s.min)
+    n = b.select(b.icmp_signed("<", cg.index(x), I64(c)), cg.index(x), I64(c))
+    if not (can_widen(s) and can_mask(s)):
+        cg.loop(lo, b.add(lo, n), 1, s.var.name,
+                lambda iv: cg.let(s.var, iv, lambda: cg.stmt(s.body)))
+        return
+    chunk = native_lanes(cg.target, s.body)
+    with b.if_then(b.icmp_signed(">", n, I64(0))):
+        for k0 in range(0, c, chunk):
+            w = min(chunk, c - k0)
+            if k0:
+                # chunks past the active lanes touch no memory but still cost their
+                # instructions: skip them
+                with b.if_then(b.icmp_signed(">", n, I64(k0))):
+                    _emit_chunk(cg, s, lo, n, k0, w)
+            else:
+                _emit_chunk(cg, s, lo, n, k0, w)
+
+
+def _emit_chunk(cg: CodeGen, s: For, lo: ir.Value, n: ir.Value, k0: int, w: int) -> None:
+    b = cg.b
+    lanes = ir.Constant(ir.VectorType(I64, w), [I64(k0 + k) for k in range(w)])
+    mask = b.icmp_signed("<", lanes, llx.splat(b, n, w))
+    _Widener(cg, s.var, b.add(lo, I64(k0)), 1, w, mask).stmt(s.body)
+
+
+def can_mask(s: For) -> bool:
+    """True when inactive lanes of the widened body of ``s`` have no effect: no store to
+    an address that is the same for all lanes (it would store the last lane, active or
+    not) and no integer division by a varying value (an inactive lane's divisor may be
+    zero)."""
+    vs = varying_vars(s.var, s.body)
+    for x in walk_stmts(s.body):
+        if isinstance(x, Store) and not any(depends_on(i, vs) for i in x.indices):
+            return False
+        for e in stmt_exprs(x):
+            stack = [e]
+            while stack:
+                y = stack.pop()
+                if (isinstance(y, Binary) and y.op in ("div", "mod", "floordiv", "floormod")
+                        and not dt.is_float(y.dtype) and depends_on(y.b, vs)):
+                    return False
+                for f in child_fields(y):
+                    v = getattr(y, f)
+                    stack.extend(z for z in (v if isinstance(v, tuple) else (v,))
+                                 if isinstance(z, Expr))
+    return True
 
 
 def native_lanes(target, body: Stmt) -> int:
@@ -189,8 +254,9 @@ def _lazy_ok(e: Expr, vs: set) -> bool:
 
 
 class _Widener(StmtFunctor):
-    def __init__(self, cg: CodeGen, var: Var, lo: ir.Value, step: int, lanes: int):
-        self.cg, self.var, self.lanes = cg, var, lanes
+    def __init__(self, cg: CodeGen, var: Var, lo: ir.Value, step: int, lanes: int,
+                 mask: ir.Value | None = None):
+        self.cg, self.var, self.lanes, self.mask = cg, var, lanes, mask
         self.ramp_var = LaneValue("ramp", lo, "int64", step)
         self.lets: dict = {}
 
@@ -272,6 +338,14 @@ class _Widener(StmtFunctor):
             v = val.value if val.kind == "uniform" else self.lane(val, self.lanes - 1)
             b.store(mem(v), b.gep(base, [self._i64(idx, idx.value)], inbounds=True),
                     align=align)
+        elif idx.kind == "ramp" and idx.stride == 1 and self.mask is not None:
+            data = mem(self.vec(val))
+            p = b.bitcast(b.gep(base, [self._i64(idx, idx.value)], inbounds=True),
+                          data.type.as_pointer())
+            fn = llx.declare(cg.module, f"llvm.masked.store.{llx._suffix(data.type)}."
+                             f"{llx._suffix(p.type)}", llx.VOID,
+                             [data.type, p.type, I32, self.mask.type])
+            b.call(fn, [data, p, I32(align), self.mask])
         elif idx.kind == "ramp" and idx.stride == 1:
             p = b.gep(base, [self._i64(idx, idx.value)], inbounds=True)
             cg.vector_store(mem(self.vec(val)), p, align)
@@ -286,7 +360,10 @@ class _Widener(StmtFunctor):
     def _i64(self, x: LaneValue, v: ir.Value) -> ir.Value:
         return v if x.dtype == "int64" else llx.cast(self.b, v, x.dtype, "int64")
 
-    def _all_true(self) -> ir.Constant:
+    def _all_true(self) -> ir.Value:
+        """The mask of the active lanes (all of them outside a ragged vector)."""
+        if self.mask is not None:
+            return self.mask
         return ir.Constant(ir.VectorType(I1, self.lanes), [I1(1)] * self.lanes)
 
     def _ptrs(self, buf, idx: LaneValue) -> ir.Value:
@@ -452,7 +529,13 @@ class _Widener(StmtFunctor):
                 v = b.icmp_unsigned("!=", v, I8(0))
             return self.cast(_u(v, buf.dtype), e.dtype)
         vt = llx.mem_type(buf.dtype, self.lanes)
-        if idx.kind == "ramp" and idx.stride == 1:
+        if idx.kind == "ramp" and idx.stride == 1 and self.mask is not None:
+            p = b.bitcast(b.gep(cg.buffer_ptr(buf), [self._i64(idx, idx.value)],
+                                inbounds=True), vt.as_pointer())
+            fn = llx.declare(cg.module, f"llvm.masked.load.{llx._suffix(vt)}."
+                             f"{llx._suffix(p.type)}", vt, [p.type, I32, self.mask.type, vt])
+            v = b.call(fn, [p, I32(align), self.mask, ir.Constant(vt, ir.Undefined)])
+        elif idx.kind == "ramp" and idx.stride == 1:
             p = b.gep(cg.buffer_ptr(buf), [self._i64(idx, idx.value)], inbounds=True)
             v = b.load(b.bitcast(p, vt.as_pointer()), align=align)
         else:

@@ -41,3 +41,50 @@ def test_matmul_features_follow_the_schedule():
     f2 = _features("matmul", args, rolled)
     assert f2[g + 2] == pytest.approx(1.0)  # one store
     assert f2[PER_LEVEL] != f[PER_LEVEL]  # level 1 is now the i2 loop, not k1
+
+
+def _gpu_memory(knobs=None, target="cuda"):
+    from polytile.autotune.features import GPU_OFFSET
+
+    t = get_template("matmul")
+    args = (256, 256, 256)
+    sp = t.space(args, "float32", target)
+    cfg = sp.default() if knobs is None else sp.from_json(knobs)
+    s, tensors = t.instantiate(cfg, args, "float32", target)
+    f = extract_features(lower(s, tensors, target=target, stop_after="storage_flattening"))
+    g = N_FEATURES - N_GLOBAL + GPU_OFFSET + 6
+    return f[g:g + 6]
+
+
+def test_gpu_bytes_per_level_and_bank_conflicts_of_the_tutorial_gemm():
+    """The default GPU matmul (128x128 block tile, 16x16 threads, 8x8 per thread, k tile
+    16, float4 copies): global bytes = A and B tiles copied once per block and k step plus
+    C stored once; its inner product reads A.shared[128 * ty] (2 rows of lanes on one
+    bank: 2-way) and B.shared[8 * tx] (stride 8 words: 4-way)."""
+    glob, shared, local, bank_mean, bank_max, sectors = _gpu_memory()
+    blocks, threads = 4, 256
+    a_b = 2 * (128 * 16) * 16 * blocks * 4      # A and B tiles: 16 k steps, 4 blocks
+    c = 256 * 256 * 4
+    assert glob == pytest.approx(math.log2(1 + a_b + c))
+    assert shared > glob and local > glob
+    assert bank_max == pytest.approx(2.0)        # log2 of the 4-way B access
+    assert 1.0 < bank_mean < 2.0                 # between the 2-way and 4-way reads
+    assert sectors == pytest.approx(0.0)         # float4 rows: coalesced
+    small = _gpu_memory({"tile": [32, 32, 8, 2, 2], "vec": 1, "unroll_k": False})
+    assert small[3] == small[4] == 0.0           # conflict-free
+    assert _gpu_memory(None, "llvm") == [0.0] * 6
+
+
+def test_warp_cost_model():
+    from polytile.autotune.features import _warp_cost
+
+    lanes = range(32)
+    assert _warp_cost([i for i in lanes], 4, 1, "shared") == 1.0
+    assert _warp_cost([32 * i for i in lanes], 4, 1, "shared") == 32.0
+    assert _warp_cost([2 * i for i in lanes], 4, 1, "shared") == 2.0
+    assert _warp_cost([0] * 32, 4, 1, "shared") == 1.0              # broadcast
+    assert _warp_cost([33 * i for i in lanes], 4, 1, "shared") == 1.0  # padded rows
+    assert _warp_cost([4 * i for i in lanes], 4, 4, "shared") == 1.0  # float4: 4 phases
+    assert _warp_cost([i for i in lanes], 4, 1, "global") == 1.0
+    assert _warp_cost([8 * i for i in lanes], 4, 1, "global") == 8.0
+    assert _warp_cost([i for i in lanes], 2, 1, "global") == 1.0

@@ -117,7 +117,8 @@ def test_matmul_space_holds_the_tutorial_schedule(shape):
     M, N, K = shape
     s, args = _tutorial().blas_like(M, N, K)
     hand = str(polytile.lower(s, args))
-    mc, nc, kc = min(96, 12 * -(-M // 12)), min(512, 32 * -(-N // 32)), min(256, K)
+    # A blocks of 192 rows, B blocks of half the columns (at most 2048)
+    mc, nc, kc = min(192, 12 * -(-M // 12)), min(2048, 32 * -(-N // 64)), min(256, K)
     big = M * N * K > 64**3  # smaller products: no packing, no threads
     cfg = _config("matmul", shape, tile_i=[-1, mc // 12, 12], tile_j=[-1, nc // 32, 32],
                   tile_k=[-1, kc], pack_a=big, pack_b=big, order="goto",

@@ -437,7 +437,7 @@ def test_runner_checks_rotates_and_times_on_the_emulated_driver(tmp_path, monkey
 def test_gpu_features_see_threads_shared_memory_and_occupancy():
     import math
 
-    from polytile.autotune.features import N_FEATURES, extract_features
+    from polytile.autotune.features import GPU_OFFSET, N_FEATURES, N_GLOBAL, extract_features
     from polytile.schedule.pipeline import lower
 
     def feats(knobs, target):
@@ -447,7 +447,8 @@ def test_gpu_features_see_threads_shared_memory_and_occupancy():
         s, tensors = t.instantiate(cfg, (256, 256, 256), "float32", target)
         f = extract_features(lower(s, tensors, target=target, stop_after="storage_flattening"))
         assert len(f) == N_FEATURES
-        return f[-6:]
+        g = N_FEATURES - N_GLOBAL + GPU_OFFSET
+        return f[g:g + 6]
 
     assert feats(None, "llvm") == [0.0] * 6
     threads, blocks, shared, local, occ, stride = feats(None, "cuda")

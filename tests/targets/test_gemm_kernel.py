@@ -96,3 +96,27 @@ def test_full_tiles_of_a_ragged_row_block_keep_accumulators_in_registers():
     for blk in kernels:
         assert not re.search(r"vmov\w+\s+%zmm\d+, [^\n]*\(", blk), blk
     _check_gemm(f, M, N, K, seed=1)
+
+
+@pytest.mark.skipif(not _avx512(), reason="needs AVX-512")
+@pytest.mark.parametrize("unroll_k", [4, 8])
+def test_micro_kernel_with_an_unrolled_k_loop_keeps_accumulators_in_registers(unroll_k):
+    """The k loop of the 12 x 32 micro-kernel unrolled ``unroll_k`` times holds 24 * 2 *
+    ``unroll_k`` accesses of C before LICM promotes them: past LLVM's default cap (250)
+    they stayed in memory, one load and store per FMA (a quarter of the speed). K = 131 is
+    prime: the unrolled k loop has a ragged last block."""
+    M, N, K = 50, 64, 131
+    s, args = _gemm(M, N, K, mr=12, nr=32, kc=64, mc=48, nc=64, parallel=False)
+    C = args[2]
+    k1 = [iv for iv in s[C].leaf_iter_vars if iv.name == "k.inner"][0]
+    ko, ki = s[C].split(k1, factor=unroll_k)
+    s[C].unroll(ki)
+    f = polytile.build(s, args)
+    # the full tiles' loops (the ragged 2-row tile runs rolled, from memory)
+    kernels = [b for b in _kernel_blocks(f.get_source("asm"))
+               if len(re.findall(r"vfmadd\d+ps\s[^\n]*zmm", b)) >= 24 * unroll_k]
+    assert kernels, f"no loop with {24 * unroll_k} zmm FMAs"
+    for blk in kernels:
+        assert not re.search(r"vmov\w+\s+%zmm\d+, [^\n]*\(", blk), blk
+        assert "(%rsp)" not in blk, blk
+    _check_gemm(f, M, N, K, seed=2)

@@ -473,3 +473,27 @@ def test_nested_heap_allocations_free_outer_on_inner_failure():
         m(y, 1 << 62)
     text = m.get_source("ll", optimized=False)
     assert text.count('call void @"free"') == 3  # h2 and h1 on success, h1 on failure
+
+
+def test_heap_buffers_start_on_a_cache_line():
+    # a packed GEMM panel read with 64-byte vectors: malloc's 16-byte alignment would make
+    # every vector straddle two cache lines, so the start is rounded up (a byte offset
+    # from malloc's pointer, freed through the original pointer)
+    from polytile.targets.llvm.codegen import HEAP_ALIGN
+
+    n = 37
+    X, Y = buf("X", n), buf("Y", n)
+    tmp = buf("tmp", n, "float32", "heap")
+    i, j = var("i"), var("j")
+    body = Allocate(tmp, seq(loop(i, n, st(tmp, i, ld(X, i) * 2.0)),
+                             loop(j, n, st(Y, n - 1 - j, ld(tmp, j) + 1.0))))
+    m = build([X, Y], body)
+    x, y = rand(n, "float32"), poison(n, "float32")
+    m(x, y)
+    np.testing.assert_allclose(y, (x * 2 + 1)[::-1], rtol=1e-6)
+    ll = m.get_source("ll", optimized=False)
+    assert HEAP_ALIGN == 64
+    assert re.search(r'uadd\.with\.overflow\.i64"?\(i64 %\S+, i64 63\)', ll), ll
+    assert re.search(r"and i64 %\S+, 63", ll), ll
+    assert re.search(r'getelementptr inbounds i8, i8\* %"?tmp\.raw"?', ll), ll
+    assert re.search(r'call void @"?free"?\(i8\* %"?tmp\.raw"?\)', ll), ll

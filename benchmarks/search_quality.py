@@ -1,0 +1,265 @@
+"""Search quality of the tuners: best-so-far curves of the model tuner and random search,
+averaged over seeds, and whether the model tuner reaches in N trials what random search
+finds in 4N (issue 13); the gain of a warm start from records of a nearby shape.
+
+Two modes:
+
+* ``--mode replay`` (default): for each template a pool of ``--pool`` configs drawn
+  uniformly from its space is measured once (:func:`polytile.autotune.replay.measure_pool`,
+  cached as JSON in ``--cache``, reused by later runs), then every tuner and seed *replays*
+  its search against that pool: the tuners choose among the pool's configs only and get
+  their recorded costs (:class:`~polytile.autotune.replay.ReplayOracle`). Cheap (a
+  second per search), and every tuner sees the same costs, so the comparison does not
+  depend on the machine's load during the search; but it measures the ranking of
+  unmeasured configs, not the model tuner's exploration of the whole space. Output lines
+  say REPLAY.
+* ``--mode live``: real tuning runs (:func:`polytile.autotune.tune`, the default config
+  not measured first), each tuner and seed one after the other; best-so-far is taken
+  relative to the best config any run found. Slow, and on a shared machine the load
+  differs between runs.
+
+Figures: best-so-far as a fraction of the best known cost (1.0: the pool's best in replay
+mode), mean over seeds, at trials N/2, N, 2N, 4N for each N of ``--trials``; the headline
+per N: the model tuner's mean at N against random search's mean at 4N, and in how many
+seeds the model tuner's best at N is at least as fast as random's best at 4N (same seed).
+``--transfer`` (replay only): a second pool at a nearby shape warm-starts the model tuner;
+prints the trials each needs to reach 95 % of the pool's best, with and without.
+
+CPU (2 cores shared: indicative only)::
+
+    python benchmarks/search_quality.py --templates matmul conv2d softmax --transfer
+
+GPU (on the GPU machine: two pools of 160 fp32 matmul configs timed on the device, 2048^3
+and 2048x2048x1024, then the replays; about 4 minutes; run it again if ``timeout`` stops
+it: cached pools are continued, not measured again)::
+
+    timeout 290 python benchmarks/search_quality.py --target cuda --templates matmul \\
+        --pool 160 --seeds 12 --trials 8 16 32 --transfer --cache sq_cache --plot sq_png
+
+The same CPU figures on a quiet many-core machine (the GPU host)::
+
+    timeout 290 python benchmarks/search_quality.py --templates matmul softmax conv2d \\
+        --pool 192 --seeds 12 --trials 8 16 32 --threads 1 --transfer --cache sq_cache
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+
+#: (template, target kind) -> (workload args, nearby shape for --transfer)
+SHAPES = {
+    ("matmul", "llvm"): ((256, 256, 256), (320, 256, 192)),
+    ("conv2d_nchw", "llvm"): ((1, 32, 28, 28, 32, 3, 3, 1, 1), (1, 32, 28, 28, 64, 3, 3, 1, 1)),
+    ("softmax", "llvm"): ((512, 1024), (1024, 512)),
+    ("matmul", "cuda"): ((2048, 2048, 2048), (2048, 2048, 1024)),
+    ("softmax", "cuda"): ((4096, 4096), (4096, 2048)),
+}
+ALIASES = {"conv2d": "conv2d_nchw"}
+
+
+def _pool(a, name, args, measure_pool, Pool, MeasureOptions):
+    os.makedirs(a.cache, exist_ok=True)
+    kind = a.target.split()[0]
+    slug = f"{name}_{'x'.join(map(str, args))}_{kind}_n{a.pool}_s{a.pool_seed}.json"
+    path = os.path.join(a.cache, slug)
+    if os.path.exists(path):
+        if a.remeasure:
+            os.remove(path)
+        else:
+            pool = Pool.load(path)
+            if len(pool.entries) >= a.pool:
+                return pool, "cached"
+    t0 = time.perf_counter()
+
+    def progress(done, n):
+        print(f"    measuring pool {name}{tuple(args)}: {done}/{n} "
+              f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    opt = MeasureOptions(parallel=a.parallel or 0, threads=a.threads or 0)
+    pool = measure_pool(name, args, "float32", a.target, a.pool, a.pool_seed, opt, path,
+                        progress)
+    return pool, f"measured in {time.perf_counter() - t0:.0f} s"
+
+
+def _mean_at(curves, k, best):
+    vals = [best / c[min(k, len(c)) - 1] if c and math.isfinite(c[min(k, len(c)) - 1])
+            else 0.0 for c in curves]
+    return statistics.mean(vals) if vals else 0.0
+
+
+def _report(title, curves, best, ns, out_rows):
+    """Print the table and headline of one workload; ``curves`` {tuner: [curve per seed]}."""
+    print(title)
+    ks = sorted({k for n in ns for k in (max(1, n // 2), n, 2 * n, 4 * n)})
+    print(f"  {'trials':>6}  " + "  ".join(f"{t:>7}" for t in curves)
+          + "   (best so far / best known, mean over seeds)")
+    for k in ks:
+        print(f"  {k:>6}  " + "  ".join(f"{_mean_at(c, k, best):7.3f}" for c in curves.values()))
+    m, r = curves.get("model"), curves.get("random")
+    if m and r:
+        for n in ns:
+            wins = sum(cm[min(n, len(cm)) - 1] <= cr[min(4 * n, len(cr)) - 1]
+                       for cm, cr in zip(m, r))
+            mm, rr = _mean_at(m, n, best), _mean_at(r, 4 * n, best)
+            verdict = "yes" if mm >= rr else f"no (gap {100 * (rr - mm):.1f} points)"
+            print(f"  headline N={n}: model@{n} {mm:.3f} vs random@{4 * n} {rr:.3f}; model "
+                  f">= random@4N in {wins}/{len(m)} seeds -> {verdict}")
+            out_rows.append((title.split("  ")[0], n, mm, rr, wins, len(m)))
+
+
+def _plot(folder, name, curves, best, title):
+    try:
+        import matplotlib
+    except ImportError:
+        print("  (no matplotlib: no PNG)")
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(folder, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    for tuner, cs in curves.items():
+        n = max(len(c) for c in cs)
+        ax.plot(range(1, n + 1), [_mean_at(cs, k, best) for k in range(1, n + 1)],
+                label=f"{tuner} (mean of {len(cs)} seeds)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("trials")
+    ax.set_ylabel("best so far / best known")
+    import textwrap
+
+    ax.set_title(textwrap.fill(title, 100), fontsize=7)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    path = os.path.join(folder, f"search_quality_{name}.png")
+    fig.savefig(path)
+    plt.close(fig)
+    print(f"  plot {path}")
+
+
+def _replay(a, name, args, rows):
+    from polytile.autotune import MeasureOptions
+    from polytile.autotune.replay import (Pool, ReplayOracle, measure_pool, replay_search,
+                                          trials_to_reach)
+
+    pool, how = _pool(a, name, args, measure_pool, Pool, MeasureOptions)
+    oracle = ReplayOracle(pool)
+    best = oracle.best_cost()
+    nmax = 4 * max(a.trials)
+    ok = sum(math.isfinite(c) for c in oracle.cost.values())
+    title = (f"{name}{tuple(args)} on '{pool.target}'  REPLAY over a pool of "
+             f"{len(oracle.cost)} configs ({ok} ran) of {pool.space_size:,}, {how}"
+             f"{f', {oracle.refeaturized} refeaturized' if oracle.refeaturized else ''}, load "
+             f"{pool.load_avg} when measured; best {best * 1e3:.4g} ms")
+    curves = {t: [replay_search(oracle, t, nmax, seed=s, batch=a.batch)
+                  for s in range(a.seeds)] for t in ("model", "random")}
+    _report(title, curves, best, a.trials, rows)
+    src_args = SHAPES.get((name, a.target.split()[0]), (None, None))[1] if a.transfer else None
+    if a.plot and src_args is None:
+        _plot(a.plot, name, curves, best, title)
+    if src_args is not None:
+        src, how = _pool(a, name, src_args, measure_pool, Pool, MeasureOptions)
+        so = ReplayOracle(src)
+        warm = [replay_search(oracle, "model", nmax, seed=s, batch=a.batch, transfer=[so])
+                for s in range(a.seeds)]
+        goal = best / 0.95
+        for label, cs in (("cold", curves["model"]), ("warm", warm), ("random",
+                                                                      curves["random"])):
+            reach = [trials_to_reach(c, goal) for c in cs]
+            got = [r for r in reach if r is not None]
+            med = statistics.median([r if r is not None else nmax + 1 for r in reach])
+            print(f"  transfer from {name}{tuple(src_args)} ({len(so.cost)} configs, {how}): "
+                  f"{label:>6} model reaches 95% of the pool best in median {med:g} trials "
+                  f"({len(got)}/{len(cs)} seeds within {nmax}); mean at 8 trials "
+                  f"{_mean_at(cs, 8, best):.3f}" if label != "random" else
+                  f"  transfer: random search reaches 95% in median {med:g} trials "
+                  f"({len(got)}/{len(cs)} seeds within {nmax}); mean at 8 "
+                  f"{_mean_at(cs, 8, best):.3f}")
+        for n in a.trials:
+            wins = sum(w[min(n, len(w)) - 1] <= r[min(4 * n, len(r)) - 1]
+                       for w, r in zip(warm, curves["random"]))
+            print(f"  warm-start headline N={n}: model@{n} {_mean_at(warm, n, best):.3f} vs "
+                  f"random@{4 * n} {_mean_at(curves['random'], 4 * n, best):.3f}; model >= "
+                  f"random@4N in {wins}/{len(warm)} seeds")
+        if a.plot:
+            _plot(a.plot, name, dict(curves, **{"model, warm start": warm}), best,
+                  title + f"; warm start from {name}{tuple(src_args)}")
+
+
+def _live(a, name, args, rows):
+    from polytile.autotune import MeasureOptions, tune
+
+    nmax = 4 * max(a.trials)
+    opt = MeasureOptions(parallel=a.parallel or 0, threads=a.threads or 0)
+    curves: dict = {"model": [], "random": []}
+    t0 = time.perf_counter()
+    for s in range(a.seeds):
+        for t in curves:
+            res = tune(name, args, "float32", target=a.target, tuner=t, n_trial=nmax,
+                       measure_option=opt, seed=s, include_default=False, transfer=False)
+            best, c = math.inf, []
+            for r in res.records:
+                best = min(best, r.cost)
+                c.append(best)
+            curves[t].append(c)
+    best = min(min(c) for cs in curves.values() for c in cs if c)
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = float("nan")
+    title = (f"{name}{tuple(args)} on '{a.target}'  LIVE, {a.seeds} seeds x {nmax} trials per "
+             f"tuner in {time.perf_counter() - t0:.0f} s, load {load:.2f}; best "
+             f"{best * 1e3:.4g} ms")
+    _report(title, curves, best, a.trials, rows)
+    if a.plot:
+        _plot(a.plot, name + "_live", curves, best, title)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mode", choices=("replay", "live"), default="replay")
+    ap.add_argument("--templates", nargs="+", default=["matmul", "conv2d", "softmax"])
+    ap.add_argument("--target", default="llvm")
+    ap.add_argument("--args", default=None, help="workload args (one template only)")
+    ap.add_argument("--trials", type=int, nargs="+", default=[8, 16],
+                    help="N of the headline (random search gets 4N; default 8 16)")
+    ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--pool", type=int, default=160, help="configs per pool (replay)")
+    ap.add_argument("--pool-seed", type=int, default=0)
+    ap.add_argument("--batch", type=int, default=8, help="trials per tuner batch")
+    ap.add_argument("--cache", default="search_quality_cache")
+    ap.add_argument("--remeasure", action="store_true", help="ignore cached pools")
+    ap.add_argument("--transfer", action="store_true")
+    ap.add_argument("--parallel", type=int, default=None, help="build workers")
+    ap.add_argument("--threads", type=int, default=None, help="threads of CPU candidates")
+    ap.add_argument("--plot", default=None, metavar="DIR")
+    a = ap.parse_args(argv)
+    try:
+        print(f"load average {open('/proc/loadavg').read().split()[0]} at start; "
+              f"{os.cpu_count()} CPUs")
+    except OSError:
+        pass
+    rows: list = []
+    for name in a.templates:
+        name = ALIASES.get(name, name)
+        kind = a.target.split()[0]
+        if a.args:
+            args = tuple(int(x) for x in a.args.split(","))
+        elif (name, kind) in SHAPES:
+            args = SHAPES[(name, kind)][0]
+        else:
+            sys.exit(f"no default shape for {name} on {kind}: give --args")
+        (_replay if a.mode == "replay" else _live)(a, name, args, rows)
+        sys.stdout.flush()
+    if rows:
+        yes = sum(mm >= rr for _, _, mm, rr, _, _ in rows)
+        print(f"summary ({a.mode}): model@N >= random@4N (means over seeds) in {yes}/"
+              f"{len(rows)} (workload, N) cases")
+
+
+if __name__ == "__main__":
+    main()
