@@ -98,6 +98,20 @@ def _check_prefetch_loops(st, leaves) -> None:
             hint="prefetch the loop outside it"))
 
 
+def _check_stage_marks(st, leaves) -> None:
+    """Raise ScheduleError when a loop mark of stage ``st`` (software pipeline, prefetch,
+    env threads, rolling buffer) no longer fits its loops or its attachment."""
+    _check_pipelined_loops(st, leaves)
+    _check_prefetch_loops(st, leaves)
+    _check_env_threads(st)
+    if st.rolling and st.attach_type != "scope":
+        raise ScheduleError(format_error(
+            "rolling_buffer", f"stage {st.name!r} is computed at the root",
+            "a stage computed at a loop of its consumer (compute_at)",
+            hint="a rolling buffer keeps the rows of a window that slides with the "
+            "consumer's loop"))
+
+
 def interchange_outer_vectorized(sch: Schedule) -> Schedule:
     """Outer-loop vectorization (TVM, Halide): a vectorized spatial loop with serial loops
     inside it runs those loops once over vectors of lanes. For a loop that carries no
@@ -124,15 +138,7 @@ def interchange_outer_vectorized(sch: Schedule) -> Schedule:
         if not isinstance(st.op, ComputeOp) or st.attach_type == "inline":
             continue
         leaves = st.leaf_iter_vars
-        _check_pipelined_loops(st, leaves)
-        _check_prefetch_loops(st, leaves)
-        _check_env_threads(st)
-        if st.rolling and st.attach_type != "scope":
-            raise ScheduleError(format_error(
-                "rolling_buffer", f"stage {st.name!r} is computed at the root",
-                "a stage computed at a loop of its consumer (compute_at)",
-                hint="a rolling buffer keeps the rows of a window that slides with the "
-                "consumer's loop"))
+        _check_stage_marks(st, leaves)
         for iv, kind in st.annotations.items():
             if kind is not LoopKind.VECTORIZED or iv.iter_type != "data_par":
                 continue
@@ -181,15 +187,7 @@ def validate_schedule(sch: Schedule) -> None:
         if not isinstance(st.op, ComputeOp) or st.attach_type == "inline":
             continue
         leaves = st.leaf_iter_vars
-        _check_pipelined_loops(st, leaves)
-        _check_prefetch_loops(st, leaves)
-        _check_env_threads(st)
-        if st.rolling and st.attach_type != "scope":
-            raise ScheduleError(format_error(
-                "rolling_buffer", f"stage {st.name!r} is computed at the root",
-                "a stage computed at a loop of its consumer (compute_at)",
-                hint="a rolling buffer keeps the rows of a window that slides with the "
-                "consumer's loop"))
+        _check_stage_marks(st, leaves)
         for iv, kind in st.annotations.items():
             if (isinstance(kind, ThreadTag) and kind.is_hardware
                     and sym.static(st.extent_of(iv)) == 0 and not _writes_nothing(st)):
