@@ -138,7 +138,9 @@ class BufferView:
         off = self.elem_offset
         for i, s in zip(indices, self.strides):
             term = _i64(i)
-            if s != 1:
+            if not isinstance(s, int):    # a stride of symbolic sizes
+                term = Binary("int64", "mul", term, _i64(s))
+            elif s != 1:
                 term = Binary("int64", "mul", term, Const("int64", s))
             off = Binary("int64", "add", off, term)
         return off

@@ -23,7 +23,7 @@ from . import isl_util as iu
 from .layout import apply_indices
 from .loop_ir import (Assert, Buffer, For, IfThenElse, LetStmt, Load, Stmt, Store, Sync, seq)
 from .ast_check import mismatches
-from .kinds import LoopKind, loop_kind
+from .kinds import AutoUnrollPragma, LoopKind, for_pragmas, loop_kind
 from .polymodel import LoopNode, Model, PolyStmt
 from .tensorize import make_tensor_call
 from .threads import barrier_plans, roles
@@ -76,13 +76,6 @@ class _Hook:
         except BaseException as exc:  # islpy swallows callback exceptions: keep it
             self.errors.append(exc)
             return node
-
-
-def for_pragmas(stage, iv) -> tuple:
-    """The ``For.pragmas`` of loop ``iv`` of ``stage``: the pragma names, except that a
-    software pipeline and a prefetch keep their parameters (their ``*Pragma`` objects)."""
-    return tuple(v if k in ("software_pipeline", "prefetch") else k
-                 for k, v in stage.pragmas.get(iv, ()))
 
 
 def _total(pulled: isl.PwMultiAff, here: isl.Set, runs: isl.Set, st: PolyStmt,
@@ -293,6 +286,11 @@ class _Converter:
         init = self.expr(node.for_get_init(), env)
         body = self.convert(node.for_get_body(), inner, None)
         if node.for_is_degenerate():
+            prag = () if loop is None else for_pragmas(loop.plan.stage, loop.iter_var)
+            if any(isinstance(p, AutoUnrollPragma) for p in prag):
+                # a one-iteration loop (TVM's ``kernel_scope``, a bound loop) keeps its
+                # auto-unroll scope for the loops inside
+                return For(v, init, Const("int64", 1), LoopKind.SERIAL, body, 1, prag)
             return LetStmt(v, init, body)
         cond = self.expr(node.for_get_cond(), inner)
         if not (isinstance(cond, Cmp) and cond.a is v and cond.op in ("le", "lt")):
@@ -314,6 +312,7 @@ class _Converter:
         if loop is not None:
             self.iv_of[id(out)] = loop.iter_var
             out = _coalesce(out, loop.plan.stage, self.iv_of, taken)
+            out = _unit_scopes(out, loop.plan.stage, loop.iter_var)
         return out
 
     def convert_user(self, node: isl.AstNode, env: dict) -> Stmt:
@@ -589,3 +588,20 @@ def _tuple_store(st: PolyStmt, p, body: _Body, widx: tuple) -> Stmt:
         out = IfThenElse(where, seq(*body.checks, out), None)
         body.checks = []
     return seq(*body.checks, out)
+
+
+def _unit_scopes(out: For, stage, iv) -> Stmt:
+    """``out`` (the loop of ``iv``) inside the one-iteration scope of an
+    ``auto_unroll_max_step`` pragma on a loop of extent 1 just outside it (TVM's
+    ``kernel_scope = split(axis, nparts=1)``), which isl generates no loop for."""
+    leaves = stage.leaf_iter_vars
+    if iv not in leaves:
+        return out
+    for x in reversed(leaves[:leaves.index(iv)]):
+        if x.dom is None or not isinstance(x.dom.extent, int) or x.dom.extent != 1:
+            break
+        prag = tuple(p for p in for_pragmas(stage, x) if isinstance(p, AutoUnrollPragma))
+        if prag:
+            out = For(Var("int64", x.name), Const("int64", 0), Const("int64", 1),
+                      LoopKind.SERIAL, out, 1, prag)
+    return out

@@ -29,7 +29,7 @@ from polytile.te.expr import binary
 from polytile.te.reduction import accumulation_dtype
 
 from . import isl_util as iu
-from .kinds import ThreadTag, default_scope, thread_private
+from .kinds import LoopKind, ThreadTag, default_scope, thread_private
 from .loop_ir import Buffer
 from .layout import compose_access
 from .loopmap import iter_ranges, leaf_affines, padded_box
@@ -142,18 +142,23 @@ def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
                  "only the region that loop needs", "a transformed stage at root",
                  hint=f"s[{p.name}].compute_root(), or transform the consumer's layout")
         _region(p, consumers, padded)
-        ext = _extents(p.footprint, p.lo, p.stride)
+        if p.buffer.scope == "global":   # an argument: its own array, written in place
+            _in_place(p, padded)
+            ext = list(op.output(0).shape)
+        else:
+            ext = _extents(p.footprint, p.lo, p.stride)
         p.region = tuple(ext)
         for iv, e in zip(op.axis, ext):
             root[iv] = (0, e)
-        scope = p.scope if padded and (p.scope == "shared" or thread_private(p.scope)) \
-            else p.buffer.scope
-        copies = tuple(e for _, _, _, e in vthread_copies(p))
-        shape = copies + _aligned(p, ext)
-        sw = _swizzle(p, shape, scope)
-        p.outs = [Buffer(b.name, shape, t.dtype, scope, sw)
-                  for b, t in zip(p.outs, op.outputs)]
-        p.buffer = p.outs[0]
+        if p.buffer.scope != "global":
+            scope = p.scope if padded and (p.scope == "shared" or thread_private(p.scope)) \
+                else p.buffer.scope
+            copies = tuple(e for _, _, _, e in vthread_copies(p))
+            shape = copies + _aligned(p, ext)
+            sw = _swizzle(p, shape, scope)
+            p.outs = [Buffer(b.name, shape, t.dtype, scope, sw)
+                      for b, t in zip(p.outs, op.outputs)]
+            p.buffer = p.outs[0]
     elif p.stage.swizzled != "none":
         fail("swizzle", f"stage {p.name!r} is computed at root", "a shared stage attached "
              "with compute_at (a tile of a cache_read in the k loop)",
@@ -175,6 +180,47 @@ def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
         p.stmts.append(st)
     if p.accumulates_wide:
         _accumulator(p, padded)
+
+
+def _in_place(p: StagePlan, padded: bool) -> None:
+    """An argument tensor computed at a loop of its consumer (TVM's schedule_primitives
+    tutorial lowers ``[A, B, C]`` with ``B`` computed at ``C``): each iteration computes
+    its region into the argument's own array at the tensor's positions (origin 0, no
+    compaction). Refused when some element of the tensor is read by no iteration (the
+    argument would keep garbage there), when regions of parallel iterations overlap (two
+    threads would write and read the same elements), and on GPUs."""
+    t = p.stage.op.output(0)
+    where = f"{p.attach[0].name!r}.{p.attach[0].leaves[p.attach[1]].name!r}"
+    if padded:
+        fail("compute_at", f"stage {p.name!r} is in args and computed at {where} in a GPU "
+             "kernel", "argument tensors at the root on GPUs",
+             hint=f"s[{p.name}].compute_root(), or leave {p.name!r} out of the arguments")
+    box = iu.tensor_box(t, "T")
+    read = p.exact_region.range()
+    box = box.align_params(read.get_space())
+    missing = box.subtract(read.align_params(box.get_space()))
+    ctx = iu.context()
+    if ctx is not None:
+        missing = missing.intersect_params(ctx.align_params(missing.get_space()))
+    if not missing.is_empty():
+        fail("compute_at", f"stage {p.name!r} is in args and computed at {where}, which "
+             f"reads only part of it: {missing} would never be written",
+             "an argument tensor computed at a loop whose iterations read all of it",
+             hint=f"s[{p.name}].compute_root(), or leave {p.name!r} out of the arguments")
+    par = [q.leaves[k].name for q, k in p.prefix
+           if q.stage.annotations.get(q.leaves[k]) is LoopKind.PARALLEL]
+    if par and not p.exact_region.is_injective():
+        fail("compute_at", f"stage {p.name!r} is in args and computed at {where}, and the "
+             f"regions of iterations of the parallel loop {par[0]!r} overlap",
+             "regions that parallel iterations do not share (each thread writes and reads "
+             "its own elements of the argument)",
+             hint=f"s[{p.name}].compute_root(), or leave {p.name!r} out of the arguments")
+    zero = None
+    for q in range(t.ndim):
+        one = isl.PwMultiAff.from_pw_aff(p.footprint.dim_min(q).scale_val(isl.Val(0)))
+        zero = one if zero is None else zero.flat_range_product(one)
+    p.lo = zero
+    p.stride = (1,) * t.ndim
 
 
 def _accumulator(p: StagePlan, padded: bool) -> None:

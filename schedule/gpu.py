@@ -18,6 +18,7 @@ from polytile.errors import LoweringError, ScheduleError, fail, format_error
 from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
 from polytile.te.expr import Binary, Cast, Var
+from polytile.te.tensor_intrin import EXTERN_KEY
 
 from . import isl_util as iu
 from .kinds import FRAGMENT_SCOPES, PARAM_SPACE, PARAMS
@@ -116,8 +117,14 @@ def kernels(model: Model, limits: DeviceLimits) -> list[Kernel]:
 
 
 def _is_scalar(plan: StagePlan) -> bool:
-    """A 0-rank stage has no loop to bind: its kernel runs as one thread of one block."""
-    return not getattr(plan.stage.op, "axis", None)
+    """A 0-rank stage has no loop to bind, nor has a ``te.extern`` stage (one call of the
+    user's code over whole buffers): its kernel runs as one thread of one block."""
+    return not getattr(plan.stage.op, "axis", None) or is_extern(plan.stage.op)
+
+
+def is_extern(op) -> bool:
+    """True for the operation of a ``te.extern``."""
+    return EXTERN_KEY in getattr(op, "attrs", {})
 
 
 def _key(e) -> str:

@@ -187,6 +187,18 @@ class PipelinePragma:
 
 
 @dataclass(frozen=True)
+class AutoUnrollPragma:
+    """``s[C].pragma(k, "auto_unroll_max_step", N)`` on loop-IR ``For.pragmas``: serial
+    loops of constant extent inside the loop expanding to at most ``max_step`` statements
+    are unrolled (:func:`~polytile.schedule.passes.loops.auto_unroll`)."""
+
+    max_step: int
+
+    def __str__(self) -> str:
+        return f"auto_unroll_max_step={self.max_step}"
+
+
+@dataclass(frozen=True)
 class PrefetchPragma:
     """``s[C].prefetch(T, axis, offset)`` on loop-IR ``For.pragmas``: each iteration of the
     loop ``axis`` of stage ``stage`` first prefetches the cache lines of buffer ``tensor``
@@ -202,10 +214,26 @@ class PrefetchPragma:
         return f"prefetch({self.tensor}, offset={self.offset})"
 
 
+def for_pragmas(stage, iv) -> tuple:
+    """The ``For.pragmas`` of the loop of ``iv`` in ``stage``: pragma names, with the
+    objects of those that the loop passes read (a software pipeline, an auto unroll, a
+    prefetch)."""
+    out = []
+    for k, v in stage.pragmas.get(iv, ()):
+        if k == "auto_unroll_max_step":
+            out.append(AutoUnrollPragma(v))
+        elif k in ("software_pipeline", "prefetch"):
+            out.append(v)
+        else:
+            out.append(k)
+    return tuple(out)
+
+
 #: The ``For.pragmas`` entry of a vectorized 16-byte copy from global into shared memory
 #: that runs asynchronously (PTX ``cp.async``; :mod:`~polytile.schedule.passes.async_copy`).
 ASYNC_COPY = "cp.async"
 
 
-__all__ = ["ASYNC_COPY", "PipelinePragma", "PrefetchPragma", "Annotation", "LoopKind", "PARAMS", "PARAM_SPACE", "ThreadTag", "annotation_name",
+__all__ = ["ASYNC_COPY", "AutoUnrollPragma", "PipelinePragma", "PrefetchPragma", "for_pragmas",
+           "Annotation", "LoopKind", "PARAMS", "PARAM_SPACE", "ThreadTag", "annotation_name",
            "default_scope", "loop_kind", "FRAGMENT_SCOPES", "FRAGMENT_TILES", "fragment_tile", "thread_private"]

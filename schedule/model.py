@@ -242,10 +242,6 @@ def _params(sch: Schedule, args, stage_of: dict, names: dict) -> tuple[dict, lis
             if st.attach_type == "inline":
                 fail("lower", f"tensor {a.name!r} in args is inlined (compute_inline)",
                       "an argument needs storage: do not inline it")
-            if st.attach_type == "scope":
-                fail("compute_at", f"stage {a.name!r} is in args but computed at "
-                      f"{st.attach_stage.name!r}: only parts of it would be written",
-                      "leave argument tensors at the root")
             b = Buffer(_out_name(names[id(st)], a.op, k),
                        physical_shape(st.layouts, a.shape), a.dtype, "global")
             outs[(st, k)] = b

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from polytile.backend import Target, backends
 from polytile.errors import ScheduleError, format_error
 from polytile.te.depth import deep
-from polytile.te.expr import Var
+from polytile.te.expr import Const, Var
 from polytile.te.visitor import collect_many
 from polytile.te.tensor import ComputeOp
 
@@ -65,16 +65,19 @@ from . import isl_util as iu
 from .astgen import lower_nodes
 from .deps import check_legality
 from .gpu import (Kernel, check_shared_memory, check_store_predicate_threads, check_wavefronts,
-                  kernels)
-from .kinds import PARAMS, ThreadTag
+                  is_extern, kernels)
+from .injective import rewrite_fused_splits
+from .kinds import PARAMS, AutoUnrollPragma, LoopKind, ThreadTag
 from .limits import limit_unrolls
-from .loop_ir import KernelLaunch, PrimFunc, seq, stmt_exprs, walk_stmts
+from .loop_ir import For, KernelLaunch, PrimFunc, seq, stmt_exprs, walk_stmts
 from .model import Model, build_model
 from .passes.async_copy import async_copies
 from .passes.bfloat16 import legalize_bfloat16
 from .passes.barriers import sink_divergent_guards
-from .passes.loops import (dedup_syncs, legalize_vector_loops, legalize_vector_loops_masked,
-                           serialize_nested_parallel, specialize_partial_unrolls, unroll)
+from .passes.loops import (auto_unroll, dedup_syncs, legalize_vector_loops,
+                           legalize_vector_loops_masked, serialize_nested_parallel,
+                           specialize_partial_unrolls, unroll)
+from .passes.prefetch import strip_prefetch_pragmas
 from .passes.share import share_subexpressions
 from .passes.simplify import forget as forget_simplified
 from .passes.simplify import simplify
@@ -97,6 +100,7 @@ LOOP_PASSES = (
     ("simplify", simplify),
     ("specialize_partial_unrolls", specialize_partial_unrolls),
     ("legalize_vector_loops", legalize_vector_loops),
+    ("auto_unroll", auto_unroll),
     ("unroll", unroll),
     ("simplify", simplify),
     ("serialize_nested_parallel", serialize_nested_parallel),
@@ -159,7 +163,7 @@ def _inputs(s: Lowering) -> None:
     iu.set_context(None, s.sizes)
     ctx, s.size_checks = size_context(s.sch, s.sizes)
     iu.set_context(ctx, s.sizes)
-    s.sch = interchange_outer_vectorized(s.sch)
+    s.sch = interchange_outer_vectorized(rewrite_fused_splits(s.sch))
     validate_schedule(s.sch)
     s.gpu = uses_gpu(s.sch) or (s.target.is_gpu and only_scalar_stages(s.sch))
     check_store_predicates(s.sch, s.gpu)
@@ -207,10 +211,28 @@ def _ast(s: Lowering) -> None:
     """schedule trees and checked isl ASTs, into loop IR (one per kernel on GPUs)"""
     s.envs = [{} if k is None else k.index_env() for k in s.units]
     s.bodies = [lower_nodes(s.model) if k is None else
-                sink_divergent_guards(lower_nodes(s.model, k.nodes, k.context(), env),
-                                      [k.thread_vars()[PARAMS[t]] for t in PARAMS
-                                       if t.is_thread], f"{s.name}_kernel{i}")
+                _bound_auto_unroll(k, sink_divergent_guards(
+                    lower_nodes(s.model, k.nodes, k.context(), env),
+                    [k.thread_vars()[PARAMS[t]] for t in PARAMS if t.is_thread],
+                    f"{s.name}_kernel{i}"))
                 for i, (k, env) in enumerate(zip(s.units, s.envs))]
+
+
+def _bound_auto_unroll(k: Kernel, body):
+    """``body`` of kernel ``k`` in the scope of an ``auto_unroll_max_step`` pragma that its
+    stage puts on a loop bound to a thread index or outside the bound loops (TVM's
+    ``kernel_scope``): such a loop is no loop of the kernel's code, its scope is the whole
+    kernel."""
+    st = k.plan.stage
+    leaves = list(st.leaf_iter_vars)
+    bound = [n for n, iv in enumerate(leaves) if isinstance(st.annotations.get(iv), ThreadTag)]
+    steps = [v for iv, prs in st.pragmas.items() for key, v in prs
+             if key == "auto_unroll_max_step" and bound and iv in leaves
+             and leaves.index(iv) <= bound[-1]]
+    if not steps:
+        return body
+    return For(Var("int64", "kernel_scope"), Const("int64", 0), Const("int64", 1),
+               LoopKind.SERIAL, body, 1, (AutoUnrollPragma(steps[-1]),))
 
 
 def loop_passes(target: Target) -> tuple:
@@ -266,6 +288,10 @@ def _allocation(s: Lowering) -> None:
 def _storage_flattening(s: Lowering) -> None:
     """row-major offsets instead of multi-dimensional indices"""
     s.func = finalize(s.func)
+    if s.gpu:
+        # a hint the CPU caches take (the llvm backend's insert_prefetches); GPU kernels go
+        # without (see Stage.prefetch)
+        s.func = strip_prefetch_pragmas(s.func)
 
 
 def _backend_passes(s: Lowering) -> None:
@@ -431,7 +457,7 @@ def only_scalar_stages(sch: Schedule) -> bool:
     each runs as a kernel of one thread)."""
     roots = [st for st in sch.stages if isinstance(st.op, ComputeOp)
              and st.attach_type == "root"]
-    return bool(roots) and all(not st.op.axis for st in roots)
+    return bool(roots) and all(not st.op.axis or is_extern(st.op) for st in roots)
 
 
 def uses_gpu(sch: Schedule) -> bool:

@@ -295,6 +295,7 @@ def lower_cross_thread_reductions(sch: Schedule) -> Schedule:
     sch = sch.copy()
     for name in targets:
         st = next(s for s in sch.stages if s.name == name and s.op.reduce_axis)
+        _fuse_thread_reductions(sch, st)
         iv, tag = next((iv, k) for iv, k in st.annotations.items()
                        if _on_thread(k) and iv.iter_type == "reduce")
         leaves = st.leaf_iter_vars
@@ -350,6 +351,55 @@ def lower_cross_thread_reductions(sch: Schedule) -> Schedule:
             rst.reorder(*[v for v in rst.leaf_iter_vars if v is not part], part)
         st.thread_predicate = {tag: 0}
     return sch
+
+
+def _fuse_thread_reductions(sch: Schedule, st: Stage) -> None:
+    """Several reduction loops of ``st`` bound to different ``threadIdx`` indices (TVM's
+    ``test_crossthread_reduction2``: ``k0.outer`` on ``threadIdx.x``, ``k1.outer`` on
+    ``threadIdx.y``) become one: the loops are moved outermost among the reduction loops
+    (any order of a commutative, associative reduction sums the same terms), fused, and
+    the fused loop is bound to the first of their indices, so the block runs their product
+    of threads along that index. Changes nothing for one bound reduction loop.
+
+    Raises
+    ------
+    ScheduleError
+        When one of the indices also binds a spatial loop of the stage, or a stage is
+        computed at one of the loops.
+    """
+    bound = [(iv, k) for iv, k in st.annotations.items()
+             if _on_thread(k) and iv.iter_type == "reduce"]
+    if len(bound) < 2:
+        return
+    names = ", ".join(f"{iv.name!r} on {k.value!r}" for iv, k in bound)
+    tags = {k for _, k in bound}
+    if len(tags) < len(bound):
+        fail("bind", f"stage {st.name!r} binds the reduction loops {names}",
+             "each reduction loop on its own thread index")
+    _check_combiner(st, st.op.body[0].combiner, "bind")
+    for iv, k in st.annotations.items():
+        if iv.iter_type != "reduce" and k in tags:
+            fail("bind", f"stage {st.name!r} binds the reduction loops {names} and its "
+                 f"spatial loop {iv.name!r} to {k.value!r}", "the thread indices of a "
+                 "cross-thread reduction over several loops used by those loops only")
+    for other in sch.stages:
+        if other.attach_stage is st and any(other.attach_ivar is iv for iv, _ in bound):
+            fail("compute_at", f"stage {other.name!r} is computed at "
+                 f"{other.attach_ivar.name!r} of {st.name!r}, one of the reduction loops "
+                 f"{names}", "compute_at a loop outside a cross-thread reduction over "
+                 "several loops")
+    bound.sort(key=lambda x: x[1].value)
+    loops = [iv for iv, _ in bound]
+    for iv in loops:
+        del st.annotations[iv]
+        st.thread_extents.pop(iv, None)
+        st.bound_vars.pop(iv, None)
+        st.bound_axes.pop(iv, None)
+    leaves = list(st.leaf_iter_vars)
+    first = min(k for k, v in enumerate(leaves) if v.iter_type == "reduce")
+    rest = [v for v in leaves[first:] if not any(v is x for x in loops)]
+    st.reorder(*leaves[:first], *loops, *rest)
+    st.bind(st.fuse(*loops), thread_axis(bound[0][1].value))
 
 
 def _thread_rows(st: Stage, spatial: list, iv, tag) -> list[tuple[int, int, ThreadTag]]:

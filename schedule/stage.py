@@ -42,6 +42,14 @@ IMPORT_PRAGMAS = ("import_llvm", "import_c")
 #: ``nontemporal`` streams the vector stores inside the loop past the caches (see
 #: :meth:`Stage.pragma`).
 HINT_PRAGMAS = ("nontemporal",)
+#: TVM's pragmas with a value (see :meth:`Stage.pragma`): ``auto_unroll_max_step`` (an int
+#: >= 0: serial loops inside of at most that many statements in all are unrolled) and
+#: ``unroll_explicit`` (a bool: polytile always unrolls in the IR, so a no-op).
+VALUE_PRAGMAS = ("auto_unroll_max_step", "unroll_explicit")
+#: TVM's hints on how a parallel loop runs its threads; polytile's parallel runtime joins
+#: its threads at the end of each parallel loop and gives each a block of iterations, which
+#: computes the same values, so these are documented no-ops.
+PARALLEL_HINTS = ("parallel_stride_pattern", "parallel_barrier_when_finish")
 
 
 class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, SymbolicSplitMixin):
@@ -106,6 +114,10 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, Symbolic
         self.bound_axes: dict = {}   # loop -> the thread axis (te.thread_axis) it is bound to
         #: tensorize: (loop, TensorIntrin)
         self.tensorized = None
+        #: env_threads (a te.scan): the thread axes launched around its time loop
+        self.env_thread_axes: tuple = ()
+        #: rolling_buffer: TVM's sliding-window buffer (the values are recomputed here)
+        self.rolling = False
 
     @property
     def name(self) -> str:
@@ -253,7 +265,9 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, Symbolic
                  f"{self.name!r}", "expected True or False")
         parent = self._leaf("split", parent)
         self._check_not_annotated("split", parent)
-        self._check_not_symbolic_split("split", parent)
+        if not (self._fused_symbolic(parent) and isinstance(factor, (int, np.integer))
+                and not isinstance(factor, bool) and nparts is None):
+            self._check_not_symbolic_split("split", parent)
         if (factor is None) == (nparts is None):
             got = "both factor= and nparts=" if factor is not None else "neither factor= nor "\
                 "nparts="
@@ -476,6 +490,15 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, Symbolic
         Legal when the loop carries no dependence (zero distance at ``iv``); a reduction
         axis is refused (use rfactor). A parallel loop nested in another runs serially.
         """
+        iv = self._leaf("parallel", iv)
+        k = self.leaf_iter_vars.index(iv)
+        for x in self.leaf_iter_vars[:k]:
+            # a launch point outside a parallel loop starts the threads of that loop (TVM):
+            # it is no longer a parallel loop of its own
+            if (self.annotations.get(x) == LoopKind.PARALLEL and
+                    any(p == "parallel_launch_point" for p, _ in self.pragmas.get(x, ()))
+                    and not any(p == "parallel" for p, _ in self.pragmas.get(x, ()))):
+                del self.annotations[x]
         self._annotate("parallel", iv, LoopKind.PARALLEL)
         self._record("parallel", iv)
 
@@ -553,10 +576,29 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, Symbolic
         threads and to the caller. Other targets ignore the hint. Like Intel's
         ``#pragma vector nontemporal``.
 
+        TVM's other loop pragmas:
+
+        * ``"auto_unroll_max_step", N`` (TVM's ``UnrollLoop``): every serial loop nested
+          inside ``iv`` (not ``iv`` itself) with a constant extent, no rolled loop inside
+          it, and at most ``N`` statements once expanded (its extent times the statements
+          of its body, counting the expansions of loops inside) is unrolled; capped by the
+          code-size limit of ``unroll`` (``passes.loops.MAX_UNROLL_STMTS``).
+        * ``"unroll_explicit", b``: TVM unrolls in the IR when true and leaves
+          ``#pragma unroll`` to the C compiler when false; polytile always unrolls in the IR
+          (same values), so the value is checked and ignored.
+        * ``"parallel_launch_point"``: with a ``parallel`` loop inside ``iv`` (TVM's use),
+          the threads of that loop start at ``iv`` in TVM and at the parallel loop in
+          polytile: same values, ``iv`` stays serial. Without one, ``iv`` is parallel.
+        * ``"parallel_stride_pattern"``, ``"parallel_barrier_when_finish"``: how TVM shares
+          iterations among threads and joins them; polytile's runtime gives each thread a
+          block of iterations and joins them at the end of every parallel loop, so these
+          are no-ops.
+
         Raises
         ------
         ScheduleError
-            For an unknown pragma.
+            For an unknown pragma (the message lists the known ones), or a value of the
+            wrong type.
         """
         if pragma_type in IMPORT_PRAGMAS:
             iv = self._leaf("pragma", iv)
@@ -574,15 +616,50 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, Symbolic
             self.pragmas[iv] = self.pragmas.get(iv, ()) + ((pragma_type, None),)
             self._record("pragma", iv, pragma_type, None)
             return
+        if pragma_type in VALUE_PRAGMAS or pragma_type in PARALLEL_HINTS:
+            iv = self._leaf("pragma", iv)
+            pragma_value = self._hint_value(iv, pragma_type, pragma_value)
+            self.pragmas[iv] = self.pragmas.get(iv, ()) + ((pragma_type, pragma_value),)
+            self._record("pragma", iv, pragma_type, pragma_value)
+            return
         if pragma_type not in PRAGMAS:
             self._leaf("pragma", iv)
+            known = sorted(PRAGMAS) + sorted(IMPORT_PRAGMAS + HINT_PRAGMAS) + sorted(
+                VALUE_PRAGMAS + PARALLEL_HINTS)
             fail("pragma", f"unknown pragma {pragma_type!r} on iter_var {iv.name!r} of "
-                       f"stage {self.name!r}",
-                 f"expected one of {sorted(PRAGMAS) + sorted(IMPORT_PRAGMAS + HINT_PRAGMAS)}")
+                       f"stage {self.name!r}", f"expected one of {known}")
         iv = self._leaf("pragma", iv)
+        if pragma_type == "parallel_launch_point" and self._parallel_inside(iv):
+            # TVM: the threads start here and the parallel loop inside shares its
+            # iterations among them; polytile starts them at that inner loop (same values),
+            # so the loop itself keeps its kind and need not be parallel-legal
+            self.pragmas[iv] = self.pragmas.get(iv, ()) + ((pragma_type, pragma_value),)
+            self._record("pragma", iv, pragma_type, pragma_value)
+            return
         self._annotate("pragma", iv, PRAGMAS[pragma_type])
         self.pragmas[iv] = self.pragmas.get(iv, ()) + ((pragma_type, pragma_value),)
         self._record("pragma", iv, pragma_type, pragma_value)
+
+    def _hint_value(self, iv: IterVar, key: str, value):
+        """The checked value of hint pragma ``key`` on loop ``iv``."""
+        if key == "auto_unroll_max_step":
+            v = getattr(value, "value", value)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                fail("pragma", f"'auto_unroll_max_step' on iter_var {iv.name!r} of stage "
+                     f"{self.name!r} has value {value!r}", "an int >= 0 (the most "
+                     "statements an unrolled loop nest may expand to)")
+            return int(v)
+        v = getattr(value, "value", value)
+        if v is not None and not isinstance(v, (bool, int, np.integer)):
+            fail("pragma", f"{key!r} on iter_var {iv.name!r} of stage {self.name!r} has "
+                 f"value {value!r}", "a bool, an int or None")
+        return None if v is None else int(v)
+
+    def _parallel_inside(self, iv: IterVar) -> bool:
+        """True when a loop after ``iv`` in the stage's leaf order is ``parallel``."""
+        k = self.leaf_iter_vars.index(iv)
+        return any(self.annotations.get(x) == LoopKind.PARALLEL
+                   for x in self.leaf_iter_vars[k + 1:])
 
     def compute_inline(self) -> None:
         """Substitute this stage's expression into every consumer; it gets no loops.

@@ -14,13 +14,62 @@ from polytile.te.expr import Const, Var, convert
 from polytile.te.visitor import free_vars, substitute
 
 from .kinds import FRAGMENT_SCOPES, ThreadTag
+from .relations import Step
 
 #: Storage scopes a stage's buffer can have (``cache_read``/``cache_write``/``set_scope``).
 SCOPES = ("global", "shared", "local", *FRAGMENT_SCOPES)
 
 
 class StorageMixin:
-    """``set_scope``, ``set_store_predicate`` and ``transform_layout`` of a stage."""
+    """``set_scope``, ``set_store_predicate``, ``transform_layout``, ``env_threads`` and
+    ``rolling_buffer`` of a stage."""
+
+    def env_threads(self, threads) -> None:
+        """Launch the GPU threads ``threads`` outside the time loop of this ``te.scan``
+        (TVM's ``Stage.env_threads``, its persistent-kernel LSTM): every step then runs in
+        one kernel. polytile already lowers a scan whose update is bound to thread axes
+        that way (one kernel around the time loop, when each thread reads only what it
+        wrote in earlier steps; otherwise the dependence is refused), so this checks the
+        axes and records them; ``lower`` checks that each one is bound to an axis of the
+        scan's update (or init).
+
+        Raises
+        ------
+        ScheduleError
+            When the stage is not a ``te.scan``, an element is not a ``te.thread_axis``,
+            or (at lowering) a thread axis is bound to no loop of the scan.
+        """
+        from polytile.te.scan import ScanOp
+
+        if not isinstance(self.op, ScanOp):
+            fail("env_threads", f"stage {self.name!r} is not a te.scan",
+                 "env_threads of a scan (TVM: composite operations only)")
+        threads = list(threads) if isinstance(threads, (list, tuple)) else [threads]
+        for t in threads:
+            if getattr(t, "iter_type", None) != "thread" or not getattr(t, "thread_tag", ""):
+                fail("env_threads", f"{getattr(t, 'name', t)!r} given to stage {self.name!r} "
+                     "is not a thread axis", "te.thread_axis(...) objects")
+        self.env_thread_axes = tuple(self.env_thread_axes) + tuple(threads)
+        self.schedule.trace.append(Step("env_threads", self.name, (tuple(
+            ("thread", t.thread_tag, t.var.name) for t in threads),), ()))
+
+    def rolling_buffer(self) -> None:
+        """Mark this stage's buffer as a rolling buffer (TVM's ``Stage.rolling_buffer``):
+        in TVM a stage computed at a loop of its consumer keeps the rows it computed in
+        the previous iteration of that loop and computes only the new ones (a sliding
+        window: pooling after pooling). polytile computes the whole window in every
+        iteration (the same values; overlapping rows are computed again), so this is a
+        no-op on the values and the allocation; ``lower`` checks, as TVM does, that the
+        stage is computed at a loop (``compute_at``).
+
+        Raises
+        ------
+        ScheduleError
+            For a placeholder, or (at lowering) a stage that is not computed at a loop.
+        """
+        self._require_compute("rolling_buffer")
+        self.rolling = True
+        self._record("rolling_buffer")
 
     def set_scope(self, scope: str) -> None:
         """Set the storage scope of this stage's buffer (TVM's ``Stage.set_scope``).

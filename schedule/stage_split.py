@@ -68,6 +68,12 @@ class SymbolicSplitMixin:
         self._record("split", parent, nparts=parts)
         return outer, inner
 
+    def _fused_symbolic(self, iv: IterVar) -> bool:
+        """True when ``iv`` is a fused loop of symbolic extent (``relations.symbolic_fuse``):
+        its split by a constant factor is kept for TVM's GPU injective schedule
+        (``schedule.injective``) and refused at lowering otherwise."""
+        return any(symbolic_fuse(rel) and iv is rel.fused for rel in self.relations)
+
     def _check_not_symbolic_split(self, primitive: str, iv: IterVar) -> None:
         for rel in self.relations:
             if symbolic_fuse(rel) and iv is rel.fused:

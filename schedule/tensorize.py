@@ -46,6 +46,7 @@ import numpy as np
 
 from polytile.errors import LoweringError, fail
 from polytile.te import dtype as dt
+from polytile.te import symbolic as sym
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Reduce,
                               Select, TensorRead, Var, child_fields)
 from polytile.te.reduction import accumulation_dtype
@@ -406,7 +407,10 @@ def _strides(buf: Buffer, t, where: str, intrin) -> tuple:
         return strides
     if declared is None:
         compact = _row_major(t.shape)
-        if any(s != c for s, c, e in zip(strides, compact, t.shape) if e > 1):
+        # symbolic extents (a te.extern of symbolic shapes): strides compared as
+        # expressions of the sizes
+        if any(not sym.same(s, c) for s, c, e in zip(strides, compact, t.shape)
+               if not sym.is_static(e) or sym.static(e) > 1):
             fail("tensorize", f"{where}: operand {t.name!r} of intrinsic {intrin.name!r} is "
                  f"declared compact (strides {list(compact)}), but its region of "
                  f"{buf.name!r} has strides {list(strides)}", "a compact region, or "

@@ -7,7 +7,7 @@ from polytile.te import symbolic as sym
 from polytile.te.expr import IterVar
 from polytile.te.tensor import ComputeOp, Operation, Tensor
 
-from .kinds import LoopKind, ThreadTag
+from .kinds import LoopKind, ThreadTag, annotation_name
 from .schedule import Schedule
 from .stage import Stage
 
@@ -67,6 +67,51 @@ def _check_pipelined_loops(st, leaves) -> None:
                 "computed at"))
 
 
+def _check_env_threads(st) -> None:
+    """Raise ScheduleError when a thread axis given to ``env_threads`` of scan ``st`` is
+    bound to no loop of the scan."""
+    tags = {k.value for k in st.annotations.values() if isinstance(k, ThreadTag)}
+    for t in st.env_thread_axes:
+        if t.thread_tag not in tags:
+            raise ScheduleError(format_error(
+                "env_threads", f"thread axis {t.thread_tag!r} of te.scan {st.name!r} is "
+                "bound to no loop of the scan", "each env thread bound to an axis of the "
+                "scan's update (or init)", hint=f"s[update].bind(axis, {t.var.name})"))
+
+
+def _check_prefetch_loops(st, leaves) -> None:
+    """Raise ScheduleError when a loop of stage ``st`` given to ``prefetch()`` is no
+    longer a loop of the stage or no longer runs one iteration after another."""
+    for iv, prs in st.pragmas.items():
+        if not any(k == "prefetch" for k, _ in prs):
+            continue
+        kind = st.annotations.get(iv)
+        if iv not in leaves:
+            what = "was split or fused after s[...].prefetch()"
+        elif kind in (LoopKind.VECTORIZED, LoopKind.UNROLLED) or isinstance(kind, ThreadTag):
+            what = f"is annotated {annotation_name(kind)!r}"
+        else:
+            continue
+        raise ScheduleError(format_error(
+            "prefetch", f"loop {iv.name!r} of stage {st.name!r} {what}",
+            "a serial or parallel loop of the stage (its iterations come one after another)",
+            hint="prefetch the loop outside it"))
+
+
+def _check_stage_marks(st, leaves) -> None:
+    """Raise ScheduleError when a loop mark of stage ``st`` (software pipeline, prefetch,
+    env threads, rolling buffer) no longer fits its loops or its attachment."""
+    _check_pipelined_loops(st, leaves)
+    _check_prefetch_loops(st, leaves)
+    _check_env_threads(st)
+    if st.rolling and st.attach_type != "scope":
+        raise ScheduleError(format_error(
+            "rolling_buffer", f"stage {st.name!r} is computed at the root",
+            "a stage computed at a loop of its consumer (compute_at)",
+            hint="a rolling buffer keeps the rows of a window that slides with the "
+            "consumer's loop"))
+
+
 def interchange_outer_vectorized(sch: Schedule) -> Schedule:
     """Outer-loop vectorization (TVM, Halide): a vectorized spatial loop with serial loops
     inside it runs those loops once over vectors of lanes. For a loop that carries no
@@ -93,7 +138,7 @@ def interchange_outer_vectorized(sch: Schedule) -> Schedule:
         if not isinstance(st.op, ComputeOp) or st.attach_type == "inline":
             continue
         leaves = st.leaf_iter_vars
-        _check_pipelined_loops(st, leaves)
+        _check_stage_marks(st, leaves)
         for iv, kind in st.annotations.items():
             if kind is not LoopKind.VECTORIZED or iv.iter_type != "data_par":
                 continue
@@ -142,7 +187,7 @@ def validate_schedule(sch: Schedule) -> None:
         if not isinstance(st.op, ComputeOp) or st.attach_type == "inline":
             continue
         leaves = st.leaf_iter_vars
-        _check_pipelined_loops(st, leaves)
+        _check_stage_marks(st, leaves)
         for iv, kind in st.annotations.items():
             if (isinstance(kind, ThreadTag) and kind.is_hardware
                     and sym.static(st.extent_of(iv)) == 0 and not _writes_nothing(st)):

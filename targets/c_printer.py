@@ -224,8 +224,22 @@ class CPrinter(CExprPrinter, StmtFunctor):
             out.append(text)
         if self.helpers:
             out.append("")
+        out.extend(self._imports(func))
         out.append("\n\n".join(bodies))
         return CModule(func.name, "\n".join(out) + "\n", tuple(infos), tuple(workspace))
+
+    def _imports(self, func: PrimFunc) -> list[str]:
+        """The user's device code of ``pragma(axis, "import_c", source)`` (the functions a
+        ``te.extern`` or a tensor intrinsic calls: ``__device__`` functions in this C
+        dialect), placed before the kernels."""
+        out = []
+        for kind, text in func.attrs.get("imports", ()):
+            if kind != "import_c":
+                raise BuildError(format_error(
+                    self.who, f"pragma {kind!r} gives LLVM IR to a {self.d.name} module",
+                    "'import_c' with device source (__device__ functions)"))
+            out.extend([f"// from pragma import_c\n{text.strip()}", ""])
+        return out
 
     # ---------------------------------------------------------------- kernel
     def kernel(self, func: PrimFunc, k: KernelLaunch, workspace: list, global_names: _Namer):

@@ -7,7 +7,10 @@ already computed rows of ``S``. A read of the current row or a later one is refu
 ``lower`` (``ScheduleError`` naming the reading and the writing instance). With lists of
 tensors a scan carries several states and returns one tensor per state; their updates are
 either the outputs of one multi-output compute or separate computes (TVM's
-``test_scan_multi_out`` form), all of one shape ``[T, ...]``.
+``test_scan_multi_out`` form), of one shape ``[T, ...]``, or of constant widths that
+differ (TVM's scan tutorial, "multiple states"): the narrower states then run in the
+widest one's loop nest, guarded to their own extents, and are returned at their own shape
+by a compute ``{name}.state{k}`` that reads them out of the padded buffer.
 
 In polytile a scan is one compute stage that reads its own buffer: its body is
 ``if_then_else(t < L, init[t, ...], update's body)`` with every read of ``state`` redirected
@@ -36,8 +39,8 @@ from dataclasses import dataclass
 from polytile.errors import DefinitionTypeError, DefinitionValueError, format_error
 
 from . import symbolic as sym
-from .expr import Cmp, Const, Reduce, Select, TensorRead
-from .tensor import ComputeOp, PlaceholderOp, Tensor
+from .expr import And, Cmp, Const, Reduce, Select, TensorRead
+from .tensor import ComputeOp, PlaceholderOp, Tensor, compute
 from .visitor import ExprMutator, collect, substitute
 
 
@@ -58,8 +61,8 @@ class ScanOp(ComputeOp):
     def axis_alias(self) -> dict:
         """``{id(axis k of a later update compute): axis k of the stage}`` (several states
         with one compute each: ``s[u].split(u.op.axis[1], ...)`` for any of them)."""
-        return {id(a): b for u in self.update if u.op is not self.update[0].op
-                for a, b in zip(u.op.axis, self.axis)}
+        return {id(a): b for u in self.update for a, b in zip(u.op.axis, self.axis)
+                if a is not b}
 
     @property
     def scan_axis(self):
@@ -184,11 +187,8 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
         if not u.op.axis:
             raise DefinitionValueError(format_error("scan", f"update {u.op.name!r} has no "
                                                     "axes", "a time axis first"))
-        if u.op is not uop and not sym.same_shape(u.shape, updates[0].shape):
-            raise DefinitionValueError(format_error(
-                "scan", f"updates {updates[0].name!r} and {u.name!r} have the shapes "
-                f"{updates[0].shape} and {u.shape}", "states of one shape [T, ...] (they "
-                "are computed in one loop nest)"))
+    common = _common_shape(updates)
+    uop = next(u.op for u in updates if sym.same_shape(u.shape, common))
     steps = updates[0].shape[0]
     rows = inits[0].shape[0] if inits[0].ndim else 0
     for i, u, s in zip(inits, updates, states):
@@ -227,7 +227,7 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
                                for t in op.input_tensors)
         return memo[id(op)]
 
-    # each update's body over the first update's axes (one loop nest for every state)
+    # each update's body over the widest update's axes (one loop nest for every state)
     bodies = tuple(u.op.body[u.value_index] if u.op is uop else substitute(
         u.op.body[u.value_index], {a.var: b.var for a, b in zip(u.op.axis, uop.axis)})
         for u in updates)
@@ -238,12 +238,60 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
     first = Cmp("bool", "lt", t, Const(t.dtype, rows))
     ivars = [iv.var for iv in uop.axis]
     new = []
-    for i, b in zip(inits, bodies):
+    for i, b, u in zip(inits, bodies, updates):
         upd = _State(states, op.outputs, reads_state).visit(b)
-        new.append(Select(b.dtype, first, TensorRead(i.dtype, i, tuple(ivars)), upd))
+        val = Select(b.dtype, first, TensorRead(i.dtype, i, tuple(ivars)), upd)
+        inside = _inside(ivars, u.shape, common)
+        if inside is not None:   # a narrower state: nothing past its own extents
+            val = Select(b.dtype, inside, val, Const(b.dtype, 0))
+        new.append(val)
     # the body reads the op's own outputs, which exist only once the op does
     object.__setattr__(op, "body", tuple(new))
     object.__setattr__(op, "steps", tuple(
         o for o in _ops_between(bodies, reads_state) if all(o is not u.op for u in updates)))
     outs = list(op.outputs)
+    for k, u in enumerate(updates):
+        if not sym.same_shape(u.shape, common):   # the state's own extents, out of the pad
+            outs[k] = compute(tuple(u.shape), lambda *i, t=outs[k]: t[i],
+                              name=f"{name}.state{k}")
     return outs[0] if single else outs
+
+
+def _common_shape(updates) -> tuple:
+    """The shape of the loop nest of a scan whose states may differ in constant extents
+    (TVM's scan tutorial, "multiple states"): per dimension the one symbolic extent they
+    share, or the largest constant; it must be the shape of one of the updates."""
+    rank = updates[0].ndim
+    if any(u.ndim != rank for u in updates):
+        raise DefinitionValueError(format_error(
+            "scan", f"updates of ranks {[u.ndim for u in updates]}", "states of one rank "
+            "[T, ...] (they are computed in one loop nest)"))
+    common = []
+    for q in range(rank):
+        exts = [u.shape[q] for u in updates]
+        if all(sym.same(e, exts[0]) for e in exts):
+            common.append(exts[0])
+        elif q > 0 and all(sym.is_static(e) for e in exts):
+            common.append(max(sym.static(e) for e in exts))
+        else:
+            raise DefinitionValueError(format_error(
+                "scan", f"states of the extents {[sym.text(e) for e in exts]} in dimension "
+                f"{q}", "one time extent, and in each other dimension one symbolic extent "
+                "or constants (narrower states are padded to the largest)",
+                hint="give the states the same symbolic extent, or constant extents"))
+    if not any(sym.same_shape(u.shape, common) for u in updates):
+        raise DefinitionValueError(format_error(
+            "scan", f"states of the shapes {[list(u.shape) for u in updates]}", "one state "
+            "as large as all others in every dimension (the loop nest is its)"))
+    return tuple(common)
+
+
+def _inside(ivars, shape, common):
+    """``ivars < shape`` where ``shape`` is narrower than ``common``, else None."""
+    cond = None
+    for v, e, c in zip(ivars, shape, common):
+        if sym.same(e, c):
+            continue
+        one = Cmp("bool", "lt", v, Const(v.dtype, sym.static(e)))
+        cond = one if cond is None else And("bool", cond, one)
+    return cond

@@ -231,8 +231,8 @@ def extern(shape, inputs, fcompute: Callable, name: str = "extern", dtype=None,
 
     if isinstance(shape, (list, tuple)) and shape and isinstance(shape[0], (list, tuple)):
         if len(shape) != 1:
-            raise DefinitionValueError(format_error(
-                "extern", f"{len(shape)} output shapes", "one output"))
+            return _extern_outputs(shape, inputs, fcompute, name, dtype, in_buffers,
+                                   out_buffers, tag, attrs)
         shape = shape[0]
     if in_buffers is not None or out_buffers is not None:
         raise DefinitionValueError(format_error(
@@ -268,3 +268,39 @@ def extern(shape, inputs, fcompute: Callable, name: str = "extern", dtype=None,
     object.__setattr__(intrin, "parts", probe_parts(intrin))
     out.op.attrs[EXTERN_KEY] = intrin
     return out
+
+
+def _extern_outputs(shapes, inputs, fcompute, name, dtype, in_buffers, out_buffers, tag,
+                    attrs) -> list:
+    """``te.extern`` of several outputs of one shape and dtype (TVM's
+    ``test_extern_multi_out`` form): one stage computes them stacked, ``[k, *shape]``, its
+    code getting one compact view per output (``outs[j]`` starts at ``j * size``); output
+    ``j`` is the compute ``{name}.v{j}`` that reads slice ``j`` (inline it into its
+    consumers with ``compute_inline``, or keep it as a copy)."""
+    from polytile.tir import BufferView
+
+    from . import symbolic as sym
+    from .tensor import compute
+
+    shapes = [tuple(x) for x in shapes]
+    dtypes = list(dtype) if isinstance(dtype, (list, tuple)) else [dtype] * len(shapes)
+    if len(dtypes) != len(shapes) or len(set(map(str, dtypes))) != 1 or not all(
+            sym.same_shape(x, shapes[0]) for x in shapes):
+        raise DefinitionValueError(format_error(
+            "extern", f"{len(shapes)} outputs of the shapes {[list(x) for x in shapes]} and "
+            f"dtypes {dtypes}", "outputs of one shape and one dtype (they are computed as "
+            "one stacked array)", hint="use one te.extern per output"))
+    k = len(shapes)
+
+    def stacked(ins, outs):
+        o = outs[0]
+        zeros = (0,) * (len(o.shape) - 1)
+        views = [BufferView(o.buffer, o.shape[1:], o.strides[1:],
+                            o.offset_of((j, *zeros)), name=f"{name}.v{j}")
+                 for j in range(k)]
+        return fcompute(ins, views)
+
+    packed = extern((k, *shapes[0]), inputs, stacked, name=name, dtype=dtypes[0],
+                    in_buffers=in_buffers, out_buffers=out_buffers, tag=tag, attrs=attrs)
+    return [compute(shapes[0], lambda *i, j=j: packed[(j, *i)], name=f"{name}.v{j}")
+            for j in range(k)]

@@ -7,8 +7,9 @@ import dataclasses
 from polytile.te.expr import Binary, Cmp, Const
 from polytile.te.visitor import free_vars, substitute
 
-from ..kinds import LoopKind
-from ..loop_ir import For, IfThenElse, Seq, Stmt, StmtMutator, Sync, seq, walk_stmts
+from ..kinds import AutoUnrollPragma, LoopKind
+from ..loop_ir import (Allocate, For, IfThenElse, LetStmt, Seq, Stmt, StmtMutator, Sync, seq,
+                       walk_stmts)
 
 #: Loops marked ``unroll`` are expanded when their extent is a constant up to this bound.
 MAX_UNROLL = 256
@@ -187,3 +188,69 @@ class _DedupSync(StmtMutator):
 def dedup_syncs(stmt: Stmt) -> Stmt:
     """Merge barriers that follow each other directly (one is enough)."""
     return _DedupSync().visit(stmt)
+
+
+def _expanded_stmts(s: Stmt) -> int | None:
+    """How many statements ``s`` runs as straight-line code (unrolled loops expanded), or
+    None when a loop stays rolled inside it (a loop of non-constant extent, a parallel or
+    vectorized one) or it allocates."""
+    if isinstance(s, Seq):
+        total = 0
+        for x in s.stmts:
+            n = _expanded_stmts(x)
+            if n is None:
+                return None
+            total += n
+        return total
+    if isinstance(s, For):
+        if s.kind != LoopKind.UNROLLED or not isinstance(s.extent, Const):
+            return None
+        n = _expanded_stmts(s.body)
+        return None if n is None else n * len(range(0, s.extent.value, s.step))
+    if isinstance(s, IfThenElse):
+        a = _expanded_stmts(s.then_case)
+        b = 0 if s.else_case is None else _expanded_stmts(s.else_case)
+        return None if a is None or b is None else 1 + a + b
+    if isinstance(s, LetStmt):
+        n = _expanded_stmts(s.body)
+        return None if n is None else 1 + n
+    if isinstance(s, Allocate):
+        return None
+    return 1
+
+
+class _AutoUnroll(StmtMutator):
+    def __init__(self):
+        self.limits: list[int] = []
+
+    def visit_For(self, s: For):
+        own = [p.max_step for p in s.pragmas if isinstance(p, AutoUnrollPragma)]
+        self.limits.extend(own)
+        body = self.visit(s.body)
+        del self.limits[len(self.limits) - len(own):]
+        if own and isinstance(s.extent, Const) and s.extent.value == 1:
+            # the scope of one iteration made for the pragma (astgen, a kernel's bound
+            # loop) is no loop of the code
+            return LetStmt(s.var, s.min, body)
+        if body is not s.body:
+            s = dataclasses.replace(s, body=body)
+        if (not self.limits or s.kind != LoopKind.SERIAL or not isinstance(s.min, Const)
+                or not isinstance(s.extent, Const)):
+            return s
+        n = _expanded_stmts(s.body)
+        trips = len(range(0, s.extent.value, s.step))
+        if n is None or trips * n > min(self.limits[-1], MAX_UNROLL_STMTS) \
+                or s.extent.value > MAX_UNROLL:
+            return s
+        return dataclasses.replace(s, kind=LoopKind.UNROLLED)
+
+
+def auto_unroll(stmt: Stmt) -> Stmt:
+    """TVM's ``auto_unroll_max_step`` pragma: inside a loop carrying an
+    :class:`~..kinds.AutoUnrollPragma` ``N`` (the innermost such loop decides), mark
+    ``unrolled`` each serial loop of constant bounds whose body holds no rolled loop and
+    that expands to at most ``N`` statements (trip count times the statements of its body,
+    inner unrolled loops expanded; at most ``MAX_UNROLL_STMTS``). Unrolling keeps the
+    order of iterations, so it is always legal; ``unroll`` then expands the loops.
+    Helps: small inner loops (a 3x3 stencil window) become straight-line code."""
+    return _AutoUnroll().visit(stmt)

@@ -17,7 +17,10 @@ loaded later.
 
 Runs on the flattened function, as a pass of the ``llvm`` backend; ``let`` bindings inside
 ``L`` are substituted into the prefetched indices. ``llvm.prefetch`` never faults, so the
-lines past the last iteration cost nothing but the instruction.
+lines past the last iteration cost nothing but the instruction. GPU targets drop the
+pragmas (:func:`strip_prefetch_pragmas`): a prefetch is a no-op there. Which loops may
+carry one (serial or parallel, not split afterwards) is checked with the schedule
+(``validate._check_prefetch_loops``).
 """
 
 from __future__ import annotations
@@ -127,6 +130,13 @@ def _prefetch(buf, addr, write: bool) -> Stmt:
 
 def _prefetches(loop: For, prag: PrefetchPragma) -> list:
     sites = _sites(loop.body, prag.tensor)
+    if not sites:
+        raise LoweringError(format_error(
+            "prefetch", f"loop {prag.axis!r} of stage {prag.stage!r} accesses no element of "
+            f"{prag.tensor!r} in memory", "a tensor the loop's body loads or stores",
+            hint="a tensor inlined into the stage, or read through a cache_read stage "
+            "computed elsewhere, has no accesses in the loop: prefetch the tensor the loop "
+            "reads"))
     ahead = Binary("int64", "add", loop.var, Const("int64", prag.offset * loop.step))
     found: dict = {}
     for buf, index, store, loops in sites:
@@ -166,11 +176,6 @@ class _Insert(StmtMutator):
         prags = [p for p in s.pragmas if isinstance(p, PrefetchPragma)]
         if not prags:
             return s
-        if s.kind == LoopKind.VECTORIZED:
-            p = prags[0]
-            raise LoweringError(format_error(
-                "prefetch", f"loop {p.axis!r} of stage {p.stage!r} is vectorized",
-                "a serial, unrolled or parallel loop to prefetch at"))
         pf = list(itertools.chain.from_iterable(_prefetches(s, p) for p in prags))
         rest = tuple(p for p in s.pragmas if not isinstance(p, PrefetchPragma))
         return For(s.var, s.min, s.extent, s.kind, seq(*pf, s.body), s.step, rest)
@@ -185,7 +190,24 @@ def insert_prefetches(func: PrimFunc) -> PrimFunc:
     Raises
     ------
     LoweringError
-        When a footprint exceeds :data:`MAX_LINES` lines or the loop is vectorized.
+        When a footprint exceeds :data:`MAX_LINES` lines or the loop accesses no element
+        of the tensor.
     """
     body = _Insert().visit(func.body)
+    return func if body is func.body else dataclasses.replace(func, body=body)
+
+
+class _Strip(StmtMutator):
+    def visit_For(self, s: For):
+        s = self.generic_visit(s)
+        if not any(isinstance(p, PrefetchPragma) for p in s.pragmas):
+            return s
+        return For(s.var, s.min, s.extent, s.kind, s.body, s.step,
+                   tuple(p for p in s.pragmas if not isinstance(p, PrefetchPragma)))
+
+
+def strip_prefetch_pragmas(func: PrimFunc) -> PrimFunc:
+    """``func`` without prefetch pragmas (GPU targets, CUDA and HIP: ``Stage.prefetch`` is a
+    documented no-op there, the hardware caches and ``cp.async`` stages do that work)."""
+    body = _Strip().visit(func.body)
     return func if body is func.body else dataclasses.replace(func, body=body)

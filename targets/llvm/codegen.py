@@ -465,10 +465,14 @@ class CodeGen(StmtFunctor):
             raise BuildError(format_error(
                 "codegen_llvm", f"call_intrin {e.name!r} is a builtin of a C dialect",
                 "call_extern or call_llvm_intrin on the llvm target"))
-        args = [self.expr(a) for a in e.args]
+        return self.extern_call(e, [self.expr(a) for a in e.args])
+
+    def extern_call(self, e: ExternCall, args: list) -> ir.Value:
+        """Call the function of ``e`` on the LLVM values ``args`` (scalars; the vector
+        widener calls it once per lane)."""
         if e.name == "llvm.prefetch.p0":
             # one declaration for the addresses of every element type (Stage.prefetch)
-            args[0] = self.b.bitcast(args[0], I8P)
+            args = [self.b.bitcast(args[0], I8P), *args[1:]]
         ret = llx.VOID if e.dtype == "void" else llx.llvm_type(e.dtype)
         fn = self.module.globals.get(e.name)
         fnty = ir.FunctionType(ret, [a.type for a in args])

@@ -40,12 +40,13 @@ import llvmlite.ir as ir
 from polytile.errors import InternalError, format_error
 from polytile.schedule.intdiv import floordiv_expr, floormod_expr
 from polytile.schedule.passes.loops import masked_extent
-from polytile.schedule.loop_ir import (Allocate, Assert, Evaluate, For, IfThenElse, LetStmt,
-                                       Load, Seq, Stmt, StmtFunctor, Store, stmt_exprs,
-                                       walk_stmts)
+from polytile.schedule.loop_ir import (AccessPtr, Allocate, Assert, Evaluate, ExternCall, For,
+                                       IfThenElse, LetStmt, Load, Seq, Stmt, StmtFunctor, Store,
+                                       stmt_exprs, walk_stmts)
 from polytile.te import dtype as dt
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select,
                               Var, child_fields)
+from polytile.te.visitor import collect
 
 from . import intrinsics as llx
 from .analysis import depends_on, has_inner_for, traps_after, varying_vars
@@ -220,6 +221,12 @@ def can_widen(s: For) -> bool:
         for e in stmt_exprs(x):
             if not _lazy_ok(e, vs):
                 return False
+            # a C function with side effects (or taking pointers) runs in the serial
+            # order of the loop: scalar code
+            for c in collect(e, ExternCall):
+                if c.kind not in ("pure_extern", "llvm_intrin") or c.dtype == "void" or any(
+                        isinstance(a, AccessPtr) for a in c.args):
+                    return False
     return True
 
 
@@ -496,6 +503,18 @@ class _Widener(StmtFunctor):
                                     self.cg.fma), e.dtype)
         return _vec(llx.math_call(self.b, e.name, [self.vec(a) for a in args], t,
                                   self.cg.fast, self.cg.fma), e.dtype)
+
+    def ev_ExternCall(self, e: ExternCall) -> LaneValue:
+        # a pure C function or an LLVM intrinsic (can_widen sends the others to scalar
+        # code): one scalar call per lane, in lane order
+        args = [self.ev(a) for a in e.args]
+        if all(a.kind == "uniform" for a in args):
+            return _u(self.cg.extern_call(e, [a.value for a in args]), e.dtype)
+        out = ir.Constant(ir.VectorType(llx.llvm_type(e.dtype), self.lanes), ir.Undefined)
+        for k in range(self.lanes):
+            r = self.cg.extern_call(e, [self.lane(a, k) for a in args])
+            out = self.b.insert_element(out, r, I32(k))
+        return _vec(out, e.dtype)
 
     def ev_Load(self, e: Load) -> LaneValue:
         buf, cg, b = e.buffer, self.cg, self.b

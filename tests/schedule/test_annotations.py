@@ -283,11 +283,12 @@ def test_pragma_maps_onto_annotation(kind, loop_kind, backend):
 def test_unknown_pragma_raises():
     w = elementwise2d(4, 6)
     s = w.schedule()
-    with pytest.raises(ScheduleError, match=r"pragma: unknown pragma 'auto_unroll_max_step' on "
+    with pytest.raises(ScheduleError, match=r"pragma: unknown pragma 'auto_unroll' on "
                        r"iter_var 'i' of stage 'C'; expected one of \['parallel', "
                        r"'parallel_launch_point', 'unroll', 'vectorize', 'import_c', 'import_llvm', "
-                       r"'nontemporal'\]"):
-        s[w.C].pragma(w.C.op.axis[0], "auto_unroll_max_step", 16)
+                       r"'nontemporal', 'auto_unroll_max_step', 'parallel_barrier_when_finish', "
+                       r"'parallel_stride_pattern', 'unroll_explicit'\]"):
+        s[w.C].pragma(w.C.op.axis[0], "auto_unroll", 16)
 
 
 def test_unknown_pragma_on_foreign_axis_names_the_axis_problem():

@@ -133,9 +133,17 @@ def test_multi_state_definition_errors():
     i2 = te.compute((1, n + 1), lambda _, i: X[0, 0] + i, name="i2")
     u1 = te.compute((m, n), lambda t, i: s1[t - 1, i], name="u1")
     u2 = te.compute((m, n + 1), lambda t, i: s2[t - 1, i], name="u2")
-    with pytest.raises(ValueError, match=r"scan: updates 'u1' and 'u2' have the shapes "
-                       r"\(5, 3\) and \(5, 4\); states of one shape"):
-        te.scan([i1, i2], [u1, u2], [s1, s2])
+    # constant extents that differ: padded (test_scan_states_of_different_shapes); symbolic
+    # ones must agree
+    te.scan([i1, i2], [u1, u2], [s1, s2])
+    n2 = te.var("l")
+    s3 = te.placeholder((m, n2), name="s3")
+    i3 = te.compute((1, n2), lambda _, i: X[0, 0] + i, name="i3")
+    u3 = te.compute((m, n2), lambda t, i: s3[t - 1, i], name="u3")
+    with pytest.raises(ValueError, match=r"scan: states of the extents \['3', 'l'\] in "
+                       r"dimension 1; one time extent, and in each other dimension one "
+                       r"symbolic extent or constants"):
+        te.scan([i1, i3], [u1, u3], [s1, s3])
     k = te.reduce_axis((0, n), name="k")
     r = te.compute((m, n), lambda t, i: te.sum(s1[t - 1, k], axis=k), name="r")
     with pytest.raises(TypeError, match="scan: update 'r' is a reduction"):
@@ -170,3 +178,31 @@ def test_tvm_multi_stage_scan_cell_schedule(backend):
     for t in range(1, m):
         ref[t] = ref[t - 1] * 2 + x[t]
     check(out, ref, k=m)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_scan_states_of_different_shapes(split, backend):
+    # TVM's scan tutorial, "multiple states", with constant state widths: the narrower
+    # state is padded to the wider one's loop nest and returned as its own extents
+    m, n, w = 6, 7, 4
+    X = te.placeholder((m, n), name="X")
+    s1, s2 = te.placeholder((m, n), name="s1"), te.placeholder((m, w), name="s2")
+    i1 = te.compute((1, n), lambda _, i: X[0, i], name="i1")
+    i2 = te.compute((1, w), lambda _, i: X[0, i] * 0.5, name="i2")
+    u1 = te.compute((m, n), lambda t, i: s1[t - 1, i] + X[t, i], name="u1")
+    u2 = te.compute((m, w), lambda t, i: s2[t - 1, i] + s1[t - 1, n - 1 - i], name="u2")
+    r1, r2 = te.scan([i1, i2], [u1, u2], [s1, s2])
+    assert r1.shape == (m, n) and r2.shape == (m, w)
+    s = te.create_schedule([r1.op, r2.op])
+    if split:   # the narrow update's axis stands for the wide one's
+        s[u2].split(u2.op.axis[1], factor=3)
+    x = rand((m, n), seed=5)
+    x64 = x.astype("float64")
+    a = np.cumsum(x64, 0)
+    b = np.zeros((m, w))
+    b[0] = x64[0, :w] * 0.5
+    for t in range(1, m):
+        b[t] = b[t - 1] + a[t - 1, n - 1 - np.arange(w)]
+    out1, out2 = run_schedule(s, [X, r1, r2], [x], backend)
+    check(out1, a, k=m)
+    check(out2, b, k=m)

@@ -253,3 +253,47 @@ def test_cubin_export_of_symbolic_grids_and_shared_memory(build, tmp_path):
         dc = polytile.nd.array(np.full(n, np.nan, "float32"), device="cuda")
         f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), dc)
         np.testing.assert_allclose(dc.numpy(), a + 2.0 * b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("rank", [2, 3])
+def test_tvm_gpu_injective_schedule_over_symbolic_shapes(build, rank):
+    # topi's CUDA schedule_injective: fuse every axis, split by the block size, bind; the
+    # fused index is not affine, so the nest is lowered as the last axis split and bound
+    # with the other axes on blockIdx.y/z (same elements, each computed once)
+    shape = tuple(te.var(f"n{k}") for k in range(rank))
+    A = te.placeholder(shape, name="A")
+    B = te.placeholder(shape, name="B")
+    C = te.compute(shape, lambda *i: A[i] * 2.0 - B[i], name="C")
+    s = te.create_schedule(C.op)
+    fused = s[C].fuse(*C.op.axis)
+    bx, tx = s[C].split(fused, factor=64)
+    s[C].bind(bx, te.thread_axis("blockIdx.x"))
+    s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    text = str(polytile.lower(s, [A, B, C], target="cuda"))
+    assert "block=[64, 1, 1]" in text
+    f = build(s, [A, B, C])
+    sizes = [(3, 70), (1, 1), (4, 0), (2, 129)] if rank == 2 else [(2, 3, 65), (1, 5, 1)]
+    for shp in sizes:
+        g = np.random.default_rng(sum(shp))
+        a, b = (g.uniform(-1, 1, shp).astype("float32") for _ in range(2))
+        c = polytile.nd.array(np.full(shp, np.nan, "float32"), device="cuda")
+        f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
+        np.testing.assert_allclose(c.numpy(), a.astype(np.float64) * 2 - b, rtol=1e-6,
+                                   atol=1e-6)
+    if shutil.which("nvcc"):   # build compiles the source (nvcc without a GPU)
+        assert "__global__" in polytile.build(s, [A, B, C], target="cuda").get_source()
+
+
+def test_gpu_injective_rewrite_needs_the_whole_pattern():
+    m, n = te.var("m"), te.var("n")
+    A = te.placeholder((m, n), name="A")
+    C = te.compute((m, n), lambda i, j: A[i, j] + 1.0, name="C")
+    s = te.create_schedule(C.op)
+    fused = s[C].fuse(*C.op.axis)
+    bx, tx = s[C].split(fused, factor=32)
+    s[C].bind(bx, te.thread_axis("blockIdx.y"))
+    s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    with pytest.raises(ScheduleError, match=r"split: iter_var 'i.j.fused' of stage 'C' fuses "
+                       r"a loop of symbolic extent n and is split by 32, but 'i.j.fused.outer' "
+                       r"is not bound to blockIdx.x"):
+        polytile.lower(s, [A, C], target="cuda")

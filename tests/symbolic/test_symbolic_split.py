@@ -311,11 +311,13 @@ def test_tvm_crossthread_reduction_two_axes_and_the_factor_idiom():
     s[B].bind(k0o, te.thread_axis("threadIdx.x"))
     s[B].bind(k1o, te.thread_axis("threadIdx.y"))
     s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
-    # two reduction loops on two thread indices: not lowered yet (a clear refusal)
-    with pytest.raises(ScheduleError, match=r"bind: the cross-thread reduction of stage 'B' "
-                       r"over 'k0.outer' .* reduction loop 'k1.outer' of stage 'B' is annotated "
-                       r"'bind:threadIdx.y'"):
-        polytile.lower(s, [A, B], target="cuda")
+    # two reduction loops on two thread indices: fused into one on threadIdx.x (8 * 4)
+    func = polytile.lower(s, [A, B], target="cuda")
+    assert "block=[32, 1, 1]" in str(func)
+    for shp in [(3, 13, 7), (2, 1, 17), (1, 40, 3)]:
+        a, b = _rand(shp, sum(shp)), _poison(shp[0])
+        interpreter.run(func, a, b)
+        np.testing.assert_allclose(b, a.astype(np.float64).sum((1, 2)), rtol=1e-5, atol=1e-6)
     A2, B2 = _rowsum_sym()
     s = te.create_schedule(B2.op)
     ko, ki = s[B2].split(B2.op.reduce_axis[0], factor=16)
@@ -429,9 +431,18 @@ def test_fuse_of_symbolic_extents_refusals():
     C = te.compute((m, n), lambda i, j: B[i, j] * 2.0, name="C")
     s = te.create_schedule(C.op)
     f = s[C].fuse(*C.op.axis)
+    fo, fi = s[C].split(f, factor=64)   # kept for TVM's GPU injective schedule (below)
+    s[C].parallel(fo)                   # any other use is refused when lowering
     with pytest.raises(ScheduleError, match=r"split: iter_var 'i.j.fused' of stage 'C' fuses "
-                       r"a loop of symbolic extent n"):
-        s[C].split(f, factor=64)    # TVM's GPU injective schedule: not affine here
+                       r"a loop of symbolic extent n and is split by 64, but 'i.j.fused.outer' "
+                       r"is not bound to blockIdx.x"):
+        polytile.lower(s, [A, C])
+    s = te.create_schedule(C.op)
+    f = s[C].fuse(*C.op.axis)
+    with pytest.raises(ScheduleError, match=r"split: iter_var 'i.j.fused' of stage 'C' fuses "):
+        s[C].split(f, nparts=4)
+    s = te.create_schedule(C.op)
+    f = s[C].fuse(*C.op.axis)
     s[C].vectorize(f)
     with pytest.raises(ScheduleError, match=r"vectorize: loop 'i.j.fused' of stage 'C' fuses "
                        r"a loop of symbolic extent n"):

@@ -185,6 +185,32 @@ def test_split_factor_expressions_like_tvm():
         tir.vscale()
 
 
+def test_extern_multi_out():
+    # TVM's test_extern_multi_out, with the packed function written as C (call_packed is
+    # refused below), and a symbolic size
+    m = te.size_var("m")
+    A = te.placeholder((m,), name="A")
+    B = te.compute((m,), lambda i: A[i] * 10, name="B")
+    res = te.extern([A.shape, A.shape], [A, B], lambda ins, outs: tir.call_extern(
+        "int32", "myadd2", ins[0].access_ptr("r"), ins[1].access_ptr("r"),
+        outs[0].access_ptr("w"), outs[1].access_ptr("w"), m), name="ext")
+    s = te.create_schedule([r.op for r in res])
+    packed = res[0].op.input_tensors[0]
+    s[packed].pragma(packed.op.axis[0], "import_c", """
+        int myadd2(const float* a, const float* b, float* c, float* d, int n) {
+          for (int i = 0; i < n; ++i) { c[i] = a[i] + b[i]; d[i] = a[i] - b[i]; }
+          return 0;
+        }""")
+    f = polytile.build(s, [A, *res])
+    for n in (1, 20, 33):
+        a = _rand((n,), n)
+        c, d = np.full(n, np.nan, "float32"), np.full(n, np.nan, "float32")
+        f(a, c, d)
+        a64 = a.astype("float64")
+        np.testing.assert_allclose(c, a64 * 11, rtol=1e-6)
+        np.testing.assert_allclose(d, a64 * -9, rtol=1e-6)
+
+
 def test_refused_tvm_te_features_say_why():
     m = te.size_var("m")
     A = te.placeholder((m,), name="A")
@@ -192,9 +218,8 @@ def test_refused_tvm_te_features_say_why():
                        "runtime"):
         te.extern((m,), [A], lambda ins, outs: tir.call_packed("myadd", ins[0].data,
                                                                 outs[0].data, m))
-    B = te.compute((m,), lambda i: A[i] * 10, name="B")
-    with pytest.raises(ValueError, match="extern: 2 output shapes; one output"):
-        te.extern([A.shape, A.shape], [A, B], lambda ins, outs: tir.call_extern(
+    with pytest.raises(ValueError, match="extern: 2 outputs of the shapes"):
+        te.extern([A.shape, (4,)], [A], lambda ins, outs: tir.call_extern(
             "int32", "f", ins[0].access_ptr("r")))
     x = te.placeholder((8,), name="x")
     v = te.size_var("v")

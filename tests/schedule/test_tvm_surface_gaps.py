@@ -1,0 +1,193 @@
+"""TE-surface gaps of issue 9 closed by tesurf4: an argument tensor computed at a loop of
+its consumer, and the rest (see docs/tvm_compatibility.md); numeric results against
+numpy float64 at odd sizes, and the refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import check, rand
+
+import polytile
+from polytile import ScheduleError, te
+
+
+def _run(s, args, inputs, shapes):
+    outs = [np.full(sh, np.nan, "float32") for sh in shapes]
+    polytile.build(s, args)(*inputs, *outs)
+    return outs
+
+
+# ------------------------------------------------- an argument computed at another stage
+def test_tvm_schedule_primitives_tutorial_compute_at_argument():
+    # TVM's schedule_primitives tutorial: lower(s, [A, B, C]) with B computed at C
+    m, n = 17, 13
+    A = te.placeholder((m, n), name="A")
+    B = te.compute((m, n), lambda i, j: A[i, j] + 1.0, name="B")
+    C = te.compute((m, n), lambda i, j: B[i, j] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[1])
+    a = rand((m, n), seed=1)
+    b, c = _run(s, [A, B, C], [a], [(m, n), (m, n)])
+    check(b, a.astype("float64") + 1)
+    check(c, (a.astype("float64") + 1) * 2)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_argument_reduction_at_a_tile_with_a_halo(parallel):
+    # B (a row sum) is an argument, computed per tile of D's rows; D reads a 3-row window
+    m, n = 29, 11
+    A = te.placeholder((m, n), name="A")
+    k = te.reduce_axis((0, n), name="k")
+    B = te.compute((m,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    D = te.compute((m - 2,), lambda i: B[i] + B[i + 1] * 2.0 + B[i + 2], name="D")
+    s = te.create_schedule(D.op)
+    io, ii = s[D].split(D.op.axis[0], factor=4)
+    s[B].compute_at(s[D], io)
+    a = rand((m, n), seed=2)
+    rb = a.astype("float64").sum(axis=1)
+    if parallel:
+        s[D].parallel(io)
+        with pytest.raises(ScheduleError, match=r"compute_at: stage 'B' is in args and "
+                           r"computed at 'D'.'i.outer', and the regions of iterations of the "
+                           r"parallel loop 'i.outer' overlap"):
+            polytile.lower(s, [A, B, D])
+        return
+    b, d = _run(s, [A, B, D], [a], [(m,), (m - 2,)])
+    check(b, rb, k=n)
+    check(d, rb[:-2] + 2 * rb[1:-1] + rb[2:], k=3 * n)
+
+
+def test_argument_at_a_parallel_loop_without_overlap():
+    m, n = 31, 9
+    A = te.placeholder((m, n), name="A")
+    B = te.compute((m, n), lambda i, j: te.exp(A[i, j]), name="B")
+    C = te.compute((m, n), lambda i, j: B[i, j] - A[i, j], name="C")
+    s = te.create_schedule(C.op)
+    io, ii = s[C].split(C.op.axis[0], factor=5)
+    s[C].parallel(io)
+    s[B].compute_at(s[C], ii)
+    a = rand((m, n), seed=3)
+    b, c = _run(s, [A, B, C], [a], [(m, n), (m, n)])
+    check(b, np.exp(a.astype("float64")))
+    check(c, np.exp(a.astype("float64")) - a)
+
+
+def test_argument_read_in_part_is_refused():
+    m, n = 7, 9
+    A = te.placeholder((m, n), name="A")
+    B = te.compute((m, n), lambda i, j: A[i, j] + 1.0, name="B")
+    C = te.compute((m, 3), lambda i, j: B[i, j] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[0])
+    with pytest.raises(ScheduleError, match=r"compute_at: stage 'B' is in args and computed "
+                       r"at 'C'.'i', which reads only part of it: .* would never be written"):
+        polytile.lower(s, [A, B, C])
+    # without B in the arguments it is an intermediate as before
+    polytile.lower(s, [A, C])
+
+
+def test_argument_at_a_loop_in_a_gpu_kernel_is_refused():
+    m, n = 7, 32
+    A = te.placeholder((m, n), name="A")
+    B = te.compute((m, n), lambda i, j: A[i, j] + 1.0, name="B")
+    C = te.compute((m, n), lambda i, j: B[i, j] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[C].bind(C.op.axis[1], te.thread_axis("threadIdx.x"))
+    s[B].compute_at(s[C], C.op.axis[0])
+    with pytest.raises(ScheduleError, match=r"compute_at: stage 'B' is in args and computed "
+                       r"at 'C'.'i' in a GPU kernel"):
+        polytile.lower(s, [A, B, C], target="cuda")
+
+
+# ------------------------------------------- cross-thread reduction over two reduce loops
+def _sum2(n=5, k0=13, k1=7):
+    A = te.placeholder((n, k0, k1), name="A")
+    r0, r1 = te.reduce_axis((0, k0), "k0"), te.reduce_axis((0, k1), "k1")
+    B = te.compute((n,), lambda i: te.sum(A[i, r0, r1], axis=(r0, r1)), name="B")
+    return A, B
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_crossthread_reduction_over_two_loops(fused):
+    from helpers import compile_with_nvcc
+
+    from polytile.schedule import interpreter
+    A, B = _sum2()
+    s = te.create_schedule(B.op)
+    k0o, k0i = s[B].split(B.op.reduce_axis[0], nparts=8)
+    k1o, k1i = s[B].split(B.op.reduce_axis[1], nparts=3)
+    if fused:   # the user's own fuse of the two outer loops
+        s[B].reorder(B.op.axis[0], k0o, k1o, k0i, k1i)
+        s[B].bind(s[B].fuse(k0o, k1o), te.thread_axis("threadIdx.x"))
+    else:       # TVM's test_crossthread_reduction2: two loops on two indices
+        s[B].bind(k0o, te.thread_axis("threadIdx.x"))
+        s[B].bind(k1o, te.thread_axis("threadIdx.y"))
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    func = polytile.lower(s, [A, B], target="cuda")
+    assert "block=[21, 1, 1]" in str(func)     # 7 parts of 13 (factor 2) times 3
+    a = rand((5, 13, 7), seed=9)
+    b = np.full(5, np.nan, "float32")
+    interpreter.run(func, a, b)
+    check(b, a.astype("float64").sum((1, 2)), k=91)
+    compile_with_nvcc(polytile.build(s, [A, B], target="cuda").get_source())
+
+
+def test_crossthread_reduction_over_two_loops_with_rows_on_threads():
+    from polytile.schedule import interpreter
+    A, B = _sum2()
+    s = te.create_schedule(B.op)
+    k0o, _ = s[B].split(B.op.reduce_axis[0], nparts=4)
+    k1o, _ = s[B].split(B.op.reduce_axis[1], nparts=2)
+    io, ii = s[B].split(B.op.axis[0], factor=2)
+    s[B].bind(k0o, te.thread_axis("threadIdx.x"))
+    s[B].bind(k1o, te.thread_axis("threadIdx.y"))
+    s[B].bind(ii, te.thread_axis("threadIdx.z"))
+    s[B].bind(io, te.thread_axis("blockIdx.x"))
+    func = polytile.lower(s, [A, B], target="cuda")
+    a = rand((5, 13, 7), seed=10)
+    b = np.full(5, np.nan, "float32")
+    interpreter.run(func, a, b)
+    check(b, a.astype("float64").sum((1, 2)), k=91)
+
+
+# ------------------------------------------------------------ te.extern with several outputs
+TWO_OUTS = r"""
+int two_outs(const float* a, float* x, float* y, int n) {
+  for (int i = 0; i < n; ++i) { x[i] = a[i] + 1.0f; y[i] = a[i] * 3.0f; }
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_extern_with_two_outputs(inline):
+    from polytile import tir
+    n = 29
+    A = te.placeholder((n,), name="A")
+    X, Y = te.extern([(n,), (n,)], [A], lambda ins, outs: tir.call_extern(
+        "int32", "two_outs", ins[0].access_ptr("r"), outs[0].access_ptr("w"),
+        outs[1].access_ptr("w"), n), name="E")
+    assert (X.name, Y.name) == ("E.v0", "E.v1")
+    D = te.compute((n,), lambda i: X[i] * Y[i] - 2.0, name="D")
+    s = te.create_schedule([D.op, Y.op])
+    packed = s[X].op.input_tensors[0]
+    s[packed].pragma(packed.op.axis[0], "import_c", TWO_OUTS)
+    if inline:
+        s[X].compute_inline()
+    a = rand((n,), seed=12)
+    y, d = _run(s, [A, Y, D], [a], [(n,), (n,)])
+    x64 = a.astype("float64")
+    check(y, x64 * 3)
+    check(d, (x64 + 1) * (x64 * 3) - 2)
+
+
+def test_extern_outputs_of_different_shapes_are_refused():
+    from polytile import tir
+    from polytile.errors import DefinitionValueError
+    A = te.placeholder((8,), name="A")
+    with pytest.raises(DefinitionValueError, match=r"extern: 2 outputs of the shapes \[\[8\], "
+                       r"\[4\]\] and dtypes .*; outputs of one shape and one dtype"):
+        te.extern([(8,), (4,)], [A], lambda ins, outs: tir.call_extern(
+            "int32", "f", ins[0].access_ptr("r")))

@@ -1,0 +1,101 @@
+"""``te.extern`` on CUDA: the stage calls a user ``__device__`` function (source given with
+``pragma(axis, "import_c", source)``) over whole buffers, in a kernel of one thread; other
+stages around it keep their own kernels. Numbers on the GPU (marked ``gpu``) and on the
+host emulation of the CUDA driver; the source is compiled with nvcc when installed."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+from helpers import check, compile_with_nvcc
+
+import polytile
+from polytile import BuildError, te, tir
+from polytile.targets import Target
+from polytile.targets.cuda.runtime import CUDAModule
+
+sys.path.insert(0, os.path.dirname(__file__))
+import cuda_emulator  # noqa: E402
+
+SOURCE = r"""
+__device__ int scaled_copy(const float* a, float* c, int n, float k) {
+  for (int i = 0; i < n; ++i) c[i] = k * a[i];
+  return 0;
+}
+"""
+
+
+@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
+def build(request, tmp_path, monkeypatch):
+    if request.param == "gpu":
+        yield lambda s, args: polytile.build(s, args, target="cuda")
+        return
+    with cuda_emulator.installed(tmp_path, monkeypatch):
+        yield lambda s, args: CUDAModule(polytile.lower(s, args, target="cuda",
+                                                        stop_after=None), Target.parse("cuda"))
+
+
+def _extern(n):
+    A = te.placeholder((n,), name="A")
+    C = te.extern((n,), [A], lambda ins, outs: tir.call_extern(
+        "int32", "scaled_copy", ins[0].access_ptr("r"), outs[0].access_ptr("w"), n, 2.5),
+        name="C")
+    return A, C
+
+
+@pytest.mark.parametrize("n", [1, 37])
+def test_cuda_extern_alone(build, n):
+    A, C = _extern(n)
+    s = te.create_schedule(C.op)
+    s[C].pragma(C.op.axis[0], "import_c", SOURCE)
+    f = build(s, [A, C])
+    a = np.random.default_rng(n).uniform(-1, 1, n).astype("float32")
+    c = polytile.nd.array(np.full(n, np.nan, "float32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), c)
+    check(c.numpy(), a.astype("float64") * 2.5)
+
+
+def test_cuda_extern_between_kernels(build):
+    n = 67
+    A, C = _extern(n)
+    D = te.compute((n,), lambda i: C[i] + 1.0, name="D")
+    s = te.create_schedule(D.op)
+    s[C].pragma(C.op.axis[0], "import_c", SOURCE)
+    xo, xi = s[D].split(D.op.axis[0], factor=32)
+    s[D].bind(xo, te.thread_axis("blockIdx.x"))
+    s[D].bind(xi, te.thread_axis("threadIdx.x"))
+    f = build(s, [A, D])
+    a = np.random.default_rng(3).uniform(-1, 1, n).astype("float32")
+    d = polytile.nd.array(np.full(n, np.nan, "float32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), d)
+    check(d.numpy(), a.astype("float64") * 2.5 + 1)
+
+
+def test_cuda_extern_source_compiles_with_nvcc():
+    A, C = _extern(37)
+    s = te.create_schedule(C.op)
+    s[C].pragma(C.op.axis[0], "import_c", SOURCE)
+    src = polytile.lower(s, [A, C], target="cuda", stop_after=None)
+    from polytile.targets.c_printer import print_c_module
+    from polytile.targets.cuda.dialect import CUDADialect
+
+    code = print_c_module(src, CUDADialect()).source
+    assert "__device__ int scaled_copy" in code and "scaled_copy(&A[0" in code
+    assert "__launch_bounds__(1)" in code
+    compile_with_nvcc(code)
+
+
+def test_cuda_extern_with_llvm_ir_is_refused():
+    A, C = _extern(5)
+    s = te.create_schedule(C.op)
+    s[C].pragma(C.op.axis[0], "import_llvm", "define i32 @scaled_copy() { ret i32 0 }")
+    from polytile.targets.c_printer import print_c_module
+    from polytile.targets.cuda.dialect import CUDADialect
+
+    func = polytile.lower(s, [A, C], target="cuda", stop_after=None)
+    with pytest.raises(BuildError, match=r"pragma 'import_llvm' gives LLVM IR to a cuda "
+                       r"module; 'import_c' with device source"):
+        print_c_module(func, CUDADialect())
