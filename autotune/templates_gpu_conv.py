@@ -87,15 +87,7 @@ def conv2d_nchw_cuda(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32
     cfg.define_knob("tile", tiles, default=default if default in tiles else tiles[0])
     cfg.define_knob("unroll", [True, False], default=True)
     bf, tf, by, ty, bx, tx, bc = cfg["tile"].val
-    A = te.placeholder((N, CI, H, W), name="A", dtype=dtype)
-    Wt = te.placeholder((CO, CI, KH, KW), name="W", dtype=dtype)
-    Ap = _nn._padded(A, pad)
-    rc = te.reduce_axis((0, CI), name="rc")
-    ry = te.reduce_axis((0, KH), name="ry")
-    rx = te.reduce_axis((0, KW), name="rx")
-    C = te.compute((N, CO, OH, OW), lambda n, f, y, x: te.sum(
-        Ap[n, rc, y * stride + ry, x * stride + rx] * Wt[f, rc, ry, rx], axis=[rc, ry, rx]),
-        name="C")
+    A, Wt, Ap, C = _nn.conv2d_nchw_compute(N, CI, H, W, CO, KH, KW, stride, pad, dtype)
     s = te.create_schedule(C.op)
     AS = s.cache_read(Ap, "shared", [C])
     WS = s.cache_read(Wt, "shared", [C])

@@ -56,12 +56,10 @@ def _conv2d_flops(N, CI, H, W, CO, KH, KW, stride, pad):
         * CI * KH * KW
 
 
-@template("conv2d_nchw", default_args=(1, 64, 56, 56, 64, 3, 3, 1, 1), flops=_conv2d_flops,
-          reference=_conv_reference, target="llvm")
-def conv2d_nchw(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
-    """2-D convolution, NCHW input, OIHW weights: output channels and rows register-blocked,
-    output columns vectorized, input channels split."""
-    cfg = get_config()
+def conv2d_nchw_compute(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str):
+    """The NCHW convolution of the CPU and GPU templates: input ``A`` (N, CI, H, W), weights
+    ``W`` (CO, CI, KH, KW), the zero-padded input ``Ap`` (``A`` itself without padding) and
+    the output ``C`` (N, CO, OH, OW), all of ``dtype``."""
     OH, OW = _out_size(H, KH, stride, pad), _out_size(W, KW, stride, pad)
     A = te.placeholder((N, CI, H, W), name="A", dtype=dtype)
     Wt = te.placeholder((CO, CI, KH, KW), name="W", dtype=dtype)
@@ -72,6 +70,17 @@ def conv2d_nchw(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
     C = te.compute((N, CO, OH, OW), lambda n, f, y, x: te.sum(
         Ap[n, rc, y * stride + ry, x * stride + rx] * Wt[f, rc, ry, rx], axis=[rc, ry, rx]),
         name="C")
+    return A, Wt, Ap, C
+
+
+@template("conv2d_nchw", default_args=(1, 64, 56, 56, 64, 3, 3, 1, 1), flops=_conv2d_flops,
+          reference=_conv_reference, target="llvm")
+def conv2d_nchw(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
+    """2-D convolution, NCHW input, OIHW weights: output channels and rows register-blocked,
+    output columns vectorized, input channels split."""
+    cfg = get_config()
+    A, Wt, Ap, C = conv2d_nchw_compute(N, CI, H, W, CO, KH, KW, stride, pad, dtype)
+    rc, ry, rx = C.op.reduce_axis
     s = te.create_schedule(C.op)
     n, f, y, x = C.op.axis
     cfg.define_split("tile_co", f, num_outputs=2, max_factor=16, default=[-1, 4])

@@ -38,18 +38,9 @@ CONFIGS = (((128, 64, 32), (64, 32), 3), ((64, 64, 32), (32, 32), 3))
 
 def _time(fn, reps: int) -> float:
     """Seconds per call of ``fn`` (CUDA events, after warm-up)."""
-    import torch
+    from wgmma_gemm import _time_cuda
 
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(reps):
-        fn()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / 1e3 / reps
+    return _time_cuda(fn, reps)
 
 
 def _flops(n, h, ci, co, k, stride, pad) -> float:
