@@ -449,7 +449,8 @@ def finalize(func: PrimFunc) -> PrimFunc:
     """The ``storage_flattening`` phase alone: flatten storage to 1-D offsets, then fold
     the constant index arithmetic that flattening creates."""
     flat = flatten_storage(func)
-    return PrimFunc(flat.name, flat.params, simplify(flat.body), flat.attrs)
+    # share: past share_subexpressions, sharing no longer changes the code
+    return PrimFunc(flat.name, flat.params, simplify(flat.body, share=True), flat.attrs)
 
 
 def only_scalar_stages(sch: Schedule) -> bool:

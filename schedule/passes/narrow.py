@@ -181,9 +181,11 @@ class _Rewrite(ExprMutator):
         return Cast(v.dtype, n) if n is not None else v
 
     def visit_Load(self, e: Load):
-        idx = tuple(self.index(i) for i in e.indices)
-        return e if all(a is b for a, b in zip(idx, e.indices)) else Load(e.dtype, e.buffer,
-                                                                           idx)
+        idx = tuple([self.index(i) for i in e.indices])
+        for a, b in zip(idx, e.indices):
+            if a is not b:
+                return Load(e.dtype, e.buffer, idx)
+        return e
 
     def visit_Cast(self, e: Cast):
         if (e.value.dtype == "int64" and dt.is_int(e.dtype) and dt.bits(e.dtype) <= 32
@@ -259,7 +261,7 @@ class _NarrowStmt(StmtMutator):
         return LetStmt(v, value, self.visit(s.body))
 
     def visit_Store(self, s: Store):
-        idx = tuple(self.ex.index(i) for i in s.indices)
+        idx = tuple([self.ex.index(i) for i in s.indices])
         return Store(s.buffer, idx, self.ex.visit(s.value))
 
 

@@ -130,17 +130,45 @@ def _rebuild(terms: dict, const: int) -> Expr:
         out = c if out is None else Binary(i64, "add" if const > 0 else "sub", out, c)
     for t, k in neg:
         out = Binary(i64, "sub", out, _term(t, k))
+    first = pos[0] if pos else None
+    if out.__class__ is Binary and not (first is not None and first[1] == 1
+                                        and first[0].__class__ is Binary
+                                        and first[0].op in ("min", "max")):
+        # (a sum led by a min or max is not kept: a new walk moves the rest inside it)
+        if len(_CANON) >= MEMO_LIMIT:
+            _CANON.clear()
+        _CANON[id(out)] = out
     return out
 
 
+#: The sums :func:`_rebuild` made, by id (each held, so its id is not reused): in canonical
+#: form already (their terms were simplified, and a sum rebuilt from its own linear form is
+#: the same text), so a walk of ``simplify(..., share=True)`` returns each as it is instead
+#: of rebuilding it node by node. Emptied at :data:`MEMO_LIMIT` entries and by
+#: :func:`forget`.
+_CANON: dict = {}
+
+
 class Simplifier(ExprMutator):
+    """The expression rewrite of :func:`simplify_expr`; ``share``: canonical sums
+    (:data:`_CANON`) are returned as they are, not rebuilt (see :func:`simplify`)."""
+
+    def __init__(self, share: bool = False):
+        self.share = share
+
     def visit(self, e):
         if e.__class__ is Var or e.__class__ is Const:
             return e    # nothing to simplify (and nothing worth a memo entry)
+        if self.share and _CANON.get(id(e)) is e:
+            return e
         return _Memo.visit(self, e)
 
     def visit_Binary(self, e: Binary):
         a, b = self.visit(e.a), self.visit(e.b)
+        if not _is_int(e.dtype) and (a.__class__ is not Const or b.__class__ is not Const):
+            # no rule below applies to a float operation with a non-constant operand (the
+            # rules past the folding are for integers): the operands alone
+            return e if (a is e.a and b is e.b) else Binary(e.dtype, e.op, a, b)
         ca, cb = _ci(a), _ci(b)
         if ca is not None and cb is not None:
             v = _fold_int(e.op, ca, cb, e.dtype)
@@ -243,6 +271,10 @@ _SIMPLIFIED: dict = {}
 
 
 class _SimplifyStmt(StmtMutator):
+    def __init__(self, share: bool = False):
+        # shared: one expression walker (and its memo) for the whole statement
+        self.ex = Simplifier(share=True) if share else None
+
     def visit(self, s):
         if _SIMPLIFIED.get(id(s)) is s:
             return s
@@ -254,7 +286,7 @@ class _SimplifyStmt(StmtMutator):
         return out
 
     def visit_expr(self, e):
-        return simplify_expr(e)
+        return simplify_expr(e) if self.ex is None else self.ex.visit(e)
 
     def visit_IfThenElse(self, s: IfThenElse):
         s = self.generic_visit(s)
@@ -279,10 +311,17 @@ def forget() -> None:
     one program is met again in the next)."""
     _LINEAR.clear()
     _SIMPLIFIED.clear()
+    _CANON.clear()
 
 
-def simplify(stmt):
-    """Simplify every expression of a statement; drop branches and loops that never run."""
-    out = _SimplifyStmt().visit(stmt)
+def simplify(stmt, share: bool = False):
+    """Simplify every expression of a statement; drop branches and loops that never run.
+
+    ``share``: one memo for all expressions of ``stmt``, and the sums an earlier walk of
+    this lowering rebuilt are kept as they are (:data:`_CANON`), so a sub-expression met in
+    several expressions is one shared result. Only where no later pass tells shared nodes
+    apart: ``share_subexpressions`` binds a shared node once, so before it, each
+    expression's result must be its own tree."""
+    out = _SimplifyStmt(share).visit(stmt)
     return out if out is not None else seq()
 
