@@ -146,7 +146,7 @@ def test_template_space_and_default_config():
     sp = t.space((64, 64, 64))
     d = sp.default()
     assert d["tile_i"].size == [-1, 6, 12]  # 12-row micro-kernel, the 64 rows in 1 block
-    assert d["tile_j"].size == [-1, 2, 32]
+    assert d["tile_j"].size == [-1, 1, 32]  # B blocks of N/2 columns
     # 64^3 is small: no packing, no threads; larger products pack both and run in parallel
     assert (d["pack_a"].val, d["pack_b"].val, d["order"].val) == (False, False, "goto")
     assert d["parallel"].val == "none"

@@ -86,10 +86,11 @@ CASES = [
     pytest.param(lambda d: [*TUNE, "--resume", "--log", str(d / "missing.jsonl")], 1,
                  r"polytile: error: --resume: log '.*missing\.jsonl' does not exist",
                  id="resume-missing-log"),
-    pytest.param(lambda d: ["tune", "conv2d_nchw", "--target", "cuda"], 1,
-                 r"polytile: error: template 'conv2d_nchw': has no schedule for target kind "
-                 r"'cuda' \(it has llvm\); expected one of its targets; templates for 'cuda': "
-                 r"batch_matmul, layernorm, matmul, row_sum, softmax",
+    pytest.param(lambda d: ["tune", "depthwise_conv2d_nchw", "--target", "cuda"], 1,
+                 r"polytile: error: template 'depthwise_conv2d_nchw': has no schedule for target "
+                 r"kind 'cuda' \(it has llvm\); expected one of its targets; templates for "
+                 r"'cuda': batch_matmul, conv2d_nchw, conv2d_nhwc, layernorm, matmul, rmsnorm, "
+                 r"row_sum, softmax",
                  id="tune-cpu-template-for-cuda"),
 ]
 
