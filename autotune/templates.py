@@ -203,7 +203,7 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None) -> None:
     cfg["unroll"].apply(s, C, [k1, i2], axis_lens=[cfg["tile_k"].size[1],
                                                    cfg["tile_i"].size[2]], max_unroll=16)
     s[C].vectorize(j2)
-    if _prefetch_c(C):
+    if _prefetch_c(C) and _c_lines_below(cfg, C, mid, i0, j1, i1) <= MAX_PREFETCH_LINES:
         # the next micro-tile's rows of C (12 pages apart at a large N) arrive while this
         # one computes, instead of stalling its first k step
         s[C].prefetch(C, i1, 1)
@@ -234,6 +234,25 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None) -> None:
                 s[P].parallel(s[P].fuse(*pb, x) if pb else x)
         if P is PB:
             s[P].vectorize(z)
+
+
+#: The most cache lines of ``C`` one iteration of ``i1`` may span for the template to
+#: prefetch them (the prefetch is for the next micro-tile; a reorder that puts ``i0`` or
+#: ``j1`` below ``i1`` makes it a block of ``C``, not worth prefetching, and past
+#: ``Stage.prefetch``'s limit of 1024 lines).
+MAX_PREFETCH_LINES = 256
+
+
+def _c_lines_below(cfg, C, mid, i0, j1, i1) -> int:
+    """Cache lines of ``C`` written by one iteration of ``i1``: its micro-tile, times the
+    iterations of ``i0`` and ``j1`` when the reorder knob puts them below ``i1``."""
+    below = mid[[id(x) for x in mid].index(id(i1)) + 1:]
+    ids = {id(x) for x in below}
+    mr, nr = cfg["tile_i"].size[2], cfg["tile_j"].size[2]
+    rows = mr * (-(-C.shape[-2] // (mr * cfg["tile_i"].size[1])) if id(i0) in ids else 1)
+    cols = nr * (cfg["tile_j"].size[1] if id(j1) in ids else 1)
+    itemsize = 8 if C.dtype in ("float64", "int64") else 4
+    return rows * -(-cols * itemsize // 64)
 
 
 def _prefetch_c(C) -> bool:

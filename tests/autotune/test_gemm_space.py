@@ -181,3 +181,19 @@ def test_batch_matmul_single_reduction_block_with_fused_parallel_batch(parallel)
     cfg = _config("batch_matmul", args, tile_i=[-1, 2, 12], tile_j=[-1, 2, 16],
                   tile_k=[-1, 13], order="goto", pack_a=True, pack_b=True, parallel=parallel)
     _check("batch_matmul", args, cfg, seed=3)
+
+
+@pytest.mark.parametrize("order,reorder", [("goto", [2, 1, 0]), ("goto", [1, 2, 0]),
+                                           ("goto", [0, 1, 2]), ("ij", [2, 1, 0])])
+def test_matmul_prefetch_never_refuses_a_sampled_loop_order(order, reorder):
+    # the next micro-tile of C is prefetched at i1; with i0 below i1 (goto, reorder
+    # [2, 1, 0]) one iteration of i1 spans a block of C past Stage.prefetch's limit, which
+    # the tuner met as build errors: the template prefetches only micro-tile-sized spans
+    args = (1024, 1024, 1024)
+    cfg = _config("matmul", args, order=order, reorder=reorder, tile_i=[-1, 4, 16],
+                  tile_j=[-1, 32, 16], tile_k=[-1, 256], pack_a=False, pack_b=False)
+    s, tensors = get_template("matmul").instantiate(cfg, args)
+    text = str(polytile.lower(s, tensors, stop_after=None))
+    if order == "goto" and reorder in ([2, 1, 0], [0, 1, 2]):
+        # i0 below i1: a block of C, not prefetched; the default: the next micro-tile
+        assert ("llvm.prefetch" in text) == (reorder == [0, 1, 2])
