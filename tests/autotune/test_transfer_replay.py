@@ -12,43 +12,15 @@ import pytest
 
 from polytile.autotune import (MeasureOptions, ModelTuner, RandomTuner, Record, XGBCostModel,
                                canonical_target, get_template, load_best, read_records, tune)
-from polytile.autotune.measure import MeasureResult
 from polytile.autotune.replay import Pool, ReplayOracle, replay_search, trials_to_reach
-from polytile.autotune.space import ConfigSpace
 from polytile.autotune.transfer import transfer_sources
 from polytile.autotune.tuner import knob_features
 from polytile.errors import TuneError
 
 
-def _space() -> ConfigSpace:
-    sp = ConfigSpace()
-    sp.define_split("a", 64, num_outputs=3)
-    sp.define_split("b", 48, num_outputs=2)
-    sp.define_knob("k", [0, 1, 2])
-    return sp
+# the synthetic space and cost landscape of the tuner tests
+from test_tuner import _cost, _featurize, _results, _space
 
-
-def _cost(sp, i) -> float:
-    """A synthetic landscape: fastest at a = [-1, 4, 4], b = [-1, 8], k = 2."""
-    c = sp.get(i)
-    a, b, k = c["a"].size, c["b"].size, c["k"].val
-    return 1e-3 * (1 + abs(math.log2(a[1]) - 2) + abs(math.log2(a[2]) - 2)
-                   + abs(math.log2(b[1]) - 3) + (2 - k))
-
-
-def _featurize(sp):
-    def f(indices):
-        out = {}
-        for i in indices:
-            c = sp.get(i)
-            out[i] = [math.log2(c["a"].size[1]), math.log2(c["a"].size[2]),
-                      math.log2(c["b"].size[1]), float(c["k"].val)]
-        return out
-    return f
-
-
-def _results(sp, idx):
-    return [MeasureResult(costs=[_cost(sp, i)], features=_featurize(sp)([i])[i]) for i in idx]
 
 
 def _pool(sp, indices, fail=()) -> Pool:
