@@ -147,12 +147,13 @@ def _replay(a, name, args, rows):
                                           trials_to_reach)
 
     pool, how = _pool(a, name, args, measure_pool, Pool, MeasureOptions)
-    oracle = ReplayOracle(pool)
+    oracle = ReplayOracle(pool, stat=a.stat)
     best = oracle.best_cost()
     nmax = 4 * max(a.trials)
     ok = sum(math.isfinite(c) for c in oracle.cost.values())
     title = (f"{name}{tuple(args)} on '{pool.target}'  REPLAY over a pool of "
-             f"{len(oracle.cost)} configs ({ok} ran) of {pool.space_size:,}, {how}"
+             f"{len(oracle.cost)} configs ({ok} ran) of {pool.space_size:,}, {how}, {a.stat} of "
+             f"repeats"
              f"{f', {oracle.refeaturized} refeaturized' if oracle.refeaturized else ''}, load "
              f"{pool.load_avg} when measured; best {best * 1e3:.4g} ms")
     curves = {t: [replay_search(oracle, t, nmax, seed=s, batch=a.batch)
@@ -163,7 +164,7 @@ def _replay(a, name, args, rows):
         _plot(a.plot, name, curves, best, title)
     if src_args is not None:
         src, how = _pool(a, name, src_args, measure_pool, Pool, MeasureOptions)
-        so = ReplayOracle(src)
+        so = ReplayOracle(src, stat=a.stat)
         warm = [replay_search(oracle, "model", nmax, seed=s, batch=a.batch, transfer=[so])
                 for s in range(a.seeds)]
         goal = best / 0.95
@@ -233,6 +234,9 @@ def main(argv=None) -> None:
     ap.add_argument("--batch", type=int, default=8, help="trials per tuner batch")
     ap.add_argument("--cache", default="search_quality_cache")
     ap.add_argument("--remeasure", action="store_true", help="ignore cached pools")
+    ap.add_argument("--stat", choices=("median", "min"), default="median",
+                    help="cost of a pool entry: median (as tuning records) or min of its "
+                    "repeats (a pool measured on a loaded machine)")
     ap.add_argument("--transfer", action="store_true")
     ap.add_argument("--parallel", type=int, default=None, help="build workers")
     ap.add_argument("--threads", type=int, default=None, help="threads of CPU candidates")
