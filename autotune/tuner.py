@@ -15,8 +15,9 @@ proposed or seen measured before, and learns from results (``update``).
   thousand candidates; its best few dozen are lowered in the worker processes, and the
   loop-IR model ranks them. The batch takes the best ranked unmeasured configs,
   preferring ones that differ from each other in at least two knobs, plus an
-  epsilon-greedy share of uniformly random configs. Records of the same workload and
-  target seed both models and are never re-measured.
+  epsilon-greedy share of uniformly random configs, larger while the model ranks the
+  configs it had not yet seen poorly (:meth:`ModelTuner.exploration`). Records of the
+  same workload and target seed both models and are never re-measured.
 
 Transfer (:meth:`ModelTuner.add_transfer`): measurements of *another* workload of the same
 template (a nearby shape) are training data only, each workload a query group of the
@@ -166,7 +167,10 @@ class ModelTuner(Tuner):
         processes.
     seed : int
     epsilon : float
-        Share of each batch picked uniformly at random.
+        Share of each batch picked uniformly at random (the least, with ``adaptive``).
+    adaptive, max_epsilon :
+        Raise the random share up to ``max_epsilon`` while the model's predictions for
+        new batches rank them poorly (:meth:`exploration`).
     population, children, generations : int
         Size of the evolutionary search on the knob model per batch.
     lower_factor : int

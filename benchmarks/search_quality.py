@@ -33,6 +33,10 @@ timed again at 1.0-1.2 ms like its neighbours), and the curves chased them::
     python benchmarks/search_quality.py --templates matmul conv2d softmax --pool 192 \
         --seeds 12 --trials 8 16 24 --threads 1 --short-repeats --stat min --cache sq_cpu
 
+``benchmarks/pools/`` holds the three CPU pools of 192 configs measured that way
+(2-core AVX-512 VM at load 10-13, 2026-12-01; costs and features rounded to 4 digits):
+replay them with ``--cache benchmarks/pools --pool 192``.
+
 GPU (on the GPU machine: two pools of 160 fp32 matmul configs timed on the device, 2048^3
 and 2048x2048x1024, then the replays; about 4 minutes; run it again if ``timeout`` stops
 it: cached pools are continued, not measured again)::
