@@ -15,9 +15,9 @@ proposed or seen measured before, and learns from results (``update``).
   thousand candidates; its best few dozen are lowered in the worker processes, and the
   loop-IR model ranks them. The batch takes the best ranked unmeasured configs,
   preferring ones that differ from each other in at least two knobs, plus an
-  epsilon-greedy share of uniformly random configs, larger while the model ranks the
-  configs it had not yet seen poorly (:meth:`ModelTuner.exploration`). Records of the
-  same workload and target seed both models and are never re-measured.
+  epsilon-greedy share of uniformly random configs (optionally larger while the model
+  ranks the configs it had not yet seen poorly: :meth:`ModelTuner.exploration`). Records
+  of the same workload and target seed both models and are never re-measured.
 
 Transfer (:meth:`ModelTuner.add_transfer`): measurements of *another* workload of the same
 template (a nearby shape) are training data only, each workload a query group of the
@@ -170,7 +170,10 @@ class ModelTuner(Tuner):
         Share of each batch picked uniformly at random (the least, with ``adaptive``).
     adaptive, max_epsilon :
         Raise the random share up to ``max_epsilon`` while the model's predictions for
-        new batches rank them poorly (:meth:`exploration`).
+        new batches rank them poorly (:meth:`exploration`). Off by default: on the CPU
+        replay pools of ``benchmarks/pools`` (12 seeds) it lost 1-5 points at 24 to 64
+        trials on matmul and conv2d and gained nothing on softmax (the configs the model
+        picks are its best guesses, so the tau among them understates its skill).
     population, children, generations : int
         Size of the evolutionary search on the knob model per batch.
     lower_factor : int
@@ -187,7 +190,7 @@ class ModelTuner(Tuner):
     def __init__(self, space: ConfigSpace, featurize: Callable, seed: int | None = None,
                  epsilon: float = 0.1, population: int = 64, children: int = 256,
                  generations: int = 4, lower_factor: int = 3, min_train: int = 4,
-                 candidates: list[int] | None = None, adaptive: bool = True,
+                 candidates: list[int] | None = None, adaptive: bool = False,
                  max_epsilon: float = 0.5):
         super().__init__(space, seed, candidates)
         self.featurize = featurize

@@ -129,15 +129,15 @@ def test_exploration_follows_the_model_skill():
     cannot (costs unrelated to the features) spends up to max_epsilon of a batch on
     random configs."""
     sp = _space()
-    good = ModelTuner(sp, _featurize(sp), seed=0)
+    good = ModelTuner(sp, _featurize(sp), seed=0, adaptive=True)
     _curve(good, sp, 32)
     assert good.skill is not None and good.skill > 0.5
     assert good.exploration() == pytest.approx(good.epsilon)
-    bad = ModelTuner(sp, _featurize(sp), seed=0)
+    bad = ModelTuner(sp, _featurize(sp), seed=0, adaptive=True)
     _curve(bad, sp, 32, cost=_noise_cost)
     assert bad.skill is not None and bad.skill < 0.25
     assert bad.exploration() > 0.25
-    fixed = ModelTuner(sp, _featurize(sp), seed=0, adaptive=False)
+    fixed = ModelTuner(sp, _featurize(sp), seed=0)  # adaptive is off by default
     _curve(fixed, sp, 32, cost=_noise_cost)
     assert fixed.skill is None and fixed.exploration() == fixed.epsilon
 
