@@ -263,7 +263,7 @@ def test_gpu_mma_sync_variants_lower_with_both_operands_pipelined(size, block, w
 
 
 def test_fragments_placement_is_checked():
-    with pytest.raises(ValueError, match="frags 'warp'; expected 'step' or 'tile'"):
+    with pytest.raises(ValueError, match="frags 'warp'; expected 'step', 'tile' or 'prefetch'"):
         tc.wmma_gemm(64, 64, 64, isa="mma", frags="warp")
 
 
@@ -535,6 +535,25 @@ def test_eight_warp_mma_sync_gemm_on_the_gpu(size, dtype, block, warp, stages, f
     assert _rel(c.numpy(), _reference(M, N, K, dtype)) < 1e-5
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("size, dtype, block, warp, stages", [
+    ((384, 640, 320), "float16", (128, 128, 32), (64, 64), 4),
+    ((384, 640, 320), "bfloat16", (128, 128, 32), (64, 64), 4),
+    ((384, 640, 320), "float16", (128, 256, 32), (64, 64), 3),
+    ((384, 640, 320), "float16", (128, 128, 64), (64, 64), 3),
+    ((4096, 4096, 4096), "float16", (128, 128, 32), (64, 64), 4)])
+def test_fragment_prefetch_gemm_on_the_gpu(size, dtype, block, warp, stages):
+    # the frags="prefetch" variants of benchmarks/gpu_gemm.py MMA_VARIANTS [12..17]
+    M, N, K = size
+    s, args = tc.wmma_gemm(M, N, K, isa="mma", dtype=dtype, block=block, warp=warp,
+                           stages=stages, frags="prefetch", group=8)
+    f = polytile.build(s, args, target="cuda")
+    a, b = _inputs(M, N, K, dtype, seed=1)
+    c = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
+    assert _rel(c.numpy(), _reference(M, N, K, dtype)) < 1e-5
+
+
 def _reference(M, N, K, dtype, cache={}):
     # float64 products of the rounded inputs (seed 1), computed once per shape and dtype
     key = (M, N, K, dtype)
@@ -603,3 +622,16 @@ def test_pipeline_replays_from_the_trace():
     steps = [st for st in fresh.trace if st.primitive == "pipeline"]
     assert len(steps) == 1 and dict(steps[0].kwargs) == {"stages": 3}
     assert str(lower(fresh, args, target="cuda")) == str(lower(s, args, target="cuda"))
+
+
+def test_fragment_prefetch_replays_from_the_trace():
+    from polytile.schedule.schedule import replay
+
+    s, (A, B, C) = tc.wmma_gemm(32, 32, 64, isa="mma", block=(16, 16, 32), warp=(16, 16),
+                                stages=3, frags="prefetch")
+    fresh = replay(s.trace, te.create_schedule(C.op))
+    steps = [st for st in fresh.trace if st.primitive == "pipeline"]
+    assert len(steps) == 1 and dict(steps[0].kwargs) == {"stages": 3,
+                                                         "fragment_prefetch": True}
+    assert str(lower(fresh, [A, B, C], target="cuda")) == \
+        str(lower(s, [A, B, C], target="cuda"))
