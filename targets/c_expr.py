@@ -28,13 +28,19 @@ def strip_parens(s: str) -> str:
     """``s`` without one pair of enclosing parentheses, when they match each other."""
     if not (s.startswith("(") and s.endswith(")")):
         return s
-    depth = 0
-    for i, ch in enumerate(s):
-        depth += ch == "("
-        depth -= ch == ")"
-        if depth == 0 and i < len(s) - 1:
-            return s
-    return s[1:-1]
+    # jump from parenthesis to parenthesis (``str.find``) instead of reading every
+    # character: the indices of an unrolled kernel are thousands of long strings
+    find, last = s.find, len(s) - 1
+    depth, pos, opening = 1, 1, find("(", 1)
+    while True:
+        close = find(")", pos)
+        while opening != -1 and opening < close:
+            depth += 1
+            opening = find("(", opening + 1)
+        depth -= 1
+        if depth == 0:
+            return s[1:-1] if close == last else s
+        pos = close + 1
 
 
 class CExprPrinter:
