@@ -307,6 +307,9 @@ _STMT_CHILDREN = {
 }
 
 
+_STMT_REVERSED = {k: tuple(reversed(v)) for k, v in _STMT_CHILDREN.items()}
+
+
 def asserts(s: Stmt) -> list:
     """The ``Assert`` statements of ``s`` in pre-order (a target numbers its failures by
     position in this list)."""
@@ -430,12 +433,19 @@ def child_stmts(s: Stmt) -> list:
 
 def walk_stmts(s: Stmt):
     """Yield every statement of ``s`` in pre-order."""
-    yield s
-    for f in _STMT_CHILDREN[type(s)]:
-        v = getattr(s, f)
-        for x in (v if isinstance(v, tuple) else (v,)):
-            if isinstance(x, Stmt):
-                yield from walk_stmts(x)
+    # a stack, not nested generators: each statement of an unrolled kernel (thousands in
+    # a sequence) was handed up through every enclosing generator
+    stack = [s]
+    pop, push, children = stack.pop, stack.append, _STMT_REVERSED
+    while stack:
+        x = pop()
+        yield x
+        for f in children[type(x)]:   # reversed: the first child is popped first
+            v = getattr(x, f)
+            if v.__class__ is tuple:
+                stack.extend([c for c in reversed(v) if isinstance(c, Stmt)])
+            elif isinstance(v, Stmt):
+                push(v)
 
 
 def stmt_exprs(s: Stmt):
