@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from polytile.te.expr import _CHILDREN, And, Binary, Cast, Cmp, Const, Expr, Not, Or, Select
+from polytile.te.expr import (_CHILDREN, And, Binary, Cast, Cmp, Const, Expr, Not, Or, Select,
+                              Var)
 from polytile.te.visitor import replace_node
 
 from ..loop_ir import Load, StmtMutator
@@ -60,6 +61,7 @@ class _Intern:
 
     def __init__(self):
         self.canon: dict = {}
+        self.consts: dict = {}    # (dtype, value class, value) -> the constant
         self.memo: dict = {}
         self.handed: set = set()
         self.count: dict = {}     # key -> equal originals of this statement met so far
@@ -70,27 +72,34 @@ class _Intern:
         self.count = {}
 
     def visit(self, e: Expr) -> Expr:
+        cls = e.__class__
+        if cls is Var:
+            return e
         hit = self.memo.get(id(e))
         if hit is not None:
             return hit[1]
-        cls = e.__class__
         if cls is Const:
             # one object per value, even within a statement: no walker tells constants
             # apart (they are never let-bound, never trap), and the parents of equal
             # constants of one statement (``8*ty + 1`` beside ``C.local[1, 1]``) must meet
             v = e.value
-            key = (Const, e.dtype, v.__class__, repr(v))
-            out = self.canon.get(key)
+            key = (e.dtype, v.__class__, v if v.__class__ is int else repr(v))
+            out = self.consts.get(key)
             if out is None:
-                out = self.canon[key] = e
+                out = self.consts[key] = e
             self.memo[id(e)] = (e, out)
             return out
+        changes = None
+        if cls is Binary:   # most nodes: the general walk below, unrolled
+            a, b = self.visit(e.a), self.visit(e.b)
+            key = (e.op, e.dtype, id(a), id(b))
+            if a is not e.a or b is not e.b:
+                changes = {"a": a, "b": b}
         else:
             other, kids = _LAYOUT.get(cls) or _layout(cls)
-            if not kids:          # a variable (identity), or a leaf of its own kind
+            if not kids:          # a leaf of its own kind
                 self.memo[id(e)] = (e, e)
                 return e
-            changes = None
             ids = []
             for f in kids:
                 v = getattr(e, f)
