@@ -3,7 +3,8 @@
 :class:`CExprPrinter` is a base class of :class:`polytile.targets.c_printer.CPrinter`, which
 owns the state it reads: the dialect ``d``, ``fast`` (fast-math), ``who`` (the name errors
 carry), ``kname`` (the kernel being printed), ``env`` (``id(Var)`` -> C name), ``buffers``
-(``id(Buffer)`` -> C name), and collects ``helpers`` (inline functions to define) and
+(``id(Buffer)`` -> C name), ``texts`` (the memo of :meth:`CExprPrinter.expr`, emptied
+whenever ``env`` or ``buffers`` changes), and collects ``helpers`` (inline functions to define) and
 ``dtypes`` (to pick headers). Every binary operation is parenthesised; see the module
 docstring of :mod:`polytile.targets.c_printer` for the semantics kept.
 """
@@ -71,13 +72,22 @@ class CExprPrinter:
 
     # ---------------------------------------------------------------- expressions
     def expr(self, e: Expr) -> str:
+        # the text of a node depends on the names in scope only: remembered by identity
+        # until a name is bound (``texts`` is emptied then), so a node shared by several
+        # statements (an unrolled kernel's interned loads) is printed once
+        texts = self.texts
+        hit = texts.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
         fn = getattr(self, "expr_" + type(e).__name__, None)
         if fn is None:
             raise InternalError(format_error(
                 self.who, f"expression node {type(e).__name__} reached code generation",
                 "expected only loop IR expressions (lowering removes TensorRead and Reduce)"))
         self.dtypes.add(e.dtype)
-        return fn(e)
+        out = fn(e)
+        texts[id(e)] = (e, out)   # holding ``e`` keeps its id from being reused
+        return out
 
     def expr_Var(self, e: Var) -> str:
         try:
