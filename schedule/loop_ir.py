@@ -393,21 +393,28 @@ class StmtMutator(StmtFunctor):
         return e
 
     def generic_visit(self, s):
-        changes = {}
+        # (every pass walks every statement: the element visits are written out inline)
+        changes = None
+        visit, visit_expr = self.visit, self.visit_expr
         for f in _STMT_CHILDREN[type(s)]:
             v = getattr(s, f)
             if isinstance(v, tuple):
-                nv = tuple(self._one(x) for x in v)
-                if any(a is not b for a, b in zip(nv, v)):
-                    # a visit returning None removes the statement from a sequence
-                    changes[f] = tuple(x for x in nv if x is not None)
+                nv = [visit(x) if isinstance(x, Stmt) else visit_expr(x)
+                      if isinstance(x, Expr) else x for x in v]
+                for a, b in zip(nv, v):
+                    if a is not b:
+                        # a visit returning None removes the statement from a sequence
+                        changes = changes or {}
+                        changes[f] = tuple([x for x in nv if x is not None])
+                        break
             elif v is not None:
                 nv = self._one(v)
                 if nv is None and f != "else_case":
                     nv = seq()    # a removed body leaves a body that does nothing
                 if nv is not v:
+                    changes = changes or {}
                     changes[f] = nv
-        if not changes:
+        if changes is None:
             return s
         out = replace_node(s, changes)
         if isinstance(out, Seq):
