@@ -191,3 +191,28 @@ def test_extern_outputs_of_different_shapes_are_refused():
                        r"\[4\]\] and dtypes .*; outputs of one shape and one dtype"):
         te.extern([(8,), (4,)], [A], lambda ins, outs: tir.call_extern(
             "int32", "f", ins[0].access_ptr("r")))
+
+
+HALF = r"""
+int half_out(const float* a, float* x, int n) {
+  for (int i = 0; i < n / 2; ++i) x[i] = a[i] * 2.0f;
+  return 0;
+}
+"""
+
+
+def test_extern_output_is_not_filled_before_the_call():
+    # the outputs of a te.extern are its code's to write (TVM): polytile stores nothing
+    # there first, so the elements the code leaves alone keep what they held
+    from polytile import tir
+    n = 13
+    A = te.placeholder((n,), name="A")
+    X = te.extern((n,), [A], lambda ins, outs: tir.call_extern(
+        "int32", "half_out", ins[0].access_ptr("r"), outs[0].access_ptr("w"), n), name="X")
+    s = te.create_schedule(X.op)
+    s[X].pragma(X.op.axis[0], "import_c", HALF)
+    a = rand((n,), seed=3)
+    x = np.full(n, 7.5, "float32")
+    polytile.build(s, [A, X])(a, x)
+    check(x[:n // 2], a[:n // 2].astype("float64") * 2)
+    assert (x[n // 2:] == 7.5).all()
