@@ -342,8 +342,20 @@ class _Interp(StmtFunctor):
         if isinstance(s.value, ExternCall) and s.value.name in ASYNC_GROUP_CALLS:
             self._mma_protocol(s.value)
             return ()
+        if isinstance(s.value, ExternCall) and s.value.kind == "atomic":
+            self._nibble_store(s.value)
+            return ()
         self.expr(s.value)
         return ()
+
+    def _nibble_store(self, call: ExternCall) -> None:
+        """The atomic int4 store of :mod:`polytile.schedule.passes.int4` (one thread runs
+        at a time here, so a read-modify-write; exempt from the race check, which would
+        see two threads write one byte)."""
+        ptr, shift, v = call.args
+        flat = self.mem[id(ptr.buffer)].reshape(-1)
+        i, sh = int(self.expr(ptr.offset)), int(self.expr(shift))
+        flat[i] = (int(flat[i]) & ~(15 << sh) & 255) | ((int(self.expr(v)) & 15) << sh)
 
     def visit_Assert(self, s: Assert):
         if not bool(self.expr(s.cond)):
@@ -544,6 +556,11 @@ def run(func: PrimFunc, *args) -> None:
     if len(args) != len(func.params):
         raise TypeError(f"{func.name}: expected {len(func.params)} arguments, got {len(args)}")
     for p, a in zip(func.params, args):
+        if isinstance(p, Buffer) and dt.is_int4(p.dtype):
+            raise TypeError(f"interpreter: parameter {p.name!r} is an unpacked {p.dtype} "
+                            "buffer; run the function lowered to the end "
+                            "(polytile.lower(..., stop_after=None)), whose int4 tensors are "
+                            "packed uint8 arrays (polytile.nd.pack_int4)")
         if isinstance(p, Buffer):
             it.mem[id(p)] = a
         else:
