@@ -187,7 +187,7 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
         if not u.op.axis:
             raise DefinitionValueError(format_error("scan", f"update {u.op.name!r} has no "
                                                     "axes", "a time axis first"))
-    common = _common_shape(updates)
+    common = _common_shape(updates, name)
     uop = next(u.op for u in updates if sym.same_shape(u.shape, common))
     steps = updates[0].shape[0]
     rows = inits[0].shape[0] if inits[0].ndim else 0
@@ -257,7 +257,7 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
     return outs[0] if single else outs
 
 
-def _common_shape(updates) -> tuple:
+def _common_shape(updates, name: str = "scan") -> tuple:
     """The shape of the loop nest of a scan whose states may differ in constant extents
     (TVM's scan tutorial, "multiple states"): per dimension the one symbolic extent they
     share, or the largest constant; it must be the shape of one of the updates."""
@@ -274,11 +274,14 @@ def _common_shape(updates) -> tuple:
         elif q > 0 and all(sym.is_static(e) for e in exts):
             common.append(max(sym.static(e) for e in exts))
         else:
+            ups = ", ".join(f"{u.name!r}" for u in updates)
             raise DefinitionValueError(format_error(
                 "scan", f"states of the extents {[sym.text(e) for e in exts]} in dimension "
                 f"{q}", "one time extent, and in each other dimension one symbolic extent "
-                "or constants (narrower states are padded to the largest)",
-                hint="give the states the same symbolic extent, or constant extents"))
+                "or constants (narrower states are padded to the largest; the largest of "
+                "two symbolic extents is not affine)",
+                hint="give the states the same symbolic extent, or constant extents",
+                Scan=f"{name!r}, updates {ups}"))
     if not any(sym.same_shape(u.shape, common) for u in updates):
         raise DefinitionValueError(format_error(
             "scan", f"states of the shapes {[list(u.shape) for u in updates]}", "one state "

@@ -142,7 +142,7 @@ def test_multi_state_definition_errors():
     u3 = te.compute((m, n2), lambda t, i: s3[t - 1, i], name="u3")
     with pytest.raises(ValueError, match=r"scan: states of the extents \['3', 'l'\] in "
                        r"dimension 1; one time extent, and in each other dimension one "
-                       r"symbolic extent or constants"):
+                       r"symbolic extent or constants[\s\S]*Scan: 'scan', updates 'u1', 'u3'"):
         te.scan([i1, i3], [u1, u3], [s1, s3])
     k = te.reduce_axis((0, n), name="k")
     r = te.compute((m, n), lambda t, i: te.sum(s1[t - 1, k], axis=k), name="r")

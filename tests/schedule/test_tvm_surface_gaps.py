@@ -183,14 +183,56 @@ def test_extern_with_two_outputs(inline):
     check(d, (x64 + 1) * (x64 * 3) - 2)
 
 
-def test_extern_outputs_of_different_shapes_are_refused():
+def test_extern_outputs_of_different_dtypes_are_refused():
     from polytile import tir
     from polytile.errors import DefinitionValueError
     A = te.placeholder((8,), name="A")
-    with pytest.raises(DefinitionValueError, match=r"extern: 2 outputs of the shapes \[\[8\], "
-                       r"\[4\]\] and dtypes .*; outputs of one shape and one dtype"):
-        te.extern([(8,), (4,)], [A], lambda ins, outs: tir.call_extern(
-            "int32", "f", ins[0].access_ptr("r")))
+    with pytest.raises(DefinitionValueError, match=r"extern: 'extern': 2 outputs of the dtypes "
+                       r"\['float32', 'int32'\]; outputs of one dtype"):
+        te.extern([(8,), (8,)], [A], lambda ins, outs: tir.call_extern(
+            "int32", "f", ins[0].access_ptr("r")), dtype=["float32", "int32"])
+    n = te.var("n")
+    with pytest.raises(DefinitionValueError, match=r"extern: 'E': output of the shape \(3, n\) "
+                       r"has the symbolic extent n after its first axis"):
+        te.extern([(3, n), (4,)], [A], lambda ins, outs: tir.call_extern(
+            "int32", "f", ins[0].access_ptr("r")), name="E")
+
+
+THREE_SHAPES = r"""
+int three_shapes(const float* a, float* x, float* y, float* z, int n) {
+  for (int i = 0; i < n; ++i) x[i] = a[i] + 1.0f;
+  for (int r = 0; r < 2; ++r) for (int c = 0; c < 3; ++c) y[r * 3 + c] = a[c] * (r + 2);
+  z[0] = a[n - 1] - 5.0f;
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+@pytest.mark.parametrize("inline", [False, True])
+def test_extern_outputs_of_different_shapes(symbolic, inline):
+    # TVM's te.extern with a list of output shapes that differ: one flat stacked array
+    from polytile import tir
+    n0 = 11
+    n = te.var("n") if symbolic else n0
+    A = te.placeholder((n,), name="A")
+    X, Y, Z = te.extern([(n,), (2, 3), ()], [A], lambda ins, outs: tir.call_extern(
+        "int32", "three_shapes", ins[0].access_ptr("r"), outs[0].access_ptr("w"),
+        outs[1].access_ptr("w"), outs[2].access_ptr("w"), n), name="E")
+    assert [tuple(t.shape) for t in (Y, Z)] == [(2, 3), ()]
+    D = te.compute((2, 3), lambda r, c: Y[r, c] * 2.0 + Z[()], name="D")
+    s = te.create_schedule([X.op, D.op])
+    packed = s[X].op.input_tensors[0]
+    s[packed].pragma(packed.op.axis[0], "import_c", THREE_SHAPES)
+    if inline:
+        s[Y].compute_inline()
+        s[Z].compute_inline()
+    a = rand((n0,), seed=4)
+    x, d = _run(s, [A, X, D], [a], [(n0,), (2, 3)])
+    a64 = a.astype("float64")
+    y = a64[None, :3] * np.array([[2.0], [3.0]])
+    check(x, a64 + 1)
+    check(d, y * 2 + (a64[-1] - 5))
 
 
 HALF = r"""
