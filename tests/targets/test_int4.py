@@ -345,3 +345,34 @@ def test_int4_cuda_source_compiles_with_nvcc():
     code = print_c_module(func, CUDADialect()).source
     assert "atomicAnd" in code and "atomicOr" in code
     compile_with_nvcc(code)
+
+
+@pytest.mark.parametrize("vectorized", [False, True])
+def test_int4_cuda_shared_cache_read(build, vectorized):
+    # an int4 row staged in shared memory (padded to whole 32-bit words for the atomic
+    # stores), neighbouring nibbles written by neighbouring threads; a vectorized fetch
+    # runs its lanes one by one
+    m, n = 4, 37
+    A = te.placeholder((m, n), name="A", dtype="int4")
+    B = te.compute((m, n), lambda i, j: A[i, j] + A[i, (j + 1) % n], name="B")
+    s = te.create_schedule(B.op)
+    AS = s.cache_read(A, "shared", [B])
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    jo, ji = s[B].split(B.op.axis[1], 10 if vectorized else 8)
+    s[B].bind(ji, te.thread_axis("threadIdx.x"))
+    s[AS].compute_at(s[B], B.op.axis[0])
+    if vectorized:
+        o, v = s[AS].split(s[AS].op.axis[1], 4)
+        s[AS].bind(o, te.thread_axis("threadIdx.x"))
+        s[AS].vectorize(v)
+    else:
+        o, i = s[AS].split(s[AS].op.axis[1], 8)
+        s[AS].bind(i, te.thread_axis("threadIdx.x"))
+    f = build(s, [A, B])
+    a = rand4((m, n), seed=9)
+    da = polytile.nd.array(pack_int4(a), device="cuda")
+    db = polytile.nd.array(poison((m, n)), device="cuda")
+    f(da, db)
+    check4(db.numpy(), wrap4(a + np.roll(a, -1, axis=1)))
+    src = polytile.lower(s, [A, B], target="cuda", stop_after=None)
+    assert "uint8[1, 20], scope='shared'" in str(src)   # 19 bytes, padded to 20
