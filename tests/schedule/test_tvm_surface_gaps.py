@@ -10,6 +10,7 @@ from helpers import check, rand
 
 import polytile
 from polytile import ScheduleError, te
+from polytile.schedule import interpreter
 
 
 def _run(s, args, inputs, shapes):
@@ -87,18 +88,77 @@ def test_argument_read_in_part_is_refused():
     polytile.lower(s, [A, C])
 
 
-def test_argument_at_a_loop_in_a_gpu_kernel_is_refused():
-    m, n = 7, 32
+def _argument_in_kernel(at: str, halo: bool, m=7, n=29):
+    # B (an argument) computed at C's block loop (thread 0 of each block computes the
+    # block's row, a barrier, then every thread reads it) or at its thread loop (each
+    # thread its own element)
+    A = te.placeholder((m, n), name="A")
+    B = te.compute((m, n), lambda i, j: A[i, j] + 1.0, name="B")
+    if halo:
+        C = te.compute((m, n), lambda i, j: B[i, j] * 2.0 + B[(i + 1) % m, j], name="C")
+    else:
+        C = te.compute((m, n), lambda i, j: B[i, j] * 2.0 + B[i, (j + 1) % n], name="C")
+    s = te.create_schedule(C.op)
+    s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[C].bind(C.op.axis[1], te.thread_axis("threadIdx.x"))
+    s[B].compute_at(s[C], C.op.axis[0] if at == "block" else C.op.axis[1])
+    return s, [A, B, C]
+
+
+def test_argument_at_a_block_loop_in_a_gpu_kernel(tmp_path, monkeypatch):
+    import os
+    import sys
+
+    from polytile.targets import Target
+    from polytile.targets.cuda.runtime import CUDAModule
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "targets"))
+    import cuda_emulator
+
+    m, n = 7, 29
+    s, args = _argument_in_kernel("block", halo=False, m=m, n=n)
+    func = polytile.lower(s, args, target="cuda", stop_after=None)
+    a = rand((m, n), seed=21)
+    b64 = a.astype("float64") + 1
+    want = b64 * 2 + np.roll(b64, -1, axis=1)
+    b, c = np.full((m, n), np.nan, "float32"), np.full((m, n), np.nan, "float32")
+    interpreter.run(func, a, b, c)     # checks the threads for races too
+    check(b, b64)
+    check(c, want)
+    with cuda_emulator.installed(tmp_path, monkeypatch):
+        f = CUDAModule(func, Target.parse("cuda"))
+        dev = [polytile.nd.array(x, device="cuda") for x in
+               (a, np.full((m, n), np.nan, "float32"), np.full((m, n), np.nan, "float32"))]
+        f(*dev)
+        check(dev[1].numpy(), b64)
+        check(dev[2].numpy(), want)
+
+
+def test_argument_at_a_thread_loop_in_a_gpu_kernel():
+    m, n = 5, 13
     A = te.placeholder((m, n), name="A")
     B = te.compute((m, n), lambda i, j: A[i, j] + 1.0, name="B")
     C = te.compute((m, n), lambda i, j: B[i, j] * 2.0, name="C")
     s = te.create_schedule(C.op)
     s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
     s[C].bind(C.op.axis[1], te.thread_axis("threadIdx.x"))
-    s[B].compute_at(s[C], C.op.axis[0])
-    with pytest.raises(ScheduleError, match=r"compute_at: stage 'B' is in args and computed "
-                       r"at 'C'.'i' in a GPU kernel"):
-        polytile.lower(s, [A, B, C], target="cuda")
+    s[B].compute_at(s[C], C.op.axis[1])
+    func = polytile.lower(s, [A, B, C], target="cuda", stop_after=None)
+    a = rand((m, n), seed=22)
+    b, c = np.full((m, n), np.nan, "float32"), np.full((m, n), np.nan, "float32")
+    interpreter.run(func, a, b, c)
+    check(b, a.astype("float64") + 1)
+    check(c, (a.astype("float64") + 1) * 2)
+
+
+@pytest.mark.parametrize("at", ["block", "thread"])
+def test_argument_in_a_gpu_kernel_with_a_halo_is_refused(at):
+    s, args = _argument_in_kernel(at, halo=True) if at == "block" else \
+        _argument_in_kernel(at, halo=False)
+    loop = "i" if at == "block" else "j"
+    with pytest.raises(ScheduleError, match=rf"compute_at: stage 'B' is in args and computed "
+                       rf"at 'C'.'{loop}' in a GPU kernel, and the regions of two iterations "
+                       r"of the loops around it overlap \(a halo\)"):
+        polytile.lower(s, args, target="cuda")
 
 
 # ------------------------------------------- cross-thread reduction over two reduce loops
