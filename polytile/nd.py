@@ -115,7 +115,8 @@ def cuda(dev_id: int = 0) -> Device:
 
 def array(obj, device="cpu", dtype=None):
     """A copy of ``obj`` on ``device``: a :class:`CPUArray` on the host, an
-    :class:`NDArray` on a GPU.
+    :class:`NDArray` on a GPU. With ``dtype="int4"``/``"uint4"``, ``obj`` holds the values
+    and the array is their packed ``uint8`` form (:func:`pack_int4`).
 
     Raises
     ------
@@ -177,9 +178,12 @@ def copyto(src, target):
 
 
 def empty(shape, dtype="float32", device="cpu"):
-    """An uninitialised array on ``device`` (see :func:`array`)."""
+    """An uninitialised array on ``device`` (see :func:`array`); for ``int4``/``uint4``
+    the ``uint8`` array of their packed form (:func:`pack_int4`)."""
     if not _is_cpu(device):
         return _device_empty(shape, dtype, _gpu_backend(device)[0].device_api())
+    if dt.is_int4(dt.canonical(dtype)):
+        shape = dt.packed_shape((shape,) if isinstance(shape, (int, np.integer)) else shape)
     return np.empty(shape, dtype=dt.to_numpy(dt.canonical(dtype))).view(CPUArray)
 
 

@@ -376,3 +376,12 @@ def test_int4_cuda_shared_cache_read(build, vectorized):
     check4(db.numpy(), wrap4(a + np.roll(a, -1, axis=1)))
     src = polytile.lower(s, [A, B], target="cuda", stop_after=None)
     assert "uint8[1, 20], scope='shared'" in str(src)   # 19 bytes, padded to 20
+
+
+def test_nd_arrays_of_int4_are_packed():
+    v = rand4((3, 5), seed=2)
+    a = polytile.nd.array(v, dtype="int4")
+    assert a.dtype == np.uint8 and a.shape == (3, 3)
+    np.testing.assert_array_equal(unpack_int4(a.numpy(), 5), v)
+    e = polytile.nd.empty((3, 5), "uint4")
+    assert e.dtype == np.uint8 and e.shape == (3, 3)
