@@ -27,7 +27,8 @@ Guarantees:
   same time (inside a parallel loop, or a GPU kernel for a buffer that is not ``local``)
   the store is two atomic operations on the byte (``and`` clearing the nibble, ``or``
   setting it: an ``ExternCall`` of kind ``atomic`` named ``nibble_store``); elsewhere a
-  plain read-modify-write. A vectorized loop that stores to an ``int4`` buffer runs as a
+  plain read-modify-write (in a parallel loop whose variable does not reach the last
+  index, each iteration stores rows of its own, which start on whole bytes). A vectorized loop that stores to an ``int4`` buffer runs as a
   serial loop (its lanes would read and write one byte together).
 
 Refused (``LoweringError`` naming the buffer): a symbolic last extent (the packed array
@@ -250,7 +251,8 @@ class _Pack(StmtMutator):
         self.packed = packed
         self.renamed: dict = {}
         self.ex = _PackExprs(packed, self.renamed)
-        self.parallel = 0     # parallel loops around the statement
+        self.parallel: set = set()   # variables of the parallel loops around (and lets
+        #                              whose values depend on them)
         self.kernel = 0       # kernels around it
 
     def visit_expr(self, e: Expr) -> Expr:
@@ -263,12 +265,13 @@ class _Pack(StmtMutator):
         if s.kind == LoopKind.VECTORIZED and any(
                 isinstance(x, Store) and id(x.buffer) in self.packed for x in walk_stmts(s.body)):
             s = For(s.var, s.min, s.extent, LoopKind.SERIAL, s.body, s.step, s.pragmas)
-        par = s.kind == LoopKind.PARALLEL
-        self.parallel += par
+        if s.kind != LoopKind.PARALLEL:
+            return self.generic_visit(s)
+        self.parallel.add(s.var)
         try:
             return self.generic_visit(s)
         finally:
-            self.parallel -= par
+            self.parallel.discard(s.var)
 
     def visit_KernelLaunch(self, s: KernelLaunch):
         self.kernel += 1
@@ -278,10 +281,29 @@ class _Pack(StmtMutator):
             self.kernel -= 1
 
     def visit_LetStmt(self, s: LetStmt):
+        if self.parallel and self._varies(s.value):
+            self.parallel.add(s.var)
         if not dt.is_int4(s.var.dtype):
             return self.generic_visit(s)
         self.renamed[s.var] = v = Var(carrier(s.var.dtype), s.var.name)
         return LetStmt(v, self.visit_expr(s.value), self.visit(s.body))
+
+    def _varies(self, e: Expr) -> bool:
+        """Whether ``e`` reads a variable of ``self.parallel``."""
+        found = []
+        post_order_visit(e, lambda x: found.append(x) if isinstance(x, Var)
+                         and x in self.parallel else None)
+        return bool(found)
+
+    def _shared_byte(self, idx: tuple, p: Buffer) -> bool:
+        """Whether another thread may store the other nibble of this store's byte while it
+        runs: in a GPU kernel (unless ``p`` is per thread); in a parallel loop when the
+        last index depends on a parallel iteration (rows start on whole bytes, and two
+        iterations that store one row at the same last index would store one element:
+        a race the legality check refuses)."""
+        if self.kernel:
+            return not thread_private(p.scope)
+        return bool(self.parallel) and bool(idx) and self._varies(idx[-1])
 
     def visit_Allocate(self, s: Allocate):
         out = self.generic_visit(s)
@@ -308,12 +330,13 @@ class _Pack(StmtMutator):
         v = Binary("uint8", "bitand", v if v.dtype == "uint8" else Cast("uint8", v),
                    _c("uint8", 15))
         idx = tuple(self.visit_expr(i) for i in s.indices)
+        atomic = self._shared_byte(idx, p)
         if idx:
             byte, shift = _nibble(idx[-1])
             idx = idx[:-1] + (byte,)
         else:
             shift = _c("int64", 0)
-        if self.parallel or (self.kernel and not thread_private(p.scope)):
+        if atomic:
             from .storage import _flat_index   # the row-major offset flattening computes
 
             ptr = AccessPtr("handle", p, _flat_index(p, idx)[0] if idx else _c("int64", 0),

@@ -385,3 +385,10 @@ def test_nd_arrays_of_int4_are_packed():
     np.testing.assert_array_equal(unpack_int4(a.numpy(), 5), v)
     e = polytile.nd.empty((3, 5), "uint4")
     assert e.dtype == np.uint8 and e.shape == (3, 3)
+
+
+def test_int4_parallel_rows_store_without_atomics():
+    # each parallel iteration stores rows of its own (rows start on whole bytes)
+    s, args = _mul_scale(3, 9, _parallel_outer)
+    ll = polytile.build(s, args).get_source("ll")
+    assert "atomicrmw" not in ll
