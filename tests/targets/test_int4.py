@@ -392,3 +392,20 @@ def test_int4_parallel_rows_store_without_atomics():
     s, args = _mul_scale(3, 9, _parallel_outer)
     ll = polytile.build(s, args).get_source("ll")
     assert "atomicrmw" not in ll
+
+
+def test_int4_reference_interpreter():
+    # the readable loop nest (int4 unpacked) and the final one (packed bytes, atomic
+    # stores) both run on the interpreter, on the packed arrays
+    from polytile.schedule import interpreter
+    m, n = 4, 7
+    for sched in (_plain, _parallel_inner, _at_consumer):
+        s, args = _mul_scale(m, n, sched)
+        a, w = rand4((m, n), seed=1), rand4((m, n), "uint4", seed=2)
+        want = wrap4(a * wrap4(w))
+        for stop in ("allocation", None):
+            func = polytile.lower(s, args, stop_after=stop)
+            b, c = poison((m, n)), np.full((m, n), np.nan, np.float32)
+            interpreter.run(func, pack_int4(a), pack_int4(w, "uint4"), b, c)
+            check4(b, want)
+            np.testing.assert_array_equal(c, want * 0.5 - w)
