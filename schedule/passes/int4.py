@@ -194,6 +194,8 @@ def _packed(b: Buffer, is_param: bool) -> Buffer:
 def _nibble(last: Expr) -> tuple[Expr, Expr]:
     """(byte index, shift) of last-axis index ``last``: ``last >> 1`` and ``4 * (last &
     1)`` (indices are never negative)."""
+    if isinstance(last, Const):
+        return _c("int64", int(last.value) >> 1), _c("int64", (int(last.value) & 1) * 4)
     i = last if last.dtype == "int64" else Cast("int64", last)
     byte = Binary("int64", "shr", i, _c("int64", 1))
     shift = Binary("int64", "mul", Binary("int64", "bitand", i, _c("int64", 1)),

@@ -409,3 +409,22 @@ def test_int4_reference_interpreter():
             interpreter.run(func, pack_int4(a), pack_int4(w, "uint4"), b, c)
             check4(b, want)
             np.testing.assert_array_equal(c, want * 0.5 - w)
+
+
+def test_int4_cuda_cross_thread_reduction(build):
+    # TVM's cross-thread reduction on int4: the partials (int4, shared) and the result
+    # are stored nibble by nibble; the sum wraps at 4 bits
+    m, n = 3, 40
+    A = te.placeholder((m, n), name="A", dtype="int4")
+    k = te.reduce_axis((0, n), name="k")
+    B = te.compute((m,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    ko, ki = s[B].split(k, factor=32)
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[B].bind(ki, te.thread_axis("threadIdx.x"))
+    f = build(s, [A, B])
+    a = rand4((m, n), seed=13)
+    da = polytile.nd.array(pack_int4(a), device="cuda")
+    db = polytile.nd.array(poison((m,)), device="cuda")
+    f(da, db)
+    check4(db.numpy(), wrap4(a.sum(1)))
