@@ -344,7 +344,10 @@ class _Interp(StmtFunctor):
                 self.block_mem[id(b)] = _fresh(b)
             self.mem[id(b)] = self.block_mem[id(b)]
         else:
-            self.mem[id(b)] = _fresh(b)
+            # symbolic sizes (heap buffers of te.var shapes): evaluated here
+            shape = tuple(d if isinstance(d, int) else int(self.expr(
+                d if isinstance(d, Expr) else Const("int64", int(d)))) for d in b.shape)
+            self.mem[id(b)] = _fresh(b, shape)
         yield from self.visit(s.body)
 
     def visit_Evaluate(self, s: Evaluate):
@@ -539,8 +542,8 @@ def swizzled_place(buf: Buffer, arr: np.ndarray, idx: tuple, what: str) -> tuple
     return arr.reshape(-1), (swizzle_elements(off, buf.swizzle, dt.nbytes(buf.dtype)),)
 
 
-def _fresh(b: Buffer) -> np.ndarray:
-    return np.full(b.shape, _poison(b.dtype), dtype=_np(b.dtype))
+def _fresh(b: Buffer, shape: tuple | None = None) -> np.ndarray:
+    return np.full(b.shape if shape is None else shape, _poison(b.dtype), dtype=_np(b.dtype))
 
 
 def _poison(dtype: str):
