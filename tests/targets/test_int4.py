@@ -428,3 +428,27 @@ def test_int4_cuda_cross_thread_reduction(build):
     db = polytile.nd.array(poison((m,)), device="cuda")
     f(da, db)
     check4(db.numpy(), wrap4(a.sum(1)))
+
+
+def test_int4_quantized_matmul_tiled():
+    # the common use: int4 weights and activations, int32 products and sums; tiled,
+    # vectorized and parallel; plus an int4 max reduction (identity -8)
+    M, N, K = 33, 29, 67
+    A = te.placeholder((M, K), name="A", dtype="int4")
+    B = te.placeholder((N, K), name="B", dtype="int4")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k].astype("int32") * B[j, k].astype(
+        "int32"), axis=k), name="C")
+    k2 = te.reduce_axis((0, K), name="k2")
+    D = te.compute((M,), lambda i: te.max(A[i, k2], axis=k2), name="D")
+    s = te.create_schedule([C.op, D.op])
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 8, 8)
+    s[C].reorder(io, jo, k, ii, ji)
+    s[C].vectorize(ji)
+    s[C].parallel(io)
+    f = polytile.build(s, [A, B, C, D])
+    a, b = rand4((M, K), seed=31), rand4((N, K), seed=32)
+    c, d = np.full((M, N), -1, np.int32), poison((M,))
+    f(pack_int4(a), pack_int4(b), c, d)
+    np.testing.assert_array_equal(c, a @ b.T)
+    check4(d, a.max(1))
