@@ -29,7 +29,10 @@ Guarantees:
   setting it: an ``ExternCall`` of kind ``atomic`` named ``nibble_store``); elsewhere a
   plain read-modify-write (in a parallel loop whose variable does not reach the last
   index, each iteration stores rows of its own, which start on whole bytes). A vectorized loop that stores to an ``int4`` buffer runs as a
-  serial loop (its lanes would read and write one byte together).
+  serial loop (its lanes would read and write one byte together). A serial loop whose
+  body stores one element of a row per iteration, at an even offset plus the loop
+  variable, stores pairs instead: two elements computed, their byte stored whole (no
+  read-modify-write, so that the compilers vectorize it), an odd last element alone.
 
 Refused (``LoweringError`` naming the buffer): a symbolic last extent (the packed array
 would not tell ``n``), and ``int4`` operands of tensor intrinsics and ``te.extern`` calls
@@ -44,8 +47,8 @@ from __future__ import annotations
 from polytile.errors import InternalError, LoweringError, format_error
 from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
-from polytile.te.expr import Binary, Call, Cast, Const, Expr, Select, Var
-from polytile.te.visitor import ExprMutator, post_order_visit
+from polytile.te.expr import And, Binary, Call, Cast, Cmp, Const, Expr, Select, Var
+from polytile.te.visitor import ExprMutator, post_order_visit, substitute
 
 from ..kinds import LoopKind, thread_private
 from ..loop_ir import (AccessPtr, Allocate, Buffer, Evaluate, ExternCall, For, KernelLaunch,
@@ -267,6 +270,10 @@ class _Pack(StmtMutator):
         if s.kind == LoopKind.VECTORIZED and any(
                 isinstance(x, Store) and id(x.buffer) in self.packed for x in walk_stmts(s.body)):
             s = For(s.var, s.min, s.extent, LoopKind.SERIAL, s.body, s.step, s.pragmas)
+        if s.kind in (LoopKind.SERIAL, LoopKind.UNROLLED) and not self.kernel:
+            paired = self._paired(s)
+            if paired is not None:
+                return paired
         if s.kind != LoopKind.PARALLEL:
             return self.generic_visit(s)
         self.parallel.add(s.var)
@@ -274,6 +281,62 @@ class _Pack(StmtMutator):
             return self.generic_visit(s)
         finally:
             self.parallel.discard(s.var)
+
+    def _paired(self, s: For) -> Stmt | None:
+        """A loop whose body stores one element of an int4 row per iteration, at ``base +
+        var`` with ``base`` even and a constant even extent's worth of pairs: each
+        iteration of the new loop computes two elements and stores their byte whole (no
+        read-modify-write, nothing carried from one iteration to the next, so the C
+        compiler and LLVM can vectorize it); an odd last element is stored alone. The
+        value must not read the buffer it is stored to (the two elements would then be
+        computed before the first is stored). None where the loop is not of that form."""
+        st = s.body
+        if not (isinstance(st, Store) and id(st.buffer) in self.packed and st.indices
+                and isinstance(s.min, Const) and s.min.value == 0 and s.step == 1
+                and not (isinstance(s.extent, Const) and int(s.extent.value) < 2)):
+            return None
+        v = s.var
+        base = _offset_of(st.indices[-1], v)
+        if base is None or not _even(base) or any(_reads(i, v) for i in st.indices[:-1]):
+            return None
+        if any(isinstance(x, Load) and x.buffer is st.buffer for x in _loads(st.value)):
+            return None
+        p = self.packed[id(st.buffer)]
+        val = st.value.value if isinstance(st.value, Cast) and \
+            st.value.dtype == st.buffer.dtype else st.value
+        jj = Var("int64", f"{v.name}.pair")
+
+        def nib(j: Expr) -> Expr:
+            x = self.visit_expr(substitute(val, {v: j}))
+            x = x if x.dtype == "uint8" else Cast("uint8", x)
+            return Binary("uint8", "bitand", x, _c("uint8", 15))
+
+        two = Binary("int64", "mul", jj, _c("int64", 2))
+        lo, hi = nib(two), nib(Binary("int64", "add", two, _c("int64", 1)))
+        lead = tuple(self.visit_expr(i) for i in st.indices[:-1])
+        half = Binary("int64", "add", Binary("int64", "shr", _i64(self.visit_expr(base)),
+                                             _c("int64", 1)), jj) if not (
+            isinstance(base, Const) and base.value == 0) else jj
+        byte = Binary("uint8", "bitor", lo, Binary("uint8", "shl", hi, _c("uint8", 4)))
+        body = Store(p, lead + (half,), byte)
+        from ..loop_ir import IfThenElse, seq
+
+        if isinstance(s.extent, Const):
+            n = int(s.extent.value)
+            pairs, odd, last_j = _c("int64", n // 2), n % 2 == 1, _c("int64", n - 1)
+        else:   # a ragged tile, min(F, N - F * outer): checked at run time
+            n = _i64(self.visit_expr(s.extent))
+            pairs = Binary("int64", "shr", n, _c("int64", 1))
+            odd = And("bool", Cmp("bool", "gt", n, _c("int64", 0)),
+                      Cmp("bool", "ne", Binary("int64", "bitand", n, _c("int64", 1)),
+                          _c("int64", 0)))
+            last_j = Binary("int64", "sub", n, _c("int64", 1))
+        out = For(jj, _c("int64", 0), pairs, s.kind, body, 1, s.pragmas)
+        if odd is False:
+            return out
+        last = self.visit(Store(st.buffer, st.indices[:-1] + (substitute(
+            st.indices[-1], {v: last_j}),), substitute(st.value, {v: last_j})))
+        return seq(out, last if odd is True else IfThenElse(odd, last))
 
     def visit_KernelLaunch(self, s: KernelLaunch):
         self.kernel += 1
@@ -350,6 +413,51 @@ class _Pack(StmtMutator):
                       _c("uint8", 255))
         old = Binary("uint8", "bitand", Load("uint8", p, idx), keep)
         return Store(p, idx, Binary("uint8", "bitor", old, Binary("uint8", "shl", v, sh)))
+
+
+def _i64(e: Expr) -> Expr:
+    return e if e.dtype == "int64" else Cast("int64", e)
+
+
+def _reads(e: Expr, v: Var) -> bool:
+    found = []
+    post_order_visit(e, lambda x: found.append(x) if x is v else None)
+    return bool(found)
+
+
+def _loads(e: Expr) -> list:
+    out: list = []
+    post_order_visit(e, lambda x: out.append(x) if isinstance(x, Load) else None)
+    return out
+
+
+def _offset_of(e: Expr, v: Var) -> Expr | None:
+    """``b`` where ``e`` is ``v`` (``b = 0``) or ``b + v``/``v + b`` with ``b`` free of
+    ``v``; else None."""
+    if e is v:
+        return _c("int64", 0)
+    if isinstance(e, Binary) and e.op == "add":
+        if e.b is v and not _reads(e.a, v):
+            return e.a
+        if e.a is v and not _reads(e.b, v):
+            return e.b
+    return None
+
+
+def _even(e: Expr) -> bool:
+    """Whether integer ``e`` is even for all values of its variables (a sufficient test:
+    even constants, products with an even constant, sums and differences of even
+    terms)."""
+    if isinstance(e, Const):
+        return int(e.value) % 2 == 0
+    if isinstance(e, Cast):
+        return dt.is_int(e.value.dtype) and _even(e.value)
+    if isinstance(e, Binary) and e.op == "mul":
+        return any(isinstance(x, Const) and int(x.value) % 2 == 0 for x in (e.a, e.b)) or (
+            _even(e.a) or _even(e.b))
+    if isinstance(e, Binary) and e.op in ("add", "sub"):
+        return _even(e.a) and _even(e.b)
+    return False
 
 
 def pack_int4(func: PrimFunc) -> PrimFunc:

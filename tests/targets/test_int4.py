@@ -452,3 +452,22 @@ def test_int4_quantized_matmul_tiled():
     f(pack_int4(a), pack_int4(b), c, d)
     np.testing.assert_array_equal(c, a @ b.T)
     check4(d, a.max(1))
+
+
+@pytest.mark.parametrize("n", [8, 9])
+def test_int4_row_loops_store_whole_bytes(n):
+    # a loop over a row stores two elements per byte, whole (no read-modify-write): an
+    # odd last element alone; tiles of an even width too
+    s, args = _mul_scale(3, n, _plain)
+    text = str(polytile.lower(s, args, stop_after=None))
+    assert "for j.pair in range(0, 4)" in text
+    A, W, B, C = args
+    s2 = te.create_schedule(C.op)
+    jo, ji = s2[B].split(B.op.axis[1], 4)
+    s2[B].parallel(jo)
+    f = polytile.build(s2, args)
+    assert "j.inner.pair" in str(polytile.lower(s2, args, stop_after=None))
+    a, w = rand4((3, n), seed=n), rand4((3, n), "uint4", seed=n + 1)
+    b, c = poison((3, n)), np.full((3, n), np.nan, np.float32)
+    f(pack_int4(a), pack_int4(w, "uint4"), b, c)
+    check4(b, wrap4(a * wrap4(w)))
