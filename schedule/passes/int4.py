@@ -270,7 +270,9 @@ class _Pack(StmtMutator):
         if s.kind == LoopKind.VECTORIZED and any(
                 isinstance(x, Store) and id(x.buffer) in self.packed for x in walk_stmts(s.body)):
             s = For(s.var, s.min, s.extent, LoopKind.SERIAL, s.body, s.step, s.pragmas)
-        if s.kind in (LoopKind.SERIAL, LoopKind.UNROLLED) and not self.kernel:
+        # whole bytes are safe anywhere: another thread storing into the byte would store
+        # one of its two elements, a race that legal schedules do not have
+        if s.kind in (LoopKind.SERIAL, LoopKind.UNROLLED):
             paired = self._paired(s)
             if paired is not None:
                 return paired

@@ -471,3 +471,24 @@ def test_int4_row_loops_store_whole_bytes(n):
     b, c = poison((3, n)), np.full((3, n), np.nan, np.float32)
     f(pack_int4(a), pack_int4(w, "uint4"), b, c)
     check4(b, wrap4(a * wrap4(w)))
+
+
+def test_int4_cuda_thread_loops_store_whole_bytes(build):
+    # each thread runs a serial loop over a segment of its row: pairs stored whole (a
+    # segment cut by the end of the row would be guarded per element, and stored nibble
+    # by nibble)
+    m, n = 3, 24
+    A = te.placeholder((m, n), name="A", dtype="int4")
+    B = te.compute((m, n), lambda i, j: A[i, j] * te.const(3, "int4"), name="B")
+    s = te.create_schedule(B.op)
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    jo, ji = s[B].split(B.op.axis[1], 6)
+    s[B].bind(jo, te.thread_axis("threadIdx.x"))
+    text = str(polytile.lower(s, [A, B], target="cuda", stop_after=None))
+    assert "j.inner.pair" in text and "nibble_store" not in text
+    f = build(s, [A, B])
+    a = rand4((m, n), seed=17)
+    da = polytile.nd.array(pack_int4(a), device="cuda")
+    db = polytile.nd.array(poison((m, n)), device="cuda")
+    f(da, db)
+    check4(db.numpy(), wrap4(a * 3))
