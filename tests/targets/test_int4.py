@@ -486,6 +486,11 @@ def test_int4_cuda_thread_loops_store_whole_bytes(build):
     s[B].bind(jo, te.thread_axis("threadIdx.x"))
     text = str(polytile.lower(s, [A, B], target="cuda", stop_after=None))
     assert "j.inner.pair" in text and "nibble_store" not in text
+    from polytile.targets.c_printer import print_c_module
+    from polytile.targets.cuda.dialect import CUDADialect
+
+    compile_with_nvcc(print_c_module(polytile.lower(s, [A, B], target="cuda",
+                                                    stop_after=None), CUDADialect()).source)
     f = build(s, [A, B])
     a = rand4((m, n), seed=17)
     da = polytile.nd.array(pack_int4(a), device="cuda")
