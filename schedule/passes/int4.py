@@ -28,8 +28,9 @@ Guarantees:
   the store is two atomic operations on the byte (``and`` clearing the nibble, ``or``
   setting it: an ``ExternCall`` of kind ``atomic`` named ``nibble_store``); elsewhere a
   plain read-modify-write (in a parallel loop whose variable does not reach the last
-  index, each iteration stores rows of its own, which start on whole bytes). A vectorized loop that stores to an ``int4`` buffer runs as a
-  serial loop (its lanes would read and write one byte together). A serial loop whose
+  index, each iteration stores rows of its own, which start on whole bytes). A
+  vectorized loop that stores to an ``int4`` buffer runs as a serial loop (its lanes
+  would read and write one byte together). A serial loop whose
   body stores one element of a row per iteration, at an even offset plus the loop
   variable, stores pairs instead: two elements computed, their byte stored whole (no
   read-modify-write, so that the compilers vectorize it), an odd last element alone.
