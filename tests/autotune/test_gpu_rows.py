@@ -286,3 +286,21 @@ def test_nan_rows_stay_nan(device, dtype):
             assert np.isnan(got[1]).all(), sp.get(i).knob_values()
             rest = [r for r in range(args[0]) if r != 1]
             check(got[rest], ref[rest], k=args[1])
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm"])
+def test_float16_defaults_are_the_measured_best(device, name):
+    """float16 rows of at least 1024 elements default to the layout that won 16-trial
+    tuning on the H200 (``FLOAT16_DEFAULTS``), and that default computes the definition
+    (8 x 1024 emulated, 1024 x 4096 and 5 x 2052 on a GPU: a ragged block of rows)."""
+    from polytile.autotune.templates_gpu import FLOAT16_DEFAULTS
+
+    t = get_template(name)
+    big = t.space((4096, 4096), "float16", "cuda")
+    assert big.default().knob_values()["layout"] == FLOAT16_DEFAULTS[name]
+    small = t.space((7, 45), "float16", "cuda")   # short rows: the generic default
+    assert small.default().knob_values()["layout"] != FLOAT16_DEFAULTS[name]
+    for args in (((8, 1024),) if device == "emulated" else ((1024, 4096), (5, 2052))):
+        sp = t.space(args, "float16", "cuda")
+        assert sp.default().knob_values()["layout"] == FLOAT16_DEFAULTS[name]
+        _run_built(t, sp, sp.default_index(), args, "float16")
