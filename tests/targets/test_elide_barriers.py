@@ -17,8 +17,8 @@ import polytile
 from polytile.autotune.template import get_template
 from polytile.schedule.interpreter import RaceError
 from polytile.schedule.interpreter import run as interpret
-from polytile.schedule.loop_ir import (Allocate, Buffer, For, IfThenElse, KernelLaunch, Load, PrimFunc,
-                                       Store, Sync, seq, walk_stmts)
+from polytile.schedule.loop_ir import (Allocate, Buffer, For, IfThenElse, KernelLaunch, Load,
+                                       PrimFunc, Store, Sync, seq, walk_stmts)
 from polytile.schedule.passes.elide_barriers import elide_barriers
 from polytile.te.expr import Cmp, Const, Var
 
