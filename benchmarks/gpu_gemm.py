@@ -215,7 +215,10 @@ MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
                 ((256, 128, 32), (64, 32), 3, "step", 8),
                 ((128, 128, 32), (64, 32), 4, "prefetch", 8, 2),
                 ((128, 256, 32), (64, 32), 3, "prefetch", 8),
-                ((256, 128, 32), (64, 32), 3, "prefetch", 8))
+                ((256, 128, 32), (64, 32), 3, "prefetch", 8),
+                # [33] 32 warps per SM: 128x128 blocks of 16 warps of 32x32, two per SM
+                # (-min-blocks=2: 64 registers, no spills; 4 ldmatrix.x4 per 8 mma)
+                ((128, 128, 32), (32, 32), 4, "step", 8, 2))
 
 #: the mma.sync variant of ``--isa best``: the fastest measured (H200, 4096^3 float16 at
 #: 0cf242f, one run: [7] 313, [12] 318, [13] 325, [14] 371, [15] 356, [16] 285, [17] 335
