@@ -119,8 +119,11 @@ def test_matmul_space_holds_the_tutorial_schedule(shape):
     hand = str(polytile.lower(s, args))
     big = M * N * K > 64**3  # smaller products: no packing, no threads, 12 x 32
     mr, nr = (6, 64) if big else (12, 32)
-    # A blocks of 192 rows, B blocks of half the columns (at most 2048)
-    mc, nc, kc = min(192, mr * -(-M // mr)), min(2048, nr * -(-N // (2 * nr))), min(256, K)
+    # A blocks of 96 x 512 (192 rows when K < 512; 192 x 256 when small), B blocks of half
+    # the columns (at most 2048)
+    kc = min(512 if big else 256, K)
+    mc0 = 96 if kc >= 512 else 192
+    mc, nc = min(mc0, mr * -(-M // mr)), min(2048, nr * -(-N // (2 * nr)))
     cfg = _config("matmul", shape, tile_i=[-1, mc // mr, mr], tile_j=[-1, nc // nr, nr],
                   tile_k=[-1, kc], pack_a=big, pack_b=big, order="goto",
                   parallel="i0.j0" if big else "none", reorder=[0, 1, 2],
