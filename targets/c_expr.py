@@ -351,5 +351,8 @@ class CExprPrinter:
                     "(T)(0ULL - (unsigned long long)x) : x; }")
         else:
             text = f"template <typename T> {inline} T {name}(T a, T b) {{ return {body[name]}; }}"
+        special = getattr(self.d, "helper_specializations", {}).get(name)
+        if special:
+            text = f"{text}\n{special}"
         self.helpers[name] = text
         return name
