@@ -108,6 +108,8 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
     ("cuda", 880): "isl 'void expression': threads with an empty clipped region",
     ("cuda", 886): "isl 'void expression': threads with an empty clipped region",
     ("cuda", 6256): "a barrier under a test on threadIdx (a stage on fewer threads): deadlock",
+    ("cuda", 7464): "the AST check of a fused, split, reordered, fused, split and bound loop "
+                    "took 35 s (projected thread indices)",
     ("llvm", 4374): "generator: te.max(i, i) of two axes is a reduction (invalid program)",
     ("llvm", 4416): "reference: a product under if_then_else, inlined, fused into an fma",
     ("llvm", 15522): "reference: a product negated (x * -1) then subtracted, fused into an fma",

@@ -549,6 +549,15 @@ def test_ast_check_reports_missing_extra_and_repeated_instances():
     assert against("{ S[i] : 0 <= i < 10 }") == []
     assert against("{ S[i] : 0 <= i < 11 }") == ["S misses { S[10] }"]
     assert "outside its domain" in against("{ S[i] : 0 <= i < 9 }")[0]
+    # a domain too big to check point by point: the symbolic projection and subtraction
+    big = isl.Schedule.from_domain(isl.UnionSet("{ S[i] : 0 <= i < 5000 }"))
+    big = big.insert_partial_schedule(isl.MultiUnionPwAff("[{ S[i] -> [(i)] }]"))
+    big_ast = isl.AstBuild.from_context(isl.Set("{ : }")).node_from_schedule(big)
+    assert mismatches(big_ast, {"S": SimpleNamespace(exact=isl.Set(
+        "{ S[i] : 0 <= i <= 5000 }"))}, isl.Set("{ : }"), lambda node: None) == [
+        "S misses { S[5000] }"]
+    assert mismatches(big_ast, {"S": SimpleNamespace(exact=isl.Set(
+        "{ S[i] : 0 <= i < 5000 }"))}, isl.Set("{ : }"), lambda node: None) == []
     # an AST guard (of a padded statement) is part of what runs
     guards = []
 
