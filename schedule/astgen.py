@@ -40,6 +40,20 @@ class _Hook:
         self.guard_exprs: list = []       # isl AST of each call's guard, for validation
         self.errors: list = []
         self.placeholders: dict[str, Var] = {}
+        # the text of an access -> its normal form: the reads and the store of an
+        # elementwise statement are often one function (0.5 s each for fuzz cuda 7464)
+        self.normal: dict[str, isl.PwMultiAff] = {}
+
+    def normalized(self, pulled: isl.PwMultiAff) -> isl.PwMultiAff:
+        """:func:`_normalized`, once per function whatever tensor it indexes."""
+        out = isl.dim_type.out
+        named = pulled.has_tuple_id(out)
+        bare = pulled.reset_tuple_id(out) if named else pulled
+        text = str(bare)
+        if text not in self.normal:
+            self.normal[text] = _normalized(bare)
+        res = self.normal[text]
+        return res.set_tuple_id(out, pulled.get_tuple_id(out)) if named else res
 
     def var_of(self, name: str) -> Var:
         pv = iu.param_var(name)
@@ -62,8 +76,8 @@ class _Hook:
             here = it_map.domain()
             runs = here if cond is None else cond.preimage_pw_multi_aff(it_map)
             for key, (_, pma) in st.accesses.items():
-                pulled = _normalized(_total(pma.pullback_pw_multi_aff(it_map), here, runs,
-                                            st, key))
+                pulled = _total(pma.pullback_pw_multi_aff(it_map), here, runs, st, key)
+                pulled = self.normalized(pulled)
                 acc = build.access_from_pw_multi_aff(pulled)
                 idx[key] = tuple(iu.ast_expr(acc.get_op_arg(k), self.var_of)
                                  for k in range(1, acc.get_op_n_arg()))
