@@ -212,9 +212,11 @@ def _missing(want: isl.Set, ranges: list) -> isl.Point | None:
     floor divisions of the instance (a fused loop split, its parts reordered, fused and
     split again, then bound: fuzz seed cuda 7464) it has existential variables with large
     coefficients whose complement isl computes in 10 s or more per subtraction. A small
-    parameter-free domain is checked point by point instead, each an integer feasibility
-    problem over the unprojected range (0.1 s for 77 instances); both ways are exact."""
-    if (want.dim(isl.dim_type.param) == 0 and want.is_bounded()
+    parameter-free domain of a kernel is checked point by point instead, each an integer
+    feasibility problem over the unprojected range (0.1 s for 77 instances); both ways
+    are exact."""
+    if (want.dim(isl.dim_type.param) == 0 and any(map(_has_hardware, ranges))
+            and want.is_bounded()
             and want.count_val().to_python() * max(len(ranges), 1) <= _ENUMERATE):
         points = []
         want.foreach_point(points.append)
@@ -228,6 +230,13 @@ def _missing(want: isl.Set, ranges: list) -> isl.Point | None:
         runs = runs.union(_drop_hardware(r))
     missing = want.subtract(runs)
     return None if missing.is_empty() else missing.sample_point()
+
+
+def _has_hardware(s: isl.Set) -> bool:
+    """Whether ``s`` has hardware-index parameters (a GPU kernel's); on the CPU there is
+    no projection, and the symbolic subtraction is fast."""
+    return any(iu.param_var(s.get_dim_name(isl.dim_type.param, k)) is None
+               for k in range(s.dim(isl.dim_type.param)))
 
 
 def _extra(want: isl.Set, ranges: list) -> isl.Point | None:

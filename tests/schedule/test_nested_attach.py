@@ -549,6 +549,16 @@ def test_ast_check_reports_missing_extra_and_repeated_instances():
     assert against("{ S[i] : 0 <= i < 10 }") == []
     assert against("{ S[i] : 0 <= i < 11 }") == ["S misses { S[10] }"]
     assert "outside its domain" in against("{ S[i] : 0 <= i < 9 }")[0]
+    # a kernel's small domain, checked point by point: one instance per thread tx
+    kern = isl.Schedule.from_domain(isl.UnionSet("[tx] -> { S[i] : 0 <= i < 10 and i = tx }"))
+    kern_ast = isl.AstBuild.from_context(isl.Set("[tx] -> { : }")).node_from_schedule(kern)
+    for want, bad in [("{ S[i] : 0 <= i < 10 }", []),
+                      ("{ S[i] : 0 <= i < 11 }", ["S misses { S[10] }"])]:
+        assert mismatches(kern_ast, {"S": SimpleNamespace(exact=isl.Set(want))},
+                          isl.Set("[tx] -> { : }"), lambda node: None) == bad
+    assert "outside its domain" in mismatches(
+        kern_ast, {"S": SimpleNamespace(exact=isl.Set("{ S[i] : 0 <= i < 9 }"))},
+        isl.Set("[tx] -> { : }"), lambda node: None)[0]
     # a domain too big to check point by point: the symbolic projection and subtraction
     big = isl.Schedule.from_domain(isl.UnionSet("{ S[i] : 0 <= i < 5000 }"))
     big = big.insert_partial_schedule(isl.MultiUnionPwAff("[{ S[i] -> [(i)] }]"))
