@@ -48,7 +48,8 @@ def test_matmul_space_holds_the_tutorial_schedule_and_fits_the_limits():
     t = get_template("matmul")
     sp = t.space((4096, 4096, 4096), "float32", "cuda -arch=sm_90")
     assert sp.default().knob_values() == {"tile": [128, 128, 16, 8, 8], "vec": 4,
-                                          "unroll_k": True}
+                                          "unroll_k": True, "layout": "contiguous",
+                                          "stages": 1, "group": 1}
     tiles = sp.knobs["tile"]
     lim = gpu_limits.for_arch("sm_90")
     vals = [tiles.get(i).val for i in range(len(tiles))]
@@ -59,9 +60,9 @@ def test_matmul_space_holds_the_tutorial_schedule_and_fits_the_limits():
         assert (bm + bn) * bk * 4 <= lim.shared_bytes_per_block
         assert matmul_registers(tm, tn) * threads <= lim.registers_per_block
     # a large GEMM keeps register-tiled configs only (at least 16 outputs per thread)
-    assert len(sp) == 2208 and all(tm * tn >= 16 for _, _, _, tm, tn in vals)
+    assert len(sp.knobs["tile"]) == 2208 and all(tm * tn >= 16 for _, _, _, tm, tn in vals)
     assert [128, 256, 8, 8, 16] in vals   # larger register tiles than the tutorial's
-    assert len(t.space((512, 512, 512), "float32", "cuda")) == 9840
+    assert len(t.space((512, 512, 512), "float32", "cuda").knobs["tile"]) == 9840
     # the CPU schedule is another space under the same name
     assert len(t.space((64, 64, 64), "float32", "llvm")) != len(sp)
 
