@@ -282,8 +282,8 @@ ROWS_PER_BLOCK = (1, 2, 4, 8)
 def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> list:
     """``[threads, vec, rows, shared, local]`` configs of the fused row kernels over ``M``
     rows of ``N`` elements: ``threads`` threads per row (:func:`_reduce_threads`), ``vec``
-    elements per load and store (16, 8 bytes or one element; only widths dividing ``N``,
-    so every vector is whole and aligned), ``rows`` rows per block (at most ``M``), and
+    elements per load and store (16 or 8 bytes, only widths dividing ``N`` so every vector
+    is whole and aligned; one element where neither divides ``N``), ``rows`` rows per block (at most ``M``), and
     ``shared`` 1 to stage the block's rows in shared memory (read from global memory once,
     by 16-byte ``cp.async`` copies) or 0 to read them from global memory in every pass
     (L1/L2 hits after the first), ``local`` 1 (one row per block only) to have every
@@ -292,8 +292,12 @@ def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> lis
     the device's threads per block and shared memory (two float32 partials per thread,
     plus the staged rows)."""
     itemsize = np.dtype("float16" if dtype == "bfloat16" else dtype).itemsize
-    vecs = [w for w in dict.fromkeys((16 // itemsize, 8 // itemsize, 1))
-            if w == 1 or (N % w == 0 and (dtype, w) in _VECTOR_TYPES)]
+    vecs = [w for w in dict.fromkeys((16 // itemsize, 8 // itemsize))
+            if w > 1 and N % w == 0 and (dtype, w) in _VECTOR_TYPES]
+    # one element per load only where no vector divides the row: scalar loads are 4 to 8
+    # times the load instructions of a bandwidth-bound kernel (and half of a float16
+    # space that a short tuning run samples otherwise)
+    vecs = vecs or [1]
     out = []
     for vec in vecs:
         for t in _reduce_threads(limits, -(-N // vec)):
@@ -417,10 +421,18 @@ def softmax_cuda(M: int, N: int, dtype: str = "float32"):
     A = te.placeholder((M, N), name="A", dtype=dtype)
     k1 = te.reduce_axis((0, N), name="k1")
     k2 = te.reduce_axis((0, N), name="k2")
+    # 16-bit outputs: the fast exp (CUDA ``__expf``: a multiply and ``ex2.approx``, errors
+    # of a few float32 ulp, far below the output's rounding) instead of the accurate
+    # ``expf`` (8 instructions with its range checks): issue-bound otherwise (H200, 4096^2
+    # float16: ~50 SASS instructions per element, 0.5x the copy bound)
+    exp = te.fast_exp if dtype in ("float16", "bfloat16") else te.exp
     mx = te.compute((M,), lambda i: te.max(_f32(A[i, k1]), axis=k1), name="rowmax")
-    sm = te.compute((M,), lambda i: te.sum(te.exp(_f32(A[i, k2]) - mx[i]), axis=k2),
+    sm = te.compute((M,), lambda i: te.sum(exp(_f32(A[i, k2]) - mx[i]), axis=k2),
                     name="rowsum")
-    out = te.compute((M, N), lambda i, j: (te.exp(_f32(A[i, j]) - mx[i]) / sm[i])
+    # times the row's reciprocal: one division per row (hoisted by nvcc) instead of an
+    # IEEE division per element (a ~10-instruction sequence with a slow-path call)
+    out = te.compute((M, N), lambda i, j: (exp(_f32(A[i, j]) - mx[i])
+                                           * (te.const(1.0, "float32") / sm[i]))
                      .astype(dtype), name="softmax")
     s = te.create_schedule(out.op)
     _fused_rows(s, out, (mx, sm), layout)

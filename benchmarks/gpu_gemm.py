@@ -139,7 +139,8 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
         ratio = f"{tflops / cublas:6.3f} x cuBLAS" if cublas else ""
         label = {"wmma": "WMMA", "mma": "mma.sync+ldmatrix"}[isa]
         label += f" {depth} stages" if depth > 1 else ""
-        extra = (", fragments per k tile" if frags == "tile" else "") + (
+        extra = {"tile": ", fragments per k tile", "prefetch": ", fragments prefetched "
+                 "across the barrier"}.get(frags, "") + (
             f", blocks grouped by {group} rows" if group > 1 else "") + (
             f", {min_blocks} blocks per SM" if min_blocks else "")
         print(f"n={n:5d} {f'polytile {label} {dtype}->{acc}':44s} {tflops:7.1f} TFLOP/s  "
@@ -175,21 +176,33 @@ MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
                 ((128, 128, 64), (32, 64), 3, "step", 8),
                 ((128, 128, 64), (64, 64), 3, "step", 8),
                 ((128, 256, 32), (64, 64), 3, "tile", 8),
-                ((128, 128, 32), (64, 64), 4, "step", 8, 3))
+                ((128, 128, 32), (64, 64), 4, "step", 8, 3),
+                # [12..17] frags="prefetch" (pipeline(..., fragment_prefetch=True)): the
+                # first k step's fragments of tile k + 1 loaded into a second register set
+                # after the barrier, under the last step's MMAs of tile k. ptxas -v (sm_90,
+                # nvcc 13): 232, 238, 230, 226, 144, 238 registers, no spills
+                ((128, 128, 32), (64, 64), 4, "prefetch", 8),
+                ((128, 128, 64), (64, 64), 3, "prefetch", 8),
+                ((128, 256, 32), (64, 64), 3, "prefetch", 8),
+                ((256, 128, 32), (64, 64), 3, "prefetch", 8),
+                ((128, 128, 32), (32, 64), 4, "prefetch", 8),
+                ((128, 256, 64), (64, 64), 3, "prefetch", 8))
 
 #: the mma.sync variant of ``--isa best``: the fastest measured (310 TFLOP/s, 0.417x)
 MMA_DEFAULT = MMA_VARIANTS[7]
 
 
 def mma_variants(n: int, acc: str, dtype: str, variants=MMA_VARIANTS,
-                 cublas: float | None = None) -> float | None:
+                 cublas: float | None = None, triton: bool = True) -> float | None:
     """One line per mma.sync variant (``(block, warp, stages, frags, group)``) at ``n``^3,
-    beside cuBLAS and Triton (timed first unless ``cublas`` is given); a variant that fails
-    to build or run is reported and skipped. Returns the cuBLAS figure."""
+    beside cuBLAS and Triton (timed first unless ``cublas`` is given; Triton only with
+    ``triton``); a variant that fails to build or run is reported and skipped. Returns the
+    cuBLAS figure."""
     for i, (block, warp, depth, frags, group, *regs) in enumerate(variants):
         try:
-            cublas = half_gemm(n, acc, "mma", dtype, (block, warp), anchors=cublas is None
-                               and i == 0, stages=(depth,), cublas=cublas, frags=frags,
+            cublas = half_gemm(n, acc, "mma", dtype, (block, warp), anchors=triton and
+                               cublas is None and i == 0, stages=(depth,), cublas=cublas,
+                               frags=frags,
                                group=group, min_blocks=regs[0] if regs else 0) or cublas
         except (Exception, SystemExit) as exc:  # past a device limit or wrong: say so, go on
             print(f"n={n:5d} mma block {block}, warp {warp}, {depth} stages, frags {frags}, "
@@ -337,6 +350,9 @@ def main() -> None:
                     "pipeline depths of tutorial 04's VARIANTS too")
     ap.add_argument("--pick", type=int, nargs="+", default=None, metavar="I",
                     help="with --isa mma --variants: only MMA_VARIANTS[I] (e.g. under ncu)")
+    ap.add_argument("--no-triton", action="store_true",
+                    help="with --isa mma --variants: cuBLAS only as the anchor (Triton's "
+                    "tile search takes a while)")
     args = ap.parse_args()
     if args.dtype == "float32":
         for n in args.n or [4096]:
@@ -362,7 +378,7 @@ def main() -> None:
     for n in args.n or [4096, 8192]:
         if args.isa == "mma" and args.variants:
             mma_variants(n, args.acc, args.dtype, [MMA_VARIANTS[i] for i in args.pick]
-                         if args.pick else MMA_VARIANTS)
+                         if args.pick else MMA_VARIANTS, triton=not args.no_triton)
             continue
         half_gemm(n, args.acc, args.isa, args.dtype, stages=args.stages)
         for tiles in SWEEP if args.sweep else ():

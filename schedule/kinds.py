@@ -180,9 +180,14 @@ class PipelinePragma:
     #: ``mma_wait``: asynchronous MMA groups (``te.AsyncGroup``) left in flight per
     #: iteration; None when the compute is synchronous
     mma_wait: int | None = None
+    #: ``fragment_prefetch``: the fragments of the first k step of iteration ``k + 1`` are
+    #: loaded (into a second set of fragment registers) before the last step's MMAs of
+    #: iteration ``k``, across the barrier
+    fragment_prefetch: bool = False
 
     def __str__(self) -> str:
         w = "" if self.mma_wait is None else f", mma_wait={self.mma_wait}"
+        w += ", fragment_prefetch=True" if self.fragment_prefetch else ""
         return f"software_pipeline(stages={self.stages}{w})"
 
 

@@ -347,8 +347,14 @@ def lower_cross_thread_reductions(sch: Schedule) -> Schedule:
                 _, ax = rst.split(ax, factor=factor)
             rst.bind(ax, thread_axis(row_tag.value))
         if rows:   # stages computed at the partial's loop then run once per row, not for all
+            # the partial's loop inside the rows but outside the reduction loops: a local
+            # copy computed at a reduction loop then holds this thread's elements only
+            # (with the partial innermost, its footprint spanned every thread's: a 2048-
+            # element register array per thread for 256 threads of 8-wide vectors)
             part = rst.op.axis[0]
-            rst.reorder(*[v for v in rst.leaf_iter_vars if v is not part], part)
+            leaves = [v for v in rst.leaf_iter_vars if v is not part]
+            rst.reorder(*[v for v in leaves if v.iter_type != "reduce"], part,
+                        *[v for v in leaves if v.iter_type == "reduce"])
         st.thread_predicate = {tag: 0}
     return sch
 

@@ -11,7 +11,8 @@ from .kinds import PipelinePragma, ThreadTag
 class PipelineMixin:
     """``pipeline`` and ``double_buffer`` of a stage."""
 
-    def pipeline(self, axis, stages: int = 2, *, mma_wait: int | None = None) -> None:
+    def pipeline(self, axis, stages: int = 2, *, mma_wait: int | None = None,
+                 fragment_prefetch: bool = False) -> None:
         """Run loop ``axis`` of this stage as a software pipeline ``stages`` deep: the
         stages computed at ``axis`` in ``shared`` memory (``cache_read`` copies attached
         with ``compute_at(s[C], axis)``) get ``stages`` buffers each, and the copies of
@@ -62,6 +63,29 @@ class PipelineMixin:
               wgmma.wait_group(N)
             wgmma.wait_group(0); cp.async.wait_group(0)
 
+        ``fragment_prefetch=True`` (a synchronous compute whose unrolled body loads
+        register fragments from the shared buffers in several k steps, ``L0 M0 L1 M1 ...
+        L(n-1) M(n-1)``, ``L`` reading the shared slots into thread-private buffers, ``M``
+        computing from them): the barrier of the next iteration moves before the MMAs of
+        the last k step, and the first step's fragments of the next tile are loaded right
+        after it, into a second set of fragment registers (double buffering), so that the
+        MMAs of the last step overlap those loads and the barrier::
+
+            wait_group(S - 2); sync; S[..] = copy(S - 1); commit; L0(0)[F']
+            for ko in range(E):
+              M0(ko)[F']; L1(ko); M1(ko) ... L(n-1)(ko)
+              wait_group(S - 2); sync
+              if ko + S < E: S[(ko + S) % S] = copy(ko + S)
+              commit
+              if ko + 1 < E: L0(ko + 1)[F']
+              M(n-1)(ko)
+            wait_group(0)
+
+        ``F'`` are copies of the fragment buffers ``L0`` writes, named ``<name>.next``
+        (CUTLASS's warp-level fragment double buffering, ``MmaMultistage``). Refused
+        (when lowering) for a compute with fewer than two k steps of loads (fragments per
+        k tile), with ``mma_wait``, or where the last step still reads ``L0``'s fragments.
+
         Synonyms: TVM TensorIR ``software_pipeline_stage``/``software_pipeline_order``
         annotations with ``software_pipeline_async_stages``, Triton ``num_stages``,
         CUTLASS multistage mainloops.
@@ -89,18 +113,26 @@ class PipelineMixin:
                  f"{self.name!r} with stages={stages}", f"an int in 0..{stages - 2} (the "
                  "MMA groups in flight hold slots: stages - 1 - mma_wait tiles are loaded "
                  "ahead, at least one)", hint="stages >= mma_wait + 2")
+        if not isinstance(fragment_prefetch, bool) or (fragment_prefetch
+                                                        and mma_wait is not None):
+            fail("pipeline", f"fragment_prefetch={fragment_prefetch!r} for loop {iv.name!r} "
+                 f"of stage {self.name!r} with mma_wait={mma_wait!r}", "a bool, and "
+                 "fragment_prefetch only with a synchronous compute (no mma_wait)")
         old = [v for k, v in self.pragmas.get(iv, ()) if k == "software_pipeline"]
         if old:
-            if (old[0].stages, old[0].mma_wait) == (stages, mma_wait):
+            if (old[0].stages, old[0].mma_wait, old[0].fragment_prefetch) == (
+                    stages, mma_wait, fragment_prefetch):
                 return
             fail("pipeline", f"loop {iv.name!r} of stage {self.name!r} is already "
                  f"pipelined with stages={old[0].stages}", "one depth per loop")
-        prag = PipelinePragma(stages, self.name, iv.name, mma_wait)
+        prag = PipelinePragma(stages, self.name, iv.name, mma_wait, fragment_prefetch)
         self.pragmas[iv] = self.pragmas.get(iv, ()) + (("software_pipeline", prag),)
-        if mma_wait is None:
-            self._record("pipeline", iv, stages=stages)
-        else:
+        if mma_wait is not None:
             self._record("pipeline", iv, stages=stages, mma_wait=mma_wait)
+        elif fragment_prefetch:
+            self._record("pipeline", iv, stages=stages, fragment_prefetch=True)
+        else:
+            self._record("pipeline", iv, stages=stages)
 
     def double_buffer(self) -> None:
         """TVM's ``Stage.double_buffer``: this shared stage, computed at a loop of its

@@ -114,6 +114,9 @@ class CDialect:
                     "float64": "(1.0 / (1.0 + {exp}(-{0})))"},
     }
     fast_math: ClassVar[dict] = {}
+    #: math functions the dialect defines itself: C name -> its definition (added to the
+    #: source once, where a kernel calls it)
+    math_helpers: ClassVar[dict] = {}
 
     # ------------------------------------------------------------------ derived
     def ctype(self, dtype: str) -> str:

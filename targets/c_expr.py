@@ -283,6 +283,8 @@ class CExprPrinter:
         return r if e.dtype == "bool" else self.cast(r, "float32", t)
 
     def _apply(self, fn: str, args: list, t: str) -> str:
+        if fn in self.d.math_helpers:
+            self.helpers[fn] = self.d.math_helpers[fn]
         if "{" in fn:
             exp = self.d.math_fn("exp", t, self.fast)
             return fn.format(*(f"({a})" for a in args), exp=exp)

@@ -36,6 +36,22 @@ _INT_TYPEDEFS = (
 _FAST_MATH = {"exp": "__expf", "log": "__logf", "log2": "__log2f", "log10": "__log10f",
               "sin": "__sinf", "cos": "__cosf", "pow": "__powf"}
 
+# te.fast_exp: ``ex2.approx.ftz`` of ``x * log2(e)``, what ``__expf`` is under
+# ``-use_fast_math``; without that flag ``__expf`` keeps denormal results through a compare
+# and two predicated multiplies per call (8 SASS instructions against 3; the fused row
+# kernels in float16 are issue-bound on them). Errors as ``__expf`` (CUDA C Programming
+# Guide, table of intrinsic functions: 2 + floor(|1.173 x|) ulp); results below 2^-126
+# flush to 0. Without ``__CUDA_ARCH__`` (a host compile of the source) it is ``expf``.
+_FAST_EXP = """__device__ __forceinline__ float pt_fast_exp(float x) {
+#ifdef __CUDA_ARCH__
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.44269504088896341f));
+  return y;
+#else
+  return expf(x);
+#endif
+}"""
+
 
 class CUDADialect(GPUDialect):
     """CUDA C++ as accepted by NVRTC and nvcc (sm_53 and newer for half arithmetic)."""
@@ -50,7 +66,8 @@ class CUDADialect(GPUDialect):
     bfloat16_to_float = "__bfloat162float"
     bfloat16_from_bits = "__ushort_as_bfloat16"
     math: ClassVar[dict] = {**GPUDialect.math,
-                            "fast_exp": {"float32": "__expf", "float64": "exp"}}
+                            "fast_exp": {"float32": "pt_fast_exp", "float64": "exp"}}
+    math_helpers: ClassVar[dict] = {"pt_fast_exp": _FAST_EXP}
     fast_math: ClassVar[dict] = {name: {"float32": fn} for name, fn in _FAST_MATH.items()}
     fragment_headers: ClassVar[tuple] = ("#include <mma.h>",)
 

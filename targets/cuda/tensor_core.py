@@ -189,7 +189,10 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
     shared memory (rows padded by ``pad`` elements against bank conflicts, copied with
     ``vector``-element loads by all threads), each warp computes a ``warp = (WM, WN)`` tile
     as ``WM/16 x WN/16`` accumulator fragments, loading 16x16 fragments of A and B for each
-    16-wide step of k. ``isa="mma"`` runs the same tiles through ``ldmatrix`` and
+    16-wide step of k (``frags="step"``; ``"tile"``: the fragments of a whole k tile
+    loaded before its MMAs; ``"prefetch"``: per step, double-buffered, the first step's
+    fragments of the next tile loaded before the last step's MMAs of this one, across the
+    barrier: ``pipeline(..., fragment_prefetch=True)``). ``isa="mma"`` runs the same tiles through ``ldmatrix`` and
     ``mma.sync.aligned.m16n8k16`` (sm_80+) instead of WMMA. Threads: 32 lanes
     (``threadIdx.x``, the shared-memory copies only)
     times ``BM/WM x BN/WN`` warps (``threadIdx.z``, ``threadIdx.y``).
@@ -260,10 +263,13 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
         # the 16-wide k steps of a tile unrolled: fragment loads of step k+1 can be issued
         # during the MMAs of step k (nvcc does not always unroll this loop on sm_90)
         s[CF].unroll(kf)
-    if frags not in ("step", "tile"):
-        raise ValueError(f"wmma_gemm: frags {frags!r}; expected 'step' or 'tile'")
-    s[AF].compute_at(s[CF], kf if frags == "step" else ko)
-    s[BF].compute_at(s[CF], kf if frags == "step" else ko)
+    if frags not in ("step", "tile", "prefetch"):
+        raise ValueError(f"wmma_gemm: frags {frags!r}; expected 'step', 'tile' or 'prefetch'")
+    if frags == "prefetch" and (stages < 2 or BK < 2 * kt):
+        raise ValueError(f"wmma_gemm: frags 'prefetch' needs a pipeline (stages {stages}) "
+                         f"and two k steps per tile or more (BK {BK}, steps of {kt})")
+    s[AF].compute_at(s[CF], ko if frags == "tile" else kf)
+    s[BF].compute_at(s[CF], ko if frags == "tile" else kf)
     loads = (mma_load_a(dtype), mma_load_b(dtype)) if mma else (wmma_load_a(dtype), wmma_load_b(dtype))
     for F, intrin, (t0, t1) in zip((AF, BF), loads, ((N_TILE, kt), (kt, N_TILE))):
         a0, a1 = F.op.axis
@@ -274,7 +280,7 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
         s[F].unroll(o0)
         s[F].unroll(o1)
     if stages > 1:
-        s[CF].pipeline(ko, stages=stages)
+        s[CF].pipeline(ko, stages=stages, fragment_prefetch=frags == "prefetch")
     for S in (AS, BS):
         s[S].compute_at(s[CF], ko)
         if pad:

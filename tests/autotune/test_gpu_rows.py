@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import check, compile_with_nvcc, poison
+from helpers import check, compile_with_nvcc, nvcc_text, poison
 
 import polytile
 from polytile.autotune import gpu_limits
@@ -112,9 +112,12 @@ def test_layouts_respect_the_device_limits():
     assert all(8 * th * rows + sh * rows * 4096 * 4 <= 16384 for th, _, rows, sh, _ in lays)
     assert not any(sh and rows > 1 for _, _, rows, sh, _ in lays)   # one 16 KiB row at most
     assert not any(loc and rows > 1 for _, _, rows, _, loc in lays)
-    # vectors divide the row and are 16 or 8 bytes; short rows keep few threads
-    assert {lay[1] for lay in row_layouts(small, 8, 4096, "float16")} == {8, 4, 1}
+    # vectors divide the row and are 16 or 8 bytes, single elements only where none
+    # divides it; short rows keep few threads
+    assert {lay[1] for lay in row_layouts(small, 8, 4096, "float16")} == {8, 4}
+    assert {lay[1] for lay in row_layouts(small, 8, 4092, "float16")} == {4}
     assert {lay[1] for lay in row_layouts(small, 8, 4094, "float16")} == {1}
+    assert {lay[1] for lay in row_layouts(small, 8, 4094, "float32")} == {2}
     assert {lay[0] for lay in row_layouts(small, 8, 20, "float32")} == {32}
     assert {lay[2] for lay in row_layouts(small, 3, 20, "float32")} == {1, 2}
 
@@ -135,6 +138,70 @@ def test_vector_copies_and_staging_in_the_cuda_source():
             assert f"__launch_bounds__({lay[0] * lay[2]})" in src
             # local statistics: every thread combines (no write of the result to shared)
             assert ("__shared__ __align__(16) float rowsum[" in src) == (not lay[4])
+
+
+def _source(name: str, dtype: str, lay: list, args=(4096, 4096)) -> str:
+    t = get_template(name)
+    sp = t.space(args, dtype, "cuda -arch=sm_90")
+    idx = next(k for k in range(len(sp)) if sp.get(k).knob_values()["layout"] == lay)
+    s, tensors = t.instantiate(sp.get(idx), args, dtype, "cuda -arch=sm_90")
+    return polytile.build(s, tensors, target="cuda -arch=sm_90").get_source()
+
+
+@pytest.mark.parametrize("lay", [[32, 8, 2, 0, 0], [32, 4, 4, 1, 0], [32, 8, 4, 1, 0]])
+def test_rows_on_threadidx_y_keep_per_thread_copies(lay):
+    """Several rows per block: the local copies a reduction reads hold this thread's
+    ``vec`` elements (the partial loop was innermost, so a copy attached at a reduction
+    loop spanned every thread's: ``half A_local_1[2048]`` at 256 threads of 8), and the
+    kernel still computes softmax (interpreter, 5 x 136: a ragged last block of rows)."""
+    src = _source("softmax", "float16", lay)
+    sizes = re.findall(r"half A(?:_shared)?_local(?:_\d)?\[(\d+)\];", src)
+    assert len(sizes) == 3 and set(sizes) == {str(lay[1])}, sizes
+    t, args = get_template("softmax"), (5, 136)
+    sp = t.space(args, "float16", "cuda")
+    idx = next(k for k in range(len(sp)) if sp.get(k).knob_values()["layout"] == lay)
+    s, tensors = t.instantiate(sp.get(idx), args, "float16", "cuda")
+    arrays, out = _inputs(tensors, args)
+    interpret(polytile.lower(s, tensors, target="cuda"), *arrays)
+    check(arrays[out], _reference(t, arrays, out, args), k=args[1])
+
+
+@pytest.mark.parametrize("lay", [[256, 8, 1, 0, 1], [128, 8, 1, 0, 0], [64, 4, 2, 0, 0]])
+def test_float16_softmax_is_lean_in_ptx(lay):
+    """float16 softmax 4096 x 4096 (issue-bound before: ~50 SASS instructions an element,
+    0.5x the copy bound on the H200): every exp is one ``ex2.approx.ftz`` (no denormal
+    fix-up), no IEEE division per element (a reciprocal per row), the row read by vector
+    loads only (``ld.global.nc.v4``/``v2``), written by vector stores only."""
+    ptx = nvcc_text(_source("softmax", "float16", lay), "ptx")
+    if ptx is None:
+        pytest.skip("nvcc not found")
+    # two passes use exp, 2 x 16 where the loops over a thread's 16 elements are unrolled
+    assert ptx.count("ex2.approx.ftz.f32") == 32 or lay[0] != 256
+    assert "ex2.approx.ftz.f32" in ptx and "ex2.approx.f32" not in ptx and "div.rn.f32" not in ptx
+    def widths(op):   # bytes per global access: v<n>.<type><bits>, or a scalar's bits
+        found = re.findall(op + r"\.global(?:\.nc)?(?:\.v(\d))?\.[a-z]+(\d+)", ptx)
+        return {int(n or 1) * int(bits) // 8 for n, bits in found}
+
+    assert widths("ld") == widths("st") == {2 * lay[1]}
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm"])
+def test_float16_rows_load_128_bits_in_sass(name):
+    """The SASS of the float16 row kernels (``cuobjdump -sass``; skipped without it):
+    128-bit global loads and stores only (no 16-bit ``LDG.E.U16``), at most one call (the
+    slow path of the IEEE division of the row's reciprocal; it was one per element), no
+    ``-126`` compare (the denormal fix-up of a non-ftz ``exp``);
+    softmax: 32 ``MUFU.EX2`` for the 16 elements a thread owns at 256 threads a row."""
+    sass = nvcc_text(_source(name, "float16", [256, 8, 1, 0, 1]), "sass")
+    if sass is None:
+        pytest.skip("nvcc or cuobjdump not found")
+    ldg = re.findall(r"\bLDG\.E(\.\w+)?", sass)
+    stg = re.findall(r"\bSTG\.E(\.\w+)?", sass)
+    assert ldg and set(ldg) == {".128"}, ldg
+    assert stg and set(stg) == {".128"}, stg
+    assert sass.count("CALL.REL") <= 1 and "-126" not in sass
+    if name == "softmax":
+        assert sass.count("MUFU.EX2") == 32
 
 
 @pytest.mark.parametrize("name", NAMES)

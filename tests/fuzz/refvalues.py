@@ -134,6 +134,11 @@ def cast(x: Val, to: str) -> Val:
                 return Val(round_to(v, to), to, unsure=x.unsure, oob=x.oob)
             out = rounded(x.v, to, x.err, x.mag, x.unsure)
             out.oob = x.oob
+            if x.fma is not None:
+                # an exact conversion may vanish from the compiled code (fpext folds into
+                # a fused multiply-add, fptrunc(fpext p) into p), so the product under it
+                # stays fusable (fuzz seed llvm 22074: f16(f32(j * a)) - j)
+                out.fma = np.where(out.v == x.v, x.fma, 0.0)
             return out
         # to an integer
         if dt.is_float(src):

@@ -111,6 +111,8 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
     ("llvm", 4374): "generator: te.max(i, i) of two axes is a reduction (invalid program)",
     ("llvm", 4416): "reference: a product under if_then_else, inlined, fused into an fma",
     ("llvm", 15522): "reference: a product negated (x * -1) then subtracted, fused into an fma",
+    ("llvm", 22074): "reference: a product cast f16 -> f32 -> f16 then subtracted, fused "
+                     "into an fma",
 }
 
 

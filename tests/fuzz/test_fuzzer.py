@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import polytile
 from polytile import te
 
 from .cases import generate
@@ -90,6 +91,26 @@ def test_reference_marks_unstable_casts_unsure():
     # exp(log(3)) is 3 up to rounding: its int cast may be 2 or 3 on a correct compiler
     r = _ev(B, A=np.array([np.log(3.0), 0.5], "float32"))
     assert r.unsure.tolist() == [True, False] and r.value[1] == 1
+
+
+def test_reference_lets_a_product_fuse_through_exact_casts():
+    """f16(f32(j * a)) - j: the two casts are exact, so the compiled code may drop them and
+    fuse the product into the subtraction (LLVM does: fuzz seed llvm 22074). The bound must
+    hold the fused value, computed here in float64 (one rounding at the end), and the
+    compiled kernel must land within it."""
+    A = te.placeholder((1, 7), "float16", name="A")
+    C = te.compute((1, 7), lambda i, j: (j * A[i, j]).astype("float32").astype("float16")
+                   - j, name="C")
+    a = np.full((1, 7), 0.9478, "float16")
+    r = _ev(C, A=a)
+    j = np.arange(7)
+    fused = (j * a.astype("float64") - j).astype("float16")
+    assert np.any(fused != r.value)  # the case separates fused from unfused
+    assert np.all(np.abs(fused.astype("float64") - r.value) <= tolerance(r, "float16"))
+    f = polytile.build(te.create_schedule(C.op), [A, C], target="llvm")
+    out = np.full((1, 7), np.nan, "float16")
+    f(a, out)
+    assert compare(out, r, "float16", False)[0] == 0
 
 
 def test_checker_sees_one_wrong_element_and_poison():

@@ -142,6 +142,102 @@ def test_mma_sync_fragments_per_tile_and_grouped_blocks_on_the_interpreter(M, N,
     _assert_both_operands_pipelined(s, args, 4)
 
 
+# (M, N, K, block, warp, stages, group): 3 and 2 k tiles of 48 (three 16-wide steps); 5 k
+# tiles of 32 with 4 stages (more tiles than stages); 1 k tile (the prefetch of tile 1 is
+# guarded off); grouped blocks with a ragged group
+_PREFETCH_CASES = [(32, 64, 144, (32, 32, 48), (16, 32), 3, 1),
+                   (48, 32, 96, (16, 32, 48), (16, 16), 2, 1),
+                   (32, 48, 160, (16, 16, 32), (16, 16), 4, 2),
+                   (16, 16, 32, (16, 16, 32), (16, 16), 3, 1),
+                   (48, 80, 96, (16, 64, 32), (16, 16), 3, 8)]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("M, N, K, block, warp, stages, group", _PREFETCH_CASES)
+def test_fragment_prefetch_on_the_interpreter(M, N, K, block, warp, stages, group, dtype):
+    # frags="prefetch": the first k step's fragments of tile k + 1 loaded into the ".next"
+    # fragments after the barrier, before the last step's MMAs of tile k
+    s, args = tc.wmma_gemm(M, N, K, isa="mma", dtype=dtype, block=block, warp=warp,
+                           stages=stages, frags="prefetch", group=group)
+    f = lower(s, args, target="cuda", stop_after=None)
+    text = str(f)
+    if K > block[2]:   # (one k tile: no k loop left to pipeline)
+        assert "A.shared.wmma.matrix_a.next = alloc(" in text
+        loop = text.split("for k.outer in range")[1]
+        # in the loop: MMAs from .next first, then the barrier, then the loads into .next
+        mma, barrier = loop.index("update(A.shared.wmma.matrix_a.next"), loop.index("sync(")
+        assert mma < barrier < loop.index(", A.shared.wmma.matrix_a.next[0]{16x16}):")
+    a, b = _inputs(M, N, K, dtype)
+    c = np.full((M, N), np.nan, "float32")
+    run(f, a, b, c)
+    assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
+
+
+def test_fragment_prefetch_with_a_wrong_wait_is_caught(monkeypatch):
+    # the interpreter lands copies at their wait_group: waiting one group too few makes the
+    # prefetched fragments read a tile still in flight
+    from polytile.schedule.passes import software_pipeline as sp
+
+    real = sp.wait_group
+    monkeypatch.setattr(sp, "wait_group", lambda n: real(n + 1 if n > 0 else n))
+    s, args = tc.wmma_gemm(32, 32, 160, isa="mma", block=(16, 16, 32), warp=(16, 16),
+                           stages=3, frags="prefetch")
+    f = lower(s, args, target="cuda", stop_after=None)
+    a, b = _inputs(32, 32, 160, "float16")
+    c = np.full((32, 32), np.nan, "float32")
+    try:
+        run(f, a, b, c)
+    except Exception:      # a race or an uninitialised read, reported by the interpreter
+        return
+    assert not _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
+
+
+def test_fragment_prefetch_refusals():
+    # one k step per tile (16-deep tiles), fragments per k tile, no pipeline, mma_wait
+    with pytest.raises(ValueError, match="two k steps"):
+        tc.wmma_gemm(32, 32, 64, isa="mma", block=(16, 16, 16), warp=(16, 16), stages=3,
+                     frags="prefetch")
+    with pytest.raises(ValueError, match="needs a pipeline"):
+        tc.wmma_gemm(32, 32, 64, isa="mma", block=(16, 16, 32), warp=(16, 16), stages=1,
+                     frags="prefetch")
+    s, args = tc.wmma_gemm(32, 32, 64, isa="mma", block=(16, 16, 32), warp=(16, 16),
+                           stages=3, frags="tile")
+    CF = next(st for st in s.stages if st.name == "C.wmma.accumulator")
+    ko = CF.leaf_iter_vars[0] if CF.leaf_iter_vars[0].name == "k.outer" else next(
+        v for v in CF.leaf_iter_vars if v.name == "k.outer")
+    with pytest.raises(ScheduleError, match="fragment_prefetch"):
+        CF.pipeline(ko, stages=3, mma_wait=0, fragment_prefetch=True)
+    with pytest.raises(ScheduleError, match="already pipelined"):
+        CF.pipeline(ko, stages=3, fragment_prefetch=True)
+    s, args = tc.wmma_gemm(32, 32, 64, isa="mma", block=(16, 16, 32), warp=(16, 16),
+                           stages=3, frags="tile")
+    CF = next(st for st in s.stages if st.name == "C.wmma.accumulator")
+    ko = next(v for v in CF.leaf_iter_vars if v.name == "k.outer")
+    prag = CF.pragmas[ko]
+    CF.pragmas[ko] = ()
+    CF.pipeline(ko, stages=3, fragment_prefetch=True)
+    assert len(CF.pragmas[ko]) == 1 and prag
+    with pytest.raises(ScheduleError, match=r"fragment_prefetch: its compute is not loads .* "
+                       r"two k steps"):
+        lower(s, args, target="cuda")
+
+
+def test_fragment_prefetch_compiles_and_double_buffers_in_sass():
+    s, args = tc.wmma_gemm(512, 512, 512, isa="mma", block=(128, 128, 32), warp=(64, 64),
+                           stages=4, frags="prefetch", group=8)
+    src = polytile.build(s, args, target="cuda").get_source("cu")
+    assert "pt_mma_a A_shared_wmma_matrix_a_next[4];" in src
+    for arch in ("sm_80", "sm_90"):
+        compile_with_nvcc(src, arch)
+    counts = _sass_counts(src, "sm_90")
+    if counts is None:
+        pytest.skip("cuobjdump not found")
+    # 2 k steps x (4 A + 4 B) ldmatrix.x4 and 2 x 32 mma per tile, in the loop and prologue
+    assert counts["HMMA"] >= 64 and counts["LDSM"] >= 16 and counts["LDGSTS"] > 0, counts
+    got = _ptxas_registers(src)
+    assert got is not None and got[1] == 0, got   # the second fragment set does not spill
+
+
 def _assert_both_operands_pipelined(s, args, stages):
     # the copies of A and of B both rotate through `stages` slots, and the k loop has one
     # barrier: the fragments of A attached at the k loop (frags="tile") sit between the two
@@ -167,7 +263,7 @@ def test_gpu_mma_sync_variants_lower_with_both_operands_pipelined(size, block, w
 
 
 def test_fragments_placement_is_checked():
-    with pytest.raises(ValueError, match="frags 'warp'; expected 'step' or 'tile'"):
+    with pytest.raises(ValueError, match="frags 'warp'; expected 'step', 'tile' or 'prefetch'"):
         tc.wmma_gemm(64, 64, 64, isa="mma", frags="warp")
 
 
@@ -439,6 +535,25 @@ def test_eight_warp_mma_sync_gemm_on_the_gpu(size, dtype, block, warp, stages, f
     assert _rel(c.numpy(), _reference(M, N, K, dtype)) < 1e-5
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("size, dtype, block, warp, stages", [
+    ((384, 640, 320), "float16", (128, 128, 32), (64, 64), 4),
+    ((384, 640, 320), "bfloat16", (128, 128, 32), (64, 64), 4),
+    ((384, 640, 320), "float16", (128, 256, 32), (64, 64), 3),
+    ((384, 640, 320), "float16", (128, 128, 64), (64, 64), 3),
+    ((4096, 4096, 4096), "float16", (128, 128, 32), (64, 64), 4)])
+def test_fragment_prefetch_gemm_on_the_gpu(size, dtype, block, warp, stages):
+    # the frags="prefetch" variants of benchmarks/gpu_gemm.py MMA_VARIANTS [12..17]
+    M, N, K = size
+    s, args = tc.wmma_gemm(M, N, K, isa="mma", dtype=dtype, block=block, warp=warp,
+                           stages=stages, frags="prefetch", group=8)
+    f = polytile.build(s, args, target="cuda")
+    a, b = _inputs(M, N, K, dtype, seed=1)
+    c = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
+    assert _rel(c.numpy(), _reference(M, N, K, dtype)) < 1e-5
+
+
 def _reference(M, N, K, dtype, cache={}):
     # float64 products of the rounded inputs (seed 1), computed once per shape and dtype
     key = (M, N, K, dtype)
@@ -507,3 +622,16 @@ def test_pipeline_replays_from_the_trace():
     steps = [st for st in fresh.trace if st.primitive == "pipeline"]
     assert len(steps) == 1 and dict(steps[0].kwargs) == {"stages": 3}
     assert str(lower(fresh, args, target="cuda")) == str(lower(s, args, target="cuda"))
+
+
+def test_fragment_prefetch_replays_from_the_trace():
+    from polytile.schedule.schedule import replay
+
+    s, (A, B, C) = tc.wmma_gemm(32, 32, 64, isa="mma", block=(16, 16, 32), warp=(16, 16),
+                                stages=3, frags="prefetch")
+    fresh = replay(s.trace, te.create_schedule(C.op))
+    steps = [st for st in fresh.trace if st.primitive == "pipeline"]
+    assert len(steps) == 1 and dict(steps[0].kwargs) == {"stages": 3,
+                                                         "fragment_prefetch": True}
+    assert str(lower(fresh, [A, B, C], target="cuda")) == \
+        str(lower(s, [A, B, C], target="cuda"))
