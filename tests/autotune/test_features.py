@@ -70,7 +70,7 @@ def test_gpu_bytes_per_level_and_bank_conflicts_of_the_tutorial_gemm():
     assert bank_max == pytest.approx(2.0)        # log2 of the 4-way B access
     assert 1.0 < bank_mean < 2.0                 # between the 2-way and 4-way reads
     assert sectors == pytest.approx(0.0)         # float4 rows: coalesced
-    small = _gpu_memory({"tile": [32, 32, 8, 2, 2], "vec": 1, "unroll_k": False})
+    small = _gpu_memory({"tile": [32, 32, 8, 2, 2], "vec": 1, "unroll_k": False, "layout": "contiguous", "stages": 1, "group": 1})
     assert small[3] == small[4] == 0.0           # conflict-free
     assert _gpu_memory(None, "llvm") == [0.0] * 6
 

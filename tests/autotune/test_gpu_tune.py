@@ -60,9 +60,9 @@ def test_matmul_space_holds_the_tutorial_schedule_and_fits_the_limits():
         assert (bm + bn) * bk * 4 <= lim.shared_bytes_per_block
         assert matmul_registers(tm, tn) * threads <= lim.registers_per_block
     # a large GEMM keeps register-tiled configs only (at least 16 outputs per thread)
-    assert len(sp.knobs["tile"]) == 2208 and all(tm * tn >= 16 for _, _, _, tm, tn in vals)
+    assert len(sp) == 2208 * 18 and all(tm * tn >= 16 for _, _, _, tm, tn in vals)
     assert [128, 256, 8, 8, 16] in vals   # larger register tiles than the tutorial's
-    assert len(t.space((512, 512, 512), "float32", "cuda").knobs["tile"]) == 9840
+    assert len(t.space((512, 512, 512), "float32", "cuda")) == 9840 * 18  # x layout, stages, group
     # the CPU schedule is another space under the same name
     assert len(t.space((64, 64, 64), "float32", "llvm")) != len(sp)
 
@@ -89,7 +89,7 @@ def test_gpu_spaces_shrink_with_the_device_limits():
     assert len(big) == len(layouts) > len(sp) and {lay[1] for lay in layouts} == {2, 4}
     assert max(lay[0] for lay in layouts) == 512 and [256, 4, 1, 1, 0] == big.default().knob_values(
         )["layout"]
-    assert mm == len(tiles) * 3 * 2 < len(get_template("matmul").space((64, 64, 64), "float32",
+    assert mm == len(tiles) * 3 * 2 * 18 < len(get_template("matmul").space((64, 64, 64), "float32",
                                                                         "cuda -arch=sm_90"))
 
 
