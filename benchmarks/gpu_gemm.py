@@ -186,10 +186,26 @@ MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
                 ((128, 256, 32), (64, 64), 3, "prefetch", 8),
                 ((256, 128, 32), (64, 64), 3, "prefetch", 8),
                 ((128, 128, 32), (32, 64), 4, "prefetch", 8),
-                ((128, 256, 64), (64, 64), 3, "prefetch", 8))
+                ((128, 256, 64), (64, 64), 3, "prefetch", 8),
+                # [18..24] around [14] (one block of 8 warps per SM: 230 registers x 256
+                # threads; the barrier of each k tile stalls the whole SM, so deeper
+                # pipelines and fewer barriers per k): 4 and 5 stages, 64-deep k tiles
+                # in 4 stages (204 KiB of shared memory), fragments per step without
+                # prefetch, and groups of 4 and 16 tile rows. ptxas -v (sm_90, nvcc 13):
+                # 234, 232, 240, 166, 230, 234, 234 registers, no spills
+                ((128, 256, 32), (64, 64), 4, "prefetch", 8),
+                ((256, 128, 32), (64, 64), 4, "prefetch", 8),
+                ((128, 256, 64), (64, 64), 4, "prefetch", 8),
+                ((128, 256, 32), (64, 64), 4, "step", 8),
+                ((128, 256, 32), (64, 64), 5, "prefetch", 8),
+                ((128, 256, 32), (64, 64), 4, "prefetch", 16),
+                ((128, 256, 32), (64, 64), 4, "prefetch", 4))
 
-#: the mma.sync variant of ``--isa best``: the fastest measured (310 TFLOP/s, 0.417x)
-MMA_DEFAULT = MMA_VARIANTS[7]
+#: the mma.sync variant of ``--isa best``: the fastest measured (H200, 4096^3 float16 at
+#: 0cf242f, one run: [7] 313, [12] 318, [13] 325, [14] 371, [15] 356, [16] 285, [17] 335
+#: TFLOP/s; [14] 0.483x cuBLAS): 128x256x32 blocks of 8 warps of 64x64, 3 stages,
+#: fragment prefetch, grouped by 8
+MMA_DEFAULT = MMA_VARIANTS[14]
 
 
 def mma_variants(n: int, acc: str, dtype: str, variants=MMA_VARIANTS,

@@ -149,7 +149,11 @@ _PREFETCH_CASES = [(32, 64, 144, (32, 32, 48), (16, 32), 3, 1),
                    (48, 32, 96, (16, 32, 48), (16, 16), 2, 1),
                    (32, 48, 160, (16, 16, 32), (16, 16), 4, 2),
                    (16, 16, 32, (16, 16, 32), (16, 16), 3, 1),
-                   (48, 80, 96, (16, 64, 32), (16, 16), 3, 8)]
+                   (48, 80, 96, (16, 64, 32), (16, 16), 3, 8),
+                   # 5 k tiles of 64 (four steps) in 4 stages; 7 k tiles of 32 in 5 stages
+                   # (gpu_gemm.py MMA_VARIANTS [20], [22])
+                   (32, 48, 320, (16, 16, 64), (16, 16), 4, 1),
+                   (48, 32, 224, (16, 32, 32), (16, 16), 5, 2)]
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -238,6 +242,28 @@ def test_fragment_prefetch_compiles_and_double_buffers_in_sass():
     assert got is not None and got[1] == 0, got   # the second fragment set does not spill
 
 
+@pytest.mark.parametrize("block, stages, most", [((128, 256, 32), 3, 232), ((128, 256, 32), 4, 236),
+                                                  ((128, 256, 64), 4, 244)])
+def test_eight_warp_128x256_prefetch_gemm_fits_one_block_per_sm(block, stages, most):
+    # the --isa best mma.sync variant (MMA_VARIANTS[14]) and its deeper pipelines [18],
+    # [20]: 256 threads within 64K registers (at most 255 each), no spills, the shared
+    # tiles (3 or 4 stages of 128 x (BK + 8) + BK x 264 float16) within sm_90's 227 KiB,
+    # 16-byte epilogue stores (STG.E.128) and 2 x 32 mma per 16-deep step pair
+    s, args = tc.wmma_gemm(512, 512, 512, isa="mma", block=block, warp=(64, 64),
+                           stages=stages, frags="prefetch", group=8)
+    src = polytile.build(s, args, target="cuda").get_source("cu")
+    assert "__launch_bounds__(256)" in src and "dynamic shared memory" in src
+    got = _ptxas_registers(src)
+    if got is None:
+        pytest.skip("nvcc not found")
+    assert got[0] <= most and got[1] == 0, got
+    counts = _sass_counts(src, "sm_90")
+    if counts is not None:
+        assert counts["HMMA"] >= 32 * block[2] // 16 and counts["STG.128"] > 0, counts
+    shared = stages * (block[0] * (block[2] + 8) + block[2] * (block[1] + 8)) * 2
+    assert shared <= 227 * 1024
+
+
 def _assert_both_operands_pipelined(s, args, stages):
     # the copies of A and of B both rotate through `stages` slots, and the k loop has one
     # barrier: the fragments of A attached at the k loop (frags="tile") sit between the two
@@ -252,7 +278,9 @@ def _assert_both_operands_pipelined(s, args, stages):
 @pytest.mark.parametrize("size", [(384, 640, 320), (4096, 4096, 4096)])
 @pytest.mark.parametrize("block, warp, stages, frags, group", [
     ((128, 128, 32), (32, 64), 4, "tile", 8), ((128, 256, 32), (64, 64), 4, "tile", 8),
-    ((128, 128, 32), (64, 64), 4, "step", 8), ((128, 128, 64), (64, 64), 3, "tile", 8)])
+    ((128, 128, 32), (64, 64), 4, "step", 8), ((128, 128, 64), (64, 64), 3, "tile", 8),
+    ((128, 256, 64), (64, 64), 4, "prefetch", 8), ((256, 128, 32), (64, 64), 4, "prefetch", 8),
+    ((128, 256, 32), (64, 64), 5, "prefetch", 8)])
 def test_gpu_mma_sync_variants_lower_with_both_operands_pipelined(size, block, warp, stages,
                                                                   frags, group):
     # the configurations of the GPU tests and of benchmarks/gpu_gemm.py, lowered here
@@ -541,9 +569,15 @@ def test_eight_warp_mma_sync_gemm_on_the_gpu(size, dtype, block, warp, stages, f
     ((384, 640, 320), "bfloat16", (128, 128, 32), (64, 64), 4),
     ((384, 640, 320), "float16", (128, 256, 32), (64, 64), 3),
     ((384, 640, 320), "float16", (128, 128, 64), (64, 64), 3),
-    ((4096, 4096, 4096), "float16", (128, 128, 32), (64, 64), 4)])
+    ((4096, 4096, 4096), "float16", (128, 128, 32), (64, 64), 4),
+    # MMA_VARIANTS [18..22]: deeper pipelines of the 8-warp 128x256 / 256x128 blocks
+    ((384, 640, 320), "float16", (128, 256, 32), (64, 64), 4),
+    ((384, 640, 320), "bfloat16", (256, 128, 32), (64, 64), 4),
+    ((384, 640, 320), "float16", (128, 256, 64), (64, 64), 4),
+    ((384, 640, 320), "float16", (128, 256, 32), (64, 64), 5),
+    ((4096, 4096, 4096), "float16", (128, 256, 32), (64, 64), 4)])
 def test_fragment_prefetch_gemm_on_the_gpu(size, dtype, block, warp, stages):
-    # the frags="prefetch" variants of benchmarks/gpu_gemm.py MMA_VARIANTS [12..17]
+    # the frags="prefetch" variants of benchmarks/gpu_gemm.py MMA_VARIANTS [12..24]
     M, N, K = size
     s, args = tc.wmma_gemm(M, N, K, isa="mma", dtype=dtype, block=block, warp=warp,
                            stages=stages, frags="prefetch", group=8)
