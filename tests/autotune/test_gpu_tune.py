@@ -48,8 +48,8 @@ def test_matmul_space_holds_the_tutorial_schedule_and_fits_the_limits():
     t = get_template("matmul")
     sp = t.space((4096, 4096, 4096), "float32", "cuda -arch=sm_90")
     assert sp.default().knob_values() == {"tile": [128, 128, 16, 8, 8], "vec": 4,
-                                          "unroll_k": True, "layout": "contiguous",
-                                          "stages": 1, "group": 1}
+                                          "unroll_k": True, "layout": "strided",
+                                          "stages": 3, "group": 8}
     tiles = sp.knobs["tile"]
     lim = gpu_limits.for_arch("sm_90")
     vals = [tiles.get(i).val for i in range(len(tiles))]
@@ -65,6 +65,40 @@ def test_matmul_space_holds_the_tutorial_schedule_and_fits_the_limits():
     assert len(t.space((512, 512, 512), "float32", "cuda")) == 9840 * 18  # x layout, stages, group
     # the CPU schedule is another space under the same name
     assert len(t.space((64, 64, 64), "float32", "llvm")) != len(sp)
+
+
+def test_records_without_the_new_gemm_knobs_load_as_the_old_kernel(tmp_path):
+    # a record written before layout/stages/group existed must load (dispatch, records
+    # best) as the schedule it measured: contiguous, no pipeline, no groups
+    import warnings
+
+    t = get_template("matmul")
+    args, target = (1024, 1024, 1024), "cuda -arch=sm_90"
+    sp = t.space(args, "float32", target)
+    old = {"tile": [128, 64, 16, 8, 8], "vec": 2, "unroll_k": False}
+    cfg = sp.from_json(old)
+    assert cfg.knob_values() == {**old, "layout": "contiguous", "stages": 1, "group": 1}
+    path = tmp_path / "old.jsonl"
+    rec = Record(workload={"template": "matmul", "args": list(args), "dtype": "float32"},
+                 target=target, config=old, costs=[1e-3], device=H200)
+    with RecordWriter(path) as w:
+        w.write(rec)
+    [got] = best_records(read_records(path)).values()
+    assert got.config == old
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # a record that does not fit warns
+        with apply_history_best(str(path), target, device=H200):
+            s, tensors = t(*args)
+    src = polytile.build(s, tensors, target=target).get_source("cu")
+    # the old kernel (no cp.async pipeline), not the new default (which has one)
+    s2, t2 = t.instantiate(cfg, args, "float32", target)
+    assert polytile.build(s2, t2, target=target).get_source("cu") == src
+    assert "cp_async" not in src
+    s3, t3 = t.instantiate(sp.default(), args, "float32", target)
+    assert "cp_async_wait_group(1)" in polytile.build(s3, t3, target=target).get_source("cu")
+    # a knob without a legacy value is still required
+    with pytest.raises(TuneError, match="do not match"):
+        sp.from_json({"vec": 2, "unroll_k": False, "layout": "strided"})
 
 
 def test_gpu_spaces_shrink_with_the_device_limits():
