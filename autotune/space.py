@@ -450,6 +450,14 @@ class _Definer:
             return
         self._add(OtherSpace(name, values, default, legacy))
 
+    def prefer(self, keep: Callable[[dict], bool]) -> None:
+        """Restrict the *search* (not the space) to the configs whose knob values
+        ``keep(values)`` accepts (``values``: knob name -> value, as
+        :meth:`ConfigEntity.knob_values`): the tuners then propose only those
+        (:meth:`ConfigSpace.preferred`), while records of any config of the space still
+        load. For duplicates (knob values a schedule maps to the same kernel) and regions
+        known to be slow. A no-op on a config."""
+
     def _defined(self, name: str) -> bool:
         raise NotImplementedError
 
@@ -466,6 +474,28 @@ class ConfigSpace(_Definer):
         self.knobs: dict[str, KnobSpace] = {}
         self.template_name = ""
         self.workload = None
+        self._keep: Callable[[dict], bool] | None = None
+        self._preferred: list[int] | None = None
+
+    def prefer(self, keep: Callable[[dict], bool]) -> None:
+        self._keep = keep
+        self._preferred = None
+
+    def preferred(self) -> list[int] | None:
+        """Indices of the configs :meth:`prefer` keeps, the default config always among
+        them (ascending), or None when the template set no preference (search all)."""
+        if self._keep is None:
+            return None
+        if self._preferred is None:
+            names = list(self.knobs)
+            lists = [[k.get(r) for r in range(len(k))] for k in self.knobs.values()]
+            out = []
+            for index, ents in enumerate(itertools.product(*lists)):
+                if self._keep({n: e.to_json() for n, e in zip(names, ents)}):
+                    out.append(index)
+            d = self.default_index()
+            self._preferred = sorted(set(out) | {d})
+        return self._preferred
 
     # collection ------------------------------------------------------------------------
     def _defined(self, name: str) -> bool:

@@ -109,10 +109,11 @@ def _mm_reference(a, b, *, args=()):
     return a @ b
 
 
-def _mm_knobs(cfg, M: int, N: int, dtype: str) -> tuple:
+def _mm_knobs(cfg, M: int, N: int, K: int, dtype: str) -> tuple:
     """Declare the knobs of the (batched) GEMM schedule; ``(BM, BN, BK, TM, TN, vec)``
     (the others, ``unroll_k``, ``layout``, ``stages``, ``group``, are read by
-    :func:`_gemm_schedule`)."""
+    :func:`_gemm_schedule`), and the part of the space the tuners search
+    (:func:`gemm_preferred`)."""
     limits = gpu_limits.current()
     itemsize = np.dtype(dtype).itemsize if dtype != "bfloat16" else 2
     tiles = matmul_tiles(limits, itemsize, large=M >= LARGE and N >= LARGE) or \
@@ -128,7 +129,35 @@ def _mm_knobs(cfg, M: int, N: int, dtype: str) -> tuple:
                     legacy="contiguous")
     cfg.define_knob("stages", [1, 2, 3], default=3, legacy=1)
     cfg.define_knob("group", [1, 4, 8], default=8, legacy=1)
+    cfg.prefer(lambda v: gemm_preferred(v, (M, N, K), itemsize, limits))
     return (*cfg["tile"].val, cfg["vec"].val)
+
+
+def gemm_preferred(v: dict, shape: tuple, itemsize: int,
+                   limits: gpu_limits.GPULimits) -> bool:
+    """Whether the tuners search the GEMM config of knob values ``v`` at ``shape`` =
+    ``(M, N, K)``. Left out, as duplicates of a config kept: ``layout="strided"`` where
+    :func:`strided_subtiles` gives one sub-tile (the contiguous kernel), a ``stages``
+    value :func:`gemm_stages` lowers to another, a ``group`` :func:`_group_rows` lowers
+    to another. On a large GEMM (both output sides at least :data:`LARGE`) whose shared
+    copies can be 16-byte ``cp.async`` (float32, sizes multiples of 4) also the
+    regions measured slow on an H200 at 4096^3: k tiles other than 16 (8: 0.83x of the
+    16-deep ones' 0.86x cuBLAS), no pipeline (0.78x), groups below 8, copies narrower
+    than 16 bytes and a rolled k loop. The 4096^3 float32 search shrinks from 39,744
+    configs to a few hundred (test_gpu_tune), the default among them."""
+    bm, bn, bk, tm, tn = v["tile"]
+    vec = v["vec"]
+    if v["layout"] == "strided" and strided_subtiles(tm, tn) == (1, 1):
+        return False
+    if gemm_stages(v["stages"], [bm, bn, bk], vec, itemsize, shape, limits) != v["stages"]:
+        return False
+    if _group_rows(v["group"], -(-shape[0] // bm)) != v["group"]:
+        return False
+    copies16 = any(w * itemsize == 16 and all(d % w == 0 for d in shape) for w in (1, 2, 4))
+    if shape[0] >= LARGE and shape[1] >= LARGE and copies16:
+        return (bk == 16 and v["stages"] >= 2 and v["group"] == 8
+                and vec * itemsize == 16 and v["unroll_k"])
+    return True
 
 
 def gemm_stages(knob: int, tile: list, vec: int, itemsize: int, shape: tuple,
@@ -167,7 +196,7 @@ def matmul_cuda(M: int, N: int, K: int, dtype: str = "float32"):
     B = te.placeholder((K, N), name="B", dtype=dtype)
     r = te.reduce_axis((0, K), name="k")
     C = te.compute((M, N), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    return _gemm_schedule(cfg, A, B, C, _mm_knobs(cfg, M, N, dtype)), [A, B, C]
+    return _gemm_schedule(cfg, A, B, C, _mm_knobs(cfg, M, N, K, dtype)), [A, B, C]
 
 
 @template("batch_matmul", target="cuda", default_args=(8, 256, 256, 256),
@@ -182,7 +211,7 @@ def batch_matmul_cuda(Bt: int, M: int, N: int, K: int, dtype: str = "float32"):
     r = te.reduce_axis((0, K), name="k")
     C = te.compute((Bt, M, N), lambda b, i, j: te.sum(A[b, i, r] * B[b, r, j], axis=r),
                    name="C")
-    return _gemm_schedule(cfg, A, B, C, _mm_knobs(cfg, M, N, dtype)), [A, B, C]
+    return _gemm_schedule(cfg, A, B, C, _mm_knobs(cfg, M, N, K, dtype)), [A, B, C]
 
 
 def _group_rows(group: int, rows: int) -> int:

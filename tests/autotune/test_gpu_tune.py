@@ -101,6 +101,71 @@ def test_records_without_the_new_gemm_knobs_load_as_the_old_kernel(tmp_path):
         sp.from_json({"vec": 2, "unroll_k": False, "layout": "strided"})
 
 
+def test_matmul_search_prefers_distinct_fast_configs():
+    # the tuners search a part of the space: no duplicate kernels, and on a large float32
+    # GEMM only 16-deep k tiles, 2-3 cp.async stages, groups of 8, 16-byte copies
+    from polytile.autotune.templates_gpu import gemm_stages, strided_subtiles
+
+    t = get_template("matmul")
+    sp = t.space((4096, 4096, 4096), "float32", "cuda -arch=sm_90")
+    pref = sp.preferred()
+    assert len(sp) == 39744 and len(pref) == 282 and sp.default_index() in pref
+    lim = gpu_limits.for_arch("sm_90")
+    seen = set()
+    for i in pref:
+        v = sp.get(i).knob_values()
+        bm, bn, bk, tm, tn = v["tile"]
+        assert bk == 16 and v["stages"] in (2, 3) and v["group"] == 8 and v["vec"] == 4
+        assert v["unroll_k"] and (v["layout"] == "contiguous" or
+                                  strided_subtiles(tm, tn) != (1, 1))
+        assert gemm_stages(v["stages"], v["tile"], 4, 4, (4096,) * 3, lim) == v["stages"]
+        seen.add(json.dumps(v, sort_keys=True))
+    assert len(seen) == len(pref)
+    # a small GEMM: duplicates only (strided 1-sub-tile layouts, stages that cannot
+    # pipeline, groups larger than the tile rows) are left out
+    small = t.space((100, 36, 20), "float32", "cuda -arch=sm_90")
+    kept = [small.get(i).knob_values() for i in small.preferred()
+            if i != small.default_index()]   # the default is always searched
+    assert 0 < len(kept) < len(small)
+    assert {v["stages"] for v in kept} == {1, 2, 3} and {v["vec"] for v in kept} == {1, 2, 4}
+    assert all(v["group"] <= -(-100 // v["tile"][0]) for v in kept)
+    assert all(v["stages"] == 1 or v["vec"] == 4 for v in kept)
+    # float16 (no 16-byte copies of 4 values) keeps the whole deduplicated space
+    f16 = t.space((4096, 4096, 4096), "float16", "cuda -arch=sm_90")
+    assert len(f16.preferred()) > 10 * len(pref)
+
+
+def test_preferred_matmul_configs_compute_the_definition_and_compile():
+    # preferred configs at odd sizes on the interpreter vs numpy, and at a large size
+    # through nvcc (the 4096^3 search space's configs, built at 1024^3)
+    from helpers import compile_with_nvcc
+
+    t = get_template("matmul")
+    args = (37, 29, 23)
+    sp = t.space(args, "float32", "cuda")
+    rng = random.Random(5)
+    small = [i for i in sp.preferred()
+             if sp.get(i).knob_values()["tile"][0] * sp.get(i).knob_values()["tile"][1] <= 1024]
+    picks = rng.sample(small, 3)
+    for i in picks:
+        cfg = sp.get(i)
+        s, tensors = t.instantiate(cfg, args, "float32", "cuda")
+        f = polytile.lower(s, tensors, target="cuda")
+        a, b, c = make_inputs(tensors, 1, args)
+        c[...] = np.nan
+        interpret(f, a, b, c)
+        want = a.astype("float64") @ b.astype("float64")
+        np.testing.assert_allclose(c, want, rtol=0, atol=1e-5 * np.abs(want).max(),
+                                   err_msg=str(cfg.knob_values()))
+    big = (1024, 1024, 1024)
+    sp = t.space(big, "float32", "cuda -arch=sm_90")
+    for i in [sp.default_index()] + rng.sample(sp.preferred(), 2):
+        s, tensors = t.instantiate(sp.get(i), big, "float32", "cuda -arch=sm_90")
+        src = polytile.build(s, tensors, target="cuda -arch=sm_90").get_source()
+        assert "cp_async_wait_group" in src, sp.get(i).knob_values()
+        compile_with_nvcc(src)
+
+
 def test_gpu_spaces_shrink_with_the_device_limits():
     small = gpu_limits.GPULimits("sm_90", max_threads_per_block=128,
                                  shared_bytes_per_block=8192, registers_per_block=8192)
