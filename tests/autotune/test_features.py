@@ -57,11 +57,14 @@ def _gpu_memory(knobs=None, target="cuda"):
 
 
 def test_gpu_bytes_per_level_and_bank_conflicts_of_the_tutorial_gemm():
-    """The default GPU matmul (128x128 block tile, 16x16 threads, 8x8 per thread, k tile
+    """The contiguous GPU matmul (128x128 block tile, 16x16 threads, 8x8 per thread, k tile
     16, float4 copies): global bytes = A and B tiles copied once per block and k step plus
     C stored once; its inner product reads A.shared[128 * ty] (2 rows of lanes on one
     bank: 2-way) and B.shared[8 * tx] (stride 8 words: 4-way)."""
-    glob, shared, local, bank_mean, bank_max, sectors = _gpu_memory()
+    # the contiguous 8x8 tiles without a pipeline (the default config before the layout,
+    # stages and group knobs; a record without them loads as this config)
+    glob, shared, local, bank_mean, bank_max, sectors = _gpu_memory(
+        {"tile": [128, 128, 16, 8, 8], "vec": 4, "unroll_k": True})
     blocks, threads = 4, 256
     a_b = 2 * (128 * 16) * 16 * blocks * 4      # A and B tiles: 16 k steps, 4 blocks
     c = 256 * 256 * 4

@@ -552,7 +552,9 @@ def test_gpu_features_see_threads_shared_memory_and_occupancy():
         return f[g:g + 6]
 
     assert feats(None, "llvm") == [0.0] * 6
-    threads, blocks, shared, local, occ, stride = feats(None, "cuda")
+    # the contiguous 8x8 tiles without a pipeline (a record from before layout/stages/group)
+    threads, blocks, shared, local, occ, stride = feats(
+        {"tile": [128, 128, 16, 8, 8], "vec": 4, "unroll_k": True}, "cuda")
     assert threads == pytest.approx(math.log2(257)) and blocks == pytest.approx(math.log2(5))
     assert shared == pytest.approx(math.log2(1 + (128 + 128) * 16 * 4))   # A and B tiles
     assert local == pytest.approx(math.log2(1 + 64 * 4))                  # 8x8 accumulators
