@@ -307,6 +307,9 @@ _STMT_CHILDREN = {
 }
 
 
+_STMT_REVERSED = {k: tuple(reversed(v)) for k, v in _STMT_CHILDREN.items()}
+
+
 def asserts(s: Stmt) -> list:
     """The ``Assert`` statements of ``s`` in pre-order (a target numbers its failures by
     position in this list)."""
@@ -390,21 +393,28 @@ class StmtMutator(StmtFunctor):
         return e
 
     def generic_visit(self, s):
-        changes = {}
+        # (every pass walks every statement: the element visits are written out inline)
+        changes = None
+        visit, visit_expr = self.visit, self.visit_expr
         for f in _STMT_CHILDREN[type(s)]:
             v = getattr(s, f)
             if isinstance(v, tuple):
-                nv = tuple(self._one(x) for x in v)
-                if any(a is not b for a, b in zip(nv, v)):
-                    # a visit returning None removes the statement from a sequence
-                    changes[f] = tuple(x for x in nv if x is not None)
+                nv = [visit(x) if isinstance(x, Stmt) else visit_expr(x)
+                      if isinstance(x, Expr) else x for x in v]
+                for a, b in zip(nv, v):
+                    if a is not b:
+                        # a visit returning None removes the statement from a sequence
+                        changes = changes or {}
+                        changes[f] = tuple([x for x in nv if x is not None])
+                        break
             elif v is not None:
                 nv = self._one(v)
                 if nv is None and f != "else_case":
                     nv = seq()    # a removed body leaves a body that does nothing
                 if nv is not v:
+                    changes = changes or {}
                     changes[f] = nv
-        if not changes:
+        if changes is None:
             return s
         out = replace_node(s, changes)
         if isinstance(out, Seq):
@@ -430,12 +440,19 @@ def child_stmts(s: Stmt) -> list:
 
 def walk_stmts(s: Stmt):
     """Yield every statement of ``s`` in pre-order."""
-    yield s
-    for f in _STMT_CHILDREN[type(s)]:
-        v = getattr(s, f)
-        for x in (v if isinstance(v, tuple) else (v,)):
-            if isinstance(x, Stmt):
-                yield from walk_stmts(x)
+    # a stack, not nested generators: each statement of an unrolled kernel (thousands in
+    # a sequence) was handed up through every enclosing generator
+    stack = [s]
+    pop, push, children = stack.pop, stack.append, _STMT_REVERSED
+    while stack:
+        x = pop()
+        yield x
+        for f in children[type(x)]:   # reversed: the first child is popped first
+            v = getattr(x, f)
+            if v.__class__ is tuple:
+                stack.extend([c for c in reversed(v) if isinstance(c, Stmt)])
+            elif isinstance(v, Stmt):
+                push(v)
 
 
 def stmt_exprs(s: Stmt):

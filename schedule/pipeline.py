@@ -26,8 +26,9 @@ ast                   the isl schedule tree of the program or of each kernel (``
 loop_passes           ``LOOP_PASSES``: bfloat16 arithmetic in float32, simplify,
                       vector-loop legalisation, unroll, ..., software pipelines
                       (``Stage.pipeline``) and asynchronous 16-byte global -> shared
-                      copies (``cp.async``), and last the sharing of common
-                      subexpressions through let-bindings (``passes/``)
+                      copies (``cp.async``), the sharing of common subexpressions
+                      through let-bindings, and last the interning of equal
+                      expressions of different statements (``passes/``)
 kernel_launch         the bodies assembled: one ``KernelLaunch`` per kernel on GPUs
 allocation            an ``Allocate`` for every intermediate, its scope chosen within the
                       target's stack limits (``passes/storage.py``)
@@ -78,6 +79,7 @@ from .passes.loops import (auto_unroll, dedup_syncs, legalize_vector_loops,
                            legalize_vector_loops_masked, serialize_nested_parallel,
                            specialize_partial_unrolls, unroll)
 from .passes.prefetch import strip_prefetch_pragmas
+from .passes.intern import intern_expressions
 from .passes.share import share_subexpressions
 from .passes.simplify import forget as forget_simplified
 from .passes.simplify import simplify
@@ -109,6 +111,7 @@ LOOP_PASSES = (
     ("async_copies", async_copies),
     ("simplify", simplify),
     ("share_subexpressions", share_subexpressions),
+    ("intern_expressions", intern_expressions),
 )
 
 #: The phase ``lower`` stops after unless told otherwise.

@@ -3,7 +3,8 @@
 :class:`CExprPrinter` is a base class of :class:`polytile.targets.c_printer.CPrinter`, which
 owns the state it reads: the dialect ``d``, ``fast`` (fast-math), ``who`` (the name errors
 carry), ``kname`` (the kernel being printed), ``env`` (``id(Var)`` -> C name), ``buffers``
-(``id(Buffer)`` -> C name), and collects ``helpers`` (inline functions to define) and
+(``id(Buffer)`` -> C name), ``texts`` (the memo of :meth:`CExprPrinter.expr`, emptied
+whenever ``env`` or ``buffers`` changes), and collects ``helpers`` (inline functions to define) and
 ``dtypes`` (to pick headers). Every binary operation is parenthesised; see the module
 docstring of :mod:`polytile.targets.c_printer` for the semantics kept.
 """
@@ -28,13 +29,19 @@ def strip_parens(s: str) -> str:
     """``s`` without one pair of enclosing parentheses, when they match each other."""
     if not (s.startswith("(") and s.endswith(")")):
         return s
-    depth = 0
-    for i, ch in enumerate(s):
-        depth += ch == "("
-        depth -= ch == ")"
-        if depth == 0 and i < len(s) - 1:
-            return s
-    return s[1:-1]
+    # jump from parenthesis to parenthesis (``str.find``) instead of reading every
+    # character: the indices of an unrolled kernel are thousands of long strings
+    find, last = s.find, len(s) - 1
+    depth, pos, opening = 1, 1, find("(", 1)
+    while True:
+        close = find(")", pos)
+        while opening != -1 and opening < close:
+            depth += 1
+            opening = find("(", opening + 1)
+        depth -= 1
+        if depth == 0:
+            return s[1:-1] if close == last else s
+        pos = close + 1
 
 
 class CExprPrinter:
@@ -65,13 +72,22 @@ class CExprPrinter:
 
     # ---------------------------------------------------------------- expressions
     def expr(self, e: Expr) -> str:
+        # the text of a node depends on the names in scope only: remembered by identity
+        # until a name is bound (``texts`` is emptied then), so a node shared by several
+        # statements (an unrolled kernel's interned loads) is printed once
+        texts = self.texts
+        hit = texts.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
         fn = getattr(self, "expr_" + type(e).__name__, None)
         if fn is None:
             raise InternalError(format_error(
                 self.who, f"expression node {type(e).__name__} reached code generation",
                 "expected only loop IR expressions (lowering removes TensorRead and Reduce)"))
         self.dtypes.add(e.dtype)
-        return fn(e)
+        out = fn(e)
+        texts[id(e)] = (e, out)   # holding ``e`` keeps its id from being reused
+        return out
 
     def expr_Var(self, e: Var) -> str:
         try:
@@ -311,5 +327,8 @@ class CExprPrinter:
                     "(T)(0ULL - (unsigned long long)x) : x; }")
         else:
             text = f"template <typename T> {inline} T {name}(T a, T b) {{ return {body[name]}; }}"
+        special = getattr(self.d, "helper_specializations", {}).get(name)
+        if special:
+            text = f"{text}\n{special}"
         self.helpers[name] = text
         return name

@@ -191,6 +191,7 @@ class CPrinter(CExprPrinter, StmtFunctor):
         self.who = f"codegen_{dialect.name}"
         self.helpers: dict = {}
         self.dtypes: set = set()
+        self.texts: dict = {}   # CExprPrinter.expr's memo: emptied when a name is bound
 
     # ---------------------------------------------------------------- module
     def module(self, func: PrimFunc) -> CModule:
@@ -268,6 +269,7 @@ class CPrinter(CExprPrinter, StmtFunctor):
         self.kname = k.name
         self.env: dict = {}  # id(Var) -> C expression
         self.buffers: dict = {}  # id(Buffer) -> C identifier
+        self.texts = {}
 
         bound_vars, allocated = _bound_here(k)
         syms = used_symbols(k.body)
@@ -303,12 +305,14 @@ class CPrinter(CExprPrinter, StmtFunctor):
             const = "" if b in stored else "const "
             name = names(b, b.name)
             self.buffers[id(b)] = name
+            self.texts = {}
             params.append(b)
             sig.append(f"{const}{d.mem_type(b.dtype)}* {d.restrict} {name}".replace("  ", " "))
         for v in ext_vars:
             self.dtypes.add(v.dtype)
             name = names(v, v.name)
             self.env[id(v)] = name
+            self.texts = {}
             params.append(v)
             sig.append(f"{d.ctype(v.dtype)} {name}")
 
@@ -334,6 +338,7 @@ class CPrinter(CExprPrinter, StmtFunctor):
                     f"{tag!r}", f"expected one of {', '.join(d.index_names)}"))
             name = names(v, v.name)
             self.env[id(v)] = name
+            self.texts = {}
             self.emit(1, f"const {d.ctype(v.dtype)} {name} = "
                          f"({d.ctype(v.dtype)}){d.index_names[tag]};")
         self.stmt(k.body, 1)
@@ -494,6 +499,7 @@ class CPrinter(CExprPrinter, StmtFunctor):
         inc = f"++{name}" if s.step == 1 else f"{name} += {s.step}"
         self.emit(depth, f"for ({t} {name} = {lo}; {name} < {end}; {inc}) {{")
         self.env[id(s.var)] = name
+        self.texts = {}
         self.scopes.append({name})
         self.stmt(s.body, depth + 1)
         self.scopes.pop()
@@ -519,6 +525,7 @@ class CPrinter(CExprPrinter, StmtFunctor):
             self.scopes.append({name})
         self.emit(depth, f"const {self.d.ctype(s.var.dtype)} {name} = {value};")
         self.env[id(s.var)] = name
+        self.texts = {}
         self.stmt(s.body, depth)
         if opened:
             self.scopes.pop()
@@ -534,6 +541,7 @@ class CPrinter(CExprPrinter, StmtFunctor):
         self.dtypes.add(b.dtype)
         name = self.names(b, b.name)
         self.buffers[id(b)] = name
+        self.texts = {}
         t = d.mem_type(b.dtype)
         dynamic = b.scope == "shared" and not all(sym.is_static(x) for x in b.shape)
         size = "".join(f"[{sym.text(x)}]" for x in b.shape) if dynamic else \

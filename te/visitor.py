@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from .expr import _CHILDREN, Expr, Var, child_fields
+from .expr import _CHILDREN, Binary, Const, Expr, Var, child_fields
 
 
 class _Memo:
@@ -84,6 +84,11 @@ class ExprMutator(_Memo):
     survives the rewrite."""
 
     def generic_visit(self, e):
+        if e.__class__ is Binary:   # most nodes of index arithmetic: the loop below, unrolled
+            a, b = self.visit(e.a), self.visit(e.b)
+            if a is e.a and b is e.b:
+                return e
+            return Binary(e.dtype, e.op, a, b)
         changes = None
         for f in _CHILDREN[type(e)]:
             v = getattr(e, f)
@@ -202,6 +207,14 @@ def collect_into(e: Expr, cls, out: list, done: set) -> None:
 class _Substitute(ExprMutator):
     def __init__(self, mapping):
         self.mapping = mapping
+
+    def visit(self, e):
+        cls = e.__class__
+        if cls is Var:     # leaves: answered without a memo entry (unroll substitutes
+            return self.mapping.get(e, e)   # every statement of every copy)
+        if cls is Const:
+            return e
+        return ExprMutator.visit(self, e)
 
     def visit_Var(self, v):
         return self.mapping.get(v, v)

@@ -40,6 +40,17 @@ def _range(dtype: str) -> tuple:
     return (int(dt.min_value(dtype)), int(dt.max_value(dtype)))
 
 
+_INT: dict = {}
+
+
+def _is_int(dtype: str) -> bool:
+    """``dt.is_int``, remembered per dtype name (asked for every node)."""
+    r = _INT.get(dtype)
+    if r is None:
+        r = _INT[dtype] = dt.is_int(dtype)
+    return r
+
+
 class _Bounds:
     """Interval bounds ``(lo, hi)`` of integer expressions (``None``: unbounded), given the
     bounds of variables; memoized by node identity."""
@@ -50,6 +61,9 @@ class _Bounds:
         self.nmemo: dict = {}    # narrowable, by node identity
 
     def of(self, e: Expr):
+        cls = e.__class__
+        if cls is Const or cls is Var:   # leaves: cheaper to answer than to remember
+            return self._of(e)
         hit = self.memo.get(id(e))
         if hit is not None and hit[0] is e:
             return hit[1]
@@ -58,7 +72,7 @@ class _Bounds:
         return out
 
     def _of(self, e: Expr):
-        if not dt.is_int(e.dtype):
+        if not _is_int(e.dtype):
             return None
         dflt = _range(e.dtype)
         if isinstance(e, Const):
@@ -112,6 +126,9 @@ class _Bounds:
     def narrowable(self, e: Expr) -> bool:
         """True when ``e`` (of dtype int64) and every int64 value inside it fit in int32
         (a ``Load`` inside is an index of its own and does not count)."""
+        cls = e.__class__
+        if cls is Const or cls is Var:
+            return e.dtype != "int64" or _fits(self._of(e))
         hit = self.nmemo.get(id(e))
         if hit is not None and hit[0] is e:
             return hit[1]

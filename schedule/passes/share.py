@@ -27,7 +27,8 @@ receiving code of exponential size.
 from __future__ import annotations
 
 from polytile.te import dtype as dt
-from polytile.te.expr import And, Binary, Cast, Const, Expr, Or, Select, Var, child_fields
+from polytile.te.expr import (_CHILDREN, And, Binary, Cast, Const, Expr, Or, Select, Var,
+                              child_fields)
 from polytile.te.visitor import ExprMutator, free_vars
 
 from ..kinds import LoopKind
@@ -71,6 +72,30 @@ def _uses(roots: list) -> tuple[dict, list]:
                 if count[id(c)] == 1:
                     stack.append((c, False))
     return count, order
+
+
+def _reached_twice(roots: list) -> bool:
+    """Whether some node other than a variable or constant is reached twice from
+    ``roots`` (a necessary condition for :func:`_uses` to find a node worth sharing);
+    cheaper than counting every edge."""
+    seen: set[int] = set()
+    stack = list(roots)
+    pop, push = stack.pop, stack.append
+    while stack:
+        x = pop()
+        cls = x.__class__
+        if cls is Const or cls is Var:
+            continue
+        if id(x) in seen:
+            return True
+        seen.add(id(x))
+        for f in _CHILDREN[cls]:
+            v = getattr(x, f)
+            if v.__class__ is tuple:
+                stack.extend([c for c in v if isinstance(c, Expr)])
+            elif isinstance(v, Expr):
+                push(v)
+    return False
 
 
 def _unconditional(roots: list) -> set:
@@ -121,6 +146,8 @@ class _Share(StmtMutator):
         for f in fields:
             v = getattr(s, f)
             roots += [x for x in (v if isinstance(v, tuple) else (v,)) if isinstance(x, Expr)]
+        if not _reached_twice(roots):   # most statements: nothing to share
+            return s
         count, order = _uses(roots)
         shared = [x for x in order if count[id(x)] > 1 and not _cheap(x)
                   and x.dtype != "bool"]

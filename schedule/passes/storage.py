@@ -290,13 +290,21 @@ class _FlattenExpr(ExprMutator):
 class _Flatten(StmtMutator):
     def __init__(self):
         self.ex = _FlattenExpr()   # one per pass: its memo lives as long as the pass
+        # the flat index of each store's (buffer, index nodes), by identity: the stores of
+        # an unrolled kernel (interned indices) share one flat index per element, as their
+        # loads do through ``ex``'s memo (one store per statement: no sharing within one)
+        self.stores: dict = {}
 
     def visit_expr(self, e):
         return self.ex.visit(e)
 
     def visit_Store(self, s: Store):
         s = self.generic_visit(s)
-        return Store(s.buffer, _flat_index(s.buffer, s.indices), s.value)
+        key = (id(s.buffer), tuple([id(i) for i in s.indices]))
+        hit = self.stores.get(key)
+        if hit is None:   # (the entry holds the buffer and indices: their ids stay theirs)
+            hit = self.stores[key] = (s.buffer, s.indices, _flat_index(s.buffer, s.indices))
+        return Store(s.buffer, hit[2], s.value)
 
     def visit_TensorCall(self, s: TensorCall):
         s = self.generic_visit(s)

@@ -85,28 +85,45 @@ def _ids_up_to(e: Expr, limit: int) -> set[int] | None:
     return out
 
 
+#: How :func:`_expr_symbols` treats each expression class (filled on first sight):
+#: 0 a node to walk, 1 a variable, 2 a buffer access (walked too), 3 a constant, and
+#: the node's child fields in reverse order. A kernel's expressions hold tens of thousands
+#: of nodes, most of them constants and variables, which this walk leaves at once.
+_SYMBOL_KIND: dict = {}
+
+
+def _symbol_kind(cls: type) -> tuple:
+    kind = (1 if issubclass(cls, Var) else 2 if issubclass(cls, (Load, AccessPtr))
+            else 3 if issubclass(cls, Const) else 0)
+    out = _SYMBOL_KIND[cls] = (kind, tuple(reversed(_CHILDREN[cls])))
+    return out
+
+
 def _expr_symbols(e: Expr, out: dict, seen: set) -> None:
     """Add the variables and buffers of ``e`` to ``out`` in pre-order, skipping the nodes
     whose identity is in ``seen`` (walked for an earlier expression, with everything
     below them) and adding the nodes walked to it."""
     stack = [e]
-    children = _CHILDREN
+    pop, push, kinds = stack.pop, stack.append, _SYMBOL_KIND
     while stack:
-        x = stack.pop()
+        x = pop()
+        kind, fields = kinds.get(x.__class__) or _symbol_kind(x.__class__)
+        if kind == 3:
+            continue
+        if kind == 1:   # a leaf: listed once by ``setdefault``, no need to remember it
+            out.setdefault(x, None)
+            continue
         if id(x) in seen:
             continue
         seen.add(id(x))
-        if isinstance(x, Var):
-            out.setdefault(x, None)
-        elif isinstance(x, (Load, AccessPtr)):
+        if kind == 2:
             out.setdefault(x.buffer, None)
-        fields = children[type(x)]
-        for f in reversed(fields) if len(fields) > 1 else fields:
+        for f in fields:
             v = getattr(x, f)
-            if isinstance(v, tuple):
+            if v.__class__ is tuple:
                 stack.extend(c for c in reversed(v) if isinstance(c, Expr))
             elif isinstance(v, Expr):
-                stack.append(v)
+                push(v)
 
 
 def used_symbols(s: Stmt) -> list:
