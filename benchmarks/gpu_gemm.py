@@ -199,7 +199,26 @@ MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
                 ((128, 256, 32), (64, 64), 4, "step", 8),
                 ((128, 256, 32), (64, 64), 5, "prefetch", 8),
                 ((128, 256, 32), (64, 64), 4, "prefetch", 16),
-                ((128, 256, 32), (64, 64), 4, "prefetch", 4))
+                ((128, 256, 32), (64, 64), 4, "prefetch", 4),
+                # [25..32] more warps per SM (ncu of [14]: 2 warps per scheduler, 0.34
+                # eligible per cycle, latency bound): 64x32 / 32x64 warp tiles (64
+                # accumulator registers) within 128 registers, 16 warps per SM: 128x128
+                # blocks of 8 warps at 2 blocks per SM (-min-blocks=2, 74 KiB of shared
+                # memory each), 128x256 and 256x128 blocks of 16 warps (512 threads) at
+                # one. ptxas -v (sm_90, nvcc 13): 121, 125, 98, 98, 98 registers, no
+                # spills; with fragment prefetch [30..32] 128 registers and 8, 16, 8 bytes
+                # of spill stores (the second fragment set does not fit)
+                ((128, 128, 32), (64, 32), 4, "step", 8, 2),
+                ((128, 128, 32), (32, 64), 4, "step", 8, 2),
+                ((128, 256, 32), (64, 32), 3, "step", 8),
+                ((128, 256, 32), (32, 64), 4, "step", 8),
+                ((256, 128, 32), (64, 32), 3, "step", 8),
+                ((128, 128, 32), (64, 32), 4, "prefetch", 8, 2),
+                ((128, 256, 32), (64, 32), 3, "prefetch", 8),
+                ((256, 128, 32), (64, 32), 3, "prefetch", 8),
+                # [33] 32 warps per SM: 128x128 blocks of 16 warps of 32x32, two per SM
+                # (-min-blocks=2: 64 registers, no spills; 4 ldmatrix.x4 per 8 mma)
+                ((128, 128, 32), (32, 32), 4, "step", 8, 2))
 
 #: the mma.sync variant of ``--isa best``: the fastest measured (H200, 4096^3 float16 at
 #: 0cf242f, one run: [7] 313, [12] 318, [13] 325, [14] 371, [15] 356, [16] 285, [17] 335

@@ -62,7 +62,8 @@ class _Hook:
             here = it_map.domain()
             runs = here if cond is None else cond.preimage_pw_multi_aff(it_map)
             for key, (_, pma) in st.accesses.items():
-                pulled = _total(pma.pullback_pw_multi_aff(it_map), here, runs, st, key)
+                pulled = _normalized(_total(pma.pullback_pw_multi_aff(it_map), here, runs,
+                                            st, key))
                 acc = build.access_from_pw_multi_aff(pulled)
                 idx[key] = tuple(iu.ast_expr(acc.get_op_arg(k), self.var_of)
                                  for k in range(1, acc.get_op_n_arg()))
@@ -76,6 +77,18 @@ class _Hook:
         except BaseException as exc:  # islpy swallows callback exceptions: keep it
             self.errors.append(exc)
             return node
+
+
+def _normalized(pma: isl.PwMultiAff) -> isl.PwMultiAff:
+    """``pma`` with its integer divisions in normal form (coefficients that the divisor
+    divides taken out of the floor): a pullback leaves ``floor((256 k0 + k1) / 16) - 16
+    k0`` as it is, which the AST build prints as a division of the whole sum per access
+    (a packed operand blocked by 16 along k inside blocks of 256: ``k1 / 16`` is wanted,
+    constant once ``k1`` is split by 16 and unrolled). Rebuilding the function from its
+    graph normalizes it; only accesses that have a division are rebuilt."""
+    if "floor" not in str(pma) and "mod" not in str(pma):
+        return pma
+    return isl.PwMultiAff.from_map(isl.Map.from_pw_multi_aff(pma))
 
 
 def _total(pulled: isl.PwMultiAff, here: isl.Set, runs: isl.Set, st: PolyStmt,

@@ -58,6 +58,9 @@ class CDialect:
     #: print contiguous aligned vectorized copies as one float4/int4 load and store
     vector_copies = False
     device_inline = "static inline"
+    #: inline helper name (``pt_fmax``...) -> text appended to its generic definition
+    #: (explicit specializations using the target's own instructions)
+    helper_specializations: ClassVar[dict] = {}
     #: hardware index tag -> C expression
     index_names: ClassVar[dict] = {}
     #: dtype -> C type in registers (``bool`` is stored as ``memory_types["bool"]``)

@@ -21,6 +21,7 @@ from polytile.backend import (Backend, DeviceLimits, Target, need_value, no_valu
                               register_backend, split_option)
 from polytile.errors import TargetError, format_error
 from polytile.schedule.passes.narrow import narrow_indices
+from polytile.schedule.passes.elide_barriers import elide_barriers
 from polytile.schedule.passes.warp_reduce import warp_reduce
 
 from .runtime import API, CUDADeviceAPI, CUDAModule
@@ -79,9 +80,12 @@ class CUDABackend(Backend):
 
     def passes(self, target: Target) -> tuple:
         """The serial combines of cross-thread reductions become warp shuffles
-        (:mod:`~polytile.schedule.passes.warp_reduce`); GPUs run 32-bit index arithmetic
-        natively (a no-op for buffers of 2**30 elements or more)."""
-        return (("warp_reduce", warp_reduce), ("narrow_indices", narrow_indices))
+        (:mod:`~polytile.schedule.passes.warp_reduce`); barriers that order no access of
+        one thread before another's go (:mod:`~polytile.schedule.passes.elide_barriers`);
+        GPUs run 32-bit index arithmetic natively (a no-op for buffers of 2**30 elements or
+        more)."""
+        return (("warp_reduce", warp_reduce), ("elide_barriers", elide_barriers),
+                ("narrow_indices", narrow_indices))
 
     def build_module(self, func, target: Target, **options) -> CUDAModule:
         """Print and compile ``func`` (see :class:`~.runtime.CUDAModule`)."""

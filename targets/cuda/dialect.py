@@ -68,6 +68,15 @@ class CUDADialect(GPUDialect):
     math: ClassVar[dict] = {**GPUDialect.math,
                             "fast_exp": {"float32": "pt_fast_exp", "float64": "exp"}}
     math_helpers: ClassVar[dict] = {"pt_fast_exp": _FAST_EXP}
+    # numpy's NaN-propagating maximum/minimum of float32 as one instruction on sm_80+
+    # (PTX ``max.NaN``/``min.NaN``, "Floating Point Instructions: max"), instead of two
+    # compares and a select: a softmax's row maximum costs one instruction an element
+    helper_specializations: ClassVar[dict] = {
+        f"pt_f{op}": ("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n"
+                      f"template <> __device__ __forceinline__ float pt_f{op}<float>(float a, "
+                      f"float b) {{ float y; asm(\"{op}.NaN.f32 %0, %1, %2;\" : \"=f\"(y) : "
+                      "\"f\"(a), \"f\"(b)); return y; }\n#endif")
+        for op in ("max", "min")}
     fast_math: ClassVar[dict] = {name: {"float32": fn} for name, fn in _FAST_MATH.items()}
     fragment_headers: ClassVar[tuple] = ("#include <mma.h>",)
 

@@ -117,10 +117,14 @@ def test_matmul_space_holds_the_tutorial_schedule(shape):
     M, N, K = shape
     s, args = _tutorial().blas_like(M, N, K)
     hand = str(polytile.lower(s, args))
-    # A blocks of 192 rows, B blocks of half the columns (at most 2048)
-    mc, nc, kc = min(192, 12 * -(-M // 12)), min(2048, 32 * -(-N // 64)), min(256, K)
-    big = M * N * K > 64**3  # smaller products: no packing, no threads
-    cfg = _config("matmul", shape, tile_i=[-1, mc // 12, 12], tile_j=[-1, nc // 32, 32],
+    big = M * N * K > 64**3  # smaller products: no packing, no threads, 12 x 32
+    mr, nr = (6, 64) if big else (12, 32)
+    # A blocks of 96 x 512 (192 rows when K < 512; 192 x 256 when small), B blocks of half
+    # the columns (at most 2048)
+    kc = min(512 if big else 256, K)
+    mc0 = 96 if kc >= 512 else 192
+    mc, nc = min(mc0, mr * -(-M // mr)), min(2048, nr * -(-N // (2 * nr)))
+    cfg = _config("matmul", shape, tile_i=[-1, mc // mr, mr], tile_j=[-1, nc // nr, nr],
                   tile_k=[-1, kc], pack_a=big, pack_b=big, order="goto",
                   parallel="i0.j0" if big else "none", reorder=[0, 1, 2],
                   unroll=["none", "unroll"])
@@ -197,3 +201,29 @@ def test_matmul_prefetch_never_refuses_a_sampled_loop_order(order, reorder):
     if order == "goto" and reorder in ([2, 1, 0], [0, 1, 2]):
         # i0 below i1: a block of C, not prefetched; the default: the next micro-tile
         assert ("llvm.prefetch" in text) == (reorder == [0, 1, 2])
+
+
+@pytest.mark.parametrize("args,kc,parallel", [((37, 53, 64), 32, "i0.j0"),
+                                              ((29, 1, 48), 16, "none"),
+                                              ((1, 67, 96), 96, "i0"),
+                                              ((61, 97, 128), 128, "i0.j0")])
+def test_matmul_a_panels_in_k_blocks(args, kc, parallel):
+    """When 16 divides ``kc`` and ``kc`` divides K, A is packed in blocks of 16 steps of k
+    (``packedA[p, q, r, s]``, a vectorized copy, no transpose) and the micro-kernel's k loop
+    is split by 16 with 8 steps unrolled: the product at ragged M and N, both orders."""
+    for order in ("goto", "ij"):
+        tiles = dict(tile_i=[-1, 2, 12], tile_j=[-1, 2, 16]) if min(args) > 24 else {}
+        cfg = _config("matmul", args, **tiles, tile_k=[-1, kc], order=order, pack_a=True,
+                      pack_b=True, parallel=parallel)
+        s, tensors = get_template("matmul").instantiate(cfg, args)
+        pa = next(t for t in s.stages if t.op.name == "packedA").op
+        assert [int(d) for d in pa.output(0).shape][-1] == 16
+        _check("matmul", args, cfg, seed=args[0] + kc)
+
+
+def test_matmul_a_panels_plain_when_k_blocks_are_ragged():
+    # K = 70 is not a multiple of kc = 32: the plain [P, K, mr] panel
+    cfg = _config("matmul", (37, 53, 70), **RAGGED, pack_a=True)
+    s, tensors = get_template("matmul").instantiate(cfg, (37, 53, 70))
+    pa = next(t for t in s.stages if t.op.name == "packedA").op
+    assert [int(d) for d in pa.output(0).shape] == [4, 70, 12]

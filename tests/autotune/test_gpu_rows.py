@@ -178,6 +178,7 @@ def test_float16_softmax_is_lean_in_ptx(lay):
     # two passes use exp, 2 x 16 where the loops over a thread's 16 elements are unrolled
     assert ptx.count("ex2.approx.ftz.f32") == 32 or lay[0] != 256
     assert "ex2.approx.ftz.f32" in ptx and "ex2.approx.f32" not in ptx and "div.rn.f32" not in ptx
+    assert "max.NaN.f32" in ptx and "setp.nan" not in ptx   # the row maximum, NaN kept
     def widths(op):   # bytes per global access: v<n>.<type><bits>, or a scalar's bits
         found = re.findall(op + r"\.global(?:\.nc)?(?:\.v(\d))?\.[a-z]+(\d+)", ptx)
         return {int(n or 1) * int(bits) // 8 for n, bits in found}
@@ -190,7 +191,7 @@ def test_float16_rows_load_128_bits_in_sass(name):
     """The SASS of the float16 row kernels (``cuobjdump -sass``; skipped without it):
     128-bit global loads and stores only (no 16-bit ``LDG.E.U16``), at most one call (the
     slow path of the IEEE division of the row's reciprocal; it was one per element), no
-    ``-126`` compare (the denormal fix-up of a non-ftz ``exp``);
+    ``-126`` compare (the denormal fix-up of a non-ftz ``exp``), two barriers;
     softmax: 32 ``MUFU.EX2`` for the 16 elements a thread owns at 256 threads a row."""
     sass = nvcc_text(_source(name, "float16", [256, 8, 1, 0, 1]), "sass")
     if sass is None:
@@ -200,8 +201,13 @@ def test_float16_rows_load_128_bits_in_sass(name):
     assert ldg and set(ldg) == {".128"}, ldg
     assert stg and set(stg) == {".128"}, stg
     assert sass.count("CALL.REL") <= 1 and "-126" not in sass
+    # one barrier a reduction (the warps' partials; every thread combines them itself):
+    # the others of the conservative placement order nothing (passes/elide_barriers.py)
+    assert sass.count("BAR.SYNC") == 2
     if name == "softmax":
         assert sass.count("MUFU.EX2") == 32
+        # the row maximum: one NaN-propagating FMNMX an element, no compare-and-select
+        assert "FMNMX.NAN" in sass and "FSETP.NAN" not in sass
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -259,3 +265,42 @@ def test_built_kernels_run(device, name, dtype):
         sp = t.space(args, dtype, "cuda")
         for i in _picks(sp, 5, 11):
             _run_built(t, sp, i, args, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_nan_rows_stay_nan(device, dtype):
+    """A NaN in a row makes that row's softmax NaN, as numpy's maximum propagates it (on
+    sm_80+ the row maximum is PTX ``max.NaN``); the other rows match numpy. 33 x 4093 and
+    64 x 4096 (vectors), default and sampled layouts; emulated: 3 x 72."""
+    t = get_template("softmax")
+    for args in (((3, 72),) if device == "emulated" else ((33, 4093), (64, 4096))):
+        sp = t.space(args, dtype, "cuda")
+        for i in _picks(sp, 1 if device == "emulated" else 3, 5):
+            s, tensors = t.instantiate(sp.get(i), args, dtype, "cuda")
+            f = polytile.build(s, tensors, target="cuda")
+            arrays, out = _inputs(tensors, args)
+            arrays[0][1, args[1] - 2] = np.nan
+            dev = [polytile.nd.array(a, device="cuda") for a in arrays]
+            f(*dev)
+            got, ref = dev[out].numpy(), _reference(t, arrays, out, args)
+            assert np.isnan(got[1]).all(), sp.get(i).knob_values()
+            rest = [r for r in range(args[0]) if r != 1]
+            check(got[rest], ref[rest], k=args[1])
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm"])
+def test_float16_defaults_are_the_measured_best(device, name):
+    """float16 rows of at least 1024 elements default to the layout that won 16-trial
+    tuning on the H200 (``FLOAT16_DEFAULTS``), and that default computes the definition
+    (8 x 1024 emulated, 1024 x 4096 and 5 x 2052 on a GPU: a ragged block of rows)."""
+    from polytile.autotune.templates_gpu import FLOAT16_DEFAULTS
+
+    t = get_template(name)
+    big = t.space((4096, 4096), "float16", "cuda")
+    assert big.default().knob_values()["layout"] == FLOAT16_DEFAULTS[name]
+    small = t.space((7, 45), "float16", "cuda")   # short rows: the generic default
+    assert small.default().knob_values()["layout"] != FLOAT16_DEFAULTS[name]
+    for args in (((8, 1024),) if device == "emulated" else ((1024, 4096), (5, 2052))):
+        sp = t.space(args, "float16", "cuda")
+        assert sp.default().knob_values()["layout"] == FLOAT16_DEFAULTS[name]
+        _run_built(t, sp, sp.default_index(), args, "float16")

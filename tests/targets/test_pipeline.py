@@ -264,6 +264,61 @@ def test_eight_warp_128x256_prefetch_gemm_fits_one_block_per_sm(block, stages, m
     assert shared <= 227 * 1024
 
 
+# benchmarks/gpu_gemm.py MMA_VARIANTS [25..33]: 64x32 and 32x64 warp tiles, 16 warps per SM
+# (8-warp 128x128 blocks, two per SM; 16-warp 128x256 and 256x128 blocks, one per SM), and
+# 32x32 warp tiles, 32 warps per SM (16-warp 128x128 blocks, two per SM)
+_MORE_WARPS = [((128, 128, 32), (64, 32), 4, "step", "float16"),
+               ((128, 128, 32), (32, 64), 4, "prefetch", "bfloat16"),
+               ((128, 256, 32), (64, 32), 3, "prefetch", "float16"),
+               ((128, 256, 32), (32, 64), 4, "step", "float16"),
+               ((256, 128, 32), (64, 32), 3, "step", "float16"),
+               ((128, 128, 32), (32, 32), 4, "step", "float16")]
+
+
+@pytest.mark.parametrize("block, warp, stages, frags, dtype", _MORE_WARPS)
+def test_more_warps_per_block_on_the_interpreter(block, warp, stages, frags, dtype):
+    # one block of the real tile shapes (2 x 4, 4 x 2, 2 x 8, 4 x 4, 4 x 4 and 4 x 4 warps), 5 k
+    # tiles (more than the stages), grouped block order, against numpy
+    M, N, K = block[0], block[1], 5 * block[2]
+    s, args = tc.wmma_gemm(M, N, K, isa="mma", dtype=dtype, block=block, warp=warp,
+                           stages=stages, frags=frags, group=8)
+    f = lower(s, args, target="cuda", stop_after=None)
+    threads = 32 * (block[0] // warp[0]) * (block[1] // warp[1])
+    assert threads in (256, 512)
+    a, b = _inputs(M, N, K, dtype)
+    c = np.full((M, N), np.nan, "float32")
+    run(f, a, b, c)
+    assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
+
+
+@pytest.mark.parametrize("block, warp, stages, min_blocks, bounds, most", [
+    ((128, 128, 32), (64, 32), 4, 2, "(256, 2)", 128),
+    ((128, 128, 32), (32, 64), 4, 2, "(256, 2)", 128),
+    ((128, 256, 32), (64, 32), 3, 0, "(512)", 128),
+    ((256, 128, 32), (64, 32), 3, 0, "(512)", 128),
+    ((128, 128, 32), (32, 32), 4, 2, "(512, 2)", 64)])
+def test_sixteen_and_32_warps_per_sm_fit_the_registers(block, warp, stages, min_blocks, bounds, most):
+    # MMA_VARIANTS [25..29], [33]: 16 (32) warps per SM need at most 128 (64) registers
+    # per thread (64K / 512 or 1024), without spills, and shared tiles within sm_90's 228
+    # KiB per SM for the blocks per SM asked for (227 KiB per block)
+    # at the benchmark's size: at 512^3 (4 tile rows in a group of 8) ptxas spills the 32x32
+    # warp tiles of [33] (168 bytes at 64 registers)
+    s, args = tc.wmma_gemm(4096, 4096, 4096, isa="mma", block=block, warp=warp,
+                           stages=stages, frags="step", group=8)
+    target = "cuda" + (f" -min-blocks={min_blocks}" if min_blocks else "")
+    src = polytile.build(s, args, target=target).get_source("cu")
+    assert f"__launch_bounds__{bounds}" in src
+    shared = stages * (block[0] * (block[2] + 8) + block[2] * (block[1] + 8)) * 2
+    assert shared * max(min_blocks, 1) <= 228 * 1024 and shared <= 227 * 1024
+    got = _ptxas_registers(src)
+    if got is None:
+        pytest.skip("nvcc not found")
+    assert got[0] <= most and got[1] == 0, got
+    counts = _sass_counts(src, "sm_90")
+    if counts is not None:
+        assert counts["HMMA"] >= 16 and counts["LDSM"] > 0 and counts["LDGSTS"] > 0, counts
+
+
 def _assert_both_operands_pipelined(s, args, stages):
     # the copies of A and of B both rotate through `stages` slots, and the k loop has one
     # barrier: the fragments of A attached at the k loop (frags="tile") sit between the two
@@ -586,6 +641,24 @@ def test_fragment_prefetch_gemm_on_the_gpu(size, dtype, block, warp, stages):
     c = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
     f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
     assert _rel(c.numpy(), _reference(M, N, K, dtype)) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", [(384, 640, 320), (4096, 4096, 4096)])
+@pytest.mark.parametrize("block, warp, stages, frags, min_blocks", [
+    ((128, 128, 32), (64, 32), 4, "step", 2), ((128, 256, 32), (64, 32), 3, "step", 0),
+    ((256, 128, 32), (64, 32), 3, "prefetch", 0), ((128, 128, 32), (32, 32), 4, "step", 2)])
+def test_sixteen_warps_per_sm_gemm_on_the_gpu(size, block, warp, stages, frags, min_blocks):
+    # MMA_VARIANTS [25..33] (2 blocks of 8 warps, 1 of 16, or 2 of 16 per SM)
+    M, N, K = size
+    s, args = tc.wmma_gemm(M, N, K, isa="mma", block=block, warp=warp, stages=stages,
+                           frags=frags, group=8)
+    f = polytile.build(s, args, target="cuda" + (f" -min-blocks={min_blocks}"
+                                                 if min_blocks else ""))
+    a, b = _inputs(M, N, K, "float16", seed=1)
+    c = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
+    assert _rel(c.numpy(), _reference(M, N, K, "float16")) < 1e-5
 
 
 def _reference(M, N, K, dtype, cache={}):
