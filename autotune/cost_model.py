@@ -81,3 +81,18 @@ class XGBCostModel:
         if self.booster is None or len(x) == 0:
             return np.zeros(len(x))
         return self.booster.predict(_xgb().DMatrix(x))
+
+
+
+def kendall_tau(pred, ys) -> float | None:
+    """Kendall's tau-a between scores ``pred`` and targets ``ys`` (-1..1, 0 for an order
+    unrelated to the targets) over the pairs whose targets differ (a tie in ``pred``
+    counts 0); None without such a pair."""
+    p = np.asarray(pred, dtype=np.float64)
+    y = np.asarray(ys, dtype=np.float64)
+    dy = np.sign(y[:, None] - y[None, :])
+    dp = np.sign(p[:, None] - p[None, :])
+    mask = np.triu(dy != 0, 1)
+    if not mask.any():
+        return None
+    return float((dy * dp)[mask].mean())

@@ -95,10 +95,23 @@ class Pool:
         return min(ok) if ok else math.inf
 
 
-def _cost(e: dict) -> float:
+#: How :class:`ReplayOracle` summarises an entry's repeats (seconds per call each).
+STATS = ("median", "min")
+
+
+def _cost(e: dict, stat: str = "median") -> float:
+    """An entry's cost: the median (what the tuner records) or the minimum of its repeats.
+
+    The minimum suits a pool measured on a loaded machine: load only ever adds time, so
+    the fastest of many short repeats is the one least disturbed, where the median of a
+    pool measured at load 7-11 on 2 cores moved by 3x between the start and the end of the
+    pool (the pool's best config, timed again 1 h later, was 3.5x slower, its neighbours
+    not)."""
     if e.get("error") or not e.get("costs"):
         return math.inf
     c = sorted(e["costs"])
+    if stat == "min":
+        return c[0]
     return c[len(c) // 2] if len(c) % 2 else 0.5 * (c[len(c) // 2 - 1] + c[len(c) // 2])
 
 
@@ -176,13 +189,19 @@ class ReplayOracle:
     ``refeaturize`` (default), features missing or of another length than this version's
     (:data:`.features.N_FEATURES`: a pool measured before the features changed) are
     computed again here (``refeaturized`` counts them); the costs are what a pool keeps.
-    Without it the features are used as they are.
+    Without it the features are used as they are. ``stat``: ``"median"`` (default) or
+    ``"min"`` of each entry's repeats (see :func:`_cost`).
     """
 
-    def __init__(self, pool: Pool, space=None, refeaturize: bool = True):
+    def __init__(self, pool: Pool, space=None, refeaturize: bool = True,
+                 stat: str = "median"):
         from .features import N_FEATURES
 
+        if stat not in STATS:
+            raise TuneError(format_error("replay", f"unknown cost statistic {stat!r}",
+                                         f"expected one of {', '.join(STATS)}"))
         self.pool = pool
+        self.stat = stat
         self.space = space if space is not None else pool.space()
         self.cost: dict[int, float] = {}
         self.features: dict[int, list | None] = {}
@@ -195,7 +214,7 @@ class ReplayOracle:
             except TuneError:
                 self.dropped += 1
                 continue
-            self.cost[i] = _cost(e)
+            self.cost[i] = _cost(e, stat)
             f = e.get("features")
             self.features[i] = f
             if refeaturize and (f is None or len(f) != N_FEATURES):

@@ -15,8 +15,9 @@ proposed or seen measured before, and learns from results (``update``).
   thousand candidates; its best few dozen are lowered in the worker processes, and the
   loop-IR model ranks them. The batch takes the best ranked unmeasured configs,
   preferring ones that differ from each other in at least two knobs, plus an
-  epsilon-greedy share of uniformly random configs. Records of the same workload and
-  target seed both models and are never re-measured.
+  epsilon-greedy share of uniformly random configs (optionally larger while the model
+  ranks the configs it had not yet seen poorly: :meth:`ModelTuner.exploration`). Records
+  of the same workload and target seed both models and are never re-measured.
 
 Transfer (:meth:`ModelTuner.add_transfer`): measurements of *another* workload of the same
 template (a nearby shape) are training data only, each workload a query group of the
@@ -38,7 +39,7 @@ import numpy as np
 
 from polytile.errors import TuneError, format_error
 
-from .cost_model import XGBCostModel
+from .cost_model import XGBCostModel, kendall_tau
 from .space import ConfigSpace
 
 
@@ -166,7 +167,13 @@ class ModelTuner(Tuner):
         processes.
     seed : int
     epsilon : float
-        Share of each batch picked uniformly at random.
+        Share of each batch picked uniformly at random (the least, with ``adaptive``).
+    adaptive, max_epsilon :
+        Raise the random share up to ``max_epsilon`` while the model's predictions for
+        new batches rank them poorly (:meth:`exploration`). Off by default: on the CPU
+        replay pools of ``benchmarks/pools`` (12 seeds) it lost 1-5 points at 24 to 64
+        trials on matmul and conv2d and gained nothing on softmax (the configs the model
+        picks are its best guesses, so the tau among them understates its skill).
     population, children, generations : int
         Size of the evolutionary search on the knob model per batch.
     lower_factor : int
@@ -184,10 +191,17 @@ class ModelTuner(Tuner):
     def __init__(self, space: ConfigSpace, featurize: Callable, seed: int | None = None,
                  epsilon: float = 0.1, population: int = 64, children: int = 256,
                  generations: int = 4, lower_factor: int = 3, min_train: int = 4,
-                 candidates: list[int] | None = None):
+                 candidates: list[int] | None = None, adaptive: bool = False,
+                 max_epsilon: float = 0.5):
         super().__init__(space, seed, candidates)
         self.featurize = featurize
         self.epsilon = epsilon
+        self.adaptive = adaptive
+        self.max_epsilon = max_epsilon
+        #: how well the loop-IR model ranked the configs measured since it was trained
+        #: (Kendall tau over the last few batches, see :meth:`exploration`; None before)
+        self.skill: float | None = None
+        self._skill_log: list[tuple[list, list]] = []   # (predictions, targets) per batch
         self.population = population
         self.children = children
         self.generations = generations
@@ -207,11 +221,26 @@ class ModelTuner(Tuner):
     # ----------------------------------------------------------------- learning
     def update(self, indices: list[int], results: list) -> None:
         super().update(indices, results)
+        if self.adaptive and self.model.trained:
+            self._score_batch(indices, results)
         for i, r in zip(indices, results):
             self.costs[i] = r.cost if r.ok else math.inf
             if getattr(r, "features", None) is not None:
                 self.feats[i] = r.features
         self._dirty = True
+
+    def _score_batch(self, indices: list[int], results: list) -> None:
+        """Prequential check of the model: its predictions for a batch it has not been
+        trained on, against the measured throughputs (failures lowest)."""
+        rows = [(r.features, 1.0 / r.cost if r.ok else 0.0) for r in results
+                if getattr(r, "features", None) is not None]
+        if len(rows) < 2:
+            return
+        pred = self.model.predict([f for f, _ in rows])
+        self._skill_log = (self._skill_log + [(list(pred), [y for _, y in rows])])[-3:]
+        pairs = [kendall_tau(p, y) for p, y in self._skill_log]
+        pairs = [t for t in pairs if t is not None]
+        self.skill = sum(pairs) / len(pairs) if pairs else None
 
     def load_history(self, indices: list[int], results: list) -> None:
         self.update(indices, results)
@@ -308,6 +337,22 @@ class ModelTuner(Tuner):
                 self.visited.update(bad)
                 self._dirty = True
 
+    def exploration(self) -> float:
+        """Share of the next batch picked uniformly at random: ``epsilon`` when the
+        loop-IR model ranked the configs measured since its last training well (Kendall
+        tau :attr:`skill` between its predictions and the measured throughputs, the mean
+        over the last three batches, of 0.5 or more), rising linearly to ``max_epsilon``
+        at a tau of 0 or below: a model that cannot rank configs it has not seen spends
+        half the batch on random ones, so that the search does not fall behind random
+        search on landscapes its features do not capture. The check is prequential (each
+        batch scored by the model before it learns from it): free, where
+        cross-validation would cost several fits per batch (about 1-3 s each on a
+        loaded 2-core machine). ``epsilon`` without ``adaptive`` or an estimate."""
+        if not self.adaptive or self.skill is None:
+            return self.epsilon
+        t = min(1.0, max(0.0, self.skill / 0.5))
+        return self.max_epsilon + t * (self.epsilon - self.max_epsilon)
+
     def _score(self, indices: list[int]) -> dict:
         valid = [i for i in indices if self.feats.get(i) is not None]
         if not valid:
@@ -395,7 +440,7 @@ class ModelTuner(Tuner):
             out += self._random_unvisited(k - len(out), exclude=set(out))
             self.visited.update(out)
             return out
-        n_random = min(n, max(0, int(round(self.epsilon * n))))
+        n_random = min(n, max(0, int(round(self.exploration() * n))))
         n_model = n - n_random
         cheap = self._pool_scores() if self.pool is not None else self._evolve()
         ranked = sorted(cheap, key=lambda i: -cheap[i])

@@ -8,6 +8,9 @@ functions built for ``cuda``, which also accept torch/cupy arrays (``__dlpack__`
 ``polytile.cpu()`` / ``polytile.cuda()`` name devices. GPU device names are those the GPU
 backends of the registry declare (``Backend.device_names``), their memory that of the
 backend's ``device_api()``. Importing this module needs no GPU and no cuda-python.
+
+``int4``/``uint4`` tensors travel as ``uint8`` arrays packed two elements per byte along
+their last axis (:func:`pack_int4`, :func:`unpack_int4`; see :mod:`polytile.te.dtype`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from polytile.targets.gpu.arrays import empty as _device_empty
 from polytile.targets.gpu.arrays import host_array
 from polytile.targets.gpu.device_api import Device
 from polytile.te import dtype as dt
+from polytile.te.dtype import pack_int4, unpack_int4
 
 _CPU_NAMES = ("cpu", "llvm", "host")
 
@@ -111,7 +115,8 @@ def cuda(dev_id: int = 0) -> Device:
 
 def array(obj, device="cpu", dtype=None):
     """A copy of ``obj`` on ``device``: a :class:`CPUArray` on the host, an
-    :class:`NDArray` on a GPU.
+    :class:`NDArray` on a GPU. With ``dtype="int4"``/``"uint4"``, ``obj`` holds the values
+    and the array is their packed ``uint8`` form (:func:`pack_int4`).
 
     Raises
     ------
@@ -173,11 +178,14 @@ def copyto(src, target):
 
 
 def empty(shape, dtype="float32", device="cpu"):
-    """An uninitialised array on ``device`` (see :func:`array`)."""
+    """An uninitialised array on ``device`` (see :func:`array`); for ``int4``/``uint4``
+    the ``uint8`` array of their packed form (:func:`pack_int4`)."""
     if not _is_cpu(device):
         return _device_empty(shape, dtype, _gpu_backend(device)[0].device_api())
+    if dt.is_int4(dt.canonical(dtype)):
+        shape = dt.packed_shape((shape,) if isinstance(shape, (int, np.integer)) else shape)
     return np.empty(shape, dtype=dt.to_numpy(dt.canonical(dtype))).view(CPUArray)
 
 
-__all__ = ["CPUArray", "Device", "NDArray", "array", "copyto", "cpu", "cuda", "device",
+__all__ = ["pack_int4", "unpack_int4", "CPUArray", "Device", "NDArray", "array", "copyto", "cpu", "cuda", "device",
            "empty"]

@@ -188,12 +188,17 @@ def _in_place(p: StagePlan, padded: bool) -> None:
     its region into the argument's own array at the tensor's positions (origin 0, no
     compaction). Refused when some element of the tensor is read by no iteration (the
     argument would keep garbage there), when regions of parallel iterations overlap (two
-    threads would write and read the same elements), and on GPUs."""
+    threads would write and read the same elements), and in a GPU kernel when the regions
+    of any two iterations of the loops around it overlap (so that each block or thread
+    writes and reads its own elements: at a block loop, the region is computed in the
+    block, before a barrier, as for a shared stage)."""
     t = p.stage.op.output(0)
     where = f"{p.attach[0].name!r}.{p.attach[0].leaves[p.attach[1]].name!r}"
-    if padded:
+    if padded and not p.exact_region.is_injective():
         fail("compute_at", f"stage {p.name!r} is in args and computed at {where} in a GPU "
-             "kernel", "argument tensors at the root on GPUs",
+             "kernel, and the regions of two iterations of the loops around it overlap "
+             "(a halo)", "in a GPU kernel, an argument tensor computed at a loop whose "
+             "iterations (threads, blocks) each write and read their own elements",
              hint=f"s[{p.name}].compute_root(), or leave {p.name!r} out of the arguments")
     box = iu.tensor_box(t, "T")
     read = p.exact_region.range()

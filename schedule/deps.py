@@ -92,7 +92,7 @@ def _self_dependences(p: StagePlan) -> isl.UnionMap | None:
         r = isl.Map.from_pw_multi_aff(st.accesses[id(rd.node)][1]).intersect_domain(dom)
         if rd.guard:
             names = p.own_names(st.kind)
-            g = isl.Set(f"{{ {iu.tuple_str('AX', names)} : {rd.guard} }}")
+            g = isl.Set(iu.pfx(f"{{ {iu.tuple_str('AX', names)} : {rd.guard} }}"))
             r = r.intersect_domain(axis.intersect_range(g).domain())
         reads = r if reads is None else reads.union(r)
     # every value read must be written at an earlier step of the first axis (a scan's

@@ -42,7 +42,19 @@ _MATH = {
 }
 
 
+def _np(dtype: str):
+    """The numpy dtype holding values of ``dtype`` here: ``int8``/``uint8`` for
+    ``int4``/``uint4`` (one value per element: unpacked)."""
+    if dt.is_int4(dtype):
+        return np.int8 if dtype == "int4" else np.uint8
+    return dt.to_numpy(dtype)
+
+
 def _cast(v, dtype: str):
+    if dt.is_int4(dtype):
+        with np.errstate(all="ignore"):
+            x = float(v) if isinstance(v, (float, np.floating)) else int(v)
+        return _np(dtype)(dt.wrap(math.trunc(x) if math.isfinite(x) else 0, dtype))
     if dtype == "bool":
         return np.bool_(bool(v))
     if dtype == "bfloat16":
@@ -243,7 +255,7 @@ class _Interp(StmtFunctor):
                  "shl": lambda: x << y, "shr": lambda: x >> y}[op]()
             if e.dtype == "bool":
                 return np.bool_(r != 0)
-            return np.array(dt.wrap(r, e.dtype), dtype=e.dtype)[()]
+            return np.array(dt.wrap(r, e.dtype), dtype=_np(e.dtype))[()]
         with np.errstate(all="ignore"):
             r = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
                  "div": lambda: a / b, "floordiv": lambda: np.floor(a / b),
@@ -332,7 +344,10 @@ class _Interp(StmtFunctor):
                 self.block_mem[id(b)] = _fresh(b)
             self.mem[id(b)] = self.block_mem[id(b)]
         else:
-            self.mem[id(b)] = _fresh(b)
+            # symbolic sizes (heap buffers of te.var shapes): evaluated here
+            shape = tuple(d if isinstance(d, int) else int(self.expr(
+                d if isinstance(d, Expr) else Const("int64", int(d)))) for d in b.shape)
+            self.mem[id(b)] = _fresh(b, shape)
         yield from self.visit(s.body)
 
     def visit_Evaluate(self, s: Evaluate):
@@ -342,8 +357,20 @@ class _Interp(StmtFunctor):
         if isinstance(s.value, ExternCall) and s.value.name in ASYNC_GROUP_CALLS:
             self._mma_protocol(s.value)
             return ()
+        if isinstance(s.value, ExternCall) and s.value.kind == "atomic":
+            self._nibble_store(s.value)
+            return ()
         self.expr(s.value)
         return ()
+
+    def _nibble_store(self, call: ExternCall) -> None:
+        """The atomic int4 store of :mod:`polytile.schedule.passes.int4` (one thread runs
+        at a time here, so a read-modify-write; exempt from the race check, which would
+        see two threads write one byte)."""
+        ptr, shift, v = call.args
+        flat = self.mem[id(ptr.buffer)].reshape(-1)
+        i, sh = int(self.expr(ptr.offset)), int(self.expr(shift))
+        flat[i] = (int(flat[i]) & ~(15 << sh) & 255) | ((int(self.expr(v)) & 15) << sh)
 
     def visit_Assert(self, s: Assert):
         if not bool(self.expr(s.cond)):
@@ -515,8 +542,8 @@ def swizzled_place(buf: Buffer, arr: np.ndarray, idx: tuple, what: str) -> tuple
     return arr.reshape(-1), (swizzle_elements(off, buf.swizzle, dt.nbytes(buf.dtype)),)
 
 
-def _fresh(b: Buffer) -> np.ndarray:
-    return np.full(b.shape, _poison(b.dtype), dtype=dt.to_numpy(b.dtype))
+def _fresh(b: Buffer, shape: tuple | None = None) -> np.ndarray:
+    return np.full(b.shape if shape is None else shape, _poison(b.dtype), dtype=_np(b.dtype))
 
 
 def _poison(dtype: str):
@@ -526,6 +553,8 @@ def _poison(dtype: str):
         return np.nan
     if dtype == "bool":
         return True
+    if dt.is_int4(dtype):
+        return dt.max_value(dtype)
     return np.iinfo(dtype).max
 
 
@@ -543,10 +572,20 @@ def run(func: PrimFunc, *args) -> None:
         args = tuple(args) + tuple(int(args[k].shape[q]) for _, k, q in bound)
     if len(args) != len(func.params):
         raise TypeError(f"{func.name}: expected {len(func.params)} arguments, got {len(args)}")
+    packed = []   # int4 parameters: the packed arrays, unpacked here and packed back
     for p, a in zip(func.params, args):
-        if isinstance(p, Buffer):
+        if isinstance(p, Buffer) and dt.is_int4(p.dtype):
+            n = int(p.shape[-1]) if p.shape else None
+            it.mem[id(p)] = dt.unpack_int4(a, n, p.dtype)
+            packed.append((p, a))
+        elif isinstance(p, Buffer):
             it.mem[id(p)] = a
         else:
             it.env[p] = _cast(a, p.dtype)
     for _ in it.stmt(func.body):
         raise RuntimeError("interpreter: sync outside a kernel")
+    for p, a in packed:
+        new = dt.pack_int4(it.mem[id(p)], p.dtype)
+        if p.shape and int(p.shape[-1]) % 2:   # the unused high nibble keeps its bits
+            new[..., -1] |= a[..., -1] & 0xF0
+        a[...] = new

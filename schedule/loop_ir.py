@@ -49,13 +49,18 @@ class Buffer:
     element at logical flat offset ``o`` is stored at
     :func:`polytile.targets.cuda.wgmma.swizzle_elements` ``(o)`` -- the interpreter and the
     C printer apply it to every load and store; an :class:`AccessPtr` is the logical
-    address (what a wgmma descriptor takes, the hardware applying the swizzle)."""
+    address (what a wgmma descriptor takes, the hardware applying the swizzle).
+
+    ``packs`` is ``"int4"``/``"uint4"`` for the ``uint8`` buffer that holds a tensor of
+    that dtype packed two elements per byte (:mod:`polytile.schedule.passes.int4`), else
+    ``""``; only error messages read it."""
 
     name: str
     shape: tuple
     dtype: str
     scope: str = "global"
     swizzle: str = "none"
+    packs: str = ""
 
     @property
     def size(self) -> int:
@@ -85,8 +90,10 @@ register_node(Load, ("indices",))
 class ExternCall(Expr):
     """A call with side effects or outside polytile's math: ``kind`` is ``extern`` (a C
     function, resolved when the module is loaded), ``pure_extern`` (the same, without side
-    effects), ``llvm_intrin`` (an LLVM intrinsic such as ``llvm.fma.f32``) or ``intrin``
-    (a builtin of the target's C dialect). Arguments are scalars or :class:`AccessPtr`.
+    effects), ``llvm_intrin`` (an LLVM intrinsic such as ``llvm.fma.f32``), ``intrin``
+    (a builtin of the target's C dialect) or ``atomic`` (an atomic update of memory that
+    every backend implements: ``nibble_store``, see :mod:`polytile.schedule.passes.int4`).
+    Arguments are scalars or :class:`AccessPtr`.
     Built by :mod:`polytile.tir` inside the body of a tensor intrinsic."""
 
     name: str

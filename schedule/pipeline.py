@@ -23,7 +23,7 @@ ast                   the isl schedule tree of the program or of each kernel (``
                       isl AST generation checked against the domains (``ast_check.py``,
                       with fallbacks where isl is wrong), converted at once into loop IR
                       (``astgen.py``)
-loop_passes           ``LOOP_PASSES``: bfloat16 arithmetic in float32, simplify,
+loop_passes           ``LOOP_PASSES``: bfloat16 arithmetic in float32, int4 in int8, simplify,
                       vector-loop legalisation, unroll, ..., software pipelines
                       (``Stage.pipeline``) and asynchronous 16-byte global -> shared
                       copies (``cp.async``), the sharing of common subexpressions
@@ -32,7 +32,8 @@ loop_passes           ``LOOP_PASSES``: bfloat16 arithmetic in float32, simplify,
 kernel_launch         the bodies assembled: one ``KernelLaunch`` per kernel on GPUs
 allocation            an ``Allocate`` for every intermediate, its scope chosen within the
                       target's stack limits (``passes/storage.py``)
-storage_flattening    multi-dimensional accesses become row-major offsets
+storage_flattening    int4 buffers packed two elements per byte (``passes/int4.py``),
+                      multi-dimensional accesses become row-major offsets
                       (``passes/storage.py``)
 backend_passes        the target backend's own passes (``Backend.passes``: index
                       narrowing on GPUs)
@@ -74,6 +75,7 @@ from .loop_ir import For, KernelLaunch, PrimFunc, seq, stmt_exprs, walk_stmts
 from .model import Model, build_model
 from .passes.async_copy import async_copies
 from .passes.bfloat16 import legalize_bfloat16
+from .passes.int4 import legalize_int4, pack_int4
 from .passes.barriers import sink_divergent_guards
 from .passes.loops import (auto_unroll, dedup_syncs, legalize_vector_loops,
                            legalize_vector_loops_masked, serialize_nested_parallel,
@@ -99,6 +101,7 @@ log = logging.getLogger("polytile.lower")
 #: Loop-IR passes of the ``loop_passes`` phase, in order: (name, function).
 LOOP_PASSES = (
     ("legalize_bfloat16", legalize_bfloat16),
+    ("legalize_int4", legalize_int4),
     ("simplify", simplify),
     ("specialize_partial_unrolls", specialize_partial_unrolls),
     ("legalize_vector_loops", legalize_vector_loops),
@@ -449,9 +452,10 @@ def run_backend_passes(func: PrimFunc, target: Target) -> PrimFunc:
 
 @deep("build")
 def finalize(func: PrimFunc) -> PrimFunc:
-    """The ``storage_flattening`` phase alone: flatten storage to 1-D offsets, then fold
-    the constant index arithmetic that flattening creates."""
-    flat = flatten_storage(func)
+    """The ``storage_flattening`` phase alone: pack int4 buffers two elements per byte,
+    flatten storage to 1-D offsets, then fold the constant index arithmetic that
+    flattening creates."""
+    flat = flatten_storage(pack_int4(func))
     # share: past share_subexpressions, sharing no longer changes the code
     return PrimFunc(flat.name, flat.params, simplify(flat.body, share=True), flat.attrs)
 

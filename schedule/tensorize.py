@@ -512,8 +512,11 @@ def lower_tensor_call(s: TensorCall, flat: tuple) -> TensorCall:
     body = code_of(intrin, views[:-1], views[-1:], s.part)
     # not on fragments (no scalar address per element) nor on shared memory (a body run
     # by a warp together would race with every thread's fill)
+    # nor on a te.extern: its outputs are its code's to write (its reduction body only
+    # tells the schedule what is read)
     if (s.part == "body" and intrin.is_reduction and s.buffers[-1].scope not in FRAGMENT_SCOPES
-            and not s.buffers[-1].scope.startswith("shared")):
+            and not s.buffers[-1].scope.startswith("shared")
+            and intrin.op.attrs.get(EXTERN_KEY) is not intrin):
         body = seq(_fill_identity(views[-1], intrin.op.body[0]), body)
     return TensorCall(intrin, s.part, s.buffers, s.shapes, s.strides, tuple(flat), body)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from polytile.errors import BuildError, InternalError, format_error
+from polytile.targets.c_dialect import GPUDialect
 from polytile.schedule.intdiv import floordiv_expr, floormod_expr
 from polytile.schedule.kinds import FRAGMENT_SCOPES, fragment_tile
 from polytile.schedule.loop_ir import AccessPtr, Buffer, ExternCall, Load
@@ -264,6 +265,8 @@ class CExprPrinter:
         return f"(&{self.buffer(e.buffer)}[{strip_parens(self.expr(e.offset))}])"
 
     def expr_ExternCall(self, e: ExternCall) -> str:
+        if e.kind == "atomic":
+            return self._atomic(e)
         if e.kind == "llvm_intrin":
             raise BuildError(format_error(
                 self.who, f"LLVM intrinsic {e.name!r} in a GPU kernel",
@@ -274,6 +277,27 @@ class CExprPrinter:
             name, text, preludes = found
             self.helpers.update(preludes)
             self.helpers[name] = text
+        args = [strip_parens(self.expr(a)) for a in e.args]
+        return f"{name}({', '.join(args)})"
+
+    def _atomic(self, e: ExternCall) -> str:
+        """``nibble_store(ptr, shift, v)`` (:mod:`polytile.schedule.passes.int4`): bits
+        ``shift..shift+3`` of the byte at ``ptr`` become ``v``, with an atomic ``and`` and
+        ``or`` on the aligned 32-bit word that holds the byte (the smallest atomics of
+        CUDA and HIP; little-endian), so that a thread storing the other nibble keeps its
+        bits."""
+        from polytile.schedule.passes.int4 import NIBBLE_STORE
+
+        if e.name != NIBBLE_STORE or not isinstance(self.d, GPUDialect):
+            raise BuildError(format_error(self.who, f"atomic call {e.name!r} in dialect "
+                                          f"{self.d.name!r}", f"{NIBBLE_STORE!r} in a GPU "
+                                          "kernel", Kernel=self.kname))
+        name = "pt_nibble_store"
+        self.helpers[name] = (
+            f"{self.d.device_inline} void {name}(unsigned char* p, unsigned s, unsigned v) "
+            "{ unsigned long long a = (unsigned long long)p; "
+            "unsigned* w = (unsigned*)(a & ~3ULL); unsigned sh = (unsigned)(a & 3ULL) * 8u + s; "
+            "atomicAnd(w, ~(15u << sh)); atomicOr(w, (v & 15u) << sh); }")
         args = [strip_parens(self.expr(a)) for a in e.args]
         return f"{name}({', '.join(args)})"
 

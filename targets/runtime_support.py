@@ -224,6 +224,11 @@ def check_array(fname: str, p: Buffer, *, dtype, shape: tuple, contiguous: bool,
                 fname, f"argument {p.name!r} has dtype {dtype}", "expected a bfloat16 array: "
                 "ml_dtypes.bfloat16, or uint16 holding the bit patterns",
                 hint=f"convert with polytile.te.dtype.bfloat16_array({p.name})"))
+    elif p.packs and dtype != np.uint8:
+        raise TypeError(format_error(
+            fname, f"argument {p.name!r} has dtype {dtype}", f"the packed form of a {p.packs} "
+            "tensor: a uint8 array, two elements per byte along the last axis",
+            hint=f"pack it with polytile.nd.pack_int4({p.name}, {p.packs!r})"))
     elif dtype != (want := np.dtype(p.dtype)):
         raise TypeError(format_error(fname, f"argument {p.name!r} has dtype {dtype}",
                                      f"expected dtype {want}",
@@ -231,8 +236,10 @@ def check_array(fname: str, p: Buffer, *, dtype, shape: tuple, contiguous: bool,
     exp = expected_shape(p, scalars)
     if len(shape) != len(exp) or any(s is not None and s != n for s, n in zip(exp, shape)):
         shown = tuple("?" if s is None else s for s in exp)
+        packed = (f" (the packed form of a {p.packs} tensor: ceil(n / 2) bytes along the "
+                  "last axis, see polytile.nd.pack_int4)") if p.packs else ""
         raise ValueError(format_error(fname, f"argument {p.name!r} has shape {tuple(shape)}",
-                                      f"expected shape {shown}"))
+                                      f"expected shape {shown}{packed}"))
     if not contiguous:
         raise ValueError(format_error(fname, f"argument {p.name!r} is not C-contiguous",
                                       "expected a C-contiguous array", hint=contiguous_hint))

@@ -1,6 +1,6 @@
 """Data types of tensor expressions and their promotion rules.
 
-Dtypes are canonical strings: ``bool``, ``int8/16/32/64``, ``uint8/16/32/64``,
+Dtypes are canonical strings: ``bool``, ``int4/8/16/32/64``, ``uint4/8/16/32/64``,
 ``float16/32/64`` and ``bfloat16``. Any numpy dtype or dtype name is accepted where a dtype
 is expected and is canonicalised by :func:`canonical`, with TVM's aliases: ``"float"`` is
 ``float32``, ``"int"`` ``int32``, ``"uint"`` ``uint32`` and ``"double"`` ``float64`` (numpy
@@ -23,6 +23,16 @@ So ``te.sum(A[i, k] * B[k, j])`` over bfloat16 rounds each product, then accumul
 products exact. Lowering writes all of it out in ``float32``
 (:mod:`polytile.schedule.passes.bfloat16`): LLVM keeps a bfloat16 as its ``i16`` bits and
 rounds with integer instructions, CUDA uses ``__nv_bfloat16`` and ``__float2bfloat16_rn``.
+
+``int4``/``uint4`` (TVM's 4-bit integers, ranges [-8, 7] and [0, 15]) are a storage format:
+a tensor of them holds two elements per byte, packed along its last axis, element ``2m``
+in the low nibble of byte ``m`` and ``2m + 1`` in the high one, each row starting on a new
+byte (a last axis of ``n`` takes ``ceil(n / 2)`` bytes; an odd row leaves its last high
+nibble unused). Host arrays of them are ``uint8`` arrays in that packed form, shape
+``(..., ceil(n / 2))`` (:func:`pack_int4`, :func:`unpack_int4`; ``polytile.nd`` exports
+both). Arithmetic on them follows the integer rules below at 4 bits (it wraps modulo 16,
+``int4`` ``7 + 1`` is ``-8``); lowering computes it in ``int8``/``uint8`` and wraps each
+result (:mod:`polytile.schedule.passes.int4`); a store changes only its own nibble.
 
 Promotion (binary arithmetic and comparison operands), numpy-like with *weak* Python
 scalars, as in TVM and numpy 2 (NEP 50):
@@ -81,7 +91,7 @@ import numpy as np
 from polytile.errors import DefinitionTypeError
 
 _BITS = {
-    "bool": 1, "int8": 8, "int16": 16, "int32": 32, "int64": 64,
+    "bool": 1, "int4": 4, "uint4": 4, "int8": 8, "int16": 16, "int32": 32, "int64": 64,
     "uint8": 8, "uint16": 16, "uint32": 32, "uint64": 64,
     "float16": 16, "float32": 32, "float64": 64, "bfloat16": 16,
 }
@@ -129,9 +139,6 @@ def _refuse_known(dtype: str) -> None:
     * vector dtypes (``"float32x4"``, ``"int8x4"``) as the dtype of a scalar (a
       ``te.var``, ``astype`` of a scalar): tensors and constants of vector dtypes are
       views handled by :mod:`polytile.te.vector` before this function is reached;
-    * ``int4``/``uint4``: TVM TE uses them mostly for CUDA tensor-core and packing
-      tests; polytile has no sub-byte storage (packed stores of two elements of one byte
-      by different threads would race), so they are refused.
 
     ``"float32x1"`` (one lane) is ``float32``, as in TVM.
     """
@@ -145,12 +152,6 @@ def _refuse_known(dtype: str) -> None:
             f"scalar. hint: or give the tensor a trailing axis of {lanes} "
             f"(te.placeholder((n, {lanes}), dtype={base!r})), index it A[i, l] in the "
             f"compute and vectorize that axis")
-    if dtype in ("int4", "uint4"):
-        raise DefinitionTypeError(
-            f"dtype: {dtype!r} (4-bit integers) is not supported: polytile has no "
-            f"sub-byte storage. hint: hold the values in {dtype[:-1]}8 (one per byte) and "
-            f"pack/unpack nibbles with >>, & and | in the compute where packed storage is "
-            f"needed")
 
 
 def bits(dtype: str) -> int:
@@ -159,7 +160,8 @@ def bits(dtype: str) -> int:
 
 
 def nbytes(dtype: str) -> int:
-    """Storage size of one element in bytes (``bool`` is stored as one byte)."""
+    """Storage size of one element in bytes (``bool`` is stored as one byte; ``int4`` and
+    ``uint4`` count as one, an upper bound: they are packed two per byte)."""
     return max(1, _BITS[dtype] // 8)
 
 
@@ -185,9 +187,17 @@ def is_bool(dtype: str) -> bool:
     return dtype == "bool"
 
 
+def is_int4(dtype: str) -> bool:
+    """True for the packed 4-bit integers ``int4`` and ``uint4``."""
+    return dtype in ("int4", "uint4")
+
+
 def to_numpy(dtype: str) -> np.dtype:
     """The numpy dtype used for arrays of ``dtype``: for ``bfloat16``,
-    ``ml_dtypes.bfloat16`` when that package is installed, else ``uint16`` (the bits)."""
+    ``ml_dtypes.bfloat16`` when that package is installed, else ``uint16`` (the bits);
+    ``uint8`` (packed bytes, see :func:`pack_int4`) for ``int4``/``uint4``."""
+    if is_int4(dtype):
+        return np.dtype(np.uint8)
     if dtype == "bfloat16":
         ml = ml_dtypes()
         return np.dtype(ml.bfloat16) if ml is not None else np.dtype(np.uint16)
@@ -382,6 +392,8 @@ def min_value(dtype: str):
         return float("-inf")
     if dtype == "bool":
         return False
+    if is_int4(dtype):
+        return -8 if dtype == "int4" else 0
     return int(np.iinfo(dtype).min)
 
 
@@ -392,4 +404,86 @@ def max_value(dtype: str):
         return float("inf")
     if dtype == "bool":
         return True
+    if is_int4(dtype):
+        return 7 if dtype == "int4" else 15
     return int(np.iinfo(dtype).max)
+
+
+def packed_shape(shape: tuple) -> tuple:
+    """The shape of the ``uint8`` array holding an ``int4``/``uint4`` tensor of ``shape``:
+    the last axis ``n`` becomes ``ceil(n / 2)`` bytes (a 0-d tensor takes one byte,
+    shape ``()``). Ints only."""
+    shape = tuple(int(d) for d in shape)
+    return shape[:-1] + ((shape[-1] + 1) // 2,) if shape else ()
+
+
+def pack_int4(values, dtype: str = "int4") -> np.ndarray:
+    """Pack integers into the host form of an ``int4``/``uint4`` tensor (see the module
+    docstring): a C-contiguous ``uint8`` array of shape :func:`packed_shape` ``(values.shape)``,
+    element ``[..., 2m]`` in the low nibble of byte ``[..., m]``, ``[..., 2m + 1]`` in the
+    high one; the unused high nibble of an odd row is 0.
+
+    Parameters
+    ----------
+    values : array-like of integers
+        In [-8, 7] for ``int4``, [0, 15] for ``uint4``.
+    dtype : str
+        ``"int4"`` or ``"uint4"``.
+
+    Raises
+    ------
+    ValueError
+        For a value outside the range of ``dtype`` or a dtype other than these two.
+    TypeError
+        For non-integer values.
+
+    Examples: ``pack_int4([1, -2, 3])`` is ``uint8 [0xE1, 0x03]``.
+    """
+    if dtype not in ("int4", "uint4"):
+        raise ValueError(f"pack_int4: dtype {dtype!r}; expected 'int4' or 'uint4'")
+    v = np.asarray(values)
+    if v.dtype.kind not in "iub":
+        raise TypeError(f"pack_int4: values of dtype {v.dtype}; expected integers")
+    lo, hi = min_value(dtype), max_value(dtype)
+    if v.size and (int(v.min()) < lo or int(v.max()) > hi):
+        raise ValueError(f"pack_int4: values in [{int(v.min())}, {int(v.max())}] do not fit "
+                         f"in {dtype} [{lo}, {hi}]")
+    if v.ndim == 0:
+        return np.array(int(v) & 15, dtype=np.uint8)
+    n = v.shape[-1]
+    nib = (v.astype(np.int16) & 15).astype(np.uint8)
+    if n % 2:
+        nib = np.concatenate([nib, np.zeros(v.shape[:-1] + (1,), np.uint8)], axis=-1)
+    return np.ascontiguousarray(nib[..., 0::2] | (nib[..., 1::2] << 4))
+
+
+def unpack_int4(packed, n: int | None = None, dtype: str = "int4") -> np.ndarray:
+    """The values of a packed ``int4``/``uint4`` array (the inverse of :func:`pack_int4`):
+    an ``int8`` (``int4``, sign-extended) or ``uint8`` (``uint4``) array whose last axis has
+    ``n`` elements (default: twice the packed one; give ``n`` for an odd last axis).
+
+    Raises
+    ------
+    TypeError
+        For an array that is not ``uint8``.
+    ValueError
+        For ``n`` that does not match the packed last axis.
+    """
+    if dtype not in ("int4", "uint4"):
+        raise ValueError(f"unpack_int4: dtype {dtype!r}; expected 'int4' or 'uint4'")
+    p = np.asarray(packed)
+    if p.dtype != np.uint8:
+        raise TypeError(f"unpack_int4: an array of dtype {p.dtype}; expected the uint8 bytes "
+                        "of pack_int4")
+    if p.ndim == 0:
+        out = p & 15
+    else:
+        m = p.shape[-1]
+        n = 2 * m if n is None else int(n)
+        if (n + 1) // 2 != m:
+            raise ValueError(f"unpack_int4: {n} elements take {(n + 1) // 2} bytes, the "
+                             f"array's last axis has {m}")
+        out = np.stack([p & 15, p >> 4], axis=-1).reshape(p.shape[:-1] + (2 * m,))[..., :n]
+    if dtype == "int4":
+        return ((out.astype(np.int8) ^ 8) - 8).astype(np.int8)
+    return out.astype(np.uint8)

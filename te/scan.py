@@ -7,10 +7,12 @@ already computed rows of ``S``. A read of the current row or a later one is refu
 ``lower`` (``ScheduleError`` naming the reading and the writing instance). With lists of
 tensors a scan carries several states and returns one tensor per state; their updates are
 either the outputs of one multi-output compute or separate computes (TVM's
-``test_scan_multi_out`` form), of one shape ``[T, ...]``, or of constant widths that
-differ (TVM's scan tutorial, "multiple states"): the narrower states then run in the
-widest one's loop nest, guarded to their own extents, and are returned at their own shape
-by a compute ``{name}.state{k}`` that reads them out of the padded buffer.
+``test_scan_multi_out`` form), of one shape ``[T, ...]``, or of widths that differ (TVM's
+scan tutorial, "multiple states"): the narrower states then run in the widest one's loop
+nest, guarded to their own extents, and are returned at their own shape by a compute
+``{name}.state{k}`` that reads them out of the padded buffer. Where symbolic widths differ
+(``n`` and ``l``, both ``te.var``), the largest is not affine: the loop nest runs over
+their sum, every state guarded to its own width (its buffer that wide).
 
 In polytile a scan is one compute stage that reads its own buffer: its body is
 ``if_then_else(t < L, init[t, ...], update's body)`` with every read of ``state`` redirected
@@ -39,7 +41,7 @@ from dataclasses import dataclass
 from polytile.errors import DefinitionTypeError, DefinitionValueError, format_error
 
 from . import symbolic as sym
-from .expr import And, Cmp, Const, Reduce, Select, TensorRead
+from .expr import And, Cast, Cmp, Const, IterVar, Range, Reduce, Select, TensorRead, Var
 from .tensor import ComputeOp, PlaceholderOp, Tensor, compute
 from .visitor import ExprMutator, collect, substitute
 
@@ -187,8 +189,10 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
         if not u.op.axis:
             raise DefinitionValueError(format_error("scan", f"update {u.op.name!r} has no "
                                                     "axes", "a time axis first"))
-    common = _common_shape(updates)
-    uop = next(u.op for u in updates if sym.same_shape(u.shape, common))
+    common = _common_shape(updates, name)
+    uop = next((u.op for u in updates if sym.same_shape(u.shape, common)), None)
+    if uop is None:   # symbolic widths that differ: a loop nest of their sum
+        uop = _Axes(tuple(_padded_axis(a, e) for a, e in zip(updates[0].op.axis, common)))
     steps = updates[0].shape[0]
     rows = inits[0].shape[0] if inits[0].ndim else 0
     for i, u, s in zip(inits, updates, states):
@@ -257,7 +261,7 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
     return outs[0] if single else outs
 
 
-def _common_shape(updates) -> tuple:
+def _common_shape(updates, name: str = "scan") -> tuple:
     """The shape of the loop nest of a scan whose states may differ in constant extents
     (TVM's scan tutorial, "multiple states"): per dimension the one symbolic extent they
     share, or the largest constant; it must be the shape of one of the updates."""
@@ -273,13 +277,28 @@ def _common_shape(updates) -> tuple:
             common.append(exts[0])
         elif q > 0 and all(sym.is_static(e) for e in exts):
             common.append(max(sym.static(e) for e in exts))
+        elif q > 0 and all(sym.is_affine(e) for e in exts):
+            # the largest of symbolic extents is not affine; their sum bounds it (extents
+            # are >= 0): the loop nest runs it, each state guarded to its own extent
+            distinct: list = []
+            for e in exts:
+                if not any(sym.same(e, d) for d in distinct):
+                    distinct.append(e)
+            total = 0
+            for e in distinct:
+                total = sym.add(total, e)
+            common.append(total)
         else:
+            ups = ", ".join(f"{u.name!r}" for u in updates)
             raise DefinitionValueError(format_error(
                 "scan", f"states of the extents {[sym.text(e) for e in exts]} in dimension "
                 f"{q}", "one time extent, and in each other dimension one symbolic extent "
-                "or constants (narrower states are padded to the largest)",
-                hint="give the states the same symbolic extent, or constant extents"))
-    if not any(sym.same_shape(u.shape, common) for u in updates):
+                "or constants (narrower states are padded to the largest; the largest of "
+                "two symbolic extents is not affine)",
+                hint="give the states the same symbolic extent, or constant extents",
+                Scan=f"{name!r}, updates {ups}"))
+    if all(sym.is_static(e) for e in common[1:]) and not any(
+            sym.same_shape(u.shape, common) for u in updates):
         raise DefinitionValueError(format_error(
             "scan", f"states of the shapes {[list(u.shape) for u in updates]}", "one state "
             "as large as all others in every dimension (the loop nest is its)"))
@@ -292,6 +311,24 @@ def _inside(ivars, shape, common):
     for v, e, c in zip(ivars, shape, common):
         if sym.same(e, c):
             continue
-        one = Cmp("bool", "lt", v, Const(v.dtype, sym.static(e)))
+        bound = Const(v.dtype, sym.static(e)) if sym.is_static(e) else sym.as_expr(e)
+        if bound.dtype != v.dtype:
+            bound = Cast(v.dtype, bound)
+        one = Cmp("bool", "lt", v, bound)
         cond = one if cond is None else And("bool", cond, one)
     return cond
+
+
+@dataclass(frozen=True, eq=False)
+class _Axes:
+    """The loop nest of a scan whose states have symbolic widths that differ: only its
+    ``axis`` (new axes over the sum of the widths, see :func:`_common_shape`)."""
+
+    axis: tuple
+
+
+def _padded_axis(a: IterVar, extent) -> IterVar:
+    """An axis like ``a`` over ``[0, extent)`` (``a`` itself when the extent is its own)."""
+    if sym.same(a.dom.extent, extent):
+        return a
+    return IterVar(Var(a.var.dtype, a.var.name, True), Range(0, extent), a.iter_type)

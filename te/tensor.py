@@ -305,8 +305,20 @@ def var(name: str = "v", dtype="int32") -> Var:
     during lowering, whose value a built function reads off the shape of an array
     argument with that dimension (or takes as a scalar argument when no array has it).
     Used only in a compute body it is a scalar argument of the built function.
+
+    Raises
+    ------
+    TypeError
+        For ``int4``/``uint4``, which are tensor storage only (see
+        :mod:`polytile.te.dtype`).
     """
-    return Var(dt.canonical(dtype), name)
+    t = dt.canonical(dtype)
+    if dt.is_int4(t):
+        raise DefinitionTypeError(format_error(
+            "var", f"dtype {t!r} for {name!r}", "a scalar dtype: int4/uint4 are a storage "
+            "format of tensors (two elements per byte)",
+            hint=f"declare te.var({name!r}, dtype={t[:-1] + '8'!r}) and .astype({t!r}) it"))
+    return Var(t, name)
 
 
 def size_var(name: str = "size", dtype="int32") -> Var:
@@ -319,7 +331,7 @@ def size_var(name: str = "size", dtype="int32") -> Var:
         For a non-integer ``dtype``.
     """
     t = dt.canonical(dtype)
-    if not dt.is_int(t):
+    if not dt.is_int(t) or dt.is_int4(t):
         raise DefinitionTypeError(format_error("size_var", f"dtype {t!r} for {name!r}",
                                                "expected an integer dtype"))
     return sym.mark_size_var(Var(t, name))

@@ -200,12 +200,14 @@ def extern(shape, inputs, fcompute: Callable, name: str = "extern", dtype=None,
     stage has no loops to schedule: lowering runs it as one call, a tensor intrinsic whose
     operands are the whole buffers (compact row-major). polytile cannot see inside: the
     call is taken to read every element of every input, and the reference interpreter
-    cannot run it.
+    cannot run it. polytile stores nothing in the output before the call: writing every
+    element is the code's job (as in TVM).
 
     Parameters
     ----------
-    shape : tuple of int
-        The output's shape.
+    shape : tuple of int, or a list of shapes
+        The output's shape; a list of several shapes gives one output per shape (of one
+        dtype), returned as a list (see :func:`_extern_outputs`).
     inputs : list of Tensor
     fcompute : callable
         ``fcompute(ins, outs) -> statement`` (see above).
@@ -222,8 +224,8 @@ def extern(shape, inputs, fcompute: Callable, name: str = "extern", dtype=None,
     Raises
     ------
     DefinitionTypeError, DefinitionValueError
-        For several outputs, declared buffers, no inputs or a fcompute that is not
-        callable.
+        For outputs of several dtypes, declared buffers, no inputs or a fcompute that is
+        not callable.
     """
     from .expr import Cast, Const
     from .reduction import sum as te_sum
@@ -283,13 +285,18 @@ def _extern_outputs(shapes, inputs, fcompute, name, dtype, in_buffers, out_buffe
     from .tensor import compute
 
     shapes = [tuple(x) for x in shapes]
+    ins = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    default = ins[0].dtype if ins and isinstance(ins[0], Tensor) else None
     dtypes = list(dtype) if isinstance(dtype, (list, tuple)) else [dtype] * len(shapes)
-    if len(dtypes) != len(shapes) or len(set(map(str, dtypes))) != 1 or not all(
-            sym.same_shape(x, shapes[0]) for x in shapes):
+    dtypes = [default if d is None else d for d in dtypes]
+    if len(dtypes) != len(shapes) or len(set(map(str, dtypes))) != 1:
         raise DefinitionValueError(format_error(
-            "extern", f"{len(shapes)} outputs of the shapes {[list(x) for x in shapes]} and "
-            f"dtypes {dtypes}", "outputs of one shape and one dtype (they are computed as "
-            "one stacked array)", hint="use one te.extern per output"))
+            "extern", f"{name!r}: {len(shapes)} outputs of the dtypes {dtypes}", "outputs of "
+            "one dtype (they are computed as one stacked array)",
+            hint="use one te.extern per dtype, or cast in the extern code"))
+    if not all(sym.same_shape(x, shapes[0]) for x in shapes):
+        return _extern_flat_outputs(shapes, inputs, fcompute, name, dtypes[0], in_buffers,
+                                    out_buffers, tag, attrs)
     k = len(shapes)
 
     def stacked(ins, outs):
@@ -304,3 +311,65 @@ def _extern_outputs(shapes, inputs, fcompute, name, dtype, in_buffers, out_buffe
                     in_buffers=in_buffers, out_buffers=out_buffers, tag=tag, attrs=attrs)
     return [compute(shapes[0], lambda *i, j=j: packed[(j, *i)], name=f"{name}.v{j}")
             for j in range(k)]
+
+
+def _extern_flat_outputs(shapes, inputs, fcompute, name, dtype, in_buffers, out_buffers,
+                         tag, attrs) -> list:
+    """``te.extern`` of several outputs of one dtype and different shapes: one stage
+    computes them one after another in a flat array of their total size, its code getting
+    one compact row-major view per output (``outs[j]`` starts where ``outs[j - 1]`` ends);
+    output ``j`` is the compute ``{name}.v{j}`` that reads its part (inline it into its
+    consumers with ``compute_inline``, or keep it as a copy). Symbolic extents are allowed
+    where the offsets stay affine: in one-dimensional outputs, or in the first axis of an
+    output whose other axes are constant.
+
+    Raises
+    ------
+    DefinitionValueError
+        For an output whose size is not affine in the symbolic sizes (two symbolic axes, or
+        a symbolic axis after the first).
+    """
+    from polytile.tir import BufferView
+
+    from . import symbolic as sym
+    from .tensor import compute
+
+    sizes, strides = [], []
+    for shape in shapes:
+        st, size = [], 1
+        for q, d in reversed(list(enumerate(shape))):
+            st.append(size)
+            if not sym.is_static(d) and q != 0:
+                raise DefinitionValueError(format_error(
+                    "extern", f"{name!r}: output of the shape "
+                    f"({', '.join(sym.text(x) for x in shape)}) has the symbolic extent "
+                    f"{sym.text(d)} after its first axis",
+                    "outputs of different shapes with symbolic extents in their first axis "
+                    "only (their offsets in the stacked array must stay affine)",
+                    hint="use one te.extern per output"))
+            size = sym.mul(size, d)
+        strides.append(tuple(reversed(st)))
+        sizes.append(size)
+    offsets, total = [], 0
+    for size in sizes:
+        offsets.append(total)
+        total = sym.add(total, size)
+
+    def stacked(ins, outs):
+        o = outs[0]
+        views = [BufferView(o.buffer, shape, st, o.offset_of((off,)), name=f"{name}.v{j}")
+                 for j, (shape, st, off) in enumerate(zip(shapes, strides, offsets))]
+        return fcompute(ins, views)
+
+    packed = extern((total,), inputs, stacked, name=name, dtype=dtype, in_buffers=in_buffers,
+                    out_buffers=out_buffers, tag=tag, attrs=attrs)
+
+    def part(j):
+        def read(*i):
+            flat = offsets[j]
+            for x, st in zip(i, strides[j]):
+                flat = flat + x * st if not isinstance(flat, int) or flat else x * st
+            return packed[flat]
+        return read
+
+    return [compute(shape, part(j), name=f"{name}.v{j}") for j, shape in enumerate(shapes)]

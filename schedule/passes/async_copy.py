@@ -190,6 +190,8 @@ def async_copy_refusal(s: For) -> str | None:
     if not (isinstance(s.extent, Const) and isinstance(s.min, Const) and s.min.value == 0
             and s.step == 1):
         return "its extent is not a constant"
+    if dt.is_int4(st.buffer.dtype):
+        return f"it copies {st.buffer.dtype} elements (packed two per byte, stored one by one)"
     lanes = int(s.extent.value)
     nbytes = dt.nbytes(st.buffer.dtype)
     if ld.buffer.dtype != st.buffer.dtype or lanes * nbytes != ASYNC_BYTES:

@@ -141,6 +141,8 @@ def empty(shape, dtype, api: DeviceAPI) -> NDArray:
     """
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
+    if dt.is_int4(dt.canonical(dtype)):   # packed: two elements per byte
+        shape = dt.packed_shape(shape)
     return NDArray(shape, dtype, api)
 
 
@@ -165,7 +167,9 @@ def host_array(obj, dtype=None) -> np.ndarray:
     """``obj`` as a numpy array of polytile dtype ``dtype`` (its own when None): for
     ``bfloat16``, an array that already holds bfloat16 (``ml_dtypes.bfloat16``, or
     ``uint16`` bit patterns) is kept, anything else is rounded by
-    :func:`polytile.te.dtype.bfloat16_array`.
+    :func:`polytile.te.dtype.bfloat16_array`; for ``int4``/``uint4``, ``obj`` holds the
+    values (any integer array) and the result is their packed ``uint8`` form
+    (:func:`polytile.te.dtype.pack_int4`).
 
     Raises
     ------
@@ -175,6 +179,8 @@ def host_array(obj, dtype=None) -> np.ndarray:
     if dtype is not None and dt.canonical(dtype) == "bfloat16":
         a = np.asarray(obj)
         return a if dt.is_bfloat16_array_dtype(a.dtype) else dt.bfloat16_array(a)
+    if dtype is not None and dt.is_int4(dt.canonical(dtype)):
+        return dt.pack_int4(np.asarray(obj), dt.canonical(dtype))
     a = np.asarray(obj) if dtype is None else np.asarray(obj, dtype=dtype)
     dt.canonical(a.dtype)
     return a

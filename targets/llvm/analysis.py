@@ -12,7 +12,8 @@
 
 from __future__ import annotations
 
-from polytile.schedule.loop_ir import (AccessPtr, Allocate, Buffer, For, LetStmt, Load, Stmt,
+from polytile.schedule.loop_ir import (AccessPtr, Allocate, Buffer, Evaluate, ExternCall, For,
+                                       LetStmt, Load, Stmt,
                                        Store, TensorCall, stmt_exprs, walk_stmts)
 from polytile.te import dtype as dt
 from polytile.te.expr import _CHILDREN, Binary, Const, Expr, Var, child_fields
@@ -147,9 +148,18 @@ def used_symbols(s: Stmt) -> list:
 
 
 def stored_buffers(s: Stmt) -> set[Buffer]:
-    """Buffers that some ``Store`` (or tensor intrinsic call) in ``s`` writes."""
-    return {x.buffer for x in walk_stmts(s) if isinstance(x, Store)} | {
-        x.buffers[-1] for x in walk_stmts(s) if isinstance(x, TensorCall)}
+    """Buffers that some ``Store`` (or tensor intrinsic call, or atomic update such as an
+    int4 store in a parallel loop) in ``s`` writes."""
+    out = set()
+    for x in walk_stmts(s):
+        if isinstance(x, Store):
+            out.add(x.buffer)
+        elif isinstance(x, TensorCall):
+            out.add(x.buffers[-1])
+        elif (isinstance(x, Evaluate) and isinstance(x.value, ExternCall)
+              and x.value.kind == "atomic"):
+            out.update(a.buffer for a in x.value.args if isinstance(a, AccessPtr))
+    return out
 
 
 def has_inner_for(s: Stmt) -> bool:

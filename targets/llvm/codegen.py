@@ -38,6 +38,7 @@ from polytile.backend import Target
 from polytile.errors import BuildError, InternalError, format_error
 from polytile.schedule.intdiv import floordiv_expr, floormod_expr
 from polytile.schedule.kinds import LoopKind
+from polytile.schedule.passes.int4 import NIBBLE_STORE
 from polytile.schedule.loop_ir import (FOR_KINDS, AccessPtr, Allocate, ExternCall, TensorCall,
                                        is_empty, Assert, Buffer, Evaluate, For,
                                        IfThenElse, LetStmt, Load, PrimFunc, Seq, Stmt,
@@ -461,11 +462,28 @@ class CodeGen(StmtFunctor):
         return self.b.gep(self.buffer_ptr(e.buffer), [self.index(e.offset)], inbounds=True)
 
     def expr_ExternCall(self, e: ExternCall) -> ir.Value:
+        if e.kind == "atomic":
+            return self.atomic_call(e)
         if e.kind == "intrin":
             raise BuildError(format_error(
                 "codegen_llvm", f"call_intrin {e.name!r} is a builtin of a C dialect",
                 "call_extern or call_llvm_intrin on the llvm target"))
         return self.extern_call(e, [self.expr(a) for a in e.args])
+
+    def atomic_call(self, e: ExternCall) -> ir.Value:
+        """An atomic update of memory (kind ``atomic``): ``nibble_store(ptr, shift, v)``
+        sets bits ``shift..shift+3`` of the byte at ``ptr`` to ``v`` with an atomic ``and``
+        then an atomic ``or``, so that another thread storing the byte's other nibble at
+        the same time keeps its bits (:mod:`polytile.schedule.passes.int4`)."""
+        if e.name != NIBBLE_STORE:
+            raise BuildError(format_error("codegen_llvm", f"atomic call {e.name!r}",
+                                          f"expected {NIBBLE_STORE!r}"))
+        ptr, shift, v = (self.expr(a) for a in e.args)
+        b = self.b
+        keep = b.xor(b.shl(I8(15), shift), I8(255))
+        b.atomic_rmw("and", ptr, keep, "monotonic")
+        b.atomic_rmw("or", ptr, b.shl(v, shift), "monotonic")
+        return I32(0)
 
     def extern_call(self, e: ExternCall, args: list) -> ir.Value:
         """Call the function of ``e`` on the LLVM values ``args`` (scalars; the vector

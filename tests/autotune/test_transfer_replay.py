@@ -49,6 +49,21 @@ def test_replay_oracle_answers_recorded_costs_and_refuses_others():
     assert oracle.featurize([outside]) == {outside: None}
 
 
+def test_replay_cost_is_the_median_or_the_min_of_the_repeats():
+    sp = _space()
+    idx = [3, 5]
+    pool = _pool(sp, idx)
+    pool.entries[0]["costs"] = [4e-3, 1e-3, 9e-3]        # one quiet repeat, two loaded ones
+    pool.entries[1]["costs"] = [2e-3, 2.2e-3, 2.1e-3]
+    med = ReplayOracle(pool, space=sp, refeaturize=False)
+    low = ReplayOracle(pool, space=sp, refeaturize=False, stat="min")
+    assert med.cost == {3: pytest.approx(4e-3), 5: pytest.approx(2.1e-3)}
+    assert low.cost == {3: pytest.approx(1e-3), 5: pytest.approx(2e-3)}
+    assert med.best_cost() == pytest.approx(2.1e-3) and low.best_cost() == pytest.approx(1e-3)
+    with pytest.raises(TuneError, match="unknown cost statistic 'mean'"):
+        ReplayOracle(pool, space=sp, refeaturize=False, stat="mean")
+
+
 def test_pool_round_trip_and_bad_files(tmp_path):
     sp = _space()
     pool = _pool(sp, [1, 2, 3])

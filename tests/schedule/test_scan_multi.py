@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import check, compile_with_nvcc, rand, run_schedule
+from helpers import check, compile_schedule, compile_with_nvcc, rand, run_schedule
 
 import polytile
 from polytile import te
@@ -133,17 +133,16 @@ def test_multi_state_definition_errors():
     i2 = te.compute((1, n + 1), lambda _, i: X[0, 0] + i, name="i2")
     u1 = te.compute((m, n), lambda t, i: s1[t - 1, i], name="u1")
     u2 = te.compute((m, n + 1), lambda t, i: s2[t - 1, i], name="u2")
-    # constant extents that differ: padded (test_scan_states_of_different_shapes); symbolic
-    # ones must agree
+    # extents that differ: padded (test_scan_states_of_different_shapes, and
+    # test_scan_states_of_symbolic_widths); the time extents must agree
     te.scan([i1, i2], [u1, u2], [s1, s2])
-    n2 = te.var("l")
-    s3 = te.placeholder((m, n2), name="s3")
-    i3 = te.compute((1, n2), lambda _, i: X[0, 0] + i, name="i3")
-    u3 = te.compute((m, n2), lambda t, i: s3[t - 1, i], name="u3")
-    with pytest.raises(ValueError, match=r"scan: states of the extents \['3', 'l'\] in "
-                       r"dimension 1; one time extent, and in each other dimension one "
-                       r"symbolic extent or constants"):
-        te.scan([i1, i3], [u1, u3], [s1, s3])
+    s4 = te.placeholder((m + 1, n), name="s4")
+    i4 = te.compute((1, n), lambda _, i: X[0, i], name="i4")
+    u4 = te.compute((m + 1, n), lambda t, i: s4[t - 1, i], name="u4")
+    with pytest.raises(ValueError, match=r"scan: states of the extents \['5', '6'\] in "
+                       r"dimension 0; one time extent, and in each other dimension one "
+                       r"symbolic extent or constants[\s\S]*Scan: 'scan', updates 'u1', 'u4'"):
+        te.scan([i1, i4], [u1, u4], [s1, s4])
     k = te.reduce_axis((0, n), name="k")
     r = te.compute((m, n), lambda t, i: te.sum(s1[t - 1, k], axis=k), name="r")
     with pytest.raises(TypeError, match="scan: update 'r' is a reduction"):
@@ -206,3 +205,33 @@ def test_scan_states_of_different_shapes(split, backend):
     out1, out2 = run_schedule(s, [X, r1, r2], [x], backend)
     check(out1, a, k=m)
     check(out2, b, k=m)
+
+
+@pytest.mark.parametrize("wide", ["symbolic", "mixed"])
+def test_scan_states_of_symbolic_widths(wide, backend):
+    # TVM's scan tutorial, "multiple states", as written there: widths n and l both
+    # te.var (or one constant): the loop nest runs n + l wide, each state guarded to its
+    # own width; one function for every m, n, l
+    m, n = te.var("m"), te.var("n")
+    w = te.var("l") if wide == "symbolic" else 3
+    X = te.placeholder((m, n), name="X")
+    s1, s2 = te.placeholder((m, n), name="s1"), te.placeholder((m, w), name="s2")
+    i1 = te.compute((1, n), lambda _, i: X[0, i], name="i1")
+    i2 = te.compute((1, w), lambda _, i: te.const(0.0, "float32"), name="i2")
+    u1 = te.compute((m, n), lambda t, i: s1[t - 1, i] + X[t, i], name="u1")
+    u2 = te.compute((m, w), lambda t, i: s2[t - 1, i] + s1[t - 1, 0], name="u2")
+    r1, r2 = te.scan([i1, i2], [u1, u2], [s1, s2])
+    s = te.create_schedule([r1.op, r2.op])
+    f = compile_schedule(s, [X, r1, r2], backend)
+    for M, N, L in ((6, 7, 3), (4, 2, 3), (1, 3, 3)):
+        if wide == "symbolic":
+            L = {6: 4, 4: 9, 1: 2}[M]
+        x = rand((M, N), seed=M)
+        out1, out2 = np.full((M, N), np.nan, "float32"), np.full((M, L), np.nan, "float32")
+        f(x, out1, out2)
+        a = np.cumsum(x.astype("float64"), 0)
+        b = np.zeros((M, L))
+        for t in range(1, M):
+            b[t] = b[t - 1] + a[t - 1, 0]
+        check(out1, a, k=M)
+        check(out2, b, k=M)

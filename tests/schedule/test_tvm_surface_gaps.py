@@ -10,6 +10,7 @@ from helpers import check, rand
 
 import polytile
 from polytile import ScheduleError, te
+from polytile.schedule import interpreter
 
 
 def _run(s, args, inputs, shapes):
@@ -87,18 +88,77 @@ def test_argument_read_in_part_is_refused():
     polytile.lower(s, [A, C])
 
 
-def test_argument_at_a_loop_in_a_gpu_kernel_is_refused():
-    m, n = 7, 32
+def _argument_in_kernel(at: str, halo: bool, m=7, n=29):
+    # B (an argument) computed at C's block loop (thread 0 of each block computes the
+    # block's row, a barrier, then every thread reads it) or at its thread loop (each
+    # thread its own element)
+    A = te.placeholder((m, n), name="A")
+    B = te.compute((m, n), lambda i, j: A[i, j] + 1.0, name="B")
+    if halo:
+        C = te.compute((m, n), lambda i, j: B[i, j] * 2.0 + B[(i + 1) % m, j], name="C")
+    else:
+        C = te.compute((m, n), lambda i, j: B[i, j] * 2.0 + B[i, (j + 1) % n], name="C")
+    s = te.create_schedule(C.op)
+    s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[C].bind(C.op.axis[1], te.thread_axis("threadIdx.x"))
+    s[B].compute_at(s[C], C.op.axis[0] if at == "block" else C.op.axis[1])
+    return s, [A, B, C]
+
+
+def test_argument_at_a_block_loop_in_a_gpu_kernel(tmp_path, monkeypatch):
+    import os
+    import sys
+
+    from polytile.targets import Target
+    from polytile.targets.cuda.runtime import CUDAModule
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "targets"))
+    import cuda_emulator
+
+    m, n = 7, 29
+    s, args = _argument_in_kernel("block", halo=False, m=m, n=n)
+    func = polytile.lower(s, args, target="cuda", stop_after=None)
+    a = rand((m, n), seed=21)
+    b64 = a.astype("float64") + 1
+    want = b64 * 2 + np.roll(b64, -1, axis=1)
+    b, c = np.full((m, n), np.nan, "float32"), np.full((m, n), np.nan, "float32")
+    interpreter.run(func, a, b, c)     # checks the threads for races too
+    check(b, b64)
+    check(c, want)
+    with cuda_emulator.installed(tmp_path, monkeypatch):
+        f = CUDAModule(func, Target.parse("cuda"))
+        dev = [polytile.nd.array(x, device="cuda") for x in
+               (a, np.full((m, n), np.nan, "float32"), np.full((m, n), np.nan, "float32"))]
+        f(*dev)
+        check(dev[1].numpy(), b64)
+        check(dev[2].numpy(), want)
+
+
+def test_argument_at_a_thread_loop_in_a_gpu_kernel():
+    m, n = 5, 13
     A = te.placeholder((m, n), name="A")
     B = te.compute((m, n), lambda i, j: A[i, j] + 1.0, name="B")
     C = te.compute((m, n), lambda i, j: B[i, j] * 2.0, name="C")
     s = te.create_schedule(C.op)
     s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
     s[C].bind(C.op.axis[1], te.thread_axis("threadIdx.x"))
-    s[B].compute_at(s[C], C.op.axis[0])
-    with pytest.raises(ScheduleError, match=r"compute_at: stage 'B' is in args and computed "
-                       r"at 'C'.'i' in a GPU kernel"):
-        polytile.lower(s, [A, B, C], target="cuda")
+    s[B].compute_at(s[C], C.op.axis[1])
+    func = polytile.lower(s, [A, B, C], target="cuda", stop_after=None)
+    a = rand((m, n), seed=22)
+    b, c = np.full((m, n), np.nan, "float32"), np.full((m, n), np.nan, "float32")
+    interpreter.run(func, a, b, c)
+    check(b, a.astype("float64") + 1)
+    check(c, (a.astype("float64") + 1) * 2)
+
+
+@pytest.mark.parametrize("at", ["block", "thread"])
+def test_argument_in_a_gpu_kernel_with_a_halo_is_refused(at):
+    s, args = _argument_in_kernel(at, halo=True) if at == "block" else \
+        _argument_in_kernel(at, halo=False)
+    loop = "i" if at == "block" else "j"
+    with pytest.raises(ScheduleError, match=rf"compute_at: stage 'B' is in args and computed "
+                       rf"at 'C'.'{loop}' in a GPU kernel, and the regions of two iterations "
+                       r"of the loops around it overlap \(a halo\)"):
+        polytile.lower(s, args, target="cuda")
 
 
 # ------------------------------------------- cross-thread reduction over two reduce loops
@@ -183,11 +243,78 @@ def test_extern_with_two_outputs(inline):
     check(d, (x64 + 1) * (x64 * 3) - 2)
 
 
-def test_extern_outputs_of_different_shapes_are_refused():
+def test_extern_outputs_of_different_dtypes_are_refused():
     from polytile import tir
     from polytile.errors import DefinitionValueError
     A = te.placeholder((8,), name="A")
-    with pytest.raises(DefinitionValueError, match=r"extern: 2 outputs of the shapes \[\[8\], "
-                       r"\[4\]\] and dtypes .*; outputs of one shape and one dtype"):
-        te.extern([(8,), (4,)], [A], lambda ins, outs: tir.call_extern(
-            "int32", "f", ins[0].access_ptr("r")))
+    with pytest.raises(DefinitionValueError, match=r"extern: 'extern': 2 outputs of the dtypes "
+                       r"\['float32', 'int32'\]; outputs of one dtype"):
+        te.extern([(8,), (8,)], [A], lambda ins, outs: tir.call_extern(
+            "int32", "f", ins[0].access_ptr("r")), dtype=["float32", "int32"])
+    n = te.var("n")
+    with pytest.raises(DefinitionValueError, match=r"extern: 'E': output of the shape \(3, n\) "
+                       r"has the symbolic extent n after its first axis"):
+        te.extern([(3, n), (4,)], [A], lambda ins, outs: tir.call_extern(
+            "int32", "f", ins[0].access_ptr("r")), name="E")
+
+
+THREE_SHAPES = r"""
+int three_shapes(const float* a, float* x, float* y, float* z, int n) {
+  for (int i = 0; i < n; ++i) x[i] = a[i] + 1.0f;
+  for (int r = 0; r < 2; ++r) for (int c = 0; c < 3; ++c) y[r * 3 + c] = a[c] * (r + 2);
+  z[0] = a[n - 1] - 5.0f;
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+@pytest.mark.parametrize("inline", [False, True])
+def test_extern_outputs_of_different_shapes(symbolic, inline):
+    # TVM's te.extern with a list of output shapes that differ: one flat stacked array
+    from polytile import tir
+    n0 = 11
+    n = te.var("n") if symbolic else n0
+    A = te.placeholder((n,), name="A")
+    X, Y, Z = te.extern([(n,), (2, 3), ()], [A], lambda ins, outs: tir.call_extern(
+        "int32", "three_shapes", ins[0].access_ptr("r"), outs[0].access_ptr("w"),
+        outs[1].access_ptr("w"), outs[2].access_ptr("w"), n), name="E")
+    assert [tuple(t.shape) for t in (Y, Z)] == [(2, 3), ()]
+    D = te.compute((2, 3), lambda r, c: Y[r, c] * 2.0 + Z[()], name="D")
+    s = te.create_schedule([X.op, D.op])
+    packed = s[X].op.input_tensors[0]
+    s[packed].pragma(packed.op.axis[0], "import_c", THREE_SHAPES)
+    if inline:
+        s[Y].compute_inline()
+        s[Z].compute_inline()
+    a = rand((n0,), seed=4)
+    x, d = _run(s, [A, X, D], [a], [(n0,), (2, 3)])
+    a64 = a.astype("float64")
+    y = a64[None, :3] * np.array([[2.0], [3.0]])
+    check(x, a64 + 1)
+    check(d, y * 2 + (a64[-1] - 5))
+
+
+HALF = r"""
+int half_out(const float* a, float* x, int n) {
+  for (int i = 0; i < n / 2; ++i) x[i] = a[i] * 2.0f;
+  return 0;
+}
+"""
+
+
+def test_extern_output_is_not_filled_before_the_call():
+    # the outputs of a te.extern are its code's to write (TVM): polytile stores nothing
+    # there first, so the elements the code leaves alone keep what they held
+    from polytile import tir
+    n = 13
+    A = te.placeholder((n,), name="A")
+    X = te.extern((n,), [A], lambda ins, outs: tir.call_extern(
+        "int32", "half_out", ins[0].access_ptr("r"), outs[0].access_ptr("w"), n), name="X")
+    s = te.create_schedule(X.op)
+    s[X].pragma(X.op.axis[0], "import_c", HALF)
+    a = rand((n,), seed=3)
+    x = np.full(n, 7.5, "float32")
+    polytile.build(s, [A, X])(a, x)
+    check(x[:n // 2], a[:n // 2].astype("float64") * 2)
+    assert (x[n // 2:] == 7.5).all()

@@ -53,6 +53,9 @@ struct alignas(8) uint2 { unsigned x, y; };
 static thread_local pt_uint3 blockIdx, threadIdx;
 static std::barrier<>* pt_block_barrier;
 static inline void __syncthreads() { pt_block_barrier->arrive_and_wait(); }
+// 32-bit atomics (int4 stores: passes/int4.py); the block's threads are OS threads
+static inline unsigned atomicAnd(unsigned* p, unsigned v) { return __atomic_fetch_and(p, v, __ATOMIC_RELAXED); }
+static inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }
 // warp shuffles (loop IR WarpShuffle, reached by the whole block): a slot per thread and
 // two block barriers; the partner is the thread whose linear id is this one's XOR lane_xor
 static thread_local unsigned pt_lin;

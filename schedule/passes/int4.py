@@ -1,0 +1,487 @@
+"""int4/uint4: arithmetic in 8 bits (:func:`legalize_int4`), storage two per byte
+(:func:`pack_int4`).
+
+Assumes: the loop IR of :mod:`polytile.schedule.loop_ir`, with ``int4``/``uint4`` meaning
+what :mod:`polytile.te.dtype` says: integers of 4 bits whose arithmetic wraps modulo 16,
+stored packed along the last axis of their tensor, element ``2m`` of a row in the low
+nibble of byte ``m``, ``2m + 1`` in the high one, each row starting on a new byte.
+
+Guarantees:
+
+* after :func:`legalize_int4` (a loop pass, next to the bfloat16 one) the only ``int4``
+  values are loads of ``int4`` buffers, each converted at once to its *carrier* (``int8``
+  for ``int4``, ``uint8`` for ``uint4``), and the values of stores into them, a
+  conversion ``Cast(int4, v)`` of a carrier ``v`` that already lies in the 4-bit range.
+  Every operation is computed on carriers and wrapped back into 4 bits::
+
+      x + y          ->  wrap(int8(x) + int8(y))      wrap(v) = ((v & 15) ^ 8) - 8
+      uint4(x - y)   ->  (uint8(x) - uint8(y)) & 15
+      int4(f)        ->  wrap(int8(int32(f)))         (f a float)
+      float32(x)     ->  float32(int8(x))             (exact)
+
+* after :func:`pack_int4` (run just before storage flattening) no ``int4`` is left: each
+  ``int4`` buffer is a ``uint8`` buffer of shape ``(..., ceil(n / 2))``
+  (:attr:`~polytile.schedule.loop_ir.Buffer.packs` names what it holds), a load reads its
+  byte and extracts the nibble (sign-extended for ``int4``), and a store writes its own
+  nibble only. Where other threads may write the other nibble of the same byte at the
+  same time (inside a parallel loop, or a GPU kernel for a buffer that is not ``local``)
+  the store is two atomic operations on the byte (``and`` clearing the nibble, ``or``
+  setting it: an ``ExternCall`` of kind ``atomic`` named ``nibble_store``); elsewhere a
+  plain read-modify-write (in a parallel loop whose variable does not reach the last
+  index, each iteration stores rows of its own, which start on whole bytes). A
+  vectorized loop that stores to an ``int4`` buffer runs as a serial loop (its lanes
+  would read and write one byte together). A serial loop whose
+  body stores one element of a row per iteration, at an even offset plus the loop
+  variable, stores pairs instead: two elements computed, their byte stored whole (no
+  read-modify-write, so that the compilers vectorize it), an odd last element alone.
+
+Refused (``LoweringError`` naming the buffer): a symbolic last extent (the packed array
+would not tell ``n``), and ``int4`` operands of tensor intrinsics and ``te.extern`` calls
+(their code would see bytes, not elements).
+
+Helps: TVM's int4 tensors (quantised weights) at half the memory of int8. Models: numpy's
+``packbits`` layout convention (low part first), TVM's sub-byte ``Buffer`` storage.
+"""
+
+from __future__ import annotations
+
+from polytile.errors import InternalError, LoweringError, format_error
+from polytile.te import dtype as dt
+from polytile.te import symbolic as sym
+from polytile.te.expr import And, Binary, Call, Cast, Cmp, Const, Expr, Select, Var
+from polytile.te.visitor import ExprMutator, post_order_visit, substitute
+
+from ..kinds import LoopKind, thread_private
+from ..loop_ir import (AccessPtr, Allocate, Buffer, Evaluate, ExternCall, For, KernelLaunch,
+                       LetStmt, Load, PrimFunc, Stmt, StmtMutator, Store, TensorCall,
+                       stmt_exprs, walk_stmts)
+
+#: the name of the atomic nibble store (``ExternCall`` of kind ``atomic``): arguments
+#: ``(AccessPtr(byte), shift, value)`` with ``shift`` 0 or 4 and ``value`` in [0, 15]
+NIBBLE_STORE = "nibble_store"
+
+
+def carrier(dtype: str) -> str:
+    """The 8-bit dtype that holds the values of ``int4`` (``int8``) or ``uint4``
+    (``uint8``)."""
+    return "int8" if dtype == "int4" else "uint8"
+
+
+def _c(dtype: str, v: int) -> Const:
+    return Const(dtype, v)
+
+
+def wrap(v: Expr, dtype: str) -> Expr:
+    """``v`` (of ``carrier(dtype)``) wrapped into the range of ``dtype``, as a carrier."""
+    if dtype == "uint4":
+        return Binary("uint8", "bitand", v, _c("uint8", 15))
+    low = Binary("int8", "bitand", v, _c("int8", 15))
+    return Binary("int8", "sub", Binary("int8", "bitxor", low, _c("int8", 8)), _c("int8", 8))
+
+
+def _uses_int4(s: Stmt) -> bool:
+    found = []
+
+    def see(e: Expr) -> None:
+        if dt.is_int4(e.dtype):
+            found.append(e)
+
+    for x in walk_stmts(s):
+        if isinstance(x, (Store, Allocate)) and dt.is_int4(x.buffer.dtype):
+            return True
+        if isinstance(x, TensorCall) and any(dt.is_int4(b.dtype) for b in x.buffers):
+            return True
+        for e in stmt_exprs(x):
+            post_order_visit(e, see)
+            if found:
+                return True
+    return False
+
+
+# ------------------------------------------------------------------ arithmetic in 8 bits
+class _Arith(ExprMutator):
+    """Every ``int4`` expression becomes its carrier (see the module docstring)."""
+
+    def __init__(self, renamed: dict):
+        super().__init__()
+        self.renamed = renamed    # int4 Var -> its carrier Var (let-bound variables)
+
+    def visit_Var(self, e: Var):
+        return self.renamed.get(e, e)
+
+    def visit_Const(self, e: Const):
+        return Const(carrier(e.dtype), e.value) if dt.is_int4(e.dtype) else e
+
+    def visit_Load(self, e: Load):
+        out = self.generic_visit(e)
+        return Cast(carrier(e.dtype), out) if dt.is_int4(e.dtype) else out
+
+    def visit_Binary(self, e: Binary):
+        a, b = self.visit(e.a), self.visit(e.b)
+        if dt.is_int4(e.dtype):
+            return wrap(Binary(carrier(e.dtype), e.op, a, b), e.dtype)
+        return e if a is e.a and b is e.b else Binary(e.dtype, e.op, a, b)
+
+    def visit_Cast(self, e: Cast):
+        v = self.visit(e.value)
+        if not dt.is_int4(e.dtype):
+            return e if v is e.value else Cast(e.dtype, v)
+        c = carrier(e.dtype)
+        if dt.is_float(v.dtype):
+            v = Cast("int32", v)
+        return wrap(v if v.dtype == c else Cast(c, v), e.dtype)
+
+    def visit_Select(self, e: Select):
+        out = self.generic_visit(e)
+        if dt.is_int4(e.dtype):
+            return Select(carrier(e.dtype), out.cond, out.true_value, out.false_value)
+        return out
+
+    def visit_Call(self, e: Call):
+        out = self.generic_visit(e)
+        if dt.is_int4(e.dtype):
+            return wrap(Call(carrier(e.dtype), e.name, out.args), e.dtype)
+        return out
+
+
+class _ArithStmts(StmtMutator):
+    def __init__(self):
+        self.renamed: dict = {}
+        self.ex = _Arith(self.renamed)
+
+    def visit_expr(self, e: Expr) -> Expr:
+        out = self.ex.visit(e)
+        if dt.is_int4(out.dtype):
+            raise InternalError(f"legalize_int4: {out.dtype} expression {out} left")
+        return out
+
+    def visit_LetStmt(self, s: LetStmt):
+        if dt.is_int4(s.var.dtype):
+            self.renamed[s.var] = Var(carrier(s.var.dtype), s.var.name)
+        return self.generic_visit(s) if not dt.is_int4(s.var.dtype) else LetStmt(
+            self.renamed[s.var], self.visit_expr(s.value), self.visit(s.body))
+
+    def visit_Store(self, s: Store):
+        out = self.generic_visit(s)
+        if dt.is_int4(out.buffer.dtype):
+            return Store(out.buffer, out.indices, Cast(out.buffer.dtype, out.value))
+        return out
+
+
+def legalize_int4(s: Stmt) -> Stmt:
+    """Rewrite every ``int4``/``uint4`` operation of ``s`` into 8-bit arithmetic wrapped to
+    4 bits (see the module docstring). Returns ``s`` itself when it uses no ``int4``."""
+    if not _uses_int4(s):
+        return s
+    return _ArithStmts().visit(s)
+
+
+# ------------------------------------------------------------------ two per byte
+def _packed(b: Buffer, is_param: bool) -> Buffer:
+    """The ``uint8`` buffer holding ``int4`` buffer ``b``."""
+    if b.shape and not sym.is_static(b.shape[-1]):
+        raise LoweringError(format_error(
+            "int4", f"{b.dtype} tensor {b.name!r} has the symbolic last extent "
+            f"{b.shape[-1]}", "a constant last extent (the packed array holds ceil(n / 2) "
+            "bytes per row, which does not tell n)",
+            hint=f"make the last axis of {b.name!r} constant, or store it as int8"))
+    shape = tuple(b.shape)
+    if shape:
+        nbytes = (int(sym.static(shape[-1])) + 1) // 2
+        if b.scope == "shared" and not is_param:
+            # the atomic store updates the aligned 32-bit word around its byte
+            nbytes = (nbytes + 3) // 4 * 4
+        shape = shape[:-1] + (nbytes,)
+    return Buffer(b.name, shape, "uint8", b.scope, b.swizzle, packs=b.dtype)
+
+
+def _nibble(last: Expr) -> tuple[Expr, Expr]:
+    """(byte index, shift) of last-axis index ``last``: ``last >> 1`` and ``4 * (last &
+    1)`` (indices are never negative)."""
+    if isinstance(last, Const):
+        return _c("int64", int(last.value) >> 1), _c("int64", (int(last.value) & 1) * 4)
+    i = last if last.dtype == "int64" else Cast("int64", last)
+    byte = Binary("int64", "shr", i, _c("int64", 1))
+    shift = Binary("int64", "mul", Binary("int64", "bitand", i, _c("int64", 1)),
+                   _c("int64", 4))
+    return byte, shift
+
+
+class _PackExprs(ExprMutator):
+    def __init__(self, packed: dict, renamed: dict):
+        super().__init__()
+        self.packed = packed
+        self.renamed = renamed
+
+    def visit_Var(self, e: Var):
+        return self.renamed.get(e, e)
+
+    def visit_Const(self, e: Const):
+        return Const(carrier(e.dtype), e.value) if dt.is_int4(e.dtype) else e
+
+    def visit_Load(self, e: Load):
+        idx = tuple(self.visit(i) for i in e.indices)
+        p = self.packed.get(id(e.buffer))
+        if p is None:
+            return e if all(a is b for a, b in zip(idx, e.indices)) else Load(e.dtype,
+                                                                              e.buffer, idx)
+        if not idx:
+            u = Binary("uint8", "bitand", Load("uint8", p, ()), _c("uint8", 15))
+        else:
+            byte, shift = _nibble(idx[-1])
+            word = Load("uint8", p, idx[:-1] + (byte,))
+            u = Binary("uint8", "bitand",
+                       Binary("uint8", "shr", word, Cast("uint8", shift)), _c("uint8", 15))
+        return u if e.buffer.dtype == "uint4" else wrap(Cast("int8", u), "int4")
+
+    def visit_Cast(self, e: Cast):
+        v = self.visit(e.value)
+        if dt.is_int4(e.dtype):
+            c = carrier(e.dtype)
+            return wrap(v if v.dtype == c else Cast(c, v), e.dtype)
+        if v.dtype == e.dtype:
+            return v
+        return e if v is e.value else Cast(e.dtype, v)
+
+    def visit_AccessPtr(self, e: AccessPtr):
+        if id(e.buffer) in self.packed:
+            raise LoweringError(format_error(
+                "int4", f"the address of {e.buffer.dtype} tensor {e.buffer.name!r} is "
+                "taken (a tensor intrinsic or te.extern operand)", "int4 tensors read and "
+                "written element by element", hint="give the intrinsic int8 operands"))
+        return self.generic_visit(e)
+
+
+class _Pack(StmtMutator):
+    def __init__(self, packed: dict):
+        self.packed = packed
+        self.renamed: dict = {}
+        self.ex = _PackExprs(packed, self.renamed)
+        self.parallel: set = set()   # variables of the parallel loops around (and lets
+        #                              whose values depend on them)
+        self.kernel = 0       # kernels around it
+
+    def visit_expr(self, e: Expr) -> Expr:
+        out = self.ex.visit(e)
+        if dt.is_int4(out.dtype):
+            raise InternalError(f"pack_int4: {out.dtype} expression {out} left")
+        return out
+
+    def visit_For(self, s: For):
+        if s.kind == LoopKind.VECTORIZED and any(
+                isinstance(x, Store) and id(x.buffer) in self.packed for x in walk_stmts(s.body)):
+            s = For(s.var, s.min, s.extent, LoopKind.SERIAL, s.body, s.step, s.pragmas)
+        # whole bytes are safe anywhere: another thread storing into the byte would store
+        # one of its two elements, a race that legal schedules do not have
+        if s.kind in (LoopKind.SERIAL, LoopKind.UNROLLED):
+            paired = self._paired(s)
+            if paired is not None:
+                return paired
+        if s.kind != LoopKind.PARALLEL:
+            return self.generic_visit(s)
+        self.parallel.add(s.var)
+        try:
+            return self.generic_visit(s)
+        finally:
+            self.parallel.discard(s.var)
+
+    def _paired(self, s: For) -> Stmt | None:
+        """A loop whose body stores one element of an int4 row per iteration, at ``base +
+        var`` with ``base`` even and a constant even extent's worth of pairs: each
+        iteration of the new loop computes two elements and stores their byte whole (no
+        read-modify-write, nothing carried from one iteration to the next, so the C
+        compiler and LLVM can vectorize it); an odd last element is stored alone. The
+        value must not read the buffer it is stored to (the two elements would then be
+        computed before the first is stored). None where the loop is not of that form."""
+        st = s.body
+        if not (isinstance(st, Store) and id(st.buffer) in self.packed and st.indices
+                and isinstance(s.min, Const) and s.min.value == 0 and s.step == 1
+                and not (isinstance(s.extent, Const) and int(s.extent.value) < 2)):
+            return None
+        v = s.var
+        base = _offset_of(st.indices[-1], v)
+        if base is None or not _even(base) or any(_reads(i, v) for i in st.indices[:-1]):
+            return None
+        if any(isinstance(x, Load) and x.buffer is st.buffer for x in _loads(st.value)):
+            return None
+        p = self.packed[id(st.buffer)]
+        val = st.value.value if isinstance(st.value, Cast) and \
+            st.value.dtype == st.buffer.dtype else st.value
+        jj = Var("int64", f"{v.name}.pair")
+
+        def nib(j: Expr) -> Expr:
+            x = self.visit_expr(substitute(val, {v: j}))
+            x = x if x.dtype == "uint8" else Cast("uint8", x)
+            return Binary("uint8", "bitand", x, _c("uint8", 15))
+
+        two = Binary("int64", "mul", jj, _c("int64", 2))
+        lo, hi = nib(two), nib(Binary("int64", "add", two, _c("int64", 1)))
+        lead = tuple(self.visit_expr(i) for i in st.indices[:-1])
+        half = Binary("int64", "add", Binary("int64", "shr", _i64(self.visit_expr(base)),
+                                             _c("int64", 1)), jj) if not (
+            isinstance(base, Const) and base.value == 0) else jj
+        byte = Binary("uint8", "bitor", lo, Binary("uint8", "shl", hi, _c("uint8", 4)))
+        body = Store(p, lead + (half,), byte)
+        from ..loop_ir import IfThenElse, seq
+
+        if isinstance(s.extent, Const):
+            n = int(s.extent.value)
+            pairs, odd, last_j = _c("int64", n // 2), n % 2 == 1, _c("int64", n - 1)
+        else:   # a ragged tile, min(F, N - F * outer): checked at run time
+            n = _i64(self.visit_expr(s.extent))
+            pairs = Binary("int64", "shr", n, _c("int64", 1))
+            odd = And("bool", Cmp("bool", "gt", n, _c("int64", 0)),
+                      Cmp("bool", "ne", Binary("int64", "bitand", n, _c("int64", 1)),
+                          _c("int64", 0)))
+            last_j = Binary("int64", "sub", n, _c("int64", 1))
+        out = For(jj, _c("int64", 0), pairs, s.kind, body, 1, s.pragmas)
+        if odd is False:
+            return out
+        last = self.visit(Store(st.buffer, st.indices[:-1] + (substitute(
+            st.indices[-1], {v: last_j}),), substitute(st.value, {v: last_j})))
+        return seq(out, last if odd is True else IfThenElse(odd, last))
+
+    def visit_KernelLaunch(self, s: KernelLaunch):
+        self.kernel += 1
+        try:
+            return self.generic_visit(s)
+        finally:
+            self.kernel -= 1
+
+    def visit_LetStmt(self, s: LetStmt):
+        if self.parallel and self._varies(s.value):
+            self.parallel.add(s.var)
+        if not dt.is_int4(s.var.dtype):
+            return self.generic_visit(s)
+        self.renamed[s.var] = v = Var(carrier(s.var.dtype), s.var.name)
+        return LetStmt(v, self.visit_expr(s.value), self.visit(s.body))
+
+    def _varies(self, e: Expr) -> bool:
+        """Whether ``e`` reads a variable of ``self.parallel``."""
+        found = []
+        post_order_visit(e, lambda x: found.append(x) if isinstance(x, Var)
+                         and x in self.parallel else None)
+        return bool(found)
+
+    def _shared_byte(self, idx: tuple, p: Buffer) -> bool:
+        """Whether another thread may store the other nibble of this store's byte while it
+        runs: in a GPU kernel (unless ``p`` is per thread); in a parallel loop when the
+        last index depends on a parallel iteration (rows start on whole bytes, and two
+        iterations that store one row at the same last index would store one element:
+        a race the legality check refuses)."""
+        if self.kernel:
+            return not thread_private(p.scope)
+        return bool(self.parallel) and bool(idx) and self._varies(idx[-1])
+
+    def visit_Allocate(self, s: Allocate):
+        out = self.generic_visit(s)
+        p = self.packed.get(id(s.buffer))
+        return out if p is None else Allocate(p, out.body)
+
+    def visit_TensorCall(self, s: TensorCall):
+        for b in s.buffers:
+            if id(b) in self.packed:
+                raise LoweringError(format_error(
+                    "int4", f"{b.dtype} tensor {b.name!r} is an operand of tensor intrinsic "
+                    f"{s.intrin.name!r}", "int4 tensors read and written element by element",
+                    hint="give the intrinsic int8 operands"))
+        return self.generic_visit(s)
+
+    def visit_Store(self, s: Store):
+        p = self.packed.get(id(s.buffer))
+        if p is None:
+            return self.generic_visit(s)
+        val = s.value
+        if isinstance(val, Cast) and val.dtype == s.buffer.dtype:
+            val = val.value    # legalize_int4's conversion: already in range
+        v = self.visit_expr(val)
+        v = Binary("uint8", "bitand", v if v.dtype == "uint8" else Cast("uint8", v),
+                   _c("uint8", 15))
+        idx = tuple(self.visit_expr(i) for i in s.indices)
+        atomic = self._shared_byte(idx, p)
+        if idx:
+            byte, shift = _nibble(idx[-1])
+            idx = idx[:-1] + (byte,)
+        else:
+            shift = _c("int64", 0)
+        if atomic:
+            from .storage import _flat_index   # the row-major offset flattening computes
+
+            ptr = AccessPtr("handle", p, _flat_index(p, idx)[0] if idx else _c("int64", 0),
+                            "rw")
+            return Evaluate(ExternCall("void", NIBBLE_STORE, (ptr, Cast("uint8", shift), v),
+                                       "atomic"))
+        sh = Cast("uint8", shift)
+        keep = Binary("uint8", "bitxor", Binary("uint8", "shl", _c("uint8", 15), sh),
+                      _c("uint8", 255))
+        old = Binary("uint8", "bitand", Load("uint8", p, idx), keep)
+        return Store(p, idx, Binary("uint8", "bitor", old, Binary("uint8", "shl", v, sh)))
+
+
+def _i64(e: Expr) -> Expr:
+    return e if e.dtype == "int64" else Cast("int64", e)
+
+
+def _reads(e: Expr, v: Var) -> bool:
+    found = []
+    post_order_visit(e, lambda x: found.append(x) if x is v else None)
+    return bool(found)
+
+
+def _loads(e: Expr) -> list:
+    out: list = []
+    post_order_visit(e, lambda x: out.append(x) if isinstance(x, Load) else None)
+    return out
+
+
+def _offset_of(e: Expr, v: Var) -> Expr | None:
+    """``b`` where ``e`` is ``v`` (``b = 0``) or ``b + v``/``v + b`` with ``b`` free of
+    ``v``; else None."""
+    if e is v:
+        return _c("int64", 0)
+    if isinstance(e, Binary) and e.op == "add":
+        if e.b is v and not _reads(e.a, v):
+            return e.a
+        if e.a is v and not _reads(e.b, v):
+            return e.b
+    return None
+
+
+def _even(e: Expr) -> bool:
+    """Whether integer ``e`` is even for all values of its variables (a sufficient test:
+    even constants, products with an even constant, sums and differences of even
+    terms)."""
+    if isinstance(e, Const):
+        return int(e.value) % 2 == 0
+    if isinstance(e, Cast):
+        return dt.is_int(e.value.dtype) and _even(e.value)
+    if isinstance(e, Binary) and e.op == "mul":
+        return any(isinstance(x, Const) and int(x.value) % 2 == 0 for x in (e.a, e.b)) or (
+            _even(e.a) or _even(e.b))
+    if isinstance(e, Binary) and e.op in ("add", "sub"):
+        return _even(e.a) and _even(e.b)
+    return False
+
+
+def pack_int4(func: PrimFunc) -> PrimFunc:
+    """Store every ``int4``/``uint4`` buffer of ``func`` two elements per byte (see the
+    module docstring); parameters become ``uint8`` buffers of the packed shape. Returns
+    ``func`` itself when it has none.
+
+    Raises
+    ------
+    LoweringError
+        For an ``int4`` buffer with a symbolic last extent, or one that a tensor intrinsic
+        or ``te.extern`` reads or writes.
+    """
+    from .storage import _buffers_used
+
+    params = {id(p) for p in func.params if isinstance(p, Buffer)}
+    bufs = [p for p in func.params if isinstance(p, Buffer)] + _buffers_used(func.body)
+    packed = {id(b): _packed(b, id(b) in params) for b in bufs if dt.is_int4(b.dtype)}
+    if not packed:
+        return func
+    body = _Pack(packed).visit(func.body)
+    new_params = tuple(packed.get(id(p), p) if isinstance(p, Buffer) else p
+                       for p in func.params)
+    return PrimFunc(func.name, new_params, body, func.attrs)
