@@ -72,6 +72,9 @@ class KnobSpace:
     kind = "knob"
     name: str
     default_index: int = 0
+    #: index of the value a record written before the knob existed stands for (None: a
+    #: record must name the knob)
+    legacy_index: int | None = None
 
     def __len__(self) -> int:
         raise NotImplementedError
@@ -347,12 +350,16 @@ class AnnotateSpace(KnobSpace):
         return f"annotate {self.n} axes ({self.policy}), {len(self)} choices"
 
 
+#: ``define_knob(legacy=...)`` not given (None is a value a knob may take)
+_NO_LEGACY = object()
+
+
 class OtherSpace(KnobSpace):
     """A plain list of values (``define_knob``)."""
 
     kind = "knob"
 
-    def __init__(self, name: str, values: Sequence, default=None):
+    def __init__(self, name: str, values: Sequence, default=None, legacy=_NO_LEGACY):
         values = list(values)
         if not values:
             raise TuneError(format_error("define_knob", f"knob {name!r} has no values",
@@ -363,6 +370,12 @@ class OtherSpace(KnobSpace):
                 raise TuneError(format_error("define_knob", f"default {default!r} of knob "
                                              f"{name!r} is not one of its values {values}"))
             self.default_index = values.index(default)
+        if legacy is not _NO_LEGACY:
+            r = self.index_of(legacy)
+            if r is None:
+                raise TuneError(format_error("define_knob", f"legacy value {legacy!r} of knob "
+                                             f"{name!r} is not one of its values {values}"))
+            self.legacy_index = r
 
     def __len__(self) -> int:
         return len(self.values)
@@ -421,11 +434,29 @@ class _Definer:
             return
         self._add(AnnotateSpace(name, len(axes), policy, default))
 
-    def define_knob(self, name: str, values, default=None) -> None:
-        """Declare a knob choosing one of ``values`` (JSON-serialisable)."""
+    def define_knob(self, name: str, values, default=None, legacy=_NO_LEGACY) -> None:
+        """Declare a knob choosing one of ``values`` (JSON-serialisable). ``legacy``: the
+        value that reproduces the template's schedule from before the knob was added;
+        records that lack the knob load with it (:meth:`ConfigSpace.from_json`), so a
+        template gaining a knob keeps every record already written. Without it a record
+        must name the knob.
+
+        Raises
+        ------
+        TuneError
+            If ``values`` is empty or ``default`` / ``legacy`` is not one of them.
+        """
         if self._defined(name):
             return
-        self._add(OtherSpace(name, values, default))
+        self._add(OtherSpace(name, values, default, legacy))
+
+    def prefer(self, keep: Callable[[dict], bool]) -> None:
+        """Restrict the *search* (not the space) to the configs whose knob values
+        ``keep(values)`` accepts (``values``: knob name -> value, as
+        :meth:`ConfigEntity.knob_values`): the tuners then propose only those
+        (:meth:`ConfigSpace.preferred`), while records of any config of the space still
+        load. For duplicates (knob values a schedule maps to the same kernel) and regions
+        known to be slow. A no-op on a config."""
 
     def _defined(self, name: str) -> bool:
         raise NotImplementedError
@@ -443,6 +474,28 @@ class ConfigSpace(_Definer):
         self.knobs: dict[str, KnobSpace] = {}
         self.template_name = ""
         self.workload = None
+        self._keep: Callable[[dict], bool] | None = None
+        self._preferred: list[int] | None = None
+
+    def prefer(self, keep: Callable[[dict], bool]) -> None:
+        self._keep = keep
+        self._preferred = None
+
+    def preferred(self) -> list[int] | None:
+        """Indices of the configs :meth:`prefer` keeps, the default config always among
+        them (ascending), or None when the template set no preference (search all)."""
+        if self._keep is None:
+            return None
+        if self._preferred is None:
+            names = list(self.knobs)
+            lists = [[k.get(r) for r in range(len(k))] for k in self.knobs.values()]
+            out = []
+            for index, ents in enumerate(itertools.product(*lists)):
+                if self._keep({n: e.to_json() for n, e in zip(names, ents)}):
+                    out.append(index)
+            d = self.default_index()
+            self._preferred = sorted(set(out) | {d})
+        return self._preferred
 
     # collection ------------------------------------------------------------------------
     def _defined(self, name: str) -> bool:
@@ -512,14 +565,22 @@ class ConfigSpace(_Definer):
     def from_json(self, knobs: dict) -> ConfigEntity:
         """The config of the knob values ``knobs`` (as in a record).
 
+        A knob missing from ``knobs`` that has a legacy value (``define_knob(legacy=...)``,
+        a knob added after the record was written) takes that value.
+
         Raises
         ------
         TuneError
-            If a knob is missing, unknown, or its value is not in this space.
+            If a knob without a legacy value is missing, a knob is unknown, or a value is
+            not in this space.
         """
         if not isinstance(knobs, dict):
             raise TuneError(format_error("config", f"knob values {knobs!r}",
                                          "expected an object of knob name -> value"))
+        knobs = dict(knobs)
+        for n, k in self.knobs.items():
+            if n not in knobs and k.legacy_index is not None:
+                knobs[n] = k.get(k.legacy_index).to_json()
         missing = [n for n in self.knobs if n not in knobs]
         extra = [n for n in knobs if n not in self.knobs]
         if missing or extra:

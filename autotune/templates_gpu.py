@@ -14,8 +14,10 @@ overhead) than the device or ``-arch`` allows.
 ``BM x BN`` outputs with ``(BM/TM) x (BN/TN)`` threads, each holding a ``TM x TN`` register
 tile (``C.local``) accumulated over ``k`` in steps of ``BK``; the ``BM x BK`` tile of A and
 the ``BK x BN`` tile of B are staged in shared memory with ``vec``-wide cooperative loads;
-``unroll_k`` unrolls the inner k loop. The tutorial's hand schedule (``[128, 128, 16, 8,
-8]``, ``vec`` 4) is the default config. ``batch_matmul`` is the same schedule per batch,
+``unroll_k`` unrolls the inner k loop. The tutorial's fastest hand schedule (``[128, 128, 16, 8,
+8]``, ``vec`` 4, ``layout`` strided, 3 stages, groups of 8: ``pipelined_tiles``) is the
+default config; records written before ``layout``/``stages``/``group`` existed load
+as the schedule they measured (contiguous, no pipeline, no groups). ``batch_matmul`` is the same schedule per batch,
 batches on ``blockIdx.z``.
 
 ``softmax``, ``layernorm``, ``rmsnorm``: one kernel per call, ``rows`` rows per block,
@@ -107,8 +109,11 @@ def _mm_reference(a, b, *, args=()):
     return a @ b
 
 
-def _mm_knobs(cfg, M: int, N: int, dtype: str) -> tuple:
-    """Declare the knobs of the (batched) GEMM schedule; ``(BM, BN, BK, TM, TN, vec)``."""
+def _mm_knobs(cfg, M: int, N: int, K: int, dtype: str) -> tuple:
+    """Declare the knobs of the (batched) GEMM schedule; ``(BM, BN, BK, TM, TN, vec)``
+    (the others, ``unroll_k``, ``layout``, ``stages``, ``group``, are read by
+    :func:`_gemm_schedule`), and the part of the space the tuners search
+    (:func:`gemm_preferred`)."""
     limits = gpu_limits.current()
     itemsize = np.dtype(dtype).itemsize if dtype != "bfloat16" else 2
     tiles = matmul_tiles(limits, itemsize, large=M >= LARGE and N >= LARGE) or \
@@ -117,7 +122,69 @@ def _mm_knobs(cfg, M: int, N: int, dtype: str) -> tuple:
     cfg.define_knob("tile", tiles, default=default)
     cfg.define_knob("vec", [1, 2, 4], default=4)
     cfg.define_knob("unroll_k", [True, False], default=True)
+    # the default is the fastest schedule of tutorials/04_cuda_gemm.py (pipelined_tiles:
+    # 0.86x cuBLAS on an H200 at 4096^3), so a tuning run starts there; ``legacy``: the
+    # values of the schedule from before these knobs, for records that lack them
+    cfg.define_knob("layout", ["contiguous", "strided"], default="strided",
+                    legacy="contiguous")
+    cfg.define_knob("stages", [1, 2, 3], default=3, legacy=1)
+    cfg.define_knob("group", [1, 4, 8], default=8, legacy=1)
+    cfg.prefer(lambda v: gemm_preferred(v, (M, N, K), itemsize, limits))
     return (*cfg["tile"].val, cfg["vec"].val)
+
+
+def gemm_preferred(v: dict, shape: tuple, itemsize: int,
+                   limits: gpu_limits.GPULimits) -> bool:
+    """Whether the tuners search the GEMM config of knob values ``v`` at ``shape`` =
+    ``(M, N, K)``. Left out, as duplicates of a config kept: ``layout="strided"`` where
+    :func:`strided_subtiles` gives one sub-tile (the contiguous kernel), a ``stages``
+    value :func:`gemm_stages` lowers to another, a ``group`` :func:`_group_rows` lowers
+    to another. On a large GEMM (both output sides at least :data:`LARGE`) whose shared
+    copies can be 16-byte ``cp.async`` (float32, sizes multiples of 4) also the
+    regions measured slow on an H200 at 4096^3: k tiles other than 16 (8: 0.83x of the
+    16-deep ones' 0.86x cuBLAS), no pipeline (0.78x), groups below 8, copies narrower
+    than 16 bytes and a rolled k loop. The 4096^3 float32 search shrinks from 39,744
+    configs to a few hundred (test_gpu_tune), the default among them."""
+    bm, bn, bk, tm, tn = v["tile"]
+    vec = v["vec"]
+    if v["layout"] == "strided" and strided_subtiles(tm, tn) == (1, 1):
+        return False
+    if gemm_stages(v["stages"], [bm, bn, bk], vec, itemsize, shape, limits) != v["stages"]:
+        return False
+    if _group_rows(v["group"], -(-shape[0] // bm)) != v["group"]:
+        return False
+    copies16 = any(w * itemsize == 16 and all(d % w == 0 for d in shape) for w in (1, 2, 4))
+    if shape[0] >= LARGE and shape[1] >= LARGE and copies16:
+        return (bk == 16 and v["stages"] >= 2 and v["group"] == 8
+                and vec * itemsize == 16 and v["unroll_k"])
+    return True
+
+
+def gemm_stages(knob: int, tile: list, vec: int, itemsize: int, shape: tuple,
+                limits: gpu_limits.GPULimits) -> int:
+    """The pipeline depth the GEMM schedule uses for knob ``stages`` = ``knob``: 1 (no
+    pipeline) unless the shared copies can be 16-byte ``cp.async`` (``vec * itemsize ==
+    16`` and every dimension of ``shape`` = ``(M, N, K)`` a multiple of ``vec``, so rows
+    of A and B start 16-byte aligned), else the deepest at most ``knob`` whose
+    ``stages x (BM + BN) x BK`` shared tiles fit ``limits`` (an over-deep knob value is the
+    deepest that fits, never a config that cannot launch)."""
+    bm, bn, bk = tile[:3]
+    if knob < 2 or vec * itemsize != 16 or any(d % vec for d in shape):
+        return 1
+    st = knob
+    while st > 1 and st * (bm + bn) * bk * itemsize > limits.shared_bytes_per_block:
+        st -= 1
+    return st
+
+
+def strided_subtiles(tm: int, tn: int) -> tuple:
+    """``(vt_m, vt_n)``: the ``layout="strided"`` GEMM splits a thread's ``TM x TN``
+    register tile into ``vt_m x vt_n`` sub-tiles of (at most) 4 x 4 outputs, each
+    ``BM / vt_m`` (``BN / vt_n``) apart in the block tile (CUTLASS's SIMT thread layout):
+    neighbouring threads then read neighbouring 16-byte vectors of B's shared tile and the
+    same words of A's (a broadcast), which nvcc loads with ``LDS.128``. Sides not a
+    multiple of 4 stay contiguous (1 sub-tile)."""
+    return (tm // 4 if tm % 4 == 0 else 1, tn // 4 if tn % 4 == 0 else 1)
 
 
 @template("matmul", target="cuda", default_args=(1024, 1024, 1024),
@@ -129,7 +196,7 @@ def matmul_cuda(M: int, N: int, K: int, dtype: str = "float32"):
     B = te.placeholder((K, N), name="B", dtype=dtype)
     r = te.reduce_axis((0, K), name="k")
     C = te.compute((M, N), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    return _gemm_schedule(cfg, A, B, C, _mm_knobs(cfg, M, N, dtype)), [A, B, C]
+    return _gemm_schedule(cfg, A, B, C, _mm_knobs(cfg, M, N, K, dtype)), [A, B, C]
 
 
 @template("batch_matmul", target="cuda", default_args=(8, 256, 256, 256),
@@ -144,32 +211,73 @@ def batch_matmul_cuda(Bt: int, M: int, N: int, K: int, dtype: str = "float32"):
     r = te.reduce_axis((0, K), name="k")
     C = te.compute((Bt, M, N), lambda b, i, j: te.sum(A[b, i, r] * B[b, r, j], axis=r),
                    name="C")
-    return _gemm_schedule(cfg, A, B, C, _mm_knobs(cfg, M, N, dtype)), [A, B, C]
+    return _gemm_schedule(cfg, A, B, C, _mm_knobs(cfg, M, N, K, dtype)), [A, B, C]
+
+
+def _group_rows(group: int, rows: int) -> int:
+    """The largest divisor of ``rows`` (tile rows) at most ``group``: a partial group of
+    tile rows guards the k loop's copies and compute with different conditions, which
+    ``pipeline`` refuses."""
+    group = max(1, min(group, rows))
+    while rows % group:
+        group -= 1
+    return group
 
 
 def _gemm_schedule(cfg, A, B, C, knobs: tuple):
     """The shared + register tiled schedule of a GEMM ``C`` (2-D, or 3-D with a leading
-    batch axis bound to ``blockIdx.z``); see the module docstring."""
+    batch axis bound to ``blockIdx.z``); see the module docstring.
+
+    Knobs beside the tiles: ``layout`` (``"contiguous"``: a thread's ``TM x TN`` outputs
+    side by side; ``"strided"``: :func:`strided_subtiles` on ``vthread`` axes, with A's
+    column and B's row of each k step copied to registers first), ``stages``
+    (:func:`gemm_stages`: ``s[C.local].pipeline(ko, stages)``, ``cp.async`` copies of the
+    next k tiles overlapping this one's FMAs) and ``group`` (blocks launched ``group`` tile
+    rows at a time down each tile column for L2 reuse, as
+    :func:`polytile.targets.gpu_tiling.warp_tiles`)."""
     bm, bn, bk, tm, tn, vec = knobs
     s = te.create_schedule(C.op)
     AS = s.cache_read(A, "shared", [C])
     BS = s.cache_read(B, "shared", [C])
+    strided = cfg["layout"].val == "strided"
+    if strided:
+        AL = s.cache_read(AS, "local", [C])
+        BL = s.cache_read(BS, "local", [C])
     CL = s.cache_write(C, "local")
     ty_n, tx_n = bm // tm, bn // tn
+    vt_m, vt_n = strided_subtiles(tm, tn) if strided else (1, 1)
     axes = C.op.axis
+    shape = (int(A.shape[-2]), int(B.shape[-1]), int(A.shape[-1]))
+    itemsize = 2 if A.dtype == "bfloat16" else np.dtype(A.dtype).itemsize
+    stages = gemm_stages(cfg["stages"].val, [bm, bn, bk], vec, itemsize, shape,
+                         gpu_limits.current())
+    group = _group_rows(cfg["group"].val, -(-shape[0] // bm))
     bi, bj, ii, jj = s[C].tile(axes[-2], axes[-1], bm, bn)
-    ty, iin = s[C].split(ii, factor=tm)
-    tx, jin = s[C].split(jj, factor=tn)
-    s[C].reorder(*axes[:-2], bi, bj, ty, tx, iin, jin)
+    vthreads = []
+    if strided:
+        vy, ii = s[C].split(ii, nparts=vt_m)
+        vx, jj = s[C].split(jj, nparts=vt_n)
+        vthreads = [vy, vx]
+    ty, iin = s[C].split(ii, nparts=ty_n)
+    tx, jin = s[C].split(jj, nparts=tx_n)
+    if group > 1:
+        bo, bii = s[C].split(bi, factor=group)
+        s[C].reorder(*axes[:-2], bo, bj, bii, *vthreads, ty, tx, iin, jin)
+        s[C].bind(bo, _by())
+        s[C].bind(s[C].fuse(bj, bii), _bx())
+    else:
+        s[C].reorder(*axes[:-2], bi, bj, *vthreads, ty, tx, iin, jin)
+        s[C].bind(bi, _by())
+        s[C].bind(bj, _bx())
     if len(axes) == 3:
         s[C].bind(axes[0], te.thread_axis("blockIdx.z"))
-    s[C].bind(bi, _by())
-    s[C].bind(bj, _bx())
+    for v, n, name in zip(vthreads, (vt_m, vt_n), ("vy", "vx")):
+        s[C].bind(v, te.thread_axis((0, n), "vthread", name=name))
     s[C].bind(ty, _ty())
     s[C].bind(tx, _tx())
-    if tm > 1:
+    if tm // vt_m > 1:
         s[C].unroll(iin)
-    if tn > 1:
+    if tn // vt_n > 1:
         s[C].vectorize(jin)
     s[CL].compute_at(s[C], tx)
     ci, cj = s[CL].op.axis[-2:]
@@ -181,6 +289,11 @@ def _gemm_schedule(cfg, A, B, C, knobs: tuple):
     for T in (AS, BS):
         s[T].compute_at(s[CL], ko)
         cooperative_copy(s, T, vector=vec, threads=(tx_n, ty_n))
+    if strided:
+        for T in (AL, BL):
+            s[T].compute_at(s[CL], ki)
+    if stages > 1:
+        s[CL].pipeline(ko, stages=stages)
     return s
 
 

@@ -290,7 +290,8 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
          include_default: bool = True, batch_size: int | None = None,
          transfer: bool = True, callbacks: list[Callable] = (),
          anchors: tuple | None = None, compare_rounds: int = 4,
-         ray: str | None = None, transfer_from=None) -> TuneResult:
+         ray: str | None = None, transfer_from=None, full_space: bool = False
+         ) -> TuneResult:
     """Tune ``template`` at ``args``; see the module docstring.
 
     Parameters
@@ -322,6 +323,10 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         as the best).
     transfer_from : str or list of str, optional
         Records files to warm-start the model tuner from (``--transfer``).
+    full_space : bool
+        Search every config of the space, also where the template prefers a part of it
+        (:meth:`.space.ConfigSpace.prefer`: duplicates and known slow regions left out;
+        the search then ends when every preferred config was measured).
     callbacks : list of callable
         Each called as ``cb(result, record)`` after every trial.
     anchors : tuple of str, optional
@@ -396,7 +401,8 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
             got = measurer.features([(i, space.get(i).knob_values()) for i in indices])
             return {i: got[i][0] for i in indices}
 
-        tn = make_tuner(tuner, space, featurize, seed)
+        tn = make_tuner(tuner, space, featurize, seed,
+                        candidates=None if full_space else space.preferred())
         best_trial = 0
         if history and (resume or (transfer and tuner == "model")):
             idx, results = [], []

@@ -179,8 +179,9 @@ class ModelTuner(Tuner):
     lower_factor : int
         Candidates lowered (for loop-IR features) per batch slot.
     min_train : int
-        Successful measurements needed before the models propose (random picks before,
-        unless transfer data is loaded).
+        Successful measurements needed before the models propose (before: half
+        neighbours of the default config, half random picks; unless transfer data is
+        loaded).
     candidates : list of int, optional
         Propose only these configs (see the module docstring).
     """
@@ -365,6 +366,20 @@ class ModelTuner(Tuner):
         pred = self.knob_model.predict([knob_features(self.space, i) for i in indices])
         return dict(zip(indices, (float(p) for p in pred)))
 
+    def _neighbours(self, idx: int, n: int) -> list[int]:
+        """Up to ``n`` unvisited configs (of the pool, if any) differing from ``idx`` in
+        one knob, at random."""
+        ki = self.space.knob_indices(idx)
+        pool = set(self.pool) if self.pool is not None else None
+        near = []
+        for k, d in enumerate(self.dims):
+            for r in range(d):
+                if r != ki[k]:
+                    j = self.space.index_from_knobs(ki[:k] + [r] + ki[k + 1:])
+                    if j not in self.visited and (pool is None or j in pool):
+                        near.append(j)
+        return self.rng.sample(near, min(n, len(near)))
+
     def _distance(self, a: int, b: int) -> int:
         return sum(x != y for x, y in zip(self.space.knob_indices(a),
                                           self.space.knob_indices(b)))
@@ -417,8 +432,12 @@ class ModelTuner(Tuner):
 
     def next_batch(self, n: int) -> list[int]:
         if not self._train():
-            # no more random configs than the model needs to start: it picks the rest
-            out = self._random_unvisited(min(n, 2 * self.min_train))
+            # no more configs than the model needs to start: it picks the rest. Half are
+            # neighbours of the default (one knob changed): the hand-written default is
+            # usually near the best, the other half spreads over the space
+            k = min(n, 2 * self.min_train)
+            out = self._neighbours(self.space.default_index(), k // 2)
+            out += self._random_unvisited(k - len(out), exclude=set(out))
             self.visited.update(out)
             return out
         n_random = min(n, max(0, int(round(self.exploration() * n))))

@@ -230,7 +230,7 @@ def _tune_one(a, args) -> int:
                measure_option=opt, log_file=log, resume=a.resume,
                early_stopping=a.early_stopping, timeout_total=budget,
                seed=a.seed, callbacks=[on_trial], anchors=anchors, ray=a.ray,
-               transfer_from=a.transfer)
+               transfer_from=a.transfer, full_space=a.full_space)
     if bar is not None:
         bar.close()
     cmp = res.comparison
@@ -544,6 +544,10 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--plot", default=None, metavar="PNG",
                    help="write best-so-far GFLOP/s vs trial to this PNG")
     q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--full-space", action="store_true",
+                   help="search every config of the template's space, also where the "
+                   "template prefers a part of it (duplicates and regions known to be "
+                   "slow, e.g. the cuda matmul at large sizes)")
     q.add_argument("--transfer", action="append", default=None, metavar="RECORDS",
                    help="records file whose trials of the same template at other shapes "
                    "warm-start the model tuner (repeatable; records of other shapes in "

@@ -99,10 +99,16 @@ def _normalized(pma: isl.PwMultiAff) -> isl.PwMultiAff:
     k0`` as it is, which the AST build prints as a division of the whole sum per access
     (a packed operand blocked by 16 along k inside blocks of 256: ``k1 / 16`` is wanted,
     constant once ``k1`` is split by 16 and unrolled). Rebuilding the function from its
-    graph normalizes it; only accesses that have a division are rebuilt."""
-    if "floor" not in str(pma) and "mod" not in str(pma):
+    graph normalizes it; only accesses that have a division are rebuilt. The rebuilt
+    function is kept only where it is shorter: from the graph isl may also fold terms
+    that are multiples of the divisor *into* a division (a grouped GPU GEMM's
+    ``128 * (bx mod 8)`` became ``128 * ((bx + 8 tx + 16 i + ...) mod 8)``: equal, but
+    no longer provably 16-byte aligned for ``cp.async``, and more index arithmetic)."""
+    text = str(pma)
+    if "floor" not in text and "mod" not in text:
         return pma
-    return isl.PwMultiAff.from_map(isl.Map.from_pw_multi_aff(pma))
+    rebuilt = isl.PwMultiAff.from_map(isl.Map.from_pw_multi_aff(pma))
+    return rebuilt if len(str(rebuilt)) < len(text) else pma
 
 
 def _total(pulled: isl.PwMultiAff, here: isl.Set, runs: isl.Set, st: PolyStmt,

@@ -45,11 +45,36 @@ def build_schedule(model: Model, nodes: list | None = None, *, atomic: bool = Fa
     drops full-tile isolation, which was computed on the exact domains. ``role_of``: the
     thread roles of ``nodes`` when the caller has them (``threads.roles``)."""
     nodes = model.nest if nodes is None else nodes
-    sched = _seq([_node(n, (), domains or {}) for n in nodes])
+    fallback = domains or {}
+    filters: list = []
+    if not any(_bound(n) for n in nodes):
+        sched = _seq([_node(n, (), fallback, None) for n in nodes])
+    else:
+        # the statements' domains are intersected with the filters of the bound loops at
+        # once, at the root: each intersection of a schedule's domain also simplifies
+        # (gists) the whole subtree below, so one at every bound loop made isl walk the
+        # kernel's tree once per loop bound to a hardware index (a third of the time of
+        # building the AST of a tiled GEMM); the leaves start from universes
+        sched = _seq([_node(n, (), fallback, filters) for n in nodes])
+    only = None
     if model.padded:   # GPU: each statement on its threads, the others idle (threads.py)
         only = restriction(roles(nodes) if role_of is None else role_of)
+    if filters:
+        names = [st.tuple() for n in nodes for st in stmts_below(n)]
+        dom = None
+        for n in nodes:
+            for st in stmts_below(n):
+                d = iu.union_set(fallback.get(st.name, st.domain))
+                dom = d if dom is None else dom.union(d)
+        for conds in filters:   # inner loops first, as the intersections were made before
+            pieces = [f"{t} : {conds[t]}" if t in conds else t for t in names]
+            dom = dom.intersect(iu.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}"))
         if only is not None:
-            sched = sched.intersect_domain(only)
+            dom = dom.intersect(only)
+            only = None
+        sched = sched.intersect_domain(dom)
+    if only is not None:
+        sched = sched.intersect_domain(only)
     options: dict = {}
     choices: dict = {}
 
@@ -102,11 +127,24 @@ def _seq(parts: list[isl.Schedule]) -> isl.Schedule:
     return out
 
 
-def _node(n, vthreads: tuple, domains: dict) -> isl.Schedule:
+def _bound(n) -> bool:
+    """Whether a loop of the nest node ``n``'s subtree is bound to a hardware index."""
+    return isinstance(n, LoopNode) and (n.binding in PARAMS or any(_bound(c)
+                                                                   for c in n.children))
+
+
+def _node(n, vthreads: tuple, domains: dict, filters: list | None) -> isl.Schedule:
     """The schedule of nest node ``n``; ``vthreads`` are the enclosing ``vthread`` loops,
-    whose bands go innermost, around each statement that depends on them."""
+    whose bands go innermost, around each statement that depends on them. ``filters``:
+    ``None`` where no loop is bound to a hardware index (the leaves then have their
+    domains), else a list to which each bound loop appends its filter, ``{statement
+    tuple: condition}``, the leaves having universe domains (``build_schedule``
+    intersects them with the domains and every filter at once)."""
     if isinstance(n, PolyStmt):
-        sched = isl.Schedule.from_domain(iu.union_set(domains.get(n.name, n.domain)))
+        dom = iu.union_set(domains.get(n.name, n.domain))
+        if filters is not None:
+            dom = dom.universe()
+        sched = isl.Schedule.from_domain(dom)
         for v in reversed(vthreads):
             if n in v.stmts:
                 sched = _band(sched, v, {n: v.stmts[n]})
@@ -118,7 +156,7 @@ def _node(n, vthreads: tuple, domains: dict) -> isl.Schedule:
         vthreads = vthreads + (n,)
     kids = []
     for c in n.children:
-        sc = _node(c, vthreads, domains)
+        sc = _node(c, vthreads, domains, filters)
         if c.plan is not n.plan:   # the code of a stage attached here
             sc = sc.get_root().child(0).insert_mark(isl.Id(f"A{c.plan.index}")).get_schedule()
         kids.append(sc)
@@ -131,10 +169,9 @@ def _node(n, vthreads: tuple, domains: dict) -> isl.Schedule:
         # a symbolic split bound to (blockIdx.d, threadIdx.d): its value is the block's
         # offset (the parameter of blockIdx.d, see StagePlan.index_pair) plus the thread's
         index = f"{PARAMS[pair[0]]} + {PARAMS[tag]}" if pair else PARAMS[tag]
-        pieces = [f"{st.tuple()} : ({n.stmts[st]}) = {index}" if st in n.stmts
-                  else st.tuple() for st in stmts_below(n)]
-        child = child.intersect_domain(
-            iu.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}"))
+        # the instances of this thread or block: intersected by build_schedule
+        filters.append({st.tuple(): f"({n.stmts[st]}) = {index}"
+                        for st in stmts_below(n) if st in n.stmts})
         if len(n.stmts) == len(stmts_below(n)):
             # a band of the bound value above the filter, as for a loop: isl then finds
             # where the instances are from the loop's range, not by eliminating every

@@ -3,8 +3,10 @@
 The steps are the classic ones (Volkov & Demmel, SC 2008; the TVM "How to optimize GEMM on
 GPU" schedule): (1) one thread per output element; (2) tiles of A and B staged in shared
 memory by the threads of a block; (3) each thread computes a register tile of outputs from
-shared memory, with a strided thread layout so that warps read contiguous shared memory.
-Every step prints TFLOP/s and the ratio to cuBLAS (through torch, tensor cores off) in the
+shared memory, with a strided thread layout so that warps read contiguous shared memory;
+(4) the CUTLASS SIMT layout (8x8 outputs per thread as 4x4 sub-tiles on virtual threads),
+k tiles of 16 copied by ``cp.async`` three stages deep, blocks launched in groups of 8
+tile rows (0.86x cuBLAS on an H200 at 4096^3). Every step prints TFLOP/s and the ratio to cuBLAS (through torch, tensor cores off) in the
 same run. Run: ``python tutorials/04_cuda_gemm.py [--n 4096]`` on a machine with an NVIDIA
 GPU; without one it only builds (as ``--no-run``), and ``--print-source`` shows the CUDA C.
 """
@@ -105,20 +107,34 @@ def register_tiles(m, n, k, block: int = 128, threads: int = 16, kt: int = 16, v
     return s, [A, B, C]
 
 
-def pipelined_tiles(m, n, k, block: int = 128, threads: int = 16, vt: int = 2, kt: int = 8,
-                    stages: int = 2):
-    """The register tiling of the CUTLASS SIMT SGEMM: a ``block`` x ``block`` tile on
-    ``threads`` x ``threads`` threads, each owning ``vt`` x ``vt`` sub-tiles of
-    ``block / (threads * vt)`` squared outputs (8x8 outputs per thread by default) spread
-    ``block / vt`` apart by virtual threads (``vthread``), so that neighbouring threads
-    read neighbouring 16-byte vectors of B's shared tile (no bank conflicts) and A's row
-    values are broadcast. Each k step copies one column of A and one row of B from shared
-    memory into registers (``A.shared.local``, ``B.shared.local``); nvcc merges these copies
-    across the unrolled k steps into 16-byte shared loads (``ld.shared.v4.f32``), which is
-    what a transposed A tile would give. The shared tiles (``kt`` deep) are copied with
-    16-byte ``cp.async`` and software-pipelined ``stages`` deep
-    (``s[CL].pipeline(ko, stages)``; 1: no pipeline), so the copies of the next k tile
-    overlap the FMAs of this one. ``m``, ``n`` multiples of 4 (16-byte copies)."""
+def pipelined_tiles(m, n, k, block: int = 128, threads: int = 16, vt: int = 2, kt: int = 16,
+                    stages: int = 3, *, block_n: int | None = None,
+                    threads_n: int | None = None, vt_n: int | None = None, group: int = 8):
+    """The register tiling of the CUTLASS SIMT SGEMM: a ``block`` x ``block_n`` tile on
+    ``threads`` x ``threads_n`` threads (``threadIdx.y``, ``threadIdx.x``), each owning
+    ``vt`` x ``vt_n`` sub-tiles of ``block / (threads * vt)`` x ``block_n / (threads_n *
+    vt_n)`` outputs (8x8 outputs per thread by default, as 2 x 2 sub-tiles of 4 x 4)
+    spread ``block / vt`` (``block_n / vt_n``) apart by virtual threads (``vthread``), so
+    that neighbouring threads read neighbouring 16-byte vectors of B's shared tile (no bank
+    conflicts) and A's row values are broadcast. Each k step copies one column of A and one
+    row of B from shared memory into registers (``A.shared.local``, ``B.shared.local``);
+    nvcc merges these copies across the unrolled k steps into 16-byte shared loads
+    (``LDS.128`` in the SASS: 32 of them for 512 ``FFMA`` per k tile of 8 at the default),
+    which is what a transposed A tile would give. The shared tiles (``kt`` deep) are copied
+    with 16-byte ``cp.async`` and software-pipelined ``stages`` deep
+    (``s[CL].pipeline(ko, stages)``; 1: no pipeline), so the copies of the next k tiles
+    overlap the FMAs of this one. ``group > 1`` launches the blocks ``group`` tile rows at a
+    time down each tile column (Triton's ``GROUP_M``, :func:`polytile.targets.gpu_tiling.
+    warp_tiles`) so that a wave of blocks shares A's and B's panels in L2 (the largest
+    divisor of the tile rows at most ``group``).
+    ``block_n``, ``threads_n``, ``vt_n`` default to ``block``, ``threads``, ``vt``.
+    The defaults (k tiles of 16, 3 stages, groups of 8) are the fastest of
+    :data:`VARIANTS` on an H200 at 4096^3 (44.1 TFLOP/s, 0.86x cuBLAS; 2 stages 0.855x,
+    k tiles of 8 0.83x) and the ``matmul`` GPU template's default config.
+    ``m``, ``n`` multiples of 4 (16-byte copies)."""
+    block_n = block if block_n is None else block_n
+    threads_n = threads if threads_n is None else threads_n
+    vt_n = vt if vt_n is None else vt_n
     A, B, C = matmul(m, n, k)
     s = te.create_schedule(C.op)
     AS = s.cache_read(A, "shared", [C])
@@ -127,17 +143,27 @@ def pipelined_tiles(m, n, k, block: int = 128, threads: int = 16, vt: int = 2, k
     BL = s.cache_read(BS, "local", [C])
     CL = s.cache_write(C, "local")
     ty_ = te.thread_axis((0, threads), "threadIdx.y")
-    tx_ = te.thread_axis((0, threads), "threadIdx.x")
-    bi, bj, ii, jj = s[C].tile(C.op.axis[0], C.op.axis[1], block, block)
+    tx_ = te.thread_axis((0, threads_n), "threadIdx.x")
+    bi, bj, ii, jj = s[C].tile(C.op.axis[0], C.op.axis[1], block, block_n)
     vy, ii = s[C].split(ii, nparts=vt)
     ty, ii = s[C].split(ii, nparts=threads)
-    vx, jj = s[C].split(jj, nparts=vt)
-    tx, jj = s[C].split(jj, nparts=threads)
-    s[C].reorder(bi, bj, vy, vx, ty, tx, ii, jj)
-    s[C].bind(bi, te.thread_axis("blockIdx.y"))
-    s[C].bind(bj, te.thread_axis("blockIdx.x"))
+    vx, jj = s[C].split(jj, nparts=vt_n)
+    tx, jj = s[C].split(jj, nparts=threads_n)
+    rows = -(-m // block)      # a partial group of tile rows would not pipeline
+    group = max(1, min(group, rows))
+    while rows % group:
+        group -= 1
+    if group > 1:
+        bo, bii = s[C].split(bi, factor=group)
+        s[C].reorder(bo, bj, bii, vy, vx, ty, tx, ii, jj)
+        s[C].bind(bo, te.thread_axis("blockIdx.y"))
+        s[C].bind(s[C].fuse(bj, bii), te.thread_axis("blockIdx.x"))
+    else:
+        s[C].reorder(bi, bj, vy, vx, ty, tx, ii, jj)
+        s[C].bind(bi, te.thread_axis("blockIdx.y"))
+        s[C].bind(bj, te.thread_axis("blockIdx.x"))
     s[C].bind(vy, te.thread_axis((0, vt), "vthread", name="vy"))
-    s[C].bind(vx, te.thread_axis((0, vt), "vthread", name="vx"))
+    s[C].bind(vx, te.thread_axis((0, vt_n), "vthread", name="vx"))
     s[C].bind(ty, ty_)
     s[C].bind(tx, tx_)
     s[C].vectorize(jj)
@@ -151,7 +177,7 @@ def pipelined_tiles(m, n, k, block: int = 128, threads: int = 16, vt: int = 2, k
         s[T].compute_at(s[CL], ko)
         fused = s[T].fuse(*s[T].op.axis)
         rest, v = s[T].split(fused, factor=4)
-        rest, tx2 = s[T].split(rest, factor=threads)
+        rest, tx2 = s[T].split(rest, factor=threads_n)
         _, ty2 = s[T].split(rest, factor=threads)
         s[T].bind(ty2, ty_)
         s[T].bind(tx2, tx_)
@@ -166,12 +192,19 @@ def pipelined_tiles(m, n, k, block: int = 128, threads: int = 16, vt: int = 2, k
 STEPS = [("one thread per output", naive),
          ("shared-memory tiles 32x32", shared_tiles),
          ("shared + 8x8 register tiles", register_tiles),
-         ("8x8 vthread tiles, cp.async x2", pipelined_tiles)]
+         ("8x8 vthread tiles, cp.async x3, kt 16", pipelined_tiles)]
 
-#: ``--variants``: (title, kt, stages) of :func:`pipelined_tiles` timed besides the steps;
-#: ptxas -v (sm_90, nvcc 13): 128 registers each, no spills, 8-48 KiB of shared memory
-VARIANTS = [(f"8x8 vthread tiles, kt {kt}, {st} stage{'s' * (st > 1)}", kt, st)
-            for kt, st in ((8, 1), (8, 3), (16, 2), (16, 3))]
+#: ``--variants``: (title, keyword arguments of :func:`pipelined_tiles`) timed besides the
+#: steps: k-tile and pipeline depths, grouped blocks (L2 reuse) and 128 x 256 block tiles.
+#: ptxas -v (sm_90, nvcc 13), no spills: 128 x 128 tiles 128 registers (2 blocks per SM),
+#: 16-48 KiB of shared memory; 128 x 256 tiles (8 x 16 outputs per thread) 255 registers
+#: (1 block per SM). SASS per k tile of 8: 512 FFMA, 32 LDS.128 (128 x 256: 1024, 48).
+VARIANTS = [(f"8x8 vthread tiles, kt {kt}, {st} stage{'s' * (st > 1)}"
+             + (f", grouped {g}" if g > 1 else ""), dict(kt=kt, stages=st, group=g))
+            for kt, st, g in ((8, 1, 1), (8, 2, 8), (8, 3, 8), (8, 4, 8), (16, 2, 1),
+                              (16, 2, 8), (16, 3, 8))] + [
+    (f"8x16 vthread tiles 128x256, kt {kt}, {st} stages, grouped 8",
+     dict(block_n=256, vt_n=4, kt=kt, stages=st, group=8)) for kt, st in ((8, 2), (8, 3))]
 
 
 def main(argv=None) -> float | None:
@@ -180,7 +213,8 @@ def main(argv=None) -> float | None:
     ap.add_argument("--print-source", action="store_true", help="print the CUDA C of each step")
     ap.add_argument("--no-run", action="store_true", help="build only (no GPU needed)")
     ap.add_argument("--variants", action="store_true",
-                    help="also time the k-tile depths and pipeline depths of VARIANTS")
+                    help="also time the k-tile depths, pipeline depths, grouped blocks "
+                    "and block tiles of VARIANTS")
     args = ap.parse_args(argv)
     return run_steps(args)
 
@@ -200,9 +234,8 @@ def run_steps(args) -> float | None:
         da, db = polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda")
     steps = list(STEPS)
     if args.variants:
-        steps += [(title, lambda m, n_, k, kt=kt, st=st: pipelined_tiles(m, n_, k, kt=kt,
-                                                                          stages=st))
-                  for title, kt, st in VARIANTS]
+        steps += [(title, lambda m, n_, k, kw=kw: pipelined_tiles(m, n_, k, **kw))
+                  for title, kw in VARIANTS]
     for title, make in steps:
         s, targs = make(n, n, n)
         t0 = time.perf_counter()

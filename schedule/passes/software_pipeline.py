@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from polytile.errors import fail
 from polytile.te.expr import Binary, Cmp, Const, Expr
-from polytile.te.visitor import ExprMutator, collect
+from polytile.te.visitor import ExprMutator, collect, structural_equal
 
 from ..kinds import LoopKind, PipelinePragma, thread_private
 from ..loop_ir import (Buffer, Evaluate, ExternCall, For, IfThenElse, Load, Seq, Stmt,
@@ -224,6 +224,26 @@ def _gather_copies(stmts: list, body_writes: set) -> list:
     return head + rest
 
 
+def _one_guard(body: Stmt, var) -> Stmt:
+    """``if c: X; if c: Y`` (no else, ``c`` the same and invariant in ``var``) as
+    ``if c: X; Y``: code generation guards each statement of a loop body with the
+    conditions of partial tiles separately (the partial groups of tile rows of grouped
+    blocks: the copies, then the compute), and the whole-body guard is what
+    :meth:`_Pipeline.rewrite` lifts out of the loop."""
+    if not isinstance(body, Seq) or len(body.stmts) < 2:
+        return body
+    first = body.stmts[0]
+    if not all(isinstance(x, IfThenElse) and x.else_case is None for x in body.stmts):
+        return body
+    if not _invariant(first.cond, var) or not all(
+            structural_equal(x.cond, first.cond) for x in body.stmts[1:]):
+        return body
+    flat = []
+    for x in body.stmts:
+        flat.extend(x.then_case.stmts if isinstance(x.then_case, Seq) else (x.then_case,))
+    return IfThenElse(first.cond, Seq(tuple(flat)))
+
+
 def _reads(s: Stmt, bufs) -> set:
     """Ids of the buffers of ``bufs`` (a set of ids) that ``s`` reads."""
     out = set()
@@ -284,7 +304,7 @@ class _Pipeline(StmtMutator):
              hint=ctx.pop("hint", None), **ctx)
 
     def rewrite(self, s: For, p: PipelinePragma) -> Stmt:
-        body = s.body
+        body = _one_guard(s.body, s.var)
         if isinstance(body, IfThenElse) and body.else_case is None and \
                 _invariant(body.cond, s.var):
             # a guard of the whole body that does not change with the loop (the partial

@@ -57,11 +57,14 @@ def _gpu_memory(knobs=None, target="cuda"):
 
 
 def test_gpu_bytes_per_level_and_bank_conflicts_of_the_tutorial_gemm():
-    """The default GPU matmul (128x128 block tile, 16x16 threads, 8x8 per thread, k tile
+    """The contiguous GPU matmul (128x128 block tile, 16x16 threads, 8x8 per thread, k tile
     16, float4 copies): global bytes = A and B tiles copied once per block and k step plus
     C stored once; its inner product reads A.shared[128 * ty] (2 rows of lanes on one
     bank: 2-way) and B.shared[8 * tx] (stride 8 words: 4-way)."""
-    glob, shared, local, bank_mean, bank_max, sectors = _gpu_memory()
+    # the contiguous 8x8 tiles without a pipeline (the default config before the layout,
+    # stages and group knobs; a record without them loads as this config)
+    glob, shared, local, bank_mean, bank_max, sectors = _gpu_memory(
+        {"tile": [128, 128, 16, 8, 8], "vec": 4, "unroll_k": True})
     blocks, threads = 4, 256
     a_b = 2 * (128 * 16) * 16 * blocks * 4      # A and B tiles: 16 k steps, 4 blocks
     c = 256 * 256 * 4
@@ -70,7 +73,7 @@ def test_gpu_bytes_per_level_and_bank_conflicts_of_the_tutorial_gemm():
     assert bank_max == pytest.approx(2.0)        # log2 of the 4-way B access
     assert 1.0 < bank_mean < 2.0                 # between the 2-way and 4-way reads
     assert sectors == pytest.approx(0.0)         # float4 rows: coalesced
-    small = _gpu_memory({"tile": [32, 32, 8, 2, 2], "vec": 1, "unroll_k": False})
+    small = _gpu_memory({"tile": [32, 32, 8, 2, 2], "vec": 1, "unroll_k": False, "layout": "contiguous", "stages": 1, "group": 1})
     assert small[3] == small[4] == 0.0           # conflict-free
     assert _gpu_memory(None, "llvm") == [0.0] * 6
 

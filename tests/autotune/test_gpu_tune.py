@@ -48,7 +48,8 @@ def test_matmul_space_holds_the_tutorial_schedule_and_fits_the_limits():
     t = get_template("matmul")
     sp = t.space((4096, 4096, 4096), "float32", "cuda -arch=sm_90")
     assert sp.default().knob_values() == {"tile": [128, 128, 16, 8, 8], "vec": 4,
-                                          "unroll_k": True}
+                                          "unroll_k": True, "layout": "strided",
+                                          "stages": 3, "group": 8}
     tiles = sp.knobs["tile"]
     lim = gpu_limits.for_arch("sm_90")
     vals = [tiles.get(i).val for i in range(len(tiles))]
@@ -59,11 +60,110 @@ def test_matmul_space_holds_the_tutorial_schedule_and_fits_the_limits():
         assert (bm + bn) * bk * 4 <= lim.shared_bytes_per_block
         assert matmul_registers(tm, tn) * threads <= lim.registers_per_block
     # a large GEMM keeps register-tiled configs only (at least 16 outputs per thread)
-    assert len(sp) == 2208 and all(tm * tn >= 16 for _, _, _, tm, tn in vals)
+    assert len(sp) == 2208 * 18 and all(tm * tn >= 16 for _, _, _, tm, tn in vals)
     assert [128, 256, 8, 8, 16] in vals   # larger register tiles than the tutorial's
-    assert len(t.space((512, 512, 512), "float32", "cuda")) == 9840
+    assert len(t.space((512, 512, 512), "float32", "cuda")) == 9840 * 18  # x layout, stages, group
     # the CPU schedule is another space under the same name
     assert len(t.space((64, 64, 64), "float32", "llvm")) != len(sp)
+
+
+def test_records_without_the_new_gemm_knobs_load_as_the_old_kernel(tmp_path):
+    # a record written before layout/stages/group existed must load (dispatch, records
+    # best) as the schedule it measured: contiguous, no pipeline, no groups
+    import warnings
+
+    t = get_template("matmul")
+    args, target = (1024, 1024, 1024), "cuda -arch=sm_90"
+    sp = t.space(args, "float32", target)
+    old = {"tile": [128, 64, 16, 8, 8], "vec": 2, "unroll_k": False}
+    cfg = sp.from_json(old)
+    assert cfg.knob_values() == {**old, "layout": "contiguous", "stages": 1, "group": 1}
+    path = tmp_path / "old.jsonl"
+    rec = Record(workload={"template": "matmul", "args": list(args), "dtype": "float32"},
+                 target=target, config=old, costs=[1e-3], device=H200)
+    with RecordWriter(path) as w:
+        w.write(rec)
+    [got] = best_records(read_records(path)).values()
+    assert got.config == old
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # a record that does not fit warns
+        with apply_history_best(str(path), target, device=H200):
+            s, tensors = t(*args)
+    src = polytile.build(s, tensors, target=target).get_source("cu")
+    # the old kernel (no cp.async pipeline), not the new default (which has one)
+    s2, t2 = t.instantiate(cfg, args, "float32", target)
+    assert polytile.build(s2, t2, target=target).get_source("cu") == src
+    assert "cp_async" not in src
+    s3, t3 = t.instantiate(sp.default(), args, "float32", target)
+    assert "cp_async_wait_group(1)" in polytile.build(s3, t3, target=target).get_source("cu")
+    # a knob without a legacy value is still required
+    with pytest.raises(TuneError, match="do not match"):
+        sp.from_json({"vec": 2, "unroll_k": False, "layout": "strided"})
+
+
+def test_matmul_search_prefers_distinct_fast_configs():
+    # the tuners search a part of the space: no duplicate kernels, and on a large float32
+    # GEMM only 16-deep k tiles, 2-3 cp.async stages, groups of 8, 16-byte copies
+    from polytile.autotune.templates_gpu import gemm_stages, strided_subtiles
+
+    t = get_template("matmul")
+    sp = t.space((4096, 4096, 4096), "float32", "cuda -arch=sm_90")
+    pref = sp.preferred()
+    assert len(sp) == 39744 and len(pref) == 282 and sp.default_index() in pref
+    lim = gpu_limits.for_arch("sm_90")
+    seen = set()
+    for i in pref:
+        v = sp.get(i).knob_values()
+        bm, bn, bk, tm, tn = v["tile"]
+        assert bk == 16 and v["stages"] in (2, 3) and v["group"] == 8 and v["vec"] == 4
+        assert v["unroll_k"] and (v["layout"] == "contiguous" or
+                                  strided_subtiles(tm, tn) != (1, 1))
+        assert gemm_stages(v["stages"], v["tile"], 4, 4, (4096,) * 3, lim) == v["stages"]
+        seen.add(json.dumps(v, sort_keys=True))
+    assert len(seen) == len(pref)
+    # a small GEMM: duplicates only (strided 1-sub-tile layouts, stages that cannot
+    # pipeline, groups larger than the tile rows) are left out
+    small = t.space((100, 36, 20), "float32", "cuda -arch=sm_90")
+    kept = [small.get(i).knob_values() for i in small.preferred()
+            if i != small.default_index()]   # the default is always searched
+    assert 0 < len(kept) < len(small)
+    assert {v["stages"] for v in kept} == {1, 2, 3} and {v["vec"] for v in kept} == {1, 2, 4}
+    assert all(v["group"] <= -(-100 // v["tile"][0]) for v in kept)
+    assert all(v["stages"] == 1 or v["vec"] == 4 for v in kept)
+    # float16 (no 16-byte copies of 4 values) keeps the whole deduplicated space
+    f16 = t.space((4096, 4096, 4096), "float16", "cuda -arch=sm_90")
+    assert len(f16.preferred()) > 10 * len(pref)
+
+
+def test_preferred_matmul_configs_compute_the_definition_and_compile():
+    # preferred configs at odd sizes on the interpreter vs numpy, and at a large size
+    # through nvcc (the 4096^3 search space's configs, built at 1024^3)
+    from helpers import compile_with_nvcc
+
+    t = get_template("matmul")
+    args = (37, 29, 23)
+    sp = t.space(args, "float32", "cuda")
+    rng = random.Random(5)
+    small = [i for i in sp.preferred()
+             if sp.get(i).knob_values()["tile"][0] * sp.get(i).knob_values()["tile"][1] <= 1024]
+    picks = rng.sample(small, 3)
+    for i in picks:
+        cfg = sp.get(i)
+        s, tensors = t.instantiate(cfg, args, "float32", "cuda")
+        f = polytile.lower(s, tensors, target="cuda")
+        a, b, c = make_inputs(tensors, 1, args)
+        c[...] = np.nan
+        interpret(f, a, b, c)
+        want = a.astype("float64") @ b.astype("float64")
+        np.testing.assert_allclose(c, want, rtol=0, atol=1e-5 * np.abs(want).max(),
+                                   err_msg=str(cfg.knob_values()))
+    big = (1024, 1024, 1024)
+    sp = t.space(big, "float32", "cuda -arch=sm_90")
+    for i in [sp.default_index()] + rng.sample(sp.preferred(), 2):
+        s, tensors = t.instantiate(sp.get(i), big, "float32", "cuda -arch=sm_90")
+        src = polytile.build(s, tensors, target="cuda -arch=sm_90").get_source()
+        assert "cp_async_wait_group" in src, sp.get(i).knob_values()
+        compile_with_nvcc(src)
 
 
 def test_gpu_spaces_shrink_with_the_device_limits():
@@ -88,7 +188,7 @@ def test_gpu_spaces_shrink_with_the_device_limits():
     assert len(big) == len(layouts) > len(sp) and {lay[1] for lay in layouts} == {2, 4}
     assert max(lay[0] for lay in layouts) == 512 and [256, 4, 1, 1, 0] == big.default().knob_values(
         )["layout"]
-    assert mm == len(tiles) * 3 * 2 < len(get_template("matmul").space((64, 64, 64), "float32",
+    assert mm == len(tiles) * 3 * 2 * 18 < len(get_template("matmul").space((64, 64, 64), "float32",
                                                                         "cuda -arch=sm_90"))
 
 
@@ -452,7 +552,9 @@ def test_gpu_features_see_threads_shared_memory_and_occupancy():
         return f[g:g + 6]
 
     assert feats(None, "llvm") == [0.0] * 6
-    threads, blocks, shared, local, occ, stride = feats(None, "cuda")
+    # the contiguous 8x8 tiles without a pipeline (a record from before layout/stages/group)
+    threads, blocks, shared, local, occ, stride = feats(
+        {"tile": [128, 128, 16, 8, 8], "vec": 4, "unroll_k": True}, "cuda")
     assert threads == pytest.approx(math.log2(257)) and blocks == pytest.approx(math.log2(5))
     assert shared == pytest.approx(math.log2(1 + (128 + 128) * 16 * 4))   # A and B tiles
     assert local == pytest.approx(math.log2(1 + 64 * 4))                  # 8x8 accumulators

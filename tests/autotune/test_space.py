@@ -136,6 +136,21 @@ def test_from_json_errors():
         sp.from_json(vals)
 
 
+def test_legacy_knob_values_fill_records_that_lack_the_knob():
+    sp = ConfigSpace()
+    sp.define_knob("old", [1, 2, 3], default=2)
+    sp.define_knob("new", ["a", "b", None], default="b", legacy=None)
+    sp.define_knob("newer", [[1, 2], [3, 4]], default=[3, 4], legacy=[1, 2])
+    assert sp.from_json({"old": 3}).knob_values() == {"old": 3, "new": None,
+                                                      "newer": [1, 2]}
+    assert sp.from_json({"old": 3, "new": "a"}).knob_values()["new"] == "a"  # named: kept
+    assert sp.default().knob_values() == {"old": 2, "new": "b", "newer": [3, 4]}
+    with pytest.raises(TuneError, match="do not match"):     # no legacy value: required
+        sp.from_json({"new": "a"})
+    with pytest.raises(TuneError, match="legacy value 5 of knob 'x' is not one of"):
+        sp.define_knob("x", [1, 2], legacy=5)
+
+
 def test_use_of_undefined_knob_is_an_error():
     with pytest.raises(TuneError, match="knob 'x' is used before it is defined"):
         ConfigSpace()["x"]

@@ -3,6 +3,8 @@ and building the best record afterwards."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -77,3 +79,45 @@ def test_cache_flush_threads_and_float64():
     assert all(len(r.costs) == 3 for r in res.records)  # flushing: the least repeats
     assert all(r.threads == 1 and r.phase == "search" for r in res.records)
     assert res.workload.key()["dtype"] == "float64"
+
+
+PREFER_TEMPLATE = '''
+from polytile import te
+from polytile.autotune import get_config
+
+
+def scaled(n: int = 8, dtype: str = "float32"):
+    cfg = get_config()
+    cfg.define_knob("f", [1, 2, 4, 8], default=2)
+    cfg.define_knob("g", [1, 2], default=2, legacy=1)   # added after the first records
+    cfg.prefer(lambda v: v["f"] % 4 == 0)               # searched: f 4 and 8 (and default)
+    A = te.placeholder((n,), name="A", dtype=dtype)
+    B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    s[B].split(B.op.axis[0], factor=cfg["f"].val * cfg["g"].val)
+    return s, [A, B]
+'''
+
+
+def test_tune_searches_the_preferred_configs_and_resumes_legacy_records(tmp_path):
+    path = tmp_path / "prefer_template.py"
+    path.write_text(PREFER_TEMPLATE)
+    spec = f"{path}:scaled"
+    new = tmp_path / "new.jsonl"
+    res = tune(spec, (8,), tuner="random", n_trial=20, measure_option=OPT, seed=3,
+               log_file=str(new))
+    got = sorted((r.config["f"], r.config["g"]) for r in res.records)
+    # the default first, then the 4 preferred configs: the pool ends the search
+    assert got == [(2, 2), (4, 1), (4, 2), (8, 1), (8, 2)] and res.n_trials == 5
+    full = tune(spec, (8,), tuner="random", n_trial=20, measure_option=OPT, seed=3,
+                full_space=True)
+    assert full.n_trials == 8
+    # a record written before knob g existed resumes as g = 1 (not measured again)
+    log = tmp_path / "old.jsonl"
+    rec = json.loads(new.read_text().splitlines()[0])
+    rec["config"] = {"f": 4}
+    log.write_text(json.dumps(rec) + "\n")
+    again = tune(spec, (8,), tuner="random", n_trial=3, measure_option=OPT, seed=4,
+                 log_file=str(log), resume=True)
+    assert again.resumed == 1
+    assert {"f": 4, "g": 1} not in [r.config for r in again.records[1:]]

@@ -93,6 +93,21 @@ def test_make_tuner_errors():
         make_tuner("annealing", _space())
 
 
+def test_model_tuner_starts_next_to_the_default_within_its_pool():
+    sp = _space()
+    d = sp.default_index()
+    pool = [i for i in range(len(sp)) if sp.get(i)["k"].val != 1]
+    t = ModelTuner(sp, _featurize(sp), seed=2, candidates=pool)
+    t.visited.add(d)   # measured first by tune()
+    b = t.next_batch(16)
+    assert len(b) == len(set(b)) == 8 and d not in b and set(b) <= set(pool)
+    near = [i for i in b if t._distance(i, d) == 1]
+    assert len(near) >= 4
+    # without candidates the neighbours range over the whole space
+    t = ModelTuner(sp, _featurize(sp), seed=2)
+    assert sum(t._distance(i, d) == 1 for i in t.next_batch(8)) >= 4
+
+
 # ------------------------------------------------------------------ sample efficiency
 def _noise_cost(i: int) -> float:
     """Costs unrelated to the features: a landscape no model can learn."""

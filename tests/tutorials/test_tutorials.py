@@ -37,13 +37,23 @@ def test_02_cpu_matmul():
     assert out.count("x numpy") == 10
 
 
+def _t04():
+    """tutorials/04_cuda_gemm.py as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("t04", TUTORIALS / "04_cuda_gemm.py")
+    t04 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(t04)
+    return t04
+
+
 def test_04_cuda_gemm_builds_without_a_gpu():
     from polytile.targets.cuda import compile as cc
 
     if cc.nvcc_path() is None and cc.nvrtc_version() is None:
         pytest.skip("neither NVRTC nor nvcc is available")
     out = _run("04_cuda_gemm.py", "--n", "256", "--no-run", "--variants")
-    assert out.count("built in") == 8           # 4 steps, 4 variants of the last one
+    assert out.count("built in") == 4 + len(_t04().VARIANTS)   # the steps, then VARIANTS
 
 
 @pytest.mark.parametrize("m, n, k, stages", [(68, 40, 44, 2), (36, 72, 20, 3), (32, 32, 8, 1)])
@@ -71,6 +81,32 @@ def test_04_pipelined_register_tiles_on_the_interpreter(m, n, k, stages):
     assert np.linalg.norm(c - ref) / np.linalg.norm(ref) < 1e-6
     if stages > 1:
         assert f"cp.async.wait_group({stages - 2})" in str(f)
+
+
+@pytest.mark.parametrize("m, n, k, kw", [
+    (68, 76, 44, dict(stages=2, group=3)),                       # a partial block tile
+    (100, 36, 20, dict(stages=3, group=3, block_n=16, vt_n=1)),  # group 2 of 4 tile rows
+    (36, 132, 12, dict(stages=1, block_n=64, vt_n=4, group=1)),  # 8 x 16 per thread
+])
+def test_04_grouped_and_rectangular_register_tiles_on_the_interpreter(m, n, k, kw):
+    # pipelined_tiles' group / block_n / vt_n knobs at sizes that leave partial block
+    # tiles, partial groups of tile rows and a partial k tile, against float64
+    import numpy as np
+
+    from polytile.schedule.interpreter import run
+    from polytile.schedule.pipeline import lower
+
+    s, args = _t04().pipelined_tiles(m, n, k, block=32, threads=4, vt=2, kt=8, **kw)
+    f = lower(s, args, target="cuda", stop_after=None)
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1, 1, (m, k)).astype("float32")
+    b = rng.uniform(-1, 1, (k, n)).astype("float32")
+    c = np.full((m, n), np.nan, "float32")
+    run(f, a, b, c)
+    ref = a.astype("float64") @ b.astype("float64")
+    assert np.linalg.norm(c - ref) / np.linalg.norm(ref) < 1e-6
+    if kw.get("group", 1) > 1:
+        assert "truncmod(blockIdx.x" in str(f)                    # blockIdx.x split in groups
 
 
 @pytest.mark.gpu
