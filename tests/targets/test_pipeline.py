@@ -267,12 +267,14 @@ def test_eight_warp_128x256_prefetch_gemm_fits_one_block_per_sm(block, stages, m
 # benchmarks/gpu_gemm.py MMA_VARIANTS [25..33]: 64x32 and 32x64 warp tiles, 16 warps per SM
 # (8-warp 128x128 blocks, two per SM; 16-warp 128x256 and 256x128 blocks, one per SM), and
 # 32x32 warp tiles, 32 warps per SM (16-warp 128x128 blocks, two per SM)
-_MORE_WARPS = [((128, 128, 32), (64, 32), 4, "step", "float16"),
-               ((128, 128, 32), (32, 64), 4, "prefetch", "bfloat16"),
-               ((128, 256, 32), (64, 32), 3, "prefetch", "float16"),
-               ((128, 256, 32), (32, 64), 4, "step", "float16"),
-               ((256, 128, 32), (64, 32), 3, "step", "float16"),
-               ((128, 128, 32), (32, 32), 4, "step", "float16")]
+_SLOW = pytest.mark.slow   # the other shapes of a kind: `pytest -m slow` (CI time)
+_MORE_WARPS = [((128, 128, 32), (64, 32), 4, "step", "float16")] + [
+    pytest.param(*c, marks=_SLOW) for c in [
+        ((128, 128, 32), (32, 64), 4, "prefetch", "bfloat16"),
+        ((128, 256, 32), (64, 32), 3, "prefetch", "float16"),
+        ((128, 256, 32), (32, 64), 4, "step", "float16"),
+        ((256, 128, 32), (64, 32), 3, "step", "float16"),
+        ((128, 128, 32), (32, 32), 4, "step", "float16")]]
 
 
 @pytest.mark.parametrize("block, warp, stages, frags, dtype", _MORE_WARPS)
@@ -292,11 +294,11 @@ def test_more_warps_per_block_on_the_interpreter(block, warp, stages, frags, dty
 
 
 @pytest.mark.parametrize("block, warp, stages, min_blocks, bounds, most", [
-    ((128, 128, 32), (64, 32), 4, 2, "(256, 2)", 128),
-    ((128, 128, 32), (32, 64), 4, 2, "(256, 2)", 128),
-    ((128, 256, 32), (64, 32), 3, 0, "(512)", 128),
-    ((256, 128, 32), (64, 32), 3, 0, "(512)", 128),
-    ((128, 128, 32), (32, 32), 4, 2, "(512, 2)", 64)])
+    ((128, 128, 32), (64, 32), 4, 2, "(256, 2)", 128)] + [pytest.param(*c, marks=_SLOW) for c in [
+        ((128, 128, 32), (32, 64), 4, 2, "(256, 2)", 128),
+        ((128, 256, 32), (64, 32), 3, 0, "(512)", 128),
+        ((256, 128, 32), (64, 32), 3, 0, "(512)", 128),
+        ((128, 128, 32), (32, 32), 4, 2, "(512, 2)", 64)]])
 def test_sixteen_and_32_warps_per_sm_fit_the_registers(block, warp, stages, min_blocks, bounds, most):
     # MMA_VARIANTS [25..29], [33]: 16 (32) warps per SM need at most 128 (64) registers
     # per thread (64K / 512 or 1024), without spills, and shared tiles within sm_90's 228
@@ -330,7 +332,8 @@ def _assert_both_operands_pipelined(s, args, stages):
     assert loop.count("sync('shared')") == 1, loop
 
 
-@pytest.mark.parametrize("size", [(384, 640, 320), (4096, 4096, 4096)])
+@pytest.mark.parametrize("size", [(384, 640, 320),
+                                  pytest.param((4096, 4096, 4096), marks=_SLOW)])
 @pytest.mark.parametrize("block, warp, stages, frags, group", [
     ((128, 128, 32), (32, 64), 4, "tile", 8), ((128, 256, 32), (64, 64), 4, "tile", 8),
     ((128, 128, 32), (64, 64), 4, "step", 8), ((128, 128, 64), (64, 64), 3, "tile", 8),
