@@ -392,6 +392,35 @@ def test_gpu_lowering_of_a_twice_fused_and_bound_loop_takes_seconds():
     assert res.returncode == 0, res.stderr[-2000:]
 
 
+def test_gpu_lowering_of_a_big_kernel_domain_does_not_count_it():
+    """The point-by-point path of the AST check asked isl to count the domain before
+    deciding it was small; isl counts by scanning rows (15 s at 4096^3, 60 s at 8192^3), so
+    the naive SGEMM of tutorial 04 took 17 s to lower instead of 0.1 s. The bounding box
+    now decides first."""
+    try:
+        res = _in_subprocess("""
+            import polytile
+            from polytile import te
+            n = 8192
+            A = te.placeholder((n, n), name="A")
+            B = te.placeholder((n, n), name="B")
+            k = te.reduce_axis((0, n), name="k")
+            C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+            s = te.create_schedule(C.op)
+            i, j = C.op.axis
+            bi, ti = s[C].split(i, factor=16)
+            bj, tj = s[C].split(j, factor=16)
+            s[C].reorder(bi, bj, ti, tj)
+            for ax, tag in ((bi, "blockIdx.y"), (bj, "blockIdx.x"), (ti, "threadIdx.y"),
+                            (tj, "threadIdx.x")):
+                s[C].bind(ax, te.thread_axis(tag))
+            polytile.lower(s, [A, B, C], target="cuda")
+        """, timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail("lowering took more than 20 s")
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
 def test_gpu_twice_fused_and_bound_loop_values():
     A = te.placeholder((11, 7), "int32", name="A")
     C = te.compute((11, 7), lambda i, j: A[i, j] * 3 + j, name="C")
