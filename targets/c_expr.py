@@ -285,7 +285,10 @@ class CExprPrinter:
         ``shift..shift+3`` of the byte at ``ptr`` become ``v``, with an atomic ``and`` and
         ``or`` on the aligned 32-bit word that holds the byte (the smallest atomics of
         CUDA and HIP; little-endian), so that a thread storing the other nibble keeps its
-        bits."""
+        bits. The word's address is ``p`` moved back by pointer arithmetic, not rebuilt
+        from an integer: a pointer of no provenance let nvcc assume the atomics leave the
+        ``__restrict__`` array alone, hoist its loads out of the loop and read it through
+        the non-coherent cache (a cross-thread int4 sum was wrong on the H200)."""
         from polytile.schedule.passes.int4 import NIBBLE_STORE
 
         if e.name != NIBBLE_STORE or not isinstance(self.d, GPUDialect):
@@ -296,7 +299,7 @@ class CExprPrinter:
         self.helpers[name] = (
             f"{self.d.device_inline} void {name}(unsigned char* p, unsigned s, unsigned v) "
             "{ unsigned long long a = (unsigned long long)p; "
-            "unsigned* w = (unsigned*)(a & ~3ULL); unsigned sh = (unsigned)(a & 3ULL) * 8u + s; "
+            "unsigned* w = (unsigned*)(p - (a & 3ULL)); unsigned sh = (unsigned)(a & 3ULL) * 8u + s; "
             "atomicAnd(w, ~(15u << sh)); atomicOr(w, (v & 15u) << sh); }")
         args = [strip_parens(self.expr(a)) for a in e.args]
         return f"{name}({', '.join(args)})"

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import compile_with_nvcc
+from helpers import compile_with_nvcc, nvcc_text
 
 import polytile
 from polytile import LoweringError, te
@@ -428,6 +428,29 @@ def test_int4_cuda_cross_thread_reduction(build):
     db = polytile.nd.array(poison((m,)), device="cuda")
     f(da, db)
     check4(db.numpy(), wrap4(a.sum(1)))
+
+
+def test_int4_nibble_stores_are_seen_by_nvcc_as_writes_of_their_array():
+    # The nibble store's word pointer was rebuilt from an integer; nvcc then took the
+    # atomics for writes to unknown memory, read the __restrict__ output through the
+    # non-coherent cache and hoisted the read out of the loop: the cross-thread sum above
+    # was wrong on the H200 while right in the emulation. Derived from the array
+    # pointer, the atomics are typed (global, shared) and every later read of the
+    # output is a coherent load.
+    m, n = 3, 40
+    A = te.placeholder((m, n), name="A", dtype="int4")
+    k = te.reduce_axis((0, n), name="k")
+    B = te.compute((m,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    ko, ki = s[B].split(k, factor=32)
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[B].bind(ki, te.thread_axis("threadIdx.x"))
+    ptx = nvcc_text(polytile.build(s, [A, B], target="cuda").get_source(), "ptx")
+    if ptx is None:
+        pytest.skip("nvcc not found")
+    assert "atom.global.and.b32" in ptx and "atom.shared.and.b32" in ptx
+    assert ptx.count("ld.global.nc") == 2   # A's two k_outer reads; B is read coherently
+    assert ptx.count("ld.global.u8") >= 32   # B's nibble, re-read at each k_inner_v
 
 
 def test_int4_quantized_matmul_tiled():
