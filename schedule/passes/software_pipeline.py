@@ -45,7 +45,8 @@ from polytile.te.visitor import ExprMutator, collect, structural_equal
 
 from ..kinds import LoopKind, PipelinePragma, thread_private
 from ..loop_ir import (Buffer, Evaluate, ExternCall, For, IfThenElse, Load, Seq, Stmt,
-                       StmtMutator, Store, Sync, TensorCall, seq, stmt_exprs, walk_stmts)
+                       StmtMutator, Store, Sync, TensorCall, child_stmts, seq, stmt_exprs,
+                       walk_stmts)
 from .async_copy import async_copy_refusal, commit_group, is_async_copy, mark_async, wait_group
 from .loops import substitute_stmt
 
@@ -85,17 +86,41 @@ def _written(s: Stmt) -> set:
     return out
 
 
-def _uses(s: Stmt, buf: Buffer) -> int:
-    n = 0
-    for x in walk_stmts(s):
-        if isinstance(x, Store) and x.buffer is buf:
-            n += 1
+def _use_counts(s: Stmt, bufs, skip: Stmt | None = None) -> tuple[dict, int]:
+    """``(id(buffer) -> uses, k)``: the uses of each of ``bufs`` in ``s`` (stores into it,
+    operands of tensor calls, distinct loads of it in each expression), in one walk of
+    ``s`` that does not enter the ``k`` occurrences of the statement ``skip``."""
+    n = {id(b): 0 for b in bufs}
+    skipped = 0
+    stack = [s]
+    while stack:
+        x = stack.pop()
+        if x is skip:
+            skipped += 1
+            continue
+        stack.extend(child_stmts(x))
+        if isinstance(x, Store) and id(x.buffer) in n:
+            n[id(x.buffer)] += 1
         if isinstance(x, TensorCall):
             # a reset part only writes its output (the reduction's identity): the regions
             # of its inputs are named, not read
-            n += sum(b is buf for b in (x.buffers[-1:] if x.part == "reset" else x.buffers))
-        n += sum(ld.buffer is buf for e in stmt_exprs(x) for ld in collect(e, Load))
-    return n
+            for b in (x.buffers[-1:] if x.part == "reset" else x.buffers):
+                if id(b) in n:
+                    n[id(b)] += 1
+        for e in stmt_exprs(x):
+            for ld in collect(e, Load):
+                if id(ld.buffer) in n:
+                    n[id(ld.buffer)] += 1
+    return n, skipped
+
+
+def _used_outside(root: Stmt, s: Stmt, bufs) -> Buffer | None:
+    """The first of ``bufs`` that ``root`` uses outside its sub-statement ``s``, if any."""
+    outside, k = _use_counts(root, bufs, skip=s)
+    if k != 1:   # s is not in root as one statement (rebuilt, or shared): count both
+        outside, here = _use_counts(root, bufs)[0], _use_counts(s, bufs)[0]
+        outside = {b: outside[b] - here[b] for b in outside}
+    return next((b for b in bufs if outside[id(b)]), None)
 
 
 class _SlotLoads(ExprMutator):
@@ -167,7 +192,7 @@ def _is_copy(s: Stmt, body_writes: set) -> bool:
 
 
 def _touches(s: Stmt, bufs: set) -> bool:
-    return any(_uses(s, b) for b in bufs)
+    return any(_use_counts(s, bufs)[0].values())
 
 
 def _gather_copies(stmts: list, body_writes: set) -> list:
@@ -371,10 +396,10 @@ class _Pipeline(StmtMutator):
             if any(isinstance(x, For) and _pragma(x) for x in walk_stmts(c)):
                 self.refuse(p, "a loop inside it is pipelined too", "one pipelined loop "
                             "per nest")
-        for b in bufs.values():
-            if _uses(self.root, b) != _uses(s, b):
-                self.refuse(p, f"shared buffer {b.name!r} is used outside the loop",
-                            "buffers that only the loop uses")
+        b = _used_outside(self.root, s, list(bufs.values()))
+        if b is not None:
+            self.refuse(p, f"shared buffer {b.name!r} is used outside the loop",
+                        "buffers that only the loop uses")
         if s.step != 1:
             self.refuse(p, f"its step is {s.step}", "a unit step")
         asyncs = [x for c in compute for x in walk_stmts(c) if is_async_call(x)]
