@@ -399,8 +399,24 @@ def _region(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
     p.stride = tuple(_stride(p.footprint, lo, q) for q in range(nx))
 
 
+#: The last few results of :func:`_offsets`, ``(region, lo, result)``: a plan's footprint
+#: is asked for them once per dimension's stride and again for its extents (a third of
+#: the time of building the model of a GPU GEMM with vthread tiles).
+_RECENT_OFFSETS: list = []
+
+
 def _offsets(region: isl.Map, lo: isl.PwMultiAff) -> isl.Map:
     """``p -> x - lo(p)``: the positions of a region relative to its origin."""
+    for r, o, out in _RECENT_OFFSETS:
+        if r is region and o is lo:
+            return out
+    out = _offsets_of(region, lo)
+    _RECENT_OFFSETS.insert(0, (region, lo, out))
+    del _RECENT_OFFSETS[4:]
+    return out
+
+
+def _offsets_of(region: isl.Map, lo: isl.PwMultiAff) -> isl.Map:
     region = region.reset_tuple_id(isl.dim_type.out)
     shift = isl.Map.from_pw_multi_aff(lo.neg())
     # symbolic sizes: both must name the same parameters (in the same order) for sum
