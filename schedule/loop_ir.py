@@ -436,6 +436,44 @@ class StmtMutator(StmtFunctor):
         return x
 
 
+class SlotExprMutator(StmtMutator):
+    """A ``StmtMutator`` whose expressions are rewritten by one expression walker per
+    *slot*, the position of an expression among the expressions of its statement (a
+    ``Store``'s indices, then its value), each walker kept for the whole walk.
+
+    A memoizing expression walker (:class:`polytile.te.visitor.ExprMutator`) maps a node
+    met twice to one result. A walker per expression keeps the sharing structure within
+    each statement as it was, but repeats the work on the nodes that the copies of an
+    unrolled body share; one walker for everything would also merge nodes of different
+    expressions of one statement that were distinct (where a rewrite returns an operand),
+    which ``share_subexpressions`` would then bind to a variable. One walker per slot
+    does neither: two expressions of one statement never share a walker, and the copies
+    of a statement share the work. Subclasses implement :meth:`walker`."""
+
+    def walker(self):
+        """A new expression walker (an object with ``visit(expr)``)."""
+        raise NotImplementedError
+
+    def visit(self, s, *args):
+        saved = getattr(self, "_slot", 0)
+        self._slot = 0
+        try:
+            return StmtMutator.visit(self, s, *args)
+        finally:
+            self._slot = saved
+
+    def visit_expr(self, e: Expr) -> Expr:
+        k = self._slot
+        self._slot = k + 1
+        try:
+            walkers = self._walkers
+        except AttributeError:
+            walkers = self._walkers = []
+        if k == len(walkers):
+            walkers.append(self.walker())
+        return walkers[k].visit(e)
+
+
 def child_stmts(s: Stmt) -> list:
     """The direct sub-statements of ``s``."""
     out = []

@@ -220,6 +220,12 @@ class _Substitute(ExprMutator):
         return self.mapping.get(v, v)
 
 
+def substituter(mapping: dict) -> ExprMutator:
+    """The walker of :func:`substitute` (``.visit(expr)``), for reuse over several
+    expressions: its memo maps a node met again to the same result."""
+    return _Substitute(mapping)
+
+
 def substitute(e: Expr, mapping: dict) -> Expr:
     """Replace variables by expressions: ``mapping`` is ``{Var: Expr}``."""
     if not mapping:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 from polytile.te.expr import Binary, Cmp, Const
-from polytile.te.visitor import free_vars, substitute
+from polytile.te.visitor import free_vars, substituter
 
 from ..kinds import AutoUnrollPragma, LoopKind
-from ..loop_ir import (Allocate, For, IfThenElse, LetStmt, Seq, Stmt, StmtMutator, Sync, seq,
-                       walk_stmts)
+from ..loop_ir import (Allocate, For, IfThenElse, LetStmt, Seq, SlotExprMutator, Stmt,
+                       StmtMutator, Sync, seq, walk_stmts)
 
 #: Loops marked ``unroll`` are expanded when their extent is a constant up to this bound.
 MAX_UNROLL = 256
@@ -26,12 +26,17 @@ MAX_UNROLL_STMTS = 1024
 LOOP_STMTS = 8
 
 
-class _Subst(StmtMutator):
+class _Subst(SlotExprMutator):
     def __init__(self, mapping):
         self.mapping = mapping
 
+    def walker(self):
+        return substituter(self.mapping)
+
     def visit_expr(self, e):
-        return substitute(e, self.mapping)
+        if not self.mapping:
+            return e
+        return SlotExprMutator.visit_expr(self, e)
 
 
 def substitute_stmt(s: Stmt, mapping: dict) -> Stmt:

@@ -14,7 +14,7 @@ from polytile.te import dtype as dt
 from polytile.te.expr import And, Binary, Cast, Cmp, Const, Expr, Not, Or, Select, Var
 from polytile.te.visitor import ExprMutator, _Memo
 
-from ..loop_ir import StmtMutator, For, IfThenElse, is_empty, seq
+from ..loop_ir import For, IfThenElse, SlotExprMutator, is_empty, seq
 
 
 _wrap = dt.wrap  # folded integer arithmetic wraps in the operands' dtype
@@ -270,15 +270,20 @@ def simplify_expr(e: Expr) -> Expr:
 _SIMPLIFIED: dict = {}
 
 
-class _SimplifyStmt(StmtMutator):
+class _SimplifyStmt(SlotExprMutator):
     def __init__(self, share: bool = False):
-        # shared: one expression walker (and its memo) for the whole statement
+        # shared: one expression walker (and its memo) for the whole statement; else one
+        # per expression slot (SlotExprMutator: the copies of an unrolled body share the
+        # work on the nodes they share, and each statement keeps its sharing structure)
         self.ex = Simplifier(share=True) if share else None
+
+    def walker(self):
+        return Simplifier()
 
     def visit(self, s):
         if _SIMPLIFIED.get(id(s)) is s:
             return s
-        out = StmtMutator.visit(self, s)
+        out = SlotExprMutator.visit(self, s)
         if out is not None:
             if len(_SIMPLIFIED) >= MEMO_LIMIT:
                 _SIMPLIFIED.clear()
@@ -286,7 +291,7 @@ class _SimplifyStmt(StmtMutator):
         return out
 
     def visit_expr(self, e):
-        return simplify_expr(e) if self.ex is None else self.ex.visit(e)
+        return SlotExprMutator.visit_expr(self, e) if self.ex is None else self.ex.visit(e)
 
     def visit_IfThenElse(self, s: IfThenElse):
         s = self.generic_visit(s)
