@@ -89,3 +89,85 @@ def test_simplified_statement_returned_as_is():
     sp.forget()
     out = sp.simplify(_program())
     assert sp.simplify(out) is out
+
+
+def _ids_within(stmt):
+    """Per statement: the id pattern of its expressions' nodes (which positions hold the
+    same object), the structure ``share_subexpressions`` reads."""
+    from polytile.schedule.loop_ir import stmt_exprs, walk_stmts
+    from polytile.te.expr import _CHILDREN
+
+    out = []
+    for st in walk_stmts(stmt):
+        seen, pattern = {}, []
+        for e in stmt_exprs(st):
+            stack = [e]
+            while stack:
+                x = stack.pop()
+                if isinstance(x, (Var, Const)):
+                    continue
+                pattern.append(seen.setdefault(id(x), len(seen)))
+                for f in _CHILDREN[type(x)]:
+                    v = getattr(x, f)
+                    stack.extend(c for c in (v if isinstance(v, tuple) else (v,))
+                                 if hasattr(c, "dtype"))
+        out.append(tuple(pattern))
+    return out
+
+
+def test_unroll_and_simplify_keep_each_statements_sharing():
+    """One walker per expression slot (SlotExprMutator): the copies of an unrolled body
+    share work, but no statement gains or loses a shared node: after unroll + simplify
+    each copy holds the same objects in the same places as with one walker per
+    expression (what ``share_subexpressions`` reads)."""
+    from polytile.schedule.kinds import LoopKind
+    from polytile.schedule.loop_ir import For, Load
+    from polytile.schedule.passes.loops import unroll
+
+    i, j, ty = Var("int64", "i"), Var("int64", "j"), Var("int64", "ty")
+    a = Buffer("A", (64, 64), "float32", "shared")
+    c = Buffer("C", (16,), "float32", "local")
+    p = Binary("int64", "add", Binary("int64", "mul", ty, Const("int64", 8)), i)
+    q = Binary("int64", "add", Binary("int64", "mul", ty, Const("int64", 2)), j)
+    # p twice in the value (one slot), q in the store's index and in the value (two slots)
+    body = Store(c, (q,), Binary("float32", "add", Load("float32", c, (q,)), Binary(
+        "float32", "mul", Load("float32", a, (p, j)), Load("float32", a, (p, i)))))
+    nest = For(i, Const("int64", 0), Const("int64", 3), LoopKind.UNROLLED,
+               For(j, Const("int64", 0), Const("int64", 2), LoopKind.UNROLLED, body))
+    sp.forget()
+    out = sp.simplify(unroll(nest))
+    # reference: what one walker per expression gives (the code before the slot walkers)
+    from polytile.te.visitor import substitute
+
+    ref = []
+    for vi in range(3):
+        for vj in range(2):
+            m = {i: Const("int64", vi), j: Const("int64", vj)}
+            idx = tuple(sp.simplify_expr(substitute(x, m)) for x in body.indices)
+            ref.append(Store(c, idx, sp.simplify_expr(substitute(body.value, m))))
+    assert [str(s) for s in out.stmts] == [str(s) for s in ref]
+    assert _ids_within(out)[1:] == [_ids_within(s)[0] for s in ref]
+    # p stays shared within the value of each copy
+    assert all(len(set(pat)) < len(pat) for pat in _ids_within(out)[1:])
+    sp.forget()
+
+
+def test_pipeline_used_outside_counts_only_outside_the_loop():
+    from polytile.schedule.kinds import LoopKind
+    from polytile.schedule.loop_ir import For, Load
+    from polytile.schedule.passes.software_pipeline import _used_outside
+
+    k = Var("int64", "k")
+    sh = Buffer("S", (16,), "float32", "shared")
+    other = Buffer("T", (16,), "float32", "shared")
+    loop = For(k, Const("int64", 0), Const("int64", 4), LoopKind.SERIAL,
+               Store(sh, (k,), Load("float32", other, (k,))))
+    assert _used_outside(seq(loop), loop, [sh]) is None
+    before = Store(other, (Const("int64", 0),), Load("float32", sh, (Const("int64", 1),)))
+    assert _used_outside(seq(before, loop), loop, [sh]) is sh
+    assert _used_outside(seq(before, loop), loop, [other]) is other
+    # the loop met twice (a shared statement) or not at all (rebuilt): counted both ways
+    assert _used_outside(seq(loop, loop), loop, [sh]) is sh
+    copy = For(k, Const("int64", 0), Const("int64", 4), LoopKind.SERIAL, loop.body)
+    assert _used_outside(seq(copy), loop, [sh]) is None
+    assert _used_outside(seq(before, copy), loop, [sh]) is sh
