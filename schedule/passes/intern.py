@@ -62,6 +62,7 @@ class _Intern:
     def __init__(self):
         self.canon: dict = {}
         self.consts: dict = {}    # (dtype, value class, value) -> the constant
+        self.const_of: dict = {}  # id of a constant met -> (it, its canonical constant)
         self.memo: dict = {}
         self.handed: set = set()
         self.count: dict = {}     # key -> equal originals of this statement met so far
@@ -75,20 +76,25 @@ class _Intern:
         cls = e.__class__
         if cls is Var:
             return e
-        hit = self.memo.get(id(e))
-        if hit is not None:
-            return hit[1]
         if cls is Const:
             # one object per value, even within a statement: no walker tells constants
             # apart (they are never let-bound, never trap), and the parents of equal
-            # constants of one statement (``8*ty + 1`` beside ``C.local[1, 1]``) must meet
+            # constants of one statement (``8*ty + 1`` beside ``C.local[1, 1]``) must meet;
+            # so the answer does not depend on the statement: remembered for the whole pass
+            # (half the nodes of an unrolled kernel are constants)
+            hit = self.const_of.get(id(e))
+            if hit is not None:
+                return hit[1]
             v = e.value
             key = (e.dtype, v.__class__, v if v.__class__ is int else repr(v))
             out = self.consts.get(key)
             if out is None:
                 out = self.consts[key] = e
-            self.memo[id(e)] = (e, out)
+            self.const_of[id(e)] = (e, out)   # holding ``e`` keeps its id from being reused
             return out
+        hit = self.memo.get(id(e))
+        if hit is not None:
+            return hit[1]
         changes = None
         if cls is Binary:   # most nodes: the general walk below, unrolled
             a, b = self.visit(e.a), self.visit(e.b)
