@@ -1,13 +1,13 @@
 """CUDA runtime: device arrays, DLPack, argument checks, launching and timing.
 
-Tests taking the ``build`` fixture run twice (``cuda_device`` of ``tests/conftest.py``): on
-CUDA device 0 (marked ``gpu``, skipped without a GPU) and on the host emulation of the
+Tests taking the ``build`` fixture run twice (``cuda_device`` of ``tests/conftest.py``):
+on CUDA device 0 (marked ``gpu``, skipped without a GPU) and on the host emulation of the
 driver of ``cuda_emulator`` (the CUDA C compiled by g++ for the host), which runs the
 runtime's whole code path without a GPU. They run the hand-written kernels of
-``cuda_ir_helpers`` and compare with numpy. Tests marked ``gpu`` only need the real thing (torch, NVRTC, memory).
-The other tests check what needs no device: DLPack capsules (against numpy as the other
-side), argument validation through fake device arrays, device names, and the errors raised
-on a machine without a GPU.
+``cuda_ir_helpers`` and compare with numpy. Tests marked ``gpu`` only need the real thing
+(torch, NVRTC, memory). The other tests check what needs no device: DLPack capsules
+(against numpy as the other side), argument validation through fake device arrays, device
+names, and the errors raised on a machine without a GPU.
 """
 
 from __future__ import annotations
