@@ -395,10 +395,9 @@ def test_int4_reference_interpreter():
             np.testing.assert_array_equal(c, want * 0.5 - w)
 
 
-def test_int4_cuda_cross_thread_reduction(cuda_build):
-    # TVM's cross-thread reduction on int4: the partials (int4, shared) and the result
-    # are stored nibble by nibble; the sum wraps at 4 bits
-    m, n = 3, 40
+def _cross_thread_sum(m, n):
+    """TVM's cross-thread reduction of the rows of an int4 ``A[m, n]`` (32 threads a
+    row)."""
     A = te.placeholder((m, n), name="A", dtype="int4")
     k = te.reduce_axis((0, n), name="k")
     B = te.compute((m,), lambda i: te.sum(A[i, k], axis=k), name="B")
@@ -406,7 +405,14 @@ def test_int4_cuda_cross_thread_reduction(cuda_build):
     ko, ki = s[B].split(k, factor=32)
     s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
     s[B].bind(ki, te.thread_axis("threadIdx.x"))
-    f = cuda_build(s, [A, B])
+    return s, [A, B]
+
+
+def test_int4_cuda_cross_thread_reduction(cuda_build):
+    # TVM's cross-thread reduction on int4: the partials (int4, shared) and the result
+    # are stored nibble by nibble; the sum wraps at 4 bits
+    m, n = 3, 40
+    f = cuda_build(*_cross_thread_sum(m, n))
     a = rand4((m, n), seed=13)
     da = polytile.nd.array(pack_int4(a), device="cuda")
     db = polytile.nd.array(poison((m,)), device="cuda")
@@ -421,15 +427,8 @@ def test_int4_nibble_stores_are_seen_by_nvcc_as_writes_of_their_array():
     # was wrong on the H200 while right in the emulation. Derived from the array
     # pointer, the atomics are typed (global, shared) and every later read of the
     # output is a coherent load.
-    m, n = 3, 40
-    A = te.placeholder((m, n), name="A", dtype="int4")
-    k = te.reduce_axis((0, n), name="k")
-    B = te.compute((m,), lambda i: te.sum(A[i, k], axis=k), name="B")
-    s = te.create_schedule(B.op)
-    ko, ki = s[B].split(k, factor=32)
-    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
-    s[B].bind(ki, te.thread_axis("threadIdx.x"))
-    ptx = nvcc_text(polytile.build(s, [A, B], target="cuda").get_source(), "ptx")
+    ptx = nvcc_text(polytile.build(*_cross_thread_sum(3, 40), target="cuda").get_source(),
+                    "ptx")
     if ptx is None:
         pytest.skip("nvcc not found")
     assert "atom.global.and.b32" in ptx and "atom.shared.and.b32" in ptx
