@@ -39,6 +39,9 @@ Refused (``LoweringError`` naming the buffer): a symbolic last extent (the packe
 would not tell ``n``), and ``int4`` operands of tensor intrinsics and ``te.extern`` calls
 (their code would see bytes, not elements).
 
+The rewrite of operations in :func:`legalize_int4` is :mod:`.storage_dtype`'s, shared with
+the bfloat16 pass.
+
 Helps: TVM's int4 tensors (quantised weights) at half the memory of int8. Models: numpy's
 ``packbits`` layout convention (low part first), TVM's sub-byte ``Buffer`` storage.
 """
@@ -48,13 +51,14 @@ from __future__ import annotations
 from polytile.errors import InternalError, LoweringError, format_error
 from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
-from polytile.te.expr import And, Binary, Call, Cast, Cmp, Const, Expr, Select, Var
+from polytile.te.expr import And, Binary, Cast, Cmp, Const, Expr, Select, Var
 from polytile.te.visitor import ExprMutator, post_order_visit, substitute
 
 from ..kinds import LoopKind, thread_private
 from ..loop_ir import (AccessPtr, Allocate, Buffer, Evaluate, ExternCall, For, KernelLaunch,
                        LetStmt, Load, PrimFunc, Stmt, StmtMutator, Store, TensorCall,
-                       stmt_exprs, walk_stmts)
+                       walk_stmts)
+from .storage_dtype import WidenArithmetic, WidenStmts, uses_dtype
 
 #: the name of the atomic nibble store (``ExternCall`` of kind ``atomic``): arguments
 #: ``(AccessPtr(byte), shift, value)`` with ``shift`` 0 or 4 and ``value`` in [0, 15]
@@ -79,32 +83,26 @@ def wrap(v: Expr, dtype: str) -> Expr:
     return Binary("int8", "sub", Binary("int8", "bitxor", low, _c("int8", 8)), _c("int8", 8))
 
 
-def _uses_int4(s: Stmt) -> bool:
-    found = []
-
-    def see(e: Expr) -> None:
-        if dt.is_int4(e.dtype):
-            found.append(e)
-
-    for x in walk_stmts(s):
-        if isinstance(x, (Store, Allocate)) and dt.is_int4(x.buffer.dtype):
-            return True
-        if isinstance(x, TensorCall) and any(dt.is_int4(b.dtype) for b in x.buffers):
-            return True
-        for e in stmt_exprs(x):
-            post_order_visit(e, see)
-            if found:
-                return True
-    return False
-
-
 # ------------------------------------------------------------------ arithmetic in 8 bits
-class _Arith(ExprMutator):
-    """Every ``int4`` expression becomes its carrier (see the module docstring)."""
+class _Arith(WidenArithmetic):
+    """Every ``int4`` expression becomes its carrier (see the module docstring): its leaves
+    at once, so that the operands of an operation are carriers already."""
 
     def __init__(self, renamed: dict):
         super().__init__()
         self.renamed = renamed    # int4 Var -> its carrier Var (let-bound variables)
+
+    def narrow(self, dtype: str) -> bool:
+        return dt.is_int4(dtype)
+
+    def wide(self, dtype: str) -> str:
+        return carrier(dtype)
+
+    def widen(self, x: Expr) -> Expr:
+        return x
+
+    def narrowed(self, x: Expr, dtype: str) -> Expr:
+        return wrap(x, dtype)
 
     def visit_Var(self, e: Var):
         return self.renamed.get(e, e)
@@ -115,12 +113,6 @@ class _Arith(ExprMutator):
     def visit_Load(self, e: Load):
         out = self.generic_visit(e)
         return Cast(carrier(e.dtype), out) if dt.is_int4(e.dtype) else out
-
-    def visit_Binary(self, e: Binary):
-        a, b = self.visit(e.a), self.visit(e.b)
-        if dt.is_int4(e.dtype):
-            return wrap(Binary(carrier(e.dtype), e.op, a, b), e.dtype)
-        return e if a is e.a and b is e.b else Binary(e.dtype, e.op, a, b)
 
     def visit_Cast(self, e: Cast):
         v = self.visit(e.value)
@@ -137,23 +129,21 @@ class _Arith(ExprMutator):
             return Select(carrier(e.dtype), out.cond, out.true_value, out.false_value)
         return out
 
-    def visit_Call(self, e: Call):
-        out = self.generic_visit(e)
-        if dt.is_int4(e.dtype):
-            return wrap(Call(carrier(e.dtype), e.name, out.args), e.dtype)
-        return out
 
-
-class _ArithStmts(StmtMutator):
+class _ArithStmts(WidenStmts):
     def __init__(self):
         self.renamed: dict = {}
-        self.ex = _Arith(self.renamed)
+        super().__init__(_Arith(self.renamed))
 
     def visit_expr(self, e: Expr) -> Expr:
-        out = self.ex.visit(e)
+        out = super().visit_expr(e)
         if dt.is_int4(out.dtype):
             raise InternalError(f"legalize_int4: {out.dtype} expression {out} left")
         return out
+
+    def stored(self, value: Expr, dtype: str) -> Expr:
+        # the value is a carrier in the 4-bit range: the conversion only names the dtype
+        return Cast(dtype, value) if dt.is_int4(dtype) else value
 
     def visit_LetStmt(self, s: LetStmt):
         if dt.is_int4(s.var.dtype):
@@ -161,17 +151,11 @@ class _ArithStmts(StmtMutator):
         return self.generic_visit(s) if not dt.is_int4(s.var.dtype) else LetStmt(
             self.renamed[s.var], self.visit_expr(s.value), self.visit(s.body))
 
-    def visit_Store(self, s: Store):
-        out = self.generic_visit(s)
-        if dt.is_int4(out.buffer.dtype):
-            return Store(out.buffer, out.indices, Cast(out.buffer.dtype, out.value))
-        return out
-
 
 def legalize_int4(s: Stmt) -> Stmt:
     """Rewrite every ``int4``/``uint4`` operation of ``s`` into 8-bit arithmetic wrapped to
     4 bits (see the module docstring). Returns ``s`` itself when it uses no ``int4``."""
-    if not _uses_int4(s):
+    if not uses_dtype(s, dt.is_int4):
         return s
     return _ArithStmts().visit(s)
 

@@ -5,8 +5,6 @@ host emulation of the CUDA driver; the source is compiled with nvcc when install
 
 from __future__ import annotations
 
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -14,11 +12,7 @@ from helpers import check, compile_with_nvcc
 
 import polytile
 from polytile import BuildError, te, tir
-from polytile.targets import Target
-from polytile.targets.cuda.runtime import CUDAModule
 
-sys.path.insert(0, os.path.dirname(__file__))
-import cuda_emulator  # noqa: E402
 
 SOURCE = r"""
 __device__ int scaled_copy(const float* a, float* c, int n, float k) {
@@ -26,16 +20,6 @@ __device__ int scaled_copy(const float* a, float* c, int n, float k) {
   return 0;
 }
 """
-
-
-@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
-def build(request, tmp_path, monkeypatch):
-    if request.param == "gpu":
-        yield lambda s, args: polytile.build(s, args, target="cuda")
-        return
-    with cuda_emulator.installed(tmp_path, monkeypatch):
-        yield lambda s, args: CUDAModule(polytile.lower(s, args, target="cuda",
-                                                        stop_after=None), Target.parse("cuda"))
 
 
 def _extern(n):
@@ -47,18 +31,18 @@ def _extern(n):
 
 
 @pytest.mark.parametrize("n", [1, 37])
-def test_cuda_extern_alone(build, n):
+def test_cuda_extern_alone(cuda_build, n):
     A, C = _extern(n)
     s = te.create_schedule(C.op)
     s[C].pragma(C.op.axis[0], "import_c", SOURCE)
-    f = build(s, [A, C])
+    f = cuda_build(s, [A, C])
     a = np.random.default_rng(n).uniform(-1, 1, n).astype("float32")
     c = polytile.nd.array(np.full(n, np.nan, "float32"), device="cuda")
     f(polytile.nd.array(a, device="cuda"), c)
     check(c.numpy(), a.astype("float64") * 2.5)
 
 
-def test_cuda_extern_between_kernels(build):
+def test_cuda_extern_between_kernels(cuda_build):
     n = 67
     A, C = _extern(n)
     D = te.compute((n,), lambda i: C[i] + 1.0, name="D")
@@ -67,7 +51,7 @@ def test_cuda_extern_between_kernels(build):
     xo, xi = s[D].split(D.op.axis[0], factor=32)
     s[D].bind(xo, te.thread_axis("blockIdx.x"))
     s[D].bind(xi, te.thread_axis("threadIdx.x"))
-    f = build(s, [A, D])
+    f = cuda_build(s, [A, D])
     a = np.random.default_rng(3).uniform(-1, 1, n).astype("float32")
     d = polytile.nd.array(np.full(n, np.nan, "float32"), device="cuda")
     f(polytile.nd.array(a, device="cuda"), d)

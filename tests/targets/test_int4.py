@@ -6,8 +6,6 @@ nibble of an odd row must keep its poison (a store writes only its own nibble)."
 
 from __future__ import annotations
 
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -16,12 +14,8 @@ from helpers import compile_with_nvcc, nvcc_text
 import polytile
 from polytile import LoweringError, te
 from polytile.nd import pack_int4, unpack_int4
-from polytile.targets import Target
-from polytile.targets.cuda.runtime import CUDAModule
 from polytile.te import dtype as dt
 
-sys.path.insert(0, os.path.dirname(__file__))
-import cuda_emulator  # noqa: E402
 
 POISON = 0xAB
 
@@ -312,20 +306,10 @@ def _gpu(m, n, shared=False):
     return s, [A, W, B, C]
 
 
-@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
-def build(request, tmp_path, monkeypatch):
-    if request.param == "gpu":
-        yield lambda s, args: polytile.build(s, args, target="cuda")
-        return
-    with cuda_emulator.installed(tmp_path, monkeypatch):
-        yield lambda s, args: CUDAModule(polytile.lower(s, args, target="cuda",
-                                                        stop_after=None), Target.parse("cuda"))
-
-
 @pytest.mark.parametrize("m,n", [(3, 9), (2, 16)])
-def test_int4_cuda(build, m, n):
+def test_int4_cuda(cuda_build, m, n):
     s, args = _gpu(m, n)
-    f = build(s, args)
+    f = cuda_build(s, args)
     a, w = rand4((m, n), seed=m), rand4((m, n), "uint4", seed=n)
     dev = [polytile.nd.array(x, device="cuda") for x in
            (pack_int4(a), pack_int4(w, "uint4"), poison((m, n)),
@@ -348,7 +332,7 @@ def test_int4_cuda_source_compiles_with_nvcc():
 
 
 @pytest.mark.parametrize("vectorized", [False, True])
-def test_int4_cuda_shared_cache_read(build, vectorized):
+def test_int4_cuda_shared_cache_read(cuda_build, vectorized):
     # an int4 row staged in shared memory (padded to whole 32-bit words for the atomic
     # stores), neighbouring nibbles written by neighbouring threads; a vectorized fetch
     # runs its lanes one by one
@@ -368,7 +352,7 @@ def test_int4_cuda_shared_cache_read(build, vectorized):
     else:
         o, i = s[AS].split(s[AS].op.axis[1], 8)
         s[AS].bind(i, te.thread_axis("threadIdx.x"))
-    f = build(s, [A, B])
+    f = cuda_build(s, [A, B])
     a = rand4((m, n), seed=9)
     da = polytile.nd.array(pack_int4(a), device="cuda")
     db = polytile.nd.array(poison((m, n)), device="cuda")
@@ -411,10 +395,9 @@ def test_int4_reference_interpreter():
             np.testing.assert_array_equal(c, want * 0.5 - w)
 
 
-def test_int4_cuda_cross_thread_reduction(build):
-    # TVM's cross-thread reduction on int4: the partials (int4, shared) and the result
-    # are stored nibble by nibble; the sum wraps at 4 bits
-    m, n = 3, 40
+def _cross_thread_sum(m, n):
+    """TVM's cross-thread reduction of the rows of an int4 ``A[m, n]`` (32 threads a
+    row)."""
     A = te.placeholder((m, n), name="A", dtype="int4")
     k = te.reduce_axis((0, n), name="k")
     B = te.compute((m,), lambda i: te.sum(A[i, k], axis=k), name="B")
@@ -422,7 +405,14 @@ def test_int4_cuda_cross_thread_reduction(build):
     ko, ki = s[B].split(k, factor=32)
     s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
     s[B].bind(ki, te.thread_axis("threadIdx.x"))
-    f = build(s, [A, B])
+    return s, [A, B]
+
+
+def test_int4_cuda_cross_thread_reduction(cuda_build):
+    # TVM's cross-thread reduction on int4: the partials (int4, shared) and the result
+    # are stored nibble by nibble; the sum wraps at 4 bits
+    m, n = 3, 40
+    f = cuda_build(*_cross_thread_sum(m, n))
     a = rand4((m, n), seed=13)
     da = polytile.nd.array(pack_int4(a), device="cuda")
     db = polytile.nd.array(poison((m,)), device="cuda")
@@ -437,15 +427,8 @@ def test_int4_nibble_stores_are_seen_by_nvcc_as_writes_of_their_array():
     # was wrong on the H200 while right in the emulation. Derived from the array
     # pointer, the atomics are typed (global, shared) and every later read of the
     # output is a coherent load.
-    m, n = 3, 40
-    A = te.placeholder((m, n), name="A", dtype="int4")
-    k = te.reduce_axis((0, n), name="k")
-    B = te.compute((m,), lambda i: te.sum(A[i, k], axis=k), name="B")
-    s = te.create_schedule(B.op)
-    ko, ki = s[B].split(k, factor=32)
-    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
-    s[B].bind(ki, te.thread_axis("threadIdx.x"))
-    ptx = nvcc_text(polytile.build(s, [A, B], target="cuda").get_source(), "ptx")
+    ptx = nvcc_text(polytile.build(*_cross_thread_sum(3, 40), target="cuda").get_source(),
+                    "ptx")
     if ptx is None:
         pytest.skip("nvcc not found")
     assert "atom.global.and.b32" in ptx and "atom.shared.and.b32" in ptx
@@ -496,7 +479,7 @@ def test_int4_row_loops_store_whole_bytes(n):
     check4(b, wrap4(a * wrap4(w)))
 
 
-def test_int4_cuda_thread_loops_store_whole_bytes(build):
+def test_int4_cuda_thread_loops_store_whole_bytes(cuda_build):
     # each thread runs a serial loop over a segment of its row: pairs stored whole (a
     # segment cut by the end of the row would be guarded per element, and stored nibble
     # by nibble)
@@ -514,7 +497,7 @@ def test_int4_cuda_thread_loops_store_whole_bytes(build):
 
     compile_with_nvcc(print_c_module(polytile.lower(s, [A, B], target="cuda",
                                                     stop_after=None), CUDADialect()).source)
-    f = build(s, [A, B])
+    f = cuda_build(s, [A, B])
     a = rand4((m, n), seed=17)
     da = polytile.nd.array(pack_int4(a), device="cuda")
     db = polytile.nd.array(poison((m, n)), device="cuda")
