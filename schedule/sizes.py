@@ -34,14 +34,18 @@ from .relations import symbolic_split
 def _tensor_dims(sch) -> list:
     """Every symbolic shape dimension of every stage, with who has it (and for a scan of
     symbolic length, its steps past the init rows: ``te.scan`` needs
-    ``init.shape[0] <= update.shape[0]``)."""
+    ``1 <= init.shape[0] <= update.shape[0]``)."""
     out = []
     for st in sch.stages:
         op = st.op
-        if isinstance(op, ScanOp) and not sym.is_static(op.update[0].shape[0]):
-            steps, rows = op.update[0].shape[0], op.init[0].shape[0]
+        steps, rows = ((op.update[0].shape[0], op.init[0].shape[0])
+                       if isinstance(op, ScanOp) else (0, 0))
+        if not (sym.is_static(steps) and sym.is_static(rows)):
             out.append((sym.sub(steps, rows), f"the steps of scan {op.name!r} past its "
                         f"{rows} init row{'s' if rows != 1 else ''}"))
+        if not sym.is_static(rows):   # TVM's scan axis starts at init.shape[0], L >= 1
+            out.append((sym.sub(rows, 1), f"the {rows} init rows of scan {op.name!r}, "
+                        "minus one (a scan has at least one init row)"))
         if isinstance(op, (ComputeOp, PlaceholderOp)):
             for k, d in enumerate(op.output(0).shape):
                 if not sym.is_static(d):
