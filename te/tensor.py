@@ -248,10 +248,15 @@ def _shape(shape, who: str, tensor: str = "") -> tuple:
             if sym.static(e) is not None:
                 s = sym.static(e)
             elif not sym.is_affine(e):
-                raise DefinitionTypeError(format_error(
-                    who, f"dimension {k} is the expression {e}",
-                    "expected a non-negative int or an expression affine in te.var "
-                    "parameters (n, n + 1, 2*n; not n*m, not a compute axis)"))
+                if not dt.is_int(e.dtype) or not sym.derivable(e):
+                    raise DefinitionTypeError(format_error(
+                        who, f"dimension {k} is the expression {e}",
+                        "expected a non-negative int or an integer expression of te.var "
+                        "parameters through + - * // % min max (n, n + 1, n // x, n * m; "
+                        "not a compute axis)"))
+                # (TVM's n // x): a size of its own, checked equal to e at each call
+                out.append(sym.derived_size(e))
+                continue
             else:
                 out.append(e)
                 continue
