@@ -66,3 +66,26 @@ def test_states_of_different_time_ranges_are_refused():
                        r"\(dimension 0\); one time extent for every state[\s\S]*hint: scan "
                        r"the shorter state in a scan of its own"):
         te.scan([i1, i1], [u1, u3], [s1, s3])
+
+
+def test_scan_with_a_symbolic_number_of_init_rows_compiles_for_cuda():
+    from helpers import compile_with_nvcc
+
+    from polytile.targets.c_printer import print_c_module
+    from polytile.targets.cuda.dialect import CUDADialect
+
+    m, n, L = te.var("m"), te.var("n"), te.var("L")
+    X = te.placeholder((m, n), name="X")
+    st = te.placeholder((m, n), name="st")
+    init = te.compute((L, n), lambda t, i: X[t, i] * 2, name="init")
+    up = te.compute((m, n), lambda t, i: st[t - 1, i] * 0.5 + X[t, i], name="up")
+    S = te.scan(init, up, st)
+    s = te.create_schedule(S.op)
+    for T in (init, S):
+        xo, xi = s[T].split(T.op.axis[1], factor=32)
+        s[T].bind(xo, te.thread_axis("blockIdx.x"))
+        s[T].bind(xi, te.thread_axis("threadIdx.x"))
+    func = polytile.lower(s, [X, init, S], target="cuda", stop_after=None)
+    code = print_c_module(func, CUDADialect()).source
+    assert "(t < L)" in code
+    compile_with_nvcc(code)
