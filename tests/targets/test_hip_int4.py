@@ -125,3 +125,23 @@ def test_hip_int4_kernels_compile_for_gfx90a_and_gfx942():
     for s, args in kernels:
         for mcpu in ("gfx90a", "gfx942"):
             _compile(s, args, mcpu)
+
+
+def test_hip_int4_rows_and_segments_both_guarded():
+    # rows split by 2 over (blockIdx.x, threadIdx.y) and segments of 5 over threadIdx.x,
+    # neither dividing: the row guard stays around the paired segment loop
+    m, n = 7, 23
+    A = te.placeholder((m, n), name="A", dtype="int4")
+    B = te.compute((m, n), lambda i, j: A[i, j] - te.const(5, "int4"), name="B")
+    s = te.create_schedule(B.op)
+    io, ii = s[B].split(B.op.axis[0], 2)
+    s[B].bind(io, te.thread_axis("blockIdx.x"))
+    s[B].bind(ii, te.thread_axis("threadIdx.y"))
+    jo, ji = s[B].split(B.op.axis[1], 5)
+    s[B].bind(jo, te.thread_axis("threadIdx.x"))
+    func = _lower(s, [A, B])
+    assert "j.inner.pair" in str(func)
+    a = rand4((m, n), seed=21)
+    b = poison((m, n))
+    run(func, pack_int4(a), b)
+    check4(b, wrap4(a - 5))
