@@ -211,14 +211,16 @@ def extern(shape, inputs, fcompute: Callable, name: str = "extern", dtype=None,
     Parameters
     ----------
     shape : tuple of int, or a list of shapes
-        The output's shape; a list of several shapes gives one output per shape (of one
-        dtype), returned as a list (see :func:`_extern_outputs`).
+        The output's shape; a list of several shapes gives one output per shape, returned
+        as a list (see :func:`_extern_outputs`).
     inputs : list of Tensor
     fcompute : callable
         ``fcompute(ins, outs) -> statement`` (see above).
     name : str
-    dtype : str, optional
-        The output's dtype (default: the first input's).
+    dtype : str or list of str, optional
+        The output's dtype (default: the first input's); for several outputs one dtype
+        for all, or one per output (outputs of different dtypes, such as a float32 and an
+        int32 one: :func:`_extern_mixed_outputs`).
     in_buffers, out_buffers : None
         Declared layouts are not supported (buffers are compact).
 
@@ -229,8 +231,8 @@ def extern(shape, inputs, fcompute: Callable, name: str = "extern", dtype=None,
     Raises
     ------
     DefinitionTypeError, DefinitionValueError
-        For outputs of several dtypes, declared buffers, no inputs or a fcompute that is
-        not callable.
+        For a dtype list whose length is not the number of outputs, declared buffers, no
+        inputs or a fcompute that is not callable.
     """
     if isinstance(shape, (list, tuple)) and shape and isinstance(shape[0], (list, tuple)):
         if len(shape) != 1:
