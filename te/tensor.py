@@ -426,7 +426,8 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
         of expressions (or the tuple a tuple ``comm_reducer`` returns, such as argmax's
         ``(index, value)``) defines one output per element, all computed in one stage.
     name, tag, attrs
-        Stage name (printed IR, argument names), a free-form tag and attributes.
+        Stage name (printed IR, argument names), a free-form tag (inside a
+        ``te.tag_scope``, the scope's) and attributes.
 
     Returns
     -------
@@ -440,6 +441,9 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
         reduction, a reduction axis used outside its reduction, a spatial axis of another
         compute, a wrong number of index arguments.
     """
+    from .tag import current_tag
+
+    tag = current_tag(tag, f"compute {name!r}")
     shp = _shape(shape, "compute", name)
     names = _axis_names(fcompute, len(shp), name)
     axis = tuple(IterVar(Var(_axis_dtype(0, e), n, True), Range(0, e), "data_par")

@@ -241,3 +241,57 @@ def test_argmax_of_inlined_computes():
     polytile.build(s, [val, T_idx, T_val])(v, ti, tv)
     np.testing.assert_array_equal(ti, v.argmax(1))
     check(tv, np.exp(v.astype("float64") + 1).max(1))
+
+
+@te.tag_scope(tag="conv")
+def _conv(data, weight):
+    n, ic, h, w = data.shape
+    oc, _, kh, kw = weight.shape
+    rc = te.reduce_axis((0, ic), name="rc")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    return te.compute((n, oc, h - kh + 1, w - kw + 1), lambda i, o, y, x: te.sum(
+        data[i, rc, y + ry, x + rx] * weight[o, rc, ry, rx], axis=[rc, ry, rx]), name="conv")
+
+
+def test_tag_scope_with_decorator_and_nesting():
+    # test_te_tag: a tag for every compute of a with-block or a decorated builder; scopes
+    # do not nest; the tagged conv runs
+    n, l = te.size_var("n"), te.size_var("l")
+    A = te.placeholder((n, l), name="A")
+    B = te.placeholder((n, l), name="B")
+    with te.tag_scope(tag="gemm"):
+        k = te.reduce_axis((0, l), name="k")
+        C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[j, k], axis=k),
+                       attrs={"hello": 1, "arr": [10, 12]})
+    assert C.op.tag == "gemm" and C.op.attrs["hello"] == 1 and "xx" not in C.op.attrs
+    D = te.placeholder((2, 3, 9, 8), name="D")
+    W = te.placeholder((4, 3, 3, 2), name="W")
+    O = _conv(D, W)
+    assert O.op.tag == "conv" and te.compute((2,), lambda i: D[i, 0, 0, 0]).op.tag == ""
+    with pytest.raises(ValueError, match=r"tag_scope\('conv'\) entered inside "
+                       r"tag_scope\('outer'\)"):
+        with te.tag_scope(tag="outer"):
+            _conv(D, W)
+    with pytest.raises(ValueError, match=r"compute 'E': tag 'x' given inside "
+                       r"tag_scope\('gemm'\)"):
+        with te.tag_scope(tag="gemm"):
+            te.compute((2,), lambda i: D[i, 0, 0, 0], name="E", tag="x")
+    d, w, o = rand((2, 3, 9, 8), seed=13), rand((4, 3, 3, 2), seed=14), _nan(2, 4, 7, 7)
+    polytile.build(te.create_schedule(O.op), [D, W, O])(d, w, o)
+    ref = np.zeros((2, 4, 7, 7))
+    for y in range(3):
+        for x in range(2):
+            ref += np.einsum("ncyx,oc->noyx", d[:, :, y:y + 7, x:x + 7].astype("float64"),
+                             w[:, :, y, x])
+    check(o, ref, k=18)
+
+
+def test_te_names_of_other_parts_of_tvm_say_so():
+    with pytest.raises(AttributeError, match=r"te.create_prim_func: TVM's conversion of TE "
+                       r"to TensorIR \(tvm.tir.Schedule\), which polytile does not have"):
+        te.create_prim_func
+    with pytest.raises(AttributeError, match="te.hybrid: TVM's hybrid script"):
+        te.hybrid
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        te.no_such_name
