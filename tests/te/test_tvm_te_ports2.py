@@ -295,3 +295,24 @@ def test_te_names_of_other_parts_of_tvm_say_so():
         te.hybrid
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
         te.no_such_name
+
+
+def test_verify_compute_reduction_placement():
+    # test_te_verify_compute: a reduction is the whole body, or the tuple of one tuple
+    # reduction; anything else is refused at definition
+    n, m = te.size_var("n"), te.size_var("m")
+    A = te.placeholder((n, m), name="A")
+    k = te.reduce_axis((0, m), "k")
+    k_ = te.reduce_axis((0, m - 1), "k_")
+    te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    te.compute((n,), lambda i: A[i, 0] + 1, name="B")
+    whole = r"a reduction \(te.sum/max/min\) must be the whole body of the compute"
+    for f in (lambda i: te.sum(A[i, k], axis=k) + 1,
+              lambda i: A[i, 0] * (te.sum(A[i, k], axis=k) + 1)):
+        with pytest.raises(TypeError, match=whole):
+            te.compute((n,), f, name="B")
+    for f, r in ((lambda i: (te.sum(A[i, k], axis=k), A[i, 0] + 1), 1),
+                 (lambda i: (te.sum(A[i, k], axis=k), te.sum(A[i, k_], axis=k_)), 2)):
+        with pytest.raises(TypeError, match=f"fcompute returned 2 values of which {r} are "
+                           "reductions, not the elements of one tuple reduction"):
+            te.compute((n,), f, name="B")
