@@ -117,7 +117,7 @@ def _apply(model: Model, p: StagePlan, spec: tuple) -> None:
         fail("tensorize", f"loop {iv.name!r} of stage {p.name!r} is no longer a loop (it was "
              "split or fused after tensorize)", "tensorize a current loop, after the other "
              "primitives")
-    if len(p.stage.op.outputs) > 1:
+    if len(p.stage.op.outputs) > 1 and intrin.op is not p.stage.op:   # (a te.extern has any)
         fail("tensorize", f"{where}: the stage has {len(p.stage.op.outputs)} outputs",
              "a stage of one output, as the intrinsic's")
     q = next(k for k, v in enumerate(p.leaves) if v is iv)
@@ -366,6 +366,10 @@ def _match_stmt(model: Model, p: StagePlan, st: PolyStmt, tz: Tensorized, part: 
     _, origin = _offset(F, J, pma, wb.indices, names_u, buf, out, ot, ut,
                         f"{p.name}[...] (the write)", wb, where, intrin)
     ops.append(Operand("w", out, buf, origin, _strides(buf, out, where, intrin)))
+    for k, t in enumerate(intrin.outputs[1:], 1):
+        # the other outputs of a te.extern of several dtypes: stored at the same element
+        ob = p.outs[k]
+        ops.append(Operand(("w", k), t, ob, origin, _strides(ob, t, where, intrin)))
     corners = Fm.intersect_domain(J.intersect(isl.Set(
         f"{{ [{ot} -> {ut}] : {' and '.join(f'{u} = 0' for u in unames) or '1 = 1'} }}"))).range()
     st.exact = st.exact.intersect(corners)
@@ -492,7 +496,7 @@ def make_tensor_call(st: PolyStmt, idx: dict) -> TensorCall:
         if o.key is None:
             indices += [Const("int64", 0)] * len(o.buffer.shape)
             continue
-        for e, g in zip(idx[o.key], o.origin):
+        for e, g in zip(idx["w" if isinstance(o.key, tuple) else o.key], o.origin):
             indices.append(e if g == 0 else Binary("int64", "sub", e, Const("int64", g)))
     return TensorCall(tz.intrin, tz.parts[st.name], tuple(o.buffer for o in ops),
                       tuple(tuple(o.tensor.shape) for o in ops),
@@ -507,8 +511,9 @@ def lower_tensor_call(s: TensorCall, flat: tuple) -> TensorCall:
     intrin = s.intrin
     views = [BufferView(b, shape, strides, off, name=t.name)
              for b, shape, strides, off, t in zip(s.buffers, s.shapes, s.strides, flat,
-                                                 list(intrin.inputs) + [intrin.output])]
-    body = code_of(intrin, views[:-1], views[-1:], s.part)
+                                                 list(intrin.inputs) + list(intrin.outputs))]
+    n = len(intrin.inputs)
+    body = code_of(intrin, views[:n], views[n:], s.part)
     # not on fragments (no scalar address per element) nor on shared memory (a body run
     # by a warp together would race with every thread's fill)
     # nor on a te.extern: its outputs are its code's to write (its reduction body only

@@ -83,3 +83,37 @@ def test_cuda_extern_with_llvm_ir_is_refused():
     with pytest.raises(BuildError, match=r"pragma 'import_llvm' gives LLVM IR to a cuda "
                        r"module; 'import_c' with device source"):
         print_c_module(func, CUDADialect())
+
+
+MIXED = r"""
+__device__ int split_parts(const float* a, float* frac, int* whole, int n) {
+  for (int i = 0; i < n; ++i) { whole[i] = (int)floorf(a[i]); frac[i] = a[i] - whole[i]; }
+  return 0;
+}
+"""
+
+
+def test_cuda_extern_outputs_of_two_dtypes(build):
+    # a float32 and an int32 output of one device function; the int one feeds a kernel
+    n = 41
+    A = te.placeholder((n,), name="A")
+    F, W = te.extern([(n,), (n,)], [A], lambda ins, outs: tir.call_extern(
+        "int32", "split_parts", ins[0].access_ptr("r"), outs[0].access_ptr("w"),
+        outs[1].access_ptr("w"), n), dtype=["float32", "int32"], name="P")
+    D = te.compute((n,), lambda i: W[i] * 3, name="D")
+    s = te.create_schedule([F.op, D.op])
+    packed = s[F].op.input_tensors[0]
+    s[packed].pragma(packed.op.axis[0], "import_c", MIXED)
+    for T in (F, D):   # (F, the float part, a copy out of the packed stage: its own kernel)
+        xo, xi = s[T].split(T.op.axis[0], factor=32)
+        s[T].bind(xo, te.thread_axis("blockIdx.x"))
+        s[T].bind(xi, te.thread_axis("threadIdx.x"))
+    s[W].compute_inline()
+    f = build(s, [A, F, D])
+    a = np.random.default_rng(4).uniform(-9, 9, n).astype("float32")
+    fr = polytile.nd.array(np.full(n, np.nan, "float32"), device="cuda")
+    d = polytile.nd.array(np.full(n, -5, "int32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), fr, d)
+    w = np.floor(a).astype("int32")
+    np.testing.assert_array_equal(d.numpy(), w * 3)
+    check(fr.numpy(), a.astype("float64") - w)

@@ -383,7 +383,7 @@ def test_int4_reference_interpreter():
     # stores) both run on the interpreter, on the packed arrays
     from polytile.schedule import interpreter
     m, n = 4, 7
-    for sched in (_plain, _parallel_inner, _at_consumer):
+    for sched in (_plain, _parallel_inner, _at_consumer, _unrolled_odd_split):
         s, args = _mul_scale(m, n, sched)
         a, w = rand4((m, n), seed=1), rand4((m, n), "uint4", seed=2)
         want = wrap4(a * wrap4(w))
@@ -503,3 +503,62 @@ def test_int4_cuda_thread_loops_store_whole_bytes(cuda_build):
     db = polytile.nd.array(poison((m, n)), device="cuda")
     f(da, db)
     check4(db.numpy(), wrap4(a * 3))
+
+
+# ------------------------------------------------- guarded and odd-offset row segments
+@pytest.mark.parametrize("factor,vec", [(3, False), (5, True), (4, False)])
+@pytest.mark.parametrize("m,n", [(3, 13), (2, 1), (1, 14)])
+def test_int4_odd_offset_segments_store_pairs_whole(factor, vec, m, n):
+    # a split by an odd factor: a segment may start on a high nibble, stored alone,
+    # then pairs whole; a ragged last segment and an odd row end alone too (the unused
+    # high nibble of an odd row keeps its poison)
+    s, args = _mul_scale(m, n, _plain)
+    A, W, B, C = args
+    jo, ji = s[B].split(B.op.axis[1], factor)
+    if vec:
+        s[B].vectorize(ji)
+    if n > 1:
+        assert "j.inner.pair" in str(polytile.lower(s, args, stop_after=None))
+    f = polytile.build(s, args)
+    a, w = rand4((m, n), seed=factor + n), rand4((m, n), "uint4", seed=m)
+    b, c = poison((m, n)), np.full((m, n), np.nan, np.float32)
+    f(pack_int4(a), pack_int4(w, "uint4"), b, c)
+    check4(b, wrap4(a * wrap4(w)))
+
+
+def _gpu_segments(m, n, factor, dtype="int4"):
+    A = te.placeholder((m, n), name="A", dtype=dtype)
+    B = te.compute((m, n), lambda i, j: A[i, j] * te.const(3, dtype), name="B")
+    s = te.create_schedule(B.op)
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    jo, ji = s[B].split(B.op.axis[1], factor)
+    s[B].bind(jo, te.thread_axis("threadIdx.x"))
+    return s, [A, B]
+
+
+@pytest.mark.parametrize("n,factor", [(23, 5), pytest.param(26, 6, marks=pytest.mark.slow),
+                                      pytest.param(9, 4, marks=pytest.mark.slow)])
+def test_int4_cuda_guarded_segments_store_pairs_whole(build, n, factor):
+    # a thread's segment cut by the end of the row is guarded (if 6 * tx + j < 26): it
+    # runs over min(6, 26 - 6 * tx) elements, pairs whole; a segment starting on a high
+    # nibble (odd factor) or ending on a low one stores that element alone, atomically
+    # (the other nibble is another thread's)
+    m = 3
+    s, args = _gpu_segments(m, n, factor)
+    text = str(polytile.lower(s, args, target="cuda", stop_after=None))
+    assert "j.inner.pair" in text
+    f = build(s, args)
+    a = rand4((m, n), seed=n)
+    da = polytile.nd.array(pack_int4(a), device="cuda")
+    db = polytile.nd.array(poison((m, n)), device="cuda")
+    f(da, db)
+    check4(db.numpy(), wrap4(a * 3))
+
+
+def test_int4_cuda_guarded_segments_compile_with_nvcc():
+    from polytile.targets.c_printer import print_c_module
+    from polytile.targets.cuda.dialect import CUDADialect
+
+    s, args = _gpu_segments(3, 23, 5, "uint4")
+    compile_with_nvcc(print_c_module(polytile.lower(s, args, target="cuda",
+                                                    stop_after=None), CUDADialect()).source)
