@@ -93,7 +93,7 @@ __device__ int split_parts(const float* a, float* frac, int* whole, int n) {
 """
 
 
-def test_cuda_extern_outputs_of_two_dtypes(build):
+def test_cuda_extern_outputs_of_two_dtypes(cuda_build):
     # a float32 and an int32 output of one device function; the int one feeds a kernel
     n = 41
     A = te.placeholder((n,), name="A")
@@ -109,7 +109,7 @@ def test_cuda_extern_outputs_of_two_dtypes(build):
         s[T].bind(xo, te.thread_axis("blockIdx.x"))
         s[T].bind(xi, te.thread_axis("threadIdx.x"))
     s[W].compute_inline()
-    f = build(s, [A, F, D])
+    f = cuda_build(s, [A, F, D])
     a = np.random.default_rng(4).uniform(-9, 9, n).astype("float32")
     fr = polytile.nd.array(np.full(n, np.nan, "float32"), device="cuda")
     d = polytile.nd.array(np.full(n, -5, "int32"), device="cuda")

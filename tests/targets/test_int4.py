@@ -538,7 +538,7 @@ def _gpu_segments(m, n, factor, dtype="int4"):
 
 @pytest.mark.parametrize("n,factor", [(23, 5), pytest.param(26, 6, marks=pytest.mark.slow),
                                       pytest.param(9, 4, marks=pytest.mark.slow)])
-def test_int4_cuda_guarded_segments_store_pairs_whole(build, n, factor):
+def test_int4_cuda_guarded_segments_store_pairs_whole(cuda_build, n, factor):
     # a thread's segment cut by the end of the row is guarded (if 6 * tx + j < 26): it
     # runs over min(6, 26 - 6 * tx) elements, pairs whole; a segment starting on a high
     # nibble (odd factor) or ending on a low one stores that element alone, atomically
@@ -547,7 +547,7 @@ def test_int4_cuda_guarded_segments_store_pairs_whole(build, n, factor):
     s, args = _gpu_segments(m, n, factor)
     text = str(polytile.lower(s, args, target="cuda", stop_after=None))
     assert "j.inner.pair" in text
-    f = build(s, args)
+    f = cuda_build(s, args)
     a = rand4((m, n), seed=n)
     da = polytile.nd.array(pack_int4(a), device="cuda")
     db = polytile.nd.array(poison((m, n)), device="cuda")
