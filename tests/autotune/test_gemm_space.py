@@ -227,3 +227,46 @@ def test_matmul_a_panels_plain_when_k_blocks_are_ragged():
     s, tensors = get_template("matmul").instantiate(cfg, (37, 53, 70))
     pa = next(t for t in s.stages if t.op.name == "packedA").op
     assert [int(d) for d in pa.output(0).shape] == [4, 70, 12]
+
+
+@pytest.mark.parametrize("pack,parallel,tiles", [
+    (True, "i0.j0", dict(RAGGED)),
+    (False, "j0", dict(RAGGED, reorder=[1, 0, 2])),
+    (True, "i0", dict(RAGGED, tile_k=[-1, 70])),
+    (True, "j0", dict(tile_i=[-1, 3, 6], tile_j=[-1, 2, 64], tile_k=[-1, 32]))])
+def test_matmul_blis_order(pack, parallel, tiles):
+    """The blis order (``i0, k0, j0, i1, j1``; A's block packed at ``k0``, B's at ``j0``;
+    with one reduction block ``k0`` right above ``k1`` and A packed at ``i0``) at ragged
+    sizes, each parallel choice, a reorder, one reduction block and A in k blocks of 16
+    (37 x 197 x 64: ragged 6-row and 64-lane panels and blocks)."""
+    args = (37, 197, 64) if tiles["tile_i"][2] == 6 else (37, 53, 70)
+    cfg = _config("matmul", args, order="blis", pack_a=pack, pack_b=pack,
+                  parallel=parallel, **tiles)
+    _check("matmul", args, cfg, seed=len(parallel))
+    if tiles["tile_i"][2] == 6:
+        s, tensors = get_template("matmul").instantiate(cfg, args)
+        lines = str(polytile.lower(s, tensors)).splitlines()
+        at = {name: next(n for n, ln in enumerate(lines) if re.search(pat, ln))
+              for name, pat in (("k0", r"for k\.outer "), ("pa", r"packedA\[.*\] = "),
+                                ("pb", r"packedB\[.*\] = "))}
+        at["j1"] = next(n for n, ln in enumerate(lines) if re.search(
+            r"for j\.inner\.outer .*prefetch", ln) and "for k" in lines[n + 1])
+        # A's block packed in the k0 loop, then B's, then the micro-tiles, the next one
+        # prefetched at j1 (the inner of the micro-tile loops)
+        assert at["k0"] < at["pa"] < at["pb"] < at["j1"], lines
+
+
+def test_batch_matmul_blis_order():
+    args = (3, 37, 53, 70)
+    _check("batch_matmul", args, _config("batch_matmul", args, order="blis",
+                                         parallel="b.i0.j0", **RAGGED))
+
+
+def test_matmul_block_candidates_for_the_blis_order():
+    """Blocks of A of all the panels or half of them, whatever their number, and blocks
+    of B of 3 or 6 register tiles that leave a ragged block (384 of 1024 columns)."""
+    sp = get_template("matmul").space((1024, 1024, 1024))
+    ti = [e.size for e in sp.knobs["tile_i"].entities]
+    tj = [e.size for e in sp.knobs["tile_j"].entities]
+    assert [-1, 171, 6] in ti and [-1, 86, 6] in ti and [-1, 6, 64] in tj
+    assert len(ti) == len({tuple(x) for x in ti}) and len(tj) == len({tuple(x) for x in tj})
