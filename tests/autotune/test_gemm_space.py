@@ -270,3 +270,25 @@ def test_matmul_block_candidates_for_the_blis_order():
     tj = [e.size for e in sp.knobs["tile_j"].entities]
     assert [-1, 171, 6] in ti and [-1, 86, 6] in ti and [-1, 6, 64] in tj
     assert len(ti) == len({tuple(x) for x in ti}) and len(tj) == len({tuple(x) for x in tj})
+
+
+def test_matmul_space_holds_the_tutorial_blis_schedule():
+    """``blas_like(order="blis")`` is the template's blis config: the same loop nest; and
+    it computes the product at ragged sizes."""
+    tut = _tutorial()
+    shape = (1024, 1024, 1024)
+    s, args = tut.blas_like(*shape, order="blis", mc=516, nc=384)
+    cfg = _config("matmul", shape, tile_i=[-1, 86, 6], tile_j=[-1, 6, 64],
+                  tile_k=[-1, 512], order="blis", parallel="i0.j0", reorder=[0, 1, 2],
+                  unroll=["none", "unroll"])
+    s2, args2 = get_template("matmul").instantiate(cfg, shape)
+    assert str(polytile.lower(s2, args2)) == str(polytile.lower(s, args))
+    rng = np.random.default_rng(5)
+    for (M, N, K), kc in (((37, 197, 64), 32),):
+        s, args = tut.blas_like(M, N, K, order="blis", mc=18, nc=128, kc=kc, threads=True)
+        f = polytile.build(s, args)
+        a = rng.standard_normal((M, K)).astype("float32")
+        b = rng.standard_normal((K, N)).astype("float32")
+        c = np.full((M, N), np.nan, "float32")
+        f(a, b, c)
+        np.testing.assert_allclose(c, a.astype("float64") @ b, rtol=1e-4, atol=1e-4)
