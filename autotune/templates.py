@@ -102,11 +102,15 @@ def _block_candidates(n: int, inner: list, outer_max: int, ok=lambda f2: True) -
     """``[-1, f1, f2]`` splits of an extent ``n``: the divisor pairs (``f1 * f2`` dividing
     ``n``, each at most 64) whose ``f2`` passes ``ok``, then the register sizes ``inner``
     that leave a ragged tile, each with power-of-two ``f1`` up to ``outer_max`` (product at
-    most ``n``) and with the ``f1`` of a single block."""
+    most ``n``) and with the ``f1`` of a single block; for every register size, blocks of
+    all the tiles, of half of them, and of 3 or 6 tiles."""
     out = []
     for f2 in _divisors(n, 64):
         if ok(f2):
             out += [[-1, f1, f2] for f1 in _divisors(n // f2, 64)]
+            if f2 in inner:
+                out += [[-1, f1, f2] for f1 in dict.fromkeys((n // f2, -(-n // (2 * f2))))
+                        if [-1, f1, f2] not in out]
     for f2 in inner:
         if f2 <= n and n % f2:
             f1s = [f1 for f1 in _pow2(outer_max) if f1 * f2 <= n]
@@ -163,6 +167,22 @@ def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None
     else:
         cfg.define_knob("parallel", ["i0", "i0.j0", "j0", "none"],
                         default="none" if small else "i0.j0")
+
+
+def blis_knobs(M: int, N: int, K: int) -> dict:
+    """Knob values of the blis order (module docstring) for ``M x N x K``, to overlay on
+    the default config: the default micro-kernel, two blocks of A's row panels (one per
+    thread; packed at ``k0``), blocks of B of 6 tiles (384 columns of the 6 x 64
+    kernel: ``kc x nc`` = 768 KiB, in L2) or all of them, the default ``kc``."""
+    mr, nr = default_micro_kernel(M, N, K)
+    pi, pj = -(-M // mr), -(-N // nr)
+    out = dict(order="blis", parallel="i0.j0")
+    # (smaller matrices than a register tile keep the default's tiles)
+    if M >= mr:
+        out["tile_i"] = [-1, -(-pi // 2), mr]
+    if N >= nr:
+        out["tile_j"] = [-1, min(6, pj), nr]
+    return out
 
 
 def default_micro_kernel(M: int, N: int, K: int) -> tuple[int, int]:

@@ -262,6 +262,17 @@ def test_batch_matmul_blis_order():
                                          parallel="b.i0.j0", **RAGGED))
 
 
+def test_blis_knobs_are_points_of_the_space():
+    """``blis_knobs`` (the benchmark's blis config) names candidates of the space at any
+    size, down to matrices smaller than a register tile; and it computes the product."""
+    from polytile.autotune.templates import blis_knobs
+
+    for shape in itertools.product((1, 7, 12, 96, 1021), (1, 31, 96, 400, 768), (1, 64)):
+        _config("matmul", shape, **blis_knobs(*shape))
+    _check("matmul", (100, 70, 50), _config("matmul", (100, 70, 50),
+                                            **blis_knobs(100, 70, 50)))
+
+
 def test_matmul_block_candidates_for_the_blis_order():
     """Blocks of A of all the panels or half of them, whatever their number, and blocks
     of B of 3 or 6 register tiles that leave a ragged block (384 of 1024 columns)."""
