@@ -38,8 +38,7 @@ accumulators (the *micro-kernel*, ``MR x NR`` in BLIS's words) stays in vector r
   i2, j2``, A's ``MC x KC`` block packed at ``k0`` (large: half or all of the rows, in
   L3), B's ``KC x NC`` block at ``j0`` (``NC`` of 3 or 6 tiles: in L2), so the ``mr x
   KC`` A micro-panel that ``j1`` reuses stays in L1 while the B panels stream from L2.
-  In-process, one thread, load about 1: 1024^3 with blocks of 1024 x 512 of A and
-  512 x 384 of B ran 1.06-1.09x numpy where the goto default ran 0.98-1.04x.
+  The default where A is packed in k blocks (:func:`default_order`, with the figures).
 * ``parallel``: which loop the threads share: ``i0``, ``j0`` or both fused (``"i0.j0"``;
   in the ``goto`` order, where they are not adjacent, ``j0`` when it has at least two
   iterations, else ``i0``), or ``"none"`` (small products, where waking the threads costs
@@ -103,7 +102,7 @@ def _block_candidates(n: int, inner: list, outer_max: int, ok=lambda f2: True) -
     ``n``, each at most 64) whose ``f2`` passes ``ok``, then the register sizes ``inner``
     that leave a ragged tile, each with power-of-two ``f1`` up to ``outer_max`` (product at
     most ``n``) and with the ``f1`` of a single block; for every register size, blocks of
-    all the tiles, of half of them, and of 3 or 6 tiles."""
+    all the tiles, of half of them, and of 3, 4 or 6 tiles."""
     out = []
     for f2 in _divisors(n, 64):
         if ok(f2):
@@ -121,9 +120,9 @@ def _block_candidates(n: int, inner: list, outer_max: int, ok=lambda f2: True) -
                     if f not in f1s and f * f2 <= n + f2 - 1]
             out += [[-1, f1, f2] for f1 in f1s]
     for f2 in inner:
-        # blocks of 3 and 6 register tiles (384 columns of 64 lanes: the blis order's
+        # blocks of 3, 4 and 6 register tiles (256 columns of 64 lanes: the blis order's
         # block of B, kc x nc in L2) that leave a ragged last block
-        out += [[-1, f1, f2] for f1 in (3, 6) if f1 * f2 <= n and n % (f1 * f2)
+        out += [[-1, f1, f2] for f1 in (3, 4, 6) if f1 * f2 <= n and n % (f1 * f2)
                 and [-1, f1, f2] not in out]
     return out
 
@@ -137,7 +136,9 @@ def _k_candidates(k: int) -> list:
 
 def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None:
     """The knobs of the matmul space (module docstring); the default is the 6 x 64 BLAS
-    micro-kernel with both operands packed in the Goto order, blocks of 96 x 512 of A and
+    micro-kernel with both operands packed, in the blis order (:func:`default_order`:
+    blocks of half of A's rows and of 512 x 256 of B, :func:`blis_knobs`) or else in the
+    Goto order, blocks of 96 x 512 of A and
     512 x N/2 of B (at most 2048 columns: two column blocks for two threads) or the whole
     matrix when smaller; for products of at most :data:`SMALL_PRODUCT` multiply-adds the
     12 x 32 micro-kernel without packing or threads (``blas_like`` of
@@ -149,19 +150,23 @@ def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None
     # K is shorter (256x4096x64: 10 % faster than 96)
     kc = min(K, 256 if small else 512)
     mc = 96 if kc >= 512 else 192
+    blis = default_order(M, N, K) == "blis"
+    bk = blis_knobs(M, N, K)
     cfg.define_split("tile_i", M, policy="candidate", num_outputs=3,
                      candidate=_block_candidates(M, list(REG_ROWS), 64,
                                                  ok=lambda f2: f2 <= 32),
-                     default=[-1, min(mc // mr, -(-M // mr)), mr])
+                     default=bk["tile_i"] if blis else
+                     [-1, min(mc // mr, -(-M // mr)), mr])
     cfg.define_split("tile_j", N, policy="candidate", num_outputs=3,
                      candidate=_block_candidates(N, list(REG_LANES), 64,
                                                  ok=_lane_ok(N)),
-                     default=[-1, min(2048 // nr, -(-N // (2 * nr))), nr])
+                     default=bk["tile_j"] if blis else
+                     [-1, min(2048 // nr, -(-N // (2 * nr))), nr])
     cfg.define_split("tile_k", K, policy="candidate", candidate=_k_candidates(K),
                      default=[-1, kc])
     cfg.define_knob("pack_a", [False, True], default=not small)
     cfg.define_knob("pack_b", [False, True], default=not small)
-    cfg.define_knob("order", ["ij", "goto", "blis"], default="goto")
+    cfg.define_knob("order", ["ij", "goto", "blis"], default=default_order(M, N, K))
     if batch:
         cfg.define_knob("parallel", ["b", "b.i0", "b.i0.j0", "none"], default="b.i0")
     else:
@@ -172,8 +177,8 @@ def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None
 def blis_knobs(M: int, N: int, K: int) -> dict:
     """Knob values of the blis order (module docstring) for ``M x N x K``, to overlay on
     the default config: the default micro-kernel, two blocks of A's row panels (one per
-    thread; packed at ``k0``), blocks of B of 6 tiles (384 columns of the 6 x 64
-    kernel: ``kc x nc`` = 768 KiB, in L2) or all of them, the default ``kc``."""
+    thread; packed at ``k0``), blocks of B of 4 tiles (256 columns of the 6 x 64
+    kernel: ``kc x nc`` = 512 KiB, in L2) or all of them, the default ``kc``."""
     mr, nr = default_micro_kernel(M, N, K)
     pi, pj = -(-M // mr), -(-N // nr)
     out = dict(order="blis", parallel="i0.j0")
@@ -181,8 +186,22 @@ def blis_knobs(M: int, N: int, K: int) -> dict:
     if M >= mr:
         out["tile_i"] = [-1, -(-pi // 2), mr]
     if N >= nr:
-        out["tile_j"] = [-1, min(6, pj), nr]
+        out["tile_j"] = [-1, min(4, pj), nr]
     return out
+
+
+def default_order(M: int, N: int, K: int) -> str:
+    """The default config's loop order: ``"blis"`` above :data:`SMALL_PRODUCT` when A is
+    packed in k blocks of 16 (:func:`a_kblock`: 16 divides ``kc`` and ``kc`` divides K)
+    and both matrices hold a register tile, else ``"goto"``. CPU time (min of repeats),
+    one thread, in one process with numpy, load 11-25: 4096^3 0.92x numpy in the goto
+    order, 1.00-1.01x blis; 256x4096x64 0.98x -> 1.13-1.21x; 1024^3 1.01-1.09x either
+    way; 1021x1003x1009 (K not a multiple of kc) 0.87x goto, 0.76-0.78x blis."""
+    mr, nr = default_micro_kernel(M, N, K)
+    kc = min(K, 512)
+    big = M * N * K > SMALL_PRODUCT
+    return "blis" if big and a_kblock(K, kc) == A_KBLOCK and M >= mr and N >= nr \
+        else "goto"
 
 
 def default_micro_kernel(M: int, N: int, K: int) -> tuple[int, int]:

@@ -114,7 +114,7 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int | N
               nr: int | None = None, kc: int | None = None, mc: int | None = None,
               nc: int | None = None,
               threads: bool | None = None, pack: bool | None = None,
-              prefetch: bool | None = None, order: str = "goto"):
+              prefetch: bool | None = None, order: str | None = None):
     """The BLAS recipe (Goto & van de Geijn, TOMS 2008; BLIS, TOMS 2015) for
     ``C[M, N] = A[M, K] @ B[K, N]`` (float32; ``N`` and ``K`` default to ``M``).
 
@@ -156,10 +156,12 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int | N
     6. *Order* ``"blis"``: BLIS's loops with the operands' roles swapped (here the vectors
        are B's rows and A's elements are broadcast): ``i0, k0, j0, i1, j1, k1, i2, j2``
        with a large block of A (``mc`` rows, packed at ``k0``, in L3) and a ``kc x nc``
-       block of B that fits L2 (packed at ``j0``; pass ``nc=384``): the ``mr x kc``
-       micro-panel of A stays in L1 while ``j1`` streams B's panels from L2 (in-process,
-       one thread, load about 1: 1.06-1.09x numpy at 1024^3 with ``mc=1024, nc=384``,
-       against 0.98-1.04x in the goto order).
+       block of B that fits L2 (packed at ``j0``, ``nc = 256``): the ``mr x kc``
+       micro-panel of A stays in L1 while ``j1`` streams B's panels from L2. The default
+       where A is packed in blocks of 16 steps of k (the ``matmul`` template's
+       ``default_order``, with its figures: 4096^3 0.92x -> 1.00x numpy, 256x4096x64
+       0.98x -> 1.13-1.21x, one thread); ``mc`` is then half of the rows (a block per
+       thread).
 
     ``threads``, ``pack`` and ``prefetch`` default to ``True`` except for products of at
     most 64^3 multiply-adds, where waking threads and copying panels cost more than they
@@ -177,6 +179,14 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int | N
     prefetch = not small if prefetch is None else prefetch
     mr = (12 if small else 6) if mr is None else mr
     nr = (32 if small else 64) if nr is None else nr
+    if order is None:
+        kc0 = min(K, 256 if small else 512) if kc is None else min(kc, K)
+        order = "blis" if (not small and pack and kc0 % 16 == 0 and K % kc0 == 0
+                           and M >= mr and N >= nr) else "goto"
+    if order == "blis":
+        # half of the rows per block of A (one per thread), 4 tiles per block of B
+        mc = mr * -(-(-(-M // mr)) // 2) if mc is None else mc
+        nc = min(4, -(-N // nr)) * nr if nc is None else nc
     # blocks of A of 96 x 512 with the 6 x 64 kernel: its 512 x 64 B panels (128 KiB)
     # stream from L2; 3 to 6 % faster than 192 x 256 at 1024^3 and 4096^3; 192 rows
     # when K is shorter (256x4096x64: 10 % faster than 96)
