@@ -192,15 +192,17 @@ def blis_knobs(M: int, N: int, K: int) -> dict:
 
 def default_order(M: int, N: int, K: int) -> str:
     """The default config's loop order: ``"blis"`` above :data:`SMALL_PRODUCT` when A is
-    packed in k blocks of 16 (:func:`a_kblock`: 16 divides ``kc`` and ``kc`` divides K)
-    and both matrices hold a register tile, else ``"goto"``. CPU time (min of repeats),
-    one thread, in one process with numpy, load 11-25: 4096^3 0.92x numpy in the goto
-    order, 1.00-1.01x blis; 256x4096x64 0.98x -> 1.13-1.21x; 1024^3 1.01-1.09x either
-    way; 1021x1003x1009 (K not a multiple of kc) 0.87x goto, 0.76-0.78x blis."""
+    packed in k blocks of 16 (:func:`a_kblock`: 16 divides ``kc`` and ``kc`` divides K),
+    A holds a register tile and the register tiles divide N, else ``"goto"``. CPU time
+    (min of repeats), one thread, in one process with numpy, load 7-25: 4096^3 0.92x
+    numpy in the goto order, 1.00-1.01x blis; 256x4096x64 0.98-1.00x -> 1.13-1.21x;
+    1024^3 1.01-1.09x either way; ragged N worse in blis: 1024x1003x1024 0.90x against
+    0.95x, 1021x1003x1024 0.87-0.93x against 0.97x; 1021x1003x1009 (K not a multiple of
+    kc) 0.87x goto, 0.76-0.78x blis."""
     mr, nr = default_micro_kernel(M, N, K)
     kc = min(K, 512)
     big = M * N * K > SMALL_PRODUCT
-    return "blis" if big and a_kblock(K, kc) == A_KBLOCK and M >= mr and N >= nr \
+    return "blis" if big and a_kblock(K, kc) == A_KBLOCK and M >= mr and N % nr == 0 \
         else "goto"
 
 
