@@ -112,6 +112,46 @@ def test_04_grouped_and_rectangular_register_tiles_on_the_interpreter(m, n, k, k
         assert "truncmod(blockIdx.x" in str(f)                    # blockIdx.x split in groups
 
 
+@pytest.mark.parametrize("m, n, k, kw", [   # the interpreter: CI time, one cheap case
+    (12, 20, 12, dict(block=(16, 32), warps=(1, 1), vt=(1, 1), stages=3, group=1)),
+    pytest.param(36, 68, 20, dict(block=(32, 32), warps=(2, 1), vt=(2, 1), stages=3,
+                                  group=1), marks=pytest.mark.slow),
+    pytest.param(36, 68, 36, dict(block=(32, 32), warps=(1, 2), vt=(1, 2), kt=16, pad=4,
+                                  stages=2, group=2), marks=pytest.mark.slow),
+])
+def test_04_warp_tiles_on_the_interpreter(m, n, k, kw):
+    # the warp-tiled SGEMM (lanes 4 x 8, rows lr apart, vector C rows) at ragged block
+    # and k tiles, warps along m or n, padded A rows, against float64
+    import numpy as np
+
+    from polytile.schedule.interpreter import run
+    from polytile.schedule.pipeline import lower
+
+    s, args = _t04().warp_tiles(m, n, k, **kw)
+    f = lower(s, args, target="cuda", stop_after=None)
+    rng = np.random.default_rng(6)
+    a = rng.uniform(-1, 1, (m, k)).astype("float32")
+    b = rng.uniform(-1, 1, (k, n)).astype("float32")
+    c = np.full((m, n), np.nan, "float32")
+    run(f, a, b, c)
+    ref = a.astype("float64") @ b.astype("float64")
+    assert np.linalg.norm(c - ref) / np.linalg.norm(ref) < 1e-6
+
+
+def test_04_register_tile_write_back_is_16_byte_stores():
+    # every C row of a thread's 4 x 4 sub-tile is one st.global.v4 (STG.E.128), none scalar
+    from helpers import nvcc_text
+
+    import polytile
+
+    s, args = _t04().warp_tiles(64, 64, 16, block=(32, 64), warps=(2, 1), vt=(1, 2))
+    src = polytile.build(s, args, target="cuda").get_source()
+    assert src.count("make_float4(C_local[") == 2    # 2 vthreads along n, rows rolled
+    ptx = nvcc_text(src, "ptx")
+    if ptx is not None:
+        assert "st.global.v4.f32" in ptx and "st.global.f32" not in ptx
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("m, n, k, stages", [(1004, 1028, 516, 2), (4096, 4096, 4096, 2),
                                              (4096, 4096, 4096, 3)])
