@@ -61,7 +61,7 @@ from .llvm.analysis import stored_buffers, used_symbols
 _HOST_SCOPES = ("global", "heap")
 _MIN_ALIGN = 16  # bytes: alignment of shared buffers (vector loads of up to 16 bytes)
 
-#: Vector types whose lanes a ``make_<type>`` of the CUDA/HIP headers packs.
+#: Vector types of 32-bit lanes packed from a register array by aggregate initialisation.
 _MAKE_VECTOR = frozenset(("float4", "float2", "int4", "int2"))
 
 
@@ -486,13 +486,14 @@ class CPrinter(CExprPrinter, StmtFunctor):
             elif ld.buffer.scope == "local" and vt in _MAKE_VECTOR:
                 # a register array (a thread's accumulator tile) is not 16-byte aligned
                 # and a vector pointer into it would force it to the stack: its elements
-                # are packed into the vector instead (one STG.128 all the same)
+                # are packed into the vector (aggregate initialisation: no make_float4,
+                # which NVRTC may lack) instead (one STG.128 all the same)
                 lanes = [self.index(ld.buffer, (simplify_expr(substitute(
                     ld.indices[0], {s.var: Const(s.var.dtype, v)})),))
                     for v in range(int(s.extent.value))]
                 elems = ", ".join(f"{self.buffer(ld.buffer)}[{x}]" for x in lanes)
                 self.emit(depth, f"*({vt}*)(&{self.buffer(st.buffer)}[{dst}]) = "
-                                 f"make_{vt}({elems});")
+                                 f"{vt}{{{elems}}};")
             else:
                 self.emit(depth, f"*({vt}*)(&{self.buffer(st.buffer)}[{dst}]) = "
                                  f"*(const {vt}*)(&{self.buffer(ld.buffer)}[{src}]);")

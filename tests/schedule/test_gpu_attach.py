@@ -268,7 +268,7 @@ def test_cross_thread_reduction_by_explicit_rfactor():
 def test_vthread_goes_around_a_vectorized_loop(n):
     """The virtual threads of a register tile's write-back go around its vectorized
     loop, not inside it: each virtual thread's 4 lanes stay one vector store (a
-    ``float4`` packed from the register array), not a loop over 2 scalar stores. At an
+    ``float4{...}`` of the register array's elements), not a loop over 2 scalar stores. At an
     odd size the partial tile is guarded and still computes the definition."""
     A = te.placeholder((n, n), name="A")
     r = te.reduce_axis((0, 3), name="r")
@@ -291,6 +291,6 @@ def test_vthread_goes_around_a_vectorized_loop(n):
         check(_run(s, [A, C], [a]), a.astype("float64") * 6.0, k=3)
     else:
         src = polytile.build(s, [A, C], target="cuda").get_source()
-        assert src.count("*(float4*)(&C[") == 2 and "make_float4(C_local[" in src
+        assert src.count("*(float4*)(&C[") == 2 and "float4{C_local[" in src
         assert not re.search(r"\bC\[[^\n]*\] = C_local", src)
         compile_with_nvcc(src)

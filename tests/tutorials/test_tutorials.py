@@ -146,7 +146,7 @@ def test_04_register_tile_write_back_is_16_byte_stores():
 
     s, args = _t04().warp_tiles(64, 64, 16, block=(32, 64), warps=(2, 1), vt=(1, 2))
     src = polytile.build(s, args, target="cuda").get_source()
-    assert src.count("make_float4(C_local[") == 2    # 2 vthreads along n, rows rolled
+    assert src.count("float4{C_local[") == 2    # 2 vthreads along n, rows rolled
     ptx = nvcc_text(src, "ptx")
     if ptx is not None:
         assert "st.global.v4.f32" in ptx and "st.global.f32" not in ptx
