@@ -6,7 +6,9 @@ memory by the threads of a block; (3) each thread computes a register tile of ou
 shared memory, with a strided thread layout so that warps read contiguous shared memory;
 (4) the CUTLASS SIMT layout (8x8 outputs per thread as 4x4 sub-tiles on virtual threads),
 k tiles of 16 copied by ``cp.async`` three stages deep, blocks launched in groups of 8
-tile rows (0.86x cuBLAS on an H200 at 4096^3). Every step prints TFLOP/s and the ratio to cuBLAS (through torch, tensor cores off) in the
+tile rows (0.86x cuBLAS on an H200 at 4096^3, before each row of 4 outputs of C was written
+back as one 16-byte store). ``--variants`` adds other tiles and :func:`warp_tiles`
+(CUTLASS's warp-level thread layout). Every step prints TFLOP/s and the ratio to cuBLAS (through torch, tensor cores off) in the
 same run. Run: ``python tutorials/04_cuda_gemm.py [--n 4096]`` on a machine with an NVIDIA
 GPU; without one it only builds (as ``--no-run``), and ``--print-source`` shows the CUDA C.
 """
