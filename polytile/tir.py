@@ -334,7 +334,7 @@ def probe_statements(intrin) -> dict:
     """``{part: statement}`` that ``fcompute`` gives on the declared buffers (offsets
     symbolic); parts it leaves None are absent."""
     views = []
-    for t in list(intrin.inputs) + [intrin.output]:
+    for t in list(intrin.inputs) + list(intrin.outputs):
         d = intrin.binds.get(t)
         compact, s = [], 1
         for e in reversed(t.shape):
@@ -345,7 +345,8 @@ def probe_statements(intrin) -> dict:
             strides = tuple(x if isinstance(x, int) else c for x, c in zip(d.strides, strides))
         buf = Buffer(d.name if d is not None else t.name, tuple(t.shape), t.dtype, "global")
         views.append(BufferView(buf, t.shape, strides, Var("int64", f"{buf.name}_elem_offset")))
-    return _parts(intrin, views[:-1], views[-1:])
+    n = len(intrin.inputs)
+    return _parts(intrin, views[:n], views[n:])
 
 
 def code_of(intrin, ins: list, outs: list, part: str) -> Stmt:

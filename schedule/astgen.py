@@ -404,14 +404,21 @@ class _Body(ExprMutator):
 
     def _check(self, r, idx: tuple) -> None:
         """An ``Assert`` that a read whose index isl cannot bound stays in its tensor."""
+        def extent(n) -> Expr:   # (a symbolic dimension: its expression, as int64)
+            if sym.is_static(n):
+                return Const("int64", sym.static(n))
+            e = sym.as_expr(n)
+            return e if e.dtype == "int64" else Cast("int64", e)
+
         inside = logical_and(*[c for i, n in zip(idx, r.tensor.shape)
                                for c in (Cmp("bool", "ge", i, Const("int64", 0)),
-                                         Cmp("bool", "lt", i, Const("int64", n)))])
+                                         Cmp("bool", "lt", i, extent(n)))])
         if self.guards:
             inside = Or("bool", Not("bool", logical_and(*self.guards)), inside)
         self.checks.append(Assert(inside, f"stage {self.st.plan.name!r} reads "
                                   f"{r.tensor.name}[{', '.join(map(str, r.indices))}] outside "
-                                  f"its shape {r.tensor.shape} (a data-dependent index)"))
+                                  f"its shape {r.tensor.shape} (an index isl cannot bound, checked "
+                                  "at run time)"))
 
     def visit_Var(self, v: Var):
         return self.env.get(v, v)

@@ -380,7 +380,7 @@ class _Interp(StmtFunctor):
 
     def visit_TensorCall(self, s: TensorCall):
         # the intrinsic's compute definition on the regions, never its code (extern C)
-        from .tensorize import eval_tensor_call, region_offsets
+        from .tensor_call_eval import eval_tensor_call, region_offsets
 
         idx = [tuple(int(self.expr(i)) for i in ix) for ix in s.operand_indices()]
         pending = [b for b in s.buffers[:-1] if id(b) in self.mma_outputs]

@@ -220,7 +220,7 @@ class Evaluate(Stmt):
 @dataclass(frozen=True, slots=True, eq=False)
 class TensorCall(Stmt):
     """One call of tensor intrinsic ``intrin`` (``part`` is ``body``, ``reset`` or
-    ``update``) on regions of ``buffers`` (the intrinsic's inputs, then its output).
+    ``update``) on regions of ``buffers`` (the intrinsic's inputs, then its outputs).
 
     Operand ``k`` is the strided view of ``buffers[k]`` of shape ``shapes[k]`` (the
     intrinsic's tensor) whose first element is at ``indices`` (one index per buffer
@@ -237,6 +237,11 @@ class TensorCall(Stmt):
     strides: tuple
     indices: tuple
     body: Stmt
+
+    def output_buffers(self) -> tuple:
+        """The buffers the call writes: the intrinsic's outputs (one, or one per dtype of a
+        ``te.extern`` of several), after its inputs."""
+        return self.buffers[len(self.intrin.inputs):]
 
     def __post_init__(self):
         _require_stmt(self, "body", self.body)

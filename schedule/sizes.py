@@ -22,7 +22,8 @@ import islpy as isl
 from polytile.errors import LoweringError, fail
 from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
-from polytile.te.expr import Var, binary
+from polytile.te.expr import Binary, Var, binary
+from polytile.te.visitor import collect
 from polytile.te.scan import ScanOp
 from polytile.te.tensor import ComputeOp, PlaceholderOp
 
@@ -34,14 +35,18 @@ from .relations import symbolic_split
 def _tensor_dims(sch) -> list:
     """Every symbolic shape dimension of every stage, with who has it (and for a scan of
     symbolic length, its steps past the init rows: ``te.scan`` needs
-    ``init.shape[0] <= update.shape[0]``)."""
+    ``1 <= init.shape[0] <= update.shape[0]``)."""
     out = []
     for st in sch.stages:
         op = st.op
-        if isinstance(op, ScanOp) and not sym.is_static(op.update[0].shape[0]):
-            steps, rows = op.update[0].shape[0], op.init[0].shape[0]
+        steps, rows = ((op.update[0].shape[0], op.init[0].shape[0])
+                       if isinstance(op, ScanOp) else (0, 0))
+        if not (sym.is_static(steps) and sym.is_static(rows)):
             out.append((sym.sub(steps, rows), f"the steps of scan {op.name!r} past its "
                         f"{rows} init row{'s' if rows != 1 else ''}"))
+        if not sym.is_static(rows):   # TVM's scan axis starts at init.shape[0], L >= 1
+            out.append((sym.sub(rows, 1), f"the {rows} init rows of scan {op.name!r}, "
+                        "minus one (a scan has at least one init row)"))
         if isinstance(op, (ComputeOp, PlaceholderOp)):
             for k, d in enumerate(op.output(0).shape):
                 if not sym.is_static(d):
@@ -104,6 +109,19 @@ def context(sch, vars_: list[Var]) -> tuple[isl.Set | None, list]:
                 conds.append(f"{iu.num(e)} >= 0")
             except LoweringError:
                 pass   # not affine (nparts=p of a symbolic extent, p a te.var): runtime only
+    # derived sizes (a dimension n // x): equal to their expression, checked at each call
+    # (isl only knows them >= 0); a divisor in it at least 1
+    for v in vars_:
+        e = sym.derived_of(v)
+        if e is None:
+            continue
+        what = f"the size {v.name!r} (a dimension {e})"
+        checks += [(binary("sub", v, e), f"{what}, minus {e}"),
+                   (binary("sub", e, v), f"{e}, minus {what}")]
+        for d in collect(e, Binary):
+            if d.op in ("floordiv", "floormod", "truncdiv", "truncmod"):
+                checks.append((binary("sub", d.b, 1), f"the divisor {d.b} in {what}, "
+                               "minus 1 (it must be at least 1)"))
     ctx = isl.Set(f"[{', '.join(names)}] -> {{ : {' and '.join(conds) or '1 = 1'} }}")
     return ctx, checks
 

@@ -34,7 +34,8 @@ loops under ``var`` are left with one iteration, and the code generated for a co
 builds at the corner (minus the intrinsic's own access at ``u = 0``). Storage flattening
 (:func:`lower_tensor_call`) binds the regions to :class:`polytile.tir.BufferView` objects
 and calls the intrinsic's ``fcompute``; the reference interpreter runs the intrinsic's
-compute definition on the same regions instead (:func:`eval_tensor_call`).
+compute definition on the same regions instead
+(:func:`polytile.schedule.tensor_call_eval.eval_tensor_call`).
 """
 
 from __future__ import annotations
@@ -42,13 +43,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import islpy as isl
-import numpy as np
 
 from polytile.errors import LoweringError, fail
-from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
-from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Reduce,
-                              Select, TensorRead, Var, child_fields)
+from polytile.te.expr import Binary, Const, Expr, Reduce, TensorRead, Var, child_fields
 from polytile.te.reduction import accumulation_dtype
 
 from . import isl_util as iu
@@ -119,7 +117,7 @@ def _apply(model: Model, p: StagePlan, spec: tuple) -> None:
         fail("tensorize", f"loop {iv.name!r} of stage {p.name!r} is no longer a loop (it was "
              "split or fused after tensorize)", "tensorize a current loop, after the other "
              "primitives")
-    if len(p.stage.op.outputs) > 1:
+    if len(p.stage.op.outputs) > 1 and intrin.op is not p.stage.op:   # (a te.extern has any)
         fail("tensorize", f"{where}: the stage has {len(p.stage.op.outputs)} outputs",
              "a stage of one output, as the intrinsic's")
     q = next(k for k, v in enumerate(p.leaves) if v is iv)
@@ -295,7 +293,8 @@ def _match_expr(a: Expr, b: Expr, pairs: list, where: str, intrin) -> None:
 
 
 # --------------------------------------------------------------------------------- isl
-def _row_major(shape: tuple) -> tuple:
+def row_major(shape: tuple) -> tuple:
+    """The element strides of a row-major array of ``shape``."""
     out, s = [], 1
     for e in reversed(shape):
         out.append(s)
@@ -344,7 +343,7 @@ def _match_stmt(model: Model, p: StagePlan, st: PolyStmt, tz: Tensorized, part: 
         ibs = [b for a, b in pairs if b.tensor is t]
         if part == "reset" or not ibs:
             buf = _input_buffer(model, p, pairs, t)
-            ops.append(Operand(None, t, buf, (0,) * len(buf.shape), _row_major(buf.shape)[
+            ops.append(Operand(None, t, buf, (0,) * len(buf.shape), row_major(buf.shape)[
                 len(buf.shape) - t.ndim:]))
             continue
         for b in ibs:
@@ -367,6 +366,10 @@ def _match_stmt(model: Model, p: StagePlan, st: PolyStmt, tz: Tensorized, part: 
     _, origin = _offset(F, J, pma, wb.indices, names_u, buf, out, ot, ut,
                         f"{p.name}[...] (the write)", wb, where, intrin)
     ops.append(Operand("w", out, buf, origin, _strides(buf, out, where, intrin)))
+    for k, t in enumerate(intrin.outputs[1:], 1):
+        # the other outputs of a te.extern of several dtypes: stored at the same element
+        ob = p.outs[k]
+        ops.append(Operand(("w", k), t, ob, origin, _strides(ob, t, where, intrin)))
     corners = Fm.intersect_domain(J.intersect(isl.Set(
         f"{{ [{ot} -> {ut}] : {' and '.join(f'{u} = 0' for u in unames) or '1 = 1'} }}"))).range()
     st.exact = st.exact.intersect(corners)
@@ -391,7 +394,7 @@ def _strides(buf: Buffer, t, where: str, intrin) -> tuple:
         fail("tensorize", f"{where}: operand {t.name!r} of intrinsic {intrin.name!r} has "
              f"{t.ndim} dimensions, buffer {buf.name!r} only {len(buf.shape)}",
              "an operand of at most the buffer's rank")
-    strides = _row_major(buf.shape)[len(buf.shape) - t.ndim:]
+    strides = row_major(buf.shape)[len(buf.shape) - t.ndim:]
     decl = intrin.binds.get(t)
     declared = decl.strides if decl is not None else None
     if buf.scope in FRAGMENT_SCOPES:
@@ -406,7 +409,7 @@ def _strides(buf: Buffer, t, where: str, intrin) -> tuple:
                  f"rows of whole {th}x{tw} tiles, one tile per intrinsic operand")
         return strides
     if declared is None:
-        compact = _row_major(t.shape)
+        compact = row_major(t.shape)
         # symbolic extents (a te.extern of symbolic shapes): strides compared as
         # expressions of the sizes
         if any(not sym.same(s, c) for s, c, e in zip(strides, compact, t.shape)
@@ -493,7 +496,7 @@ def make_tensor_call(st: PolyStmt, idx: dict) -> TensorCall:
         if o.key is None:
             indices += [Const("int64", 0)] * len(o.buffer.shape)
             continue
-        for e, g in zip(idx[o.key], o.origin):
+        for e, g in zip(idx["w" if isinstance(o.key, tuple) else o.key], o.origin):
             indices.append(e if g == 0 else Binary("int64", "sub", e, Const("int64", g)))
     return TensorCall(tz.intrin, tz.parts[st.name], tuple(o.buffer for o in ops),
                       tuple(tuple(o.tensor.shape) for o in ops),
@@ -508,8 +511,9 @@ def lower_tensor_call(s: TensorCall, flat: tuple) -> TensorCall:
     intrin = s.intrin
     views = [BufferView(b, shape, strides, off, name=t.name)
              for b, shape, strides, off, t in zip(s.buffers, s.shapes, s.strides, flat,
-                                                 list(intrin.inputs) + [intrin.output])]
-    body = code_of(intrin, views[:-1], views[-1:], s.part)
+                                                 list(intrin.inputs) + list(intrin.outputs))]
+    n = len(intrin.inputs)
+    body = code_of(intrin, views[:n], views[n:], s.part)
     # not on fragments (no scalar address per element) nor on shared memory (a body run
     # by a warp together would race with every thread's fill)
     # nor on a te.extern: its outputs are its code's to write (its reduction body only
@@ -541,164 +545,3 @@ def _fill_identity(view, body: Reduce):
 
     nest((), list(view.shape))
     return ib.get()
-
-
-# ------------------------------------------------------------------ the reference semantics
-def _region(arr: np.ndarray, buf: Buffer, idx: tuple, shape: tuple, strides: tuple):
-    flat = arr.reshape(-1)
-    if len(idx) == 1 and len(buf.shape) != 1:
-        off = int(idx[0])
-    else:
-        off = sum(int(i) * s for i, s in zip(idx, _row_major(buf.shape)))
-    span = sum((e - 1) * s for e, s in zip(shape, strides)) + 1 if shape else 1
-    if off < 0 or off + span > flat.size:
-        raise IndexError(f"tensorize: region of {buf.name} at offset {off} (span {span}) is "
-                         f"outside its {flat.size} elements")
-    item = flat.itemsize
-    if buf.swizzle != "none":
-        return _swizzled_region(flat, buf, off, shape, strides)
-    return np.lib.stride_tricks.as_strided(flat[off:], shape=shape,
-                                           strides=tuple(s * item for s in strides))
-
-
-def _logical_offsets(off: int, shape: tuple, strides: tuple) -> np.ndarray:
-    logical = np.full(shape, off, dtype=np.int64)
-    for k, (e, st) in enumerate(zip(shape, strides)):
-        axis = [1] * len(shape)
-        axis[k] = e
-        logical = logical + (np.arange(e, dtype=np.int64) * st).reshape(axis)
-    return logical
-
-
-def region_offsets(buf: Buffer, idx: tuple, shape: tuple, strides: tuple) -> list:
-    """The flat positions (swizzled where ``buf`` is) of the elements of the region of
-    ``buf`` at start index ``idx`` (one per dimension, or one flat offset)."""
-    from polytile.targets.cuda.wgmma import swizzle_elements
-
-    if len(idx) == 1 and len(buf.shape) != 1:
-        off = int(idx[0])
-    else:
-        off = sum(int(i) * s for i, s in zip(idx, _row_major(buf.shape)))
-    out = _logical_offsets(off, shape, strides)
-    if buf.swizzle != "none":
-        out = swizzle_elements(out, buf.swizzle, dt.nbytes(buf.dtype))
-    return [int(x) for x in out.reshape(-1)]
-
-
-def _swizzled_region(flat: np.ndarray, buf: Buffer, off: int, shape: tuple, strides: tuple):
-    """A read-only copy of the region of swizzled ``buf`` at logical offset ``off``: what a
-    tensor core reads through a descriptor of the buffer's swizzle mode, whose start
-    address must lie on a row that begins the swizzle pattern (base offset 0)."""
-    from polytile.targets.cuda.wgmma import SWIZZLE_BYTES, swizzle_elements
-
-    nbytes = dt.nbytes(buf.dtype)
-    period = 8 * SWIZZLE_BYTES[buf.swizzle]
-    if (off * nbytes) % period >= SWIZZLE_BYTES[buf.swizzle]:
-        row = (off * nbytes) % period // SWIZZLE_BYTES[buf.swizzle]
-        raise LoweringError(f"tensorize: a region of {buf.name} (swizzle {buf.swizzle}) "
-                            f"starts at element {off}, on row {row} of its 8-row swizzle "
-                            "pattern; expected a region starting on the pattern's first "
-                            "row (descriptor base offset 0)")
-    out = flat[swizzle_elements(_logical_offsets(off, shape, strides), buf.swizzle, nbytes)]
-    out.flags.writeable = False
-    return out
-
-
-def eval_tensor_call(s: TensorCall, arrays: list, indices: list) -> None:
-    """Run ``s`` on numpy ``arrays`` (one per operand buffer) with evaluated start
-    ``indices``: the intrinsic's compute definition, not its code."""
-    if s.intrin.op.attrs.get(EXTERN_KEY) is s.intrin:
-        raise LoweringError(f"interpreter: stage {s.intrin.name!r} is a te.extern, whose "
-                            "external code the reference interpreter cannot run")
-    if s.buffers[-1].swizzle != "none":
-        raise LoweringError(f"interpreter: intrinsic {s.intrin.name!r} writes the swizzled "
-                            f"buffer {s.buffers[-1].name!r}; swizzled buffers are operands")
-    views = [_region(a, b, i, shape, st) for a, b, i, shape, st in
-             zip(arrays, s.buffers, indices, s.shapes, s.strides)]
-    intrin = s.intrin
-    if intrin.emulate is not None:   # a model of the hardware instruction (MFMA lanes)
-        intrin.emulate(s.part, views)
-        return
-    out = views[-1]
-    body = intrin.op.body[0]
-    odt = dt.to_numpy(intrin.output.dtype)
-    if s.part == "reset":
-        out[...] = _eval(body.combiner.identity, {}, {}, ())
-        return
-    ins = {id(t): v for t, v in zip(intrin.inputs, views[:-1])}
-    axes = list(intrin.op.axis)
-    red = list(intrin.op.reduce_axis)
-    n = len(axes) + len(red)
-    env = {}
-    for k, a in enumerate(axes + red):
-        shape = [1] * n
-        shape[k] = a.dom.extent
-        env[a.var] = (np.arange(a.dom.extent, dtype=np.int64) + a.dom.min).reshape(shape)
-    full = tuple(a.dom.extent for a in axes + red)
-    if isinstance(body, Reduce):
-        src = np.broadcast_to(_eval(body.source, env, ins, full), full)
-        ax = tuple(range(len(axes), n))
-        name = body.combiner.name
-        if name == "sum":
-            # in the accumulation dtype (float16 sums in float32), rounded once per call
-            v = src.sum(axis=ax, dtype=dt.to_numpy(accumulation_dtype(body)))
-        elif name == "max":
-            v = src.max(axis=ax) if src.size else src.sum(axis=ax)
-        elif name == "min":
-            v = src.min(axis=ax) if src.size else src.sum(axis=ax)
-        else:
-            raise LoweringError(f"tensorize: the interpreter runs sum/max/min intrinsics, not "
-                                f"{name!r}")
-        if s.part == "update":
-            a = out.astype(v.dtype)
-            v = {"sum": a + v, "max": np.maximum(a, v), "min": np.minimum(a, v)}[name]
-        out[...] = v.astype(odt)
-    else:
-        out[...] = np.broadcast_to(_eval(body, env, ins, full), full).astype(odt)
-
-
-_NP_BIN = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-           "min": np.minimum, "max": np.maximum}
-
-
-def _eval(e: Expr, env: dict, ins: dict, full: tuple):
-    t = type(e)
-    npd = dt.to_numpy(e.dtype) if e.dtype != "bool" else np.bool_
-    if t is Const:
-        return np.array(e.value, dtype=npd)
-    if t is Var:
-        return env[e]
-    if t is TensorRead:
-        arr = ins[id(e.tensor)]
-        idx = tuple(np.asarray(_eval(i, env, ins, full), dtype=np.int64) for i in e.indices)
-        return arr[idx] if idx else arr[()]
-    if t is Cast:
-        return np.asarray(_eval(e.value, env, ins, full)).astype(npd)
-    if t is Binary:
-        a, b = _eval(e.a, env, ins, full), _eval(e.b, env, ins, full)
-        if e.op in _NP_BIN:
-            with np.errstate(all="ignore"):
-                return np.asarray(_NP_BIN[e.op](a, b)).astype(npd)
-        if e.op == "floordiv":
-            return np.floor_divide(a, b).astype(npd)
-        if e.op == "floormod":
-            return np.mod(a, b).astype(npd)
-    if t is Select:
-        return np.where(_eval(e.cond, env, ins, full), _eval(e.true_value, env, ins, full),
-                        _eval(e.false_value, env, ins, full)).astype(npd)
-    if t is Cmp:
-        a, b = _eval(e.a, env, ins, full), _eval(e.b, env, ins, full)
-        return {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
-                "gt": np.greater, "ge": np.greater_equal}[e.op](a, b)
-    if t in (And, Or):
-        f = np.logical_and if t is And else np.logical_or
-        return f(_eval(e.a, env, ins, full), _eval(e.b, env, ins, full))
-    if t is Not:
-        return np.logical_not(_eval(e.a, env, ins, full))
-    if t is Call:
-        from .interpreter import _MATH
-        with np.errstate(all="ignore"):
-            return np.asarray(np.vectorize(_MATH[e.name])(
-                *[_eval(a, env, ins, full) for a in e.args])).astype(npd)
-    raise LoweringError(f"tensorize: the interpreter cannot run {type(e).__name__} in an "
-                        "intrinsic's compute")

@@ -26,6 +26,7 @@ from .tensor import (ComputeOp, Operation, PlaceholderOp, Tensor, TensorSlice, c
 from .tensor import reduce_axis, size_var, var
 from .tensor_intrin import AsyncGroup, TensorIntrin, decl_tensor_intrin, extern
 from .scan import ScanOp, scan
+from .tag import tag_scope
 
 
 class _AxisSeparator:
@@ -63,7 +64,23 @@ def __getattr__(name: str):
         import polytile.schedule as _schedule
 
         return _schedule
+    why = _NOT_PORTED.get(name)
+    if why is not None:
+        raise AttributeError(f"te.{name}: TVM's {why}, which polytile does not have; "
+                             "polytile runs TE schedules (te.create_schedule, "
+                             "polytile.lower/build)")
     raise AttributeError(f"module 'polytile.te' has no attribute {name!r}")
+
+
+#: TVM v0.19 ``te`` names that belong to other parts of TVM (TensorIR, hybrid script,
+#: autodiff): an AttributeError that says so
+_NOT_PORTED = {
+    "create_prim_func": "conversion of TE to TensorIR (tvm.tir.Schedule)",
+    "extern_primfunc": "TE stage from a TensorIR PrimFunc",
+    "hybrid": "hybrid script (Python-syntax loop programs)",
+    "gradient": "reverse-mode automatic differentiation of TE",
+    "SpecializedCondition": "specialisation of TE schedules by conditions (topi)",
+}
 
 
 __all__ = [
@@ -78,5 +95,5 @@ __all__ = [
     "if_then_else", "isnan", "log", "log2", "log10", "max", "max_value", "min", "min_value",
     "placeholder", "pow", "power", "reduce_axis", "round", "rsqrt", "sigmoid", "sin", "sqrt",
     "size_var", "sum", "tanh", "thread_axis", "trunc", "truncdiv", "truncmod", "var",
-    "AsyncGroup", "TensorIntrin", "decl_tensor_intrin", "extern",
+    "AsyncGroup", "TensorIntrin", "decl_tensor_intrin", "extern", "tag_scope",
 ]

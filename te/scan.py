@@ -145,7 +145,9 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
     Parameters
     ----------
     init : Tensor[L, ...] or list of them
-        The first ``L >= 1`` rows of each state.
+        The first ``L >= 1`` rows of each state (the scan axis runs ``[L, T)``); ``L``
+        may be symbolic (``1 <= L <= T`` is then checked at each call). Every state has
+        the same ``L`` and the same ``T`` (TVM's rule: one scan axis).
     update : Tensor[T, ...] or list of them
         Row ``t >= L`` of each state, reading earlier rows through ``state_placeholder``;
         all outputs of one compute, without a reduction.
@@ -164,8 +166,8 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
     ------
     TypeError, ValueError
         For mismatched counts, shapes or dtypes, a state that is not a placeholder, an
-        update that is not a compute, a reduction in the update, or ``L`` not in
-        ``[1, T]``.
+        update that is not a compute, a reduction in the update, ``L`` not in
+        ``[1, T]``, or states of different ``L`` or ``T``.
     """
     single = isinstance(init, Tensor)
     inits = _as_list(init, "init")
@@ -212,12 +214,10 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
                 "one dtype per state"))
         if not sym.same(i.shape[0], rows):
             raise DefinitionValueError(format_error(
-                "scan", f"init tensors have {i.shape[0]} and {rows} rows", "equal row counts"))
-    if not sym.is_static(rows):
-        raise DefinitionValueError(format_error(
-            "scan", f"init has the symbolic row count {rows}", "a constant number of init "
-            "rows (the time steps may be symbolic)"))
-    if not 1 <= rows or sym.is_static(steps) and not rows <= steps:
+                "scan", f"init tensors have {sym.text(i.shape[0])} and {sym.text(rows)} "
+                "rows", "equal row counts: the scan axis of every state starts at "
+                "init.shape[0] (TVM's rule)"))
+    if sym.is_static(rows) and (not 1 <= rows or sym.is_static(steps) and not rows <= steps):
         raise DefinitionValueError(format_error(
             "scan", f"init has {rows} rows for {steps} steps", "1 <= init.shape[0] <= "
             "update.shape[0]"))
@@ -239,7 +239,10 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
                 body=bodies, init=tuple(inits), update=tuple(updates),
                 state_placeholder=tuple(states), inputs=tuple(inputs or ()))
     t = uop.axis[0].var
-    first = Cmp("bool", "lt", t, Const(t.dtype, rows))
+    bound = Const(t.dtype, sym.static(rows)) if sym.is_static(rows) else sym.as_expr(rows)
+    if bound.dtype != t.dtype:
+        bound = Cast(t.dtype, bound)
+    first = Cmp("bool", "lt", t, bound)
     ivars = [iv.var for iv in uop.axis]
     new = []
     for i, b, u in zip(inits, bodies, updates):
@@ -277,7 +280,15 @@ def _common_shape(updates, name: str = "scan") -> tuple:
             common.append(exts[0])
         elif q > 0 and all(sym.is_static(e) for e in exts):
             common.append(max(sym.static(e) for e in exts))
-        elif q > 0 and all(sym.is_affine(e) for e in exts):
+        elif q == 0:
+            ups = ", ".join(f"{u.name!r}" for u in updates)
+            raise DefinitionValueError(format_error(
+                "scan", f"states of the time extents {[sym.text(e) for e in exts]} "
+                "(dimension 0)", "one time extent for every state: the states of one scan "
+                "step together, over one scan axis [init.shape[0], update.shape[0]) (TVM "
+                "refuses them too)", hint="scan the shorter state in a scan of its own, or "
+                "give every state the longest time extent", Scan=f"{name!r}, updates {ups}"))
+        elif all(sym.is_affine(e) for e in exts):
             # the largest of symbolic extents is not affine; their sum bounds it (extents
             # are >= 0): the loop nest runs it, each state guarded to its own extent
             distinct: list = []

@@ -31,6 +31,59 @@ def is_size_var(v: Var) -> bool:
     return id(v) in _SIZE_VARS
 
 
+#: derived sizes: a shape dimension not affine in the sizes (TVM's ``n // x``) stands for
+#: a new size variable of its own; (printed form, ids of its variables) -> (Var, Expr)
+_DERIVED: dict[tuple, tuple] = {}
+_DERIVED_OF: dict[int, Expr] = {}
+
+
+def derived_size(e: Expr) -> Var:
+    """The size variable standing for the non-affine dimension ``e`` (``n // x``, ``n *
+    m``): one per distinct expression, so that two tensors of shape ``(n // x, ...)`` share
+    it. Lowering reads its value off an array argument of that dimension, like any size,
+    and checks at each call that it equals ``e`` (:func:`derived_of`); isl sees it as a
+    parameter of its own."""
+    key = (str(e), tuple(id(v) for v in params_of(e)))
+    hit = _DERIVED.get(key)
+    if hit is not None:
+        return hit[0]
+    import re
+
+    text = str(e)
+    for a, b in (("//", " div "), ("%", " mod "), ("*", " mul "), ("+", " plus "),
+                 ("-", " minus ")):
+        text = text.replace(a, b)
+    v = mark_size_var(Var(e.dtype, re.sub(r"\W+", "_", text).strip("_") or "size"))
+    _DERIVED[key] = (v, e)
+    _DERIVED_OF[id(v)] = e
+    return v
+
+
+#: the operations a derived size may use (those a call evaluates to check it)
+DERIVED_OPS = ("add", "sub", "mul", "floordiv", "floormod", "min", "max")
+
+
+def derivable(e: Expr) -> bool:
+    """Whether ``e`` can stand for a derived size: an integer expression of variables and
+    constants through :data:`DERIVED_OPS` and casts (no compute axis)."""
+    from .expr import Cast
+
+    if isinstance(e, Var):
+        return not e.is_axis
+    if isinstance(e, Const):
+        return True
+    if isinstance(e, Cast):
+        return derivable(e.value)
+    return isinstance(e, Binary) and e.op in DERIVED_OPS and derivable(e.a) and \
+        derivable(e.b)
+
+
+def derived_of(v: Var) -> Expr | None:
+    """The expression a derived size variable stands for (:func:`derived_size`), else
+    None."""
+    return _DERIVED_OF.get(id(v))
+
+
 def is_static(x) -> bool:
     """True for a plain integer extent."""
     return not isinstance(x, ExprOp) or (isinstance(x, Const) and isinstance(x.value, int))

@@ -248,10 +248,15 @@ def _shape(shape, who: str, tensor: str = "") -> tuple:
             if sym.static(e) is not None:
                 s = sym.static(e)
             elif not sym.is_affine(e):
-                raise DefinitionTypeError(format_error(
-                    who, f"dimension {k} is the expression {e}",
-                    "expected a non-negative int or an expression affine in te.var "
-                    "parameters (n, n + 1, 2*n; not n*m, not a compute axis)"))
+                if not dt.is_int(e.dtype) or not sym.derivable(e):
+                    raise DefinitionTypeError(format_error(
+                        who, f"dimension {k} is the expression {e}",
+                        "expected a non-negative int or an integer expression of te.var "
+                        "parameters through + - * // % min max (n, n + 1, n // x, n * m; "
+                        "not a compute axis)"))
+                # (TVM's n // x): a size of its own, checked equal to e at each call
+                out.append(sym.derived_size(e))
+                continue
             else:
                 out.append(e)
                 continue
@@ -421,7 +426,8 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
         of expressions (or the tuple a tuple ``comm_reducer`` returns, such as argmax's
         ``(index, value)``) defines one output per element, all computed in one stage.
     name, tag, attrs
-        Stage name (printed IR, argument names), a free-form tag and attributes.
+        Stage name (printed IR, argument names), a free-form tag (inside a
+        ``te.tag_scope``, the scope's) and attributes.
 
     Returns
     -------
@@ -435,6 +441,9 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs=None) -
         reduction, a reduction axis used outside its reduction, a spatial axis of another
         compute, a wrong number of index arguments.
     """
+    from .tag import current_tag
+
+    tag = current_tag(tag, f"compute {name!r}")
     shp = _shape(shape, "compute", name)
     names = _axis_names(fcompute, len(shp), name)
     axis = tuple(IterVar(Var(_axis_dtype(0, e), n, True), Range(0, e), "data_par")

@@ -101,6 +101,11 @@ class TensorIntrin:
         return self.op.output(0)
 
     @property
+    def outputs(self) -> tuple:
+        """Every output of ``op`` (several for a ``te.extern`` of several dtypes)."""
+        return tuple(self.op.output(k) for k in range(self.op.num_outputs))
+
+    @property
     def is_reduction(self) -> bool:
         return isinstance(self.op.body[0], Reduce)
 
@@ -206,14 +211,16 @@ def extern(shape, inputs, fcompute: Callable, name: str = "extern", dtype=None,
     Parameters
     ----------
     shape : tuple of int, or a list of shapes
-        The output's shape; a list of several shapes gives one output per shape (of one
-        dtype), returned as a list (see :func:`_extern_outputs`).
+        The output's shape; a list of several shapes gives one output per shape, returned
+        as a list (see :func:`_extern_outputs`).
     inputs : list of Tensor
     fcompute : callable
         ``fcompute(ins, outs) -> statement`` (see above).
     name : str
-    dtype : str, optional
-        The output's dtype (default: the first input's).
+    dtype : str or list of str, optional
+        The output's dtype (default: the first input's); for several outputs one dtype
+        for all, or one per output (outputs of different dtypes, such as a float32 and an
+        int32 one: :func:`_extern_mixed_outputs`).
     in_buffers, out_buffers : None
         Declared layouts are not supported (buffers are compact).
 
@@ -224,13 +231,9 @@ def extern(shape, inputs, fcompute: Callable, name: str = "extern", dtype=None,
     Raises
     ------
     DefinitionTypeError, DefinitionValueError
-        For outputs of several dtypes, declared buffers, no inputs or a fcompute that is
-        not callable.
+        For a dtype list whose length is not the number of outputs, declared buffers, no
+        inputs or a fcompute that is not callable.
     """
-    from .expr import Cast, Const
-    from .reduction import sum as te_sum
-    from .tensor import compute, reduce_axis
-
     if isinstance(shape, (list, tuple)) and shape and isinstance(shape[0], (list, tuple)):
         if len(shape) != 1:
             return _extern_outputs(shape, inputs, fcompute, name, dtype, in_buffers,
@@ -248,28 +251,55 @@ def extern(shape, inputs, fcompute: Callable, name: str = "extern", dtype=None,
                                                f"{type(fcompute).__name__}",
                                                "fcompute(ins, outs) returning a statement"))
     dtype = str(dtype or inputs[0].dtype)
-    # the body only tells the schedule what is read: every element of every input
+    return _extern_stage(tuple(shape), [dtype], inputs, fcompute, name, tag, attrs)[0]
+
+
+def _extern_stage(shape: tuple, dtypes: list, inputs: list, fcompute: Callable, name: str,
+                  tag: str, attrs) -> list:
+    """The stage of a ``te.extern``: one output of ``shape`` per dtype of ``dtypes``, all
+    written by one call of ``fcompute`` (``outs[g]`` the view of output ``g``). Its body
+    only tells the schedule what is read (every element of every input): a sum times zero,
+    or for several outputs one tuple reduction of such sums (the outputs of one stage share
+    its axes, TVM's multi-output rule)."""
+    from .expr import Cast, Const
+    from .reduction import comm_reducer
+    from .reduction import sum as te_sum
+    from .tensor import compute, reduce_axis
+
     raxes = [[reduce_axis((0, e), name=f"{t.name}_{q}") for q, e in enumerate(t.shape)]
              for t in inputs]
+    axes = [r for rs in raxes for r in rs]
 
-    def body(*_):
+    def zero_sum(dtype):
         terms = [Cast(dtype, t[tuple(r)]) if t.dtype != dtype else t[tuple(r)]
                  for t, r in zip(inputs, raxes)]
         total = terms[0]
         for x in terms[1:]:
             total = total + x
-        return te_sum(total * Const(dtype, 0), axis=[r for rs in raxes for r in rs])
+        return total * Const(dtype, 0)
 
-    out = compute(tuple(shape), body, name=name, tag=tag, attrs=dict(attrs or {}))
-    if not out.op.axis:
+    if len(dtypes) == 1:
+        def body(*_):
+            return te_sum(zero_sum(dtypes[0]), axis=axes)
+    else:
+        sums = comm_reducer(lambda x, y: tuple(a + b for a, b in zip(x, y)),
+                            lambda *ts: tuple(Const(t, 0) for t in ts), name="extern_reads")
+
+        def body(*_):
+            return sums(tuple(zero_sum(d) for d in dtypes), axis=axes)
+
+    outs = compute(shape, body, name=name, tag=tag, attrs=dict(attrs or {}))
+    outs = outs if isinstance(outs, list) else [outs]
+    op = outs[0].op
+    if not op.axis:
         raise DefinitionValueError(format_error("extern", "a 0-d output",
                                                 "an output with at least one dimension"))
-    intrin = TensorIntrin(name, out.op, fcompute, tuple(inputs), {}, {})
+    intrin = TensorIntrin(name, op, fcompute, tuple(inputs), {}, {})
     from polytile.tir import probe_parts
 
     object.__setattr__(intrin, "parts", probe_parts(intrin))
-    out.op.attrs[EXTERN_KEY] = intrin
-    return out
+    op.attrs[EXTERN_KEY] = intrin
+    return outs
 
 
 def _extern_outputs(shapes, inputs, fcompute, name, dtype, in_buffers, out_buffers, tag,
@@ -289,11 +319,16 @@ def _extern_outputs(shapes, inputs, fcompute, name, dtype, in_buffers, out_buffe
     default = ins[0].dtype if ins and isinstance(ins[0], Tensor) else None
     dtypes = list(dtype) if isinstance(dtype, (list, tuple)) else [dtype] * len(shapes)
     dtypes = [default if d is None else d for d in dtypes]
-    if len(dtypes) != len(shapes) or len(set(map(str, dtypes))) != 1:
+    if len(dtypes) != len(shapes):
         raise DefinitionValueError(format_error(
-            "extern", f"{name!r}: {len(shapes)} outputs of the dtypes {dtypes}", "outputs of "
-            "one dtype (they are computed as one stacked array)",
-            hint="use one te.extern per dtype, or cast in the extern code"))
+            "extern", f"{name!r}: {len(shapes)} outputs and {len(dtypes)} dtypes",
+            "one dtype, or one per output"))
+    from . import dtype as dt
+
+    dtypes = [dt.canonical(d) for d in dtypes]
+    if len(set(dtypes)) != 1:
+        return _extern_mixed_outputs(shapes, dtypes, ins, fcompute, name, in_buffers,
+                                     out_buffers, tag, attrs)
     if not all(sym.same_shape(x, shapes[0]) for x in shapes):
         return _extern_flat_outputs(shapes, inputs, fcompute, name, dtypes[0], in_buffers,
                                     out_buffers, tag, attrs)
@@ -334,6 +369,41 @@ def _extern_flat_outputs(shapes, inputs, fcompute, name, dtype, in_buffers, out_
     from . import symbolic as sym
     from .tensor import compute
 
+    strides, offsets, total = _flat_layout(shapes, name)
+    def stacked(ins, outs):
+        o = outs[0]
+        views = [BufferView(o.buffer, shape, st, o.offset_of((off,)), name=f"{name}.v{j}")
+                 for j, (shape, st, off) in enumerate(zip(shapes, strides, offsets))]
+        return fcompute(ins, views)
+
+    packed = extern((total,), inputs, stacked, name=name, dtype=dtype, in_buffers=in_buffers,
+                    out_buffers=out_buffers, tag=tag, attrs=attrs)
+
+    return [compute(shape, _flat_part(packed, offsets[j], strides[j]), name=f"{name}.v{j}")
+            for j, shape in enumerate(shapes)]
+
+
+def _flat_part(packed, offset, strides) -> Callable:
+    """The compute body reading an output stored row-major at ``offset`` of ``packed``."""
+    def read(*i):
+        flat = offset
+        for x, st in zip(i, strides):
+            flat = flat + x * st if not isinstance(flat, int) or flat else x * st
+        return packed[flat]
+    return read
+
+
+def _flat_layout(shapes: list, name: str) -> tuple:
+    """Row-major strides of each shape, its offset when stored one after another, and the
+    total size: ``(strides, offsets, total)``.
+
+    Raises
+    ------
+    DefinitionValueError
+        For a shape with a symbolic extent after its first axis (offsets not affine).
+    """
+    from . import symbolic as sym
+
     sizes, strides = [], []
     for shape in shapes:
         st, size = [], 1
@@ -354,22 +424,62 @@ def _extern_flat_outputs(shapes, inputs, fcompute, name, dtype, in_buffers, out_
     for size in sizes:
         offsets.append(total)
         total = sym.add(total, size)
+    return strides, offsets, total
+
+
+def _extern_mixed_outputs(shapes, dtypes, inputs, fcompute, name, in_buffers, out_buffers,
+                          tag, attrs) -> list:
+    """``te.extern`` of outputs of several dtypes (a float32 and an int32 output of one C
+    function): one stage with one flat output per dtype (``{name}.v{g}`` of the stage
+    ``{name}.packed``), the outputs of each dtype stored one after another in it as in
+    :func:`_extern_flat_outputs`; the code gets one compact row-major view per output
+    (its own dtype, in the order of ``shapes``). The flat outputs share the stage's one
+    axis: its extent is the largest total (the sum of the totals where sizes are
+    symbolic). Output ``j`` is the compute ``{name}.v{j}`` reading its part.
+
+    Raises
+    ------
+    DefinitionValueError
+        For declared buffers, or an output whose offset is not affine in the symbolic
+        sizes (see :func:`_flat_layout`).
+    """
+    from polytile.tir import BufferView
+
+    from . import symbolic as sym
+    from .tensor import compute
+
+    if in_buffers is not None or out_buffers is not None:
+        raise DefinitionValueError(format_error(
+            "extern", "declared in_buffers/out_buffers", "compact buffers (leave them out)"))
+    if not inputs or not all(isinstance(t, Tensor) for t in inputs):
+        raise DefinitionTypeError(format_error("extern", f"inputs {inputs!r}",
+                                               "a non-empty list of tensors"))
+    if not callable(fcompute):
+        raise DefinitionTypeError(format_error("extern", f"fcompute is "
+                                               f"{type(fcompute).__name__}",
+                                               "fcompute(ins, outs) returning a statement"))
+    groups = list(dict.fromkeys(dtypes))
+    members = [[j for j, d in enumerate(dtypes) if d == g] for g in groups]
+    layouts = [_flat_layout([shapes[j] for j in m], name) for m in members]
+    totals = [lay[2] for lay in layouts]
+    if all(sym.is_static(t) for t in totals):
+        extent = max(max(sym.static(t) for t in totals), 1)
+    else:
+        extent = 0
+        for t in totals:
+            extent = sym.add(extent, t)
+    where = {}     # output j -> (group, strides, offset)
+    for g, (m, (st, off, _)) in enumerate(zip(members, layouts)):
+        for q, j in enumerate(m):
+            where[j] = (g, st[q], off[q])
 
     def stacked(ins, outs):
-        o = outs[0]
-        views = [BufferView(o.buffer, shape, st, o.offset_of((off,)), name=f"{name}.v{j}")
-                 for j, (shape, st, off) in enumerate(zip(shapes, strides, offsets))]
+        views = [BufferView(outs[g].buffer, shapes[j], st, outs[g].offset_of((off,)),
+                            name=f"{name}.v{j}")
+                 for j, (g, st, off) in sorted(where.items())]
         return fcompute(ins, views)
 
-    packed = extern((total,), inputs, stacked, name=name, dtype=dtype, in_buffers=in_buffers,
-                    out_buffers=out_buffers, tag=tag, attrs=attrs)
-
-    def part(j):
-        def read(*i):
-            flat = offsets[j]
-            for x, st in zip(i, strides[j]):
-                flat = flat + x * st if not isinstance(flat, int) or flat else x * st
-            return packed[flat]
-        return read
-
-    return [compute(shape, part(j), name=f"{name}.v{j}") for j, shape in enumerate(shapes)]
+    packed = _extern_stage((extent,), groups, list(inputs), stacked, f"{name}.packed", tag,
+                           attrs)
+    return [compute(shapes[j], _flat_part(packed[where[j][0]], where[j][2], where[j][1]),
+                    name=f"{name}.v{j}") for j in range(len(shapes))]

@@ -1,12 +1,16 @@
-"""Fixtures shared by the te/ and schedule/ tests (helpers live in ``tests/helpers.py``).
+"""Fixtures shared by the tests (helpers live in ``tests/helpers.py``).
 
 Tests marked ``gpu`` are skipped (autouse fixture below) unless a CUDA device is present;
-tests marked ``slow`` run only when selected (``pytest -m slow``).
+tests marked ``slow`` run only when selected (``pytest -m slow``). CUDA tests run on a GPU
+and on the emulated driver of ``tests/targets/cuda_emulator.py`` through ``cuda_device``
+and ``cuda_build``.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import sys
 
 import pytest
 from helpers import BACKENDS, require_backend
@@ -58,3 +62,61 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("slow") is not None:
             item.add_marker(skip)
+
+
+# ------------------------------------------------------------------ CUDA: a GPU or the emulator
+def _cuda_emulator():
+    """``tests/targets/cuda_emulator.py``, imported under the name the test files use."""
+    where = os.path.join(os.path.dirname(os.path.abspath(__file__)), "targets")
+    if where not in sys.path:
+        sys.path.insert(0, where)
+    import cuda_emulator
+
+    return cuda_emulator
+
+
+@pytest.fixture
+def emulated_cuda(tmp_path, monkeypatch):
+    """polytile's CUDA runtime on the emulated driver (the generated CUDA C compiled by g++
+    for the host) for the duration of the test; the fixture's value is the
+    ``EmulatedDriver`` (``.launches`` records each launch). Skips the test without g++."""
+    with _cuda_emulator().installed(tmp_path, monkeypatch) as drv:
+        yield drv
+
+
+@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
+def cuda_device(request) -> str:
+    """Where a CUDA test runs: ``"gpu"`` (CUDA device 0, test marked ``gpu``) or
+    ``"emulated"`` (the driver of :func:`emulated_cuda`, installed for the test)."""
+    if request.param == "emulated":
+        request.getfixturevalue("emulated_cuda")
+    return request.param
+
+
+@pytest.fixture
+def cuda_build(cuda_device, tmp_path):
+    """``cuda_build(s, args, **options)``: ``polytile.build(s, args, "cuda", **options)`` on
+    the device of :func:`cuda_device` (on a GPU the binaries are cached under ``tmp_path``;
+    skipped without a CUDA compiler). ``cuda_build.emulated`` tells which, and
+    ``cuda_build.driver`` is the emulated driver (None on a GPU)."""
+    import polytile
+
+    if cuda_device == "gpu":
+        from polytile.targets.cuda import compile as cc
+
+        if cc.available_compiler() is None:
+            pytest.skip("no CUDA compiler")
+        options = {"cache_dir": tmp_path}
+    else:
+        options = {}
+
+    def build(s, args, **kw):
+        return polytile.build(s, args, "cuda", **{**options, **kw})
+
+    build.emulated = cuda_device == "emulated"
+    build.driver = None
+    if build.emulated:
+        from polytile.targets.cuda import runtime
+
+        build.driver = runtime._state["driver"]
+    return build

@@ -24,15 +24,16 @@ same explicit conversion.
 
 Helps: CPUs have no bfloat16 arithmetic; CUDA's ``__nv_bfloat16`` operators differ between
 architectures. Models: TVM's ``BF16ComputeLegalize``/``BF16StorageLegalize`` (which round
-only at stores; polytile rounds every operation, see :mod:`polytile.te.dtype`).
+only at stores; polytile rounds every operation, see :mod:`polytile.te.dtype`). The
+rewrite of operations is :mod:`.storage_dtype`'s, shared with the int4 pass.
 """
 
 from __future__ import annotations
 
-from polytile.te.expr import Binary, Call, Cast, Cmp, Const, Expr
-from polytile.te.visitor import ExprMutator, post_order_visit
+from polytile.te.expr import Cast, Const, Expr
 
-from ..loop_ir import LetStmt, Stmt, StmtMutator, Store, stmt_exprs, walk_stmts
+from ..loop_ir import LetStmt, Stmt
+from .storage_dtype import WidenArithmetic, WidenStmts, uses_dtype
 
 BF16, F32 = "bfloat16", "float32"
 
@@ -57,28 +58,25 @@ def _to(dtype: str, x: Expr) -> Expr:
     return Cast(dtype, x)
 
 
-class _Exprs(ExprMutator):
-    def visit_Binary(self, e: Binary):
-        a, b = self.visit(e.a), self.visit(e.b)
-        if e.dtype == BF16:
-            return Cast(BF16, Binary(F32, e.op, _up(a), _up(b)))
-        return e if a is e.a and b is e.b else Binary(e.dtype, e.op, a, b)
+def _is_bf16(dtype: str) -> bool:
+    return dtype == BF16
 
-    def visit_Cmp(self, e: Cmp):
-        a, b = self.visit(e.a), self.visit(e.b)
-        if a.dtype == BF16:
-            return Cmp(e.dtype, e.op, _up(a), _up(b))
-        return e if a is e.a and b is e.b else Cmp(e.dtype, e.op, a, b)
 
-    def visit_Call(self, e: Call):
-        args = tuple(self.visit(a) for a in e.args)
-        if e.dtype != BF16 and all(a.dtype != BF16 for a in args):
-            return e if all(x is y for x, y in zip(args, e.args)) else Call(e.dtype, e.name,
-                                                                             args)
-        up = tuple(_up(a) if a.dtype == BF16 else a for a in args)
-        if e.dtype == BF16:
-            return Cast(BF16, Call(F32, e.name, up))
-        return Call(e.dtype, e.name, up)
+class _Exprs(WidenArithmetic):
+    """bfloat16 values stay bfloat16; each operation converts its operands (``_up``) and
+    rounds its result."""
+
+    def narrow(self, dtype: str) -> bool:
+        return _is_bf16(dtype)
+
+    def wide(self, dtype: str) -> str:
+        return F32
+
+    def widen(self, x: Expr) -> Expr:
+        return _up(x)
+
+    def narrowed(self, x: Expr, dtype: str) -> Expr:
+        return Cast(BF16, x)
 
     def visit_Cast(self, e: Cast):
         v = self.visit(e.value)
@@ -87,47 +85,31 @@ class _Exprs(ExprMutator):
         return e if v is e.value else Cast(e.dtype, v)
 
 
-class _Stmts(StmtMutator):
+def _converted(value: Expr, dtype: str) -> Expr:
+    """``value`` converted to ``dtype`` where one of the two is bfloat16 (a store or a
+    ``LetStmt`` binding of another dtype)."""
+    if BF16 in (dtype, value.dtype) and value.dtype != dtype:
+        return _to(dtype, value)
+    return value
+
+
+class _Stmts(WidenStmts):
     def __init__(self):
-        self.exprs = _Exprs()
+        super().__init__(_Exprs())
 
-    def visit_expr(self, e: Expr) -> Expr:
-        return self.exprs.visit(e)
-
-    def visit_Store(self, s: Store):
-        out = self.generic_visit(s)
-        if BF16 in (out.buffer.dtype, out.value.dtype) and out.value.dtype != out.buffer.dtype:
-            return Store(out.buffer, out.indices, _to(out.buffer.dtype, out.value))
-        return out
+    def stored(self, value: Expr, dtype: str) -> Expr:
+        return _converted(value, dtype)
 
     def visit_LetStmt(self, s: LetStmt):
         out = self.generic_visit(s)
-        if BF16 in (out.var.dtype, out.value.dtype) and out.value.dtype != out.var.dtype:
-            return LetStmt(out.var, _to(out.var.dtype, out.value), out.body)
-        return out
-
-
-def _uses_bfloat16(s: Stmt) -> bool:
-    found = []
-
-    def see(e: Expr) -> None:
-        if e.dtype == BF16:
-            found.append(e)
-
-    for x in walk_stmts(s):
-        if isinstance(x, Store) and x.buffer.dtype == BF16:
-            return True
-        for e in stmt_exprs(x):
-            post_order_visit(e, see)
-            if found:
-                return True
-    return False
+        v = _converted(out.value, out.var.dtype)
+        return out if v is out.value else LetStmt(out.var, v, out.body)
 
 
 def legalize_bfloat16(s: Stmt) -> Stmt:
     """Rewrite every ``bfloat16`` operation of ``s`` into ``float32`` arithmetic and one
     rounding conversion (see the module docstring). Returns ``s`` itself when it uses no
     ``bfloat16``."""
-    if not _uses_bfloat16(s):
+    if not uses_dtype(s, _is_bf16):
         return s
     return _Stmts().visit(s)

@@ -31,13 +31,20 @@ Guarantees:
   index, each iteration stores rows of its own, which start on whole bytes). A
   vectorized loop that stores to an ``int4`` buffer runs as a serial loop (its lanes
   would read and write one byte together). A serial loop whose
-  body stores one element of a row per iteration, at an even offset plus the loop
-  variable, stores pairs instead: two elements computed, their byte stored whole (no
-  read-modify-write, so that the compilers vectorize it), an odd last element alone.
+  body stores one element of a row per iteration, at an offset plus the loop variable,
+  stores pairs instead: two elements computed, their byte stored whole (no
+  read-modify-write, so that the compilers vectorize it); a first element on a high
+  nibble (an odd offset, known or tested at run time) and an odd last element alone. A
+  body guarded by an upper bound on the index (``if 6 * tx + j < n``: a split that does
+  not divide the row) becomes a loop over ``min(extent, n - 6 * tx)`` elements, paired
+  the same way.
 
 Refused (``LoweringError`` naming the buffer): a symbolic last extent (the packed array
 would not tell ``n``), and ``int4`` operands of tensor intrinsics and ``te.extern`` calls
 (their code would see bytes, not elements).
+
+The rewrite of operations in :func:`legalize_int4` is :mod:`.storage_dtype`'s, shared with
+the bfloat16 pass.
 
 Helps: TVM's int4 tensors (quantised weights) at half the memory of int8. Models: numpy's
 ``packbits`` layout convention (low part first), TVM's sub-byte ``Buffer`` storage.
@@ -48,13 +55,15 @@ from __future__ import annotations
 from polytile.errors import InternalError, LoweringError, format_error
 from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
-from polytile.te.expr import And, Binary, Call, Cast, Cmp, Const, Expr, Select, Var
+from polytile.te.expr import And, Binary, Cast, Cmp, Const, Expr, Select, Var
 from polytile.te.visitor import ExprMutator, post_order_visit, substitute
 
 from ..kinds import LoopKind, thread_private
-from ..loop_ir import (AccessPtr, Allocate, Buffer, Evaluate, ExternCall, For, KernelLaunch,
+from ..loop_ir import (AccessPtr, Allocate, Buffer, Evaluate, ExternCall, For, IfThenElse,
+                       KernelLaunch,
                        LetStmt, Load, PrimFunc, Stmt, StmtMutator, Store, TensorCall,
-                       stmt_exprs, walk_stmts)
+                       walk_stmts)
+from .storage_dtype import WidenArithmetic, WidenStmts, uses_dtype
 
 #: the name of the atomic nibble store (``ExternCall`` of kind ``atomic``): arguments
 #: ``(AccessPtr(byte), shift, value)`` with ``shift`` 0 or 4 and ``value`` in [0, 15]
@@ -79,32 +88,26 @@ def wrap(v: Expr, dtype: str) -> Expr:
     return Binary("int8", "sub", Binary("int8", "bitxor", low, _c("int8", 8)), _c("int8", 8))
 
 
-def _uses_int4(s: Stmt) -> bool:
-    found = []
-
-    def see(e: Expr) -> None:
-        if dt.is_int4(e.dtype):
-            found.append(e)
-
-    for x in walk_stmts(s):
-        if isinstance(x, (Store, Allocate)) and dt.is_int4(x.buffer.dtype):
-            return True
-        if isinstance(x, TensorCall) and any(dt.is_int4(b.dtype) for b in x.buffers):
-            return True
-        for e in stmt_exprs(x):
-            post_order_visit(e, see)
-            if found:
-                return True
-    return False
-
-
 # ------------------------------------------------------------------ arithmetic in 8 bits
-class _Arith(ExprMutator):
-    """Every ``int4`` expression becomes its carrier (see the module docstring)."""
+class _Arith(WidenArithmetic):
+    """Every ``int4`` expression becomes its carrier (see the module docstring): its leaves
+    at once, so that the operands of an operation are carriers already."""
 
     def __init__(self, renamed: dict):
         super().__init__()
         self.renamed = renamed    # int4 Var -> its carrier Var (let-bound variables)
+
+    def narrow(self, dtype: str) -> bool:
+        return dt.is_int4(dtype)
+
+    def wide(self, dtype: str) -> str:
+        return carrier(dtype)
+
+    def widen(self, x: Expr) -> Expr:
+        return x
+
+    def narrowed(self, x: Expr, dtype: str) -> Expr:
+        return wrap(x, dtype)
 
     def visit_Var(self, e: Var):
         return self.renamed.get(e, e)
@@ -115,12 +118,6 @@ class _Arith(ExprMutator):
     def visit_Load(self, e: Load):
         out = self.generic_visit(e)
         return Cast(carrier(e.dtype), out) if dt.is_int4(e.dtype) else out
-
-    def visit_Binary(self, e: Binary):
-        a, b = self.visit(e.a), self.visit(e.b)
-        if dt.is_int4(e.dtype):
-            return wrap(Binary(carrier(e.dtype), e.op, a, b), e.dtype)
-        return e if a is e.a and b is e.b else Binary(e.dtype, e.op, a, b)
 
     def visit_Cast(self, e: Cast):
         v = self.visit(e.value)
@@ -137,23 +134,21 @@ class _Arith(ExprMutator):
             return Select(carrier(e.dtype), out.cond, out.true_value, out.false_value)
         return out
 
-    def visit_Call(self, e: Call):
-        out = self.generic_visit(e)
-        if dt.is_int4(e.dtype):
-            return wrap(Call(carrier(e.dtype), e.name, out.args), e.dtype)
-        return out
 
-
-class _ArithStmts(StmtMutator):
+class _ArithStmts(WidenStmts):
     def __init__(self):
         self.renamed: dict = {}
-        self.ex = _Arith(self.renamed)
+        super().__init__(_Arith(self.renamed))
 
     def visit_expr(self, e: Expr) -> Expr:
-        out = self.ex.visit(e)
+        out = super().visit_expr(e)
         if dt.is_int4(out.dtype):
             raise InternalError(f"legalize_int4: {out.dtype} expression {out} left")
         return out
+
+    def stored(self, value: Expr, dtype: str) -> Expr:
+        # the value is a carrier in the 4-bit range: the conversion only names the dtype
+        return Cast(dtype, value) if dt.is_int4(dtype) else value
 
     def visit_LetStmt(self, s: LetStmt):
         if dt.is_int4(s.var.dtype):
@@ -161,17 +156,11 @@ class _ArithStmts(StmtMutator):
         return self.generic_visit(s) if not dt.is_int4(s.var.dtype) else LetStmt(
             self.renamed[s.var], self.visit_expr(s.value), self.visit(s.body))
 
-    def visit_Store(self, s: Store):
-        out = self.generic_visit(s)
-        if dt.is_int4(out.buffer.dtype):
-            return Store(out.buffer, out.indices, Cast(out.buffer.dtype, out.value))
-        return out
-
 
 def legalize_int4(s: Stmt) -> Stmt:
     """Rewrite every ``int4``/``uint4`` operation of ``s`` into 8-bit arithmetic wrapped to
     4 bits (see the module docstring). Returns ``s`` itself when it uses no ``int4``."""
-    if not _uses_int4(s):
+    if not uses_dtype(s, dt.is_int4):
         return s
     return _ArithStmts().visit(s)
 
@@ -287,20 +276,30 @@ class _Pack(StmtMutator):
 
     def _paired(self, s: For) -> Stmt | None:
         """A loop whose body stores one element of an int4 row per iteration, at ``base +
-        var`` with ``base`` even and a constant even extent's worth of pairs: each
-        iteration of the new loop computes two elements and stores their byte whole (no
-        read-modify-write, nothing carried from one iteration to the next, so the C
-        compiler and LLVM can vectorize it); an odd last element is stored alone. The
-        value must not read the buffer it is stored to (the two elements would then be
-        computed before the first is stored). None where the loop is not of that form."""
-        st = s.body
+        var``: each iteration of the new loop computes two elements and stores their byte
+        whole (no read-modify-write, nothing carried from one iteration to the next, so
+        the C compiler and LLVM can vectorize it). Where ``base`` may be odd (a split by
+        an odd factor) the first element is stored alone when it is; an odd last element
+        likewise (alone: its neighbour nibble keeps what it held). A body guarded by ``if
+        base + var < bound`` (a split that does not divide the row, on a GPU) runs over
+        ``min(extent, bound - base)`` elements instead, the guard's other conditions
+        (free of ``var``) around the loop. The value must not read the buffer it is
+        stored to (the two elements would then be computed before the first is stored).
+        None where the loop is not of that form."""
+        st, guard, bound = s.body, None, None
+        if isinstance(st, IfThenElse) and st.else_case is None:
+            split = _split_guard(st.cond, s.var)
+            if split is None:
+                return None
+            guard, bound = split
+            st = st.then_case
         if not (isinstance(st, Store) and id(st.buffer) in self.packed and st.indices
                 and isinstance(s.min, Const) and s.min.value == 0 and s.step == 1
                 and not (isinstance(s.extent, Const) and int(s.extent.value) < 2)):
             return None
         v = s.var
         base = _offset_of(st.indices[-1], v)
-        if base is None or not _even(base) or any(_reads(i, v) for i in st.indices[:-1]):
+        if base is None or any(_reads(i, v) for i in st.indices[:-1]):
             return None
         if any(isinstance(x, Load) and x.buffer is st.buffer for x in _loads(st.value)):
             return None
@@ -308,38 +307,54 @@ class _Pack(StmtMutator):
         val = st.value.value if isinstance(st.value, Cast) and \
             st.value.dtype == st.buffer.dtype else st.value
         jj = Var("int64", f"{v.name}.pair")
+        from ..loop_ir import seq
+
+        If = IfThenElse
+
+        # n elements, the first at an odd offset when head is 1 (Const where known)
+        n = _fold(s.extent) if isinstance(s.extent, Const) else _i64(self.visit_expr(s.extent))
+        if bound is not None:
+            n = Binary("int64", "min", _i64(n), self.visit_expr(bound))
+        vb = _i64(self.visit_expr(base))
+        head = _c("int64", 0) if _even(base) else (
+            _c("int64", int(base.value) & 1) if isinstance(base, Const) else
+            Binary("int64", "bitand", vb, _c("int64", 1)))
+        rest = _sub(n, head)
+
+        def at(j: Expr, what: Expr) -> Expr:
+            return self.visit_expr(substitute(what, {v: j if v.dtype == "int64" else
+                                                     Cast(v.dtype, j)}))
 
         def nib(j: Expr) -> Expr:
-            x = self.visit_expr(substitute(val, {v: j}))
+            x = at(j, val)
             x = x if x.dtype == "uint8" else Cast("uint8", x)
             return Binary("uint8", "bitand", x, _c("uint8", 15))
 
-        two = Binary("int64", "mul", jj, _c("int64", 2))
-        lo, hi = nib(two), nib(Binary("int64", "add", two, _c("int64", 1)))
-        lead = tuple(self.visit_expr(i) for i in st.indices[:-1])
-        half = Binary("int64", "add", Binary("int64", "shr", _i64(self.visit_expr(base)),
-                                             _c("int64", 1)), jj) if not (
-            isinstance(base, Const) and base.value == 0) else jj
-        byte = Binary("uint8", "bitor", lo, Binary("uint8", "shl", hi, _c("uint8", 4)))
-        body = Store(p, lead + (half,), byte)
-        from ..loop_ir import IfThenElse, seq
+        def alone(j: Expr) -> Stmt:
+            jv = j if v.dtype == "int64" else Cast(v.dtype, j)
+            return self.visit(Store(st.buffer, st.indices[:-1] + (substitute(
+                st.indices[-1], {v: jv}),), substitute(st.value, {v: jv})))
 
-        if isinstance(s.extent, Const):
-            n = int(s.extent.value)
-            pairs, odd, last_j = _c("int64", n // 2), n % 2 == 1, _c("int64", n - 1)
-        else:   # a ragged tile, min(F, N - F * outer): checked at run time
-            n = _i64(self.visit_expr(s.extent))
-            pairs = Binary("int64", "shr", n, _c("int64", 1))
-            odd = And("bool", Cmp("bool", "gt", n, _c("int64", 0)),
-                      Cmp("bool", "ne", Binary("int64", "bitand", n, _c("int64", 1)),
-                          _c("int64", 0)))
-            last_j = Binary("int64", "sub", n, _c("int64", 1))
-        out = For(jj, _c("int64", 0), pairs, s.kind, body, 1, s.pragmas)
-        if odd is False:
-            return out
-        last = self.visit(Store(st.buffer, st.indices[:-1] + (substitute(
-            st.indices[-1], {v: last_j}),), substitute(st.value, {v: last_j})))
-        return seq(out, last if odd is True else IfThenElse(odd, last))
+        two = _add(head, Binary("int64", "mul", jj, _c("int64", 2)))
+        lo, hi = nib(two), nib(_add(two, _c("int64", 1)))
+        lead = tuple(self.visit_expr(i) for i in st.indices[:-1])
+        start = _add(vb, head)
+        half = jj if isinstance(start, Const) and start.value == 0 else Binary(
+            "int64", "add", Binary("int64", "shr", start, _c("int64", 1)), jj)
+        byte = Binary("uint8", "bitor", lo, Binary("uint8", "shl", hi, _c("uint8", 4)))
+        out = [For(jj, _c("int64", 0), _shr1(rest), s.kind, Store(p, lead + (half,), byte), 1,
+                   s.pragmas)]
+        if not (isinstance(head, Const) and head.value == 0):
+            first = alone(_c("int64", 0))
+            out.insert(0, first if isinstance(head, Const) and isinstance(n, Const) else
+                       If(_and(_ne0(head), _gt0(n)), first))
+        if not (isinstance(rest, Const) and rest.value % 2 == 0):
+            last = alone(_sub(n, _c("int64", 1)))
+            out.append(last if isinstance(rest, Const) else
+                       If(And("bool", _gt0(rest), _ne0(Binary("int64", "bitand", rest,
+                                                              _c("int64", 1)))), last))
+        body = seq(*out)
+        return body if guard is None else If(self.visit_expr(guard), body)
 
     def visit_KernelLaunch(self, s: KernelLaunch):
         self.kernel += 1
@@ -420,6 +435,83 @@ class _Pack(StmtMutator):
 
 def _i64(e: Expr) -> Expr:
     return e if e.dtype == "int64" else Cast("int64", e)
+
+
+def _fold(e: Expr) -> Expr:
+    return _c("int64", int(e.value)) if isinstance(e, Const) else _i64(e)
+
+
+def _add(a: Expr, b: Expr) -> Expr:
+    if isinstance(a, Const) and isinstance(b, Const):
+        return _c("int64", int(a.value) + int(b.value))
+    if isinstance(b, Const) and b.value == 0:
+        return _i64(a)
+    if isinstance(a, Const) and a.value == 0:
+        return _i64(b)
+    return Binary("int64", "add", _i64(a), _i64(b))
+
+
+def _sub(a: Expr, b: Expr) -> Expr:
+    if isinstance(a, Const) and isinstance(b, Const):
+        return _c("int64", int(a.value) - int(b.value))
+    if isinstance(b, Const) and b.value == 0:
+        return _i64(a)
+    return Binary("int64", "sub", _i64(a), _i64(b))
+
+
+def _shr1(e: Expr) -> Expr:
+    if isinstance(e, Const):
+        return _c("int64", int(e.value) >> 1)
+    return Binary("int64", "shr", e, _c("int64", 1))
+
+
+def _ne0(e: Expr) -> Expr:
+    return Cmp("bool", "ne", e, _c("int64", 0))
+
+
+def _gt0(e: Expr) -> Expr:
+    return Cmp("bool", "gt", e, _c("int64", 0))
+
+
+def _and(a: Expr, b: Expr) -> Expr:
+    return And("bool", a, b)
+
+
+def _conjuncts(e: Expr) -> list:
+    if isinstance(e, And):
+        return _conjuncts(e.a) + _conjuncts(e.b)
+    return [e]
+
+
+def _split_guard(cond: Expr, v: Var) -> tuple | None:
+    """``(guard, bound)`` with ``cond`` equivalent to ``guard and v < bound`` (an int64
+    expression free of ``v``): ``guard`` the conjuncts of ``cond`` free of ``v`` (None if
+    there are none), ``bound`` from the one conjunct that reads ``v``, ``x + v <= c`` /
+    ``< c`` or ``c >= x + v`` / ``> c``. None for any other use of ``v``."""
+    free, bound = [], None
+    for c in _conjuncts(cond):
+        if not _reads(c, v):
+            free.append(c)
+            continue
+        if bound is not None or not isinstance(c, Cmp):
+            return None
+        if _reads(c.a, v) and not _reads(c.b, v) and c.op in ("le", "lt"):
+            idx, lim, incl = c.a, c.b, c.op == "le"
+        elif _reads(c.b, v) and not _reads(c.a, v) and c.op in ("ge", "gt"):
+            idx, lim, incl = c.b, c.a, c.op == "ge"
+        else:
+            return None
+        off = _offset_of(idx, v)
+        if off is None:
+            return None
+        top = _add(lim, _c("int64", 1)) if incl else _i64(lim)
+        bound = top if isinstance(off, Const) and off.value == 0 else _sub(top, off)
+    if bound is None:
+        return None
+    guard = None
+    for c in free:
+        guard = c if guard is None else And("bool", guard, c)
+    return guard, bound
 
 
 def _reads(e: Expr, v: Var) -> bool:

@@ -27,6 +27,10 @@ Why: the barrier of iteration ``k`` follows every thread's ``wait(N)`` of iterat
 with tile ``k`` in use and ``k + 1 .. k + D - 1`` landing, the copy of tile ``k + D`` takes
 the remaining slot, ``(k + D) % S == (k - N - 1) % S``.
 
+With ``fragment_prefetch`` (a synchronous compute loading register fragments per k step)
+the steady state also moves the next iteration's barrier and first fragment loads before
+the last step's MMAs: :mod:`.fragment_prefetch`.
+
 Each ``B`` gets a leading dimension of ``S`` slots. Why it is right: the copy issued at
 iteration ``k`` writes the slot ``C(k - 1)`` read, and every thread has finished
 ``C(k - 1)`` when it passes the barrier of iteration ``k``; ``C(k)`` reads the slot written
@@ -41,13 +45,15 @@ from __future__ import annotations
 
 from polytile.errors import fail
 from polytile.te.expr import Binary, Cmp, Const, Expr
-from polytile.te.visitor import ExprMutator, collect, structural_equal
+from polytile.te.visitor import collect, structural_equal
 
-from ..kinds import LoopKind, PipelinePragma, thread_private
+from ..kinds import LoopKind, PipelinePragma
 from ..loop_ir import (Buffer, Evaluate, ExternCall, For, IfThenElse, Load, Seq, Stmt,
                        StmtMutator, Store, Sync, TensorCall, seq, stmt_exprs, walk_stmts)
 from .async_copy import async_copy_refusal, commit_group, is_async_copy, mark_async, wait_group
+from .fragment_prefetch import prefetch_fragments
 from .loops import substitute_stmt
+from .pipeline_slots import Slots, add, invariant, refuse, sub
 
 
 def _pragma(s: For) -> PipelinePragma | None:
@@ -96,61 +102,6 @@ def _uses(s: Stmt, buf: Buffer) -> int:
             n += sum(b is buf for b in (x.buffers[-1:] if x.part == "reset" else x.buffers))
         n += sum(ld.buffer is buf for e in stmt_exprs(x) for ld in collect(e, Load))
     return n
-
-
-class _SlotLoads(ExprMutator):
-    def __init__(self, new: dict, slot: Expr):
-        self.new, self.slot = new, slot
-
-    def visit_Load(self, x: Load):
-        x = self.generic_visit(x)
-        if id(x.buffer) in self.new:
-            return Load(x.dtype, self.new[id(x.buffer)], (self.slot,) + tuple(x.indices))
-        return x
-
-
-class _Slots(StmtMutator):
-    """Accesses of the buffers of ``new`` (old buffer id -> new buffer) at slot ``slot``."""
-
-    def __init__(self, new: dict, slot: Expr):
-        self.new, self.slot = new, slot
-        self.loads = _SlotLoads(new, slot)
-
-    def visit_expr(self, e):
-        return self.loads.visit(e)
-
-    def visit_Store(self, s: Store):
-        s = self.generic_visit(s)
-        if id(s.buffer) in self.new:
-            return Store(self.new[id(s.buffer)], (self.slot,) + tuple(s.indices), s.value)
-        return s
-
-    def visit_TensorCall(self, s: TensorCall):
-        s = self.generic_visit(s)
-        if not any(id(b) in self.new for b in s.buffers):
-            return s
-        idx = []
-        for b, ix in zip(s.buffers, s.operand_indices()):
-            idx += ([self.slot] if id(b) in self.new else []) + list(ix)
-        bufs = tuple(self.new.get(id(b), b) for b in s.buffers)
-        return TensorCall(s.intrin, s.part, bufs, s.shapes, s.strides, tuple(idx), s.body)
-
-
-def _i64(v) -> Expr:
-    return Const("int64", v) if isinstance(v, int) else v
-
-
-def _add(a: Expr, b) -> Expr:
-    return Binary("int64", "add", a, _i64(b))
-
-
-def _sub(a: Expr, b: Expr) -> Expr:
-    return a if isinstance(b, Const) and b.value == 0 else Binary("int64", "sub", a, b)
-
-
-def _invariant(cond: Expr, var) -> bool:
-    """``cond`` reads no memory and not ``var``: the same in every iteration of its loop."""
-    return not collect(cond, Load) and not any(v is var for v in collect(cond, type(var)))
 
 
 def _is_copy(s: Stmt, body_writes: set) -> bool:
@@ -235,56 +186,13 @@ def _one_guard(body: Stmt, var) -> Stmt:
     first = body.stmts[0]
     if not all(isinstance(x, IfThenElse) and x.else_case is None for x in body.stmts):
         return body
-    if not _invariant(first.cond, var) or not all(
+    if not invariant(first.cond, var) or not all(
             structural_equal(x.cond, first.cond) for x in body.stmts[1:]):
         return body
     flat = []
     for x in body.stmts:
         flat.extend(x.then_case.stmts if isinstance(x.then_case, Seq) else (x.then_case,))
     return IfThenElse(first.cond, Seq(tuple(flat)))
-
-
-def _reads(s: Stmt, bufs) -> set:
-    """Ids of the buffers of ``bufs`` (a set of ids) that ``s`` reads."""
-    out = set()
-    for x in walk_stmts(s):
-        if isinstance(x, TensorCall) and x.part != "reset":
-            out |= {id(b) for b in x.buffers[:-1]} & bufs
-        out |= {id(ld.buffer) for e in stmt_exprs(x) for ld in collect(e, Load)} & bufs
-    return out
-
-
-class _RenameLoads(ExprMutator):
-    def __init__(self, new: dict):
-        self.new = new
-
-    def visit_Load(self, x: Load):
-        x = self.generic_visit(x)
-        b = self.new.get(id(x.buffer))
-        return x if b is None else Load(x.dtype, b, x.indices)
-
-
-class _Rename(StmtMutator):
-    """Every access of the buffers of ``new`` (old buffer id -> new buffer) renamed."""
-
-    def __init__(self, new: dict):
-        self.new = new
-        self.loads = _RenameLoads(new)
-
-    def visit_expr(self, e):
-        return self.loads.visit(e)
-
-    def visit_Store(self, s: Store):
-        s = self.generic_visit(s)
-        b = self.new.get(id(s.buffer))
-        return s if b is None else Store(b, s.indices, s.value)
-
-    def visit_TensorCall(self, s: TensorCall):
-        s = self.generic_visit(s)
-        if not any(id(b) in self.new for b in s.buffers):
-            return s
-        bufs = tuple(self.new.get(id(b), b) for b in s.buffers)
-        return TensorCall(s.intrin, s.part, bufs, s.shapes, s.strides, s.indices, s.body)
 
 
 class _Pipeline(StmtMutator):
@@ -299,14 +207,10 @@ class _Pipeline(StmtMutator):
         p = _pragma(s)
         return s if p is None else self.rewrite(s, p)
 
-    def refuse(self, p: PipelinePragma, what: str, expected: str, **ctx):
-        fail("pipeline", f"loop {p.axis!r} of stage {p.stage!r}: {what}", expected,
-             hint=ctx.pop("hint", None), **ctx)
-
     def rewrite(self, s: For, p: PipelinePragma) -> Stmt:
         body = _one_guard(s.body, s.var)
         if isinstance(body, IfThenElse) and body.else_case is None and \
-                _invariant(body.cond, s.var):
+                invariant(body.cond, s.var):
             # a guard of the whole body that does not change with the loop (the partial
             # tile rows of grouped blocks): `for k: if c: B` is `if c: for k: B`
             inner = For(s.var, s.min, s.extent, s.kind, body.then_case, s.step, s.pragmas)
@@ -322,75 +226,75 @@ class _Pipeline(StmtMutator):
             i += 1
         compute = stmts[i + 1:]
         if not copies or i == len(stmts) or not compute:
-            self.refuse(p, "its body is not <copies into shared memory>, barrier, <compute>",
-                        "a loop that shared stages are computed at (compute_at) and "
-                        "read after", Loop_body=str(s.body).strip().splitlines()[0][:200],
-                        hint="pipeline the loop the cache_read stages are attached at")
+            refuse(p, "its body is not <copies into shared memory>, barrier, <compute>",
+                   "a loop that shared stages are computed at (compute_at) and "
+                   "read after", Loop_body=str(s.body).strip().splitlines()[0][:200],
+                   hint="pipeline the loop the cache_read stages are attached at")
         bufs: dict = {}
         for c in copies:
             for x in walk_stmts(c):
                 if isinstance(x, TensorCall) or (isinstance(x, Store)
                                                  and x.buffer.scope != "shared"):
                     name = x.buffers[-1].name if isinstance(x, TensorCall) else x.buffer.name
-                    self.refuse(p, f"the statements before its barrier write {name!r}, "
-                                "which is not a shared copy", "only shared copies there")
+                    refuse(p, f"the statements before its barrier write {name!r}, "
+                           "which is not a shared copy", "only shared copies there")
                 if isinstance(x, Store):
                     bufs[id(x.buffer)] = x.buffer
                 if isinstance(x, For) and x.kind == LoopKind.VECTORIZED and self.asynchronous:
                     why = async_copy_refusal(x)
                     if why is not None:
                         st = next(y for y in walk_stmts(x) if isinstance(y, Store))
-                        self.refuse(p, f"the copy into {st.buffer.name!r} (stage "
-                                    f"{st.buffer.name!r}, loop {x.var.name!r}) cannot be a "
-                                    f"16-byte cp.async: {why}", "16-byte vector copies with "
-                                    "aligned addresses", hint="vectorize the copy into 8 "
-                                    "float16 (4 float32) lanes; row lengths and storage_align "
-                                    "padding multiples of the vector")
+                        refuse(p, f"the copy into {st.buffer.name!r} (stage "
+                               f"{st.buffer.name!r}, loop {x.var.name!r}) cannot be a "
+                               f"16-byte cp.async: {why}", "16-byte vector copies with "
+                               "aligned addresses", hint="vectorize the copy into 8 "
+                               "float16 (4 float32) lanes; row lengths and storage_align "
+                               "padding multiples of the vector")
         for c in copies if self.asynchronous else ():
             bare = [x for x in walk_stmts(c) if isinstance(x, Store)
                     and not any(is_async_copy(f) and any(y is x for y in walk_stmts(f))
                                 for f in walk_stmts(c) if isinstance(f, For)
                                 and f.kind == LoopKind.VECTORIZED)]
             if bare:
-                self.refuse(p, f"the copy into {bare[0].buffer.name!r} (stage "
-                            f"{bare[0].buffer.name!r}) is not a vectorized loop",
-                            "copies that are 16-byte cp.async vector loops",
-                            hint=f"s[{bare[0].buffer.name}].vectorize(<innermost copy axis>) "
-                            "with 8 float16 (4 float32) lanes")
+                refuse(p, f"the copy into {bare[0].buffer.name!r} (stage "
+                       f"{bare[0].buffer.name!r}) is not a vectorized loop",
+                       "copies that are 16-byte cp.async vector loops",
+                       hint=f"s[{bare[0].buffer.name}].vectorize(<innermost copy axis>) "
+                       "with 8 float16 (4 float32) lanes")
         body_writes = _written(s.body)
         for c in copies:
             for ld in _loads(c):
                 if id(ld.buffer) in body_writes or ld.buffer.scope in ("shared", "local"):
-                    self.refuse(p, f"a copy reads {ld.buffer.name!r}, which the loop writes "
-                                "or which is not global memory", "copies of global inputs")
+                    refuse(p, f"a copy reads {ld.buffer.name!r}, which the loop writes "
+                           "or which is not global memory", "copies of global inputs")
         for c in compute:
             w = _written(c) & set(bufs)
             if w:
-                self.refuse(p, f"its compute writes the copied buffer "
-                            f"{bufs[next(iter(w))].name!r}", "a compute that only reads it")
+                refuse(p, f"its compute writes the copied buffer "
+                       f"{bufs[next(iter(w))].name!r}", "a compute that only reads it")
             if any(isinstance(x, For) and _pragma(x) for x in walk_stmts(c)):
-                self.refuse(p, "a loop inside it is pipelined too", "one pipelined loop "
-                            "per nest")
+                refuse(p, "a loop inside it is pipelined too", "one pipelined loop "
+                       "per nest")
         for b in bufs.values():
             if _uses(self.root, b) != _uses(s, b):
-                self.refuse(p, f"shared buffer {b.name!r} is used outside the loop",
-                            "buffers that only the loop uses")
+                refuse(p, f"shared buffer {b.name!r} is used outside the loop",
+                       "buffers that only the loop uses")
         if s.step != 1:
-            self.refuse(p, f"its step is {s.step}", "a unit step")
+            refuse(p, f"its step is {s.step}", "a unit step")
         asyncs = [x for c in compute for x in walk_stmts(c) if is_async_call(x)]
         groups = {x.intrin.async_group for x in asyncs}
         if p.mma_wait is None and asyncs:
-            self.refuse(p, f"its compute issues asynchronous calls of intrinsic "
-                        f"{asyncs[0].intrin.name!r}", "mma_wait=N: the groups of them left "
-                        "in flight per iteration", hint=f"s[{p.stage}].pipeline("
-                        f"{p.axis}, stages={p.stages}, mma_wait=1)")
+            refuse(p, f"its compute issues asynchronous calls of intrinsic "
+                   f"{asyncs[0].intrin.name!r}", "mma_wait=N: the groups of them left "
+                   "in flight per iteration", hint=f"s[{p.stage}].pipeline("
+                   f"{p.axis}, stages={p.stages}, mma_wait=1)")
         if p.mma_wait is not None and not asyncs:
-            self.refuse(p, f"mma_wait={p.mma_wait} but its compute has no asynchronous "
-                        "intrinsic call", "a compute tensorized with an asynchronous "
-                        "intrinsic (te.AsyncGroup)", hint="drop mma_wait")
+            refuse(p, f"mma_wait={p.mma_wait} but its compute has no asynchronous "
+                   "intrinsic call", "a compute tensorized with an asynchronous "
+                   "intrinsic (te.AsyncGroup)", hint="drop mma_wait")
         if len(groups) > 1:
-            self.refuse(p, "its compute mixes asynchronous intrinsics of different "
-                        "protocols", "one te.AsyncGroup per pipelined loop")
+            refuse(p, "its compute mixes asynchronous intrinsics of different "
+                   "protocols", "one te.AsyncGroup per pipelined loop")
         group = next(iter(groups)) if groups else None
         n = p.stages
         ahead = n - 1 - (p.mma_wait or 0)
@@ -402,26 +306,26 @@ class _Pipeline(StmtMutator):
         def stage(at: Expr, rel: Expr) -> Stmt:
             slot = Binary("int64", "truncmod", rel, Const("int64", n))
             body = substitute_stmt(seq(*copies), {k: at})
-            return _Slots(new, slot).visit(body)
+            return Slots(new, slot).visit(body)
 
         # without asynchronous copies the same slots are right (the copies complete at
         # once), and there is nothing to commit or wait for
         commit = commit_group() if self.asynchronous else None
         prologue = []
         for j in range(ahead):
-            load = stage(_add(lo, j), Const("int64", j))
+            load = stage(add(lo, j), Const("int64", j))
             if not (isinstance(ext, Const) and j < ext.value):
                 load = IfThenElse(Cmp("bool", "lt", Const("int64", j), ext), load)
             prologue += [load, commit]
-        rel = _sub(k, lo)
-        nxt = _add(rel, ahead)
-        fetch = IfThenElse(Cmp("bool", "lt", nxt, ext), stage(_add(k, ahead), nxt))
+        rel = sub(k, lo)
+        nxt = add(rel, ahead)
+        fetch = IfThenElse(Cmp("bool", "lt", nxt, ext), stage(add(k, ahead), nxt))
         slot = Binary("int64", "truncmod", rel, Const("int64", n))
         wait = wait_group if self.asynchronous else (lambda _: None)
-        work = _Slots(new, slot).visit(seq(*compute))
+        work = Slots(new, slot).visit(seq(*compute))
         if p.fragment_prefetch:
-            return self.prefetched(s, p, compute, bufs, new, stage, ahead, prologue, commit,
-                                   wait)
+            return prefetch_fragments(s, p, compute, bufs, new, stage, ahead, prologue,
+                                      commit, wait)
         if group is None:
             body = seq(wait(ahead - 1), Sync("shared"), fetch, commit, work)
             after = wait(0)
@@ -433,152 +337,6 @@ class _Pipeline(StmtMutator):
         pragmas = tuple(x for x in s.pragmas if not isinstance(x, PipelinePragma))
         loop = For(k, lo, ext, s.kind, body, s.step, pragmas)
         return seq(Sync("shared"), *prologue, loop, after)
-
-    def split_steps(self, p: PipelinePragma, compute: list, bufs: dict):
-        """``compute`` as ``(head, mid, tail)``: the loads of the first k step (reading the
-        copied buffers), the statements up to the last load, the rest (the last step's
-        MMAs), with the fragments ``head`` writes renamed ``<name>.next`` in ``head`` and
-        in what reads them before they are loaded again."""
-        flat = []
-        for c in compute:
-            flat += list(c.stmts) if isinstance(c, Seq) else [c]
-        if len(flat) == 1 and isinstance(flat[0], IfThenElse) and flat[0].else_case is None \
-                and _invariant(flat[0].cond, self.kvar):
-            # a guard of the whole compute that the loop does not change (the warps past a
-            # partial tile column): split what it guards, guard each part
-            g = flat[0]
-            parts = self.split_steps(p, [g.then_case], bufs)
-            return tuple([IfThenElse(g.cond, seq(*x))] for x in parts)
-        ids = set(bufs)
-        loads = [bool(_reads(c, ids)) for c in flat]
-        n = next((i for i, x in enumerate(loads) if not x), len(flat))
-        last = max((i for i, x in enumerate(loads) if x), default=-1)
-        if n == 0 or last < n or last == len(flat) - 1:
-            self.refuse(p, "fragment_prefetch: its compute is not loads from the shared "
-                        "buffers in two k steps or more, each followed by the compute of the "
-                        "step", "L0 M0 L1 M1 ...: fragments loaded per k step (their stages "
-                        "computed at the unrolled k step loop)",
-                        hint="attach the fragment stages at the k step loop inside the "
-                        "pipelined one and unroll it, or drop fragment_prefetch")
-        head, mid, tail = flat[:n], flat[n:last + 1], flat[last + 1:]
-        frags: dict = {}
-        for x in walk_stmts(seq(*head)):
-            out = x.buffer if isinstance(x, Store) else (
-                x.buffers[-1] if isinstance(x, TensorCall) else None)
-            if out is None:
-                continue
-            if not thread_private(out.scope):
-                self.refuse(p, f"fragment_prefetch: the loads of the first k step write "
-                            f"{out.name!r} ({out.scope})", "loads into fragments or local "
-                            "registers only")
-            frags[id(out)] = out
-        nxt = {k: Buffer(b.name + ".next", b.shape, b.dtype, b.scope, b.swizzle)
-               for k, b in frags.items()}
-        head = [_Rename(nxt).visit(c) for c in head]
-        # which value each read of a fragment sees, region by region: the first step's
-        # (head) until a later load writes the same tile; a read overlapping such a tile
-        # only partly, or an element access, is refused
-        rewritten: dict = {k: [] for k in frags}
-
-        def region(call: TensorCall, i: int):
-            ix = call.operand_indices()[i]
-            if not all(isinstance(v, Const) for v in ix):
-                return None
-            return tuple(v.value for v in ix), tuple(call.shapes[i])
-
-        def fresh(r, rs) -> bool | None:
-            """Is region ``r`` one of ``rs`` (True), apart from all (False), else None?"""
-            if r in rs:
-                return True
-            (o, sh) = r
-            for (o2, sh2) in rs:
-                if all(a < a2 + s2 and a2 < a + s for a, s, a2, s2 in zip(o, sh, o2, sh2)):
-                    return None
-            return False
-
-        def visit(c: Stmt, where: str) -> Stmt:
-            for x in walk_stmts(c):
-                if isinstance(x, Store) and id(x.buffer) in frags or any(
-                        id(ld.buffer) in frags for e in stmt_exprs(x)
-                        for ld in collect(e, Load)):
-                    self.refuse(p, "fragment_prefetch: a fragment of the first k step is "
-                                "accessed element by element", "fragments used by tensor "
-                                "intrinsics only")
-            if not isinstance(c, TensorCall):
-                if any(isinstance(x, TensorCall) and any(id(b) in frags for b in x.buffers)
-                       for x in walk_stmts(c)):
-                    self.refuse(p, "fragment_prefetch: a fragment of the first k step is "
-                                "used inside a loop or branch", "an unrolled k step loop")
-                return c
-            bufs = list(c.buffers)
-            for i, b in enumerate(c.buffers[:-1] if c.part != "reset" else ()):
-                if id(b) not in frags:
-                    continue
-                r = region(c, i)
-                f = None if r is None else fresh(r, rewritten[id(b)])
-                if f is None:
-                    self.refuse(p, f"fragment_prefetch: a read of fragment {b.name!r} "
-                                "overlaps a tile a later k step loaded only in part",
-                                "whole fragment tiles at constant offsets")
-                if not f:
-                    if where == "tail":
-                        self.refuse(p, f"fragment_prefetch: the last k step reads fragment "
-                                    f"{b.name!r} of the first one", "each k step loading "
-                                    "the fragments it computes from")
-                    bufs[i] = nxt[id(b)]
-            out = c.buffers[-1]
-            if id(out) in frags:
-                r = region(c, len(c.buffers) - 1)
-                if r is None:
-                    self.refuse(p, f"fragment_prefetch: fragment {out.name!r} is loaded at a "
-                                "non-constant offset", "whole fragment tiles at constant "
-                                "offsets (unrolled loops)")
-                rewritten[id(out)].append(r)
-            if bufs == list(c.buffers):
-                return c
-            return TensorCall(c.intrin, c.part, tuple(bufs), c.shapes, c.strides, c.indices,
-                              c.body)
-
-        renamed = [visit(c, "mid") for c in mid]
-        tail = [visit(c, "tail") for c in tail]
-        return head, renamed, tail
-
-    def prefetched(self, s: For, p: PipelinePragma, compute: list, bufs: dict, new: dict,
-                   stage, ahead: int, prologue: list, commit, wait) -> Stmt:
-        """The steady state of ``fragment_prefetch`` (``Stage.pipeline``): iteration
-        ``k`` runs the MMAs of its first steps, the barrier of iteration ``k + 1``, the
-        first fragment loads of ``k + 1`` (into the ``.next`` fragments) and the MMAs of
-        its last step. Why it is right: the copy issued after the barrier of ``k + 1``
-        writes the slot of tile ``k``, whose loads (``head`` in ``k - 1``, ``mid`` in
-        ``k``) every thread issued before that barrier; the last step's MMAs read only
-        registers; the wait counts are the original loop's, one iteration later."""
-        self.kvar = s.var
-        head, mid, tail = self.split_steps(p, compute, bufs)
-        k, lo, ext = s.var, s.min, s.extent
-        n = p.stages
-
-        def at(stmts: list, it: Expr, rel: Expr) -> Stmt:
-            slot = Binary("int64", "truncmod", rel, Const("int64", n))
-            return _Slots(new, slot).visit(substitute_stmt(seq(*stmts), {k: it}))
-
-        def fetch(rel: Expr) -> Stmt:
-            nxt = _add(rel, ahead)
-            return IfThenElse(Cmp("bool", "lt", nxt, ext), stage(_add(lo, nxt), nxt))
-
-        zero = Const("int64", 0)
-        first = at(head, lo, zero)
-        if not (isinstance(ext, Const) and ext.value > 0):
-            first = IfThenElse(Cmp("bool", "lt", zero, ext), first)
-        rel = _sub(k, lo)
-        rel1 = _add(rel, 1)
-        body = seq(at(mid, k, rel), wait(ahead - 1), Sync("shared"), fetch(rel1), commit,
-                   IfThenElse(Cmp("bool", "lt", rel1, ext), at(head, _add(k, 1), rel1)),
-                   at(tail, k, rel))
-        pragmas = tuple(x for x in s.pragmas if not isinstance(x, PipelinePragma))
-        loop = For(k, lo, ext, s.kind, body, s.step, pragmas)
-        return seq(Sync("shared"), *prologue, wait(ahead - 1), Sync("shared"), fetch(zero),
-                   commit, first, loop, wait(0))
-
 
 class _MarkAsync(StmtMutator):
     def visit_For(self, s: For):
@@ -598,7 +356,7 @@ class _MarkPipelined(StmtMutator):
             return s
         body = s.body
         if isinstance(body, IfThenElse) and body.else_case is None and \
-                _invariant(body.cond, s.var):
+                invariant(body.cond, s.var):
             inner = For(s.var, s.min, s.extent, s.kind, body.then_case, s.step, s.pragmas)
             return IfThenElse(body.cond, self.visit_For(inner))
         stmts = _gather_copies(list(body.stmts) if isinstance(body, Seq) else [body],
@@ -639,7 +397,7 @@ def software_pipeline(stmt: Stmt, asynchronous: bool = True) -> Stmt:
     # what still names a replaced buffer is a reset part outside its loop (the only use
     # there that the rewrite allows), which names its input regions without reading them:
     # point it at slot 0, so that the old buffer is not allocated too
-    return _Slots(pipe.replaced, Const("int64", 0)).visit(stmt) if pipe.replaced else stmt
+    return Slots(pipe.replaced, Const("int64", 0)).visit(stmt) if pipe.replaced else stmt
 
 
 def software_pipeline_synchronous(stmt: Stmt) -> Stmt:

@@ -179,7 +179,8 @@ def _outermost_parallel(s: Stmt) -> list[For]:
 
 def _writes(s: Stmt, b: Buffer) -> bool:
     return any(isinstance(x, Store) and x.buffer is b or
-               isinstance(x, TensorCall) and x.buffers[-1] is b for x in walk_stmts(s))
+               isinstance(x, TensorCall) and any(y is b for y in x.output_buffers())
+               for x in walk_stmts(s))
 
 
 def _read_by_other(s: Stmt, b: Buffer) -> bool:
@@ -189,7 +190,7 @@ def _read_by_other(s: Stmt, b: Buffer) -> bool:
         if isinstance(x, Store) and x.buffer is b:
             continue
         if isinstance(x, TensorCall):
-            if any(y is b for y in x.buffers[:-1]):
+            if any(y is b for y in x.buffers[:len(x.intrin.inputs)]):
                 return True
             continue
         for e in stmt_exprs(x):

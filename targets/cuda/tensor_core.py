@@ -30,8 +30,8 @@ from polytile import te, tir
 
 from ..gpu_tiling import cooperative_copy, fragment_tiles, warp_tiles
 
+# the m and n extents of one tile (N_TILE where a GEMM's own N shadows N)
 N = N_TILE = 16
-TILE = 256   # elements of one fragment: fragment index = element offset / 256
 
 
 def _stride(view) -> int:
@@ -518,3 +518,8 @@ from .wgmma_intrin import (WGMMA_TYPES, c_helpers as _wgmma_helpers,  # noqa: E4
                            wgmma_gemm_compute, wgmma_gemm_schedule, wgmma_mma, wgmma_store)
 
 C_HELPERS.update(_wgmma_helpers())
+
+__all__ = ["C_HELPERS", "MMA_FRAGMENT_TYPES", "MMA_TYPES", "N", "WGMMA_TYPES", "k_tile",
+           "ldmatrix_bank_ways", "mma_load_a", "mma_load_b", "mma_mma", "mma_store",
+           "wgmma_gemm_compute", "wgmma_gemm_schedule", "wgmma_mma", "wgmma_store", "wmma_gemm",
+           "wmma_load_a", "wmma_load_b", "wmma_mma", "wmma_store"]

@@ -155,7 +155,7 @@ def stored_buffers(s: Stmt) -> set[Buffer]:
         if isinstance(x, Store):
             out.add(x.buffer)
         elif isinstance(x, TensorCall):
-            out.add(x.buffers[-1])
+            out.update(x.output_buffers())
         elif (isinstance(x, Evaluate) and isinstance(x.value, ExternCall)
               and x.value.kind == "atomic"):
             out.update(a.buffer for a in x.value.args if isinstance(a, AccessPtr))

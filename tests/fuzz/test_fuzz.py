@@ -110,6 +110,8 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
     ("cuda", 6256): "a barrier under a test on threadIdx (a stage on fewer threads): deadlock",
     ("cuda", 7464): "the AST check of a fused, split, reordered, fused, split and bound loop "
                     "took 35 s (projected thread indices)",
+    ("cuda", 7619): "the origin (parametric minimum) of a one-element region per thread of a "
+                    "twice fused, split and bound loop took isl minutes",
     ("llvm", 4374): "generator: te.max(i, i) of two axes is a reduction (invalid program)",
     ("llvm", 4416): "reference: a product under if_then_else, inlined, fused into an fma",
     ("llvm", 15522): "reference: a product negated (x * -1) then subtracted, fused into an fma",

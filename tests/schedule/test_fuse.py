@@ -141,27 +141,27 @@ def test_fuse_already_fused_axis_raises():
         s[B].split(B.op.axis[0], factor=2)
 
 
-def test_fuse_of_annotated_axis_is_refused_or_carried():
-    w = elementwise2d(3, 5)
-    s = w.schedule()
-    s[w.C].vectorize(w.C.op.axis[1])
-    # either fuse (or lower) refuses with a ScheduleError, or the annotation follows the
-    # fused loop; an internal ValueError ("IterVar(j, ...) is not in list") is neither
+def _fuse_refused_or_correct(w, s):
+    """Fuse the two axes of ``w.C``: either fuse (or lower) refuses with a ScheduleError,
+    or what the axes carried follows the fused loop and the result is right; an internal
+    ValueError ("IterVar(j, ...) is not in list") is neither."""
     try:
         s[w.C].fuse(w.C.op.axis[0], w.C.op.axis[1])
         out = run1(s, w.args, w.inputs, "interp")
     except ScheduleError:
         return
     check(out, w.ref)
+
+
+def test_fuse_of_annotated_axis_is_refused_or_carried():
+    w = elementwise2d(3, 5)
+    s = w.schedule()
+    s[w.C].vectorize(w.C.op.axis[1])
+    _fuse_refused_or_correct(w, s)
 
 
 def test_fuse_of_attach_axis_is_refused_or_carried():
     w = elementwise2d(3, 5)
     s = w.schedule()
     s[w.B].compute_at(s[w.C], w.C.op.axis[1])
-    try:
-        s[w.C].fuse(w.C.op.axis[0], w.C.op.axis[1])
-        out = run1(s, w.args, w.inputs, "interp")
-    except ScheduleError:
-        return
-    check(out, w.ref)
+    _fuse_refused_or_correct(w, s)

@@ -16,17 +16,23 @@ from polytile import te
 from polytile.schedule.passes.loops import specialize_partial_unrolls
 
 
+def _gemm(m: int, n: int, k: int):
+    """``C[i, j] = sum_r A[i, r] * B[r, j]``: ``A, B, C``."""
+    A = te.placeholder((m, k), name="A")
+    B = te.placeholder((k, n), name="B")
+    r = te.reduce_axis((0, k), name="r")
+    return A, B, te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+
+
 def _rows_times_cols(m: int, n: int, k: int, rows: int, block: int = 3):
     """C[i, j] = sum_k A[i, k] * B[k, j] with i split in blocks of ``block * rows`` rows
     and those in tiles of ``rows`` (unrolled, ragged when ``rows`` does not divide ``m``)
     below the serial k loop, as a GEMM micro-kernel: isl separates the full blocks, and
     the ragged block has full tiles and a ragged one."""
-    A = te.placeholder((m, k), name="A")
-    B = te.placeholder((k, n), name="B")
-    r = te.reduce_axis((0, k), name="r")
-    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    A, B, C = _gemm(m, n, k)
     s = te.create_schedule(C.op)
     i, j = C.op.axis
+    (r,) = C.op.reduce_axis
     ib, i = s[C].split(i, factor=rows * block)
     io, ii = s[C].split(i, factor=rows)
     s[C].reorder(ib, io, r, ii, j)
@@ -76,12 +82,10 @@ def _cols_vectorized(m: int, n: int, k: int, lanes: int, block: int = 3):
     """The GEMM of :func:`_rows_times_cols` with ``j`` in blocks of ``block * lanes``
     columns and those in vectors of ``lanes`` (ragged when ``lanes`` does not divide
     ``n``) below the k loop."""
-    A = te.placeholder((m, k), name="A")
-    B = te.placeholder((k, n), name="B")
-    r = te.reduce_axis((0, k), name="r")
-    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    A, B, C = _gemm(m, n, k)
     s = te.create_schedule(C.op)
     i, j = C.op.axis
+    (r,) = C.op.reduce_axis
     jb, j = s[C].split(j, factor=lanes * block)
     jo, ji = s[C].split(j, factor=lanes)
     s[C].reorder(jb, i, jo, r, ji)

@@ -568,35 +568,12 @@ def test_cross_thread_tvm_idiom_compiles_with_nvcc():
     compile_with_nvcc(polytile.build(s, args, target="cuda").get_source())
 
 
-def test_cross_thread_tvm_idiom_runs_on_the_emulated_driver(tmp_path, monkeypatch):
-    import importlib.util
-    import pathlib
-
-    path = pathlib.Path(__file__).parents[1] / "targets" / "cuda_emulator.py"
-    spec = importlib.util.spec_from_file_location("cuda_emulator_rf", path)
-    emu = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(emu)
-    if not emu.available():
-        pytest.skip("g++ not found (needed by the emulated driver)")
-    from polytile.targets.cuda import runtime
-    saved = dict(runtime._state)
-    runtime._state.clear()
-    runtime._state["driver"] = emu.EmulatedDriver(str(tmp_path))
-    monkeypatch.setattr(runtime, "compile_cuda", emu.emulated_compile)
-    monkeypatch.setattr(runtime, "default_arch", lambda: "sm_90")
-    try:
-        s, args, a, ref, k = _xthread(3, 1, "sum", "float32")
-        f = polytile.build(s, args, target="cuda")
-        out = polytile.nd.array(np.full(ref.shape, np.nan, "float32"), device="cuda")
-        f(polytile.nd.array(a, device="cuda"), out)
-        check(out.numpy(), ref, k=k)
-        del f, out
-    finally:
-        import gc
-
-        gc.collect()
-        runtime._state.clear()
-        runtime._state.update(saved)
+def test_cross_thread_tvm_idiom_runs_on_the_emulated_driver(emulated_cuda):
+    s, args, a, ref, k = _xthread(3, 1, "sum", "float32")
+    f = polytile.build(s, args, target="cuda")
+    out = polytile.nd.array(np.full(ref.shape, np.nan, "float32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), out)
+    check(out.numpy(), ref, k=k)
 
 
 @pytest.mark.gpu

@@ -107,3 +107,18 @@ def test_division_by_constant_zero_is_refused():
     A = te.placeholder((8,), dtype="int32", name="A")
     with pytest.raises(ZeroDivisionError, match="floordiv: integer division by the constant 0"):
         te.compute((8,), lambda i: A[i] // 0)
+
+
+def test_gather_from_a_tensor_of_symbolic_size(backend):
+    # the run-time bound of a read isl cannot bound is the tensor's symbolic extent (the
+    # check was built as a constant of a variable, and crashed code generation)
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    I = te.placeholder((6,), dtype="int32", name="I")
+    G = te.compute((6,), lambda i: A[I[i]] * 2.0, name="G")
+    s = te.create_schedule(G.op)
+    a = np.arange(11, dtype="float32") + 1
+    idx = np.array([0, 10, 3, 3, 7, 1], dtype="int32")
+    np.testing.assert_array_equal(run1(s, [A, I, G], [a, idx], backend), a[idx] * 2)
+    with pytest.raises(IndexError, match=r"reads A\[I\[i\]\] outside its shape \(n,\)"):
+        run1(s, [A, I, G], [a[:10], idx], backend)

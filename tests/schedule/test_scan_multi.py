@@ -139,9 +139,9 @@ def test_multi_state_definition_errors():
     s4 = te.placeholder((m + 1, n), name="s4")
     i4 = te.compute((1, n), lambda _, i: X[0, i], name="i4")
     u4 = te.compute((m + 1, n), lambda t, i: s4[t - 1, i], name="u4")
-    with pytest.raises(ValueError, match=r"scan: states of the extents \['5', '6'\] in "
-                       r"dimension 0; one time extent, and in each other dimension one "
-                       r"symbolic extent or constants[\s\S]*Scan: 'scan', updates 'u1', 'u4'"):
+    with pytest.raises(ValueError, match=r"scan: states of the time extents \['5', '6'\] "
+                       r"\(dimension 0\); one time extent for every state[\s\S]*Scan: "
+                       r"'scan', updates 'u1', 'u4'"):
         te.scan([i1, i4], [u1, u4], [s1, s4])
     k = te.reduce_axis((0, n), name="k")
     r = te.compute((m, n), lambda t, i: te.sum(s1[t - 1, k], axis=k), name="r")

@@ -60,6 +60,20 @@ def data(*shapes, dtype="float32", seed=0):
     return [rng.uniform(0.5, 1.5, size=s).astype(dtype) for s in shapes]
 
 
+def gemv_tiles(C):
+    """A schedule of ``C = A @ B^T`` (``matmul_bt``): rows, then tiles of 16 columns and of
+    16 k, each tile one call of ``gemv_intrin(16, 16, reset=True)``:
+    reset and update parts, the reduce loop outside the tensorized one."""
+    s = te.create_schedule(C.op)
+    x, y = C.op.axis
+    (z,) = C.op.reduce_axis
+    yo, yi = s[C].split(y, factor=16)
+    zo, zi = s[C].split(z, factor=16)
+    s[C].reorder(x, yo, zo, yi, zi)
+    s[C].tensorize(yi, gemv_intrin(16, 16, reset=True))
+    return s
+
+
 def check_interp(s, args, ref, rtol=1e-5):
     f = polytile.lower(s, args)
     assert any(isinstance(x, TensorCall) for x in walk_stmts(f.body))
@@ -97,13 +111,7 @@ def test_loops_under_the_axis_may_be_permuted():
 
 def test_reset_update_with_outer_reduce_loop():
     A, B, C = matmul_bt(3, 32, 64)
-    s = te.create_schedule(C.op)
-    x, y = C.op.axis
-    (z,) = C.op.reduce_axis
-    yo, yi = s[C].split(y, factor=16)
-    zo, zi = s[C].split(z, factor=16)
-    s[C].reorder(x, yo, zo, yi, zi)
-    s[C].tensorize(yi, gemv_intrin(16, 16, reset=True))
+    s = gemv_tiles(C)
     f, _ = check_interp(s, [A, B, C], lambda a, b: a @ b.T)
     text = str(f)
     assert "tensorize gemv.reset(" in text and "tensorize gemv.update(" in text
@@ -268,14 +276,8 @@ def test_decl_tensor_intrin_refusals():
 # ---------------------------------------------------------------------- llvm: real code
 def test_llvm_extern_c_gemv_reset_update():
     A, B, C = matmul_bt(5, 32, 48)
-    s = te.create_schedule(C.op)
-    x, y = C.op.axis
-    (z,) = C.op.reduce_axis
-    yo, yi = s[C].split(y, factor=16)
-    zo, zi = s[C].split(z, factor=16)
-    s[C].reorder(x, yo, zo, yi, zi)
-    s[C].tensorize(yi, gemv_intrin(16, 16, reset=True))
-    s[C].pragma(x, "import_c", GEMV_C)
+    s = gemv_tiles(C)
+    s[C].pragma(C.op.axis[0], "import_c", GEMV_C)
     f = polytile.build(s, [A, B, C])
     a, b = data((5, 48), (32, 48))
     c = np.full((5, 32), np.nan, "float32")
@@ -429,8 +431,8 @@ def test_te_extern_refusals():
         run(polytile.lower(s, [A, E]), np.ones(6, "float32"), np.ones(6, "float32"))
     with pytest.raises(TypeError, match="fcompute is int"):
         te.extern((6,), [A], 3)
-    with pytest.raises(ValueError, match=r"2 outputs of the dtypes \['float32', 'int8'\]"):
-        te.extern([(6,), (5,)], [A], lambda ins, outs: None, dtype=["float32", "int8"])
+    with pytest.raises(ValueError, match=r"2 outputs and 3 dtypes"):
+        te.extern([(6,), (5,)], [A], lambda ins, outs: None, dtype=["float32", "int8", "int8"])
 
 
 def test_tensorize_trace_replays():
@@ -494,13 +496,8 @@ def _symbolic_matmul_bt(rows, cols, l=48):
     B = te.placeholder((cols, l), name="B")
     k = te.reduce_axis((0, l), name="k")
     C = te.compute((rows, cols), lambda i, j: te.sum(A[i, k] * B[j, k], axis=k), name="C")
-    s = te.create_schedule(C.op)
-    x, y = C.op.axis
-    yo, yi = s[C].split(y, factor=16)
-    zo, zi = s[C].split(k, factor=16)
-    s[C].reorder(x, yo, zo, yi, zi)
-    s[C].tensorize(yi, gemv_intrin(16, 16, reset=True))
-    s[C].pragma(x, "import_c", GEMV_C)
+    s = gemv_tiles(C)
+    s[C].pragma(C.op.axis[0], "import_c", GEMV_C)
     return A, B, C, s
 
 

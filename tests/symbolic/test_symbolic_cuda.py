@@ -8,10 +8,8 @@ launched). The sources are also compiled with ``nvcc -arch=sm_90`` when it is in
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,26 +17,6 @@ import pytest
 import polytile
 from polytile import te
 from polytile.errors import ScheduleError
-from polytile.targets import Target
-from polytile.targets.cuda.runtime import CUDAModule
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "targets"))
-import cuda_emulator  # noqa: E402
-
-
-@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
-def build(request, tmp_path, monkeypatch):
-    """``build(s, args)`` for CUDA: on the GPU, or on the emulated driver."""
-    if request.param == "gpu":
-        yield lambda s, args: polytile.build(s, args, target="cuda")
-        return
-    with cuda_emulator.installed(tmp_path, monkeypatch):
-
-        def on_host(s, args):
-            func = polytile.lower(s, args, target="cuda", stop_after=None)
-            return CUDAModule(func, Target.parse("cuda"))
-
-        yield on_host
 
 
 def _nvcc_check(src: str, tmp_path) -> None:
@@ -79,9 +57,9 @@ def test_vadd_source_compiles_and_grid_is_symbolic(tmp_path):
     _nvcc_check(_source(s, args), tmp_path)
 
 
-def test_vadd_runs_all_sizes(build):
+def test_vadd_runs_all_sizes(cuda_build):
     s, args = _vadd()
-    f = build(s, args)
+    f = cuda_build(s, args)
     for n in (0, 1, 63, 64, 65, 1000):
         a = np.random.default_rng(n).uniform(-1, 1, n).astype("float32")
         b = np.random.default_rng(n + 1).uniform(-1, 1, n).astype("float32")
@@ -103,10 +81,10 @@ def _rowsum():
     return s, [A, B]
 
 
-def test_rowsum_runs_all_sizes(build, tmp_path):
+def test_rowsum_runs_all_sizes(cuda_build, tmp_path):
     s, args = _rowsum()
     _nvcc_check(_source(s, args), tmp_path)
-    f = build(s, args)
+    f = cuda_build(s, args)
     for n, m in ((0, 3), (1, 1), (33, 7), (70, 0)):
         a = np.random.default_rng(n + m).uniform(-1, 1, (n, m)).astype("float32")
         da = polytile.nd.array(a, device="cuda")
@@ -153,9 +131,9 @@ def test_dynamic_shared_memory_source(tmp_path):
     _nvcc_check(src, tmp_path)
 
 
-def test_dynamic_shared_memory_runs(build):
+def test_dynamic_shared_memory_runs(cuda_build):
     s, args = _row_in_shared()
-    f = build(s, args)
+    f = cuda_build(s, args)
     for n, m in ((0, 5), (1, 1), (3, 33), (5, 100)):
         a = np.random.default_rng(n * m).uniform(-1, 1, (n, m)).astype("float32")
         da = polytile.nd.array(a, device="cuda")
@@ -164,9 +142,9 @@ def test_dynamic_shared_memory_runs(build):
         np.testing.assert_allclose(dc.numpy(), 2.0 * a + 2.0 * a[:, ::-1], rtol=1e-6)
 
 
-def test_shared_memory_over_limit_at_launch(build):
+def test_shared_memory_over_limit_at_launch(cuda_build):
     s, args = _row_in_shared()
-    f = build(s, args)
+    f = cuda_build(s, args)
     a = np.zeros((1, 20000), "float32")   # 80 kB of shared memory for one row
     with pytest.raises(ValueError, match="bytes of shared memory for the sizes"):
         f(polytile.nd.array(a, device="cuda"), polytile.nd.array(a.copy(), device="cuda"))
@@ -201,13 +179,13 @@ def _gemm_shared():
     return s, [A, B, C]
 
 
-def test_gemm_shared_tiles_all_sizes(build, tmp_path):
+def test_gemm_shared_tiles_all_sizes(cuda_build, tmp_path):
     s, args = _gemm_shared()
     text = str(polytile.lower(s, args, target="cuda"))
     assert "A.shared = alloc(float32[8, 8], scope='shared')" in text   # constant tiles
     assert "grid=[((n + 7) // 8), ((n + 7) // 8), 1]" in text
     _nvcc_check(_source(s, args), tmp_path)
-    f = build(s, args)
+    f = cuda_build(s, args)
     for n in (0, 1, 7, 9, 30):
         g = np.random.default_rng(n)
         a = g.uniform(-1, 1, (n, 32)).astype("float32")
@@ -218,7 +196,7 @@ def test_gemm_shared_tiles_all_sizes(build, tmp_path):
                                    atol=1e-5)
 
 
-def test_cubin_export_of_symbolic_grids_and_shared_memory(build, tmp_path):
+def test_cubin_export_of_symbolic_grids_and_shared_memory(cuda_build, tmp_path):
     # the launch plan keeps grid and dynamic shared memory as expressions of n and m; the
     # loaded module reads n and m off the arrays at each call, as the built one does
     import json
@@ -226,7 +204,7 @@ def test_cubin_export_of_symbolic_grids_and_shared_memory(build, tmp_path):
     from polytile.runtime import load_module
 
     s, args = _row_in_shared()
-    path = build(s, args).export_library(str(tmp_path / "rows.cubin"))
+    path = cuda_build(s, args).export_library(str(tmp_path / "rows.cubin"))
     meta = json.loads(open(path + ".json").read())
     assert meta["version"] == 2
     assert [p["shape"] for p in meta["params"][:2]] == [["n", "m"], ["n", "m"]]
@@ -243,7 +221,7 @@ def test_cubin_export_of_symbolic_grids_and_shared_memory(build, tmp_path):
     with pytest.raises(ValueError, match="bytes of shared memory for the sizes"):
         f(polytile.nd.array(a, device="cuda"), polytile.nd.array(a.copy(), device="cuda"))
     s, args = _vadd()
-    path = build(s, args).export_library(str(tmp_path / "vadd.cubin"))
+    path = cuda_build(s, args).export_library(str(tmp_path / "vadd.cubin"))
     grid = json.loads(open(path + ".json").read())["kernels"][0]["grid"]
     assert grid == [["floordiv", ["add", "n", 63], 64], 1, 1]
     f = load_module(path)
@@ -256,7 +234,7 @@ def test_cubin_export_of_symbolic_grids_and_shared_memory(build, tmp_path):
 
 
 @pytest.mark.parametrize("rank", [2, 3])
-def test_tvm_gpu_injective_schedule_over_symbolic_shapes(build, rank):
+def test_tvm_gpu_injective_schedule_over_symbolic_shapes(cuda_build, rank):
     # topi's CUDA schedule_injective: fuse every axis, split by the block size, bind; the
     # fused index is not affine, so the nest is lowered as the last axis split and bound
     # with the other axes on blockIdx.y/z (same elements, each computed once)
@@ -271,7 +249,7 @@ def test_tvm_gpu_injective_schedule_over_symbolic_shapes(build, rank):
     s[C].bind(tx, te.thread_axis("threadIdx.x"))
     text = str(polytile.lower(s, [A, B, C], target="cuda"))
     assert "block=[64, 1, 1]" in text
-    f = build(s, [A, B, C])
+    f = cuda_build(s, [A, B, C])
     sizes = [(3, 70), (1, 1), (4, 0), (2, 129)] if rank == 2 else [(2, 3, 65), (1, 5, 1)]
     for shp in sizes:
         g = np.random.default_rng(sum(shp))

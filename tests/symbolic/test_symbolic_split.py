@@ -160,23 +160,6 @@ import sys  # noqa: E402
 
 from helpers import compile_with_nvcc  # noqa: E402
 
-from polytile.targets import Target  # noqa: E402
-from polytile.targets.cuda.runtime import CUDAModule  # noqa: E402
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "targets"))
-import cuda_emulator  # noqa: E402
-
-
-@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
-def cuda_build(request, tmp_path, monkeypatch):
-    """``build(s, args)`` for CUDA: on the GPU, or on the emulated driver."""
-    if request.param == "gpu":
-        yield lambda s, args: polytile.build(s, args, target="cuda")
-        return
-    with cuda_emulator.installed(tmp_path, monkeypatch):
-        yield lambda s, args: CUDAModule(polytile.lower(s, args, target="cuda",
-                                                        stop_after=None), Target.parse("cuda"))
-
 
 def _thread_count_var():
     # TVM's elementwise schedule with the thread count a run-time value: one kernel for

@@ -308,8 +308,10 @@ def emulated_compile(source, arch=None, options=(), **kwargs) -> bytes:
 @contextlib.contextmanager
 def installed(tmp_path, monkeypatch):
     """polytile's CUDA runtime on the emulated driver for the duration of a test (skips the
-    test without g++); the runtime's own state comes back afterwards, after the emulated
-    arrays are freed while the emulated driver is still installed."""
+    test without g++); yields the :class:`EmulatedDriver` (its ``launches`` record). The
+    runtime's own state comes back afterwards, after the emulated arrays are freed while
+    the emulated driver is still installed. Tests use it through the fixtures of
+    ``tests/conftest.py`` (``emulated_cuda``, ``cuda_device``, ``cuda_build``)."""
     import pytest
 
     from polytile.targets.cuda import runtime
@@ -318,11 +320,11 @@ def installed(tmp_path, monkeypatch):
         pytest.skip("g++ not found (needed by the emulated driver)")
     saved = dict(runtime._state)
     runtime._state.clear()
-    runtime._state["driver"] = EmulatedDriver(str(tmp_path))
+    runtime._state["driver"] = drv = EmulatedDriver(str(tmp_path))
     monkeypatch.setattr(runtime, "compile_cuda", emulated_compile)
     monkeypatch.setattr(runtime, "default_arch", lambda: "sm_90")
     try:
-        yield
+        yield drv
     finally:
         gc.collect()
         runtime._state.clear()

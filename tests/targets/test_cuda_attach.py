@@ -7,26 +7,11 @@ outputs are poisoned before each run.
 
 from __future__ import annotations
 
-
 import numpy as np
-import pytest
-import cuda_emulator
 from attach_cases import f2_program, f6_program, vthread_gemm
 from helpers import check, poison
 
 import polytile
-from polytile.targets.cuda import compile as cc
-
-@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
-def build(request, tmp_path, monkeypatch):
-    """``build(s, args)``: a CUDA module on the GPU, or on the emulated driver."""
-    if request.param == "gpu":
-        if cc.available_compiler() is None:
-            pytest.skip("no CUDA compiler")
-        yield lambda s, args: polytile.build(s, args, target="cuda", cache_dir=tmp_path)
-        return
-    with cuda_emulator.installed(tmp_path, monkeypatch):
-        yield lambda s, args: polytile.build(s, args, target="cuda")
 
 
 def _call(f, args, inputs):
@@ -36,21 +21,21 @@ def _call(f, args, inputs):
     return out.numpy()
 
 
-def test_f6_attach_in_a_padded_thread_box(build):
+def test_f6_attach_in_a_padded_thread_box(cuda_build):
     s, args = f6_program()
     a = np.random.default_rng(0).uniform(-1, 1, 31).astype("float32")
-    check(_call(build(s, args), args, [a]), a[::-1] * 2.0 + a * 2.0)
+    check(_call(cuda_build(s, args), args, [a]), a[::-1] * 2.0 + a * 2.0)
 
 
-def test_f2_kernel_stores_the_identity(build):
+def test_f2_kernel_stores_the_identity(cuda_build):
     s, args = f2_program()
     a = np.arange(1, 5, dtype="int16").reshape(2, 2)
-    np.testing.assert_array_equal(_call(build(s, args), args, [a]), [32767])
+    np.testing.assert_array_equal(_call(cuda_build(s, args), args, [a]), [32767])
 
 
-def test_vthread_matmul(build):
+def test_vthread_matmul(cuda_build):
     s, args = vthread_gemm(37, 29, 23)
     g = np.random.default_rng(1)
     a = g.uniform(-1, 1, (37, 23)).astype("float32")
     b = g.uniform(-1, 1, (23, 29)).astype("float32")
-    check(_call(build(s, args), args, [a, b]), a.astype("float64") @ b, k=23)
+    check(_call(cuda_build(s, args), args, [a, b]), a.astype("float64") @ b, k=23)

@@ -6,9 +6,6 @@ there is one (``gpu`` marker); the generated source is also compiled by nvcc her
 
 from __future__ import annotations
 
-import gc
-
-import cuda_emulator
 import numpy as np
 import pytest
 from helpers import check, compile_with_nvcc, poison, rand
@@ -17,32 +14,8 @@ import polytile
 from polytile import te
 from polytile.errors import ScheduleError
 from polytile.targets.cuda import compile as cc
-from polytile.targets.cuda import runtime as cuda_runtime
 
 K = 7
-
-
-@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
-def gpu(request, tmp_path, monkeypatch):
-    """``(build, driver)``: ``build(s, args)`` for CUDA on a GPU or the emulated driver
-    (``driver`` is the emulated driver, with its record of launches, or None)."""
-    if request.param == "gpu":
-        if cc.available_compiler() is None:
-            pytest.skip("no CUDA compiler")
-        yield (lambda s, args: polytile.build(s, args, "cuda", cache_dir=tmp_path)), None
-        return
-    if not cuda_emulator.available():
-        pytest.skip("g++ not found (needed by the emulated driver)")
-    saved = dict(cuda_runtime._state)
-    cuda_runtime._state.clear()
-    drv = cuda_emulator.EmulatedDriver(str(tmp_path))
-    cuda_runtime._state["driver"] = drv
-    monkeypatch.setattr(cuda_runtime, "compile_cuda", cuda_emulator.emulated_compile)
-    monkeypatch.setattr(cuda_runtime, "default_arch", lambda: "sm_90")
-    yield (lambda s, args: polytile.build(s, args, "cuda")), drv
-    gc.collect()
-    cuda_runtime._state.clear()
-    cuda_runtime._state.update(saved)
 
 
 def _run(f, inputs, out_shape, dtype="float32"):
@@ -66,8 +39,8 @@ def _dot():
     return A, S
 
 
-def test_zero_rank_stage_is_one_thread(gpu):
-    build, drv = gpu
+def test_zero_rank_stage_is_one_thread(cuda_build):
+    build, drv = cuda_build, cuda_build.driver
     A, S = _dot()
     f = build(te.create_schedule(S.op), [A, S])
     assert [(k.grid, k.block) for k in f.kernels] == [((1, 1, 1), (1, 1, 1))]
@@ -79,8 +52,8 @@ def test_zero_rank_stage_is_one_thread(gpu):
         assert [x[1:3] for x in drv.launches] == [((1, 1, 1), (1, 1, 1))]
 
 
-def test_zero_rank_stage_feeding_a_bound_stage(gpu):
-    build, _ = gpu
+def test_zero_rank_stage_feeding_a_bound_stage(cuda_build):
+    build = cuda_build
     A, S = _dot()
     C = te.compute((K,), lambda i: A[i] / S[()], name="C")
     s = te.create_schedule(C.op)
@@ -111,8 +84,8 @@ def test_unbound_stage_of_rank_one_is_still_refused():
 
 
 # ------------------------------------------------------------------ zero-size dimensions
-def test_zero_size_dimension_launches_nothing(gpu):
-    build, drv = gpu
+def test_zero_size_dimension_launches_nothing(cuda_build):
+    build, drv = cuda_build, cuda_build.driver
     A = te.placeholder((0, 4), name="A")
     B = te.compute((0, 4), lambda i, j: A[i, j] * 2.0, name="B")
     s = te.create_schedule(B.op)
@@ -128,8 +101,8 @@ def test_zero_size_dimension_launches_nothing(gpu):
     assert len(r.results) == 2
 
 
-def test_zero_size_stage_beside_a_full_one(gpu):
-    build, drv = gpu
+def test_zero_size_stage_beside_a_full_one(cuda_build):
+    build, drv = cuda_build, cuda_build.driver
     A = te.placeholder((K,), name="A")
     E = te.placeholder((0,), name="E")
     B = te.compute((K,), lambda i: A[i] * 2.0, name="B")
@@ -148,8 +121,8 @@ def test_zero_size_stage_beside_a_full_one(gpu):
         assert len(drv.launches) == 1
 
 
-def test_reduction_over_a_zero_size_dimension(gpu):
-    build, _ = gpu
+def test_reduction_over_a_zero_size_dimension(cuda_build):
+    build = cuda_build
     A = te.placeholder((5, 0), name="A")
     k = te.reduce_axis((0, 0), name="k")
     R = te.compute((5,), lambda i: te.min(A[i, k], axis=k), name="R")
@@ -160,8 +133,8 @@ def test_reduction_over_a_zero_size_dimension(gpu):
 
 
 @pytest.mark.parametrize("reducer,ident", [(te.sum, 0), (te.max, np.iinfo("int32").min)])
-def test_empty_reduce_range(gpu, reducer, ident):
-    build, _ = gpu
+def test_empty_reduce_range(cuda_build, reducer, ident):
+    build = cuda_build
     A = te.placeholder((9, K), name="A", dtype="int32")
     k = te.reduce_axis((3, 3), name="k")
     R = te.compute((9,), lambda i: reducer(A[i, k], axis=k), name="R")
@@ -188,8 +161,8 @@ _B = np.array([1.0, np.nan, 3.0, np.nan, np.nan, 4.0, np.nan, -2.0, np.nan], "fl
 
 
 @pytest.mark.parametrize("op,ref", [(te.max, np.maximum), (te.min, np.minimum)])
-def test_elementwise_nan(gpu, op, ref):
-    build, _ = gpu
+def test_elementwise_nan(cuda_build, op, ref):
+    build = cuda_build
     n = len(_A)
     A = te.placeholder((n,), name="A")
     B = te.placeholder((n,), name="B")
@@ -201,8 +174,8 @@ def test_elementwise_nan(gpu, op, ref):
 
 
 @pytest.mark.parametrize("op,ref", [(te.max, np.max), (te.min, np.min)])
-def test_reduction_nan(gpu, op, ref):
-    build, _ = gpu
+def test_reduction_nan(cuda_build, op, ref):
+    build = cuda_build
     a = rand((6, K), seed=5)
     a[0, 0] = a[1, K // 2] = a[2, K - 1] = np.nan
     a[3, :] = np.nan

@@ -5,8 +5,6 @@ host emulation of the CUDA driver; the source is compiled with nvcc when install
 
 from __future__ import annotations
 
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -14,11 +12,7 @@ from helpers import check, compile_with_nvcc
 
 import polytile
 from polytile import BuildError, te, tir
-from polytile.targets import Target
-from polytile.targets.cuda.runtime import CUDAModule
 
-sys.path.insert(0, os.path.dirname(__file__))
-import cuda_emulator  # noqa: E402
 
 SOURCE = r"""
 __device__ int scaled_copy(const float* a, float* c, int n, float k) {
@@ -26,16 +20,6 @@ __device__ int scaled_copy(const float* a, float* c, int n, float k) {
   return 0;
 }
 """
-
-
-@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
-def build(request, tmp_path, monkeypatch):
-    if request.param == "gpu":
-        yield lambda s, args: polytile.build(s, args, target="cuda")
-        return
-    with cuda_emulator.installed(tmp_path, monkeypatch):
-        yield lambda s, args: CUDAModule(polytile.lower(s, args, target="cuda",
-                                                        stop_after=None), Target.parse("cuda"))
 
 
 def _extern(n):
@@ -47,18 +31,18 @@ def _extern(n):
 
 
 @pytest.mark.parametrize("n", [1, 37])
-def test_cuda_extern_alone(build, n):
+def test_cuda_extern_alone(cuda_build, n):
     A, C = _extern(n)
     s = te.create_schedule(C.op)
     s[C].pragma(C.op.axis[0], "import_c", SOURCE)
-    f = build(s, [A, C])
+    f = cuda_build(s, [A, C])
     a = np.random.default_rng(n).uniform(-1, 1, n).astype("float32")
     c = polytile.nd.array(np.full(n, np.nan, "float32"), device="cuda")
     f(polytile.nd.array(a, device="cuda"), c)
     check(c.numpy(), a.astype("float64") * 2.5)
 
 
-def test_cuda_extern_between_kernels(build):
+def test_cuda_extern_between_kernels(cuda_build):
     n = 67
     A, C = _extern(n)
     D = te.compute((n,), lambda i: C[i] + 1.0, name="D")
@@ -67,7 +51,7 @@ def test_cuda_extern_between_kernels(build):
     xo, xi = s[D].split(D.op.axis[0], factor=32)
     s[D].bind(xo, te.thread_axis("blockIdx.x"))
     s[D].bind(xi, te.thread_axis("threadIdx.x"))
-    f = build(s, [A, D])
+    f = cuda_build(s, [A, D])
     a = np.random.default_rng(3).uniform(-1, 1, n).astype("float32")
     d = polytile.nd.array(np.full(n, np.nan, "float32"), device="cuda")
     f(polytile.nd.array(a, device="cuda"), d)
@@ -99,3 +83,37 @@ def test_cuda_extern_with_llvm_ir_is_refused():
     with pytest.raises(BuildError, match=r"pragma 'import_llvm' gives LLVM IR to a cuda "
                        r"module; 'import_c' with device source"):
         print_c_module(func, CUDADialect())
+
+
+MIXED = r"""
+__device__ int split_parts(const float* a, float* frac, int* whole, int n) {
+  for (int i = 0; i < n; ++i) { whole[i] = (int)floorf(a[i]); frac[i] = a[i] - whole[i]; }
+  return 0;
+}
+"""
+
+
+def test_cuda_extern_outputs_of_two_dtypes(cuda_build):
+    # a float32 and an int32 output of one device function; the int one feeds a kernel
+    n = 41
+    A = te.placeholder((n,), name="A")
+    F, W = te.extern([(n,), (n,)], [A], lambda ins, outs: tir.call_extern(
+        "int32", "split_parts", ins[0].access_ptr("r"), outs[0].access_ptr("w"),
+        outs[1].access_ptr("w"), n), dtype=["float32", "int32"], name="P")
+    D = te.compute((n,), lambda i: W[i] * 3, name="D")
+    s = te.create_schedule([F.op, D.op])
+    packed = s[F].op.input_tensors[0]
+    s[packed].pragma(packed.op.axis[0], "import_c", MIXED)
+    for T in (F, D):   # (F, the float part, a copy out of the packed stage: its own kernel)
+        xo, xi = s[T].split(T.op.axis[0], factor=32)
+        s[T].bind(xo, te.thread_axis("blockIdx.x"))
+        s[T].bind(xi, te.thread_axis("threadIdx.x"))
+    s[W].compute_inline()
+    f = cuda_build(s, [A, F, D])
+    a = np.random.default_rng(4).uniform(-9, 9, n).astype("float32")
+    fr = polytile.nd.array(np.full(n, np.nan, "float32"), device="cuda")
+    d = polytile.nd.array(np.full(n, -5, "int32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), fr, d)
+    w = np.floor(a).astype("int32")
+    np.testing.assert_array_equal(d.numpy(), w * 3)
+    check(fr.numpy(), a.astype("float64") - w)

@@ -7,46 +7,17 @@ without nvcc), and run on a GPU (``gpu`` marker) and on the host emulation of th
 
 from __future__ import annotations
 
-import gc
-
-import cuda_emulator
 import numpy as np
 import pytest
 from helpers import compile_with_nvcc, poison
 
 import polytile
 from polytile import te
-from polytile.targets.cuda import compile as cc
-from polytile.targets.cuda import runtime
 from polytile.te import dtype as dt
 
 
-@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
-def device(request, monkeypatch):
-    """Run on CUDA device 0, or on the emulated driver."""
-    if request.param == "gpu":
-        if cc.available_compiler() is None:
-            pytest.skip("no CUDA compiler")
-        yield "gpu"
-        return
-    if not cuda_emulator.available():
-        pytest.skip("g++ not found (needed by the emulated driver)")
-    import tempfile
-
-    saved = dict(runtime._state)
-    runtime._state.clear()
-    with tempfile.TemporaryDirectory() as tmp:
-        runtime._state["driver"] = cuda_emulator.EmulatedDriver(tmp)
-        monkeypatch.setattr(runtime, "compile_cuda", cuda_emulator.emulated_compile)
-        monkeypatch.setattr(runtime, "default_arch", lambda: "sm_90")
-        yield "emulated"
-        gc.collect()  # free emulated arrays while the emulated driver is installed
-    runtime._state.clear()
-    runtime._state.update(saved)
-
-
-def _run(s, args, inputs, device: str) -> np.ndarray:
-    f = polytile.build(s, args, target="cuda")
+def _run(s, args, inputs, build) -> np.ndarray:
+    f = build(s, args)
     out_t = args[-1]
     out = polytile.nd.array(poison(out_t.shape, out_t.dtype), device="cuda")
     f(*[polytile.nd.array(x, device="cuda") for x in inputs], out)
@@ -60,7 +31,7 @@ def _bind(s, T, factor=8):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
-def test_max_min_propagate_nan(dtype, device):
+def test_max_min_propagate_nan(dtype, cuda_build):
     rows, cols = 13, 9
     A = te.placeholder((rows, cols), dtype, name="A")
     k = te.reduce_axis((0, cols), name="k")
@@ -73,7 +44,7 @@ def test_max_min_propagate_nan(dtype, device):
     a = np.random.default_rng(1).uniform(-1, 1, (rows, cols)).astype(dtype)
     a[0, 0] = a[1, 1] = a[2, 8] = a[3, 2] = a[4, 4] = np.nan
     compile_with_nvcc(polytile.build(s, [A, Q], target="cuda").get_source())
-    out = _run(s, [A, Q], [a], device)
+    out = _run(s, [A, Q], [a], cuda_build)
     r = a.max(axis=1)
     want = np.minimum.reduce([a[:, 0], a[:, 1], r]) + np.maximum(r, a[:, 2])
     assert np.isnan(want[:5]).all() and not np.isnan(want[5:]).any()
@@ -81,7 +52,7 @@ def test_max_min_propagate_nan(dtype, device):
     np.testing.assert_allclose(out[5:].astype("float64"), want[5:], rtol=1e-3)
 
 
-def test_float16_sum_rounds_once(device):
+def test_float16_sum_rounds_once(cuda_build):
     X = te.placeholder((4, 12), "float16", name="X")
     k = te.reduce_axis((0, 12), name="k")
     S = te.compute((4,), lambda i: te.sum(X[i, k], axis=k), name="S")
@@ -92,7 +63,7 @@ def test_float16_sum_rounds_once(device):
     x = np.array([[2048] + [1] * 11, [32000] * 4 + [-32000] * 4 + [1] * 4,
                   [1] * 11 + [2048], [-3] * 12], "float16")
     compile_with_nvcc(polytile.build(s, [X, S], target="cuda").get_source())
-    out = _run(s, [X, S], [x], device)
+    out = _run(s, [X, S], [x], cuda_build)
     np.testing.assert_array_equal(out, x.astype("float64").sum(axis=1).astype("float16"))
 
 
@@ -101,7 +72,7 @@ def _bf16(x) -> np.ndarray:
     return dt.bfloat16_values(dt.bfloat16_bits(np.asarray(x, np.float32)))
 
 
-def test_bfloat16_operations_and_float32_sum(device):
+def test_bfloat16_operations_and_float32_sum(cuda_build):
     """__nv_bfloat16 storage, every operation in float32 rounded by __float2bfloat16_rn,
     constants as bit patterns, a sum accumulated in float32 (256 + 1 stalls in bfloat16)."""
     rows, K = 7, 37
@@ -122,7 +93,7 @@ def test_bfloat16_operations_and_float32_sum(device):
     assert "#include <cuda_bf16.h>" in src and "__float2bfloat16_rn(" in src
     assert "__ushort_as_bfloat16((unsigned short)0x3fc0)" in src     # 1.5
     compile_with_nvcc(src)
-    out = dt.bfloat16_values(_run(s, [X, Q], [xb], device))
+    out = dt.bfloat16_values(_run(s, [X, Q], [xb], cuda_build))
     xv = dt.bfloat16_values(xb)
     sv = _bf16(xv.astype(np.float64).sum(axis=1))
     assert sv[0] == 292.0   # 256 + 36, exact in float32, rounded once

@@ -1,13 +1,13 @@
 """CUDA runtime: device arrays, DLPack, argument checks, launching and timing.
 
-Tests taking the ``device`` fixture run twice: on CUDA device 0 (marked ``gpu``, skipped
-without a GPU, see ``tests/conftest.py``) and on the host emulation of the driver of
-``cuda_emulator`` (the CUDA C compiled by g++ for the host), which runs the runtime's whole
-code path without a GPU. They run the hand-written kernels of ``cuda_ir_helpers`` and
-compare with numpy. Tests marked ``gpu`` only need the real thing (torch, NVRTC, memory).
-The other tests check what needs no device: DLPack capsules (against numpy as the other
-side), argument validation through fake device arrays, device names, and the errors raised
-on a machine without a GPU.
+Tests taking the ``build`` fixture run twice (``cuda_device`` of ``tests/conftest.py``):
+on CUDA device 0 (marked ``gpu``, skipped without a GPU) and on the host emulation of the
+driver of ``cuda_emulator`` (the CUDA C compiled by g++ for the host), which runs the
+runtime's whole code path without a GPU. They run the hand-written kernels of
+``cuda_ir_helpers`` and compare with numpy. Tests marked ``gpu`` only need the real thing
+(torch, NVRTC, memory). The other tests check what needs no device: DLPack capsules
+(against numpy as the other side), argument validation through fake device arrays, device
+names, and the errors raised on a machine without a GPU.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import gc
 
 import numpy as np
 import pytest
-import cuda_emulator
 from cuda_ir_helpers import all_cases, case_axpy, case_big_shared, case_two_kernels, case_vadd
 from helpers import poison
 
@@ -33,31 +32,24 @@ from polytile.te.expr import Var
 CASES = all_cases()
 
 
-def _build(func, tmp_path, **kw):
+def _build(func, tmp_path, target="cuda", **kw):
     if cc.available_compiler() is None:
         pytest.skip("no CUDA compiler")
-    return CUDAModule(func, Target.parse("cuda"), cache_dir=tmp_path, **kw)
+    return CUDAModule(func, Target.parse(target), cache_dir=tmp_path, **kw)
 
 
-@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
-def build(request, tmp_path, monkeypatch):
-    """``build(func, target="cuda")``: a CUDAModule on the GPU, or on the emulated driver."""
-    if request.param == "gpu":
-        def on_gpu(func, target="cuda"):
-            if cc.available_compiler() is None:
-                pytest.skip("no CUDA compiler")
-            return CUDAModule(func, Target.parse(target), cache_dir=tmp_path)
+@pytest.fixture
+def build(cuda_device, tmp_path):
+    """``build(func, target="cuda")``: a CUDAModule of a lowered ``func`` on the device of
+    ``cuda_device`` (``tests/conftest.py``); ``build.emulated`` tells which."""
 
-        on_gpu.emulated = False
-        yield on_gpu
-        return
-    with cuda_emulator.installed(tmp_path, monkeypatch):
+    def on(func, target="cuda"):
+        if cuda_device == "gpu":
+            return _build(func, tmp_path, target=target)
+        return CUDAModule(func, Target.parse(target))
 
-        def on_host(func, target="cuda"):
-            return CUDAModule(func, Target.parse(target))
-
-        on_host.emulated = True
-        yield on_host
+    on.emulated = cuda_device == "emulated"
+    return on
 
 
 def run_case(case, build, seed=0):

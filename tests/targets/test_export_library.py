@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 
-import cuda_emulator
 import numpy as np
 import pytest
 from helpers import poison, rand
@@ -217,17 +216,6 @@ def _gpu_rowsum():
     s[C].bind(bx, te.thread_axis("blockIdx.x"))
     s[C].bind(tx, te.thread_axis("threadIdx.x"))
     return s, args
-
-
-@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
-def cuda_build(request, tmp_path, monkeypatch):
-    if request.param == "gpu":
-        if cc.available_compiler() is None:
-            pytest.skip("no CUDA compiler")
-        yield lambda s, args, **kw: polytile.build(s, args, "cuda", cache_dir=tmp_path, **kw)
-        return
-    with cuda_emulator.installed(tmp_path, monkeypatch):
-        yield lambda s, args, **kw: polytile.build(s, args, "cuda", **kw)
 
 
 def test_cuda_export_and_load_module(cuda_build, tmp_path):

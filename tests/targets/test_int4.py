@@ -6,8 +6,6 @@ nibble of an odd row must keep its poison (a store writes only its own nibble)."
 
 from __future__ import annotations
 
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -16,12 +14,8 @@ from helpers import compile_with_nvcc, nvcc_text
 import polytile
 from polytile import LoweringError, te
 from polytile.nd import pack_int4, unpack_int4
-from polytile.targets import Target
-from polytile.targets.cuda.runtime import CUDAModule
 from polytile.te import dtype as dt
 
-sys.path.insert(0, os.path.dirname(__file__))
-import cuda_emulator  # noqa: E402
 
 POISON = 0xAB
 
@@ -312,20 +306,10 @@ def _gpu(m, n, shared=False):
     return s, [A, W, B, C]
 
 
-@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
-def build(request, tmp_path, monkeypatch):
-    if request.param == "gpu":
-        yield lambda s, args: polytile.build(s, args, target="cuda")
-        return
-    with cuda_emulator.installed(tmp_path, monkeypatch):
-        yield lambda s, args: CUDAModule(polytile.lower(s, args, target="cuda",
-                                                        stop_after=None), Target.parse("cuda"))
-
-
 @pytest.mark.parametrize("m,n", [(3, 9), (2, 16)])
-def test_int4_cuda(build, m, n):
+def test_int4_cuda(cuda_build, m, n):
     s, args = _gpu(m, n)
-    f = build(s, args)
+    f = cuda_build(s, args)
     a, w = rand4((m, n), seed=m), rand4((m, n), "uint4", seed=n)
     dev = [polytile.nd.array(x, device="cuda") for x in
            (pack_int4(a), pack_int4(w, "uint4"), poison((m, n)),
@@ -348,7 +332,7 @@ def test_int4_cuda_source_compiles_with_nvcc():
 
 
 @pytest.mark.parametrize("vectorized", [False, True])
-def test_int4_cuda_shared_cache_read(build, vectorized):
+def test_int4_cuda_shared_cache_read(cuda_build, vectorized):
     # an int4 row staged in shared memory (padded to whole 32-bit words for the atomic
     # stores), neighbouring nibbles written by neighbouring threads; a vectorized fetch
     # runs its lanes one by one
@@ -368,7 +352,7 @@ def test_int4_cuda_shared_cache_read(build, vectorized):
     else:
         o, i = s[AS].split(s[AS].op.axis[1], 8)
         s[AS].bind(i, te.thread_axis("threadIdx.x"))
-    f = build(s, [A, B])
+    f = cuda_build(s, [A, B])
     a = rand4((m, n), seed=9)
     da = polytile.nd.array(pack_int4(a), device="cuda")
     db = polytile.nd.array(poison((m, n)), device="cuda")
@@ -399,7 +383,7 @@ def test_int4_reference_interpreter():
     # stores) both run on the interpreter, on the packed arrays
     from polytile.schedule import interpreter
     m, n = 4, 7
-    for sched in (_plain, _parallel_inner, _at_consumer):
+    for sched in (_plain, _parallel_inner, _at_consumer, _unrolled_odd_split):
         s, args = _mul_scale(m, n, sched)
         a, w = rand4((m, n), seed=1), rand4((m, n), "uint4", seed=2)
         want = wrap4(a * wrap4(w))
@@ -411,10 +395,9 @@ def test_int4_reference_interpreter():
             np.testing.assert_array_equal(c, want * 0.5 - w)
 
 
-def test_int4_cuda_cross_thread_reduction(build):
-    # TVM's cross-thread reduction on int4: the partials (int4, shared) and the result
-    # are stored nibble by nibble; the sum wraps at 4 bits
-    m, n = 3, 40
+def _cross_thread_sum(m, n):
+    """TVM's cross-thread reduction of the rows of an int4 ``A[m, n]`` (32 threads a
+    row)."""
     A = te.placeholder((m, n), name="A", dtype="int4")
     k = te.reduce_axis((0, n), name="k")
     B = te.compute((m,), lambda i: te.sum(A[i, k], axis=k), name="B")
@@ -422,7 +405,14 @@ def test_int4_cuda_cross_thread_reduction(build):
     ko, ki = s[B].split(k, factor=32)
     s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
     s[B].bind(ki, te.thread_axis("threadIdx.x"))
-    f = build(s, [A, B])
+    return s, [A, B]
+
+
+def test_int4_cuda_cross_thread_reduction(cuda_build):
+    # TVM's cross-thread reduction on int4: the partials (int4, shared) and the result
+    # are stored nibble by nibble; the sum wraps at 4 bits
+    m, n = 3, 40
+    f = cuda_build(*_cross_thread_sum(m, n))
     a = rand4((m, n), seed=13)
     da = polytile.nd.array(pack_int4(a), device="cuda")
     db = polytile.nd.array(poison((m,)), device="cuda")
@@ -437,15 +427,8 @@ def test_int4_nibble_stores_are_seen_by_nvcc_as_writes_of_their_array():
     # was wrong on the H200 while right in the emulation. Derived from the array
     # pointer, the atomics are typed (global, shared) and every later read of the
     # output is a coherent load.
-    m, n = 3, 40
-    A = te.placeholder((m, n), name="A", dtype="int4")
-    k = te.reduce_axis((0, n), name="k")
-    B = te.compute((m,), lambda i: te.sum(A[i, k], axis=k), name="B")
-    s = te.create_schedule(B.op)
-    ko, ki = s[B].split(k, factor=32)
-    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
-    s[B].bind(ki, te.thread_axis("threadIdx.x"))
-    ptx = nvcc_text(polytile.build(s, [A, B], target="cuda").get_source(), "ptx")
+    ptx = nvcc_text(polytile.build(*_cross_thread_sum(3, 40), target="cuda").get_source(),
+                    "ptx")
     if ptx is None:
         pytest.skip("nvcc not found")
     assert "atom.global.and.b32" in ptx and "atom.shared.and.b32" in ptx
@@ -496,7 +479,7 @@ def test_int4_row_loops_store_whole_bytes(n):
     check4(b, wrap4(a * wrap4(w)))
 
 
-def test_int4_cuda_thread_loops_store_whole_bytes(build):
+def test_int4_cuda_thread_loops_store_whole_bytes(cuda_build):
     # each thread runs a serial loop over a segment of its row: pairs stored whole (a
     # segment cut by the end of the row would be guarded per element, and stored nibble
     # by nibble)
@@ -514,9 +497,68 @@ def test_int4_cuda_thread_loops_store_whole_bytes(build):
 
     compile_with_nvcc(print_c_module(polytile.lower(s, [A, B], target="cuda",
                                                     stop_after=None), CUDADialect()).source)
-    f = build(s, [A, B])
+    f = cuda_build(s, [A, B])
     a = rand4((m, n), seed=17)
     da = polytile.nd.array(pack_int4(a), device="cuda")
     db = polytile.nd.array(poison((m, n)), device="cuda")
     f(da, db)
     check4(db.numpy(), wrap4(a * 3))
+
+
+# ------------------------------------------------- guarded and odd-offset row segments
+@pytest.mark.parametrize("factor,vec", [(3, False), (5, True), (4, False)])
+@pytest.mark.parametrize("m,n", [(3, 13), (2, 1), (1, 14)])
+def test_int4_odd_offset_segments_store_pairs_whole(factor, vec, m, n):
+    # a split by an odd factor: a segment may start on a high nibble, stored alone,
+    # then pairs whole; a ragged last segment and an odd row end alone too (the unused
+    # high nibble of an odd row keeps its poison)
+    s, args = _mul_scale(m, n, _plain)
+    A, W, B, C = args
+    jo, ji = s[B].split(B.op.axis[1], factor)
+    if vec:
+        s[B].vectorize(ji)
+    if n > 1:
+        assert "j.inner.pair" in str(polytile.lower(s, args, stop_after=None))
+    f = polytile.build(s, args)
+    a, w = rand4((m, n), seed=factor + n), rand4((m, n), "uint4", seed=m)
+    b, c = poison((m, n)), np.full((m, n), np.nan, np.float32)
+    f(pack_int4(a), pack_int4(w, "uint4"), b, c)
+    check4(b, wrap4(a * wrap4(w)))
+
+
+def _gpu_segments(m, n, factor, dtype="int4"):
+    A = te.placeholder((m, n), name="A", dtype=dtype)
+    B = te.compute((m, n), lambda i, j: A[i, j] * te.const(3, dtype), name="B")
+    s = te.create_schedule(B.op)
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    jo, ji = s[B].split(B.op.axis[1], factor)
+    s[B].bind(jo, te.thread_axis("threadIdx.x"))
+    return s, [A, B]
+
+
+@pytest.mark.parametrize("n,factor", [(23, 5), pytest.param(26, 6, marks=pytest.mark.slow),
+                                      pytest.param(9, 4, marks=pytest.mark.slow)])
+def test_int4_cuda_guarded_segments_store_pairs_whole(cuda_build, n, factor):
+    # a thread's segment cut by the end of the row is guarded (if 6 * tx + j < 26): it
+    # runs over min(6, 26 - 6 * tx) elements, pairs whole; a segment starting on a high
+    # nibble (odd factor) or ending on a low one stores that element alone, atomically
+    # (the other nibble is another thread's)
+    m = 3
+    s, args = _gpu_segments(m, n, factor)
+    text = str(polytile.lower(s, args, target="cuda", stop_after=None))
+    assert "j.inner.pair" in text
+    f = cuda_build(s, args)
+    a = rand4((m, n), seed=n)
+    da = polytile.nd.array(pack_int4(a), device="cuda")
+    db = polytile.nd.array(poison((m, n)), device="cuda")
+    f(da, db)
+    check4(db.numpy(), wrap4(a * 3))
+
+
+def test_int4_cuda_guarded_segments_compile_with_nvcc():
+    from polytile.targets.c_printer import print_c_module
+    from polytile.targets.cuda.dialect import CUDADialect
+
+    s, args = _gpu_segments(3, 23, 5, "uint4")
+    compile_with_nvcc(print_c_module(polytile.lower(s, args, target="cuda",
+                                                    stop_after=None), CUDADialect()).source)

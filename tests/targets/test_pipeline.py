@@ -596,11 +596,7 @@ _GPU_CASES = [(size, stages) for size in [(384, 640, 320)] for stages in (2, 3, 
 def test_pipelined_tensor_core_gemm_on_the_gpu(size, stages, isa, dtype):
     M, N, K = size
     s, args = tc.wmma_gemm(M, N, K, isa=isa, dtype=dtype, stages=stages)
-    f = polytile.build(s, args, target="cuda")
-    a, b = _inputs(M, N, K, dtype, seed=1)
-    c = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
-    f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
-    assert _rel(c.numpy(), _reference(M, N, K, dtype)) < 1e-5
+    assert _gpu_error(s, args, M, N, K, dtype) < 1e-5
 
 
 @pytest.mark.gpu
@@ -614,11 +610,7 @@ def test_eight_warp_mma_sync_gemm_on_the_gpu(size, dtype, block, warp, stages, f
     M, N, K = size
     s, args = tc.wmma_gemm(M, N, K, isa="mma", dtype=dtype, block=block, warp=warp,
                            stages=stages, frags=frags, group=group)
-    f = polytile.build(s, args, target="cuda")
-    a, b = _inputs(M, N, K, dtype, seed=1)
-    c = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
-    f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
-    assert _rel(c.numpy(), _reference(M, N, K, dtype)) < 1e-5
+    assert _gpu_error(s, args, M, N, K, dtype) < 1e-5
 
 
 @pytest.mark.gpu
@@ -639,11 +631,7 @@ def test_fragment_prefetch_gemm_on_the_gpu(size, dtype, block, warp, stages):
     M, N, K = size
     s, args = tc.wmma_gemm(M, N, K, isa="mma", dtype=dtype, block=block, warp=warp,
                            stages=stages, frags="prefetch", group=8)
-    f = polytile.build(s, args, target="cuda")
-    a, b = _inputs(M, N, K, dtype, seed=1)
-    c = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
-    f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
-    assert _rel(c.numpy(), _reference(M, N, K, dtype)) < 1e-5
+    assert _gpu_error(s, args, M, N, K, dtype) < 1e-5
 
 
 @pytest.mark.gpu
@@ -656,12 +644,18 @@ def test_sixteen_warps_per_sm_gemm_on_the_gpu(size, block, warp, stages, frags, 
     M, N, K = size
     s, args = tc.wmma_gemm(M, N, K, isa="mma", block=block, warp=warp, stages=stages,
                            frags=frags, group=8)
-    f = polytile.build(s, args, target="cuda" + (f" -min-blocks={min_blocks}"
-                                                 if min_blocks else ""))
-    a, b = _inputs(M, N, K, "float16", seed=1)
+    target = "cuda" + (f" -min-blocks={min_blocks}" if min_blocks else "")
+    assert _gpu_error(s, args, M, N, K, "float16", target) < 1e-5
+
+
+def _gpu_error(s, args, M, N, K, dtype, target="cuda") -> float:
+    """The relative error (Frobenius norm) of the GEMM ``s`` built for ``target`` and run on
+    the GPU (inputs of seed 1, output poisoned) against :func:`_reference`."""
+    f = polytile.build(s, args, target=target)
+    a, b = _inputs(M, N, K, dtype, seed=1)
     c = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
     f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
-    assert _rel(c.numpy(), _reference(M, N, K, "float16")) < 1e-5
+    return _rel(c.numpy(), _reference(M, N, K, dtype))
 
 
 def _reference(M, N, K, dtype, cache={}):

@@ -7,7 +7,6 @@ one, on a GPU (``gpu`` marker).
 from __future__ import annotations
 
 
-import cuda_emulator
 import numpy as np
 import pytest
 from helpers import poison, rand
@@ -143,17 +142,7 @@ def test_cpu_array_copyto():
 
 
 # ------------------------------------------------------------------ CUDA devices and arrays
-@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
-def cuda_dev(request, tmp_path, monkeypatch):
-    """The CUDA device: a GPU, or the emulated driver."""
-    if request.param == "gpu":
-        yield request.param
-        return
-    with cuda_emulator.installed(tmp_path, monkeypatch):
-        yield request.param
-
-
-def test_cuda_device_attributes(cuda_dev):
+def test_cuda_device_attributes(cuda_device):
     dev = polytile.cuda(0)
     assert dev.exist is True
     major, minor = map(int, dev.compute_version.split("."))
@@ -163,7 +152,7 @@ def test_cuda_device_attributes(cuda_dev):
     assert dev.multi_processor_count >= 1 and dev.max_shared_memory_per_block >= 48 * 1024
     assert isinstance(dev.device_name, str) and dev.device_name
     dev.sync()
-    if cuda_dev == "emulated":
+    if cuda_device == "emulated":
         assert dev.device_name == "Emulated H100" and dev.compute_version == "9.0"
         before = dev.available_global_memory
         x = polytile.nd.empty((1024,), "float32", device="cuda")
@@ -171,7 +160,7 @@ def test_cuda_device_attributes(cuda_dev):
         del x
 
 
-def test_cuda_copyto(cuda_dev):
+def test_cuda_copyto(cuda_device):
     a = rand((4, 7), seed=5)
     x = polytile.nd.array(a, device="cuda")
     assert x.shape == (4, 7) and x.dtype == np.float32 and x.device == polytile.cuda(0)
@@ -196,7 +185,7 @@ def test_cuda_copyto(cuda_dev):
         x.copyto(np.zeros((4, 7), "int32"))
 
 
-def test_cuda_time_evaluator_tvm_form(cuda_dev):
+def test_cuda_time_evaluator_tvm_form(cuda_device):
     A = te.placeholder((37,), name="A")
     B = te.compute((37,), lambda i: A[i] + 1.0, name="B")
     s = te.create_schedule(B.op)

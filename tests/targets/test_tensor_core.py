@@ -212,16 +212,26 @@ def test_wmma_int8_gemm_is_exact_on_the_interpreter(stages):
         tc.wmma_gemm(M, N, K, dtype="int8", acc="float32")
 
 
-def test_wmma_int8_source_compiles_with_imma():
-    s, args = tc.wmma_gemm(256, 256, 256, dtype="int8", acc="int32", stages=3)
+@pytest.mark.parametrize("dtype, acc, source, instruction", [
+    ("int8", "int32", ["nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, signed char"],
+     "IMMA"),
+    ("float32", "float32", [
+        "nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 8, "
+        "nvcuda::wmma::precision::tf32, nvcuda::wmma::row_major>",
+        "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 8, float>",
+        "__float_to_tf32"], "HMMA.1684.F32.TF32")], ids=["int8", "tf32"])
+def test_wmma_int8_and_tf32_sources_compile_to_their_mma(dtype, acc, source, instruction):
+    # int8 runs as IMMA, float32 operands as tf32 HMMA; the copies as cp.async (LDGSTS)
+    s, args = tc.wmma_gemm(256, 256, 256, dtype=dtype, acc=acc, stages=3)
     src = polytile.build(s, args, target="cuda").get_source("cu")
-    assert "nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, signed char" in src
+    for text in source:
+        assert text in src
     for arch in ("sm_80", "sm_90"):
         compile_with_nvcc(src, arch)
     sass = nvcc_text(src, "sass")
     if sass is None:
         return
-    assert "IMMA" in sass and "LDGSTS" in sass
+    assert instruction in sass and "LDGSTS" in sass
 
 
 @pytest.mark.gpu
@@ -265,21 +275,6 @@ def test_wmma_tf32_default_tiles_fit_shared_memory(stages):
     s, args = tc.wmma_gemm(384, 640, 320, dtype="float32", stages=stages)
     src = polytile.build(s, args, target="cuda").get_source("cu")
     assert "precision::tf32" in src
-
-
-def test_wmma_tf32_source_compiles_with_tf32_mma():
-    s, args = tc.wmma_gemm(256, 256, 256, dtype="float32", stages=3)
-    src = polytile.build(s, args, target="cuda").get_source("cu")
-    assert ("nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 8, "
-            "nvcuda::wmma::precision::tf32, nvcuda::wmma::row_major>") in src
-    assert "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 8, float>" in src
-    assert "__float_to_tf32" in src
-    for arch in ("sm_80", "sm_90"):
-        compile_with_nvcc(src, arch)
-    sass = nvcc_text(src, "sass")
-    if sass is None:
-        return
-    assert "HMMA.1684.F32.TF32" in sass and "LDGSTS" in sass
 
 
 @pytest.mark.gpu

@@ -10,7 +10,6 @@ poisoned before each run."""
 
 from __future__ import annotations
 
-import cuda_emulator
 import numpy as np
 import pytest
 from allreduce_cases import layernorm, softmax
@@ -21,7 +20,6 @@ from polytile.autotune.data import make_inputs, output_positions
 from polytile.autotune.template import get_template
 from polytile.schedule.interpreter import run as interpret
 from polytile.schedule.loop_ir import WarpShuffle, walk_stmts
-from polytile.targets.cuda import compile as cc
 
 #: thread extent -> whether the combine is shuffled
 EXTENTS = {1: False, 7: False, 32: True, 33: False, 100: False, 256: True}
@@ -83,27 +81,13 @@ def test_rows_on_threadidx_y_and_local_statistics():
     assert seen == 5
 
 
-@pytest.fixture(params=[pytest.param("gpu", marks=pytest.mark.gpu), "emulated"])
-def build(request, tmp_path, monkeypatch):
-    """``build(s, args)``: a CUDA module on the GPU, or on the emulated driver."""
-    if request.param == "gpu":
-        if cc.available_compiler() is None:
-            pytest.skip("no CUDA compiler")
-        yield lambda s, args: polytile.build(s, args, target="cuda", cache_dir=tmp_path)
-        return
-    if not cuda_emulator.available():
-        pytest.skip("no g++ for the emulated driver")
-    with cuda_emulator.installed(tmp_path, monkeypatch):
-        yield lambda s, args: polytile.build(s, args, target="cuda")
-
-
 @pytest.mark.parametrize("threads", [7, 32, 256])
 @pytest.mark.parametrize("kind, dtype", [("softmax", "float32"), ("layernorm", "float16")])
-def test_built_shuffle_combine(build, kind, dtype, threads):
+def test_built_shuffle_combine(cuda_build, kind, dtype, threads):
     s, args, inputs, ref = _case(kind, threads, dtype)
     dev = [polytile.nd.array(x, device="cuda") for x in inputs]
     out = polytile.nd.array(poison(args[-1].shape, args[-1].dtype), device="cuda")
-    build(s, args)(*dev, out)
+    cuda_build(s, args)(*dev, out)
     check(out.numpy(), ref, k=args[0].shape[1])
     assert np.isfinite(out.numpy().astype("float64")).all()
 

@@ -20,7 +20,7 @@ import polytile
 from polytile import te
 from polytile.errors import BuildError, ScheduleError
 from polytile.schedule import create_schedule
-from polytile.schedule import tensorize as tz
+from polytile.schedule import tensor_call_eval as tce
 from polytile.schedule.interpreter import RaceError, run, swizzled_place
 from polytile.schedule.loop_ir import Buffer
 from polytile.schedule.passes import software_pipeline as sp
@@ -111,13 +111,13 @@ def test_the_interpreter_keeps_swizzled_buffers_at_their_swizzled_places(monkeyp
     # a tensor core that read the tile unswizzled would compute garbage: so would the
     # interpreter if it did, which shows the copies stored the elements swizzled
     def unswizzled(flat, buf, off, shape, strides):
-        return flat[tz._logical_offsets(off, shape, strides)]
+        return flat[tce._logical_offsets(off, shape, strides)]
 
     M, N, K = 64, 16, 128
     s, args = tc.wgmma_gemm_schedule(M, N, K, block=(64, 16, 64), stages=3)
     f = lower(s, args, target=TARGET, stop_after=None)
     assert _gemm(f, M, N, K, "float16") < 1e-6
-    monkeypatch.setattr(tz, "_swizzled_region", unswizzled)
+    monkeypatch.setattr(tce, "_swizzled_region", unswizzled)
     assert _gemm(f, M, N, K, "float16") > 0.1
 
 

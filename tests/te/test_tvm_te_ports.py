@@ -218,10 +218,6 @@ def test_refused_tvm_te_features_say_why():
                        "runtime"):
         te.extern((m,), [A], lambda ins, outs: tir.call_packed("myadd", ins[0].data,
                                                                 outs[0].data, m))
-    with pytest.raises(ValueError, match=r"extern: 'E': 2 outputs of the dtypes \['float32', "
-                       r"'int32'\]; outputs of one dtype"):
-        te.extern([A.shape, (4,)], [A], lambda ins, outs: tir.call_extern(
-            "int32", "f", ins[0].access_ptr("r")), dtype=["float32", "int32"], name="E")
     x = te.placeholder((8,), name="x")
     v = te.size_var("v")
     z = te.compute((8,), lambda i: x[i] * v, name="z")

@@ -47,6 +47,26 @@ def _t04():
     return t04
 
 
+def _interpreted_gemm(s, args, m, n, k, seed):
+    """Lower the CUDA GEMM ``s`` (``C[m, n] = A[m, k] @ B[k, n]``, float32), run it on the
+    reference interpreter (output poisoned) and check it against float64; returns the
+    lowered function."""
+    import numpy as np
+
+    from polytile.schedule.interpreter import run
+    from polytile.schedule.pipeline import lower
+
+    f = lower(s, args, target="cuda", stop_after=None)
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-1, 1, (m, k)).astype("float32")
+    b = rng.uniform(-1, 1, (k, n)).astype("float32")
+    c = np.full((m, n), np.nan, "float32")
+    run(f, a, b, c)
+    ref = a.astype("float64") @ b.astype("float64")
+    assert np.linalg.norm(c - ref) / np.linalg.norm(ref) < 1e-6
+    return f
+
+
 def test_04_cuda_gemm_builds_without_a_gpu():
     from polytile.targets.cuda import compile as cc
 
@@ -61,25 +81,8 @@ def test_04_cuda_gemm_builds_without_a_gpu():
 def test_04_pipelined_register_tiles_on_the_interpreter(m, n, k, stages):
     # the vthread + cp.async SGEMM step at ragged block and k tiles, run by the reference
     # interpreter (asynchronous copies landing at their wait_group) against float64
-    import importlib.util
-
-    import numpy as np
-
-    from polytile.schedule.interpreter import run
-    from polytile.schedule.pipeline import lower
-
-    spec = importlib.util.spec_from_file_location("t04", TUTORIALS / "04_cuda_gemm.py")
-    t04 = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(t04)
-    s, args = t04.pipelined_tiles(m, n, k, block=32, threads=4, vt=2, kt=8, stages=stages)
-    f = lower(s, args, target="cuda", stop_after=None)
-    rng = np.random.default_rng(3)
-    a = rng.uniform(-1, 1, (m, k)).astype("float32")
-    b = rng.uniform(-1, 1, (k, n)).astype("float32")
-    c = np.full((m, n), np.nan, "float32")
-    run(f, a, b, c)
-    ref = a.astype("float64") @ b.astype("float64")
-    assert np.linalg.norm(c - ref) / np.linalg.norm(ref) < 1e-6
+    s, args = _t04().pipelined_tiles(m, n, k, block=32, threads=4, vt=2, kt=8, stages=stages)
+    f = _interpreted_gemm(s, args, m, n, k, seed=3)
     if stages > 1:
         assert f"cp.async.wait_group({stages - 2})" in str(f)
 
@@ -94,20 +97,8 @@ def test_04_pipelined_register_tiles_on_the_interpreter(m, n, k, stages):
 def test_04_grouped_and_rectangular_register_tiles_on_the_interpreter(m, n, k, kw):
     # pipelined_tiles' group / block_n / vt_n knobs at sizes that leave partial block
     # tiles, partial groups of tile rows and a partial k tile, against float64
-    import numpy as np
-
-    from polytile.schedule.interpreter import run
-    from polytile.schedule.pipeline import lower
-
     s, args = _t04().pipelined_tiles(m, n, k, block=32, threads=4, vt=2, kt=8, **kw)
-    f = lower(s, args, target="cuda", stop_after=None)
-    rng = np.random.default_rng(5)
-    a = rng.uniform(-1, 1, (m, k)).astype("float32")
-    b = rng.uniform(-1, 1, (k, n)).astype("float32")
-    c = np.full((m, n), np.nan, "float32")
-    run(f, a, b, c)
-    ref = a.astype("float64") @ b.astype("float64")
-    assert np.linalg.norm(c - ref) / np.linalg.norm(ref) < 1e-6
+    f = _interpreted_gemm(s, args, m, n, k, seed=5)
     if kw.get("group", 1) > 1:
         assert "truncmod(blockIdx.x" in str(f)                    # blockIdx.x split in groups
 

@@ -1,0 +1,230 @@
+"""Fragment prefetch: ``Stage.pipeline(k, stages, fragment_prefetch=True)``.
+
+A software-pipelined loop (:mod:`.software_pipeline`) whose synchronous compute loads
+register fragments from the shared slots in several k steps, ``L0 M0 L1 M1 ... L(n-1)
+M(n-1)`` (``L`` reading the shared slots into thread-private buffers, ``M`` computing from
+them, the fragment stages attached at an unrolled k step loop), runs its steady state as::
+
+    wait_group(S - 2); sync; copies(S - 1); commit; L0(0)[F']
+    for k:
+      M0(k)[F']; L1(k); M1(k) ... L(n-1)(k)
+      wait_group(S - 2); sync
+      if k + S < E: copies(k + S)
+      commit
+      if k + 1 < E: L0(k + 1)[F']
+      M(n-1)(k)
+    wait_group(0)
+
+The barrier of iteration ``k + 1`` moves before the MMAs of the last k step, and the
+first step's fragments of the next tile are loaded right after it, into a second set of
+fragment registers ``F'`` (``<name>.next``, double buffering), so that the MMAs of the
+last step overlap those loads and the barrier. Why it is right: the copy issued after the
+barrier of ``k + 1`` writes the slot of tile ``k``, whose loads (``L0`` in ``k - 1``, the
+others in ``k``) every thread issued before that barrier; the last step's MMAs read only
+registers; the wait counts are the original loop's, one iteration later.
+
+Refused (``ScheduleError``, primitive ``pipeline``): a compute of another form, loads of
+the first step into memory that is not thread-private, fragments accessed element by
+element or inside a loop or branch, reads overlapping a tile a later step loaded only in
+part, the last step reading a fragment of the first.
+"""
+
+from __future__ import annotations
+
+from polytile.te.expr import Binary, Cmp, Const, Expr
+from polytile.te.visitor import ExprMutator, collect
+
+from ..kinds import PipelinePragma, thread_private
+from ..loop_ir import (Buffer, For, IfThenElse, Load, Seq, Stmt, StmtMutator, Store, Sync,
+                       TensorCall, seq, stmt_exprs, walk_stmts)
+from .loops import substitute_stmt
+from .pipeline_slots import Slots, add, invariant, refuse, sub
+
+
+def _reads(s: Stmt, bufs) -> set:
+    """Ids of the buffers of ``bufs`` (a set of ids) that ``s`` reads."""
+    out = set()
+    for x in walk_stmts(s):
+        if isinstance(x, TensorCall) and x.part != "reset":
+            out |= {id(b) for b in x.buffers[:-1]} & bufs
+        out |= {id(ld.buffer) for e in stmt_exprs(x) for ld in collect(e, Load)} & bufs
+    return out
+
+
+class _RenameLoads(ExprMutator):
+    def __init__(self, new: dict):
+        self.new = new
+
+    def visit_Load(self, x: Load):
+        x = self.generic_visit(x)
+        b = self.new.get(id(x.buffer))
+        return x if b is None else Load(x.dtype, b, x.indices)
+
+
+class _Rename(StmtMutator):
+    """Every access of the buffers of ``new`` (old buffer id -> new buffer) renamed."""
+
+    def __init__(self, new: dict):
+        self.new = new
+        self.loads = _RenameLoads(new)
+
+    def visit_expr(self, e):
+        return self.loads.visit(e)
+
+    def visit_Store(self, s: Store):
+        s = self.generic_visit(s)
+        b = self.new.get(id(s.buffer))
+        return s if b is None else Store(b, s.indices, s.value)
+
+    def visit_TensorCall(self, s: TensorCall):
+        s = self.generic_visit(s)
+        if not any(id(b) in self.new for b in s.buffers):
+            return s
+        bufs = tuple(self.new.get(id(b), b) for b in s.buffers)
+        return TensorCall(s.intrin, s.part, bufs, s.shapes, s.strides, s.indices, s.body)
+
+
+def _split_steps(p: PipelinePragma, var, compute: list, bufs: dict):
+    """``compute`` as ``(head, mid, tail)``: the loads of the first k step (reading the
+    copied buffers), the statements up to the last load, the rest (the last step's
+    MMAs), with the fragments ``head`` writes renamed ``<name>.next`` in ``head`` and
+    in what reads them before they are loaded again."""
+    flat = []
+    for c in compute:
+        flat += list(c.stmts) if isinstance(c, Seq) else [c]
+    if len(flat) == 1 and isinstance(flat[0], IfThenElse) and flat[0].else_case is None \
+            and invariant(flat[0].cond, var):
+        # a guard of the whole compute that the loop does not change (the warps past a
+        # partial tile column): split what it guards, guard each part
+        g = flat[0]
+        parts = _split_steps(p, var, [g.then_case], bufs)
+        return tuple([IfThenElse(g.cond, seq(*x))] for x in parts)
+    ids = set(bufs)
+    loads = [bool(_reads(c, ids)) for c in flat]
+    n = next((i for i, x in enumerate(loads) if not x), len(flat))
+    last = max((i for i, x in enumerate(loads) if x), default=-1)
+    if n == 0 or last < n or last == len(flat) - 1:
+        refuse(p, "fragment_prefetch: its compute is not loads from the shared "
+               "buffers in two k steps or more, each followed by the compute of the "
+               "step", "L0 M0 L1 M1 ...: fragments loaded per k step (their stages "
+               "computed at the unrolled k step loop)",
+               hint="attach the fragment stages at the k step loop inside the "
+               "pipelined one and unroll it, or drop fragment_prefetch")
+    head, mid, tail = flat[:n], flat[n:last + 1], flat[last + 1:]
+    frags: dict = {}
+    for x in walk_stmts(seq(*head)):
+        out = x.buffer if isinstance(x, Store) else (
+            x.buffers[-1] if isinstance(x, TensorCall) else None)
+        if out is None:
+            continue
+        if not thread_private(out.scope):
+            refuse(p, f"fragment_prefetch: the loads of the first k step write "
+                   f"{out.name!r} ({out.scope})", "loads into fragments or local "
+                   "registers only")
+        frags[id(out)] = out
+    nxt = {k: Buffer(b.name + ".next", b.shape, b.dtype, b.scope, b.swizzle)
+           for k, b in frags.items()}
+    head = [_Rename(nxt).visit(c) for c in head]
+    # which value each read of a fragment sees, region by region: the first step's
+    # (head) until a later load writes the same tile; a read overlapping such a tile
+    # only partly, or an element access, is refused
+    rewritten: dict = {k: [] for k in frags}
+
+    def region(call: TensorCall, i: int):
+        ix = call.operand_indices()[i]
+        if not all(isinstance(v, Const) for v in ix):
+            return None
+        return tuple(v.value for v in ix), tuple(call.shapes[i])
+
+    def fresh(r, rs) -> bool | None:
+        """Is region ``r`` one of ``rs`` (True), apart from all (False), else None?"""
+        if r in rs:
+            return True
+        (o, sh) = r
+        for (o2, sh2) in rs:
+            if all(a < a2 + s2 and a2 < a + s for a, s, a2, s2 in zip(o, sh, o2, sh2)):
+                return None
+        return False
+
+    def visit(c: Stmt, where: str) -> Stmt:
+        for x in walk_stmts(c):
+            if isinstance(x, Store) and id(x.buffer) in frags or any(
+                    id(ld.buffer) in frags for e in stmt_exprs(x)
+                    for ld in collect(e, Load)):
+                refuse(p, "fragment_prefetch: a fragment of the first k step is "
+                       "accessed element by element", "fragments used by tensor "
+                       "intrinsics only")
+        if not isinstance(c, TensorCall):
+            if any(isinstance(x, TensorCall) and any(id(b) in frags for b in x.buffers)
+                   for x in walk_stmts(c)):
+                refuse(p, "fragment_prefetch: a fragment of the first k step is "
+                       "used inside a loop or branch", "an unrolled k step loop")
+            return c
+        bufs = list(c.buffers)
+        for i, b in enumerate(c.buffers[:-1] if c.part != "reset" else ()):
+            if id(b) not in frags:
+                continue
+            r = region(c, i)
+            f = None if r is None else fresh(r, rewritten[id(b)])
+            if f is None:
+                refuse(p, f"fragment_prefetch: a read of fragment {b.name!r} "
+                       "overlaps a tile a later k step loaded only in part",
+                       "whole fragment tiles at constant offsets")
+            if not f:
+                if where == "tail":
+                    refuse(p, f"fragment_prefetch: the last k step reads fragment "
+                           f"{b.name!r} of the first one", "each k step loading "
+                           "the fragments it computes from")
+                bufs[i] = nxt[id(b)]
+        out = c.buffers[-1]
+        if id(out) in frags:
+            r = region(c, len(c.buffers) - 1)
+            if r is None:
+                refuse(p, f"fragment_prefetch: fragment {out.name!r} is loaded at a "
+                       "non-constant offset", "whole fragment tiles at constant "
+                       "offsets (unrolled loops)")
+            rewritten[id(out)].append(r)
+        if bufs == list(c.buffers):
+            return c
+        return TensorCall(c.intrin, c.part, tuple(bufs), c.shapes, c.strides, c.indices,
+                          c.body)
+
+    renamed = [visit(c, "mid") for c in mid]
+    tail = [visit(c, "tail") for c in tail]
+    return head, renamed, tail
+
+
+def prefetch_fragments(s: For, p: PipelinePragma, compute: list, bufs: dict, new: dict,
+                       stage, ahead: int, prologue: list, commit, wait) -> Stmt:
+    """The steady state of ``fragment_prefetch`` (``Stage.pipeline``): iteration
+    ``k`` runs the MMAs of its first steps, the barrier of iteration ``k + 1``, the
+    first fragment loads of ``k + 1`` (into the ``.next`` fragments) and the MMAs of
+    its last step. Why it is right: the copy issued after the barrier of ``k + 1``
+    writes the slot of tile ``k``, whose loads (``head`` in ``k - 1``, ``mid`` in
+    ``k``) every thread issued before that barrier; the last step's MMAs read only
+    registers; the wait counts are the original loop's, one iteration later."""
+    head, mid, tail = _split_steps(p, s.var, compute, bufs)
+    k, lo, ext = s.var, s.min, s.extent
+    n = p.stages
+
+    def at(stmts: list, it: Expr, rel: Expr) -> Stmt:
+        slot = Binary("int64", "truncmod", rel, Const("int64", n))
+        return Slots(new, slot).visit(substitute_stmt(seq(*stmts), {k: it}))
+
+    def fetch(rel: Expr) -> Stmt:
+        nxt = add(rel, ahead)
+        return IfThenElse(Cmp("bool", "lt", nxt, ext), stage(add(lo, nxt), nxt))
+
+    zero = Const("int64", 0)
+    first = at(head, lo, zero)
+    if not (isinstance(ext, Const) and ext.value > 0):
+        first = IfThenElse(Cmp("bool", "lt", zero, ext), first)
+    rel = sub(k, lo)
+    rel1 = add(rel, 1)
+    body = seq(at(mid, k, rel), wait(ahead - 1), Sync("shared"), fetch(rel1), commit,
+               IfThenElse(Cmp("bool", "lt", rel1, ext), at(head, add(k, 1), rel1)),
+               at(tail, k, rel))
+    pragmas = tuple(x for x in s.pragmas if not isinstance(x, PipelinePragma))
+    loop = For(k, lo, ext, s.kind, body, s.step, pragmas)
+    return seq(Sync("shared"), *prologue, wait(ahead - 1), Sync("shared"), fetch(zero),
+               commit, first, loop, wait(0))
