@@ -4,12 +4,12 @@ The steps are the classic ones (Volkov & Demmel, SC 2008; the TVM "How to optimi
 GPU" schedule): (1) one thread per output element; (2) tiles of A and B staged in shared
 memory by the threads of a block; (3) each thread computes a register tile of outputs from
 shared memory, with a strided thread layout so that warps read contiguous shared memory;
-(4) the CUTLASS SIMT layout (8x8 outputs per thread as 4x4 sub-tiles on virtual threads),
-k tiles of 16 copied by ``cp.async`` three stages deep, blocks launched in groups of 8
-tile rows (0.86x cuBLAS on an H200 at 4096^3, before each row of 4 outputs of C was written
-back as one 16-byte store). ``--variants`` adds other tiles and :func:`warp_tiles`
-(CUTLASS's warp-level thread layout). Every step prints TFLOP/s and the ratio to cuBLAS (through torch, tensor cores off) in the
-same run. Run: ``python tutorials/04_cuda_gemm.py [--n 4096]`` on a machine with an NVIDIA
+(4) the CUTLASS SIMT layout (16x8 outputs per thread as 4x2 sub-tiles of 4x4 on virtual
+threads, a 128x256 block), k tiles of 16 copied by ``cp.async`` two stages deep, blocks
+launched in groups of 8 tile rows (0.88x cuBLAS on an H200 at 4096^3; the 128x128 block
+of 8x8 outputs 0.86x). ``--variants`` adds other tiles and :func:`warp_tiles`
+(CUTLASS's warp-level thread layout). Every step prints TFLOP/s and the ratio to cuBLAS
+(through torch, tensor cores off) in the same run. Run: ``python tutorials/04_cuda_gemm.py [--n 4096]`` on a machine with an NVIDIA
 GPU; without one it only builds (as ``--no-run``), and ``--print-source`` shows the CUDA C.
 """
 
@@ -130,9 +130,9 @@ def pipelined_tiles(m, n, k, block: int = 128, threads: int = 16, vt: int = 2, k
     warp_tiles`) so that a wave of blocks shares A's and B's panels in L2 (the largest
     divisor of the tile rows at most ``group``).
     ``block_n``, ``threads_n``, ``vt_n`` default to ``block``, ``threads``, ``vt``.
-    The defaults (k tiles of 16, 3 stages, groups of 8) are the fastest of
-    :data:`VARIANTS` on an H200 at 4096^3 (44.1 TFLOP/s, 0.86x cuBLAS; 2 stages 0.855x,
-    k tiles of 8 0.83x) and the ``matmul`` GPU template's default config.
+    The defaults (a 128 x 128 block, k tiles of 16, 3 stages, groups of 8) ran at 0.86x
+    cuBLAS on an H200 at 4096^3 (2 stages 0.855x, k tiles of 8 0.83x); :data:`TUNED`
+    (the default step, 128 x 256, 16 x 8 per thread, 2 stages) at 0.88x.
     ``m``, ``n`` multiples of 4 (16-byte copies)."""
     block_n = block if block_n is None else block_n
     threads_n = threads if threads_n is None else threads_n
@@ -272,31 +272,32 @@ def warp_tiles(m, n, k, block: tuple = (128, 64), warps: tuple = (4, 1),
     return s, [A, B, C]
 
 
+#: The default step's tile (the ``matmul`` GPU template's default at large float32 GEMMs,
+#: found by tuning it): a 128 x 256 block on 8 x 32 threads, 16 x 8 outputs each (4 x 2
+#: sub-tiles of 4 x 4), k tiles of 16, 2 stages (3 would not fit 48 KB), groups of 8.
+TUNED = dict(threads=8, vt=4, block_n=256, threads_n=32, vt_n=2, kt=16, stages=2)
+
 STEPS = [("one thread per output", naive),
          ("shared-memory tiles 32x32", shared_tiles),
          ("shared + 8x8 register tiles", register_tiles),
-         ("8x8 vthread tiles, cp.async x3, kt 16", pipelined_tiles)]
+         ("16x8 vthread 128x256, cp.async x2, kt 16",
+          lambda m, n, k: pipelined_tiles(m, n, k, **TUNED))]
 
 #: ``--variants``: (title, schedule function, keyword arguments) timed besides the steps.
-#: Measured on an H200 at 4096^3 before these (kt 16 3 stages grouped 8 0.861x cuBLAS,
-#: 2 stages 0.855x, kt 8 0.83x, no pipeline 0.78x; tuned 128 x 256 16 x 8 per thread
-#: 0.880x), all with scalar STG epilogues; now every C row of 4 is one STG.E.128.
+#: H200, 4096^3, ratio to cuBLAS in one run (C written back with scalar stores): 16x8
+#: 128x256 kt 16 2 stages (the default step) 0.881; 8x8 128x128 kt 16 3 stages (the
+#: previous default) 0.861 (0.855 with 2 stages, 0.83 with k tiles of 8, 0.78 without a
+#: pipeline); warp tiles 0.75-0.80. A 16-byte write-back of C (STG.E.128 from the register
+#: tile) cost 0.73x: it pins each accumulator row to an aligned register quad in B's bank
+#: (FFMA bank conflicts 771 per 1024 FFMA instead of 469; see c_printer).
 #: ptxas -v (sm_90, nvcc 13), no spills; SASS per k tile of 8 (FFMA : LDS.128):
 #: pipelined 128 x 128: 128 registers, 512 : 32, 2 wavefronts per LDS.128 (warps of 2 x
-#: 16 lanes); warp tiles 128 x 64 (4 warps of 4 x 8 lanes): 122 registers, 512 : 32, one
-#: wavefront each.
+#: 16 lanes); warp tiles 128 x 64 (4 warps of 4 x 8 lanes): 128 registers, 512 : 32, one
+#: wavefront each; 128 x 256 16 x 8: 255 registers.
 VARIANTS = [
-    ("8x8 vthread tiles, kt 16, 2 stages, g8", pipelined_tiles, dict(kt=16, stages=2)),
-    ("8x16 vthread 128x256, kt 8, 3 st, g8", pipelined_tiles,
-     dict(block_n=256, vt_n=4, kt=8, stages=3)),
-    ("16x8 vthread 128x256, kt 16, 2 st (tuned)", pipelined_tiles,
-     dict(threads=8, vt=4, block_n=256, threads_n=32, vt_n=2, kt=16, stages=2)),
+    ("8x8 vthread 128x128, kt 16, 3 st, g8", pipelined_tiles, dict()),
+    ("8x8 vthread 128x128, kt 16, 2 st, g8", pipelined_tiles, dict(kt=16, stages=2)),
     ("warp 4x8 128x64, kt 8, 3 st", warp_tiles, dict()),
-    ("warp 4x8 128x64, kt 8, 4 st", warp_tiles, dict(stages=4)),
-    ("warp 4x8 128x64, kt 16 pad 4, 3 st", warp_tiles, dict(kt=16, pad=4)),
-    ("warp 4x8 256x64 8 warps, kt 8, 3 st", warp_tiles, dict(block=(256, 64), warps=(8, 1))),
-    ("warp 4x8 128x128 8x16, kt 8, 3 st", warp_tiles,
-     dict(block=(128, 128), vt=(2, 4))),
     ("warp 4x8 128x128 8x16, kt 16 pad 4, 2 st", warp_tiles,
      dict(block=(128, 128), vt=(2, 4), kt=16, pad=4, stages=2)),
 ]

@@ -103,6 +103,15 @@ def test_04_grouped_and_rectangular_register_tiles_on_the_interpreter(m, n, k, k
         assert "truncmod(blockIdx.x" in str(f)                    # blockIdx.x split in groups
 
 
+@pytest.mark.slow   # the interpreter: CI time
+def test_04_default_step_layout_on_the_interpreter():
+    # the default step's thread layout (TUNED: threads != threads_n, vt != vt_n, 2 stages,
+    # k tiles of 16) scaled down, at ragged sizes (partial block, group and k tiles)
+    kw = dict(_t04().TUNED, block=32, threads=2, vt=4, block_n=64, threads_n=8, vt_n=2)
+    s, args = _t04().pipelined_tiles(36, 68, 20, group=3, **kw)
+    _interpreted_gemm(s, args, 36, 68, 20, seed=7)
+
+
 @pytest.mark.parametrize("m, n, k, kw", [   # the interpreter: CI time, one cheap case
     (12, 20, 12, dict(block=(16, 32), warps=(1, 1), vt=(1, 1), stages=3, group=1)),
     pytest.param(36, 68, 20, dict(block=(32, 32), warps=(2, 1), vt=(2, 1), stages=3,
@@ -194,8 +203,10 @@ def test_04_default_step_ffma_bank_conflicts():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("m, n, k, stages", [(1004, 1028, 516, 2), (4096, 4096, 4096, 2),
-                                             (4096, 4096, 4096, 3)])
+                                             (4096, 4096, 4096, 3), (1004, 1028, 516, None),
+                                             (4096, 4096, 4096, None)])
 def test_04_pipelined_register_tiles_on_the_gpu(m, n, k, stages):
+    # stages None: the default step (TUNED: 128 x 256 blocks, 16 x 8 outputs per thread)
     import importlib.util
 
     import numpy as np
@@ -205,7 +216,8 @@ def test_04_pipelined_register_tiles_on_the_gpu(m, n, k, stages):
     spec = importlib.util.spec_from_file_location("t04", TUTORIALS / "04_cuda_gemm.py")
     t04 = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(t04)
-    s, args = t04.pipelined_tiles(m, n, k, stages=stages)
+    kw = t04.TUNED if stages is None else dict(stages=stages)
+    s, args = t04.pipelined_tiles(m, n, k, **kw)
     f = polytile.build(s, args, target="cuda")
     rng = np.random.default_rng(4)
     a = rng.uniform(-1, 1, (m, k)).astype("float32")
