@@ -33,7 +33,12 @@ accumulators (the *micro-kernel*, ``MR x NR`` in BLIS's words) stays in vector r
   loop, one ``KC x NR`` B panel in L1 for the whole ``i1`` loop). When ``KC`` covers K
   (one reduction block) ``k0`` goes right above ``k1`` and B's block is packed at
   ``j0``: C's zero initialisation then runs per micro-tile, before its k loop, not as a
-  pass of its own over a column block of C.
+  pass of its own over a column block of C. ``"blis"`` runs BLIS's loops with the roles
+  of the operands swapped (row-major C, vectors along ``j``): ``i0, k0, j0, i1, j1, k1,
+  i2, j2``, A's ``MC x KC`` block packed at ``k0`` (large: half or all of the rows, in
+  L3), B's ``KC x NC`` block at ``j0`` (``NC`` of 3 or 6 tiles: in L2), so the ``mr x
+  KC`` A micro-panel that ``j1`` reuses stays in L1 while the B panels stream from L2.
+  The default where A is packed in k blocks (:func:`default_order`, with the figures).
 * ``parallel``: which loop the threads share: ``i0``, ``j0`` or both fused (``"i0.j0"``;
   in the ``goto`` order, where they are not adjacent, ``j0`` when it has at least two
   iterations, else ``i0``), or ``"none"`` (small products, where waking the threads costs
@@ -96,16 +101,29 @@ def _block_candidates(n: int, inner: list, outer_max: int, ok=lambda f2: True) -
     """``[-1, f1, f2]`` splits of an extent ``n``: the divisor pairs (``f1 * f2`` dividing
     ``n``, each at most 64) whose ``f2`` passes ``ok``, then the register sizes ``inner``
     that leave a ragged tile, each with power-of-two ``f1`` up to ``outer_max`` (product at
-    most ``n``) and with the ``f1`` of a single block."""
+    most ``n``) and with the ``f1`` of a single block; for every register size, blocks of
+    all the tiles, of half of them, and of 3, 4 or 6 tiles."""
     out = []
     for f2 in _divisors(n, 64):
         if ok(f2):
             out += [[-1, f1, f2] for f1 in _divisors(n // f2, 64)]
+            if f2 in inner:
+                out += [[-1, f1, f2] for f1 in dict.fromkeys((n // f2, -(-n // (2 * f2))))
+                        if [-1, f1, f2] not in out]
     for f2 in inner:
         if f2 <= n and n % f2:
             f1s = [f1 for f1 in _pow2(outer_max) if f1 * f2 <= n]
-            whole = -(-n // f2)  # one block of all the panels
-            out += [[-1, f1, f2] for f1 in f1s + ([whole] if whole <= outer_max else [])]
+            # one block of all the panels, and two blocks of half of them (the blis order's
+            # blocks of A, one per thread), whatever their size
+            whole = -(-n // f2)
+            f1s += [f for f in dict.fromkeys((-(-whole // 2), whole))
+                    if f not in f1s and f * f2 <= n + f2 - 1]
+            out += [[-1, f1, f2] for f1 in f1s]
+    for f2 in inner:
+        # blocks of 3, 4 and 6 register tiles (256 columns of 64 lanes: the blis order's
+        # block of B, kc x nc in L2) that leave a ragged last block
+        out += [[-1, f1, f2] for f1 in (3, 4, 6) if f1 * f2 <= n and n % (f1 * f2)
+                and [-1, f1, f2] not in out]
     return out
 
 
@@ -118,7 +136,9 @@ def _k_candidates(k: int) -> list:
 
 def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None:
     """The knobs of the matmul space (module docstring); the default is the 6 x 64 BLAS
-    micro-kernel with both operands packed in the Goto order, blocks of 96 x 512 of A and
+    micro-kernel with both operands packed, in the blis order (:func:`default_order`:
+    blocks of half of A's rows and of 512 x 256 of B, :func:`blis_knobs`) or else in the
+    Goto order, blocks of 96 x 512 of A and
     512 x N/2 of B (at most 2048 columns: two column blocks for two threads) or the whole
     matrix when smaller; for products of at most :data:`SMALL_PRODUCT` multiply-adds the
     12 x 32 micro-kernel without packing or threads (``blas_like`` of
@@ -130,24 +150,60 @@ def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None
     # K is shorter (256x4096x64: 10 % faster than 96)
     kc = min(K, 256 if small else 512)
     mc = 96 if kc >= 512 else 192
+    blis = default_order(M, N, K) == "blis"
+    bk = blis_knobs(M, N, K)
     cfg.define_split("tile_i", M, policy="candidate", num_outputs=3,
                      candidate=_block_candidates(M, list(REG_ROWS), 64,
                                                  ok=lambda f2: f2 <= 32),
-                     default=[-1, min(mc // mr, -(-M // mr)), mr])
+                     default=bk["tile_i"] if blis else
+                     [-1, min(mc // mr, -(-M // mr)), mr])
     cfg.define_split("tile_j", N, policy="candidate", num_outputs=3,
                      candidate=_block_candidates(N, list(REG_LANES), 64,
                                                  ok=_lane_ok(N)),
-                     default=[-1, min(2048 // nr, -(-N // (2 * nr))), nr])
+                     default=bk["tile_j"] if blis else
+                     [-1, min(2048 // nr, -(-N // (2 * nr))), nr])
     cfg.define_split("tile_k", K, policy="candidate", candidate=_k_candidates(K),
                      default=[-1, kc])
     cfg.define_knob("pack_a", [False, True], default=not small)
     cfg.define_knob("pack_b", [False, True], default=not small)
-    cfg.define_knob("order", ["ij", "goto"], default="goto")
+    cfg.define_knob("order", ["ij", "goto", "blis"], default=default_order(M, N, K))
     if batch:
         cfg.define_knob("parallel", ["b", "b.i0", "b.i0.j0", "none"], default="b.i0")
     else:
         cfg.define_knob("parallel", ["i0", "i0.j0", "j0", "none"],
                         default="none" if small else "i0.j0")
+
+
+def blis_knobs(M: int, N: int, K: int) -> dict:
+    """Knob values of the blis order (module docstring) for ``M x N x K``, to overlay on
+    the default config: the default micro-kernel, two blocks of A's row panels (one per
+    thread; packed at ``k0``), blocks of B of 4 tiles (256 columns of the 6 x 64
+    kernel: ``kc x nc`` = 512 KiB, in L2) or all of them, the default ``kc``."""
+    mr, nr = default_micro_kernel(M, N, K)
+    pi, pj = -(-M // mr), -(-N // nr)
+    out = dict(order="blis", parallel="i0.j0")
+    # (smaller matrices than a register tile keep the default's tiles)
+    if M >= mr:
+        out["tile_i"] = [-1, -(-pi // 2), mr]
+    if N >= nr:
+        out["tile_j"] = [-1, min(4, pj), nr]
+    return out
+
+
+def default_order(M: int, N: int, K: int) -> str:
+    """The default config's loop order: ``"blis"`` above :data:`SMALL_PRODUCT` when A is
+    packed in k blocks of 16 (:func:`a_kblock`: 16 divides ``kc`` and ``kc`` divides K),
+    A holds a register tile and the register tiles divide N, else ``"goto"``. CPU time
+    (min of repeats), one thread, in one process with numpy, load 7-25: 4096^3 0.92x
+    numpy in the goto order, 1.00-1.01x blis; 256x4096x64 0.98-1.00x -> 1.13-1.21x;
+    1024^3 1.01-1.09x either way; ragged N worse in blis: 1024x1003x1024 0.90x against
+    0.95x, 1021x1003x1024 0.87-0.93x against 0.97x; 1021x1003x1009 (K not a multiple of
+    kc) 0.87x goto, 0.76-0.78x blis."""
+    mr, nr = default_micro_kernel(M, N, K)
+    kc = min(K, 512)
+    big = M * N * K > SMALL_PRODUCT
+    return "blis" if big and a_kblock(K, kc) == A_KBLOCK and M >= mr and N % nr == 0 \
+        else "goto"
 
 
 def default_micro_kernel(M: int, N: int, K: int) -> tuple[int, int]:
@@ -251,6 +307,15 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None, kb: int = 1) -> None:
     if order == "ij":
         mid = cfg["reorder"].apply(s, C, [k0, i1, j1])
         s[C].reorder(*lead, i0, j0, *mid, k1, i2, j2)
+    elif order == "blis":
+        # BLIS's loops with the operands' roles swapped (row-major C, vectors along j):
+        # the broadcast operand's micro-panel (mr x kc of A) stays in L1 while j1 streams
+        # the vector operand's panels (kc x nr of B) from an L2-sized block of B
+        mid = cfg["reorder"].apply(s, C, [j0, i1, j1])
+        if single_k:
+            s[C].reorder(*lead, i0, *mid, k0, k1, i2, j2)
+        else:
+            s[C].reorder(*lead, i0, k0, *mid, k1, i2, j2)
     else:
         mid = cfg["reorder"].apply(s, C, [i0, j1, i1])
         if single_k:
@@ -270,10 +335,17 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None, kb: int = 1) -> None:
     cfg["unroll"].apply(s, C, [k1, i2], axis_lens=[-(-cfg["tile_k"].size[1] // kb),
                                                    cfg["tile_i"].size[2]], max_unroll=16)
     s[C].vectorize(j2)
-    if _prefetch_c(C) and _c_lines_below(cfg, C, mid, i0, j1, i1) <= MAX_PREFETCH_LINES:
+    # the loop whose next iteration is the next micro-tile: i1 in the goto and ij orders,
+    # the inner one of i1 and j1 in the blis order
+    at = i1
+    if order == "blis":
+        ids = [id(x) for x in mid]
+        at = j1 if ids.index(id(j1)) > ids.index(id(i1)) else i1
+    if _prefetch_c(C) and _c_lines_below(cfg, C, mid, at, i0, j0, i1, j1) \
+            <= MAX_PREFETCH_LINES:
         # the next micro-tile's rows of C (12 pages apart at a large N) arrive while this
         # one computes, instead of stalling its first k step
-        s[C].prefetch(C, i1, 1)
+        s[C].prefetch(C, at, 1)
     loops = {"b": batch, "i0": i0, "j0": j0}
     if order == "goto":
         # i0 and j0 are not adjacent there: the outer loops that may be fused
@@ -282,6 +354,14 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None, kb: int = 1) -> None:
             par = {"i0.j0": "j0" if n_j0 >= 2 else "i0"}.get(par, par)
         else:
             par = {"b.i0": "b.j0", "b.i0.j0": "b.j0"}.get(par, par)
+    elif order == "blis":
+        # k0 lies between i0 and j0: the row blocks when there are two, else the column
+        # blocks (one parallel region per k block)
+        n_i0 = -(-C.shape[-2] // (cfg["tile_i"].size[1] * cfg["tile_i"].size[2]))
+        if batch is None:
+            par = {"i0.j0": "i0" if n_i0 >= 2 else "j0"}.get(par, par)
+        else:
+            par = {"b.i0.j0": "b.i0"}.get(par, par)
     fused_into = {}
     if par != "none":
         outer = [loops[x] for x in par.split(".")]
@@ -289,7 +369,12 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None, kb: int = 1) -> None:
         s[C].parallel(ax)
         # a packing stage attached at the innermost fused loop attaches at the fused one
         fused_into = {id(outer[-1]): ax} if len(outer) > 1 else {}
-    for P, at in ((PB, j0 if single_k else k0), (PA, i0)):
+    if order == "blis":
+        # B's block (kc x nc, L2) at j0, A's (mc x kc) at k0
+        packs = ((PB, j0), (PA, i0 if single_k else k0))
+    else:
+        packs = ((PB, j0 if single_k else k0), (PA, i0))
+    for P, at in packs:
         if P is None:
             continue
         at = fused_into.get(id(at), at)
@@ -298,7 +383,7 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None, kb: int = 1) -> None:
         blocked = P is PA and kb > 1
         nb = len(axes) - (4 if blocked else 3)
         pb, x = axes[:nb], axes[nb]
-        if order == "goto":
+        if order != "ij":
             s[P].compute_at(s[C], at)
         else:
             if par != "none":
@@ -315,14 +400,18 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None, kb: int = 1) -> None:
 MAX_PREFETCH_LINES = 256
 
 
-def _c_lines_below(cfg, C, mid, i0, j1, i1) -> int:
-    """Cache lines of ``C`` written by one iteration of ``i1``: its micro-tile, times the
-    iterations of ``i0`` and ``j1`` when the reorder knob puts them below ``i1``."""
-    below = mid[[id(x) for x in mid].index(id(i1)) + 1:]
+def _c_lines_below(cfg, C, mid, at, i0, j0, i1, j1) -> int:
+    """Cache lines of ``C`` written by one iteration of loop ``at`` (of ``mid``, the
+    reordered cache-block loops): its micro-tile, times the iterations of the block loops
+    the reorder knob puts below it."""
+    below = mid[[id(x) for x in mid].index(id(at)) + 1:]
     ids = {id(x) for x in below}
     mr, nr = cfg["tile_i"].size[2], cfg["tile_j"].size[2]
-    rows = mr * (-(-C.shape[-2] // (mr * cfg["tile_i"].size[1])) if id(i0) in ids else 1)
-    cols = nr * (cfg["tile_j"].size[1] if id(j1) in ids else 1)
+    ti, tj = cfg["tile_i"].size[1], cfg["tile_j"].size[1]
+    rows = mr * (-(-C.shape[-2] // (mr * ti)) if id(i0) in ids else 1) * (
+        ti if id(i1) in ids else 1)
+    cols = nr * (tj if id(j1) in ids else 1) * (
+        -(-C.shape[-1] // (nr * tj)) if id(j0) in ids else 1)
     itemsize = 8 if C.dtype in ("float64", "int64") else 4
     return rows * -(-cols * itemsize // 64)
 

@@ -19,7 +19,9 @@ kernel numpy uses)::
 
 Options: ``--shapes 1024,1024,1024;64,64,64``, ``--threads 1,2``, ``--rounds 4``,
 ``--log tune.jsonl`` (add the tuned records of the same shapes), ``--batch`` (add
-``batch_matmul`` 8x256x256x256).
+``batch_matmul`` 8x256x256x256), ``--blis`` (add the template's blis loop order,
+:func:`polytile.autotune.templates.blis_knobs` over the default config, timed in the
+same A/B rounds).
 """
 
 from __future__ import annotations
@@ -50,13 +52,18 @@ def _gflops(flops: float, t) -> str:
     return f"{flops / t.median / 1e9:7.1f} GFLOP/s (±{t.spread * 100:4.1f}%)"
 
 
-def bench(template: str, args: tuple, threads: int, rounds: int, log: str | None) -> str:
-    """One line of figures for ``template`` at ``args`` with ``threads`` threads."""
+def bench(template: str, args: tuple, threads: int, rounds: int, log: str | None,
+          blis: bool = False) -> str:
+    """One line of figures for ``template`` at ``args`` with ``threads`` threads (and the
+    blis order's config of ``matmul`` when ``blis``)."""
     from polytile.autotune import LocalMeasurer, MeasureOptions, get_template, load_best
     from polytile.autotune.data import resolve
+    from polytile.autotune.templates import blis_knobs
 
     t, wl = resolve(template, args, "float32")
     items = [("hand", t.space(wl.args, wl.dtype).default().knob_values())]
+    if blis and template == "matmul":
+        items.append(("blis", dict(items[0][1], **blis_knobs(*wl.args))))
     if log:
         rec = load_best(log, wl, "llvm")
         if rec is not None:
@@ -91,6 +98,7 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=4, help="A/B rounds per figure")
     ap.add_argument("--log", default=None, help="tuning log whose best records to add")
     ap.add_argument("--batch", action="store_true", help="add batch_matmul 8x256x256x256")
+    ap.add_argument("--blis", action="store_true", help="add the blis loop order's config")
     a = ap.parse_args(argv)
     shapes = [tuple(int(x) for x in s.split(",")) for s in a.shapes.split(";") if s]
     work = [("matmul", s) for s in shapes] + ([("batch_matmul", (8, 256, 256, 256))]
@@ -98,7 +106,7 @@ def main(argv=None) -> None:
     print(f"numpy: {numpy_kernel()}")
     for template, args in work:
         for threads in (int(x) for x in a.threads.split(",")):
-            print(bench(template, args, threads, a.rounds, a.log), flush=True)
+            print(bench(template, args, threads, a.rounds, a.log, a.blis), flush=True)
 
 
 if __name__ == "__main__":

@@ -124,8 +124,13 @@ def test_matmul_space_holds_the_tutorial_schedule(shape):
     kc = min(512 if big else 256, K)
     mc0 = 96 if kc >= 512 else 192
     mc, nc = min(mc0, mr * -(-M // mr)), min(2048, nr * -(-N // (2 * nr)))
+    # the blis order where A is packed in k blocks of 16 and the tiles divide N: half of
+    # the rows, 4 tiles of B
+    order = "blis" if big and kc % 16 == 0 and K % kc == 0 and N % nr == 0 else "goto"
+    if order == "blis":
+        mc, nc = mr * -(-(-(-M // mr)) // 2), nr * min(4, -(-N // nr))
     cfg = _config("matmul", shape, tile_i=[-1, mc // mr, mr], tile_j=[-1, nc // nr, nr],
-                  tile_k=[-1, kc], pack_a=big, pack_b=big, order="goto",
+                  tile_k=[-1, kc], pack_a=big, pack_b=big, order=order,
                   parallel="i0.j0" if big else "none", reorder=[0, 1, 2],
                   unroll=["none", "unroll"])
     s2, args2 = get_template("matmul").instantiate(cfg, shape)
@@ -227,3 +232,79 @@ def test_matmul_a_panels_plain_when_k_blocks_are_ragged():
     s, tensors = get_template("matmul").instantiate(cfg, (37, 53, 70))
     pa = next(t for t in s.stages if t.op.name == "packedA").op
     assert [int(d) for d in pa.output(0).shape] == [4, 70, 12]
+
+
+@pytest.mark.parametrize("pack,parallel,tiles", [
+    (True, "i0.j0", dict(RAGGED)),
+    (False, "j0", dict(RAGGED, reorder=[1, 0, 2])),
+    (True, "i0", dict(RAGGED, tile_k=[-1, 70])),
+    (True, "j0", dict(tile_i=[-1, 3, 6], tile_j=[-1, 2, 64], tile_k=[-1, 32]))])
+def test_matmul_blis_order(pack, parallel, tiles):
+    """The blis order (``i0, k0, j0, i1, j1``; A's block packed at ``k0``, B's at ``j0``;
+    with one reduction block ``k0`` right above ``k1`` and A packed at ``i0``) at ragged
+    sizes, each parallel choice, a reorder, one reduction block and A in k blocks of 16
+    (37 x 197 x 64: ragged 6-row and 64-lane panels and blocks)."""
+    args = (37, 197, 64) if tiles["tile_i"][2] == 6 else (37, 53, 70)
+    cfg = _config("matmul", args, order="blis", pack_a=pack, pack_b=pack,
+                  parallel=parallel, **tiles)
+    _check("matmul", args, cfg, seed=len(parallel))
+    if tiles["tile_i"][2] == 6:
+        s, tensors = get_template("matmul").instantiate(cfg, args)
+        lines = str(polytile.lower(s, tensors)).splitlines()
+        at = {name: next(n for n, ln in enumerate(lines) if re.search(pat, ln))
+              for name, pat in (("k0", r"for k\.outer "), ("pa", r"packedA\[.*\] = "),
+                                ("pb", r"packedB\[.*\] = "))}
+        at["j1"] = next(n for n, ln in enumerate(lines) if re.search(
+            r"for j\.inner\.outer .*prefetch", ln) and "for k" in lines[n + 1])
+        # A's block packed in the k0 loop, then B's, then the micro-tiles, the next one
+        # prefetched at j1 (the inner of the micro-tile loops)
+        assert at["k0"] < at["pa"] < at["pb"] < at["j1"], lines
+
+
+def test_batch_matmul_blis_order():
+    args = (3, 37, 53, 70)
+    _check("batch_matmul", args, _config("batch_matmul", args, order="blis",
+                                         parallel="b.i0.j0", **RAGGED))
+
+
+def test_blis_knobs_are_points_of_the_space():
+    """``blis_knobs`` (the benchmark's blis config) names candidates of the space at any
+    size, down to matrices smaller than a register tile; and it computes the product."""
+    from polytile.autotune.templates import blis_knobs
+
+    for shape in itertools.product((1, 7, 12, 96, 1021), (1, 31, 96, 400, 768), (1, 64)):
+        _config("matmul", shape, **blis_knobs(*shape))
+    _check("matmul", (100, 70, 50), _config("matmul", (100, 70, 50),
+                                            **blis_knobs(100, 70, 50)))
+
+
+def test_matmul_block_candidates_for_the_blis_order():
+    """Blocks of A of all the panels or half of them, whatever their number, and blocks
+    of B of 3 or 6 register tiles that leave a ragged block (384 of 1024 columns)."""
+    sp = get_template("matmul").space((1024, 1024, 1024))
+    ti = [e.size for e in sp.knobs["tile_i"].entities]
+    tj = [e.size for e in sp.knobs["tile_j"].entities]
+    assert [-1, 171, 6] in ti and [-1, 86, 6] in ti and [-1, 6, 64] in tj
+    assert len(ti) == len({tuple(x) for x in ti}) and len(tj) == len({tuple(x) for x in tj})
+
+
+def test_matmul_space_holds_the_tutorial_blis_schedule():
+    """``blas_like(order="blis")`` is the template's blis config: the same loop nest; and
+    it computes the product at ragged sizes."""
+    tut = _tutorial()
+    shape = (1024, 1024, 1024)
+    s, args = tut.blas_like(*shape, order="blis", mc=516, nc=384)
+    cfg = _config("matmul", shape, tile_i=[-1, 86, 6], tile_j=[-1, 6, 64],
+                  tile_k=[-1, 512], order="blis", parallel="i0.j0", reorder=[0, 1, 2],
+                  unroll=["none", "unroll"])
+    s2, args2 = get_template("matmul").instantiate(cfg, shape)
+    assert str(polytile.lower(s2, args2)) == str(polytile.lower(s, args))
+    rng = np.random.default_rng(5)
+    for (M, N, K), kc in (((37, 197, 64), 32),):
+        s, args = tut.blas_like(M, N, K, order="blis", mc=18, nc=128, kc=kc, threads=True)
+        f = polytile.build(s, args)
+        a = rng.standard_normal((M, K)).astype("float32")
+        b = rng.standard_normal((K, N)).astype("float32")
+        c = np.full((M, N), np.nan, "float32")
+        f(a, b, c)
+        np.testing.assert_allclose(c, a.astype("float64") @ b, rtol=1e-4, atol=1e-4)

@@ -608,3 +608,32 @@ def test_every_mode_pair_lowers_the_same_after_copy():
         BF = s.rfactor(B, _one_axis(s, B, k, mode, 3), factor_axis=fa)
         s[BF].compute_at(s[B], B.op.axis[0])
         assert str(polytile.lower(s, [A, B])) == str(polytile.lower(s.copy(), [A, B]))
+
+
+def test_register_accumulator_per_k_block_below_the_outer_reduce_loop(backend):
+    """BLAS's accumulation (issue 13): each micro-tile of C summed from zero over one k
+    block in a small buffer, then added into C, with the k-block loop outside the tile
+    loops: rfactor over the k-block loop, the partial stage computed at C's micro-tile
+    loop below its reduction loop ``k.outer.v``. Ragged k blocks and tiles, prime sizes."""
+    M, N, K, kc, mr, nr = 7, 19, 23, 8, 4, 8
+    A = te.placeholder((M, K), name="A")
+    B = te.placeholder((K, N), name="B")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    k0, _ = s[C].split(k, factor=kc)
+    CF = s.rfactor(C, k0)
+    i, j = s[C].op.axis
+    io, ii = s[C].split(i, factor=mr)
+    jo, ji = s[C].split(j, factor=nr)
+    s[C].reorder(s[C].op.reduce_axis[0], io, jo, ii, ji)
+    s[C].vectorize(ji)
+    s[CF].compute_at(s[C], jo)
+    f, ci, cj = s[CF].op.axis
+    s[CF].reorder(f, s[CF].op.reduce_axis[0], ci, cj)
+    s[CF].unroll(ci)
+    s[CF].vectorize(cj)
+    text = str(polytile.lower(s, [A, B, C]))
+    assert "C.rf = alloc(float32[1, 4, 8]" in text, text
+    a, b = rand((M, K), seed=4), rand((K, N), seed=5)
+    check(run1(s, [A, B, C], [a, b], backend), a.astype("float64") @ b, k=K)
