@@ -154,6 +154,17 @@ def _node(n, vthreads: tuple, domains: dict, filters: list | None) -> isl.Schedu
         # an unrolled loop around each statement that depends on it; statements that do
         # not (shared copies) run once for all virtual threads
         vthreads = vthreads + (n,)
+    elif vthreads and n.annotation is LoopKind.VECTORIZED:
+        # the virtual threads go around a vectorized loop, not inside it: each virtual
+        # thread's lanes then stay one vector access (a 16-byte store of a register tile's
+        # row) instead of a vector loop over several statements, which is none; legal as
+        # innermost is, the virtual threads being independent
+        sched = _node(n, (), domains, filters)
+        for v in reversed(vthreads):
+            below = {st: v.stmts[st] for st in stmts_below(n) if st in v.stmts}
+            if below:
+                sched = _band(sched, v, below)
+        return sched
     kids = []
     for c in n.children:
         sc = _node(c, vthreads, domains, filters)

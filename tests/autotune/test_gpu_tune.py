@@ -47,9 +47,13 @@ def _fake_state(tmp_path) -> tuple:
 def test_matmul_space_holds_the_tutorial_schedule_and_fits_the_limits():
     t = get_template("matmul")
     sp = t.space((4096, 4096, 4096), "float32", "cuda -arch=sm_90")
-    assert sp.default().knob_values() == {"tile": [128, 128, 16, 8, 8], "vec": 4,
+    # the tutorial's fastest hand schedule (16 x 8 outputs per thread, 2 stages) at 4096^3;
+    # the 128 x 128 one where 128 x 256 blocks would not make two waves
+    assert sp.default().knob_values() == {"tile": [128, 256, 16, 16, 8], "vec": 4,
                                           "unroll_k": True, "layout": "strided",
-                                          "stages": 3, "group": 8}
+                                          "stages": 2, "group": 8}
+    mid = t.space((2048, 2048, 2048), "float32", "cuda -arch=sm_90").default().knob_values()
+    assert mid["tile"] == [128, 128, 16, 8, 8] and mid["stages"] == 3
     tiles = sp.knobs["tile"]
     lim = gpu_limits.for_arch("sm_90")
     vals = [tiles.get(i).val for i in range(len(tiles))]

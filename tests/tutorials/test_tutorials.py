@@ -103,10 +103,110 @@ def test_04_grouped_and_rectangular_register_tiles_on_the_interpreter(m, n, k, k
         assert "truncmod(blockIdx.x" in str(f)                    # blockIdx.x split in groups
 
 
+@pytest.mark.slow   # the interpreter: CI time
+def test_04_default_step_layout_on_the_interpreter():
+    # the default step's thread layout (TUNED: threads != threads_n, vt != vt_n, 2 stages,
+    # k tiles of 16) scaled down, at ragged sizes (partial block and k tiles)
+    kw = dict(_t04().TUNED, block=32, threads=2, vt=4, block_n=64, threads_n=8, vt_n=2)
+    s, args = _t04().pipelined_tiles(36, 68, 20, group=1, **kw)
+    _interpreted_gemm(s, args, 36, 68, 20, seed=7)
+
+
+@pytest.mark.parametrize("m, n, k, kw", [   # the interpreter: CI time, one cheap case
+    (12, 20, 12, dict(block=(16, 32), warps=(1, 1), vt=(1, 1), stages=3, group=1)),
+    pytest.param(36, 68, 20, dict(block=(32, 32), warps=(2, 1), vt=(2, 1), stages=3,
+                                  group=1), marks=pytest.mark.slow),
+    pytest.param(36, 68, 36, dict(block=(32, 32), warps=(1, 2), vt=(1, 2), kt=16, pad=4,
+                                  stages=2, group=2), marks=pytest.mark.slow),
+])
+def test_04_warp_tiles_on_the_interpreter(m, n, k, kw):
+    # the warp-tiled SGEMM (lanes 4 x 8, rows lr apart, vector C rows) at ragged block
+    # and k tiles, warps along m or n, padded A rows, against float64
+    import numpy as np
+
+    from polytile.schedule.interpreter import run
+    from polytile.schedule.pipeline import lower
+
+    s, args = _t04().warp_tiles(m, n, k, **kw)
+    f = lower(s, args, target="cuda", stop_after=None)
+    rng = np.random.default_rng(6)
+    a = rng.uniform(-1, 1, (m, k)).astype("float32")
+    b = rng.uniform(-1, 1, (k, n)).astype("float32")
+    c = np.full((m, n), np.nan, "float32")
+    run(f, a, b, c)
+    ref = a.astype("float64") @ b.astype("float64")
+    assert np.linalg.norm(c - ref) / np.linalg.norm(ref) < 1e-6
+
+
+def test_04_register_tile_write_back_is_scalar_stores():
+    # C's rows are written back lane by lane: a 16-byte store (st.global.v4) from the
+    # register tile makes ptxas hold each row of 4 accumulators in an aligned register
+    # quad through the k loop, in B's bank: FFMA bank conflicts (0.73x cuBLAS, not 0.86x)
+    import re
+
+    from helpers import nvcc_text
+
+    import polytile
+
+    s, args = _t04().warp_tiles(64, 64, 16, block=(32, 64), warps=(2, 1), vt=(1, 2))
+    src = polytile.build(s, args, target="cuda").get_source()
+    assert "float4{C_local[" not in src
+    assert len(re.findall(r"\bC\[[^\n]*\] = C_local", src)) == 8   # 2 vthreads x 4 lanes
+    ptx = nvcc_text(src, "ptx")
+    if ptx is not None:
+        assert "st.global.f32" in ptx and "st.global.v4.f32" not in ptx
+
+
+def _ffma_bank_conflicts(sass: str) -> tuple[int, int]:
+    """(FFMA count, register-bank conflicts) of a SASS listing: registers read from the
+    file (not the operand reuse cache) two or more in one bank (register number mod 2,
+    Volta to Hopper) cost a cycle each beyond the first."""
+    import re
+
+    prev, n, conflicts = [None] * 3, 0, 0
+    for line in sass.splitlines():
+        if not re.match(r"\s*/\*[0-9a-f]{4,}\*/", line):    # not an instruction
+            continue
+        m = re.search(r"\bFFMA (R\d+), ([^;]*);", line)
+        if m is None:
+            prev = [None] * 3
+            continue
+        cur, read = [None] * 3, set()
+        for i, op in enumerate(m.group(2).split(",")[:3]):
+            r = re.match(r"\s*-?R(\d+)(\.reuse)?", op)
+            if r is None:
+                continue
+            if prev[i] != int(r.group(1)):
+                read.add(int(r.group(1)))
+            if r.group(2):
+                cur[i] = int(r.group(1))
+        prev, n = cur, n + 1
+        conflicts += sum(max(0, sum(1 for x in read if x % 2 == b) - 1) for b in (0, 1))
+    return n, conflicts
+
+
+@pytest.mark.slow
+def test_04_default_step_ffma_bank_conflicts():
+    # the default SGEMM's k loop as on main before the vector write-back (1024 FFMA, 469
+    # bank conflicts with nvcc 13; 771 with float4 stores of C): at most one per 2 FFMA
+    from helpers import nvcc_text
+
+    import polytile
+
+    s, args = _t04().pipelined_tiles(4096, 4096, 4096)
+    sass = nvcc_text(polytile.build(s, args, target="cuda").get_source(), "sass")
+    if sass is None:
+        pytest.skip("no nvcc or cuobjdump")
+    n, conflicts = _ffma_bank_conflicts(sass)
+    assert n == 1024 and conflicts <= n // 2, (n, conflicts)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("m, n, k, stages", [(1004, 1028, 516, 2), (4096, 4096, 4096, 2),
-                                             (4096, 4096, 4096, 3)])
+                                             (4096, 4096, 4096, 3), (1004, 1028, 516, None),
+                                             (4096, 4096, 4096, None)])
 def test_04_pipelined_register_tiles_on_the_gpu(m, n, k, stages):
+    # stages None: the default step (TUNED: 128 x 256 blocks, 16 x 8 outputs per thread)
     import importlib.util
 
     import numpy as np
@@ -116,7 +216,8 @@ def test_04_pipelined_register_tiles_on_the_gpu(m, n, k, stages):
     spec = importlib.util.spec_from_file_location("t04", TUTORIALS / "04_cuda_gemm.py")
     t04 = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(t04)
-    s, args = t04.pipelined_tiles(m, n, k, stages=stages)
+    kw = t04.TUNED if stages is None else dict(stages=stages)
+    s, args = t04.pipelined_tiles(m, n, k, **kw)
     f = polytile.build(s, args, target="cuda")
     rng = np.random.default_rng(4)
     a = rng.uniform(-1, 1, (m, k)).astype("float32")
