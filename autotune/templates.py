@@ -38,7 +38,8 @@ accumulators (the *micro-kernel*, ``MR x NR`` in BLIS's words) stays in vector r
   i2, j2``, A's ``MC x KC`` block packed at ``k0`` (large: half or all of the rows, in
   L3), B's ``KC x NC`` block at ``j0`` (``NC`` of 3 or 6 tiles: in L2), so the ``mr x
   KC`` A micro-panel that ``j1`` reuses stays in L1 while the B panels stream from L2.
-  The default where A is packed in k blocks (:func:`default_order`, with the figures).
+  Faster at one thread where A is packed in k blocks, not yet at two: not the default
+  (:func:`default_order`, with the figures).
 * ``parallel``: which loop the threads share: ``i0``, ``j0`` or both fused (``"i0.j0"``;
   in the ``goto`` order, where they are not adjacent, ``j0`` when it has at least two
   iterations, else ``i0``), or ``"none"`` (small products, where waking the threads costs
@@ -136,9 +137,8 @@ def _k_candidates(k: int) -> list:
 
 def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None:
     """The knobs of the matmul space (module docstring); the default is the 6 x 64 BLAS
-    micro-kernel with both operands packed, in the blis order (:func:`default_order`:
-    blocks of half of A's rows and of 512 x 256 of B, :func:`blis_knobs`) or else in the
-    Goto order, blocks of 96 x 512 of A and
+    micro-kernel with both operands packed, in the Goto order (:func:`default_order`),
+    blocks of 96 x 512 of A and
     512 x N/2 of B (at most 2048 columns: two column blocks for two threads) or the whole
     matrix when smaller; for products of at most :data:`SMALL_PRODUCT` multiply-adds the
     12 x 32 micro-kernel without packing or threads (``blas_like`` of
@@ -198,12 +198,12 @@ def default_order(M: int, N: int, K: int) -> str:
     numpy in the goto order, 1.00-1.01x blis; 256x4096x64 0.98-1.00x -> 1.13-1.21x;
     1024^3 1.01-1.09x either way; ragged N worse in blis: 1024x1003x1024 0.90x against
     0.95x, 1021x1003x1024 0.87-0.93x against 0.97x; 1021x1003x1009 (K not a multiple of
-    kc) 0.87x goto, 0.76-0.78x blis."""
-    mr, nr = default_micro_kernel(M, N, K)
-    kc = min(K, 512)
-    big = M * N * K > SMALL_PRODUCT
-    return "blis" if big and a_kblock(K, kc) == A_KBLOCK and M >= mr and N % nr == 0 \
-        else "goto"
+    kc) 0.87x goto, 0.76-0.78x blis.
+
+    It is ``"goto"`` everywhere for now: the blis order does not scale with threads (1024^3,
+    quiet machine, same run: blis 168 GFLOP/s at 1 thread and 154 at 2; goto 163 and 302;
+    numpy 158 and 290); the tuner still searches it."""
+    return "goto"
 
 
 def default_micro_kernel(M: int, N: int, K: int) -> tuple[int, int]:

@@ -157,11 +157,11 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int | N
        are B's rows and A's elements are broadcast): ``i0, k0, j0, i1, j1, k1, i2, j2``
        with a large block of A (``mc`` rows, packed at ``k0``, in L3) and a ``kc x nc``
        block of B that fits L2 (packed at ``j0``, ``nc = 256``): the ``mr x kc``
-       micro-panel of A stays in L1 while ``j1`` streams B's panels from L2. The default
-       where A is packed in blocks of 16 steps of k and ``nr`` divides N (the
-       ``matmul`` template's ``default_order``, with its figures: 4096^3 0.92x -> 1.00x
-       numpy, 256x4096x64 0.98x -> 1.13-1.21x, one thread); ``mc`` is then half of the
-       rows (a block per thread).
+       micro-panel of A stays in L1 while ``j1`` streams B's panels from L2; ``mc`` is
+       half of the rows (a block per thread). Faster at one thread where A is packed in
+       blocks of 16 steps of k and ``nr`` divides N (4096^3 0.92x -> 1.00x numpy,
+       256x4096x64 0.98x -> 1.13-1.21x), but it does not yet scale to two threads, so
+       ``"goto"`` stays the default (the ``matmul`` template's ``default_order``).
 
     ``threads``, ``pack`` and ``prefetch`` default to ``True`` except for products of at
     most 64^3 multiply-adds, where waking threads and copying panels cost more than they
@@ -179,10 +179,7 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int | N
     prefetch = not small if prefetch is None else prefetch
     mr = (12 if small else 6) if mr is None else mr
     nr = (32 if small else 64) if nr is None else nr
-    if order is None:
-        kc0 = min(K, 256 if small else 512) if kc is None else min(kc, K)
-        order = "blis" if (not small and pack and kc0 % 16 == 0 and K % kc0 == 0
-                           and M >= mr and N % nr == 0) else "goto"
+    order = "goto" if order is None else order
     if order == "blis":
         # half of the rows per block of A (one per thread), 4 tiles per block of B
         mc = mr * -(-(-(-M // mr)) // 2) if mc is None else mc
