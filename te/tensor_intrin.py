@@ -366,7 +366,6 @@ def _extern_flat_outputs(shapes, inputs, fcompute, name, dtype, in_buffers, out_
     """
     from polytile.tir import BufferView
 
-    from . import symbolic as sym
     from .tensor import compute
 
     strides, offsets, total = _flat_layout(shapes, name)
