@@ -18,7 +18,7 @@ import re
 import numpy as np
 import pytest
 from helpers import compile_with_nvcc
-from test_cuda_numerics import _bind, _run, device  # noqa: F401  (a fixture)
+from test_cuda_numerics import _bind, _run
 
 import polytile
 from polytile import te
@@ -86,7 +86,7 @@ def test_int_min_by_minus_one_wraps_on_llvm_and_interpreter(dtype, name, const):
 
 @pytest.mark.parametrize("name", sorted(DIVS))
 @pytest.mark.parametrize("dtype", SIGNED)
-def test_int_min_by_minus_one_wraps_on_cuda(dtype, name, device):  # noqa: F811
+def test_int_min_by_minus_one_wraps_on_cuda(dtype, name, cuda_build):
     A, B, C = _division(dtype, name, False)
     a, b, want = _want(dtype, name, False)
     s = te.create_schedule(C.op)
@@ -96,7 +96,7 @@ def test_int_min_by_minus_one_wraps_on_cuda(dtype, name, device):  # noqa: F811
         # C leaves INT_MIN / -1 undefined: the printer calls a guarded helper
         assert re.search(r"pt_s(div|mod)<", src), src
     compile_with_nvcc(src)
-    np.testing.assert_array_equal(_run(s, [A, B, C], [a, b], device), want)
+    np.testing.assert_array_equal(_run(s, [A, B, C], [a, b], cuda_build), want)
 
 
 @pytest.mark.parametrize("name", sorted(DIVS))
@@ -181,7 +181,7 @@ def test_past_int32_exact_on_llvm_and_interpreter(case):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_past_int32_exact_on_cuda(case, device):  # noqa: F811
+def test_past_int32_exact_on_cuda(case, cuda_build):
     args, inputs, want = CASES[case]()
     s = te.create_schedule(args[-1].op)
     _bind(s, args[-1], factor=4)
@@ -197,7 +197,7 @@ def test_past_int32_exact_on_cuda(case, device):  # noqa: F811
         assert "3000000000LL *" in body and "(int32_t)(3000000000" not in body, body
     if case == "int64_data":
         assert "pt_sdiv<int64_t>" in body and "pt_smod<int64_t>" in body, body
-    np.testing.assert_array_equal(_run(s, args, inputs, device), want)
+    np.testing.assert_array_equal(_run(s, args, inputs, cuda_build), want)
 
 
 def test_flat_offset_past_int32_stays_int64_in_cuda_source():
