@@ -483,14 +483,17 @@ class CPrinter(CExprPrinter, StmtFunctor):
                 cond = strip_parens(self.expr(fill))
                 self.emit(depth, f"*({vt}*)(&{self.buffer(st.buffer)}[{dst}]) = ({cond}) ? "
                                  f"*(const {vt}*)(&{self.buffer(ld.buffer)}[{src}]) : {vt}{{}};")
-            elif ld.buffer.scope == "local" and vt in _SCALAR_LANES:
+            elif (ld.buffer.scope == "local" and vt in _SCALAR_LANES
+                  and isinstance(ld.buffer.size, int) and ld.buffer.size > s.extent.value):
                 # a register array (a thread's accumulator tile) is not 16-byte aligned
                 # and a vector pointer into it would force it to the stack; packing its
                 # elements into one vector store (STG.128) makes ptxas keep each row of
                 # 4 accumulators in an aligned register quad for the whole k loop, in the
                 # same register bank as the B row it is multiplied with (an LDS.128 quad):
                 # an FFMA bank conflict more per 3 (SGEMM 128 x 128 on an H200: 0.73x
-                # cuBLAS against 0.86x with scalar stores). So one store per lane.
+                # cuBLAS against 0.86x with scalar stores). So one store per lane. A
+                # register array of one vector (a row kernel's staged values) has no such
+                # loop and keeps its 16-byte copy (softmax 4096^2: 0.83x the copy bound).
                 for v in range(int(s.extent.value)):
                     lane = {s.var: Const(s.var.dtype, v)}
                     d = self.index(st.buffer, tuple(simplify_expr(substitute(i, lane))
