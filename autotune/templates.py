@@ -39,7 +39,7 @@ accumulators (the *micro-kernel*, ``MR x NR`` in BLIS's words) stays in vector r
   L3), B's ``KC x NC`` block at ``j0`` (``NC`` of 3 or 6 tiles: in L2), so the ``mr x
   KC`` A micro-panel that ``j1`` reuses stays in L1 while the B panels stream from L2.
   Faster at one thread where A is packed in k blocks, not yet at two: not the default
-  (:func:`default_order`, with the figures).
+  (the figures are beside the ``order`` knob).
 * ``parallel``: which loop the threads share: ``i0``, ``j0`` or both fused (``"i0.j0"``;
   in the ``goto`` order, where they are not adjacent, ``j0`` when it has at least two
   iterations, else ``i0``), or ``"none"`` (small products, where waking the threads costs
@@ -137,7 +137,7 @@ def _k_candidates(k: int) -> list:
 
 def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None:
     """The knobs of the matmul space (module docstring); the default is the 6 x 64 BLAS
-    micro-kernel with both operands packed, in the Goto order (:func:`default_order`),
+    micro-kernel with both operands packed, in the Goto order,
     blocks of 96 x 512 of A and
     512 x N/2 of B (at most 2048 columns: two column blocks for two threads) or the whole
     matrix when smaller; for products of at most :data:`SMALL_PRODUCT` multiply-adds the
@@ -150,23 +150,24 @@ def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None
     # K is shorter (256x4096x64: 10 % faster than 96)
     kc = min(K, 256 if small else 512)
     mc = 96 if kc >= 512 else 192
-    blis = default_order(M, N, K) == "blis"
-    bk = blis_knobs(M, N, K)
     cfg.define_split("tile_i", M, policy="candidate", num_outputs=3,
                      candidate=_block_candidates(M, list(REG_ROWS), 64,
                                                  ok=lambda f2: f2 <= 32),
-                     default=bk["tile_i"] if blis else
-                     [-1, min(mc // mr, -(-M // mr)), mr])
+                     default=[-1, min(mc // mr, -(-M // mr)), mr])
     cfg.define_split("tile_j", N, policy="candidate", num_outputs=3,
                      candidate=_block_candidates(N, list(REG_LANES), 64,
                                                  ok=_lane_ok(N)),
-                     default=bk["tile_j"] if blis else
-                     [-1, min(2048 // nr, -(-N // (2 * nr))), nr])
+                     default=[-1, min(2048 // nr, -(-N // (2 * nr))), nr])
     cfg.define_split("tile_k", K, policy="candidate", candidate=_k_candidates(K),
                      default=[-1, kc])
     cfg.define_knob("pack_a", [False, True], default=not small)
     cfg.define_knob("pack_b", [False, True], default=not small)
-    cfg.define_knob("order", ["ij", "goto", "blis"], default=default_order(M, N, K))
+    # blis is faster at one thread where A is packed in k blocks of 16 (CPU time, load
+    # 7-25: 4096^3 0.92x -> 1.00x numpy, 256x4096x64 0.98x -> 1.13-1.21x; ragged N
+    # slower: 1024x1003x1024 0.95x -> 0.90x) but does not scale with threads (1024^3,
+    # quiet, one run: blis 168 / 154 GFLOP/s at 1 / 2 threads, goto 163 / 302, numpy
+    # 158 / 290), so goto is the default and blis is left to the tuner
+    cfg.define_knob("order", ["ij", "goto", "blis"], default="goto")
     if batch:
         cfg.define_knob("parallel", ["b", "b.i0", "b.i0.j0", "none"], default="b.i0")
     else:
@@ -188,22 +189,6 @@ def blis_knobs(M: int, N: int, K: int) -> dict:
     if N >= nr:
         out["tile_j"] = [-1, min(4, pj), nr]
     return out
-
-
-def default_order(M: int, N: int, K: int) -> str:
-    """The default config's loop order: ``"blis"`` above :data:`SMALL_PRODUCT` when A is
-    packed in k blocks of 16 (:func:`a_kblock`: 16 divides ``kc`` and ``kc`` divides K),
-    A holds a register tile and the register tiles divide N, else ``"goto"``. CPU time
-    (min of repeats), one thread, in one process with numpy, load 7-25: 4096^3 0.92x
-    numpy in the goto order, 1.00-1.01x blis; 256x4096x64 0.98-1.00x -> 1.13-1.21x;
-    1024^3 1.01-1.09x either way; ragged N worse in blis: 1024x1003x1024 0.90x against
-    0.95x, 1021x1003x1024 0.87-0.93x against 0.97x; 1021x1003x1009 (K not a multiple of
-    kc) 0.87x goto, 0.76-0.78x blis.
-
-    It is ``"goto"`` everywhere for now: the blis order does not scale with threads (1024^3,
-    quiet machine, same run: blis 168 GFLOP/s at 1 thread and 154 at 2; goto 163 and 302;
-    numpy 158 and 290); the tuner still searches it."""
-    return "goto"
 
 
 def default_micro_kernel(M: int, N: int, K: int) -> tuple[int, int]:

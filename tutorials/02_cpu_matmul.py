@@ -161,7 +161,7 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int | N
        half of the rows (a block per thread). Faster at one thread where A is packed in
        blocks of 16 steps of k and ``nr`` divides N (4096^3 0.92x -> 1.00x numpy,
        256x4096x64 0.98x -> 1.13-1.21x), but it does not yet scale to two threads, so
-       ``"goto"`` stays the default (the ``matmul`` template's ``default_order``).
+       ``"goto"`` stays the default (as in the ``matmul`` template).
 
     ``threads``, ``pack`` and ``prefetch`` default to ``True`` except for products of at
     most 64^3 multiply-adds, where waking threads and copying panels cost more than they

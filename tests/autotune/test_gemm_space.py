@@ -124,7 +124,7 @@ def test_matmul_space_holds_the_tutorial_schedule(shape):
     kc = min(512 if big else 256, K)
     mc0 = 96 if kc >= 512 else 192
     mc, nc = min(mc0, mr * -(-M // mr)), min(2048, nr * -(-N // (2 * nr)))
-    order = "goto"   # (blis does not scale with threads yet: default_order)
+    order = "goto"   # (blis does not scale with threads yet)
     cfg = _config("matmul", shape, tile_i=[-1, mc // mr, mr], tile_j=[-1, nc // nr, nr],
                   tile_k=[-1, kc], pack_a=big, pack_b=big, order=order,
                   parallel="i0.j0" if big else "none", reorder=[0, 1, 2],
