@@ -194,8 +194,7 @@ def main(argv=None) -> None:
              ("mma.sync + cp.async, 3 stages",
               lambda: tc.wmma_gemm(n, n, n, acc="float32", isa="mma", stages=3), "float32"),
              ("mma.sync 128x256x32, 3 stages, fragment prefetch",
-              lambda: tc.wmma_gemm(n, n, n, acc="float32", isa="mma", block=(128, 256, 32),
-                                   warp=(64, 64), stages=3, frags="prefetch", group=8),
+              lambda: tc.wmma_gemm(n, n, n, acc="float32", **tc.MMA_BEST),
               "float32")]
     for title, make, out in steps:
         s, targs = make()
