@@ -194,6 +194,23 @@ def test_sampled_preferred_configs_compile_to_tensor_core_instructions(dtype):
         assert ("HMMA" if got[0] == "sass" else "mma.sync.aligned") in got[1], cfg
 
 
+def test_runner_inputs_of_bfloat16_parameters_hold_bfloat16_values():
+    """The GPU runner's bfloat16 inputs are float32 arrays of bfloat16 values (uploaded as
+    bfloat16): the float64 reference then sees exactly what the kernel reads."""
+    from polytile.autotune.gpu_runner import _Runner
+    from polytile.te.dtype import bfloat16_bits, bfloat16_to_float32
+
+    r = _Runner.__new__(_Runner)
+    r.setup, r.host = {"seed": 0}, None
+    params = [{"name": n, "kind": "array", "written": False, "dtype": d, "shape": [8, 4]}
+              for n, d in (("A", "bfloat16"), ("B", "float16"))]
+    host = r._host_inputs(params)
+    a = host["A"]
+    assert a.dtype == np.float32 and len(np.unique(a)) > 8
+    np.testing.assert_array_equal(bfloat16_to_float32(bfloat16_bits(a)), a)
+    assert host["B"].dtype == np.float16
+
+
 # --------------------------------------------------------------------------- on a GPU
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
