@@ -154,6 +154,25 @@ def use(limits: GPULimits | dict | None):
         _local.stack.pop()
 
 
+def current_target() -> str:
+    """The target string the GPU template being instantiated is built for ('' outside
+    one): templates read arch-specific features from its ``-arch`` (``sm_90a``: wgmma)."""
+    st = getattr(_local, "targets", None)
+    return st[-1] if st else ""
+
+
+@contextlib.contextmanager
+def target_binding(target):
+    """Bind ``target`` (a string or None) for :func:`current_target` in the block."""
+    if not hasattr(_local, "targets"):
+        _local.targets = []
+    _local.targets.append(str(target or ""))
+    try:
+        yield
+    finally:
+        _local.targets.pop()
+
+
 def fits(limits: GPULimits, threads: int, shared_bytes: int, regs_per_thread: int) -> bool:
     """Whether a block of ``threads`` threads, each needing about ``regs_per_thread``
     registers, with ``shared_bytes`` of shared memory, can launch within ``limits``."""

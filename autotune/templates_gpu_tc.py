@@ -53,6 +53,11 @@ TC_STAGES = (1, 2, 3, 4)
 TC_FRAGS = ("step", "tile", "prefetch")
 TC_GROUPS = (1, 4, 8, 16)
 TC_PADS = (8, 0)
+#: wgmma (sm_90a) blocks: ``BM`` rows (one warpgroup per 64) x ``BN`` columns (one
+#: ``m64nBNk16`` per warpgroup and k step), k tiles of 64 (128-byte swizzled rows)
+WG_BLOCKS_M = (64, 128, 256)
+WG_BLOCKS_N = (16, 32, 64, 128, 256)
+WG_BK = 64
 #: Every side of a tensor-core GEMM must be a multiple of this (one MMA tile).
 TC_ALIGN = 16
 #: the sides from which the search keeps the regions measured fast (as ``templates_gpu``)
@@ -128,13 +133,70 @@ def tc_tiles(limits: gpu_limits.GPULimits, M: int, N: int, K: int) -> list:
     return out
 
 
-def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits) -> dict:
+def _mma_tile(tile) -> bool:
+    """Whether ``tile`` has an mma.sync/WMMA warp tile (sides in :data:`TC_WARPS`)."""
+    return tile[3] in TC_WARPS and tile[4] in TC_WARPS
+
+
+def wgmma_target() -> bool:
+    """Whether the template is instantiated for ``cuda -arch=sm_90a`` (wgmma needs the
+    arch-specific features of sm_90a; :func:`.gpu_limits.current_target`)."""
+    return gpu_limits.arch_of(gpu_limits.current_target()) == "sm_90a"
+
+
+def wg_stages_fit(block: list, stages: int, limits: gpu_limits.GPULimits) -> bool:
+    """Whether ``stages`` k tiles of the wgmma ``block = [BM, BN]`` fit the shared memory."""
+    nbytes = stages * (block[0] + block[1]) * WG_BK * 2
+    return nbytes <= _shared_top(limits, stages)
+
+
+def wg_tiles(limits: gpu_limits.GPULimits, M: int, N: int, K: int) -> list:
+    """wgmma tiles ``[BM, BN, 64, 64, BN]`` (block ``BM x BN``, k tiles of 64, a warpgroup
+    per ``64 x BN``) dividing the GEMM (``K`` a multiple of 64) whose ``2 * BM`` threads fit
+    ``limits``, with ``BN / 2`` float32 accumulators + 40 registers per thread and two
+    stages of shared tiles."""
+    if K % WG_BK:
+        return []
+    out = []
+    for bm in WG_BLOCKS_M:
+        for bn in WG_BLOCKS_N:
+            if M % bm or N % bn:
+                continue
+            if gpu_limits.fits(limits, 2 * bm, 0, bn // 2 + 40) and (
+                    wg_stages_fit([bm, bn], 1, limits)
+                    or (K // WG_BK >= 2 and wg_stages_fit([bm, bn], 2, limits))):
+                out.append([bm, bn, WG_BK, 64, bn])
+    return out
+
+
+def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
+              defaults: dict | None = None, wg: frozenset = frozenset()) -> dict:
     """The knob values the schedule uses for the knob values ``v`` at ``shape = (M, N,
-    K)``: ``stages`` the deepest at most the knob whose shared tiles fit (at least 2 where
-    one stage would exceed the static 48 KiB; at most the number of k tiles), ``frags``
-    ``"step"`` where ``"prefetch"`` lacks a pipeline or two k steps per tile (or runs on
-    WMMA) and where ``"tile"``/``"prefetch"`` would exceed the registers, ``group`` the
-    largest divisor of the tile rows at most the knob."""
+    K)``: the path of the tile (``isa`` ``"wgmma"`` exactly for the tiles of ``wg``, tuples
+    of :func:`wg_tiles` that are not mma.sync tiles, and only if ``"wgmma"`` is asked for a
+    tile of ``wg``: other ``isa`` values of such a tile are ``"wgmma"``, ``"wgmma"`` with
+    another tile ``"mma"``); ``stages`` the deepest at most the knob whose shared tiles fit
+    (at least 2 where one stage would exceed the static 48 KiB; at most the number of k
+    tiles), ``frags`` ``"step"`` where ``"prefetch"`` lacks a pipeline or two k steps per
+    tile (or runs on WMMA) and where ``"tile"``/``"prefetch"`` would exceed the registers,
+    ``group`` the largest divisor of the tile rows at most the knob. The knobs wgmma does
+    not read (``frags``, ``group``, ``pad``) are their ``defaults``."""
+    defaults = defaults or {}
+    tile = tuple(v["tile"])
+    isa = v["isa"]
+    if isa == "wgmma" and tile not in wg:
+        isa = "mma"
+    elif isa != "wgmma" and tile in wg and not _mma_tile(tile):
+        isa = "wgmma"
+    v = {**v, "isa": isa}
+    if isa == "wgmma":
+        st = max(1, min(v["stages"], shape[2] // WG_BK))
+        while st > 1 and not wg_stages_fit(tile, st, limits):
+            st -= 1
+        if st == 1 and not wg_stages_fit(tile, 1, limits):
+            st = 2
+        return {**v, **{k: defaults[k] for k in ("frags", "group", "pad") if k in defaults},
+                "stages": st}
     bm, bn, bk, wm, wn = v["tile"]
     M, N, K = shape
     pad = v["pad"]
@@ -155,15 +217,19 @@ def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits) -> dict:
     return {**v, "stages": st, "frags": frags, "group": _group_rows(v["group"], M // bm)}
 
 
-def tc_preferred(v: dict, shape: tuple, limits: gpu_limits.GPULimits) -> bool:
+def tc_preferred(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
+                 defaults: dict | None = None, wg: frozenset = frozenset()) -> bool:
     """Whether the tuners search the config of knob values ``v``: only configs that are
     their own :func:`effective` values (no duplicate kernels), and on a large GEMM (``M``
     and ``N`` at least :data:`LARGE`) only the region measured fast on an H200 (4096^3,
     ``benchmarks/gpu_gemm.py --isa mma --variants``): mma.sync, padded rows, a pipeline,
     k tiles of 32 or 64, groups of 8 or 16, warp tiles of at least 32 x 32 and blocks of at
-    least 128 x 128 (4 warps or more)."""
-    if effective(v, shape, limits) != v:
+    least 128 x 128 (4 warps or more); wgmma blocks of at least 128 x 128 in 3 stages or
+    more."""
+    if effective(v, shape, limits, defaults, wg) != v:
         return False
+    if shape[0] >= LARGE and shape[1] >= LARGE and v["isa"] == "wgmma":
+        return v["stages"] >= 3 and v["tile"][0] >= 128 and v["tile"][1] >= 128
     if shape[0] >= LARGE and shape[1] >= LARGE:
         bm, bn, bk, wm, wn = v["tile"]
         return (v["isa"] == "mma" and v["pad"] == 8 and v["stages"] >= 2 and bk >= 32
@@ -192,7 +258,7 @@ def define_tc_knobs(cfg, M: int, N: int, K: int) -> dict:
     TuneError
         When no tile divides the shape within the device's limits.
     """
-    from polytile.targets.cuda.tensor_core import MMA_BEST
+    from polytile.targets.cuda.tensor_core import MMA_BEST, WGMMA_TENSORIZE_BEST
 
     limits = gpu_limits.current()
     tiles = tc_tiles(limits, M, N, K)
@@ -202,16 +268,25 @@ def define_tc_knobs(cfg, M: int, N: int, K: int) -> dict:
             f"{limits.arch}", f"sides multiples of {TC_ALIGN} with a block tile of "
             f"{'/'.join(map(str, TC_BLOCKS))} dividing M and N",
             hint="pad the matrices to multiples of 32"))
-    cfg.define_knob("isa", ["mma", "wmma"], default=MMA_BEST["isa"])
-    cfg.define_knob("tile", tiles, default=_default_tile(tiles, MMA_BEST))
-    cfg.define_knob("stages", list(TC_STAGES), default=MMA_BEST["stages"])
-    cfg.define_knob("frags", list(TC_FRAGS), default=MMA_BEST["frags"])
-    cfg.define_knob("group", list(TC_GROUPS), default=MMA_BEST["group"])
-    cfg.define_knob("pad", list(TC_PADS), default=8)
+    wg = wg_tiles(limits, M, N, K) if wgmma_target() else []
+    wg_best = [*WGMMA_TENSORIZE_BEST["block"], 64, WGMMA_TENSORIZE_BEST["block"][1]]
+    on_wgmma = wg_best in wg
+    defaults = {"isa": "wgmma" if on_wgmma else MMA_BEST["isa"],
+                "tile": wg_best if on_wgmma else _default_tile(tiles, MMA_BEST),
+                "stages": WGMMA_TENSORIZE_BEST["stages"] if on_wgmma else MMA_BEST["stages"],
+                "frags": MMA_BEST["frags"], "group": MMA_BEST["group"], "pad": 8}
+    cfg.define_knob("isa", ["mma", "wmma"] + ["wgmma"] * bool(wg), default=defaults["isa"])
+    cfg.define_knob("tile", tiles + [t for t in wg if t not in tiles],
+                    default=defaults["tile"])
+    cfg.define_knob("stages", list(TC_STAGES), default=defaults["stages"])
+    cfg.define_knob("frags", list(TC_FRAGS), default=defaults["frags"])
+    cfg.define_knob("group", list(TC_GROUPS), default=defaults["group"])
+    cfg.define_knob("pad", list(TC_PADS), default=defaults["pad"])
     shape = (M, N, K)
-    cfg.prefer(lambda v: tc_preferred(v, shape, limits))
-    return effective({n: cfg[n].val for n in ("isa", "tile", "stages", "frags", "group",
-                                              "pad")}, shape, limits)
+    wgset = frozenset(tuple(t) for t in wg)
+    cfg.prefer(lambda v: tc_preferred(v, shape, limits, defaults, wgset))
+    names = list(defaults)
+    return effective({n: cfg[n].val for n in names}, shape, limits, defaults, wgset)
 
 
 def matmul_tc(cfg, M: int, N: int, K: int, dtype: str):
@@ -221,6 +296,8 @@ def matmul_tc(cfg, M: int, N: int, K: int, dtype: str):
     from polytile.targets.cuda import tensor_core as tc
 
     v = define_tc_knobs(cfg, M, N, K)
+    if v["isa"] == "wgmma":
+        return _wgmma_matmul(M, N, K, dtype, v["tile"][:2], v["stages"])
     bm, bn, bk, wm, wn = v["tile"]
     return tc.wmma_gemm(M, N, K, acc="float32", dtype=dtype, isa=v["isa"],
                         block=(bm, bn, bk), warp=(wm, wn), pad=v["pad"],
@@ -236,3 +313,54 @@ def matmul_f32_acc(M: int, N: int, K: int, dtype: str):
     C = te.compute((M, N), lambda i, j: te.sum(A[i, r].astype("float32")
                                                * B[r, j].astype("float32"), axis=r), name="C")
     return A, B, C
+
+
+def _wgmma_matmul(M: int, N: int, K: int, dtype: str, block: list, stages: int):
+    """``C = A @ B`` on wgmma (sm_90a) through ``tensorize``: the swizzled K-major
+    operands the intrinsic reads need ``B`` transposed, so a first kernel writes ``Bt[N, K]
+    = B^T`` (:func:`schedule_transpose`) and the GEMM is
+    :func:`~polytile.targets.cuda.wgmma_intrin.schedule_wgmma_nt` (the schedule of
+    ``tc.wgmma_gemm_schedule``: 128B-swizzled ``cache_read`` tiles, MMA groups in flight
+    with ``mma_wait`` 1 from 3 stages). Reading B MN-major in the MMA itself (``imm-trans-b``,
+    as the generated kernel of :mod:`polytile.targets.cuda.wgmma` does) would save the
+    transpose: not expressible through ``tensorize`` yet."""
+    from polytile.targets.cuda.wgmma_intrin import schedule_wgmma_nt, wgmma_nt_compute
+
+    A = te.placeholder((M, K), name="A", dtype=dtype)
+    B = te.placeholder((K, N), name="B", dtype=dtype)
+    Bt = te.compute((N, K), lambda n, k: B[k, n], name="Bt")
+    C = wgmma_nt_compute(A, Bt)
+    s = te.create_schedule(C.op)
+    mma_wait = None if stages < 2 else min(stages - 2, 1)
+    schedule_wgmma_nt(s, C, A, Bt, (block[0], block[1], WG_BK), stages, "128B", mma_wait)
+    schedule_transpose(s, Bt)
+    return s, [A, B, C]
+
+
+def schedule_transpose(s, T: te.Tensor, tile: int = 64, rows: int = 4) -> None:
+    """One kernel for ``T[N, K] = B[K, N]^T`` (``tile x tile`` blocks, ``tile x rows``
+    threads): the block's ``B`` tile staged in shared memory by coalesced row reads
+    (``threadIdx.x`` along ``n``), its rows padded by 2 elements (4 bytes) so that the
+    column reads of the coalesced ``T`` writes (``threadIdx.x`` along ``k``) fall in
+    distinct banks. ``tile`` shrinks to a divisor of both sides (16 at least)."""
+    n, k = T.op.axis
+    sides = [int(T.shape[0]), int(T.shape[1])]
+    while tile > 16 and any(d % tile for d in sides):
+        tile //= 2
+    (B,) = T.op.input_tensors
+    no, ni = s[T].split(n, factor=tile)
+    ko, ki = s[T].split(k, factor=tile)
+    nr, nt = s[T].split(ni, factor=rows)
+    s[T].reorder(no, ko, nr, nt, ki)
+    s[T].bind(no, te.thread_axis("blockIdx.y"))
+    s[T].bind(ko, te.thread_axis("blockIdx.x"))
+    s[T].bind(nt, te.thread_axis("threadIdx.y"))
+    s[T].bind(ki, te.thread_axis("threadIdx.x"))
+    S = s.cache_read(B, "shared", [T])
+    s[S].compute_at(s[T], ko)
+    bk, bn = S.op.axis
+    s[S].storage_align(bk, 32, 2)
+    br, bt = s[S].split(bk, factor=rows)
+    s[S].reorder(br, bt, bn)
+    s[S].bind(bt, te.thread_axis("threadIdx.y"))
+    s[S].bind(bn, te.thread_axis("threadIdx.x"))

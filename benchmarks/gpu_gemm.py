@@ -265,6 +265,8 @@ def wgmma_mainloops() -> tuple:
 
 #: (block, stages, swizzle) of the tensorize lines: the swizzled, overlapped schedule
 #: (``mma_wait`` 1) at two block shapes, then the unswizzled synchronous one it replaced
+#: (``TENSORIZE[0]`` is ``tensor_core.WGMMA_TENSORIZE_BEST``, the sm_90a default of the
+#: ``cuda`` ``matmul`` template)
 TENSORIZE = (((128, 256, 64), 4, "auto"), ((128, 128, 64), 4, "auto"),
              ((128, 256, 64), 3, "none"))
 

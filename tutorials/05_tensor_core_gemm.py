@@ -284,7 +284,8 @@ def wgmma_step(n: int, arrays, cublas, ref) -> None:
 
 
 #: the tensorize step: 128 x 256 tiles of 64 k (128B rows), 4 stages, mma_wait 1
-TENSORIZE_BLOCK, TENSORIZE_STAGES = (128, 256, 64), 4
+TENSORIZE_BLOCK = tc.WGMMA_TENSORIZE_BEST["block"]
+TENSORIZE_STAGES = tc.WGMMA_TENSORIZE_BEST["stages"]
 
 
 def wgmma_tensorize_step(n: int, arrays, cublas, ref, print_source: bool = False) -> None:

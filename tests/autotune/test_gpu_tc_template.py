@@ -21,7 +21,7 @@ from polytile.autotune.data import make_inputs, output_positions
 from polytile.autotune.template import get_template
 from polytile.errors import TuneError
 from polytile.schedule.interpreter import run as interpret
-from polytile.targets.cuda.tensor_core import MMA_BEST
+from polytile.targets.cuda.tensor_core import MMA_BEST, WGMMA_TENSORIZE_BEST
 
 SM90 = "cuda -arch=sm_90"
 
@@ -58,6 +58,29 @@ def test_default_is_the_best_hand_schedule_and_the_space_fits_the_device():
         assert gpu_limits.fits(lim, 32 * (bm // wm) * (bn // wn), 0,
                                tct.tc_registers((wm, wn), bk, v["frags"]))
         assert v["isa"] == "mma" and v["stages"] >= 2
+
+
+def test_sm_90a_adds_wgmma_and_defaults_to_the_tensorize_schedule():
+    _, sp = _space((4096, 4096, 4096), target="cuda -arch=sm_90a")
+    d = sp.default().knob_values()
+    bm, bn, bk = WGMMA_TENSORIZE_BEST["block"]
+    assert d["isa"] == "wgmma" and d["tile"] == [bm, bn, bk, 64, bn]
+    assert d["stages"] == WGMMA_TENSORIZE_BEST["stages"]
+    pref = [sp.get(i).knob_values() for i in sp.preferred()]
+    wg = [v for v in pref if v["isa"] == "wgmma"]
+    assert d in wg and all(v["tile"][2] == 64 and v["stages"] >= 3 for v in wg)
+    assert any(v["isa"] == "mma" for v in pref)
+    # sm_90 (no arch-specific features): no wgmma; the mma.sync hand schedule by default
+    _, sp90 = _space((4096, 4096, 4096))
+    assert "wgmma" not in [sp90.knobs["isa"].get(r).to_json()
+                           for r in range(len(sp90.knobs["isa"]))]
+    # a wgmma tile asked on another path builds wgmma, wgmma on an mma tile builds mma.sync
+    lim = gpu_limits.for_arch("sm_90")
+    wg = frozenset({(128, 256, 64, 64, 256)})
+    v = dict(d, isa="mma")
+    assert tct.effective(v, (4096,) * 3, lim, d, wg)["isa"] == "wgmma"
+    v = dict(d, tile=[128, 256, 32, 64, 64])
+    assert tct.effective(v, (4096,) * 3, lim, d, wg)["isa"] == "mma"
 
 
 def test_smaller_devices_and_shapes_shrink_the_space():
@@ -131,6 +154,16 @@ def test_tensor_core_configs_compute_the_definition_on_the_interpreter(args, cfg
     _interpret(args, "float16", cfg)
 
 
+@pytest.mark.slow
+def test_wgmma_config_computes_the_definition_on_the_interpreter():
+    """The wgmma path (a transpose kernel, then 128B-swizzled tiles and asynchronous MMA
+    groups through tensorize) at 64 x 16 x 128 on the interpreter."""
+    cfg = {"isa": "wgmma", "tile": [64, 16, 64, 64, 16], "stages": 2, "frags": "prefetch",
+           "group": 8, "pad": 8}
+    tensors = _interpret((64, 16, 128), "float16", cfg, target="cuda -arch=sm_90a")
+    assert [t.name for t in tensors] == ["A", "B", "C"]
+
+
 def test_sides_off_the_mma_tile_keep_the_cuda_core_schedule():
     """9 x 7 x 5 float16: no MMA tile divides it; the CUDA-core schedule computes the same
     definition (float32 accumulation and output)."""
@@ -158,6 +191,9 @@ def _assert_tensor_cores(got, what) -> None:
     if got is None:
         pytest.skip("nvcc not found")
     kind, text = got
+    if what["isa"] == "wgmma":   # warpgroup MMA as HGMMA
+        assert ("HGMMA" if kind == "sass" else "wgmma.mma_async.sync.aligned") in text, what
+        return
     if kind == "sass":   # mma.sync as HMMA, ldmatrix as LDSM, cp.async as LDGSTS
         assert "HMMA.16816.F32" in text and "LDSM" in text and "LDGSTS" in text, what
     else:
@@ -170,6 +206,12 @@ def test_a_pipelined_prefetching_config_compiles_to_tensor_core_instructions(arc
     cfg = {"isa": "mma", "tile": [64, 64, 32, 32, 32], "stages": 3, "frags": "prefetch",
            "group": 1, "pad": 8}
     _assert_tensor_cores(_isa_text(cfg, (128, 128, 96), "float16", arch), cfg)
+
+
+def test_a_wgmma_config_compiles_to_warpgroup_mma():
+    cfg = {"isa": "wgmma", "tile": [64, 64, 64, 64, 64], "stages": 3, "frags": "prefetch",
+           "group": 8, "pad": 8}
+    _assert_tensor_cores(_isa_text(cfg, (128, 64, 192), "float16", "sm_90a"), cfg)
 
 
 @pytest.mark.slow
