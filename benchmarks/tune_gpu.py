@@ -62,6 +62,9 @@ def main(argv=None) -> None:
                     help="matmul in float16/bfloat16: the tensor-core space (mma.sync or "
                     "WMMA; the default config is tensor_core.MMA_BEST, the tutorial's hand "
                     "schedule), float32 accumulation and output")
+    ap.add_argument("--target", default="cuda",
+                    help="target string (default cuda; 'cuda -arch=sm_90a' adds wgmma to "
+                    "the float16/bfloat16 matmul space and makes it the default)")
     ap.add_argument("--triton", action="store_true",
                     help="matmul in float16/bfloat16: time Triton's GEMM too (best of "
                     "benchmarks/triton_gemm.py CONFIGS, CUDA events) after the tuning run, "
@@ -182,7 +185,7 @@ def _one(a, name, tuner, tune, available, get_template, MeasureOptions, dtype="f
     anchors = tuple(available(t, args, "cuda"))
     opt = MeasureOptions(parallel=os.cpu_count() or 1)
     t0 = time.perf_counter()
-    res = tune(name, args, dtype=dtype, target="cuda", tuner=tuner, n_trial=a.trials,
+    res = tune(name, args, dtype=dtype, target=a.target, tuner=tuner, n_trial=a.trials,
                measure_option=opt, log_file=a.log, timeout_total=a.budget,
                anchors=anchors, transfer=False, full_space=a.full_space)
     wall = time.perf_counter() - t0

@@ -254,20 +254,38 @@ def test_runner_inputs_of_bfloat16_parameters_hold_bfloat16_values():
 
 
 # --------------------------------------------------------------------------- on a GPU
+def _compute_capability() -> tuple:
+    """Device 0's compute capability, asked without creating a context here (the tuner's
+    processes own the GPU)."""
+    try:
+        from cuda.bindings import driver as d
+    except ImportError:
+        from cuda import cuda as d
+    d.cuInit(0)
+    _, dev = d.cuDeviceGet(0)
+    a = d.CUdevice_attribute
+    return tuple(int(d.cuDeviceGetAttribute(getattr(
+        a, f"CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_{w}"), dev)[1]) for w in ("MAJOR", "MINOR"))
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_short_tensor_core_tuning_run(dtype, tmp_path):
+@pytest.mark.parametrize("dtype, target", [("float16", "cuda"), ("bfloat16", "cuda"),
+                                           ("float16", "cuda -arch=sm_90a")])
+def test_short_tensor_core_tuning_run(dtype, target, tmp_path):
     """A bounded tuning run of the float16 (bfloat16) GEMM with every candidate checked
-    against the float64 numpy reference; then `polytile run` rebuilds and checks the best."""
+    against the float64 numpy reference (the default config first: on sm_90a the wgmma
+    schedule); then `polytile run` rebuilds and checks the best."""
+    if target.endswith("sm_90a") and _compute_capability() != (9, 0):
+        pytest.skip("wgmma needs an sm_90 device")
     args = (512, 512, 512)
     log = tmp_path / "tc.jsonl"
     opt = MeasureOptions(parallel=min(8, os.cpu_count() or 1), check=True, run_timeout=20)
-    res = tune("matmul", args, dtype=dtype, target="cuda", tuner="random", n_trial=8,
-               measure_option=opt, log_file=str(log), timeout_total=90, anchors=())
+    res = tune("matmul", args, dtype=dtype, target=target, tuner="random", n_trial=6,
+               measure_option=opt, log_file=str(log), timeout_total=60, anchors=())
     assert res.best is not None, res.failures()
     assert not any(r.error == "wrong_result" for r in res.records), [
         r.error_msg for r in res.records if r.error]
     proc = subprocess.run([sys.executable, "-m", "polytile", "run", "matmul", "--args",
-                           ",".join(map(str, args)), "--dtype", dtype, "--target", "cuda",
+                           ",".join(map(str, args)), "--dtype", dtype, "--target", target,
                            "--log", str(log)], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0 and "matches numpy" in proc.stdout, proc.stdout + proc.stderr
