@@ -62,6 +62,10 @@ the ``wait_group`` that retires it (a wrong wait count shows as a race).
    then run ``stages - 2`` tiles ahead: the slot of the group in flight is not refilled).
    Both are checked on the interpreter, which stores the tiles swizzled and reports a
    write into a slot that an unretired MMA group still reads as a race.
+The autotuner searches around these schedules: ``polytile tune matmul --target "cuda
+-arch=sm_90a" --dtype float16 --args 4096,4096,4096`` (block, warp and k tiles, stages,
+fragment prefetch, groups, padding, mma.sync / WMMA / wgmma; the defaults are
+``tc.MMA_BEST`` and ``tc.WGMMA_TENSORIZE_BEST``, the last steps below).
 Run: ``python tutorials/05_tensor_core_gemm.py [--n 4096]``.
 """
 
