@@ -253,6 +253,25 @@ def test_runner_inputs_of_bfloat16_parameters_hold_bfloat16_values():
     assert host["B"].dtype == np.float16
 
 
+def test_bfloat16_workload_data_and_comparison():
+    """make_inputs gives bfloat16 parameters random values (not 0/1 patterns), and
+    outputs_match compares bfloat16 outputs by value with a bfloat16 tolerance (both
+    were missing: a CPU bfloat16 tuning run could not measure any candidate)."""
+    from polytile import te
+    from polytile.autotune.data import outputs_match
+    from polytile.te.dtype import bfloat16_array, bfloat16_values
+
+    A = te.placeholder((6, 5), name="A", dtype="bfloat16")
+    B = te.compute((6, 5), lambda i, j: A[i, j] * 2, name="B")
+    a, b = make_inputs([A, B], seed=0)
+    va = bfloat16_values(a)
+    assert len(np.unique(va)) > 20 and np.abs(va).max() < 1 and np.isnan(
+        bfloat16_values(b)).all()
+    want = va.astype("float64") * 2
+    assert outputs_match(bfloat16_array(want), want, "bfloat16")[0]
+    assert not outputs_match(bfloat16_array(want + 0.1), want, "bfloat16")[0]
+
+
 # --------------------------------------------------------------------------- on a GPU
 def _compute_capability() -> tuple:
     """Device 0's compute capability, asked without creating a context here (the tuner's
