@@ -286,6 +286,40 @@ def test_bfloat16_workload_data_and_comparison():
     assert not outputs_match(bfloat16_array(want + 0.1), want, "bfloat16")[0]
 
 
+def test_sm_90a_records_belong_to_the_sm_90_device_class(tmp_path):
+    """Records tuned for ``cuda -arch=sm_90a`` on an H200 (an sm_90 device) are used there
+    and for the arch alone; an A100's are refused with a hint that keeps the target."""
+    from polytile.autotune import load_best
+    from polytile.autotune.device import base_arch, same_class
+    from polytile.autotune.records import Record, RecordWriter
+
+    h200 = {"name": "NVIDIA H200", "arch": "sm_90", "compute_capability": "9.0",
+            "driver": "580", "cuda": "13.0"}
+    a100 = dict(h200, name="NVIDIA A100", arch="sm_80", compute_capability="8.0")
+    assert base_arch("sm_90a") == "sm_90" and base_arch("sm_100f") == "sm_100"
+    assert base_arch("sm_90") == "sm_90" and same_class(h200, {"arch": "sm_90a"})
+    wl = get_template("row_sum").workload((64, 1000))
+    log = tmp_path / "r.jsonl"
+    with RecordWriter(log) as w:
+        w.write(Record(workload=wl.key(), target="cuda -arch=sm_90a",
+                       config={"layout": [256, 1]}, costs=[1e-3], device=h200))
+    for dev in (h200, {"arch": "sm_90a"}):
+        assert load_best(str(log), wl, "cuda -arch=sm_90a", device=dev).config == {
+            "layout": [256, 1]}
+    with RecordWriter(log) as w:
+        w.write(Record(workload=wl.key(), target="cuda -arch=sm_90a",
+                       config={"layout": [64, 1]}, costs=[1e-4], device=a100))
+    assert load_best(str(log), wl, "cuda -arch=sm_90a", device=h200).config == {
+        "layout": [256, 1]}
+    only = tmp_path / "a.jsonl"
+    with RecordWriter(only) as w:
+        w.write(Record(workload=wl.key(), target="cuda -arch=sm_90a",
+                       config={"layout": [64, 1]}, costs=[1e-4], device=a100))
+    with pytest.raises(TuneError, match='hint: tune on this GPU: polytile tune row_sum '
+                       '--target "cuda -arch=sm_90a" --args 64,1000'):
+        load_best(str(only), wl, "cuda -arch=sm_90a", device=h200)
+
+
 # --------------------------------------------------------------------------- on a GPU
 def _compute_capability() -> tuple:
     """Device 0's compute capability, asked without creating a context here (the tuner's
