@@ -31,6 +31,13 @@ to the configs that are their own effective values. The default config is the fa
 schedule measured (:data:`polytile.targets.cuda.tensor_core.MMA_BEST`, 0.48x cuBLAS at
 4096^3 on an H200) where its tiles divide the shape.
 
+Figures (H200, 4096^3 float16, one run of ``benchmarks/tune_gpu.py --dtypes float16
+--target "cuda -arch=sm_90a" --trials 24 --triton``, 2026-12-02): the best config is the
+sm_90a default (wgmma, 128x256x64, 4 stages): 543 TFLOP/s in the runner, 0.72x cuBLAS
+(756) and 0.80x Triton (677) measured after the run, above the mma.sync hand schedule
+(371, the sm_90 default) but below the tensorize wgmma schedule of ``C = A @ Bt^T`` (601):
+the transpose kernel of B costs about 24 us (64 MiB at 2.8 TB/s).
+
 Shapes whose sides are not multiples of 16 keep the CUDA-core schedule of
 :mod:`.templates_gpu` (same compute: float32 accumulation and output).
 
