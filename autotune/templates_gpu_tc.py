@@ -36,7 +36,9 @@ Figures (H200, 4096^3 float16, one run of ``benchmarks/tune_gpu.py --dtypes floa
 sm_90a default (wgmma, 128x256x64, 4 stages): 543 TFLOP/s in the runner, 0.72x cuBLAS
 (756) and 0.80x Triton (677) measured after the run, above the mma.sync hand schedule
 (371, the sm_90 default) but below the tensorize wgmma schedule of ``C = A @ Bt^T`` (601):
-the transpose kernel of B costs about 24 us (64 MiB at 2.8 TB/s).
+the transpose kernel of B cost about 24 us (64 MiB at 2.8 TB/s). wgmma blocks of a multiple
+of 64 columns now read ``B`` MN-major in the MMA (``wgmma_mma(..., b_major="mn")``), one
+kernel (not yet measured on the H200).
 
 Shapes whose sides are not multiples of 16 keep the CUDA-core schedule of
 :mod:`.templates_gpu` (same compute: float32 accumulation and output).

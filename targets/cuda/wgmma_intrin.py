@@ -8,6 +8,9 @@ The schedule-language path to the warpgroup MMA of :mod:`polytile.targets.cuda.w
 ``"128B", asynchronous=True)``     accumulation), ``a``/``b`` K-major rows of shared
                                    buffers swizzled by ``Stage.swizzle``, read through
                                    descriptors of that mode; ``reset`` zeroes ``c``
+``wgmma_mma(n, dtype, swizzle=``   ``c[64, n] += a[64, 16] B[16, n]`` with ``B[K, N]`` read
+``"128B", b_major="mn")``          MN-major (``imm-trans-b = 1``): ``b[n / 64, 16, 64]``, the
+                                   swizzled atoms of 64 columns of :func:`wgmma_nn_compute`
 ``wgmma_mma(n, dtype)``            the same over no-swizzle core matrices ``a[2, 64, 8]``,
                                    ``b[2, n, 8]`` (:func:`wgmma_gemm_compute`)
 ``wgmma_store(n)``                 ``out[64, n] = c[64, n]``: each thread of the warpgroup
