@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from polytile.te import dtype as dt
 
+from . import spec
 from .programs import DTYPES, MAX_POINTS, Gen, X
 
 
@@ -353,3 +356,93 @@ def transpose(g: Gen) -> dict:
 GENERATORS = {"elementwise": elementwise, "reduction": reduction, "matmul": matmul,
               "batch_matmul": lambda g: matmul(g, batch=True), "stencil": stencil,
               "transpose": transpose}
+
+
+def argreduce(g: Gen) -> dict:
+    """Reductions written with ``te.comm_reducer`` (:data:`.spec.COMBINERS`): argmax/argmin
+    over ``(index, value)`` pairs (a compute with two outputs), an integer product, and
+    ``+``/``max`` as user combiners; over one or two reduce axes with offsets and ``where``,
+    maybe a producer before and an epilogue after (reading either output)."""
+    ns = g.pick([0, 1, 1, 2])
+    nr = g.pick([1, 1, 2])
+    sdims = [g.dim() for _ in range(ns)]
+    rdims = [g.dim() for _ in range(nr)]
+    _fit(g, sdims + rdims)
+    axes = ["i", "j"][:ns] or ["z"]
+    shape = sdims or ["1"]
+    exts = [g.dims[d] for d in sdims] or [1]
+    raxes = ["k", "q"][:nr]
+    los = [g.pick([0, 0, 1, 2]) for _ in range(nr)]
+    rng = [[r, str(lo), f"{lo} + {d}" if lo else d] for r, lo, d in zip(raxes, los, rdims)]
+    all_dims = sdims + [f"{lo} + {d}" if lo else d for lo, d in zip(los, rdims)]
+    all_axes = (axes if ns else []) + raxes
+    op = g.pick(["argmax", "argmax", "argmin", "prod", "csum", "cmax"])
+    dtype = g.dtype(("int32", "int8") if op == "prod" else DTYPES)
+    A = g.placeholder("A", all_dims, dtype)
+    src = A
+    if g.chance(0.3):  # a producer stage, for compute_at / inline
+        p_axes = [f"p{k}" for k in range(len(all_dims))]
+        rd = g.read(A, [["ax", a] for a in p_axes])
+        src = g.compute("P", all_dims, p_axes, g.combine([rd], dtype, 1))
+    x = g.read(src, [["ax", a] for a in all_axes])
+    if op == "prod":  # small factors, so that products wrap without reaching 0 at once
+        x = X(["op", "+", ["op", "%", x.t, ["int", g.pick([3, 5, 7])]], ["int", 1]], dtype,
+              8.0)
+    elif op == "csum":
+        n = int(np.prod([g.dims[d] for d in rdims]))
+        x = g.tame(X(x.t, x.dtype, x.bound * n, x.exact))
+        x = X(x.t, x.dtype, x.bound / n, x.exact)
+    red = {"op": op, "axes": rng, "where": None, "init": None}
+    if g.chance(0.35):
+        red["where"] = _where(g, raxes, [g.dims[d] for d in rdims], axes if ns else [],
+                              exts)
+    tensor = {"name": "R", "shape": list(shape), "axes": list(axes), "body": x.t,
+              "reduce": red}
+    g.tensors.append(tensor)
+    n = int(np.prod([g.dims[d] for d in rdims]))
+    if op in ("argmax", "argmin"):
+        # the index: the reduce axis, or both reduce axes linearised
+        idx = ["ax", "k"] if nr == 1 or g.chance(0.3) else [
+            "op", "+", ["op", "*", ["ax", "k"], ["int", g.dims[rdims[1]]]], ["ax", "q"]]
+        red["index"] = idx
+        tensor["outputs"] = 2
+        g.info["R"] = ([g.val(s) for s in shape], "int32", 2.0 ** 31, True)
+        g.info["R.v1"] = ([g.val(s) for s in shape], x.dtype, x.bound + 1, x.exact)
+        outs = g.pick([["R", "R.v1"], ["R"], ["R.v1"], ["R.v1", "R"]])
+    else:
+        bound = x.bound * n + 8 if op == "csum" else (2.0 ** 31 if op == "prod" else x.bound)
+        exact = op != "csum" or not dt.is_float(dtype)
+        g.info["R"] = ([g.val(s) for s in shape], x.dtype, bound, exact and x.exact)
+        outs = ["R"]
+    if g.chance(0.4):  # an epilogue reading each output
+        rds = [g.read(o, [["ax", a] for a in axes]) for o in outs]
+        if op in ("argmax", "argmin") and "R" in outs:  # the index as a value
+            k = outs.index("R")
+            rds[k] = g.conv(X(["fn", "min", rds[k].t, ["int", 1 << 20]], "int32", 1 << 20),
+                            g.pick(["int32", "float32"]))
+        outs = [g.compute("E", shape, axes, g.combine(rds, g.dtype(), 1))]
+    return g.program(outs)
+
+
+def extend(g: Gen, prog: dict) -> dict:
+    """The features of extended seeds on any program: sometimes a second output (an
+    intermediate tensor also returned, read by later stages), sometimes symbolic sizes
+    (``te.size_var`` dims bound when the function is called)."""
+    outs = prog["outputs"]
+    computed = [n for t in prog["tensors"] if "body" in t or "binop" in t
+                for n in spec.tensor_names(t) if n not in outs]
+    if computed and g.chance(0.25):
+        extra = g.pick(computed)
+        k = int(g.g.integers(len(outs) + 1))
+        prog["outputs"] = outs[:k] + [extra] + outs[k:]
+    if prog["dims"] and g.chance(0.35):
+        shapes = " ".join(" ".join(t.get("shape", [])) for t in prog["tensors"])
+        words = set(re.findall(r"\w+", shapes))
+        used = [d for d in prog["dims"] if d in words]
+        sym = [d for d in used if g.chance(0.6)] or used[:1]
+        if sym:
+            prog["symbolic"] = sym
+    return prog
+
+
+GENERATORS["argreduce"] = argreduce

@@ -19,7 +19,8 @@ import numpy as np
 
 from polytile.te import dtype as dt
 
-KINDS = ("elementwise", "reduction", "matmul", "batch_matmul", "stencil", "transpose")
+KINDS = ("elementwise", "reduction", "matmul", "batch_matmul", "stencil", "transpose",
+         "argreduce")
 DTYPES = ("float32", "float16", "int32", "int8")
 #: extents drawn for dims (1, small, primes, 32, 40)
 EXTENTS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 16, 17, 19, 23, 29, 31, 32, 37, 40)
@@ -44,8 +45,10 @@ class X:
 class Gen:
     """Random choices and the program under construction."""
 
-    def __init__(self, rng: np.random.Generator):
+    def __init__(self, rng: np.random.Generator, extended: bool = False):
         self.g = rng
+        #: an extended seed (:data:`.cases.EXTENDED_FROM`): the new features may be drawn
+        self.extended = extended
         self.dims: dict = {}
         self.tensors: list = []
         self.info: dict = {}       # name -> (shape values, dtype, bound, exact)

@@ -39,7 +39,7 @@ import numpy as np
 from polytile import LoweringError, ScheduleError
 
 from . import reference
-from .spec import args_of, ident, program_code, schedule_code
+from .spec import args_of, ident, program_code, schedule_code, tensor_names
 
 CLASSES = ("ok", "refused", "vague", "wrong", "crash", "hang", "invalid")
 FAILURES = ("vague", "wrong", "crash", "hang")
@@ -225,8 +225,22 @@ class Runtime:
         return [d.numpy() for d in dev]
 
 
-def check_function(f, args, prog_inputs: dict, results: dict, runtime: Runtime) -> dict:
-    """Run built ``f`` twice (two poisons) and compare its outputs with ``results``."""
+def concrete(shape, dims: dict | None) -> tuple:
+    """``shape`` with its symbolic sizes (``te.size_var``) bound to their values in
+    ``dims`` (dim name -> int)."""
+    if not dims:
+        return tuple(shape)
+    return tuple(int(eval(str(x), {}, dict(dims))) for x in shape)  # noqa: S307 - ours
+
+
+def _key(a) -> str:
+    return reference.tuple_key(a.name, a.value_index)
+
+
+def check_function(f, args, prog_inputs: dict, results: dict, runtime: Runtime,
+                   dims: dict | None = None) -> dict:
+    """Run built ``f`` twice (two poisons) and compare its outputs with ``results``
+    (``dims``: the values of the symbolic sizes of ``args``' shapes)."""
     in_names = set(prog_inputs)
     problems, checked, total = [], 0, 0
     for which in (0, 1):
@@ -236,15 +250,15 @@ def check_function(f, args, prog_inputs: dict, results: dict, runtime: Runtime) 
                 arrays.append(prog_inputs[a.name].copy())
             else:
                 outs.append(len(arrays))
-                arrays.append(poison(a.shape, a.dtype, which))
+                arrays.append(poison(concrete(a.shape, dims), a.dtype, which))
         got = runtime.call(f, arrays)
         for k in outs:
             a = args[k]
-            n, c, lines = compare(got[k], results[a.name], a.dtype, runtime.target == "cuda")
+            n, c, lines = compare(got[k], results[_key(a)], a.dtype, runtime.target == "cuda")
             if which == 0:
                 checked, total = checked + c, total + got[k].size
             if n:
-                problems.append(f"{n} of {got[k].size} elements of {a.name} are wrong"
+                problems.append(f"{n} of {got[k].size} elements of {_key(a)} are wrong"
                                 f"{' (second poison)' if which else ''}: " + "; ".join(lines))
         for k, a in enumerate(args):
             if a.name in in_names and not np.array_equal(got[k], prog_inputs[a.name],
@@ -264,12 +278,19 @@ def run_case(case: dict, runtime: Runtime) -> dict:
     runtime.finish(ignore=True)
     prog = case["program"]
     ns: dict = {"te": te}
+    dims = prog["dims"] if prog.get("symbolic") else None
     try:
         exec(program_code(prog), ns)  # noqa: S102
-        tensors = {t["name"]: ns[ident(t["name"])] for t in prog["tensors"]}
+        names = [n for t in prog["tensors"] for n in tensor_names(t)]
+        tensors = {n: ns[ident(n)] for n in names}
         args = [tensors[n] for n in args_of(prog)]
-        inputs = make_inputs(_placeholders(args), case.get("data", {}))
-        results = reference.evaluate([tensors[o] for o in prog["outputs"]], inputs)
+        ref_ns = ns
+        if dims:  # the reference evaluates the same program with every size static
+            ref_ns = {"te": te}
+            exec(program_code(prog, static=True), ref_ns)  # noqa: S102
+        ref_args = [ref_ns[ident(n)] for n in args_of(prog)]
+        inputs = make_inputs(_placeholders(ref_args), case.get("data", {}))
+        results = reference.evaluate([ref_ns[ident(o)] for o in prog["outputs"]], inputs)
     except Exception as ex:  # noqa: BLE001 - the case is ill-formed
         return _outcome("invalid", "program", ex)
     stages = [t["name"] for t in prog["tensors"]]
@@ -293,7 +314,7 @@ def run_case(case: dict, runtime: Runtime) -> dict:
         return _outcome("crash", "build", ex)
     t2 = time.perf_counter()
     try:
-        chk = check_function(f, args, inputs, results, runtime)
+        chk = check_function(f, args, inputs, results, runtime, dims)
     except Exception as ex:  # noqa: BLE001
         return _outcome("crash", "run", ex)
     try:
@@ -302,7 +323,7 @@ def run_case(case: dict, runtime: Runtime) -> dict:
         return _outcome("crash", "build", ex)
     if runtime.target == "cuda" and not chk["problems"]:
         try:
-            chk["problems"] = thread_races(ns["s"], args, inputs)
+            chk["problems"] = thread_races(ns["s"], args, inputs, dims)
         except Exception as ex:  # noqa: BLE001
             return _outcome("crash", "run", ex)
     timing = {"seconds": round(time.perf_counter() - t0, 3), "build_s": round(t2 - t1, 3)}
@@ -323,7 +344,7 @@ class _OutOfTime(Exception):
     pass
 
 
-def thread_races(s, args, prog_inputs: dict) -> list:
+def thread_races(s, args, prog_inputs: dict, dims: dict | None = None) -> list:
     """The races of the GPU schedule ``s`` (``[]`` when none, or when it has more than
     :data:`RACE_CHECK_THREADS` threads): its loop IR run by the reference interpreter,
     which runs a block's threads barrier to barrier and raises on a race or a barrier
@@ -344,7 +365,7 @@ def thread_races(s, args, prog_inputs: dict) -> list:
     if sum(launches) > RACE_CHECK_THREADS:
         return []
     arrays = [prog_inputs[a.name].copy() if a.name in prog_inputs
-              else poison(a.shape, a.dtype, 0) for a in args]
+              else poison(concrete(a.shape, dims), a.dtype, 0) for a in args]
     import signal
     import threading
 
@@ -378,16 +399,19 @@ def _placeholders(args) -> list:
     return [(a.name, a.shape, a.dtype) for a in args if isinstance(a.op, PlaceholderOp)]
 
 
-def check_script(f, args, target, data: dict) -> str:
+def check_script(f, args, target, data: dict, static_args=None, dims=None) -> str:
     """Run built ``f`` of a reproducer script on the case's data and compare with the
-    reference: ``"ok ..."`` or the wrong elements. ``target``: a name or a Runtime."""
+    reference: ``"ok ..."`` or the wrong elements. ``target``: a name or a Runtime.
+    With symbolic sizes, ``static_args`` are the same tensors with every size static
+    (the reference evaluates them) and ``dims`` the sizes' values."""
     from polytile.te.tensor import PlaceholderOp
 
-    inputs = make_inputs(_placeholders(args), data)
-    outs = [a for a in args if not isinstance(a.op, PlaceholderOp)]
+    ref_args = static_args or args
+    inputs = make_inputs(_placeholders(ref_args), data)
+    outs = [a for a in ref_args if not isinstance(a.op, PlaceholderOp)]
     results = reference.evaluate(outs, inputs)
     rt = target if isinstance(target, Runtime) else Runtime(target)
-    chk = check_function(f, args, inputs, results, rt)
+    chk = check_function(f, args, inputs, results, rt, dims)
     rt.finish()
     if chk["problems"]:
         return "wrong: " + "\n".join(chk["problems"])

@@ -136,15 +136,43 @@ def tensor_reads(t: dict) -> set:
     out = reads(t["body"])
     red = t.get("reduce")
     if red:
-        for part in ("where", "init"):
+        for part in ("where", "init", "index"):
             if red.get(part) is not None:
                 out |= reads(red[part])
     return out
 
 
 # ---------------------------------------------------------------------------- programs
+#: reducers written with ``te.comm_reducer`` (``"op"`` of a reduce): their Python source.
+#: ``argmax``/``argmin`` reduce ``(index, value)`` pairs into two outputs (the index of the
+#: largest value, the smallest index among equal values; an empty reduction gives
+#: ``(int32 max, the identity value)``), ``prod`` multiplies, ``csum``/``cmax`` are ``+`` and
+#: ``max`` spelled as a comm_reducer.
+_BETTER = {"argmax": ">", "argmin": "<"}
+COMBINERS = {
+    **{op: (f"_{op}_first = lambda x, y: te.any(x[1] {c} y[1], te.all(x[1] == y[1], "
+            f"x[0] < y[0]))\n"
+            f"{op} = te.comm_reducer(lambda x, y: (te.if_then_else(_{op}_first(x, y), x[0], "
+            f"y[0]), te.if_then_else(_{op}_first(x, y), x[1], y[1])), lambda t0, t1: "
+            f"(te.const(2147483647, t0), te.{'min' if c == '>' else 'max'}_value(t1)), "
+            f"name={op!r})") for op, c in _BETTER.items()},
+    "prod": "prod = te.comm_reducer(lambda x, y: x * y, lambda t: te.const(1, t), "
+            "name='prod')",
+    "csum": "csum = te.comm_reducer(lambda x, y: x + y, lambda t: te.const(0, t), "
+            "name='csum')",
+    "cmax": "cmax = te.comm_reducer(lambda x, y: te.max(x, y), lambda t: te.min_value(t), "
+            "name='cmax')",
+}
+
+
+def tensor_names(t: dict) -> list:
+    """The names of a program tensor's outputs: ``[name]``, or for a compute with several
+    outputs (a tuple reduction) ``[name, name.v1, ...]`` (TVM's buffer names)."""
+    return [t["name"]] + [f"{t['name']}.v{k}" for k in range(1, t.get("outputs", 1))]
+
+
 def tensor_code(t: dict) -> str:
-    name = ident(t["name"])
+    name = ", ".join(ident(n) for n in tensor_names(t))
     if "binop" in t:
         return f"{name} = {ident(t['a'])} {t['binop']} {ident(t['b'])}"
     shape = ", ".join(t["shape"]) + ("," if len(t["shape"]) == 1 else "")
@@ -163,18 +191,31 @@ def tensor_code(t: dict) -> str:
         if red.get("init") is not None:
             extra += f", init={expr_code(red['init'])}"
         axis = axes[0] if len(axes) == 1 else f"[{', '.join(axes)}]"
-        body = f"te.{red['op']}({body}, axis={axis}{extra})"
+        fn = f"te.{red['op']}"
+        if red["op"] in COMBINERS:
+            lines.insert(0, COMBINERS[red["op"]])
+            fn = red["op"]
+        if red.get("index") is not None:
+            body = f"({expr_code(red['index'])}, {body})"
+        body = f"{fn}({body}, axis={axis}{extra})"
     lines.append(f"{name} = te.compute(({shape}), lambda {', '.join(t['axes'])}: {body}, "
                  f"name={t['name']!r})")
     return "\n".join(lines)
 
 
-def program_code(prog: dict) -> str:
-    """Python source defining the program's dims and tensors (``te`` imported)."""
+def program_code(prog: dict, static: bool = False) -> str:
+    """Python source defining the program's dims and tensors (``te`` imported).
+
+    The dims named in ``prog["symbolic"]`` are ``te.size_var`` sizes (bound at call time
+    by the arrays' shapes), unless ``static``: then every dim is its int value (the
+    program the reference evaluates)."""
     dims = prog["dims"]
+    sym = [] if static else prog.get("symbolic", [])
     lines = []
     if dims:
         lines.append(f"{', '.join(dims)} = {', '.join(str(v) for v in dims.values())}")
+    for d in sym:
+        lines.append(f"{d} = te.size_var({d!r})")
     lines += [tensor_code(t) for t in prog["tensors"]]
     return "\n".join(lines)
 
@@ -189,7 +230,7 @@ def args_of(prog: dict) -> list[str]:
     the outputs."""
     needed = set()
     todo = list(prog["outputs"])
-    by = {t["name"]: t for t in prog["tensors"]}
+    by = {n: t for t in prog["tensors"] for n in tensor_names(t)}
     while todo:
         n = todo.pop()
         if n in needed:
