@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from polytile.te import dtype as dt
@@ -435,9 +433,11 @@ def extend(g: Gen, prog: dict) -> dict:
         extra = g.pick(computed)
         k = int(g.g.integers(len(outs) + 1))
         prog["outputs"] = outs[:k] + [extra] + outs[k:]
-    if prog["dims"] and g.chance(0.35):
-        shapes = " ".join(" ".join(t.get("shape", [])) for t in prog["tensors"])
-        words = set(re.findall(r"\w+", shapes))
+    # (tensor-level broadcasting needs static sizes: it tests which dims are 1)
+    if prog["dims"] and g.chance(0.35) and not any("binop" in t for t in prog["tensors"]):
+        # a call reads a size off an argument's dimension equal to it
+        args = set(spec.args_of(prog))
+        words = {x for t in prog["tensors"] if t["name"] in args for x in t.get("shape", [])}
         used = [d for d in prog["dims"] if d in words]
         sym = [d for d in used if g.chance(0.6)] or used[:1]
         if sym:

@@ -438,3 +438,32 @@ def test_gpu_twice_fused_and_bound_loop_values():
     out = np.full((11, 7), -12345, "int32")   # poison: an instance not run shows
     interpreter.run(polytile.lower(s, [A, C], target="cuda"), a, out)
     np.testing.assert_array_equal(out, a * 3 + np.arange(7, dtype="int32"))
+
+
+# --------------------------------------------------------------------------- tuple reductions
+def _argmax():
+    first = lambda x, y: te.any(x[1] > y[1], te.all(x[1] == y[1], x[0] < y[0]))  # noqa: E731
+    return te.comm_reducer(
+        lambda x, y: (te.if_then_else(first(x, y), x[0], y[0]),
+                      te.if_then_else(first(x, y), x[1], y[1])),
+        lambda t0, t1: (te.const(2147483647, t0), te.min_value(t1)), name="argmax")
+
+
+def test_parallel_tuple_reduction_read_after_its_loop():
+    """Fuzz seed llvm 60465: an argmax stage whose loop is parallel and whose value output
+    is read by a later stage. Its update computes both new values first (``LetStmt``s
+    reading both accumulators), which the storage pass took for a consumer inside the
+    parallel loop: the value buffer was privatised in the loop, and the later stage read
+    a function-level copy never written."""
+    argmax = _argmax()
+    A = te.placeholder((6, 17), "float16", name="A")
+    k = te.reduce_axis((1, 17), name="k")
+    R, RV = te.compute((6,), lambda i: argmax((k, A[i, k]), axis=k, where=k >= 11), name="R")
+    E = te.compute((6,), lambda i: RV[i] * 2.0, name="E")
+    s = te.create_schedule(E.op)
+    s[R].parallel(R.op.axis[0])
+    f = polytile.build(s, [A, E])
+    a = np.random.default_rng(0).uniform(-1, 1, (6, 17)).astype("float16")
+    e = np.full(6, np.nan, "float16")
+    f(a, e)
+    np.testing.assert_array_equal(e, a[:, 11:].max(axis=1) * np.float16(2))
