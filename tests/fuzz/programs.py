@@ -26,7 +26,9 @@ DTYPES = ("float32", "float16", "int32", "int8")
 EXTENTS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 16, 17, 19, 23, 29, 31, 32, 37, 40)
 _EXT_P = np.array([3, 4, 5, 5, 5, 3, 5, 4, 2, 4, 2, 4, 3, 3, 2, 2, 2, 2, 2, 2, 2], float)
 #: largest magnitude generated values may reach, per dtype
-LIMIT = {"float16": 512.0, "float32": 1e5, "int8": 1e9, "int32": 1e9}
+LIMIT = {"float16": 512.0, "bfloat16": 1e4, "float32": 1e5, "int8": 1e9, "int32": 1e9}
+#: the dtypes extended seeds draw from (:data:`.cases.EXTENDED_FROM`)
+EXTENDED_DTYPES = DTYPES + ("bfloat16",)
 #: largest number of grid points (spatial x reduce) of one stage
 MAX_POINTS = 60_000
 
@@ -78,6 +80,8 @@ class Gen:
         return int(eval(expr, {}, dict(self.dims)))  # noqa: S307 - our own dim arithmetic
 
     def dtype(self, choices=DTYPES) -> str:
+        if self.extended and choices is DTYPES:
+            choices = EXTENDED_DTYPES
         return self.pick(choices)
 
     # ----------------------------------------------------------------- tensors

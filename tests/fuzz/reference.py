@@ -48,8 +48,9 @@ from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Not, Or, Redu
                               TensorRead, Var)
 from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
 
-from .refvalues import (ACCUMULATOR, UNIT, ReferenceError, Val, call, cast, float_binary,
-                        int_binary, mask_or, round_to, rounded, ulp, wrap)
+from .refvalues import (ACCUMULATOR, UNIT, ReferenceError, Val, call, cast, finfo,
+                        float_binary, int_binary, mask_or, round_to, rounded, storage_dtype,
+                        ulp, wrap)
 
 
 @dataclass
@@ -416,7 +417,9 @@ def evaluate(outputs, inputs: dict) -> dict:
     for op in _topo(outputs):
         if isinstance(op, PlaceholderOp):
             a = np.asarray(by_name[op.name])
-            if a.shape != op.shape or a.dtype != np.dtype(op.dtype):
+            if op.dtype == "bfloat16" and a.dtype == np.uint16:  # bit patterns
+                a = dt.bfloat16_to_float32(a)
+            if a.shape != op.shape or a.dtype != np.dtype(storage_dtype(op.dtype)):
                 raise ValueError(f"reference: input {op.name!r} has shape {a.shape} and dtype "
                                  f"{a.dtype}; expected {op.shape} {op.dtype}")
             res = Result(a, None, None, np.zeros(a.shape, bool))
@@ -475,7 +478,7 @@ def _result(op: ComputeOp, k: int, val: Val, shape: tuple) -> Result:
     value = np.broadcast_to(val.v, shape)
     dtype = op.output(k).dtype
     with np.errstate(all="ignore"):
-        value = value.astype(dtype) if dtype != "float64" else value.astype(np.float64)
+        value = value.astype(storage_dtype(dtype))
     err = mag = None
     if dt.is_float(dtype):
         err = np.array(np.broadcast_to(val.e(), shape), dtype=np.float64)
@@ -489,7 +492,7 @@ def tolerance(res: Result, dtype: str, relaxed: bool = False) -> np.ndarray:
     """Allowed ``|out - ref|`` per element: the error bound plus one ulp of the result plus
     the smallest normal number (math functions may flush subnormal results to zero)
     (``relaxed``: plus ``8 u * mag`` for targets that keep float16 intermediates in float32)."""
-    tol = res.err + ulp(res.value.astype(np.float64), dtype) + float(np.finfo(dtype).tiny)
+    tol = res.err + ulp(res.value.astype(np.float64), dtype) + float(finfo(dtype).tiny)
     if relaxed:
         tol = tol + 8 * UNIT[dtype] * res.mag
     return tol

@@ -37,6 +37,7 @@ import traceback
 import numpy as np
 
 from polytile import LoweringError, ScheduleError
+from polytile.te import dtype as dt
 
 from . import reference
 from .spec import args_of, ident, program_code, schedule_code, tensor_names
@@ -57,7 +58,7 @@ def make_inputs(placeholders: list, data: dict) -> dict:
     floats = []
     for name, shape, d in placeholders:
         shape = tuple(int(x) for x in shape)
-        if d.startswith("float"):
+        if dt.is_float(d):
             if mode == "grid":
                 x = g.integers(-16, 17, shape).astype(np.float64) / 8
                 x[x == 0] = 0.125
@@ -71,19 +72,24 @@ def make_inputs(placeholders: list, data: dict) -> dict:
             x = g.integers(0, 2, shape)
         else:
             x = g.integers(-1000, 1001, shape)
-        if not d.startswith("float") and d != "bool":
+        if not dt.is_float(d) and d != "bool":
             x = np.where(x == 0, 1, x)
+        if d == "bfloat16":
+            out[name] = np.ascontiguousarray(dt.bfloat16_bits(x))
+            continue
         out[name] = np.ascontiguousarray(np.asarray(x).astype(d))
     if mode == "nan" and floats:
         a = out[floats[int(g.integers(len(floats)))]].reshape(-1)
         k = max(1, a.size // 10)
-        a[g.permutation(a.size)[:k]] = np.nan
+        a[g.permutation(a.size)[:k]] = 0x7FC0 if a.dtype == np.uint16 else np.nan
     return out
 
 
 def poison(shape, dtype: str, which: int) -> np.ndarray:
-    """Output filled with a value a correct run overwrites: NaN or -77.5 (floats), the
-    dtype's max or min (ints)."""
+    """Output filled with a value a correct run overwrites: NaN or -77.5 (floats; bfloat16
+    as its bit patterns), the dtype's max or min (ints)."""
+    if dtype == "bfloat16":
+        return np.full(shape, 0x7FC0 if which == 0 else dt.bfloat16_bits(-77.5), np.uint16)
     if dtype.startswith("float"):
         return np.full(shape, np.nan if which == 0 else -77.5, dtype)
     if dtype == "bool":
@@ -95,7 +101,9 @@ def poison(shape, dtype: str, which: int) -> np.ndarray:
 def compare(out: np.ndarray, res: reference.Result, dtype: str, relaxed: bool) -> tuple:
     """``(number of wrong elements, number checked, description of the worst ones)``."""
     sure = ~res.unsure
-    if dtype.startswith("float"):
+    if dtype == "bfloat16":
+        out = dt.bfloat16_values(out)
+    if dt.is_float(dtype):
         o, r = out.astype(np.float64), res.value.astype(np.float64)
         tol = reference.tolerance(res, dtype, relaxed and dtype == "float16")
         with np.errstate(all="ignore"):
@@ -112,7 +120,7 @@ def compare(out: np.ndarray, res: reference.Result, dtype: str, relaxed: bool) -
         for i in idx:
             i = tuple(int(x) for x in i)
             lines.append(f"[{', '.join(map(str, i))}] = {out[i]!r}, expected {res.value[i]!r}"
-                         + (f" (tolerance {float(tol[i]):.3g})" if dtype.startswith("float")
+                         + (f" (tolerance {float(tol[i]):.3g})" if dt.is_float(dtype)
                             else ""))
     return n, int(sure.sum()), lines
 
