@@ -70,7 +70,15 @@ def elementwise(g: Gen) -> dict:
                      max(body.bound, other.bound), body.exact and other.exact)
         last = g.compute(name, dims, axes, body)
         avail.append(last)
-    return g.program([last])
+        if g.extended and g.chance(0.2):  # a second output of the same stage
+            more = g.combine([g.pick(xs)], g.dtype(), 1)
+            g.tensors[-1].update({"more": [more.t], "outputs": 2})
+            g.info[f"{name}.v1"] = (g.info[name][0], more.dtype, more.bound, more.exact)
+            avail.append(f"{name}.v1")
+    outs = [last]
+    if g.extended and f"{last}.v1" in g.info and g.chance(0.7):
+        outs = g.pick([[last, f"{last}.v1"], [f"{last}.v1"]])
+    return g.program(outs)
 
 
 def _where(g: Gen, raxes: list, rexts: list, axes: list, exts: list):

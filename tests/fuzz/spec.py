@@ -14,6 +14,10 @@ Program tensors (``program["tensors"]``, in definition order):
 
 * ``{"name", "shape", "dtype"}``: a placeholder; ``shape`` entries are Python expressions
   over the dims (``"N0 + 2"``);
+* ``{"name", "shape", "axes", "body", "more"?, "outputs"?}``: a compute with one output
+  per body (``"more"``: the bodies after the first; ``"outputs"``: their count), its outputs
+  named ``name``, ``name.v1``, ... (:func:`tensor_names`); an ``argmax``/``argmin`` reduce
+  (:data:`COMBINERS`) has ``"index"`` and two outputs;
 * ``{"name", "shape", "axes", "body", "reduce"?}``: ``te.compute(shape, lambda <axes>:
   <body>)``; with ``"reduce": {"op", "axes": [[name, lo, hi]], "where", "init"}`` the body
   is ``te.<op>(<body>, axis=[...], where=..., init=...)``;
@@ -134,6 +138,8 @@ def tensor_reads(t: dict) -> set:
     if "body" not in t:
         return set()
     out = reads(t["body"])
+    for b in t.get("more", []):
+        out |= reads(b)
     red = t.get("reduce")
     if red:
         for part in ("where", "init", "index"):
@@ -180,6 +186,8 @@ def tensor_code(t: dict) -> str:
         return f"{name} = te.placeholder(({shape}), {t['dtype']!r}, name={t['name']!r})"
     lines = []
     body = expr_code(t["body"])
+    if t.get("more"):  # a compute with several outputs
+        body = f"({', '.join([body] + [expr_code(b) for b in t['more']])})"
     red = t.get("reduce")
     if red:
         for ax, lo, hi in red["axes"]:
