@@ -157,10 +157,10 @@ def matmul(g: Gen, batch: bool = False) -> dict:
     _fit(g, [d for d in (Bt, M, N, K) if d])
     lo = g.pick([0, 0, 0, 1, 2])
     kd = f"{lo} + {K}" if lo else K
-    variant = g.pick(["f32", "f16acc", "i8", "f16", "i32"] + (["bf16acc", "bf16"] if
+    variant = g.pick(["f32", "f16acc", "i8", "f16", "i32"] + (["bf16acc", "bf16", "i4"] if
                                                                g.extended else []))
     din = {"f32": "float32", "f16acc": "float16", "i8": "int8", "f16": "float16",
-           "i32": "int32", "bf16acc": "bfloat16", "bf16": "bfloat16"}[variant]
+           "i32": "int32", "bf16acc": "bfloat16", "bf16": "bfloat16", "i4": "int4"}[variant]
     trans = g.chance(0.3)
     bshared = batch and g.chance(0.3)
     b = [Bt] if batch else []
@@ -175,7 +175,8 @@ def matmul(g: Gen, batch: bool = False) -> dict:
     ra = g.read(a_src, bi + [["ax", "i"], ["ax", "k"]])
     rb = g.read(B, ([] if bshared else bi) + ([["ax", "j"], ["ax", "k"]] if trans
                                               else [["ax", "k"], ["ax", "j"]]))
-    acc = {"f16acc": "float32", "i8": "int32", "bf16acc": "float32"}.get(variant, din)
+    acc = {"f16acc": "float32", "i8": "int32", "bf16acc": "float32", "i4": "int32"}.get(
+        variant, din)
     src = g.binop(g.conv(ra, acc), g.conv(rb, acc), "*")
     red = {"op": "sum", "axes": [["k", str(lo), kd]], "where": None, "init": None}
     axes = (["b"] if batch else []) + ["i", "j"]

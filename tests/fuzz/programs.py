@@ -26,9 +26,10 @@ DTYPES = ("float32", "float16", "int32", "int8")
 EXTENTS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 16, 17, 19, 23, 29, 31, 32, 37, 40)
 _EXT_P = np.array([3, 4, 5, 5, 5, 3, 5, 4, 2, 4, 2, 4, 3, 3, 2, 2, 2, 2, 2, 2, 2], float)
 #: largest magnitude generated values may reach, per dtype
-LIMIT = {"float16": 512.0, "bfloat16": 1e4, "float32": 1e5, "int8": 1e9, "int32": 1e9}
+LIMIT = {"float16": 512.0, "bfloat16": 1e4, "float32": 1e5, "int8": 1e9, "int32": 1e9,
+         "int4": 1e9}
 #: the dtypes extended seeds draw from (:data:`.cases.EXTENDED_FROM`)
-EXTENDED_DTYPES = DTYPES + ("bfloat16",)
+EXTENDED_DTYPES = DTYPES + ("bfloat16", "int4")
 #: largest number of grid points (spatial x reduce) of one stage
 MAX_POINTS = 60_000
 
@@ -87,7 +88,7 @@ class Gen:
     # ----------------------------------------------------------------- tensors
     def placeholder(self, name: str, shape: list, dtype: str) -> str:
         self.tensors.append({"name": name, "shape": list(shape), "dtype": dtype})
-        bound = 1.0 if dt.is_float(dtype) else float(128 if dtype == "int8" else 1000)
+        bound = 1.0 if dt.is_float(dtype) else float({"int8": 128, "int4": 8}.get(dtype, 1000))
         self.info[name] = ([self.val(s) for s in shape], dtype, bound, True)
         return name
 

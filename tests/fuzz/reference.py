@@ -78,7 +78,7 @@ class _Eval:
             return Val(np.array(bool(e.value)), "bool")
         if dt.is_float(e.dtype):
             return Val(round_to(float(e.value), e.dtype), e.dtype)
-        return Val(np.array(e.value, dtype=e.dtype), e.dtype)
+        return Val(np.array(e.value, dtype=storage_dtype(e.dtype)), e.dtype)
 
     def visit_Var(self, e: Var) -> Val:
         if e not in self.env:
@@ -251,7 +251,8 @@ def arg_reduce(red: Reduce, idx: Val, src: Val, cond: Val | None, nred: int,
     dtype = red.combiner.result[1].dtype
     if not dt.is_float(dtype):
         value = np.where(any_live, value, 0).astype(np.int64)
-        value = np.where(any_live, value, int(red.combiner.identity[1].value)).astype(dtype)
+        value = np.where(any_live, value, int(red.combiner.identity[1].value)).astype(
+            storage_dtype(dtype))
     index = np.where(any_live, chosen, big).astype(red.combiner.result[0].dtype)
     err = np.where(any_live, e_max, 0.0) if dt.is_float(dtype) else None
     return (Val(index, red.combiner.result[0].dtype, unsure=unsure, oob=oob),
@@ -309,9 +310,10 @@ def reduce(red: Reduce, src: Val, cond: Val | None, init: Val | None, nred: int,
                 wide = np.where(live, v, 0).astype(np.int64 if dt.bits(dtype) <= 32 else object)
                 r = wrap(np.sum(wide, axis=axes), dtype)
             else:
-                fill = np.array(identity).astype(dtype)
+                fill = np.array(identity).astype(storage_dtype(dtype))
                 r = (np.min if op == "min" else np.max)(np.where(live, v, fill), axis=axes)
-            out = Val(np.asarray(r).astype(dtype), dtype, unsure=unsure, oob=oob)
+            out = Val(np.asarray(r).astype(storage_dtype(dtype)), dtype, unsure=unsure,
+                      oob=oob)
             if init is not None:
                 red_unsure = out.unsure
                 out = int_binary(op, init, out, dtype)
@@ -419,6 +421,8 @@ def evaluate(outputs, inputs: dict) -> dict:
             a = np.asarray(by_name[op.name])
             if op.dtype == "bfloat16" and a.dtype == np.uint16:  # bit patterns
                 a = dt.bfloat16_to_float32(a)
+            if dt.is_int4(op.dtype) and op.shape and a.shape == dt.packed_shape(op.shape):
+                a = dt.unpack_int4(a, op.shape[-1], op.dtype)  # two elements per byte
             if a.shape != op.shape or a.dtype != np.dtype(storage_dtype(op.dtype)):
                 raise ValueError(f"reference: input {op.name!r} has shape {a.shape} and dtype "
                                  f"{a.dtype}; expected {op.shape} {op.dtype}")

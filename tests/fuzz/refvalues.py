@@ -37,8 +37,8 @@ def finfo(dtype: str):
 
 def storage_dtype(dtype: str) -> str:
     """The numpy dtype holding values of ``dtype`` in the reference: ``float32`` for
-    bfloat16 (exact), else ``dtype`` itself."""
-    return "float32" if dtype == "bfloat16" else dtype
+    bfloat16 (exact), ``int8``/``uint8`` for int4/uint4 (unpacked), else ``dtype``."""
+    return {"bfloat16": "float32", "int4": "int8", "uint4": "uint8"}.get(dtype, dtype)
 #: ulps a math function of the target may be off by
 LIBM_ULPS = 2.0
 #: functions implemented exactly (IEEE correctly rounded or exact by construction)
@@ -173,8 +173,9 @@ def cast(x: Val, to: str) -> Val:
             if x.err is not None:
                 unsure = mask_or(unsure, np.trunc(x.v - x.err) != np.trunc(x.v + x.err))
             t = np.where(unsure, 0, t)
-            return Val(t.astype(to), to, unsure=unsure, oob=x.oob)
-        return Val(np.asarray(x.v).astype(to), to, unsure=x.unsure, oob=x.oob)
+            return Val(t.astype(storage_dtype(to)), to, unsure=unsure, oob=x.oob)
+        return Val(wrap(np.asarray(x.v).astype(np.int64), to), to, unsure=x.unsure,
+                   oob=x.oob)
 
 
 def _trunc_div(a, b):
@@ -222,8 +223,14 @@ def int_binary(op: str, a: Val, b: Val, dtype: str) -> Val:
 
 
 def wrap(r, dtype: str):
+    """Integers ``r`` wrapped into ``dtype`` (two's complement; int4/uint4 modulo 16)."""
     if dtype == "bool":
         return np.asarray(r != 0)
+    if dt.is_int4(dtype):
+        x = np.asarray(r).astype(np.int64) & 15
+        if dtype == "int4":
+            x = np.where(x >= 8, x - 16, x)
+        return x.astype(storage_dtype(dtype))
     if r.dtype == object:
         bits = dt.bits(dtype)
         m = 1 << bits

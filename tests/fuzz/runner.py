@@ -68,6 +68,8 @@ def make_inputs(placeholders: list, data: dict) -> dict:
             floats.append(name)
         elif d == "int8":
             x = g.integers(-128, 128, shape)
+        elif d == "int4":
+            x = g.integers(-8, 8, shape)
         elif d == "bool":
             x = g.integers(0, 2, shape)
         else:
@@ -76,6 +78,9 @@ def make_inputs(placeholders: list, data: dict) -> dict:
             x = np.where(x == 0, 1, x)
         if d == "bfloat16":
             out[name] = np.ascontiguousarray(dt.bfloat16_bits(x))
+            continue
+        if d == "int4":  # two elements per byte (te/dtype.py)
+            out[name] = dt.pack_int4(x, d)
             continue
         out[name] = np.ascontiguousarray(np.asarray(x).astype(d))
     if mode == "nan" and floats:
@@ -90,6 +95,8 @@ def poison(shape, dtype: str, which: int) -> np.ndarray:
     as its bit patterns), the dtype's max or min (ints)."""
     if dtype == "bfloat16":
         return np.full(shape, 0x7FC0 if which == 0 else dt.bfloat16_bits(-77.5), np.uint16)
+    if dt.is_int4(dtype):  # packed: max or min in both nibbles
+        return np.full(dt.packed_shape(shape), 0x77 if which == 0 else 0x88, np.uint8)
     if dtype.startswith("float"):
         return np.full(shape, np.nan if which == 0 else -77.5, dtype)
     if dtype == "bool":
@@ -103,6 +110,8 @@ def compare(out: np.ndarray, res: reference.Result, dtype: str, relaxed: bool) -
     sure = ~res.unsure
     if dtype == "bfloat16":
         out = dt.bfloat16_values(out)
+    if dt.is_int4(dtype) and res.value.shape:
+        out = dt.unpack_int4(out, res.value.shape[-1], dtype)
     if dt.is_float(dtype):
         o, r = out.astype(np.float64), res.value.astype(np.float64)
         tol = reference.tolerance(res, dtype, relaxed and dtype == "float16")
@@ -264,9 +273,10 @@ def check_function(f, args, prog_inputs: dict, results: dict, runtime: Runtime,
             a = args[k]
             n, c, lines = compare(got[k], results[_key(a)], a.dtype, runtime.target == "cuda")
             if which == 0:
-                checked, total = checked + c, total + got[k].size
+                checked, total = checked + c, total + results[_key(a)].value.size
             if n:
-                problems.append(f"{n} of {got[k].size} elements of {_key(a)} are wrong"
+                problems.append(f"{n} of {results[_key(a)].value.size} elements of {_key(a)} "
+                                f"are wrong"
                                 f"{' (second poison)' if which else ''}: " + "; ".join(lines))
         for k, a in enumerate(args):
             if a.name in in_names and not np.array_equal(got[k], prog_inputs[a.name],
