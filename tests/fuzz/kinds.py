@@ -432,13 +432,48 @@ def argreduce(g: Gen) -> dict:
     return g.program(outs)
 
 
+def scan(g: Gen) -> dict:
+    """A ``te.scan`` recurrence over the rows of ``A``: ``L`` initial rows from a compute,
+    each later row from the previous one (maybe reversed, ``N - 1 - i``, or the row before
+    it) combined with ``A[t, i]``; maybe an epilogue."""
+    T, N = g.dim(lo=2), g.dim()
+    _fit(g, [T, N], 4000)
+    L = 1 if g.dims[T] < 3 or g.chance(0.7) else 2
+    dtype = g.dtype()
+    A = g.placeholder("A", [T, N], dtype)
+    init = g.compute("S_init", [str(L), N], ["t", "i"], g.combine(
+        [g.read(A, [["ax", "t"], ["ax", "i"]])], dtype, g.pick([0, 1])))
+    g.tensors.append({"name": "S_state", "shape": [T, N], "dtype": dtype, "state": True})
+    g.info["S_state"] = ([g.dims[T], g.dims[N]], dtype, g.info[init][2], True)
+    prev = ["op", "-", ["ax", "t"], ["int", g.pick([1, 1, L])]]
+    col = g.pick([["ax", "i"], ["ax", "i"], ["op", "-", ["op", "-", ["dim", N], ["int", 1]],
+                                                       ["ax", "i"]]])
+    st = g.read("S_state", [prev, col])
+    a = g.combine([g.read(A, [["ax", "t"], ["ax", "i"]])], dtype, g.pick([0, 1]))
+    # + - max min keep the bound linear in the number of rows (no products of states)
+    body = g.binop(st, a, g.pick(["+", "-", "max", "min"]))
+    if dt.is_float(dtype) and g.chance(0.3):
+        body = X(["op", "*", body.t, ["lit", 0.5]], dtype, body.bound, False)
+    body = g.conv(body, dtype)
+    body = X(body.t, dtype, body.bound * g.dims[T], body.exact)
+    g.compute("S_update", [T, N], ["t", "i"], body)
+    g.tensors.append({"name": "S", "scan": ["S_init", "S_update", "S_state"]})
+    g.info["S"] = ([g.dims[T], g.dims[N]], dtype, body.bound, body.exact)
+    last = "S"
+    if g.chance(0.4):
+        last = g.compute("E", [T, N], ["t", "i"], g.combine(
+            [g.read("S", [["ax", "t"], ["ax", "i"]])], g.dtype(), 1))
+    return g.program([last])
+
+
 def extend(g: Gen, prog: dict) -> dict:
     """The features of extended seeds on any program: sometimes a second output (an
     intermediate tensor also returned, read by later stages), sometimes symbolic sizes
     (``te.size_var`` dims bound when the function is called)."""
     outs = prog["outputs"]
-    computed = [n for t in prog["tensors"] if "body" in t or "binop" in t
-                for n in spec.tensor_names(t) if n not in outs]
+    computed = [n for t in prog["tensors"] if ("body" in t or "binop" in t) and not any(
+        x.get("state") for x in prog["tensors"] if x["name"] in spec.tensor_reads(t))
+        for n in spec.tensor_names(t) if n not in outs]
     if computed and g.chance(0.25):
         extra = g.pick(computed)
         k = int(g.g.integers(len(outs) + 1))
@@ -456,3 +491,4 @@ def extend(g: Gen, prog: dict) -> dict:
 
 
 GENERATORS["argreduce"] = argreduce
+GENERATORS["scan"] = scan

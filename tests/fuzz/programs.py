@@ -20,7 +20,7 @@ import numpy as np
 from polytile.te import dtype as dt
 
 KINDS = ("elementwise", "reduction", "matmul", "batch_matmul", "stencil", "transpose",
-         "argreduce")
+         "argreduce", "scan")
 DTYPES = ("float32", "float16", "int32", "int8")
 #: extents drawn for dims (1, small, primes, 32, 40)
 EXTENTS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 16, 17, 19, 23, 29, 31, 32, 37, 40)

@@ -46,6 +46,7 @@ import numpy as np
 from polytile.te import dtype as dt
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Not, Or, Reduce, Select,
                               TensorRead, Var)
+from polytile.te.scan import ScanOp
 from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
 
 from .refvalues import (ACCUMULATOR, UNIT, ReferenceError, Val, call, cast, finfo,
@@ -436,8 +437,36 @@ def evaluate(outputs, inputs: dict) -> dict:
     return results
 
 
+def _scan(ev: _Eval, op: ScanOp) -> list:
+    """The states of a ``te.scan``, row by row: row ``t`` of the body reads rows before
+    ``t`` of the scan's own outputs, computed by then."""
+    shape = tuple(iv.dom.extent for iv in op.axis)
+    ns = len(op.axis)
+    parts = []
+    for k in range(len(op.body)):
+        d = op.output(k).dtype
+        f = dt.is_float(d)
+        parts.append(Result(np.zeros(shape, storage_dtype(d)), np.zeros(shape) if f else None,
+                            np.zeros(shape) if f else None, np.zeros(shape, bool)))
+    ev.tensors[id(op)] = parts
+    row = (1,) + shape[1:]
+    for t in range(shape[0]):
+        ev.env = _grid(op.axis[1:], ns, 1)
+        ev.env[op.axis[0].var] = Val(np.full((1,) * ns, t, op.axis[0].var.dtype),
+                                     op.axis[0].var.dtype)
+        for k, b in enumerate(op.body):
+            r = _result(op, k, ev.visit(b), row)
+            for mine, got in ((parts[k].value, r.value), (parts[k].err, r.err),
+                              (parts[k].mag, r.mag), (parts[k].unsure, r.unsure)):
+                if mine is not None:
+                    mine[t] = got[0]
+    return parts
+
+
 def _compute(ev: _Eval, op: ComputeOp) -> list:
     """The outputs of ``op`` (one :class:`Result` each)."""
+    if isinstance(op, ScanOp):
+        return _scan(ev, op)
     body = op.body[0]
     shape = tuple(iv.dom.extent for iv in op.axis)
     ns = len(op.axis)

@@ -21,7 +21,9 @@ Program tensors (``program["tensors"]``, in definition order):
 * ``{"name", "shape", "axes", "body", "reduce"?}``: ``te.compute(shape, lambda <axes>:
   <body>)``; with ``"reduce": {"op", "axes": [[name, lo, hi]], "where", "init"}`` the body
   is ``te.<op>(<body>, axis=[...], where=..., init=...)``;
-* ``{"name", "binop", "a", "b"}``: tensor-level broadcasting arithmetic ``a <op> b``.
+* ``{"name", "binop", "a", "b"}``: tensor-level broadcasting arithmetic ``a <op> b``;
+* ``{"name", "scan": [init, update, state]}``: ``te.scan(init, update, state)``, whose
+  state is a placeholder marked ``"state": True`` (not an argument).
 
 Expressions are nested lists: ``["ax", "i"]``, ``["dim", "N0"]``, ``["int", 3]``,
 ``["lit", 0.5]`` (a weakly typed Python literal), ``["c", 0.5, "float16"]``
@@ -135,6 +137,8 @@ def tensor_reads(t: dict) -> set:
     """Names of the tensors a program tensor reads."""
     if "binop" in t:
         return {t["a"], t["b"]}
+    if "scan" in t:
+        return set(t["scan"][:2])
     if "body" not in t:
         return set()
     out = reads(t["body"])
@@ -181,6 +185,8 @@ def tensor_code(t: dict) -> str:
     name = ", ".join(ident(n) for n in tensor_names(t))
     if "binop" in t:
         return f"{name} = {ident(t['a'])} {t['binop']} {ident(t['b'])}"
+    if "scan" in t:
+        return f"{name} = te.scan({', '.join(ident(x) for x in t['scan'])}, name={t['name']!r})"
     shape = ", ".join(t["shape"]) + ("," if len(t["shape"]) == 1 else "")
     if "body" not in t:
         return f"{name} = te.placeholder(({shape}), {t['dtype']!r}, name={t['name']!r})"
@@ -229,8 +235,9 @@ def program_code(prog: dict, static: bool = False) -> str:
 
 
 def inputs_of(prog: dict) -> list[str]:
-    """Names of the placeholders, in definition order."""
-    return [t["name"] for t in prog["tensors"] if "body" not in t and "binop" not in t]
+    """Names of the placeholders, in definition order (a scan's state is none)."""
+    return [t["name"] for t in prog["tensors"] if "body" not in t and "binop" not in t
+            and "scan" not in t and not t.get("state")]
 
 
 def args_of(prog: dict) -> list[str]:

@@ -467,3 +467,52 @@ def test_parallel_tuple_reduction_read_after_its_loop():
     e = np.full(6, np.nan, "float16")
     f(a, e)
     np.testing.assert_array_equal(e, a[:, 11:].max(axis=1) * np.float16(2))
+
+
+# --------------------------------------------------------------------------- LLVM masked stores
+def test_ragged_bfloat16_tail_writes_only_its_elements():
+    """Fuzz seed llvm 60199: a tiled ``te.scan`` of bfloat16 (rounded in float32): LLVM's
+    vectorizer stores the one-element tail of each row with a one-lane masked store of a
+    truncated vector, which LLVM 22's x86 back end compiled into a 4-byte store: the next
+    element got 0 and the last row wrote past the output (heap corruption). The output is
+    the start of a larger array here, so writes past it are seen."""
+    from polytile.te import dtype as dt
+
+    T, N = 4, 13
+    A = te.placeholder((T, N), "bfloat16", name="A")
+    init = te.compute((1, N), lambda t, i: A[t, i] + 0.75, name="S_init")
+    state = te.placeholder((T, N), "bfloat16", name="S_state")
+    update = te.compute((T, N), lambda t, i: state[t - 1, i] - A[t, i], name="S_update")
+    S = te.scan(init, update, state, name="S")
+    s = te.create_schedule([init.op, S.op])
+    _, ti = s[S].split(S.op.axis[0], factor=16)
+    s[S].tile(ti, S.op.axis[1], 2, 4)
+    f = polytile.build(s, [A, init, S])
+    a = dt.bfloat16_bits(np.random.default_rng(0).uniform(-1, 1, (T, N)))
+    si = np.zeros((1, N), np.uint16)
+    big = np.full(T * N + 8, 0x7FC0, np.uint16)
+    f(a, si, big[:T * N].reshape(T, N))
+    av = dt.bfloat16_to_float32(a)
+    want = np.zeros((T, N), np.float32)
+    want[0] = dt.bfloat16_to_float32(dt.bfloat16_bits(av[0] + 0.75))
+    for t in range(1, T):
+        want[t] = dt.bfloat16_to_float32(dt.bfloat16_bits(want[t - 1] - av[t]))
+    np.testing.assert_array_equal(dt.bfloat16_to_float32(big[:T * N]).reshape(T, N), want)
+    assert (big[T * N:] == 0x7FC0).all(), "written past the output"
+
+
+def test_constant_masked_stores_become_scalar_stores():
+    """The rewrite behind the test above, on the IR LLVM produced: each enabled lane of a
+    constant-mask ``llvm.masked.store`` becomes one scalar store of that lane."""
+    from polytile.targets.llvm.workarounds import scalarize_constant_masked_stores as fix
+
+    ir = ("  tail call void @llvm.masked.store.v4i16.p0(<4 x i16> %105, ptr align 2 %gep, "
+          "<4 x i1> <i1 false, i1 true, i1 false, i1 true>)\n"
+          "  call void @llvm.masked.store.v4i16.p0(<4 x i16> %1, ptr align 2 %2, <4 x i1> %m)")
+    out = fix(ir).split("\n")
+    assert out[0].strip() == "%masked.store.1.1.v = extractelement <4 x i16> %105, i64 1"
+    assert out[1].strip() == ("%masked.store.1.1.p = getelementptr inbounds i16, ptr %gep, "
+                              "i64 1")
+    assert out[2].strip() == "store i16 %masked.store.1.1.v, ptr %masked.store.1.1.p, align 2"
+    assert "i64 3" in out[3] and len(out) == 7 and "<4 x i1> %m" in out[6]
+    assert fix("define void @f() {\n  ret void\n}") == "define void @f() {\n  ret void\n}"
