@@ -516,3 +516,30 @@ def test_constant_masked_stores_become_scalar_stores():
     assert out[2].strip() == "store i16 %masked.store.1.1.v, ptr %masked.store.1.1.p, align 2"
     assert "i64 3" in out[3] and len(out) == 7 and "<4 x i1> %m" in out[6]
     assert fix("define void @f() {\n  ret void\n}") == "define void @f() {\n  ret void\n}"
+
+
+# --------------------------------------------------------------------------- GPU accumulators
+def test_gpu_symbolic_wide_accumulator_is_refused_by_name():
+    """Fuzz seed cuda 60160: a bfloat16 matmul of symbolic size whose reduction loop runs
+    outside a spatial loop of each thread: its float32 accumulator would hold a row of
+    symbolic length per thread. CUDA C code generation failed (BuildError on a local array
+    of non-constant size); lowering now refuses it, naming the stage; with a constant
+    extent it lowers."""
+    from polytile import ScheduleError
+
+    for n in (te.size_var("N"), 11):
+        A = te.placeholder((7, 32), "bfloat16", name="A")
+        B = te.placeholder((32, n), "bfloat16", name="B")
+        k = te.reduce_axis((0, 32), name="k")
+        C = te.compute((7, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+        s = te.create_schedule(C.op)
+        s[C].reorder(k, C.op.axis[1])
+        io, ii = s[C].split(C.op.axis[0], factor=7)
+        s[C].bind(io, te.thread_axis("blockIdx.x"))
+        s[C].bind(ii, te.thread_axis("threadIdx.x"))
+        if isinstance(n, int):
+            assert "C_acc" in str(polytile.lower(s, [A, B, C], target="cuda"))
+        else:
+            with pytest.raises(ScheduleError, match="reorder: the float32 accumulator of "
+                                                    "stage 'C'"):
+                polytile.lower(s, [A, B, C], target="cuda")
