@@ -137,7 +137,8 @@ def compare(out: np.ndarray, res: reference.Result, dtype: str, relaxed: bool) -
 #: primitives of one stage: their refusals must name the stage
 STAGE_PRIMITIVES = ("split", "tile", "fuse", "reorder", "vectorize", "unroll", "parallel",
                     "bind", "compute_at", "compute_inline", "compute_root", "cache_read",
-                    "cache_write", "rfactor", "storage_align", "pragma")
+                    "cache_write", "rfactor", "storage_align", "pragma", "double_buffer",
+                    "pipeline")
 
 
 def _refusal(ex: Exception, stages: list) -> str:

@@ -4,7 +4,9 @@ recorded as plain steps (see :mod:`.spec`).
 Primitives: split (factor or nparts, divisible or not, larger than the extent), tile,
 reorder, fuse, vectorize, unroll, parallel, compute_at (any loop of any consumer),
 compute_inline, compute_root, cache_read (shared/local/global, any subset of readers),
-cache_write, rfactor (any reduce loop, any ``factor_axis``), and for ``cuda`` a final pass
+cache_write, rfactor (any reduce loop, any ``factor_axis``); for extended seeds
+(:data:`.cases.EXTENDED_FROM`) also storage_align, loop pragmas and double_buffer; for
+``cuda`` a final pass
 binding every root stage to ``blockIdx``/``threadIdx`` (sometimes with cooperative threads in
 attached stages or a cross-thread reduction).
 
@@ -29,7 +31,10 @@ _PRIMS = ("split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel",
 _WEIGHTS = {"llvm": (3, 1, 2, 1, 1.5, 1, 1.5, 3, 1, 0.3, 1, 0.7, 1.5),
             "cuda": (3, 1, 2, 1, 0.5, 1, 0, 3, 1, 0.3, 1.2, 0.8, 1.5)}
 #: primitives (and weights) that only extended seeds draw (:data:`.cases.EXTENDED_FROM`)
-_EXTENDED = (("storage_align", 0.7),)
+_EXTENDED = (("storage_align", 0.7), ("pragma", 0.8), ("double_buffer", 0.4))
+#: loop pragmas extended seeds draw, with their values
+_PRAGMAS = (("auto_unroll_max_step", 16), ("auto_unroll_max_step", 512), ("unroll", None),
+            ("nontemporal", None), ("parallel_launch_point", None), ("vectorize", None))
 
 
 def namespace(prog: dict, steps: list) -> dict:
@@ -171,6 +176,12 @@ class SchedGen:
             nd = len(st.op.axis)
             fa = int(self.g.integers(0, nd + 1)) if self.chance(0.85) else -1
             return ["rfactor", T, self.pick(red).name, fa]
+        if prim == "pragma" and free:
+            kind, value = self.pick(_PRAGMAS)
+            return ["pragma", T, self.pick(free).name, kind, value]
+        if prim == "double_buffer":
+            att = [x for x in self.stages() if x.attach_type == "scope"]
+            return ["double_buffer", self.pick(att).op.name] if att else None
         if prim == "storage_align" and st.op.axis:
             f = int(self.pick([2, 4, 8, 16, 32, 3]))
             return ["storage_align", T, self.pick(list(st.op.axis)).name, f,

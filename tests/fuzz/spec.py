@@ -297,6 +297,11 @@ def step_code(step: list) -> str:
         return f"{ident(st + '.rf')} = s.rfactor({T}, {a(step[2])}, factor_axis={step[3]})"
     if p == "storage_align":
         return f"s[{T}].storage_align({a(step[2])}, {step[3]}, {step[4]})"
+    if p == "pragma":
+        value = "" if step[4] is None else f", {step[4]!r}"
+        return f"s[{T}].pragma({a(step[2])}, {step[3]!r}{value})"
+    if p == "double_buffer":
+        return f"s[{T}].double_buffer()"
     raise ValueError(f"unknown step {step!r}")
 
 
