@@ -125,6 +125,8 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
                      "corrupted the heap",
     ("llvm", 60465): "a parallel argmax (tuple reduction) read after its loop: its buffer "
                      "was privatised in the loop, the reader saw an unwritten copy",
+    ("llvm", 65727): "cache_read for a te.scan reader rebuilt the scan as a plain compute "
+                     "(its reads of its own rows lost): wrong values",
     ("cuda", 60160): "CUDA C codegen BuildError: a bfloat16 sum's float32 accumulator of "
                      "symbolic size per thread (now refused at lowering)",
 }

@@ -586,3 +586,21 @@ def test_twice_tiled_symbolic_reduction_lowers_or_refuses_in_seconds():
     with pytest.raises(polytile.LoweringError, match="could not be verified"):
         polytile.lower(s, args)
     assert time.perf_counter() - t0 < 60
+
+
+# --------------------------------------------------------------------------- scans
+def test_cache_read_for_a_scan_reader_is_refused():
+    """Fuzz seed llvm 65727: ``cache_read(S_init, "global", [S])`` with ``S`` a te.scan
+    rebuilt the scan as a plain compute: it lost its reads of its own earlier rows (and
+    then even accepted compute_at), giving wrong values. Refused now, naming the scan;
+    a cache of the scan's output for its consumers still works (tests/schedule)."""
+    from polytile import ScheduleError
+
+    A = te.placeholder((5, 3), "int16", name="A")
+    init = te.compute((1, 3), lambda t, i: A[t, i], name="S_init")
+    state = te.placeholder((5, 3), "int16", name="S_state")
+    update = te.compute((5, 3), lambda t, i: state[t - 1, 2 - i] + A[t, i], name="S_update")
+    S = te.scan(init, update, state, name="S")
+    s = te.create_schedule(S.op)
+    with pytest.raises(ScheduleError, match="cache_read: reader 'S' is a te.scan"):
+        s.cache_read(init, "global", [S])
