@@ -41,6 +41,7 @@ from ..runtime_support import (SCALAR_CTYPES, check_arg_count, check_array, chec
 from .analysis import stored_buffers
 from .codegen import codegen_llvm
 from .intrinsics import STATUS_ASSERT, STATUS_NO_MEMORY
+from .workarounds import scalarize_constant_masked_stores
 
 _lock = threading.Lock()
 _state: dict = {}
@@ -300,6 +301,11 @@ class LLVMModule(Module):
         mod.data_layout = str(tm.target_data)
         optimize(mod, tm, target.opt_level)
         self._opt_text = str(mod)
+        fixed = scalarize_constant_masked_stores(self._opt_text)
+        if fixed is not self._opt_text:   # around an x86 miscompilation (workarounds.py)
+            mod = llvm.parse_assembly(fixed)
+            mod.verify()
+            self._opt_text = fixed
         self._tm = tm
         self._asm = None
         self._engine = llvm.create_mcjit_compiler(mod, _codegen_machine(mod, tm, target,
