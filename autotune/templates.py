@@ -408,8 +408,8 @@ def _prefetch_c(C) -> bool:
     return M * N * C.op.reduce_axis[0].dom.extent > SMALL_PRODUCT
 
 
-def _mm_reference(a, b, *, args=()):
-    return a @ b
+def _mm_reference(a, b, *, args=(), out=None):
+    return np.matmul(a, b, out=out)
 
 
 @template("matmul", default_args=(1024, 1024, 1024),
@@ -432,8 +432,8 @@ def matmul(M: int, N: int, K: int, dtype: str = "float32"):
     return s, [A, B, C]
 
 
-def _bmm_reference(a, b, *, args=()):
-    return np.matmul(a, b)
+def _bmm_reference(a, b, *, args=(), out=None):
+    return np.matmul(a, b, out=out)
 
 
 @template("batch_matmul", default_args=(8, 256, 256, 256),

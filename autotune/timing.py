@@ -1,5 +1,22 @@
 """The one timing routine of the tuner, of ``polytile run`` and of the anchors.
 
+*The time of a call* is the wall-clock seconds of one call from Python as a user makes it,
+measured as the mean of ``number`` consecutive calls: for a CPU kernel ``f(*arrays)``
+(:meth:`~polytile.targets.llvm.runtime.LLVMModule.__call__`: the Python call, the
+argument checks (those of the first call reused while the same unchanged arrays come
+back, about 0.5 us for three arrays), the ctypes call and the kernel), writing into
+preallocated outputs; for the numpy anchor its reference's call on the same inputs, into
+a preallocated output when the reference takes ``out=`` (``np.matmul(a, b, out=c)``:
+:func:`.data.reference_call`), with numpy's own call overhead; for torch its function
+(which returns a new tensor). Both sides are timed with the same arrays on every call (warm
+caches, unless ``flush``), by this routine, with the same options, in a process of their
+own, alternately (:meth:`.measure.LocalMeasurer.compare`). So the tuner's summary,
+``polytile run``, ``benchmarks/cpu_matmul.py`` and ``time_evaluator`` print the same
+figure a user's own ``timeit`` of ``f(a, b, c)`` against ``np.matmul(a, b, out=c)``
+gives; at small sizes the Python call overhead of each side (polytile about 1.2 us for
+three arrays, numpy about 0.7 us) is part of it. GPU kernels are timed on the device's
+clock (CUDA events), without the host's call overhead.
+
 Every figure polytile prints about a kernel's speed comes from :func:`time_calls`:
 
 1. a *first call* (also the warm-up) is timed on its own;

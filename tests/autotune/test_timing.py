@@ -224,6 +224,30 @@ def test_anchor_process():
             assert "torch" not in available(t, wl.args)
 
 
+def test_the_numpy_anchor_writes_into_a_preallocated_output_as_the_kernels_do():
+    # one definition of a timed call (module docstring of .timing): numpy's matmul is
+    # timed as np.matmul(a, b, out=c), not with an allocation the kernel does not make
+    from polytile.autotune.data import (make_inputs, measure_numpy, output_positions,
+                                        reference_call)
+
+    t = get_template("matmul")
+    _, tensors = t.instantiate(t.space((5, 7, 3)).default(), (5, 7, 3))
+    arrays = make_inputs(tensors, 1, (5, 7, 3))
+    outs = output_positions(tensors)
+    call = reference_call(t, arrays, outs, (5, 7, 3))
+    assert call() is arrays[2]
+    np.testing.assert_allclose(arrays[2], arrays[0] @ arrays[1], rtol=1e-5)
+    sm = get_template("softmax")  # a reference without out=: a new array each call
+    _, tensors = sm.instantiate(sm.space((3, 4)).default(), (3, 4))
+    arrays = make_inputs(tensors, 1, (3, 4))
+    got = reference_call(sm, arrays, output_positions(tensors), (3, 4))()
+    assert got is not arrays[1] and np.isnan(arrays[1]).all() and got.shape == (3, 4)
+    assert reference_call(get_template(FAULTY), [], [1], (16,)) is None
+    times: list = []
+    med = measure_numpy("matmul", (8, 8, 8), min_time=0.01, times=times)
+    assert len(times) >= 5 and min(times) <= med <= max(times)
+
+
 def test_tune_ends_with_a_comparison_and_a_summary_record(tmp_path):
     log = tmp_path / "mm.jsonl"
     opt = MeasureOptions(parallel=2, repeat=2, min_repeat_ms=1, budget_s=0.02)
