@@ -227,10 +227,10 @@ class _Anchor:
                                          f"expected one of {ANCHORS}"))
 
     def time(self, opt: dict) -> dict:
-        from .timing import time_calls, time_function, timing_kwargs
+        from .timing import clock_of, time_calls, time_function, timing_kwargs
 
         if self.kind != "torch-cuda":
-            return time_function(self.call, **timing_kwargs(opt)).to_json()
+            return time_function(self.call, clock_of(opt), **timing_kwargs(opt)).to_json()
         torch = self._torch
         start = torch.cuda.Event(enable_timing=True)
         stop = torch.cuda.Event(enable_timing=True)

@@ -17,6 +17,12 @@ gives; at small sizes the Python call overhead of each side (polytile about 1.2 
 three arrays, numpy about 0.7 us) is part of it. GPU kernels are timed on the device's
 clock (CUDA events), without the host's call overhead.
 
+The clock is the wall clock (``time.perf_counter``) unless the options say ``clock="cpu"``
+(:data:`CLOCKS`): the process's CPU time (``time.process_time``, all its threads), which a
+loaded machine does not inflate with the time other processes hold the core. With one
+thread it is the time of the call on a quiet machine; with several it is their summed work,
+not the elapsed time (a figure of efficiency, not of scaling).
+
 Every figure polytile prints about a kernel's speed comes from :func:`time_calls`:
 
 1. a *first call* (also the warm-up) is timed on its own;
@@ -45,6 +51,23 @@ from dataclasses import dataclass, field
 
 #: Spread (IQR / median) above which a measurement is made once more.
 MAX_SPREAD = 0.10
+
+#: The clocks a timing may use (option ``clock``): elapsed time, or the process's CPU time.
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def clock_of(opt: dict):
+    """The clock function named by ``opt["clock"]`` (default ``"wall"``).
+
+    Raises
+    ------
+    ValueError
+        For another name.
+    """
+    name = opt.get("clock") or "wall"
+    if name not in CLOCKS:
+        raise ValueError(f"timing: unknown clock {name!r}; expected one of {sorted(CLOCKS)}")
+    return CLOCKS[name]
 
 
 def quantile(xs, q: float) -> float:
@@ -193,13 +216,15 @@ def timing_kwargs(opt: dict) -> dict:
     return {k: opt[k] for k in _KEYS if k in opt}
 
 
-def time_function(fn: Callable[[], object], **kw) -> Timing:
-    """:func:`time_calls` of ``fn()`` (warm-up included); keywords as there."""
+def time_function(fn: Callable[[], object], clock: Callable[[], float] = time.perf_counter,
+                  **kw) -> Timing:
+    """:func:`time_calls` of ``fn()`` (warm-up included) on ``clock`` (a function giving
+    seconds, :data:`CLOCKS`); keywords as there."""
 
     def run(n: int) -> float:
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(n):
             fn()
-        return time.perf_counter() - t0
+        return clock() - t0
 
     return time_calls(run, **kw)
