@@ -131,7 +131,9 @@ class Template:
         implementation (for ``polytile run`` and the numpy comparison). One that also
         takes ``out=`` (an array of the one output's shape and dtype, written in place and
         returned, as ``np.matmul``'s) is timed that way by the numpy anchor, as the
-        kernels are: into a preallocated output (:func:`.data.reference_call`).
+        kernels are: into a preallocated output; one with an attribute ``numpy_call`` (a
+        numpy function taking the inputs and ``out=``) by calling that function directly,
+        as a user would (:func:`.data.reference_call`).
     description : str
     targets : tuple of str or None
         Target kinds ``func`` is written for (``("llvm",)``); None: any (user templates).

@@ -438,6 +438,10 @@ def _mm_reference(a, b, *, args=(), out=None):
     return np.matmul(a, b, out=out)
 
 
+#: what the numpy anchor times: ``np.matmul(a, b, out=c)`` (:func:`.data.reference_call`)
+_mm_reference.numpy_call = np.matmul
+
+
 @template("matmul", default_args=(1024, 1024, 1024),
           flops=lambda M, N, K: 2.0 * M * N * K, reference=_mm_reference, target="llvm")
 def matmul(M: int, N: int, K: int, dtype: str = "float32"):
@@ -460,6 +464,9 @@ def matmul(M: int, N: int, K: int, dtype: str = "float32"):
 
 def _bmm_reference(a, b, *, args=(), out=None):
     return np.matmul(a, b, out=out)
+
+
+_bmm_reference.numpy_call = np.matmul
 
 
 @template("batch_matmul", default_args=(8, 256, 256, 256),
