@@ -380,8 +380,8 @@ class LLVMModule(Module):
             A heap allocation of the function failed.
         """
         # the same arrays as in the last call, unchanged: their checks hold and their
-        # converted values are bound already (a direct call of a 64^3 matmul took 24 us,
-        # 17 of them checking; then 5.5 with a cache; 4.4 with this one, numpy's 4.4)
+        # converted values are bound already (a 64^3 matmul: 24 us checking every call,
+        # 5.5 with a loop over cached checks, 4.7 with this one; numpy 4.5; CPU time)
         fast = self._fast
         if fast is not None and fast[0](args):
             status = fast[1]()
