@@ -313,6 +313,9 @@ class LLVMModule(Module):
 
     source_formats = ("ll", "asm")
     export_formats = {".ll": "ll", ".s": "asm"}
+    #: (checker of the arguments, bound ctypes call) of the last checked call; a class
+    #: default for subclasses that bind ``_cfunc`` themselves (:mod:`.library`)
+    _fast = None
 
     # ------------------------------------------------------------------ sources
     def get_source(self, fmt: str | None = "ll", optimized: bool = True) -> str:
