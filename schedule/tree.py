@@ -245,7 +245,13 @@ def _choose_isolation(node: LoopNode, ancestors: list) -> tuple[int, isl.Set] | 
     nonfull = iu.coalesce(box.subtract(present).project_out(isl.dim_type.set, v, 1))
     if nonfull.is_empty():
         return None
-    depths = [k for k, a in enumerate(ancestors) if a.plan is node.plan]
+    # never at a parallel loop: its full and partial iterations would become separate
+    # pieces of code, one after the other, and a loop of two iterations (two column
+    # blocks of a GEMM for two threads, the last one ragged) none at all: its threads
+    # were lost (1024x1003x1024 ran on one thread); below it, each thread separates its
+    # own tiles
+    depths = [k for k, a in enumerate(ancestors) if a.plan is node.plan
+              and a.annotation != LoopKind.PARALLEL]
     cands = []
     for d in depths:
         keep = v - d - 1
