@@ -111,6 +111,10 @@ def _report(title, curves, best, ns, out_rows):
         print(f"  {k:>6}  " + "  ".join(f"{_mean_at(c, k, best):7.3f}" for c in curves.values()))
     m, r = curves.get("model"), curves.get("random")
     if m and r:
+        print(f"  {'N':>6}  {'model@N':>8}  {'random@N':>8}  {'random@4N':>9}")
+        for n in ns:
+            print(f"  {n:>6}  {_mean_at(m, n, best):8.3f}  {_mean_at(r, n, best):8.3f}  "
+                  f"{_mean_at(r, 4 * n, best):9.3f}")
         nmax = min(max(len(c) for c in m), max(len(c) for c in r))
         gaps = [(_mean_at(r, k, best) - _mean_at(m, k, best), k) for k in range(1, nmax + 1)]
         worst, at = max(gaps)
@@ -172,8 +176,15 @@ def _replay(a, name, args, rows):
              f"repeats"
              f"{f', {oracle.refeaturized} refeaturized' if oracle.refeaturized else ''}, load "
              f"{pool.load_avg} when measured; best {best * 1e3:.4g} ms")
-    curves = {t: [replay_search(oracle, t, nmax, seed=s, batch=a.batch)
-                  for s in range(a.seeds)] for t in ("model", "random")}
+    curves, spent = {}, {}
+    for t in ("model", "random"):
+        t0 = time.perf_counter()
+        curves[t] = [replay_search(oracle, t, nmax, seed=s, batch=a.batch)
+                     for s in range(a.seeds)]
+        spent[t] = time.perf_counter() - t0
+    rounds = a.seeds * math.ceil(nmax / a.batch)
+    title += (f"; model tuner {1e3 * spent['model'] / rounds:.0f} ms per batch of {a.batch} "
+              f"(training, scoring, selection; no lowering in a replay)")
     _report(title, curves, best, a.trials, rows)
     src_args = SHAPES.get((name, a.target.split()[0]), (None, None))[1] if a.transfer else None
     if a.plot and src_args is None:
