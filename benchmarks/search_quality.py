@@ -37,6 +37,31 @@ timed again at 1.0-1.2 ms like its neighbours), and the curves chased them::
 (2-core AVX-512 VM at load 10-13, 2026-12-01; costs and features rounded to 4 digits):
 replay them with ``--cache benchmarks/pools --pool 192``.
 
+Figures (2026-12-02, replay of those pools, ``--stat min --seeds 16 --trials 8 16 24
+--plot DIR``, load 9-13 on 2 cores; fraction of the pool's best, mean over seeds)::
+
+               N   model@N  random@N  random@4N
+    matmul     8    0.715     0.715     0.874
+              16    0.839     0.807     0.921
+              24    0.866     0.842     0.947
+    conv2d     8    0.584     0.584     0.855
+              16    0.765     0.708     0.930
+              24    0.888     0.818     0.951
+    softmax    8    0.852     0.838     0.936
+              16    0.955     0.907     0.977
+              24    0.992     0.922     0.987
+
+The model tuner is ahead of random search at equal trials (2-7 points from 12 trials on)
+but reaches random@4N only for softmax at N = 24. Why, measured on these pools: the
+first batch (8 configs) is random, so model@8 = random@8; random@96 sees half of a
+192-config pool, so matching it at 24 trials means finding the pool's best one or two
+configs in 16 model-picked trials, and the loop-IR model trained on 8-24 random configs
+ranks the rest with a Spearman correlation of only 0.2-0.35 on matmul (0.25-0.65 on
+conv2d, 0.4-0.7 on softmax). Regression on throughput or log throughput instead of the
+pairwise ranking loss, an ensemble of three boosters, scoring the whole pool with the
+loop-IR model instead of a knob-model shortlist, and a first batch of 4: all within the
+seed-to-seed noise (about 3 points at 32 seeds) on these pools.
+
 GPU (on the GPU machine: two pools of 160 fp32 matmul configs timed on the device, 2048^3
 and 2048x2048x1024, then the replays; about 4 minutes; run it again if ``timeout`` stops
 it: cached pools are continued, not measured again)::
