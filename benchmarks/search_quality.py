@@ -136,10 +136,14 @@ def _report(title, curves, best, ns, out_rows):
         print(f"  {k:>6}  " + "  ".join(f"{_mean_at(c, k, best):7.3f}" for c in curves.values()))
     m, r = curves.get("model"), curves.get("random")
     if m and r:
-        print(f"  {'N':>6}  {'model@N':>8}  {'random@N':>8}  {'random@4N':>9}")
+        print(f"  {'N':>6}  {'model@N':>8}  {'random@N':>8}  {'random@4N':>9}   model - "
+              f"random@4N, per seed: mean +- standard error")
         for n in ns:
+            d = [_mean_at([cm], n, best) - _mean_at([cr], 4 * n, best)
+                 for cm, cr in zip(m, r)]
+            se = statistics.stdev(d) / math.sqrt(len(d)) if len(d) > 1 else float("nan")
             print(f"  {n:>6}  {_mean_at(m, n, best):8.3f}  {_mean_at(r, n, best):8.3f}  "
-                  f"{_mean_at(r, 4 * n, best):9.3f}")
+                  f"{_mean_at(r, 4 * n, best):9.3f}   {statistics.mean(d):+.3f} +- {se:.3f}")
         nmax = min(max(len(c) for c in m), max(len(c) for c in r))
         gaps = [(_mean_at(r, k, best) - _mean_at(m, k, best), k) for k in range(1, nmax + 1)]
         worst, at = max(gaps)
