@@ -211,6 +211,7 @@ class ModelTuner(Tuner):
         self.adaptive = adaptive
         self.max_epsilon = max_epsilon
         self._explore_credit = 0.0  # random picks owed (fractions carried over batches)
+        self._knob_cache: dict[int, list[int]] = {}  # index -> knob value indices
         #: how well the loop-IR model ranked the configs measured since it was trained
         #: (Kendall tau over the last few batches, see :meth:`exploration`; None before)
         self.skill: float | None = None
@@ -393,9 +394,14 @@ class ModelTuner(Tuner):
                         near.append(j)
         return self.rng.sample(near, min(n, len(near)))
 
+    def _knobs_of(self, idx: int) -> list[int]:
+        k = self._knob_cache.get(idx)
+        if k is None:
+            k = self._knob_cache[idx] = self.space.knob_indices(idx)
+        return k
+
     def _distance(self, a: int, b: int) -> int:
-        return sum(x != y for x, y in zip(self.space.knob_indices(a),
-                                          self.space.knob_indices(b)))
+        return sum(x != y for x, y in zip(self._knobs_of(a), self._knobs_of(b)))
 
     def _diverse(self, ranked: list[int], n: int) -> list[int]:
         """The first ``n`` of ``ranked``, preferring picks two or more knobs apart."""
