@@ -37,27 +37,28 @@ timed again at 1.0-1.2 ms like its neighbours), and the curves chased them::
 (2-core AVX-512 VM at load 10-13, 2026-12-01; costs and features rounded to 4 digits):
 replay them with ``--cache benchmarks/pools --pool 192``.
 
-Figures (2026-12-02, replay of those pools, ``--stat min --seeds 16 --trials 8 16 24
+Figures (2026-12-02, replay of those pools, ``--stat min --seeds 32 --trials 8 16 24
 --plot DIR``, load 9-13 on 2 cores; fraction of the pool's best, mean over seeds)::
 
                N   model@N  random@N  random@4N   model@N - random@4N (per seed, +- s.e.)
-    matmul     8    0.715     0.715     0.874     -0.159 +- 0.038
-              16    0.839     0.807     0.921     -0.082 +- 0.029
-              24    0.866     0.842     0.947     -0.081 +- 0.028
-    conv2d     8    0.584     0.584     0.855     -0.271 +- 0.054
-              16    0.765     0.708     0.930     -0.165 +- 0.052
-              24    0.888     0.818     0.951     -0.063 +- 0.042
-    softmax    8    0.852     0.838     0.936     -0.084 +- 0.025
-              16    0.955     0.907     0.977     -0.022 +- 0.016
-              24    0.992     0.922     0.987     +0.006 +- 0.004
+    matmul     8    0.713     0.713     0.876     -0.163 +- 0.024
+              16    0.815     0.801     0.923     -0.109 +- 0.021
+              24    0.854     0.843     0.949     -0.095 +- 0.020
+    conv2d     8    0.559     0.559     0.837     -0.278 +- 0.031
+              16    0.797     0.687     0.918     -0.121 +- 0.033
+              24    0.895     0.798     0.946     -0.051 +- 0.025
+    softmax    8    0.863     0.818     0.945     -0.082 +- 0.018
+              16    0.968     0.895     0.985     -0.017 +- 0.009
+              24    0.988     0.925     0.992     -0.004 +- 0.004
 
-Model tuner time per batch of 8 in these replays (training both models, scoring, selection;
-no lowering): 290-790 ms at load 10-13 on 2 cores, against about 8 x 0.3 s of
-measurement for the batch live.
+Model >= random at every k in 1..96 on all three. Model tuner time per batch of 8 in these
+replays (training both models, scoring, selection; no lowering): 40-53 ms at load 9-12,
+against about 8 x 0.3 s of measurement for the batch live.
 
-The model tuner is ahead of random search at equal trials (2-7 points from 12 trials on)
-but reaches random@4N only for softmax at N = 24. Why, measured on these pools: the
-first batch (8 configs) is random, so model@8 = random@8; random@96 sees half of a
+The model tuner is ahead of random search at equal trials (1-11 points from 12 trials on)
+but does not reach random@4N (softmax at N = 24: within 0.4 points). Why, measured on
+these pools: the first batch (8 configs) is random but for neighbours of the default
+config, rare in a pool of a large space, so model@8 = random@8; random@96 sees half of a
 192-config pool, so matching it at 24 trials means finding the pool's best one or two
 configs in 16 model-picked trials, and the loop-IR model trained on 8-24 random configs
 ranks the rest with a Spearman correlation of only 0.2-0.35 on matmul (0.25-0.65 on
