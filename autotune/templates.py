@@ -195,7 +195,7 @@ def blis_knobs(M: int, N: int, K: int) -> dict:
     KiB, in L2), at least two of them where there are two tiles, shared out among the
     threads (``parallel="i0.j0"``)."""
     mr, nr = default_micro_kernel(M, N, K)
-    pi, pj = -(-M // mr), -(-N // nr)
+    pj = -(-N // nr)
     kc = min(K, 256 if M * N * K <= SMALL_PRODUCT else 512)
     out = dict(order="blis", parallel="i0.j0")
     # (smaller matrices than a register tile keep the default's tiles)

@@ -191,15 +191,15 @@ class _Worker:
         timer = (mod._timer(tuple(arrays)) if clock is time.perf_counter
                  else mod._timer(tuple(arrays), clock=clock))
         with timer as run:
-            timed = run
-            if opt.get("flush"):
-                # a flush (tens of ms) is not in the timed calls: keep to the least repeats
-                kw["max_repeats"] = kw.get("min_repeats", 5)
+            if not opt.get("flush"):
+                return time_calls(run, **kw)
+            # a flush (tens of ms) is not in the timed calls: keep to the least repeats
+            kw["max_repeats"] = kw.get("min_repeats", 5)
 
-                def timed(n: int) -> float:
-                    self._flush()
-                    return run(n)
-            return time_calls(timed, **kw)
+            def flushed(n: int) -> float:
+                self._flush()
+                return run(n)
+            return time_calls(flushed, **kw)
 
 
 def worker_main(conn) -> None:

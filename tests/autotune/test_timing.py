@@ -15,7 +15,7 @@ import pytest
 
 from polytile.autotune import (LocalMeasurer, MeasureOptions, get_template, read_records,
                                tune)
-from polytile.autotune.anchors import AnchorProcess, Comparison, available
+from polytile.autotune.anchors import AnchorProcess, available
 from polytile.autotune.records import Record, RecordWriter
 from polytile.autotune.timing import Timing, plan, quantile, time_calls, time_function
 from polytile.errors import TuneError
