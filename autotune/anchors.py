@@ -8,7 +8,11 @@ process. The process stays up for a whole comparison and is timed on demand, so
 load spike then hits both sides of a ratio instead of only one. While a candidate is timed
 the anchor processes are stopped (``SIGSTOP``) and vice versa.
 
-Each turn is timed by :func:`.timing.time_calls`, the routine that times the candidates.
+Each turn is timed by :func:`.timing.time_calls`, the routine that times the candidates,
+on the anchor's Python call as a user makes it (numpy: :func:`.data.reference_call`,
+``np.matmul(a, b, out=c)`` for matmul, into a preallocated output as the kernels write
+theirs; torch: its function, returning a new tensor), just as a candidate's time is that of
+``f(*arrays)``: see :mod:`.timing` for what a timed call includes.
 Protocol (tuples over a ``multiprocessing`` connection): setup dict -> ``("ready", kind)``
 or ``("error", message)``; ``("time", options)`` -> ``("timed", timing json)`` or
 ``("error", message)``; ``("exit",)``.
@@ -170,7 +174,7 @@ class _Anchor:
     """Inside the anchor process: the workload's inputs and the call to time."""
 
     def __init__(self, setup: dict):
-        from .data import make_inputs, output_positions, resolve
+        from .data import make_inputs, output_positions, reference_call, resolve
 
         t, wl = resolve(setup["template"], setup["args"], setup["dtype"])
         self.kind = setup["kind"]
@@ -190,7 +194,7 @@ class _Anchor:
                     self._limits = threadpool_limits(limits=int(threads))
                 except ImportError:
                     pass
-            self.call = lambda: t.reference(*inputs, args=wl.args)
+            self.call = reference_call(t, arrays, outs, wl.args)
         elif self.kind == "torch":
             import torch
 
@@ -223,10 +227,10 @@ class _Anchor:
                                          f"expected one of {ANCHORS}"))
 
     def time(self, opt: dict) -> dict:
-        from .timing import time_calls, time_function, timing_kwargs
+        from .timing import clock_of, time_calls, time_function, timing_kwargs
 
         if self.kind != "torch-cuda":
-            return time_function(self.call, **timing_kwargs(opt)).to_json()
+            return time_function(self.call, clock_of(opt), **timing_kwargs(opt)).to_json()
         torch = self._torch
         start = torch.cuda.Event(enable_timing=True)
         stop = torch.cuda.Event(enable_timing=True)

@@ -65,7 +65,10 @@ class XGBCostModel:
         if groups is not None and sum(groups) != len(x):
             raise TuneError(format_error("cost model", f"groups sum to {sum(groups)}, "
                                          f"expected {len(x)} rows"))
-        dtrain = xgb.DMatrix(x, label=y)
+        # nthread=1: the default (every core) made building the matrix of a few dozen
+        # rows cost 10-90 ms on a loaded 2-core machine (OpenMP threads waiting for a
+        # core), more than the training itself; 3 ms with one thread
+        dtrain = xgb.DMatrix(x, label=y, nthread=1)
         if groups is not None:
             dtrain.set_group([int(g) for g in groups])
         rounds = min(self.num_rounds, 20 + len(x) // 2)
@@ -80,7 +83,7 @@ class XGBCostModel:
         x = np.asarray(xs, dtype=np.float32)
         if self.booster is None or len(x) == 0:
             return np.zeros(len(x))
-        return self.booster.predict(_xgb().DMatrix(x))
+        return self.booster.predict(_xgb().DMatrix(x, nthread=1))
 
 
 

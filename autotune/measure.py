@@ -69,6 +69,10 @@ class MeasureOptions:
         ``min_repeat_ms``) and the repeats (``repeat`` to ``max_repeats``, filling
         ``budget_s`` seconds); past a spread (IQR / median) of ``max_spread`` the
         candidate is measured once more.
+    clock : str
+        ``"wall"`` (elapsed time, the default) or ``"cpu"`` (the worker's and the anchor's
+        CPU time, all threads: trustworthy at one thread on a loaded machine; with more, the
+        summed work): :data:`.timing.CLOCKS`. GPU targets use the device's clock.
     flush_cache : bool
         Overwrite a buffer larger than the last-level cache before each repeat (timed
         with Python calls, ~10 us overhead each).
@@ -94,6 +98,7 @@ class MeasureOptions:
     max_repeats: int = 30
     budget_s: float = 0.1
     max_spread: float = 0.10
+    clock: str = "wall"
     flush_cache: bool = False
     check: bool = False
     build_timeout: float = 20.0
@@ -104,6 +109,11 @@ class MeasureOptions:
     runner_command: list | None = None
 
     def __post_init__(self):
+        from .timing import CLOCKS
+
+        if self.clock not in CLOCKS:
+            raise TuneError(format_error("measure", f"clock={self.clock!r}",
+                                         f"expected one of {sorted(CLOCKS)}"))
         cores = os.cpu_count() or 1
         self.parallel = self.parallel or cores
         self.threads = self.threads or cores
@@ -119,7 +129,7 @@ class MeasureOptions:
         """The :func:`.timing.time_calls` options of a run, updated with ``over``."""
         d = {"number": self.number, "min_repeat_ms": self.min_repeat_ms,
              "min_repeats": self.repeat, "max_repeats": self.max_repeats,
-             "budget_s": self.budget_s, "max_spread": self.max_spread}
+             "budget_s": self.budget_s, "max_spread": self.max_spread, "clock": self.clock}
         d.update(over)
         return d
 

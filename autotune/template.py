@@ -128,7 +128,12 @@ class Template:
         ``flops(*args) -> int`` floating-point operations of one run (for GFLOP/s).
     reference : callable or None
         ``reference(*inputs, args=workload_args) -> output or tuple of outputs``: a numpy
-        implementation (for ``polytile run`` and the numpy comparison).
+        implementation (for ``polytile run`` and the numpy comparison). One that also
+        takes ``out=`` (an array of the one output's shape and dtype, written in place and
+        returned, as ``np.matmul``'s) is timed that way by the numpy anchor, as the
+        kernels are: into a preallocated output; one with an attribute ``numpy_call`` (a
+        numpy function taking the inputs and ``out=``) by calling that function directly,
+        as a user would (:func:`.data.reference_call`).
     description : str
     targets : tuple of str or None
         Target kinds ``func`` is written for (``("llvm",)``); None: any (user templates).
@@ -286,8 +291,8 @@ class Template:
 
 def _with_values(reference: Callable) -> Callable:
     """``reference`` called with the values of symbolic sizes in ``args``."""
-    def ref(*inputs, args=()):
-        return reference(*inputs, args=sizes.concrete_args(args))
+    def ref(*inputs, args=(), **kw):
+        return reference(*inputs, args=sizes.concrete_args(args), **kw)
 
     ref.__wrapped__ = reference
     return ref

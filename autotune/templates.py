@@ -38,11 +38,14 @@ accumulators (the *micro-kernel*, ``MR x NR`` in BLIS's words) stays in vector r
   i2, j2``, A's ``MC x KC`` block packed at ``k0`` (large: half or all of the rows, in
   L3), B's ``KC x NC`` block at ``j0`` (``NC`` of 3 or 6 tiles: in L2), so the ``mr x
   KC`` A micro-panel that ``j1`` reuses stays in L1 while the B panels stream from L2.
-  Faster at one thread where A is packed in k blocks, not yet at two: not the default
-  (the figures are beside the ``order`` knob).
+  With ``parallel="i0.j0"`` A's block is BLIS's shared one: packed once, by all threads
+  together, and the threads split ``j0`` below it, each packing the blocks of B of its own
+  columns (:func:`blis_knobs`). Not the default yet (the figures are beside the
+  ``order`` knob).
 * ``parallel``: which loop the threads share: ``i0``, ``j0`` or both fused (``"i0.j0"``;
   in the ``goto`` order, where they are not adjacent, ``j0`` when it has at least two
-  iterations, else ``i0``), or ``"none"`` (small products, where waking the threads costs
+  iterations, else ``i0``; in the ``blis`` order the panels of A's shared block, then
+  ``j0``), or ``"none"`` (small products, where waking the threads costs
   more than the work). A packed block computed inside the parallel loop is private to
   each thread.
 * Not a knob: above :data:`SMALL_PRODUCT` the next micro-tile of ``C`` is prefetched at
@@ -164,9 +167,12 @@ def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None
     cfg.define_knob("pack_b", [False, True], default=not small)
     # blis is faster at one thread where A is packed in k blocks of 16 (CPU time, load
     # 7-25: 4096^3 0.92x -> 1.00x numpy, 256x4096x64 0.98x -> 1.13-1.21x; ragged N
-    # slower: 1024x1003x1024 0.95x -> 0.90x) but does not scale with threads (1024^3,
-    # quiet, one run: blis 168 / 154 GFLOP/s at 1 / 2 threads, goto 163 / 302, numpy
-    # 158 / 290), so goto is the default and blis is left to the tuner
+    # slower: 1024x1003x1024 0.95x -> 0.90x). Its two-thread figure (1024^3, quiet: 168
+    # / 154 GFLOP/s at 1 / 2 threads, goto 163 / 302, numpy 158 / 290) was that of one
+    # thread: a parallel loop of two ragged iterations was split into two pieces of serial
+    # code by full-tile isolation (fixed in schedule/tree.py), and each thread packed all
+    # of B; A's block is now shared ("i0.j0"). goto stays the default until blis's two-
+    # thread figures are measured on a quiet machine
     cfg.define_knob("order", ["ij", "goto", "blis"], default="goto")
     if batch:
         cfg.define_knob("parallel", ["b", "b.i0", "b.i0.j0", "none"], default="b.i0")
@@ -175,19 +181,32 @@ def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None
                         default="none" if small else "i0.j0")
 
 
+#: Bytes of the block of A that the blis order packs once for all threads (``mc x kc``
+#: float32): all the rows up to this size, else the largest block that fits (in L3).
+BLIS_A_BLOCK = 4 << 20
+
+
 def blis_knobs(M: int, N: int, K: int) -> dict:
     """Knob values of the blis order (module docstring) for ``M x N x K``, to overlay on
-    the default config: the default micro-kernel, two blocks of A's row panels (one per
-    thread; packed at ``k0``), blocks of B of 4 tiles (256 columns of the 6 x 64
-    kernel: ``kc x nc`` = 512 KiB, in L2) or all of them, the default ``kc``."""
+    the default config: the default micro-kernel and ``kc``; one block of A's row panels
+    for all threads (all of them when ``mc x kc`` takes at most :data:`BLIS_A_BLOCK`
+    bytes, else the largest candidate block that fits), packed by the threads together;
+    blocks of B of up to 4 tiles (256 columns of the 6 x 64 kernel: ``kc x nc`` = 512
+    KiB, in L2), at least two of them where there are two tiles, shared out among the
+    threads (``parallel="i0.j0"``)."""
     mr, nr = default_micro_kernel(M, N, K)
     pi, pj = -(-M // mr), -(-N // nr)
+    kc = min(K, 256 if M * N * K <= SMALL_PRODUCT else 512)
     out = dict(order="blis", parallel="i0.j0")
     # (smaller matrices than a register tile keep the default's tiles)
     if M >= mr:
-        out["tile_i"] = [-1, -(-pi // 2), mr]
+        cands = sorted({c[1] for c in _block_candidates(M, list(REG_ROWS), 64,
+                                                        ok=lambda f2: f2 <= 32)
+                        if c[2] == mr})
+        fit = [f for f in cands if f * mr * kc * 4 <= BLIS_A_BLOCK]
+        out["tile_i"] = [-1, max(fit) if fit else cands[0], mr]
     if N >= nr:
-        out["tile_j"] = [-1, min(4, pj), nr]
+        out["tile_j"] = [-1, max(1, min(4, -(-pj // 2))), nr]
     return out
 
 
@@ -332,6 +351,7 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None, kb: int = 1) -> None:
         # one computes, instead of stalling its first k step
         s[C].prefetch(C, at, 1)
     loops = {"b": batch, "i0": i0, "j0": j0}
+    shared_a = False
     if order == "goto":
         # i0 and j0 are not adjacent there: the outer loops that may be fused
         n_j0 = -(-C.shape[-1] // (cfg["tile_j"].size[1] * cfg["tile_j"].size[2]))
@@ -340,11 +360,15 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None, kb: int = 1) -> None:
         else:
             par = {"b.i0": "b.j0", "b.i0.j0": "b.j0"}.get(par, par)
     elif order == "blis":
-        # k0 lies between i0 and j0: the row blocks when there are two, else the column
-        # blocks (one parallel region per k block)
-        n_i0 = -(-C.shape[-2] // (cfg["tile_i"].size[1] * cfg["tile_i"].size[2]))
+        # k0 lies between i0 and j0. "i0.j0": BLIS's sharing, A's block packed once for
+        # all threads (a parallel loop over its panels), then the threads split the
+        # column blocks j0 below it (one parallel region per k block), each packing the
+        # B blocks of its own columns: every panel packed once. "i0": a block of A per
+        # thread, each thread packing all of B (1024^3: 168 / 154 GFLOP/s at 1 / 2
+        # threads); "j0": the column blocks, A packed by one thread
         if batch is None:
-            par = {"i0.j0": "i0" if n_i0 >= 2 else "j0"}.get(par, par)
+            shared_a = par == "i0.j0"
+            par = {"i0.j0": "j0"}.get(par, par)
         else:
             par = {"b.i0.j0": "b.i0"}.get(par, par)
     fused_into = {}
@@ -370,6 +394,8 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None, kb: int = 1) -> None:
         pb, x = axes[:nb], axes[nb]
         if order != "ij":
             s[P].compute_at(s[C], at)
+            if shared_a and P is PA:
+                s[P].parallel(x)
         else:
             if par != "none":
                 s[P].parallel(s[P].fuse(*pb, x) if pb else x)
@@ -408,8 +434,12 @@ def _prefetch_c(C) -> bool:
     return M * N * C.op.reduce_axis[0].dom.extent > SMALL_PRODUCT
 
 
-def _mm_reference(a, b, *, args=()):
-    return a @ b
+def _mm_reference(a, b, *, args=(), out=None):
+    return np.matmul(a, b, out=out)
+
+
+#: what the numpy anchor times: ``np.matmul(a, b, out=c)`` (:func:`.data.reference_call`)
+_mm_reference.numpy_call = np.matmul
 
 
 @template("matmul", default_args=(1024, 1024, 1024),
@@ -432,8 +462,11 @@ def matmul(M: int, N: int, K: int, dtype: str = "float32"):
     return s, [A, B, C]
 
 
-def _bmm_reference(a, b, *, args=()):
-    return np.matmul(a, b)
+def _bmm_reference(a, b, *, args=(), out=None):
+    return np.matmul(a, b, out=out)
+
+
+_bmm_reference.numpy_call = np.matmul
 
 
 @template("batch_matmul", default_args=(8, 256, 256, 256),

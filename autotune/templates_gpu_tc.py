@@ -36,7 +36,9 @@ Figures (H200, 4096^3 float16, one run of ``benchmarks/tune_gpu.py --dtypes floa
 sm_90a default (wgmma, 128x256x64, 4 stages): 543 TFLOP/s in the runner, 0.72x cuBLAS
 (756) and 0.80x Triton (677) measured after the run, above the mma.sync hand schedule
 (371, the sm_90 default) but below the tensorize wgmma schedule of ``C = A @ Bt^T`` (601):
-the transpose kernel of B costs about 24 us (64 MiB at 2.8 TB/s).
+the transpose kernel of B cost about 24 us (64 MiB at 2.8 TB/s). wgmma blocks of a multiple
+of 64 columns now read ``B`` MN-major in the MMA (``wgmma_mma(..., b_major="mn")``), one
+kernel (not yet measured on the H200).
 
 Shapes whose sides are not multiples of 16 keep the CUDA-core schedule of
 :mod:`.templates_gpu` (same compute: float32 accumulation and output).
@@ -65,6 +67,9 @@ TC_PADS = (8, 0)
 WG_BLOCKS_M = (64, 128, 256)
 WG_BLOCKS_N = (16, 32, 64, 128, 256)
 WG_BK = 64
+#: the columns of one MN-major atom of B (a 128-byte swizzled row of float16): blocks whose
+#: ``BN`` is a multiple read ``B`` MN-major, without a transpose kernel
+WG_MN_ATOM = 64
 #: Every side of a tensor-core GEMM must be a multiple of this (one MMA tile).
 TC_ALIGN = 16
 #: the sides from which the search keeps the regions measured fast (as ``templates_gpu``)
@@ -323,23 +328,30 @@ def matmul_f32_acc(M: int, N: int, K: int, dtype: str):
 
 
 def _wgmma_matmul(M: int, N: int, K: int, dtype: str, block: list, stages: int):
-    """``C = A @ B`` on wgmma (sm_90a) through ``tensorize``: the swizzled K-major
-    operands the intrinsic reads need ``B`` transposed, so a first kernel writes ``Bt[N, K]
-    = B^T`` (:func:`schedule_transpose`) and the GEMM is
+    """``C = A @ B`` on wgmma (sm_90a) through ``tensorize``, 128B-swizzled shared tiles and
+    asynchronous MMA groups (``mma_wait`` 1 from 3 stages). Where ``BN`` is a multiple of
+    64 (one 128-byte row of float16), the MMA reads ``B[K, N]`` as it is, MN-major
+    (``imm-trans-b``; :func:`~polytile.targets.cuda.wgmma_intrin.wgmma_nn_compute`,
+    :func:`~polytile.targets.cuda.wgmma_intrin.schedule_wgmma_nn`: one kernel). Narrower
+    blocks read ``B`` K-major: a first kernel writes ``Bt[N, K] = B^T``
+    (:func:`schedule_transpose`), then
     :func:`~polytile.targets.cuda.wgmma_intrin.schedule_wgmma_nt` (the schedule of
-    ``tc.wgmma_gemm_schedule``: 128B-swizzled ``cache_read`` tiles, MMA groups in flight
-    with ``mma_wait`` 1 from 3 stages). Reading B MN-major in the MMA itself (``imm-trans-b``,
-    as the generated kernel of :mod:`polytile.targets.cuda.wgmma` does) would save the
-    transpose: not expressible through ``tensorize`` yet."""
-    from polytile.targets.cuda.wgmma_intrin import schedule_wgmma_nt, wgmma_nt_compute
+    ``tc.wgmma_gemm_schedule``)."""
+    from polytile.targets.cuda import wgmma_intrin as wi
 
     A = te.placeholder((M, K), name="A", dtype=dtype)
     B = te.placeholder((K, N), name="B", dtype=dtype)
-    Bt = te.compute((N, K), lambda n, k: B[k, n], name="Bt")
-    C = wgmma_nt_compute(A, Bt)
-    s = te.create_schedule(C.op)
     mma_wait = None if stages < 2 else min(stages - 2, 1)
-    schedule_wgmma_nt(s, C, A, Bt, (block[0], block[1], WG_BK), stages, "128B", mma_wait)
+    blk = (block[0], block[1], WG_BK)
+    if block[1] % WG_MN_ATOM == 0 and N % WG_MN_ATOM == 0:
+        BR, C = wi.wgmma_nn_compute(A, B, "128B")
+        s = te.create_schedule(C.op)
+        wi.schedule_wgmma_nn(s, C, A, BR, blk, stages, "128B", mma_wait)
+        return s, [A, B, C]
+    Bt = te.compute((N, K), lambda n, k: B[k, n], name="Bt")
+    C = wi.wgmma_nt_compute(A, Bt)
+    s = te.create_schedule(C.op)
+    wi.schedule_wgmma_nt(s, C, A, Bt, blk, stages, "128B", mma_wait)
     schedule_transpose(s, Bt)
     return s, [A, B, C]
 

@@ -15,9 +15,13 @@ proposed or seen measured before, and learns from results (``update``).
   thousand candidates; its best few dozen are lowered in the worker processes, and the
   loop-IR model ranks them. The batch takes the best ranked unmeasured configs,
   preferring ones that differ from each other in at least two knobs, plus an
-  epsilon-greedy share of uniformly random configs (optionally larger while the model
-  ranks the configs it had not yet seen poorly: :meth:`ModelTuner.exploration`). Records
-  of the same workload and target seed both models and are never re-measured.
+  epsilon-greedy share of uniformly random configs (5 % of the trials, carried over from
+  batch to batch, as the ``eps_greedy`` of AutoTVM's model-based tuner; optionally larger
+  while the model ranks the configs it had not yet seen poorly:
+  :meth:`ModelTuner.exploration`). Records of the same workload and target seed both
+  models and are never re-measured. The method is that of Chen et al., "Learning to Optimize Tensor
+  Programs" (NeurIPS 2018): a ranking model on features of the lowered program, retrained
+  after every batch, with epsilon-greedy, diversity-aware batch selection.
 
 Transfer (:meth:`ModelTuner.add_transfer`): measurements of *another* workload of the same
 template (a nearby shape) are training data only, each workload a query group of the
@@ -167,7 +171,12 @@ class ModelTuner(Tuner):
         processes.
     seed : int
     epsilon : float
-        Share of each batch picked uniformly at random (the least, with ``adaptive``).
+        Share of the trials picked uniformly at random (the least, with ``adaptive``);
+        the fraction of a random pick a batch cannot take is carried to the next batch,
+        so a batch of 8 at 0.05 takes one every 2-3 batches. 0.05 as AutoTVM (Chen et
+        al., NeurIPS 2018). Replays of ``benchmarks/pools`` (32 seeds) with 0.1, one
+        random pick in every batch of 8, were 0.5-2.4 points behind at 16 and 24 trials
+        on conv2d and softmax (matmul: within the noise, about 3 points).
     adaptive, max_epsilon :
         Raise the random share up to ``max_epsilon`` while the model's predictions for
         new batches rank them poorly (:meth:`exploration`). Off by default: on the CPU
@@ -179,9 +188,12 @@ class ModelTuner(Tuner):
     lower_factor : int
         Candidates lowered (for loop-IR features) per batch slot.
     min_train : int
-        Successful measurements needed before the models propose (before: half
-        neighbours of the default config, half random picks; unless transfer data is
-        loaded).
+        Successful measurements needed before the models propose (before: a first batch
+        of ``2 * min_train`` configs, half neighbours of the default config, half random
+        picks; unless transfer data is loaded). 4: with 2 (a first batch of 4) replays of
+        ``benchmarks/pools`` (32 seeds) gained 0-3 points at 16 and 24 trials, within
+        their seed-to-seed noise (about 3 points), but on the synthetic landscape of the
+        tests a model trained on 4 configs lost up to 28 points at 12 to 24 trials.
     candidates : list of int, optional
         Propose only these configs (see the module docstring).
     """
@@ -189,7 +201,7 @@ class ModelTuner(Tuner):
     name = "model"
 
     def __init__(self, space: ConfigSpace, featurize: Callable, seed: int | None = None,
-                 epsilon: float = 0.1, population: int = 64, children: int = 256,
+                 epsilon: float = 0.05, population: int = 64, children: int = 256,
                  generations: int = 4, lower_factor: int = 3, min_train: int = 4,
                  candidates: list[int] | None = None, adaptive: bool = False,
                  max_epsilon: float = 0.5):
@@ -198,6 +210,8 @@ class ModelTuner(Tuner):
         self.epsilon = epsilon
         self.adaptive = adaptive
         self.max_epsilon = max_epsilon
+        self._explore_credit = 0.0  # random picks owed (fractions carried over batches)
+        self._knob_cache: dict[int, list[int]] = {}  # index -> knob value indices
         #: how well the loop-IR model ranked the configs measured since it was trained
         #: (Kendall tau over the last few batches, see :meth:`exploration`; None before)
         self.skill: float | None = None
@@ -380,9 +394,14 @@ class ModelTuner(Tuner):
                         near.append(j)
         return self.rng.sample(near, min(n, len(near)))
 
+    def _knobs_of(self, idx: int) -> list[int]:
+        k = self._knob_cache.get(idx)
+        if k is None:
+            k = self._knob_cache[idx] = self.space.knob_indices(idx)
+        return k
+
     def _distance(self, a: int, b: int) -> int:
-        return sum(x != y for x, y in zip(self.space.knob_indices(a),
-                                          self.space.knob_indices(b)))
+        return sum(x != y for x, y in zip(self._knobs_of(a), self._knobs_of(b)))
 
     def _diverse(self, ranked: list[int], n: int) -> list[int]:
         """The first ``n`` of ``ranked``, preferring picks two or more knobs apart."""
@@ -440,7 +459,9 @@ class ModelTuner(Tuner):
             out += self._random_unvisited(k - len(out), exclude=set(out))
             self.visited.update(out)
             return out
-        n_random = min(n, max(0, int(round(self.exploration() * n))))
+        self._explore_credit += self.exploration() * n
+        n_random = min(n, int(self._explore_credit + 1e-9))
+        self._explore_credit -= n_random
         n_model = n - n_random
         cheap = self._pool_scores() if self.pool is not None else self._evolve()
         ranked = sorted(cheap, key=lambda i: -cheap[i])

@@ -39,7 +39,7 @@ from . import gpu_limits, sizes
 from .data import make_inputs, measure_numpy, output_positions, outputs_match
 from .features import extract_features
 from .template import get_template
-from .timing import Timing, time_calls, timing_kwargs
+from .timing import Timing, clock_of, time_calls, timing_kwargs
 
 _LINE = 300  # characters of an error message kept
 
@@ -187,7 +187,10 @@ class _Worker:
         once, a warm-up call); with ``flush``, a buffer larger than the last-level cache is
         overwritten before each repeat and the repeats are the least ones."""
         kw = timing_kwargs(opt)
-        with mod._timer(tuple(arrays)) as run:
+        clock = clock_of(opt)
+        timer = (mod._timer(tuple(arrays)) if clock is time.perf_counter
+                 else mod._timer(tuple(arrays), clock=clock))
+        with timer as run:
             timed = run
             if opt.get("flush"):
                 # a flush (tens of ms) is not in the timed calls: keep to the least repeats

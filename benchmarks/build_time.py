@@ -1,7 +1,9 @@
 """Benchmark: how long lowering and compiling one candidate takes, split by phase (issue 11).
 
-Three kernels: the register-tiled SGEMM of ``tutorials/04_cuda_gemm.py``
-(``register_tiles``, target ``cuda``), the CPU matmul of ``tutorials/02_cpu_matmul.py``
+Five kernels: the SGEMM of ``tutorials/04_cuda_gemm.py``'s default step (``TUNED``: 128 x
+256 blocks, 16 x 8 outputs per thread, ``cuda``, the issue's GPU figure), its 128 x 128
+vthread SGEMM (``pipelined_tiles``, ``cuda-vthread``) and register-tiled one
+(``register_tiles``, ``cuda-reg``), the CPU matmul of ``tutorials/02_cpu_matmul.py``
 with an 8x32 register tile (``register_tiled``, target ``llvm``: the issue's CPU figure,
 about 0.25 s before the issue), and that tutorial's ``best`` (BLAS-like packing, parallel;
 ``llvm-best``, no goal: LLVM's O3 of its micro-kernel alone takes seconds). Each is built
@@ -27,7 +29,7 @@ total           everything, beside the goal of issue 11 (lower + NVRTC <= 0.3 s 
 ==============  ========================================================================
 
 Figures depend on the machine's load: the load average is printed with them.
-Run: ``python benchmarks/build_time.py [--repeat 5] [--only cuda|llvm] [--profile]``
+Run: ``python benchmarks/build_time.py [--repeat 5] [--only NAME] [--profile]``
 (``--profile`` prints the cProfile top of the lowering of each kernel, by cumulative time).
 """
 
@@ -48,7 +50,8 @@ GROUPS = {
     "loop_passes": ("loop_passes", "kernel_launch", "allocation", "storage_flattening",
                     "backend_passes"),
 }
-GOALS = {"cuda": 0.3, "llvm": 0.1, "llvm-best": None}
+GOALS = {"cuda": 0.3, "cuda-vthread": None, "cuda-reg": None, "llvm": 0.1,
+         "llvm-best": None}
 
 
 def _tutorial(name: str):
@@ -62,8 +65,14 @@ def _tutorial(name: str):
 def schedules(n_gpu: int = 4096, n_cpu: int = 1024) -> dict:
     """``name -> (target, title, make)``, ``make()`` returning a fresh ``(schedule, args)``."""
     t4, t2 = _tutorial("04_cuda_gemm"), _tutorial("02_cpu_matmul")
-    return {"cuda": ("cuda", f"SGEMM register tiles {n_gpu}^3 (tutorial 04)",
-                     lambda: t4.register_tiles(n_gpu, n_gpu, n_gpu)),
+    return {"cuda": ("cuda", f"SGEMM TUNED 128x256 blocks, 16x8 per thread {n_gpu}^3 "
+                             "(tutorial 04's default step)",
+                     lambda: t4.pipelined_tiles(n_gpu, n_gpu, n_gpu, **t4.TUNED)),
+            "cuda-vthread": ("cuda", f"SGEMM vthread 128x128 blocks, 8x8 per thread {n_gpu}^3 "
+                                     "(tutorial 04's pipelined_tiles)",
+                             lambda: t4.pipelined_tiles(n_gpu, n_gpu, n_gpu)),
+            "cuda-reg": ("cuda", f"SGEMM register tiles {n_gpu}^3 (tutorial 04)",
+                         lambda: t4.register_tiles(n_gpu, n_gpu, n_gpu)),
             "llvm": ("llvm", f"CPU matmul, 8x32 register tile {n_cpu}^3 (tutorial 02)",
                      lambda: t2.register_tiled(n_cpu)),
             "llvm-best": ("llvm", f"CPU matmul, BLAS-like best {n_cpu}^3 (tutorial 02)",
@@ -154,7 +163,7 @@ def profile(make, kind: str, top: int = 30) -> None:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5, help="timed builds per kernel (default 5)")
-    ap.add_argument("--only", choices=("cuda", "llvm", "llvm-best"), help="one kernel only")
+    ap.add_argument("--only", choices=tuple(GOALS), help="one kernel only")
     ap.add_argument("--no-compile", action="store_true", help="skip the CUDA compiler")
     ap.add_argument("--profile", action="store_true", help="cProfile the lowering instead")
     args = ap.parse_args(argv)

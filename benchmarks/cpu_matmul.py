@@ -8,6 +8,10 @@ of its repeats with its spread, and the ratio to numpy. The figures come from th
 own comparison (:meth:`polytile.autotune.LocalMeasurer.compare`): the kernels run in a
 worker process and numpy in a process of its own, timed alternately (A B / B A rounds, the
 other side stopped while one is timed), so a load spike weighs on both sides of a ratio.
+Both sides are timed as a user calls them (:mod:`polytile.autotune.timing`): polytile's
+``f(a, b, c)`` (Python call and argument checks included) against numpy's
+``np.matmul(a, b, out=c)``; at 64^3 the call overheads (about 1 us against 0.7) are part
+of the ratio, as they are of ``polytile run``'s and of the tuner's summary.
 The load average is printed with every line: on a shared machine the figures are
 indicative only.
 
@@ -18,6 +22,7 @@ kernel numpy uses)::
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/cpu_matmul.py
 
 Options: ``--shapes 1024,1024,1024;64,64,64``, ``--threads 1,2``, ``--rounds 4``,
+``--clock cpu`` (the processes' CPU time: see :mod:`polytile.autotune.timing`),
 ``--log tune.jsonl`` (add the tuned records of the same shapes), ``--batch`` (add
 ``batch_matmul`` 8x256x256x256), ``--blis`` (add the template's blis loop order,
 :func:`polytile.autotune.templates.blis_knobs` over the default config, timed in the
@@ -53,7 +58,7 @@ def _gflops(flops: float, t) -> str:
 
 
 def bench(template: str, args: tuple, threads: int, rounds: int, log: str | None,
-          blis: bool = False) -> str:
+          blis: bool = False, clock: str = "wall") -> str:
     """One line of figures for ``template`` at ``args`` with ``threads`` threads (and the
     blis order's config of ``matmul`` when ``blis``)."""
     from polytile.autotune import LocalMeasurer, MeasureOptions, get_template, load_best
@@ -69,7 +74,7 @@ def bench(template: str, args: tuple, threads: int, rounds: int, log: str | None
         if rec is not None:
             items.append(("tuned", rec.config))
     opt = MeasureOptions(parallel=1, threads=threads, build_timeout=300.0,
-                         run_timeout=300.0)
+                         run_timeout=300.0, clock=clock)
     with LocalMeasurer(wl, "llvm", opt) as m:
         cmp = m.compare(items, ("numpy",), rounds)
     flops = get_template(template).flops(wl.args)
@@ -86,7 +91,7 @@ def bench(template: str, args: tuple, threads: int, rounds: int, log: str | None
         ratio = cmp.ratio("numpy", name)
         parts.append(f"polytile {name} {_gflops(flops, tc)}" +
                      (f", ratio {ratio:5.2f}" if ratio else ""))
-    parts.append(f"[load {os.getloadavg()[0]:.2f}]")
+    parts.append(f"[load {os.getloadavg()[0]:.2f}{', CPU time' if clock == 'cpu' else ''}]")
     return " ".join(parts[:1]) + " " + "; ".join(parts[1:])
 
 
@@ -99,6 +104,9 @@ def main(argv=None) -> None:
     ap.add_argument("--log", default=None, help="tuning log whose best records to add")
     ap.add_argument("--batch", action="store_true", help="add batch_matmul 8x256x256x256")
     ap.add_argument("--blis", action="store_true", help="add the blis loop order's config")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: time by the processes' CPU time (a loaded machine; with "
+                         "several threads their summed work, not the elapsed time)")
     a = ap.parse_args(argv)
     shapes = [tuple(int(x) for x in s.split(",")) for s in a.shapes.split(";") if s]
     work = [("matmul", s) for s in shapes] + ([("batch_matmul", (8, 256, 256, 256))]
@@ -106,7 +114,8 @@ def main(argv=None) -> None:
     print(f"numpy: {numpy_kernel()}")
     for template, args in work:
         for threads in (int(x) for x in a.threads.split(",")):
-            print(bench(template, args, threads, a.rounds, a.log, a.blis), flush=True)
+            print(bench(template, args, threads, a.rounds, a.log, a.blis, a.clock),
+                  flush=True)
 
 
 if __name__ == "__main__":

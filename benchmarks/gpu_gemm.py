@@ -263,18 +263,20 @@ def wgmma_mainloops() -> tuple:
     return tuple(wgmma_gemm.MAINLOOPS)
 
 
-#: (block, stages, swizzle) of the tensorize lines: the swizzled, overlapped schedule
-#: (``mma_wait`` 1) at two block shapes, then the unswizzled synchronous one it replaced
-#: (``TENSORIZE[0]`` is ``tensor_core.WGMMA_TENSORIZE_BEST``, the sm_90a default of the
-#: ``cuda`` ``matmul`` template)
-TENSORIZE = (((128, 256, 64), 4, "auto"), ((128, 128, 64), 4, "auto"),
-             ((128, 256, 64), 3, "none"))
+#: (block, stages, swizzle, b_major) of the tensorize lines: the swizzled, overlapped
+#: schedule (``mma_wait`` 1) at two block shapes, then the unswizzled synchronous one it
+#: replaced (``TENSORIZE[0]`` is ``tensor_core.WGMMA_TENSORIZE_BEST``, the sm_90a default
+#: of the ``cuda`` ``matmul`` template), then ``C = A @ B`` with ``B[K, N]`` read MN-major
+#: (``b_major="mn"``: what the template builds, no transpose)
+TENSORIZE = (((128, 256, 64), 4, "auto", "k"), ((128, 128, 64), 4, "auto", "k"),
+             ((128, 256, 64), 3, "none", "k"), ((128, 256, 64), 4, "auto", "mn"),
+             ((128, 128, 64), 4, "auto", "mn"))
 
 
 def wgmma_schedule_gemm(n: int, dtype: str, cublas: float, configs=TENSORIZE) -> None:
-    """One line per ``(block, stages, swizzle)`` of ``configs``: the warpgroup MMA through
-    ``tensorize`` (:func:`polytile.targets.cuda.tensor_core.wgmma_gemm_schedule`, ``C = A @
-    Bt^T``; ``swizzle="auto"``: 128B-swizzled ``cache_read`` tiles and MMA groups left in
+    """One line per ``(block, stages, swizzle, b_major)`` of ``configs``: the warpgroup MMA
+    through ``tensorize`` (:func:`polytile.targets.cuda.tensor_core.wgmma_gemm_schedule`,
+    ``C = A @ Bt^T``, or ``C = A @ B`` with ``b_major="mn"``; ``swizzle="auto"``: 128B-swizzled ``cache_read`` tiles and MMA groups left in
     flight by ``s[CF].pipeline(ko, stages, mma_wait=1)``; ``"none"``: core-matrix tiles,
     each MMA waited for), checked against torch in float32, then timed, with the SASS
     counts that show the path."""
@@ -288,16 +290,19 @@ def wgmma_schedule_gemm(n: int, dtype: str, cublas: float, configs=TENSORIZE) ->
     g = torch.Generator().manual_seed(1)
     ta = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt)
     tb = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt)
-    ref = (ta.float().cuda() @ tb.float().cuda().T).cpu().numpy()
+    refs = {"k": (ta.float().cuda() @ tb.float().cuda().T).cpu().numpy(),
+            "mn": (ta.float().cuda() @ tb.float().cuda()).cpu().numpy()}
     da = polytile.nd.array(ta.float().numpy().astype(_np_dtype(dtype)), device="cuda")
     db = polytile.nd.array(tb.float().numpy().astype(_np_dtype(dtype)), device="cuda")
-    for block, stages, swizzle in configs:
+    for block, stages, swizzle, b_major in configs:
         how = "swizzled, overlapped" if swizzle != "none" else "unswizzled, synchronous"
+        how += ", A@B, B MN-major" if b_major == "mn" else ""
+        ref = refs[b_major]
         title = f"polytile wgmma via tensorize ({how})"
         try:
             t0 = time.perf_counter()
             s, args = tc.wgmma_gemm_schedule(n, n, n, block=block, stages=stages, dtype=dtype,
-                                             swizzle=swizzle)
+                                             swizzle=swizzle, b_major=b_major)
             f = polytile.build(s, args, target="cuda -arch=sm_90a", compiler="nvcc")
             t_build = time.perf_counter() - t0
         except Exception as exc:  # report and go on with the other lines
@@ -311,7 +316,7 @@ def wgmma_schedule_gemm(n: int, dtype: str, cublas: float, configs=TENSORIZE) ->
             continue
         t = f.time_evaluator(number=10, repeat=3)(da, db, dc).median
         tflops = 2.0 * n**3 / t / 1e12
-        print(f"n={n:5d} {title:44s} {tflops:7.1f} TFLOP/s  {tflops / cublas:6.3f} x cuBLAS  "
+        print(f"n={n:5d} {title:60s} {tflops:7.1f} TFLOP/s  {tflops / cublas:6.3f} x cuBLAS  "
               f"(block {block}, {stages} stages, lower+build {t_build:.1f} s, rel. error "
               f"{err:.1e}, {wgmma_gemm.sass_counts(f.cubin)})", flush=True)
 

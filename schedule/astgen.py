@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import islpy as isl
 
-from polytile.errors import InternalError
+from polytile.errors import InternalError, LoweringError, fail
 from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
 from polytile.te.expr import (Binary, Cast, Cmp, Const, Expr, Not, Or, Reduce, Select,
@@ -147,6 +147,17 @@ class AstMismatch(InternalError):
     :func:`polytile.schedule.ast_check.mismatches`)."""
 
 
+class AstUnchecked(AstMismatch):
+    """The check of isl's loop nest ran out of :data:`CHECK_OPERATIONS`: with symbolic
+    sizes split and tiled several times, the sets of instances a loop nest runs have many
+    quasi-affine pieces, and isl's set difference is exponential in them (fuzz seed llvm
+    62729: two tiles of symbolic loops, minutes). An unchecked loop nest is never used."""
+
+
+#: isl operations (about a million a second) the check of one loop nest may take
+CHECK_OPERATIONS = 4_000_000
+
+
 def generate_ast(model: Model, sched: isl.Schedule, context: str = "{ : }",
                  env: dict | None = None, guards: dict | None = None,
                  nodes: list | None = None, role_of: dict | None = None) -> Stmt:
@@ -179,8 +190,13 @@ def generate_ast(model: Model, sched: isl.Schedule, context: str = "{ : }",
         raise hook.errors[0]
     names: list = []
     sched.get_domain().foreach_set(lambda st: names.append(st.get_tuple_name()))
-    bad = mismatches(ast, {n: model.stmts[n] for n in names}, ctx,
-                     lambda node: hook.guard_exprs[int(node.get_annotation().get_name()[1:])])
+    try:
+        with iu.operation_limit(CHECK_OPERATIONS):
+            bad = mismatches(ast, {n: model.stmts[n] for n in names}, ctx, lambda node:
+                             hook.guard_exprs[int(node.get_annotation().get_name()[1:])])
+    except iu.OperationLimit:
+        raise AstUnchecked(f"the check of isl's loop nest of {sorted(names)} took more than "
+                           f"{CHECK_OPERATIONS} isl operations") from None
     if bad:
         raise AstMismatch("isl generated a wrong loop nest: " + "; ".join(bad))
     barriers, idle = set(), {}
@@ -219,7 +235,16 @@ def lower_nodes(model: Model, nodes: list | None = None, context: str = "{ : }",
                                    role_of=role_of)
             return generate_ast(model, sched, context, env, guards, nodes, role_of)
         except AstMismatch as exc:
-            first = first or exc
+            if first is None or isinstance(first, AstUnchecked) and not isinstance(
+                    exc, AstUnchecked):
+                first = exc   # a wrong loop nest found says more than an unchecked one
+    if isinstance(first, AstUnchecked):
+        stages = sorted({st.plan.name for n in (model.nest if nodes is None else nodes)
+                         for st in stmts_below(n)})
+        fail("lower", f"the loop nest of stages {stages} could not be verified in bounded "
+             f"time ({first})", "symbolic sizes split or tiled at most once or twice, "
+             "or constant sizes", hint="split symbolic loops by one constant factor, tile "
+             "the constant-size loops, or bind the sizes to constants", error=LoweringError)
     raise InternalError(f"{first}; hint: simplify the quasi-affine indices (mod, floordiv) "
                         f"of reads of attached stages, or compute those stages at root")
 

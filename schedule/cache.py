@@ -89,6 +89,14 @@ def cache_read(sch: Schedule, tensor: Tensor, scope: str, readers) -> Tensor:
     cache = _copy_op(cache_name, src, names)
     old = _ops_of(src_stage, sch)
     for rs in reader_stages:
+        if isinstance(rs.op, ScanOp):
+            # its body reads its own earlier rows: rebuilt as a plain compute (as for the
+            # other readers) it lost them (fuzz seed llvm 65727: wrong values)
+            raise ScheduleError(format_error(
+                "cache_read", f"reader {rs.name!r} is a te.scan, which reads its own earlier "
+                f"rows", "readers that are compute stages",
+                hint=f"read {src.name!r} through a compute stage that the scan reads, or "
+                f"cache_read the scan's output for its consumers"))
         if not isinstance(rs.op, ComputeOp) or not any(
                 id(t.op) in old and t.value_index == src.value_index
                 for t in rs.op.input_tensors):

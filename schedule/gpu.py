@@ -247,6 +247,18 @@ def check_shared_memory(model: Model, kernel: Kernel, limits: DeviceLimits) -> N
                  f"{', '.join(names_)})", "a constant size per thread (registers)",
                  hint="compute the stage inside a loop tiled by a constant factor, or "
                  "set_scope('shared')")
+        acc = p.acc
+        if (acc is not None and acc.scope == "local" and _root(p) is kernel.plan
+                and not all(sym.is_static(d) for d in acc.shape)):
+            # (a float16/bfloat16 reduction's float32 accumulator holds what one thread's
+            # spatial loops inside its reduction loops write)
+            names_ = sorted({v.name for d in acc.shape for v in sym.params_of(d)})
+            fail("reorder", f"the {acc.dtype} accumulator of stage {p.name!r} holds the "
+                 f"elements its spatial loops inside the reduction loops write, of the "
+                 f"symbolic shape {[sym.text(d) for d in acc.shape]} (parameters "
+                 f"{', '.join(names_)})", "a constant size per thread (registers)",
+                 hint="keep the reduction loops inside the spatial loops of each thread, "
+                 "or split those spatial loops by a constant factor")
         if p.buffer.scope == "shared" and _root(p) is kernel.plan:
             shapes = [b.shape for b in p.outs] + ([p.acc.shape] if p.acc is not None else [])
             if not all(sym.is_static(d) for shp in shapes for d in shp):

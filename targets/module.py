@@ -161,19 +161,20 @@ class Module:
                 f"on", f"expected {self.device} (the module's target is {str(self.target)!r})"))
 
     @contextlib.contextmanager
-    def _timer(self, args: tuple):
+    def _timer(self, args: tuple, clock: Callable[[], float] = time.perf_counter):
         """Validate ``args``, warm up, and yield ``run(n)``: the seconds of ``n``
-        consecutive calls on the host clock. ``_bind`` gives the call; its last result
-        goes to ``_check_result`` after the loop (a failure is still reported, at no cost
-        per call)."""
+        consecutive calls on the host ``clock`` (the wall clock; the tuner may pass the
+        process's CPU time, :mod:`polytile.autotune.timing`). ``_bind`` gives the call;
+        its last result goes to ``_check_result`` after the loop (a failure is still
+        reported, at no cost per call)."""
         call = self._bind(args)
         self._check_result(call())  # warm-up
 
         def run(n: int) -> float:
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(n):
                 r = call()
-            t1 = time.perf_counter()
+            t1 = clock()
             self._check_result(r)
             return t1 - t0
 

@@ -157,11 +157,14 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int | N
        are B's rows and A's elements are broadcast): ``i0, k0, j0, i1, j1, k1, i2, j2``
        with a large block of A (``mc`` rows, packed at ``k0``, in L3) and a ``kc x nc``
        block of B that fits L2 (packed at ``j0``, ``nc = 256``): the ``mr x kc``
-       micro-panel of A stays in L1 while ``j1`` streams B's panels from L2; ``mc`` is
-       half of the rows (a block per thread). Faster at one thread where A is packed in
-       blocks of 16 steps of k and ``nr`` divides N (4096^3 0.92x -> 1.00x numpy,
-       256x4096x64 0.98x -> 1.13-1.21x), but it does not yet scale to two threads, so
-       ``"goto"`` stays the default (as in the ``matmul`` template).
+       micro-panel of A stays in L1 while ``j1`` streams B's panels from L2. As in BLIS,
+       the block of A (``mc`` = all the rows, up to 4 MiB) is packed once and shared: the
+       threads pack its panels together (a parallel loop at ``k0``), then split the
+       column blocks ``j0`` below it, each packing the B blocks of its own columns.
+       Faster at one thread where A is packed in blocks of 16 steps of k and ``nr``
+       divides N (4096^3 0.92x -> 1.00x numpy, 256x4096x64 0.98x -> 1.13-1.21x);
+       ``"goto"`` stays the default (as in the ``matmul`` template) until the blis
+       order's two-thread figures are measured on a quiet machine.
 
     ``threads``, ``pack`` and ``prefetch`` default to ``True`` except for products of at
     most 64^3 multiply-adds, where waking threads and copying panels cost more than they
@@ -181,9 +184,12 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int | N
     nr = (32 if small else 64) if nr is None else nr
     order = "goto" if order is None else order
     if order == "blis":
-        # half of the rows per block of A (one per thread), 4 tiles per block of B
-        mc = mr * -(-(-(-M // mr)) // 2) if mc is None else mc
-        nc = min(4, -(-N // nr)) * nr if nc is None else nc
+        # one block of A for all threads (all the rows, up to 4 MiB), blocks of B of up
+        # to 4 tiles, at least two (one per thread)
+        kc_ = min(K, 256 if small else 512) if kc is None else min(kc, K)
+        pi = -(-M // mr)
+        mc = mr * (pi if pi * mr * kc_ * 4 <= 4 << 20 else 64) if mc is None else mc
+        nc = max(1, min(4, -(-(-(-N // nr)) // 2))) * nr if nc is None else nc
     # blocks of A of 96 x 512 with the 6 x 64 kernel: its 512 x 64 B panels (128 KiB)
     # stream from L2; 3 to 6 % faster than 192 x 256 at 1024^3 and 4096^3; 192 rows
     # when K is shorter (256x4096x64: 10 % faster than 96)
@@ -249,7 +255,9 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int | N
     if prefetch:  # the next micro-tile of C, while this one computes
         s[C].prefetch(C, j1 if order == "blis" else i1, 1)
     if threads and order == "blis":
-        s[C].parallel(i0 if -(-M // mc) >= 2 else j0)
+        # below the block of A, which all threads share: each thread packs the blocks of
+        # B of its own columns
+        s[C].parallel(j0)
     elif threads:
         s[C].parallel(j0 if -(-N // nc) >= 2 else i0)
     if pack:
@@ -257,6 +265,8 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int | N
         s[packedB].compute_at(s[C], j0 if single_k or blis else k0)
         s[packedB].vectorize(packedB.op.axis[2])
         s[packedA].compute_at(s[C], k0 if blis and not single_k else i0)
+        if threads and blis:  # the threads pack the shared block of A together
+            s[packedA].parallel(packedA.op.axis[0])
         if kb > 1:
             s[packedA].vectorize(packedA.op.axis[3])
     return s, [A, B, C]

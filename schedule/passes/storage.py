@@ -9,8 +9,8 @@ from polytile.te.expr import Binary, Cast, Const, Expr
 from polytile.te.visitor import ExprMutator, collect, collect_into
 
 from ..kinds import LoopKind, thread_private
-from ..loop_ir import (AccessPtr, Allocate, Buffer, For, KernelLaunch, Load, PrimFunc, Stmt,
-                       StmtMutator, Store, TensorCall, child_stmts, stmt_exprs, walk_stmts)
+from ..loop_ir import (AccessPtr, Allocate, Buffer, For, KernelLaunch, LetStmt, Load, PrimFunc,
+                       Stmt, StmtMutator, Store, TensorCall, child_stmts, stmt_exprs, walk_stmts)
 from ..tensorize import lower_tensor_call
 
 
@@ -185,9 +185,14 @@ def _writes(s: Stmt, b: Buffer) -> bool:
 
 def _read_by_other(s: Stmt, b: Buffer) -> bool:
     """Whether a statement of ``s`` that does not store to ``b`` loads from it (the reads
-    of a consumer, as opposed to a reduction reading its own buffer)."""
+    of a consumer, as opposed to a reduction reading its own buffer). A ``LetStmt`` whose
+    body stores to ``b`` belongs to ``b``'s own update: a tuple reduction computes every
+    output's new value from all the accumulators first (argmax's index reads the values'
+    buffer), and only its stores follow."""
     for x in walk_stmts(s):
         if isinstance(x, Store) and x.buffer is b:
+            continue
+        if isinstance(x, LetStmt) and _writes(x.body, b):
             continue
         if isinstance(x, TensorCall):
             if any(y is b for y in x.buffers[:len(x.intrin.inputs)]):

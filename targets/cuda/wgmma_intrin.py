@@ -8,6 +8,9 @@ The schedule-language path to the warpgroup MMA of :mod:`polytile.targets.cuda.w
 ``"128B", asynchronous=True)``     accumulation), ``a``/``b`` K-major rows of shared
                                    buffers swizzled by ``Stage.swizzle``, read through
                                    descriptors of that mode; ``reset`` zeroes ``c``
+``wgmma_mma(n, dtype, swizzle=``   ``c[64, n] += a[64, 16] B[16, n]`` with ``B[K, N]`` read
+``"128B", b_major="mn")``          MN-major (``imm-trans-b = 1``): ``b[n / 64, 16, 64]``, the
+                                   swizzled atoms of 64 columns of :func:`wgmma_nn_compute`
 ``wgmma_mma(n, dtype)``            the same over no-swizzle core matrices ``a[2, 64, 8]``,
                                    ``b[2, n, 8]`` (:func:`wgmma_gemm_compute`)
 ``wgmma_store(n)``                 ``out[64, n] = c[64, n]``: each thread of the warpgroup
@@ -79,11 +82,12 @@ __device__ __forceinline__ void wgmma_wait_group_n(int n) {
 }"""
 
 
-def _raw_helper(n: int, p: str) -> str:
-    """:func:`~polytile.targets.cuda.wgmma._mma_helper` with B K-major, guarded so that
-    several wrappers of one shape can each carry it."""
-    guard = f"PT_{mma_helper_name(n, p, 0).upper()}"
-    return f"#ifndef {guard}\n#define {guard}\n{_mma_helper(n, p, trans_b=0)}\n#endif\n"
+def _raw_helper(n: int, p: str, trans_b: int = 0) -> str:
+    """:func:`~polytile.targets.cuda.wgmma._mma_helper` with B K-major (``trans_b=0``) or
+    MN-major (1), guarded so that several wrappers of one shape can each carry it."""
+    guard = f"PT_{mma_helper_name(n, p, trans_b).upper()}"
+    return (f"#ifndef {guard}\n#define {guard}\n{_mma_helper(n, p, trans_b=trans_b)}\n"
+            "#endif\n")
 
 
 def _mma_helper_core(n: int, dtype: str) -> tuple[str, str]:
@@ -104,23 +108,41 @@ def _mma_helper_core(n: int, dtype: str) -> tuple[str, str]:
     return name, text
 
 
-def _mma_helper_swizzled(n: int, dtype: str, mode: str, asynchronous: bool) -> tuple[str, str]:
+def _mma_helper_swizzled(n: int, dtype: str, mode: str, asynchronous: bool,
+                         b_major: str = "k") -> tuple[str, str]:
     p = PTX[dtype]
     ctype = {"float16": "half", "bfloat16": "__nv_bfloat16"}[dtype]
     width = SWIZZLE_BYTES[mode]
-    name = f"wgmma_m64n{n}k16_{p}_sw{width}_{'async' if asynchronous else 'sync'}"
+    mn = b_major == "mn"
+    name = (f"wgmma_m64n{n}k16_{p}_sw{width}{'_mn' if mn else ''}_"
+            f"{'async' if asynchronous else 'sync'}")
     sync = ("" if asynchronous else "  fence_proxy_async_shared_cta();\n  wgmma_fence();\n")
     done = ("" if asynchronous else "  wgmma_commit_group();\n  wgmma_wait_group<0>();\n")
     how = ("issued only: the software pipeline groups and waits (te.AsyncGroup)"
            if asynchronous else "then waited for")
+    a_desc = f"wgmma_descriptor(a, 16u, {8 * width}u, {SWIZZLE[mode]}u)"
+    if mn:
+        # B MN-major (wgmma.b_offset_128b): atoms of W-byte rows of n, one row per k, 8 rows
+        # apart by SBO = 8 W bytes, the atoms (W bytes of n each) LBO = b_atom elements apart
+        text = _raw_helper(n, p, 1) + (
+            f"__device__ __forceinline__ void {name}(pt_wgmma_acc<{n}>& d, const {ctype}* a, "
+            f"const {ctype}* b, int b_atom) {{\n"
+            f"  // A K-major in {width}-byte rows swizzled {mode} (SBO = 8 rows); B MN-major\n"
+            f"  // (imm-trans-b 1): {width}-byte rows of n per k swizzled {mode}, SBO = 8 rows,\n"
+            f"  // LBO = the stride of the {width}-byte column atoms; D += A B, {how}\n"
+            + sync +
+            f"  {mma_helper_name(n, p, 1)}(d.r, {a_desc}, wgmma_descriptor(b, "
+            f"{dt.nbytes(dtype)}u * b_atom, {8 * width}u, {SWIZZLE[mode]}u), 1);\n"
+            + done + "}")
+        return name, text
     text = _raw_helper(n, p) + (
         f"__device__ __forceinline__ void {name}(pt_wgmma_acc<{n}>& d, const {ctype}* a, "
         f"const {ctype}* b) {{\n"
         f"  // A and B K-major in {width}-byte rows swizzled {mode} (Stage.swizzle): SBO = 8\n"
         f"  // rows = {8 * width} bytes, LBO unused (k16 lies in one row); D += A B, {how}\n"
         + sync +
-        f"  {mma_helper_name(n, p, 0)}(d.r, wgmma_descriptor(a, 16u, {8 * width}u, "
-        f"{SWIZZLE[mode]}u), wgmma_descriptor(b, 16u, {8 * width}u, {SWIZZLE[mode]}u), 1);\n"
+        f"  {mma_helper_name(n, p, 0)}(d.r, {a_desc}, wgmma_descriptor(b, 16u, {8 * width}u, "
+        f"{SWIZZLE[mode]}u), 1);\n"
         + done + "}")
     return name, text
 
@@ -175,7 +197,7 @@ def _check_n(n: int, who: str) -> None:
 
 
 def wgmma_mma(n: int, dtype: str = "float16", name: str = "", *, swizzle: str = "none",
-              asynchronous: bool = False) -> te.TensorIntrin:
+              asynchronous: bool = False, b_major: str = "k") -> te.TensorIntrin:
     """One ``wgmma.mma_async.m64nNk16`` (float32 accumulation, operands ``dtype``,
     float16 or bfloat16, cast to float32) from shared memory into a ``wgmma.accumulator``
     tile ``c`` of 64 x ``n``; ``reset`` zeroes it.
@@ -197,11 +219,23 @@ def wgmma_mma(n: int, dtype: str = "float16", name: str = "", *, swizzle: str = 
     tile's MMAs and waits with ``wgmma.wait_group N``. Synchronous calls fence, commit
     and wait for themselves.
 
+    ``b_major="mn"`` (swizzled only): B is read MN-major (``imm-trans-b = 1``; PTX ISA
+    "Shared Memory Matrix Layout", the canonical MN-major swizzled layout), from
+    ``C = A @ B`` with ``B[K, N]`` as it is: ``c[i, j] = sum_k a[i, k] * b[j // E, k, j %
+    E]`` with ``E = W / 2`` elements (64 float16 for 128B), ``b[n / E, 16, E]`` a region
+    of *atoms* of ``E`` columns, rows of ``W`` bytes one per k (strides ``[s, E, 1]``,
+    any ``s``, a multiple of 8 rows: the descriptor's LBO), e.g. the shared stage ``BR[N
+    / E, K, E]`` of :func:`wgmma_nn_compute` swizzled by ``s[BR].swizzle(mode)`` (the
+    layout of :func:`~polytile.targets.cuda.wgmma.b_offset_128b`); SBO = 8 rows. ``n``
+    must be a multiple of ``E``. A stage reading ``B`` otherwise (``Bt[j, k]``, another
+    layout) does not match and ``tensorize`` refuses it (ScheduleError).
+
     Raises
     ------
     ValueError
         ``n`` not a multiple of 8 in 8..256, another dtype or swizzle mode, or
-        ``asynchronous`` without a swizzle.
+        ``asynchronous`` without a swizzle; ``b_major`` not ``"k"`` or ``"mn"``, ``"mn"``
+        without a swizzle or with ``n`` not a multiple of ``E``.
     BuildError
         When the code is generated (``build``, ``lower(stop_after=None)``) for regions
         whose buffer is not swizzled in the intrinsic's mode or whose rows are not ``W``
@@ -216,9 +250,16 @@ def wgmma_mma(n: int, dtype: str = "float16", name: str = "", *, swizzle: str = 
     if asynchronous and swizzle == "none":
         raise ValueError("wgmma_mma: asynchronous=True needs a swizzled layout "
                          "(swizzle='128B', '64B' or '32B')")
+    if b_major not in ("k", "mn"):
+        raise ValueError(f"wgmma_mma: b_major {b_major!r}; expected 'k' or 'mn'")
+    if b_major == "mn" and swizzle == "none":
+        raise ValueError("wgmma_mma: b_major='mn' needs a swizzled layout (swizzle='128B', "
+                         "'64B' or '32B')")
     if swizzle == "none":
         return _wgmma_mma_core(n, dtype, name)
     width = SWIZZLE_BYTES[swizzle]
+    if b_major == "mn":
+        return _wgmma_mma_mn(n, dtype, name, swizzle, asynchronous)
     a = te.placeholder((WG_M, WG_K), name="a", dtype=dtype)
     b = te.placeholder((n, WG_K), name="b", dtype=dtype)
     k = te.reduce_axis((0, WG_K), name="k")
@@ -250,6 +291,67 @@ def wgmma_mma(n: int, dtype: str = "float16", name: str = "", *, swizzle: str = 
         fc = outs[0]
         update = tir.call_intrin("void", call, fc.access_ptr("w"), fa.access_ptr("r"),
                                  fb.access_ptr("r"))
+        reset = tir.call_intrin("void", "wgmma.fill", fc.access_ptr("w"),
+                                te.const(0, "float32"))
+        ib = tir.ir_builder.create()
+        ib.emit(reset)
+        ib.emit(update)
+        return ib.get(), reset, update
+
+    return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=iname,
+                                 async_group=WGMMA_GROUP if asynchronous else None)
+
+
+def _swizzle_error(iname: str, v, swizzle: str, width: int, row) -> BuildError:
+    return BuildError(format_error(
+        "tensorize", f"intrinsic {iname!r} reads {v.buffer.name!r} (swizzle "
+        f"{v.buffer.swizzle}, rows of {row} bytes)", f"a buffer swizzled {swizzle} with rows "
+        f"of {width} bytes", hint=f"s[{v.buffer.name.split('.')[0]}...].swizzle({swizzle!r}) "
+        f"on the shared stage, its rows {width // dt.nbytes(v.buffer.dtype)} wide"))
+
+
+def _wgmma_mma_mn(n: int, dtype: str, name: str, swizzle: str,
+                  asynchronous: bool) -> te.TensorIntrin:
+    """:func:`wgmma_mma` with ``b_major="mn"``: B read MN-major (``imm-trans-b = 1``)."""
+    width = SWIZZLE_BYTES[swizzle]
+    E = width // dt.nbytes(dtype)
+    if n % E:
+        raise ValueError(f"wgmma_mma: n={n} with b_major='mn' and swizzle {swizzle!r}; "
+                         f"expected a multiple of {E} (B's atoms are {width}-byte rows)")
+    a = te.placeholder((WG_M, WG_K), name="a", dtype=dtype)
+    b = te.placeholder((n // E, WG_K, E), name="b", dtype=dtype)
+    k = te.reduce_axis((0, WG_K), name="k")
+    c = te.compute((WG_M, n), lambda i, j: te.sum(
+        a[i, k].astype("float32") * b[j // E, k, j % E].astype("float32"), axis=k), name="c")
+    binds = {a: tir.decl_buffer(a.shape, dtype, "a", strides=[te.var("sa"), 1],
+                                scope="shared"),
+             b: tir.decl_buffer(b.shape, dtype, "b", strides=[te.var("sl"), E, 1],
+                                scope="shared"),
+             c: tir.decl_buffer(c.shape, "float32", "c", scope="wgmma.accumulator")}
+    flavour = "async" if asynchronous else "sync"
+    call = f"wgmma.mma_async_m64n{n}k16_{PTX[dtype]}_sw{width}_mn_{flavour}"
+    _register(call, _mma_helper_swizzled(n, dtype, swizzle, asynchronous, "mn"))
+    iname = name or f"wgmma_m64n{n}k16_{dtype}_sw{width}_mn" + ("_async" if asynchronous
+                                                               else "")
+
+    def fcompute(ins, outs):
+        fa, fb = ins
+        if fa.scope == "shared":   # (the probe on unscoped buffers: nothing to check)
+            nb = dt.nbytes(dtype)
+            ra = fa.strides[0] * nb if isinstance(fa.strides[0], int) else None
+            rb = fb.strides[1] * nb if isinstance(fb.strides[1], int) else None
+            for v, row in ((fa, ra), (fb, rb)):
+                if v.buffer.swizzle != swizzle or row != width:
+                    raise _swizzle_error(iname, v, swizzle, width, row)
+            sl = fb.strides[0]
+            if n > E and not (isinstance(sl, int) and sl * nb % (8 * width) == 0):
+                raise BuildError(format_error(
+                    "tensorize", f"intrinsic {iname!r} reads atoms of {fb.buffer.name!r} "
+                    f"{sl} elements apart", f"a multiple of 8 rows ({8 * width} bytes: the "
+                    "swizzle pattern, LBO)", hint="a k tile of a multiple of 8"))
+        fc = outs[0]
+        update = tir.call_intrin("void", call, fc.access_ptr("w"), fa.access_ptr("r"),
+                                 fb.access_ptr("r"), fb.strides[0])
         reset = tir.call_intrin("void", "wgmma.fill", fc.access_ptr("w"),
                                 te.const(0, "float32"))
         ib = tir.ir_builder.create()
@@ -348,7 +450,8 @@ def wgmma_gemm_compute(M: int, N: int, K: int, dtype: str = "float16"):
 
 
 def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages: int = 4,
-                        dtype: str = "float16", swizzle: str = "auto", mma_wait="auto"):
+                        dtype: str = "float16", swizzle: str = "auto", mma_wait="auto",
+                        b_major: str = "k"):
     """A hand schedule of ``C = A @ Bt^T`` (``A[M, K]``, ``Bt[N, K]``, float16/bfloat16 in,
     float32 out) through ``tensorize`` with :func:`wgmma_mma` and :func:`wgmma_store`: the
     ``cp.async`` main loop of :func:`~polytile.targets.cuda.wgmma.gemm_source` written in
@@ -369,9 +472,13 @@ def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages:
     kernel (:class:`~polytile.targets.cuda.wgmma.WgmmaGemm`) adds: warp specialization,
     TMA, persistent tile order.
 
+    ``b_major="mn"`` (with a swizzle): ``C = A @ B`` with ``B[K, N]`` read MN-major
+    (:func:`wgmma_nn_compute`, :func:`schedule_wgmma_nn`; ``BN`` and ``N`` multiples of
+    the swizzle row's elements), no transposed copy of ``B``.
+
     Returns
     -------
-    (Schedule, [A, Bt, C])
+    (Schedule, [A, Bt, C]), or (Schedule, [A, B, C]) with ``b_major="mn"``
 
     Raises
     ------
@@ -390,7 +497,12 @@ def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages:
     _check_n(BN, "wgmma_gemm_schedule")
     if swizzle == "auto":
         swizzle = next((m for m, w in SWIZZLE_BYTES.items() if w == BK * 2), "none")
+    if b_major not in ("k", "mn"):
+        raise ValueError(f"wgmma_gemm_schedule: b_major {b_major!r}; expected 'k' or 'mn'")
     if swizzle == "none":
+        if b_major == "mn":
+            raise ValueError("wgmma_gemm_schedule: b_major='mn' needs a swizzle (BK of 16, "
+                             "32 or 64 float16)")
         return _core_schedule(M, N, K, block, stages, dtype)
     if SWIZZLE_BYTES.get(swizzle) != BK * 2:
         raise ValueError(f"wgmma_gemm_schedule: swizzle {swizzle!r} with BK={BK}; expected "
@@ -404,6 +516,12 @@ def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages:
         raise ValueError(f"wgmma_gemm_schedule: mma_wait={mma_wait!r} with stages={stages}; "
                          "expected None or an int in 0..stages - 2")
     A = te.placeholder((M, K), name="A", dtype=dtype)
+    if b_major == "mn":
+        B = te.placeholder((K, N), name="B", dtype=dtype)
+        BR, C = wgmma_nn_compute(A, B, swizzle)
+        s = create_schedule(C.op)
+        schedule_wgmma_nn(s, C, A, BR, block, stages, swizzle, mma_wait)
+        return s, [A, B, C]
     Bt = te.placeholder((N, K), name="Bt", dtype=dtype)
     C = wgmma_nt_compute(A, Bt)
     s = create_schedule(C.op)
@@ -425,11 +543,54 @@ def schedule_wgmma_nt(s, C: te.Tensor, A: te.Tensor, Bt: te.Tensor, block, stage
     """Schedule ``C = wgmma_nt_compute(A, Bt)`` in ``s`` as :func:`wgmma_gemm_schedule`
     does with a swizzle (arguments checked there): swizzled ``cache_read`` tiles of both
     operands, ``wgmma_mma`` tensorized, the k loop pipelined."""
-    BM, BN, BK = block
-    dtype = A.dtype
     CF = s.cache_write(C, "wgmma.accumulator")
-    AS = s.cache_read(A, "shared", [CF])
     BS = s.cache_read(Bt, "shared", [CF])
+    _schedule_swizzled(s, C, CF, A, BS, block, stages, swizzle, mma_wait, "k")
+
+
+def wgmma_nn_compute(A: te.Tensor, B: te.Tensor, swizzle: str = "128B") -> tuple:
+    """``C[M, N] = sum_k A[i, k] * B[k, j]`` in float32 (``A[M, K]``, ``B[K, N]`` float16
+    or bfloat16) written for :func:`wgmma_mma` with ``b_major="mn"``: ``BR[N / E, K, E] =
+    B[k, a E + c]`` restages ``B`` in atoms of ``E`` columns (``E`` the elements of one
+    ``swizzle`` row, 64 float16 for 128B; the MN-major layout of
+    :func:`~polytile.targets.cuda.wgmma.b_offset_128b` once swizzled), ``C[i, j] = sum_k
+    A[i, k] * BR[j // E, k, j % E]``. Returns ``(BR, C)``; ``BR`` is meant to be a shared
+    stage (:func:`schedule_wgmma_nn`).
+
+    Raises
+    ------
+    ValueError
+        ``N`` not a multiple of ``E``, or an unknown swizzle mode.
+    """
+    if swizzle not in SWIZZLE_BYTES:
+        raise ValueError(f"wgmma_nn_compute: swizzle {swizzle!r}; expected one of "
+                         f"{', '.join(SWIZZLE_BYTES)}")
+    E = SWIZZLE_BYTES[swizzle] // dt.nbytes(B.dtype)
+    (K, N) = (int(B.shape[0]), int(B.shape[1]))
+    if N % E:
+        raise ValueError(f"wgmma_nn_compute: N={N}; expected a multiple of {E} (the "
+                         f"{swizzle} atoms of B)")
+    BR = te.compute((N // E, K, E), lambda a, k, c: B[k, a * E + c], name="BR")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((A.shape[0], N), lambda i, j: te.sum(
+        A[i, k].astype("float32") * BR[j // E, k, j % E].astype("float32"), axis=k), name="C")
+    return BR, C
+
+
+def schedule_wgmma_nn(s, C: te.Tensor, A: te.Tensor, BR: te.Tensor, block, stages: int,
+                      swizzle: str, mma_wait) -> None:
+    """Schedule ``(BR, C) = wgmma_nn_compute(A, B, swizzle)`` in ``s`` as
+    :func:`schedule_wgmma_nt` does, ``B`` read MN-major: ``BR`` is the shared stage of
+    ``B`` (swizzled, copied along B's rows), :func:`wgmma_mma` with ``b_major="mn"``."""
+    CF = s.cache_write(C, "wgmma.accumulator")
+    s[BR].set_scope("shared")
+    _schedule_swizzled(s, C, CF, A, BR, block, stages, swizzle, mma_wait, "mn")
+
+
+def _schedule_swizzled(s, C, CF, A, BS, block, stages: int, swizzle: str, mma_wait,
+                       b_major: str) -> None:
+    BM, BN, BK = block
+    AS = s.cache_read(A, "shared", [CF])
     wi = _blocks(s, C, BM, BN)
     s[CF].compute_at(s[C], wi)
     ci, cj = CF.op.axis
@@ -437,8 +598,8 @@ def schedule_wgmma_nt(s, C: te.Tensor, A: te.Tensor, Bt: te.Tensor, block, stage
     kf, kk = s[CF].split(ki, factor=WG_K)
     s[CF].reorder(ko, kf, ci, cj, kk)
     s[CF].unroll(kf)     # BK / 16 MMAs issued back to back
-    s[CF].tensorize(ci, wgmma_mma(BN, dtype, swizzle=swizzle,
-                                  asynchronous=mma_wait is not None))
+    s[CF].tensorize(ci, wgmma_mma(BN, A.dtype, swizzle=swizzle,
+                                  asynchronous=mma_wait is not None, b_major=b_major))
     if stages > 1:
         s[CF].pipeline(ko, stages=stages, mma_wait=mma_wait)
     for S in (AS, BS):
@@ -502,4 +663,4 @@ def _core_schedule(M, N, K, block, stages, dtype):
 
 
 __all__ = ["WGMMA_GROUP", "WGMMA_TYPES", "c_helpers", "wgmma_mma", "wgmma_store", "wgmma_gemm_compute",
-           "wgmma_gemm_schedule"]
+           "wgmma_gemm_schedule", "wgmma_nn_compute", "schedule_wgmma_nn"]

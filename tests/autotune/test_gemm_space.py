@@ -31,10 +31,25 @@ def _config(name: str, args: tuple, **knobs):
     return sp.from_json(dict(sp.default().knob_values(), **knobs))
 
 
-def _check(name: str, args: tuple, cfg, seed: int = 0) -> None:
+def _check(name: str, args: tuple, cfg, seed: int = 0, threads=(None,)) -> None:
+    """Build ``cfg`` once and compare it with numpy, run with each of ``threads`` (None:
+    the current setting)."""
+    from polytile.targets.llvm.runtime import get_num_threads, set_num_threads
+
     t = get_template(name)
     s, tensors = t.instantiate(cfg, args)
     f = polytile.build(s, tensors)
+    old = get_num_threads()
+    try:
+        for n in threads:
+            if n is not None:
+                set_num_threads(n)
+            _compare(name, args, cfg, f, tensors, seed)
+    finally:
+        set_num_threads(old)
+
+
+def _compare(name, args, cfg, f, tensors, seed) -> None:
     rng = np.random.default_rng(seed)
     A, B, C = tensors
     a = rng.uniform(0.5, 1.5, [int(d) for d in A.shape]).astype("float32")
@@ -304,3 +319,44 @@ def test_matmul_space_holds_the_tutorial_blis_schedule():
         c = np.full((M, N), np.nan, "float32")
         f(a, b, c)
         np.testing.assert_allclose(c, a.astype("float64") @ b, rtol=1e-4, atol=1e-4)
+
+
+def _blis_shared(args: tuple, **over):
+    from polytile.autotune.templates import blis_knobs
+
+    return _config("matmul", args, **dict(blis_knobs(*args), **over))
+
+
+def test_blis_order_shares_a_and_splits_the_column_blocks():
+    """BLIS's sharing (``parallel="i0.j0"`` in the blis order, :func:`blis_knobs`): A's
+    block is packed once at ``k0`` by a parallel loop over its panels, then the threads
+    split ``j0`` below it, each packing the B blocks of its own columns; exact at odd,
+    ragged sizes (two k blocks, one of them ragged) with 1 and 2 threads."""
+    args = (37, 197, 70)  # 37 = 6 * 6 + 1 rows, 197 = 3 * 64 + 5 columns, 70 = 2 * 32 + 6
+    cfg = _blis_shared(args, tile_k=[-1, 32])
+    assert cfg["tile_j"].size[1] == 2  # at least two column blocks: one per thread
+    s, tensors = get_template("matmul").instantiate(cfg, args)
+    f = polytile.build(s, tensors)
+    lines = str(f.func).splitlines()
+    heads = [ln.strip() for ln in lines if ln.lstrip().startswith("for ")]
+    k0 = next(n for n, h in enumerate(heads) if h.startswith("for k.outer in range"))
+    assert heads[k0 + 1].startswith("for p in parallel("), heads  # A's panels, shared
+    pj = next(n for n, h in enumerate(heads) if n > k0 and h.startswith("for j.outer in"))
+    assert "parallel(0, 2)" in heads[pj], heads  # the column blocks, split by the threads
+    # B's block packed inside the parallel loop (each thread its own columns)
+    assert heads[pj + 1].startswith("for p in range("), heads
+    from polytile.targets.llvm.runtime import get_num_threads, set_num_threads
+
+    old = get_num_threads()
+    try:
+        for n in (1, 2):
+            set_num_threads(n)
+            _compare("matmul", args, cfg, f, tensors, seed=n)
+    finally:
+        set_num_threads(old)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [(1021, 1003, 1009), (1024, 1024, 1024)])
+def test_blis_order_exact_at_large_odd_sizes_with_1_and_2_threads(args):
+    _check("matmul", args, _blis_shared(args), seed=2, threads=(1, 2))

@@ -156,12 +156,34 @@ def test_tensor_core_configs_compute_the_definition_on_the_interpreter(args, cfg
 
 @pytest.mark.slow
 def test_wgmma_config_computes_the_definition_on_the_interpreter():
-    """The wgmma path (a transpose kernel, then 128B-swizzled tiles and asynchronous MMA
-    groups through tensorize) at 64 x 16 x 128 on the interpreter."""
+    """The wgmma path of a block narrower than 64 columns (a transpose kernel, then
+    128B-swizzled tiles and asynchronous MMA groups through tensorize) at 64 x 16 x 128 on
+    the interpreter."""
     cfg = {"isa": "wgmma", "tile": [64, 16, 64, 64, 16], "stages": 2, "frags": "prefetch",
            "group": 8, "pad": 8}
     tensors = _interpret((64, 16, 128), "float16", cfg, target="cuda -arch=sm_90a")
     assert [t.name for t in tensors] == ["A", "B", "C"]
+
+
+@pytest.mark.slow
+def test_wgmma_mn_major_config_computes_the_definition_on_the_interpreter():
+    """A block of 64 columns reads B MN-major (one kernel, no transpose) at 64 x 64 x 128."""
+    cfg = {"isa": "wgmma", "tile": [64, 64, 64, 64, 64], "stages": 2, "frags": "prefetch",
+           "group": 8, "pad": 8}
+    tensors = _interpret((64, 64, 128), "float16", cfg, target="cuda -arch=sm_90a")
+    assert [t.name for t in tensors] == ["A", "B", "C"]
+
+
+def test_wgmma_blocks_of_64_columns_drop_the_transpose_kernel():
+    t, sp = _space((128, 128, 128), target="cuda -arch=sm_90a")
+    for tile, mn in (([64, 128, 64, 64, 128], True), ([64, 32, 64, 64, 32], False)):
+        cfg = {"isa": "wgmma", "tile": tile, "stages": 2, "frags": "prefetch", "group": 8,
+               "pad": 8}
+        s, tensors = t.instantiate(sp.from_json(cfg), (128, 128, 128), "float16",
+                                   "cuda -arch=sm_90a")
+        text = str(polytile.lower(s, tensors, target="cuda -arch=sm_90a"))
+        assert (f"wgmma_m64n{tile[1]}k16_float16_sw128_mn_async" in text) == mn, tile
+        assert ("Bt[" in text) == (not mn), tile
 
 
 def test_grouped_block_order_keeps_cp_async_copies():

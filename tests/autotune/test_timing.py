@@ -165,8 +165,9 @@ def test_compare_alternates_configs_and_anchors():
     wl = t.workload((48, 40, 32))
     sp = t.space(wl.args)
     items = [("best", sp.default().knob_values()), ("other", sp.get(7).knob_values())]
+    # (on the CPU clock: the worker's and the anchor's timing loops take it too)
     with LocalMeasurer(wl, "llvm", MeasureOptions(parallel=2, min_repeat_ms=1,
-                                                  budget_s=0.02)) as m:
+                                                  budget_s=0.02, clock="cpu")) as m:
         cmp = m.compare(items, ("numpy",), rounds=3)
         assert not m._anchors  # the anchor process is gone
     ab, ba = ["best", "other", "numpy"], ["numpy", "other", "best"]
@@ -211,6 +212,8 @@ def test_anchor_process():
     try:
         tm = a.time({"min_repeat_ms": 1, "min_repeats": 3, "budget_s": 0.01})
         assert len(tm.costs) >= 3 and tm.median > 0
+        tm = a.time({"min_repeat_ms": 1, "min_repeats": 3, "budget_s": 0.01, "clock": "cpu"})
+        assert len(tm.costs) >= 3 and tm.median > 0
     finally:
         a.close()
     with pytest.raises(TuneError, match="anchor: the magic anchor of softmax.*unknown anchor"):
@@ -222,6 +225,46 @@ def test_anchor_process():
             import torch  # noqa: F401
         except ImportError:
             assert "torch" not in available(t, wl.args)
+
+
+def test_the_numpy_anchor_writes_into_a_preallocated_output_as_the_kernels_do():
+    # one definition of a timed call (module docstring of .timing): numpy's matmul is
+    # timed as np.matmul(a, b, out=c), not with an allocation the kernel does not make
+    from polytile.autotune.data import (make_inputs, measure_numpy, output_positions,
+                                        reference_call)
+
+    t = get_template("matmul")
+    _, tensors = t.instantiate(t.space((5, 7, 3)).default(), (5, 7, 3))
+    arrays = make_inputs(tensors, 1, (5, 7, 3))
+    outs = output_positions(tensors)
+    call = reference_call(t, arrays, outs, (5, 7, 3))
+    assert call.func is np.matmul  # numpy's function itself, no wrapper of ours per call
+    assert call() is arrays[2]
+    np.testing.assert_allclose(arrays[2], arrays[0] @ arrays[1], rtol=1e-5)
+    sm = get_template("softmax")  # a reference without out=: a new array each call
+    _, tensors = sm.instantiate(sm.space((3, 4)).default(), (3, 4))
+    arrays = make_inputs(tensors, 1, (3, 4))
+    got = reference_call(sm, arrays, output_positions(tensors), (3, 4))()
+    assert got is not arrays[1] and np.isnan(arrays[1]).all() and got.shape == (3, 4)
+    assert reference_call(get_template(FAULTY), [], [1], (16,)) is None
+    times: list = []
+    med = measure_numpy("matmul", (8, 8, 8), min_time=0.01, times=times)
+    assert len(times) >= 5 and min(times) <= med <= max(times)
+
+
+def test_the_cpu_clock_ignores_time_the_process_does_not_run():
+    # clock="cpu" (a loaded machine): a call that sleeps 2 ms costs its CPU time only
+    from polytile.autotune.timing import CLOCKS, clock_of
+
+    kw = dict(min_repeat_ms=2, min_repeats=3, max_repeats=3, remeasure=False)
+    wall = time_function(lambda: time.sleep(0.002), **kw)
+    cpu = time_function(lambda: time.sleep(0.002), clock_of({"clock": "cpu"}), **kw)
+    assert wall.median >= 0.0019 and cpu.median < 0.001 and clock_of({}) is CLOCKS["wall"]
+    with pytest.raises(ValueError, match="unknown clock 'tsc'"):
+        clock_of({"clock": "tsc"})
+    with pytest.raises(TuneError, match="clock='tsc'"):
+        MeasureOptions(clock="tsc")
+    assert MeasureOptions(clock="cpu").timing()["clock"] == "cpu"
 
 
 def test_tune_ends_with_a_comparison_and_a_summary_record(tmp_path):

@@ -9,6 +9,13 @@ Pieces, one job each:
   broadcasting and casts, reductions over 1-2 axes with offset ranges, ``where`` and
   ``init``, matmul and batch matmul, stencils with ``if_then_else`` padding and quasi-affine
   taps, transposes; int8/int32/float16/float32; extents 1-40 including primes);
+* extended seeds (``>= cases.EXTENDED_FROM``, 60000) add: kinds ``argreduce``
+  (argmax/argmin tuple reductions and ``te.comm_reducer`` product, ``+`` and ``max``) and
+  ``scan`` (``te.scan`` recurrences); dtypes bfloat16, int4, int16, uint8; symbolic sizes
+  (``te.size_var`` dims, the reference evaluating the same program with static sizes);
+  extra outputs (an intermediate also returned, two outputs of one stage); schedule
+  primitives storage_align, loop pragmas and double_buffer. Seeds below keep their
+  original cases;
 * :mod:`.schedules`: 1-8 random primitives on a live schedule (split, tile, reorder, fuse,
   vectorize, unroll, parallel, compute_at/inline/root, cache_read/write, rfactor; ``bind``
   for CUDA), recorded as plain steps;
@@ -23,8 +30,9 @@ Pieces, one job each:
 
 Tolerances (what ``wrong`` means), per output dtype:
 
-* int8/int32/bool: exact (integers wrap around in their dtype, as the IR says);
-* float16/float32/float64: ``|out - ref| <= err + ulp(ref)``, where ``err`` is the rigorous
+* integers and bool: exact (integers wrap around in their dtype, as the IR says; int4
+  modulo 16, packed two per byte on the host);
+* float16/bfloat16/float32/float64: ``|out - ref| <= err + ulp(ref)``, where ``err`` is the rigorous
   per-element bound the reference carries: zero for exactly representable computations,
   else the rounding a correct compiler may change (reduction order ``u (n-1) sum|x|``,
   fused multiply-add of ``a*b + c``, 2 ulps per math-library call), propagated through the

@@ -4,27 +4,42 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kinds import GENERATORS
+from .kinds import GENERATORS, extend
 from .programs import KINDS, Gen
 from .schedules import generate_steps
 
 #: mixed into every seed, so that changing the generators can start a fresh sequence
 SEED_BASE = 20_261_201
 DATA_MODES = ("uniform", "grid", "nan")
+#: seeds from here on are *extended*: they draw from every kind (``KINDS``) and add
+#: symbolic sizes, extra outputs and more schedule primitives (see :func:`.kinds.extend`,
+#: :mod:`.schedules`); seeds below keep the six first kinds and their original random
+#: streams, so the seeds named in reports and in ``FIXED_FAULTS`` still reproduce
+EXTENDED_FROM = 60_000
+
+
+def kind_of(seed: int) -> str:
+    """The kind of program of ``seed``."""
+    kinds = KINDS if seed >= EXTENDED_FROM else KINDS[:6]
+    return kinds[seed % len(kinds)]
 
 
 def generate(seed: int, target: str = "llvm") -> dict:
     """The case of ``seed`` for ``target`` (``llvm`` or ``cuda``): a program of kind
-    ``KINDS[seed % 6]``, a random schedule and a data mode (see :mod:`.spec`)."""
+    :func:`kind_of`, a random schedule and a data mode (see :mod:`.spec`)."""
     # one stream each for the program, the schedule and the data: the program and the data
     # of a seed do not depend on which steps the compiler accepts
     t = 0 if target == "llvm" else 1
     rng_prog, rng_sched, rng_data = (np.random.default_rng([SEED_BASE, seed, t, k])
                                      for k in range(3))
-    kind = KINDS[seed % len(KINDS)]
-    prog = GENERATORS[kind](Gen(rng_prog))
+    kind = kind_of(seed)
+    ext = seed >= EXTENDED_FROM
+    g = Gen(rng_prog, extended=ext)
+    prog = GENERATORS[kind](g)
+    if ext:
+        prog = extend(g, prog)
     try:
-        steps = generate_steps(rng_sched, prog, target)
+        steps = generate_steps(rng_sched, prog, target, extended=ext)
     except Exception:  # noqa: BLE001 - the program itself does not build: the runner says so
         steps = []
     mode = DATA_MODES[int(rng_data.choice(3, p=[0.7, 0.2, 0.1]))]

@@ -7,6 +7,7 @@ import numpy as np
 
 from polytile.te import dtype as dt
 
+from . import spec
 from .programs import DTYPES, MAX_POINTS, Gen, X
 
 
@@ -69,7 +70,15 @@ def elementwise(g: Gen) -> dict:
                      max(body.bound, other.bound), body.exact and other.exact)
         last = g.compute(name, dims, axes, body)
         avail.append(last)
-    return g.program([last])
+        if g.extended and g.chance(0.2):  # a second output of the same stage
+            more = g.combine([g.pick(xs)], g.dtype(), 1)
+            g.tensors[-1].update({"more": [more.t], "outputs": 2})
+            g.info[f"{name}.v1"] = (g.info[name][0], more.dtype, more.bound, more.exact)
+            avail.append(f"{name}.v1")
+    outs = [last]
+    if g.extended and f"{last}.v1" in g.info and g.chance(0.7):
+        outs = g.pick([[last, f"{last}.v1"], [f"{last}.v1"]])
+    return g.program(outs)
 
 
 def _where(g: Gen, raxes: list, rexts: list, axes: list, exts: list):
@@ -148,9 +157,10 @@ def matmul(g: Gen, batch: bool = False) -> dict:
     _fit(g, [d for d in (Bt, M, N, K) if d])
     lo = g.pick([0, 0, 0, 1, 2])
     kd = f"{lo} + {K}" if lo else K
-    variant = g.pick(["f32", "f16acc", "i8", "f16", "i32"])
+    variant = g.pick(["f32", "f16acc", "i8", "f16", "i32"] + (["bf16acc", "bf16", "i4"] if
+                                                               g.extended else []))
     din = {"f32": "float32", "f16acc": "float16", "i8": "int8", "f16": "float16",
-           "i32": "int32"}[variant]
+           "i32": "int32", "bf16acc": "bfloat16", "bf16": "bfloat16", "i4": "int4"}[variant]
     trans = g.chance(0.3)
     bshared = batch and g.chance(0.3)
     b = [Bt] if batch else []
@@ -165,7 +175,8 @@ def matmul(g: Gen, batch: bool = False) -> dict:
     ra = g.read(a_src, bi + [["ax", "i"], ["ax", "k"]])
     rb = g.read(B, ([] if bshared else bi) + ([["ax", "j"], ["ax", "k"]] if trans
                                               else [["ax", "k"], ["ax", "j"]]))
-    acc = {"f16acc": "float32", "i8": "int32"}.get(variant, din)
+    acc = {"f16acc": "float32", "i8": "int32", "bf16acc": "float32", "i4": "int32"}.get(
+        variant, din)
     src = g.binop(g.conv(ra, acc), g.conv(rb, acc), "*")
     red = {"op": "sum", "axes": [["k", str(lo), kd]], "where": None, "init": None}
     axes = (["b"] if batch else []) + ["i", "j"]
@@ -353,3 +364,131 @@ def transpose(g: Gen) -> dict:
 GENERATORS = {"elementwise": elementwise, "reduction": reduction, "matmul": matmul,
               "batch_matmul": lambda g: matmul(g, batch=True), "stencil": stencil,
               "transpose": transpose}
+
+
+def argreduce(g: Gen) -> dict:
+    """Reductions written with ``te.comm_reducer`` (:data:`.spec.COMBINERS`): argmax/argmin
+    over ``(index, value)`` pairs (a compute with two outputs), an integer product, and
+    ``+``/``max`` as user combiners; over one or two reduce axes with offsets and ``where``,
+    maybe a producer before and an epilogue after (reading either output)."""
+    ns = g.pick([0, 1, 1, 2])
+    nr = g.pick([1, 1, 2])
+    sdims = [g.dim() for _ in range(ns)]
+    rdims = [g.dim() for _ in range(nr)]
+    _fit(g, sdims + rdims)
+    axes = ["i", "j"][:ns] or ["z"]
+    shape = sdims or ["1"]
+    exts = [g.dims[d] for d in sdims] or [1]
+    raxes = ["k", "q"][:nr]
+    los = [g.pick([0, 0, 1, 2]) for _ in range(nr)]
+    rng = [[r, str(lo), f"{lo} + {d}" if lo else d] for r, lo, d in zip(raxes, los, rdims)]
+    all_dims = sdims + [f"{lo} + {d}" if lo else d for lo, d in zip(los, rdims)]
+    all_axes = (axes if ns else []) + raxes
+    op = g.pick(["argmax", "argmax", "argmin", "prod", "csum", "cmax"])
+    dtype = g.dtype(("int32", "int8") if op == "prod" else DTYPES)
+    A = g.placeholder("A", all_dims, dtype)
+    src = A
+    if g.chance(0.3):  # a producer stage, for compute_at / inline
+        p_axes = [f"p{k}" for k in range(len(all_dims))]
+        rd = g.read(A, [["ax", a] for a in p_axes])
+        src = g.compute("P", all_dims, p_axes, g.combine([rd], dtype, 1))
+    x = g.read(src, [["ax", a] for a in all_axes])
+    if op == "prod":  # small factors, so that products wrap without reaching 0 at once
+        x = X(["op", "+", ["op", "%", x.t, ["int", g.pick([3, 5, 7])]], ["int", 1]], dtype,
+              8.0)
+    elif op == "csum":
+        n = int(np.prod([g.dims[d] for d in rdims]))
+        x = g.tame(X(x.t, x.dtype, x.bound * n, x.exact))
+        x = X(x.t, x.dtype, x.bound / n, x.exact)
+    red = {"op": op, "axes": rng, "where": None, "init": None}
+    if g.chance(0.35):
+        red["where"] = _where(g, raxes, [g.dims[d] for d in rdims], axes if ns else [],
+                              exts)
+    tensor = {"name": "R", "shape": list(shape), "axes": list(axes), "body": x.t,
+              "reduce": red}
+    g.tensors.append(tensor)
+    n = int(np.prod([g.dims[d] for d in rdims]))
+    if op in ("argmax", "argmin"):
+        # the index: the reduce axis, or both reduce axes linearised
+        idx = ["ax", "k"] if nr == 1 or g.chance(0.3) else [
+            "op", "+", ["op", "*", ["ax", "k"], ["int", g.dims[rdims[1]]]], ["ax", "q"]]
+        red["index"] = idx
+        tensor["outputs"] = 2
+        g.info["R"] = ([g.val(s) for s in shape], "int32", 2.0 ** 31, True)
+        g.info["R.v1"] = ([g.val(s) for s in shape], x.dtype, x.bound + 1, x.exact)
+        outs = g.pick([["R", "R.v1"], ["R"], ["R.v1"], ["R.v1", "R"]])
+    else:
+        bound = x.bound * n + 8 if op == "csum" else (2.0 ** 31 if op == "prod" else x.bound)
+        exact = op != "csum" or not dt.is_float(dtype)
+        g.info["R"] = ([g.val(s) for s in shape], x.dtype, bound, exact and x.exact)
+        outs = ["R"]
+    if g.chance(0.4):  # an epilogue reading each output
+        rds = [g.read(o, [["ax", a] for a in axes]) for o in outs]
+        if op in ("argmax", "argmin") and "R" in outs:  # the index as a value
+            k = outs.index("R")
+            rds[k] = g.conv(X(["fn", "min", rds[k].t, ["int", 1 << 20]], "int32", 1 << 20),
+                            g.pick(["int32", "float32"]))
+        outs = [g.compute("E", shape, axes, g.combine(rds, g.dtype(), 1))]
+    return g.program(outs)
+
+
+def scan(g: Gen) -> dict:
+    """A ``te.scan`` recurrence over the rows of ``A``: ``L`` initial rows from a compute,
+    each later row from the previous one (maybe reversed, ``N - 1 - i``, or the row before
+    it) combined with ``A[t, i]``; maybe an epilogue."""
+    T, N = g.dim(lo=2), g.dim()
+    _fit(g, [T, N], 4000)
+    L = 1 if g.dims[T] < 3 or g.chance(0.7) else 2
+    dtype = g.dtype()
+    A = g.placeholder("A", [T, N], dtype)
+    init = g.compute("S_init", [str(L), N], ["t", "i"], g.combine(
+        [g.read(A, [["ax", "t"], ["ax", "i"]])], dtype, g.pick([0, 1])))
+    g.tensors.append({"name": "S_state", "shape": [T, N], "dtype": dtype, "state": True})
+    g.info["S_state"] = ([g.dims[T], g.dims[N]], dtype, g.info[init][2], True)
+    prev = ["op", "-", ["ax", "t"], ["int", g.pick([1, 1, L])]]
+    col = g.pick([["ax", "i"], ["ax", "i"], ["op", "-", ["op", "-", ["dim", N], ["int", 1]],
+                                                       ["ax", "i"]]])
+    st = g.read("S_state", [prev, col])
+    a = g.combine([g.read(A, [["ax", "t"], ["ax", "i"]])], dtype, g.pick([0, 1]))
+    # + - max min keep the bound linear in the number of rows (no products of states)
+    body = g.binop(st, a, g.pick(["+", "-", "max", "min"]))
+    if dt.is_float(dtype) and g.chance(0.3):
+        body = X(["op", "*", body.t, ["lit", 0.5]], dtype, body.bound, False)
+    body = g.conv(body, dtype)
+    body = X(body.t, dtype, body.bound * g.dims[T], body.exact)
+    g.compute("S_update", [T, N], ["t", "i"], body)
+    g.tensors.append({"name": "S", "scan": ["S_init", "S_update", "S_state"]})
+    g.info["S"] = ([g.dims[T], g.dims[N]], dtype, body.bound, body.exact)
+    last = "S"
+    if g.chance(0.4):
+        last = g.compute("E", [T, N], ["t", "i"], g.combine(
+            [g.read("S", [["ax", "t"], ["ax", "i"]])], g.dtype(), 1))
+    return g.program([last])
+
+
+def extend(g: Gen, prog: dict) -> dict:
+    """The features of extended seeds on any program: sometimes a second output (an
+    intermediate tensor also returned, read by later stages), sometimes symbolic sizes
+    (``te.size_var`` dims bound when the function is called)."""
+    outs = prog["outputs"]
+    computed = [n for t in prog["tensors"] if ("body" in t or "binop" in t) and not any(
+        x.get("state") for x in prog["tensors"] if x["name"] in spec.tensor_reads(t))
+        for n in spec.tensor_names(t) if n not in outs]
+    if computed and g.chance(0.25):
+        extra = g.pick(computed)
+        k = int(g.g.integers(len(outs) + 1))
+        prog["outputs"] = outs[:k] + [extra] + outs[k:]
+    # (tensor-level broadcasting needs static sizes: it tests which dims are 1)
+    if prog["dims"] and g.chance(0.35) and not any("binop" in t for t in prog["tensors"]):
+        # a call reads a size off an argument's dimension equal to it
+        args = set(spec.args_of(prog))
+        words = {x for t in prog["tensors"] if t["name"] in args for x in t.get("shape", [])}
+        used = [d for d in prog["dims"] if d in words]
+        sym = [d for d in used if g.chance(0.6)] or used[:1]
+        if sym:
+            prog["symbolic"] = sym
+    return prog
+
+
+GENERATORS["argreduce"] = argreduce
+GENERATORS["scan"] = scan

@@ -19,13 +19,17 @@ import numpy as np
 
 from polytile.te import dtype as dt
 
-KINDS = ("elementwise", "reduction", "matmul", "batch_matmul", "stencil", "transpose")
+KINDS = ("elementwise", "reduction", "matmul", "batch_matmul", "stencil", "transpose",
+         "argreduce", "scan")
 DTYPES = ("float32", "float16", "int32", "int8")
 #: extents drawn for dims (1, small, primes, 32, 40)
 EXTENTS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 16, 17, 19, 23, 29, 31, 32, 37, 40)
 _EXT_P = np.array([3, 4, 5, 5, 5, 3, 5, 4, 2, 4, 2, 4, 3, 3, 2, 2, 2, 2, 2, 2, 2], float)
 #: largest magnitude generated values may reach, per dtype
-LIMIT = {"float16": 512.0, "float32": 1e5, "int8": 1e9, "int32": 1e9}
+LIMIT = {"float16": 512.0, "bfloat16": 1e4, "float32": 1e5, "int8": 1e9, "int32": 1e9,
+         "int4": 1e9, "int16": 1e9, "uint8": 1e9}
+#: the dtypes extended seeds draw from (:data:`.cases.EXTENDED_FROM`)
+EXTENDED_DTYPES = DTYPES + ("bfloat16", "int4", "int16", "uint8")
 #: largest number of grid points (spatial x reduce) of one stage
 MAX_POINTS = 60_000
 
@@ -44,8 +48,10 @@ class X:
 class Gen:
     """Random choices and the program under construction."""
 
-    def __init__(self, rng: np.random.Generator):
+    def __init__(self, rng: np.random.Generator, extended: bool = False):
         self.g = rng
+        #: an extended seed (:data:`.cases.EXTENDED_FROM`): the new features may be drawn
+        self.extended = extended
         self.dims: dict = {}
         self.tensors: list = []
         self.info: dict = {}       # name -> (shape values, dtype, bound, exact)
@@ -75,12 +81,14 @@ class Gen:
         return int(eval(expr, {}, dict(self.dims)))  # noqa: S307 - our own dim arithmetic
 
     def dtype(self, choices=DTYPES) -> str:
+        if self.extended and choices is DTYPES:
+            choices = EXTENDED_DTYPES
         return self.pick(choices)
 
     # ----------------------------------------------------------------- tensors
     def placeholder(self, name: str, shape: list, dtype: str) -> str:
         self.tensors.append({"name": name, "shape": list(shape), "dtype": dtype})
-        bound = 1.0 if dt.is_float(dtype) else float(128 if dtype == "int8" else 1000)
+        bound = 1.0 if dt.is_float(dtype) else float({"int8": 128, "int4": 8}.get(dtype, 1000))
         self.info[name] = ([self.val(s) for s in shape], dtype, bound, True)
         return name
 
@@ -123,6 +131,8 @@ class Gen:
             v = float(self.pick([0.5, 2.0, -1.0, 0.25, 1.5, 3.0, -0.75]))
             return X(["lit", v], x.dtype, abs(v))
         v = int(self.pick([1, 2, 3, -1, 5, 7]))
+        if dt.is_unsigned(x.dtype):
+            v = abs(v)
         return X(["int", v], x.dtype, abs(v))
 
     def binop(self, a: X, b: X, op: str | None = None) -> X:
@@ -176,7 +186,8 @@ class Gen:
 
     def clip_int(self, x: X, lim: int) -> X:
         lim = min(lim, dt.max_value(x.dtype))
-        node = ["fn", "max", ["fn", "min", x.t, ["int", lim]], ["int", -lim]]
+        node = ["fn", "max", ["fn", "min", x.t, ["int", lim]],
+                ["int", 0 if dt.is_unsigned(x.dtype) else -lim]]
         return X(node, x.dtype, float(lim), True)
 
     def unary(self, x: X) -> X:
@@ -208,6 +219,8 @@ class Gen:
             return X(["neg", x.t], x.dtype, x.bound + 1)
         if f in ("floordiv", "floormod"):
             c = int(self.pick([2, 3, 5, -3, 4]))
+            if dt.is_unsigned(x.dtype):
+                c = abs(c)
             sym = "//" if f == "floordiv" else "%"
             b = x.bound if f == "floordiv" else abs(c)
             return X(["op", sym, x.t, ["int", c]], x.dtype, b)

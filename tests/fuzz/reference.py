@@ -46,10 +46,12 @@ import numpy as np
 from polytile.te import dtype as dt
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Not, Or, Reduce, Select,
                               TensorRead, Var)
+from polytile.te.scan import ScanOp
 from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
 
-from .refvalues import (ACCUMULATOR, UNIT, ReferenceError, Val, call, cast, float_binary,
-                        int_binary, mask_or, round_to, rounded, ulp, wrap)
+from .refvalues import (ACCUMULATOR, UNIT, ReferenceError, Val, call, cast, finfo,
+                        float_binary, int_binary, mask_or, round_to, rounded, storage_dtype,
+                        ulp, wrap)
 
 
 @dataclass
@@ -77,7 +79,7 @@ class _Eval:
             return Val(np.array(bool(e.value)), "bool")
         if dt.is_float(e.dtype):
             return Val(round_to(float(e.value), e.dtype), e.dtype)
-        return Val(np.array(e.value, dtype=e.dtype), e.dtype)
+        return Val(np.array(e.value, dtype=storage_dtype(e.dtype)), e.dtype)
 
     def visit_Var(self, e: Var) -> Val:
         if e not in self.env:
@@ -86,7 +88,7 @@ class _Eval:
         return self.env[e]
 
     def visit_TensorRead(self, e: TensorRead) -> Val:
-        res: Result = self.tensors[id(e.tensor.op)]
+        res: Result = self.tensors[id(e.tensor.op)][e.tensor.value_index]
         shape = e.tensor.shape
         idx = [self.visit(i) for i in e.indices]
         unsure = None
@@ -198,10 +200,64 @@ def _combiner_op(red: Reduce) -> str | None:
     """``add``/``max``/``min`` when the combiner is that op of its two variables."""
     r = red.combiner.result
     lhs, rhs = red.combiner.lhs, red.combiner.rhs
-    if isinstance(r, Binary) and r.op in ("add", "max", "min") and {id(r.a), id(r.b)} == {
-            id(lhs), id(rhs)}:
+    if isinstance(r, Binary) and r.op in ("add", "max", "min", "mul") and {
+            id(r.a), id(r.b)} == {id(lhs), id(rhs)}:
         return r.op
     return None
+
+
+def tuple_key(name: str, value_index: int) -> str:
+    """The name :func:`evaluate` gives output ``value_index`` of a compute named ``name``
+    (TVM's buffer names: ``R``, ``R.v1``, ...)."""
+    return name if value_index == 0 else f"{name}.v{value_index}"
+
+
+def arg_reduce(red: Reduce, idx: Val, src: Val, cond: Val | None, nred: int,
+               shape: tuple) -> tuple:
+    """An argmax/argmin tuple reduction (:data:`.spec.COMBINERS`: the best value, the
+    smallest index among equal values) over the last ``nred`` axes of the grid ``shape``:
+    ``(index Val, value Val)``. Unsure where a NaN is reduced or where values closer than
+    their error bounds compete."""
+    best = "max" if red.combiner.name == "argmax" else "min"
+    lead = shape[:len(shape) - nred]
+    flat = lead + (-1,)
+    live = (np.ones(shape, bool) if cond is None else
+            np.broadcast_to(cond.v.astype(bool), shape)).reshape(flat)
+    v = np.broadcast_to(src.v, shape).astype(np.float64).reshape(flat)
+    ix = np.broadcast_to(idx.v, shape).astype(np.int64).reshape(flat)
+    e = np.broadcast_to(src.e(), shape).reshape(flat)
+    fill = -np.inf if best == "max" else np.inf
+    with np.errstate(all="ignore"):
+        vv = np.where(live, v, fill)
+        m = np.nanmax(vv, axis=-1) if best == "max" else np.nanmin(vv, axis=-1)
+        cand = live & (vv == m[..., None])
+        big = 2147483647
+        chosen = np.min(np.where(cand, ix, big), axis=-1)
+        any_live = np.any(live, axis=-1)
+        e_max = np.max(np.where(live, e, 0.0), axis=-1)
+        near = live & (np.abs(vv - m[..., None]) <= e + e_max[..., None]) & (
+            ix != chosen[..., None]) & (e + e_max[..., None] > 0)
+        unsure = np.any(near | (live & np.isnan(v)), axis=-1)
+    for part in (src, idx):
+        if part.unsure is not None:
+            unsure = unsure | np.any(np.broadcast_to(part.unsure, shape).reshape(flat) & live,
+                                     axis=-1)
+    oob = None
+    for part in (src, idx, cond):
+        if part is not None and part.oob is not None:
+            oob = mask_or(oob, np.any(np.broadcast_to(part.oob, shape).reshape(flat),
+                                      axis=-1))
+    ident_v = float(red.combiner.identity[1].value)
+    value = np.where(any_live, m, ident_v)
+    dtype = red.combiner.result[1].dtype
+    if not dt.is_float(dtype):
+        value = np.where(any_live, value, 0).astype(np.int64)
+        value = np.where(any_live, value, int(red.combiner.identity[1].value)).astype(
+            storage_dtype(dtype))
+    index = np.where(any_live, chosen, big).astype(red.combiner.result[0].dtype)
+    err = np.where(any_live, e_max, 0.0) if dt.is_float(dtype) else None
+    return (Val(index, red.combiner.result[0].dtype, unsure=unsure, oob=oob),
+            Val(value, dtype, err, None, None, unsure, oob))
 
 
 def _exact_sum(x, acc: str):
@@ -227,6 +283,8 @@ def reduce(red: Reduce, src: Val, cond: Val | None, init: Val | None, nred: int,
         raise ReferenceError(f"reference: combiner {red.combiner.name!r} is not one of "
                              f"sum/max/min")
     dtype = red.dtype
+    if op == "mul" and dt.is_float(dtype):
+        raise ReferenceError("reference: a float product reduction (no error bound)")
     v = np.broadcast_to(src.v, shape)
     live = np.ones(shape, bool) if cond is None else np.broadcast_to(
         cond.v.astype(bool), shape)
@@ -243,13 +301,20 @@ def reduce(red: Reduce, src: Val, cond: Val | None, init: Val | None, nred: int,
     identity = red.combiner.identity.value
     with np.errstate(all="ignore"):
         if not dt.is_float(dtype):
-            if op == "add":
+            if op == "mul":  # wraps: exact in any order
+                flat = np.where(live, v, 1).astype(np.int64).reshape(
+                    shape[:len(shape) - nred] + (-1,))
+                r = np.ones(flat.shape[:-1], np.int64)
+                for k in range(flat.shape[-1]):
+                    r = wrap(r * flat[..., k], dtype).astype(np.int64)
+            elif op == "add":
                 wide = np.where(live, v, 0).astype(np.int64 if dt.bits(dtype) <= 32 else object)
                 r = wrap(np.sum(wide, axis=axes), dtype)
             else:
-                fill = np.array(identity).astype(dtype)
+                fill = np.array(identity).astype(storage_dtype(dtype))
                 r = (np.min if op == "min" else np.max)(np.where(live, v, fill), axis=axes)
-            out = Val(np.asarray(r).astype(dtype), dtype, unsure=unsure, oob=oob)
+            out = Val(np.asarray(r).astype(storage_dtype(dtype)), dtype, unsure=unsure,
+                      oob=oob)
             if init is not None:
                 red_unsure = out.unsure
                 out = int_binary(op, init, out, dtype)
@@ -355,21 +420,71 @@ def evaluate(outputs, inputs: dict) -> dict:
     for op in _topo(outputs):
         if isinstance(op, PlaceholderOp):
             a = np.asarray(by_name[op.name])
-            if a.shape != op.shape or a.dtype != np.dtype(op.dtype):
+            if op.dtype == "bfloat16" and a.dtype == np.uint16:  # bit patterns
+                a = dt.bfloat16_to_float32(a)
+            if dt.is_int4(op.dtype) and op.shape and a.shape == dt.packed_shape(op.shape):
+                a = dt.unpack_int4(a, op.shape[-1], op.dtype)  # two elements per byte
+            if a.shape != op.shape or a.dtype != np.dtype(storage_dtype(op.dtype)):
                 raise ValueError(f"reference: input {op.name!r} has shape {a.shape} and dtype "
                                  f"{a.dtype}; expected {op.shape} {op.dtype}")
             res = Result(a, None, None, np.zeros(a.shape, bool))
         else:
             res = _compute(ev, op)
+        res = res if isinstance(res, list) else [res]
         ev.tensors[id(op)] = res
-        results[op.name] = res
+        for k, r in enumerate(res):
+            results[tuple_key(op.name, k)] = r
     return results
 
 
-def _compute(ev: _Eval, op: ComputeOp) -> Result:
+def _scan(ev: _Eval, op: ScanOp) -> list:
+    """The states of a ``te.scan``, row by row: row ``t`` of the body reads rows before
+    ``t`` of the scan's own outputs, computed by then."""
+    shape = tuple(iv.dom.extent for iv in op.axis)
+    ns = len(op.axis)
+    parts = []
+    for k in range(len(op.body)):
+        d = op.output(k).dtype
+        f = dt.is_float(d)
+        parts.append(Result(np.zeros(shape, storage_dtype(d)), np.zeros(shape) if f else None,
+                            np.zeros(shape) if f else None, np.zeros(shape, bool)))
+    ev.tensors[id(op)] = parts
+    row = (1,) + shape[1:]
+    for t in range(shape[0]):
+        ev.env = _grid(op.axis[1:], ns, 1)
+        ev.env[op.axis[0].var] = Val(np.full((1,) * ns, t, op.axis[0].var.dtype),
+                                     op.axis[0].var.dtype)
+        for k, b in enumerate(op.body):
+            r = _result(op, k, ev.visit(b), row)
+            for mine, got in ((parts[k].value, r.value), (parts[k].err, r.err),
+                              (parts[k].mag, r.mag), (parts[k].unsure, r.unsure)):
+                if mine is not None:
+                    mine[t] = got[0]
+    return parts
+
+
+def _compute(ev: _Eval, op: ComputeOp) -> list:
+    """The outputs of ``op`` (one :class:`Result` each)."""
+    if isinstance(op, ScanOp):
+        return _scan(ev, op)
     body = op.body[0]
     shape = tuple(iv.dom.extent for iv in op.axis)
     ns = len(op.axis)
+    if isinstance(body, Reduce) and len(op.body) == 2 and body.combiner.name in (
+            "argmax", "argmin"):
+        nr = len(body.axis)
+        full = shape + tuple(iv.dom.extent for iv in body.axis)
+        ev.env = {**_grid(op.axis, ns + nr, 0), **_grid(body.axis, ns + nr, ns)}
+        idx = ev.visit(op.body[0].source)
+        src = ev.visit(op.body[1].source)
+        cond = ev.visit(body.condition) if body.condition is not None else None
+        return [_result(op, k, val, shape) for k, val in
+                enumerate(arg_reduce(body, idx, src, cond, nr, full))]
+    if len(op.body) > 1:
+        if isinstance(body, Reduce):
+            raise ReferenceError(f"reference: tuple reduction {body.combiner.name!r}")
+        ev.env = _grid(op.axis, ns, 0)
+        return [_result(op, k, ev.visit(b), shape) for k, b in enumerate(op.body)]
     if isinstance(body, Reduce):
         nr = len(body.axis)
         full = shape + tuple(iv.dom.extent for iv in body.axis)
@@ -384,14 +499,19 @@ def _compute(ev: _Eval, op: ComputeOp) -> Result:
     else:
         ev.env = _grid(op.axis, ns, 0)
         val = ev.visit(body)
+    return _result(op, 0, val, shape)
+
+
+def _result(op: ComputeOp, k: int, val: Val, shape: tuple) -> Result:
+    """Output ``k`` of ``op`` from its evaluated value."""
     if val.oob is not None and np.any(val.oob):
         where = np.argwhere(np.broadcast_to(val.oob, shape))[0]
         raise ReferenceError(f"reference: stage {op.name!r} reads outside a tensor at "
                              f"{tuple(int(x) for x in where)}")
     value = np.broadcast_to(val.v, shape)
-    dtype = op.output(0).dtype
+    dtype = op.output(k).dtype
     with np.errstate(all="ignore"):
-        value = value.astype(dtype) if dtype != "float64" else value.astype(np.float64)
+        value = value.astype(storage_dtype(dtype))
     err = mag = None
     if dt.is_float(dtype):
         err = np.array(np.broadcast_to(val.e(), shape), dtype=np.float64)
@@ -405,7 +525,7 @@ def tolerance(res: Result, dtype: str, relaxed: bool = False) -> np.ndarray:
     """Allowed ``|out - ref|`` per element: the error bound plus one ulp of the result plus
     the smallest normal number (math functions may flush subnormal results to zero)
     (``relaxed``: plus ``8 u * mag`` for targets that keep float16 intermediates in float32)."""
-    tol = res.err + ulp(res.value.astype(np.float64), dtype) + float(np.finfo(dtype).tiny)
+    tol = res.err + ulp(res.value.astype(np.float64), dtype) + float(finfo(dtype).tiny)
     if relaxed:
         tol = tol + 8 * UNIT[dtype] * res.mag
     return tol

@@ -16,9 +16,29 @@ class ReferenceError(Exception):
 
 
 #: unit roundoff (half an ulp of 1.0) per float dtype
-UNIT = {"float16": 2.0 ** -11, "float32": 2.0 ** -24, "float64": 2.0 ** -53}
+UNIT = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": 2.0 ** -24,
+        "float64": 2.0 ** -53}
 #: dtype of the accumulator of a float reduction (the project's rule)
-ACCUMULATOR = {"float16": "float32", "float32": "float32", "float64": "float64"}
+ACCUMULATOR = {"float16": "float32", "bfloat16": "float32", "float32": "float32",
+               "float64": "float64"}
+
+
+class _BF16Info:
+    """``np.finfo`` of bfloat16 (numpy has no bfloat16)."""
+
+    max = float((2 - 2.0 ** -7) * 2.0 ** 127)
+    tiny = 2.0 ** -126
+
+
+def finfo(dtype: str):
+    """``np.finfo(dtype)``, bfloat16 included."""
+    return _BF16Info if dtype == "bfloat16" else np.finfo(dtype)
+
+
+def storage_dtype(dtype: str) -> str:
+    """The numpy dtype holding values of ``dtype`` in the reference: ``float32`` for
+    bfloat16 (exact), ``int8``/``uint8`` for int4/uint4 (unpacked), else ``dtype``."""
+    return {"bfloat16": "float32", "int4": "int8", "uint4": "uint8"}.get(dtype, dtype)
 #: ulps a math function of the target may be off by
 LIBM_ULPS = 2.0
 #: functions implemented exactly (IEEE correctly rounded or exact by construction)
@@ -89,6 +109,8 @@ def round_to(x, dtype: str):
     """``x`` (float64) rounded to float ``dtype`` and back."""
     if dtype == "float64":
         return np.asarray(x, dtype=np.float64)
+    if dtype == "bfloat16":  # through float32, to nearest even (te/dtype.py)
+        return dt.bfloat16_to_float32(dt.bfloat16_bits(x)).astype(np.float64)
     with np.errstate(all="ignore"):
         return np.asarray(x, dtype=np.float64).astype(dtype).astype(np.float64)
 
@@ -97,8 +119,11 @@ def ulp(x, dtype: str):
     """Spacing of float ``dtype`` at ``|x|`` (float64; the largest finite spacing above)."""
     with np.errstate(all="ignore"):
         a = np.abs(np.asarray(x, dtype=np.float64))
-        fin = np.finfo(dtype)
+        fin = finfo(dtype)
         a = np.where(np.isfinite(a), np.minimum(a, float(fin.max)), float(fin.max))
+        if dtype == "bfloat16":  # float32's spacing, 16 bits fewer
+            a = round_to(a, dtype).astype(np.float32)
+            return np.spacing(a).astype(np.float64) * 65536.0
         return np.spacing(a.astype(dtype)).astype(np.float64)
 
 
@@ -110,7 +135,7 @@ def rounded(r, dtype: str, err, mag, unsure=None, extra=None) -> Val:
     if e is not None:
         e = np.where(e > 0, e + ulp(np.abs(v) + e, dtype), 0.0)
         with np.errstate(all="ignore"):
-            fmax = float(np.finfo(dtype).max)
+            fmax = float(finfo(dtype).max)
             near = (np.abs(r) + e > fmax) & np.isfinite(v) & (e > 0)
         unsure = mask_or(unsure, near)
     return Val(v, dtype, e, mag, None, unsure)
@@ -148,8 +173,9 @@ def cast(x: Val, to: str) -> Val:
             if x.err is not None:
                 unsure = mask_or(unsure, np.trunc(x.v - x.err) != np.trunc(x.v + x.err))
             t = np.where(unsure, 0, t)
-            return Val(t.astype(to), to, unsure=unsure, oob=x.oob)
-        return Val(np.asarray(x.v).astype(to), to, unsure=x.unsure, oob=x.oob)
+            return Val(t.astype(storage_dtype(to)), to, unsure=unsure, oob=x.oob)
+        return Val(wrap(np.asarray(x.v).astype(np.int64), to), to, unsure=x.unsure,
+                   oob=x.oob)
 
 
 def _trunc_div(a, b):
@@ -197,8 +223,14 @@ def int_binary(op: str, a: Val, b: Val, dtype: str) -> Val:
 
 
 def wrap(r, dtype: str):
+    """Integers ``r`` wrapped into ``dtype`` (two's complement; int4/uint4 modulo 16)."""
     if dtype == "bool":
         return np.asarray(r != 0)
+    if dt.is_int4(dtype):
+        x = np.asarray(r).astype(np.int64) & 15
+        if dtype == "int4":
+            x = np.where(x >= 8, x - 16, x)
+        return x.astype(storage_dtype(dtype))
     if r.dtype == object:
         bits = dt.bits(dtype)
         m = 1 << bits

@@ -37,9 +37,10 @@ import traceback
 import numpy as np
 
 from polytile import LoweringError, ScheduleError
+from polytile.te import dtype as dt
 
 from . import reference
-from .spec import args_of, ident, program_code, schedule_code
+from .spec import args_of, ident, program_code, schedule_code, tensor_names
 
 CLASSES = ("ok", "refused", "vague", "wrong", "crash", "hang", "invalid")
 FAILURES = ("vague", "wrong", "crash", "hang")
@@ -57,7 +58,7 @@ def make_inputs(placeholders: list, data: dict) -> dict:
     floats = []
     for name, shape, d in placeholders:
         shape = tuple(int(x) for x in shape)
-        if d.startswith("float"):
+        if dt.is_float(d):
             if mode == "grid":
                 x = g.integers(-16, 17, shape).astype(np.float64) / 8
                 x[x == 0] = 0.125
@@ -67,23 +68,35 @@ def make_inputs(placeholders: list, data: dict) -> dict:
             floats.append(name)
         elif d == "int8":
             x = g.integers(-128, 128, shape)
+        elif d == "int4":
+            x = g.integers(-8, 8, shape)
         elif d == "bool":
             x = g.integers(0, 2, shape)
         else:
             x = g.integers(-1000, 1001, shape)
-        if not d.startswith("float") and d != "bool":
+        if not dt.is_float(d) and d != "bool":
             x = np.where(x == 0, 1, x)
+        if d == "bfloat16":
+            out[name] = np.ascontiguousarray(dt.bfloat16_bits(x))
+            continue
+        if d == "int4":  # two elements per byte (te/dtype.py)
+            out[name] = dt.pack_int4(x, d)
+            continue
         out[name] = np.ascontiguousarray(np.asarray(x).astype(d))
     if mode == "nan" and floats:
         a = out[floats[int(g.integers(len(floats)))]].reshape(-1)
         k = max(1, a.size // 10)
-        a[g.permutation(a.size)[:k]] = np.nan
+        a[g.permutation(a.size)[:k]] = 0x7FC0 if a.dtype == np.uint16 else np.nan
     return out
 
 
 def poison(shape, dtype: str, which: int) -> np.ndarray:
-    """Output filled with a value a correct run overwrites: NaN or -77.5 (floats), the
-    dtype's max or min (ints)."""
+    """Output filled with a value a correct run overwrites: NaN or -77.5 (floats; bfloat16
+    as its bit patterns), the dtype's max or min (ints)."""
+    if dtype == "bfloat16":
+        return np.full(shape, 0x7FC0 if which == 0 else dt.bfloat16_bits(-77.5), np.uint16)
+    if dt.is_int4(dtype):  # packed: max or min in both nibbles
+        return np.full(dt.packed_shape(shape), 0x77 if which == 0 else 0x88, np.uint8)
     if dtype.startswith("float"):
         return np.full(shape, np.nan if which == 0 else -77.5, dtype)
     if dtype == "bool":
@@ -95,7 +108,11 @@ def poison(shape, dtype: str, which: int) -> np.ndarray:
 def compare(out: np.ndarray, res: reference.Result, dtype: str, relaxed: bool) -> tuple:
     """``(number of wrong elements, number checked, description of the worst ones)``."""
     sure = ~res.unsure
-    if dtype.startswith("float"):
+    if dtype == "bfloat16":
+        out = dt.bfloat16_values(out)
+    if dt.is_int4(dtype) and res.value.shape:
+        out = dt.unpack_int4(out, res.value.shape[-1], dtype)
+    if dt.is_float(dtype):
         o, r = out.astype(np.float64), res.value.astype(np.float64)
         tol = reference.tolerance(res, dtype, relaxed and dtype == "float16")
         with np.errstate(all="ignore"):
@@ -112,7 +129,7 @@ def compare(out: np.ndarray, res: reference.Result, dtype: str, relaxed: bool) -
         for i in idx:
             i = tuple(int(x) for x in i)
             lines.append(f"[{', '.join(map(str, i))}] = {out[i]!r}, expected {res.value[i]!r}"
-                         + (f" (tolerance {float(tol[i]):.3g})" if dtype.startswith("float")
+                         + (f" (tolerance {float(tol[i]):.3g})" if dt.is_float(dtype)
                             else ""))
     return n, int(sure.sum()), lines
 
@@ -120,7 +137,8 @@ def compare(out: np.ndarray, res: reference.Result, dtype: str, relaxed: bool) -
 #: primitives of one stage: their refusals must name the stage
 STAGE_PRIMITIVES = ("split", "tile", "fuse", "reorder", "vectorize", "unroll", "parallel",
                     "bind", "compute_at", "compute_inline", "compute_root", "cache_read",
-                    "cache_write", "rfactor", "storage_align", "pragma")
+                    "cache_write", "rfactor", "storage_align", "pragma", "double_buffer",
+                    "pipeline")
 
 
 def _refusal(ex: Exception, stages: list) -> str:
@@ -225,8 +243,22 @@ class Runtime:
         return [d.numpy() for d in dev]
 
 
-def check_function(f, args, prog_inputs: dict, results: dict, runtime: Runtime) -> dict:
-    """Run built ``f`` twice (two poisons) and compare its outputs with ``results``."""
+def concrete(shape, dims: dict | None) -> tuple:
+    """``shape`` with its symbolic sizes (``te.size_var``) bound to their values in
+    ``dims`` (dim name -> int)."""
+    if not dims:
+        return tuple(shape)
+    return tuple(int(eval(str(x), {}, dict(dims))) for x in shape)  # noqa: S307 - ours
+
+
+def _key(a) -> str:
+    return reference.tuple_key(a.name, a.value_index)
+
+
+def check_function(f, args, prog_inputs: dict, results: dict, runtime: Runtime,
+                   dims: dict | None = None) -> dict:
+    """Run built ``f`` twice (two poisons) and compare its outputs with ``results``
+    (``dims``: the values of the symbolic sizes of ``args``' shapes)."""
     in_names = set(prog_inputs)
     problems, checked, total = [], 0, 0
     for which in (0, 1):
@@ -236,15 +268,16 @@ def check_function(f, args, prog_inputs: dict, results: dict, runtime: Runtime) 
                 arrays.append(prog_inputs[a.name].copy())
             else:
                 outs.append(len(arrays))
-                arrays.append(poison(a.shape, a.dtype, which))
+                arrays.append(poison(concrete(a.shape, dims), a.dtype, which))
         got = runtime.call(f, arrays)
         for k in outs:
             a = args[k]
-            n, c, lines = compare(got[k], results[a.name], a.dtype, runtime.target == "cuda")
+            n, c, lines = compare(got[k], results[_key(a)], a.dtype, runtime.target == "cuda")
             if which == 0:
-                checked, total = checked + c, total + got[k].size
+                checked, total = checked + c, total + results[_key(a)].value.size
             if n:
-                problems.append(f"{n} of {got[k].size} elements of {a.name} are wrong"
+                problems.append(f"{n} of {results[_key(a)].value.size} elements of {_key(a)} "
+                                f"are wrong"
                                 f"{' (second poison)' if which else ''}: " + "; ".join(lines))
         for k, a in enumerate(args):
             if a.name in in_names and not np.array_equal(got[k], prog_inputs[a.name],
@@ -264,12 +297,19 @@ def run_case(case: dict, runtime: Runtime) -> dict:
     runtime.finish(ignore=True)
     prog = case["program"]
     ns: dict = {"te": te}
+    dims = prog["dims"] if prog.get("symbolic") else None
     try:
         exec(program_code(prog), ns)  # noqa: S102
-        tensors = {t["name"]: ns[ident(t["name"])] for t in prog["tensors"]}
+        names = [n for t in prog["tensors"] for n in tensor_names(t)]
+        tensors = {n: ns[ident(n)] for n in names}
         args = [tensors[n] for n in args_of(prog)]
-        inputs = make_inputs(_placeholders(args), case.get("data", {}))
-        results = reference.evaluate([tensors[o] for o in prog["outputs"]], inputs)
+        ref_ns = ns
+        if dims:  # the reference evaluates the same program with every size static
+            ref_ns = {"te": te}
+            exec(program_code(prog, static=True), ref_ns)  # noqa: S102
+        ref_args = [ref_ns[ident(n)] for n in args_of(prog)]
+        inputs = make_inputs(_placeholders(ref_args), case.get("data", {}))
+        results = reference.evaluate([ref_ns[ident(o)] for o in prog["outputs"]], inputs)
     except Exception as ex:  # noqa: BLE001 - the case is ill-formed
         return _outcome("invalid", "program", ex)
     stages = [t["name"] for t in prog["tensors"]]
@@ -293,16 +333,17 @@ def run_case(case: dict, runtime: Runtime) -> dict:
         return _outcome("crash", "build", ex)
     t2 = time.perf_counter()
     try:
-        chk = check_function(f, args, inputs, results, runtime)
+        chk = check_function(f, args, inputs, results, runtime, dims)
     except Exception as ex:  # noqa: BLE001
         return _outcome("crash", "run", ex)
     try:
         runtime.finish()
     except Exception as ex:  # noqa: BLE001 - nvcc rejected the generated CUDA C
         return _outcome("crash", "build", ex)
-    if runtime.target == "cuda" and not chk["problems"]:
+    # (symbolic sizes: the interpreter allocates buffers of static shapes only)
+    if runtime.target == "cuda" and not chk["problems"] and not dims:
         try:
-            chk["problems"] = thread_races(ns["s"], args, inputs)
+            chk["problems"] = thread_races(ns["s"], args, inputs, dims)
         except Exception as ex:  # noqa: BLE001
             return _outcome("crash", "run", ex)
     timing = {"seconds": round(time.perf_counter() - t0, 3), "build_s": round(t2 - t1, 3)}
@@ -323,7 +364,7 @@ class _OutOfTime(Exception):
     pass
 
 
-def thread_races(s, args, prog_inputs: dict) -> list:
+def thread_races(s, args, prog_inputs: dict, dims: dict | None = None) -> list:
     """The races of the GPU schedule ``s`` (``[]`` when none, or when it has more than
     :data:`RACE_CHECK_THREADS` threads): its loop IR run by the reference interpreter,
     which runs a block's threads barrier to barrier and raises on a race or a barrier
@@ -338,13 +379,16 @@ def thread_races(s, args, prog_inputs: dict) -> list:
 
     class _Launches(StmtVisitor):
         def visit_KernelLaunch(self, k: KernelLaunch):
+            if not all(isinstance(x, int) for x in (*k.grid, *k.block)):
+                launches.append(RACE_CHECK_THREADS + 1)  # a symbolic grid: not checked
+                return
             launches.append(int(np.prod(k.grid)) * int(np.prod(k.block)))
 
     _Launches().visit(func.body)
     if sum(launches) > RACE_CHECK_THREADS:
         return []
     arrays = [prog_inputs[a.name].copy() if a.name in prog_inputs
-              else poison(a.shape, a.dtype, 0) for a in args]
+              else poison(concrete(a.shape, dims), a.dtype, 0) for a in args]
     import signal
     import threading
 
@@ -378,16 +422,19 @@ def _placeholders(args) -> list:
     return [(a.name, a.shape, a.dtype) for a in args if isinstance(a.op, PlaceholderOp)]
 
 
-def check_script(f, args, target, data: dict) -> str:
+def check_script(f, args, target, data: dict, static_args=None, dims=None) -> str:
     """Run built ``f`` of a reproducer script on the case's data and compare with the
-    reference: ``"ok ..."`` or the wrong elements. ``target``: a name or a Runtime."""
+    reference: ``"ok ..."`` or the wrong elements. ``target``: a name or a Runtime.
+    With symbolic sizes, ``static_args`` are the same tensors with every size static
+    (the reference evaluates them) and ``dims`` the sizes' values."""
     from polytile.te.tensor import PlaceholderOp
 
-    inputs = make_inputs(_placeholders(args), data)
-    outs = [a for a in args if not isinstance(a.op, PlaceholderOp)]
+    ref_args = static_args or args
+    inputs = make_inputs(_placeholders(ref_args), data)
+    outs = [a for a in ref_args if not isinstance(a.op, PlaceholderOp)]
     results = reference.evaluate(outs, inputs)
     rt = target if isinstance(target, Runtime) else Runtime(target)
-    chk = check_function(f, args, inputs, results, rt)
+    chk = check_function(f, args, inputs, results, rt, dims)
     rt.finish()
     if chk["problems"]:
         return "wrong: " + "\n".join(chk["problems"])

@@ -4,7 +4,9 @@ recorded as plain steps (see :mod:`.spec`).
 Primitives: split (factor or nparts, divisible or not, larger than the extent), tile,
 reorder, fuse, vectorize, unroll, parallel, compute_at (any loop of any consumer),
 compute_inline, compute_root, cache_read (shared/local/global, any subset of readers),
-cache_write, rfactor (any reduce loop, any ``factor_axis``), and for ``cuda`` a final pass
+cache_write, rfactor (any reduce loop, any ``factor_axis``); for extended seeds
+(:data:`.cases.EXTENDED_FROM`) also storage_align, loop pragmas and double_buffer; for
+``cuda`` a final pass
 binding every root stage to ``blockIdx``/``threadIdx`` (sometimes with cooperative threads in
 attached stages or a cross-thread reduction).
 
@@ -28,6 +30,11 @@ _PRIMS = ("split", "tile", "reorder", "fuse", "vectorize", "unroll", "parallel",
           "compute_inline", "compute_root", "cache_read", "cache_write", "rfactor")
 _WEIGHTS = {"llvm": (3, 1, 2, 1, 1.5, 1, 1.5, 3, 1, 0.3, 1, 0.7, 1.5),
             "cuda": (3, 1, 2, 1, 0.5, 1, 0, 3, 1, 0.3, 1.2, 0.8, 1.5)}
+#: primitives (and weights) that only extended seeds draw (:data:`.cases.EXTENDED_FROM`)
+_EXTENDED = (("storage_align", 0.7), ("pragma", 0.8), ("double_buffer", 0.4))
+#: loop pragmas extended seeds draw, with their values
+_PRAGMAS = (("auto_unroll_max_step", 16), ("auto_unroll_max_step", 512), ("unroll", None),
+            ("nontemporal", None), ("parallel_launch_point", None), ("vectorize", None))
 
 
 def namespace(prog: dict, steps: list) -> dict:
@@ -48,8 +55,10 @@ def namespace(prog: dict, steps: list) -> dict:
 class SchedGen:
     """Random steps on a live schedule of program ``prog``."""
 
-    def __init__(self, rng: np.random.Generator, prog: dict, target: str):
+    def __init__(self, rng: np.random.Generator, prog: dict, target: str,
+                 extended: bool = False):
         self.g = rng
+        self.extended = extended
         self.prog = prog
         self.target = target
         self.steps: list = []
@@ -100,7 +109,14 @@ class SchedGen:
         return True
 
     # ------------------------------------------------------------------ primitives
-    def factor(self, ext: int) -> int:
+    @staticmethod
+    def extent(v) -> int:
+        """The extent of loop ``v``; 16 for a symbolic one (a size bound at call time)."""
+        e = v.dom.extent
+        return e if isinstance(e, int) else 16
+
+    def factor(self, ext) -> int:
+        ext = ext if isinstance(ext, int) else 16
         r = self.g.random()
         if r < 0.5:
             return int(self.pick([2, 3, 4, 8, 16, 5, 7]))
@@ -137,7 +153,7 @@ class SchedGen:
             return ["fuse", T, [v.name for v in leaves[k:k + n]]]
         if prim in ("vectorize", "unroll", "parallel") and free:
             v = free[-1] if prim == "vectorize" and self.chance(0.8) else self.pick(free)
-            if prim == "vectorize" and v.dom.extent > 64:
+            if prim == "vectorize" and self.extent(v) > 64:
                 return None
             return [prim, T, v.name]
         if prim == "compute_at":
@@ -160,6 +176,16 @@ class SchedGen:
             nd = len(st.op.axis)
             fa = int(self.g.integers(0, nd + 1)) if self.chance(0.85) else -1
             return ["rfactor", T, self.pick(red).name, fa]
+        if prim == "pragma" and free:
+            kind, value = self.pick(_PRAGMAS)
+            return ["pragma", T, self.pick(free).name, kind, value]
+        if prim == "double_buffer":
+            att = [x for x in self.stages() if x.attach_type == "scope"]
+            return ["double_buffer", self.pick(att).op.name] if att else None
+        if prim == "storage_align" and st.op.axis:
+            f = int(self.pick([2, 4, 8, 16, 32, 3]))
+            return ["storage_align", T, self.pick(list(st.op.axis)).name, f,
+                    int(self.pick([0, 1, f - 1]))]
         return None
 
     def readers(self, st) -> list:
@@ -195,11 +221,15 @@ class SchedGen:
 
     # ------------------------------------------------------------------ driver
     def random_steps(self, n: int) -> None:
-        w = np.array(_WEIGHTS[self.target], float)
+        prims, w = _PRIMS, list(_WEIGHTS[self.target])
+        if self.extended:
+            prims += tuple(p for p, _ in _EXTENDED)
+            w += [x for _, x in _EXTENDED]
+        w = np.array(w, float)
         tries = 0
         while len(self.steps) < n and not self.stopped and tries < 6 * n:
             tries += 1
-            prim = _PRIMS[int(self.g.choice(len(_PRIMS), p=w / w.sum()))]
+            prim = prims[int(self.g.choice(len(prims), p=w / w.sum()))]
             step = self.step(prim)
             if step is None or not self.apply(step):
                 continue
@@ -289,9 +319,11 @@ class SchedGen:
             self.apply(["bind", T, v.name + ".inner", "threadIdx.x"])
 
 
-def generate_steps(rng: np.random.Generator, prog: dict, target: str) -> list:
-    """A random schedule of ``prog`` for ``target`` (``llvm`` or ``cuda``) as steps."""
-    gen = SchedGen(rng, prog, target)
+def generate_steps(rng: np.random.Generator, prog: dict, target: str,
+                   extended: bool = False) -> list:
+    """A random schedule of ``prog`` for ``target`` (``llvm`` or ``cuda``) as steps
+    (``extended``: with the primitives of extended seeds too)."""
+    gen = SchedGen(rng, prog, target, extended)
     n = int(rng.choice(8, p=np.array([5, 6, 5, 4, 3, 2, 2, 1], float) / 28)) + 1
     gen.random_steps(n)
     if target == "cuda" and not gen.stopped:

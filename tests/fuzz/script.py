@@ -40,6 +40,13 @@ def reproducer(case: dict, out: dict | None = None) -> str:
                   "sys.path.insert(0, '.')  # run from the repository root",
                   "from tests.fuzz.runner import Runtime  # the GPU, or its host emulation",
                   "rt = Runtime('cuda')"]
+    extra = ""
+    if prog.get("symbolic"):  # the reference runs the program with static sizes
+        names = ", ".join(f"_static[{ident(a)!r}]" for a in args_of(prog))
+        lines += ["_static = {'te': te}",
+                  f"exec({program_code(prog, static=True)!r}, _static)",
+                  f"static_args = [{names}]"]
+        extra = f", static_args, {prog['dims']!r}"
     lines.append(f"f = polytile.build(s, args, target={target!r})")
     lines.append(textwrap.dedent(f"""
         if __name__ == "__main__":  # from the repository root: python <this file>
@@ -47,5 +54,5 @@ def reproducer(case: dict, out: dict | None = None) -> str:
             sys.path.insert(0, ".")
             from tests.fuzz.runner import check_script
             print(check_script(f, args, {"rt" if target == "cuda" else repr(target)}, \
-{case.get("data", {})!r}))""").rstrip())
+{case.get("data", {})!r}{extra}))""").rstrip())
     return "\n".join(lines) + "\n"

@@ -14,10 +14,16 @@ Program tensors (``program["tensors"]``, in definition order):
 
 * ``{"name", "shape", "dtype"}``: a placeholder; ``shape`` entries are Python expressions
   over the dims (``"N0 + 2"``);
+* ``{"name", "shape", "axes", "body", "more"?, "outputs"?}``: a compute with one output
+  per body (``"more"``: the bodies after the first; ``"outputs"``: their count), its outputs
+  named ``name``, ``name.v1``, ... (:func:`tensor_names`); an ``argmax``/``argmin`` reduce
+  (:data:`COMBINERS`) has ``"index"`` and two outputs;
 * ``{"name", "shape", "axes", "body", "reduce"?}``: ``te.compute(shape, lambda <axes>:
   <body>)``; with ``"reduce": {"op", "axes": [[name, lo, hi]], "where", "init"}`` the body
   is ``te.<op>(<body>, axis=[...], where=..., init=...)``;
-* ``{"name", "binop", "a", "b"}``: tensor-level broadcasting arithmetic ``a <op> b``.
+* ``{"name", "binop", "a", "b"}``: tensor-level broadcasting arithmetic ``a <op> b``;
+* ``{"name", "scan": [init, update, state]}``: ``te.scan(init, update, state)``, whose
+  state is a placeholder marked ``"state": True`` (not an argument).
 
 Expressions are nested lists: ``["ax", "i"]``, ``["dim", "N0"]``, ``["int", 3]``,
 ``["lit", 0.5]`` (a weakly typed Python literal), ``["c", 0.5, "float16"]``
@@ -131,27 +137,63 @@ def tensor_reads(t: dict) -> set:
     """Names of the tensors a program tensor reads."""
     if "binop" in t:
         return {t["a"], t["b"]}
+    if "scan" in t:
+        return set(t["scan"][:2])
     if "body" not in t:
         return set()
     out = reads(t["body"])
+    for b in t.get("more", []):
+        out |= reads(b)
     red = t.get("reduce")
     if red:
-        for part in ("where", "init"):
+        for part in ("where", "init", "index"):
             if red.get(part) is not None:
                 out |= reads(red[part])
     return out
 
 
 # ---------------------------------------------------------------------------- programs
+#: reducers written with ``te.comm_reducer`` (``"op"`` of a reduce): their Python source.
+#: ``argmax``/``argmin`` reduce ``(index, value)`` pairs into two outputs (the index of the
+#: largest value, the smallest index among equal values; an empty reduction gives
+#: ``(int32 max, the identity value)``), ``prod`` multiplies, ``csum``/``cmax`` are ``+`` and
+#: ``max`` spelled as a comm_reducer.
+_BETTER = {"argmax": ">", "argmin": "<"}
+COMBINERS = {
+    **{op: (f"_{op}_first = lambda x, y: te.any(x[1] {c} y[1], te.all(x[1] == y[1], "
+            f"x[0] < y[0]))\n"
+            f"{op} = te.comm_reducer(lambda x, y: (te.if_then_else(_{op}_first(x, y), x[0], "
+            f"y[0]), te.if_then_else(_{op}_first(x, y), x[1], y[1])), lambda t0, t1: "
+            f"(te.const(2147483647, t0), te.{'min' if c == '>' else 'max'}_value(t1)), "
+            f"name={op!r})") for op, c in _BETTER.items()},
+    "prod": "prod = te.comm_reducer(lambda x, y: x * y, lambda t: te.const(1, t), "
+            "name='prod')",
+    "csum": "csum = te.comm_reducer(lambda x, y: x + y, lambda t: te.const(0, t), "
+            "name='csum')",
+    "cmax": "cmax = te.comm_reducer(lambda x, y: te.max(x, y), lambda t: te.min_value(t), "
+            "name='cmax')",
+}
+
+
+def tensor_names(t: dict) -> list:
+    """The names of a program tensor's outputs: ``[name]``, or for a compute with several
+    outputs (a tuple reduction) ``[name, name.v1, ...]`` (TVM's buffer names)."""
+    return [t["name"]] + [f"{t['name']}.v{k}" for k in range(1, t.get("outputs", 1))]
+
+
 def tensor_code(t: dict) -> str:
-    name = ident(t["name"])
+    name = ", ".join(ident(n) for n in tensor_names(t))
     if "binop" in t:
         return f"{name} = {ident(t['a'])} {t['binop']} {ident(t['b'])}"
+    if "scan" in t:
+        return f"{name} = te.scan({', '.join(ident(x) for x in t['scan'])}, name={t['name']!r})"
     shape = ", ".join(t["shape"]) + ("," if len(t["shape"]) == 1 else "")
     if "body" not in t:
         return f"{name} = te.placeholder(({shape}), {t['dtype']!r}, name={t['name']!r})"
     lines = []
     body = expr_code(t["body"])
+    if t.get("more"):  # a compute with several outputs
+        body = f"({', '.join([body] + [expr_code(b) for b in t['more']])})"
     red = t.get("reduce")
     if red:
         for ax, lo, hi in red["axes"]:
@@ -163,25 +205,39 @@ def tensor_code(t: dict) -> str:
         if red.get("init") is not None:
             extra += f", init={expr_code(red['init'])}"
         axis = axes[0] if len(axes) == 1 else f"[{', '.join(axes)}]"
-        body = f"te.{red['op']}({body}, axis={axis}{extra})"
+        fn = f"te.{red['op']}"
+        if red["op"] in COMBINERS:
+            lines.insert(0, COMBINERS[red["op"]])
+            fn = red["op"]
+        if red.get("index") is not None:
+            body = f"({expr_code(red['index'])}, {body})"
+        body = f"{fn}({body}, axis={axis}{extra})"
     lines.append(f"{name} = te.compute(({shape}), lambda {', '.join(t['axes'])}: {body}, "
                  f"name={t['name']!r})")
     return "\n".join(lines)
 
 
-def program_code(prog: dict) -> str:
-    """Python source defining the program's dims and tensors (``te`` imported)."""
+def program_code(prog: dict, static: bool = False) -> str:
+    """Python source defining the program's dims and tensors (``te`` imported).
+
+    The dims named in ``prog["symbolic"]`` are ``te.size_var`` sizes (bound at call time
+    by the arrays' shapes), unless ``static``: then every dim is its int value (the
+    program the reference evaluates)."""
     dims = prog["dims"]
+    sym = [] if static else prog.get("symbolic", [])
     lines = []
     if dims:
         lines.append(f"{', '.join(dims)} = {', '.join(str(v) for v in dims.values())}")
+    for d in sym:
+        lines.append(f"{d} = te.size_var({d!r})")
     lines += [tensor_code(t) for t in prog["tensors"]]
     return "\n".join(lines)
 
 
 def inputs_of(prog: dict) -> list[str]:
-    """Names of the placeholders, in definition order."""
-    return [t["name"] for t in prog["tensors"] if "body" not in t and "binop" not in t]
+    """Names of the placeholders, in definition order (a scan's state is none)."""
+    return [t["name"] for t in prog["tensors"] if "body" not in t and "binop" not in t
+            and "scan" not in t and not t.get("state")]
 
 
 def args_of(prog: dict) -> list[str]:
@@ -189,7 +245,7 @@ def args_of(prog: dict) -> list[str]:
     the outputs."""
     needed = set()
     todo = list(prog["outputs"])
-    by = {t["name"]: t for t in prog["tensors"]}
+    by = {n: t for t in prog["tensors"] for n in tensor_names(t)}
     while todo:
         n = todo.pop()
         if n in needed:
@@ -241,6 +297,11 @@ def step_code(step: list) -> str:
         return f"{ident(st + '.rf')} = s.rfactor({T}, {a(step[2])}, factor_axis={step[3]})"
     if p == "storage_align":
         return f"s[{T}].storage_align({a(step[2])}, {step[3]}, {step[4]})"
+    if p == "pragma":
+        value = "" if step[4] is None else f", {step[4]!r}"
+        return f"s[{T}].pragma({a(step[2])}, {step[3]!r}{value})"
+    if p == "double_buffer":
+        return f"s[{T}].double_buffer()"
     raise ValueError(f"unknown step {step!r}")
 
 

@@ -215,3 +215,46 @@ def test_reference_keeps_unsure_elements_of_a_reduction_with_init():
     assert _ev(R, A=np.array([-1000, 3], "int32")).unsure.tolist() == [True]
     r = _ev(R, A=np.array([-100, 3], "int32"))
     assert r.unsure.tolist() == [False] and r.value[0] == 5 - 100 + 3
+
+
+def test_reference_of_argmax_scan_bfloat16_and_int4():
+    """The reference's tuple reductions (argmax: first index of the largest value, the
+    identity where ``where`` never holds), scans (row by row), bfloat16 (rounded through
+    float32) and int4 (packed inputs, wrapping modulo 16) against hand-written numpy."""
+    from polytile.te import dtype as dt
+
+    from .spec import COMBINERS
+
+    ns = {"te": te}
+    exec(COMBINERS["argmax"], ns)  # noqa: S102 - the fuzzer's own combiner
+    A = te.placeholder((3, 4), "int8", name="A")
+    k = te.reduce_axis((0, 4), name="k")
+    R, RV = te.compute((3,), lambda i: ns["argmax"]((k, A[i, k]), axis=k, where=i + k > 1),
+                       name="R")
+    a = np.array([[1, 5, 5, 0], [-3, 2, 7, 7], [4, 4, 4, 4]], np.int8)
+    res = evaluate([R, RV], {"A": a})
+    assert res["R"].value.tolist() == [2, 2, 0] and res["R.v1"].value.tolist() == [5, 7, 4]
+
+    X = te.placeholder((4, 2), "float32", name="X")
+    init = te.compute((1, 2), lambda t, i: X[t, i], name="S_init")
+    state = te.placeholder((4, 2), "float32", name="S_state")
+    upd = te.compute((4, 2), lambda t, i: state[t - 1, 1 - i] + X[t, i], name="S_update")
+    S = te.scan(init, upd, state, name="S")
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    want = x.copy()
+    for t in range(1, 4):
+        want[t] = want[t - 1, ::-1] + x[t]
+    np.testing.assert_array_equal(_ev(S, X=x).value, want)
+
+    B = te.placeholder((3,), "bfloat16", name="B")
+    C = te.compute((3,), lambda i: B[i] * B[i], name="C")
+    b = dt.bfloat16_bits(np.array([1 + 2.0 ** -7, 3.0, -0.1]))
+    bv = dt.bfloat16_to_float32(b).astype(np.float64)
+    np.testing.assert_array_equal(_ev(C, B=b).value,
+                                  dt.bfloat16_to_float32(dt.bfloat16_bits(bv * bv)))
+
+    Q = te.placeholder((5,), "int4", name="Q")
+    P = te.compute((5,), lambda i: Q[i] + Q[i] + 3, name="P")
+    q = np.array([7, -8, 3, -1, 5])
+    got = _ev(P, Q=dt.pack_int4(q)).value
+    assert got.tolist() == [((2 * v + 3 + 8) % 16) - 8 for v in q]

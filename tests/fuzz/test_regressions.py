@@ -438,3 +438,169 @@ def test_gpu_twice_fused_and_bound_loop_values():
     out = np.full((11, 7), -12345, "int32")   # poison: an instance not run shows
     interpreter.run(polytile.lower(s, [A, C], target="cuda"), a, out)
     np.testing.assert_array_equal(out, a * 3 + np.arange(7, dtype="int32"))
+
+
+# --------------------------------------------------------------------------- tuple reductions
+def _argmax():
+    first = lambda x, y: te.any(x[1] > y[1], te.all(x[1] == y[1], x[0] < y[0]))  # noqa: E731
+    return te.comm_reducer(
+        lambda x, y: (te.if_then_else(first(x, y), x[0], y[0]),
+                      te.if_then_else(first(x, y), x[1], y[1])),
+        lambda t0, t1: (te.const(2147483647, t0), te.min_value(t1)), name="argmax")
+
+
+def test_parallel_tuple_reduction_read_after_its_loop():
+    """Fuzz seed llvm 60465: an argmax stage whose loop is parallel and whose value output
+    is read by a later stage. Its update computes both new values first (``LetStmt``s
+    reading both accumulators), which the storage pass took for a consumer inside the
+    parallel loop: the value buffer was privatised in the loop, and the later stage read
+    a function-level copy never written."""
+    argmax = _argmax()
+    A = te.placeholder((6, 17), "float16", name="A")
+    k = te.reduce_axis((1, 17), name="k")
+    R, RV = te.compute((6,), lambda i: argmax((k, A[i, k]), axis=k, where=k >= 11), name="R")
+    E = te.compute((6,), lambda i: RV[i] * 2.0, name="E")
+    s = te.create_schedule(E.op)
+    s[R].parallel(R.op.axis[0])
+    f = polytile.build(s, [A, E])
+    a = np.random.default_rng(0).uniform(-1, 1, (6, 17)).astype("float16")
+    e = np.full(6, np.nan, "float16")
+    f(a, e)
+    np.testing.assert_array_equal(e, a[:, 11:].max(axis=1) * np.float16(2))
+
+
+# --------------------------------------------------------------------------- LLVM masked stores
+def test_ragged_bfloat16_tail_writes_only_its_elements():
+    """Fuzz seed llvm 60199: a tiled ``te.scan`` of bfloat16 (rounded in float32): LLVM's
+    vectorizer stores the one-element tail of each row with a one-lane masked store of a
+    truncated vector, which LLVM 22's x86 back end compiled into a 4-byte store: the next
+    element got 0 and the last row wrote past the output (heap corruption). The output is
+    the start of a larger array here, so writes past it are seen."""
+    from polytile.te import dtype as dt
+
+    T, N = 4, 13
+    A = te.placeholder((T, N), "bfloat16", name="A")
+    init = te.compute((1, N), lambda t, i: A[t, i] + 0.75, name="S_init")
+    state = te.placeholder((T, N), "bfloat16", name="S_state")
+    update = te.compute((T, N), lambda t, i: state[t - 1, i] - A[t, i], name="S_update")
+    S = te.scan(init, update, state, name="S")
+    s = te.create_schedule([init.op, S.op])
+    _, ti = s[S].split(S.op.axis[0], factor=16)
+    s[S].tile(ti, S.op.axis[1], 2, 4)
+    f = polytile.build(s, [A, init, S])
+    a = dt.bfloat16_bits(np.random.default_rng(0).uniform(-1, 1, (T, N)))
+    si = np.zeros((1, N), np.uint16)
+    big = np.full(T * N + 8, 0x7FC0, np.uint16)
+    f(a, si, big[:T * N].reshape(T, N))
+    av = dt.bfloat16_to_float32(a)
+    want = np.zeros((T, N), np.float32)
+    want[0] = dt.bfloat16_to_float32(dt.bfloat16_bits(av[0] + 0.75))
+    for t in range(1, T):
+        want[t] = dt.bfloat16_to_float32(dt.bfloat16_bits(want[t - 1] - av[t]))
+    np.testing.assert_array_equal(dt.bfloat16_to_float32(big[:T * N]).reshape(T, N), want)
+    assert (big[T * N:] == 0x7FC0).all(), "written past the output"
+
+
+def test_constant_masked_stores_become_scalar_stores():
+    """The rewrite behind the test above, on the IR LLVM produced: each enabled lane of a
+    constant-mask ``llvm.masked.store`` becomes one scalar store of that lane."""
+    from polytile.targets.llvm.workarounds import scalarize_constant_masked_stores as fix
+
+    ir = ("  tail call void @llvm.masked.store.v4i16.p0(<4 x i16> %105, ptr align 2 %gep, "
+          "<4 x i1> <i1 false, i1 true, i1 false, i1 true>)\n"
+          "  call void @llvm.masked.store.v4i16.p0(<4 x i16> %1, ptr align 2 %2, <4 x i1> %m)")
+    out = fix(ir).split("\n")
+    assert out[0].strip() == "%masked.store.1.1.v = extractelement <4 x i16> %105, i64 1"
+    assert out[1].strip() == ("%masked.store.1.1.p = getelementptr inbounds i16, ptr %gep, "
+                              "i64 1")
+    assert out[2].strip() == "store i16 %masked.store.1.1.v, ptr %masked.store.1.1.p, align 2"
+    assert "i64 3" in out[3] and len(out) == 7 and "<4 x i1> %m" in out[6]
+    assert fix("define void @f() {\n  ret void\n}") == "define void @f() {\n  ret void\n}"
+
+
+# --------------------------------------------------------------------------- GPU accumulators
+def test_gpu_symbolic_wide_accumulator_is_refused_by_name():
+    """Fuzz seed cuda 60160: a bfloat16 matmul of symbolic size whose reduction loop runs
+    outside a spatial loop of each thread: its float32 accumulator would hold a row of
+    symbolic length per thread. CUDA C code generation failed (BuildError on a local array
+    of non-constant size); lowering now refuses it, naming the stage; with a constant
+    extent it lowers."""
+    from polytile import ScheduleError
+
+    for n in (te.size_var("N"), 11):
+        A = te.placeholder((7, 32), "bfloat16", name="A")
+        B = te.placeholder((32, n), "bfloat16", name="B")
+        k = te.reduce_axis((0, 32), name="k")
+        C = te.compute((7, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+        s = te.create_schedule(C.op)
+        s[C].reorder(k, C.op.axis[1])
+        io, ii = s[C].split(C.op.axis[0], factor=7)
+        s[C].bind(io, te.thread_axis("blockIdx.x"))
+        s[C].bind(ii, te.thread_axis("threadIdx.x"))
+        if isinstance(n, int):
+            assert "C_acc" in str(polytile.lower(s, [A, B, C], target="cuda"))
+        else:
+            with pytest.raises(ScheduleError, match="reorder: the float32 accumulator of "
+                                                    "stage 'C'"):
+                polytile.lower(s, [A, B, C], target="cuda")
+
+
+# --------------------------------------------------------------------------- AST check budget
+def _tiled_symbolic_min():
+    N0, N1 = te.size_var("N0"), te.size_var("N1")
+    A = te.placeholder((N0, N1), "float32", name="A")
+    k = te.reduce_axis((0, N1), name="k")
+    R = te.compute((N0,), lambda i: te.min(A[i, k].astype("int8"), axis=k, where=k < i,
+                                           init=-1), name="R")
+    s = te.create_schedule(R.op)
+    io, ko, _, _ = s[R].tile(R.op.axis[0], k, 16, 5)
+    s[R].tile(io, ko, 1, 5)
+    return s, [A, R]
+
+
+def test_unverifiable_loop_nest_is_refused_not_hung(monkeypatch):
+    """The check of isl's loop nest has an operation budget: past it, the loop nest is not
+    used, and when no fallback can be checked either, lowering refuses by name. Here with a
+    tiny budget (cheap); the fuzz case that hung (seed llvm 62729, minutes in isl's set
+    difference) is the slow test below."""
+    from polytile.schedule import astgen
+
+    monkeypatch.setattr(astgen, "CHECK_OPERATIONS", 2000)
+    A = te.placeholder((5, 7), name="A")
+    B = te.compute((5, 7), lambda i, j: A[i, j] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    s[B].tile(B.op.axis[0], B.op.axis[1], 2, 3)
+    with pytest.raises(polytile.LoweringError, match=r"lower: the loop nest of stages "
+                                                     r"\['B'\] could not be verified"):
+        polytile.lower(s, [A, B])
+
+
+@pytest.mark.slow
+def test_twice_tiled_symbolic_reduction_lowers_or_refuses_in_seconds():
+    """Fuzz seed llvm 62729: two tiles of a reduction over symbolic sizes; the AST check's
+    set difference ran for minutes. Now bounded: a clear LoweringError in seconds."""
+    import time
+
+    s, args = _tiled_symbolic_min()
+    t0 = time.perf_counter()
+    with pytest.raises(polytile.LoweringError, match="could not be verified"):
+        polytile.lower(s, args)
+    assert time.perf_counter() - t0 < 60
+
+
+# --------------------------------------------------------------------------- scans
+def test_cache_read_for_a_scan_reader_is_refused():
+    """Fuzz seed llvm 65727: ``cache_read(S_init, "global", [S])`` with ``S`` a te.scan
+    rebuilt the scan as a plain compute: it lost its reads of its own earlier rows (and
+    then even accepted compute_at), giving wrong values. Refused now, naming the scan;
+    a cache of the scan's output for its consumers still works (tests/schedule)."""
+    from polytile import ScheduleError
+
+    A = te.placeholder((5, 3), "int16", name="A")
+    init = te.compute((1, 3), lambda t, i: A[t, i], name="S_init")
+    state = te.placeholder((5, 3), "int16", name="S_state")
+    update = te.compute((5, 3), lambda t, i: state[t - 1, 2 - i] + A[t, i], name="S_update")
+    S = te.scan(init, update, state, name="S")
+    s = te.create_schedule(S.op)
+    with pytest.raises(ScheduleError, match="cache_read: reader 'S' is a te.scan"):
+        s.cache_read(init, "global", [S])

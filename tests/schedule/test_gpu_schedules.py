@@ -385,3 +385,30 @@ def test_misaligned_vectorized_copy_stays_a_loop():
     s, args, _ = matmul_tiled(m=30, n=30, k=30, block=16, per=2, vec=4)
     src = polytile.build(s, args, target="cuda").get_source()
     assert "float4" not in src and "#pragma unroll" in src
+
+
+def test_directly_nested_bound_loops_make_one_band(monkeypatch):
+    """The bands of a block's two bound loops, one inside the other, are one band of two
+    members in isl's schedule tree (isl analyses every statement once per band level:
+    tree.py); the transpose through shared memory still computes the transpose."""
+    import islpy as isl
+
+    from polytile.schedule import astgen
+
+    trees = []
+
+    def recording(*a, **kw):
+        trees.append(real(*a, **kw))
+        return trees[-1]
+
+    real = astgen.build_schedule
+    monkeypatch.setattr(astgen, "build_schedule", recording)
+    s, args, ref = transpose_shared()
+    out = np.full(args[-1].shape, np.nan, dtype="float32")
+    ins = _inputs(args)
+    run(polytile.lower(s, args), *ins, out)
+    _check(out, ref(*[x.astype("float64") for x in ins]), "float32")
+    top = trees[-1].get_root().child(0)
+    assert top.get_type() == isl.schedule_node_type.band
+    assert top.band_n_member() == 2
+    assert top.child(0).get_type() != isl.schedule_node_type.band

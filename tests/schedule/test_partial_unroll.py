@@ -151,3 +151,24 @@ def test_can_mask_refuses_uniform_stores_and_varying_divisors():
                                                     Load("int64", A, (j,))))))
     assert can_mask(vloop(Store(Y, (j,), Binary("int64", "floordiv", Load("int64", A, (j,)),
                                                 Const("int64", 3)))))
+
+
+@pytest.mark.parametrize("backend", ["interp", "llvm"])
+def test_full_tile_isolation_never_splits_a_parallel_loop(backend):
+    # a parallel loop of two iterations, the last one ragged (two column blocks of a GEMM,
+    # one per thread), with full register tiles isolated below it: isl split it into two
+    # pieces of serial code (1024^3 blis and 1024x1003x1024 goto ran on one thread); now
+    # the loop stays parallel and each thread separates its own full tiles
+    m, n, k = 7, 45, 3
+    A, B, C = _gemm(m, n, k)
+    s = te.create_schedule(C.op)
+    i, j = C.op.axis
+    jo, j = s[C].split(j, factor=24)   # 2 blocks: 24 + 21 columns
+    j1, j2 = s[C].split(j, factor=8)   # ragged 8-lane tiles in the second
+    s[C].reorder(jo, i, j1, *C.op.reduce_axis, j2)
+    s[C].vectorize(j2)
+    s[C].parallel(jo)
+    text = _final(s, [A, B, C])
+    assert re.search(r"^  for j\.outer in parallel\(0, 2\)", text, re.M), text
+    a, b = rand((m, k), seed=1), rand((k, n), seed=2)
+    check(run1(s, [A, B, C], [a, b], backend), a.astype("float64") @ b, k=k)

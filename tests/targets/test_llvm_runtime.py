@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
@@ -286,6 +287,24 @@ def test_time_evaluator_runs_one_warmup_then_number_times_repeat():
     assert c[0] == 1 + 3 * 4
 
 
+def test_time_evaluator_times_the_users_call(axpy):
+    # the tuner, `polytile run` and time_evaluator time f(*arrays), checks included (the
+    # definition of autotune/timing.py), never a bare ctypes call beside it
+    calls = []
+    real = axpy.__call__
+
+    def counted(*args):
+        calls.append(len(args))
+        return real(*args)
+
+    axpy.__call__ = counted
+    try:
+        axpy.time_evaluator(number=3, repeat=2)(*_args())
+    finally:
+        del axpy.__call__
+    assert calls == [4] * 7  # warm-up + number * repeat
+
+
 def test_time_evaluator_min_repeat_ms_grows_number(axpy):
     t0 = time.perf_counter()
     r = axpy.time_evaluator(number=1, repeat=2, min_repeat_ms=30)(*_args())
@@ -372,3 +391,17 @@ def test_repeated_calls_skip_the_checks_only_for_the_same_unchanged_arrays():
     np.testing.assert_allclose(b2, a2 * 2 + 1, rtol=1e-6)
     with pytest.raises(TypeError, match="ndarray"):
         f(list(a2), b2)
+    f(a2, b2)
+    with pytest.raises(ValueError, match="contiguous"):
+        f(a2, poison(2 * n, "float32")[::2])  # a strided view of the right shape
+    f(a2, b2)
+    with warnings.catch_warnings():  # dtype set in place: deprecated, still possible
+        warnings.simplefilter("ignore")
+        b2.dtype = np.int32
+    with pytest.raises(TypeError, match="dtype"):
+        f(a2, b2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        b2.dtype = np.float32
+    f(a2, b2)
+    np.testing.assert_allclose(b2, a2 * 2 + 1, rtol=1e-6)

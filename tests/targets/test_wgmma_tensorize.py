@@ -230,3 +230,127 @@ def test_tensorized_wgmma_gemm_on_the_gpu(size, block, stages, dtype, swizzle):
     ref = a.astype("float64") @ bt.astype("float64").T
     err = np.linalg.norm(dc.numpy() - ref) / np.linalg.norm(ref)
     assert err < 1e-5, f"tensorized wgmma {dtype} {size} block {block}: error {err:.2e}"
+
+
+# ------------------------------------------------ B MN-major (b_major="mn", imm-trans-b 1)
+def _nn_inputs(M, N, K, dtype, seed=0):
+    a, bt = _inputs(M, N, K, dtype, seed)
+    return a, np.ascontiguousarray(bt.T)
+
+
+@pytest.mark.parametrize("size, block, stages, dtype", [
+    ((64, 64, 16), (64, 64, 16), 1, "float16"),            # 32B: 4 atoms, one k16 step
+    pytest.param((64, 64, 64), (64, 64, 64), 1, "float16",    # 128B: one atom, 4 k16 steps
+                 marks=pytest.mark.slow),
+    pytest.param((64, 64, 48), (64, 64, 16), 2, "bfloat16",   # 32B: 4 atoms, 3 k tiles
+                 marks=pytest.mark.slow),
+    pytest.param((128, 128, 96), (64, 128, 32), 3, "float16",  # 64B: 4 atoms, pipelined
+                 marks=pytest.mark.slow)])
+def test_mn_major_b_on_the_interpreter_matches_float64(size, block, stages, dtype):
+    # C = A @ B with B[K, N] as it is: BR, the swizzled atoms of B, read MN-major
+    M, N, K = size
+    s, args = tc.wgmma_gemm_schedule(M, N, K, block=block, stages=stages, dtype=dtype,
+                                     b_major="mn")
+    assert args[1].shape == (K, N)
+    f = lower(s, args, target="cuda -arch=sm_90a", stop_after=None)
+    assert f"_mn{'_async' if stages > 1 else ''}.update" in str(f)
+    a, b = _nn_inputs(M, N, K, dtype)
+    c = np.full((M, N), np.nan, "float32")
+    run(f, a, b, c)
+    ref = a.astype("float64") @ b.astype("float64")
+    err = np.linalg.norm(c - ref) / np.linalg.norm(ref)
+    assert err < 1e-6, f"relative error {err:.2e}"
+
+
+def test_mn_major_descriptor_reads_the_interpreters_layout():
+    # the interpreter's BR[N / 64, BK, 64] (row-major offsets swizzled by swizzle_elements)
+    # read through the helper's descriptor (LBO = the atom stride, SBO = 8 rows of 128
+    # bytes) by the PTX ISA's MN-major 128B model (wgmma.descriptor_read) gives B's k16 step
+    from polytile.targets.cuda import wgmma as wg
+
+    BK, BN = 64, 192
+    b = np.random.default_rng(1).uniform(-1, 1, (BK, BN)).astype("float16")
+    smem = np.zeros(BK * BN, "float16")
+    k, n = np.meshgrid(np.arange(BK), np.arange(BN), indexing="ij")
+    logical = (n // 64) * BK * 64 + k * 64 + n % 64
+    smem[wg.swizzle_elements(logical, "128B", 2)] = b
+    assert (wg.swizzle_elements(logical, "128B", 2) == wg.b_offset_128b(k, n, BK)).all()
+    text = tc.wgmma_mma(BN, swizzle="128B", asynchronous=True, b_major="mn")
+    helper = tc.C_HELPERS[f"wgmma.mma_async_m64n{BN}k16_f16_sw128_mn_async"][1]
+    assert "wgmma_descriptor(b, 2u * b_atom, 1024u, 1u)" in helper
+    assert f"m64n{BN}k16.f32.f16.f16" in helper and "p, 1, 1, 0, 1;" in helper   # trans-b
+    assert text.name == f"wgmma_m64n{BN}k16_float16_sw128_mn_async"
+    for kf in range(BK // 16):
+        d = wg.make_descriptor(2 * kf * 16 * 64, 2 * BK * 64, 1024, "128B")
+        got = wg.descriptor_read(smem, d, 16, BN, "MN")
+        assert (got == b[16 * kf:16 * kf + 16]).all()
+
+
+def test_mn_major_refusals():
+    with pytest.raises(ValueError, match="multiple of 64"):
+        tc.wgmma_mma(96, swizzle="128B", b_major="mn")
+    with pytest.raises(ValueError, match="needs a swizzled layout"):
+        tc.wgmma_mma(64, b_major="mn")
+    with pytest.raises(ValueError, match="'k' or 'mn'"):
+        tc.wgmma_mma(64, swizzle="128B", b_major="t")
+    with pytest.raises(ValueError, match="needs a swizzle"):
+        tc.wgmma_gemm_schedule(64, 64, 64, block=(64, 64, 64), swizzle="none", b_major="mn")
+    # a stage reading Bt[j, k] (K-major B) does not match the MN-major intrinsic
+    from polytile.targets.cuda import wgmma_intrin as wi
+
+    A = te.placeholder((64, 64), name="A", dtype="float16")
+    Bt = te.placeholder((64, 64), name="Bt", dtype="float16")
+    C = wi.wgmma_nt_compute(A, Bt)
+    s = create_schedule(C.op)
+    CF = s.cache_write(C, "wgmma.accumulator")
+    BS = s.cache_read(Bt, "shared", [CF])
+    with pytest.raises(ScheduleError, match="tensorize") as exc:
+        wi._schedule_swizzled(s, C, CF, A, BS, (64, 64, 64), 1, "128B", None, "mn")
+        lower(s, [A, Bt, C], target="cuda -arch=sm_90a", stop_after=None)
+    assert "C.wgmma.accumulator" in str(exc.value)
+
+
+def test_mn_major_compiles_for_sm90a_with_hgmma():
+    if cc.nvcc_path() is None:
+        pytest.skip("nvcc not found")
+    s, args = tc.wgmma_gemm_schedule(64, 128, 128, block=(64, 128, 64), stages=2,
+                                     b_major="mn")
+    m = polytile.build(s, args, target="cuda -arch=sm_90a", compiler="nvcc")
+    src = m.get_source()
+    for op in ("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16",
+               "p, 1, 1, 0, 1;", "wgmma_m64n128k16_f16_sw128_mn_async(",
+               "cp_async_cg_shared_global("):
+        assert op in src, op
+    assert m.cubin
+    if shutil.which("cuobjdump") is None:
+        return
+    sass = _sass(m.cubin)
+    assert "HGMMA" in sass and "LDGSTS" in sass
+
+
+#: (size, block, stages, dtype) of the GPU runs of C = A @ B with B read MN-major
+GPU_NN_CASES = [((64, 64, 64), (64, 64, 64), 1, "float16"),          # 128B, synchronous
+                ((384, 256, 640), (128, 128, 64), 4, "float16"),     # 128B, 2 atoms
+                ((320, 96, 160), (64, 96, 32), 3, "bfloat16"),       # 64B, 3 atoms
+                ((192, 64, 96), (64, 64, 16), 2, "float16"),         # 32B, 4 atoms
+                ((1024, 1024, 1024), (128, 256, 64), 4, "float16")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size, block, stages, dtype", GPU_NN_CASES)
+def test_mn_major_wgmma_gemm_on_the_gpu(size, block, stages, dtype):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU (wgmma)")
+    M, N, K = size
+    s, args = tc.wgmma_gemm_schedule(M, N, K, block=block, stages=stages, dtype=dtype,
+                                     b_major="mn")
+    f = polytile.build(s, args, target="cuda -arch=sm_90a", compiler="nvcc")
+    a, b = _nn_inputs(M, N, K, dtype, seed=3)
+    da = polytile.nd.array(a, device="cuda")
+    db = polytile.nd.array(b, device="cuda")
+    dc = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
+    f(da, db, dc)
+    ref = a.astype("float64") @ b.astype("float64")
+    err = np.linalg.norm(dc.numpy() - ref) / np.linalg.norm(ref)
+    assert err < 1e-5, f"MN-major wgmma {dtype} {size} block {block}: error {err:.2e}"
