@@ -79,7 +79,7 @@ from .passes.int4 import legalize_int4, pack_int4
 from .passes.barriers import sink_divergent_guards
 from .passes.loops import (auto_unroll, dedup_syncs, legalize_vector_loops,
                            legalize_vector_loops_masked, serialize_nested_parallel,
-                           specialize_partial_unrolls, unroll)
+                           guard_partial_unrolls, specialize_partial_unrolls, unroll)
 from .passes.prefetch import strip_prefetch_pragmas
 from .passes.intern import intern_expressions
 from .passes.share import share_subexpressions
@@ -245,11 +245,16 @@ def loop_passes(target: Target) -> tuple:
     """``LOOP_PASSES`` for ``target``: on a device without asynchronous copies
     (``DeviceLimits.async_copy_bytes == 0``) no copy becomes one, and software pipelines
     copy synchronously; on ``llvm`` a ragged vector (extent ``min(C, X)``) stays vectorized,
-    its memory accesses masked."""
+    its memory accesses masked; on GPUs a ragged unrolled loop unrolls into guarded copies
+    (:func:`~.passes.loops.guard_partial_unrolls`)."""
+    passes = LOOP_PASSES
+    if target.is_gpu:
+        passes = tuple((n, guard_partial_unrolls if n == "specialize_partial_unrolls"
+                        else f) for n, f in passes)
     if target.limits.async_copy_bytes:
-        return LOOP_PASSES
+        return passes
     passes = tuple((n, software_pipeline_synchronous if n == "software_pipeline" else f)
-                   for n, f in LOOP_PASSES if n != "async_copies")
+                   for n, f in passes if n != "async_copies")
     if target.kind == "llvm":
         # ragged vectors stay vectorized: the LLVM backend masks their memory accesses
         passes = tuple((n, legalize_vector_loops_masked if n == "legalize_vector_loops"

@@ -239,6 +239,22 @@ def extern(shape, inputs, fcompute: Callable, name: str = "extern", dtype=None,
             return _extern_outputs(shape, inputs, fcompute, name, dtype, in_buffers,
                                    out_buffers, tag, attrs)
         shape = shape[0]
+    inputs = _checked_extern_args(inputs, fcompute, in_buffers, out_buffers)
+    dtype = str(dtype or inputs[0].dtype)
+    return _extern_stage(tuple(shape), [dtype], inputs, fcompute, name, tag, attrs)[0]
+
+
+def _checked_extern_args(inputs, fcompute, in_buffers, out_buffers) -> list:
+    """The inputs of a ``te.extern`` as a list, after the checks that every form of it
+    makes: compact buffers only, a non-empty list of tensors, a callable ``fcompute``.
+
+    Raises
+    ------
+    DefinitionValueError
+        For declared ``in_buffers``/``out_buffers``.
+    DefinitionTypeError
+        For inputs that are not tensors, or an ``fcompute`` that is not callable.
+    """
     if in_buffers is not None or out_buffers is not None:
         raise DefinitionValueError(format_error(
             "extern", "declared in_buffers/out_buffers", "compact buffers (leave them out)"))
@@ -250,8 +266,7 @@ def extern(shape, inputs, fcompute: Callable, name: str = "extern", dtype=None,
         raise DefinitionTypeError(format_error("extern", f"fcompute is "
                                                f"{type(fcompute).__name__}",
                                                "fcompute(ins, outs) returning a statement"))
-    dtype = str(dtype or inputs[0].dtype)
-    return _extern_stage(tuple(shape), [dtype], inputs, fcompute, name, tag, attrs)[0]
+    return inputs
 
 
 def _extern_stage(shape: tuple, dtypes: list, inputs: list, fcompute: Callable, name: str,
@@ -447,16 +462,7 @@ def _extern_mixed_outputs(shapes, dtypes, inputs, fcompute, name, in_buffers, ou
     from . import symbolic as sym
     from .tensor import compute
 
-    if in_buffers is not None or out_buffers is not None:
-        raise DefinitionValueError(format_error(
-            "extern", "declared in_buffers/out_buffers", "compact buffers (leave them out)"))
-    if not inputs or not all(isinstance(t, Tensor) for t in inputs):
-        raise DefinitionTypeError(format_error("extern", f"inputs {inputs!r}",
-                                               "a non-empty list of tensors"))
-    if not callable(fcompute):
-        raise DefinitionTypeError(format_error("extern", f"fcompute is "
-                                               f"{type(fcompute).__name__}",
-                                               "fcompute(ins, outs) returning a statement"))
+    inputs = _checked_extern_args(inputs, fcompute, in_buffers, out_buffers)
     groups = list(dict.fromkeys(dtypes))
     members = [[j for j, d in enumerate(dtypes) if d == g] for g in groups]
     layouts = [_flat_layout([shapes[j] for j in m], name) for m in members]

@@ -137,13 +137,7 @@ def pipelined_tiles(m, n, k, block: int = 128, threads: int = 16, vt: int = 2, k
     block_n = block if block_n is None else block_n
     threads_n = threads if threads_n is None else threads_n
     vt_n = vt if vt_n is None else vt_n
-    A, B, C = matmul(m, n, k)
-    s = te.create_schedule(C.op)
-    AS = s.cache_read(A, "shared", [C])
-    BS = s.cache_read(B, "shared", [C])
-    AL = s.cache_read(AS, "local", [C])
-    BL = s.cache_read(BS, "local", [C])
-    CL = s.cache_write(C, "local")
+    s, (A, B, C), (AS, BS, AL, BL, CL) = _staged_matmul(m, n, k)
     ty_ = te.thread_axis((0, threads), "threadIdx.y")
     tx_ = te.thread_axis((0, threads_n), "threadIdx.x")
     bi, bj, ii, jj = s[C].tile(C.op.axis[0], C.op.axis[1], block, block_n)
@@ -151,43 +145,15 @@ def pipelined_tiles(m, n, k, block: int = 128, threads: int = 16, vt: int = 2, k
     ty, ii = s[C].split(ii, nparts=threads)
     vx, jj = s[C].split(jj, nparts=vt_n)
     tx, jj = s[C].split(jj, nparts=threads_n)
-    rows = -(-m // block)      # a partial group of tile rows would not pipeline
-    group = max(1, min(group, rows))
-    while rows % group:
-        group -= 1
-    if group > 1:
-        bo, bii = s[C].split(bi, factor=group)
-        s[C].reorder(bo, bj, bii, vy, vx, ty, tx, ii, jj)
-        s[C].bind(bo, te.thread_axis("blockIdx.y"))
-        s[C].bind(s[C].fuse(bj, bii), te.thread_axis("blockIdx.x"))
-    else:
-        s[C].reorder(bi, bj, vy, vx, ty, tx, ii, jj)
-        s[C].bind(bi, te.thread_axis("blockIdx.y"))
-        s[C].bind(bj, te.thread_axis("blockIdx.x"))
+    _grouped_blocks(s, C, bi, bj, (vy, vx, ty, tx, ii, jj), -(-m // block), group)
     s[C].bind(vy, te.thread_axis((0, vt), "vthread", name="vy"))
     s[C].bind(vx, te.thread_axis((0, vt_n), "vthread", name="vx"))
     s[C].bind(ty, ty_)
     s[C].bind(tx, tx_)
     s[C].vectorize(jj)
-    s[CL].compute_at(s[C], tx)
-    ci, cj = s[CL].op.axis
-    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=kt)
-    s[CL].reorder(ko, ki, ci, cj)
-    for ax in (ki, ci, cj):
-        s[CL].unroll(ax)
-    for T in (AS, BS):
-        s[T].compute_at(s[CL], ko)
-        fused = s[T].fuse(*s[T].op.axis)
-        rest, v = s[T].split(fused, factor=4)
-        rest, tx2 = s[T].split(rest, factor=threads_n)
-        _, ty2 = s[T].split(rest, factor=threads)
-        s[T].bind(ty2, ty_)
-        s[T].bind(tx2, tx_)
-        s[T].vectorize(v)
-    for T in (AL, BL):
-        s[T].compute_at(s[CL], ki)
-    if stages > 1:
-        s[CL].pipeline(ko, stages=stages)
+    ko, ki = _register_tile(s, CL, C, tx, kt)
+    _shared_copies(s, (AS, BS), CL, ko, [(tx_, threads_n), (ty_, threads)])
+    _pipeline(s, (AL, BL), CL, ko, ki, stages)
     return s, [A, B, C]
 
 
@@ -210,13 +176,7 @@ def warp_tiles(m, n, k, block: tuple = (128, 64), warps: tuple = (4, 1),
     if lr * lc != 32 or min(wm, wn) != 1 or bm % (wm * vm * lr) or bn % (wn * vn * lc):
         raise ValueError(f"warp_tiles: lanes {lanes} must make 32, one of warps {warps} "
                          f"be 1 and the block {block} a multiple of warps x vt x lanes")
-    A, B, C = matmul(m, n, k)
-    s = te.create_schedule(C.op)
-    AS = s.cache_read(A, "shared", [C])
-    BS = s.cache_read(B, "shared", [C])
-    AL = s.cache_read(AS, "local", [C])
-    BL = s.cache_read(BS, "local", [C])
-    CL = s.cache_write(C, "local")
+    s, (A, B, C), (AS, BS, AL, BL, CL) = _staged_matmul(m, n, k)
     tz_ = te.thread_axis((0, wm * wn), "threadIdx.z")
     ty_, tx_ = te.thread_axis((0, lr), "threadIdx.y"), te.thread_axis((0, lc), "threadIdx.x")
     bi, bj, ii, jj = s[C].tile(C.op.axis[0], C.op.axis[1], bm, bn)
@@ -226,11 +186,43 @@ def warp_tiles(m, n, k, block: tuple = (128, 64), warps: tuple = (4, 1),
     wj, jj = s[C].split(jj, nparts=wn)
     vx, jj = s[C].split(jj, nparts=vn)
     lj, jj = s[C].split(jj, nparts=lc)          # contiguous columns: one vector
-    rows = -(-m // bm)
+    _grouped_blocks(s, C, bi, bj, (wi, wj, vy, vx, li, lj, ii, jj), -(-m // bm), group)
+    s[C].bind(wi if wm > 1 else wj, tz_)
+    s[C].bind(vy, te.thread_axis((0, vm), "vthread", name="vy"))
+    s[C].bind(vx, te.thread_axis((0, vn), "vthread", name="vx"))
+    s[C].bind(li, ty_)
+    s[C].bind(lj, tx_)
+    s[C].vectorize(jj)
+    ko, ki = _register_tile(s, CL, C, lj, kt)
+    _shared_copies(s, (AS, BS), CL, ko, [(tx_, lc), (ty_, lr), (tz_, wm * wn)])
+    if pad:
+        s[AS].storage_align(s[AS].op.axis[0], kt + pad, 0)
+    _pipeline(s, (AL, BL), CL, ko, ki, stages)
+    return s, [A, B, C]
+
+
+# ---------------------------------------------------------------- shared by the two above
+def _staged_matmul(m, n, k):
+    """The GEMM's schedule and its cache stages: ``(s, (A, B, C), (A.shared, B.shared,
+    A.shared.local, B.shared.local, C.local))``."""
+    A, B, C = matmul(m, n, k)
+    s = te.create_schedule(C.op)
+    AS = s.cache_read(A, "shared", [C])
+    BS = s.cache_read(B, "shared", [C])
+    AL = s.cache_read(AS, "local", [C])
+    BL = s.cache_read(BS, "local", [C])
+    CL = s.cache_write(C, "local")
+    return s, (A, B, C), (AS, BS, AL, BL, CL)
+
+
+def _grouped_blocks(s, C, bi, bj, inner: tuple, rows: int, group: int) -> None:
+    """Order ``bi, bj, *inner`` and bind the block tiles: ``group`` tile rows at a time
+    down each tile column on ``blockIdx.x`` (the largest divisor of the ``rows`` tile rows
+    at most ``group``: a partial group of tile rows would not pipeline), the groups on
+    ``blockIdx.y``."""
     group = max(1, min(group, rows))
     while rows % group:
         group -= 1
-    inner = (wi, wj, vy, vx, li, lj, ii, jj)
     if group > 1:
         bo, bii = s[C].split(bi, factor=group)
         s[C].reorder(bo, bj, bii, *inner)
@@ -240,36 +232,43 @@ def warp_tiles(m, n, k, block: tuple = (128, 64), warps: tuple = (4, 1),
         s[C].reorder(bi, bj, *inner)
         s[C].bind(bi, te.thread_axis("blockIdx.y"))
         s[C].bind(bj, te.thread_axis("blockIdx.x"))
-    s[C].bind(wi if wm > 1 else wj, tz_)
-    s[C].bind(vy, te.thread_axis((0, vm), "vthread", name="vy"))
-    s[C].bind(vx, te.thread_axis((0, vn), "vthread", name="vx"))
-    s[C].bind(li, ty_)
-    s[C].bind(lj, tx_)
-    s[C].vectorize(jj)
-    s[CL].compute_at(s[C], lj)
+
+
+def _register_tile(s, CL, C, at, kt: int):
+    """``C.local`` computed at ``C``'s loop ``at`` (a thread's outputs), accumulated over
+    k tiles of ``kt``, its k step and both output axes unrolled: returns ``(ko, ki)``."""
+    s[CL].compute_at(s[C], at)
     ci, cj = s[CL].op.axis
     ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=kt)
     s[CL].reorder(ko, ki, ci, cj)
     for ax in (ki, ci, cj):
         s[CL].unroll(ax)
-    for T in (AS, BS):
+    return ko, ki
+
+
+def _shared_copies(s, tiles, CL, ko, threads: list) -> None:
+    """The shared ``tiles`` copied at ``C.local``'s k tile ``ko`` in 16-byte vectors by
+    the block's threads: ``threads`` lists ``(thread axis, extent)`` innermost first."""
+    for T in tiles:
         s[T].compute_at(s[CL], ko)
         fused = s[T].fuse(*s[T].op.axis)
         rest, v = s[T].split(fused, factor=4)
-        rest, x = s[T].split(rest, factor=lc)
-        rest, y = s[T].split(rest, factor=lr)
-        _, z = s[T].split(rest, factor=wm * wn)
-        s[T].bind(z, tz_)
-        s[T].bind(y, ty_)
-        s[T].bind(x, tx_)
+        axes = []
+        for _, extent in threads:
+            rest, ax = s[T].split(rest, factor=extent)
+            axes.append(ax)
+        for ax, (tag, _) in reversed(list(zip(axes, threads))):
+            s[T].bind(ax, tag)
         s[T].vectorize(v)
-    if pad:
-        s[AS].storage_align(s[AS].op.axis[0], kt + pad, 0)
-    for T in (AL, BL):
+
+
+def _pipeline(s, locals_, CL, ko, ki, stages: int) -> None:
+    """The register copies of the shared tiles at each k step ``ki``; the shared copies
+    pipelined ``stages`` deep over ``ko`` (1: no pipeline)."""
+    for T in locals_:
         s[T].compute_at(s[CL], ki)
     if stages > 1:
         s[CL].pipeline(ko, stages=stages)
-    return s, [A, B, C]
 
 
 #: The default step's tile (the ``matmul`` GPU template's default at large float32 GEMMs,

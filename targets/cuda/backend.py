@@ -22,6 +22,7 @@ from polytile.backend import (Backend, DeviceLimits, Target, need_value, no_valu
 from polytile.errors import TargetError, format_error
 from polytile.schedule.passes.narrow import narrow_indices
 from polytile.schedule.passes.elide_barriers import elide_barriers
+from polytile.schedule.passes.group_guards import group_guards
 from polytile.schedule.passes.warp_reduce import warp_reduce
 
 from .runtime import API, CUDADeviceAPI, CUDAModule
@@ -83,9 +84,10 @@ class CUDABackend(Backend):
         (:mod:`~polytile.schedule.passes.warp_reduce`); barriers that order no access of
         one thread before another's go (:mod:`~polytile.schedule.passes.elide_barriers`);
         GPUs run 32-bit index arithmetic natively (a no-op for buffers of 2**30 elements or
-        more)."""
+        more); the guarded statements of a ragged register tile share one branch per guard
+        (:mod:`~polytile.schedule.passes.group_guards`)."""
         return (("warp_reduce", warp_reduce), ("elide_barriers", elide_barriers),
-                ("narrow_indices", narrow_indices))
+                ("narrow_indices", narrow_indices), ("group_guards", group_guards))
 
     def build_module(self, func, target: Target, **options) -> CUDAModule:
         """Print and compile ``func`` (see :class:`~.runtime.CUDAModule`)."""

@@ -103,6 +103,53 @@ def test_04_grouped_and_rectangular_register_tiles_on_the_interpreter(m, n, k, k
         assert "truncmod(blockIdx.x" in str(f)                    # blockIdx.x split in groups
 
 
+#: the default step's structure (register tiles of vthread sub-tiles, cp.async, 2 stages)
+#: scaled down to 8 x 8 outputs per thread: quick to lower and to compile for the host
+SMALL_TUNED = dict(block=16, threads=2, vt=2, block_n=32, threads_n=4, vt_n=2, kt=4,
+                   stages=2, group=1)
+
+
+def test_04_ragged_register_tiles_print_plain_indices():
+    # At ragged sizes (TUNED at 1004 x 1028 x 516: 3.0 MB of CUDA C, 74 s of nvcc; 245 KB
+    # here, 21 s of nvcc) the accesses of the register tile's statements were selects on
+    # the domain of the padded instances their guard turns off (now the one affine index,
+    # extended over them), each FMA had its own branch (now one per guard), and the
+    # ragged copies into registers were loops of run-time extent (local memory) beside
+    # unrolled copies for full tiles (now one guarded unrolled copy): 38 KB, 6 s of nvcc
+    # (31 KB, 3 s at full tiles).
+    import polytile
+    from polytile.targets import Target
+    from polytile.targets.c_printer import print_c_module
+    from polytile.targets.cuda import CUDADialect
+
+    s, args = _t04().pipelined_tiles(20, 36, 12, **SMALL_TUNED)
+    f = polytile.lower(s, args, target=Target.parse("cuda"), stop_after=None)
+    src = print_c_module(f, CUDADialect()).source
+    body = src[src.index('extern "C"'):]
+    assert " ? " not in body and "pt_min" not in body, body[:3000]
+    assert len(src) < 60_000, len(src)
+
+
+@pytest.mark.slow   # g++ and 32 host threads per block: CI time (the interpreter tests
+@pytest.mark.parametrize("m, n, k", [(20, 36, 12), (36, 68, 20)])   # cover the lowering)
+def test_04_ragged_register_tiles_on_emulated_cuda(m, n, k, cuda_build):
+    # the printed CUDA C of the default step's structure at partial block and k tiles,
+    # compiled for the host by the emulated driver (or run on a GPU), against float64
+    import numpy as np
+
+    import polytile
+
+    s, args = _t04().pipelined_tiles(m, n, k, **SMALL_TUNED)
+    f = cuda_build(s, args)
+    rng = np.random.default_rng(11)
+    a = rng.uniform(-1, 1, (m, k)).astype("float32")
+    b = rng.uniform(-1, 1, (k, n)).astype("float32")
+    dc = polytile.nd.array(np.full((m, n), np.nan, "float32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), dc)
+    ref = a.astype("float64") @ b.astype("float64")
+    assert np.linalg.norm(dc.numpy() - ref) / np.linalg.norm(ref) < 1e-6
+
+
 @pytest.mark.slow   # the interpreter: CI time
 def test_04_default_step_layout_on_the_interpreter():
     # the default step's thread layout (TUNED: threads != threads_n, vt != vt_n, 2 stages,
