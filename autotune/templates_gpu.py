@@ -24,8 +24,9 @@ batches on ``blockIdx.z``.
 ``softmax``, ``layernorm``, ``rmsnorm``: one kernel per call, ``rows`` rows per block,
 each row's statistics as cross-thread reductions (TVM's all-reduce, a reduce loop bound to
 ``threadIdx.x``) computed at the block's row loop, 16-byte vector loads and stores, the
-statistics in float32, the rows staged in shared memory or re-read from global memory
-(:func:`_fused_rows`; knob ``layout`` = ``[threads, vec, rows, shared, local]``).
+statistics in float32, the rows staged in shared memory, kept in registers (a thread's
+part of its row) or re-read from global memory (:func:`_fused_rows`; knob ``layout`` =
+``[threads, vec, rows, shared, local]``).
 
 ``row_sum``: ``B[i] = sum_k A[i, k]``; ``layout`` ``[threads, rows]``: a row per block
 reduced across ``threads`` threads, or (``[1, rows]``) one row per thread with ``rows``
@@ -350,9 +351,9 @@ def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> lis
     ``shared`` 1 to stage the block's rows in shared memory (read from global memory once,
     by 16-byte ``cp.async`` copies), 2 to keep each thread's part of its row in registers
     (read from global memory once, every pass reads the registers; only where that part is
-    at most :data:`REGISTER_ROW_BYTES`, :func:`register_row_bytes`) or 0 to read them from
-    global memory in every pass (L1/L2 hits after the first), ``local`` 1 (one row per block only) to have every
-    thread combine the partials of a reduction into its own register (broadcast shared
+    at most :data:`REGISTER_ROW_BYTES`, :func:`register_row_bytes`) or 0 to read them
+    from global memory in every pass (L1/L2 hits after the first), ``local`` 1 (one row
+    per block only) to have every thread combine the partials of a reduction into its own register (broadcast shared
     reads, no barrier after the combine) instead of thread 0 into shared memory. Pruned by
     the device's threads per block and shared memory (two float32 partials per thread,
     plus the staged rows)."""
@@ -395,7 +396,8 @@ def _row_knobs(cfg, M: int, N: int, dtype: str, name: str = "") -> tuple:
     # the default: the widest vectors, one row per block staged in shared memory when it
     # fits, at most 256 threads (fewer when the row is short or the device smaller)
     one = [lay for lay in layouts if lay[2] == 1 and lay[1] == layouts[0][1]]
-    staged = max(lay[3] for lay in one)
+    # rows in registers (shared = 2) are a default only where measured (FLOAT16_DEFAULTS)
+    staged = max(lay[3] for lay in one if lay[3] < 2)
     one = [lay for lay in one if lay[3] == staged]
     best = max((lay for lay in one if lay[0] <= 256), key=lambda lay: lay[0], default=one[0])
     measured = FLOAT16_DEFAULTS.get(name) if dtype == "float16" else None
