@@ -7,6 +7,10 @@ isl manual, "Basic Operations"; Tiramisu's ``compute_needed_and_produced``). The
 bounding box is its buffer; its loops iterate relative to the region's origin ``lo(p)``.
 A ``shared`` buffer is relaxed over thread indices (one region per block); any other
 buffer inside ``vthread`` loops gets one copy per virtual thread (``vthread_copies``).
+A ``local`` buffer whose stage binds a whole axis ``q`` of its own to a thread index (a
+*thread-owned* dimension, ``check_thread_owned``) keeps in each thread's copy only the
+slice that thread computes and reads: its dimension ``q`` has extent 1 (a row of a
+softmax kept in registers: each thread's ``O x vec`` elements, not the block's).
 
 Strided regions are compacted: when, in tensor dimension ``q``, every element read at a
 prefix lies on ``lo_q(p) + s*Z`` for a constant stride ``s > 1`` (isl's range stride
