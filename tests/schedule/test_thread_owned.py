@@ -99,3 +99,26 @@ def test_the_cuda_source_keeps_the_slice_in_registers():
     s, args = _centred(64, 4096, 128, 4)
     src = polytile.build(s, args, target="cuda -arch=sm_90").get_source()
     assert "float R[32];" in src   # 8 x 4 elements a thread (the block: 4096)
+
+
+def test_a_thread_owned_reduction_is_one_register_a_thread():
+    """A ``local`` reduction ``R[i, t] = sum_k A[i, t*5 + k]`` with ``t`` bound to
+    ``threadIdx.x``, computed at the block loop: each thread accumulates its own element
+    (``float32[1, 1]``), and ``C = 2 R`` reads it on the same thread."""
+    M, T, K = 3, 8, 5
+    A = te.placeholder((M, T * K), name="A")
+    k = te.reduce_axis((0, K), name="k")
+    R = te.compute((M, T), lambda i, t: te.sum(A[i, t * K + k], axis=k), name="R")
+    C = te.compute((M, T), lambda i, j: R[i, j] * 2, name="C")
+    s = te.create_schedule(C.op)
+    s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[C].bind(C.op.axis[1], te.thread_axis(TX))
+    s[R].set_scope("local")
+    s[R].bind(R.op.axis[1], te.thread_axis(TX))
+    s[R].compute_at(s[C], C.op.axis[0])
+    f = polytile.lower(s, [A, C], target="cuda")
+    assert "R = alloc(float32[1, 1], scope='local')" in str(f)
+    a = rand((M, T * K), seed=3)
+    c = poison((M, T), "float32")
+    interpret(f, a, c)
+    check(c, 2 * a.astype("float64").reshape(M, T, K).sum(-1), k=K)
