@@ -122,3 +122,20 @@ def test_a_thread_owned_reduction_is_one_register_a_thread():
     c = poison((M, T), "float32")
     interpret(f, a, c)
     check(c, 2 * a.astype("float64").reshape(M, T, K).sum(-1), k=K)
+
+
+def test_a_local_axis_bound_to_a_block_index_is_refused():
+    """A whole axis bound to ``blockIdx.y``: a block index is no thread's own."""
+    A = te.placeholder((4, 8), name="A")
+    R = te.compute((4, 8), lambda i, j: A[i, j] + 1, name="R")
+    C = te.compute((4, 8), lambda i, j: R[i, j] * 2, name="C")
+    s = te.create_schedule(C.op)
+    s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[C].bind(C.op.axis[1], te.thread_axis(TX))
+    s[R].set_scope("local")
+    s[R].bind(R.op.axis[1], te.thread_axis("blockIdx.y"))
+    s[R].compute_at(s[C], C.op.axis[0])
+    with pytest.raises(ScheduleError, match=r"set_scope: stage 'R' has storage scope 'local', "
+                       r"one copy per thread, but binds its own loops 'j' \(blockIdx.y\).*"
+                       r"no loop of its own is bound to a block index"):
+        polytile.lower(s, [A, C], target="cuda")
