@@ -334,6 +334,11 @@ ROWS_PER_BLOCK = (1, 2, 4, 8)
 #: 32-bit registers, a quarter of the 255 a thread may have, so that the statistics,
 #: addresses and the output's vector still fit without spilling.
 REGISTER_ROW_BYTES = 256
+#: Steps of ``vec`` elements a thread may keep in registers: the loops over them must be
+#: unrolled (constant indices into the array, else nvcc puts it in local memory), and at
+#: 32 steps the output pass's body passes ``MAX_UNROLL_STMTS`` and stays a loop (H200
+#: test run: ``unroll of j.outer.outer kept as a loop`` at 4096 / (32 x 4)).
+REGISTER_ROW_STEPS = 16
 
 
 def register_row_bytes(N: int, threads: int, vec: int, itemsize: int) -> int:
@@ -351,7 +356,8 @@ def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> lis
     ``shared`` 1 to stage the block's rows in shared memory (read from global memory once,
     by 16-byte ``cp.async`` copies), 2 to keep each thread's part of its row in registers
     (read from global memory once, every pass reads the registers; only where that part is
-    at most :data:`REGISTER_ROW_BYTES`, :func:`register_row_bytes`) or 0 to read them
+    at most :data:`REGISTER_ROW_BYTES` in at most :data:`REGISTER_ROW_STEPS` steps,
+    :func:`register_row_bytes`) or 0 to read them
     from global memory in every pass (L1/L2 hits after the first), ``local`` 1 (one row
     per block only) to have every thread combine the partials of a reduction into its own register (broadcast shared
     reads, no barrier after the combine) instead of thread 0 into shared memory. Pruned by
@@ -371,8 +377,9 @@ def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> lis
                 if (rows > 1 and rows > M) or t * rows > limits.max_threads_per_block:
                     continue
                 for shared in (0, 1, 2):
-                    if shared == 2 and register_row_bytes(N, t, vec, itemsize) > \
-                            REGISTER_ROW_BYTES:
+                    if shared == 2 and (register_row_bytes(N, t, vec, itemsize) >
+                                        REGISTER_ROW_BYTES
+                                        or -(-N // (t * vec)) > REGISTER_ROW_STEPS):
                         continue
                     nbytes = 2 * 4 * t * rows + (shared == 1) * rows * N * itemsize
                     if nbytes > limits.shared_bytes_per_block:
@@ -384,11 +391,19 @@ def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> lis
     return out
 
 
-#: float16 default layouts of the row templates where the space has them: the best of
-#: 16-trial tuning runs on the H200 at 4096 x 4096 (softmax: 128 threads of 4 elements a
-#: row, 4 rows a block, rows re-read from global memory; layernorm: 256 threads of 4, the
-#: row staged in shared memory, statistics combined by every thread)
-FLOAT16_DEFAULTS = {"softmax": [128, 4, 4, 0, 0], "layernorm": [256, 4, 1, 1, 1]}
+#: float16 default layouts of the row templates where the space has them (rows of at least
+#: 1024 elements): the fastest of the layouts timed side by side on the H200 at 4096 x 4096
+#: (``benchmarks/rows_gpu.py``, 4 rounds, copy bound 4.12 TB/s): the row in registers,
+#: 16-byte vectors, one row a block. softmax: 128 threads, 0.0193 ms = 0.84x the copy
+#: bound (the earlier default, 128 threads of 4 and 4 rows a block re-read from global
+#: memory: 0.0201 ms, 0.81x); layernorm: 256 threads, statistics combined by every
+#: thread, 0.0206 ms = 0.79x (the earlier default, the row staged in shared memory:
+#: 0.0212 ms, 0.77x; 16-trial tuning's best, 128 threads of 4 re-reading global memory:
+#: 0.0206 ms too)
+FLOAT16_DEFAULTS = {"softmax": [128, 8, 1, 2, 0], "layernorm": [256, 8, 1, 2, 1]}
+#: float32, the same way: softmax 0.0354 ms = 0.92x the copy bound (the staged default:
+#: 0.0359 ms, 0.91x), layernorm 0.0361 ms = 0.90x (staged: 0.0371 ms, 0.88x)
+FLOAT32_DEFAULTS = {"softmax": [256, 4, 1, 2, 1], "layernorm": [128, 4, 1, 2, 1]}
 
 
 def _row_knobs(cfg, M: int, N: int, dtype: str, name: str = "") -> tuple:
@@ -400,7 +415,8 @@ def _row_knobs(cfg, M: int, N: int, dtype: str, name: str = "") -> tuple:
     staged = max(lay[3] for lay in one if lay[3] < 2)
     one = [lay for lay in one if lay[3] == staged]
     best = max((lay for lay in one if lay[0] <= 256), key=lambda lay: lay[0], default=one[0])
-    measured = FLOAT16_DEFAULTS.get(name) if dtype == "float16" else None
+    measured = {"float16": FLOAT16_DEFAULTS, "float32": FLOAT32_DEFAULTS}.get(
+        dtype, {}).get(name)
     if measured in layouts and N >= 1024:
         best = measured
     cfg.define_knob("layout", layouts, default=best)
