@@ -359,10 +359,10 @@ def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> lis
     at most :data:`REGISTER_ROW_BYTES` in at most :data:`REGISTER_ROW_STEPS` steps,
     :func:`register_row_bytes`) or 0 to read them
     from global memory in every pass (L1/L2 hits after the first), ``local`` 1 (one row
-    per block only) to have every thread combine the partials of a reduction into its own register (broadcast shared
-    reads, no barrier after the combine) instead of thread 0 into shared memory. Pruned by
-    the device's threads per block and shared memory (two float32 partials per thread,
-    plus the staged rows)."""
+    per block only) to have every thread combine the partials of a reduction into its own
+    register (broadcast shared reads, no barrier after the combine) instead of thread 0
+    into shared memory. Pruned by the device's threads per block and shared memory (two
+    float32 partials per thread, plus the staged rows)."""
     itemsize = np.dtype("float16" if dtype == "bfloat16" else dtype).itemsize
     vecs = [w for w in dict.fromkeys((16 // itemsize, 8 // itemsize))
             if w > 1 and N % w == 0 and (dtype, w) in _VECTOR_TYPES]
