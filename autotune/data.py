@@ -24,13 +24,20 @@ def resolve(template, args, dtype) -> tuple[Template, Workload]:
 
 def make_inputs(tensors, seed: int = 0, args=()) -> list:
     """Arrays for a function's parameters: uniform random inputs in [-1, 1) (small
-    integers for integer dtypes), NaN-filled (or zero) outputs. Symbolic dimensions take
+    integers for integer dtypes; bfloat16 rounded from float64, as
+    :func:`polytile.te.dtype.bfloat16_array` holds them), NaN-filled (or zero) outputs. Symbolic dimensions take
     their values from the workload ``args`` (``"n=256"``, :mod:`.sizes`)."""
     rng = np.random.default_rng(seed)
     values = sizes.sizes_of(args)
     out = []
     for t in tensors:
         shape = sizes.concrete_shape(t.shape, values)
+        if t.dtype == "bfloat16":   # host bfloat16 (ml_dtypes, else uint16 bit patterns)
+            from polytile.te.dtype import bfloat16_array
+
+            out.append(bfloat16_array(rng.uniform(-1, 1, shape) if isinstance(
+                t.op, PlaceholderOp) else np.full(shape, np.nan)))
+            continue
         dtype = np.dtype(t.dtype if t.dtype != "bool" else "bool")
         if isinstance(t.op, PlaceholderOp):
             if dtype.kind == "f":
@@ -51,7 +58,13 @@ def output_positions(tensors) -> list[int]:
 def outputs_match(got, want, dtype) -> tuple[bool, str]:
     """Compare outputs with a tolerance suited to ``dtype`` (relative to the largest
     reference magnitude)."""
-    if np.dtype(dtype).kind not in "f":
+    if str(dtype) == "bfloat16":   # compared by value (8-bit significands: 1e-2)
+        from polytile.te.dtype import bfloat16_values
+
+        got = bfloat16_values(got) if got.dtype.kind != "f" else got
+        want = bfloat16_values(want) if want.dtype.kind != "f" else want
+        dtype = "bfloat16-values"
+    elif np.dtype(dtype).kind not in "f":
         ok = np.array_equal(got, want)
         return ok, "" if ok else "integer outputs differ"
     g, w = got.astype("float64"), want.astype("float64")
@@ -59,7 +72,8 @@ def outputs_match(got, want, dtype) -> tuple[bool, str]:
         return False, "non-finite values (unwritten or NaN outputs) where the reference has none"
     fin = np.isfinite(w)
     scale = max(1.0, float(np.abs(w[fin]).max()) if fin.any() else 1.0)
-    tol = {"float16": 2e-2, "float32": 1e-4, "float64": 1e-10}.get(str(dtype), 1e-4)
+    tol = {"float16": 2e-2, "bfloat16-values": 1e-2, "float32": 1e-4,
+           "float64": 1e-10}.get(str(dtype), 1e-4)
     err = float(np.abs(g[fin] - w[fin]).max()) if fin.any() else 0.0
     ok = err <= tol * scale
     return ok, "" if ok else f"max abs error {err:.3g} > {tol * scale:.3g}"

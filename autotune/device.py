@@ -38,13 +38,20 @@ def device_class(dev: dict | None) -> str:
     return f"{dev['name']} ({arch})" if arch else dev["name"]
 
 
+def base_arch(arch: str) -> str:
+    """``sm_90a`` -> ``sm_90``: the arch-specific (``a``) and family (``f``) feature sets
+    of a target's ``-arch`` run on the same device class as the plain architecture."""
+    return arch[:-1] if arch[-1:] in ("a", "f") and arch[:-1][-1:].isdigit() else arch
+
+
 def same_class(rec_dev: dict | None, want: dict | None) -> bool:
     """Whether a record measured on ``rec_dev`` may be used on ``want`` (a device or an
     architecture-only class ``{"arch": ...}``). Records without a device (CPU records,
     older files) and an unknown ``want`` always match."""
     if not rec_dev or not want:
         return True
-    if want.get("arch") and rec_dev.get("arch") and want["arch"] != rec_dev["arch"]:
+    if want.get("arch") and rec_dev.get("arch") and \
+            base_arch(want["arch"]) != base_arch(rec_dev["arch"]):
         return False
     if want.get("name") and rec_dev.get("name") and want["name"] != rec_dev["name"]:
         return False
@@ -68,8 +75,9 @@ def _local_device() -> tuple:
 
 def current_class(target: str) -> dict | None:
     """The device class records are selected by for ``target``: None for CPU targets;
-    for GPU targets the GPU of this machine if any, else ``{"arch": -arch}`` (``sm_90``
-    without an ``-arch``)."""
+    for GPU targets the GPU of this machine if any (the one of the target's ``-arch``,
+    :func:`base_arch`: ``sm_90a`` targets an sm_90 GPU), else ``{"arch": -arch}``
+    (``sm_90`` without an ``-arch``)."""
     from polytile.backend import Target
 
     t = Target.parse(target)
@@ -77,6 +85,6 @@ def current_class(target: str) -> dict | None:
         return None
     local = dict(_local_device())
     arch = getattr(t, "arch", "") or ""
-    if local and (not arch or local.get("arch") == arch):
-        return local
+    if local and (not arch or local.get("arch") == base_arch(arch)):
+        return local   # sm_90a code runs on an sm_90 device: its class
     return {"arch": arch or "sm_90"}

@@ -94,7 +94,8 @@ class ApplyHistoryBest:
                 f"({device_class(want)})", "expected records tuned on the same GPU model and "
                 "compute capability (tiles tuned for one GPU mislead on another)",
                 hint=f"tune on this GPU: polytile tune {workload.template} --target "
-                f"{target.split()[0]} --args {','.join(map(str, workload.args))}"))
+                f"{_quoted(target)} --args {','.join(map(str, workload.args))}"
+                + (f" --dtype {workload.dtype}" if workload.dtype != "float32" else "")))
         return min(mine, key=lambda r: r.cost) if mine else None
 
     def query(self, workload: Workload, target: str, space):
@@ -204,3 +205,8 @@ def load_best(log, workload, target: str = "llvm", device: dict | None = None
 
 __all__ = ["ApplyHistoryBest", "apply_history_best", "canonical_target", "current_context",
            "default_target", "load_best", "nearest_records"]
+
+
+def _quoted(target: str) -> str:
+    """``target`` as one shell word (``"cuda -arch=sm_90a"`` quoted)."""
+    return f'"{target}"' if " " in target else target

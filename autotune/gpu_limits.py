@@ -50,6 +50,10 @@ class GPULimits:
         L2 cache size (the runner rotates input sets larger than it).
     sm_count : int
         Streaming multiprocessors (0: unknown).
+    shared_bytes_optin : int
+        Shared memory a software-pipelined kernel may opt in to (dynamic shared memory,
+        ``cudaFuncAttributeMaxDynamicSharedMemorySize``; the CUDA backend opts in for
+        pipelined kernels only): the tensor-core GEMM template's multi-stage tiles.
     """
 
     arch: str = "sm_90"
@@ -59,6 +63,7 @@ class GPULimits:
     registers_per_thread: int = 255
     l2_bytes: int = 50 << 20
     sm_count: int = 0
+    shared_bytes_optin: int = 227 * 1024
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -68,12 +73,17 @@ class GPULimits:
         return GPULimits(**{k: d[k] for k in GPULimits.__dataclass_fields__ if k in d})
 
 
-#: Limits per architecture (shared memory already capped at the static 48 KiB).
+#: Limits per architecture (shared memory already capped at the static 48 KiB; the opt-in
+#: maxima: 163 KiB on sm_80, 99 KiB on sm_86/sm_89, 227 KiB on sm_90).
 ARCH_LIMITS = {
-    "sm_80": GPULimits("sm_80", 1024, STATIC_SHARED_BYTES, 65536, 255, 40 << 20, 108),
-    "sm_86": GPULimits("sm_86", 1024, STATIC_SHARED_BYTES, 65536, 255, 6 << 20, 82),
-    "sm_89": GPULimits("sm_89", 1024, STATIC_SHARED_BYTES, 65536, 255, 72 << 20, 128),
-    "sm_90": GPULimits("sm_90", 1024, STATIC_SHARED_BYTES, 65536, 255, 50 << 20, 132),
+    "sm_80": GPULimits("sm_80", 1024, STATIC_SHARED_BYTES, 65536, 255, 40 << 20, 108,
+                       163 * 1024),
+    "sm_86": GPULimits("sm_86", 1024, STATIC_SHARED_BYTES, 65536, 255, 6 << 20, 82,
+                       99 * 1024),
+    "sm_89": GPULimits("sm_89", 1024, STATIC_SHARED_BYTES, 65536, 255, 72 << 20, 128,
+                       99 * 1024),
+    "sm_90": GPULimits("sm_90", 1024, STATIC_SHARED_BYTES, 65536, 255, 50 << 20, 132,
+                       227 * 1024),
 }
 
 
@@ -113,7 +123,9 @@ def from_device(info: dict) -> GPULimits:
                                 or table.registers_per_block),
         registers_per_thread=table.registers_per_thread,
         l2_bytes=int(info.get("l2_cache_bytes") or table.l2_bytes),
-        sm_count=int(info.get("multi_processor_count") or table.sm_count))
+        sm_count=int(info.get("multi_processor_count") or table.sm_count),
+        shared_bytes_optin=int(info.get("max_shared_memory_per_block_optin")
+                               or table.shared_bytes_optin))
 
 
 def current(target=None) -> GPULimits:
@@ -140,6 +152,25 @@ def use(limits: GPULimits | dict | None):
         yield limits
     finally:
         _local.stack.pop()
+
+
+def current_target() -> str:
+    """The target string the GPU template being instantiated is built for ('' outside
+    one): templates read arch-specific features from its ``-arch`` (``sm_90a``: wgmma)."""
+    st = getattr(_local, "targets", None)
+    return st[-1] if st else ""
+
+
+@contextlib.contextmanager
+def target_binding(target):
+    """Bind ``target`` (a string or None) for :func:`current_target` in the block."""
+    if not hasattr(_local, "targets"):
+        _local.targets = []
+    _local.targets.append(str(target or ""))
+    try:
+        yield
+    finally:
+        _local.targets.pop()
 
 
 def fits(limits: GPULimits, threads: int, shared_bytes: int, regs_per_thread: int) -> bool:

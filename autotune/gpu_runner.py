@@ -133,7 +133,14 @@ class _Runner:
                     continue
                 dt = np.dtype(p["dtype"]) if p["dtype"] != "bfloat16" else np.dtype("float32")
                 shape = tuple(p["shape"])
-                if dt.kind == "f":
+                if p["dtype"] == "bfloat16":
+                    # float32 holding bfloat16 values: the reference sees what the kernel
+                    # reads (uploaded as bfloat16 by _sets)
+                    from polytile.te.dtype import bfloat16_bits, bfloat16_to_float32
+
+                    host[p["name"]] = bfloat16_to_float32(bfloat16_bits(
+                        rng.uniform(-1, 1, shape).astype("float32")))
+                elif dt.kind == "f":
                     host[p["name"]] = rng.uniform(-1, 1, shape).astype(dt)
                 elif dt.kind in "iu":
                     host[p["name"]] = rng.integers(0, 8, shape).astype(dt)
@@ -192,7 +199,8 @@ class _Runner:
                                 else 0, dtype=p["dtype"])
                 else:
                     a = host[p["name"]]
-                args.append(polytile.nd.array(a, device="cuda"))
+                args.append(polytile.nd.array(a, device="cuda", dtype="bfloat16"
+                                              if p["dtype"] == "bfloat16" else None))
             out.append(args)
         self.sets[sig] = out
         return out

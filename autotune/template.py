@@ -189,7 +189,10 @@ class Template:
         func = self.func_for(target)
         # symbolic sizes ("n=256"): the function gets te.size_var("n"), the space the value
         args, values = sizes.symbolic_args(args)
-        with _UseConfig(cfg), sizes.binding(values), _target_binding(target):
+        from . import gpu_limits
+
+        with _UseConfig(cfg), sizes.binding(values), _target_binding(target), \
+                gpu_limits.target_binding(target):
             try:
                 takes_dtype = "dtype" in inspect.signature(func).parameters
             except (TypeError, ValueError):

@@ -43,6 +43,7 @@ from polytile.targets.gpu_tiling import cooperative_copy
 from polytile.te.tensor import PlaceholderOp
 
 from . import gpu_limits
+from . import templates_gpu_tc as _tc
 from . import templates as _cpu  # noqa: F401  (the CPU templates first: ours are variants)
 from .template import get_config, template
 
@@ -208,8 +209,15 @@ def strided_subtiles(tm: int, tn: int) -> tuple:
 @template("matmul", target="cuda", default_args=(1024, 1024, 1024),
           flops=lambda M, N, K: 2.0 * M * N * K, reference=_mm_reference)
 def matmul_cuda(M: int, N: int, K: int, dtype: str = "float32"):
-    """C[M, N] = A[M, K] @ B[K, N] on the GPU: shared-memory and register tiling."""
+    """C[M, N] = A[M, K] @ B[K, N] on the GPU: shared-memory and register tiling; float16
+    and bfloat16 on tensor cores (mma.sync or WMMA, float32 accumulation and C,
+    :mod:`.templates_gpu_tc`)."""
     cfg = get_config()
+    if _tc.tensor_core_dtype(dtype):
+        if _tc.tc_shape_ok(M, N, K):
+            return _tc.matmul_tc(cfg, M, N, K, dtype)
+        A, B, C = _tc.matmul_f32_acc(M, N, K, dtype)
+        return _gemm_schedule(cfg, A, B, C, _mm_knobs(cfg, M, N, K, dtype)), [A, B, C]
     A = te.placeholder((M, K), name="A", dtype=dtype)
     B = te.placeholder((K, N), name="B", dtype=dtype)
     r = te.reduce_axis((0, K), name="k")

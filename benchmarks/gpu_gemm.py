@@ -227,6 +227,16 @@ MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
 MMA_DEFAULT = MMA_VARIANTS[14]
 
 
+def _check_mma_default() -> None:
+    # the schedule the tutorial and the cuda matmul template default to
+    from polytile.targets.cuda.tensor_core import MMA_BEST
+
+    best = (MMA_BEST["block"], MMA_BEST["warp"], MMA_BEST["stages"], MMA_BEST["frags"],
+            MMA_BEST["group"])
+    if MMA_DEFAULT != best:
+        raise SystemExit(f"MMA_DEFAULT {MMA_DEFAULT} differs from tensor_core.MMA_BEST {best}")
+
+
 def mma_variants(n: int, acc: str, dtype: str, variants=MMA_VARIANTS,
                  cublas: float | None = None, triton: bool = True) -> float | None:
     """One line per mma.sync variant (``(block, warp, stages, frags, group)``) at ``n``^3,
@@ -255,6 +265,8 @@ def wgmma_mainloops() -> tuple:
 
 #: (block, stages, swizzle) of the tensorize lines: the swizzled, overlapped schedule
 #: (``mma_wait`` 1) at two block shapes, then the unswizzled synchronous one it replaced
+#: (``TENSORIZE[0]`` is ``tensor_core.WGMMA_TENSORIZE_BEST``, the sm_90a default of the
+#: ``cuda`` ``matmul`` template)
 TENSORIZE = (((128, 256, 64), 4, "auto"), ((128, 128, 64), 4, "auto"),
              ((128, 256, 64), 3, "none"))
 
@@ -335,6 +347,7 @@ def best_gemm(n: int, acc: str, dtype: str, stages=(3,), tensorize_only: bool = 
         print(f"n={n:5d} wgmma: not measured (needs an sm_90 device and float32 "
               f"accumulation; device sm_{''.join(map(str, torch.cuda.get_device_capability()))}"
               f", acc {acc})")
+    _check_mma_default()
     cublas = mma_variants(n, acc, dtype, (MMA_DEFAULT,), cublas=cublas)
     half_gemm(n, acc, "wmma", dtype, stages=stages, anchors=False, cublas=cublas)
 

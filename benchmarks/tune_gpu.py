@@ -58,7 +58,17 @@ def main(argv=None) -> None:
                     help="measure the copy bandwidth (torch copy_ of 1 GiB, CUDA events) "
                     "and use it instead of --copy-tbs")
     ap.add_argument("--dtypes", nargs="+", default=["float32"],
-                    choices=("float32", "float16"))
+                    choices=("float32", "float16", "bfloat16"),
+                    help="matmul in float16/bfloat16: the tensor-core space (mma.sync or "
+                    "WMMA; the default config is tensor_core.MMA_BEST, the tutorial's hand "
+                    "schedule), float32 accumulation and output")
+    ap.add_argument("--target", default="cuda",
+                    help="target string (default cuda; 'cuda -arch=sm_90a' adds wgmma to "
+                    "the float16/bfloat16 matmul space and makes it the default)")
+    ap.add_argument("--triton", action="store_true",
+                    help="matmul in float16/bfloat16: time Triton's GEMM too (best of "
+                    "benchmarks/triton_gemm.py CONFIGS, CUDA events) after the tuning run, "
+                    "with cuBLAS again beside it")
     a = ap.parse_args(argv)
     if a.measure_copy:
         a.copy_tbs = _copy_bandwidth()
@@ -70,14 +80,53 @@ def main(argv=None) -> None:
     from polytile.autotune.template import get_template
 
     for name in a.workloads:
-        for dtype in (a.dtypes if WORKLOADS[name][1] is not None else ["float32"]):
+        dtypes = a.dtypes if WORKLOADS[name][1] is not None or name == "matmul" else \
+            ["float32"]
+        for dtype in dtypes:
             curves = {}
             for tuner in a.tuners:
                 curves[tuner] = _one(a, name, tuner, tune, available, get_template,
                                      MeasureOptions, dtype)
+                if name == "matmul" and dtype != "float32" and a.triton:
+                    _triton_line(WORKLOADS[name][0], dtype, curves[tuner])
             if a.plot and any(c for c in curves.values()):
                 _plot_curves(a.plot, name if dtype == "float32" else f"{name}_{dtype}",
                              curves)
+
+
+def _triton_line(args: tuple, dtype: str, curve) -> None:
+    """cuBLAS (torch) and Triton's GEMM (``benchmarks/triton_gemm.py``, best of its
+    CONFIGS) at ``args`` = ``(M, N, K)`` in ``dtype``, timed here with CUDA events after the
+    tuning run, beside the tuned kernel's best figure (the last point of ``curve``)."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        import torch
+        import triton_gemm
+        from wgmma_gemm import _time_cuda
+    except ImportError as exc:
+        print(f"  Triton: not measured ({exc})")
+        return
+    M, N, K = args
+    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    g = torch.Generator().manual_seed(0)
+    ta = (torch.rand(M, K, generator=g) * 2 - 1).to(tdt).cuda()
+    tb = (torch.rand(K, N, generator=g) * 2 - 1).to(tdt).cuda()
+    flops = 2.0 * M * N * K
+    cublas = flops / _time_cuda(lambda: ta @ tb) / 1e12
+    tuned = (curve[0][-1] / 1e3) if curve and curve[0] else None
+    print(f"  {'cuBLAS ' + dtype + ' (torch, here)':30s} {cublas:7.2f} TFLOP/s")
+    try:
+        tt, cfg = triton_gemm.best_tflops(ta, tb, lambda fn: flops / _time_cuda(fn) / 1e12)
+    except Exception as exc:  # noqa: BLE001 - report, the tuning figures stand
+        print(f"  Triton: not measured ({type(exc).__name__}: {str(exc)[:100]})")
+        return
+    line = f"  {'Triton ' + dtype + ' (best of ' + str(len(triton_gemm.CONFIGS)) + ')':30s} " \
+        f"{tt:7.2f} TFLOP/s  {tt / cublas:6.3f} x cuBLAS  (tile {cfg[:3]})"
+    if tuned:
+        line += f"; polytile tuned (runner) {tuned:7.2f} TFLOP/s = {tuned / tt:6.3f} x Triton"
+    print(line, flush=True)
 
 
 def _copy_bandwidth(nbytes: int = 1 << 30) -> float:
@@ -136,13 +185,13 @@ def _one(a, name, tuner, tune, available, get_template, MeasureOptions, dtype="f
     anchors = tuple(available(t, args, "cuda"))
     opt = MeasureOptions(parallel=os.cpu_count() or 1)
     t0 = time.perf_counter()
-    res = tune(name, args, dtype=dtype, target="cuda", tuner=tuner, n_trial=a.trials,
+    res = tune(name, args, dtype=dtype, target=a.target, tuner=tuner, n_trial=a.trials,
                measure_option=opt, log_file=a.log, timeout_total=a.budget,
                anchors=anchors, transfer=False, full_space=a.full_space)
     wall = time.perf_counter() - t0
     dev = res.device or {}
     if nbytes is not None:
-        itemsize = 2 if dtype == "float16" else 4
+        itemsize = 4 if dtype == "float32" else 2
         moved = nbytes(*args, itemsize)
         bound = moved / (a.copy_tbs * 1e12)
         print(f"{name}{args} {dtype}: copy bound {bound * 1e3:.4f} ms ({moved / 2**20:.0f} MiB "
@@ -159,7 +208,9 @@ def _one(a, name, tuner, tune, available, get_template, MeasureOptions, dtype="f
     flops = res.flops or 0.0
     ref = cmp.timing("torch-cuda") if anchors else None
     for label, key in (("polytile tuned", "best"), ("polytile hand (default config)", "default"),
-                       ("torch (cuBLAS, no TF32)" if name == "matmul" else "torch",
+                       ("torch (cuBLAS, no TF32)" if name == "matmul" and dtype ==
+                        "float32" else f"torch (cuBLAS {dtype})" if name == "matmul"
+                        else "torch",
                         "torch-cuda")):
         tm = cmp.timing(key)
         if tm is None:

@@ -360,6 +360,16 @@ def _cmd_run(a) -> int:
     return rc
 
 
+def _float64_input(x, dtype: str):
+    """A reference input: float arrays (bfloat16 ones by value) in float64, others as
+    they are."""
+    if dtype == "bfloat16":
+        from polytile.te.dtype import bfloat16_values
+
+        return bfloat16_values(x).astype("float64")
+    return x.astype("float64") if x.dtype.kind == "f" else x
+
+
 def _run_one(a, args) -> int:
     import numpy as np
 
@@ -415,10 +425,9 @@ def _run_one(a, args) -> int:
         arrays = [d.numpy() for d in dev]
     else:
         f(*arrays)
-    inputs = [x for k, x in enumerate(arrays) if k not in outs]
     if t.reference is not None:
-        want = t.reference(*[x.astype("float64") if x.dtype.kind == "f" else x
-                             for x in inputs], args=wl.args)
+        want = t.reference(*[_float64_input(x, tensors[k].dtype) for k, x in
+                             enumerate(arrays) if k not in outs], args=wl.args)
         want = want if isinstance(want, tuple) else (want,)
         ok, why = True, ""
         for k, w in zip(outs, want):

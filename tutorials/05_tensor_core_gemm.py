@@ -62,6 +62,10 @@ the ``wait_group`` that retires it (a wrong wait count shows as a race).
    then run ``stages - 2`` tiles ahead: the slot of the group in flight is not refilled).
    Both are checked on the interpreter, which stores the tiles swizzled and reports a
    write into a slot that an unretired MMA group still reads as a race.
+The autotuner searches around these schedules: ``polytile tune matmul --target "cuda
+-arch=sm_90a" --dtype float16 --args 4096,4096,4096`` (block, warp and k tiles, stages,
+fragment prefetch, groups, padding, mma.sync / WMMA / wgmma; the defaults are
+``tc.MMA_BEST`` and ``tc.WGMMA_TENSORIZE_BEST``, the last steps below).
 Run: ``python tutorials/05_tensor_core_gemm.py [--n 4096]``.
 """
 
@@ -194,8 +198,7 @@ def main(argv=None) -> None:
              ("mma.sync + cp.async, 3 stages",
               lambda: tc.wmma_gemm(n, n, n, acc="float32", isa="mma", stages=3), "float32"),
              ("mma.sync 128x256x32, 3 stages, fragment prefetch",
-              lambda: tc.wmma_gemm(n, n, n, acc="float32", isa="mma", block=(128, 256, 32),
-                                   warp=(64, 64), stages=3, frags="prefetch", group=8),
+              lambda: tc.wmma_gemm(n, n, n, acc="float32", **tc.MMA_BEST),
               "float32")]
     for title, make, out in steps:
         s, targs = make()
@@ -285,7 +288,8 @@ def wgmma_step(n: int, arrays, cublas, ref) -> None:
 
 
 #: the tensorize step: 128 x 256 tiles of 64 k (128B rows), 4 stages, mma_wait 1
-TENSORIZE_BLOCK, TENSORIZE_STAGES = (128, 256, 64), 4
+TENSORIZE_BLOCK = tc.WGMMA_TENSORIZE_BEST["block"]
+TENSORIZE_STAGES = tc.WGMMA_TENSORIZE_BEST["stages"]
 
 
 def wgmma_tensorize_step(n: int, arrays, cublas, ref, print_source: bool = False) -> None:

@@ -21,7 +21,7 @@ import dataclasses
 
 from polytile.te import dtype as dt
 from polytile.te.expr import Binary, Cast, Const, Expr, Select, Var
-from polytile.te.visitor import ExprMutator, free_vars, substitute
+from polytile.te.visitor import ExprMutator, collect, free_vars, substitute
 
 from ..kinds import ASYNC_COPY, LoopKind
 from ..loop_ir import (Allocate, Evaluate, ExternCall, For, IfThenElse, KernelLaunch, LetStmt,
@@ -85,13 +85,61 @@ def contiguous_aligned(index: Expr, var: Var, lanes: int) -> bool:
         return False
     terms, const = lin
     if terms.get(var, 0) != 1:
+        # the lane inside a select on a lane-free condition (the AST generator's case
+        # split of a grouped block index): aligned where both cases are
+        sel = next((x for x in collect(index, Select) if not any(
+            v is var for v in free_vars(x.cond))), None)
+        return sel is not None and all(contiguous_aligned(
+            _Replace(sel, branch).visit(index), var, lanes)
+            for branch in (sel.true_value, sel.false_value))
+    return _multiple(terms, const, var, lanes)
+
+
+class _Replace(ExprMutator):
+    """``e`` with the node ``old`` (by identity) replaced by ``new``."""
+
+    def __init__(self, old: Expr, new: Expr):
+        self.old, self.new = old, new
+
+    def visit(self, e):
+        return self.new if e is self.old else super().visit(e)
+
+
+def _multiple(terms: dict, const: int, var: Var, lanes: int, depth: int = 0) -> bool:
+    """Is ``sum(k * t) + const`` (``var``'s own term left out) provably a multiple of
+    ``lanes`` and free of ``var``? Besides terms whose coefficient is one, two patterns
+    of grouped block indices (``bj = bx // g`` written by the AST generator as
+    ``k * bx - k * (bx % g)``, or as a ``select`` over the few values of ``bj``):
+    ``k * x - k * mod(x, g)`` is ``k * g * div(x, g)`` (true of floor and truncated
+    division alike), and ``k * select(c, a, b)`` is a multiple where ``k * a`` and
+    ``k * b`` are (``c`` free of ``var``)."""
+    if const % lanes:
         return False
-    for t, k in terms.items():
-        if t is var:
+    rest = dict(terms)
+    rest.pop(var, None)
+    for t, k in list(rest.items()):
+        if not (isinstance(t, Binary) and t.op in ("floormod", "truncmod")
+                and isinstance(t.b, Const) and t in rest):
             continue
-        if k % lanes or (not isinstance(t, Var) and any(x is var for x in free_vars(t))):
+        x = t.a
+        while isinstance(x, Cast) and dt.is_int(x.dtype) and dt.is_int(x.value.dtype):
+            x = x.value     # linear_terms keys the term without its integer casts
+        if rest.get(x, 0) == -k and (k * int(t.b.value)) % lanes == 0:
+            del rest[t], rest[x]
+    for t, k in rest.items():
+        if any(x is var for x in free_vars(t)):
             return False
-    return const % lanes == 0
+        if k % lanes == 0:
+            continue
+        if isinstance(t, Select) and depth < 4:
+            for branch in (t.true_value, t.false_value):
+                lin = linear_terms(branch)
+                if lin is None or not _multiple({u: c * k for u, c in lin[0].items()},
+                                                lin[1] * k, var, lanes, depth + 1):
+                    return False
+            continue
+        return False
+    return True
 
 
 def _row_major(buf, indices) -> Expr | None:

@@ -291,6 +291,22 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
     return s, [A, B, C]
 
 
+#: The fastest hand-scheduled mma.sync GEMM measured (H200, 4096^3 float16, float32
+#: accumulation: 371 TFLOP/s, 0.48x cuBLAS; ``benchmarks/gpu_gemm.py`` ``MMA_VARIANTS[14]``):
+#: 128x256 blocks of 8 warps of 64x64, k tiles of 32 in 3 stages, fragment prefetch, blocks
+#: grouped by 8 tile rows. ``wmma_gemm(M, N, K, **MMA_BEST)``; the tutorial's last mma.sync
+#: step, the benchmark's ``--isa best`` line and the default of the ``cuda`` ``matmul``
+#: template (float16/bfloat16) are this schedule.
+MMA_BEST = dict(isa="mma", block=(128, 256, 32), warp=(64, 64), stages=3, frags="prefetch",
+                group=8)
+
+#: The fastest wgmma schedule through ``tensorize`` measured (H200, 4096^3 float16: 0.78x
+#: cuBLAS; ``benchmarks/gpu_gemm.py`` ``TENSORIZE[0]``): 128x256 blocks of k tiles of 64
+#: (128B-swizzled rows), 4 stages, one MMA group in flight. ``wgmma_gemm_schedule(M, N, K,
+#: **WGMMA_TENSORIZE_BEST)``; the tutorial's tensorize step and the sm_90a default of the
+#: ``cuda`` ``matmul`` template (float16/bfloat16).
+WGMMA_TENSORIZE_BEST = dict(block=(128, 256, 64), stages=4, swizzle="128B", mma_wait=1)
+
 # ------------------------------------------------------------ mma.sync + ldmatrix (sm_80+)
 # The same 16x16 tiles as WMMA, held in registers whose per-lane layout is PTX's (PTX ISA
 # 9.7.13.4.8, "Matrix Fragments for mma.m16n8k16 with floating point type"): a 16x16 A tile
@@ -519,7 +535,7 @@ from .wgmma_intrin import (WGMMA_TYPES, c_helpers as _wgmma_helpers,  # noqa: E4
 
 C_HELPERS.update(_wgmma_helpers())
 
-__all__ = ["C_HELPERS", "MMA_FRAGMENT_TYPES", "MMA_TYPES", "N", "WGMMA_TYPES", "k_tile",
+__all__ = ["C_HELPERS", "MMA_BEST", "WGMMA_TENSORIZE_BEST", "MMA_FRAGMENT_TYPES", "MMA_TYPES", "N", "WGMMA_TYPES", "k_tile",
            "ldmatrix_bank_ways", "mma_load_a", "mma_load_b", "mma_mma", "mma_store",
            "wgmma_gemm_compute", "wgmma_gemm_schedule", "wgmma_mma", "wgmma_store", "wmma_gemm",
            "wmma_load_a", "wmma_load_b", "wmma_mma", "wmma_store"]

@@ -405,10 +405,28 @@ def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages:
                          "expected None or an int in 0..stages - 2")
     A = te.placeholder((M, K), name="A", dtype=dtype)
     Bt = te.placeholder((N, K), name="Bt", dtype=dtype)
-    k = te.reduce_axis((0, K), name="k")
-    C = te.compute((M, N), lambda i, j: te.sum(
-        A[i, k].astype("float32") * Bt[j, k].astype("float32"), axis=k), name="C")
+    C = wgmma_nt_compute(A, Bt)
     s = create_schedule(C.op)
+    schedule_wgmma_nt(s, C, A, Bt, block, stages, swizzle, mma_wait)
+    return s, [A, Bt, C]
+
+
+def wgmma_nt_compute(A: te.Tensor, Bt: te.Tensor) -> te.Tensor:
+    """``C[M, N] = sum_k A[i, k] * Bt[j, k]`` in float32 (``A[M, K]``, ``Bt[N, K]`` float16
+    or bfloat16, placeholders or computed tensors): the compute the swizzled
+    :func:`wgmma_mma` matches."""
+    k = te.reduce_axis((0, A.shape[1]), name="k")
+    return te.compute((A.shape[0], Bt.shape[0]), lambda i, j: te.sum(
+        A[i, k].astype("float32") * Bt[j, k].astype("float32"), axis=k), name="C")
+
+
+def schedule_wgmma_nt(s, C: te.Tensor, A: te.Tensor, Bt: te.Tensor, block, stages: int,
+                      swizzle: str, mma_wait) -> None:
+    """Schedule ``C = wgmma_nt_compute(A, Bt)`` in ``s`` as :func:`wgmma_gemm_schedule`
+    does with a swizzle (arguments checked there): swizzled ``cache_read`` tiles of both
+    operands, ``wgmma_mma`` tensorized, the k loop pipelined."""
+    BM, BN, BK = block
+    dtype = A.dtype
     CF = s.cache_write(C, "wgmma.accumulator")
     AS = s.cache_read(A, "shared", [CF])
     BS = s.cache_read(Bt, "shared", [CF])
@@ -427,7 +445,6 @@ def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages:
         s[S].compute_at(s[CF], ko)
         s[S].swizzle(swizzle)
         _copy_threads(s, S, BM)
-    return s, [A, Bt, C]
 
 
 def _blocks(s, C, BM: int, BN: int):

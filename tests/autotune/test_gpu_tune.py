@@ -134,9 +134,9 @@ def test_matmul_search_prefers_distinct_fast_configs():
     assert {v["stages"] for v in kept} == {1, 2, 3} and {v["vec"] for v in kept} == {1, 2, 4}
     assert all(v["group"] <= -(-100 // v["tile"][0]) for v in kept)
     assert all(v["stages"] == 1 or v["vec"] == 4 for v in kept)
-    # float16 (no 16-byte copies of 4 values) keeps the whole deduplicated space
+    # float16 runs on tensor cores: a space of its own (tests/autotune/test_gpu_tc_template)
     f16 = t.space((4096, 4096, 4096), "float16", "cuda -arch=sm_90")
-    assert len(f16.preferred()) > 10 * len(pref)
+    assert "isa" in f16.knobs and "vec" not in f16.knobs
 
 
 def test_preferred_matmul_configs_compute_the_definition_and_compile():
