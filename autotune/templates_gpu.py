@@ -24,8 +24,9 @@ batches on ``blockIdx.z``.
 ``softmax``, ``layernorm``, ``rmsnorm``: one kernel per call, ``rows`` rows per block,
 each row's statistics as cross-thread reductions (TVM's all-reduce, a reduce loop bound to
 ``threadIdx.x``) computed at the block's row loop, 16-byte vector loads and stores, the
-statistics in float32, the rows staged in shared memory or re-read from global memory
-(:func:`_fused_rows`; knob ``layout`` = ``[threads, vec, rows, shared, local]``).
+statistics in float32, the rows staged in shared memory, kept in registers (a thread's
+part of its row) or re-read from global memory (:func:`_fused_rows`; knob ``layout`` =
+``[threads, vec, rows, shared, local]``).
 
 ``row_sum``: ``B[i] = sum_k A[i, k]``; ``layout`` ``[threads, rows]``: a row per block
 reduced across ``threads`` threads, or (``[1, rows]``) one row per thread with ``rows``
@@ -337,6 +338,22 @@ def _reduce_threads(limits: gpu_limits.GPULimits, n: int) -> list:
 
 #: Rows per block the fused row templates may put on ``threadIdx.y`` (short rows).
 ROWS_PER_BLOCK = (1, 2, 4, 8)
+#: Bytes of its row a thread may keep in registers (``layout`` ``shared`` = 2): 64
+#: 32-bit registers, a quarter of the 255 a thread may have, so that the statistics,
+#: addresses and the output's vector still fit without spilling.
+REGISTER_ROW_BYTES = 256
+#: Steps of ``vec`` elements a thread may keep in registers: the loops over them must be
+#: unrolled (constant indices into the array, else nvcc puts it in local memory), and at
+#: 32 steps the output pass's body passes ``MAX_UNROLL_STMTS`` and stays a loop (H200
+#: test run: ``unroll of j.outer.outer kept as a loop`` at 4096 / (32 x 4)).
+REGISTER_ROW_STEPS = 16
+
+
+def register_row_bytes(N: int, threads: int, vec: int, itemsize: int) -> int:
+    """Bytes of a row of ``N`` elements of ``itemsize`` bytes one of ``threads`` threads
+    keeps in registers when each reads ``vec`` elements a step: ``ceil(N / (threads *
+    vec))`` steps of ``vec`` elements (the last step of a ragged row is padding)."""
+    return -(-N // (threads * vec)) * vec * itemsize
 
 
 def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> list:
@@ -345,12 +362,15 @@ def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> lis
     elements per load and store (16 or 8 bytes, only widths dividing ``N`` so every vector
     is whole and aligned; one element where neither divides ``N``), ``rows`` rows per block (at most ``M``), and
     ``shared`` 1 to stage the block's rows in shared memory (read from global memory once,
-    by 16-byte ``cp.async`` copies) or 0 to read them from global memory in every pass
-    (L1/L2 hits after the first), ``local`` 1 (one row per block only) to have every
-    thread combine the partials of a reduction into its own register (broadcast shared
-    reads, no barrier after the combine) instead of thread 0 into shared memory. Pruned by
-    the device's threads per block and shared memory (two float32 partials per thread,
-    plus the staged rows)."""
+    by 16-byte ``cp.async`` copies), 2 to keep each thread's part of its row in registers
+    (read from global memory once, every pass reads the registers; only where that part is
+    at most :data:`REGISTER_ROW_BYTES` in at most :data:`REGISTER_ROW_STEPS` steps,
+    :func:`register_row_bytes`) or 0 to read them
+    from global memory in every pass (L1/L2 hits after the first), ``local`` 1 (one row
+    per block only) to have every thread combine the partials of a reduction into its own
+    register (broadcast shared reads, no barrier after the combine) instead of thread 0
+    into shared memory. Pruned by the device's threads per block and shared memory (two
+    float32 partials per thread, plus the staged rows)."""
     itemsize = np.dtype("float16" if dtype == "bfloat16" else dtype).itemsize
     vecs = [w for w in dict.fromkeys((16 // itemsize, 8 // itemsize))
             if w > 1 and N % w == 0 and (dtype, w) in _VECTOR_TYPES]
@@ -364,8 +384,12 @@ def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> lis
             for rows in ROWS_PER_BLOCK:
                 if (rows > 1 and rows > M) or t * rows > limits.max_threads_per_block:
                     continue
-                for shared in (0, 1):
-                    nbytes = 2 * 4 * t * rows + shared * rows * N * itemsize
+                for shared in (0, 1, 2):
+                    if shared == 2 and (register_row_bytes(N, t, vec, itemsize) >
+                                        REGISTER_ROW_BYTES
+                                        or -(-N // (t * vec)) > REGISTER_ROW_STEPS):
+                        continue
+                    nbytes = 2 * 4 * t * rows + (shared == 1) * rows * N * itemsize
                     if nbytes > limits.shared_bytes_per_block:
                         continue
                     # statistics in registers: one row per block only (a local buffer's
@@ -375,11 +399,19 @@ def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> lis
     return out
 
 
-#: float16 default layouts of the row templates where the space has them: the best of
-#: 16-trial tuning runs on the H200 at 4096 x 4096 (softmax: 128 threads of 4 elements a
-#: row, 4 rows a block, rows re-read from global memory; layernorm: 256 threads of 4, the
-#: row staged in shared memory, statistics combined by every thread)
-FLOAT16_DEFAULTS = {"softmax": [128, 4, 4, 0, 0], "layernorm": [256, 4, 1, 1, 1]}
+#: float16 default layouts of the row templates where the space has them (rows of at least
+#: 1024 elements): the fastest of the layouts timed side by side on the H200 at 4096 x 4096
+#: (``benchmarks/rows_gpu.py``, 4 rounds, copy bound 4.12 TB/s): the row in registers,
+#: 16-byte vectors, one row a block. softmax: 128 threads, 0.0193 ms = 0.84x the copy
+#: bound (the earlier default, 128 threads of 4 and 4 rows a block re-read from global
+#: memory: 0.0201 ms, 0.81x); layernorm: 256 threads, statistics combined by every
+#: thread, 0.0206 ms = 0.79x (the earlier default, the row staged in shared memory:
+#: 0.0212 ms, 0.77x; 16-trial tuning's best, 128 threads of 4 re-reading global memory:
+#: 0.0206 ms too)
+FLOAT16_DEFAULTS = {"softmax": [128, 8, 1, 2, 0], "layernorm": [256, 8, 1, 2, 1]}
+#: float32, the same way: softmax 0.0354 ms = 0.92x the copy bound (the staged default:
+#: 0.0359 ms, 0.91x), layernorm 0.0361 ms = 0.90x (staged: 0.0371 ms, 0.88x)
+FLOAT32_DEFAULTS = {"softmax": [256, 4, 1, 2, 1], "layernorm": [128, 4, 1, 2, 1]}
 
 
 def _row_knobs(cfg, M: int, N: int, dtype: str, name: str = "") -> tuple:
@@ -387,17 +419,43 @@ def _row_knobs(cfg, M: int, N: int, dtype: str, name: str = "") -> tuple:
     # the default: the widest vectors, one row per block staged in shared memory when it
     # fits, at most 256 threads (fewer when the row is short or the device smaller)
     one = [lay for lay in layouts if lay[2] == 1 and lay[1] == layouts[0][1]]
-    staged = max(lay[3] for lay in one)
+    # rows in registers (shared = 2) are a default only where measured (FLOAT16_DEFAULTS)
+    staged = max(lay[3] for lay in one if lay[3] < 2)
     one = [lay for lay in one if lay[3] == staged]
     best = max((lay for lay in one if lay[0] <= 256), key=lambda lay: lay[0], default=one[0])
-    measured = FLOAT16_DEFAULTS.get(name) if dtype == "float16" else None
+    measured = {"float16": FLOAT16_DEFAULTS, "float32": FLOAT32_DEFAULTS}.get(
+        dtype, {}).get(name)
     if measured in layouts and N >= 1024:
         best = measured
     cfg.define_knob("layout", layouts, default=best)
     return tuple(cfg["layout"].val)
 
 
-def _fused_rows(s, out: te.Tensor, reductions, layout: tuple) -> None:
+def _row_reader(A: te.Tensor, layout: tuple) -> tuple:
+    """``(read, regs)``: how the row kernels read ``A[M, N]`` under ``layout``
+    (:func:`row_layouts`). ``read(i, j)`` is ``A[i, j]``, except with ``shared`` = 2 (the
+    row in registers): ``regs[M, O, threads, vec]`` with ``regs[i, o, t, v] = A[i, o *
+    threads * vec + t * vec + v]`` (``O = ceil(N / (threads * vec))``; the steps past a
+    ragged row's end re-read its last vector, and no reader uses them) and ``read(i, j)``
+    its element of ``A[i, j]``. :func:`_fused_rows` binds ``regs``' thread axis to
+    ``threadIdx.x`` in a ``local`` buffer (a thread-owned dimension, see
+    ``schedule/attach.py``): each thread keeps its ``O x vec`` elements of the row."""
+    nt, vec, _, shared, _ = layout
+    if shared != 2:
+        return (lambda i, j: A[i, j]), None
+    M, N = (int(d) for d in A.shape)
+    step = nt * vec
+    if N % step:
+        def src(i, o, t, v):
+            return A[i, te.min(o * step + t * vec, N - vec) + v]
+    else:
+        def src(i, o, t, v):
+            return A[i, o * step + t * vec + v]
+    regs = te.compute((M, -(-N // step), nt, vec), src, name=f"{A.name}_regs")
+    return (lambda i, j: regs[i, j // step, (j // vec) % nt, j % vec]), regs
+
+
+def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None) -> None:
     """One kernel for a row-wise normalisation ``out[M, N]``; ``layout`` is ``(threads,
     vec, rows, shared, local)`` (:func:`row_layouts`): ``rows`` rows per block
     (``blockIdx.x``, rows on ``threadIdx.y``), each row's ``reductions`` (``[M]``, in order)
@@ -408,14 +466,18 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple) -> None:
     and the output is stored the same way (``cache_write`` to ``local``); consecutive
     threads read consecutive vectors (coalesced). With ``shared`` the block's rows of the
     2-D input are first copied to shared memory (16-byte ``cp.async``) and every pass reads
-    them there; else every pass reads global memory (the second and third from L1/L2)."""
+    them there; with ``shared`` = 2 the passes read the row from ``regs``
+    (:func:`_row_reader`), each thread's part of it read once into registers by 16-byte
+    loads; else every pass reads global memory (the second and third from L1/L2)."""
     nt, vec, rows, shared, local = layout
     tx, ty = _tx(), _ty()
-    row_input = next(t for t in out.op.input_tensors if len(t.shape) == 2)
     OL = s.cache_write(out, "local")
-    readers = [st for st in (*reductions, OL) if any(
-        t.op is row_input.op for t in s[st].op.input_tensors)]
-    staged = s.cache_read(row_input, "shared", readers) if shared else None
+    staged = None
+    if shared == 1:
+        row_input = next(t for t in out.op.input_tensors if len(t.shape) == 2)
+        readers = [st for st in (*reductions, OL) if any(
+            t.op is row_input.op for t in s[st].op.input_tensors)]
+        staged = s.cache_read(row_input, "shared", readers)
     i, j = out.op.axis
     io, ii = s[out].split(i, factor=rows)
     j0, jv = s[out].split(j, factor=vec)
@@ -436,6 +498,19 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple) -> None:
         if vec > 1:
             s[staged].vectorize(bv)
         s[staged].compute_at(s[out], io)
+    if regs is not None:
+        ri, ro, rt, rv = regs.op.axis
+        s[regs].set_scope("local")
+        s[regs].reorder(ri, rt, ro, rv)
+        s[regs].bind(rt, tx)
+        if rows > 1:
+            s[regs].bind(ri, ty)
+        # every index of the thread's array a constant: registers, not local memory
+        s[regs].unroll(ro)
+        if vec > 1:
+            s[regs].vectorize(rv)
+        s[regs].compute_at(s[out], io)
+        s[out].unroll(jo)
     s[OL].compute_at(s[out], jt)
     if vec > 1:
         s[out].vectorize(jv)
@@ -496,16 +571,17 @@ def softmax_cuda(M: int, N: int, dtype: str = "float32"):
     # ``expf`` (8 instructions with its range checks): issue-bound otherwise (H200, 4096^2
     # float16: ~50 SASS instructions per element, 0.5x the copy bound)
     exp = te.fast_exp if dtype in ("float16", "bfloat16") else te.exp
-    mx = te.compute((M,), lambda i: te.max(_f32(A[i, k1]), axis=k1), name="rowmax")
-    sm = te.compute((M,), lambda i: te.sum(exp(_f32(A[i, k2]) - mx[i]), axis=k2),
+    X, regs = _row_reader(A, layout)
+    mx = te.compute((M,), lambda i: te.max(_f32(X(i, k1)), axis=k1), name="rowmax")
+    sm = te.compute((M,), lambda i: te.sum(exp(_f32(X(i, k2)) - mx[i]), axis=k2),
                     name="rowsum")
     # times the row's reciprocal: one division per row (hoisted by nvcc) instead of an
     # IEEE division per element (a ~10-instruction sequence with a slow-path call)
-    out = te.compute((M, N), lambda i, j: (exp(_f32(A[i, j]) - mx[i])
+    out = te.compute((M, N), lambda i, j: (exp(_f32(X(i, j)) - mx[i])
                                            * (te.const(1.0, "float32") / sm[i]))
                      .astype(dtype), name="softmax")
     s = te.create_schedule(out.op)
-    _fused_rows(s, out, (mx, sm), layout)
+    _fused_rows(s, out, (mx, sm), layout, regs)
     return s, [A, out]
 
 
@@ -530,15 +606,16 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     k1 = te.reduce_axis((0, N), name="k1")
     k2 = te.reduce_axis((0, N), name="k2")
     inv_n = te.const(1.0 / N, "float32")
-    mean = te.compute((M,), lambda i: te.sum(_f32(A[i, k1]) * inv_n, axis=k1), name="mean")
-    var = te.compute((M,), lambda i: te.sum((_f32(A[i, k2]) - mean[i])
-                                            * (_f32(A[i, k2]) - mean[i]) * inv_n, axis=k2),
+    X, regs = _row_reader(A, layout)
+    mean = te.compute((M,), lambda i: te.sum(_f32(X(i, k1)) * inv_n, axis=k1), name="mean")
+    var = te.compute((M,), lambda i: te.sum((_f32(X(i, k2)) - mean[i])
+                                            * (_f32(X(i, k2)) - mean[i]) * inv_n, axis=k2),
                      name="var")
-    out = te.compute((M, N), lambda i, j: ((_f32(A[i, j]) - mean[i]) * te.rsqrt(
+    out = te.compute((M, N), lambda i, j: ((_f32(X(i, j)) - mean[i]) * te.rsqrt(
         var[i] + te.const(1e-5, "float32")) * _f32(G[j]) + _f32(Bt[j])).astype(dtype),
         name="layernorm")
     s = te.create_schedule(out.op)
-    _fused_rows(s, out, (mean, var), layout)
+    _fused_rows(s, out, (mean, var), layout, regs)
     return s, [A, G, Bt, out]
 
 
@@ -558,12 +635,13 @@ def rmsnorm_cuda(M: int, N: int, dtype: str = "float32"):
     G = te.placeholder((N,), name="gamma", dtype=dtype)
     k = te.reduce_axis((0, N), name="k")
     inv_n = te.const(1.0 / N, "float32")
-    ms = te.compute((M,), lambda i: te.sum(_f32(A[i, k]) * _f32(A[i, k]) * inv_n, axis=k),
+    X, regs = _row_reader(A, layout)
+    ms = te.compute((M,), lambda i: te.sum(_f32(X(i, k)) * _f32(X(i, k)) * inv_n, axis=k),
                     name="meansq")
-    out = te.compute((M, N), lambda i, j: (_f32(A[i, j]) * te.rsqrt(
+    out = te.compute((M, N), lambda i, j: (_f32(X(i, j)) * te.rsqrt(
         ms[i] + te.const(1e-6, "float32")) * _f32(G[j])).astype(dtype), name="rmsnorm")
     s = te.create_schedule(out.op)
-    _fused_rows(s, out, (ms,), layout)
+    _fused_rows(s, out, (ms,), layout, regs)
     return s, [A, G, out]
 
 

@@ -7,6 +7,10 @@ isl manual, "Basic Operations"; Tiramisu's ``compute_needed_and_produced``). The
 bounding box is its buffer; its loops iterate relative to the region's origin ``lo(p)``.
 A ``shared`` buffer is relaxed over thread indices (one region per block); any other
 buffer inside ``vthread`` loops gets one copy per virtual thread (``vthread_copies``).
+A ``local`` buffer whose stage binds a whole axis ``q`` of its own to a thread index (a
+*thread-owned* dimension, ``check_thread_owned``) keeps in each thread's copy only the
+slice that thread computes and reads: its dimension ``q`` has extent 1 (a row of a
+softmax kept in registers: each thread's ``O x vec`` elements, not the block's).
 
 Strided regions are compacted: when, in tensor dimension ``q``, every element read at a
 prefix lies on ``lo_q(p) + s*Z`` for a constant stride ``s > 1`` (isl's range stride
@@ -81,14 +85,81 @@ def check_storage_scope(p: StagePlan) -> None:
              "by every block and thread, each overwriting the region of the others",
              "scope 'shared' (one buffer per block) or 'local' (one per thread)",
              hint=f"s[{p.name}].set_scope('shared'), or compute {p.name!r} at root")
-    own = [f"{iv.name!r} ({tag.value})" for iv, tag in p.stage.annotations.items()
-           if isinstance(tag, ThreadTag) and tag.is_hardware]
-    if thread_private(p.scope) and own:
+    bound = {iv: tag for iv, tag in p.stage.annotations.items()
+             if isinstance(tag, ThreadTag) and tag.is_hardware}
+    p.owned = {}
+    if not (thread_private(p.scope) and bound):
+        return
+    axes = list(p.stage.op.axis)
+    bad = [iv for iv, tag in bound.items() if tag.is_block or iv not in axes]
+    if bad or p.scope != "local" or len(set(bound.values())) < len(bound):
+        own = [f"{iv.name!r} ({tag.value})" for iv, tag in bound.items()]
         fail(who, f"stage {p.name!r} {chosen}, one copy per thread, but binds its own "
-             f"loops {', '.join(own)} to GPU indices: each thread would compute only part "
-             "of the region its copy must hold", "a 'shared' buffer for loops bound to "
-             "threads (a cooperative fetch), or unbound loops for a 'local' one",
-             hint=f"s[{p.name}].set_scope('shared') and compute it at the block loop")
+             f"loops {', '.join(own)} to GPU indices: a thread's copy can only hold the "
+             "elements that thread computes when each loop bound to a thread index is a "
+             "whole (unsplit, unfused) axis of the stage, one per index, and no loop of "
+             "its own is bound to a block index", "a 'shared' buffer for loops bound to "
+             "threads (a cooperative fetch), unbound loops for a 'local' one, or a "
+             "'local' one whose thread-bound loops are whole axes (thread-owned "
+             "dimensions: each thread keeps its own slice in registers)",
+             hint=f"s[{p.name}].set_scope('shared') and compute it at the block loop, or "
+                  "give the stage an axis per thread index (a reshaped copy "
+                  "[..., threads, elements]) and bind that axis")
+    p.owned = {axes.index(iv): tag for iv, tag in bound.items()}
+
+
+def check_thread_owned(p: StagePlan, consumers: list[StagePlan]) -> None:
+    """A ``local`` stage whose axis ``q`` is bound to thread index ``T`` (``p.owned``):
+    thread ``t`` computes the elements at ``x_q - lo_q(prefix) == t`` of the region, and
+    keeps only those in its copy (the buffer's dimension ``q`` has extent 1). That is
+    exact only when every statement reading the stage reads, on thread ``t``, elements
+    with ``x_q - lo_q == t``: checked here on the exact domains with isl (TVM infers the
+    bound of such a buffer per thread without this check).
+
+    Raises
+    ------
+    ScheduleError
+        When a reader runs outside any loop bound to ``T``, or reads an element another
+        thread computed (naming the stage, the reader, the axis and the index).
+    """
+    tp, pos = p.attach
+    where = f"{tp.name!r}.{tp.leaves[pos].name!r}"
+    axes = list(p.stage.op.axis)
+    for c in consumers:
+        for st in c.stmts:
+            if st.kind not in _stmt_kinds_reading(c, p):
+                continue
+            loops = [(q.binding(k), st.sched[j]) for j, (q, k) in enumerate(c.prefix)]
+            loops += [(c.binding(k), st.sched[len(c.prefix) + n])
+                      for n, k in enumerate(c.stmt_loops(st.kind))]
+            pre = [st.sched[j] for j in p.prefix_dims]
+            pre_map = iu.PwMultiAff(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in pre)}] }}")
+            lo = p.lo.pullback_pw_multi_aff(pre_map)
+            for q, tag in p.owned.items():
+                vals = [v for b, v in loops if b is tag and v is not None]
+                if len(vals) != 1:
+                    fail("bind", f"axis {axes[q].name!r} of the local stage {p.name!r} "
+                         f"(computed at {where}) is bound to {tag.value!r}, but its reader "
+                         f"{c.name!r} ({st.kind}) runs in {len(vals)} loops bound to "
+                         f"{tag.value!r}", "every reader inside exactly one loop bound to "
+                         "the same thread index (each thread reads its own elements)",
+                         hint=f"bind a loop of {c.name!r} to {tag.value!r}")
+                thread = iu.PwMultiAff(f"{{ {st.tuple()} -> [({vals[0]})] }}").get_pw_aff(0)
+                for rd in _reads_of(c, st.kind):
+                    if rd.source is not p.stage or rd.indices is None:
+                        continue
+                    acc = _access(c, st, rd.indices, "T")
+                    off = acc.get_pw_aff(q).sub(lo.get_pw_aff(q))
+                    other = off.ne_set(thread).intersect(st.exact)
+                    if not other.is_empty():
+                        fail("bind", f"axis {axes[q].name!r} of the local stage {p.name!r} "
+                             f"(computed at {where}) is bound to {tag.value!r}, each thread "
+                             f"keeping its own elements, but {c.name!r} ({st.kind}) reads "
+                             f"on thread {tag.value} elements another thread computed, at "
+                             f"{other}", f"readers whose loop bound to {tag.value!r} is "
+                             f"the index of axis {axes[q].name!r} they read",
+                             hint=f"bind the readers' loop over that axis to {tag.value!r}, "
+                                  f"or s[{p.name}].set_scope('shared')")
 
 
 def _inside(stmt_kind: str, reader: StagePlan, target: StagePlan, pos: int) -> bool:
@@ -147,6 +218,8 @@ def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
             ext = list(op.output(0).shape)
         else:
             ext = _extents(p.footprint, p.lo, p.stride)
+        if p.owned:
+            check_thread_owned(p, consumers)
         p.region = tuple(ext)
         for iv, e in zip(op.axis, ext):
             root[iv] = (0, e)
@@ -154,7 +227,8 @@ def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
             scope = p.scope if padded and (p.scope == "shared" or thread_private(p.scope)) \
                 else p.buffer.scope
             copies = tuple(e for _, _, _, e in vthread_copies(p))
-            shape = copies + _aligned(p, ext)
+            # a thread-owned dimension: each thread stores its own slice only
+            shape = copies + _aligned(p, [1 if q in p.owned else e for q, e in enumerate(ext)])
             sw = _swizzle(p, shape, scope)
             p.outs = [Buffer(b.name, shape, t.dtype, scope, sw)
                       for b, t in zip(p.outs, op.outputs)]
@@ -592,6 +666,11 @@ def _relative(acc: isl.PwMultiAff, owner: StagePlan, st: PolyStmt) -> isl.PwMult
         zs = [f"z{k}" for k in range(len(owner.stride))]
         div = ", ".join(z if s == 1 else f"floor({z}/{s})" for z, s in zip(zs, owner.stride))
         rel = iu.PwMultiAff(f"{{ [{', '.join(zs)}] -> [{div}] }}").pullback_pw_multi_aff(rel)
+    if owner.owned:   # thread-owned dimensions: this thread's slice, at index 0
+        n = len(owner.stride)
+        zs = [f"z{k}" for k in range(n)]
+        keep = ", ".join("0" if k in owner.owned else z for k, z in enumerate(zs))
+        rel = iu.PwMultiAff(f"{{ [{', '.join(zs)}] -> [{keep}] }}").pullback_pw_multi_aff(rel)
     copies = vthread_copies(owner)
     if copies:   # the copy of this virtual thread
         vt = ", ".join(f"({st.sched[j]}) - {iu.num(first)}" for _, j, first, _ in copies)
@@ -607,6 +686,7 @@ def accesses(p: StagePlan, plan_of: dict, buffers: dict) -> None:
     na = len(p.axis_vars)
     for st in p.stmts:
         own = st.dims[p.prefix_len:p.prefix_len + na]
+        own = ["0" if q in p.owned else d for q, d in enumerate(own)]
         own = [f"p{k} - {iu.num(first)}" for k, _, first, _ in vthread_copies(p)] + own
         w = iu.PwMultiAff(f"{{ {st.tuple()} -> B[{', '.join(own)}] }}")
         st.accesses["w"] = (p.buffer, compose_access(p.stage.layouts, w))

@@ -105,6 +105,7 @@ class StagePlan:
     bodies: tuple = ()                # one body per output (``body`` is the first)
     outs: list = field(default_factory=list)   # one buffer per output (``buffer`` is the first)
     strips: dict = field(default_factory=dict)  # parent IterVar -> Split by a symbolic factor
+    owned: dict = field(default_factory=dict)   # tensor dim -> ThreadTag (attach.thread_owned)
 
     @property
     def name(self) -> str:

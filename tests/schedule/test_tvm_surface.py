@@ -171,12 +171,16 @@ def test_local_scope_with_thread_bound_loops_is_refused():
 
 
 def test_default_local_scope_with_thread_bound_loops_is_refused():
-    """Was a silent wrong result: each thread filled one element of its private copy."""
+    """Was a silent wrong result: each thread filled one element of its private copy. A
+    whole axis bound to a thread index is a thread-owned dimension now
+    (``attach.check_thread_owned``), refused because its reader runs on no loop bound to
+    that index."""
     A, B, C, s, bo, ti, a, want = _stencil()
     s[B].compute_at(s[C], ti)
     s[B].bind(B.op.axis[0], te.thread_axis("threadIdx.y"))
-    with pytest.raises(ScheduleError, match=r"compute_at: stage 'B' gets the default scope "
-                       r"'local'.*binds its own loops 'i' \(threadIdx.y\)"):
+    with pytest.raises(ScheduleError, match=r"bind: axis 'i' of the local stage 'B' "
+                       r"\(computed at 'C'.'i.inner'\) is bound to 'threadIdx.y', but its "
+                       r"reader 'C' \(compute\) runs in 0 loops bound to 'threadIdx.y'"):
         polytile.lower(s, [A, C])
 
 
