@@ -55,7 +55,7 @@ def test_builtin_kinds_are_registered_data():
     assert [n for n, _ in llvm.passes(Target.parse("llvm"))] == ["insert_prefetches"]
     assert cuda.is_gpu and cuda.tunable  # timed in the GPU runner (autotune/gpu_runner.py)
     assert [n for n, _ in cuda.passes(Target.parse("cuda"))] == [
-        "warp_reduce", "elide_barriers", "narrow_indices"]
+        "warp_reduce", "elide_barriers", "narrow_indices", "group_guards"]
     lim = Target.parse("cuda").limits
     assert (lim.max_threads_per_block, lim.warp_size, lim.shared_bytes_per_block) == \
         (1024, 32, 48 * 1024)
