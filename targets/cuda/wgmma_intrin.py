@@ -282,24 +282,22 @@ def wgmma_mma(n: int, dtype: str = "float16", name: str = "", *, swizzle: str = 
         for v in (fa, fb) if fa.scope == "shared" else ():
             row = v.strides[0] * dt.nbytes(dtype) if isinstance(v.strides[0], int) else None
             if v.buffer.swizzle != swizzle or row != width:
-                raise BuildError(format_error(
-                    "tensorize", f"intrinsic {iname!r} reads {v.buffer.name!r} "
-                    f"(swizzle {v.buffer.swizzle}, rows of {row} bytes)", f"a buffer "
-                    f"swizzled {swizzle} with rows of {width} bytes", hint=f"s["
-                    f"{v.buffer.name.split('.')[0]}...].swizzle({swizzle!r}) on the "
-                    f"cache_read stage, its k tile {width // dt.nbytes(dtype)} wide"))
-        fc = outs[0]
-        update = tir.call_intrin("void", call, fc.access_ptr("w"), fa.access_ptr("r"),
-                                 fb.access_ptr("r"))
-        reset = tir.call_intrin("void", "wgmma.fill", fc.access_ptr("w"),
-                                te.const(0, "float32"))
-        ib = tir.ir_builder.create()
-        ib.emit(reset)
-        ib.emit(update)
-        return ib.get(), reset, update
+                raise _swizzle_error(iname, v, swizzle, width, row)
+        return _mma_bodies(call, outs[0], fa.access_ptr("r"), fb.access_ptr("r"))
 
     return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=iname,
                                  async_group=WGMMA_GROUP if asynchronous else None)
+
+
+def _mma_bodies(call: str, fc, *operands) -> tuple:
+    """``(body, reset, update)`` of a wgmma tensor intrinsic: ``update`` calls ``call``
+    on the accumulator ``fc`` and ``operands``, ``reset`` zero-fills the accumulator."""
+    update = tir.call_intrin("void", call, fc.access_ptr("w"), *operands)
+    reset = tir.call_intrin("void", "wgmma.fill", fc.access_ptr("w"), te.const(0, "float32"))
+    ib = tir.ir_builder.create()
+    ib.emit(reset)
+    ib.emit(update)
+    return ib.get(), reset, update
 
 
 def _swizzle_error(iname: str, v, swizzle: str, width: int, row) -> BuildError:
@@ -349,15 +347,8 @@ def _wgmma_mma_mn(n: int, dtype: str, name: str, swizzle: str,
                     "tensorize", f"intrinsic {iname!r} reads atoms of {fb.buffer.name!r} "
                     f"{sl} elements apart", f"a multiple of 8 rows ({8 * width} bytes: the "
                     "swizzle pattern, LBO)", hint="a k tile of a multiple of 8"))
-        fc = outs[0]
-        update = tir.call_intrin("void", call, fc.access_ptr("w"), fa.access_ptr("r"),
-                                 fb.access_ptr("r"), fb.strides[0])
-        reset = tir.call_intrin("void", "wgmma.fill", fc.access_ptr("w"),
-                                te.const(0, "float32"))
-        ib = tir.ir_builder.create()
-        ib.emit(reset)
-        ib.emit(update)
-        return ib.get(), reset, update
+        return _mma_bodies(call, outs[0], fa.access_ptr("r"), fb.access_ptr("r"),
+                           fb.strides[0])
 
     return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=iname,
                                  async_group=WGMMA_GROUP if asynchronous else None)
