@@ -356,7 +356,8 @@ def register_row_bytes(N: int, threads: int, vec: int, itemsize: int) -> int:
     return -(-N // (threads * vec)) * vec * itemsize
 
 
-def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> list:
+def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str,
+                params: int = 0) -> list:
     """``[threads, vec, rows, shared, local]`` configs of the fused row kernels over ``M``
     rows of ``N`` elements: ``threads`` threads per row (:func:`_reduce_threads`), ``vec``
     elements per load and store (16 or 8 bytes, only widths dividing ``N`` so every vector
@@ -365,7 +366,11 @@ def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> lis
     by 16-byte ``cp.async`` copies), 2 to keep each thread's part of its row in registers
     (read from global memory once, every pass reads the registers; only where that part is
     at most :data:`REGISTER_ROW_BYTES` in at most :data:`REGISTER_ROW_STEPS` steps,
-    :func:`register_row_bytes`) or 0 to read them
+    :func:`register_row_bytes`), 3 (templates with ``params`` per-column vectors of
+    ``N``, layernorm's gamma and beta) as 2 and the thread's part of those vectors in
+    registers too, read before the reductions so that their latency overlaps them (only
+    where the row's and the vectors' parts together are at most
+    :data:`REGISTER_ROW_BYTES` and the row spans the block's threads), or 0 to read them
     from global memory in every pass (L1/L2 hits after the first), ``local`` 1 (one row
     per block only) to have every thread combine the partials of a reduction into its own
     register (broadcast shared reads, no barrier after the combine) instead of thread 0
@@ -384,10 +389,15 @@ def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str) -> lis
             for rows in ROWS_PER_BLOCK:
                 if (rows > 1 and rows > M) or t * rows > limits.max_threads_per_block:
                     continue
-                for shared in (0, 1, 2):
-                    if shared == 2 and (register_row_bytes(N, t, vec, itemsize) >
-                                        REGISTER_ROW_BYTES
+                for shared in (0, 1, 2, 3)[:4 if params else 3]:
+                    regs = (1 + params * (shared == 3)) * register_row_bytes(
+                        N, t, vec, itemsize)
+                    if shared >= 2 and (regs > REGISTER_ROW_BYTES
                                         or -(-N // (t * vec)) > REGISTER_ROW_STEPS):
+                        continue
+                    # the vectors' registers: every thread holds a part (a thread-owned
+                    # dimension is a whole axis bound to threadIdx.x)
+                    if shared == 3 and N < t * vec:
                         continue
                     nbytes = 2 * 4 * t * rows + (shared == 1) * rows * N * itemsize
                     if nbytes > limits.shared_bytes_per_block:
@@ -414,8 +424,8 @@ FLOAT16_DEFAULTS = {"softmax": [128, 8, 1, 2, 0], "layernorm": [256, 8, 1, 2, 1]
 FLOAT32_DEFAULTS = {"softmax": [256, 4, 1, 2, 1], "layernorm": [128, 4, 1, 2, 1]}
 
 
-def _row_knobs(cfg, M: int, N: int, dtype: str, name: str = "") -> tuple:
-    layouts = row_layouts(gpu_limits.current(), M, N, dtype)
+def _row_knobs(cfg, M: int, N: int, dtype: str, name: str = "", params: int = 0) -> tuple:
+    layouts = row_layouts(gpu_limits.current(), M, N, dtype, params)
     # the default: the widest vectors, one row per block staged in shared memory when it
     # fits, at most 256 threads (fewer when the row is short or the device smaller)
     one = [lay for lay in layouts if lay[2] == 1 and lay[1] == layouts[0][1]]
@@ -441,7 +451,7 @@ def _row_reader(A: te.Tensor, layout: tuple) -> tuple:
     ``threadIdx.x`` in a ``local`` buffer (a thread-owned dimension, see
     ``schedule/attach.py``): each thread keeps its ``O x vec`` elements of the row."""
     nt, vec, _, shared, _ = layout
-    if shared != 2:
+    if shared < 2:
         return (lambda i, j: A[i, j]), None
     M, N = (int(d) for d in A.shape)
     step = nt * vec
@@ -455,7 +465,28 @@ def _row_reader(A: te.Tensor, layout: tuple) -> tuple:
     return (lambda i, j: regs[i, j // step, (j // vec) % nt, j % vec]), regs
 
 
-def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None) -> None:
+def _param_reader(P: te.Tensor, layout: tuple) -> tuple:
+    """``(read, regs)`` for a per-column vector ``P[N]`` (layernorm's gamma, beta): with
+    ``shared`` = 3, ``regs[O, threads, vec]`` the thread's part of ``P`` in registers as
+    :func:`_row_reader` keeps the row's (:func:`_fused_rows` loads it at the block's row
+    loop, before the reductions); else ``read(j)`` is ``P[j]`` and ``regs`` None."""
+    nt, vec, _, shared, _ = layout
+    if shared != 3:
+        return (lambda j: P[j]), None
+    N = int(P.shape[0])
+    step = nt * vec
+    if N % step:
+        def src(o, t, v):
+            return P[te.min(o * step + t * vec, N - vec) + v]
+    else:
+        def src(o, t, v):
+            return P[o * step + t * vec + v]
+    regs = te.compute((-(-N // step), nt, vec), src, name=f"{P.name}_regs")
+    return (lambda j: regs[j // step, (j // vec) % nt, j % vec]), regs
+
+
+def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
+                param_regs=()) -> None:
     """One kernel for a row-wise normalisation ``out[M, N]``; ``layout`` is ``(threads,
     vec, rows, shared, local)`` (:func:`row_layouts`): ``rows`` rows per block
     (``blockIdx.x``, rows on ``threadIdx.y``), each row's ``reductions`` (``[M]``, in order)
@@ -468,7 +499,9 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None) -> None
     2-D input are first copied to shared memory (16-byte ``cp.async``) and every pass reads
     them there; with ``shared`` = 2 the passes read the row from ``regs``
     (:func:`_row_reader`), each thread's part of it read once into registers by 16-byte
-    loads; else every pass reads global memory (the second and third from L1/L2)."""
+    loads; else every pass reads global memory (the second and third from L1/L2).
+    ``param_regs`` (``shared`` = 3, :func:`_param_reader`): per-column vectors each thread
+    keeps its part of in registers, loaded at the block's row loop."""
     nt, vec, rows, shared, local = layout
     tx, ty = _tx(), _ty()
     OL = s.cache_write(out, "local")
@@ -511,6 +544,15 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None) -> None
             s[regs].vectorize(rv)
         s[regs].compute_at(s[out], io)
         s[out].unroll(jo)
+    for pr in param_regs:
+        po, pt, pv = pr.op.axis
+        s[pr].set_scope("local")
+        s[pr].reorder(pt, po, pv)
+        s[pr].bind(pt, tx)
+        s[pr].unroll(po)
+        if vec > 1:
+            s[pr].vectorize(pv)
+        s[pr].compute_at(s[out], io)
     s[OL].compute_at(s[out], jt)
     if vec > 1:
         s[out].vectorize(jv)
@@ -599,10 +641,12 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     GPU in one kernel (:func:`_fused_rows`): the mean, the variance of ``A - mean`` (two
     passes: no cancellation), then the normalised row; statistics in float32."""
     cfg = get_config()
-    layout = _row_knobs(cfg, M, N, dtype, "layernorm")
+    layout = _row_knobs(cfg, M, N, dtype, "layernorm", params=2)
     A = te.placeholder((M, N), name="A", dtype=dtype)
     G = te.placeholder((N,), name="gamma", dtype=dtype)
     Bt = te.placeholder((N,), name="beta", dtype=dtype)
+    g, g_regs = _param_reader(G, layout)
+    b, b_regs = _param_reader(Bt, layout)
     k1 = te.reduce_axis((0, N), name="k1")
     k2 = te.reduce_axis((0, N), name="k2")
     inv_n = te.const(1.0 / N, "float32")
@@ -611,11 +655,15 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     var = te.compute((M,), lambda i: te.sum((_f32(X(i, k2)) - mean[i])
                                             * (_f32(X(i, k2)) - mean[i]) * inv_n, axis=k2),
                      name="var")
-    out = te.compute((M, N), lambda i, j: ((_f32(X(i, j)) - mean[i]) * te.rsqrt(
-        var[i] + te.const(1e-5, "float32")) * _f32(G[j]) + _f32(Bt[j])).astype(dtype),
-        name="layernorm")
+    # beta and gamma first: the stages of their registers (shared = 3) come before the
+    # reductions' at the block's row loop (stages attached at one loop keep the order in
+    # which the output's definition reads them), so their loads overlap the reductions
+    out = te.compute((M, N), lambda i, j: (_f32(b(j)) + _f32(g(j)) * (
+        (_f32(X(i, j)) - mean[i]) * te.rsqrt(var[i] + te.const(1e-5, "float32"))))
+        .astype(dtype), name="layernorm")
     s = te.create_schedule(out.op)
-    _fused_rows(s, out, (mean, var), layout, regs)
+    _fused_rows(s, out, (mean, var), layout, regs,
+                [r for r in (g_regs, b_regs) if r is not None])
     return s, [A, G, Bt, out]
 
 

@@ -6,8 +6,9 @@ Each config is built once and timed by the tuner's own measurer
 events, inputs rotated over buffer sets larger than the L2 cache, 4 rounds alternating with
 torch on the GPU), so the figures compare with ``benchmarks/tune_gpu.py``'s. By default the
 configs are the template's default, the rows-in-registers layouts (``layout`` ``shared`` =
-2) of 64 to 256 threads with 16-byte vectors (with and without ``local`` statistics), and
-the best layouts of earlier tuning runs on the H200.
+2, and 3 where layernorm's gamma and beta are kept in registers too) of 64 to 256 threads
+with 16-byte vectors (with and without ``local`` statistics), and the best layouts of
+earlier tuning runs on the H200.
 
 Run on the GPU machine::
 
@@ -43,9 +44,9 @@ def _layouts(space, name: str, dtype: str, extra: list) -> list:
     out = [("default", default)]
     for v in allv:
         th, vec, rows, shared, _ = v["layout"]
-        if shared == 2 and vec == vec16 and (rows == 1 and 64 <= th <= 256
+        if shared >= 2 and vec == vec16 and (rows == 1 and 64 <= th <= 256
                                              or rows == 4 and th == 64):
-            out.append(("registers", v))
+            out.append(("registers" if shared == 2 else "regs+params", v))
     for lay in extra or EARLIER.get((name, dtype), []):
         v = next((v for v in allv if v["layout"] == lay), None)
         if v is None:

@@ -96,14 +96,32 @@ SHAPES = {
     ("softmax", "llvm"): ((512, 1024), (1024, 512)),
     ("matmul", "cuda"): ((2048, 2048, 2048), (2048, 2048, 1024)),
     ("softmax", "cuda"): ((4096, 4096), (4096, 2048)),
+    ("layernorm", "cuda"): ((4096, 4096), (4096, 2048)),
 }
 ALIASES = {"conv2d": "conv2d_nchw"}
 
 
-def _pool(a, name, args, measure_pool, Pool, MeasureOptions):
+def split_spec(spec: str) -> tuple:
+    """``(template, dtype)`` of a ``--templates`` word: ``name`` (float32) or
+    ``name:dtype`` (``matmul:float16``); aliases resolved (``conv2d``)."""
+    name, _, dtype = spec.partition(":")
+    return ALIASES.get(name, name), dtype or "float32"
+
+
+def pool_file(name: str, args, dtype: str, target: str, n: int, seed: int) -> str:
+    """The cache file name of a pool: template, shape, dtype (float32 pools keep the
+    names they had before pools had a dtype), target kind, the arch when the target
+    names one (``sm_90a``), size and seed."""
+    words = target.split()
+    arch = next((w.split("=", 1)[1] for w in words[1:] if w.startswith("-arch=")), None)
+    parts = [name, "x".join(map(str, args))] + ([dtype] if dtype != "float32" else []) \
+        + [words[0]] + ([arch] if arch else []) + [f"n{n}", f"s{seed}"]
+    return "_".join(parts) + ".json"
+
+
+def _pool(a, name, args, dtype, measure_pool, Pool, MeasureOptions):
     os.makedirs(a.cache, exist_ok=True)
-    kind = a.target.split()[0]
-    slug = f"{name}_{'x'.join(map(str, args))}_{kind}_n{a.pool}_s{a.pool_seed}.json"
+    slug = pool_file(name, args, dtype, a.target, a.pool, a.pool_seed)
     path = os.path.join(a.cache, slug)
     if os.path.exists(path):
         if a.remeasure:
@@ -120,7 +138,7 @@ def _pool(a, name, args, measure_pool, Pool, MeasureOptions):
     short = dict(repeat=7, max_repeats=40, min_repeat_ms=1.0, budget_s=0.15) \
         if a.short_repeats else {}
     opt = MeasureOptions(parallel=a.parallel or 0, threads=a.threads or 0, **short)
-    pool = measure_pool(name, args, "float32", a.target, a.pool, a.pool_seed, opt, path,
+    pool = measure_pool(name, args, dtype, a.target, a.pool, a.pool_seed, opt, path,
                         progress)
     return pool, f"measured in {time.perf_counter() - t0:.0f} s"
 
@@ -162,7 +180,12 @@ def _report(title, curves, best, ns, out_rows):
             verdict = "yes" if mm >= rr else f"no (gap {100 * (rr - mm):.1f} points)"
             print(f"  headline N={n}: model@{n} {mm:.3f} vs random@{4 * n} {rr:.3f}; model "
                   f">= random@4N in {wins}/{len(m)} seeds -> {verdict}")
-            out_rows.append((title.split("  ")[0], n, mm, rr, wins, len(m)))
+            out_rows.append((title.split(" on ")[0], n, mm, rr, wins, len(m),
+                             _mean_at(r, n, best), worst <= 1e-9))
+
+
+def _plot_name(name: str, dtype: str) -> str:
+    return name if dtype == "float32" else f"{name}_{dtype}"
 
 
 def _plot(folder, name, curves, best, title):
@@ -195,17 +218,20 @@ def _plot(folder, name, curves, best, title):
     print(f"  plot {path}")
 
 
-def _replay(a, name, args, rows):
+def _replay(a, name, args, dtype, rows):
     from polytile.autotune import MeasureOptions
+    from polytile.autotune.device import device_class
     from polytile.autotune.replay import (Pool, ReplayOracle, measure_pool, replay_search,
                                           trials_to_reach)
 
-    pool, how = _pool(a, name, args, measure_pool, Pool, MeasureOptions)
+    pool, how = _pool(a, name, args, dtype, measure_pool, Pool, MeasureOptions)
     oracle = ReplayOracle(pool, stat=a.stat)
     best = oracle.best_cost()
     nmax = 4 * max(a.trials)
     ok = sum(math.isfinite(c) for c in oracle.cost.values())
-    title = (f"{name}{tuple(args)} on '{pool.target}'  REPLAY over a pool of "
+    dev = device_class(pool.device)
+    title = (f"{name}{tuple(args)} {dtype} on '{pool.target}'{f' ({dev})' if dev else ''}"
+             f"  REPLAY over a pool of "
              f"{len(oracle.cost)} configs ({ok} ran) of {pool.space_size:,}, {how}, {a.stat} of "
              f"repeats"
              f"{f', {oracle.refeaturized} refeaturized' if oracle.refeaturized else ''}, load "
@@ -222,9 +248,9 @@ def _replay(a, name, args, rows):
     _report(title, curves, best, a.trials, rows)
     src_args = SHAPES.get((name, a.target.split()[0]), (None, None))[1] if a.transfer else None
     if a.plot and src_args is None:
-        _plot(a.plot, name, curves, best, title)
+        _plot(a.plot, _plot_name(name, dtype), curves, best, title)
     if src_args is not None:
-        src, how = _pool(a, name, src_args, measure_pool, Pool, MeasureOptions)
+        src, how = _pool(a, name, src_args, dtype, measure_pool, Pool, MeasureOptions)
         so = ReplayOracle(src, stat=a.stat)
         warm = [replay_search(oracle, "model", nmax, seed=s, batch=a.batch, transfer=[so])
                 for s in range(a.seeds)]
@@ -248,11 +274,11 @@ def _replay(a, name, args, rows):
                   f"random@{4 * n} {_mean_at(curves['random'], 4 * n, best):.3f}; model >= "
                   f"random@4N in {wins}/{len(warm)} seeds")
         if a.plot:
-            _plot(a.plot, name, dict(curves, **{"model, warm start": warm}), best,
+            _plot(a.plot, _plot_name(name, dtype), dict(curves, **{"model, warm start": warm}), best,
                   title + f"; warm start from {name}{tuple(src_args)}")
 
 
-def _live(a, name, args, rows):
+def _live(a, name, args, dtype, rows):
     from polytile.autotune import MeasureOptions, tune
 
     nmax = 4 * max(a.trials)
@@ -261,7 +287,7 @@ def _live(a, name, args, rows):
     t0 = time.perf_counter()
     for s in range(a.seeds):
         for t in curves:
-            res = tune(name, args, "float32", target=a.target, tuner=t, n_trial=nmax,
+            res = tune(name, args, dtype, target=a.target, tuner=t, n_trial=nmax,
                        measure_option=opt, seed=s, include_default=False, transfer=False)
             best, c = math.inf, []
             for r in res.records:
@@ -273,18 +299,20 @@ def _live(a, name, args, rows):
         load = os.getloadavg()[0]
     except OSError:
         load = float("nan")
-    title = (f"{name}{tuple(args)} on '{a.target}'  LIVE, {a.seeds} seeds x {nmax} trials per "
+    title = (f"{name}{tuple(args)} {dtype} on '{a.target}'  LIVE, {a.seeds} seeds x {nmax} trials per "
              f"tuner in {time.perf_counter() - t0:.0f} s, load {load:.2f}; best "
              f"{best * 1e3:.4g} ms")
     _report(title, curves, best, a.trials, rows)
     if a.plot:
-        _plot(a.plot, name + "_live", curves, best, title)
+        _plot(a.plot, _plot_name(name, dtype) + "_live", curves, best, title)
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mode", choices=("replay", "live"), default="replay")
-    ap.add_argument("--templates", nargs="+", default=["matmul", "conv2d", "softmax"])
+    ap.add_argument("--templates", nargs="+", default=["matmul", "conv2d", "softmax"],
+                    help="templates, each optionally with a dtype: matmul:float16 "
+                    "(default float32)")
     ap.add_argument("--target", default="llvm")
     ap.add_argument("--args", default=None, help="workload args (one template only)")
     ap.add_argument("--trials", type=int, nargs="+", default=[8, 16],
@@ -312,8 +340,8 @@ def main(argv=None) -> None:
     except OSError:
         pass
     rows: list = []
-    for name in a.templates:
-        name = ALIASES.get(name, name)
+    for spec in a.templates:
+        name, dtype = split_spec(spec)
         kind = a.target.split()[0]
         if a.args:
             args = tuple(int(x) for x in a.args.split(","))
@@ -321,12 +349,19 @@ def main(argv=None) -> None:
             args = SHAPES[(name, kind)][0]
         else:
             sys.exit(f"no default shape for {name} on {kind}: give --args")
-        (_replay if a.mode == "replay" else _live)(a, name, args, rows)
+        (_replay if a.mode == "replay" else _live)(a, name, args, dtype, rows)
         sys.stdout.flush()
     if rows:
-        yes = sum(mm >= rr for _, _, mm, rr, _, _ in rows)
-        print(f"summary ({a.mode}): model@N >= random@4N (means over seeds) in {yes}/"
-              f"{len(rows)} (workload, N) cases")
+        print(f"summary ({a.mode}; fraction of the best known cost, mean over seeds):")
+        print(f"  {'workload':44s} {'N':>3} {'model@N':>8} {'random@N':>8} {'random@4N':>9}"
+              f"  model >= random at every k")
+        for label, n, mm, rr, _, _, rn, equal in rows:
+            print(f"  {label[:44]:44s} {n:>3} {mm:8.3f} {rn:8.3f} {rr:9.3f}  "
+                  f"{'yes' if equal else 'no'}")
+        yes = sum(row[2] >= row[3] for row in rows)
+        eq = sum(row[2] >= row[6] for row in rows)
+        print(f"summary ({a.mode}): model@N >= random@N in {eq}/{len(rows)} and model@N >= "
+              f"random@4N in {yes}/{len(rows)} (workload, N) cases (means over seeds)")
 
 
 if __name__ == "__main__":
