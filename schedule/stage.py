@@ -573,7 +573,10 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, Symbolic
         store whose address is not 16-byte aligned at run time is an ordinary store; scalar
         stores (loop tails) stay ordinary. Functions that stream stores end them with a
         fence (and fence before starting threads), so the values are visible to the other
-        threads and to the caller. Other targets ignore the hint. Like Intel's
+        threads and to the caller. On the ``cuda`` target, global vector stores (a
+        vectorized copy from registers, as the row kernels' outputs) nested in the loop are
+        streaming stores (PTX ``st.global.cs``: evicted first from the caches); scalar
+        stores stay ordinary. Other targets ignore the hint. Like Intel's
         ``#pragma vector nontemporal``.
 
         TVM's other loop pragmas:

@@ -65,6 +65,29 @@ _MIN_ALIGN = 16  # bytes: alignment of shared buffers (vector loads of up to 16 
 _SCALAR_LANES = frozenset(("float4", "float2", "int4", "int2"))
 
 
+def _stream_store(vt: str, ptx: str, reg: str, lanes: str) -> tuple:
+    name = f"pt_st_cs_{vt}"
+    ops = ", ".join(f"%{k + 1}" for k in range(len(lanes)))
+    args = ", ".join(f'"{reg}"(v.{c})' for c in lanes)
+    # without __CUDA_ARCH__ (a host emulation of the device) an ordinary store
+    return name, (f"__device__ __forceinline__ void {name}(void* p, {vt} v) {{\n"
+                  f"#ifdef __CUDA_ARCH__\n"
+                  f'  asm volatile("st.global.cs.v{len(lanes)}.{ptx} [%0], {{{ops}}};" :: '
+                  f'"l"(__cvta_generic_to_global(p)), {args} : "memory");\n'
+                  f"#else\n  *({vt}*)p = v;\n#endif\n}}")
+
+
+#: C vector type -> (helper, CUDA source) of its streaming store (PTX ``st.global.cs``:
+#: cache streaming, likely accessed once; the line is evicted first), which global vector
+#: stores inside a loop with the ``nontemporal`` pragma use on CUDA
+STREAM_STORES = {"uint4": _stream_store("uint4", "u32", "r", "xyzw"),
+                 "uint2": _stream_store("uint2", "u32", "r", "xy"),
+                 "int4": _stream_store("int4", "s32", "r", "xyzw"),
+                 "int2": _stream_store("int2", "s32", "r", "xy"),
+                 "float4": _stream_store("float4", "f32", "f", "xyzw"),
+                 "float2": _stream_store("float2", "f32", "f", "xy")}
+
+
 def _as_i64(e) -> Expr:
     """A symbolic size as an ``int64`` expression (byte offsets in shared memory)."""
     e = sym.as_expr(e)
@@ -194,6 +217,8 @@ class CPrinter(CExprPrinter, StmtFunctor):
         self.limits = limits
         self.who = f"codegen_{dialect.name}"
         self.helpers: dict = {}
+        #: nesting depth of loops with the ``nontemporal`` pragma at the current position
+        self.streaming = 0
         self.dtypes: set = set()
         self.texts: dict = {}   # CExprPrinter.expr's memo: emptied when a name is bound
 
@@ -438,6 +463,14 @@ class CPrinter(CExprPrinter, StmtFunctor):
             self.stmt(x, depth)
 
     def visit_For(self, s: For, depth: int) -> None:
+        stream = "nontemporal" in s.pragmas
+        self.streaming += stream
+        try:
+            self._for(s, depth)
+        finally:
+            self.streaming -= stream
+
+    def _for(self, s: For, depth: int) -> None:
         if s.kind not in FOR_KINDS:
             raise BuildError(format_error(self.who, f"loop {s.var.name!r} has kind "
                                           f"{s.kind!r}", "expected serial, unrolled, "
@@ -502,6 +535,14 @@ class CPrinter(CExprPrinter, StmtFunctor):
                                                     for i in ld.indices))
                     self.emit(depth, f"{self.buffer(st.buffer)}[{d}] = "
                                      f"{self.buffer(ld.buffer)}[{x}];")
+            elif self.streaming and st.buffer.scope == "global" and vt in STREAM_STORES \
+                    and self.d.name == "cuda":
+                # a nontemporal loop's global vector store: st.global.cs (evict first),
+                # the line is not kept in the caches for a reader that never comes
+                name, text = STREAM_STORES[vt]
+                self.helpers[name] = text
+                self.emit(depth, f"{name}(&{self.buffer(st.buffer)}[{dst}], "
+                                 f"*(const {vt}*)(&{self.buffer(ld.buffer)}[{src}]));")
             else:
                 self.emit(depth, f"*({vt}*)(&{self.buffer(st.buffer)}[{dst}]) = "
                                  f"*(const {vt}*)(&{self.buffer(ld.buffer)}[{src}]);")
