@@ -252,6 +252,9 @@ class _Anchor:
 def anchor_main(conn) -> None:
     """Serve ``time`` requests on ``conn`` (see the module docstring)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from .orphan import exit_with_parent
+
+    exit_with_parent()  # a tuner killed by a signal takes this process with it
     try:
         a = _Anchor(conn.recv())
     except BaseException as exc:  # reported to the measurer, which raises TuneError

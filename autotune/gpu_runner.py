@@ -292,6 +292,9 @@ class _Runner:
 def runner_main(conn) -> None:
     """Serve the protocol of the module docstring on ``conn``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the tuner's to handle
+    from .orphan import exit_with_parent
+
+    exit_with_parent()  # a tuner killed by a signal takes this process with it
     try:
         setup = conn.recv()
     except (EOFError, OSError):

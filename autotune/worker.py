@@ -205,6 +205,9 @@ class _Worker:
 def worker_main(conn) -> None:
     """Serve commands on ``conn`` until ``exit`` or end of file."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the tuner's to handle
+    from .orphan import exit_with_parent
+
+    exit_with_parent()  # a tuner killed by a signal takes this process with it
     try:
         setup = conn.recv()
     except (EOFError, OSError):

@@ -36,13 +36,14 @@ EARLIER = {("layernorm", "float16"): [[128, 4, 1, 0, 0]],
            ("softmax", "float16"): [[128, 4, 4, 0, 0]]}
 
 
-def _layouts(space, name: str, dtype: str, extra: list) -> list:
-    """``[(label, knob values)]``: the default, the 16-byte register layouts, ``extra``."""
+def _layouts(space, name: str, dtype: str, extra: list, only: bool = False) -> list:
+    """``[(label, knob values)]``: the default, the 16-byte register layouts (not with
+    ``only``), ``extra``."""
     allv = [space.get(k).knob_values() for k in range(len(space))]
     default = space.default().knob_values()
     vec16 = max(v["layout"][1] for v in allv)
     out = [("default", default)]
-    for v in allv:
+    for v in ([] if only else allv):
         th, vec, rows, shared, _ = v["layout"]
         if shared >= 2 and vec == vec16 and (rows == 1 and 64 <= th <= 256
                                              or rows == 4 and th == 64):
@@ -71,6 +72,8 @@ def main(argv=None) -> None:
     ap.add_argument("--args", default="4096,4096", help="M,N (default 4096,4096)")
     ap.add_argument("--layouts", nargs="*", default=[],
                     help="extra layouts to time, as threads,vec,rows,shared,local")
+    ap.add_argument("--only", action="store_true",
+                    help="time the default and --layouts only (not every register layout)")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--copy-tbs", type=float, default=4.16)
     ap.add_argument("--measure-copy", action="store_true")
@@ -94,7 +97,7 @@ def main(argv=None) -> None:
             opt = MeasureOptions(parallel=os.cpu_count() or 1)
             # the runner reads the device: the -arch and the limits that bound the space
             tgt, runner, _, _, space = open_target(t, wl, tunable_target("cuda"), opt)
-            items = _layouts(space, name, dtype, extra)
+            items = _layouts(space, name, dtype, extra, a.only)
             anchors = tuple(available(t, args, "cuda"))
             with LocalMeasurer(wl, tgt, opt, runner=runner) as m:
                 cmp = m.compare(items, anchors, a.rounds)

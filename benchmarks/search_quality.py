@@ -67,9 +67,19 @@ pairwise ranking loss, an ensemble of three boosters, scoring the whole pool wit
 loop-IR model instead of a knob-model shortlist, and a first batch of 4: all within the
 seed-to-seed noise (about 3 points at 32 seeds) on these pools.
 
-GPU (on the GPU machine: two pools of 160 fp32 matmul configs timed on the device, 2048^3
-and 2048x2048x1024, then the replays; about 4 minutes; run it again if ``timeout`` stops
-it: cached pools are continued, not measured again)::
+GPU templates (issue 11): ``--templates`` words take a dtype (``matmul:float16``,
+``layernorm:float16``; float32 without one), pool files name the dtype and the target's
+``-arch``. Measure small pools on the GPU machine (the pools are saved after each batch of
+builds and continued by a later run), then replay them anywhere (no GPU needed)::
+
+    timeout -k 5 60 python benchmarks/search_quality.py --target "cuda -arch=sm_90a" \
+        --templates matmul layernorm:float16 --pool 24 --parallel 12 --cache sq_gpu
+    python benchmarks/search_quality.py --target "cuda -arch=sm_90a" --templates matmul \
+        layernorm:float16 --pool 24 --seeds 32 --trials 2 4 --cache sq_gpu --plot sq_png
+
+Two pools of 160 fp32 matmul configs timed on the device, 2048^3 and 2048x2048x1024, then
+the replays (about 4 minutes; run it again if ``timeout`` stops it: cached pools are
+continued, not measured again)::
 
     timeout 290 python benchmarks/search_quality.py --target cuda --templates matmul \\
         --pool 160 --seeds 12 --trials 8 16 32 --transfer --cache sq_cache --plot sq_png
