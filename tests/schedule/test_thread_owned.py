@@ -101,6 +101,18 @@ def test_the_cuda_source_keeps_the_slice_in_registers():
     assert "float R[32];" in src   # 8 x 4 elements a thread (the block: 4096)
 
 
+def _rows_of_threads(C, R, r_tag: str = TX):
+    """``C[i, j]`` with ``i`` on ``blockIdx.x`` and ``j`` on ``threadIdx.x``; ``R`` local,
+    computed at ``i``, its axis 1 bound to ``r_tag``."""
+    s = te.create_schedule(C.op)
+    s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[C].bind(C.op.axis[1], te.thread_axis(TX))
+    s[R].set_scope("local")
+    s[R].bind(R.op.axis[1], te.thread_axis(r_tag))
+    s[R].compute_at(s[C], C.op.axis[0])
+    return s
+
+
 def test_a_thread_owned_reduction_is_one_register_a_thread():
     """A ``local`` reduction ``R[i, t] = sum_k A[i, t*5 + k]`` with ``t`` bound to
     ``threadIdx.x``, computed at the block loop: each thread accumulates its own element
@@ -110,12 +122,7 @@ def test_a_thread_owned_reduction_is_one_register_a_thread():
     k = te.reduce_axis((0, K), name="k")
     R = te.compute((M, T), lambda i, t: te.sum(A[i, t * K + k], axis=k), name="R")
     C = te.compute((M, T), lambda i, j: R[i, j] * 2, name="C")
-    s = te.create_schedule(C.op)
-    s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
-    s[C].bind(C.op.axis[1], te.thread_axis(TX))
-    s[R].set_scope("local")
-    s[R].bind(R.op.axis[1], te.thread_axis(TX))
-    s[R].compute_at(s[C], C.op.axis[0])
+    s = _rows_of_threads(C, R)
     f = polytile.lower(s, [A, C], target="cuda")
     assert "R = alloc(float32[1, 1], scope='local')" in str(f)
     a = rand((M, T * K), seed=3)
@@ -129,12 +136,7 @@ def test_a_local_axis_bound_to_a_block_index_is_refused():
     A = te.placeholder((4, 8), name="A")
     R = te.compute((4, 8), lambda i, j: A[i, j] + 1, name="R")
     C = te.compute((4, 8), lambda i, j: R[i, j] * 2, name="C")
-    s = te.create_schedule(C.op)
-    s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
-    s[C].bind(C.op.axis[1], te.thread_axis(TX))
-    s[R].set_scope("local")
-    s[R].bind(R.op.axis[1], te.thread_axis("blockIdx.y"))
-    s[R].compute_at(s[C], C.op.axis[0])
+    s = _rows_of_threads(C, R, "blockIdx.y")
     with pytest.raises(ScheduleError, match=r"set_scope: stage 'R' has storage scope 'local', "
                        r"one copy per thread, but binds its own loops 'j' \(blockIdx.y\).*"
                        r"no loop of its own is bound to a block index"):
@@ -157,12 +159,7 @@ def _strided_reader(M: int, T: int, odd_threads_idle: bool):
                        name="C")
     else:
         C = te.compute((M, T), lambda i, j: R[i, 2 * j], name="C")
-    s = te.create_schedule(C.op)
-    s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
-    s[C].bind(C.op.axis[1], te.thread_axis(TX))
-    s[R].set_scope("local")
-    s[R].bind(R.op.axis[1], te.thread_axis(TX))
-    s[R].compute_at(s[C], C.op.axis[0])
+    s = _rows_of_threads(C, R)
     return s, [A, C]
 
 
