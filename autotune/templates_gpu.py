@@ -158,8 +158,9 @@ def gemm_preferred(v: dict, shape: tuple, itemsize: int,
     ``(M, N, K)``. Left out, as duplicates of a config kept: ``layout="strided"`` where
     :func:`strided_subtiles` gives one sub-tile (the contiguous kernel), a ``stages``
     value :func:`gemm_stages` lowers to another, a ``group``
-    :func:`~polytile.targets.gpu_tiling.group_rows` lowers to another. On a large GEMM (both output sides at least :data:`LARGE`) whose shared
-    copies can be 16-byte ``cp.async`` (float32, sizes multiples of 4) also the
+    :func:`~polytile.targets.gpu_tiling.group_rows` lowers to another. On a large GEMM
+    (both output sides at least :data:`LARGE`) whose shared copies can be 16-byte
+    ``cp.async`` (float32, sizes multiples of 4) also the
     regions measured slow on an H200 at 4096^3: k tiles other than 16 (8: 0.83x of the
     16-deep ones' 0.86x cuBLAS), no pipeline (0.78x), groups below 8, copies narrower
     than 16 bytes and a rolled k loop. The 4096^3 float32 search shrinks from 39,744
