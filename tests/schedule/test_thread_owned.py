@@ -13,7 +13,6 @@ axis.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from helpers import check, poison, rand
 
