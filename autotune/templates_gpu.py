@@ -408,7 +408,13 @@ def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str,
 #: memory: 0.0201 ms, 0.81x); layernorm: 256 threads, statistics combined by every
 #: thread, 0.0206 ms = 0.79x (the earlier default, the row staged in shared memory:
 #: 0.0212 ms, 0.77x; 16-trial tuning's best, 128 threads of 4 re-reading global memory:
-#: 0.0206 ms too)
+#: 0.0206 ms too). Timed again 2026-12-02 (3 rounds, copy bound 4.14 TB/s, torch 0.0321
+#: ms): the default 0.0205 ms = 0.79x (1.57x torch); gamma and beta in registers too
+#: (``shared`` = 3) no faster: 256 threads 0.0210 ms, 128 threads 0.0208 (0.0209 without
+#: local statistics), 512 threads 0.0232; one warp a row, 8 rows a block ``[32, 8, 8, 2,
+#: 0]`` (126 registers) 0.0266 ms; streaming output stores (``benchmarks/rows_stream.py``)
+#: within 0.4 %. At 16384 x 4096 the default reaches 0.94x the copy bound: the 4 us it
+#: loses at 4096 x 4096 are the same at 4x the rows (launch, first and last wave)
 FLOAT16_DEFAULTS = {"softmax": [128, 8, 1, 2, 0], "layernorm": [256, 8, 1, 2, 1]}
 #: float32, the same way: softmax 0.0354 ms = 0.92x the copy bound (the staged default:
 #: 0.0359 ms, 0.91x), layernorm 0.0361 ms = 0.90x (staged: 0.0371 ms, 0.88x)

@@ -11,6 +11,12 @@ Prints the median times, bandwidth (bytes read + written over the time) against 
 measured copy bound, and the ratio of the two variants. Run on the GPU machine::
 
     python benchmarks/rows_stream.py --workloads layernorm softmax --dtypes float16
+
+H200, 2026-12-02 (``--workloads layernorm --dtypes float16 --layouts 256,8,1,2,1
+256,8,1,3,1 --number 10 --repeat 3 --rounds 2``, copy bound 4.19 TB/s): 16384 x 4096,
+default layout plain 0.0679 ms = 0.942x the copy bound, streaming 0.0682 ms (plain /
+stream 0.996); gamma and beta in registers 0.0684 both (0.999). No gain: the row
+templates keep ordinary stores.
 """
 
 from __future__ import annotations
