@@ -284,7 +284,8 @@ def _replay(a, name, args, dtype, rows):
                   f"random@{4 * n} {_mean_at(curves['random'], 4 * n, best):.3f}; model >= "
                   f"random@4N in {wins}/{len(warm)} seeds")
         if a.plot:
-            _plot(a.plot, _plot_name(name, dtype), dict(curves, **{"model, warm start": warm}), best,
+            _plot(a.plot, _plot_name(name, dtype),
+                  dict(curves, **{"model, warm start": warm}), best,
                   title + f"; warm start from {name}{tuple(src_args)}")
 
 
@@ -309,8 +310,8 @@ def _live(a, name, args, dtype, rows):
         load = os.getloadavg()[0]
     except OSError:
         load = float("nan")
-    title = (f"{name}{tuple(args)} {dtype} on '{a.target}'  LIVE, {a.seeds} seeds x {nmax} trials per "
-             f"tuner in {time.perf_counter() - t0:.0f} s, load {load:.2f}; best "
+    title = (f"{name}{tuple(args)} {dtype} on '{a.target}'  LIVE, {a.seeds} seeds x {nmax} "
+             f"trials per tuner in {time.perf_counter() - t0:.0f} s, load {load:.2f}; best "
              f"{best * 1e3:.4g} ms")
     _report(title, curves, best, a.trials, rows)
     if a.plot:
