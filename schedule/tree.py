@@ -72,7 +72,7 @@ def build_schedule(model: Model, nodes: list | None = None, *, atomic: bool = Fa
         if only is not None:
             dom = dom.intersect(only)
             only = None
-        sched = _drop_constant_bands(sched.intersect_domain(dom).get_root()).get_schedule()
+        sched = sched.intersect_domain(dom)
     if only is not None:
         sched = sched.intersect_domain(only)
     options: dict = {}
@@ -100,27 +100,6 @@ def build_schedule(model: Model, nodes: list | None = None, *, atomic: bool = Fa
     return sched
 
 
-def _drop_constant_bands(node: isl.ScheduleNode) -> isl.ScheduleNode:
-    """The tree of ``node`` without the bands of loops bound to hardware indices whose
-    every member is, for every statement, one and the same expression of the parameters.
-
-    Such a band (``_node`` puts one above each bound loop, and the intersection with the
-    filters simplifies its values to ``bx``, ``ty``...) orders no two instances: it is a
-    loop of one iteration, the hardware index, which isl's AST generation still analyses
-    as a level of its own, every statement below once per member (half the time of
-    generating the AST of tutorial 04's register-tiled SGEMM). The bands of the other
-    loops are marked (``L<key>``) and stay. A statement keeps one band above it: with none,
-    isl finds its instances by eliminating every dimension of its domain against the
-    parameters (a fused, split and bound 3-D transpose: minutes instead of 0.1 s)."""
-    if node.get_type() == isl.schedule_node_type.band and not (
-            node.has_parent() and node.parent().get_type() == isl.schedule_node_type.mark) \
-            and _banded(node.child(0)) and _constant_band(node):
-        return _drop_constant_bands(node.delete())
-    for k in range(node.n_children()):
-        node = _drop_constant_bands(node.child(k)).parent()
-    return node
-
-
 def _banded(node: isl.ScheduleNode) -> bool:
     """Whether every statement below ``node`` has a band between it and ``node``."""
     t = node.get_type()
@@ -129,26 +108,6 @@ def _banded(node: isl.ScheduleNode) -> bool:
     if t == isl.schedule_node_type.leaf:
         return False
     return all(_banded(node.child(k)) for k in range(node.n_children()))
-
-
-def _constant_band(node: isl.ScheduleNode) -> bool:
-    """Whether each member of the band ``node`` is one affine expression of the parameters
-    alone, the same for every statement."""
-    mupa = node.band_get_partial_schedule()
-    for m in range(mupa.dim(isl.dim_type.out)):
-        values: list = []
-        pas = mupa.get_at(m).get_pw_aff_list()
-        for k in range(pas.n_pw_aff()):   # one per statement
-            pa = pas.get_at(k)
-            if pa.n_piece() != 1:
-                return False
-            aff = pa.as_aff()
-            if aff.involves_dims(isl.dim_type.in_, 0, aff.dim(isl.dim_type.in_)):
-                return False
-            values.append(aff.project_domain_on_params())
-        if any(not v.plain_is_equal(values[0]) for v in values[1:]):
-            return False
-    return True
 
 
 def _set_options(node: isl.ScheduleNode, options: dict) -> isl.ScheduleNode:
@@ -240,9 +199,15 @@ def _node(n, vthreads: tuple, domains: dict, filters: list | None) -> isl.Schedu
             # dimension of the domain against the parameters (about 100 s for a fused
             # 3-D loop split and bound, fuzz seed cuda 89); the loop becomes one
             # assignment of the index
+            top = child.get_root().child(0)
+            if top.get_type() != isl.schedule_node_type.band and _banded(top):
+                # every statement below has a band of its own: this band, whose value is
+                # the hardware index once the filter holds, would order nothing, and isl
+                # analyses every statement below once per band member (about half of the
+                # AST generation of tutorial 04's register-tiled SGEMM)
+                return child
             pieces = "; ".join(f"{st.tuple()} -> [({aff})]" for st, aff in n.stmts.items())
             band = isl.MultiUnionPwAff(iu.pfx_list(f"[{{ {pieces} }}]"))
-            top = child.get_root().child(0)
             if top.get_type() == isl.schedule_node_type.band:
                 # the band of a bound loop directly inside (the only unmarked bands): one
                 # band of both values instead of two nested bands, the same order of
