@@ -66,9 +66,14 @@ def build_schedule(model: Model, nodes: list | None = None, *, atomic: bool = Fa
             for st in stmts_below(n):
                 d = iu.union_set(fallback.get(st.name, st.domain))
                 dom = d if dom is None else dom.union(d)
-        for conds in filters:   # inner loops first, as the intersections were made before
-            pieces = [f"{t} : {conds[t]}" if t in conds else t for t in names]
-            dom = dom.intersect(iu.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}"))
+        # every filter of a statement in one conjunction: one set parsed and intersected
+        # instead of one per bound loop
+        conds: dict = {}
+        for f in filters:   # inner loops first, as the intersections were made before
+            for t, c in f.items():
+                conds.setdefault(t, []).append(f"({c})")
+        pieces = [f"{t} : {' and '.join(conds[t])}" if t in conds else t for t in names]
+        dom = dom.intersect(iu.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}"))
         if only is not None:
             dom = dom.intersect(only)
             only = None
