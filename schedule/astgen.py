@@ -51,7 +51,7 @@ class _Hook:
         bare = pulled.reset_tuple_id(out) if named else pulled
         text = str(bare)
         if text not in self.normal:
-            self.normal[text] = _normalized(bare)
+            self.normal[text] = _normalized(bare, text)
         res = self.normal[text]
         return res.set_tuple_id(out, pulled.get_tuple_id(out)) if named else res
 
@@ -83,7 +83,7 @@ class _Hook:
                                  for k in range(1, acc.get_op_n_arg()))
             guard = gexpr = None
             if cond is not None:
-                gexpr = build.expr_from_set(cond.preimage_pw_multi_aff(it_map))
+                gexpr = build.expr_from_set(runs)
                 guard = iu.ast_expr(gexpr, self.var_of)
             self.info.append((st, idx, guard))
             self.guard_exprs.append(gexpr)
@@ -93,7 +93,7 @@ class _Hook:
             return node
 
 
-def _normalized(pma: isl.PwMultiAff) -> isl.PwMultiAff:
+def _normalized(pma: isl.PwMultiAff, text: str | None = None) -> isl.PwMultiAff:
     """``pma`` with its integer divisions in normal form (coefficients that the divisor
     divides taken out of the floor): a pullback leaves ``floor((256 k0 + k1) / 16) - 16
     k0`` as it is, which the AST build prints as a division of the whole sum per access
@@ -103,8 +103,9 @@ def _normalized(pma: isl.PwMultiAff) -> isl.PwMultiAff:
     function is kept only where it is shorter: from the graph isl may also fold terms
     that are multiples of the divisor *into* a division (a grouped GPU GEMM's
     ``128 * (bx mod 8)`` became ``128 * ((bx + 8 tx + 16 i + ...) mod 8)``: equal, but
-    no longer provably 16-byte aligned for ``cp.async``, and more index arithmetic)."""
-    text = str(pma)
+    no longer provably 16-byte aligned for ``cp.async``, and more index arithmetic).
+    ``text``: ``str(pma)`` when the caller has it."""
+    text = str(pma) if text is None else text
     if "floor" not in text and "mod" not in text:
         return pma
     rebuilt = isl.PwMultiAff.from_map(isl.Map.from_pw_multi_aff(pma))

@@ -320,6 +320,8 @@ _STMT_CHILDREN = {
 
 
 _STMT_REVERSED = {k: tuple(reversed(v)) for k, v in _STMT_CHILDREN.items()}
+#: The statement classes without sub-statements.
+_LEAF_STMTS = frozenset({Store, Evaluate, Sync, WarpShuffle, Assert})
 
 
 def asserts(s: Stmt) -> list:
@@ -401,11 +403,21 @@ class StmtMutator(StmtFunctor):
     Override ``visit_<Class>`` for statements and ``visit_expr`` for expressions.
     """
 
+    _skips_leaves = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # a mutator of statements alone leaves every statement without sub-statements as
+        # it is (the thousand stores of an unrolled kernel, met by a dozen such passes)
+        cls._skips_leaves = cls.visit_expr is StmtMutator.visit_expr
+
     def visit_expr(self, e: Expr) -> Expr:
         return e
 
     def generic_visit(self, s):
         # (every pass walks every statement: the element visits are written out inline)
+        if self._skips_leaves and type(s) in _LEAF_STMTS:
+            return s
         changes = None
         visit, visit_expr = self.visit, self.visit_expr
         for f in _STMT_CHILDREN[type(s)]:

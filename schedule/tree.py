@@ -66,9 +66,14 @@ def build_schedule(model: Model, nodes: list | None = None, *, atomic: bool = Fa
             for st in stmts_below(n):
                 d = iu.union_set(fallback.get(st.name, st.domain))
                 dom = d if dom is None else dom.union(d)
-        for conds in filters:   # inner loops first, as the intersections were made before
-            pieces = [f"{t} : {conds[t]}" if t in conds else t for t in names]
-            dom = dom.intersect(iu.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}"))
+        # every filter of a statement in one conjunction: one set parsed and intersected
+        # instead of one per bound loop
+        conds: dict = {}
+        for f in filters:   # inner loops first, as the intersections were made before
+            for t, c in f.items():
+                conds.setdefault(t, []).append(f"({c})")
+        pieces = [f"{t} : {' and '.join(conds[t])}" if t in conds else t for t in names]
+        dom = dom.intersect(iu.UnionSet(f"{PARAM_SPACE} -> {{ {'; '.join(pieces)} }}"))
         if only is not None:
             dom = dom.intersect(only)
             only = None
@@ -98,6 +103,16 @@ def build_schedule(model: Model, nodes: list | None = None, *, atomic: bool = Fa
     if atomic:   # after the options, which would replace the loop types
         sched = _set_atomic(sched.get_root()).get_schedule()
     return sched
+
+
+def _banded(node: isl.ScheduleNode) -> bool:
+    """Whether every statement below ``node`` has a band between it and ``node``."""
+    t = node.get_type()
+    if t == isl.schedule_node_type.band:
+        return True
+    if t == isl.schedule_node_type.leaf:
+        return False
+    return all(_banded(node.child(k)) for k in range(node.n_children()))
 
 
 def _set_options(node: isl.ScheduleNode, options: dict) -> isl.ScheduleNode:
@@ -189,9 +204,15 @@ def _node(n, vthreads: tuple, domains: dict, filters: list | None) -> isl.Schedu
             # dimension of the domain against the parameters (about 100 s for a fused
             # 3-D loop split and bound, fuzz seed cuda 89); the loop becomes one
             # assignment of the index
+            top = child.get_root().child(0)
+            if top.get_type() != isl.schedule_node_type.band and _banded(top):
+                # every statement below has a band of its own: this band, whose value is
+                # the hardware index once the filter holds, would order nothing, and isl
+                # analyses every statement below once per band member (about half of the
+                # AST generation of tutorial 04's register-tiled SGEMM)
+                return child
             pieces = "; ".join(f"{st.tuple()} -> [({aff})]" for st, aff in n.stmts.items())
             band = isl.MultiUnionPwAff(iu.pfx_list(f"[{{ {pieces} }}]"))
-            top = child.get_root().child(0)
             if top.get_type() == isl.schedule_node_type.band:
                 # the band of a bound loop directly inside (the only unmarked bands): one
                 # band of both values instead of two nested bands, the same order of

@@ -101,6 +101,14 @@ class _Intern:
             key = (e.op, e.dtype, id(a), id(b))
             if a is not e.a or b is not e.b:
                 changes = {"a": a, "b": b}
+        elif cls is Load:   # the other frequent node: the general walk below, unrolled
+            old = e.indices
+            new = tuple([self.visit(x) if isinstance(x, Expr) else x for x in old])
+            key = (cls, (e.dtype, e.buffer), (tuple([id(x) for x in new]),))
+            for x, y in zip(new, old):
+                if x is not y:
+                    changes = {"indices": new}
+                    break
         else:
             other, kids = _LAYOUT.get(cls) or _layout(cls)
             if not kids:          # a leaf of its own kind
