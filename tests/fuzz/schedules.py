@@ -12,15 +12,11 @@ attached stages or a cross-thread reduction).
 
 Seeds from :data:`.cases.EXTENDED2_FROM` on also draw ``create_group`` (then maybe a
 compute_at of one member inside another, then the group's compute_at), follow an rfactor by
-a compute_at of the partial stage at the reduction or a ``parallel`` loop, follow attaches by
-``double_buffer`` more often, and on ``cuda`` bind ``vthread`` loops (around or inside the
-thread loop, or a second spatial loop), attach producers inside bound consumers before
-binding them, and bind the spatial loops of a ``te.scan`` (never its time loop).
-
-A step the schedule refuses at once (``ScheduleError``) is dropped and the schedule rebuilt
-without it, except with probability ``KEEP_ILLEGAL``, when it is kept as the last step (the
-case then checks the refusal). Any other exception is kept and ends the schedule: it is a
-crash to report.
+a compute_at of the partial stage at the reduction or a ``parallel`` loop, draw
+``double_buffer`` more often (after attaches; on ``cuda`` after binding), and on ``cuda``
+bind ``vthread`` loops (around or inside the thread loop, or a second spatial loop), attach
+producers inside bound consumers before binding them, and bind the spatial loops of a
+``te.scan`` (never its time loop).
 """
 
 from __future__ import annotations
@@ -323,10 +319,10 @@ class SchedGen:
                 self.group_follow(step)
             elif step[0] == "rfactor" and self.chance(0.6):
                 self.rfactor_follow(step)
+            # (llvm refuses most: its pipelines want GPU shared copies and a barrier; cuda
+            # double-buffers after binding, which splits loops a pipeline must keep)
             last = self.steps[-1]
-            # (llvm refuses most: its pipelines want GPU shared copies and a barrier)
-            p_db = 0.35 if self.target == "cuda" else 0.2
-            if last[0] == "compute_at" and self.chance(p_db):
+            if self.target == "llvm" and last[0] == "compute_at" and self.chance(0.2):
                 self.apply(["double_buffer", last[1]])
 
     def attach_cache(self, step: list) -> None:
@@ -373,6 +369,10 @@ class SchedGen:
         for st in self.stages():
             if st.attach_type == "scope" and self.chance(0.3):
                 self.bind_attached(st)
+        if self.extended2:
+            for st in self.stages():
+                if st.attach_type == "scope" and self.chance(0.35):
+                    self.apply(["double_buffer", st.op.name])
 
     def attach_in_bound(self, st) -> bool:
         """Compute root stage ``st`` at a loop (bound or not) of a consumer bound to GPU
