@@ -314,7 +314,7 @@ CONCRETE_STEPS = 300_000
 
 
 class _TooBig(Exception):
-    pass
+    """The loop nest runs more than the steps allowed."""
 
 
 def _tdiv(a: int, b: int) -> int:
@@ -349,96 +349,110 @@ def _hardware_values(context: isl.Set, limit: int) -> list | None:
     return None if pts is None else [dict(zip(names, p)) for p in pts]
 
 
-class _Runner:
-    """Runs an isl AST on integers: the statement instances each call node runs."""
+def _trem(a: int, b: int) -> int:
+    return a - b * _tdiv(a, b)
 
-    def __init__(self, guard_of, budget: int):
+
+_PY_CMP = {_T.eq: "==", _T.le: "<=", _T.lt: "<", _T.ge: ">=", _T.gt: ">"}
+_PY_ARITH = {_T.add: "+", _T.sub: "-", _T.mul: "*", _T.fdiv_q: "//"}
+
+
+class _Compiler:
+    """An isl AST as the source of a Python function ``run(runs, n, budget, <params>)``
+    that appends each instance a call node runs to ``runs[name]`` (tuples), counts loop
+    iterations and calls in ``n[0]`` and raises :class:`_TooBig` past ``budget`` of them.
+    Compiled once, it runs once per valuation of the hardware indices."""
+
+    def __init__(self, guard_of):
         self.guard_of = guard_of
-        self.budget = budget
-        self.runs: dict = {}   # statement name -> list of instances (tuples), in order
+        self.names: dict = {}   # isl identifier -> Python variable
+        self.lines: list = []
 
-    def value(self, e: isl.AstExpr, env: dict) -> int:
+    def var(self, name: str) -> str:
+        return self.names.setdefault(name, f"v{len(self.names)}")
+
+    def expr(self, e: isl.AstExpr) -> str:
         t = e.get_type()
         if t == isl.ast_expr_type.int:
-            return e.get_val().to_python()
+            return str(e.get_val().to_python())
         if t == isl.ast_expr_type.id:
-            return env[e.get_id().get_name()]
+            return self.var(e.get_id().get_name())
         op = e.get_op_type()
-        arg = e.get_op_arg
+        a = [self.expr(e.get_op_arg(k)) for k in range(e.get_op_n_arg())]
         if op in (_T.cond, _T.select):
-            return self.value(arg(1) if self.value(arg(0), env) else arg(2), env)
+            return f"({a[1]} if {a[0]} else {a[2]})"
         if op in (_T.and_, _T.and_then):
-            return int(all(self.value(arg(k), env) for k in range(e.get_op_n_arg())))
+            return "(" + " and ".join(a) + ")"
         if op in (_T.or_, _T.or_else):
-            return int(any(self.value(arg(k), env) for k in range(e.get_op_n_arg())))
-        args = [self.value(arg(k), env) for k in range(e.get_op_n_arg())]
-        if op in _CMP:
-            a, b = args
-            return int({_T.eq: a == b, _T.le: a <= b, _T.lt: a < b, _T.ge: a >= b,
-                        _T.gt: a > b}[op])
-        if op == _T.add:
-            return args[0] + args[1]
-        if op == _T.sub:
-            return args[0] - args[1]
-        if op == _T.mul:
-            return args[0] * args[1]
+            return "(" + " or ".join(a) + ")"
+        if op in _PY_CMP:
+            return f"({a[0]} {_PY_CMP[op]} {a[1]})"
+        if op in _PY_ARITH:
+            return f"({a[0]} {_PY_ARITH[op]} {a[1]})"
         if op == _T.minus:
-            return -args[0]
-        if op == _T.min:
-            return min(args)
-        if op == _T.max:
-            return max(args)
-        if op == _T.fdiv_q:
-            return args[0] // args[1]
+            return f"(-{a[0]})"
+        if op in (_T.min, _T.max):
+            return f"{'min' if op == _T.min else 'max'}({', '.join(a)})"
         if op in (_T.pdiv_q, _T.div):
-            return _tdiv(args[0], args[1])
+            return f"_tdiv({a[0]}, {a[1]})"
         if op in (_T.pdiv_r, _T.zdiv_r):
-            return args[0] - args[1] * _tdiv(args[0], args[1])
+            return f"_trem({a[0]}, {a[1]})"
         raise NotImplementedError(f"isl AST operation {op}")
 
-    def step(self) -> None:
-        self.budget -= 1
-        if self.budget < 0:
-            raise _TooBig
+    def emit(self, line: str, depth: int) -> None:
+        self.lines.append("    " * depth + line)
 
-    def run(self, node: isl.AstNode, env: dict) -> None:
+    def stmt(self, node: isl.AstNode, depth: int) -> None:
         t = node.get_type()
         if t == _NT.block:
             ch = node.block_get_children()
             for k in range(ch.n_ast_node()):
-                self.run(ch.get_at(k), env)
+                self.stmt(ch.get_at(k), depth)
+            self.emit("pass", depth)
         elif t == _NT.mark:
-            self.run(node.mark_get_node(), env)
+            self.stmt(node.mark_get_node(), depth)
         elif t == _NT.if_:
-            if self.value(node.if_get_cond(), env):
-                self.run(node.if_get_then_node(), env)
-            elif node.if_has_else_node():
-                self.run(node.if_get_else_node(), env)
+            self.emit(f"if {self.expr(node.if_get_cond())}:", depth)
+            self.stmt(node.if_get_then_node(), depth + 1)
+            self.emit("pass", depth + 1)
+            if node.if_has_else_node():
+                self.emit("else:", depth)
+                self.stmt(node.if_get_else_node(), depth + 1)
+                self.emit("pass", depth + 1)
         elif t == _NT.for_:
-            name = node.for_get_iterator().get_id().get_name()
-            inner = dict(env)
-            inner[name] = self.value(node.for_get_init(), env)
+            it = self.var(node.for_get_iterator().get_id().get_name())
+            self.emit(f"{it} = {self.expr(node.for_get_init())}", depth)
             if node.for_is_degenerate():
-                self.step()
-                self.run(node.for_get_body(), inner)
+                self.stmt(node.for_get_body(), depth)
                 return
-            step = node.for_get_inc().get_val().to_python()
-            cond, body = node.for_get_cond(), node.for_get_body()
-            while self.value(cond, inner):
-                self.step()
-                self.run(body, inner)
-                inner[name] += step
+            self.emit(f"while {self.expr(node.for_get_cond())}:", depth)
+            self.emit("n[0] += 1", depth + 1)
+            self.emit("if n[0] > budget: raise _TooBig", depth + 1)
+            self.stmt(node.for_get_body(), depth + 1)
+            self.emit(f"{it} += {node.for_get_inc().get_val().to_python()}", depth + 1)
         elif t == _NT.user:
-            self.step()
             call = node.user_get_expr()
-            g = self.guard_of(node)
-            if g is not None and not self.value(g, env):
-                return
             name = call.get_op_arg(0).get_id().get_name()
-            self.runs.setdefault(name, []).append(tuple(
-                self.value(call.get_op_arg(k), env) for k in range(1, call.get_op_n_arg())))
+            args = [self.expr(call.get_op_arg(k)) for k in range(1, call.get_op_n_arg())]
+            g = self.guard_of(node)
+            if g is not None:
+                self.emit(f"if {self.expr(g)}:", depth)
+                depth += 1
+            inst = f"({', '.join(args)},)" if args else "()"
+            self.emit("n[0] += 1", depth)
+            self.emit(f"runs.setdefault({name!r}, []).append({inst})", depth)
         else:
             raise NotImplementedError(f"isl AST node {t}")
+
+    def compile(self, ast: isl.AstNode, params: list):
+        """The function ``run(runs, n, budget, **params)`` and the names its
+        parameters have for the isl parameters ``params``."""
+        self.stmt(ast, 1)
+        head = "".join(f", {self.var(p)}=0" for p in params)
+        src = "\n".join([f"def run(runs, n, budget{head}):", *self.lines, "    pass"])
+        ns = {"_tdiv": _tdiv, "_trem": _trem, "_TooBig": _TooBig}
+        exec(compile(src, "<isl AST>", "exec"), ns)  # noqa: S102 - our own translation
+        return ns["run"], {p: self.var(p) for p in params}
 
 
 def concrete_mismatches(ast: isl.AstNode, stmts: dict, context: isl.Set, guard_of,
@@ -469,26 +483,29 @@ def concrete_mismatches(ast: isl.AstNode, stmts: dict, context: isl.Set, guard_o
         if total > steps:
             return None
         want[name] = set(pts)
-    runner = _Runner(guard_of, steps)
+    run, pyname = _Compiler(guard_of).compile(ast, list(hw[0]) if hw else [])
     got: dict = {name: set() for name in stmts}
     bad: list = []
+    twice: set = set()   # statements found run twice
+    count = [0]          # AST steps, over every valuation
     try:
         for env in hw:
-            runner.runs = {}
-            runner.run(ast, dict(env))
-            for name, runs in runner.runs.items():
+            ran: dict = {}
+            run(ran, count, steps, **{pyname[k]: v for k, v in env.items()})
+            for name, runs in ran.items():
                 if name not in got:
                     continue
-                if len(set(runs)) != len(runs) and not any(name in b for b in bad):
+                if len(set(runs)) != len(runs) and name not in twice:
                     seen: set = set()
-                    twice = next(r for r in runs if r in seen or seen.add(r))
-                    bad.append(f"{name} runs {name}{list(twice)} twice"
+                    again = next(r for r in runs if r in seen or seen.add(r))
+                    twice.add(name)
+                    bad.append(f"{name} runs {name}{list(again)} twice"
                                + (f" (hardware indices {env})" if env else ""))
                 got[name].update(runs)
     except _TooBig:
         return None
     for name in stmts:
-        if any(b.startswith(name + " ") for b in bad):
+        if name in twice:
             continue
         missing = want[name] - got[name]
         extra = got[name] - want[name]

@@ -195,13 +195,20 @@ def generate_ast(model: Model, sched: isl.Schedule, context: str = "{ : }",
     def guard_of(node):
         return hook.guard_exprs[int(node.get_annotation().get_name()[1:])]
 
+    def check(ops: int) -> list:
+        with iu.operation_limit(ops):
+            return mismatches(ast, stmts, ctx, guard_of)
+
     try:
-        with iu.operation_limit(CHECK_OPERATIONS):
-            bad = mismatches(ast, stmts, ctx, guard_of)
+        bad = check(CHECK_OPERATIONS // 8)
     except iu.OperationLimit:
-        # constant sizes: run the loop nest on integers instead (exact too)
+        # constant sizes: run the loop nest on integers instead (exact too; a GPU kernel's
+        # fused, non-divisibly tiled and bound loops took 15 s of symbolic check to fail)
         bad = concrete_mismatches(ast, stmts, ctx, guard_of)
-        if bad is None:
+    if bad is None:
+        try:
+            bad = check(CHECK_OPERATIONS)
+        except iu.OperationLimit:
             raise AstUnchecked(f"the check of isl's loop nest of {sorted(names)} took more "
                                f"than {CHECK_OPERATIONS} isl operations") from None
     if bad:

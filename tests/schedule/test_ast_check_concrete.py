@@ -74,3 +74,12 @@ def test_symbolic_sizes_and_big_nests_are_left_to_the_symbolic_check():
     big = _ast(_TILED)
     stmts = {"S": SimpleNamespace(exact=isl.Set("{ S[i, k] : 0 <= i < 7 and 0 <= k < 15 }"))}
     assert concrete_mismatches(big, stmts, isl.Set("{ : }"), lambda node: None, 50) is None
+
+
+def test_a_statement_without_dimensions():
+    ast = _ast("{ S[] -> [] }")
+    stmts = {"S": SimpleNamespace(exact=isl.Set("{ S[] }"))}
+    assert concrete_mismatches(ast, stmts, isl.Set("{ : }"), lambda node: None) == []
+    stmts = {"S": SimpleNamespace(exact=isl.Set("{ S[] : 1 = 0 }"))}
+    assert concrete_mismatches(ast, stmts, isl.Set("{ : }"), lambda node: None) == [
+        "S runs S[], outside its domain"]
