@@ -23,11 +23,12 @@ from .script import first_line, reproducer
 from .worker import Worker, run_cases
 
 # the first seeds, then a few extended ones (cases.EXTENDED_FROM: more kinds, dtypes,
-# symbolic sizes, extra outputs), the same number of cases as before in all
-LLVM_SEEDS = [*range(0, 270), *range(60_000, 60_030)]
-CUDA_SEEDS = [*range(0, 20), *range(60_000, 60_004)]
-SLOW_SEEDS = {"llvm": [*range(300, 3300), *range(60_030, 61_030)],
-              "cuda": [*range(24, 324), *range(60_004, 60_104)]}
+# symbolic sizes, extra outputs; cases.EXTENDED2_FROM: vthread, create_group, rfactor with
+# compute_at/parallel, double_buffer), the same number of cases as before in all
+LLVM_SEEDS = [*range(0, 270), *range(60_000, 60_020), *range(70_000, 70_010)]
+CUDA_SEEDS = [*range(0, 20), *range(60_000, 60_002), 70_000, 70_003]
+SLOW_SEEDS = {"llvm": [*range(300, 3300), *range(60_030, 61_030), *range(70_010, 70_510)],
+              "cuda": [*range(24, 324), *range(60_004, 60_104), *range(70_004, 70_054)]}
 TIMEOUT = {"llvm": 15.0, "cuda": 45.0}
 
 # (target, seed) -> the fault it shows today (regression tests of each fault with its right
