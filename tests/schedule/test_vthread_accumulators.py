@@ -7,7 +7,8 @@ summed both virtual threads into one register. Checked here with the reference
 interpreter on the loop IR, against a float64 reference, for a vthread loop of the stage
 itself (before or after the reduction loop, from an ``nparts`` or ``factor`` split, one or
 two of them), one of a consumer around an attached reduction (TVM's local GEMM tile), and
-an rfactor partial stage.
+an rfactor partial stage; and a cross-thread reduction under a vthread loop (a crash of
+the legality check).
 """
 
 from __future__ import annotations
@@ -117,3 +118,29 @@ def test_vthread_over_an_rfactor_partial_stage():
     jo, _ = s[C].split(C.op.axis[1], nparts=2)
     _bind(s, C, jo, "vthread")
     _check(s, [A, B, C], m, n, kk, "float16")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_cross_thread_reduction_under_a_vthread_loop(dtype):
+    """A reduction loop bound to ``threadIdx.x`` (its partials in shared memory, common to
+    the virtual threads) with a spatial loop bound to ``vthread``: the legality check
+    looked the partials' instances up in the vthread loop, which does not run them
+    (KeyError)."""
+    n, kk = 10, 37
+    A = te.placeholder((n, kk), dtype, name="A")
+    k = te.reduce_axis((0, kk), name="k")
+    R = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="R")
+    s = te.create_schedule(R.op)
+    _, ki = s[R].split(k, factor=8)
+    _bind(s, R, ki, "threadIdx.x")
+    io, ii = s[R].split(R.op.axis[0], nparts=2)
+    _bind(s, R, io, "blockIdx.x")
+    iv, _ = s[R].split(ii, nparts=2)
+    _bind(s, R, iv, "vthread")
+    a = np.random.default_rng(1).uniform(-1, 1, (n, kk)).astype(dtype)
+    out = np.full((n,), np.nan, dtype)
+    run(polytile.lower(s, [A, R]), a, out)
+    ref = a.astype(np.float64).sum(1)
+    u = 2.0 ** -11 if dtype == "float16" else 2.0 ** -24
+    tol = u * (np.abs(ref) + kk * np.abs(a).astype(np.float64).sum(1)) + 1e-7
+    assert (np.abs(out - ref) <= tol).all(), (out, ref)
