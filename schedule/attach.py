@@ -313,11 +313,19 @@ def _accumulator(p: StagePlan, padded: bool) -> None:
     one element when every spatial loop encloses the reduction loops (a register), the
     whole stage when the reduction loops are outermost. On GPUs it is ``local``: the
     ``init``, ``update`` and ``round`` of an element run on one thread, and loops bound
-    to thread or block indices count as enclosing ones."""
+    to thread or block indices count as enclosing ones.
+
+    Virtual threads run interleaved inside the loops around them (``tree.py``), so their
+    partial sums are live at the same time: a ``vthread`` loop of the stage never counts
+    as enclosing (the accumulator holds what all virtual threads write), and one of the
+    consumer's around an attached stage gives the accumulator one copy per virtual thread,
+    as :func:`vthread_copies` gives its buffer (fuzz seed cuda 70121: a float16 sum with
+    ``j.outer`` bound to ``vthread`` summed both virtual threads in one register)."""
     m, na = p.prefix_len, len(p.axis_vars)
     # loops bound to GPU indices enclose everything (each thread runs its own instances)
-    around = [pos for pos in range(len(p.leaves)) if pos < p.r or (
-        p.leaves[pos].iter_type != "reduce" and p.binding(pos) not in (None, ThreadTag.VTHREAD))]
+    around = [pos for pos in range(len(p.leaves)) if p.binding(pos) is not ThreadTag.VTHREAD
+              and (pos < p.r or (p.leaves[pos].iter_type != "reduce"
+                                 and p.binding(pos) is not None))]
 
     def outer(st: PolyStmt) -> isl.PwMultiAff:
         vals = st.dims[:m] + [f"({p.leaf_aff[p.leaves[pos]]})" for pos in around]
@@ -334,12 +342,17 @@ def _accumulator(p: StagePlan, padded: bool) -> None:
         one = isl.PwMultiAff.from_pw_aff(fp.dim_min(q))
         lo = one if lo is None else lo.flat_range_product(one)
     shape = tuple(_extents(fp, lo, (1,) * na)) if na else ()
+    copies = vthread_copies(p) if p.attach is not None else []
+    shape = tuple(e for _, _, _, e in copies) + shape
     scope = "local" if padded else "intermediate"
     p.acc = Buffer(f"{p.buffer.name}_acc", shape, accumulation_dtype(p.body), scope)
     for st in p.stmts:
         idx = coords(st)
         if na:
             idx = idx.sub(lo.pullback_pw_multi_aff(outer(st)))
+        if copies:   # the copy of this virtual thread
+            vt = ", ".join(f"p{k} - {iu.num(first)}" for k, _, first, _ in copies)
+            idx = iu.PwMultiAff(f"{{ {st.tuple()} -> [{vt}] }}").flat_range_product(idx)
         p.acc_access[st.name] = iu.name_range(idx, "B")
 
 

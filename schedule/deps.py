@@ -119,8 +119,12 @@ def _self_dependences(p: StagePlan) -> isl.UnionMap | None:
 
 
 def _loop_maps(st: PolyStmt, chain: list) -> isl.Map:
-    vals = [n.stmts[st] for n in chain]
-    return iu.Map(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
+    """``st``'s instances -> the values of the loops ``chain`` at them. A loop that does
+    not run ``st`` (a ``vthread`` loop around a stage its virtual threads share, such as
+    the shared partials of a cross-thread reduction) takes any value: the instance runs
+    once for all its iterations, so it agrees with every one of them."""
+    vals = [f"({n.stmts[st]})" if st in n.stmts else f"any{k}" for k, n in enumerate(chain)]
+    return iu.Map(f"{{ {st.tuple()} -> [{', '.join(vals)}] }}")
 
 
 def _describe(st: PolyStmt, coords: list[int]) -> str:

@@ -16,6 +16,12 @@ Pieces, one job each:
   extra outputs (an intermediate also returned, two outputs of one stage); schedule
   primitives storage_align, loop pragmas and double_buffer. Seeds below keep their
   original cases;
+* seeds ``>= cases.EXTENDED2_FROM`` (70000) add schedules: ``vthread`` bindings on cuda
+  (around or inside the thread loop, or on a second spatial loop), producers attached
+  inside already bound consumers, ``create_group`` (a member attached inside another,
+  the group's compute_at), rfactor followed by compute_at of the partial stage or
+  ``parallel``, double_buffer after attaches; on cuda ``te.scan`` programs twice as often,
+  their spatial loops bound (never the time loop);
 * :mod:`.schedules`: 1-8 random primitives on a live schedule (split, tile, reorder, fuse,
   vectorize, unroll, parallel, compute_at/inline/root, cache_read/write, rfactor; ``bind``
   for CUDA), recorded as plain steps;

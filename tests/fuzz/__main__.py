@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quiet", action="store_true", help="no reproducers, only the table")
     a = ap.parse_args(argv)
     timeout = a.timeout or (20.0 if a.target == "llvm" else 60.0)
-    seeds = [s for s in _seeds(a.seeds) if not a.kind or kind_of(s) in a.kind]
+    seeds = [s for s in _seeds(a.seeds) if not a.kind or kind_of(s, a.target) in a.kind]
     rows: dict = collections.defaultdict(collections.Counter)
     failures, done = [], []
     t0 = time.perf_counter()

@@ -16,11 +16,18 @@ DATA_MODES = ("uniform", "grid", "nan")
 #: :mod:`.schedules`); seeds below keep the six first kinds and their original random
 #: streams, so the seeds named in reports and in ``FIXED_FAULTS`` still reproduce
 EXTENDED_FROM = 60_000
+#: seeds from here on draw more schedules too (see :mod:`.schedules`): ``vthread`` bindings,
+#: ``create_group`` with attaches inside the group, rfactor followed by compute_at or
+#: parallel, double_buffer after attaches, the spatial loops of a ``te.scan`` bound on
+#: ``cuda`` (and scans drawn twice as often there); seeds below keep their cases
+EXTENDED2_FROM = 70_000
 
 
-def kind_of(seed: int) -> str:
-    """The kind of program of ``seed``."""
+def kind_of(seed: int, target: str = "llvm") -> str:
+    """The kind of program of ``seed`` for ``target``."""
     kinds = KINDS if seed >= EXTENDED_FROM else KINDS[:6]
+    if seed >= EXTENDED2_FROM and target == "cuda":
+        kinds = KINDS + ("scan",)
     return kinds[seed % len(kinds)]
 
 
@@ -32,14 +39,15 @@ def generate(seed: int, target: str = "llvm") -> dict:
     t = 0 if target == "llvm" else 1
     rng_prog, rng_sched, rng_data = (np.random.default_rng([SEED_BASE, seed, t, k])
                                      for k in range(3))
-    kind = kind_of(seed)
+    kind = kind_of(seed, target)
     ext = seed >= EXTENDED_FROM
     g = Gen(rng_prog, extended=ext)
     prog = GENERATORS[kind](g)
     if ext:
         prog = extend(g, prog)
     try:
-        steps = generate_steps(rng_sched, prog, target, extended=ext)
+        steps = generate_steps(rng_sched, prog, target, extended=ext,
+                               extended2=seed >= EXTENDED2_FROM)
     except Exception:  # noqa: BLE001 - the program itself does not build: the runner says so
         steps = []
     mode = DATA_MODES[int(rng_data.choice(3, p=[0.7, 0.2, 0.1]))]

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from polytile.te import dtype as dt
@@ -98,23 +100,70 @@ def _where(g: Gen, raxes: list, rexts: list, axes: list, exts: list):
     return ["cmp", ">=", r, ["int", int(g.g.integers(0, rexts[k] + 1))]]
 
 
-def reduction(g: Gen) -> dict:
+@dataclass
+class _Frame:
+    """The loops of a reduction: ``sdims``/``rdims`` (dim names of the spatial and reduce
+    extents), ``axes`` (spatial axis names, ``["z"]`` with none), ``shape`` (the output
+    shape, ``["1"]`` with none), ``exts`` (spatial extents), ``raxes`` (reduce axis names),
+    ``rng`` (the reduce axes as ``[name, lo, hi]``), ``all_axes``/``all_dims`` (the axes
+    indexing the input, spatial then reduce, and their extents, offsets included)."""
+
+    sdims: list
+    rdims: list
+    axes: list
+    shape: list
+    exts: list
+    raxes: list
+    rng: list
+    all_axes: list
+    all_dims: list
+
+    @property
+    def spatial(self) -> list:
+        """The spatial axes (``[]`` for a reduction to a scalar)."""
+        return self.axes if self.sdims else []
+
+    def rexts(self, g: Gen) -> list:
+        return [g.dims[d] for d in self.rdims]
+
+
+def _frame(g: Gen, los_from: list) -> _Frame:
+    """Draw the loops of a reduction (0-2 spatial, 1-2 reduce axes, each reduce axis from an
+    offset picked in ``los_from``); reduction and argreduce draw them alike."""
     ns = g.pick([0, 1, 1, 2])
     nr = g.pick([1, 1, 2])
     sdims = [g.dim() for _ in range(ns)]
     rdims = [g.dim() for _ in range(nr)]
     _fit(g, sdims + rdims)
     axes = ["i", "j"][:ns] or ["z"]
-    shape = sdims or ["1"]
-    exts = [g.dims[d] for d in sdims] or [1]
     raxes = ["k", "q"][:nr]
-    los = [g.pick([0, 0, 0, 1, 2, 3]) for _ in range(nr)]
-    rng = [[r, str(lo), f"{lo} + {d}" if lo else d] for r, lo, d in zip(raxes, los, rdims)]
+    los = [g.pick(los_from) for _ in range(nr)]
+    rdim_exprs = [f"{lo} + {d}" if lo else d for lo, d in zip(los, rdims)]
+    return _Frame(sdims, rdims, axes, sdims or ["1"], [g.dims[d] for d in sdims] or [1],
+                  raxes, [[r, str(lo), e] for r, lo, e in zip(raxes, los, rdim_exprs)],
+                  (axes if ns else []) + raxes, sdims + rdim_exprs)
+
+
+def _maybe_where(g: Gen, f: _Frame, red: dict) -> None:
+    """Sometimes (35 %) a ``where`` condition on the reduce axes of ``red``."""
+    if g.chance(0.35):
+        red["where"] = _where(g, f.raxes, f.rexts(g), f.spatial, f.exts)
+
+
+def _per_term(g: Gen, x: X, n: int) -> X:
+    """``x`` scaled so that a sum of ``n`` such terms stays in range; its bound per term."""
+    x = g.tame(X(x.t, x.dtype, x.bound * n, x.exact))
+    return X(x.t, x.dtype, x.bound / n if x.bound * n > 0 else 0, x.exact)
+
+
+def reduction(g: Gen) -> dict:
+    f = _frame(g, [0, 0, 0, 1, 2, 3])
+    sdims, rdims, axes, shape, raxes = f.sdims, f.rdims, f.axes, f.shape, f.raxes
+    ns, nr = len(sdims), len(rdims)
     # X is indexed by the spatial and reduce axes in a random order
     order = list(range(ns + nr))
     g.g.shuffle(order)
-    all_axes = (axes if ns else []) + raxes
-    all_dims = sdims + [f"{lo} + {d}" if lo else d for lo, d in zip(los, rdims)]
+    all_axes, all_dims = f.all_axes, f.all_dims
     dtype_in = g.dtype()
     X0 = g.placeholder("A", [all_dims[k] for k in order], dtype_in)
     src_name = X0
@@ -125,20 +174,16 @@ def reduction(g: Gen) -> dict:
                                                                range(len(order))], body)
     xs = [g.read(src_name, [["ax", all_axes[k]] for k in order])]
     if g.chance(0.4):  # a second operand indexed by the reduce axes only
-        Y = g.placeholder("B", [f"{lo} + {d}" if lo else d for lo, d in zip(los, rdims)],
-                          g.dtype())
+        Y = g.placeholder("B", all_dims[ns:], g.dtype())
         xs.append(g.read(Y, [["ax", r] for r in raxes]))
     op = g.pick(["sum", "sum", "sum", "max", "min"])
     out = g.dtype()
     src = g.combine(xs, out)
-    n = int(np.prod([g.dims[d] for d in rdims]))
+    n = int(np.prod(f.rexts(g)))
     if op == "sum":
-        src = g.tame(X(src.t, src.dtype, src.bound * n, src.exact))
-        src = X(src.t, src.dtype, src.bound / n if src.bound * n > 0 else 0, src.exact)
-    red = {"op": op, "axes": rng, "where": None, "init": None}
-    if g.chance(0.35):
-        red["where"] = _where(g, raxes, [g.dims[d] for d in rdims], axes if ns else [],
-                              exts)
+        src = _per_term(g, src, n)
+    red = {"op": op, "axes": f.rng, "where": None, "init": None}
+    _maybe_where(g, f, red)
     if g.chance(0.1):
         red["init"] = g.lit(X([], out, 1.0)).t
     bound = src.bound * (n if op == "sum" else 1) + 8
@@ -371,19 +416,11 @@ def argreduce(g: Gen) -> dict:
     over ``(index, value)`` pairs (a compute with two outputs), an integer product, and
     ``+``/``max`` as user combiners; over one or two reduce axes with offsets and ``where``,
     maybe a producer before and an epilogue after (reading either output)."""
-    ns = g.pick([0, 1, 1, 2])
-    nr = g.pick([1, 1, 2])
-    sdims = [g.dim() for _ in range(ns)]
-    rdims = [g.dim() for _ in range(nr)]
-    _fit(g, sdims + rdims)
-    axes = ["i", "j"][:ns] or ["z"]
-    shape = sdims or ["1"]
-    exts = [g.dims[d] for d in sdims] or [1]
-    raxes = ["k", "q"][:nr]
-    los = [g.pick([0, 0, 1, 2]) for _ in range(nr)]
-    rng = [[r, str(lo), f"{lo} + {d}" if lo else d] for r, lo, d in zip(raxes, los, rdims)]
-    all_dims = sdims + [f"{lo} + {d}" if lo else d for lo, d in zip(los, rdims)]
-    all_axes = (axes if ns else []) + raxes
+    f = _frame(g, [0, 0, 1, 2])
+    rdims, axes, shape = f.rdims, f.axes, f.shape
+    nr = len(rdims)
+    n = int(np.prod(f.rexts(g)))
+    all_dims, all_axes = f.all_dims, f.all_axes
     op = g.pick(["argmax", "argmax", "argmin", "prod", "csum", "cmax"])
     dtype = g.dtype(("int32", "int8") if op == "prod" else DTYPES)
     A = g.placeholder("A", all_dims, dtype)
@@ -397,17 +434,12 @@ def argreduce(g: Gen) -> dict:
         x = X(["op", "+", ["op", "%", x.t, ["int", g.pick([3, 5, 7])]], ["int", 1]], dtype,
               8.0)
     elif op == "csum":
-        n = int(np.prod([g.dims[d] for d in rdims]))
-        x = g.tame(X(x.t, x.dtype, x.bound * n, x.exact))
-        x = X(x.t, x.dtype, x.bound / n, x.exact)
-    red = {"op": op, "axes": rng, "where": None, "init": None}
-    if g.chance(0.35):
-        red["where"] = _where(g, raxes, [g.dims[d] for d in rdims], axes if ns else [],
-                              exts)
+        x = _per_term(g, x, n)
+    red = {"op": op, "axes": f.rng, "where": None, "init": None}
+    _maybe_where(g, f, red)
     tensor = {"name": "R", "shape": list(shape), "axes": list(axes), "body": x.t,
               "reduce": red}
     g.tensors.append(tensor)
-    n = int(np.prod([g.dims[d] for d in rdims]))
     if op in ("argmax", "argmin"):
         # the index: the reduce axis, or both reduce axes linearised
         idx = ["ax", "k"] if nr == 1 or g.chance(0.3) else [

@@ -10,10 +10,13 @@ cache_write, rfactor (any reduce loop, any ``factor_axis``); for extended seeds
 binding every root stage to ``blockIdx``/``threadIdx`` (sometimes with cooperative threads in
 attached stages or a cross-thread reduction).
 
-A step the schedule refuses at once (``ScheduleError``) is dropped and the schedule rebuilt
-without it, except with probability ``KEEP_ILLEGAL``, when it is kept as the last step (the
-case then checks the refusal). Any other exception is kept and ends the schedule: it is a
-crash to report.
+Seeds from :data:`.cases.EXTENDED2_FROM` on also draw ``create_group`` (then maybe a
+compute_at of one member inside another, then the group's compute_at), follow an rfactor by
+a compute_at of the partial stage at the reduction or a ``parallel`` loop, draw
+``double_buffer`` more often (after attaches; on ``cuda`` after binding), and on ``cuda``
+bind ``vthread`` loops (around or inside the thread loop, or a second spatial loop), attach
+producers inside bound consumers before binding them, and bind the spatial loops of a
+``te.scan`` (never its time loop).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 
 from polytile import LoweringError, ScheduleError
 from polytile.schedule.kinds import ThreadTag
+from polytile.schedule.relations import Fuse
 
 from .spec import AX_HELPER, ident, program_code, schedule_code, step_code
 
@@ -32,6 +36,8 @@ _WEIGHTS = {"llvm": (3, 1, 2, 1, 1.5, 1, 1.5, 3, 1, 0.3, 1, 0.7, 1.5),
             "cuda": (3, 1, 2, 1, 0.5, 1, 0, 3, 1, 0.3, 1.2, 0.8, 1.5)}
 #: primitives (and weights) that only extended seeds draw (:data:`.cases.EXTENDED_FROM`)
 _EXTENDED = (("storage_align", 0.7), ("pragma", 0.8), ("double_buffer", 0.4))
+#: primitives (and weights) that only seeds from :data:`.cases.EXTENDED2_FROM` draw
+_EXTENDED2 = (("create_group", 0.8),)
 #: loop pragmas extended seeds draw, with their values
 _PRAGMAS = (("auto_unroll_max_step", 16), ("auto_unroll_max_step", 512), ("unroll", None),
             ("nontemporal", None), ("parallel_launch_point", None), ("vectorize", None))
@@ -56,9 +62,12 @@ class SchedGen:
     """Random steps on a live schedule of program ``prog``."""
 
     def __init__(self, rng: np.random.Generator, prog: dict, target: str,
-                 extended: bool = False):
+                 extended: bool = False, extended2: bool = False):
         self.g = rng
         self.extended = extended
+        #: a seed from :data:`.cases.EXTENDED2_FROM`: the draws of the module docstring's
+        #: last paragraph; every draw they add is behind this flag
+        self.extended2 = extended2
         self.prog = prog
         self.target = target
         self.steps: list = []
@@ -182,6 +191,8 @@ class SchedGen:
         if prim == "double_buffer":
             att = [x for x in self.stages() if x.attach_type == "scope"]
             return ["double_buffer", self.pick(att).op.name] if att else None
+        if prim == "create_group":
+            return self.create_group()
         if prim == "storage_align" and st.op.axis:
             f = int(self.pick([2, 4, 8, 16, 32, 3]))
             return ["storage_align", T, self.pick(list(st.op.axis)).name, f,
@@ -206,6 +217,67 @@ class SchedGen:
             return None
         return ["compute_at", p.op.name, c.op.name, self.pick(list(c.leaf_iter_vars)).name]
 
+    def create_group(self):
+        """A ``create_group`` step: the stages between a non-output stage and either the
+        placeholders or one of its producers (maybe included)."""
+        cands = [st for st in self.stages() if st.op not in self.s.outputs
+                 and st.group is None]
+        if not cands:
+            return None
+        o = self.pick(cands)
+        prods = [p for p in self.stages() if p is not o and self.s._reads_transitively(
+            o.op, p.op)]
+        inputs, include = [], False
+        if prods and self.chance(0.5):
+            inputs = [self.pick(prods).op.name]
+            include = self.chance(0.3)
+        return ["create_group", o.op.name, inputs, include]
+
+    def group_follow(self, step: list) -> None:
+        """After ``create_group``: maybe attach a member inside another member, then maybe
+        attach the group inside a stage outside it that reads its output."""
+        grp = self.ns["G_" + ident(step[1])]
+        members = [m for m in grp.members if ident(m.op.name) in self.ns]
+        inside = {id(m) for m in grp.members}
+        if self.chance(0.6):
+            pairs = [(p, c) for p in members for c in members if c is not p
+                     and any(t.op is p.op for t in c.op.input_tensors) and c.leaf_iter_vars]
+            if pairs:
+                p, c = self.pick(pairs)
+                self.apply(["compute_at", p.op.name, c.op.name,
+                            self.pick(list(c.leaf_iter_vars)).name])
+        if self.chance(0.8):
+            out = self.s[self.ns[ident(step[1])]]
+            cons = [c for c in self.stages() if id(c) not in inside
+                    and self.s._reads_transitively(c.op, out.op) and c.leaf_iter_vars]
+            if cons:
+                c = self.pick(cons)
+                self.apply(["group_compute_at", step[1], c.op.name,
+                            self.pick(list(c.leaf_iter_vars)).name])
+
+    def rfactor_follow(self, step: list) -> None:
+        """After ``rfactor``: compute the partial stage at a loop of the reduction (and maybe
+        parallelize the reduction's outer loop, llvm), or parallelize a loop of either."""
+        T = step[1]
+        rf = self.s[self.ns[ident(T + ".rf")]]
+        main = self.s[self.ns[ident(T)]]
+        r = self.g.random()
+        if r < 0.45 or self.target == "cuda":
+            if main.leaf_iter_vars:
+                self.apply(["compute_at", T + ".rf", T,
+                            self.pick(list(main.leaf_iter_vars)).name])
+            if self.target == "llvm" and self.chance(0.5):
+                main = self.s[self.ns[ident(T)]]
+                free = [v for v in main.leaf_iter_vars if v not in main.annotations]
+                if free:
+                    self.apply(["parallel", T, free[0].name])
+            return
+        st, name = (rf, T + ".rf") if r < 0.8 else (main, T)
+        free = [v for v in st.leaf_iter_vars if v not in st.annotations]
+        if free:
+            v = free[0] if self.chance(0.5) else self.pick(free)
+            self.apply(["parallel", name, v.name])
+
     def cache_read(self):
         srcs = [st for st in self.s.stages if ident(st.op.name) in self.ns]
         self.g.shuffle(srcs)
@@ -225,6 +297,10 @@ class SchedGen:
         if self.extended:
             prims += tuple(p for p, _ in _EXTENDED)
             w += [x for _, x in _EXTENDED]
+        if self.extended2:
+            prims += tuple(p for p, _ in _EXTENDED2)
+            w += [x for _, x in _EXTENDED2]
+            w[prims.index("rfactor")] *= 2  # (then compute_at or parallel, rfactor_follow)
         w = np.array(w, float)
         tries = 0
         while len(self.steps) < n and not self.stopped and tries < 6 * n:
@@ -237,6 +313,17 @@ class SchedGen:
                 self.attach_cache(step)
             if step[0] == "compute_at" and self.chance(0.5):
                 self.attach_chain(step[1])
+            if not self.extended2 or self.stopped:
+                continue
+            if step[0] == "create_group":
+                self.group_follow(step)
+            elif step[0] == "rfactor" and self.chance(0.6):
+                self.rfactor_follow(step)
+            # (llvm refuses most: its pipelines want GPU shared copies and a barrier; cuda
+            # double-buffers after binding, which splits loops a pipeline must keep)
+            last = self.steps[-1]
+            if self.target == "llvm" and last[0] == "compute_at" and self.chance(0.2):
+                self.apply(["double_buffer", last[1]])
 
     def attach_cache(self, step: list) -> None:
         name = f"{step[1]}.{step[2]}"
@@ -262,23 +349,71 @@ class SchedGen:
             self.apply(["compute_at", p.op.name, name, self.pick(list(st.leaf_iter_vars)).name])
 
     def bind_all(self) -> None:
-        """Bind every root stage to GPU indices (CUDA)."""
-        for st in self.stages():
+        """Bind every root stage to GPU indices (CUDA). Extended2 seeds go consumers first
+        and sometimes attach a producer inside an already bound consumer instead."""
+        order = self.stages()
+        if self.extended2:
+            order = order[::-1]
+        for st in order:
             if self.stopped:
                 return
+            if self.extended2:  # the stage as it is now (a refused step rebuilds them)
+                st = self.s[self.ns[ident(st.op.name)]]
             if st.attach_type != "root" or any(isinstance(k, ThreadTag)
                                                 for k in st.annotations.values()):
                 continue
+            if self.extended2 and st.op not in self.s.outputs and self.chance(0.3):
+                if self.attach_in_bound(st):
+                    continue
             self.bind_root(st)
         for st in self.stages():
             if st.attach_type == "scope" and self.chance(0.3):
                 self.bind_attached(st)
+        if self.extended2:
+            for st in self.stages():
+                if st.attach_type == "scope" and self.chance(0.35):
+                    self.apply(["double_buffer", st.op.name])
+
+    def attach_in_bound(self, st) -> bool:
+        """Compute root stage ``st`` at a loop (bound or not) of a consumer bound to GPU
+        indices; True when done."""
+        cons = [c for c in self.stages() if c is not st and c.attach_type == "root"
+                and any(isinstance(k, ThreadTag) for k in c.annotations.values())
+                and any(t.op is st.op for t in c.op.input_tensors)]
+        if not cons:
+            return False
+        c = self.pick(cons)
+        return self.apply(["compute_at", st.op.name, c.op.name,
+                           self.pick(list(c.leaf_iter_vars)).name])
+
+    @staticmethod
+    def _scan_loops(st) -> set:
+        """The loops of a ``te.scan`` stage ``st`` derived from its time axis (empty for
+        other stages): they must stay serial."""
+        from polytile.te.scan import ScanOp
+
+        if not isinstance(st.op, ScanOp):
+            return set()
+        out = {id(st.op.scan_axis)}
+        for rel in st.relations:  # (in the order they were made)
+            if isinstance(rel, Fuse):
+                srcs, kids = [rel.outer, rel.inner], [rel.fused]
+            elif hasattr(rel, "parent"):  # a split
+                srcs, kids = [rel.parent], [rel.outer, rel.inner]
+            else:
+                continue
+            if any(id(x) in out for x in srcs):
+                out |= {id(k) for k in kids}
+        return out
 
     def bind_root(self, st) -> None:
         T = st.op.name
         leaves = list(st.leaf_iter_vars)
         red = [v for v in leaves if v.iter_type == "reduce" and v not in st.annotations]
         spatial = [v for v in leaves if v.iter_type == "data_par" and v not in st.annotations]
+        if self.extended2:  # a scan's time loops stay serial
+            serial = self._scan_loops(st)
+            spatial = [v for v in spatial if id(v) not in serial]
         if red and self.chance(0.15):  # a cross-thread reduction
             r = self.pick(red)
             t = int(self.pick([2, 4, 8, 16, 32, 64]))
@@ -299,10 +434,49 @@ class SchedGen:
                 self.apply(["fuse", T, [v.name, w.name]])
                 v = self.s[self.ns[ident(T)]].leaf_iter_vars[0]
         t = int(self.pick([1, 2, 4, 8, 16, 32, 64, 128, 256, 7, 13]))
+        if self.extended2 and self.chance(0.4):
+            self.bind_vthread(T, v, t)
+            return
         if self.apply(["split", T, v.name, "factor", t]):
             self.apply(["bind", T, v.name + ".outer", "blockIdx.x"])
             self.apply(["bind", T, v.name + ".inner", "threadIdx.x"])
             self.threads[T] = t
+
+    def bind_vthread(self, T: str, v, t: int) -> None:
+        """Bind loop ``v`` of root stage ``T`` to blocks and ``t`` threads with virtual
+        threads: ``vt`` vthreads around the thread loop, inside the block's loop split into
+        vthreads and threads, or (one spatial loop left) on another spatial loop."""
+        vt = int(self.pick([2, 3, 4]))
+        mode = self.pick(["around", "inside", "other"])
+        n = v.name
+        if mode == "around":
+            if self.apply(["split", T, n, "factor", t]):
+                self.apply(["bind", T, n + ".inner", "threadIdx.x"])
+                self.threads[T] = t
+                if self.apply(["split", T, n + ".outer", "factor", vt]):
+                    self.apply(["bind", T, n + ".outer.outer", "blockIdx.x"])
+                    self.apply(["bind", T, n + ".outer.inner", "vthread"])
+            return
+        if mode == "inside":
+            if self.apply(["split", T, n, "factor", t * vt]):
+                self.apply(["bind", T, n + ".outer", "blockIdx.x"])
+                if self.apply(["split", T, n + ".inner", "nparts", vt]):
+                    self.apply(["bind", T, n + ".inner.outer", "vthread"])
+                    self.apply(["bind", T, n + ".inner.inner", "threadIdx.x"])
+                    self.threads[T] = t
+            return
+        if self.apply(["split", T, n, "factor", t]):
+            self.apply(["bind", T, n + ".outer", "blockIdx.x"])
+            self.apply(["bind", T, n + ".inner", "threadIdx.x"])
+            self.threads[T] = t
+        st = self.s[self.ns[ident(T)]]
+        serial = self._scan_loops(st)
+        rest = [w for w in st.leaf_iter_vars if w.iter_type == "data_par"
+                and w not in st.annotations and id(w) not in serial]
+        if rest:
+            w = self.pick(rest)
+            if self.apply(["split", T, w.name, "nparts", vt]):
+                self.apply(["bind", T, w.name + ".outer", "vthread"])
 
     def bind_attached(self, st) -> None:
         root = st
@@ -320,10 +494,11 @@ class SchedGen:
 
 
 def generate_steps(rng: np.random.Generator, prog: dict, target: str,
-                   extended: bool = False) -> list:
+                   extended: bool = False, extended2: bool = False) -> list:
     """A random schedule of ``prog`` for ``target`` (``llvm`` or ``cuda``) as steps
-    (``extended``: with the primitives of extended seeds too)."""
-    gen = SchedGen(rng, prog, target, extended)
+    (``extended``, ``extended2``: with the draws of extended seeds, of
+    :data:`.cases.EXTENDED2_FROM` seeds too)."""
+    gen = SchedGen(rng, prog, target, extended, extended2)
     n = int(rng.choice(8, p=np.array([5, 6, 5, 4, 3, 2, 2, 1], float) / 28)) + 1
     gen.random_steps(n)
     if target == "cuda" and not gen.stopped:

@@ -31,6 +31,10 @@ def _step_names(step: list) -> list:
         names.append(step[2])
     if step[0] == "cache_read":
         names += list(step[3])
+    if step[0] == "create_group":
+        names += list(step[2])
+    if step[0] == "group_compute_at":
+        names.append(step[2])
     return names
 
 

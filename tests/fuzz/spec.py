@@ -302,6 +302,12 @@ def step_code(step: list) -> str:
         return f"s[{T}].pragma({a(step[2])}, {step[3]!r}{value})"
     if p == "double_buffer":
         return f"s[{T}].double_buffer()"
+    if p == "create_group":  # a group named after its (first) output: G_<output>
+        ins = ", ".join(ident(n) for n in step[2])
+        return f"G_{T} = s.create_group({T}, [{ins}], include_inputs={step[3]!r})"
+    if p == "group_compute_at":
+        P = ident(step[2])
+        return f"G_{T}.compute_at(s[{P}], ax({P}, {step[3]!r}))"
     raise ValueError(f"unknown step {step!r}")
 
 

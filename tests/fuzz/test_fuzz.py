@@ -23,11 +23,12 @@ from .script import first_line, reproducer
 from .worker import Worker, run_cases
 
 # the first seeds, then a few extended ones (cases.EXTENDED_FROM: more kinds, dtypes,
-# symbolic sizes, extra outputs), the same number of cases as before in all
-LLVM_SEEDS = [*range(0, 270), *range(60_000, 60_030)]
-CUDA_SEEDS = [*range(0, 20), *range(60_000, 60_004)]
-SLOW_SEEDS = {"llvm": [*range(300, 3300), *range(60_030, 61_030)],
-              "cuda": [*range(24, 324), *range(60_004, 60_104)]}
+# symbolic sizes, extra outputs; cases.EXTENDED2_FROM: vthread, create_group, rfactor with
+# compute_at/parallel, double_buffer), the same number of cases as before in all
+LLVM_SEEDS = [*range(0, 270), *range(60_000, 60_020), *range(70_000, 70_010)]
+CUDA_SEEDS = [*range(0, 20), *range(60_000, 60_002), 70_000, 70_003]
+SLOW_SEEDS = {"llvm": [*range(300, 3300), *range(60_030, 61_030), *range(70_010, 70_510)],
+              "cuda": [*range(24, 324), *range(60_004, 60_104), *range(70_004, 70_054)]}
 TIMEOUT = {"llvm": 15.0, "cuda": 45.0}
 
 # (target, seed) -> the fault it shows today (regression tests of each fault with its right
@@ -127,6 +128,10 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
                      "was privatised in the loop, the reader saw an unwritten copy",
     ("llvm", 65727): "cache_read for a te.scan reader rebuilt the scan as a plain compute "
                      "(its reads of its own rows lost): wrong values",
+    ("llvm", 71419): "the AST check of three fused loops of a non-divisible tile ran out of "
+                     "isl operations (is_injective, 11 s): refused after 30 s (a fuzz hang)",
+    ("cuda", 70121): "a float16 sum's float32 accumulator shared by the virtual threads of "
+                     "a vthread loop (one register summed both): wrong values",
     ("cuda", 60160): "CUDA C codegen BuildError: a bfloat16 sum's float32 accumulator of "
                      "symbolic size per thread (now refused at lowering)",
 }

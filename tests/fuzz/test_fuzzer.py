@@ -5,6 +5,8 @@ refusal), the shrinker, and reproducer scripts that run."""
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -203,6 +205,67 @@ def test_generated_programs_build_and_schedule_steps_replay():
         case = generate(seed)
         out = run_case(case, Runtime("llvm"))
         assert out["cls"] != "invalid", (out, reproducer(case))
+
+
+#: sha256 of the cases of some recorded seeds of both targets (first, extended, last
+#: extended seeds below ``EXTENDED2_FROM``): a generator change must keep them
+RECORDED_SEEDS = ([("llvm", s) for s in [*range(0, 12), *range(60_000, 60_016), 69_999]]
+                  + [("cuda", s) for s in [*range(0, 6), *range(60_000, 60_008), 69_999]])
+RECORDED_DIGEST = "20b098d1163382f920dd0dd4054ca177d4c9f12bf88d289bfab5c23be91050b5"
+
+
+def test_recorded_seeds_keep_their_cases():
+    """Seeds named in reports and FIXED_FAULTS reproduce only while their cases stay
+    byte-identical: new draws go behind a new threshold (cases.EXTENDED2_FROM)."""
+    h = hashlib.sha256()
+    for target, seed in RECORDED_SEEDS:
+        h.update(json.dumps(generate(seed, target), sort_keys=True).encode())
+    assert h.hexdigest() == RECORDED_DIGEST
+
+
+def _derived_from(steps: list, stage: str, loop: str) -> set:
+    """Names of the loops of ``stage`` made from ``loop`` by the split/tile/fuse steps."""
+    out = {loop}
+    for st in steps:
+        if st[1] != stage:
+            continue
+        if st[0] == "split" and st[2] in out:
+            out |= {st[2] + ".outer", st[2] + ".inner"}
+        if st[0] == "tile":
+            out |= {f"{x}.{y}" for x in st[2:4] if x in out for y in ("outer", "inner")}
+        if st[0] == "fuse" and out & set(st[2]):
+            out.add(".".join(st[2]) + ".fused")
+    return out
+
+
+def test_extended2_seeds_draw_the_new_schedules():
+    """Seeds from EXTENDED2_FROM draw vthread bindings, create_group (with attaches inside
+    the group and the group's compute_at), rfactor then compute_at or parallel of its
+    stages, double_buffer; their cuda scans bind spatial loops, never the time loop."""
+    from .cases import EXTENDED2_FROM
+
+    seen: set = set()
+    for target, n in (("cuda", 40), ("llvm", 40)):
+        for seed in range(EXTENDED2_FROM, EXTENDED2_FROM + n):
+            case = generate(seed, target)
+            steps = case["steps"]
+            for k, st in enumerate(steps):
+                seen.add(st[0] if st[0] != "bind" else "bind " + st[3])
+                if st[0] == "rfactor" and any(
+                        x[0] in ("compute_at", "parallel") and x[1] in (st[1], st[1] + ".rf")
+                        for x in steps[k + 1:k + 3]):
+                    seen.add("rfactor then " + target)
+            if target == "cuda" and case["kind"] == "scan":
+                time = _derived_from(steps, "S", "t")
+                assert not [st for st in steps if st[0] == "bind" and st[1] == "S"
+                            and st[2] in time], steps
+                if any(st[0] == "bind" and st[1] == "S" for st in steps):
+                    seen.add("scan bound")
+    want = {"bind vthread", "create_group", "group_compute_at", "double_buffer",
+            "rfactor then llvm", "scan bound"}
+    assert want <= seen, want - seen
+    assert "create_group" not in {st[0] for s in range(EXTENDED2_FROM - 40, EXTENDED2_FROM)
+                                  for st in generate(s)["steps"]}
 
 
 def test_reference_keeps_unsure_elements_of_a_reduction_with_init():

@@ -574,19 +574,29 @@ def _tiled_symbolic_min():
 
 def test_unverifiable_loop_nest_is_refused_not_hung(monkeypatch):
     """The check of isl's loop nest has an operation budget: past it, the loop nest is not
-    used, and when no fallback can be checked either, lowering refuses by name. Here with a
-    tiny budget (cheap); the fuzz case that hung (seed llvm 62729, minutes in isl's set
-    difference) is the slow test below."""
-    from polytile.schedule import astgen
+    used, unless (constant sizes) running it on integers checks it; when no fallback can
+    be checked either, lowering refuses by name. Here with tiny budgets (cheap); the fuzz
+    case that hung (seed llvm 62729, minutes in isl's set difference) is the slow test
+    below."""
+    from polytile.schedule import ast_check, astgen
 
     monkeypatch.setattr(astgen, "CHECK_OPERATIONS", 2000)
-    A = te.placeholder((5, 7), name="A")
-    B = te.compute((5, 7), lambda i, j: A[i, j] * 2.0, name="B")
-    s = te.create_schedule(B.op)
-    s[B].tile(B.op.axis[0], B.op.axis[1], 2, 3)
+
+    def tiled():
+        A = te.placeholder((5, 7), name="A")
+        B = te.compute((5, 7), lambda i, j: A[i, j] * 2.0, name="B")
+        s = te.create_schedule(B.op)
+        s[B].tile(B.op.axis[0], B.op.axis[1], 2, 3)
+        return s, [A, B]
+
+    a = np.arange(35, dtype="float32").reshape(5, 7)
+    out = np.full((5, 7), np.nan, "float32")
+    polytile.build(*tiled())(a, out)   # checked by enumeration: 35 points
+    np.testing.assert_array_equal(out, a * 2)
+    monkeypatch.setattr(ast_check, "CONCRETE_STEPS", 10)
     with pytest.raises(polytile.LoweringError, match=r"lower: the loop nest of stages "
                                                      r"\['B'\] could not be verified"):
-        polytile.lower(s, [A, B])
+        polytile.lower(*tiled())
 
 
 @pytest.mark.slow
@@ -618,3 +628,34 @@ def test_cache_read_for_a_scan_reader_is_refused():
     s = te.create_schedule(S.op)
     with pytest.raises(ScheduleError, match="cache_read: reader 'S' is a te.scan"):
         s.cache_read(init, "global", [S])
+
+
+# --------------------------------------------------------------------------- AST check
+def _tiled_and_fused(shape, f1, f2, fuse_inner=False):
+    """``P = A + 1`` over ``(b, i, k)``; ``i``, ``k`` tiled by ``f1``, ``f2`` (not
+    dividing them), then ``b``, ``i.outer``, ``k.outer`` (and ``i.inner``) fused."""
+    A = te.placeholder(shape, name="A")
+    P = te.compute(shape, lambda b, i, k: A[b, i, k] + 1.0, name="P")
+    s = te.create_schedule(P.op)
+    io, ko, ii, ki = s[P].tile(P.op.axis[1], P.op.axis[2], f1, f2)
+    s[P].fuse(P.op.axis[0], io, ko, *([ii] if fuse_inner else []))
+    a = np.random.default_rng(5).uniform(-1, 1, shape).astype("float32")
+    out = np.full(shape, np.nan, "float32")
+    polytile.build(s, [A, P])(a, out)
+    np.testing.assert_array_equal(out, a + 1)
+
+
+def test_fused_loops_of_a_non_divisible_tile_are_checked_in_seconds():
+    """Fuzz seed llvm 71419: the AST check's injectivity test of a loop nest with nested
+    floor divisions (a tile by 5 and 2 of 7 x 15, three loops fused) ran out of isl
+    operations (11 s per attempt): the schedule was refused as 'could not be verified'
+    after 30 s, on 210 points. The maps' equalities are now recovered first."""
+    _tiled_and_fused((2, 7, 15), 5, 2)
+
+
+@pytest.mark.parametrize("f1,f2", [(4, 3), pytest.param(3, 4, marks=pytest.mark.slow)])
+def test_four_fused_loops_of_a_tile_are_checked_by_enumeration(f1, f2):
+    """Reading the AST of four fused loops of a tile back into isl sets runs out of isl
+    operations (4-8 s, then refused as unverifiable); constant sizes are now checked by
+    running the loop nest on integers (``ast_check.concrete_mismatches``)."""
+    _tiled_and_fused((4, 6, 11), f1, f2, fuse_inner=True)
