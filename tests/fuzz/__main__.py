@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     slow = sorted(((o.get("build_s", 0), c["seed"]) for c, o in done if o.get("build_s", 0) > 10),
                   reverse=True)
     if slow:
-        print(f"\nbuilds over 10 s: " + ", ".join(f"seed {s} ({t:.0f} s)" for t, s in slow))
+        print("\nbuilds over 10 s: " + ", ".join(f"seed {s} ({t:.0f} s)" for t, s in slow))
     faults = collections.Counter(o["fault"] for _, o in failures)
     if faults:
         print("\nfailures by likely fault (tests/fuzz/triage.py):")
