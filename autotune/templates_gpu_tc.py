@@ -191,8 +191,10 @@ def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
     (at least 2 where one stage would exceed the static 48 KiB; at most the number of k
     tiles), ``frags`` ``"step"`` where ``"prefetch"`` lacks a pipeline or two k steps per
     tile (or runs on WMMA) and where ``"tile"``/``"prefetch"`` would exceed the registers,
-    ``group`` the largest divisor of the tile rows at most the knob. The knobs wgmma does
-    not read (``frags``, ``group``, ``pad``) are their ``defaults``."""
+    ``group`` the largest divisor of the tile rows at most the knob (wgmma too). The knobs
+    wgmma does not read (``frags``, ``pad``) are their ``defaults``."""
+    from .templates_gpu import _group_rows
+
     defaults = defaults or {}
     tile = tuple(v["tile"])
     isa = v["isa"]
@@ -207,8 +209,8 @@ def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
             st -= 1
         if st == 1 and not wg_stages_fit(tile, 1, limits):
             st = 2
-        return {**v, **{k: defaults[k] for k in ("frags", "group", "pad") if k in defaults},
-                "stages": st}
+        return {**v, **{k: defaults[k] for k in ("frags", "pad") if k in defaults},
+                "stages": st, "group": _group_rows(v["group"], shape[0] // tile[0])}
     bm, bn, bk, wm, wn = v["tile"]
     M, N, K = shape
     pad = v["pad"]
@@ -224,8 +226,6 @@ def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
     if frags != "step" and not gpu_limits.fits(limits, threads, 0,
                                                tc_registers((wm, wn), bk, frags)):
         frags = "step"
-    from .templates_gpu import _group_rows
-
     return {**v, "stages": st, "frags": frags, "group": _group_rows(v["group"], M // bm)}
 
 
@@ -237,11 +237,12 @@ def tc_preferred(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
     ``benchmarks/gpu_gemm.py --isa mma --variants``): mma.sync, padded rows, a pipeline,
     k tiles of 32 or 64, groups of 8 or 16, warp tiles of at least 32 x 32 and blocks of at
     least 128 x 128 (4 warps or more); wgmma blocks of at least 128 x 128 in 3 stages or
-    more."""
+    more, grouped by 8 or 16 tile rows."""
     if effective(v, shape, limits, defaults, wg) != v:
         return False
     if shape[0] >= LARGE and shape[1] >= LARGE and v["isa"] == "wgmma":
-        return v["stages"] >= 3 and v["tile"][0] >= 128 and v["tile"][1] >= 128
+        return (v["stages"] >= 3 and v["tile"][0] >= 128 and v["tile"][1] >= 128
+                and v["group"] >= 8)
     if shape[0] >= LARGE and shape[1] >= LARGE:
         bm, bn, bk, wm, wn = v["tile"]
         return (v["isa"] == "mma" and v["pad"] == 8 and v["stages"] >= 2 and bk >= 32
@@ -286,7 +287,8 @@ def define_tc_knobs(cfg, M: int, N: int, K: int) -> dict:
     defaults = {"isa": "wgmma" if on_wgmma else MMA_BEST["isa"],
                 "tile": wg_best if on_wgmma else _default_tile(tiles, MMA_BEST),
                 "stages": WGMMA_TENSORIZE_BEST["stages"] if on_wgmma else MMA_BEST["stages"],
-                "frags": MMA_BEST["frags"], "group": MMA_BEST["group"], "pad": 8}
+                "frags": MMA_BEST["frags"], "group": WGMMA_TENSORIZE_BEST["group"] if on_wgmma
+                else MMA_BEST["group"], "pad": 8}
     cfg.define_knob("isa", ["mma", "wmma"] + ["wgmma"] * bool(wg), default=defaults["isa"])
     cfg.define_knob("tile", tiles + [t for t in wg if t not in tiles],
                     default=defaults["tile"])
@@ -309,7 +311,7 @@ def matmul_tc(cfg, M: int, N: int, K: int, dtype: str):
 
     v = define_tc_knobs(cfg, M, N, K)
     if v["isa"] == "wgmma":
-        return _wgmma_matmul(M, N, K, dtype, v["tile"][:2], v["stages"])
+        return _wgmma_matmul(M, N, K, dtype, v["tile"][:2], v["stages"], v["group"])
     bm, bn, bk, wm, wn = v["tile"]
     return tc.wmma_gemm(M, N, K, acc="float32", dtype=dtype, isa=v["isa"],
                         block=(bm, bn, bk), warp=(wm, wn), pad=v["pad"],
@@ -327,9 +329,12 @@ def matmul_f32_acc(M: int, N: int, K: int, dtype: str):
     return A, B, C
 
 
-def _wgmma_matmul(M: int, N: int, K: int, dtype: str, block: list, stages: int):
+def _wgmma_matmul(M: int, N: int, K: int, dtype: str, block: list, stages: int,
+                  group: int = 1):
     """``C = A @ B`` on wgmma (sm_90a) through ``tensorize``, 128B-swizzled shared tiles and
-    asynchronous MMA groups (``mma_wait`` 1 from 3 stages). Where ``BN`` is a multiple of
+    asynchronous MMA groups (``mma_wait`` 1 from 3 stages), blocks in groups of ``group``
+    tile rows (a divisor of ``M / BM``), the copies and the epilogue of
+    ``tc.WGMMA_TENSORIZE_BEST`` (``copy_after_wait``, ``epilogue``). Where ``BN`` is a multiple of
     64 (one 128-byte row of float16), the MMA reads ``B[K, N]`` as it is, MN-major
     (``imm-trans-b``; :func:`~polytile.targets.cuda.wgmma_intrin.wgmma_nn_compute`,
     :func:`~polytile.targets.cuda.wgmma_intrin.schedule_wgmma_nn`: one kernel). Narrower
@@ -338,20 +343,23 @@ def _wgmma_matmul(M: int, N: int, K: int, dtype: str, block: list, stages: int):
     :func:`~polytile.targets.cuda.wgmma_intrin.schedule_wgmma_nt` (the schedule of
     ``tc.wgmma_gemm_schedule``)."""
     from polytile.targets.cuda import wgmma_intrin as wi
+    from polytile.targets.cuda.tensor_core import WGMMA_TENSORIZE_BEST as best
 
     A = te.placeholder((M, K), name="A", dtype=dtype)
     B = te.placeholder((K, N), name="B", dtype=dtype)
     mma_wait = None if stages < 2 else min(stages - 2, 1)
     blk = (block[0], block[1], WG_BK)
+    opts = dict(group=group, epilogue=best["epilogue"],
+                copy_after_wait=best["copy_after_wait"] and mma_wait is not None)
     if block[1] % WG_MN_ATOM == 0 and N % WG_MN_ATOM == 0:
         BR, C = wi.wgmma_nn_compute(A, B, "128B")
         s = te.create_schedule(C.op)
-        wi.schedule_wgmma_nn(s, C, A, BR, blk, stages, "128B", mma_wait)
+        wi.schedule_wgmma_nn(s, C, A, BR, blk, stages, "128B", mma_wait, **opts)
         return s, [A, B, C]
     Bt = te.compute((N, K), lambda n, k: B[k, n], name="Bt")
     C = wi.wgmma_nt_compute(A, Bt)
     s = te.create_schedule(C.op)
-    wi.schedule_wgmma_nt(s, C, A, Bt, blk, stages, "128B", mma_wait)
+    wi.schedule_wgmma_nt(s, C, A, Bt, blk, stages, "128B", mma_wait, **opts)
     schedule_transpose(s, Bt)
     return s, [A, B, C]
 

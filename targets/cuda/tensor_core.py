@@ -305,7 +305,8 @@ MMA_BEST = dict(isa="mma", block=(128, 256, 32), warp=(64, 64), stages=3, frags=
 #: (128B-swizzled rows), 4 stages, one MMA group in flight. ``wgmma_gemm_schedule(M, N, K,
 #: **WGMMA_TENSORIZE_BEST)``; the tutorial's tensorize step and the sm_90a default of the
 #: ``cuda`` ``matmul`` template (float16/bfloat16).
-WGMMA_TENSORIZE_BEST = dict(block=(128, 256, 64), stages=4, swizzle="128B", mma_wait=1)
+WGMMA_TENSORIZE_BEST = dict(block=(128, 256, 64), stages=4, swizzle="128B", mma_wait=1,
+                            group=8, copy_after_wait=False, epilogue="8B")
 
 # ------------------------------------------------------------ mma.sync + ldmatrix (sm_80+)
 # The same 16x16 tiles as WMMA, held in registers whose per-lane layout is PTX's (PTX ISA
