@@ -263,14 +263,17 @@ def wgmma_mainloops() -> tuple:
     return tuple(wgmma_gemm.MAINLOOPS)
 
 
-#: (block, stages, swizzle, b_major) of the tensorize lines: the swizzled, overlapped
-#: schedule (``mma_wait`` 1) at two block shapes, then the unswizzled synchronous one it
-#: replaced (``TENSORIZE[0]`` is ``tensor_core.WGMMA_TENSORIZE_BEST``, the sm_90a default
-#: of the ``cuda`` ``matmul`` template), then ``C = A @ B`` with ``B[K, N]`` read MN-major
-#: (``b_major="mn"``: what the template builds, no transpose)
-TENSORIZE = (((128, 256, 64), 4, "auto", "k"), ((128, 128, 64), 4, "auto", "k"),
-             ((128, 256, 64), 3, "none", "k"), ((128, 256, 64), 4, "auto", "mn"),
-             ((128, 128, 64), 4, "auto", "mn"))
+#: (block, stages, swizzle, b_major[, options]) of the tensorize lines: the swizzled,
+#: overlapped schedule (``mma_wait`` 1) at two block shapes, then the unswizzled synchronous
+#: one it replaced (``TENSORIZE[0]`` is ``tensor_core.WGMMA_TENSORIZE_BEST`` on ``C = A @
+#: Bt^T``: groups of 8 tile rows, 16-byte epilogue), then ``C = A @ B`` with ``B[K, N]``
+#: read MN-major (``b_major="mn"``: what the sm_90a ``cuda`` ``matmul`` template builds,
+#: no transpose), with the options of ``WGMMA_TENSORIZE_BEST`` and without
+TENSORIZE = (((128, 256, 64), 4, "auto", "k", {"group": 8, "epilogue": "16B"}),
+             ((128, 128, 64), 4, "auto", "k"),
+             ((128, 256, 64), 3, "none", "k"),
+             ((128, 256, 64), 4, "auto", "mn", {"group": 8, "epilogue": "16B"}),
+             ((128, 256, 64), 4, "auto", "mn"))
 
 
 #: the ``--tsweep`` lines (``(block, stages, swizzle, b_major, options)``, ``options`` the
@@ -280,6 +283,9 @@ TENSORIZE = (((128, 256, 64), 4, "auto", "k"), ((128, 128, 64), 4, "auto", "k"),
 #: per SM (114 registers, 97 KiB of shared memory in 3 stages), 256x128 blocks of four
 #: warpgroups, 32-deep k tiles (64B swizzle) in deeper pipelines
 TENSORIZE_SWEEP = (
+    # H200, 4096^3 float16, one run (cuBLAS 766.4, Triton 689.4, wgmma+TMA 726.1 TFLOP/s):
+    # 583.0, 603.1, 571.4, 617.8, 560.6, 581.3, 569.2, 639.1 (the best), 527.1, 522.3,
+    # 508.3, 525.3, 462.5, 422.0, 422.5, 620.7 TFLOP/s in this order
     ((128, 256, 64), 4, "auto", "mn", {}),
     ((128, 256, 64), 4, "auto", "mn", {"group": 8}),
     ((128, 256, 64), 4, "auto", "mn", {"group": 8, "copy_after_wait": True}),
@@ -298,6 +304,12 @@ TENSORIZE_SWEEP = (
     ((128, 256, 32), 7, "auto", "mn", {"group": 8, "copy_after_wait": True, "mma_wait": 2}),
     ((128, 256, 64), 4, "auto", "k", {"group": 8, "copy_after_wait": True,
                                       "epilogue": "16B"}),
+    # after the run above: streaming stores, 16B stores on 128x128 blocks (two per SM), groups
+    # of 4 and 16 with 16B stores
+    ((128, 256, 64), 4, "auto", "mn", {"group": 8, "epilogue": "16B_stream"}),
+    ((128, 128, 64), 3, "auto", "mn", {"group": 8, "epilogue": "16B"}),
+    ((128, 256, 64), 4, "auto", "mn", {"group": 4, "epilogue": "16B"}),
+    ((128, 256, 64), 4, "auto", "mn", {"group": 16, "epilogue": "16B"}),
 )
 
 

@@ -173,7 +173,9 @@ _STORE = ("wgmma_store_d", r"""template <int N> __device__ __forceinline__ void 
 }""")
 
 
-_STORE_16B = ("wgmma_store_d16", r"""template <int N> __device__ __forceinline__ void wgmma_store_d16(float* dst, const pt_wgmma_acc<N>& d, int ldm) {
+_STORE_16B_TEXT = r"""#ifndef PT_WGMMA_STORE_D16
+#define PT_WGMMA_STORE_D16
+template <int N, bool STREAM = false> __device__ __forceinline__ void wgmma_store_d16(float* dst, const pt_wgmma_acc<N>& d, int ldm) {
   // one float4 per 8-column chunk (wgmma.d_store_16b): lanes l and l ^ 1 trade halves
   // (__shfl_xor_sync 1), the even lane storing columns c .. c + 3 of row r, the odd lane
   // c - 2 .. c + 1 of row r + 8; 16-byte columns need ldm % 4 == 0 and a 16-byte dst
@@ -186,9 +188,10 @@ _STORE_16B = ("wgmma_store_d16", r"""template <int N> __device__ __forceinline__
     for (int j = 0; j < N / 8; ++j) {
       float s0 = odd ? d.r[4 * j] : d.r[4 * j + 2], s1 = odd ? d.r[4 * j + 1] : d.r[4 * j + 3];
       float x0 = __shfl_xor_sync(0xffffffffu, s0, 1), x1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-      *reinterpret_cast<float4*>(out + 8 * j) =
-          odd ? make_float4(x0, x1, d.r[4 * j + 2], d.r[4 * j + 3])
-              : make_float4(d.r[4 * j], d.r[4 * j + 1], x0, x1);
+      float4 v = odd ? make_float4(x0, x1, d.r[4 * j + 2], d.r[4 * j + 3])
+                     : make_float4(d.r[4 * j], d.r[4 * j + 1], x0, x1);
+      if (STREAM) __stcs(reinterpret_cast<float4*>(out + 8 * j), v);   // st.global.cs
+      else *reinterpret_cast<float4*>(out + 8 * j) = v;
     }
     return;
   }
@@ -200,6 +203,13 @@ _STORE_16B = ("wgmma_store_d16", r"""template <int N> __device__ __forceinline__
       p[0] = d.r[4 * j + 2 * h];
       p[1] = d.r[4 * j + 2 * h + 1];
     }
+}
+#endif"""
+_STORE_16B = ("wgmma_store_d16", _STORE_16B_TEXT)
+_STORE_16B_STREAM = ("wgmma_store_d16s", _STORE_16B_TEXT + r"""
+template <int N> __device__ __forceinline__ void wgmma_store_d16s(float* dst, const pt_wgmma_acc<N>& d, int ldm) {
+  // the 16-byte epilogue with streaming stores (evict first: C is not read again)
+  wgmma_store_d16<N, true>(dst, d, ldm);
 }""")
 
 
@@ -208,6 +218,7 @@ def c_helpers() -> dict:
     ``tensor_core.C_HELPERS``; the MMA helpers, one per (n, dtype), are added when an
     intrinsic is declared (:func:`wgmma_mma`)."""
     return {"wgmma.fill": _FILL, "wgmma.store": _STORE, "wgmma.store16": _STORE_16B,
+            "wgmma.store16s": _STORE_16B_STREAM,
             WGMMA_GROUP.fence: ("fence_proxy_async_shared_cta", ""),
             WGMMA_GROUP.begin: ("wgmma_fence", ""),
             WGMMA_GROUP.commit: ("wgmma_commit_group", ""),
@@ -429,8 +440,10 @@ def wgmma_store(n: int, name: str = "", *, epilogue: str = "8B") -> te.TensorInt
     (rows ``r`` and ``r + 8``) where 8-byte aligned; ``"16B"``: one float4 per chunk after
     a lane-pair ``__shfl_xor_sync`` (:func:`~polytile.targets.cuda.wgmma.d_store_16b`, the
     generated kernel's 16-byte epilogue; half the store instructions) where ``dst`` is
-    16-byte aligned and the row stride a multiple of 4; both fall back to scalar stores
-    otherwise (the check is made at run time, once per call).
+    16-byte aligned and the row stride a multiple of 4; ``"16B_stream"`` the same with
+    streaming stores (``st.global.cs``, evict first: the output does not displace the
+    operands in L2); all fall back to scalar stores otherwise (the check is made at run
+    time, once per call).
 
     Raises
     ------
@@ -438,9 +451,11 @@ def wgmma_store(n: int, name: str = "", *, epilogue: str = "8B") -> te.TensorInt
         ``n`` not a multiple of 8 in 8..256, or another ``epilogue``.
     """
     _check_n(n, "wgmma_store")
-    if epilogue not in ("8B", "16B"):
-        raise ValueError(f"wgmma_store: epilogue {epilogue!r}; expected '8B' or '16B'")
-    call = "wgmma.store16" if epilogue == "16B" else "wgmma.store"
+    calls = {"8B": "wgmma.store", "16B": "wgmma.store16", "16B_stream": "wgmma.store16s"}
+    if epilogue not in calls:
+        raise ValueError(f"wgmma_store: epilogue {epilogue!r}; expected one of "
+                         f"{', '.join(calls)}")
+    call = calls[epilogue]
     f = te.placeholder((WG_M, n), name="frag", dtype="float32")
     c = te.compute((WG_M, n), lambda i, j: f[i, j], name="dst")
     binds = {f: tir.decl_buffer(f.shape, "float32", "frag", scope="wgmma.accumulator"),
@@ -451,7 +466,7 @@ def wgmma_store(n: int, name: str = "", *, epilogue: str = "8B") -> te.TensorInt
                                ins[0].access_ptr("r"), outs[0].strides[0])
 
     return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=name or (
-        f"wgmma_store_{n}" + ("_16b" if epilogue == "16B" else "")))
+        f"wgmma_store_{n}" + {"8B": "", "16B": "_16b", "16B_stream": "_16bs"}[epilogue]))
 
 
 def wgmma_gemm_compute(M: int, N: int, K: int, dtype: str = "float16"):

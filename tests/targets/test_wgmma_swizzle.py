@@ -334,7 +334,7 @@ def test_grouped_16b_epilogue_copies_after_wait_compile_for_sm90a():
     if cc.nvcc_path() is None:
         pytest.skip("nvcc not found")
     s, args = tc.wgmma_gemm_schedule(512, 512, 512, block=(128, 256, 64), stages=4,
-                                     b_major="mn", group=2, epilogue="16B",
+                                     b_major="mn", group=2, epilogue="16B_stream",
                                      copy_after_wait=True)
     src = polytile.build(s, args, target=TARGET, compiler="nvcc").get_source()
     loop = src[src.index("for (int32_t k_outer"):]
@@ -342,7 +342,7 @@ def test_grouped_16b_epilogue_copies_after_wait_compile_for_sm90a():
     assert loop.index("wgmma_wait_group_n(1);\n    __syncthreads();") < loop.index(
         "(k_outer + 3) < 8") < loop.index("cp_async_cg_shared_global(")
     assert "blockIdx_x % 2" in src            # two tile rows per group
-    assert "wgmma_store_d16(" in src and "__shfl_xor_sync" in src
+    assert "wgmma_store_d16s(" in src and "__shfl_xor_sync" in src and "__stcs(" in src
     log = _ptxas(src)
     assert "serialized" not in log and " 0 bytes spill stores" in log, log
 

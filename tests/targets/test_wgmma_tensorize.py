@@ -347,7 +347,9 @@ GPU_OPT_CASES = [
      {"group": 5, "epilogue": "16B", "copy_after_wait": True, "mma_wait": 2}),
     ((1024, 1024, 1024), (128, 256, 64), 4, "float16", "mn",
      {"group": 8, "epilogue": "16B", "copy_after_wait": True}),
-    ((1024, 1024, 1024), (128, 128, 64), 3, "float16", "k", {"group": 4})]
+    ((1024, 1024, 1024), (128, 128, 64), 3, "float16", "k", {"group": 4}),
+    ((512, 256, 192), (128, 256, 64), 4, "float16", "mn",
+     {"group": 2, "epilogue": "16B_stream"})]
 
 
 def test_gpu_opt_case_parameters_lower_on_the_cpu():
