@@ -41,7 +41,11 @@ of 64 columns now read ``B`` MN-major in the MMA (``wgmma_mma(..., b_major="mn")
 kernel, with the blocks in groups of tile rows (the ``group`` knob) and the 16-byte
 epilogue: the default config measured 639.1 TFLOP/s (0.834x cuBLAS 766.4, 0.93x Triton
 689.4) in ``benchmarks/gpu_gemm.py --isa tensorize --tsweep`` (H200, 2026-12-02; ungrouped
-with float2 stores 583.0).
+with float2 stores 583.0), and the tuning run of ``benchmarks/tune_gpu.py --dtypes float16
+--target "cuda -arch=sm_90a" --trials 12 --triton`` (12 trials in 32 s) kept it as the
+best: 625.2 TFLOP/s in the runner (was 543), 0.83x cuBLAS (755.4) and 0.91x Triton (684.0)
+measured after the run. Groups of 4, 8 and 16 tile rows measured alike (626.4, 626.8,
+627.8 beside cuBLAS 733.7).
 
 Shapes whose sides are not multiples of 16 keep the CUDA-core schedule of
 :mod:`.templates_gpu` (same compute: float32 accumulation and output).

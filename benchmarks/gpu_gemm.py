@@ -304,8 +304,8 @@ TENSORIZE_SWEEP = (
     ((128, 256, 32), 7, "auto", "mn", {"group": 8, "copy_after_wait": True, "mma_wait": 2}),
     ((128, 256, 64), 4, "auto", "k", {"group": 8, "copy_after_wait": True,
                                       "epilogue": "16B"}),
-    # after the run above: streaming stores, 16B stores on 128x128 blocks (two per SM), groups
-    # of 4 and 16 with 16B stores
+    # a second run (cuBLAS 733.7, with [7] at 626.8): streaming stores 621.9, 16B stores on
+    # 128x128 blocks (two per SM) 525.2, groups of 4 and 16 with 16B stores 626.4, 627.8
     ((128, 256, 64), 4, "auto", "mn", {"group": 8, "epilogue": "16B_stream"}),
     ((128, 128, 64), 3, "auto", "mn", {"group": 8, "epilogue": "16B"}),
     ((128, 256, 64), 4, "auto", "mn", {"group": 4, "epilogue": "16B"}),
