@@ -38,7 +38,14 @@ sm_90a default (wgmma, 128x256x64, 4 stages): 543 TFLOP/s in the runner, 0.72x c
 (371, the sm_90 default) but below the tensorize wgmma schedule of ``C = A @ Bt^T`` (601):
 the transpose kernel of B cost about 24 us (64 MiB at 2.8 TB/s). wgmma blocks of a multiple
 of 64 columns now read ``B`` MN-major in the MMA (``wgmma_mma(..., b_major="mn")``), one
-kernel (not yet measured on the H200).
+kernel, with the blocks in groups of tile rows (the ``group`` knob) and the 16-byte
+epilogue: the default config measured 639.1 TFLOP/s (0.834x cuBLAS 766.4, 0.93x Triton
+689.4) in ``benchmarks/gpu_gemm.py --isa tensorize --tsweep`` (H200, 2026-12-02; ungrouped
+with float2 stores 583.0), and the tuning run of ``benchmarks/tune_gpu.py --dtypes float16
+--target "cuda -arch=sm_90a" --trials 12 --triton`` (12 trials in 32 s) kept it as the
+best: 625.2 TFLOP/s in the runner (was 543), 0.83x cuBLAS (755.4) and 0.91x Triton (684.0)
+measured after the run. Groups of 4, 8 and 16 tile rows measured alike (626.4, 626.8,
+627.8 beside cuBLAS 733.7).
 
 Shapes whose sides are not multiples of 16 keep the CUDA-core schedule of
 :mod:`.templates_gpu` (same compute: float32 accumulation and output).
@@ -218,9 +225,8 @@ def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
       or mma.sync (WMMA does not prefetch), and where ``"tile"``/``"prefetch"`` would
       exceed the registers (:func:`tc_registers`);
     - ``group``: the largest divisor of the tile rows at most the knob
-      (:func:`~polytile.targets.gpu_tiling.group_rows`);
-    - on wgmma, the knobs it does not read (``frags``, ``group``, ``pad``) are their
-      ``defaults``."""
+      (:func:`~polytile.targets.gpu_tiling.group_rows`), on wgmma too;
+    - on wgmma, the knobs it does not read (``frags``, ``pad``) are their ``defaults``."""
     defaults = defaults or {}
     tile = tuple(v["tile"])
     isa = v["isa"]
@@ -233,8 +239,8 @@ def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
     if isa == "wgmma":
         st = _fitting_stages(v["stages"], K // WG_BK, lambda n: wg_shared_bytes(tile, n),
                              limits)
-        return {**v, **{k: defaults[k] for k in ("frags", "group", "pad") if k in defaults},
-                "stages": st}
+        return {**v, **{k: defaults[k] for k in ("frags", "pad") if k in defaults},
+                "stages": st, "group": group_rows(v["group"], M // tile[0])}
     bm, bn, bk, wm, wn = tile
     st = _fitting_stages(v["stages"], K // bk,
                          lambda n: tc_shared_bytes(tile, n, v["pad"]), limits)
@@ -256,11 +262,12 @@ def tc_preferred(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
     ``benchmarks/gpu_gemm.py --isa mma --variants``): mma.sync, padded rows, a pipeline,
     k tiles of 32 or 64, groups of 8 or 16, warp tiles of at least 32 x 32 and blocks of at
     least 128 x 128 (4 warps or more); wgmma blocks of at least 128 x 128 in 3 stages or
-    more."""
+    more, grouped by 8 or 16 tile rows."""
     if effective(v, shape, limits, defaults, wg) != v:
         return False
     if shape[0] >= LARGE and shape[1] >= LARGE and v["isa"] == "wgmma":
-        return v["stages"] >= 3 and v["tile"][0] >= 128 and v["tile"][1] >= 128
+        return (v["stages"] >= 3 and v["tile"][0] >= 128 and v["tile"][1] >= 128
+                and v["group"] >= 8)
     if shape[0] >= LARGE and shape[1] >= LARGE:
         bm, bn, bk, wm, wn = v["tile"]
         return (v["isa"] == "mma" and v["pad"] == 8 and v["stages"] >= 2 and bk >= 32
@@ -305,7 +312,8 @@ def define_tc_knobs(cfg, M: int, N: int, K: int) -> dict:
     defaults = {"isa": "wgmma" if on_wgmma else MMA_BEST["isa"],
                 "tile": wg_best if on_wgmma else _default_tile(tiles, MMA_BEST),
                 "stages": WGMMA_TENSORIZE_BEST["stages"] if on_wgmma else MMA_BEST["stages"],
-                "frags": MMA_BEST["frags"], "group": MMA_BEST["group"], "pad": 8}
+                "frags": MMA_BEST["frags"], "group": WGMMA_TENSORIZE_BEST["group"] if on_wgmma
+                else MMA_BEST["group"], "pad": 8}
     cfg.define_knob("isa", ["mma", "wmma"] + ["wgmma"] * bool(wg), default=defaults["isa"])
     cfg.define_knob("tile", tiles + [t for t in wg if t not in tiles],
                     default=defaults["tile"])
@@ -328,7 +336,7 @@ def matmul_tc(cfg, M: int, N: int, K: int, dtype: str):
 
     v = define_tc_knobs(cfg, M, N, K)
     if v["isa"] == "wgmma":
-        return _wgmma_matmul(M, N, K, dtype, v["tile"][:2], v["stages"])
+        return _wgmma_matmul(M, N, K, dtype, v["tile"][:2], v["stages"], v["group"])
     bm, bn, bk, wm, wn = v["tile"]
     return tc.wmma_gemm(M, N, K, acc="float32", dtype=dtype, isa=v["isa"],
                         block=(bm, bn, bk), warp=(wm, wn), pad=v["pad"],
@@ -346,9 +354,12 @@ def matmul_f32_acc(M: int, N: int, K: int, dtype: str):
     return A, B, C
 
 
-def _wgmma_matmul(M: int, N: int, K: int, dtype: str, block: list, stages: int):
+def _wgmma_matmul(M: int, N: int, K: int, dtype: str, block: list, stages: int,
+                  group: int = 1):
     """``C = A @ B`` on wgmma (sm_90a) through ``tensorize``, 128B-swizzled shared tiles and
-    asynchronous MMA groups (``mma_wait`` 1 from 3 stages). Where ``BN`` is a multiple of
+    asynchronous MMA groups (``mma_wait`` 1 from 3 stages), blocks in groups of ``group``
+    tile rows (a divisor of ``M / BM``), the copies and the epilogue of
+    ``tc.WGMMA_TENSORIZE_BEST`` (``copy_after_wait``, ``epilogue``). Where ``BN`` is a multiple of
     64 (one 128-byte row of float16), the MMA reads ``B[K, N]`` as it is, MN-major
     (``imm-trans-b``; :func:`~polytile.targets.cuda.wgmma_intrin.wgmma_nn_compute`,
     :func:`~polytile.targets.cuda.wgmma_intrin.schedule_wgmma_nn`: one kernel). Narrower
@@ -357,20 +368,23 @@ def _wgmma_matmul(M: int, N: int, K: int, dtype: str, block: list, stages: int):
     :func:`~polytile.targets.cuda.wgmma_intrin.schedule_wgmma_nt` (the schedule of
     ``tc.wgmma_gemm_schedule``)."""
     from polytile.targets.cuda import wgmma_intrin as wi
+    from polytile.targets.cuda.tensor_core import WGMMA_TENSORIZE_BEST as best
 
     A = te.placeholder((M, K), name="A", dtype=dtype)
     B = te.placeholder((K, N), name="B", dtype=dtype)
     mma_wait = None if stages < 2 else min(stages - 2, 1)
     blk = (block[0], block[1], WG_BK)
+    opts = dict(group=group, epilogue=best["epilogue"],
+                copy_after_wait=best["copy_after_wait"] and mma_wait is not None)
     if block[1] % WG_MN_ATOM == 0 and N % WG_MN_ATOM == 0:
         BR, C = wi.wgmma_nn_compute(A, B, "128B")
         s = te.create_schedule(C.op)
-        wi.schedule_wgmma_nn(s, C, A, BR, blk, stages, "128B", mma_wait)
+        wi.schedule_wgmma_nn(s, C, A, BR, blk, stages, "128B", mma_wait, **opts)
         return s, [A, B, C]
     Bt = te.compute((N, K), lambda n, k: B[k, n], name="Bt")
     C = wi.wgmma_nt_compute(A, Bt)
     s = te.create_schedule(C.op)
-    wi.schedule_wgmma_nt(s, C, A, Bt, blk, stages, "128B", mma_wait)
+    wi.schedule_wgmma_nt(s, C, A, Bt, blk, stages, "128B", mma_wait, **opts)
     schedule_transpose(s, Bt)
     return s, [A, B, C]
 

@@ -263,18 +263,59 @@ def wgmma_mainloops() -> tuple:
     return tuple(wgmma_gemm.MAINLOOPS)
 
 
-#: (block, stages, swizzle, b_major) of the tensorize lines: the swizzled, overlapped
-#: schedule (``mma_wait`` 1) at two block shapes, then the unswizzled synchronous one it
-#: replaced (``TENSORIZE[0]`` is ``tensor_core.WGMMA_TENSORIZE_BEST``, the sm_90a default
-#: of the ``cuda`` ``matmul`` template), then ``C = A @ B`` with ``B[K, N]`` read MN-major
-#: (``b_major="mn"``: what the template builds, no transpose)
-TENSORIZE = (((128, 256, 64), 4, "auto", "k"), ((128, 128, 64), 4, "auto", "k"),
-             ((128, 256, 64), 3, "none", "k"), ((128, 256, 64), 4, "auto", "mn"),
-             ((128, 128, 64), 4, "auto", "mn"))
+#: (block, stages, swizzle, b_major[, options]) of the tensorize lines: the swizzled,
+#: overlapped schedule (``mma_wait`` 1) at two block shapes, then the unswizzled synchronous
+#: one it replaced (``TENSORIZE[0]`` is ``tensor_core.WGMMA_TENSORIZE_BEST`` on ``C = A @
+#: Bt^T``: groups of 8 tile rows, 16-byte epilogue), then ``C = A @ B`` with ``B[K, N]``
+#: read MN-major (``b_major="mn"``: what the sm_90a ``cuda`` ``matmul`` template builds,
+#: no transpose), with the options of ``WGMMA_TENSORIZE_BEST`` and without
+TENSORIZE = (((128, 256, 64), 4, "auto", "k", {"group": 8, "epilogue": "16B"}),
+             ((128, 128, 64), 4, "auto", "k"),
+             ((128, 256, 64), 3, "none", "k"),
+             ((128, 256, 64), 4, "auto", "mn", {"group": 8, "epilogue": "16B"}),
+             ((128, 256, 64), 4, "auto", "mn"))
+
+
+#: the ``--tsweep`` lines (``(block, stages, swizzle, b_major, options)``, ``options`` the
+#: keywords ``mma_wait``, ``group``, ``epilogue`` of ``tc.wgmma_gemm_schedule``): block
+#: order (groups of tile rows), copies after the MMA wait (one tile further ahead), MMA
+#: groups in flight against tiles loaded ahead, the 16-byte epilogue, 128x128 blocks two
+#: per SM (114 registers, 97 KiB of shared memory in 3 stages), 256x128 blocks of four
+#: warpgroups, 32-deep k tiles (64B swizzle) in deeper pipelines
+TENSORIZE_SWEEP = (
+    # H200, 4096^3 float16, one run (cuBLAS 766.4, Triton 689.4, wgmma+TMA 726.1 TFLOP/s):
+    # 583.0, 603.1, 571.4, 617.8, 560.6, 581.3, 569.2, 639.1 (the best), 527.1, 522.3,
+    # 508.3, 525.3, 462.5, 422.0, 422.5, 620.7 TFLOP/s in this order
+    ((128, 256, 64), 4, "auto", "mn", {}),
+    ((128, 256, 64), 4, "auto", "mn", {"group": 8}),
+    ((128, 256, 64), 4, "auto", "mn", {"group": 8, "copy_after_wait": True}),
+    ((128, 256, 64), 4, "auto", "mn", {"group": 8, "copy_after_wait": True,
+                                       "epilogue": "16B"}),
+    ((128, 256, 64), 3, "auto", "mn", {"group": 8, "copy_after_wait": True}),
+    ((128, 256, 64), 4, "auto", "mn", {"group": 8, "copy_after_wait": True, "mma_wait": 2}),
+    ((128, 256, 64), 4, "auto", "mn", {"group": 16, "copy_after_wait": True}),
+    ((128, 256, 64), 4, "auto", "mn", {"group": 8, "epilogue": "16B"}),
+    ((128, 256, 64), 4, "auto", "mn", {"group": 8, "mma_wait": 0}),
+    ((128, 128, 64), 3, "auto", "mn", {"group": 8, "copy_after_wait": True}),
+    ((128, 128, 64), 3, "auto", "mn", {"group": 8}),
+    ((128, 128, 64), 3, "auto", "mn", {"group": 8, "mma_wait": 0}),
+    ((256, 128, 64), 4, "auto", "mn", {"group": 8, "copy_after_wait": True}),
+    ((128, 256, 32), 7, "auto", "mn", {"group": 8, "copy_after_wait": True}),
+    ((128, 256, 32), 7, "auto", "mn", {"group": 8, "copy_after_wait": True, "mma_wait": 2}),
+    ((128, 256, 64), 4, "auto", "k", {"group": 8, "copy_after_wait": True,
+                                      "epilogue": "16B"}),
+    # a second run (cuBLAS 733.7, with [7] at 626.8): streaming stores 621.9, 16B stores on
+    # 128x128 blocks (two per SM) 525.2, groups of 4 and 16 with 16B stores 626.4, 627.8
+    ((128, 256, 64), 4, "auto", "mn", {"group": 8, "epilogue": "16B_stream"}),
+    ((128, 128, 64), 3, "auto", "mn", {"group": 8, "epilogue": "16B"}),
+    ((128, 256, 64), 4, "auto", "mn", {"group": 4, "epilogue": "16B"}),
+    ((128, 256, 64), 4, "auto", "mn", {"group": 16, "epilogue": "16B"}),
+)
 
 
 def wgmma_schedule_gemm(n: int, dtype: str, cublas: float, configs=TENSORIZE) -> None:
-    """One line per ``(block, stages, swizzle, b_major)`` of ``configs``: the warpgroup MMA
+    """One line per ``(block, stages, swizzle, b_major[, options])`` of ``configs``
+    (``options``: more keywords of ``wgmma_gemm_schedule``, e.g. ``group``): the warpgroup MMA
     through ``tensorize`` (:func:`polytile.targets.cuda.tensor_core.wgmma_gemm_schedule`,
     ``C = A @ Bt^T``, or ``C = A @ B`` with ``b_major="mn"``; ``swizzle="auto"``: 128B-swizzled ``cache_read`` tiles and MMA groups left in
     flight by ``s[CF].pipeline(ko, stages, mma_wait=1)``; ``"none"``: core-matrix tiles,
@@ -294,15 +335,17 @@ def wgmma_schedule_gemm(n: int, dtype: str, cublas: float, configs=TENSORIZE) ->
             "mn": (ta.float().cuda() @ tb.float().cuda()).cpu().numpy()}
     da = polytile.nd.array(ta.float().numpy().astype(_np_dtype(dtype)), device="cuda")
     db = polytile.nd.array(tb.float().numpy().astype(_np_dtype(dtype)), device="cuda")
-    for block, stages, swizzle, b_major in configs:
+    for block, stages, swizzle, b_major, *more in configs:
+        opts = more[0] if more else {}
         how = "swizzled, overlapped" if swizzle != "none" else "unswizzled, synchronous"
         how += ", A@B, B MN-major" if b_major == "mn" else ""
+        how += "".join(f", {k} {v}" for k, v in opts.items())
         ref = refs[b_major]
         title = f"polytile wgmma via tensorize ({how})"
         try:
             t0 = time.perf_counter()
             s, args = tc.wgmma_gemm_schedule(n, n, n, block=block, stages=stages, dtype=dtype,
-                                             swizzle=swizzle, b_major=b_major)
+                                             swizzle=swizzle, b_major=b_major, **opts)
             f = polytile.build(s, args, target="cuda -arch=sm_90a", compiler="nvcc")
             t_build = time.perf_counter() - t0
         except Exception as exc:  # report and go on with the other lines
@@ -316,7 +359,7 @@ def wgmma_schedule_gemm(n: int, dtype: str, cublas: float, configs=TENSORIZE) ->
             continue
         t = f.time_evaluator(number=10, repeat=3)(da, db, dc).median
         tflops = 2.0 * n**3 / t / 1e12
-        print(f"n={n:5d} {title:60s} {tflops:7.1f} TFLOP/s  {tflops / cublas:6.3f} x cuBLAS  "
+        print(f"n={n:5d} {title:80s} {tflops:7.1f} TFLOP/s  {tflops / cublas:6.3f} x cuBLAS  "
               f"(block {block}, {stages} stages, lower+build {t_build:.1f} s, rel. error "
               f"{err:.1e}, {wgmma_gemm.sass_counts(f.cubin)})", flush=True)
 
@@ -329,7 +372,8 @@ def _np_dtype(dtype: str):
     return np.dtype(dtype)
 
 
-def best_gemm(n: int, acc: str, dtype: str, stages=(3,), tensorize_only: bool = False) -> None:
+def best_gemm(n: int, acc: str, dtype: str, stages=(3,), tensorize_only: bool = False,
+              tensorize=TENSORIZE) -> None:
     """The default float16/bfloat16 report at ``n``^3: cuBLAS and Triton, polytile's best
     path of this device (the wgmma + TMA kernel on sm_90, float32 accumulation), the
     wgmma schedules through ``tensorize`` (:data:`TENSORIZE`), then the mma.sync+ldmatrix
@@ -345,7 +389,7 @@ def best_gemm(n: int, acc: str, dtype: str, stages=(3,), tensorize_only: bool = 
         import wgmma_gemm
 
         cublas = wgmma_gemm.best(n, dtype)     # prints cuBLAS, Triton, then the best wgmma
-        wgmma_schedule_gemm(n, dtype, cublas)
+        wgmma_schedule_gemm(n, dtype, cublas, tensorize)
         if tensorize_only:
             return
     else:
@@ -403,6 +447,9 @@ def main() -> None:
                     "pipeline depths of tutorial 04's VARIANTS too")
     ap.add_argument("--pick", type=int, nargs="+", default=None, metavar="I",
                     help="with --isa mma --variants: only MMA_VARIANTS[I] (e.g. under ncu)")
+    ap.add_argument("--tsweep", action="store_true",
+                    help="--isa tensorize: the lines of TENSORIZE_SWEEP (block order, MMA "
+                    "groups in flight, epilogue, block shapes) instead of TENSORIZE")
     ap.add_argument("--no-triton", action="store_true",
                     help="with --isa mma --variants: cuBLAS only as the anchor (Triton's "
                     "tile search takes a while)")
@@ -426,7 +473,8 @@ def main() -> None:
         return
     if args.isa in ("best", "tensorize"):
         for n in args.n or [4096, 8192]:
-            best_gemm(n, args.acc, args.dtype, args.stages, args.isa == "tensorize")
+            best_gemm(n, args.acc, args.dtype, args.stages, args.isa == "tensorize",
+                      TENSORIZE_SWEEP if args.tsweep else TENSORIZE)
         return
     for n in args.n or [4096, 8192]:
         if args.isa == "mma" and args.variants:

@@ -184,10 +184,15 @@ class PipelinePragma:
     #: loaded (into a second set of fragment registers) before the last step's MMAs of
     #: iteration ``k``, across the barrier
     fragment_prefetch: bool = False
+    #: ``copy_after_wait``: with ``mma_wait``, the copies of each iteration are issued
+    #: after its MMA wait and a second barrier, into the slot that wait retired
+    #: (``stages - mma_wait`` tiles ahead instead of ``stages - 1 - mma_wait``)
+    copy_after_wait: bool = False
 
     def __str__(self) -> str:
         w = "" if self.mma_wait is None else f", mma_wait={self.mma_wait}"
         w += ", fragment_prefetch=True" if self.fragment_prefetch else ""
+        w += ", copy_after_wait=True" if self.copy_after_wait else ""
         return f"software_pipeline(stages={self.stages}{w})"
 
 

@@ -12,7 +12,7 @@ class PipelineMixin:
     """``pipeline`` and ``double_buffer`` of a stage."""
 
     def pipeline(self, axis, stages: int = 2, *, mma_wait: int | None = None,
-                 fragment_prefetch: bool = False) -> None:
+                 fragment_prefetch: bool = False, copy_after_wait: bool = False) -> None:
         """Run loop ``axis`` of this stage as a software pipeline ``stages`` deep: the
         stages computed at ``axis`` in ``shared`` memory (``cache_read`` copies attached
         with ``compute_at(s[C], axis)``) get ``stages`` buffers each, and the copies of
@@ -63,6 +63,20 @@ class PipelineMixin:
               wgmma.wait_group(N)
             wgmma.wait_group(0); cp.async.wait_group(0)
 
+        ``copy_after_wait=True`` (with ``mma_wait``; the order of Triton's Hopper
+        pipeliner): each iteration issues its MMAs first, then waits (``wgmma.wait_group
+        N``), and after a second barrier (every thread's groups up to ``ko - N`` retired)
+        copies tile ``ko + S - N`` into the slot group ``ko - N`` read: the copies run
+        ``S - N`` iterations ahead, one more than above, for one more barrier per
+        iteration (which the MMAs of ``ko`` overlap)::
+
+            for ko in range(E):
+              cp.async.wait_group(S - 1 - N); fence.proxy.async; sync
+              wgmma.fence; compute(ko, S[ko % S]); wgmma.commit_group
+              wgmma.wait_group(N); sync
+              if ko + S - N < E: S[(ko + S - N) % S] = copy(ko + S - N)
+              commit
+
         ``fragment_prefetch=True`` (a synchronous compute whose unrolled body loads
         register fragments from the shared buffers in several k steps, ``L0 M0 L1 M1 ...
         L(n-1) M(n-1)``, ``L`` reading the shared slots into thread-private buffers, ``M``
@@ -93,8 +107,9 @@ class PipelineMixin:
         Raises
         ------
         ScheduleError
-            Here, for a loop that is not a serial loop of this stage, ``stages < 2`` or
-            ``mma_wait`` outside ``0..stages - 2``;
+            Here, for a loop that is not a serial loop of this stage, ``stages < 2``,
+            ``mma_wait`` outside ``0..stages - 2``, ``copy_after_wait`` without
+            ``mma_wait``;
             when lowering, naming the stage, the loop and ``pipeline``, when the loop's
             body does not fit (see Legality) or a copy cannot be a 16-byte ``cp.async``.
         """
@@ -118,16 +133,26 @@ class PipelineMixin:
             fail("pipeline", f"fragment_prefetch={fragment_prefetch!r} for loop {iv.name!r} "
                  f"of stage {self.name!r} with mma_wait={mma_wait!r}", "a bool, and "
                  "fragment_prefetch only with a synchronous compute (no mma_wait)")
+        if not isinstance(copy_after_wait, bool) or (copy_after_wait and mma_wait is None):
+            fail("pipeline", f"copy_after_wait={copy_after_wait!r} for loop {iv.name!r} of "
+                 f"stage {self.name!r} with mma_wait={mma_wait!r}", "a bool, and "
+                 "copy_after_wait only with mma_wait (asynchronous MMA groups)",
+                 hint="pipeline(..., mma_wait=1, copy_after_wait=True)")
         old = [v for k, v in self.pragmas.get(iv, ()) if k == "software_pipeline"]
         if old:
-            if (old[0].stages, old[0].mma_wait, old[0].fragment_prefetch) == (
-                    stages, mma_wait, fragment_prefetch):
+            if (old[0].stages, old[0].mma_wait, old[0].fragment_prefetch,
+                    old[0].copy_after_wait) == (stages, mma_wait, fragment_prefetch,
+                                                copy_after_wait):
                 return
             fail("pipeline", f"loop {iv.name!r} of stage {self.name!r} is already "
                  f"pipelined with stages={old[0].stages}", "one depth per loop")
-        prag = PipelinePragma(stages, self.name, iv.name, mma_wait, fragment_prefetch)
+        prag = PipelinePragma(stages, self.name, iv.name, mma_wait, fragment_prefetch,
+                              copy_after_wait)
         self.pragmas[iv] = self.pragmas.get(iv, ()) + (("software_pipeline", prag),)
-        if mma_wait is not None:
+        if copy_after_wait:
+            self._record("pipeline", iv, stages=stages, mma_wait=mma_wait,
+                         copy_after_wait=True)
+        elif mma_wait is not None:
             self._record("pipeline", iv, stages=stages, mma_wait=mma_wait)
         elif fragment_prefetch:
             self._record("pipeline", iv, stages=stages, fragment_prefetch=True)

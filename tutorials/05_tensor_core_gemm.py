@@ -287,7 +287,8 @@ def wgmma_step(n: int, arrays, cublas, ref) -> None:
     print(f"CPU model: wgmma + TMA kernel (192x128x128) matches numpy (rel. error {err:.1e})")
 
 
-#: the tensorize step: 128 x 256 tiles of 64 k (128B rows), 4 stages, mma_wait 1
+#: the tensorize step: 128 x 256 tiles of 64 k (128B rows), 4 stages, mma_wait 1, blocks in
+#: groups of 8 tile rows, the 16-byte epilogue
 TENSORIZE_BLOCK = tc.WGMMA_TENSORIZE_BEST["block"]
 TENSORIZE_STAGES = tc.WGMMA_TENSORIZE_BEST["stages"]
 
@@ -301,8 +302,11 @@ def wgmma_tensorize_step(n: int, arrays, cublas, ref, print_source: bool = False
 
     title = "wgmma via tensorize"
     try:
+        best = tc.WGMMA_TENSORIZE_BEST
+        group = best["group"] if (n // TENSORIZE_BLOCK[0]) % best["group"] == 0 else 1
         s, targs = tc.wgmma_gemm_schedule(n, n, n, block=TENSORIZE_BLOCK,
-                                          stages=TENSORIZE_STAGES)
+                                          stages=TENSORIZE_STAGES, group=group,
+                                          epilogue=best["epilogue"])
     except ValueError as exc:
         print(f"{title:28s} not built at n={n}: {str(exc).splitlines()[0]}")
         return

@@ -25,7 +25,10 @@ of calls (``begin``, calls, ``commit``) followed by ``wait(N)``; after the loop 
 Why: the barrier of iteration ``k`` follows every thread's ``wait(N)`` of iteration
 ``k - 1``, so only the groups of iterations ``k - N .. k - 1`` may still read their slots;
 with tile ``k`` in use and ``k + 1 .. k + D - 1`` landing, the copy of tile ``k + D`` takes
-the remaining slot, ``(k + D) % S == (k - N - 1) % S``.
+the remaining slot, ``(k + D) % S == (k - N - 1) % S``. With ``copy_after_wait`` the
+copies follow the compute's ``wait(N)`` and a second barrier (groups up to ``k - N``
+retired in every thread), so ``D = S - N``: groups ``k - N + 1 .. k`` and tiles ``k + 1 ..
+k + D - 1`` hold ``S - 1`` slots, tile ``k + D`` the one of group ``k - N``.
 
 With ``fragment_prefetch`` (a synchronous compute loading register fragments per k step)
 the steady state also moves the next iteration's barrier and first fragment loads before
@@ -322,7 +325,9 @@ class _Pipeline(StmtMutator):
                    "protocols", "one te.AsyncGroup per pipelined loop")
         group = next(iter(groups)) if groups else None
         n = p.stages
-        ahead = n - 1 - (p.mma_wait or 0)
+        # copy_after_wait: the slot of group k - N is free once this iteration's wait(N)
+        # and a second barrier have retired it in every thread: one tile further ahead
+        ahead = n - (p.mma_wait or 0) - (0 if p.copy_after_wait else 1)
         new = {k: Buffer(b.name, (n,) + tuple(b.shape), b.dtype, b.scope, b.swizzle)
                for k, b in bufs.items()}
         self.replaced.update(new)
@@ -354,6 +359,11 @@ class _Pipeline(StmtMutator):
         if group is None:
             body = seq(wait(ahead - 1), Sync("shared"), fetch, commit, work)
             after = wait(0)
+        elif p.copy_after_wait:
+            body = seq(wait(ahead - 1), group_call(group.fence), Sync("shared"),
+                       group_call(group.begin), work, group_call(group.commit),
+                       mma_wait_group(group, p.mma_wait), Sync("shared"), fetch, commit)
+            after = seq(mma_wait_group(group, 0), wait(0))
         else:
             body = seq(wait(ahead - 1), group_call(group.fence), Sync("shared"), fetch,
                        commit, group_call(group.begin), work, group_call(group.commit),

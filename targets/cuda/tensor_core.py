@@ -300,12 +300,17 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
 MMA_BEST = dict(isa="mma", block=(128, 256, 32), warp=(64, 64), stages=3, frags="prefetch",
                 group=8)
 
-#: The fastest wgmma schedule through ``tensorize`` measured (H200, 4096^3 float16: 0.78x
-#: cuBLAS; ``benchmarks/gpu_gemm.py`` ``TENSORIZE[0]``): 128x256 blocks of k tiles of 64
-#: (128B-swizzled rows), 4 stages, one MMA group in flight. ``wgmma_gemm_schedule(M, N, K,
-#: **WGMMA_TENSORIZE_BEST)``; the tutorial's tensorize step and the sm_90a default of the
-#: ``cuda`` ``matmul`` template (float16/bfloat16).
-WGMMA_TENSORIZE_BEST = dict(block=(128, 256, 64), stages=4, swizzle="128B", mma_wait=1)
+#: The fastest wgmma schedule through ``tensorize`` measured (H200, 4096^3 float16, ``C = A
+#: @ B`` with B read MN-major, one run of ``benchmarks/gpu_gemm.py --isa tensorize --tsweep``
+#: beside cuBLAS 766.4 and Triton 689.4 TFLOP/s: 639.1 TFLOP/s, 0.834x cuBLAS; ungrouped
+#: with float2 stores 583.0, grouped 603.1; copies after the MMA wait 571.4, with 16B
+#: stores 617.8): 128x256 blocks of k tiles of 64 (128B-swizzled rows), 4 stages, one MMA
+#: group in flight, blocks in groups of 8 tile rows, the 16-byte epilogue.
+#: ``wgmma_gemm_schedule(M, N, K, **WGMMA_TENSORIZE_BEST)`` (``group`` must divide ``M /
+#: 128``); the tutorial's tensorize step and the sm_90a default of the ``cuda`` ``matmul``
+#: template (float16/bfloat16).
+WGMMA_TENSORIZE_BEST = dict(block=(128, 256, 64), stages=4, swizzle="128B", mma_wait=1,
+                            group=8, copy_after_wait=False, epilogue="16B")
 
 # ------------------------------------------------------------ mma.sync + ldmatrix (sm_80+)
 # The same 16x16 tiles as WMMA, held in registers whose per-lane layout is PTX's (PTX ISA

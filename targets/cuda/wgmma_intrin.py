@@ -173,11 +173,52 @@ _STORE = ("wgmma_store_d", r"""template <int N> __device__ __forceinline__ void 
 }""")
 
 
+_STORE_16B_TEXT = r"""#ifndef PT_WGMMA_STORE_D16
+#define PT_WGMMA_STORE_D16
+template <int N, bool STREAM = false> __device__ __forceinline__ void wgmma_store_d16(float* dst, const pt_wgmma_acc<N>& d, int ldm) {
+  // one float4 per 8-column chunk (wgmma.d_store_16b): lanes l and l ^ 1 trade halves
+  // (__shfl_xor_sync 1), the even lane storing columns c .. c + 3 of row r, the odd lane
+  // c - 2 .. c + 1 of row r + 8; 16-byte columns need ldm % 4 == 0 and a 16-byte dst
+  unsigned t = pt_wgmma_thread(), l = t % 32;
+  int row = 16 * (t / 32) + l / 4, col = 2 * (l % 4);
+  bool odd = l & 1;
+  if (ldm % 4 == 0 && reinterpret_cast<unsigned long long>(dst) % 16 == 0) {
+    float* out = dst + (row + (odd ? 8 : 0)) * ldm + col - (odd ? 2 : 0);
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+      float s0 = odd ? d.r[4 * j] : d.r[4 * j + 2], s1 = odd ? d.r[4 * j + 1] : d.r[4 * j + 3];
+      float x0 = __shfl_xor_sync(0xffffffffu, s0, 1), x1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+      float4 v = odd ? make_float4(x0, x1, d.r[4 * j + 2], d.r[4 * j + 3])
+                     : make_float4(d.r[4 * j], d.r[4 * j + 1], x0, x1);
+      if (STREAM) __stcs(reinterpret_cast<float4*>(out + 8 * j), v);   // st.global.cs
+      else *reinterpret_cast<float4*>(out + 8 * j) = v;
+    }
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float* p = dst + (row + 8 * h) * ldm + 8 * j + col;
+      p[0] = d.r[4 * j + 2 * h];
+      p[1] = d.r[4 * j + 2 * h + 1];
+    }
+}
+#endif"""
+_STORE_16B = ("wgmma_store_d16", _STORE_16B_TEXT)
+_STORE_16B_STREAM = ("wgmma_store_d16s", _STORE_16B_TEXT + r"""
+template <int N> __device__ __forceinline__ void wgmma_store_d16s(float* dst, const pt_wgmma_acc<N>& d, int ldm) {
+  // the 16-byte epilogue with streaming stores (evict first: C is not read again)
+  wgmma_store_d16<N, true>(dst, d, ldm);
+}""")
+
+
 def c_helpers() -> dict:
     """The helpers of the calls below (call name -> (C name, definition)), for
     ``tensor_core.C_HELPERS``; the MMA helpers, one per (n, dtype), are added when an
     intrinsic is declared (:func:`wgmma_mma`)."""
-    return {"wgmma.fill": _FILL, "wgmma.store": _STORE,
+    return {"wgmma.fill": _FILL, "wgmma.store": _STORE, "wgmma.store16": _STORE_16B,
+            "wgmma.store16s": _STORE_16B_STREAM,
             WGMMA_GROUP.fence: ("fence_proxy_async_shared_cta", ""),
             WGMMA_GROUP.begin: ("wgmma_fence", ""),
             WGMMA_GROUP.commit: ("wgmma_commit_group", ""),
@@ -413,26 +454,39 @@ def _wgmma_mma_core(n: int, dtype: str, name: str) -> te.TensorIntrin:
     return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=iname)
 
 
-def wgmma_store(n: int, name: str = "") -> te.TensorIntrin:
+def wgmma_store(n: int, name: str = "", *, epilogue: str = "8B") -> te.TensorIntrin:
     """``dst[64, n] = frag[64, n]`` from a ``wgmma.accumulator`` tile to a float32 region
-    of any row stride (float2 stores where aligned).
+    of any row stride. ``epilogue="8B"``: two float2 stores per thread and 8-column chunk
+    (rows ``r`` and ``r + 8``) where 8-byte aligned; ``"16B"``: one float4 per chunk after
+    a lane-pair ``__shfl_xor_sync`` (:func:`~polytile.targets.cuda.wgmma.d_store_16b`, the
+    generated kernel's 16-byte epilogue; half the store instructions) where ``dst`` is
+    16-byte aligned and the row stride a multiple of 4; ``"16B_stream"`` the same with
+    streaming stores (``st.global.cs``, evict first: the output does not displace the
+    operands in L2); all fall back to scalar stores otherwise (the check is made at run
+    time, once per call).
 
     Raises
     ------
     ValueError
-        ``n`` not a multiple of 8 in 8..256.
+        ``n`` not a multiple of 8 in 8..256, or another ``epilogue``.
     """
     _check_n(n, "wgmma_store")
+    calls = {"8B": "wgmma.store", "16B": "wgmma.store16", "16B_stream": "wgmma.store16s"}
+    if epilogue not in calls:
+        raise ValueError(f"wgmma_store: epilogue {epilogue!r}; expected one of "
+                         f"{', '.join(calls)}")
+    call = calls[epilogue]
     f = te.placeholder((WG_M, n), name="frag", dtype="float32")
     c = te.compute((WG_M, n), lambda i, j: f[i, j], name="dst")
     binds = {f: tir.decl_buffer(f.shape, "float32", "frag", scope="wgmma.accumulator"),
              c: tir.decl_buffer(c.shape, "float32", "dst", strides=[te.var("ldm"), 1])}
 
     def fcompute(ins, outs):
-        return tir.call_intrin("void", "wgmma.store", outs[0].access_ptr("w"),
+        return tir.call_intrin("void", call, outs[0].access_ptr("w"),
                                ins[0].access_ptr("r"), outs[0].strides[0])
 
-    return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=name or f"wgmma_store_{n}")
+    return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=name or (
+        f"wgmma_store_{n}" + {"8B": "", "16B": "_16b", "16B_stream": "_16bs"}[epilogue]))
 
 
 def wgmma_gemm_compute(M: int, N: int, K: int, dtype: str = "float16"):
@@ -462,7 +516,8 @@ def wgmma_gemm_compute(M: int, N: int, K: int, dtype: str = "float16"):
 
 def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages: int = 4,
                         dtype: str = "float16", swizzle: str = "auto", mma_wait="auto",
-                        b_major: str = "k"):
+                        b_major: str = "k", group: int = 1, epilogue: str = "8B",
+                        copy_after_wait: bool = False):
     """A hand schedule of ``C = A @ Bt^T`` (``A[M, K]``, ``Bt[N, K]``, float16/bfloat16 in,
     float32 out) through ``tensorize`` with :func:`wgmma_mma` and :func:`wgmma_store`: the
     ``cp.async`` main loop of :func:`~polytile.targets.cuda.wgmma.gemm_source` written in
@@ -487,6 +542,15 @@ def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages:
     (:func:`wgmma_nn_compute`, :func:`schedule_wgmma_nn`; ``BN`` and ``N`` multiples of
     the swizzle row's elements), no transposed copy of ``B``.
 
+    ``group > 1`` launches the blocks ``group`` tile rows at a time down each tile column
+    (Triton's ``GROUP_M``, :func:`~polytile.targets.gpu_tiling.warp_tiles`): the blocks
+    of one wave share the row panels of ``A`` and the column panels of ``B`` in L2. It
+    must divide ``M / BM``. ``epilogue``: the stores of :func:`wgmma_store` (``"8B"``
+    float2, ``"16B"`` float4 after a lane-pair shuffle). ``copy_after_wait`` (with
+    ``mma_wait``): ``s[CF].pipeline(..., copy_after_wait=True)``, each k tile's copies
+    issued after its MMA wait and a second barrier, ``stages - mma_wait`` tiles ahead
+    (instead of ``stages - 1 - mma_wait``).
+
     Returns
     -------
     (Schedule, [A, Bt, C]), or (Schedule, [A, B, C]) with ``b_major="mn"``
@@ -496,8 +560,8 @@ def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages:
     ValueError
         ``BM`` not a multiple of 64, ``BN`` not a multiple of 8 in 8..256, ``BK`` not a
         multiple of 16, a swizzle whose row is not ``BK`` elements, ``mma_wait`` outside
-        ``0..stages - 2`` (sizes the tiles do not divide are refused when lowered, by
-        ``tensorize``).
+        ``0..stages - 2``, a ``group`` that is not a positive divisor of ``M / BM``
+        (sizes the tiles do not divide are refused when lowered, by ``tensorize``).
     """
     from polytile.schedule import create_schedule
 
@@ -510,11 +574,14 @@ def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages:
         swizzle = next((m for m, w in SWIZZLE_BYTES.items() if w == BK * 2), "none")
     if b_major not in ("k", "mn"):
         raise ValueError(f"wgmma_gemm_schedule: b_major {b_major!r}; expected 'k' or 'mn'")
+    if not (isinstance(group, int) and group >= 1 and (M // BM) % group == 0):
+        raise ValueError(f"wgmma_gemm_schedule: group={group!r} with {M // BM} tile rows; "
+                         "expected a positive divisor of M / BM")
     if swizzle == "none":
         if b_major == "mn":
             raise ValueError("wgmma_gemm_schedule: b_major='mn' needs a swizzle (BK of 16, "
                              "32 or 64 float16)")
-        return _core_schedule(M, N, K, block, stages, dtype)
+        return _core_schedule(M, N, K, block, stages, dtype, group, epilogue)
     if SWIZZLE_BYTES.get(swizzle) != BK * 2:
         raise ValueError(f"wgmma_gemm_schedule: swizzle {swizzle!r} with BK={BK}; expected "
                          "the mode whose rows are BK elements (128B: 64, 64B: 32, 32B: 16) "
@@ -531,12 +598,14 @@ def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages:
         B = te.placeholder((K, N), name="B", dtype=dtype)
         BR, C = wgmma_nn_compute(A, B, swizzle)
         s = create_schedule(C.op)
-        schedule_wgmma_nn(s, C, A, BR, block, stages, swizzle, mma_wait)
+        schedule_wgmma_nn(s, C, A, BR, block, stages, swizzle, mma_wait, group=group,
+                          epilogue=epilogue, copy_after_wait=copy_after_wait)
         return s, [A, B, C]
     Bt = te.placeholder((N, K), name="Bt", dtype=dtype)
     C = wgmma_nt_compute(A, Bt)
     s = create_schedule(C.op)
-    schedule_wgmma_nt(s, C, A, Bt, block, stages, swizzle, mma_wait)
+    schedule_wgmma_nt(s, C, A, Bt, block, stages, swizzle, mma_wait, group=group,
+                      epilogue=epilogue, copy_after_wait=copy_after_wait)
     return s, [A, Bt, C]
 
 
@@ -550,13 +619,17 @@ def wgmma_nt_compute(A: te.Tensor, Bt: te.Tensor) -> te.Tensor:
 
 
 def schedule_wgmma_nt(s, C: te.Tensor, A: te.Tensor, Bt: te.Tensor, block, stages: int,
-                      swizzle: str, mma_wait) -> None:
+                      swizzle: str, mma_wait, *, group: int = 1,
+                      epilogue: str = "8B", copy_after_wait: bool = False) -> None:
     """Schedule ``C = wgmma_nt_compute(A, Bt)`` in ``s`` as :func:`wgmma_gemm_schedule`
     does with a swizzle (arguments checked there): swizzled ``cache_read`` tiles of both
-    operands, ``wgmma_mma`` tensorized, the k loop pipelined."""
+    operands, ``wgmma_mma`` tensorized, the k loop pipelined, blocks in groups of
+    ``group`` tile rows, the stores of :func:`wgmma_store` ``epilogue``, the copies after
+    the MMA wait with ``copy_after_wait``."""
     CF = s.cache_write(C, "wgmma.accumulator")
     BS = s.cache_read(Bt, "shared", [CF])
-    _schedule_swizzled(s, C, CF, A, BS, block, stages, swizzle, mma_wait, "k")
+    _schedule_swizzled(s, C, CF, A, BS, block, stages, swizzle, mma_wait, "k", group,
+                       epilogue, copy_after_wait)
 
 
 def wgmma_nn_compute(A: te.Tensor, B: te.Tensor, swizzle: str = "128B") -> tuple:
@@ -589,20 +662,23 @@ def wgmma_nn_compute(A: te.Tensor, B: te.Tensor, swizzle: str = "128B") -> tuple
 
 
 def schedule_wgmma_nn(s, C: te.Tensor, A: te.Tensor, BR: te.Tensor, block, stages: int,
-                      swizzle: str, mma_wait) -> None:
+                      swizzle: str, mma_wait, *, group: int = 1,
+                      epilogue: str = "8B", copy_after_wait: bool = False) -> None:
     """Schedule ``(BR, C) = wgmma_nn_compute(A, B, swizzle)`` in ``s`` as
     :func:`schedule_wgmma_nt` does, ``B`` read MN-major: ``BR`` is the shared stage of
     ``B`` (swizzled, copied along B's rows), :func:`wgmma_mma` with ``b_major="mn"``."""
     CF = s.cache_write(C, "wgmma.accumulator")
     s[BR].set_scope("shared")
-    _schedule_swizzled(s, C, CF, A, BR, block, stages, swizzle, mma_wait, "mn")
+    _schedule_swizzled(s, C, CF, A, BR, block, stages, swizzle, mma_wait, "mn", group,
+                       epilogue, copy_after_wait)
 
 
 def _schedule_swizzled(s, C, CF, A, BS, block, stages: int, swizzle: str, mma_wait,
-                       b_major: str) -> None:
+                       b_major: str, group: int = 1, epilogue: str = "8B",
+                       copy_after_wait: bool = False) -> None:
     BM, BN, BK = block
     AS = s.cache_read(A, "shared", [CF])
-    wi = _blocks(s, C, BM, BN)
+    wi = _blocks(s, C, BM, BN, group, epilogue)
     s[CF].compute_at(s[C], wi)
     ci, cj = CF.op.axis
     ko, ki = s[CF].split(CF.op.reduce_axis[0], factor=BK)
@@ -612,25 +688,33 @@ def _schedule_swizzled(s, C, CF, A, BS, block, stages: int, swizzle: str, mma_wa
     s[CF].tensorize(ci, wgmma_mma(BN, A.dtype, swizzle=swizzle,
                                   asynchronous=mma_wait is not None, b_major=b_major))
     if stages > 1:
-        s[CF].pipeline(ko, stages=stages, mma_wait=mma_wait)
+        s[CF].pipeline(ko, stages=stages, mma_wait=mma_wait,
+                       copy_after_wait=copy_after_wait and mma_wait is not None)
     for S in (AS, BS):
         s[S].compute_at(s[CF], ko)
         s[S].swizzle(swizzle)
         _copy_threads(s, S, BM)
 
 
-def _blocks(s, C, BM: int, BN: int):
-    """Blocks of ``BM x BN`` over ``C`` and one warpgroup per 64 rows (``threadIdx.y``),
-    the store tensorized; returns the warpgroup loop."""
+def _blocks(s, C, BM: int, BN: int, group: int = 1, epilogue: str = "8B"):
+    """Blocks of ``BM x BN`` over ``C`` (``group > 1``: ``group`` tile rows fused under
+    the tile column on ``blockIdx.x``, as ``gpu_tiling.warp_tiles``) and one warpgroup
+    per 64 rows (``threadIdx.y``), the store tensorized; returns the warpgroup loop."""
     i, j = C.op.axis
     bi, ii = s[C].split(i, factor=BM)
     bj, jj = s[C].split(j, factor=BN)
     wi, ii = s[C].split(ii, factor=WG_M)
     s[C].reorder(bi, bj, wi, ii, jj)
-    s[C].bind(bi, te.thread_axis("blockIdx.y"))
-    s[C].bind(bj, te.thread_axis("blockIdx.x"))
+    if group > 1:
+        bo, bii = s[C].split(bi, factor=group)
+        s[C].reorder(bo, bj, bii)
+        s[C].bind(bo, te.thread_axis("blockIdx.y"))
+        s[C].bind(s[C].fuse(bj, bii), te.thread_axis("blockIdx.x"))
+    else:
+        s[C].bind(bi, te.thread_axis("blockIdx.y"))
+        s[C].bind(bj, te.thread_axis("blockIdx.x"))
     s[C].bind(wi, te.thread_axis("threadIdx.y"))
-    s[C].tensorize(ii, wgmma_store(BN))
+    s[C].tensorize(ii, wgmma_store(BN, epilogue=epilogue))
     return wi
 
 
@@ -647,7 +731,7 @@ def _copy_threads(s, S, BM: int) -> None:
     s[S].unroll(f)
 
 
-def _core_schedule(M, N, K, block, stages, dtype):
+def _core_schedule(M, N, K, block, stages, dtype, group=1, epilogue="8B"):
     """:func:`wgmma_gemm_schedule` with ``swizzle="none"``: the core-matrix compute of
     :func:`wgmma_gemm_compute`, synchronous MMAs."""
     from polytile.schedule import create_schedule
@@ -656,7 +740,7 @@ def _core_schedule(M, N, K, block, stages, dtype):
     A, Bt, AS, BS, C = wgmma_gemm_compute(M, N, K, dtype)
     s = create_schedule(C.op)
     CF = s.cache_write(C, "wgmma.accumulator")
-    wi = _blocks(s, C, BM, BN)
+    wi = _blocks(s, C, BM, BN, group, epilogue)
     s[CF].compute_at(s[C], wi)
     ci, cj = CF.op.axis
     ckb, ckk = CF.op.reduce_axis

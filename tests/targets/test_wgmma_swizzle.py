@@ -145,6 +145,60 @@ def test_reading_the_accumulator_before_the_last_wait_is_a_race(monkeypatch):
 def test_the_schedule_replays_from_its_trace():
     s, args = tc.wgmma_gemm_schedule(128, 16, 128, block=(64, 16, 64), stages=3)
     assert str(lower(s.copy(), args, target=TARGET)) == str(lower(s, args, target=TARGET))
+    s, args = tc.wgmma_gemm_schedule(128, 16, 128, block=(64, 16, 64), stages=3, group=2,
+                                     copy_after_wait=True)
+    assert str(lower(s.copy(), args, target=TARGET)) == str(lower(s, args, target=TARGET))
+
+
+# ------------------------------------- copies after the MMA wait, grouped block order
+@pytest.mark.parametrize("size, block, stages, opts", [
+    ((64, 16, 192), (64, 16, 64), 3, {}),                               # 2 tiles ahead
+    pytest.param((128, 16, 320), (128, 16, 64), 3, {},                  # two warpgroups
+                 marks=pytest.mark.slow),
+    pytest.param((192, 16, 192), (64, 16, 64), 2, {"mma_wait": 0, "group": 3},
+                 marks=pytest.mark.slow),
+    pytest.param((128, 24, 160), (64, 24, 32), 4, {"mma_wait": 2, "group": 2,
+                                                   "epilogue": "16B"},
+                 marks=pytest.mark.slow)])
+def test_copies_after_the_mma_wait_on_the_interpreter_match_float64(size, block, stages,
+                                                                     opts):
+    # copy_after_wait: MMAs, wgmma.wait_group N, a second barrier, then the copies of tile
+    # k + S - N into the slot the wait retired; the interpreter checks that no copy lands
+    # in a slot an MMA group in flight still reads
+    M, N, K = size
+    s, args = tc.wgmma_gemm_schedule(M, N, K, block=block, stages=stages,
+                                     copy_after_wait=True, **opts)
+    f = lower(s, args, target=TARGET, stop_after=None)
+    wait = opts.get("mma_wait", 1)
+    loop = str(f)[str(f).index("for k.outer"):]
+    assert f"cp.async.wait_group({stages - 1 - wait})" in loop
+    assert loop.index(f"wgmma.wait_group({wait})\n      sync('shared')") < loop.index(
+        "pragma cp.async") < loop.index("cp.async.commit_group")
+    assert _gemm(f, M, N, K, "float16") < 1e-6
+
+
+def test_copies_after_the_mma_wait_with_one_group_too_many_in_flight_race(monkeypatch):
+    # wait_group 2 where the copies assume 1: the refill overwrites the slot of the
+    # group the wait no longer retires
+    orig = sp.mma_wait_group
+    monkeypatch.setattr(sp, "mma_wait_group", lambda g, n: orig(g, n + 1 if n else 0))
+    s, args = tc.wgmma_gemm_schedule(64, 16, 256, block=(64, 16, 64), stages=3,
+                                     copy_after_wait=True)
+    f = lower(s, args, target=TARGET, stop_after=None)
+    with pytest.raises(RaceError, match=r"a write of (A|Bt)\.shared\[.*while the "
+                       r"asynchronous wgmma_m64n16k16_float16_sw128_async .*still reads it"):
+        _gemm(f, 64, 16, 256, "float16")
+
+
+def test_refuses_copy_after_wait_without_mma_wait_and_groups_that_do_not_divide():
+    s, args = _hand(stages=1, asynchronous=False)
+    CF = next(st for st in s.stages if st.name == "C.wgmma.accumulator")
+    with pytest.raises(ScheduleError, match=r"copy_after_wait=True .* mma_wait=None"):
+        CF.pipeline(CF.leaf_iter_vars[0], stages=3, copy_after_wait=True)
+    with pytest.raises(ValueError, match=r"group=3 with 4 tile rows"):
+        tc.wgmma_gemm_schedule(256, 16, 128, block=(64, 16, 64), stages=2, group=3)
+    with pytest.raises(ValueError, match=r"epilogue '4B'"):
+        tc.wgmma_store(16, epilogue="4B")
 
 
 # ------------------------------------------------------------------ refusals
@@ -276,6 +330,23 @@ def test_refuses_an_mma_wait_that_leaves_no_slot_to_load_ahead():
 
 
 # ------------------------------------------------------------------ CUDA source, nvcc
+def test_grouped_16b_epilogue_copies_after_wait_compile_for_sm90a():
+    if cc.nvcc_path() is None:
+        pytest.skip("nvcc not found")
+    s, args = tc.wgmma_gemm_schedule(512, 512, 512, block=(128, 256, 64), stages=4,
+                                     b_major="mn", group=2, epilogue="16B_stream",
+                                     copy_after_wait=True)
+    src = polytile.build(s, args, target=TARGET, compiler="nvcc").get_source()
+    loop = src[src.index("for (int32_t k_outer"):]
+    # MMAs, their wait, a second barrier, then the refill three tiles ahead
+    assert loop.index("wgmma_wait_group_n(1);\n    __syncthreads();") < loop.index(
+        "(k_outer + 3) < 8") < loop.index("cp_async_cg_shared_global(")
+    assert "blockIdx_x % 2" in src            # two tile rows per group
+    assert "wgmma_store_d16s(" in src and "__shfl_xor_sync" in src and "__stcs(" in src
+    log = _ptxas(src)
+    assert "serialized" not in log and " 0 bytes spill stores" in log, log
+
+
 def test_a_small_swizzled_buffer_is_a_static_aligned_array():
     A = te.placeholder((48, 64), name="A", dtype="float16")
     B = te.compute((48, 64), lambda i, j: A[i, j] * te.const(2, "float16"), name="B")

@@ -358,6 +358,50 @@ GPU_NN_CASES = [((64, 64, 64), (64, 64, 64), 1, "float16"),          # 128B, syn
                 ((1024, 1024, 1024), (128, 256, 64), 4, "float16")]
 
 
+#: (size, block, stages, dtype, b_major, options) of the GPU runs of the block order,
+#: copies after the MMA wait and 16-byte epilogue of ``wgmma_gemm_schedule``
+GPU_OPT_CASES = [
+    ((384, 512, 640), (128, 128, 64), 4, "float16", "mn",
+     {"group": 3, "epilogue": "16B", "copy_after_wait": True}),
+    ((256, 192, 320), (64, 64, 64), 3, "bfloat16", "k",
+     {"group": 2, "copy_after_wait": True, "mma_wait": 0}),
+    ((320, 96, 160), (64, 96, 32), 4, "float16", "mn",
+     {"group": 5, "epilogue": "16B", "copy_after_wait": True, "mma_wait": 2}),
+    ((1024, 1024, 1024), (128, 256, 64), 4, "float16", "mn",
+     {"group": 8, "epilogue": "16B", "copy_after_wait": True}),
+    ((1024, 1024, 1024), (128, 128, 64), 3, "float16", "k", {"group": 4}),
+    ((512, 256, 192), (128, 256, 64), 4, "float16", "mn",
+     {"group": 2, "epilogue": "16B_stream"})]
+
+
+def test_gpu_opt_case_parameters_lower_on_the_cpu():
+    for size, block, stages, dtype, b_major, opts in GPU_OPT_CASES:
+        s, args = tc.wgmma_gemm_schedule(*size, block=block, stages=stages, dtype=dtype,
+                                         b_major=b_major, **opts)
+        lower(s, args, target="cuda -arch=sm_90a")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size, block, stages, dtype, b_major, opts", GPU_OPT_CASES)
+def test_grouped_and_16b_wgmma_gemm_on_the_gpu(size, block, stages, dtype, b_major, opts):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an sm_90 GPU (wgmma)")
+    M, N, K = size
+    s, args = tc.wgmma_gemm_schedule(M, N, K, block=block, stages=stages, dtype=dtype,
+                                     b_major=b_major, **opts)
+    f = polytile.build(s, args, target="cuda -arch=sm_90a", compiler="nvcc")
+    a, b = _nn_inputs(M, N, K, dtype, seed=5)
+    bin_ = b if b_major == "mn" else np.ascontiguousarray(b.T)
+    da = polytile.nd.array(a, device="cuda")
+    db = polytile.nd.array(bin_, device="cuda")
+    dc = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
+    f(da, db, dc)
+    ref = a.astype("float64") @ b.astype("float64")
+    err = np.linalg.norm(dc.numpy() - ref) / np.linalg.norm(ref)
+    assert err < 1e-5, f"wgmma {dtype} {size} block {block} {opts}: error {err:.2e}"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("size, block, stages, dtype", GPU_NN_CASES)
 def test_mn_major_wgmma_gemm_on_the_gpu(size, block, stages, dtype):
