@@ -41,6 +41,17 @@ from .loops import substitute_stmt
 from .pipeline_slots import Slots, add, invariant, refuse, sub
 
 
+#: The prefetched fragment loads of tile ``k + 1`` come before the copies of tile ``k + S``
+#: (True) or after them (False, the order before 2026-12-02). Why first: the copies write
+#: shared memory (``cp.async``, a "memory" clobber), so neither nvcc nor ptxas moves the
+#: ``ldmatrix`` of the prefetch above them; issued after the copies, the loads landed at
+#: the very end of the loop body (SASS of ``MMA_VARIANTS[14]``: the last ``LDSM`` four
+#: instructions before the ``HMMA`` that reads it, at the top of the next iteration).
+#: Both orders are right: the copies write the slot of tile ``k``, the loads read the slot
+#: of tile ``k + 1``, complete after the wait and the barrier.
+LOADS_BEFORE_COPIES = True
+
+
 def _reads(s: Stmt, bufs) -> set:
     """Ids of the buffers of ``bufs`` (a set of ids) that ``s`` reads."""
     out = set()
@@ -221,9 +232,13 @@ def prefetch_fragments(s: For, p: PipelinePragma, compute: list, bufs: dict, new
         first = IfThenElse(Cmp("bool", "lt", zero, ext), first)
     rel = sub(k, lo)
     rel1 = add(rel, 1)
-    body = seq(at(mid, k, rel), wait(ahead - 1), Sync("shared"), fetch(rel1), commit,
-               IfThenElse(Cmp("bool", "lt", rel1, ext), at(head, add(k, 1), rel1)),
-               at(tail, k, rel))
+    loads = IfThenElse(Cmp("bool", "lt", rel1, ext), at(head, add(k, 1), rel1))
+    if LOADS_BEFORE_COPIES:
+        body = seq(at(mid, k, rel), wait(ahead - 1), Sync("shared"), loads, fetch(rel1),
+                   commit, at(tail, k, rel))
+    else:
+        body = seq(at(mid, k, rel), wait(ahead - 1), Sync("shared"), fetch(rel1), commit,
+                   loads, at(tail, k, rel))
     pragmas = tuple(x for x in s.pragmas if not isinstance(x, PipelinePragma))
     loop = For(k, lo, ext, s.kind, body, s.step, pragmas)
     return seq(Sync("shared"), *prologue, wait(ahead - 1), Sync("shared"), fetch(zero),

@@ -170,7 +170,14 @@ def test_fragment_prefetch_on_the_interpreter(M, N, K, block, warp, stages, grou
         loop = text.split("for k.outer in range")[1]
         # in the loop: MMAs from .next first, then the barrier, then the loads into .next
         mma, barrier = loop.index("update(A.shared.wmma.matrix_a.next"), loop.index("sync(")
-        assert mma < barrier < loop.index(", A.shared.wmma.matrix_a.next[0]{16x16}):")
+        load = loop.index(", A.shared.wmma.matrix_a.next[0]{16x16}):")
+        assert mma < barrier < load
+        # the loads into .next before the copies of tile k + S (LOADS_BEFORE_COPIES: ptxas
+        # does not move an ldmatrix above a cp.async), the last step's MMAs after both
+        loop = loop.split("cp.async.wait_group(0)")[0]
+        if "pragma cp.async" in loop:
+            assert load < loop.index("pragma cp.async") < loop.index("commit_group") < \
+                loop.rindex("update(A.shared.wmma.matrix_a[")
     a, b = _inputs(M, N, K, dtype)
     c = np.full((M, N), np.nan, "float32")
     run(f, a, b, c)
