@@ -145,8 +145,17 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
             f", {min_blocks} blocks per SM" if min_blocks else "")
         print(f"n={n:5d} {f'polytile {label} {dtype}->{acc}':44s} {tflops:7.1f} TFLOP/s  "
               f"{ratio}  (block {tiles[0]}, warp {tiles[1]}{extra}, lower+build "
-              f"{t_build:.1f} s, rel. error {err:.1e})", flush=True)
+              f"{t_build:.1f} s, rel. error {err:.1e}, {_sass(f.cubin, isa)})", flush=True)
     return cublas
+
+
+def _sass(cubin: bytes, isa: str) -> str:
+    """The SASS counts that show which path ran (``HMMA``, ``LDSM`` for ldmatrix,
+    ``LDGSTS`` for cp.async, ``BAR`` barriers), or why they are missing."""
+    import wgmma_gemm
+
+    return wgmma_gemm.sass_counts(cubin, ("HMMA", "LDSM", "LDGSTS", "BAR") if isa == "mma"
+                                  else ("HMMA", "LDGSTS", "BAR"))
 
 
 #: (block (BM, BN, BK), warp (WM, WN)) tiles ``--sweep`` tries beside the default
