@@ -42,7 +42,8 @@ from .pipeline_slots import Slots, add, invariant, refuse, sub
 
 
 #: The prefetched fragment loads of tile ``k + 1`` come before the copies of tile ``k + S``
-#: (True) or after them (False, the order before 2026-12-02). Why first: the copies write
+#: (True) or after them (False, the order before 2026-12-02); without fragment prefetch,
+#: the same for the leading loads of the compute of tile ``k`` (``software_pipeline``). Why first: the copies write
 #: shared memory (``cp.async``, a "memory" clobber), so neither nvcc nor ptxas moves the
 #: ``ldmatrix`` of the prefetch above them; issued after the copies, the loads landed at
 #: the very end of the loop body (SASS of ``MMA_VARIANTS[14]``: the last ``LDSM`` four

@@ -47,11 +47,12 @@ from polytile.errors import fail
 from polytile.te.expr import Binary, Cmp, Const, Expr
 from polytile.te.visitor import collect, structural_equal
 
-from ..kinds import LoopKind, PipelinePragma
+from ..kinds import LoopKind, PipelinePragma, thread_private
 from ..loop_ir import (Buffer, Evaluate, ExternCall, For, IfThenElse, Load, Seq, Stmt,
                        StmtMutator, Store, Sync, TensorCall, child_stmts, seq, stmt_exprs,
                        walk_stmts)
 from .async_copy import async_copy_refusal, commit_group, is_async_copy, mark_async, wait_group
+from . import fragment_prefetch
 from .fragment_prefetch import prefetch_fragments
 from .loops import substitute_stmt
 from .pipeline_slots import Slots, add, invariant, refuse, sub
@@ -76,6 +77,44 @@ def group_call(name: str, *args: int) -> Stmt:
 def mma_wait_group(group, n: int) -> Stmt:
     """``group.wait(n)``: at most ``n`` groups of asynchronous calls still in flight."""
     return group_call(group.wait, n)
+
+
+def _leading_loads(compute: list, bufs: dict, var) -> tuple[list, list]:
+    """``compute`` as ``(head, rest)``: ``head`` the leading statements that only load the
+    copied ``bufs`` into thread-private buffers (the fragments of the first k step, or of
+    the whole tile), ``rest`` the others; ``([], compute)`` when there is no such head or
+    nothing after it. Why: the steady state issues ``head`` right after the barrier,
+    before the copies of tile ``k + S - 1``: a ``cp.async`` writes shared memory, so
+    neither nvcc nor ptxas moves the loads (``ldmatrix``) of the compute above it, and
+    after the copies their latency was exposed to the first MMAs. Right either way: the
+    copies write the slot of tile ``k - 1``, ``head`` reads the slot of tile ``k``. A
+    guard of the whole compute that loop ``var`` does not change (the warps past a
+    partial tile) guards each part."""
+    flat = []
+    for c in compute:
+        flat += list(c.stmts) if isinstance(c, Seq) else [c]
+    if len(flat) == 1 and isinstance(flat[0], IfThenElse) and flat[0].else_case is None \
+            and invariant(flat[0].cond, var):
+        g = flat[0]
+        head, rest = _leading_loads([g.then_case], bufs, var)
+        if not head:
+            return [], compute
+        return [IfThenElse(g.cond, seq(*head))], [IfThenElse(g.cond, seq(*rest))]
+    ids = set(bufs)
+    n = 0
+    for c in flat:
+        writes = [x.buffer if isinstance(x, Store) else x.buffers[-1]
+                  for x in walk_stmts(c) if isinstance(x, (Store, TensorCall))]
+        reads = {id(ld.buffer) for ld in _loads(c)} | {
+            id(b) for x in walk_stmts(c) if isinstance(x, TensorCall) and x.part != "reset"
+            for b in x.buffers[:-1]}
+        if not (reads & ids) or not writes or any(
+                not thread_private(b.scope) or id(b) in reads for b in writes):
+            break     # not a pure load of the copied buffers (an MMA, an accumulation)
+        n += 1
+    if n == 0 or n == len(flat):
+        return [], compute
+    return flat[:n], flat[n:]
 
 
 def _loads(s: Stmt) -> list:
@@ -352,7 +391,13 @@ class _Pipeline(StmtMutator):
             return prefetch_fragments(s, p, compute, bufs, new, stage, ahead, prologue,
                                       commit, wait)
         if group is None:
-            body = seq(wait(ahead - 1), Sync("shared"), fetch, commit, work)
+            head, rest = _leading_loads(compute, bufs, k) if (
+                self.asynchronous and fragment_prefetch.LOADS_BEFORE_COPIES) else ([], compute)
+            if head:
+                body = seq(wait(ahead - 1), Sync("shared"), Slots(new, slot).visit(seq(*head)),
+                           fetch, commit, Slots(new, slot).visit(seq(*rest)))
+            else:
+                body = seq(wait(ahead - 1), Sync("shared"), fetch, commit, work)
             after = wait(0)
         else:
             body = seq(wait(ahead - 1), group_call(group.fence), Sync("shared"), fetch,

@@ -120,6 +120,11 @@ def test_pipelined_mma_sync_gemm_on_the_interpreter(dtype):
     c = np.full((M, N), np.nan, "float32")
     run(f, a, b, c)
     assert "cp.async.wait_group(1)" in str(f)
+    # the fragment loads of tile k right after the barrier, before the copies of tile
+    # k + 2 (software_pipeline._leading_loads), the MMAs after them
+    loop = str(f).split("for k.outer in range")[1]
+    assert loop.index("sync(") < loop.index("ldmatrix") < loop.index("pragma cp.async") < \
+        loop.index("commit_group") < loop.index("mma_sync")
     assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
 
 
