@@ -568,6 +568,10 @@ def test_min_blocks_target_option_bounds_the_registers():
             polytile.target.Target(bad)
     src = polytile.build(s, args, target="cuda -min-blocks=3").get_source("cu")
     assert "__launch_bounds__(128, 3)" in src
+    # under the register bound the copies stay before the first step's ldmatrix
+    # (software_pipeline_bounded: in the other order ptxas spills 88 bytes here)
+    loop = src.split("for (int32_t k_outer")[1]
+    assert loop.index("cp_async_cg_shared_global") < loop.index("ldmatrix_x4")
     compile_with_nvcc(src, "sm_80")
     got = _ptxas_registers(src)
     assert got is not None and got[0] <= 168 and got[1] == 0, got
