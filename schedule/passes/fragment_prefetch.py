@@ -227,6 +227,21 @@ def prefetch_fragments(s: For, p: PipelinePragma, compute: list, bufs: dict, new
         nxt = add(rel, ahead)
         return IfThenElse(Cmp("bool", "lt", nxt, ext), stage(add(lo, nxt), nxt))
 
+    def steady(it: Expr, rel: Expr, slot_of) -> Stmt:
+        """Iteration ``it`` with the tile ``rel + c`` in slot ``slot_of(c)``."""
+        def at_(stmts: list, it_: Expr, c: int) -> Stmt:
+            return Slots(new, slot_of(c)).visit(substitute_stmt(seq(*stmts), {k: it_}))
+        rel1 = add(rel, 1)
+        nxt = add(rel1, ahead)
+        fetch_ = IfThenElse(Cmp("bool", "lt", nxt, ext),
+                            stage(add(lo, nxt), nxt, slot_of(1 + ahead)))
+        loads_ = IfThenElse(Cmp("bool", "lt", rel1, ext), at_(head, add(it, 1), 1))
+        if LOADS_BEFORE_COPIES:
+            return seq(at_(mid, it, 0), wait(ahead - 1), Sync("shared"), loads_, fetch_,
+                       commit, at_(tail, it, 0))
+        return seq(at_(mid, it, 0), wait(ahead - 1), Sync("shared"), fetch_, commit,
+                   loads_, at_(tail, it, 0))
+
     zero = Const("int64", 0)
     first = at(head, lo, zero)
     if not (isinstance(ext, Const) and ext.value > 0):
@@ -241,6 +256,10 @@ def prefetch_fragments(s: For, p: PipelinePragma, compute: list, bufs: dict, new
         body = seq(at(mid, k, rel), wait(ahead - 1), Sync("shared"), fetch(rel1), commit,
                    loads, at(tail, k, rel))
     pragmas = tuple(x for x in s.pragmas if not isinstance(x, PipelinePragma))
-    loop = For(k, lo, ext, s.kind, body, s.step, pragmas)
+    from .software_pipeline import unroll_slots   # (it imports this module)
+
+    loop = unroll_slots(s, n, steady)
+    if loop is None:
+        loop = For(k, lo, ext, s.kind, body, s.step, pragmas)
     return seq(Sync("shared"), *prologue, wait(ahead - 1), Sync("shared"), fetch(zero),
                commit, first, loop, wait(0))

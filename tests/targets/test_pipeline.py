@@ -208,6 +208,25 @@ def test_fragment_prefetch_with_a_wrong_wait_is_caught(monkeypatch):
     assert not _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
 
 
+@pytest.mark.parametrize("frags, stages", [("prefetch", 3), ("step", 2)])
+def test_unrolled_slots_on_the_interpreter(monkeypatch, frags, stages):
+    # UNROLL_SLOTS: the steady state unrolled by the stages, every slot a constant, then
+    # the iterations left over (5 k tiles: one round of 3 and two more; two rounds of 2
+    # and one more)
+    from polytile.schedule.passes import software_pipeline as sp
+
+    monkeypatch.setattr(sp, "UNROLL_SLOTS", True)
+    s, args = tc.wmma_gemm(32, 32, 160, isa="mma", block=(16, 16, 32), warp=(16, 16),
+                           stages=stages, frags=frags)
+    f = lower(s, args, target="cuda", stop_after=None)
+    text = str(f)
+    assert "for k.outer.slots in range(0, " in text and "truncmod(int64(k" not in text
+    a, b = _inputs(32, 32, 160, "float16")
+    c = np.full((32, 32), np.nan, "float32")
+    run(f, a, b, c)
+    assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
+
+
 def test_fragment_prefetch_refusals():
     # one k step per tile (16-deep tiles), fragments per k tile, no pipeline, mma_wait
     with pytest.raises(ValueError, match="two k steps"):
