@@ -207,7 +207,8 @@ def _split_steps(p: PipelinePragma, var, compute: list, bufs: dict):
 
 
 def prefetch_fragments(s: For, p: PipelinePragma, compute: list, bufs: dict, new: dict,
-                       stage, ahead: int, prologue: list, commit, wait) -> Stmt:
+                       stage, ahead: int, prologue: list, commit, wait,
+                       unroll: bool = True) -> Stmt:
     """The steady state of ``fragment_prefetch`` (``Stage.pipeline``): iteration
     ``k`` runs the MMAs of its first steps, the barrier of iteration ``k + 1``, the
     first fragment loads of ``k + 1`` (into the ``.next`` fragments) and the MMAs of
@@ -258,7 +259,7 @@ def prefetch_fragments(s: For, p: PipelinePragma, compute: list, bufs: dict, new
     pragmas = tuple(x for x in s.pragmas if not isinstance(x, PipelinePragma))
     from .software_pipeline import unroll_slots   # (it imports this module)
 
-    loop = unroll_slots(s, n, steady)
+    loop = unroll_slots(s, n, steady, unroll)
     if loop is None:
         loop = For(k, lo, ext, s.kind, body, s.step, pragmas)
     return seq(Sync("shared"), *prologue, wait(ahead - 1), Sync("shared"), fetch(zero),

@@ -90,15 +90,15 @@ def mma_wait_group(group, n: int) -> Stmt:
 UNROLL_SLOTS = False
 
 
-def unroll_slots(s: For, n: int, steady) -> Stmt | None:
+def unroll_slots(s: For, n: int, steady, enabled: bool = True) -> Stmt | None:
     """The steady state of loop ``s`` (``for k in [lo, lo + E)``, ``E`` a constant) with
     its slots constant: ``for k.slots in [0, E // n): steady(k0 + j, ...)`` for ``j`` in
     ``0 .. n - 1`` (``k0 = lo + n * k.slots``), then the ``E % n`` last iterations, where
     ``steady(it, rel, slot_of)`` builds iteration ``it`` (``rel = it - lo``) whose tile
-    ``rel + c`` lives in slot ``slot_of(c)``. None when ``UNROLL_SLOTS`` is off, the trip
-    count is not a constant or below ``n``, or ``n`` is 1."""
+    ``rel + c`` lives in slot ``slot_of(c)``. None when ``UNROLL_SLOTS`` is off (or not
+    ``enabled``), the trip count is not a constant or below ``n``, or ``n`` is 1."""
     ext = s.extent
-    if not UNROLL_SLOTS or n < 2 or not isinstance(ext, Const) or ext.value < n:
+    if not (UNROLL_SLOTS and enabled) or n < 2 or not isinstance(ext, Const) or ext.value < n:
         return None
     reps, rem = divmod(ext.value, n)
     ko = Var(s.var.dtype, f"{s.var.name}.slots")
@@ -433,7 +433,7 @@ class _Pipeline(StmtMutator):
         work = Slots(new, slot).visit(seq(*compute))
         if p.fragment_prefetch:
             return prefetch_fragments(s, p, compute, bufs, new, stage, ahead, prologue,
-                                      commit, wait)
+                                      commit, wait, unroll=self.leading_loads)
         if group is None:
             head, rest = _leading_loads(compute, bufs, k) if (
                 self.asynchronous and self.leading_loads
@@ -454,7 +454,7 @@ class _Pipeline(StmtMutator):
                                work(rest))
                 return seq(wait(ahead - 1), Sync("shared"), fetch, commit, work(compute))
 
-            loop = unroll_slots(s, n, steady)
+            loop = unroll_slots(s, n, steady, self.leading_loads)
             if loop is not None:
                 return seq(Sync("shared"), *prologue, loop, wait(0))
             if head:
@@ -539,8 +539,9 @@ def software_pipeline_bounded(stmt: Stmt) -> Stmt:
     """:func:`software_pipeline` for kernels under a register bound (``cuda
     -min-blocks=N``): without fragment prefetch the copies stay before the compute's
     leading loads (:func:`_leading_loads`), whose registers would otherwise live across
-    the copies' address arithmetic (128x128x32, 4 warps, 4 stages at 3 blocks per SM:
-    88 bytes of spills at 168 registers, none in this order)."""
+    the copies' address arithmetic, and no steady state is unrolled (``UNROLL_SLOTS``)
+    (128x128x32, 4 warps, 4 stages at 3 blocks per SM: 88 and 184 bytes of spills at 168
+    registers, none without either)."""
     return software_pipeline(stmt, leading_loads=False)
 
 
