@@ -86,7 +86,9 @@ def mma_wait_group(group, n: int) -> Stmt:
 #: iteration of ``MMA_VARIANTS[14]``) sit between the barrier and the ``ldmatrix`` of the
 #: next fragments, and ncu sampled a third of the stalls as fixed-latency dependencies.
 #: SASS of ``MMA_VARIANTS[14]`` (nvcc 13, sm_90): 111 instructions per k tile instead of
-#: 153, 232 registers, no spills. Off by default until measured on the GPU.
+#: 153, 232 registers, no spills. Yet slower on the H200 (4096^3 float16, one run of
+#: 2026-12-02, cuBLAS 754): [14] 388.7 -> 366.4, [18] 403.5 -> 365.4 TFLOP/s, hence off: a
+#: switch for experiments (the loads of the copies and fragments stay right).
 UNROLL_SLOTS = False
 
 

@@ -276,8 +276,8 @@ def test_fragment_prefetch_compiles_and_double_buffers_in_sass():
 @pytest.mark.parametrize("block, stages, most", [((128, 256, 32), 3, 232), ((128, 256, 32), 4, 236),
                                                   ((128, 256, 64), 4, 244)])
 def test_eight_warp_128x256_prefetch_gemm_fits_one_block_per_sm(block, stages, most):
-    # the --isa best mma.sync variant (MMA_VARIANTS[14]) and its deeper pipelines [18],
-    # [20]: 256 threads within 64K registers (at most 255 each), no spills, the shared
+    # MMA_VARIANTS[14] and its deeper pipelines [18] (the --isa best mma.sync variant,
+    # tensor_core.MMA_BEST), [20]: 256 threads within 64K registers (at most 255 each), no spills, the shared
     # tiles (3 or 4 stages of 128 x (BK + 8) + BK x 264 float16) within sm_90's 227 KiB,
     # 16-byte epilogue stores (STG.E.128) and 2 x 32 mma per 16-deep step pair
     s, args = tc.wmma_gemm(512, 512, 512, isa="mma", block=block, warp=(64, 64),
