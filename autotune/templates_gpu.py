@@ -39,7 +39,7 @@ import numpy as np
 
 from polytile import te
 from polytile.targets.c_vector import VECTOR_TYPES as _VECTOR_TYPES
-from polytile.targets.gpu_tiling import cooperative_copy
+from polytile.targets.gpu_tiling import cooperative_copy, group_rows
 from polytile.te.tensor import PlaceholderOp
 
 from . import gpu_limits
@@ -157,9 +157,10 @@ def gemm_preferred(v: dict, shape: tuple, itemsize: int,
     """Whether the tuners search the GEMM config of knob values ``v`` at ``shape`` =
     ``(M, N, K)``. Left out, as duplicates of a config kept: ``layout="strided"`` where
     :func:`strided_subtiles` gives one sub-tile (the contiguous kernel), a ``stages``
-    value :func:`gemm_stages` lowers to another, a ``group`` :func:`_group_rows` lowers
-    to another. On a large GEMM (both output sides at least :data:`LARGE`) whose shared
-    copies can be 16-byte ``cp.async`` (float32, sizes multiples of 4) also the
+    value :func:`gemm_stages` lowers to another, a ``group``
+    :func:`~polytile.targets.gpu_tiling.group_rows` lowers to another. On a large GEMM
+    (both output sides at least :data:`LARGE`) whose shared copies can be 16-byte
+    ``cp.async`` (float32, sizes multiples of 4) also the
     regions measured slow on an H200 at 4096^3: k tiles other than 16 (8: 0.83x of the
     16-deep ones' 0.86x cuBLAS), no pipeline (0.78x), groups below 8, copies narrower
     than 16 bytes and a rolled k loop. The 4096^3 float32 search shrinks from 39,744
@@ -170,7 +171,7 @@ def gemm_preferred(v: dict, shape: tuple, itemsize: int,
         return False
     if gemm_stages(v["stages"], [bm, bn, bk], vec, itemsize, shape, limits) != v["stages"]:
         return False
-    if _group_rows(v["group"], -(-shape[0] // bm)) != v["group"]:
+    if group_rows(v["group"], -(-shape[0] // bm)) != v["group"]:
         return False
     copies16 = any(w * itemsize == 16 and all(d % w == 0 for d in shape) for w in (1, 2, 4))
     if shape[0] >= LARGE and shape[1] >= LARGE and copies16:
@@ -240,16 +241,6 @@ def batch_matmul_cuda(Bt: int, M: int, N: int, K: int, dtype: str = "float32"):
     return _gemm_schedule(cfg, A, B, C, _mm_knobs(cfg, M, N, K, dtype)), [A, B, C]
 
 
-def _group_rows(group: int, rows: int) -> int:
-    """The largest divisor of ``rows`` (tile rows) at most ``group``: a partial group of
-    tile rows guards the k loop's copies and compute with different conditions, which
-    ``pipeline`` refuses."""
-    group = max(1, min(group, rows))
-    while rows % group:
-        group -= 1
-    return group
-
-
 def _gemm_schedule(cfg, A, B, C, knobs: tuple):
     """The shared + register tiled schedule of a GEMM ``C`` (2-D, or 3-D with a leading
     batch axis bound to ``blockIdx.z``); see the module docstring.
@@ -277,7 +268,7 @@ def _gemm_schedule(cfg, A, B, C, knobs: tuple):
     itemsize = 2 if A.dtype == "bfloat16" else np.dtype(A.dtype).itemsize
     stages = gemm_stages(cfg["stages"].val, [bm, bn, bk], vec, itemsize, shape,
                          gpu_limits.current())
-    group = _group_rows(cfg["group"].val, -(-shape[0] // bm))
+    group = group_rows(cfg["group"].val, -(-shape[0] // bm))
     bi, bj, ii, jj = s[C].tile(axes[-2], axes[-1], bm, bn)
     vthreads = []
     if strided:

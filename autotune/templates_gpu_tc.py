@@ -51,6 +51,7 @@ from __future__ import annotations
 
 from polytile import te
 from polytile.errors import TuneError, format_error
+from polytile.targets.gpu_tiling import group_rows
 
 from . import gpu_limits
 
@@ -72,6 +73,9 @@ WG_BK = 64
 WG_MN_ATOM = 64
 #: Every side of a tensor-core GEMM must be a multiple of this (one MMA tile).
 TC_ALIGN = 16
+#: The k of one MMA step (``m16n8k16``, WMMA 16x16x16 for float16/bfloat16): fragments
+#: are loaded per ``TC_K_STEP`` of k (``tensor_core.k_tile``)
+TC_K_STEP = 16
 #: the sides from which the search keeps the regions measured fast (as ``templates_gpu``)
 LARGE = 1024
 
@@ -95,7 +99,7 @@ def tc_registers(warp: tuple, bk: int, frags: str) -> int:
     against 232; 64x64 per step 164-212 against 200; 32x64 per tile 126 against 152)."""
     wm, wn = warp
     operands = (wm // 16 + wn // 16) * 4
-    times = {"step": 1, "prefetch": 2, "tile": max(1, bk // 16)}[frags]
+    times = {"step": 1, "prefetch": 2, "tile": max(1, bk // TC_K_STEP)}[frags]
     return wm * wn // 32 + operands * times + 40
 
 
@@ -109,6 +113,20 @@ def tc_shared_bytes(tile: list, stages: int, pad: int, itemsize: int = 2) -> int
 def _shared_top(limits: gpu_limits.GPULimits, stages: int) -> int:
     # above the static 48 KiB only pipelined kernels opt in (schedule.gpu.check_shared_memory)
     return limits.shared_bytes_optin if stages > 1 else limits.shared_bytes_per_block
+
+
+def _fitting_stages(knob: int, k_tiles: int, nbytes, limits: gpu_limits.GPULimits) -> int:
+    """The pipeline depth used for knob ``stages`` = ``knob`` over ``k_tiles`` k tiles, where
+    ``nbytes(s)`` is the shared memory (bytes) of ``s`` stages: the deepest at most ``knob``
+    and ``k_tiles`` that fits (1 stage within the static shared memory, more within the
+    opt-in one), and 2 where one stage exceeds the static shared memory and two fit (the
+    tile lists keep only tiles for which one of the two fits)."""
+    st = max(1, min(knob, k_tiles))
+    while st > 1 and nbytes(st) > _shared_top(limits, st):
+        st -= 1
+    if st == 1 and nbytes(1) > _shared_top(limits, 1) and k_tiles >= 2:
+        st = 2
+    return st
 
 
 def tc_fits_shared(tile: list, K: int, limits: gpu_limits.GPULimits) -> bool:
@@ -156,10 +174,15 @@ def wgmma_target() -> bool:
     return gpu_limits.arch_of(gpu_limits.current_target()) == "sm_90a"
 
 
+def wg_shared_bytes(block: list, stages: int) -> int:
+    """Shared memory (bytes) of ``stages`` float16 k tiles of the wgmma ``block = [BM, BN]``
+    (unpadded: 128B-swizzled rows): ``stages * (BM + BN) * 64 * 2``."""
+    return stages * (block[0] + block[1]) * WG_BK * 2
+
+
 def wg_stages_fit(block: list, stages: int, limits: gpu_limits.GPULimits) -> bool:
     """Whether ``stages`` k tiles of the wgmma ``block = [BM, BN]`` fit the shared memory."""
-    nbytes = stages * (block[0] + block[1]) * WG_BK * 2
-    return nbytes <= _shared_top(limits, stages)
+    return wg_shared_bytes(block, stages) <= _shared_top(limits, stages)
 
 
 def wg_tiles(limits: gpu_limits.GPULimits, M: int, N: int, K: int) -> list:
@@ -184,15 +207,20 @@ def wg_tiles(limits: gpu_limits.GPULimits, M: int, N: int, K: int) -> list:
 def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
               defaults: dict | None = None, wg: frozenset = frozenset()) -> dict:
     """The knob values the schedule uses for the knob values ``v`` at ``shape = (M, N,
-    K)``: the path of the tile (``isa`` ``"wgmma"`` exactly for the tiles of ``wg``, tuples
-    of :func:`wg_tiles` that are not mma.sync tiles, and only if ``"wgmma"`` is asked for a
-    tile of ``wg``: other ``isa`` values of such a tile are ``"wgmma"``, ``"wgmma"`` with
-    another tile ``"mma"``); ``stages`` the deepest at most the knob whose shared tiles fit
-    (at least 2 where one stage would exceed the static 48 KiB; at most the number of k
-    tiles), ``frags`` ``"step"`` where ``"prefetch"`` lacks a pipeline or two k steps per
-    tile (or runs on WMMA) and where ``"tile"``/``"prefetch"`` would exceed the registers,
-    ``group`` the largest divisor of the tile rows at most the knob. The knobs wgmma does
-    not read (``frags``, ``group``, ``pad``) are their ``defaults``."""
+    K)`` (``wg``: the tuples of :func:`wg_tiles`; ``defaults``: the default config):
+
+    - ``isa``: ``"wgmma"`` exactly for a tile of ``wg`` asked for with ``"wgmma"``, or
+      that is no mma.sync/WMMA tile (its warp tile is not in :data:`TC_WARPS`);
+      ``"wgmma"`` with another tile is ``"mma"``;
+    - ``stages``: the deepest at most the knob (and the number of k tiles) whose shared
+      tiles fit, 2 where one stage exceeds the static 48 KiB (:func:`_fitting_stages`);
+    - ``frags``: ``"step"`` where ``"prefetch"`` lacks a pipeline, two k steps per tile
+      or mma.sync (WMMA does not prefetch), and where ``"tile"``/``"prefetch"`` would
+      exceed the registers (:func:`tc_registers`);
+    - ``group``: the largest divisor of the tile rows at most the knob
+      (:func:`~polytile.targets.gpu_tiling.group_rows`);
+    - on wgmma, the knobs it does not read (``frags``, ``group``, ``pad``) are their
+      ``defaults``."""
     defaults = defaults or {}
     tile = tuple(v["tile"])
     isa = v["isa"]
@@ -201,32 +229,23 @@ def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
     elif isa != "wgmma" and tile in wg and not _mma_tile(tile):
         isa = "wgmma"
     v = {**v, "isa": isa}
+    M, N, K = shape
     if isa == "wgmma":
-        st = max(1, min(v["stages"], shape[2] // WG_BK))
-        while st > 1 and not wg_stages_fit(tile, st, limits):
-            st -= 1
-        if st == 1 and not wg_stages_fit(tile, 1, limits):
-            st = 2
+        st = _fitting_stages(v["stages"], K // WG_BK, lambda n: wg_shared_bytes(tile, n),
+                             limits)
         return {**v, **{k: defaults[k] for k in ("frags", "group", "pad") if k in defaults},
                 "stages": st}
-    bm, bn, bk, wm, wn = v["tile"]
-    M, N, K = shape
-    pad = v["pad"]
-    st = max(1, min(v["stages"], K // bk))
-    while st > 1 and tc_shared_bytes(v["tile"], st, pad) > _shared_top(limits, st):
-        st -= 1
-    if st == 1 and tc_shared_bytes(v["tile"], 1, pad) > limits.shared_bytes_per_block:
-        st = 2 if K // bk >= 2 else 1
+    bm, bn, bk, wm, wn = tile
+    st = _fitting_stages(v["stages"], K // bk,
+                         lambda n: tc_shared_bytes(tile, n, v["pad"]), limits)
     frags = v["frags"]
-    if frags == "prefetch" and (st < 2 or bk < 32 or v["isa"] != "mma"):
+    if frags == "prefetch" and (st < 2 or bk < 2 * TC_K_STEP or isa != "mma"):
         frags = "step"
     threads = 32 * (bm // wm) * (bn // wn)
     if frags != "step" and not gpu_limits.fits(limits, threads, 0,
                                                tc_registers((wm, wn), bk, frags)):
         frags = "step"
-    from .templates_gpu import _group_rows
-
-    return {**v, "stages": st, "frags": frags, "group": _group_rows(v["group"], M // bm)}
+    return {**v, "stages": st, "frags": frags, "group": group_rows(v["group"], M // bm)}
 
 
 def tc_preferred(v: dict, shape: tuple, limits: gpu_limits.GPULimits,

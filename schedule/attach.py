@@ -110,11 +110,12 @@ def check_storage_scope(p: StagePlan) -> None:
 
 def check_thread_owned(p: StagePlan, consumers: list[StagePlan]) -> None:
     """A ``local`` stage whose axis ``q`` is bound to thread index ``T`` (``p.owned``):
-    thread ``t`` computes the elements at ``x_q - lo_q(prefix) == t`` of the region, and
-    keeps only those in its copy (the buffer's dimension ``q`` has extent 1). That is
-    exact only when every statement reading the stage reads, on thread ``t``, elements
-    with ``x_q - lo_q == t``: checked here on the exact domains with isl (TVM infers the
-    bound of such a buffer per thread without this check).
+    thread ``t`` computes the elements at ``x_q - lo_q(prefix) == s_q * t`` of the region
+    (``s_q`` its compaction stride, ``p.stride``), and keeps only those in its copy (the
+    buffer's dimension ``q`` has extent 1). That is exact only when every statement
+    reading the stage reads, on thread ``t``, elements with ``x_q - lo_q == s_q * t``:
+    checked here on the exact domains with isl (TVM infers the bound of such a buffer per
+    thread without this check).
 
     Raises
     ------
@@ -149,8 +150,11 @@ def check_thread_owned(p: StagePlan, consumers: list[StagePlan]) -> None:
                     if rd.source is not p.stage or rd.indices is None:
                         continue
                     acc = _access(c, st, rd.indices, "T")
+                    # thread t computes the element y_q = t of the compacted region
+                    # (x_q = lo_q + stride_q * t), so that is the one it may read
                     off = acc.get_pw_aff(q).sub(lo.get_pw_aff(q))
-                    other = off.ne_set(thread).intersect(st.exact)
+                    mine = thread.scale_val(isl.Val.int_from_si(thread.get_ctx(), p.stride[q]))
+                    other = off.ne_set(mine).intersect(st.exact)
                     if not other.is_empty():
                         fail("bind", f"axis {axes[q].name!r} of the local stage {p.name!r} "
                              f"(computed at {where}) is bound to {tag.value!r}, each thread "

@@ -389,11 +389,25 @@ def _input_buffer(model: Model, p: StagePlan, pairs: list, t) -> Buffer:
     raise LoweringError(f"tensorize: intrinsic input {t.name!r} is never read")
 
 
+def _operand_fail(intrin, t, buf: Buffer, where: str, what: str, expected: str,
+                  hint: str | None = None, short: str = ""):
+    """Refuse the region of ``buf`` as operand ``t`` of ``intrin``: ``what`` is wrong
+    (``short``: the same in a few words). An intrinsic that documents how it reads ``t``
+    (``TensorIntrin.layouts``) gets that as the cause and its fix as the hint."""
+    if t.name in intrin.layouts:
+        reads, fix = intrin.layouts[t.name]
+        fail("tensorize", f"{where}: intrinsic {intrin.name!r} reads operand {t.name!r} "
+             f"{reads}, but the stage's {buf.name!r} is in another layout ({short})",
+             f"{buf.name!r} in the layout the intrinsic reads", hint=fix)
+    fail("tensorize", f"{where}: {what}", expected, hint=hint)
+
+
 def _strides(buf: Buffer, t, where: str, intrin) -> tuple:
     if t.ndim > len(buf.shape):
-        fail("tensorize", f"{where}: operand {t.name!r} of intrinsic {intrin.name!r} has "
-             f"{t.ndim} dimensions, buffer {buf.name!r} only {len(buf.shape)}",
-             "an operand of at most the buffer's rank")
+        _operand_fail(intrin, t, buf, where, f"operand {t.name!r} of intrinsic "
+                      f"{intrin.name!r} has {t.ndim} dimensions, buffer {buf.name!r} only "
+                      f"{len(buf.shape)}", "an operand of at most the buffer's rank",
+                      short=f"{len(buf.shape)} dimensions, the intrinsic's {t.ndim}")
     strides = row_major(buf.shape)[len(buf.shape) - t.ndim:]
     decl = intrin.binds.get(t)
     declared = decl.strides if decl is not None else None
@@ -414,17 +428,21 @@ def _strides(buf: Buffer, t, where: str, intrin) -> tuple:
         # expressions of the sizes
         if any(not sym.same(s, c) for s, c, e in zip(strides, compact, t.shape)
                if not sym.is_static(e) or sym.static(e) > 1):
-            fail("tensorize", f"{where}: operand {t.name!r} of intrinsic {intrin.name!r} is "
-                 f"declared compact (strides {list(compact)}), but its region of "
-                 f"{buf.name!r} has strides {list(strides)}", "a compact region, or "
-                 "declared strides", hint=f"binds={{{t.name}: polytile.tir.decl_buffer("
-                 f"{t.name}.shape, {t.dtype!r}, strides=[te.var('s'), 1])}}")
+            _operand_fail(intrin, t, buf, where, f"operand {t.name!r} of intrinsic "
+                          f"{intrin.name!r} is declared compact (strides {list(compact)}), "
+                          f"but its region of {buf.name!r} has strides {list(strides)}",
+                          "a compact region, or declared strides",
+                          hint=f"binds={{{t.name}: polytile.tir.decl_buffer({t.name}.shape, "
+                               f"{t.dtype!r}, strides=[te.var('s'), 1])}}",
+                          short=f"strides {list(strides)}, not compact")
     else:
         for k, (s, d) in enumerate(zip(strides, declared)):
             if isinstance(d, int) and d != s and t.shape[k] > 1:
-                fail("tensorize", f"{where}: operand {t.name!r} of intrinsic "
-                     f"{intrin.name!r} declares stride {d} in dimension {k}, but its region "
-                     f"of {buf.name!r} has stride {s}", "the declared strides, or te.var")
+                _operand_fail(intrin, t, buf, where, f"operand {t.name!r} of intrinsic "
+                              f"{intrin.name!r} declares stride {d} in dimension {k}, but "
+                              f"its region of {buf.name!r} has stride {s}",
+                              "the declared strides, or te.var",
+                              short=f"stride {s} in dimension {k}, declared {d}")
     return strides
 
 
@@ -443,12 +461,14 @@ def _offset(F, J, pma, iidx, names_u, buf, t, ot, ut, a, b, where, intrin):
     G = iu.PwMultiAff(f"{{ [{ot} -> {ut}] -> B[{', '.join(g)}] }}")
     dm = isl.Map.from_pw_multi_aff(comp.sub(G)).intersect_domain(J).curry().range_factor_range()
     if not dm.is_single_valued():
-        fail("tensorize", f"{where}: access differs: the stage's {a} does not follow the "
-             f"intrinsic's {b} up to an offset (each of the intrinsic's indices must move "
-             f"the same dimension of {buf.name!r}, the trailing ones, with step 1)",
-             "accesses equal to the intrinsic's plus an offset that depends only on the "
-             "loops outside the tensorized one", hint="reorder the stage's axes or "
-             "declare the intrinsic with the operand transposed")
+        _operand_fail(intrin, t, buf, where, f"access differs: the stage's {a} does not "
+                      f"follow the intrinsic's {b} up to an offset (each of the intrinsic's "
+                      f"indices must move the same dimension of {buf.name!r}, the trailing "
+                      "ones, with step 1)", "accesses equal to the intrinsic's plus an "
+                      "offset that depends only on the loops outside the tensorized one",
+                      hint="reorder the stage's axes or declare the intrinsic with the "
+                           "operand transposed", short=f"it reads {a} where the intrinsic "
+                                                       f"reads {b}")
     zero = iu.Set(f"{{ {ut} : {' and '.join(f'{u} = 0' for u in names_u.values()) or '1 = 1'} }}")
     g0 = iu.Map(f"{{ {ut} -> B[{', '.join(g)}] }}").intersect_domain(zero).range()
     origin = tuple(g0.plain_get_val_if_fixed(isl.dim_type.set, k).to_python()

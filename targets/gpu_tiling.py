@@ -8,6 +8,17 @@ from __future__ import annotations
 from polytile import te
 
 
+def group_rows(group: int, rows: int) -> int:
+    """The group size a block order of ``group`` tile rows (``warp_tiles``, the CUDA-core
+    GEMM's ``group`` knob) uses over ``rows`` tile rows: the largest divisor of ``rows`` at
+    most ``group`` (at least 1). A partial last group guards the k loop's copies and
+    compute with different conditions, which ``pipeline`` refuses."""
+    group = max(1, min(group, rows))
+    while rows % group:
+        group -= 1
+    return group
+
+
 def warp_tiles(s, C: te.Tensor, block: tuple[int, int], warp: tuple[int, int],
                frag: tuple[int, int], group: int = 1):
     """Tile ``C[M, N]``'s ``(i, j)`` as ``bi, bj, wi, wj, fi, fj, ti, tj``: ``block = (BM, BN)``

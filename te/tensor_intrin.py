@@ -84,6 +84,11 @@ class TensorIntrin:
         interpreter runs instead of ``op`` on the numpy views of the regions (output
         last), such as the lane-level model of an AMD MFMA (its operands spread over the
         registers of 64 lanes); None runs ``op``.
+    layouts : dict
+        ``{operand name: (how the intrinsic reads it, the fix)}``: where an operand's
+        region does not match (rank, access, strides), ``tensorize`` says how the
+        intrinsic reads that operand and gives the fix as its hint (an instruction with
+        several layouts of one operand, such as wgmma's K- or MN-major B).
     """
 
     name: str
@@ -95,6 +100,7 @@ class TensorIntrin:
     parts: tuple = ("body",)
     emulate: Callable | None = None
     async_group: AsyncGroup | None = None
+    layouts: dict = field(default_factory=dict)
 
     @property
     def output(self) -> Tensor:
@@ -116,7 +122,8 @@ class TensorIntrin:
 def decl_tensor_intrin(op, fcompute: Callable, name: str = "tensor_intrin", binds=None,
                        scalar_params=None, default_buffer_params=None, *,
                        emulate: Callable | None = None,
-                       async_group: AsyncGroup | None = None) -> TensorIntrin:
+                       async_group: AsyncGroup | None = None,
+                       layouts: dict | None = None) -> TensorIntrin:
     """Declare a tensor intrinsic (TVM v0.19's ``te.decl_tensor_intrin``).
 
     Parameters
@@ -145,6 +152,9 @@ def decl_tensor_intrin(op, fcompute: Callable, name: str = "tensor_intrin", bind
     async_group : AsyncGroup, optional
         The ``update`` only issues the work, grouped and waited for by a software
         pipeline (:class:`AsyncGroup`; polytile's own).
+    layouts : dict, optional
+        ``{operand name: (how the intrinsic reads it, the fix)}`` for the refusals of
+        ``tensorize`` (``TensorIntrin.layouts``; polytile's own).
 
     Raises
     ------
@@ -182,7 +192,7 @@ def decl_tensor_intrin(op, fcompute: Callable, name: str = "tensor_intrin", bind
                 f"keys among {[x.name for x in inputs] + [op.output(0).name]}"))
     intrin = TensorIntrin(str(name), op, fcompute, inputs, binds,
                           dict(default_buffer_params or {}), emulate=emulate,
-                          async_group=async_group)
+                          async_group=async_group, layouts=dict(layouts or {}))
     from polytile.tir import probe_parts  # tir builds on the loop IR, which builds on te
 
     object.__setattr__(intrin, "parts", probe_parts(intrin))

@@ -115,8 +115,8 @@ def _multiple(terms: dict, const: int, var: Var, lanes: int, depth: int = 0) -> 
     ``k * b`` are (``c`` free of ``var``)."""
     if const % lanes:
         return False
-    rest = dict(terms)
-    rest.pop(var, None)
+    # a term whose coefficient cancelled (one node added and subtracted) is zero
+    rest = {t: k for t, k in terms.items() if k and t is not var}
     for t, k in list(rest.items()):
         if not (isinstance(t, Binary) and t.op in ("floormod", "truncmod")
                 and isinstance(t.b, Const) and t in rest):
@@ -124,7 +124,9 @@ def _multiple(terms: dict, const: int, var: Var, lanes: int, depth: int = 0) -> 
         x = t.a
         while isinstance(x, Cast) and dt.is_int(x.dtype) and dt.is_int(x.value.dtype):
             x = x.value     # linear_terms keys the term without its integer casts
-        if rest.get(x, 0) == -k and (k * int(t.b.value)) % lanes == 0:
+        # k * g * div(x, g) is a multiple of lanes, but lane-free only where x is
+        if (rest.get(x, 0) == -k and (k * int(t.b.value)) % lanes == 0
+                and not any(y is var for y in free_vars(x))):
             del rest[t], rest[x]
     for t, k in rest.items():
         if any(x is var for x in free_vars(t)):

@@ -38,8 +38,10 @@ def group_guards(func: PrimFunc) -> PrimFunc:
 
 
 class _Access:
-    """The elements a guarded statement stores and loads: ``(buffer name, constant
-    index)``, or ``(buffer name, None)`` for a load at a computed index."""
+    """The elements one guarded statement (guard included) stores and loads, as ``(buffer
+    name, constant flat index)``, a load at a computed index as ``(buffer name, None)``.
+    Buffers are told apart by name: distinct names never share memory (arguments that are
+    written do not overlap; see :mod:`polytile.targets.llvm.library`)."""
 
     __slots__ = ("stores", "loads")
 
@@ -47,7 +49,8 @@ class _Access:
         self.stores, self.loads = stores, loads
 
 
-def _const_index(indices: tuple):
+def _const_index(indices: tuple) -> tuple | None:
+    """``indices`` as Python ints when all are constants, else None."""
     if all(isinstance(i, Const) for i in indices):
         return tuple(int(i.value) for i in indices)
     return None
@@ -55,7 +58,8 @@ def _const_index(indices: tuple):
 
 def _accesses(s) -> _Access | None:
     """The accesses of ``if (g) { stores }``, or None when ``s`` is not such a statement
-    or stores at a computed index."""
+    (an ``else``, a statement other than a store, a call with side effects) or stores at
+    a computed index."""
     if not isinstance(s, IfThenElse) or s.else_case is not None:
         return None
     body = s.then_case.stmts if isinstance(s.then_case, Seq) else (s.then_case,)
@@ -77,7 +81,8 @@ def _accesses(s) -> _Access | None:
 
 
 class _Run:
-    """Accesses of the statements of a run so far."""
+    """A run of pairwise independent guarded statements, and the union of their
+    accesses."""
 
     def __init__(self):
         self.stmts: list = []
@@ -87,6 +92,8 @@ class _Run:
         self.var_loaded: set = set()   # buffers loaded at a computed index
 
     def independent(self, a: _Access) -> bool:
+        """Is a statement of accesses ``a`` independent of every statement of the run (no
+        element that one stores and the other loads or stores)?"""
         for st in a.stores:
             if st in self.stores or st in self.loads or st[0] in self.var_loaded:
                 return False
@@ -104,24 +111,25 @@ class _Run:
         self.stored_buffers |= {b for b, _ in a.stores}
         self.var_loaded |= {b for b, k in a.loads if k is None}
 
-
-def _regroup(stmts: list) -> list:
-    """``stmts`` of one run, one ``if`` per distinct guard (first-appearance order)."""
-    groups: dict[str, list] = {}     # printed guard -> [(guard, [bodies])...]
-    order: list = []
-    for s in stmts:
-        cands = groups.setdefault(expr_str(s.cond), [])
-        for g in cands:
-            if structural_equal(g[0], s.cond):
-                g[1].append(s.then_case)
-                break
-        else:
-            g = (s.cond, [s.then_case])
-            cands.append(g)
-            order.append(g)
-    if len(order) == len(stmts):
-        return stmts
-    return [IfThenElse(c, seq(*bodies)) for c, bodies in order]
+    def regrouped(self) -> list:
+        """The run's statements, one ``if`` per distinct guard (structurally equal
+        guards), in the order of the guards' first appearance; each guard's bodies keep
+        their order. The statements themselves when no guard repeats."""
+        groups: dict[str, list] = {}     # printed guard -> [(guard, [bodies])...]
+        order: list = []
+        for s in self.stmts:
+            cands = groups.setdefault(expr_str(s.cond), [])
+            for g in cands:
+                if structural_equal(g[0], s.cond):
+                    g[1].append(s.then_case)
+                    break
+            else:
+                g = (s.cond, [s.then_case])
+                cands.append(g)
+                order.append(g)
+        if len(order) == len(self.stmts):
+            return self.stmts
+        return [IfThenElse(c, seq(*bodies)) for c, bodies in order]
 
 
 class _Grouper(StmtMutator):
@@ -131,27 +139,15 @@ class _Grouper(StmtMutator):
             return s
         out: list = []
         run = _Run()
-        changed = False
-
-        def close():
-            nonlocal changed
-            if len(run.stmts) > 1:
-                new = _regroup(run.stmts)
-                changed = changed or new is not run.stmts
-                out.extend(new)
-            else:
-                out.extend(run.stmts)
-
         for x in s.stmts:
             a = _accesses(x)
+            if a is None or not run.independent(a):
+                out.extend(run.regrouped())
+                run = _Run()
             if a is None:
-                close()
-                run = _Run()
                 out.append(x)
-                continue
-            if not run.independent(a):
-                close()
-                run = _Run()
-            run.add(x, a)
-        close()
-        return seq(*out) if changed else s
+            else:
+                run.add(x, a)
+        out.extend(run.regrouped())
+        # regrouping only merges statements: the same count means nothing moved
+        return s if len(out) == len(s.stmts) else seq(*out)

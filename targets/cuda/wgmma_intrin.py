@@ -286,7 +286,26 @@ def wgmma_mma(n: int, dtype: str = "float16", name: str = "", *, swizzle: str = 
         return _mma_bodies(call, outs[0], fa.access_ptr("r"), fb.access_ptr("r"))
 
     return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=iname,
-                                 async_group=WGMMA_GROUP if asynchronous else None)
+                                 async_group=WGMMA_GROUP if asynchronous else None,
+                                 layouts=_b_layouts("k", swizzle, dtype))
+
+
+def _b_layouts(b_major: str, swizzle: str, dtype: str) -> dict:
+    """``TensorIntrin.layouts`` of wgmma's ``b``: how an intrinsic of ``b_major`` reads B,
+    and the fix for a stage whose B is in the other layout (the mixed-layout refusal of
+    ``tensorize``)."""
+    E = SWIZZLE_BYTES.get(swizzle, 16) // dt.nbytes(dtype)
+    k_major = "K-major: b[n, 16], a row of k per column of C (Bt[N, K] = B^T, the " \
+        "stage of wgmma_nt_compute)"
+    mn_major = (f"MN-major: b[n / {E}, 16, {E}], atoms of {E} columns of B[K, N], a "
+                "row per k (the stage BR of wgmma_nn_compute)")
+    if b_major == "k":
+        return {"b": (k_major, "for B[K, N] read as it is (MN-major), compute C with "
+                      "wgmma_nn_compute(A, B) and tensorize with wgmma_mma(n, dtype, "
+                      f"swizzle={swizzle!r}, b_major='mn') (schedule_wgmma_nn)")}
+    return {"b": (mn_major, "for a K-major B (Bt[N, K], C = A @ Bt^T of wgmma_nt_compute) "
+                  f"tensorize with wgmma_mma(n, dtype, swizzle={swizzle!r}, b_major='k') "
+                  "(schedule_wgmma_nt)")}
 
 
 def _mma_bodies(call: str, fc, *operands) -> tuple:
@@ -351,7 +370,8 @@ def _wgmma_mma_mn(n: int, dtype: str, name: str, swizzle: str,
                            fb.strides[0])
 
     return te.decl_tensor_intrin(c.op, fcompute, binds=binds, name=iname,
-                                 async_group=WGMMA_GROUP if asynchronous else None)
+                                 async_group=WGMMA_GROUP if asynchronous else None,
+                                 layouts=_b_layouts("mn", swizzle, dtype))
 
 
 def _wgmma_mma_core(n: int, dtype: str, name: str) -> te.TensorIntrin:

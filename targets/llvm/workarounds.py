@@ -19,11 +19,13 @@ from __future__ import annotations
 import re
 
 #: ``[tail] call void @llvm.masked.store.<t>(<N x T> %v, ptr [attrs] align A %p,
-#: <N x i1> <i1 true, i1 false, ...>)`` (the value and the pointer named, the mask constant)
+#: <N x i1> <i1 true, i1 false, ...>)`` (the value and the pointer named, the mask constant;
+#: the parameter attributes before ``align`` may take arguments: ``dereferenceable(8)``,
+#: ``captures(none)``)
 _MASKED_STORE = re.compile(
     r"^(?P<indent>\s*)(?:tail |notail |musttail )?call void @llvm\.masked\.store\.[\w.]+\("
     r"<(?P<n>\d+) x (?P<ty>[\w]+)> (?P<val>%[\w.\-]+|%\"[^\"]+\"), "
-    r"ptr (?:[a-z_]+(?:\(\d+\))? )*align (?P<align>\d+) (?P<ptr>%[\w.\-]+|%\"[^\"]+\"), "
+    r"ptr (?:[a-z_]+(?:\([\w, ]*\))? )*align (?P<align>\d+) (?P<ptr>%[\w.\-]+|%\"[^\"]+\"), "
     r"<\d+ x i1> (?P<mask><[^<>]*>|zeroinitializer|splat \(i1 (?:true|false)\))\)"
     r"(?P<rest>.*)$")
 
@@ -53,7 +55,7 @@ def scalarize_constant_masked_stores(text: str) -> str:
     out = []
     count = 0
     for line in text.split("\n"):
-        m = _MASKED_STORE.match(line)
+        m = _MASKED_STORE.match(line) if "llvm.masked.store" in line else None
         lanes = _lanes(m["mask"], int(m["n"])) if m else None
         if m is None or lanes is None or m["ty"] not in _BYTES:
             out.append(line)

@@ -518,6 +518,20 @@ def test_constant_masked_stores_become_scalar_stores():
     assert fix("define void @f() {\n  ret void\n}") == "define void @f() {\n  ret void\n}"
 
 
+def test_constant_masked_stores_with_attribute_arguments_are_rewritten():
+    """Parameter attributes with arguments before ``align`` (``captures(none)``, LLVM 21's
+    spelling of ``nocapture``; ``dereferenceable(8)``) kept the regex from matching: the
+    store was left to the miscompiling back end."""
+    from polytile.targets.llvm.workarounds import scalarize_constant_masked_stores as fix
+
+    for attrs in ("captures(none) ", "nonnull dereferenceable(8) ", "noundef "):
+        ir = (f"  call void @llvm.masked.store.v2i16.p0(<2 x i16> %v, ptr {attrs}align 4 %p, "
+              "<2 x i1> <i1 false, i1 true>)")
+        out = fix(ir).split("\n")
+        assert len(out) == 3 and out[2].strip() == ("store i16 %masked.store.1.1.v, ptr "
+                                                    "%masked.store.1.1.p, align 2"), out
+
+
 # --------------------------------------------------------------------------- GPU accumulators
 def test_gpu_symbolic_wide_accumulator_is_refused_by_name():
     """Fuzz seed cuda 60160: a bfloat16 matmul of symbolic size whose reduction loop runs

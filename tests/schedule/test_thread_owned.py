@@ -13,7 +13,6 @@ axis.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from helpers import check, poison, rand
 
@@ -101,6 +100,18 @@ def test_the_cuda_source_keeps_the_slice_in_registers():
     assert "float R[32];" in src   # 8 x 4 elements a thread (the block: 4096)
 
 
+def _rows_of_threads(C, R, r_tag: str = TX):
+    """``C[i, j]`` with ``i`` on ``blockIdx.x`` and ``j`` on ``threadIdx.x``; ``R`` local,
+    computed at ``i``, its axis 1 bound to ``r_tag``."""
+    s = te.create_schedule(C.op)
+    s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[C].bind(C.op.axis[1], te.thread_axis(TX))
+    s[R].set_scope("local")
+    s[R].bind(R.op.axis[1], te.thread_axis(r_tag))
+    s[R].compute_at(s[C], C.op.axis[0])
+    return s
+
+
 def test_a_thread_owned_reduction_is_one_register_a_thread():
     """A ``local`` reduction ``R[i, t] = sum_k A[i, t*5 + k]`` with ``t`` bound to
     ``threadIdx.x``, computed at the block loop: each thread accumulates its own element
@@ -110,12 +121,7 @@ def test_a_thread_owned_reduction_is_one_register_a_thread():
     k = te.reduce_axis((0, K), name="k")
     R = te.compute((M, T), lambda i, t: te.sum(A[i, t * K + k], axis=k), name="R")
     C = te.compute((M, T), lambda i, j: R[i, j] * 2, name="C")
-    s = te.create_schedule(C.op)
-    s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
-    s[C].bind(C.op.axis[1], te.thread_axis(TX))
-    s[R].set_scope("local")
-    s[R].bind(R.op.axis[1], te.thread_axis(TX))
-    s[R].compute_at(s[C], C.op.axis[0])
+    s = _rows_of_threads(C, R)
     f = polytile.lower(s, [A, C], target="cuda")
     assert "R = alloc(float32[1, 1], scope='local')" in str(f)
     a = rand((M, T * K), seed=3)
@@ -129,13 +135,51 @@ def test_a_local_axis_bound_to_a_block_index_is_refused():
     A = te.placeholder((4, 8), name="A")
     R = te.compute((4, 8), lambda i, j: A[i, j] + 1, name="R")
     C = te.compute((4, 8), lambda i, j: R[i, j] * 2, name="C")
-    s = te.create_schedule(C.op)
-    s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
-    s[C].bind(C.op.axis[1], te.thread_axis(TX))
-    s[R].set_scope("local")
-    s[R].bind(R.op.axis[1], te.thread_axis("blockIdx.y"))
-    s[R].compute_at(s[C], C.op.axis[0])
+    s = _rows_of_threads(C, R, "blockIdx.y")
     with pytest.raises(ScheduleError, match=r"set_scope: stage 'R' has storage scope 'local', "
                        r"one copy per thread, but binds its own loops 'j' \(blockIdx.y\).*"
                        r"no loop of its own is bound to a block index"):
         polytile.lower(s, [A, C], target="cuda")
+
+
+def _strided_reader(M: int, T: int, odd_threads_idle: bool):
+    """``R[i, t] = 3 A[i, t]`` (``local``, ``t`` bound to ``threadIdx.x``) read at every
+    other element, so that its region is compacted with stride 2 (thread ``t`` computes
+    ``R[i, lo + 2 t]``). ``odd_threads_idle``: thread ``j`` reads ``R[i, j]`` for even
+    ``j`` only (a ``where`` over a reduction whose padded reads span the stride-2
+    lattice), which is another thread's element for ``j >= 2``; else thread ``j`` reads
+    ``R[i, 2 j]``, its own."""
+    A = te.placeholder((M, 2 * T), name="A")
+    R = te.compute((M, 2 * T), lambda i, t: A[i, t] * 3, name="R")
+    if odd_threads_idle:
+        k = te.reduce_axis((0, T), name="k")
+        C = te.compute((M, T), lambda i, j: te.sum(R[i, 2 * (j // 2) + 2 * k], axis=k,
+                                                   where=te.all(k == 0, j % 2 == 0)),
+                       name="C")
+    else:
+        C = te.compute((M, T), lambda i, j: R[i, 2 * j], name="C")
+    s = _rows_of_threads(C, R)
+    return s, [A, C]
+
+
+def test_a_strided_region_is_owned_per_lattice_point():
+    # regression: the reader was checked against x - lo == t, but with a region compacted
+    # by stride s thread t holds x = lo + s t: the own reads of R[i, 2 j] were refused
+    M, T = 3, 7
+    s, args = _strided_reader(M, T, odd_threads_idle=False)
+    f = polytile.lower(s, args, target="cuda")
+    assert "R = alloc(float32[1, 1], scope='local')" in str(f)
+    a = rand((M, 2 * T), seed=5)
+    c = poison((M, T), "float32")
+    interpret(f, a, c)
+    check(c, 3 * a.astype("float64")[:, ::2])
+
+
+def test_reading_another_lattice_points_element_is_refused():
+    # regression: thread j read R[i, j] for even j (x - lo == j passed the check) while
+    # thread j held R[i, 2 j]: accepted, it printed wrong values and NaNs
+    s, args = _strided_reader(3, 8, odd_threads_idle=True)
+    with pytest.raises(ScheduleError, match=r"bind: axis 't' of the local stage 'R' .* "
+                       r"'C' \(update\) reads on thread threadIdx.x elements another "
+                       r"thread computed"):
+        polytile.lower(s, args, target="cuda")

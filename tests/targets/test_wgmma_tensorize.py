@@ -307,7 +307,29 @@ def test_mn_major_refusals():
     with pytest.raises(ScheduleError, match="tensorize") as exc:
         wi._schedule_swizzled(s, C, CF, A, BS, (64, 64, 64), 1, "128B", None, "mn")
         lower(s, [A, Bt, C], target="cuda -arch=sm_90a", stop_after=None)
-    assert "C.wgmma.accumulator" in str(exc.value)
+    # the cause (the layouts) and the fix, not only the ranks
+    msg = str(exc.value)
+    for w in ("C.wgmma.accumulator", "reads operand 'b' MN-major", "'Bt.shared' is in another "
+              "layout", "hint: for a K-major B", "b_major='k'"):
+        assert w in msg, msg
+
+
+def test_k_major_intrinsic_on_an_mn_major_stage_names_the_layouts():
+    # the converse: B restaged MN-major (wgmma_nn_compute's BR) under the K-major intrinsic
+    from polytile.targets.cuda import wgmma_intrin as wi
+
+    A = te.placeholder((64, 64), name="A", dtype="float16")
+    B = te.placeholder((64, 64), name="B", dtype="float16")
+    BR, C = wi.wgmma_nn_compute(A, B, "128B")
+    s = create_schedule(C.op)
+    CF = s.cache_write(C, "wgmma.accumulator")
+    s[BR].set_scope("shared")
+    with pytest.raises(ScheduleError, match=r"(?s)intrinsic 'wgmma_m64n64k16_float16_sw128' reads "
+                       r"operand 'b' K-major: .* the stage's 'BR' is in another layout "
+                       r"\(it reads BR\[.*hint: for B\[K, N\] read as it is \(MN-major\).*"
+                       r"b_major='mn'"):
+        wi._schedule_swizzled(s, C, CF, A, BR, (64, 64, 64), 1, "128B", None, "k")
+        lower(s, [A, B, C], target="cuda -arch=sm_90a", stop_after=None)
 
 
 def test_mn_major_compiles_for_sm90a_with_hgmma():
