@@ -28,7 +28,7 @@ the nearest valid ones (:func:`effective`: a pipeline too deep for the shared me
 deepest that fits, a fragment prefetch without a pipeline loads per step, a group that does
 not divide the tile rows the largest that does), and :func:`tc_preferred` keeps the tuners
 to the configs that are their own effective values. The default config is the fastest hand
-schedule measured (:data:`polytile.targets.cuda.tensor_core.MMA_BEST`, 0.48x cuBLAS at
+schedule measured (:data:`polytile.targets.cuda.tensor_core.MMA_BEST`, 0.535x cuBLAS at
 4096^3 on an H200) where its tiles divide the shape.
 
 Figures (H200, 4096^3 float16, one run of ``benchmarks/tune_gpu.py --dtypes float16

@@ -145,8 +145,17 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
             f", {min_blocks} blocks per SM" if min_blocks else "")
         print(f"n={n:5d} {f'polytile {label} {dtype}->{acc}':44s} {tflops:7.1f} TFLOP/s  "
               f"{ratio}  (block {tiles[0]}, warp {tiles[1]}{extra}, lower+build "
-              f"{t_build:.1f} s, rel. error {err:.1e})", flush=True)
+              f"{t_build:.1f} s, rel. error {err:.1e}, {_sass(f.cubin, isa)})", flush=True)
     return cublas
+
+
+def _sass(cubin: bytes, isa: str) -> str:
+    """The SASS counts that show which path ran (``HMMA``, ``LDSM`` for ldmatrix,
+    ``LDGSTS`` for cp.async, ``BAR`` barriers), or why they are missing."""
+    import wgmma_gemm
+
+    return wgmma_gemm.sass_counts(cubin, ("HMMA", "LDSM", "LDGSTS", "BAR") if isa == "mma"
+                                  else ("HMMA", "LDGSTS", "BAR"))
 
 
 #: (block (BM, BN, BK), warp (WM, WN)) tiles ``--sweep`` tries beside the default
@@ -220,11 +229,19 @@ MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
                 # (-min-blocks=2: 64 registers, no spills; 4 ldmatrix.x4 per 8 mma)
                 ((128, 128, 32), (32, 32), 4, "step", 8, 2))
 
-#: the mma.sync variant of ``--isa best``: the fastest measured (H200, 4096^3 float16 at
+#: the mma.sync variant of ``--isa best``: the fastest measured, [18] (before: [14] (H200, 4096^3 float16 at
 #: 0cf242f, one run: [7] 313, [12] 318, [13] 325, [14] 371, [15] 356, [16] 285, [17] 335
 #: TFLOP/s; [14] 0.483x cuBLAS): 128x256x32 blocks of 8 warps of 64x64, 3 stages,
-#: fragment prefetch, grouped by 8
-MMA_DEFAULT = MMA_VARIANTS[14]
+#: fragment prefetch, grouped by 8). With the fragment loads issued before the copies
+#: (e3d3e3e, 04187d6; one run at 2026-12-02 05:05, cuBLAS 754-770 TFLOP/s between the
+#: lines): [14] 368.7 -> 385.2 (0.484 -> 0.501x), [21] 276.4 -> 290.5, [18] 399.7
+#: (0.521x), [20] 368.3 TFLOP/s. ncu of [14] (clocks locked at 1.33 GHz by ncu): tensor
+#: pipe 65% busy, 2 warps per scheduler, 6.7 cycles between issues of a warp, a third of
+#: them fixed-latency dependencies (integer slot/address chains before the ldmatrix),
+#: L2 59%, DRAM 11%. Since then [18] (4 stages): checkpoint run of 2026-12-02 05:37 (cuBLAS
+#: 753-756): [14] 388.7 (0.515x), [18] 403.5 TFLOP/s (0.535x); with
+#: software_pipeline.UNROLL_SLOTS (constant slots) 366.4 and 365.4, slower, so it is off
+MMA_DEFAULT = MMA_VARIANTS[18]
 
 
 def _check_mma_default() -> None:

@@ -85,7 +85,8 @@ from .passes.intern import intern_expressions
 from .passes.share import share_subexpressions
 from .passes.simplify import forget as forget_simplified
 from .passes.simplify import simplify
-from .passes.software_pipeline import software_pipeline, software_pipeline_synchronous
+from .passes.software_pipeline import (software_pipeline, software_pipeline_bounded,
+                                       software_pipeline_synchronous)
 from .passes.storage import allocate_intermediates, flatten_storage
 from .rfactor import lower_cross_thread_reductions
 from .schedule import Schedule
@@ -252,6 +253,9 @@ def loop_passes(target: Target) -> tuple:
         passes = tuple((n, guard_partial_unrolls if n == "specialize_partial_unrolls"
                         else f) for n, f in passes)
     if target.limits.async_copy_bytes:
+        if target.attr("min_blocks"):     # a register bound: the copies first
+            passes = tuple((n, software_pipeline_bounded if n == "software_pipeline" else f)
+                           for n, f in passes)
         return passes
     passes = tuple((n, software_pipeline_synchronous if n == "software_pipeline" else f)
                    for n, f in passes if n != "async_copies")

@@ -17,14 +17,15 @@
    different banks. Printed with ``--print-source``: one helper per PTX instruction
    (``cp_async_cg_shared_global``, ``cp_async_commit_group``, ``cp_async_wait_group``,
    ``ldmatrix_x4``, ``mma_sync_m16n8k16``).
-   Then 32-deep k tiles on 128x256 blocks of 8 warps of 64x64 in 3 stages (one
+   Then 32-deep k tiles on 128x256 blocks of 8 warps of 64x64 in 4 stages (one
    ``ldmatrix.x4`` per 4 ``mma.sync``; a 256-wide B tile serves twice the MMAs per
    shared byte of a 128x128 one), the blocks grouped by 8 tile rows (``group=8``: a split
    and a fuse of the block loops) so that the blocks running together share A and B
-   panels in L2, and ``pipeline(ko, 3, fragment_prefetch=True)`` (``frags="prefetch"``):
-   the first k step's fragments of tile k + 1 are loaded after the barrier, under the last
-   step's MMAs of tile k. The fastest mma.sync variant measured on the H200 (371 TFLOP/s,
-   0.48x cuBLAS; ``benchmarks/gpu_gemm.py --isa mma --variants``). ``frags="tile"`` loads
+   panels in L2, and ``pipeline(ko, 4, fragment_prefetch=True)`` (``frags="prefetch"``):
+   the first k step's fragments of tile k + 1 are loaded right after the barrier, before
+   the copies of tile k + 4 and under the last step's MMAs of tile k. The fastest mma.sync
+   variant measured on the H200 (403.5 TFLOP/s, 0.535x cuBLAS;
+   ``benchmarks/gpu_gemm.py --isa mma --variants``). ``frags="tile"`` loads
    the fragments of a whole k tile before its MMAs instead.
 
 Each GPU step prints TFLOP/s and the ratio to cuBLAS float16 (torch) measured in the same
@@ -197,7 +198,7 @@ def main(argv=None) -> None:
               lambda: tc.wmma_gemm(n, n, n, acc="float32", isa="mma"), "float32"),
              ("mma.sync + cp.async, 3 stages",
               lambda: tc.wmma_gemm(n, n, n, acc="float32", isa="mma", stages=3), "float32"),
-             ("mma.sync 128x256x32, 3 stages, fragment prefetch",
+             ("mma.sync 128x256x32, 4 stages, fragment prefetch",
               lambda: tc.wmma_gemm(n, n, n, acc="float32", **tc.MMA_BEST),
               "float32")]
     for title, make, out in steps:

@@ -41,6 +41,18 @@ from .loops import substitute_stmt
 from .pipeline_slots import Slots, add, invariant, refuse, sub
 
 
+#: The prefetched fragment loads of tile ``k + 1`` come before the copies of tile ``k + S``
+#: (True) or after them (False, the order before 2026-12-02); without fragment prefetch,
+#: the same for the leading loads of the compute of tile ``k`` (``software_pipeline``). Why first: the copies write
+#: shared memory (``cp.async``, a "memory" clobber), so neither nvcc nor ptxas moves the
+#: ``ldmatrix`` of the prefetch above them; issued after the copies, the loads landed at
+#: the very end of the loop body (SASS of ``MMA_VARIANTS[14]``: the last ``LDSM`` four
+#: instructions before the ``HMMA`` that reads it, at the top of the next iteration).
+#: Both orders are right: the copies write the slot of tile ``k``, the loads read the slot
+#: of tile ``k + 1``, complete after the wait and the barrier.
+LOADS_BEFORE_COPIES = True
+
+
 def _reads(s: Stmt, bufs) -> set:
     """Ids of the buffers of ``bufs`` (a set of ids) that ``s`` reads."""
     out = set()
@@ -195,7 +207,8 @@ def _split_steps(p: PipelinePragma, var, compute: list, bufs: dict):
 
 
 def prefetch_fragments(s: For, p: PipelinePragma, compute: list, bufs: dict, new: dict,
-                       stage, ahead: int, prologue: list, commit, wait) -> Stmt:
+                       stage, ahead: int, prologue: list, commit, wait,
+                       unroll: bool = True) -> Stmt:
     """The steady state of ``fragment_prefetch`` (``Stage.pipeline``): iteration
     ``k`` runs the MMAs of its first steps, the barrier of iteration ``k + 1``, the
     first fragment loads of ``k + 1`` (into the ``.next`` fragments) and the MMAs of
@@ -215,16 +228,39 @@ def prefetch_fragments(s: For, p: PipelinePragma, compute: list, bufs: dict, new
         nxt = add(rel, ahead)
         return IfThenElse(Cmp("bool", "lt", nxt, ext), stage(add(lo, nxt), nxt))
 
+    def steady(it: Expr, rel: Expr, slot_of) -> Stmt:
+        """Iteration ``it`` with the tile ``rel + c`` in slot ``slot_of(c)``."""
+        def at_(stmts: list, it_: Expr, c: int) -> Stmt:
+            return Slots(new, slot_of(c)).visit(substitute_stmt(seq(*stmts), {k: it_}))
+        rel1 = add(rel, 1)
+        nxt = add(rel1, ahead)
+        fetch_ = IfThenElse(Cmp("bool", "lt", nxt, ext),
+                            stage(add(lo, nxt), nxt, slot_of(1 + ahead)))
+        loads_ = IfThenElse(Cmp("bool", "lt", rel1, ext), at_(head, add(it, 1), 1))
+        if LOADS_BEFORE_COPIES:
+            return seq(at_(mid, it, 0), wait(ahead - 1), Sync("shared"), loads_, fetch_,
+                       commit, at_(tail, it, 0))
+        return seq(at_(mid, it, 0), wait(ahead - 1), Sync("shared"), fetch_, commit,
+                   loads_, at_(tail, it, 0))
+
     zero = Const("int64", 0)
     first = at(head, lo, zero)
     if not (isinstance(ext, Const) and ext.value > 0):
         first = IfThenElse(Cmp("bool", "lt", zero, ext), first)
     rel = sub(k, lo)
     rel1 = add(rel, 1)
-    body = seq(at(mid, k, rel), wait(ahead - 1), Sync("shared"), fetch(rel1), commit,
-               IfThenElse(Cmp("bool", "lt", rel1, ext), at(head, add(k, 1), rel1)),
-               at(tail, k, rel))
+    loads = IfThenElse(Cmp("bool", "lt", rel1, ext), at(head, add(k, 1), rel1))
+    if LOADS_BEFORE_COPIES:
+        body = seq(at(mid, k, rel), wait(ahead - 1), Sync("shared"), loads, fetch(rel1),
+                   commit, at(tail, k, rel))
+    else:
+        body = seq(at(mid, k, rel), wait(ahead - 1), Sync("shared"), fetch(rel1), commit,
+                   loads, at(tail, k, rel))
     pragmas = tuple(x for x in s.pragmas if not isinstance(x, PipelinePragma))
-    loop = For(k, lo, ext, s.kind, body, s.step, pragmas)
+    from .software_pipeline import unroll_slots   # (it imports this module)
+
+    loop = unroll_slots(s, n, steady, unroll)
+    if loop is None:
+        loop = For(k, lo, ext, s.kind, body, s.step, pragmas)
     return seq(Sync("shared"), *prologue, wait(ahead - 1), Sync("shared"), fetch(zero),
                commit, first, loop, wait(0))

@@ -47,14 +47,15 @@ Model: the multistage main loops of CUTLASS (``MmaMultistage``) and Triton's pip
 from __future__ import annotations
 
 from polytile.errors import fail
-from polytile.te.expr import Binary, Cmp, Const, Expr
+from polytile.te.expr import Binary, Cast, Cmp, Const, Expr, Var
 from polytile.te.visitor import collect, structural_equal
 
-from ..kinds import LoopKind, PipelinePragma
+from ..kinds import LoopKind, PipelinePragma, thread_private
 from ..loop_ir import (Buffer, Evaluate, ExternCall, For, IfThenElse, Load, Seq, Stmt,
                        StmtMutator, Store, Sync, TensorCall, child_stmts, seq, stmt_exprs,
                        walk_stmts)
 from .async_copy import async_copy_refusal, commit_group, is_async_copy, mark_async, wait_group
+from . import fragment_prefetch
 from .fragment_prefetch import prefetch_fragments
 from .loops import substitute_stmt
 from .pipeline_slots import Slots, add, invariant, refuse, sub
@@ -79,6 +80,88 @@ def group_call(name: str, *args: int) -> Stmt:
 def mma_wait_group(group, n: int) -> Stmt:
     """``group.wait(n)``: at most ``n`` groups of asynchronous calls still in flight."""
     return group_call(group.wait, n)
+
+
+#: Unroll the steady state of a pipeline of a constant trip count by its ``stages`` so
+#: that every slot index is a constant (modulo variable expansion), instead of the
+#: ``truncmod(k, S)`` of each iteration. Why: with 8 warps per SM the integer chains of the
+#: slot addresses (a division by a constant, multiplies, shifts: ~25 instructions per
+#: iteration of ``MMA_VARIANTS[14]``) sit between the barrier and the ``ldmatrix`` of the
+#: next fragments, and ncu sampled a third of the stalls as fixed-latency dependencies.
+#: SASS of ``MMA_VARIANTS[14]`` (nvcc 13, sm_90): 111 instructions per k tile instead of
+#: 153, 232 registers, no spills. Yet slower on the H200 (4096^3 float16, one run of
+#: 2026-12-02, cuBLAS 754): [14] 388.7 -> 366.4, [18] 403.5 -> 365.4 TFLOP/s, hence off: a
+#: switch for experiments (the loads of the copies and fragments stay right).
+UNROLL_SLOTS = False
+
+
+def unroll_slots(s: For, n: int, steady, enabled: bool = True) -> Stmt | None:
+    """The steady state of loop ``s`` (``for k in [lo, lo + E)``, ``E`` a constant) with
+    its slots constant: ``for k.slots in [0, E // n): steady(k0 + j, ...)`` for ``j`` in
+    ``0 .. n - 1`` (``k0 = lo + n * k.slots``), then the ``E % n`` last iterations, where
+    ``steady(it, rel, slot_of)`` builds iteration ``it`` (``rel = it - lo``) whose tile
+    ``rel + c`` lives in slot ``slot_of(c)``. None when ``UNROLL_SLOTS`` is off (or not
+    ``enabled``), the trip count is not a constant or below ``n``, or ``n`` is 1."""
+    ext = s.extent
+    if not (UNROLL_SLOTS and enabled) or n < 2 or not isinstance(ext, Const) or ext.value < n:
+        return None
+    reps, rem = divmod(ext.value, n)
+    ko = Var(s.var.dtype, f"{s.var.name}.slots")
+
+    def slots(j: int):
+        return lambda c: Const("int64", (j + c) % n)
+
+    base = Binary("int64", "mul", _i64(ko), Const("int64", n))
+    body = seq(*[steady(add(add(_i64(s.min), base), j), add(base, j), slots(j))
+                 for j in range(n)])
+    pragmas = tuple(x for x in s.pragmas if not isinstance(x, PipelinePragma))
+    out = [For(ko, Const(ko.dtype, 0), Const(ko.dtype, reps), s.kind, body, 1, pragmas)]
+    for j in range(rem):
+        r = reps * n + j
+        out.append(steady(add(_i64(s.min), r), Const("int64", r), slots(j)))
+    return seq(*out)
+
+
+def _i64(e: Expr) -> Expr:
+    return e if e.dtype == "int64" else Cast("int64", e)
+
+
+def _leading_loads(compute: list, bufs: dict, var) -> tuple[list, list]:
+    """``compute`` as ``(head, rest)``: ``head`` the leading statements that only load the
+    copied ``bufs`` into thread-private buffers (the fragments of the first k step, or of
+    the whole tile), ``rest`` the others; ``([], compute)`` when there is no such head or
+    nothing after it. Why: the steady state issues ``head`` right after the barrier,
+    before the copies of tile ``k + S - 1``: a ``cp.async`` writes shared memory, so
+    neither nvcc nor ptxas moves the loads (``ldmatrix``) of the compute above it, and
+    after the copies their latency was exposed to the first MMAs. Right either way: the
+    copies write the slot of tile ``k - 1``, ``head`` reads the slot of tile ``k``. A
+    guard of the whole compute that loop ``var`` does not change (the warps past a
+    partial tile) guards each part."""
+    flat = []
+    for c in compute:
+        flat += list(c.stmts) if isinstance(c, Seq) else [c]
+    if len(flat) == 1 and isinstance(flat[0], IfThenElse) and flat[0].else_case is None \
+            and invariant(flat[0].cond, var):
+        g = flat[0]
+        head, rest = _leading_loads([g.then_case], bufs, var)
+        if not head:
+            return [], compute
+        return [IfThenElse(g.cond, seq(*head))], [IfThenElse(g.cond, seq(*rest))]
+    ids = set(bufs)
+    n = 0
+    for c in flat:
+        writes = [x.buffer if isinstance(x, Store) else x.buffers[-1]
+                  for x in walk_stmts(c) if isinstance(x, (Store, TensorCall))]
+        reads = {id(ld.buffer) for ld in _loads(c)} | {
+            id(b) for x in walk_stmts(c) if isinstance(x, TensorCall) and x.part != "reset"
+            for b in x.buffers[:-1]}
+        if not (reads & ids) or not writes or any(
+                not thread_private(b.scope) or id(b) in reads for b in writes):
+            break     # not a pure load of the copied buffers (an MMA, an accumulation)
+        n += 1
+    if n == 0 or n == len(flat):
+        return [], compute
+    return flat[:n], flat[n:]
 
 
 def _loads(s: Stmt) -> list:
@@ -224,9 +307,10 @@ def _one_guard(body: Stmt, var) -> Stmt:
 
 
 class _Pipeline(StmtMutator):
-    def __init__(self, root: Stmt, asynchronous: bool):
+    def __init__(self, root: Stmt, asynchronous: bool, leading_loads: bool = True):
         self.root = root
         self.asynchronous = asynchronous
+        self.leading_loads = leading_loads
         #: old buffer id -> its slotted replacement, over every rewritten loop
         self.replaced: dict = {}
 
@@ -333,8 +417,9 @@ class _Pipeline(StmtMutator):
         self.replaced.update(new)
         k, lo, ext = s.var, s.min, s.extent
 
-        def stage(at: Expr, rel: Expr) -> Stmt:
-            slot = Binary("int64", "truncmod", rel, Const("int64", n))
+        def stage(at: Expr, rel: Expr, slot: Expr | None = None) -> Stmt:
+            if slot is None:
+                slot = Binary("int64", "truncmod", rel, Const("int64", n))
             body = substitute_stmt(seq(*copies), {k: at})
             return Slots(new, slot).visit(body)
 
@@ -355,9 +440,35 @@ class _Pipeline(StmtMutator):
         work = Slots(new, slot).visit(seq(*compute))
         if p.fragment_prefetch:
             return prefetch_fragments(s, p, compute, bufs, new, stage, ahead, prologue,
-                                      commit, wait)
+                                      commit, wait, unroll=self.leading_loads)
         if group is None:
-            body = seq(wait(ahead - 1), Sync("shared"), fetch, commit, work)
+            head, rest = _leading_loads(compute, bufs, k) if (
+                self.asynchronous and self.leading_loads
+                and fragment_prefetch.LOADS_BEFORE_COPIES) else ([], compute)
+
+            def steady(it: Expr, rel: Expr, slot_of) -> Stmt:
+                """The body of iteration ``it`` (``rel`` from the first), the slot of
+                tile ``rel + c`` being ``slot_of(c)``."""
+                nxt = add(rel, ahead)
+                fetch = IfThenElse(Cmp("bool", "lt", nxt, ext),
+                                   stage(add(it, ahead), nxt, slot_of(ahead)))
+                here = Slots(new, slot_of(0))
+
+                def work(stmts):
+                    return here.visit(substitute_stmt(seq(*stmts), {k: it}))
+                if head:
+                    return seq(wait(ahead - 1), Sync("shared"), work(head), fetch, commit,
+                               work(rest))
+                return seq(wait(ahead - 1), Sync("shared"), fetch, commit, work(compute))
+
+            loop = unroll_slots(s, n, steady, self.leading_loads)
+            if loop is not None:
+                return seq(Sync("shared"), *prologue, loop, wait(0))
+            if head:
+                body = seq(wait(ahead - 1), Sync("shared"), Slots(new, slot).visit(seq(*head)),
+                           fetch, commit, Slots(new, slot).visit(seq(*rest)))
+            else:
+                body = seq(wait(ahead - 1), Sync("shared"), fetch, commit, work)
             after = wait(0)
         elif p.copy_after_wait:
             body = seq(wait(ahead - 1), group_call(group.fence), Sync("shared"),
@@ -406,7 +517,8 @@ class _MarkPipelined(StmtMutator):
         return For(s.var, s.min, s.extent, s.kind, seq(*stmts), s.step, s.pragmas)
 
 
-def software_pipeline(stmt: Stmt, asynchronous: bool = True) -> Stmt:
+def software_pipeline(stmt: Stmt, asynchronous: bool = True,
+                      leading_loads: bool = True) -> Stmt:
     """Rewrite every loop marked by ``Stage.pipeline`` into a prologue and a steady state
     whose shared copies run ``stages - 1`` iterations ahead (module docstring).
     Guarantees: the same values as the loop it replaces; with ``asynchronous`` (targets
@@ -427,7 +539,7 @@ def software_pipeline(stmt: Stmt, asynchronous: bool = True) -> Stmt:
         return stmt
     if asynchronous:
         stmt = _MarkPipelined().visit(stmt)
-    pipe = _Pipeline(stmt, asynchronous)
+    pipe = _Pipeline(stmt, asynchronous, leading_loads)
     stmt = pipe.visit(stmt)
     # what still names a replaced buffer is a reset part outside its loop (the only use
     # there that the rewrite allows), which names its input regions without reading them:
@@ -435,9 +547,19 @@ def software_pipeline(stmt: Stmt, asynchronous: bool = True) -> Stmt:
     return Slots(pipe.replaced, Const("int64", 0)).visit(stmt) if pipe.replaced else stmt
 
 
+def software_pipeline_bounded(stmt: Stmt) -> Stmt:
+    """:func:`software_pipeline` for kernels under a register bound (``cuda
+    -min-blocks=N``): without fragment prefetch the copies stay before the compute's
+    leading loads (:func:`_leading_loads`), whose registers would otherwise live across
+    the copies' address arithmetic, and no steady state is unrolled (``UNROLL_SLOTS``)
+    (128x128x32, 4 warps, 4 stages at 3 blocks per SM: 88 and 184 bytes of spills at 168
+    registers, none without either)."""
+    return software_pipeline(stmt, leading_loads=False)
+
+
 def software_pipeline_synchronous(stmt: Stmt) -> Stmt:
     """:func:`software_pipeline` for targets without asynchronous copies."""
     return software_pipeline(stmt, asynchronous=False)
 
 
-__all__ = ["software_pipeline", "software_pipeline_synchronous"]
+__all__ = ["software_pipeline", "software_pipeline_bounded", "software_pipeline_synchronous"]

@@ -120,6 +120,11 @@ def test_pipelined_mma_sync_gemm_on_the_interpreter(dtype):
     c = np.full((M, N), np.nan, "float32")
     run(f, a, b, c)
     assert "cp.async.wait_group(1)" in str(f)
+    # the fragment loads of tile k right after the barrier, before the copies of tile
+    # k + 2 (software_pipeline._leading_loads), the MMAs after them
+    loop = _k_loop(str(f))
+    assert loop.index("sync(") < loop.index("ldmatrix") < loop.index("pragma cp.async") < \
+        loop.index("commit_group") < loop.index("mma_sync")
     assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
 
 
@@ -167,10 +172,17 @@ def test_fragment_prefetch_on_the_interpreter(M, N, K, block, warp, stages, grou
     text = str(f)
     if K > block[2]:   # (one k tile: no k loop left to pipeline)
         assert "A.shared.wmma.matrix_a.next = alloc(" in text
-        loop = text.split("for k.outer in range")[1]
+        loop = _k_loop(text)
         # in the loop: MMAs from .next first, then the barrier, then the loads into .next
         mma, barrier = loop.index("update(A.shared.wmma.matrix_a.next"), loop.index("sync(")
-        assert mma < barrier < loop.index(", A.shared.wmma.matrix_a.next[0]{16x16}):")
+        load = loop.index(", A.shared.wmma.matrix_a.next[0]{16x16}):")
+        assert mma < barrier < load
+        # the loads into .next before the copies of tile k + S (LOADS_BEFORE_COPIES: ptxas
+        # does not move an ldmatrix above a cp.async), the last step's MMAs after both
+        loop = loop.split("cp.async.wait_group(0)")[0]
+        if "pragma cp.async" in loop:
+            assert load < loop.index("pragma cp.async") < loop.index("commit_group") < \
+                loop.rindex("update(A.shared.wmma.matrix_a[")
     a, b = _inputs(M, N, K, dtype)
     c = np.full((M, N), np.nan, "float32")
     run(f, a, b, c)
@@ -194,6 +206,25 @@ def test_fragment_prefetch_with_a_wrong_wait_is_caught(monkeypatch):
     except Exception:      # a race or an uninitialised read, reported by the interpreter
         return
     assert not _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
+
+
+@pytest.mark.parametrize("frags, stages", [("prefetch", 3), ("step", 2)])
+def test_unrolled_slots_on_the_interpreter(monkeypatch, frags, stages):
+    # UNROLL_SLOTS: the steady state unrolled by the stages, every slot a constant, then
+    # the iterations left over (5 k tiles: one round of 3 and two more; two rounds of 2
+    # and one more)
+    from polytile.schedule.passes import software_pipeline as sp
+
+    monkeypatch.setattr(sp, "UNROLL_SLOTS", True)
+    s, args = tc.wmma_gemm(32, 32, 160, isa="mma", block=(16, 16, 32), warp=(16, 16),
+                           stages=stages, frags=frags)
+    f = lower(s, args, target="cuda", stop_after=None)
+    text = str(f)
+    assert "for k.outer.slots in range(0, " in text and "truncmod(int64(k" not in text
+    a, b = _inputs(32, 32, 160, "float16")
+    c = np.full((32, 32), np.nan, "float32")
+    run(f, a, b, c)
+    assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
 
 
 def test_fragment_prefetch_refusals():
@@ -245,8 +276,8 @@ def test_fragment_prefetch_compiles_and_double_buffers_in_sass():
 @pytest.mark.parametrize("block, stages, most", [((128, 256, 32), 3, 232), ((128, 256, 32), 4, 236),
                                                   ((128, 256, 64), 4, 244)])
 def test_eight_warp_128x256_prefetch_gemm_fits_one_block_per_sm(block, stages, most):
-    # the --isa best mma.sync variant (MMA_VARIANTS[14]) and its deeper pipelines [18],
-    # [20]: 256 threads within 64K registers (at most 255 each), no spills, the shared
+    # MMA_VARIANTS[14] and its deeper pipelines [18] (the --isa best mma.sync variant,
+    # tensor_core.MMA_BEST), [20]: 256 threads within 64K registers (at most 255 each), no spills, the shared
     # tiles (3 or 4 stages of 128 x (BK + 8) + BK x 264 float16) within sm_90's 227 KiB,
     # 16-byte epilogue stores (STG.E.128) and 2 x 32 mma per 16-deep step pair
     s, args = tc.wmma_gemm(512, 512, 512, isa="mma", block=block, warp=(64, 64),
@@ -321,6 +352,12 @@ def test_sixteen_and_32_warps_per_sm_fit_the_registers(block, warp, stages, min_
         assert counts["HMMA"] >= 16 and counts["LDSM"] > 0 and counts["LDGSTS"] > 0, counts
 
 
+def _k_loop(text: str) -> str:
+    """The lowered text from the pipelined k loop on (``k.outer``, or ``k.outer.slots``
+    with ``software_pipeline.UNROLL_SLOTS``)."""
+    return re.split(r"for k\.outer(?:\.slots)? in range", text, maxsplit=1)[1]
+
+
 def _assert_both_operands_pipelined(s, args, stages):
     # the copies of A and of B both rotate through `stages` slots, and the k loop has one
     # barrier: the fragments of A attached at the k loop (frags="tile") sit between the two
@@ -328,8 +365,10 @@ def _assert_both_operands_pipelined(s, args, stages):
     text = str(lower(s, args, target="cuda"))
     for name in ("A.shared", "B.shared"):
         assert f"{name} = alloc(float16[{stages}, " in text, name
-    loop = text.split("for k.outer in range")[1].split("cp.async.wait_group(0)")[0]
-    assert loop.count("sync('shared')") == 1, loop
+    # one barrier per k tile, as many as copy groups (UNROLL_SLOTS: the loop body is
+    # `stages` k tiles, the tiles left over after it)
+    loop = _k_loop(text).split("cp.async.wait_group(0)")[0]
+    assert loop.count("sync('shared')") == loop.count("commit_group") >= 1, loop
 
 
 @pytest.mark.parametrize("size", [(384, 640, 320),
@@ -556,6 +595,10 @@ def test_min_blocks_target_option_bounds_the_registers():
             polytile.target.Target(bad)
     src = polytile.build(s, args, target="cuda -min-blocks=3").get_source("cu")
     assert "__launch_bounds__(128, 3)" in src
+    # under the register bound the copies stay before the first step's ldmatrix
+    # (software_pipeline_bounded: in the other order ptxas spills 88 bytes here)
+    loop = src.split("for (int32_t k_outer")[1]
+    assert loop.index("cp_async_cg_shared_global") < loop.index("ldmatrix_x4")
     compile_with_nvcc(src, "sm_80")
     got = _ptxas_registers(src)
     assert got is not None and got[0] <= 168 and got[1] == 0, got
