@@ -338,10 +338,17 @@ class _Pipeline(StmtMutator):
             i += 1
         compute = stmts[i + 1:]
         if not copies or i == len(stmts) or not compute:
-            refuse(p, "its body is not <copies into shared memory>, barrier, <compute>",
+            # without any barrier the loop is not a GPU kernel's loop over shared tiles (a
+            # CPU loop, or a GPU loop with local stages only): there is no copy to overlap
+            bare = not any(isinstance(x, Sync) for x in stmts)
+            refuse(p, "its body is not <copies into shared memory>, barrier, <compute>"
+                   + (" (it has no barrier: no stage is copied into shared memory there)"
+                      if bare else ""),
                    "a loop that shared stages are computed at (compute_at) and "
                    "read after", Loop_body=str(s.body).strip().splitlines()[0][:200],
-                   hint="pipeline the loop the cache_read stages are attached at")
+                   hint="pipeline the loop the cache_read stages are attached at"
+                   + ("; pipeline and double_buffer overlap the shared-memory copies of GPU "
+                      "kernels, on a CPU target leave them out" if bare else ""))
         bufs: dict = {}
         for c in copies:
             for x in walk_stmts(c):
