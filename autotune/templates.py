@@ -45,7 +45,8 @@ accumulators (the *micro-kernel*, ``MR x NR`` in BLIS's words) stays in vector r
 * ``parallel``: which loop the threads share: ``i0``, ``j0`` or both fused (``"i0.j0"``;
   in the ``goto`` order, where they are not adjacent, ``j0`` when it has at least two
   iterations, else ``i0``; in the ``blis`` order the panels of A's shared block, then
-  ``j0``), or ``"none"`` (small products, where waking the threads costs
+  ``j0``), or ``"none"`` (forced for products of at most :data:`SERIAL_PRODUCT`
+  multiply-adds, :func:`serial_product`, where waking the threads costs
   more than the work). A packed block computed inside the parallel loop is private to
   each thread.
 * Not a knob: above :data:`SMALL_PRODUCT` the next micro-tile of ``C`` is prefetched at
@@ -73,6 +74,10 @@ REG_LANES = (16, 32, 48, 64)
 #: Products of at most this many multiply-adds (64^3 and below) get a default config
 #: without packing or threads: both cost more than they save there.
 SMALL_PRODUCT = 1 << 18
+#: Products of at most this many multiply-adds (batches included) run without parallel
+#: loops whatever the ``parallel`` knob says (:func:`serial_product`). Tests set it to 0
+#: to check the parallel paths on small, cheap products.
+SERIAL_PRODUCT = SMALL_PRODUCT
 #: Reduction blocks offered even when they do not divide K.
 K_BLOCKS = (32, 64, 128, 192, 256, 384, 512)
 
@@ -293,6 +298,22 @@ def _packed_operands(A, B, mr: int, nr: int, pack_a: bool, pack_b: bool, kb: int
     return PA, PB, read_a, read_b
 
 
+def serial_product(C) -> bool:
+    """Whether the product stage ``C`` (``[(batch,) M, N]``, one reduction axis ``K``) has
+    at most :data:`SERIAL_PRODUCT` multiply-adds in all (batches included), so that the
+    template schedules it without parallel loops whatever its ``parallel`` knob says.
+
+    Why: a parallel region wakes the team's threads, which polytile's runtime lets sleep
+    between regions (``OMP_WAIT_POLICY=passive``, :func:`polytile.targets.llvm.runtime.
+    omp_environment`). On an idle 2-core VM that wake-up (a futex wake of a halted vCPU)
+    took about 65 us, while a whole 64^3 product takes 4.5 us on one thread: the blis
+    order's config (``blis_knobs``: ``j0`` parallel, 2 iterations of 32 columns) ran at
+    7.3 GFLOP/s at 2 threads against 106 at 1 (issue 13). The default config already
+    chose ``parallel="none"`` there; the other values of the knob now do the same."""
+    n = int(np.prod([int(x) for x in C.shape]))
+    return n * int(C.op.reduce_axis[0].dom.extent) <= SERIAL_PRODUCT
+
+
 def _schedule_gemm(cfg, s, C, PA, PB, batch=None, kb: int = 1) -> None:
     """Apply the matmul knobs to the product stage ``C`` (and its packing stages), with
     ``batch`` the batch axis of a batched product (outermost, parallel) and ``kb`` the
@@ -303,6 +324,10 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None, kb: int = 1) -> None:
     k0, k1 = cfg["tile_k"].apply(s, C, C.op.reduce_axis[0])
     order = cfg["order"].val
     par = cfg["parallel"].val
+    if serial_product(C):
+        # too little work to pay for waking a thread: every config runs serially there
+        # (see serial_product)
+        par = "none"
     single_k = cfg["tile_k"].size[1] >= C.op.reduce_axis[0].dom.extent
     lead = [batch] if batch is not None else []
     # "ij": any order of the cache-block loops k0, i1, j1 below i0, j0; "goto": any order

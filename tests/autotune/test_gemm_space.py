@@ -26,6 +26,22 @@ def _tutorial():
     return mod
 
 
+@pytest.fixture(autouse=True)
+def _parallel_at_small_sizes(monkeypatch):
+    """The products here are small (cheap to build and check), below the size where the
+    template drops the parallel loops (``SERIAL_PRODUCT``): keep them, so that the
+    parallel paths are what these tests check."""
+    from polytile.autotune import templates
+
+    monkeypatch.setattr(templates, "SERIAL_PRODUCT", 0)
+
+
+def _parallel_loops(s, tensors) -> list:
+    """The heads of the parallel loops of the lowered loop nest of ``s``."""
+    return [ln.strip() for ln in str(polytile.lower(s, tensors)).splitlines()
+            if " in parallel(" in ln]
+
+
 def _config(name: str, args: tuple, **knobs):
     sp = get_template(name).space(args)
     return sp.from_json(dict(sp.default().knob_values(), **knobs))
@@ -360,3 +376,32 @@ def test_blis_order_shares_a_and_splits_the_column_blocks():
 @pytest.mark.parametrize("args", [(1021, 1003, 1009), (1024, 1024, 1024)])
 def test_blis_order_exact_at_large_odd_sizes_with_1_and_2_threads(args):
     _check("matmul", args, _blis_shared(args), seed=2, threads=(1, 2))
+
+
+@pytest.mark.parametrize("name,args", [("matmul", (64, 64, 64)), ("matmul", (37, 53, 70)),
+                                       ("batch_matmul", (2, 37, 29, 61))])
+def test_small_products_have_no_parallel_loop_whatever_the_knob(name, args, monkeypatch):
+    """Issue 13: at 64^3 the blis config (``j0`` parallel, 2 iterations) ran at 7 GFLOP/s
+    at 2 threads against 106 at 1: each call woke the sleeping second thread (passive
+    wait policy), about 65 us on an idle VM, for 4.5 us of work. At most
+    ``SERIAL_PRODUCT`` multiply-adds, no parallel knob value (in any order) leaves a
+    parallel loop; one more reduction step, and the knob's loop is parallel again."""
+    from polytile.autotune import templates
+
+    monkeypatch.setattr(templates, "SERIAL_PRODUCT", templates.SMALL_PRODUCT)
+    t = get_template(name)
+    pars = ["b", "b.i0", "b.i0.j0"] if name == "batch_matmul" else ["i0", "i0.j0", "j0"]
+    for order, par in itertools.product(["ij", "goto", "blis"], pars):
+        from polytile.autotune.templates import blis_knobs
+
+        over = dict(blis_knobs(*args)) if order == "blis" and name == "matmul" else {}
+        over.update(order=order, parallel=par, pack_a=True, pack_b=True)
+        s, tensors = t.instantiate(_config(name, args, **over), args)
+        assert _parallel_loops(s, tensors) == [], (order, par)
+    # just above the bound the blis config keeps its parallel loops
+    big = args[:-1] + (args[-1] + 1,) if name == "matmul" and args[0] == 64 else None
+    if big:
+        from polytile.autotune.templates import blis_knobs as bk
+
+        s, tensors = t.instantiate(_config(name, big, **bk(*big)), big)
+        assert _parallel_loops(s, tensors)
