@@ -305,10 +305,11 @@ def serial_product(C) -> bool:
 
     Why: a parallel region wakes the team's threads, which polytile's runtime lets sleep
     between regions (``OMP_WAIT_POLICY=passive``, :func:`polytile.targets.llvm.runtime.
-    omp_environment`). On an idle 2-core VM that wake-up (a futex wake of a halted vCPU)
-    took about 65 us, while a whole 64^3 product takes 4.5 us on one thread: the blis
-    order's config (``blis_knobs``: ``j0`` parallel, 2 iterations of 32 columns) ran at
-    7.3 GFLOP/s at 2 threads against 106 at 1 (issue 13). The default config already
+    omp_environment`), and the caller then waits for the slowest thread at the join. On
+    an idle 2-core VM (the woken thread's vCPU halted) the blis order's config at 64^3
+    (``blis_knobs``: ``j0`` parallel, 2 iterations of 32 columns, about 2 us of work
+    each) took about 70 us a call at 2 threads against 4.5 us at 1 (7.3 vs 106
+    GFLOP/s, issue 13); back to back on a busy machine 8 vs 5 us. The default config already
     chose ``parallel="none"`` there; the other values of the knob now do the same."""
     n = int(np.prod([int(x) for x in C.shape]))
     return n * int(C.op.reduce_axis[0].dom.extent) <= SERIAL_PRODUCT
