@@ -311,8 +311,11 @@ def serial_product(C) -> bool:
     each) took about 70 us a call at 2 threads against 4.5 us at 1 (7.3 vs 106
     GFLOP/s, issue 13); back to back on a busy machine 8 vs 5 us. The default config already
     chose ``parallel="none"`` there; the other values of the knob now do the same."""
-    n = int(np.prod([int(x) for x in C.shape]))
-    return n * int(C.op.reduce_axis[0].dom.extent) <= SERIAL_PRODUCT
+    try:
+        sizes = [int(x) for x in C.shape] + [int(C.op.reduce_axis[0].dom.extent)]
+    except TypeError:   # a symbolic size (te.size_var): no bound on the work
+        return False
+    return int(np.prod(sizes)) <= SERIAL_PRODUCT
 
 
 def _schedule_gemm(cfg, s, C, PA, PB, batch=None, kb: int = 1) -> None:

@@ -405,3 +405,22 @@ def test_small_products_have_no_parallel_loop_whatever_the_knob(name, args, monk
 
         s, tensors = t.instantiate(_config(name, big, **bk(*big)), big)
         assert _parallel_loops(s, tensors)
+
+
+def test_a_symbolic_product_is_not_taken_for_a_small_one(monkeypatch):
+    # serial_product bounds the work only for constant sizes: a te.size_var row count
+    # keeps the parallel knob (and does not fail on int() of a symbolic size)
+    from polytile import te
+    from polytile.autotune import templates
+
+    monkeypatch.setattr(templates, "SERIAL_PRODUCT", templates.SMALL_PRODUCT)
+
+    n = te.size_var("n")
+    A = te.placeholder((n, 8), name="A")
+    B = te.placeholder((8, 8), name="B")
+    k = te.reduce_axis((0, 8), name="k")
+    C = te.compute((n, 8), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    assert not templates.serial_product(C)
+    A8 = te.placeholder((8, 8), name="A8")
+    C8 = te.compute((8, 8), lambda i, j: te.sum(A8[i, k] * B[k, j], axis=k), name="C8")
+    assert templates.serial_product(C8)
