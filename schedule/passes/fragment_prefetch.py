@@ -35,10 +35,10 @@ from polytile.te.expr import Binary, Cmp, Const, Expr
 from polytile.te.visitor import ExprMutator, collect
 
 from ..kinds import PipelinePragma, thread_private
-from ..loop_ir import (Buffer, For, IfThenElse, Load, Seq, Stmt, StmtMutator, Store, Sync,
+from ..loop_ir import (Buffer, For, IfThenElse, Load, Stmt, StmtMutator, Store, Sync,
                        TensorCall, seq, stmt_exprs, walk_stmts)
 from .loops import substitute_stmt
-from .pipeline_slots import Slots, add, invariant, refuse, sub
+from .pipeline_slots import Slots, add, flat_compute, refuse, sub
 
 
 #: The prefetched fragment loads of tile ``k + 1`` come before the copies of tile ``k + S``
@@ -101,14 +101,8 @@ def _split_steps(p: PipelinePragma, var, compute: list, bufs: dict):
     copied buffers), the statements up to the last load, the rest (the last step's
     MMAs), with the fragments ``head`` writes renamed ``<name>.next`` in ``head`` and
     in what reads them before they are loaded again."""
-    flat = []
-    for c in compute:
-        flat += list(c.stmts) if isinstance(c, Seq) else [c]
-    if len(flat) == 1 and isinstance(flat[0], IfThenElse) and flat[0].else_case is None \
-            and invariant(flat[0].cond, var):
-        # a guard of the whole compute that the loop does not change (the warps past a
-        # partial tile column): split what it guards, guard each part
-        g = flat[0]
+    g, flat = flat_compute(compute, var)
+    if g is not None:
         parts = _split_steps(p, var, [g.then_case], bufs)
         return tuple([IfThenElse(g.cond, seq(*x))] for x in parts)
     ids = set(bufs)

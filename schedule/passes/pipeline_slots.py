@@ -14,7 +14,7 @@ from polytile.te.expr import Binary, Const, Expr
 from polytile.te.visitor import ExprMutator, collect
 
 from ..kinds import PipelinePragma
-from ..loop_ir import Load, StmtMutator, Store, TensorCall
+from ..loop_ir import IfThenElse, Load, Seq, StmtMutator, Store, TensorCall
 
 
 def refuse(p: PipelinePragma, what: str, expected: str, **ctx):
@@ -80,3 +80,17 @@ def sub(a: Expr, b: Expr) -> Expr:
 def invariant(cond: Expr, var) -> bool:
     """``cond`` reads no memory and not ``var``: the same in every iteration of its loop."""
     return not collect(cond, Load) and not any(v is var for v in collect(cond, type(var)))
+
+
+def flat_compute(compute: list, var):
+    """The statements of ``compute`` (``Seq`` s opened) and, when they are one guard
+    without ``else`` that loop ``var`` does not change (the warps past a partial tile),
+    that guard: ``(guard, flat)``, ``guard`` ``None`` otherwise. The callers split what
+    the guard holds and guard each part."""
+    flat = []
+    for c in compute:
+        flat += list(c.stmts) if isinstance(c, Seq) else [c]
+    if len(flat) == 1 and isinstance(flat[0], IfThenElse) and flat[0].else_case is None \
+            and invariant(flat[0].cond, var):
+        return flat[0], flat
+    return None, flat

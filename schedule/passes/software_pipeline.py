@@ -58,7 +58,7 @@ from .async_copy import async_copy_refusal, commit_group, is_async_copy, mark_as
 from . import fragment_prefetch
 from .fragment_prefetch import prefetch_fragments
 from .loops import substitute_stmt
-from .pipeline_slots import Slots, add, invariant, refuse, sub
+from .pipeline_slots import Slots, add, flat_compute, invariant, refuse, sub
 
 
 def _pragma(s: For) -> PipelinePragma | None:
@@ -137,12 +137,8 @@ def _leading_loads(compute: list, bufs: dict, var) -> tuple[list, list]:
     copies write the slot of tile ``k - 1``, ``head`` reads the slot of tile ``k``. A
     guard of the whole compute that loop ``var`` does not change (the warps past a
     partial tile) guards each part."""
-    flat = []
-    for c in compute:
-        flat += list(c.stmts) if isinstance(c, Seq) else [c]
-    if len(flat) == 1 and isinstance(flat[0], IfThenElse) and flat[0].else_case is None \
-            and invariant(flat[0].cond, var):
-        g = flat[0]
+    g, flat = flat_compute(compute, var)
+    if g is not None:
         head, rest = _leading_loads([g.then_case], bufs, var)
         if not head:
             return [], compute
