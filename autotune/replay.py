@@ -141,9 +141,10 @@ def measure_pool(template, args, dtype: str = "float32", target: str = "llvm",
     ``SystemExit``): an interrupted run keeps what it measured, and a later call with
     the same workload, target, seed and ``full_space`` continues it. The draw's order is
     random, so the first ``k`` entries of a pool cut short are a uniform sample too.
-    ``budget_s``: seconds after which no further batch starts (the pool then holds
-    fewer than ``n`` entries; a batch's built candidates are all run: runs take a
-    fraction of a second on a GPU, and a candidate built but not run would be lost).
+    ``budget_s``: seconds (from the call) after which no further batch but the first
+    starts (the pool then holds fewer than ``n`` entries; a batch's built candidates are
+    all run: runs take a fraction of a second on a GPU, and a candidate built but not run
+    would be lost).
     ``batch``: candidates built in parallel before they are run (default: three per
     build worker, at least 16: a build that runs into its timeout holds one worker while
     the others go on; the first batch one per worker, and with ``budget_s`` none longer
@@ -211,8 +212,8 @@ def measure_pool(template, args, dtype: str = "float32", target: str = "llvm",
         k = done
         while k < len(picks):
             now = time.perf_counter()
-            if deadline is not None and now >= deadline:
-                break
+            if deadline is not None and now >= deadline and per is not None:
+                break   # (the first batch runs whatever the startup took)
             # the first batch one build per worker (its time is not known yet), then the
             # batches that fit the budget
             m = min(batch, max(1, opt.parallel)) if per is None else batch

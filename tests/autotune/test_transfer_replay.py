@@ -279,10 +279,19 @@ def test_gpu_pool_with_a_fake_runner(tmp_path):
     opt = MeasureOptions(parallel=2, runner_command=[sys.executable, fake,
                                                      str(tmp_path / "state"), ""])
     path = str(tmp_path / "gpu.json")
+    seen = []
     pool = measure_pool("matmul", (128, 128, 64), target="cuda", n=3, seed=1, options=opt,
-                        path=path)
+                        path=path, on_entry=lambda k, n, e, r: seen.append((k, n, e)))
     assert pool.target == "cuda -arch=sm_90" and pool.device["name"] == "Fake GPU"
     assert pool.gpu_limits is not None
+    # drawn from the configs the tuners search (the GEMM template prefers a part of its
+    # space), each reported as it finished
+    space = pool.space()
+    preferred = space.preferred()
+    assert preferred and pool.candidates == len(preferred) < len(space)
+    assert {space.from_json(e["config"]).index for e in pool.entries} <= set(preferred)
+    assert [(k, n) for k, n, _ in seen] == [(1, 3), (2, 3), (3, 3)]
+    assert [e for _, _, e in seen] == pool.entries
     ok = [e for e in pool.entries if e["costs"]]
     assert ok and all(len(e["features"]) == N_FEATURES for e in ok)
     g = N_FEATURES - N_GLOBAL
