@@ -26,6 +26,7 @@ import json
 import math
 import os
 import random
+import threading
 from dataclasses import dataclass, field
 
 from polytile.errors import TuneError, format_error
@@ -148,7 +149,8 @@ def measure_pool(template, args, dtype: str = "float32", target: str = "llvm",
     ``batch``: candidates built in parallel before they are run (default: three per
     build worker, at least 16: a build that runs into its timeout holds one worker while
     the others go on; the first batch one per worker, and with ``budget_s`` none longer
-    than the time left at the last batch's pace).
+    than the time left at the last batch's pace). On a GPU target the next batch builds
+    while one runs (the GPU runner times on the device; the workers are not stopped).
     ``progress(done, n)`` after each batch; ``on_entry(k, n, entry, result)`` after each
     candidate (``k`` 1-based). Costs are full measurements (no cut-off by the best so
     far).
@@ -207,31 +209,62 @@ def measure_pool(template, args, dtype: str = "float32", target: str = "llvm",
             saved[0] = time.perf_counter()
 
     per = None  # seconds per candidate in the last batch (builds and runs)
+    k = done
+
+    def next_items(now: float) -> list:
+        """The next batch: none past the budget (but the first), the first one build per
+        worker (its time is not known yet), then batches that fit the time left."""
+        nonlocal k
+        if deadline is not None and now >= deadline and per is not None:
+            return []
+        m = min(batch, max(1, opt.parallel)) if per is None else batch
+        if deadline is not None and per is not None:
+            m = min(batch, max(opt.parallel or 1, int((deadline - now) / per)))
+        items = [(i, space.get(i).knob_values()) for i in picks[k:k + m]]
+        k += len(items)
+        return items
+
+    def finished(knobs, r) -> None:
+        e = {"config": knobs, "costs": [float(c) for c in r.costs], "error": r.error,
+             "features": r.features}
+        pool.entries.append(e)
+        if on_entry is not None:
+            on_entry(len(pool.entries), len(picks), e, r)
+        save()
+
     try:
         measurer.start()
-        k = done
-        while k < len(picks):
-            now = time.perf_counter()
-            if deadline is not None and now >= deadline and per is not None:
-                break   # (the first batch runs whatever the startup took)
-            # the first batch one build per worker (its time is not known yet), then the
-            # batches that fit the budget
-            m = min(batch, max(1, opt.parallel)) if per is None else batch
-            if deadline is not None and per is not None:
-                m = min(batch, max(opt.parallel or 1, int((deadline - now) / per)))
-            items = [(i, space.get(i).knob_values()) for i in picks[k:k + m]]
-            k += len(items)
-
-            def finished(j, r, items=items):
-                e = {"config": items[j][1], "costs": [float(c) for c in r.costs],
-                     "error": r.error, "features": r.features}
-                pool.entries.append(e)
-                if on_entry is not None:
-                    on_entry(len(pool.entries), len(picks), e, r)
-                save()
-
-            measurer.measure(items, None, finished)
-            per = (time.perf_counter() - now) / len(items)
+        now = time.perf_counter()
+        items = next_items(now)
+        built = measurer.build(items) if measurer.gpu else None
+        while items:
+            if not measurer.gpu:  # CPU runs stop the workers: no builds meanwhile
+                measurer.measure(items, None, lambda j, r: finished(items[j][1], r))
+                per = (time.perf_counter() - now) / len(items)
+                now = time.perf_counter()
+                items = next_items(now)
+            else:
+                # GPU: the next batch builds in the workers while this one runs in the
+                # GPU runner (runs do not stop the workers; the runner times on device)
+                nxt = next_items(time.perf_counter()) if per is not None else []
+                got: dict = {}
+                th = None
+                if nxt:
+                    th = threading.Thread(target=lambda: got.update(measurer.build(nxt)),
+                                          daemon=True)
+                    th.start()
+                for cid, knobs in items:
+                    r = built[cid]
+                    measurer.run_built(cid, knobs, r, None)
+                    finished(knobs, r)
+                if th is not None:
+                    th.join()
+                per = (time.perf_counter() - now) / len(items)
+                now = time.perf_counter()
+                if per is not None and not nxt and th is None and k < len(picks):
+                    nxt = next_items(now)   # after the first batch: its pace is known
+                    got = measurer.build(nxt) if nxt else {}
+                items, built = nxt, got
             if progress is not None:
                 progress(len(pool.entries), len(picks))
     finally:

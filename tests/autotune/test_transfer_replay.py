@@ -280,8 +280,10 @@ def test_gpu_pool_with_a_fake_runner(tmp_path):
                                                      str(tmp_path / "state"), ""])
     path = str(tmp_path / "gpu.json")
     seen = []
-    pool = measure_pool("matmul", (128, 128, 64), target="cuda", n=3, seed=1, options=opt,
-                        path=path, on_entry=lambda k, n, e, r: seen.append((k, n, e)))
+    # batches of one: the 3rd and 4th candidates build while the one before runs
+    pool = measure_pool("matmul", (128, 128, 64), target="cuda", n=4, seed=1, options=opt,
+                        path=path, on_entry=lambda k, n, e, r: seen.append((k, n, e)),
+                        batch=1)
     assert pool.target == "cuda -arch=sm_90" and pool.device["name"] == "Fake GPU"
     assert pool.gpu_limits is not None
     # drawn from the configs the tuners search (the GEMM template prefers a part of its
@@ -290,15 +292,15 @@ def test_gpu_pool_with_a_fake_runner(tmp_path):
     preferred = space.preferred()
     assert preferred and pool.candidates == len(preferred) < len(space)
     assert {space.from_json(e["config"]).index for e in pool.entries} <= set(preferred)
-    assert [(k, n) for k, n, _ in seen] == [(1, 3), (2, 3), (3, 3)]
+    assert [(k, n) for k, n, _ in seen] == [(1, 4), (2, 4), (3, 4), (4, 4)]
     assert [e for _, _, e in seen] == pool.entries
     ok = [e for e in pool.entries if e["costs"]]
     assert ok and all(len(e["features"]) == N_FEATURES for e in ok)
     g = N_FEATURES - N_GLOBAL
     assert all(e["features"][g + 18] > 0 for e in ok)  # global bytes: a GPU kernel
     oracle = ReplayOracle(Pool.load(path))
-    assert oracle.refeaturized == 0 and len(oracle.indices) == 3
-    curve = replay_search(oracle, "model", 3, seed=0, batch=2)
+    assert oracle.refeaturized == 0 and len(oracle.indices) == 4
+    curve = replay_search(oracle, "model", 4, seed=0, batch=2)
     assert curve[-1] == pytest.approx(oracle.best_cost())
 
 
