@@ -69,13 +69,26 @@ seed-to-seed noise (about 3 points at 32 seeds) on these pools.
 
 GPU templates (issue 11): ``--templates`` words take a dtype (``matmul:float16``,
 ``layernorm:float16``; float32 without one), pool files name the dtype and the target's
-``-arch``. Measure small pools on the GPU machine (the pools are saved after each batch of
-builds and continued by a later run), then replay them anywhere (no GPU needed)::
+``-arch``. A pool is drawn from the configs the tuners search (the template's preferred
+configs: the GEMMs leave out duplicate kernels and known slow regions, 282 of 39,744 fp32
+configs at 2048^3; ``--full-space`` for all). On the GPU machine, measure pools within a
+budget each (``--pool-budget``: no batch starts after it; one line per candidate on
+stdout; the pool is saved as candidates finish and on SIGTERM, and a later run continues
+it; the next batch builds while one runs), then replay them anywhere (``--no-measure``
+takes pools cut short as they are; no GPU needed)::
 
     timeout -k 5 60 python benchmarks/search_quality.py --target "cuda -arch=sm_90a" \
-        --templates matmul layernorm:float16 --pool 24 --parallel 12 --cache sq_gpu
+        --templates matmul --pool 500 --parallel 12 --pool-budget 40 --build-timeout 10 \
+        --seeds 2 --trials 2 --cache sq_gpu
     python benchmarks/search_quality.py --target "cuda -arch=sm_90a" --templates matmul \
-        layernorm:float16 --pool 24 --seeds 32 --trials 2 4 --cache sq_gpu --plot sq_png
+        --pool 500 --seeds 32 --trials 4 8 16 --no-measure --cache sq_gpu --plot sq_png
+
+Why an earlier run measured none of 24 fp32 GEMM configs in its time (2026-12-02): a
+pool was saved only after each batch of 16 builds, and a batch took as long as its
+slowest build: the loop-IR features of a 2048^3 SGEMM candidate took 18-31 s for one
+config in four (every let evaluated again for each of 1000+ unrolled indices; now
+0.2-0.5 s), and some configs fail their lowering only after 60-210 s ("could not
+be verified in bounded time": killed at the build timeout).
 
 Two pools of 160 fp32 matmul configs timed on the device, 2048^3 and 2048x2048x1024, then
 the replays (about 4 minutes; run it again if ``timeout`` stops it: cached pools are
