@@ -211,11 +211,12 @@ def measure_pool(template, args, dtype: str = "float32", target: str = "llvm",
     per = None  # seconds per candidate in the last batch (builds and runs)
     k = done
 
-    def next_items(now: float) -> list:
-        """The next batch: none past the budget (but the first), the first one build per
-        worker (its time is not known yet), then batches that fit the time left."""
+    def next_items(now: float, first: bool = False) -> list:
+        """The next batch: none past the budget (but the first, whatever the startup
+        took), one build per worker while the pace is not known, then batches that fit
+        the time left at the last batch's pace."""
         nonlocal k
-        if deadline is not None and now >= deadline and per is not None:
+        if deadline is not None and now >= deadline and not first:
             return []
         m = min(batch, max(1, opt.parallel)) if per is None else batch
         if deadline is not None and per is not None:
@@ -235,7 +236,7 @@ def measure_pool(template, args, dtype: str = "float32", target: str = "llvm",
     try:
         measurer.start()
         now = time.perf_counter()
-        items = next_items(now)
+        items = next_items(now, first=True)
         built = measurer.build(items) if measurer.gpu else None
         while items:
             if not measurer.gpu:  # CPU runs stop the workers: no builds meanwhile
@@ -246,7 +247,7 @@ def measure_pool(template, args, dtype: str = "float32", target: str = "llvm",
             else:
                 # GPU: the next batch builds in the workers while this one runs in the
                 # GPU runner (runs do not stop the workers; the runner times on device)
-                nxt = next_items(time.perf_counter()) if per is not None else []
+                nxt = next_items(time.perf_counter())
                 got: dict = {}
                 th = None
                 if nxt:
@@ -261,9 +262,6 @@ def measure_pool(template, args, dtype: str = "float32", target: str = "llvm",
                     th.join()
                 per = (time.perf_counter() - now) / len(items)
                 now = time.perf_counter()
-                if per is not None and not nxt and th is None and k < len(picks):
-                    nxt = next_items(now)   # after the first batch: its pace is known
-                    got = measurer.build(nxt) if nxt else {}
                 items, built = nxt, got
             if progress is not None:
                 progress(len(pool.entries), len(picks))
