@@ -35,7 +35,7 @@ import math
 
 from polytile.schedule.kinds import LoopKind
 from polytile.schedule.loop_ir import (Allocate, For, IfThenElse, KernelLaunch, LetStmt, Load,
-                                       PrimFunc, Seq, Store, StmtMutator)
+                                       PrimFunc, Seq, Store, StmtMutator, TensorCall)
 from polytile.te import dtype as dt
 from polytile.te.depth import deep
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Not, Or, Select, Var)
@@ -166,6 +166,7 @@ class _Walk:
         self.stack: list = []
         self.lets: dict = {}
         self.stores: list = []   # (store, loop stack tuple)
+        self.calls: list = []    # (TensorCall, loop stack tuple)
         self.allocs: list = []
         self.kernel = None       # the KernelLaunch being walked (GPU functions)
         self.kernel_of: dict = {}   # id(store) -> its KernelLaunch
@@ -190,6 +191,13 @@ class _Walk:
             self.stores.append((s, tuple(self.stack)))
             if self.kernel is not None:
                 self.kernel_of[id(s)] = self.kernel
+        elif t is TensorCall:
+            # a tensor intrinsic (mma.sync, wgmma, WMMA...): the compute of a tensorized
+            # nest, which holds no Store of its own
+            self.calls.append((s, tuple(self.stack)))
+            if self.kernel is not None:
+                self.kernel_of[id(s)] = self.kernel
+            self.visit(s.body)
         elif t is IfThenElse:
             self.visit(s.then_case)
             if s.else_case is not None:
@@ -245,19 +253,24 @@ def extract_features(func: PrimFunc, sizes: dict | None = None) -> list[float]:
     w = _Walk()
     w.visit(func.body)
     feats = [0.0] * N_FEATURES
-    if not w.stores:
+    if not w.stores and not w.calls:
         return feats
     groups: dict = {}
-    for st, stack in w.stores:
+    for st, stack in w.stores + w.calls:
         key = tuple(id(f.var) for f in stack)  # unrolled copies share their loop vars
         groups.setdefault(key, (stack, []))[1].append(st)
 
     def iters(stack):
         return math.prod(_extent(f, {}) for f in stack)
 
+    def flops(st) -> int:
+        if type(st) is TensorCall:
+            return _intrin_flops(st)
+        return _flops(st.value, w.lets)
+
     def work(g):
         stack, sts = g
-        return iters(stack) * sum(max(1, _flops(s.value, w.lets)) for s in sts)
+        return iters(stack) * sum(max(1, flops(s)) for s in sts)
 
     main_key = max(groups, key=lambda k: work(groups[k]))
     stack, stores = groups[main_key]
@@ -267,6 +280,14 @@ def extract_features(func: PrimFunc, sizes: dict | None = None) -> list[float]:
     accesses = []
     order: list = []
     for s in stores:
+        if type(s) is TensorCall:   # its operands at their start indices: outputs first
+            outs = {id(b) for b in s.output_buffers()}
+            ops = sorted(zip(s.buffers, s.operand_indices()), key=lambda o: id(o[0]) not in outs)
+            for b, idx in ops:
+                if b.name not in order:
+                    order.append(b.name)
+                accesses.append((b, _flat(b, idx), id(b) in outs))
+            continue
         if s.buffer.name not in order:
             order.append(s.buffer.name)
         accesses.append((s.buffer, _flat(s.buffer, s.indices), True))
@@ -275,7 +296,7 @@ def extract_features(func: PrimFunc, sizes: dict | None = None) -> list[float]:
                 order.append(ld.buffer.name)
             accesses.append((ld.buffer, _flat(ld.buffer, ld.indices), False))
     slot_of = {name: k for k, name in enumerate(order[:SLOTS])}
-    flops_body = sum(_flops(s.value, w.lets) for s in stores)
+    flops_body = sum(flops(s) for s in stores)
     # distinct accesses per buffer (by printed index)
     distinct: dict = {}
     counts: dict = {}
@@ -363,11 +384,30 @@ def extract_features(func: PrimFunc, sizes: dict | None = None) -> list[float]:
     kernel = w.kernel_of.get(id(stores[0]))
     if kernel is not None:
         out = [st for st, _ in w.stores if w.kernel_of.get(id(st)) is kernel
-               and st.buffer.scope not in ("shared", "local")] or list(stores)
+               and st.buffer.scope not in ("shared", "local")] or [
+                   st for st in stores if type(st) is Store] or [
+                   st for st, _ in w.stores if w.kernel_of.get(id(st)) is kernel]
         feats[g + 12:g + 18] = _gpu_features(kernel, w.kernel_allocs.get(id(kernel), ()),
                                              out, w.lets, w.memo)
         feats[g + 18:g + 24] = _gpu_memory_features(kernel, w)
     return feats
+
+
+def _intrin_flops(tc) -> int:
+    """Floating-point operations of one call of a tensor intrinsic: its compute
+    definition's points (spatial times reduction axes) times the float operations of its
+    body per point (2 for a multiply-add: an mma.sync m16n8k16 does 4096); 0 for a copy
+    (its body has no arithmetic), 1 when the definition's extents are not constant."""
+    op = tc.intrin.op
+    try:
+        pts = math.prod(int(getattr(iv.dom.extent, "value", iv.dom.extent))
+                        for iv in tuple(op.axis) + tuple(op.reduce_axis))
+    except (TypeError, ValueError, AttributeError):
+        return 1
+    per = sum(1 for b in op.body for x in collect(b, (Binary, Call)) if dt.is_float(x.dtype))
+    if op.reduce_axis:
+        per += len(op.body)   # the reduction's add (a Reduce node, not a Binary)
+    return pts * per          # 0 for a copy (ldmatrix, a fragment store)
 
 
 #: Shared memory banks (4-byte words) and bytes per global memory sector.
