@@ -344,14 +344,19 @@ def _row_reduction(s, red, out, at, lanes: int) -> None:
     s[red].compute_at(s[out], at)
 
 
-def _row_schedule(cfg, s, out, N: int, nbytes: int, reductions, elementwise, scalars=()):
+def _row_schedule(cfg, s, out, N: int, nbytes: int, reductions, elementwise, scalars=(),
+                  data=None):
     """The fused schedule shared by softmax, layernorm and rmsnorm over rows of ``N``
     elements: rows split by ``tile_i`` (outer part in parallel), and for every row block,
     in order, each reduction of ``reductions`` (lane-wise partials, :func:`_row_reduction`),
     the ``scalars`` (per-row values), the ``elementwise`` intermediates (columns split by
     ``tile_j``, vectorized) and the output (same), its stores streamed (``nontemporal``
     pragma) when the knob says so. ``fuse_rows=False`` computes every stage apart over all
-    rows instead (each a parallel loop; the reductions serial per row)."""
+    rows instead (each a parallel loop; the reductions serial per row).
+
+    Not a knob: with fused rows and ``nbytes`` of at least :data:`STREAM_BYTES`, the
+    first stage after the reductions that reads ``data`` (the ``[M, N]`` input) prefetches
+    the next row of it (:func:`_prefetch_next_row`)."""
     i, j = out.op.axis
     cfg.define_split("tile_i", i, num_outputs=2, max_factor=64, default=[-1, 1])
     cfg.define_split("tile_j", j, num_outputs=2, max_factor=64, filter=_lane_filter(N),
@@ -378,9 +383,38 @@ def _row_schedule(cfg, s, out, N: int, nbytes: int, reductions, elementwise, sca
             ei, ej = st.op.axis
             s[st].vectorize(cfg["tile_j"].apply(s, st, ej)[1])
             s[st].parallel(ei)
+    cols = {}
     for st in elementwise:
         if cfg["fuse_rows"].val:
-            s[st].vectorize(cfg["tile_j"].apply(s, st, st.op.axis[1])[1])
+            jo, ji = cfg["tile_j"].apply(s, st, st.op.axis[1])
+            s[st].vectorize(ji)
+            cols[st] = jo
+    if data is not None and cfg["fuse_rows"].val and nbytes >= STREAM_BYTES:
+        cols[out] = j0
+        readers = [st for st in (*elementwise, out)
+                   if any(t.op is data.op for t in st.op.input_tensors)]
+        if readers:
+            _prefetch_next_row(s, readers[0], cols[readers[0]], data,
+                               -(-N // cfg["tile_j"].size[-1]))
+
+
+def _prefetch_next_row(s, st, jo, data, n_jo: int) -> None:
+    """Prefetch row ``i + 1`` of ``data`` (row-major ``[M, N]``) while stage ``st``
+    computes row ``i``: one line of the next row per iteration of ``st``'s column loop
+    ``jo`` (``n_jo`` iterations of ``N / n_jo`` columns: ``n_jo`` iterations ahead is the
+    same columns one row further on, as ``data`` is flattened).
+
+    Why: the first pass of a row (its max, mean or sum of squares) streams the row from
+    memory while the core waits, and the later passes (the exponential, the scaling) run
+    from the cache while memory idles; the hardware prefetchers stop at 4 KiB pages and do
+    not run a whole 16 KiB row ahead. Spread over the compute-bound pass, the next row's
+    lines arrive while the core computes, and its first pass then reads the cache
+    (softmax 4096 x 4096 float32, one thread: 1.24-1.41x the copy-bound time -> 1.01-1.09x
+    in interleaved rounds at load 3.2-3.5 on 2 cores; layernorm and rmsnorm 20-35 %
+    faster). A prefetch never faults, so the lines past the last row cost one instruction
+    each; with a ragged last column tile the offset is a few columns past the next row's,
+    which only shifts which lines come early."""
+    s[st].prefetch(data, jo, n_jo)
 
 
 @template("softmax", default_args=(1024, 1024), flops=lambda M, N: 5.0 * M * N,
@@ -409,7 +443,7 @@ def softmax(M: int, N: int, dtype: str = "float32"):
     inv = te.compute((M,), lambda i: te.const(1.0, dtype) / sm[i], name="rowinv")
     out = te.compute((M, N), lambda i, j: ex[i, j] * inv[i], name="softmax")
     s = te.create_schedule(out.op)
-    _row_schedule(cfg, s, out, N, M * N * 4, [mx, sm], [ex], [inv])
+    _row_schedule(cfg, s, out, N, M * N * 4, [mx, sm], [ex], [inv], data=A)
     return s, [A, out]
 
 
@@ -441,7 +475,7 @@ def layernorm(M: int, N: int, dtype: str = "float32"):
     out = te.compute((M, N), lambda i, j: (A[i, j] - mean[i]) * rstd[i] * G[j] + Bt[j],
                      name="layernorm")
     s = te.create_schedule(out.op)
-    _row_schedule(cfg, s, out, N, M * N * 4, [mean, var], [], [rstd])
+    _row_schedule(cfg, s, out, N, M * N * 4, [mean, var], [], [rstd], data=A)
     return s, [A, G, Bt, out]
 
 
@@ -464,5 +498,5 @@ def rmsnorm(M: int, N: int, dtype: str = "float32"):
     rstd = te.compute((M,), lambda i: te.rsqrt(ms[i] + te.const(1e-6, dtype)), name="rstd")
     out = te.compute((M, N), lambda i, j: A[i, j] * rstd[i] * G[j], name="rmsnorm")
     s = te.create_schedule(out.op)
-    _row_schedule(cfg, s, out, N, M * N * 4, [ms], [], [rstd])
+    _row_schedule(cfg, s, out, N, M * N * 4, [ms], [], [rstd], data=A)
     return s, [A, G, out]

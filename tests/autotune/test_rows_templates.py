@@ -89,7 +89,34 @@ def test_default_is_the_fused_vectorized_schedule():
     assert "parallel" in text
     big = t.space((4096, 4096))
     s, tensors = t.instantiate(big.get(big.default_index()), (4096, 4096))
-    assert "!nontemporal" in polytile.build(s, tensors, target="llvm").get_source("ll")
+    ll = polytile.build(s, tensors, target="llvm").get_source("ll")
+    assert "!nontemporal" in ll and "llvm.prefetch" in ll
+
+
+@pytest.mark.parametrize("name,args", [("softmax", (3, 257)), ("softmax", (5, 1000)),
+                                       ("layernorm", (2, 4096)), ("rmsnorm", (3, 257))])
+def test_next_row_prefetch(name, args, monkeypatch):
+    """From STREAM_BYTES on (here 0: small sizes), the fused schedule prefetches the next
+    row of A in the first pass after the reductions that reads A (softmax: the exponential;
+    layernorm/rmsnorm: the output), one row of column tiles ahead; the values stay those of
+    numpy, ragged and prime row lengths included. Below STREAM_BYTES no prefetch."""
+    from polytile.autotune import templates_nn
+
+    t = get_template(name)
+    ins = _inputs(name, *args, np.random.default_rng(args[1]))
+    sp = t.space(args)
+    cfg = sp.get(sp.default_index())
+    s, tensors = t.instantiate(cfg, args)
+    assert "prefetch" not in str(polytile.lower(s, tensors))
+    monkeypatch.setattr(templates_nn, "STREAM_BYTES", 0)
+    sp = t.space(args)
+    cfg = sp.get(sp.default_index())
+    s, tensors = t.instantiate(cfg, args)
+    lines = [x for x in str(polytile.lower(s, tensors)).splitlines() if "prefetch" in x]
+    n_jo = -(-args[1] // cfg["tile_j"].size[-1])
+    assert len(lines) == 1 and lines[0].startswith(f"    for j.outer in range(0, {n_jo}):")
+    assert f"# pragma prefetch(A, offset={n_jo})" in lines[0], lines
+    _check(name, _run(t, cfg, args, ins), ins, args)
 
 
 def _special_rows(n):
