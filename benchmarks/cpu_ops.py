@@ -5,7 +5,8 @@ For softmax, layernorm and rmsnorm (4096 x 4096 float32), conv2d on ResNet-50 la
 prints one line per figure: the kernel's time (median of interleaved rounds, with the
 fastest round beside it), its rate (GB/s for the row kernels: bytes read + written; GFLOP/s
 for the others) and its ratios. polytile runs the template's default config (the hand
-schedule; ``polytile fast``: softmax's with ``te.fast_exp``); torch (when installed) runs
+schedule; ``polytile fast``: softmax's with ``te.fast_exp``; ``polytile -pf``: the row
+kernels' default without its next-row prefetch, as before issue 13); torch (when installed) runs
 through ``out=`` variants where it has them, so that no kernel pays for allocating its
 output; numpy runs single-threaded.
 
@@ -31,6 +32,7 @@ the figures are indicative only. Whole run: under 3 minutes. Run:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import importlib.util
 import os
@@ -293,6 +295,21 @@ def _line(kernel: str, th: int, impl: str, t: tuple, rate: str, extra: str, load
           f"{rate:>14s}  {extra}  [load {load}]", flush=True)
 
 
+@contextlib.contextmanager
+def _without_row_prefetch():
+    """Templates instantiated inside leave out the row kernels' next-row prefetch
+    (:func:`polytile.autotune.templates_nn._prefetch_next_row`), for the ``polytile -pf``
+    line: what the prefetch gains, in the same rounds."""
+    from polytile.autotune import templates_nn
+
+    keep = templates_nn._prefetch_next_row
+    templates_nn._prefetch_next_row = lambda *a: None
+    try:
+        yield
+    finally:
+        templates_nn._prefetch_next_row = keep
+
+
 def bench_rows(name: str, threads, rounds, bnd) -> None:
     """A row kernel beside numpy, torch and ``np.copyto`` of its input, all in the same
     interleaved rounds: the memory-bound time is the kernel's bytes (read + written) over
@@ -305,6 +322,8 @@ def bench_rows(name: str, threads, rounds, bnd) -> None:
     fns = {"polytile": run}
     if name == "softmax":  # the same schedule with te.fast_exp (3 ulp)
         fns["polytile fast"] = build_template(name, ROW_SHAPE, fast_exp=True)[0]
+    with _without_row_prefetch():  # the default as it was before the next-row prefetch
+        fns["polytile -pf"] = build_template(name, ROW_SHAPE)[0]
     fns["numpy"] = _rows_numpy(name, arrays)
     if torch is not None:
         fns["torch"] = _rows_torch(name, arrays)
