@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from polytile import te
+from polytile.te import dtype as dt
 
 from .template import get_config, template
 from .templates import _lane_filter
@@ -327,6 +328,12 @@ STREAM_BYTES = 8 << 20
 RED_LANES = (0, 16, 32, 64)
 
 
+#: Rows of at least this many bytes get the next-row prefetch (:func:`_prefetch_next_row`):
+#: shorter rows lie within a page of their neighbours, which the hardware prefetchers
+#: follow (rows of 64 float32, rmsnorm 131072 x 64: 4 % slower with it; 256: 6-12 % faster).
+PREFETCH_ROW_BYTES = 1024
+
+
 def _row_reduction(s, red, out, at, lanes: int) -> None:
     """Compute row reduction ``red`` (one row per value, one reduce axis) at loop ``at`` of
     ``out``. With ``lanes`` > 0 the reduce axis is split by ``lanes`` and factored out
@@ -354,9 +361,10 @@ def _row_schedule(cfg, s, out, N: int, nbytes: int, reductions, elementwise, sca
     pragma) when the knob says so. ``fuse_rows=False`` computes every stage apart over all
     rows instead (each a parallel loop; the reductions serial per row).
 
-    Not a knob: with fused rows and ``nbytes`` of at least :data:`STREAM_BYTES`, the
-    first stage after the reductions that reads ``data`` (the ``[M, N]`` input) prefetches
-    the next row of it (:func:`_prefetch_next_row`)."""
+    Not a knob: with fused rows, ``nbytes`` of at least :data:`STREAM_BYTES` and rows of at
+    least :data:`PREFETCH_ROW_BYTES`, the first stage after the reductions that reads
+    ``data`` (the ``[M, N]`` input) prefetches the next row of it
+    (:func:`_prefetch_next_row`)."""
     i, j = out.op.axis
     cfg.define_split("tile_i", i, num_outputs=2, max_factor=64, default=[-1, 1])
     cfg.define_split("tile_j", j, num_outputs=2, max_factor=64, filter=_lane_filter(N),
@@ -389,7 +397,8 @@ def _row_schedule(cfg, s, out, N: int, nbytes: int, reductions, elementwise, sca
             jo, ji = cfg["tile_j"].apply(s, st, st.op.axis[1])
             s[st].vectorize(ji)
             cols[st] = jo
-    if data is not None and cfg["fuse_rows"].val and nbytes >= STREAM_BYTES:
+    if data is not None and cfg["fuse_rows"].val and nbytes >= STREAM_BYTES \
+            and N * dt.nbytes(data.dtype) >= PREFETCH_ROW_BYTES:
         cols[out] = j0
         readers = [st for st in (*elementwise, out)
                    if any(t.op is data.op for t in st.op.input_tensors)]
@@ -409,11 +418,12 @@ def _prefetch_next_row(s, st, jo, data, n_jo: int) -> None:
     from the cache while memory idles; the hardware prefetchers stop at 4 KiB pages and do
     not run a whole 16 KiB row ahead. Spread over the compute-bound pass, the next row's
     lines arrive while the core computes, and its first pass then reads the cache
-    (softmax 4096 x 4096 float32, one thread: 1.24-1.41x the copy-bound time -> 1.01-1.09x
-    in interleaved rounds at load 3.2-3.5 on 2 cores; layernorm and rmsnorm 20-35 %
-    faster). A prefetch never faults, so the lines past the last row cost one instruction
-    each; with a ragged last column tile the offset is a few columns past the next row's,
-    which only shifts which lines come early."""
+    (one thread, CPU time of interleaved rounds on a busy 2-core VM, load 9-13: softmax
+    4096 x 4096 float32 1.36x -> 1.00x the copy-bound time, 2048 x 1024 0.66x the time,
+    256 x 65536 0.81x; rmsnorm 4096 x 4096 0.79x; rows of 64 floats 4 % slower, hence
+    :data:`PREFETCH_ROW_BYTES`). A prefetch never faults, so the lines past the last row
+    cost one instruction each; with a ragged last column tile the offset is a few columns
+    past the next row's, which only shifts which lines come early."""
     s[st].prefetch(data, jo, n_jo)
 
 
@@ -424,8 +434,9 @@ def softmax(M: int, N: int, dtype: str = "float32"):
     ``e * (1 / sum)``. The default config is the fused vectorized schedule: rows in
     parallel; per row (in the cache) the row max and the row sum as 64 lane-wise partial
     accumulators, ``exp`` vectorized (polytile's polynomial, 1 ulp), the output stored
-    with streaming stores from 8 MiB on. Subtracting the row max first keeps every
-    exponent <= 0 (no overflow; Milakov & Gimelshein 2018 fuse the max and the sum into one
+    with streaming stores from 8 MiB on, and from 8 MiB on the next row of A prefetched
+    while the exponential computes (:func:`_prefetch_next_row`). Subtracting the row max
+    first keeps every exponent <= 0 (no overflow; Milakov & Gimelshein 2018 fuse the max and the sum into one
     pass with rescaling instead, which costs a second exponential per element: with the
     row in the cache the separate passes are cheaper). Rows holding NaN or +inf give NaN
     rows, and rows of -inf too, as numpy does. The ``fast_exp`` knob (float32) takes

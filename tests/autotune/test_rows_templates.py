@@ -99,7 +99,8 @@ def test_next_row_prefetch(name, args, monkeypatch):
     """From STREAM_BYTES on (here 0: small sizes), the fused schedule prefetches the next
     row of A in the first pass after the reductions that reads A (softmax: the exponential;
     layernorm/rmsnorm: the output), one row of column tiles ahead; the values stay those of
-    numpy, ragged and prime row lengths included. Below STREAM_BYTES no prefetch."""
+    numpy, ragged and prime row lengths included. Below STREAM_BYTES, or with rows shorter
+    than PREFETCH_ROW_BYTES, no prefetch."""
     from polytile.autotune import templates_nn
 
     t = get_template(name)
@@ -117,6 +118,10 @@ def test_next_row_prefetch(name, args, monkeypatch):
     assert len(lines) == 1 and lines[0].startswith(f"    for j.outer in range(0, {n_jo}):")
     assert f"# pragma prefetch(A, offset={n_jo})" in lines[0], lines
     _check(name, _run(t, cfg, args, ins), ins, args)
+    short = (3, templates_nn.PREFETCH_ROW_BYTES // 4 - 1)  # rows under PREFETCH_ROW_BYTES
+    sp = t.space(short)
+    s, tensors = t.instantiate(sp.get(sp.default_index()), short)
+    assert "prefetch" not in str(polytile.lower(s, tensors))
 
 
 def _special_rows(n):
