@@ -436,12 +436,13 @@ def softmax(M: int, N: int, dtype: str = "float32"):
     accumulators, ``exp`` vectorized (polytile's polynomial, 1 ulp), the output stored
     with streaming stores from 8 MiB on, and from 8 MiB on the next row of A prefetched
     while the exponential computes (:func:`_prefetch_next_row`). Subtracting the row max
-    first keeps every exponent <= 0 (no overflow; Milakov & Gimelshein 2018 fuse the max and the sum into one
-    pass with rescaling instead, which costs a second exponential per element: with the
-    row in the cache the separate passes are cheaper). Rows holding NaN or +inf give NaN
-    rows, and rows of -inf too, as numpy does. The ``fast_exp`` knob (float32) takes
-    ``te.fast_exp`` (3 ulp; exponents below -87.7 give 0, whose true value is under
-    2**-126 anyway): a fifth less compute for a kernel that is compute-bound on one core."""
+    first keeps every exponent <= 0 (no overflow; Milakov & Gimelshein 2018 fuse the max
+    and the sum into one pass with rescaling instead, which costs a second exponential per
+    element, and a third in the output pass that then recomputes ``e``: with the row in
+    the cache the separate passes are cheaper). Rows holding NaN or +inf give NaN rows, and
+    rows of -inf too, as numpy does. The ``fast_exp`` knob (float32) takes ``te.fast_exp``
+    (3 ulp; exponents below -87.7 give 0, whose true value is under 2**-126 anyway): a
+    fifth less compute, which counts where the rows are in the cache."""
     cfg = get_config()
     cfg.define_knob("fast_exp", [False, True], default=False)
     exp = te.fast_exp if cfg["fast_exp"].val and dtype != "float64" else te.exp
