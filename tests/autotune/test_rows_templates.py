@@ -124,6 +124,19 @@ def test_next_row_prefetch(name, args, monkeypatch):
     assert "prefetch" not in str(polytile.lower(s, tensors))
 
 
+@pytest.mark.parametrize("n,lanes", [(64, 16), (512, 16), (1000, 32), (2048, 32),
+                                     (4096, 64)])
+def test_default_red_lanes_follow_the_row_length(n, lanes):
+    """Short rows get fewer partial accumulators by default (their serial combine costs
+    more than the longer dependence chains): the default config's partial buffers."""
+    for name in NAMES:
+        sp = get_template(name).space((3, n))
+        cfg = sp.get(sp.default_index())
+        assert cfg["red_lanes"].val == lanes
+        s, tensors = get_template(name).instantiate(cfg, (3, n))
+        assert f"float32[{lanes}, 1]" in str(polytile.lower(s, tensors))
+
+
 def _special_rows(n):
     rows = [np.full(n, 1e30), np.full(n, -3e38), np.linspace(-3e38, 3e38, n),
             np.where(np.arange(n) % 3 == 0, 88.0, -88.0), np.where(np.arange(n) == n // 2,
