@@ -126,14 +126,17 @@ def test_next_row_prefetch(name, args, monkeypatch):
 
 @pytest.mark.parametrize("n,lanes", [(64, 16), (1000, 32), (4096, 64)])
 def test_default_red_lanes_follow_the_row_length(n, lanes):
-    """Short rows get fewer partial accumulators by default (their serial combine costs
-    more than the longer dependence chains): the default config's partial buffers."""
+    """Short rows get fewer partial accumulators by default (their combine costs more than
+    the longer dependence chains), combined as a tree: the default config's buffers."""
     for name in NAMES:
         sp = get_template(name).space((3, n))
         cfg = sp.get(sp.default_index())
         assert cfg["red_lanes"].val == lanes
         s, tensors = get_template(name).instantiate(cfg, (3, n))
-        assert f"float32[{lanes}, 1]" in str(polytile.lower(s, tensors))
+        text = str(polytile.lower(s, tensors))
+        assert f".rf = alloc(float32[{lanes}, 1]" in text
+        # the partials combined as a tree of fan-in 4 (lanes / 4 partials next)
+        assert f".rf_1 = alloc(float32[{lanes // 4}, 1]" in text
 
 
 def _special_rows(n):
