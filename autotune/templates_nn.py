@@ -328,17 +328,6 @@ STREAM_BYTES = 8 << 20
 RED_LANES = (0, 16, 32, 64)
 
 
-def default_red_lanes(N: int) -> int:
-    """The default ``red_lanes`` for rows of ``N`` elements: 16 up to 512, 32 up to 2048,
-    else 64. Each reduction ends with a serial combine of its ``lanes`` partials (the
-    max's NaN-aware: four instructions a step), which short rows cannot repay: one
-    thread, CPU time, rows of 64 / 256 / 1024 / 4096 float32, softmax 4.0 / 1.85 / 1.14 /
-    1.00x the copy-bound time with 64 lanes, 1.82 / 1.14 / 1.12 / 1.10x with 16, 2.42 /
-    1.30 / 1.06 / 1.02x with 32; layernorm 2.42 / 1.28x (64 lanes) -> 0.90 / 0.77x (16) at
-    64 / 256 (load 12-14 on 2 cores, interleaved rounds)."""
-    return 16 if N <= 512 else 32 if N <= 2048 else 64
-
-
 #: Rows of at least this many bytes get the next-row prefetch (:func:`_prefetch_next_row`):
 #: shorter rows lie within a page of their neighbours, which the hardware prefetchers
 #: follow (rows of 64 float32, rmsnorm 131072 x 64: 4 % slower with it; 256: 6-12 % faster).
@@ -356,8 +345,12 @@ def _row_reduction(s, red, out, at, lanes: int) -> None:
     The partials are combined as a tree of fan-in 4 (a further ``rfactor`` per level,
     each a vector of a quarter of the partials: 64 -> 16 -> 4 -> 1), not one at a time:
     a serial chain of 64 dependent steps (the max's NaN-aware step is four instructions)
-    cost more than a short row's vector work (one thread, CPU time: softmax rows of 256
-    floats 1.22 -> 1.10x the copy-bound time, 64: 2.00 -> 1.87x, 4096: 1.03 -> 0.98x)."""
+    cost more than a short row's vector work. One thread, CPU time, interleaved rounds
+    (load 8-12 on 2 cores), rows of 64 / 256 / 1024 / 4096 float32: softmax 4.0 / 1.85 /
+    1.14 / 1.00x the copy-bound time with the serial combine, 1.87 / 1.00 / 0.98 / 0.98x
+    with the tree; layernorm 2.42 / 1.28x -> 0.86 / 0.73x at 64 / 256. With the tree, 64
+    lanes are as fast as 16 or 32 on every row length measured (16 was 2.2x faster than
+    64 on rows of 64 with the serial combine)."""
     if lanes:
         ko, ki = s[red].split(red.op.reduce_axis[0], factor=lanes)
         rf = s.rfactor(red, ki)
@@ -395,7 +388,7 @@ def _row_schedule(cfg, s, out, N: int, nbytes: int, reductions, elementwise, sca
     cfg.define_split("tile_j", j, num_outputs=2, max_factor=64, filter=_lane_filter(N),
                      default=[-1, 16])
     cfg.define_knob("fuse_rows", [True, False], default=True)
-    cfg.define_knob("red_lanes", list(RED_LANES), default=default_red_lanes(N))
+    cfg.define_knob("red_lanes", list(RED_LANES), default=64)
     cfg.define_knob("nontemporal", [False, True], default=nbytes >= STREAM_BYTES)
     i0, i1 = cfg["tile_i"].apply(s, out, i)
     j0, j1 = cfg["tile_j"].apply(s, out, j)
@@ -457,18 +450,18 @@ def _prefetch_next_row(s, st, jo, data, n_jo: int) -> None:
 def softmax(M: int, N: int, dtype: str = "float32"):
     """Row-wise softmax of A[M, N]: ``max``, ``e = exp(A - max)``, ``sum(e)``, then
     ``e * (1 / sum)``. The default config is the fused vectorized schedule: rows in
-    parallel; per row (in the cache) the row max and the row sum as lane-wise partial
-    accumulators (64 lanes on rows of more than 2048, :func:`default_red_lanes`), ``exp``
-    vectorized (polytile's polynomial, 1 ulp), the output stored
-    with streaming stores from 8 MiB on, and from 8 MiB on the next row of A prefetched
-    while the exponential computes (:func:`_prefetch_next_row`). Subtracting the row max
-    first keeps every exponent <= 0 (no overflow; Milakov & Gimelshein 2018 fuse the max
-    and the sum into one pass with rescaling instead, which costs a second exponential per
-    element, and a third in the output pass that then recomputes ``e``: with the row in
-    the cache the separate passes are cheaper). Rows holding NaN or +inf give NaN rows, and
-    rows of -inf too, as numpy does. The ``fast_exp`` knob (float32) takes ``te.fast_exp``
-    (3 ulp; exponents below -87.7 give 0, whose true value is under 2**-126 anyway): a
-    fifth less compute, which counts where the rows are in the cache."""
+    parallel; per row (in the cache) the row max and the row sum as 64 lane-wise partial
+    accumulators (combined as a tree, :func:`_row_reduction`), ``exp`` vectorized
+    (polytile's polynomial, 1 ulp), the output stored with streaming stores from 8 MiB on,
+    and from 8 MiB on the next row of A prefetched while the exponential computes
+    (:func:`_prefetch_next_row`). Subtracting the row max first keeps every exponent <= 0
+    (no overflow; Milakov & Gimelshein 2018 fuse the max and the sum into one pass with
+    rescaling instead, which costs a second exponential per element, and a third in the
+    output pass that then recomputes ``e``: with the row in the cache the separate passes
+    are cheaper). Rows holding NaN or +inf give NaN rows, and rows of -inf too, as numpy
+    does. The ``fast_exp`` knob (float32) takes ``te.fast_exp`` (3 ulp; exponents below
+    -87.7 give 0, whose true value is under 2**-126 anyway): a fifth less compute, which
+    counts where the rows are in the cache."""
     cfg = get_config()
     cfg.define_knob("fast_exp", [False, True], default=False)
     exp = te.fast_exp if cfg["fast_exp"].val and dtype != "float64" else te.exp
