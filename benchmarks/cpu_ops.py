@@ -6,7 +6,7 @@ prints one line per figure: the kernel's time (median of interleaved rounds, wit
 fastest round beside it), its rate (GB/s for the row kernels: bytes read + written; GFLOP/s
 for the others) and its ratios. polytile runs the template's default config (the hand
 schedule; ``polytile fast``: softmax's with ``te.fast_exp``; ``polytile -pf``: the row
-kernels' default without its next-row prefetch, as before issue 13); torch (when installed) runs
+kernels' default without its next-row prefetch); torch (when installed) runs
 through ``out=`` variants where it has them, so that no kernel pays for allocating its
 output; numpy runs single-threaded.
 
@@ -322,7 +322,7 @@ def bench_rows(name: str, threads, rounds, bnd) -> None:
     fns = {"polytile": run}
     if name == "softmax":  # the same schedule with te.fast_exp (3 ulp)
         fns["polytile fast"] = build_template(name, ROW_SHAPE, fast_exp=True)[0]
-    with _without_row_prefetch():  # the default as it was before the next-row prefetch
+    with _without_row_prefetch():  # what the next-row prefetch gains
         fns["polytile -pf"] = build_template(name, ROW_SHAPE)[0]
     fns["numpy"] = _rows_numpy(name, arrays)
     if torch is not None:
