@@ -436,10 +436,12 @@ def _prefetch_next_row(s, st, jo, data, n_jo: int) -> None:
     from the cache while memory idles; the hardware prefetchers stop at 4 KiB pages and do
     not run a whole 16 KiB row ahead. Spread over the compute-bound pass, the next row's
     lines arrive while the core computes, and its first pass then reads the cache
-    (one thread, CPU time of interleaved rounds on a busy 2-core VM, load 9-13: softmax
-    4096 x 4096 float32 1.36x -> 1.00x the copy-bound time, 2048 x 1024 0.66x the time,
-    256 x 65536 0.81x; rmsnorm 4096 x 4096 0.79x; rows of 64 floats 4 % slower, hence
-    :data:`PREFETCH_ROW_BYTES`). A prefetch never faults, so the lines past the last row
+    (``benchmarks/cpu_ops.py``, wall clock, load 2 on the 2-core VM, 4096 x 4096 float32,
+    1 / 2 threads, the copy-bound time's multiple without -> with: softmax 1.36 / 1.38 ->
+    0.96 / 0.98, layernorm 0.99 / 0.99 -> 0.85 / 0.85, rmsnorm 1.00 / 1.03 -> 0.75 / 0.77;
+    one thread, CPU time, load 9-13: softmax 2048 x 1024 0.66x the time, 256 x 65536
+    0.81x; rows of 64 floats 4 % slower, hence :data:`PREFETCH_ROW_BYTES`). Prefetching
+    in layernorm's variance pass instead of its output pass was no faster than none. A prefetch never faults, so the lines past the last row
     cost one instruction each; with a ragged last column tile the offset is a few columns
     past the next row's, which only shifts which lines come early."""
     s[st].prefetch(data, jo, n_jo)
