@@ -441,9 +441,10 @@ def _prefetch_next_row(s, st, jo, data, n_jo: int) -> None:
     0.96 / 0.98, layernorm 0.99 / 0.99 -> 0.85 / 0.85, rmsnorm 1.00 / 1.03 -> 0.75 / 0.77;
     one thread, CPU time, load 9-13: softmax 2048 x 1024 0.66x the time, 256 x 65536
     0.81x; rows of 64 floats 4 % slower, hence :data:`PREFETCH_ROW_BYTES`). Prefetching
-    in layernorm's variance pass instead of its output pass was no faster than none. A prefetch never faults, so the lines past the last row
-    cost one instruction each; with a ragged last column tile the offset is a few columns
-    past the next row's, which only shifts which lines come early."""
+    in layernorm's variance pass instead of its output pass was no faster than none. A
+    prefetch never faults, so the lines past the last row cost one instruction each; with
+    a ragged last column tile the offset is a few columns past the next row's, which only
+    shifts which lines come early."""
     s[st].prefetch(data, jo, n_jo)
 
 
