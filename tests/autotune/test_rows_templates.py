@@ -95,21 +95,16 @@ def test_default_is_the_fused_vectorized_schedule():
 
 @pytest.mark.parametrize("name,args", [("softmax", (3, 257)), ("softmax", (5, 1000)),
                                        ("layernorm", (2, 4096)), ("rmsnorm", (3, 257))])
-def test_next_row_prefetch(name, args, monkeypatch):
-    """From STREAM_BYTES on (here 0: small sizes), the fused schedule prefetches the next
-    row of A in the first pass after the reductions that reads A (softmax: the exponential;
-    layernorm/rmsnorm: the output), one row of column tiles ahead; the values stay those of
-    numpy, ragged and prime row lengths included. Below STREAM_BYTES, or with rows shorter
-    than PREFETCH_ROW_BYTES, no prefetch."""
+def test_next_row_prefetch(name, args):
+    """The fused schedule prefetches the next row of A in the first pass after the
+    reductions that reads A (softmax: the exponential; layernorm/rmsnorm: the output), one
+    row of column tiles ahead; the values stay those of numpy, ragged and prime row
+    lengths included. Rows shorter than PREFETCH_ROW_BYTES, and the unfused schedule
+    (fuse_rows=False), get no prefetch."""
     from polytile.autotune import templates_nn
 
     t = get_template(name)
     ins = _inputs(name, *args, np.random.default_rng(args[1]))
-    sp = t.space(args)
-    cfg = sp.get(sp.default_index())
-    s, tensors = t.instantiate(cfg, args)
-    assert "prefetch" not in str(polytile.lower(s, tensors))
-    monkeypatch.setattr(templates_nn, "STREAM_BYTES", 0)
     sp = t.space(args)
     cfg = sp.get(sp.default_index())
     s, tensors = t.instantiate(cfg, args)
@@ -118,6 +113,10 @@ def test_next_row_prefetch(name, args, monkeypatch):
     assert len(lines) == 1 and lines[0].startswith(f"    for j.outer in range(0, {n_jo}):")
     assert f"# pragma prefetch(A, offset={n_jo})" in lines[0], lines
     _check(name, _run(t, cfg, args, ins), ins, args)
+    unfused = next(sp.get(k) for k in range(len(sp))
+                   if sp.get(k).knob_values() == dict(cfg.knob_values(), fuse_rows=False))
+    s, tensors = t.instantiate(unfused, args)
+    assert "prefetch" not in str(polytile.lower(s, tensors))
     short = (3, templates_nn.PREFETCH_ROW_BYTES // 4 - 1)  # rows under PREFETCH_ROW_BYTES
     sp = t.space(short)
     s, tensors = t.instantiate(sp.get(sp.default_index()), short)
