@@ -170,6 +170,28 @@ def _gpu_run(s, args, inputs, out_shape):
     return out
 
 
+def test_gpu_stage_attached_inside_a_shared_copy_at_a_thread_loop():
+    """A producer computed inside a shared copy that is attached at a loop bound to
+    threadIdx.x: the copy's buffer is the block's (its thread loops relaxed) and its code
+    runs outside those loops, so the producer inside it too. The producer kept the thread
+    loop among its loops and was refused ("stage 'P.shared' reads 'P' from a shared
+    buffer that does not vary with the loops"; the kind of fuzz seed cuda 80008, there a
+    vthread loop around a cross-thread reduction's shared partials)."""
+    n = 37
+    A = te.placeholder((n,), name="A")
+    P = te.compute((n,), lambda i: A[i] * 2.0, name="P")
+    C = te.compute((n,), lambda i: P[i] + P[n - 1 - i] * 0.5, name="C")
+    s = te.create_schedule(C.op)
+    S = s.cache_read(P, "shared", [C])
+    o, i = s[C].split(C.op.axis[0], factor=8)
+    s[C].bind(o, te.thread_axis("blockIdx.x"))
+    s[C].bind(i, te.thread_axis("threadIdx.x"))
+    s[S].compute_at(s[C], i)
+    s[P].compute_at(s[S], S.op.axis[0])
+    a = np.random.default_rng(5).uniform(-1, 1, n).astype("float32")
+    np.testing.assert_array_equal(_gpu_run(s, [A, C], [a], (n,)), 2 * a + a[::-1])
+
+
 def test_gpu_local_cache_with_its_loop_bound_to_threads():
     """A 'local' cache stage whose loop is bound to threadIdx.x inside a threadIdx.x-bound
     consumer: each thread would read another thread's registers (fuzz seed cuda 2 of an
