@@ -324,8 +324,26 @@ def test_nested_unrolls_build_in_seconds():
     assert res.returncode == 0, res.stderr[-2000:]
 
 
+def _fused_bound_transpose(shape: tuple, threads: int):
+    """``T[t0, t1, t2] = A[t2, t0, t1]`` for ``A`` of ``shape``, its loops fused into one
+    (``t2`` outermost), split by ``threads`` and bound to blocks and threads (fuzz seed
+    cuda 89); returns ``(s, A, T)``."""
+    A = te.placeholder(shape, name="A")
+    T = te.compute((shape[1], shape[2], shape[0]), lambda t0, t1, t2: A[t2, t0, t1],
+                   name="T")
+    s = te.create_schedule(T.op)
+    t0, t1, t2 = T.op.axis
+    f = s[T].fuse(t0, t1)
+    s[T].reorder(t2, f)
+    o, i = s[T].split(s[T].fuse(t2, f), factor=threads)
+    s[T].bind(o, te.thread_axis("blockIdx.x"))
+    s[T].bind(i, te.thread_axis("threadIdx.x"))
+    return s, A, T
+
+
 def _every_leaf_under_a_band(node) -> bool:
-    """Whether every leaf of the isl schedule (sub)tree ``node`` has a band above it."""
+    """Whether every leaf of the isl schedule (sub)tree ``node`` has a band above it (the
+    test's own walk, not ``tree._banded``, which the code under test relies on)."""
     import islpy as isl
 
     t = node.get_type()
@@ -356,30 +374,14 @@ def test_gpu_lowering_of_a_fused_and_bound_transpose_takes_seconds(monkeypatch):
         return sched
 
     monkeypatch.setattr(astgen, "build_schedule", checked)
-    A = te.placeholder((23, 29, 29), name="A")
-    T = te.compute((29, 29, 23), lambda t0, t1, t2: A[t2, t0, t1], name="T")
-    s = te.create_schedule(T.op)
-    t0, t1, t2 = T.op.axis
-    f = s[T].fuse(t0, t1)
-    s[T].reorder(t2, f)
-    o, i = s[T].split(s[T].fuse(t2, f), factor=128)
-    s[T].bind(o, te.thread_axis("blockIdx.x"))
-    s[T].bind(i, te.thread_axis("threadIdx.x"))
+    s, A, T = _fused_bound_transpose((23, 29, 29), 128)
     start = time.perf_counter()
     polytile.lower(s, [A, T])
     assert time.perf_counter() - start < 10.0   # 0.06-0.2 s, ~0.9 s cold on a busy VM
 
 
 def test_gpu_fused_and_bound_transpose_values():
-    A = te.placeholder((5, 7, 3), name="A")
-    T = te.compute((7, 3, 5), lambda t0, t1, t2: A[t2, t0, t1], name="T")
-    s = te.create_schedule(T.op)
-    t0, t1, t2 = T.op.axis
-    f = s[T].fuse(t0, t1)
-    s[T].reorder(t2, f)
-    o, i = s[T].split(s[T].fuse(t2, f), factor=32)
-    s[T].bind(o, te.thread_axis("blockIdx.x"))
-    s[T].bind(i, te.thread_axis("threadIdx.x"))
+    s, A, T = _fused_bound_transpose((5, 7, 3), 32)
     a = np.arange(105, dtype="float32").reshape(5, 7, 3) * 0.5 - 9
     np.testing.assert_array_equal(_gpu_run(s, [A, T], [a], (7, 3, 5)), a.transpose(1, 2, 0))
 
