@@ -146,6 +146,8 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
     ("cuda", 80208): "a cross-thread reduction with rows on threadIdx.y whose outer loop is "
                      "split into blocks and vthread refused ('neither an axis nor the inner "
                      "loop of a split')",
+    ("cuda", 80148): "a crash: the thread roles compared a symbolic grid extent (ceil(n1 / "
+                     "3) blocks) with 1 in Python, then printed it into isl text unparsed",
 }
 #: FIXED_FAULTS whose fault was a refusal of a schedule that computes its definition:
 #: they must now build and give the right values

@@ -192,6 +192,36 @@ def test_gpu_stage_attached_inside_a_shared_copy_at_a_thread_loop():
     np.testing.assert_array_equal(_gpu_run(s, [A, C], [a], (n,)), 2 * a + a[::-1])
 
 
+def test_gpu_cross_thread_partials_outside_a_symbolic_grid_dimension():
+    """TVM's cross-thread idiom whose rfactor partial is computed at the row loop bound to
+    blockIdx.y, outside the blockIdx.x loop of ``ceil(n1 / 3)`` blocks (a symbolic grid
+    dimension): the thread roles compared that extent with 1 in Python (a crash,
+    "symbolic expression has no truth value"), then printed it into isl text unparsed
+    (fuzz seed cuda 80148); the interpreter did not size the partials' dynamic shared
+    buffer. 3 x 7 rows of 5 terms."""
+    from polytile.schedule import interpreter
+
+    n0, n1 = te.size_var("n0"), te.size_var("n1")
+    A = te.placeholder((5, n0, n1), name="A")
+    k = te.reduce_axis((0, 5), name="k")
+    R = te.compute((n0, n1), lambda i, j: te.sum(A[k, i, j] * 0.5, axis=k), name="R")
+    s = te.create_schedule(R.op)
+    _, ki = s[R].split(k, factor=4)
+    RF = s.rfactor(R, ki)
+    s[R].bind(s[R].op.reduce_axis[0], te.thread_axis("threadIdx.x"))
+    i, j = R.op.axis
+    s[R].bind(i, te.thread_axis("blockIdx.y"))
+    jo, ji = s[R].split(j, factor=3)
+    s[R].bind(ji, te.thread_axis("threadIdx.y"))
+    s[R].bind(jo, te.thread_axis("blockIdx.x"))
+    s[RF].compute_at(s[R], i)
+    a = np.random.default_rng(2).uniform(-1, 1, (5, 3, 7)).astype("float32")
+    out = np.full((3, 7), np.nan, "float32")
+    interpreter.run(polytile.lower(s, [A, R]), a, out)
+    ref = a.astype(np.float64).sum(0) * 0.5
+    assert (np.abs(out - ref) <= 2.0 ** -24 * 5 * np.abs(a).sum(0) + 1e-7).all(), (out, ref)
+
+
 def test_gpu_local_cache_with_its_loop_bound_to_threads():
     """A 'local' cache stage whose loop is bound to threadIdx.x inside a threadIdx.x-bound
     consumer: each thread would read another thread's registers (fuzz seed cuda 2 of an
