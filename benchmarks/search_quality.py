@@ -83,29 +83,32 @@ takes pools cut short as they are; no GPU needed)::
     python benchmarks/search_quality.py --target "cuda -arch=sm_90a" --templates matmul \
         --pool 500 --seeds 32 --trials 4 8 16 --no-measure --cache sq_gpu --plot sq_png
 
-H200 pools in ``benchmarks/pools`` (sm_90a, 2026-12-02; measured 35-48 s each at
-checkpoint 1: fp32 GEMM 2048^3 57 of its 282 searched configs, softmax fp16 4096^2 51 of
-127, fp16 tensor-core GEMM 2048^3 57 of 421), replayed with ``--seeds 32 --trials 2 4 8
-16 --no-measure --cache benchmarks/pools`` (fraction of the pool's best, mean over
+H200 pools in ``benchmarks/pools`` (sm_90a, 2026-12-02; measured in two device runs of
+about 75 s each: fp32 GEMM 2048^3 113 of its 282 searched configs, softmax fp16 4096^2
+85 of 127, fp16 tensor-core GEMM 2048^3 93 of 421), replayed with ``--seeds 32 --trials
+2 4 8 16 --no-measure --cache benchmarks/pools`` (fraction of the pool's best, mean over
 seeds; k <= 8 is the model tuner's first batch, half neighbours of the default config,
 half random)::
 
                  k:   1      2      4      8      16     32     model@16 vs random@64
-    fp32 GEMM model 0.615  0.699  0.871  0.923  0.988  1.000   0.988 vs 1.000
-             random 0.538  0.739  0.888  0.927  0.972  0.989
-    softmax  model  0.856  0.935  0.972  0.993  0.998  1.000   0.998 vs 1.000
-      fp16   random 0.830  0.932  0.962  0.991  0.996  0.998
-    fp16 GEMM model 0.672  0.773  0.840  0.885  0.947  0.978   0.947 vs 1.000
-             random 0.672  0.773  0.840  0.885  0.932  0.973
+    fp32 GEMM model 0.594  0.767  0.909  0.941  0.979  0.996   0.979 vs 0.995
+             random 0.567  0.787  0.880  0.933  0.961  0.974
+    softmax  model  0.874  0.956  0.975  0.991  0.998  1.000   0.998 vs 1.000
+      fp16   random 0.878  0.951  0.984  0.994  0.997  0.999
+    fp16 GEMM model 1.000  1.000  1.000  1.000  1.000  1.000   1.000 vs 0.890
+             random 0.449  0.511  0.568  0.597  0.675  0.772
 
-The model tuner is ahead of random search once it picks (k > 8) on all three, within a
-point or two; nowhere 4x as sample-efficient (random@4N covers most of a 51-57 config
-pool). Two GPU feature faults were found and fixed on these pools: the knob model saw a
-GEMM's ``tile`` as its index among 2208 tiles (Spearman rho of its ranking 0.14-0.21,
+(fp16 GEMM: the pool's one wgmma config, 0.034 ms against 0.052 ms for the best
+mma.sync one, is a one-knob neighbour of the default, which the first batch tries.)
+
+The model tuner is ahead of random search once it picks (k > 8) on the fp32 GEMM (1-2
+points) and even on softmax; 4x as sample-efficient only on the fp16 GEMM (random@4N
+covers much of an 85-113 config pool). Two GPU feature faults were found and fixed on
+these pools: the knob model saw a GEMM's ``tile`` as its index among 2208 tiles (Spearman rho of its ranking 0.14-0.21,
 now 0.44-0.80 from 8-32 configs), and the loop-IR features of a tensor-core GEMM
 described a shared-memory copy loop (the MMA calls hold no Store; rho 0.36-0.69, now
-0.39-0.72). The fp32 GEMM's first batch trails random at k = 2-8: 11 of the pool's 57
-configs are one-knob neighbours of the (unpooled) default, 2 of which fail to build.
+0.39-0.72). The fp32 GEMM's first batch trails random at k = 2-3: many of the pool's
+one-knob neighbours of the (unpooled) default are slow or fail to build.
 
 Why an earlier run measured none of 24 fp32 GEMM configs in its time (2026-12-02): a
 pool was saved only after each batch of 16 builds, and a batch took as long as its
