@@ -749,8 +749,8 @@ def test_unverifiable_loop_nest_is_refused_not_hung(monkeypatch):
     polytile.build(*tiled())(a, out)   # checked by enumeration: 35 points
     np.testing.assert_array_equal(out, a * 2)
     monkeypatch.setattr(ast_check, "CONCRETE_STEPS", 10)
-    with pytest.raises(polytile.LoweringError, match=r"lower: the loop nest of stages "
-                                                     r"\['B'\] could not be generated and verified"):
+    with pytest.raises(polytile.LoweringError, match=r"lower: the loop nest of stages \['B'\] "
+                                                     r"could not be generated and verified"):
         polytile.lower(*tiled())
 
 
