@@ -176,8 +176,10 @@ class Seq(Stmt):
     stmts: tuple
 
     def __post_init__(self):
-        for x in self.stmts:
-            _require_stmt(self, "stmts", x)
+        # (one check for the thousand statements of an unrolled kernel, rebuilt by each pass)
+        if not all([isinstance(x, Stmt) for x in self.stmts]):
+            for x in self.stmts:
+                _require_stmt(self, "stmts", x)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
