@@ -86,6 +86,7 @@ from .passes.simplify import Simplifier, simplify
 from .passes.software_pipeline import (software_pipeline, software_pipeline_bounded,
                                        software_pipeline_synchronous)
 from .passes.storage import allocate_intermediates, flatten_storage
+from .passes.storage import forget as forget_buffers
 from .rfactor import lower_cross_thread_reductions
 from .schedule import Schedule
 from .sizes import bind as bind_sizes
@@ -420,6 +421,7 @@ def lower(sch: Schedule, args, name: str = "main", target: str | Target | None =
             _run_phases(state, PHASES[:last + 1], show, name, timings)
     finally:
         forget_simplified()
+        forget_buffers()
     log.debug("lowered %s for %s in %.3f s", name, tgt, time.perf_counter() - t_all)
     return state.func
 

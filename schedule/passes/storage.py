@@ -14,6 +14,19 @@ from ..loop_ir import (AccessPtr, Allocate, Buffer, For, KernelLaunch, LetStmt, 
 from ..tensorize import lower_tensor_call
 
 
+#: The results of :func:`_buffers_used` by statement id (each entry holds its statement, so
+#: the id is not reused): ``allocate_intermediates`` asks for a kernel's body, which
+#: ``pack_int4`` meets again inside the allocated function. The order of first use is
+#: compositional, so a walk takes a known subtree's list as it is. Emptied by
+#: :func:`forget` when a lowering ends.
+_USED: dict = {}
+
+
+def forget() -> None:
+    """Empty the memo of this module (``lower`` calls it when a lowering ends)."""
+    _USED.clear()
+
+
 def _buffers_used(s: Stmt, launches: dict | None = None) -> list[Buffer]:
     """The buffers ``s`` stores to, calls or loads from, in order of first use. With
     ``launches``, also the list of each ``KernelLaunch`` inside, by ``id`` (one walk for
@@ -23,8 +36,14 @@ def _buffers_used(s: Stmt, launches: dict | None = None) -> list[Buffer]:
     loads: list = []
     stack = [s]
     pop = stack.pop
+    known = _USED if launches is None else {}   # (a known kernel's launch is not listed)
     while stack:
         x = pop()
+        hit = known.get(id(x))
+        if hit is not None and hit[0] is x:
+            for b in hit[1]:
+                out.setdefault(id(b), b)
+            continue
         if x.__class__ is Store:
             # (most statements of an unrolled kernel: stmt_exprs and child_stmts inline)
             out.setdefault(id(x.buffer), x.buffer)
@@ -53,7 +72,9 @@ def _buffers_used(s: Stmt, launches: dict | None = None) -> list[Buffer]:
                 out.setdefault(id(ld.buffer), ld.buffer)
             loads.clear()
         stack.extend(reversed(child_stmts(x)))
-    return list(out.values())
+    res = list(out.values())
+    _USED[id(s)] = (s, res)
+    return res
 
 
 def allocate_intermediates(func: PrimFunc, limits: DeviceLimits) -> PrimFunc:
@@ -332,12 +353,15 @@ class _Flatten(StmtMutator):
         return self.ex.visit(e)
 
     def visit_Store(self, s: Store):
-        s = self.generic_visit(s)
-        key = (id(s.buffer), tuple([id(i) for i in s.indices]))
+        # the value, then the indices (the order of generic_visit), one store built
+        visit = self.ex.visit
+        value = visit(s.value)
+        idx = tuple([visit(i) if isinstance(i, Expr) else i for i in s.indices])
+        key = (id(s.buffer), tuple([id(i) for i in idx]))
         hit = self.stores.get(key)
         if hit is None:   # (the entry holds the buffer and indices: their ids stay theirs)
-            hit = self.stores[key] = (s.buffer, s.indices, self.ex.flat(s.buffer, s.indices))
-        return Store(s.buffer, hit[2], s.value)
+            hit = self.stores[key] = (s.buffer, idx, self.ex.flat(s.buffer, idx))
+        return Store(s.buffer, hit[2], value)
 
     def visit_TensorCall(self, s: TensorCall):
         s = self.generic_visit(s)
