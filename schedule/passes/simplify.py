@@ -164,10 +164,12 @@ class Simplifier(ExprMutator):
         return _Memo.visit(self, e)
 
     def simplified(self, e: Expr) -> Expr:
-        """``visit(e)``, its result remembered as its own simplification: a node built
-        around the result and met by a later visit is not rebuilt. (The result of a visit
-        is a fixed point: either a node of the input that the visit kept, or a new node
-        that nothing else holds.)"""
+        """``visit(e)``, the result also remembered as the simplification of itself: a
+        later visit of a node built around it (the load ``flatten_storage`` builds with
+        it) keeps that node as it is, where a visit of the node built around ``e`` would
+        have built the same node around the same result. (The result is a node of the
+        input that its visit kept, so its own simplification, or a new node that nothing
+        else holds.)"""
         out = self.visit(e)
         if out.__class__ is not Var and out.__class__ is not Const:
             memo = self.__dict__.setdefault("_memo", {})
