@@ -107,8 +107,9 @@ covers much of an 85-113 config pool). Two GPU feature faults were found and fix
 these pools: the knob model saw a GEMM's ``tile`` as its index among 2208 tiles
 (Spearman rho of its ranking 0.14-0.21, now 0.44-0.80 from 8-32 configs), and the
 loop-IR features of a tensor-core GEMM described a shared-memory copy loop (the MMA
-calls hold no Store; rho 0.36-0.69, now 0.39-0.72). The fp32 GEMM's first batch trails random at k = 2-3: many of the pool's
-one-knob neighbours of the (unpooled) default are slow or fail to build.
+calls hold no Store; rho 0.36-0.69, now 0.39-0.72). The fp32 GEMM's first batch trails
+random at k = 2-3: many of the pool's one-knob neighbours of the (unpooled) default are
+slow or fail to build.
 
 Why an earlier run measured none of 24 fp32 GEMM configs in its time (2026-12-02): a
 pool was saved only after each batch of 16 builds, and a batch took as long as its
