@@ -65,7 +65,7 @@ def test_gpu_bytes_per_level_and_bank_conflicts_of_the_tutorial_gemm():
     # stages and group knobs; a record without them loads as this config)
     glob, shared, local, bank_mean, bank_max, sectors = _gpu_memory(
         {"tile": [128, 128, 16, 8, 8], "vec": 4, "unroll_k": True})
-    blocks, threads = 4, 256
+    blocks = 4   # of 256 threads each
     a_b = 2 * (128 * 16) * 16 * blocks * 4      # A and B tiles: 16 k steps, 4 blocks
     c = 256 * 256 * 4
     assert glob == pytest.approx(math.log2(1 + a_b + c))
