@@ -419,6 +419,8 @@ FLOAT16_DEFAULTS = {"softmax": [128, 8, 1, 2, 0], "layernorm": [256, 8, 1, 2, 1]
 #: float32, the same way: softmax 0.0354 ms = 0.92x the copy bound (the staged default:
 #: 0.0359 ms, 0.91x), layernorm 0.0361 ms = 0.90x (staged: 0.0371 ms, 0.88x)
 FLOAT32_DEFAULTS = {"softmax": [256, 4, 1, 2, 1], "layernorm": [128, 4, 1, 2, 1]}
+#: dtypes whose layernorm default computes its statistics in one pass (knob ``stats`` = 1)
+ONE_PASS_DTYPES: tuple = ()
 
 
 def _row_knobs(cfg, M: int, N: int, dtype: str, name: str = "", params: int = 0) -> tuple:
@@ -483,7 +485,7 @@ def _param_reader(P: te.Tensor, layout: tuple) -> tuple:
 
 
 def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
-                param_regs=()) -> None:
+                param_regs=(), pre=()) -> None:
     """One kernel for a row-wise normalisation ``out[M, N]``; ``layout`` is ``(threads,
     vec, rows, shared, local)`` (:func:`row_layouts`): ``rows`` rows per block
     (``blockIdx.x``, rows on ``threadIdx.y``), each row's ``reductions`` (``[M]``, in order)
@@ -498,7 +500,11 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
     (:func:`_row_reader`), each thread's part of it read once into registers by 16-byte
     loads; else every pass reads global memory (the second and third from L1/L2).
     ``param_regs`` (``shared`` = 3, :func:`_param_reader`): per-column vectors each thread
-    keeps its part of in registers, loaded at the block's row loop."""
+    keeps its part of in registers, loaded at the block's row loop. ``pre``: per-row
+    values (``[M]``, no reduction; layernorm's shift) the reductions read, computed at the
+    block's row loop by every thread into a register (one row per block), or by the
+    row's threads into shared memory (several rows: a ``local`` buffer's loops may not be
+    bound to ``threadIdx.y``)."""
     nt, vec, rows, shared, local = layout
     tx, ty = _tx(), _ty()
     OL = s.cache_write(out, "local")
@@ -559,6 +565,11 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
         s[c].compute_at(s[OL], OL.op.axis[0])
         if vec > 1:
             s[c].vectorize(c.op.axis[-1])
+    for p in pre:
+        if rows > 1:
+            s[p].bind(s[p].split(p.op.axis[0], factor=rows)[1], ty)
+        s[p].compute_at(s[out], io)
+        s[p].set_scope("local" if rows == 1 else "shared")
     for red in reductions:
         k0, kv = s[red].split(red.op.reduce_axis[0], factor=vec)
         ko, kt = s[red].split(k0, factor=nt)
@@ -631,14 +642,40 @@ def _layernorm_reference(a, g, b, *, args=()):
     return (x - mu) / np.sqrt(var + 1e-5) * g + b
 
 
+#: The combiner of layernorm's one-pass statistics: the row's sum and sum of squares as
+#: one tuple reduction (one cross-thread combine, both elements shuffled together).
+SUM_SUMSQ = te.comm_reducer(lambda x, y: (x[0] + y[0], x[1] + y[1]),
+                            lambda t0, t1: (te.const(0, t0), te.const(0, t1)),
+                            name="sum_sumsq")
+
+
 @template("layernorm", target="cuda", default_args=(1024, 1024),
           flops=lambda M, N: 8.0 * M * N, reference=_layernorm_reference)
 def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     """Layer normalisation of the rows of A[M, N] with gamma and beta (epsilon 1e-5) on the
-    GPU in one kernel (:func:`_fused_rows`): the mean, the variance of ``A - mean`` (two
-    passes: no cancellation), then the normalised row; statistics in float32."""
+    GPU in one kernel (:func:`_fused_rows`); statistics in float32. Knob ``layout``
+    (:func:`row_layouts`) and knob ``stats``:
+
+    * 0: the mean, then the variance of ``A - mean``: two cross-thread reductions, each
+      with its combine and barriers; no cancellation.
+    * 1: one pass: the shifted sums ``S1 = sum(d)``, ``S2 = sum(d * d)`` of ``d = A[i, j]
+      - c`` with ``c = A[i, 0]``, as one tuple reduction (:data:`SUM_SUMSQ`: one combine,
+      one barrier round); ``mean = c + S1 / N``, ``var = max(S2 / N - (S1 / N)^2, 0)``.
+      Rounding: with ``g`` = ``(N / threads + log2(threads) + 2) * 2^-24`` (the float32
+      additions on the longest path of a sum), ``|var' - var| <= 3 g (var + (mean -
+      c)^2)`` up to second order, so the relative error of the variance is at most ``3 g
+      (1 + z^2)``, ``z = (c - mean) / std`` the first element's distance from the mean in
+      standard deviations (the shift keeps a large common offset out of the sums:
+      without it ``z`` would be ``mean / std``). 4096-element rows over 256 threads: ``g``
+      = 1.5e-6, 4.6e-6 (1 + z^2) relative, below a float16 half-ulp (2.4e-4 relative on the
+      output, half that of the variance) for ``|z| <= 7``.
+      Reference: Chan, Golub & LeVeque, "Algorithms for computing the sample variance"
+      (1983), on shifted sums.
+    """
     cfg = get_config()
     layout = _row_knobs(cfg, M, N, dtype, "layernorm", params=2)
+    cfg.define_knob("stats", [0, 1], default=int(dtype in ONE_PASS_DTYPES), legacy=0)
+    one_pass = cfg["stats"].val == 1
     A = te.placeholder((M, N), name="A", dtype=dtype)
     G = te.placeholder((N,), name="gamma", dtype=dtype)
     Bt = te.placeholder((N,), name="beta", dtype=dtype)
@@ -648,19 +685,45 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     k2 = te.reduce_axis((0, N), name="k2")
     inv_n = te.const(1.0 / N, "float32")
     X, regs = _row_reader(A, layout)
-    mean = te.compute((M,), lambda i: te.sum(_f32(X(i, k1)) * inv_n, axis=k1), name="mean")
-    var = te.compute((M,), lambda i: te.sum((_f32(X(i, k2)) - mean[i])
-                                            * (_f32(X(i, k2)) - mean[i]) * inv_n, axis=k2),
-                     name="var")
+    pre = []
+    if one_pass:
+        shift = te.compute((M,), lambda i: _f32(A[i, 0]), name="shift")
+        pre.append(shift)
+
+        def moments(i):
+            d = _f32(X(i, k1)) - shift[i]
+            return SUM_SUMSQ((d, d * d), axis=k1)
+
+        s1, s2 = te.compute((M,), moments, name="moments")
+        reductions = (s1,)
+
+        def mean(i):
+            return shift[i] + s1[i] * inv_n
+
+        def var(i):
+            m1 = s1[i] * inv_n
+            return te.max(s2[i] * inv_n - m1 * m1, te.const(0.0, "float32"))
+    else:
+        mu = te.compute((M,), lambda i: te.sum(_f32(X(i, k1)) * inv_n, axis=k1), name="mean")
+        vr = te.compute((M,), lambda i: te.sum((_f32(X(i, k2)) - mu[i])
+                                               * (_f32(X(i, k2)) - mu[i]) * inv_n, axis=k2),
+                        name="var")
+        reductions = (mu, vr)
+
+        def mean(i):
+            return mu[i]
+
+        def var(i):
+            return vr[i]
     # beta and gamma first: the stages of their registers (shared = 3) come before the
     # reductions' at the block's row loop (stages attached at one loop keep the order in
     # which the output's definition reads them), so their loads overlap the reductions
     out = te.compute((M, N), lambda i, j: (_f32(b(j)) + _f32(g(j)) * (
-        (_f32(X(i, j)) - mean[i]) * te.rsqrt(var[i] + te.const(1e-5, "float32"))))
+        (_f32(X(i, j)) - mean(i)) * te.rsqrt(var(i) + te.const(1e-5, "float32"))))
         .astype(dtype), name="layernorm")
     s = te.create_schedule(out.op)
-    _fused_rows(s, out, (mean, var), layout, regs,
-                [r for r in (g_regs, b_regs) if r is not None])
+    _fused_rows(s, out, reductions, layout, regs,
+                [r for r in (g_regs, b_regs) if r is not None], pre=pre)
     return s, [A, G, Bt, out]
 
 

@@ -18,7 +18,9 @@ Run on the GPU machine::
         --layouts 128,8,1,2,1 128,4,1,0,0
 
 One line per config: median time, spread, bandwidth (bytes read + written over the time)
-against the copy bound, the ratio to torch.
+against the copy bound, the ratio to torch. Each layout is timed with every value of the
+template's other knobs (layernorm's ``stats``: mean and variance in two passes, or the
+one-pass shifted sums).
 """
 
 from __future__ import annotations
@@ -54,12 +56,16 @@ def _layouts(space, name: str, dtype: str, extra: list, only: bool = False) -> l
             print(f"  layout {lay} is not in the space of {name} {dtype}: skipped")
         else:
             out.append(("given", v))
+    # every value of the other knobs (layernorm's ``stats``: two passes or one) per layout
+    others = {n for v in allv for n in v if n != "layout"}
     seen, uniq = set(), []
-    for label, v in out:
-        key = tuple(v["layout"])
-        if key not in seen:
-            seen.add(key)
-            uniq.append((f"{label} {list(key)}", v))
+    for label, v0 in out:
+        for v in [v0] + [w for w in allv if w["layout"] == v0["layout"] and w != v0]:
+            key = (tuple(v["layout"]), *sorted((n, str(v[n])) for n in others))
+            if key not in seen:
+                seen.add(key)
+                knobs = "".join(f" {n}={v[n]}" for n in sorted(others))
+                uniq.append((f"{label if v is v0 else 'alt'} {list(v['layout'])}{knobs}", v))
     return uniq
 
 
@@ -107,10 +113,10 @@ def main(argv=None) -> None:
                 tm = cmp.timing(label)
                 if tm is None:
                     err = cmp.errors.get(label, ("", "not timed"))
-                    print(f"  {label:34s} failed: {err[1][:160]}")
+                    print(f"  {label:44s} failed: {err[1][:160]}")
                     continue
                 bw = moved / tm.median / 1e12
-                line = (f"  {label:34s} {tm.median * 1e3:8.4f} ms ± {tm.spread * 100:4.1f} %"
+                line = (f"  {label:44s} {tm.median * 1e3:8.4f} ms ± {tm.spread * 100:4.1f} %"
                         f"  {bw:5.2f} TB/s = {bw / a.copy_tbs:5.2f} x copy bound")
                 if ref is not None and label != "torch-cuda":
                     line += f"  {ref.median / tm.median:6.3f} x torch"
