@@ -8,7 +8,8 @@ interpreter, over thread extents that shuffle (32, 256 = 8 warps, and 4 rows of 
 on ``threadIdx.y``) and that keep the serial combine (1, 7, 33), rows not a multiple of
 the thread count, and one-row inputs; the results are compared with float64 numpy on
 random non-zero data, outputs poisoned first. Explicit ``rfactor`` of a tuple runs on the
-interpreter and LLVM (``backend`` fixture)."""
+interpreter and LLVM (``backend`` fixture). With ``-m slow`` the generated CUDA C runs on
+the emulated driver (and on a GPU with ``-m "gpu and slow"``)."""
 
 from __future__ import annotations
 
@@ -185,3 +186,21 @@ def test_argmax_argmin_across_threads_are_refused_by_name(reducer):
     with pytest.raises(ScheduleError, match=f"(?s)rfactor: .*combiner '{name}' of stage 'T'"
                        ".*keep this reduction sequential"):
         s.rfactor(idx, s[idx].split(k, factor=4)[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("threads, rows", [(64, 2), (7, 1)])
+def test_tuple_allreduce_built_and_run(cuda_build, threads, rows):
+    """The generated CUDA C on the emulated driver (g++, the block's threads as OS threads
+    meeting at barriers, shuffles emulated; ``-m slow``: ~4 s a build) or on a GPU: two
+    warps a row and two rows a block (the shared round of per-warp partials of both
+    elements), and 7 threads (serial combine)."""
+    m, n = 5, 150
+    s, args = _moments(m, n, threads, rows)
+    a = rand((m, n), seed=threads)
+    dev = [polytile.nd.array(a, device="cuda"),
+           polytile.nd.array(poison((m, n), "float32"), device="cuda")]
+    cuda_build(s, args)(*dev)
+    x = a.astype("float64")
+    check(dev[1].numpy(), (x - x.sum(1, keepdims=True)) * (x * x).sum(1, keepdims=True),
+          k=n * n)
