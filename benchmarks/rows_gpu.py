@@ -81,6 +81,8 @@ def main(argv=None) -> None:
     ap.add_argument("--only", action="store_true",
                     help="time the default and --layouts only (not every register layout)")
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--target", default="cuda",
+                    help="target string, e.g. 'cuda -min-blocks=8' (default cuda)")
     ap.add_argument("--copy-tbs", type=float, default=4.16)
     ap.add_argument("--measure-copy", action="store_true")
     a = ap.parse_args(argv)
@@ -102,12 +104,12 @@ def main(argv=None) -> None:
             moved = WORKLOADS[name][1](*args, 2 if dtype == "float16" else 4)
             opt = MeasureOptions(parallel=os.cpu_count() or 1)
             # the runner reads the device: the -arch and the limits that bound the space
-            tgt, runner, _, _, space = open_target(t, wl, tunable_target("cuda"), opt)
+            tgt, runner, _, _, space = open_target(t, wl, tunable_target(a.target), opt)
             items = _layouts(space, name, dtype, extra, a.only)
             anchors = tuple(available(t, args, "cuda"))
             with LocalMeasurer(wl, tgt, opt, runner=runner) as m:
                 cmp = m.compare(items, anchors, a.rounds)
-            print(f"{name}{args} {dtype}: copy bound {moved / a.copy_tbs / 1e9:.4f} ms")
+            print(f"{name}{args} {dtype} ({tgt}): copy bound {moved / a.copy_tbs / 1e9:.4f} ms")
             ref = cmp.timing("torch-cuda") if anchors else None
             for label in [n for n, _ in items] + list(anchors):
                 tm = cmp.timing(label)
