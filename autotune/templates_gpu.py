@@ -419,7 +419,14 @@ FLOAT16_DEFAULTS = {"softmax": [128, 8, 1, 2, 0], "layernorm": [256, 8, 1, 2, 1]
 #: float32, the same way: softmax 0.0354 ms = 0.92x the copy bound (the staged default:
 #: 0.0359 ms, 0.91x), layernorm 0.0361 ms = 0.90x (staged: 0.0371 ms, 0.88x)
 FLOAT32_DEFAULTS = {"softmax": [256, 4, 1, 2, 1], "layernorm": [128, 4, 1, 2, 1]}
-#: dtypes whose layernorm default computes its statistics in one pass (knob ``stats`` = 1)
+#: dtypes whose layernorm default computes its statistics in one pass (knob ``stats`` = 1):
+#: none, as measured on the H200 2026-12-02 (``benchmarks/rows_gpu.py``, 4 rounds, copy
+#: 4.19 TB/s, bound 0.0160 ms, torch 0.0323 ms): float16 4096 x 4096, two passes / one pass:
+#: the default layout 0.0208 / 0.0210 ms (0.77x / 0.76x), 128 threads 0.0211 / 0.0220, without
+#: local statistics 0.0213 / 0.0209 (256 threads), 0.0212 / 0.0217 (128), 512 threads
+#: 0.0238 / 0.0224, 128 threads of 4 re-reading global memory 0.0208 / 0.0210; float32
+#: (copy 4.14 TB/s, bound 0.0324 ms) 0.0362 / 0.0365. One barrier round fewer buys nothing:
+#: the kernel is not bound by its reductions' latency (same registers, 40, for both)
 ONE_PASS_DTYPES: tuple = ()
 
 
