@@ -428,6 +428,20 @@ FLOAT32_DEFAULTS = {"softmax": [256, 4, 1, 2, 1], "layernorm": [128, 4, 1, 2, 1]
 #: (copy 4.14 TB/s, bound 0.0324 ms) 0.0362 / 0.0365. One barrier round fewer buys nothing:
 #: the kernel is not bound by its reductions' latency (same registers, 40, for both)
 ONE_PASS_DTYPES: tuple = ()
+#: dtypes whose layernorm default asks for full occupancy (knob ``occupancy`` = 1)
+FULL_OCCUPANCY_DTYPES: tuple = ()
+#: Threads an SM holds at most (sm_80 and sm_90; sm_86/sm_89 hold 1536, where the bound
+#: below asks for more blocks than fit and ptxas keeps its registers at the cap anyway).
+THREADS_PER_SM = 2048
+
+
+def full_occupancy_blocks(layout) -> int:
+    """Blocks of ``layout``'s ``threads * rows`` threads that fill an SM (knob
+    ``occupancy`` of ``layernorm``: the ``min_blocks`` pragma, ``__launch_bounds__(threads,
+    N)``, caps ptxas' registers so that they fit, spilling past that), or 0 where one
+    block is the SM's most (no bound)."""
+    n = THREADS_PER_SM // (layout[0] * layout[2])
+    return min(n, 32) if n > 1 else 0
 
 
 def _row_knobs(cfg, M: int, N: int, dtype: str, name: str = "", params: int = 0) -> tuple:
@@ -677,12 +691,20 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
       = 1.5e-6, 4.6e-6 (1 + z^2) relative, below a float16 half-ulp (2.4e-4 relative on the
       output, half that of the variance) for ``|z| <= 7``.
       Reference: Chan, Golub & LeVeque, "Algorithms for computing the sample variance"
-      (1983), on shifted sums.
+      (1983), on shifted sums. The bound is loose where ``c`` is a far outlier of its
+      row (a huge first column: ``z`` near ``sqrt(N)``); ``stats`` = 0 has no such case.
+
+    Knob ``occupancy``: 1 bounds the kernel's registers so that an SM holds
+    ``THREADS_PER_SM`` threads of its blocks (:func:`full_occupancy_blocks`, the
+    ``min_blocks`` pragma), so more rows are in flight per SM; 0 leaves them to ptxas.
     """
     cfg = get_config()
     layout = _row_knobs(cfg, M, N, dtype, "layernorm", params=2)
     cfg.define_knob("stats", [0, 1], default=int(dtype in ONE_PASS_DTYPES), legacy=0)
     one_pass = cfg["stats"].val == 1
+    cfg.define_knob("occupancy", [0, 1], default=int(dtype in FULL_OCCUPANCY_DTYPES),
+                    legacy=0)
+    min_blocks = full_occupancy_blocks(layout) if cfg["occupancy"].val else 0
     A = te.placeholder((M, N), name="A", dtype=dtype)
     G = te.placeholder((N,), name="gamma", dtype=dtype)
     Bt = te.placeholder((N,), name="beta", dtype=dtype)
@@ -731,6 +753,8 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     s = te.create_schedule(out.op)
     _fused_rows(s, out, reductions, layout, regs,
                 [r for r in (g_regs, b_regs) if r is not None], pre=pre)
+    if min_blocks:
+        s[out].pragma(s[out].leaf_iter_vars[0], "min_blocks", min_blocks)   # the block loop
     return s, [A, G, Bt, out]
 
 

@@ -21,9 +21,9 @@ from polytile.autotune.template import get_template
 from polytile.schedule.interpreter import run as interpret
 
 
-def _index(sp, layout, stats):
+def _index(sp, layout, stats, occupancy=0):
     return next(k for k in range(len(sp)) if sp.get(k).knob_values() == {
-        "layout": layout, "stats": stats})
+        "layout": layout, "stats": stats, "occupancy": occupancy})
 
 
 def _arrays(args, dtype, offset=0.0, seed=0):
@@ -90,6 +90,23 @@ def test_one_barrier_round_in_the_cuda_source():
     assert src[1].count("__shfl_xor_sync") == src[0].count("__shfl_xor_sync") == 16
 
 
+def test_full_occupancy_bound_in_the_cuda_source():
+    """Knob ``occupancy`` = 1: ``__launch_bounds__(threads, blocks)`` for 2048 threads an SM
+    (256 threads a row: 8 blocks; 64 threads x 4 rows: 8; 1024 threads: 2)."""
+    from polytile.autotune.templates_gpu import full_occupancy_blocks
+
+    assert [full_occupancy_blocks(lay) for lay in ([256, 8, 1, 2, 1], [64, 8, 4, 2, 0],
+                                                   [1024, 4, 1, 0, 1], [32, 8, 1, 0, 0],
+                                                   [1024, 8, 2, 0, 0])] == [8, 8, 2, 32, 0]
+    t = get_template("layernorm")
+    args = (64, 4096)
+    sp = t.space(args, "float16", "cuda")
+    s, tensors = t.instantiate(sp.get(_index(sp, [256, 8, 1, 2, 1], 0, 1)), args, "float16",
+                               "cuda")
+    src = polytile.build(s, tensors, target="cuda").get_source()
+    assert "__launch_bounds__(256, 8)" in src
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 def test_one_pass_runs_on_a_gpu(dtype):
@@ -105,7 +122,7 @@ def test_one_pass_runs_on_a_gpu(dtype):
         ran = 0
         for k in range(len(sp)):
             kv = sp.get(k).knob_values()
-            if kv["stats"] != 1 or kv["layout"] not in want:
+            if kv["stats"] != 1 or kv["occupancy"] or kv["layout"] not in want:
                 continue
             s, tensors = t.instantiate(sp.get(k), args, dtype, "cuda")
             f = polytile.build(s, tensors, target="cuda")
