@@ -415,20 +415,29 @@ def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str,
 #: 0]`` (126 registers) 0.0266 ms; streaming output stores (``benchmarks/rows_stream.py``)
 #: within 0.4 %. At 16384 x 4096 the default reaches 0.94x the copy bound: the 4 us it
 #: loses at 4096 x 4096 are the same at 4x the rows (launch, first and last wave)
-FLOAT16_DEFAULTS = {"softmax": [128, 8, 1, 2, 0], "layernorm": [256, 8, 1, 2, 1]}
+#: layernorm since 2026-12-02: 256 threads of 8-byte vectors (4 steps) with the one-pass
+#: statistics (knob ``stats`` = 1, :data:`ONE_PASS_DTYPES`): 0.0202 ms = 0.80x the copy bound
+#: (3.32 TB/s of 4.17; bound 0.0161 ms; 1.60x torch's 0.0323 ms), the earlier default
+#: ([256, 8, 1, 2, 1], two passes) 0.0206 ms = 0.78x in the same run (H200, 3 rounds)
+FLOAT16_DEFAULTS = {"softmax": [128, 8, 1, 2, 0], "layernorm": [256, 4, 1, 2, 1]}
 #: float32, the same way: softmax 0.0354 ms = 0.92x the copy bound (the staged default:
 #: 0.0359 ms, 0.91x), layernorm 0.0361 ms = 0.90x (staged: 0.0371 ms, 0.88x)
 FLOAT32_DEFAULTS = {"softmax": [256, 4, 1, 2, 1], "layernorm": [128, 4, 1, 2, 1]}
-#: dtypes whose layernorm default computes its statistics in one pass (knob ``stats`` = 1):
-#: none, as measured on the H200 2026-12-02 (``benchmarks/rows_gpu.py``, 4 rounds, copy
+#: dtypes whose layernorm default (rows of at least 1024) computes its statistics in one
+#: pass (knob ``stats`` = 1): float16, at its default layout (:data:`FLOAT16_DEFAULTS`:
+#: 0.0202 ms one pass, 0.0208 ms two passes in the same run; [256, 4, 1, 2, 0]: 0.0205 /
+#: 0.0209; [256, 8, 1, 3, 1]: 0.0207 / 0.0212). At the earlier default layout, as measured
+#: on the H200 2026-12-02 (``benchmarks/rows_gpu.py``, 4 rounds, copy
 #: 4.19 TB/s, bound 0.0160 ms, torch 0.0323 ms): float16 4096 x 4096, two passes / one pass:
 #: the default layout 0.0208 / 0.0210 ms (0.77x / 0.76x), 128 threads 0.0211 / 0.0220, without
 #: local statistics 0.0213 / 0.0209 (256 threads), 0.0212 / 0.0217 (128), 512 threads
 #: 0.0238 / 0.0224, 128 threads of 4 re-reading global memory 0.0208 / 0.0210; float32
 #: (copy 4.14 TB/s, bound 0.0324 ms) 0.0362 / 0.0365. One barrier round fewer buys nothing:
 #: the kernel is not bound by its reductions' latency (same registers, 40, for both)
-ONE_PASS_DTYPES: tuple = ()
-#: dtypes whose layernorm default asks for full occupancy (knob ``occupancy`` = 1)
+ONE_PASS_DTYPES: tuple = ("float16",)
+#: dtypes whose layernorm default asks for full occupancy (knob ``occupancy`` = 1): none;
+#: H200 2026-12-02, float16 4096 x 4096 under ``-min-blocks=8`` (32 registers, 8 bytes
+#: spilled): [256, 8, 1, 2, 1] 0.0213 ms against 0.0206 without the bound
 FULL_OCCUPANCY_DTYPES: tuple = ()
 #: Threads an SM holds at most (sm_80 and sm_90; sm_86/sm_89 hold 1536, where the bound
 #: below asks for more blocks than fit and ptxas keeps its registers at the cap anyway).
@@ -700,7 +709,8 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     """
     cfg = get_config()
     layout = _row_knobs(cfg, M, N, dtype, "layernorm", params=2)
-    cfg.define_knob("stats", [0, 1], default=int(dtype in ONE_PASS_DTYPES), legacy=0)
+    cfg.define_knob("stats", [0, 1], default=int(dtype in ONE_PASS_DTYPES and N >= 1024),
+                    legacy=0)
     one_pass = cfg["stats"].val == 1
     cfg.define_knob("occupancy", [0, 1], default=int(dtype in FULL_OCCUPANCY_DTYPES),
                     legacy=0)

@@ -132,3 +132,13 @@ def test_one_pass_runs_on_a_gpu(dtype):
             check(dev[3].numpy(), _reference(arrays), k=args[1])
             ran += 1
         assert ran >= 2, args
+
+
+def test_float16_default_is_one_pass_on_long_rows():
+    """The measured float16 default (``ONE_PASS_DTYPES``): one pass at rows of 1024 and
+    more; two passes for float32 and for short rows."""
+    t = get_template("layernorm")
+    stats = {(args, dt): t.space(args, dt, "cuda").default().knob_values()["stats"]
+             for args in ((4096, 4096), (8, 1024), (7, 45)) for dt in ("float16", "float32")}
+    assert [k for k, v in stats.items() if v] == [((4096, 4096), "float16"),
+                                                  ((8, 1024), "float16")]
