@@ -415,10 +415,42 @@ def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str,
 #: 0]`` (126 registers) 0.0266 ms; streaming output stores (``benchmarks/rows_stream.py``)
 #: within 0.4 %. At 16384 x 4096 the default reaches 0.94x the copy bound: the 4 us it
 #: loses at 4096 x 4096 are the same at 4x the rows (launch, first and last wave)
-FLOAT16_DEFAULTS = {"softmax": [128, 8, 1, 2, 0], "layernorm": [256, 8, 1, 2, 1]}
+#: layernorm since 2026-12-02: 256 threads of 8-byte vectors (4 steps) with the one-pass
+#: statistics (knob ``stats`` = 1, :data:`ONE_PASS_DTYPES`): 0.0202 ms = 0.80x the copy bound
+#: (3.32 TB/s of 4.17; bound 0.0161 ms; 1.60x torch's 0.0323 ms), the earlier default
+#: ([256, 8, 1, 2, 1], two passes) 0.0206 ms = 0.78x in the same run (H200, 3 rounds)
+FLOAT16_DEFAULTS = {"softmax": [128, 8, 1, 2, 0], "layernorm": [256, 4, 1, 2, 1]}
 #: float32, the same way: softmax 0.0354 ms = 0.92x the copy bound (the staged default:
 #: 0.0359 ms, 0.91x), layernorm 0.0361 ms = 0.90x (staged: 0.0371 ms, 0.88x)
 FLOAT32_DEFAULTS = {"softmax": [256, 4, 1, 2, 1], "layernorm": [128, 4, 1, 2, 1]}
+#: dtypes whose layernorm default (rows of at least 1024) computes its statistics in one
+#: pass (knob ``stats`` = 1): float16, at its default layout (:data:`FLOAT16_DEFAULTS`:
+#: 0.0202 ms one pass, 0.0208 ms two passes in the same run; [256, 4, 1, 2, 0]: 0.0205 /
+#: 0.0209; [256, 8, 1, 3, 1]: 0.0207 / 0.0212). At the earlier default layout, as measured
+#: on the H200 2026-12-02 (``benchmarks/rows_gpu.py``, 4 rounds, copy
+#: 4.19 TB/s, bound 0.0160 ms, torch 0.0323 ms): float16 4096 x 4096, two passes / one pass:
+#: the default layout 0.0208 / 0.0210 ms (0.77x / 0.76x), 128 threads 0.0211 / 0.0220, without
+#: local statistics 0.0213 / 0.0209 (256 threads), 0.0212 / 0.0217 (128), 512 threads
+#: 0.0238 / 0.0224, 128 threads of 4 re-reading global memory 0.0208 / 0.0210; float32
+#: (copy 4.14 TB/s, bound 0.0324 ms) 0.0362 / 0.0365. One barrier round fewer buys nothing:
+#: the kernel is not bound by its reductions' latency (same registers, 40, for both)
+ONE_PASS_DTYPES: tuple = ("float16",)
+#: dtypes whose layernorm default asks for full occupancy (knob ``occupancy`` = 1): none;
+#: H200 2026-12-02, float16 4096 x 4096 under ``-min-blocks=8`` (32 registers, 8 bytes
+#: spilled): [256, 8, 1, 2, 1] 0.0213 ms against 0.0206 without the bound
+FULL_OCCUPANCY_DTYPES: tuple = ()
+#: Threads an SM holds at most (sm_80 and sm_90; sm_86/sm_89 hold 1536, where the bound
+#: below asks for more blocks than fit and ptxas keeps its registers at the cap anyway).
+THREADS_PER_SM = 2048
+
+
+def full_occupancy_blocks(layout) -> int:
+    """Blocks of ``layout``'s ``threads * rows`` threads that fill an SM (knob
+    ``occupancy`` of ``layernorm``: the ``min_blocks`` pragma, ``__launch_bounds__(threads,
+    N)``, caps ptxas' registers so that they fit, spilling past that), or 0 where one
+    block is the SM's most (no bound)."""
+    n = THREADS_PER_SM // (layout[0] * layout[2])
+    return min(n, 32) if n > 1 else 0
 
 
 def _row_knobs(cfg, M: int, N: int, dtype: str, name: str = "", params: int = 0) -> tuple:
@@ -483,7 +515,7 @@ def _param_reader(P: te.Tensor, layout: tuple) -> tuple:
 
 
 def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
-                param_regs=()) -> None:
+                param_regs=(), pre=()) -> None:
     """One kernel for a row-wise normalisation ``out[M, N]``; ``layout`` is ``(threads,
     vec, rows, shared, local)`` (:func:`row_layouts`): ``rows`` rows per block
     (``blockIdx.x``, rows on ``threadIdx.y``), each row's ``reductions`` (``[M]``, in order)
@@ -498,7 +530,11 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
     (:func:`_row_reader`), each thread's part of it read once into registers by 16-byte
     loads; else every pass reads global memory (the second and third from L1/L2).
     ``param_regs`` (``shared`` = 3, :func:`_param_reader`): per-column vectors each thread
-    keeps its part of in registers, loaded at the block's row loop."""
+    keeps its part of in registers, loaded at the block's row loop. ``pre``: per-row
+    values (``[M]``, no reduction; layernorm's shift) the reductions read, computed at the
+    block's row loop by every thread into a register (one row per block), or by the
+    row's threads into shared memory (several rows: a ``local`` buffer's loops may not be
+    bound to ``threadIdx.y``)."""
     nt, vec, rows, shared, local = layout
     tx, ty = _tx(), _ty()
     OL = s.cache_write(out, "local")
@@ -559,6 +595,11 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
         s[c].compute_at(s[OL], OL.op.axis[0])
         if vec > 1:
             s[c].vectorize(c.op.axis[-1])
+    for p in pre:
+        if rows > 1:
+            s[p].bind(s[p].split(p.op.axis[0], factor=rows)[1], ty)
+        s[p].compute_at(s[out], io)
+        s[p].set_scope("local" if rows == 1 else "shared")
     for red in reductions:
         k0, kv = s[red].split(red.op.reduce_axis[0], factor=vec)
         ko, kt = s[red].split(k0, factor=nt)
@@ -631,14 +672,49 @@ def _layernorm_reference(a, g, b, *, args=()):
     return (x - mu) / np.sqrt(var + 1e-5) * g + b
 
 
+#: The combiner of layernorm's one-pass statistics: the row's sum and sum of squares as
+#: one tuple reduction (one cross-thread combine, both elements shuffled together).
+SUM_SUMSQ = te.comm_reducer(lambda x, y: (x[0] + y[0], x[1] + y[1]),
+                            lambda t0, t1: (te.const(0, t0), te.const(0, t1)),
+                            name="sum_sumsq")
+
+
 @template("layernorm", target="cuda", default_args=(1024, 1024),
           flops=lambda M, N: 8.0 * M * N, reference=_layernorm_reference)
 def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     """Layer normalisation of the rows of A[M, N] with gamma and beta (epsilon 1e-5) on the
-    GPU in one kernel (:func:`_fused_rows`): the mean, the variance of ``A - mean`` (two
-    passes: no cancellation), then the normalised row; statistics in float32."""
+    GPU in one kernel (:func:`_fused_rows`); statistics in float32. Knob ``layout``
+    (:func:`row_layouts`) and knob ``stats``:
+
+    * 0: the mean, then the variance of ``A - mean``: two cross-thread reductions, each
+      with its combine and barriers; no cancellation.
+    * 1: one pass: the shifted sums ``S1 = sum(d)``, ``S2 = sum(d * d)`` of ``d = A[i, j]
+      - c`` with ``c = A[i, 0]``, as one tuple reduction (:data:`SUM_SUMSQ`: one combine,
+      one barrier round); ``mean = c + S1 / N``, ``var = max(S2 / N - (S1 / N)^2, 0)``.
+      Rounding: with ``g`` = ``(N / threads + log2(threads) + 2) * 2^-24`` (the float32
+      additions on the longest path of a sum), ``|var' - var| <= 3 g (var + (mean -
+      c)^2)`` up to second order, so the relative error of the variance is at most ``3 g
+      (1 + z^2)``, ``z = (c - mean) / std`` the first element's distance from the mean in
+      standard deviations (the shift keeps a large common offset out of the sums:
+      without it ``z`` would be ``mean / std``). 4096-element rows over 256 threads: ``g``
+      = 1.5e-6, 4.6e-6 (1 + z^2) relative, below a float16 half-ulp (2.4e-4 relative on the
+      output, half that of the variance) for ``|z| <= 7``.
+      Reference: Chan, Golub & LeVeque, "Algorithms for computing the sample variance"
+      (1983), on shifted sums. The bound is loose where ``c`` is a far outlier of its
+      row (a huge first column: ``z`` near ``sqrt(N)``); ``stats`` = 0 has no such case.
+
+    Knob ``occupancy``: 1 bounds the kernel's registers so that an SM holds
+    ``THREADS_PER_SM`` threads of its blocks (:func:`full_occupancy_blocks`, the
+    ``min_blocks`` pragma), so more rows are in flight per SM; 0 leaves them to ptxas.
+    """
     cfg = get_config()
     layout = _row_knobs(cfg, M, N, dtype, "layernorm", params=2)
+    cfg.define_knob("stats", [0, 1], default=int(dtype in ONE_PASS_DTYPES and N >= 1024),
+                    legacy=0)
+    one_pass = cfg["stats"].val == 1
+    cfg.define_knob("occupancy", [0, 1], default=int(dtype in FULL_OCCUPANCY_DTYPES),
+                    legacy=0)
+    min_blocks = full_occupancy_blocks(layout) if cfg["occupancy"].val else 0
     A = te.placeholder((M, N), name="A", dtype=dtype)
     G = te.placeholder((N,), name="gamma", dtype=dtype)
     Bt = te.placeholder((N,), name="beta", dtype=dtype)
@@ -648,19 +724,47 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     k2 = te.reduce_axis((0, N), name="k2")
     inv_n = te.const(1.0 / N, "float32")
     X, regs = _row_reader(A, layout)
-    mean = te.compute((M,), lambda i: te.sum(_f32(X(i, k1)) * inv_n, axis=k1), name="mean")
-    var = te.compute((M,), lambda i: te.sum((_f32(X(i, k2)) - mean[i])
-                                            * (_f32(X(i, k2)) - mean[i]) * inv_n, axis=k2),
-                     name="var")
+    pre = []
+    if one_pass:
+        shift = te.compute((M,), lambda i: _f32(A[i, 0]), name="shift")
+        pre.append(shift)
+
+        def moments(i):
+            d = _f32(X(i, k1)) - shift[i]
+            return SUM_SUMSQ((d, d * d), axis=k1)
+
+        s1, s2 = te.compute((M,), moments, name="moments")
+        reductions = (s1,)
+
+        def mean(i):
+            return shift[i] + s1[i] * inv_n
+
+        def var(i):
+            m1 = s1[i] * inv_n
+            return te.max(s2[i] * inv_n - m1 * m1, te.const(0.0, "float32"))
+    else:
+        mu = te.compute((M,), lambda i: te.sum(_f32(X(i, k1)) * inv_n, axis=k1), name="mean")
+        vr = te.compute((M,), lambda i: te.sum((_f32(X(i, k2)) - mu[i])
+                                               * (_f32(X(i, k2)) - mu[i]) * inv_n, axis=k2),
+                        name="var")
+        reductions = (mu, vr)
+
+        def mean(i):
+            return mu[i]
+
+        def var(i):
+            return vr[i]
     # beta and gamma first: the stages of their registers (shared = 3) come before the
     # reductions' at the block's row loop (stages attached at one loop keep the order in
     # which the output's definition reads them), so their loads overlap the reductions
     out = te.compute((M, N), lambda i, j: (_f32(b(j)) + _f32(g(j)) * (
-        (_f32(X(i, j)) - mean[i]) * te.rsqrt(var[i] + te.const(1e-5, "float32"))))
+        (_f32(X(i, j)) - mean(i)) * te.rsqrt(var(i) + te.const(1e-5, "float32"))))
         .astype(dtype), name="layernorm")
     s = te.create_schedule(out.op)
-    _fused_rows(s, out, (mean, var), layout, regs,
-                [r for r in (g_regs, b_regs) if r is not None])
+    _fused_rows(s, out, reductions, layout, regs,
+                [r for r in (g_regs, b_regs) if r is not None], pre=pre)
+    if min_blocks:
+        s[out].pragma(s[out].leaf_iter_vars[0], "min_blocks", min_blocks)   # the block loop
     return s, [A, G, Bt, out]
 
 

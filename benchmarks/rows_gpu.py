@@ -18,7 +18,9 @@ Run on the GPU machine::
         --layouts 128,8,1,2,1 128,4,1,0,0
 
 One line per config: median time, spread, bandwidth (bytes read + written over the time)
-against the copy bound, the ratio to torch.
+against the copy bound, the ratio to torch. Each layout is timed with every value of the
+template's other knobs (layernorm's ``stats``: mean and variance in two passes, or the
+one-pass shifted sums).
 """
 
 from __future__ import annotations
@@ -54,12 +56,16 @@ def _layouts(space, name: str, dtype: str, extra: list, only: bool = False) -> l
             print(f"  layout {lay} is not in the space of {name} {dtype}: skipped")
         else:
             out.append(("given", v))
+    # every value of the other knobs (layernorm's ``stats``: two passes or one) per layout
+    others = {n for v in allv for n in v if n != "layout"}
     seen, uniq = set(), []
-    for label, v in out:
-        key = tuple(v["layout"])
-        if key not in seen:
-            seen.add(key)
-            uniq.append((f"{label} {list(key)}", v))
+    for label, v0 in out:
+        for v in [v0] + [w for w in allv if w["layout"] == v0["layout"] and w != v0]:
+            key = (tuple(v["layout"]), *sorted((n, str(v[n])) for n in others))
+            if key not in seen:
+                seen.add(key)
+                knobs = "".join(f" {n}={v[n]}" for n in sorted(others))
+                uniq.append((f"{label if v is v0 else 'alt'} {list(v['layout'])}{knobs}", v))
     return uniq
 
 
@@ -75,6 +81,8 @@ def main(argv=None) -> None:
     ap.add_argument("--only", action="store_true",
                     help="time the default and --layouts only (not every register layout)")
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--target", default="cuda",
+                    help="target string, e.g. 'cuda -min-blocks=8' (default cuda)")
     ap.add_argument("--copy-tbs", type=float, default=4.16)
     ap.add_argument("--measure-copy", action="store_true")
     a = ap.parse_args(argv)
@@ -96,21 +104,21 @@ def main(argv=None) -> None:
             moved = WORKLOADS[name][1](*args, 2 if dtype == "float16" else 4)
             opt = MeasureOptions(parallel=os.cpu_count() or 1)
             # the runner reads the device: the -arch and the limits that bound the space
-            tgt, runner, _, _, space = open_target(t, wl, tunable_target("cuda"), opt)
+            tgt, runner, _, _, space = open_target(t, wl, tunable_target(a.target), opt)
             items = _layouts(space, name, dtype, extra, a.only)
             anchors = tuple(available(t, args, "cuda"))
             with LocalMeasurer(wl, tgt, opt, runner=runner) as m:
                 cmp = m.compare(items, anchors, a.rounds)
-            print(f"{name}{args} {dtype}: copy bound {moved / a.copy_tbs / 1e9:.4f} ms")
+            print(f"{name}{args} {dtype} ({tgt}): copy bound {moved / a.copy_tbs / 1e9:.4f} ms")
             ref = cmp.timing("torch-cuda") if anchors else None
             for label in [n for n, _ in items] + list(anchors):
                 tm = cmp.timing(label)
                 if tm is None:
                     err = cmp.errors.get(label, ("", "not timed"))
-                    print(f"  {label:34s} failed: {err[1][:160]}")
+                    print(f"  {label:44s} failed: {err[1][:160]}")
                     continue
                 bw = moved / tm.median / 1e12
-                line = (f"  {label:34s} {tm.median * 1e3:8.4f} ms ± {tm.spread * 100:4.1f} %"
+                line = (f"  {label:44s} {tm.median * 1e3:8.4f} ms ± {tm.spread * 100:4.1f} %"
                         f"  {bw:5.2f} TB/s = {bw / a.copy_tbs:5.2f} x copy bound")
                 if ref is not None and label != "torch-cuda":
                     line += f"  {ref.median / tm.median:6.3f} x torch"

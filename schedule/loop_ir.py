@@ -263,13 +263,17 @@ class TensorCall(Stmt):
 class KernelLaunch(Stmt):
     """A GPU kernel: ``grid`` and ``block`` are ``(x, y, z)`` extents (ints);
     ``thread_vars`` pairs each used hardware index variable with its tag, e.g.
-    ``(Var("int64", "blockIdx.x"), "blockIdx.x")``."""
+    ``(Var("int64", "blockIdx.x"), "blockIdx.x")``. ``min_blocks`` (0: none): the blocks
+    of the kernel that should fit on one SM at once (CUDA's ``__launch_bounds__(threads,
+    min_blocks)``: ptxas caps the registers per thread to fit them), from the
+    ``"min_blocks"`` pragma of the kernel's root stage."""
 
     name: str
     grid: tuple
     block: tuple
     thread_vars: tuple
     body: Stmt
+    min_blocks: int = 0
 
     def __post_init__(self):
         _require_stmt(self, "body", self.body)
@@ -620,7 +624,8 @@ class _Printer(StmtFunctor):
         out.append(f"{ind}{_P(s.value)}")
 
     def visit_KernelLaunch(self, s: KernelLaunch, ind: str, out: list) -> None:
-        out.append(f"{ind}launch {s.name}(grid={list(s.grid)}, block={list(s.block)}):")
+        mb = f", min_blocks={s.min_blocks}" if s.min_blocks else ""
+        out.append(f"{ind}launch {s.name}(grid={list(s.grid)}, block={list(s.block)}{mb}):")
         self.visit(s.body, ind + "  ", out)
 
     def visit_Sync(self, s: Sync, ind: str, out: list) -> None:

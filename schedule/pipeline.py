@@ -536,7 +536,10 @@ def _dump_set(dump) -> bool | set:
 def _launch(kernel: Kernel, body, env: dict, name: str, variables: list) -> KernelLaunch:
     used = {id(v) for v in variables}
     tvars = tuple((v, v.name) for v in kernel.thread_vars().values() if id(v) in used)
-    return KernelLaunch(name, kernel.grid, kernel.block, tvars, body)
+    stage = kernel.plan.stage
+    blocks = [v for iv in stage.leaf_iter_vars for k, v in stage.pragmas.get(iv, ())
+              if k == "min_blocks"]
+    return KernelLaunch(name, kernel.grid, kernel.block, tvars, body, max(blocks, default=0))
 
 
 def _all_exprs(body) -> list:

@@ -21,6 +21,10 @@ so the partial sums over ``ko`` can run in parallel over ``ki``. Exactness rules
 * Partials of a float16/bfloat16 reduction that rounds (all but max/min) are float32; the
   final reduction reads them unrounded and combines them in its accumulator.
 * Stages computed at a reduction loop move with that loop into ``BF``.
+* A tuple reduction (``te.comm_reducer`` over tuples) factors into a partial op with one
+  output per element (``rfactor`` returns the list, TVM's rule) and a final tuple
+  reduction over them; its combiner must be proven like any other (a ``(sum, sum of
+  squares)`` pair is, argmax/argmin over ``(index, value)`` pairs are not: refused).
 
 Reference: TVM's ``Schedule::rfactor``; Suriana et al., "Parallel associative reductions
 in Halide" (CGO 2017).
@@ -33,8 +37,8 @@ from typing import TYPE_CHECKING
 from polytile.errors import ScheduleError, fail, format_error
 from polytile.te.algebra import PROVABLE, rfactor_violation
 from polytile.te.reduction import accumulation_dtype, widened
-from polytile.te.expr import (CommReducer, IterVar, Range, Reduce, TensorRead, Var, cast,
-                              logical_and, select)
+from polytile.te.expr import (CommReducer, IterVar, Range, Reduce, TensorRead,
+                              TupleCommReducer, Var, cast, logical_and, select)
 from polytile.te.tensor import ComputeOp, Tensor
 from polytile.te.visitor import substitute
 
@@ -141,15 +145,6 @@ def _check_combiner(stage: Stage, comb: CommReducer, primitive: str = "rfactor")
         f"its reduction loops); the laws are proven for {PROVABLE}"))
 
 
-def _check_one_output(stage: Stage, primitive: str) -> None:
-    if stage.op.num_outputs > 1:
-        fail(primitive, f"stage {stage.name!r} is a tuple reduction with "
-             f"{stage.op.num_outputs} outputs; partial reductions of tuples are not "
-             f"supported", "a reduction with one output",
-             hint="keep this reduction sequential (its spatial loops can still be split, "
-             "parallelized and bound)")
-
-
 def _partial_combiner(red: Reduce) -> CommReducer:
     """The combiner of the partial reductions: that of the accumulation dtype (float32 for a
     float16 reducer that rounds, see :mod:`polytile.te.dtype`), so partials are not rounded
@@ -203,45 +198,50 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
     factor_axis = _normalise_factor_axis(stage, factor_axis, ndim)
     body: Reduce = op.body[0]
     _check_combiner(stage, body.combiner)
-    _check_one_output(stage, "rfactor")
+    bodies: tuple = op.body
     part = _partial_combiner(body)
-    pdt = part.result.dtype
+    pdts = ([r.dtype for r in bodies] if isinstance(part, TupleCommReducer)
+            else [part.result.dtype])
     # the partial-reduction op: spatial axes (copies) with `axis` inserted, other leaves reduce
     spatial = [IterVar(Var("int32", iv.var.name, True), iv.dom, "data_par") for iv in op.axis]
     fax = IterVar(Var("int32", axis.name, True), Range(0, stage.extent_of(axis)), "data_par")
     spatial.insert(factor_axis, fax)
     others = [iv for iv in red_leaves if iv is not axis]
-    new_red = [IterVar(Var("int32", iv.name, True), Range(iv.dom.min, stage.extent_of(iv)),
-                       "reduce") for iv in others]
+    new_red = tuple(IterVar(Var("int32", iv.name, True), Range(iv.dom.min, stage.extent_of(iv)),
+                            "reduce") for iv in others)
     leaf_vals = {axis: fax.var + axis.dom.min if axis.dom.min else fax.var}
     leaf_vals.update({iv: nr.var for iv, nr in zip(others, new_red)})
     roots, conds = _root_values(stage, leaf_vals)
     mapping = {iv.var: e for iv, e in roots.items()}
     mapping.update({a.var: b.var for a, b in
                     zip(op.axis, [s for s in spatial if s is not fax])})
-    source = cast(substitute(body.source, mapping), pdt)
     if body.condition is not None:
         # after the range conditions: the where= may read only in-range iterations
         conds.append(substitute(body.condition, mapping))
     cond = logical_and(*conds) if conds else None
-    if new_red:
-        rf_body = Reduce(pdt, part, source, tuple(new_red), cond, None)
-    elif cond is not None:
-        rf_body = select(cond, source, part.identity)
-    else:
-        rf_body = source
+    ident = part.identity if isinstance(part, TupleCommReducer) else (part.identity,)
+    rf_bodies = []
+    for k, (b, pdt) in enumerate(zip(bodies, pdts)):
+        source = cast(substitute(b.source, mapping), pdt)
+        if new_red:   # one condition object shared by a tuple's elements (te's rule)
+            rf_bodies.append(Reduce(pdt, part, source, new_red, cond, None, k))
+        elif cond is not None:
+            rf_bodies.append(select(cond, source, ident[k]))
+        else:
+            rf_bodies.append(source)
     rf = ComputeOp(name=f"{op.name}.rf", tag=op.tag, attrs=op.attrs, axis=tuple(spatial),
-                   reduce_axis=tuple(new_red), body=(rf_body,))
-    rf_t = rf.output(0)
+                   reduce_axis=new_red, body=tuple(rf_bodies))
     # the final reduction over the factored axis; it reads the partials in their own
     # (possibly wider) dtype and combines them in the accumulator's
     r = IterVar(Var("int32", f"{axis.name}.v", True), Range(0, stage.extent_of(axis)), "reduce")
     idx = [iv.var for iv in op.axis]
     idx.insert(factor_axis, r.var)
-    final = Reduce(body.dtype, body.combiner, TensorRead(pdt, rf_t, tuple(idx)), (r,),
-                   None, body.init)
+    idx = tuple(idx)
+    raxis = (r,)
+    finals = tuple(Reduce(b.dtype, b.combiner, TensorRead(pdt, rf.output(k), idx), raxis,
+                          None, b.init, k) for k, (b, pdt) in enumerate(zip(bodies, pdts)))
     new_op = ComputeOp(name=op.name, tag=op.tag, attrs=op.attrs, axis=op.axis,
-                       reduce_axis=(r,), body=(final,))
+                       reduce_axis=raxis, body=finals)
     _replace_op(sch, stage, new_op)
     first = min(stage.leaf_iter_vars.index(iv) for iv in red_leaves)
     stage.leaf_iter_vars = [iv for iv in stage.leaf_iter_vars if iv.iter_type != "reduce"]
@@ -257,7 +257,8 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
     loop_of[axis] = fax
     for st, iv in moved:
         st.attach_stage, st.attach_ivar = rst, loop_of[iv]
-    return rf_t
+    outs = [rf.output(k) for k in range(rf.num_outputs)]
+    return outs[0] if len(outs) == 1 else outs
 
 
 def lower_cross_thread_reductions(sch: Schedule) -> Schedule:
@@ -311,7 +312,6 @@ def lower_cross_thread_reductions(sch: Schedule) -> Schedule:
                 "bind", f"stage {name!r} has no spatial loop around its cross-thread "
                 f"reduction", "keep at least one spatial loop (bound to blockIdx)"))
         _check_combiner(st, st.op.body[0].combiner, "bind")
-        _check_one_output(st, "bind")
         around = _thread_loop_around(st)
         if around is not None:
             at, loop, at_tag = around
@@ -330,7 +330,7 @@ def lower_cross_thread_reductions(sch: Schedule) -> Schedule:
             raise ScheduleError(format_error(
                 "bind", f"the cross-thread reduction of stage {name!r} over {iv.name!r} "
                 f"(bound to {tag.value!r}) cannot be lowered: {ex}")) from None
-        rst = sch[rf]
+        rst = sch[rf[0] if isinstance(rf, list) else rf]
         rst.scope = "shared"
         # the partials of a block live in one shared buffer: computed outside the thread
         # loops of B's rows, with those rows on the same thread indices (so each thread

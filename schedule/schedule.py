@@ -156,9 +156,10 @@ class Schedule:
         return out
 
     @deep("rfactor")
-    def rfactor(self, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Tensor:
+    def rfactor(self, tensor: Tensor, axis: IterVar, factor_axis: int = 0):
         """Factor the reduction of ``tensor`` over its reduce loop ``axis`` into partial
-        reductions; see :func:`polytile.schedule.rfactor.rfactor`."""
+        reductions; see :func:`polytile.schedule.rfactor.rfactor`. Returns the partial
+        tensor, or the list of them of a tuple reduction (TVM's rule)."""
         st = stage_of(self, tensor)
         iv = ("iv", st._index_of(axis), axis.name) if isinstance(axis, IterVar) else axis
         out = rfactor(self, tensor, axis, factor_axis)
@@ -270,6 +271,7 @@ def replay(trace: list[Step], sch: Schedule) -> Schedule:
             continue
         if step.primitive == "rfactor":
             t = sch.rfactor(st.op.output(0), dec(st, args[0]), args[1])
+            t = t[0] if isinstance(t, list) else t     # a tuple reduction's partials
             by_name.setdefault(t.op.name, sch[t])
             continue
         if step.primitive == "cache_write":

@@ -44,8 +44,9 @@ IMPORT_PRAGMAS = ("import_llvm", "import_c")
 HINT_PRAGMAS = ("nontemporal",)
 #: TVM's pragmas with a value (see :meth:`Stage.pragma`): ``auto_unroll_max_step`` (an int
 #: >= 0: serial loops inside of at most that many statements in all are unrolled) and
-#: ``unroll_explicit`` (a bool: polytile always unrolls in the IR, so a no-op).
-VALUE_PRAGMAS = ("auto_unroll_max_step", "unroll_explicit")
+#: ``unroll_explicit`` (a bool: polytile always unrolls in the IR, so a no-op); and
+#: polytile's ``min_blocks`` (GPU: blocks per SM the kernel's registers must allow).
+VALUE_PRAGMAS = ("auto_unroll_max_step", "unroll_explicit", "min_blocks")
 #: TVM's hints on how a parallel loop runs its threads; polytile's parallel runtime joins
 #: its threads at the end of each parallel loop and gives each a block of iterations, which
 #: computes the same values, so these are documented no-ops.
@@ -589,6 +590,11 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, Symbolic
         * ``"unroll_explicit", b``: TVM unrolls in the IR when true and leaves
           ``#pragma unroll`` to the C compiler when false; polytile always unrolls in the IR
           (same values), so the value is checked and ignored.
+        * ``"min_blocks", N`` (GPU; polytile's): the kernel whose root stage this is gets
+          ``__launch_bounds__(threads, N)`` on CUDA (ptxas keeps the registers per thread
+          low enough for ``N`` resident blocks per SM; registers past that spill), as the
+          ``-min-blocks=N`` target option does for every kernel of a module; any loop of
+          the stage (its block loop by convention), 1 to 32.
         * ``"parallel_launch_point"``: with a ``parallel`` loop inside ``iv`` (TVM's use),
           the threads of that loop start at ``iv`` in TVM and at the parallel loop in
           polytile: same values, ``iv`` stays serial. Without one, ``iv`` is parallel.
@@ -645,6 +651,12 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, Symbolic
 
     def _hint_value(self, iv: IterVar, key: str, value):
         """The checked value of hint pragma ``key`` on loop ``iv``."""
+        if key == "min_blocks":
+            v = getattr(value, "value", value)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= 32:
+                fail("pragma", f"'min_blocks' on iter_var {iv.name!r} of stage {self.name!r} "
+                     f"has value {value!r}", "an int from 1 to 32 (blocks per SM)")
+            return int(v)
         if key == "auto_unroll_max_step":
             v = getattr(value, "value", value)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:

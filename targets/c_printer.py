@@ -374,9 +374,10 @@ class CPrinter(CExprPrinter, StmtFunctor):
         # a kernel of an empty stage (a zero extent) is never launched; its bound must be legal
         # a block size given at launch has no compile-time bound
         bounds = d.launch_bounds.format(threads=max(threads, 1)) if fixed_block else ""
-        if bounds and self.min_blocks and bounds.endswith(")"):
+        min_blocks = k.min_blocks or self.min_blocks   # the schedule's, else the target's
+        if bounds and min_blocks and bounds.endswith(")"):
             # the minimum of resident blocks per SM: ptxas caps the registers to fit them
-            bounds = f"{bounds[:-1]}, {self.min_blocks})"
+            bounds = f"{bounds[:-1]}, {min_blocks})"
         head = " ".join(x for x in (d.kernel_prefix, "void", bounds, kname) if x)
         one_line = f"{head}({', '.join(sig)}) {{"
         if len(one_line) <= 100:

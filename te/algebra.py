@@ -31,7 +31,7 @@ order -- are read as ``max``/``min``, and casts between float dtypes are dropped
 Combiners over tuples whose elements are independent (a ``(sum, max)`` pair) have the laws
 of their elements; others (argmax over ``(index, value)`` pairs, whose index follows the
 values) are not proven: their reductions keep their sequential order (no cross-thread bind
-or reorder of their reduction loops; rfactor of any tuple reduction is refused). Anything
+or reorder of their reduction loops, no rfactor). Anything
 else is refused: first with a counterexample when one is found by evaluating ``f`` exactly
 on sample values (small numbers, every constant of ``f`` and ``c +- 1``, ``-c``, negated
 pairs, large magnitudes), else as "cannot prove", with the forms above as the hint. A

@@ -259,7 +259,8 @@ class _NarrowStmt(StmtMutator):
                 hi = self.b.of(n)
                 iv = (0, hi[1] - 1) if hi is not None else None
             tv.append((self._bind(v, iv), tag))
-        return KernelLaunch(k.name, k.grid, k.block, tuple(tv), self.visit(k.body))
+        return KernelLaunch(k.name, k.grid, k.block, tuple(tv), self.visit(k.body),
+                            k.min_blocks)
 
     def visit_For(self, s: For):
         lo, ext = self.b.of(s.min), self.b.of(s.extent)

@@ -194,7 +194,7 @@ def _allocate_gpu(func: PrimFunc, pending: list, launches: dict) -> PrimFunc:
                 body = Allocate(b, body)
             if body is k.body:
                 return k
-            return KernelLaunch(k.name, k.grid, k.block, k.thread_vars, body)
+            return KernelLaunch(k.name, k.grid, k.block, k.thread_vars, body, k.min_blocks)
 
     body = _Place().visit(func.body)
     final = {}

@@ -18,9 +18,13 @@ of one ``Store`` whose value reads ``R`` at the stored element and one shared pa
 buffer of ``R``'s dtype (32- or 64-bit int or float) indexed by the loop variable, in a
 kernel whose block is ``(T, Y, 1)`` with ``T`` the loop's extent and either ``T`` a power
 of two of at most 32 (whole rows in each warp; all warps full, or one warp) or ``T`` a
-multiple of 32 with a power-of-two number of warps per row. Everything else (tuple
-reducers, ``float16`` accumulators, thread extents such as 7, 33, 100 or 96) keeps the
-serial fold.
+multiple of 32 with a power-of-two number of warps per row. A tuple reduction (a
+``(sum, sum of squares)`` pair) is one fold updating several accumulators from as many
+partial buffers; it is rewritten when each element reads only its own accumulator and
+partial (every tuple combiner whose laws are proven, :mod:`polytile.te.algebra`): each
+step shuffles every element, and the per-warp values of all elements go through shared
+memory in one round, one barrier for the tuple. Everything else (``float16``
+accumulators, thread extents such as 7, 33, 100 or 96) keeps the serial fold.
 """
 
 from __future__ import annotations
@@ -105,7 +109,7 @@ class _Uniform(StmtMutator):
         m = self._match(s)
         if m is None:
             return None
-        guard, st, part = m
+        guard, elems = m
         T, Y = self.T, self.Y
         n = T * Y
         if T <= WARP and T & (T - 1) == 0:
@@ -117,40 +121,53 @@ class _Uniform(StmtMutator):
             first, warps, mask = _butterfly(WARP), T // WARP, 0xFFFFFFFF
         else:
             return None
-        dt = st.buffer.dtype
-        tag = f"{part.buffer.name}.w{next(self.names)}"
-        acc = Buffer(f"{tag}.acc", (1,), dt, "local")
-        tmp = Buffer(f"{tag}.tmp", (1,), dt, "local")
-        a = Load(dt, acc, (_i(0),))
+        tag = f"{elems[0][3].buffer.name}.w{next(self.names)}"
+        allocs, accs, tmps, ws = [], [], [], []
+        for k, (buf, _, _, _) in enumerate(elems):
+            dt = buf.dtype
+            sfx = f".{k}" if len(elems) > 1 else ""
+            accs.append(Buffer(f"{tag}.acc{sfx}", (1,), dt, "local"))
+            tmps.append(Buffer(f"{tag}.tmp{sfx}", (1,), dt, "local"))
+            allocs += [accs[-1], tmps[-1]]
+            if warps > 1:
+                ws.append(Buffer(f"{tag}.warps{sfx}", (Y * warps,), dt, "shared"))
+                allocs.append(ws[-1])
 
-        def combine(x, y):
-            return _Replace(st.buffer, st.indices, part, x, y).visit(st.value)
+        def get(b):
+            return Load(b.dtype, b, (_i(0),))
+
+        def combine(k, x, y):
+            buf, idx, value, part = elems[k]
+            return _Replace(buf, idx, part, x, y).visit(value)
 
         def butterfly(offsets):
+            # every element's exchange of a step before its combines: the elements are
+            # independent (a proven tuple combiner), and the shuffles of one step overlap
             out = []
             for o in offsets:
-                out.append(WarpShuffle(tmp, (_i(0),), a, o, mask))
-                out.append(Store(acc, (_i(0),), combine(a, Load(dt, tmp, (_i(0),)))))
+                out += [WarpShuffle(t, (_i(0),), get(a), o, mask) for a, t in zip(accs, tmps)]
+                out += [Store(a, (_i(0),), combine(k, get(a), get(t)))
+                        for k, (a, t) in enumerate(zip(accs, tmps))]
             return out
 
-        own = _Replace(None, (), part, None, None, var=s.var, by=self.tx).visit(part)
-        body = [Store(acc, (_i(0),), own), *butterfly(first)]
-        allocs = [acc, tmp]
+        body = [Store(a, (_i(0),), _Replace(None, (), e[3], None, None, var=s.var,
+                                            by=self.tx).visit(e[3]))
+                for a, e in zip(accs, elems)]
+        body += butterfly(first)
         if warps > 1:
             row = _i(0) if self.ty is None or Y == 1 else Binary("int64", "mul", self.ty,
                                                                  _i(warps))
-            w = Buffer(f"{tag}.warps", (Y * warps,), dt, "shared")
-            allocs.append(w)
             lane = Binary("int64", "truncmod", self.tx, _i(WARP))
+            slot = _add(row, Binary("int64", "truncdiv", self.tx, _i(WARP)))
+            mine = _add(row, Binary("int64", "truncmod", self.tx, _i(warps)))
             body += [
                 IfThenElse(Cmp("bool", "eq", lane, _i(0)),
-                           Store(w, (_add(row, Binary("int64", "truncdiv", self.tx,
-                                                      _i(WARP))),), a)),
+                           seq(*[Store(w, (slot,), get(a)) for w, a in zip(ws, accs)])),
                 Sync("shared"),
-                Store(acc, (_i(0),), Load(dt, w, (_add(row, Binary(
-                    "int64", "truncmod", self.tx, _i(warps))),))),
+                *[Store(a, (_i(0),), Load(a.dtype, w, (mine,))) for w, a in zip(ws, accs)],
                 *butterfly(_butterfly(warps))]
-        final = Store(st.buffer, st.indices, combine(Load(dt, st.buffer, st.indices), a))
+        final = seq(*[Store(buf, idx, combine(k, Load(buf.dtype, buf, idx), get(a)))
+                      for k, ((buf, idx, _, _), a) in enumerate(zip(elems, accs))])
         for g in reversed(guard):
             final = IfThenElse(g, final)
         body.append(final)
@@ -162,9 +179,13 @@ class _Uniform(StmtMutator):
         return out
 
     def _match(self, s: For):
-        """``(guards, store, partial load)`` of a serial fold over the block's threads
-        (``guards`` the conditions of the ``if`` statements around the store, outermost
-        first)."""
+        """``(guards, elements)`` of a serial fold over the block's threads (``guards`` the
+        conditions of the ``if`` statements around the update, outermost first;
+        ``elements`` one ``(buffer, indices, value, partial load)`` per accumulator: the
+        update ``buffer[indices] = value``, whose ``value`` reads that accumulator and the
+        partial load only). A tuple fold (``LetStmt`` of every new value, then the stores:
+        ``astgen._tuple_store``) matches when each element reads its own accumulator and
+        partial only, the form of every tuple combiner whose laws are proven."""
         if not (isinstance(s.min, Const) and s.min.value == 0 and isinstance(s.extent, Const)
                 and s.extent.value == self.T and s.step == 1 and self.T > 1):
             return None
@@ -174,12 +195,34 @@ class _Uniform(StmtMutator):
             st = st.then_case
         if any(s.var in free_vars(g) for g in guard):
             return None
-        if not isinstance(st, Store) or st.buffer.dtype not in SHUFFLE_DTYPES:
+        if isinstance(st, Store):
+            updates = [(st, st.value)]
+        else:
+            updates = _tuple_updates(st)
+            if updates is None:
+                return None
+        elems, seen = [], set()
+        for store, value in updates:
+            e = self._element(s, store, value)
+            if e is None or id(e[0]) in seen or id(e[3].buffer) in seen:
+                return None
+            seen |= {id(e[0]), id(e[3].buffer)}
+            elems.append(e)
+        if len(updates) > 1:
+            accs = {id(e[0]) for e in elems}
+            if any(id(ld.buffer) in accs and ld.buffer is not e[0]
+                   for e in elems for ld in collect(e[2], Load)):
+                return None   # an element reads another's accumulator (argmax's index)
+        return guard, elems
+
+    def _element(self, s: For, st: Store, value):
+        """``(buffer, indices, value, partial load)`` of one update of a fold, or None."""
+        if st.buffer.dtype not in SHUFFLE_DTYPES:
             return None
         if any(s.var in free_vars(i) for i in st.indices):
             return None
         parts = []
-        for ld in collect(st.value, Load):
+        for ld in collect(value, Load):
             if ld.buffer is st.buffer:
                 if not (len(ld.indices) == len(st.indices) and all(
                         structural_equal(p, q) for p, q in zip(ld.indices, st.indices))):
@@ -195,10 +238,30 @@ class _Uniform(StmtMutator):
         if not any(s.var in free_vars(i) for i in part.indices):
             return None
         # the loop variable only in the partial's indices
-        rest = _Replace(st.buffer, st.indices, part, _i(0), _i(0)).visit(st.value)
+        rest = _Replace(st.buffer, st.indices, part, _i(0), _i(0)).visit(value)
         if s.var in free_vars(rest):
             return None
-        return guard, st, part
+        return st.buffer, st.indices, value, part
+
+
+def _tuple_updates(st: Stmt):
+    """``[(store, value)]`` of a tuple fold's body ``let t_0 = v_0 in ... let t_n = v_n in
+    (buf_0[idx] = t_0; ...; buf_n[idx] = t_n)``, or None for any other statement."""
+    lets = {}
+    while isinstance(st, LetStmt):
+        if any(v in lets for v in free_vars(st.value)):
+            return None
+        lets[st.var] = st.value
+        st = st.body
+    stores = st.stmts if isinstance(st, Seq) else (st,)
+    if not lets or len(stores) != len(lets) or not all(isinstance(x, Store) for x in stores):
+        return None
+    out = []
+    for x in stores:
+        if not (isinstance(x.value, Var) and x.value in lets):
+            return None
+        out.append((x, lets.pop(x.value)))
+    return out
 
 
 def _butterfly(width: int) -> list:

@@ -124,7 +124,7 @@ def test_unknown_pragma_lists_the_known_ones():
     s = w.schedule()
     with pytest.raises(ScheduleError, match=r"pragma: unknown pragma 'unroll_max' on iter_var "
                        r"'i' of stage 'C'; expected one of \[.*'auto_unroll_max_step', "
-                       r"'parallel_barrier_when_finish', 'parallel_stride_pattern', "
+                       r"'min_blocks', 'parallel_barrier_when_finish', 'parallel_stride_pattern', "
                        r"'unroll_explicit'\]"):
         s[w.C].pragma(w.C.op.axis[0], "unroll_max", 4)
 

@@ -39,7 +39,7 @@ _SHIM = r"""
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 struct pt_uint3 { unsigned x, y, z; };
@@ -123,7 +123,7 @@ static void pt_run_grid(const unsigned* g, const unsigned* b, const std::functio
 }
 """
 
-_KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(([^)]*)\)')
+_KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\(\d+(?:, \d+)?\) )?(\w+)\(([^)]*)\)')
 SUCCESS, INVALID_VALUE, NOT_FOUND = 0, 1, 500
 _NAMES = {SUCCESS: "CUDA_SUCCESS", INVALID_VALUE: "CUDA_ERROR_INVALID_VALUE",
           NOT_FOUND: "CUDA_ERROR_NOT_FOUND"}
