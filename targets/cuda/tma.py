@@ -76,32 +76,35 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const PtTensorMap* map, i
                :: "r"(d), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1),
                   "r"(b) : "memory");
 }
+__device__ __forceinline__ bool pt_tma_leader() {
+  // the block's first thread issues the copies (blockDim.y, .z > 1 allowed)
+  return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
+}
 #endif"""
 
 #: the calls of :mod:`polytile.schedule.passes.tma_copy` (call name -> (C name, text))
 PIPELINE_C = {
-    "tma.init": ("pt_tma_init", r"""__device__ __forceinline__ bool pt_tma_leader() {
-  // the block's first thread issues the copies (blockDim.y, .z > 1 allowed)
-  return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
-}
-__device__ __forceinline__ void pt_tma_init(unsigned long long* bar, int n, unsigned count) {
+    "tma.init": ("pt_tma_init", r"""__device__ __forceinline__ void pt_tma_init(void* bar, int n, unsigned count) {
   // n mbarriers of `count` arrivals (one arrive.expect_tx per copy of a slot), made
   // visible to the async proxy; a barrier of the block follows
   if (pt_tma_leader()) {
-    for (int i = 0; i < n; ++i) mbarrier_init(bar + i, count);
+    for (int i = 0; i < n; ++i) mbarrier_init((unsigned long long*)bar + i, count);
     fence_mbarrier_init();
   }
 }"""),
     "tma.load_2d": ("pt_tma_load_2d", r"""__device__ __forceinline__ void pt_tma_load_2d(void* dst, const PtTensorMap* map, int c0, int c1,
-                                               unsigned bytes, unsigned long long* bar) {
+                                               unsigned bytes, void* bar) {
   // box (c0, c1) of the map (c0 the innermost coordinate) into dst: the first thread
   // announces its bytes on bar and issues the copy
   if (pt_tma_leader()) {
-    mbarrier_arrive_expect_tx(bar, bytes);
-    tma_load_2d(dst, map, c0, c1, bar);
+    mbarrier_arrive_expect_tx((unsigned long long*)bar, bytes);
+    tma_load_2d(dst, map, c0, c1, (unsigned long long*)bar);
   }
 }"""),
-    "tma.wait": ("mbarrier_wait_parity", ""),
+    "tma.wait": ("pt_tma_wait", r"""__device__ __forceinline__ void pt_tma_wait(void* bar, unsigned parity) {
+  // every thread: the phase of this parity has completed (its copies have landed)
+  mbarrier_wait_parity((unsigned long long*)bar, parity);
+}"""),
 }
 
 
