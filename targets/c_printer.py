@@ -344,6 +344,11 @@ class CPrinter(CExprPrinter, StmtFunctor):
             self.texts = {}
             params.append(v)
             sig.append(f"{d.ctype(v.dtype)} {name}")
+        self.tensor_maps = {}
+        for m in _tensor_maps(k, names, pos, self.who):
+            self.tensor_maps[m.key()] = m.name
+            params.append(m)
+            sig.append(f"const __grid_constant__ PtTensorMap {m.name}")
 
         self.lines: list = []
         self.scopes: list = [set()]
@@ -773,6 +778,33 @@ def _tf32_accumulator(b: Buffer, body: Stmt) -> bool:
 def _exprs(st: Stmt):
     from polytile.schedule.loop_ir import stmt_exprs
     return stmt_exprs(st)
+
+
+def _tensor_maps(k: KernelLaunch, names, pos: dict, who: str) -> list:
+    """The tensor maps the ``tma.load_2d`` calls of kernel ``k`` read (one per source,
+    box and swizzle; :mod:`polytile.schedule.passes.tma_copy`), named by ``names``."""
+    from polytile.schedule.passes.tma_copy import TMA_LOAD
+
+    from .gpu.tensor_map import TensorMapParam
+
+    out: dict = {}
+    for x in walk_stmts(k.body):
+        if not (isinstance(x, Evaluate) and isinstance(x.value, ExternCall)
+                and x.value.name == TMA_LOAD):
+            continue
+        a = x.value.args
+        src, dst = a[1].buffer, a[0].buffer
+        if id(src) not in pos:
+            raise BuildError(format_error(
+                who, f"a TMA copy reads {src.name!r}, which is not an argument of the "
+                "function", "TMA copies of argument buffers (their tensor maps are built "
+                "at launch from the argument's pointer)", Kernel=k.name))
+        m = TensorMapParam(src, a[7].value, a[8].value, a[4].value, a[5].value,
+                           dst.swizzle, "")
+        if m.key() not in out:
+            out[m.key()] = TensorMapParam(src, m.rows, m.cols, m.box_rows, m.box_cols,
+                                          m.swizzle, names(m, f"{src.name}_tmap"))
+    return list(out.values())
 
 
 def _calls(e):
