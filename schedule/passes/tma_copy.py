@@ -51,12 +51,15 @@ MAX_BOX = 256
 
 @dataclasses.dataclass(frozen=True)
 class TmaBox:
-    """The TMA copy of one shared tile: ``dst[r, c] = src[origin[0] + r, origin[1] + c]``
-    over the shape of ``dst`` (the unslotted shared buffer)."""
+    """The TMA copy of one box of a shared tile: ``dst[*lead, r, c] = src[origin[0] + r,
+    origin[1] + c]`` over the last two dimensions of ``dst`` (the unslotted shared
+    buffer)."""
 
     dst: Buffer
     src: Buffer
     origin: tuple
+    #: the index of the box in the leading dimensions of ``dst`` (``dst[*lead, R, C]``)
+    lead: tuple = ()
 
 
 def _inner_vars(s: Stmt) -> list:
@@ -82,8 +85,9 @@ def _eval(e: Expr, env: dict) -> int:
 
 
 def tma_boxes(copies: list, p) -> list:
-    """The :class:`TmaBox` of each shared buffer the statements ``copies`` (the copies of
-    one iteration of the pipelined loop, pragma ``p``) write, in order of first store.
+    """The :class:`TmaBox` es of the shared buffers the statements ``copies`` (the copies
+    of one iteration of the pipelined loop, pragma ``p``) write, in order of first store:
+    one per 2-D box (the last two dimensions of a tile, :func:`_boxes_of`).
 
     Raises
     ------
@@ -116,15 +120,15 @@ def tma_boxes(copies: list, p) -> list:
             refuse(p, f"{who} stores {v}, not an element of a global buffer of the same "
                    "type", "tma=True: cache_read copies of a global operand")
         src = v.buffer
-        if src.scope in ("shared", "local") or len(src.shape) != 2 or len(dst.shape) != 2:
+        if src.scope in ("shared", "local") or len(src.shape) != 2 or len(dst.shape) < 2:
             refuse(p, f"{who} reads {src.name!r} of {len(src.shape)} dimensions in scope "
-                   f"{src.scope!r} into a tile of {len(dst.shape)}", "tma=True: 2-D tiles "
-                   "of 2-D global operands")
+                   f"{src.scope!r} into a tile of {len(dst.shape)}", "tma=True: tiles of "
+                   "2-D boxes (their last two dimensions) of 2-D global operands")
         if not all(isinstance(d, int) for d in (*src.shape, *dst.shape)):
             refuse(p, f"{who} reads {src.name!r} of shape {list(src.shape)}",
                    "tma=True: operands and tiles of constant shapes (the tensor map is "
                    "built for them)")
-        rows, cols = dst.shape
+        rows, cols = dst.shape[-2:]
         nb = dt.nbytes(dst.dtype)
         sw = dst.swizzle
         if rows > MAX_BOX or cols > MAX_BOX:
@@ -144,33 +148,62 @@ def tma_boxes(copies: list, p) -> list:
             refuse(p, f"{who} is a tile of {rows * cols * nb} bytes", f"tma=True: a "
                    f"multiple of {period} bytes, so that every slot starts aligned as TMA "
                    "needs (128 bytes; the 8-row pattern of a swizzle)")
-        inner = _inner_vars(c0)
-        zero = {v: Const(v.dtype, 0) for v in inner}
-        origin = []
-        for i in range(2):
-            o = Binary("int64", "sub", _i64(substitute(v.indices[i], zero)),
-                       _i64(substitute(st0.indices[i], zero)))
-            origin.append(o)
-        # the offset of every element from its source must be the origin: checked at
-        # random points of every store of the tile (a cache_read copy is one by
-        # construction; this catches a copy that is not)
-        rng = random.Random(0)
-        for st, c in group:
-            if not (isinstance(st.value, Load) and st.value.buffer is src):
-                refuse(p, f"{who} reads several buffers", "tma=True: one source per tile")
-            vars_ = {id(x): x for e in (*st.indices, *st.value.indices, *origin)
-                     for x in collect(e, Var)}
-            for _ in range(4):
-                env = {x: _np_int(rng.randrange(0, 97)) for x in vars_.values()}
-                for i in range(2):
-                    d = (_eval(st.value.indices[i], env) - _eval(st.indices[i], env)
-                         - _eval(origin[i], env))
-                    if d:
-                        refuse(p, f"{who} stores {src.name}[...] at an offset from its "
-                               "source that changes across the tile", "tma=True: a "
-                               "tile that is a box of its operand")
-        boxes.append(TmaBox(dst, src, tuple(origin)))
+        boxes += _boxes_of(p, who, group, dst, src)
     return boxes
+
+
+def _boxes_of(p, who: str, group: list, dst: Buffer, src: Buffer) -> list:
+    """The boxes of one tile ``dst[*L, R, C]`` (``group``: its stores and their copy
+    statements): one per index ``l`` of the leading dimensions, ``dst[l, r, c] = src[o0 +
+    g0 . l + r, o1 + g1 . l + c]``, the origin ``o`` the source index minus the destination
+    index where the copy's own variables are 0, the steps ``g`` solved from random points of
+    every store and checked at them."""
+    import itertools
+
+    import numpy as np
+
+    st0, c0 = group[0]
+    lead_shape = dst.shape[:-2]
+    zero = {v: Const(v.dtype, 0) for v in _inner_vars(c0)}
+    d0 = [substitute(i, zero) for i in st0.indices]
+    if any(collect(i, Var) for i in d0):
+        refuse(p, f"{who} stores at {[str(i) for i in st0.indices]}, which depend on "
+               "loops outside the copy", "tma=True: tiles indexed by the copy's own loops")
+    d0 = [_eval(i, {}) for i in d0]
+    s0 = [_i64(substitute(i, zero)) for i in st0.value.indices]
+    base = [Binary("int64", "sub", s0[i], Const("int64", d0[len(lead_shape) + i]))
+            for i in range(2)]
+    rng = random.Random(0)
+    rows, deltas = [], []
+    for st, _ in group:
+        if not (isinstance(st.value, Load) and st.value.buffer is src):
+            refuse(p, f"{who} reads several buffers", "tma=True: one source per tile")
+        vars_ = {id(x): x for e in (*st.indices, *st.value.indices, *base)
+                 for x in collect(e, Var)}
+        for _ in range(6):
+            env = {x: _np_int(rng.randrange(0, 97)) for x in vars_.values()}
+            d = [_eval(i, env) for i in st.indices]
+            rows.append([x - y for x, y in zip(d[:-2], d0[:-2])])
+            deltas.append([_eval(st.value.indices[i], env) - d[len(lead_shape) + i]
+                           - _eval(base[i], env) for i in range(2)])
+    if lead_shape:
+        g = np.linalg.lstsq(np.array(rows, float), np.array(deltas, float), rcond=None)[0]
+        g = np.rint(g).astype(np.int64)          # [len(lead), 2]
+    else:
+        g = np.zeros((0, 2), np.int64)
+    for r, dl in zip(rows, deltas):
+        if [int(np.dot(r, g[:, i])) for i in range(2)] != dl:
+            refuse(p, f"{who} stores {src.name}[...] at an offset from its source that "
+                   "changes across a box", "tma=True: tiles whose last two dimensions are "
+                   "boxes of their operand")
+    out = []
+    for lead in itertools.product(*(range(n) for n in lead_shape)):
+        shift = [int(np.dot(np.array(lead) - np.array(d0[:-2]), g[:, i])) if lead_shape
+                 else 0 for i in range(2)]
+        origin = tuple(Binary("int64", "add", base[i], Const("int64", shift[i]))
+                       if shift[i] else base[i] for i in range(2))
+        out.append(TmaBox(dst, src, origin, tuple(lead)))
+    return out
 
 
 def _np_int(v: int):
@@ -197,9 +230,14 @@ def tma_init(bar: Buffer, stages: int, arrivals: int) -> Stmt:
 def tma_load(box: TmaBox, dst: Buffer, slot: Expr, bar: Buffer, subst: dict) -> Stmt:
     """``tma.load_2d`` of ``box`` (its origin with ``subst`` applied) into slot ``slot``
     of ``dst`` (the slotted buffer), completing on ``bar[slot]``."""
-    rows, cols = box.dst.shape
+    rows, cols = box.dst.shape[-2:]
     o0, o1 = (substitute(o, subst) for o in box.origin)
-    off = Binary("int64", "mul", _i64(slot), Const("int64", rows * cols))
+    flat = 0
+    for i, n in zip(box.lead, box.dst.shape[:-2]):
+        flat = flat * n + i
+    off = Binary("int64", "add", Binary("int64", "mul", _i64(slot),
+                                        Const("int64", box.dst.size)),
+                 Const("int64", flat * rows * cols))
     return Evaluate(ExternCall("void", TMA_LOAD, (
         AccessPtr("handle", dst, off, "w"), AccessPtr("handle", box.src, Const("int64", 0), "r"),
         _i32(o1), _i32(o0), Const("int32", rows), Const("int32", cols),
