@@ -330,6 +330,22 @@ TENSORIZE_SWEEP = (
 )
 
 
+#: the ``--tma`` lines: the sm_90a default (``WGMMA_TENSORIZE_BEST`` on ``C = A @ B``, B
+#: MN-major) with its copies by cp.async and by TMA (``pipeline(..., tma=True)``), then TMA
+#: with copies after the MMA wait, on ``C = A @ Bt^T``, with 2 MMA groups in flight, and on
+#: 128x128 blocks
+TENSORIZE_TMA = (
+    ((128, 256, 64), 4, "auto", "mn", {"group": 8, "epilogue": "16B"}),
+    ((128, 256, 64), 4, "auto", "mn", {"group": 8, "epilogue": "16B", "tma": True}),
+    ((128, 256, 64), 4, "auto", "mn", {"group": 8, "epilogue": "16B", "tma": True,
+                                       "copy_after_wait": True}),
+    ((128, 256, 64), 4, "auto", "k", {"group": 8, "epilogue": "16B", "tma": True}),
+    ((128, 256, 64), 4, "auto", "mn", {"group": 8, "epilogue": "16B", "tma": True,
+                                       "mma_wait": 2}),
+    ((128, 128, 64), 5, "auto", "mn", {"group": 8, "epilogue": "16B", "tma": True}),
+)
+
+
 def wgmma_schedule_gemm(n: int, dtype: str, cublas: float, configs=TENSORIZE) -> None:
     """One line per ``(block, stages, swizzle, b_major[, options])`` of ``configs``
     (``options``: more keywords of ``wgmma_gemm_schedule``, e.g. ``group``): the warpgroup MMA
@@ -467,6 +483,9 @@ def main() -> None:
     ap.add_argument("--tsweep", action="store_true",
                     help="--isa tensorize: the lines of TENSORIZE_SWEEP (block order, MMA "
                     "groups in flight, epilogue, block shapes) instead of TENSORIZE")
+    ap.add_argument("--tma", action="store_true",
+                    help="--isa tensorize: the lines of TENSORIZE_TMA (cp.async against TMA "
+                    "copies of the shared tiles)")
     ap.add_argument("--no-triton", action="store_true",
                     help="with --isa mma --variants: cuBLAS only as the anchor (Triton's "
                     "tile search takes a while)")
@@ -491,6 +510,7 @@ def main() -> None:
     if args.isa in ("best", "tensorize"):
         for n in args.n or [4096, 8192]:
             best_gemm(n, args.acc, args.dtype, args.stages, args.isa == "tensorize",
+                      TENSORIZE_TMA if args.tma else
                       TENSORIZE_SWEEP if args.tsweep else TENSORIZE)
         return
     for n in args.n or [4096, 8192]:

@@ -25,9 +25,16 @@ most 256 elements, a destination aligned to 128 bytes (the 8-row period of a swi
 swizzled destination whose rows are exactly the mode's width (so that the hardware's
 swizzle is the buffer's, :func:`polytile.targets.cuda.wgmma.swizzle_elements`).
 Anything else is refused with a ``ScheduleError`` naming the pipeline, the stage and
-what does not fit. A copy under a condition of anything but its own loops and thread
-indices (the partial tiles of sizes the tile does not divide) is refused too: TMA would
-write zeros where the copy writes nothing.
+what does not fit.
+
+A copy under a condition (the partial tiles of sizes the tile does not divide, threads
+past the tile) is one box all the same: TMA writes every element of the slot, those the
+copy writes with the same values (the origin relation holds for every element of the
+box), the others with the operand's values or, outside it, zeros. That is right because
+the slot holds nothing else: the copy rewrites its tile each iteration, and an element it
+leaves unwritten holds a stale value of an earlier tile, which the compute of a correct
+schedule already does not depend on (its reads of a partial tile are guarded the same
+way).
 """
 
 from __future__ import annotations
@@ -96,18 +103,7 @@ def tma_boxes(copies: list, p) -> list:
     """
     stores: dict = {}
     for c in copies:
-        inner = {id(v) for v in _inner_vars(c)}
         for x in walk_stmts(c):
-            if isinstance(x, IfThenElse) and any(id(v) not in inner
-                                                 for v in collect(x.cond, Var)):
-                # (a test of the copy's own loops and threads only picks which thread
-                # copies what: the tile is still the whole buffer)
-                st = next((y for y in walk_stmts(x) if isinstance(y, Store)), None)
-                name = st.buffer.name if st is not None else "?"
-                refuse(p, f"the copy into {name!r} (stage {name!r}) is guarded by "
-                       f"{x.cond} (a partial tile)", "tma=True: unguarded copies of "
-                       "whole tiles (TMA writes the whole box)", hint="tiles that divide "
-                       "the operand's shape; or pipeline without tma")
             if isinstance(x, Store):
                 stores.setdefault(id(x.buffer), []).append((x, c))
     boxes = []
