@@ -34,6 +34,11 @@ With ``fragment_prefetch`` (a synchronous compute loading register fragments per
 the steady state also moves the next iteration's barrier and first fragment loads before
 the last step's MMAs: :mod:`.fragment_prefetch`.
 
+With ``tma`` the copies of a tile are TMA boxes issued by one thread that complete on the
+mbarrier of their slot, and ``wait_group(D - 1)`` is each thread's wait on the mbarrier of
+the slot of tile ``k`` (phase parity ``(k - lo) / S % 2``); nothing is committed
+(:mod:`.tma_copy`).
+
 Each ``B`` gets a leading dimension of ``S`` slots. Why it is right: the copy issued at
 iteration ``k`` writes the slot ``C(k - 1)`` read, and every thread has finished
 ``C(k - 1)`` when it passes the barrier of iteration ``k``; ``C(k)`` reads the slot written

@@ -49,8 +49,9 @@ The schedule-language path (``tensorize`` with ``wgmma_mma(n, swizzle="128B",
 asynchronous=True)``, ``Stage.swizzle`` and ``pipeline(..., mma_wait=1)``;
 :func:`polytile.targets.cuda.tensor_core.wgmma_gemm_schedule`) is in
 :mod:`polytile.targets.cuda.wgmma_intrin`, built from this module's swizzle function,
-descriptor and instruction helpers; this generated kernel keeps TMA and warp
-specialization.
+descriptor and instruction helpers, and copies tiles by TMA with ``pipeline(...,
+tma=True)`` (the helpers and tensor maps of :mod:`.tma`, shared with this kernel); this
+generated kernel keeps warp specialization and the persistent grid.
 Not yet here: clusters with TMA multicast, a shared-memory-staged (TMA store) epilogue,
 two consumer warpgroups ping-ponging over tiles.
 """

@@ -1,7 +1,8 @@
 """Hopper ``wgmma.mma_async`` as tensor intrinsics for ``tensorize`` (sm_90a).
 
 The schedule-language path to the warpgroup MMA of :mod:`polytile.targets.cuda.wgmma`
-(whose generated kernel keeps TMA and warp specialization):
+(whose generated kernel keeps warp specialization and a persistent grid; TMA copies come
+from ``pipeline(..., tma=True)``, :mod:`polytile.schedule.passes.tma_copy`):
 
 =================================  ==========================================================
 ``wgmma_mma(n, dtype, swizzle=``   ``c[64, n] += a[64, 16] b[n, 16]^T`` (float32

@@ -217,6 +217,8 @@ def test_tensor_maps_are_in_the_exported_launch_plan():
         {"source": ["param", 1], "rows": 12, "cols": 8, "box_rows": 4, "box_cols": 8,
          "swizzle": "none", "name": "B_tmap"}]
     assert meta["kernels"][0]["params"][-2:] == [["tensor_map", 0], ["tensor_map", 1]]
+    # TMA writes 128-byte aligned shared memory (unswizzled buffers are 16 otherwise)
+    assert "__shared__ __align__(128) float A_shared[64];" in m.get_source()
     loaded = library.CubinModule.from_data(m.cubin, meta)
     assert [type(p).__name__ for p in loaded.kernels[0].params][-2:] == ["TensorMapParam"] * 2
 
