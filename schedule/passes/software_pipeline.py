@@ -471,6 +471,10 @@ class _Pipeline(StmtMutator):
             return Allocate(bar, seq(Sync("shared"), tma_init(bar, n, len(boxes)),
                                      Sync("shared"), *stmts))
         work = Slots(new, slot).visit(seq(*compute))
+        # the asynchronous calls read the tiles through the async proxy: a proxy fence makes
+        # the threads' cp.async writes (generic proxy) visible to them; TMA writes through
+        # the async proxy already, completed by the mbarrier the threads waited on
+        proxy_fence = group_call(group.fence) if group is not None and boxes is None else None
         if p.fragment_prefetch:
             return prefetch_fragments(s, p, compute, bufs, new, stage, ahead, prologue,
                                       commit, wait, unroll=self.leading_loads)
@@ -506,12 +510,12 @@ class _Pipeline(StmtMutator):
                 body = seq(tile_wait(rel, slot), Sync("shared"), fetch, commit, work)
             after = wait(0)
         elif p.copy_after_wait:
-            body = seq(tile_wait(rel, slot), group_call(group.fence), Sync("shared"),
+            body = seq(tile_wait(rel, slot), proxy_fence, Sync("shared"),
                        group_call(group.begin), work, group_call(group.commit),
                        mma_wait_group(group, p.mma_wait), Sync("shared"), fetch, commit)
             after = seq(mma_wait_group(group, 0), wait(0))
         else:
-            body = seq(tile_wait(rel, slot), group_call(group.fence), Sync("shared"), fetch,
+            body = seq(tile_wait(rel, slot), proxy_fence, Sync("shared"), fetch,
                        commit, group_call(group.begin), work, group_call(group.commit),
                        mma_wait_group(group, p.mma_wait))
             after = seq(mma_wait_group(group, 0), wait(0))
