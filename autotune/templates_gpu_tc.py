@@ -49,7 +49,10 @@ with float2 stores 583.0), and the tuning run of ``benchmarks/tune_gpu.py --dtyp
 --target "cuda -arch=sm_90a" --trials 12 --triton`` (12 trials in 32 s) kept it as the
 best: 625.2 TFLOP/s in the runner (was 543), 0.83x cuBLAS (755.4) and 0.91x Triton (684.0)
 measured after the run. Groups of 4, 8 and 16 tile rows measured alike (626.4, 626.8,
-627.8 beside cuBLAS 733.7).
+627.8 beside cuBLAS 733.7). Copying the tiles by TMA (the ``copy`` knob, now the sm_90a
+default) raised the default config to 698.3 TFLOP/s beside cuBLAS 761.9 and Triton 685.0
+(1.019x Triton; cp.async 635.4 in the same run of ``benchmarks/gpu_gemm.py --isa
+tensorize --tma``).
 
 Shapes whose sides are not multiples of 16 keep the CUDA-core schedule of
 :mod:`.templates_gpu` (same compute: float32 accumulation and output).
