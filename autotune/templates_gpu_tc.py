@@ -18,10 +18,11 @@ B[k, j].astype("float32"))``), scheduled by that same function, the hand schedul
 ``group``   blocks launched ``group`` tile rows at a time (L2 reuse)
 ``pad``     shared rows padded by ``pad`` elements (``storage_align``; 8: 16 bytes, the
             8 rows an ``ldmatrix`` reads in distinct banks; 0: unpadded)
-``copy``    ``cuda -arch=sm_90a`` only, for wgmma: the shared tiles filled by the threads' ``cp.async`` or by TMA
-            (``"tma"``: one bulk tensor copy per 64-column box, completing on an mbarrier
-            per slot; ``pipeline(..., tma=True)``), where ``B`` is read MN-major and the k
-            loop is pipelined; records from before the knob load as ``"cp.async"``
+``copy``    ``cuda -arch=sm_90a`` only, for wgmma: the shared tiles filled by the threads'
+            ``cp.async`` or by TMA (``"tma"``: one bulk tensor copy per 64-column box,
+            completing on an mbarrier per slot; ``pipeline(..., tma=True)``), where ``B``
+            is read MN-major and the k loop is pipelined; records from before the knob
+            load as ``"cp.async"``
 ==========  =================================================================================
 
 The ``tile`` list holds only tiles that divide the shape (a partial 16x16 tile cannot be

@@ -47,7 +47,7 @@ from polytile.te.expr import Binary, Cast, Const, Expr, Var
 from polytile.te.visitor import collect, substitute
 
 from ..loop_ir import (AccessPtr, Buffer, Evaluate, ExternCall, For, IfThenElse, Load, Stmt,
-                       Store, walk_stmts)
+                       Store, expr_str, walk_stmts)
 from .pipeline_slots import refuse
 
 TMA_INIT, TMA_LOAD, TMA_WAIT = "tma.init", "tma.load_2d", "tma.wait"
@@ -113,7 +113,7 @@ def tma_boxes(copies: list, p) -> list:
         who = f"the copy into {dst.name!r} (stage {dst.name!r})"
         v = st0.value
         if not (isinstance(v, Load) and v.dtype == dst.dtype == v.buffer.dtype):
-            refuse(p, f"{who} stores {v}, not an element of a global buffer of the same "
+            refuse(p, f"{who} stores {expr_str(v)}, not an element of a global buffer of the same "
                    "type", "tma=True: cache_read copies of a global operand")
         src = v.buffer
         if src.scope in ("shared", "local") or len(src.shape) != 2 or len(dst.shape) < 2:
@@ -163,7 +163,7 @@ def _boxes_of(p, who: str, group: list, dst: Buffer, src: Buffer) -> list:
     zero = {v: Const(v.dtype, 0) for v in _inner_vars(c0)}
     d0 = [substitute(i, zero) for i in st0.indices]
     if any(collect(i, Var) for i in d0):
-        refuse(p, f"{who} stores at {[str(i) for i in st0.indices]}, which depend on "
+        refuse(p, f"{who} stores at {[expr_str(i) for i in st0.indices]}, which depend on "
                "loops outside the copy", "tma=True: tiles indexed by the copy's own loops")
     d0 = [_eval(i, {}) for i in d0]
     s0 = [_i64(substitute(i, zero)) for i in st0.value.indices]

@@ -162,6 +162,53 @@ def test_refuses_slots_that_do_not_start_128_byte_aligned():
         lower(s, args, target=TARGET)
 
 
+def test_refuses_a_shared_stage_that_computes_rather_than_copies():
+    M, N, K = 16, 8, 16
+    A = te.placeholder((M, K), name="A")
+    B = te.placeholder((K, N), name="B")
+    A2 = te.compute((M, K), lambda i, k: A[i, k] * 2.0, name="A2")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A2[i, k] * B[k, j], axis=k), name="C")
+    s = create_schedule(C.op)
+    s[A2].set_scope("shared")
+    i, j = C.op.axis
+    bi, ii = s[C].split(i, factor=8)
+    ko, ki = s[C].split(C.op.reduce_axis[0], factor=4)
+    s[C].reorder(bi, j, ko, ii, ki)
+    s[C].bind(bi, te.thread_axis("blockIdx.x"))
+    s[C].bind(ii, te.thread_axis("threadIdx.y"))
+    s[C].bind(j, te.thread_axis("threadIdx.x"))
+    s[A2].compute_at(s[C], ko)
+    f, v = s[A2].split(s[A2].fuse(*A2.op.axis), factor=4)
+    s[A2].bind(f, te.thread_axis("threadIdx.x"))
+    s[A2].vectorize(v)
+    s[C].pipeline(ko, stages=2, tma=True)
+    with pytest.raises(ScheduleError, match=r"the copy into 'A2' \(stage 'A2'\) stores "
+                       r".*, not an element of a global buffer of the same type; tma=True: "
+                       r"cache_read copies of a global operand"):
+        lower(s, [A, B, C], target=TARGET)
+
+
+def test_refuses_tma_of_a_computed_operand_when_printing():
+    # the template's K-major path reads Bt = B^T, computed by a first kernel: no argument
+    # to build a tensor map of at launch
+    from polytile.errors import BuildError
+    from polytile.targets.cuda import wgmma_intrin as wi
+
+    A = te.placeholder((128, 128), name="A", dtype="float16")
+    B = te.placeholder((128, 64), name="B", dtype="float16")
+    Bt = te.compute((64, 128), lambda n, k: B[k, n], name="Bt")
+    C = wi.wgmma_nt_compute(A, Bt)
+    s = create_schedule(C.op)
+    wi.schedule_wgmma_nt(s, C, A, Bt, (64, 64, 64), 2, "128B", 0, tma=True)
+    n, k = Bt.op.axis
+    s[Bt].bind(n, te.thread_axis("blockIdx.x"))
+    s[Bt].bind(k, te.thread_axis("threadIdx.x"))
+    with pytest.raises(BuildError, match=r"a TMA copy reads 'Bt', which is not an argument "
+                       r"of the function"):
+        polytile.build(s, [A, B, C], target=TARGET, compiler="nvcc")
+
+
 def test_refuses_tma_with_fragment_prefetch_and_non_bools():
     s, args = _sgemm(16, 8, 8, tma=False)
     C = args[2]
