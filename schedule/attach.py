@@ -56,8 +56,13 @@ def set_prefix(p: StagePlan, gpu: bool) -> None:
         check_storage_scope(p)
     # a shared buffer holds the region of a whole block: relax thread loops (TVM)
     relax = p.scope == "shared"
+    # and a stage computed inside one runs where its code is, outside the loops that stage
+    # relaxed (the local partial of an rfactor computed inside a cross-thread reduction's
+    # shared partials, under a vthread loop: fuzz seed cuda 80008)
+    n = len(tp.prefix)
     p.prefix_dims = [j for j, (q, k) in enumerate(p.prefix)
-                     if not (relax and q.binding(k) is not None and q.binding(k).in_thread)]
+                     if (j >= n or j in tp.prefix_dims)
+                     and not (relax and q.binding(k) is not None and q.binding(k).in_thread)]
 
 
 def check_storage_scope(p: StagePlan) -> None:
