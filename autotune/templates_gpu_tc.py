@@ -53,7 +53,10 @@ measured after the run. Groups of 4, 8 and 16 tile rows measured alike (626.4, 6
 627.8 beside cuBLAS 733.7). Copying the tiles by TMA (the ``copy`` knob, now the sm_90a
 default) raised the default config to 698.3 TFLOP/s beside cuBLAS 761.9 and Triton 685.0
 (1.019x Triton; cp.async 635.4 in the same run of ``benchmarks/gpu_gemm.py --isa
-tensorize --tma``).
+tensorize --tma``; a second run: 691.6 beside cuBLAS 748.6 and Triton 669.5, cp.async
+624.9), and ``benchmarks/tune_gpu.py --dtypes float16 --target "cuda -arch=sm_90a"
+--trials 12 --budget 40 --triton`` (9 trials in 50 s) kept it as the best: 682.8 TFLOP/s in
+the runner, 1.015x Triton (672.6) and 0.912x cuBLAS (748.9) measured after the run.
 
 Shapes whose sides are not multiples of 16 keep the CUDA-core schedule of
 :mod:`.templates_gpu` (same compute: float32 accumulation and output).
