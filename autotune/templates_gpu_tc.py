@@ -18,6 +18,11 @@ B[k, j].astype("float32"))``), scheduled by that same function, the hand schedul
 ``group``   blocks launched ``group`` tile rows at a time (L2 reuse)
 ``pad``     shared rows padded by ``pad`` elements (``storage_align``; 8: 16 bytes, the
             8 rows an ``ldmatrix`` reads in distinct banks; 0: unpadded)
+``copy``    ``cuda -arch=sm_90a`` only, for wgmma: the shared tiles filled by the threads'
+            ``cp.async`` or by TMA (``"tma"``: one bulk tensor copy per 64-column box,
+            completing on an mbarrier per slot; ``pipeline(..., tma=True)``), where ``B``
+            is read MN-major and the k loop is pipelined; records from before the knob
+            load as ``"cp.async"``
 ==========  =================================================================================
 
 The ``tile`` list holds only tiles that divide the shape (a partial 16x16 tile cannot be
@@ -45,7 +50,13 @@ with float2 stores 583.0), and the tuning run of ``benchmarks/tune_gpu.py --dtyp
 --target "cuda -arch=sm_90a" --trials 12 --triton`` (12 trials in 32 s) kept it as the
 best: 625.2 TFLOP/s in the runner (was 543), 0.83x cuBLAS (755.4) and 0.91x Triton (684.0)
 measured after the run. Groups of 4, 8 and 16 tile rows measured alike (626.4, 626.8,
-627.8 beside cuBLAS 733.7).
+627.8 beside cuBLAS 733.7). Copying the tiles by TMA (the ``copy`` knob, now the sm_90a
+default) raised the default config to 698.3 TFLOP/s beside cuBLAS 761.9 and Triton 685.0
+(1.019x Triton; cp.async 635.4 in the same run of ``benchmarks/gpu_gemm.py --isa
+tensorize --tma``; a second run: 691.6 beside cuBLAS 748.6 and Triton 669.5, cp.async
+624.9), and ``benchmarks/tune_gpu.py --dtypes float16 --target "cuda -arch=sm_90a"
+--trials 12 --budget 40 --triton`` (9 trials in 50 s) kept it as the best: 682.8 TFLOP/s in
+the runner, 1.015x Triton (672.6) and 0.912x cuBLAS (748.9) measured after the run.
 
 Shapes whose sides are not multiples of 16 keep the CUDA-core schedule of
 :mod:`.templates_gpu` (same compute: float32 accumulation and output).
@@ -70,6 +81,8 @@ TC_STAGES = (1, 2, 3, 4)
 TC_FRAGS = ("step", "tile", "prefetch")
 TC_GROUPS = (1, 4, 8, 16)
 TC_PADS = (8, 0)
+#: how the wgmma shared tiles are filled (``pipeline(..., tma=...)``)
+TC_COPIES = ("cp.async", "tma")
 #: wgmma (sm_90a) blocks: ``BM`` rows (one warpgroup per 64) x ``BN`` columns (one
 #: ``m64nBNk16`` per warpgroup and k step), k tiles of 64 (128-byte swizzled rows)
 WG_BLOCKS_M = (64, 128, 256)
@@ -226,7 +239,10 @@ def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
       exceed the registers (:func:`tc_registers`);
     - ``group``: the largest divisor of the tile rows at most the knob
       (:func:`~polytile.targets.gpu_tiling.group_rows`), on wgmma too;
-    - on wgmma, the knobs it does not read (``frags``, ``pad``) are their ``defaults``."""
+    - on wgmma, the knobs it does not read (``frags``, ``pad``) are their ``defaults``;
+    - ``copy``: ``"tma"`` only on wgmma with a pipeline (2 stages or more) and ``B`` read
+      MN-major (``BN`` and ``N`` multiples of 64: the tensor maps are of the function's
+      arguments, not of the transposed copy), else ``"cp.async"``."""
     defaults = defaults or {}
     tile = tuple(v["tile"])
     isa = v["isa"]
@@ -239,8 +255,14 @@ def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
     if isa == "wgmma":
         st = _fitting_stages(v["stages"], K // WG_BK, lambda n: wg_shared_bytes(tile, n),
                              limits)
+        copy = v.get("copy", "cp.async")
+        if st < 2 or tile[1] % WG_MN_ATOM or N % WG_MN_ATOM:
+            copy = "cp.async"
         return {**v, **{k: defaults[k] for k in ("frags", "pad") if k in defaults},
-                "stages": st, "group": group_rows(v["group"], M // tile[0])}
+                "stages": st, "group": group_rows(v["group"], M // tile[0]),
+                **({"copy": copy} if "copy" in v else {})}
+    if "copy" in v:
+        v = {**v, "copy": "cp.async"}
     bm, bn, bk, wm, wn = tile
     st = _fitting_stages(v["stages"], K // bk,
                          lambda n: tc_shared_bytes(tile, n, v["pad"]), limits)
@@ -314,6 +336,8 @@ def define_tc_knobs(cfg, M: int, N: int, K: int) -> dict:
                 "stages": WGMMA_TENSORIZE_BEST["stages"] if on_wgmma else MMA_BEST["stages"],
                 "frags": MMA_BEST["frags"], "group": WGMMA_TENSORIZE_BEST["group"] if on_wgmma
                 else MMA_BEST["group"], "pad": 8}
+    if wg:   # a knob of sm_90a only
+        defaults["copy"] = "tma" if on_wgmma and WGMMA_TENSORIZE_BEST.get("tma") else "cp.async"
     cfg.define_knob("isa", ["mma", "wmma"] + ["wgmma"] * bool(wg), default=defaults["isa"])
     cfg.define_knob("tile", tiles + [t for t in wg if t not in tiles],
                     default=defaults["tile"])
@@ -321,6 +345,8 @@ def define_tc_knobs(cfg, M: int, N: int, K: int) -> dict:
     cfg.define_knob("frags", list(TC_FRAGS), default=defaults["frags"])
     cfg.define_knob("group", list(TC_GROUPS), default=defaults["group"])
     cfg.define_knob("pad", list(TC_PADS), default=defaults["pad"])
+    if wg:
+        cfg.define_knob("copy", list(TC_COPIES), default=defaults["copy"], legacy="cp.async")
     shape = (M, N, K)
     wgset = frozenset(tuple(t) for t in wg)
     cfg.prefer(lambda v: tc_preferred(v, shape, limits, defaults, wgset))
@@ -336,7 +362,8 @@ def matmul_tc(cfg, M: int, N: int, K: int, dtype: str):
 
     v = define_tc_knobs(cfg, M, N, K)
     if v["isa"] == "wgmma":
-        return _wgmma_matmul(M, N, K, dtype, v["tile"][:2], v["stages"], v["group"])
+        return _wgmma_matmul(M, N, K, dtype, v["tile"][:2], v["stages"], v["group"],
+                             tma=v.get("copy") == "tma")
     bm, bn, bk, wm, wn = v["tile"]
     return tc.wmma_gemm(M, N, K, acc="float32", dtype=dtype, isa=v["isa"],
                         block=(bm, bn, bk), warp=(wm, wn), pad=v["pad"],
@@ -355,7 +382,7 @@ def matmul_f32_acc(M: int, N: int, K: int, dtype: str):
 
 
 def _wgmma_matmul(M: int, N: int, K: int, dtype: str, block: list, stages: int,
-                  group: int = 1):
+                  group: int = 1, tma: bool = False):
     """``C = A @ B`` on wgmma (sm_90a) through ``tensorize``, 128B-swizzled shared tiles and
     asynchronous MMA groups (``mma_wait`` 1 from 3 stages), blocks in groups of ``group``
     tile rows (a divisor of ``M / BM``), the copies and the epilogue of
@@ -366,7 +393,8 @@ def _wgmma_matmul(M: int, N: int, K: int, dtype: str, block: list, stages: int,
     blocks read ``B`` K-major: a first kernel writes ``Bt[N, K] = B^T``
     (:func:`schedule_transpose`), then
     :func:`~polytile.targets.cuda.wgmma_intrin.schedule_wgmma_nt` (the schedule of
-    ``tc.wgmma_gemm_schedule``)."""
+    ``tc.wgmma_gemm_schedule``). ``tma`` (MN-major ``B`` and ``stages > 1`` only, see
+    :func:`effective`): the tiles copied by TMA (``pipeline(..., tma=True)``)."""
     from polytile.targets.cuda import wgmma_intrin as wi
     from polytile.targets.cuda.tensor_core import WGMMA_TENSORIZE_BEST as best
 
@@ -379,7 +407,7 @@ def _wgmma_matmul(M: int, N: int, K: int, dtype: str, block: list, stages: int,
     if block[1] % WG_MN_ATOM == 0 and N % WG_MN_ATOM == 0:
         BR, C = wi.wgmma_nn_compute(A, B, "128B")
         s = te.create_schedule(C.op)
-        wi.schedule_wgmma_nn(s, C, A, BR, blk, stages, "128B", mma_wait, **opts)
+        wi.schedule_wgmma_nn(s, C, A, BR, blk, stages, "128B", mma_wait, tma=tma, **opts)
         return s, [A, B, C]
     Bt = te.compute((N, K), lambda n, k: B[k, n], name="Bt")
     C = wi.wgmma_nt_compute(A, Bt)

@@ -283,13 +283,13 @@ def wgmma_mainloops() -> tuple:
 #: (block, stages, swizzle, b_major[, options]) of the tensorize lines: the swizzled,
 #: overlapped schedule (``mma_wait`` 1) at two block shapes, then the unswizzled synchronous
 #: one it replaced (``TENSORIZE[0]`` is ``tensor_core.WGMMA_TENSORIZE_BEST`` on ``C = A @
-#: Bt^T``: groups of 8 tile rows, 16-byte epilogue), then ``C = A @ B`` with ``B[K, N]``
+#: Bt^T``: groups of 8 tile rows, 16-byte epilogue, TMA copies), then ``C = A @ B`` with ``B[K, N]``
 #: read MN-major (``b_major="mn"``: what the sm_90a ``cuda`` ``matmul`` template builds,
 #: no transpose), with the options of ``WGMMA_TENSORIZE_BEST`` and without
-TENSORIZE = (((128, 256, 64), 4, "auto", "k", {"group": 8, "epilogue": "16B"}),
+TENSORIZE = (((128, 256, 64), 4, "auto", "k", {"group": 8, "epilogue": "16B", "tma": True}),
              ((128, 128, 64), 4, "auto", "k"),
              ((128, 256, 64), 3, "none", "k"),
-             ((128, 256, 64), 4, "auto", "mn", {"group": 8, "epilogue": "16B"}),
+             ((128, 256, 64), 4, "auto", "mn", {"group": 8, "epilogue": "16B", "tma": True}),
              ((128, 256, 64), 4, "auto", "mn"))
 
 
@@ -327,6 +327,23 @@ TENSORIZE_SWEEP = (
     ((128, 128, 64), 3, "auto", "mn", {"group": 8, "epilogue": "16B"}),
     ((128, 256, 64), 4, "auto", "mn", {"group": 4, "epilogue": "16B"}),
     ((128, 256, 64), 4, "auto", "mn", {"group": 16, "epilogue": "16B"}),
+)
+
+
+#: the ``--tma`` lines: the sm_90a default (``WGMMA_TENSORIZE_BEST`` on ``C = A @ B``, B
+#: MN-major) with its copies by cp.async and by TMA (``pipeline(..., tma=True)``), then TMA
+#: with copies after the MMA wait, on ``C = A @ Bt^T``, with 2 MMA groups in flight, and on
+#: 128x128 blocks. H200, 4096^3 float16, one run (2026-12-02; cuBLAS 761.9, Triton 685.0,
+#: the generated wgmma+TMA kernel 715.8): 635.4, 698.3, 700.2, 700.6, 535.4, 611.9 TFLOP/s
+TENSORIZE_TMA = (
+    ((128, 256, 64), 4, "auto", "mn", {"group": 8, "epilogue": "16B"}),
+    ((128, 256, 64), 4, "auto", "mn", {"group": 8, "epilogue": "16B", "tma": True}),
+    ((128, 256, 64), 4, "auto", "mn", {"group": 8, "epilogue": "16B", "tma": True,
+                                       "copy_after_wait": True}),
+    ((128, 256, 64), 4, "auto", "k", {"group": 8, "epilogue": "16B", "tma": True}),
+    ((128, 256, 64), 4, "auto", "mn", {"group": 8, "epilogue": "16B", "tma": True,
+                                       "mma_wait": 2}),
+    ((128, 128, 64), 5, "auto", "mn", {"group": 8, "epilogue": "16B", "tma": True}),
 )
 
 
@@ -467,6 +484,9 @@ def main() -> None:
     ap.add_argument("--tsweep", action="store_true",
                     help="--isa tensorize: the lines of TENSORIZE_SWEEP (block order, MMA "
                     "groups in flight, epilogue, block shapes) instead of TENSORIZE")
+    ap.add_argument("--tma", action="store_true",
+                    help="--isa tensorize: the lines of TENSORIZE_TMA (cp.async against TMA "
+                    "copies of the shared tiles)")
     ap.add_argument("--no-triton", action="store_true",
                     help="with --isa mma --variants: cuBLAS only as the anchor (Triton's "
                     "tile search takes a while)")
@@ -491,6 +511,7 @@ def main() -> None:
     if args.isa in ("best", "tensorize"):
         for n in args.n or [4096, 8192]:
             best_gemm(n, args.acc, args.dtype, args.stages, args.isa == "tensorize",
+                      TENSORIZE_TMA if args.tma else
                       TENSORIZE_SWEEP if args.tsweep else TENSORIZE)
         return
     for n in args.n or [4096, 8192]:

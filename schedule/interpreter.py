@@ -357,11 +357,76 @@ class _Interp(StmtFunctor):
         if isinstance(s.value, ExternCall) and s.value.name in ASYNC_GROUP_CALLS:
             self._mma_protocol(s.value)
             return ()
+        if isinstance(s.value, ExternCall) and s.value.name.startswith("tma."):
+            self._tma(s.value)
+            return ()
         if isinstance(s.value, ExternCall) and s.value.kind == "atomic":
             self._nibble_store(s.value)
             return ()
         self.expr(s.value)
         return ()
+
+    def _tma(self, call: ExternCall) -> None:
+        """The TMA copies of :mod:`polytile.schedule.passes.tma_copy`: the block's first
+        thread initialises the mbarriers and issues the copies (reading the source now,
+        the race check seeing its writes now); a wait that finds the phase of its parity
+        in progress lands that phase's copies (all its arrivals made, else the kernel
+        would hang: RuntimeError)."""
+        if self.block_mem is None:
+            raise RuntimeError(f"interpreter: {call.name} outside a kernel")
+        state = self.block_mem.setdefault("tma", {})
+        leader = all(i == 0 for i in self.who[1])
+        bar = call.args[0] if call.name != "tma.load_2d" else call.args[6]
+        key = (id(bar.buffer), int(self.expr(bar.offset)))
+        if call.name == "tma.init":
+            if leader:
+                n, count = (int(self.expr(a)) for a in call.args[1:])
+                for i in range(n):
+                    state[(key[0], key[1] + i)] = [0, 0, count, []]
+            return
+        st = state.get(key)
+        if st is None:
+            raise RuntimeError(f"interpreter: {call.name} on mbarrier {bar.buffer.name}"
+                               f"[{key[1]}], which tma.init did not initialise")
+        if call.name == "tma.wait":
+            parity = int(self.expr(call.args[1]))
+            if (st[0] & 1) != parity:
+                return      # the phase of that parity has completed
+            if st[1] < st[2]:
+                raise RuntimeError(
+                    f"interpreter: thread {self.who[1]} of block {self.who[0]} waits for "
+                    f"phase {st[0]} of mbarrier {bar.buffer.name}[{key[1]}] with "
+                    f"{st[1]} of its {st[2]} arrivals made (the kernel would hang)")
+            for buffer, flat, idx, v in st[3]:
+                self._write(buffer, flat, idx, v)
+            st[0], st[1], st[3] = st[0] + 1, 0, []
+            return
+        if not leader:
+            return
+        dst, src, c1, c0, rows, cols, _, m, n = call.args
+        c0, c1, rows, cols, m, n = (int(self.expr(a)) for a in (c0, c1, rows, cols, m, n))
+        st[1] += 1
+        if st[1] > st[2]:
+            raise RuntimeError(f"interpreter: mbarrier {bar.buffer.name}[{key[1]}] gets "
+                               f"{st[1]} arrivals in a phase of {st[2]}")
+        sflat = self.mem[id(src.buffer)].reshape(-1)
+        darr = self.mem[id(dst.buffer)]
+        base = int(self.expr(dst.offset))
+        for r in range(rows):
+            for c in range(cols):
+                i, j = c0 + r, c1 + c
+                v = sflat[i * n + j] if 0 <= i < m and 0 <= j < n else sflat.dtype.type(0)
+                off = base + r * cols + c
+                if dst.buffer.swizzle != "none":
+                    flat, idx = swizzled_place(dst.buffer, darr, (off,), "tma.load_2d")
+                else:
+                    flat, idx = darr.reshape(-1), (off,)
+                    if not 0 <= off < flat.size:
+                        raise IndexError(f"tma.load_2d {dst.buffer.name}[{off}] out of "
+                                         f"bounds {flat.size}")
+                if self.races is not None:
+                    self.races.write(dst.buffer, idx, *self.who)
+                st[3].append((dst.buffer, flat, idx, v))
 
     def _nibble_store(self, call: ExternCall) -> None:
         """The atomic int4 store of :mod:`polytile.schedule.passes.int4` (one thread runs

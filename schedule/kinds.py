@@ -188,11 +188,15 @@ class PipelinePragma:
     #: after its MMA wait and a second barrier, into the slot that wait retired
     #: (``stages - mma_wait`` tiles ahead instead of ``stages - 1 - mma_wait``)
     copy_after_wait: bool = False
+    #: ``tma``: the shared tiles are copied by TMA bulk tensor copies completing on one
+    #: mbarrier per slot (:mod:`polytile.schedule.passes.tma_copy`)
+    tma: bool = False
 
     def __str__(self) -> str:
         w = "" if self.mma_wait is None else f", mma_wait={self.mma_wait}"
         w += ", fragment_prefetch=True" if self.fragment_prefetch else ""
         w += ", copy_after_wait=True" if self.copy_after_wait else ""
+        w += ", tma=True" if self.tma else ""
         return f"software_pipeline(stages={self.stages}{w})"
 
 

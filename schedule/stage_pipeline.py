@@ -12,7 +12,8 @@ class PipelineMixin:
     """``pipeline`` and ``double_buffer`` of a stage."""
 
     def pipeline(self, axis, stages: int = 2, *, mma_wait: int | None = None,
-                 fragment_prefetch: bool = False, copy_after_wait: bool = False) -> None:
+                 fragment_prefetch: bool = False, copy_after_wait: bool = False,
+                 tma: bool = False) -> None:
         """Run loop ``axis`` of this stage as a software pipeline ``stages`` deep: the
         stages computed at ``axis`` in ``shared`` memory (``cache_read`` copies attached
         with ``compute_at(s[C], axis)``) get ``stages`` buffers each, and the copies of
@@ -100,6 +101,19 @@ class PipelineMixin:
         (when lowering) for a compute with fewer than two k steps of loads (fragments per
         k tile), with ``mma_wait``, or where the last step still reads ``L0``'s fragments.
 
+        ``tma=True`` (sm_90; :mod:`.passes.tma_copy`): each shared stage's tile is copied
+        by one TMA bulk tensor copy (``cp.async.bulk.tensor.2d``, issued by the block's
+        first thread, the tensor map of the global operand built at launch) that
+        completes on an ``mbarrier`` of its slot (``arrive.expect_tx``), instead of the
+        threads' 16-byte ``cp.async``; every thread waits on the slot's mbarrier
+        (``try_wait.parity``) instead of ``cp.async.wait_group``. The barriers of the
+        loop stay (they order the slot reuse). Refused when lowering, naming the stage and
+        its copy, where a tile is not a TMA box: a 2-D cache_read tile of a function
+        argument of constant shape, unguarded (the tiles divide the operand), rows of a
+        multiple of 16 bytes, box sides of at most 256 elements, a dense shared tile
+        (swizzled ``128B``/``64B``/``32B`` with rows of exactly that width, or unswizzled),
+        the operand's row stride a multiple of 16 bytes.
+
         Synonyms: TVM TensorIR ``software_pipeline_stage``/``software_pipeline_order``
         annotations with ``software_pipeline_async_stages``, Triton ``num_stages``,
         CUTLASS multistage mainloops.
@@ -109,7 +123,7 @@ class PipelineMixin:
         ScheduleError
             Here, for a loop that is not a serial loop of this stage, ``stages < 2``,
             ``mma_wait`` outside ``0..stages - 2``, ``copy_after_wait`` without
-            ``mma_wait``;
+            ``mma_wait``, ``tma`` not a bool or with ``fragment_prefetch``;
             when lowering, naming the stage, the loop and ``pipeline``, when the loop's
             body does not fit (see Legality) or a copy cannot be a 16-byte ``cp.async``.
         """
@@ -138,26 +152,29 @@ class PipelineMixin:
                  f"stage {self.name!r} with mma_wait={mma_wait!r}", "a bool, and "
                  "copy_after_wait only with mma_wait (asynchronous MMA groups)",
                  hint="pipeline(..., mma_wait=1, copy_after_wait=True)")
+        if not isinstance(tma, bool) or (tma and fragment_prefetch):
+            fail("pipeline", f"tma={tma!r} for loop {iv.name!r} of stage {self.name!r} "
+                 f"with fragment_prefetch={fragment_prefetch!r}", "a bool, and tma "
+                 "without fragment_prefetch (its tiles are waited for by mbarriers)")
         old = [v for k, v in self.pragmas.get(iv, ()) if k == "software_pipeline"]
         if old:
             if (old[0].stages, old[0].mma_wait, old[0].fragment_prefetch,
-                    old[0].copy_after_wait) == (stages, mma_wait, fragment_prefetch,
-                                                copy_after_wait):
+                    old[0].copy_after_wait, old[0].tma) == (stages, mma_wait,
+                                                            fragment_prefetch,
+                                                            copy_after_wait, tma):
                 return
             fail("pipeline", f"loop {iv.name!r} of stage {self.name!r} is already "
                  f"pipelined with stages={old[0].stages}", "one depth per loop")
         prag = PipelinePragma(stages, self.name, iv.name, mma_wait, fragment_prefetch,
-                              copy_after_wait)
+                              copy_after_wait, tma)
         self.pragmas[iv] = self.pragmas.get(iv, ()) + (("software_pipeline", prag),)
-        if copy_after_wait:
-            self._record("pipeline", iv, stages=stages, mma_wait=mma_wait,
-                         copy_after_wait=True)
-        elif mma_wait is not None:
-            self._record("pipeline", iv, stages=stages, mma_wait=mma_wait)
-        elif fragment_prefetch:
-            self._record("pipeline", iv, stages=stages, fragment_prefetch=True)
-        else:
-            self._record("pipeline", iv, stages=stages)
+        # only the options given are recorded: traces written before an option existed
+        # replay to the same pragma
+        extra = {k: v for k, v in (("mma_wait", mma_wait), ("fragment_prefetch",
+                                                             fragment_prefetch),
+                                   ("copy_after_wait", copy_after_wait), ("tma", tma))
+                 if v not in (None, False)}
+        self._record("pipeline", iv, stages=stages, **extra)
 
     def double_buffer(self) -> None:
         """TVM's ``Stage.double_buffer``: this shared stage, computed at a loop of its

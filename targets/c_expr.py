@@ -277,8 +277,21 @@ class CExprPrinter:
             name, text, preludes = found
             self.helpers.update(preludes)
             self.helpers[name] = text
+        if e.name == "tma.load_2d":
+            return self._tma_load(name, e)
         args = [strip_parens(self.expr(a)) for a in e.args]
         return f"{name}({', '.join(args)})"
+
+    def _tma_load(self, name: str, e: ExternCall) -> str:
+        """``tma.load_2d`` (:mod:`polytile.schedule.passes.tma_copy`) as ``name(dst,
+        &map, c0, c1, bytes, bar)``, the map the kernel's parameter of its source, box
+        and swizzle."""
+        dst, src, c0, c1, rows, cols, bar, m, n = e.args
+        key = (id(src.buffer), m.value, n.value, rows.value, cols.value, dst.buffer.swizzle)
+        nbytes = rows.value * cols.value * dt.nbytes(src.buffer.dtype)
+        args = [strip_parens(self.expr(a)) for a in (dst, c0, c1, bar)]
+        return (f"{name}({args[0]}, &{self.tensor_maps[key]}, {args[1]}, {args[2]}, "
+                f"{nbytes}u, {args[3]})")
 
     def _atomic(self, e: ExternCall) -> str:
         """``nibble_store(ptr, shift, v)`` (:mod:`polytile.schedule.passes.int4`): bits

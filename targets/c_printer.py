@@ -60,6 +60,7 @@ from .llvm.analysis import stored_buffers, used_symbols
 
 _HOST_SCOPES = ("global", "heap")
 _MIN_ALIGN = 16  # bytes: alignment of shared buffers (vector loads of up to 16 bytes)
+TMA_ALIGN = 128  # bytes: alignment of the shared destination of a TMA copy
 
 #: Vector types of 32-bit lanes whose copies out of a register array are stored lane by lane.
 _SCALAR_LANES = frozenset(("float4", "float2", "int4", "int2"))
@@ -322,6 +323,7 @@ class CPrinter(CExprPrinter, StmtFunctor):
         ext_bufs = [b for b in bufs if id(b) not in allocated]
         ext_bufs.sort(key=lambda b: (0, pos[id(b)]) if id(b) in pos else (1, ws[id(b)]))
         self.kname = k.name
+        self.tma_dst = _tma_destinations(k)
         smem_offsets, dyn_bytes = self._shared_layout(k)
         for x in list(smem_offsets.values()) + [dyn_bytes]:   # sizes the offsets need
             for v in sym.params_of(x):
@@ -344,6 +346,11 @@ class CPrinter(CExprPrinter, StmtFunctor):
             self.texts = {}
             params.append(v)
             sig.append(f"{d.ctype(v.dtype)} {name}")
+        self.tensor_maps = {}
+        for m in _tensor_maps(k, names, pos, self.who):
+            self.tensor_maps[m.key()] = m.name
+            params.append(m)
+            sig.append(f"const __grid_constant__ PtTensorMap {m.name}")
 
         self.lines: list = []
         self.scopes: list = [set()]
@@ -400,11 +407,10 @@ class CPrinter(CExprPrinter, StmtFunctor):
                 if isinstance(x, Allocate) and x.buffer.scope == "shared"]
         fixed = [b for b in bufs if all(sym.is_static(d) for d in b.shape)]
         dynamic = [b for b in bufs if b not in fixed]
-        self.swizzle_period = max((_swizzle_period(b, self.d, self.who) for b in bufs),
-                                  default=0)
+        self.swizzle_period = max((self._period(b) for b in bufs), default=0)
         offsets, total = {}, 0
         for b in fixed:
-            align = max(_MIN_ALIGN, _swizzle_period(b, self.d, self.who))
+            align = max(_MIN_ALIGN, self._period(b))
             total = -(-total // align) * align
             offsets[id(b)] = total
             total += self._const_size(b) * dt.nbytes(b.dtype)
@@ -421,6 +427,13 @@ class CPrinter(CExprPrinter, StmtFunctor):
                 size = sym.mul(size, d)
             total = sym.add(total, size)
         return offsets, sym.add(total, self.swizzle_period)
+
+    def _period(self, b: Buffer) -> int:
+        """The alignment (bytes) buffer ``b`` needs beyond :data:`_MIN_ALIGN`: its swizzle
+        pattern's, and 128 for the destination of TMA copies (PTX ISA,
+        ``cp.async.bulk.tensor``); 0 for none."""
+        p = _swizzle_period(b, self.d, self.who)
+        return max(p, TMA_ALIGN) if id(b) in self.tma_dst else p
 
     def _const_size(self, b: Buffer) -> int:
         n = 1
@@ -623,7 +636,7 @@ class CPrinter(CExprPrinter, StmtFunctor):
             self.emit(depth, f"{t}* {name} = reinterpret_cast<{t}*>({self.smem_name} + "
                              f"{off});  // {size} elements, dynamic shared memory")
         elif b.scope == "shared":
-            period = _swizzle_period(b, d, self.who)
+            period = self._period(b)
             words = (d.shared_prefix, f"__align__({period})" if period else d.shared_align, t)
             self.emit(depth, f"{' '.join(w for w in words if w)} {name}[{size}];")
         elif b.scope in FRAGMENT_SCOPES:
@@ -688,6 +701,15 @@ class CPrinter(CExprPrinter, StmtFunctor):
         raise LoweringError(format_error(
             self.who, f"kernel {s.name!r} is launched inside kernel {self.kname!r}",
             "expected kernel launches only at the top level of the function"))
+
+def _tma_destinations(k: KernelLaunch) -> set:
+    """``id`` of the shared buffers the ``tma.load_2d`` calls of kernel ``k`` write."""
+    from polytile.schedule.passes.tma_copy import TMA_LOAD
+
+    return {id(x.value.args[0].buffer) for x in walk_stmts(k.body)
+            if isinstance(x, Evaluate) and isinstance(x.value, ExternCall)
+            and x.value.name == TMA_LOAD}
+
 
 def _swizzle_period(b: Buffer, d: CDialect, who: str) -> int:
     """Bytes of the swizzle pattern of shared buffer ``b`` (its start's alignment), 0 when
@@ -774,6 +796,33 @@ def _tf32_accumulator(b: Buffer, body: Stmt) -> bool:
 def _exprs(st: Stmt):
     from polytile.schedule.loop_ir import stmt_exprs
     return stmt_exprs(st)
+
+
+def _tensor_maps(k: KernelLaunch, names, pos: dict, who: str) -> list:
+    """The tensor maps the ``tma.load_2d`` calls of kernel ``k`` read (one per source,
+    box and swizzle; :mod:`polytile.schedule.passes.tma_copy`), named by ``names``."""
+    from polytile.schedule.passes.tma_copy import TMA_LOAD
+
+    from .gpu.tensor_map import TensorMapParam
+
+    out: dict = {}
+    for x in walk_stmts(k.body):
+        if not (isinstance(x, Evaluate) and isinstance(x.value, ExternCall)
+                and x.value.name == TMA_LOAD):
+            continue
+        a = x.value.args
+        src, dst = a[1].buffer, a[0].buffer
+        if id(src) not in pos:
+            raise BuildError(format_error(
+                who, f"a TMA copy reads {src.name!r}, which is not an argument of the "
+                "function", "TMA copies of argument buffers (their tensor maps are built "
+                "at launch from the argument's pointer)", Kernel=k.name))
+        m = TensorMapParam(src, a[7].value, a[8].value, a[4].value, a[5].value,
+                           dst.swizzle, "")
+        if m.key() not in out:
+            out[m.key()] = TensorMapParam(src, m.rows, m.cols, m.box_rows, m.box_cols,
+                                          m.swizzle, names(m, f"{src.name}_tmap"))
+    return list(out.values())
 
 
 def _calls(e):

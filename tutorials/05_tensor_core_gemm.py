@@ -289,7 +289,7 @@ def wgmma_step(n: int, arrays, cublas, ref) -> None:
 
 
 #: the tensorize step: 128 x 256 tiles of 64 k (128B rows), 4 stages, mma_wait 1, blocks in
-#: groups of 8 tile rows, the 16-byte epilogue
+#: groups of 8 tile rows, the 16-byte epilogue, tiles copied by TMA
 TENSORIZE_BLOCK = tc.WGMMA_TENSORIZE_BEST["block"]
 TENSORIZE_STAGES = tc.WGMMA_TENSORIZE_BEST["stages"]
 
@@ -307,7 +307,8 @@ def wgmma_tensorize_step(n: int, arrays, cublas, ref, print_source: bool = False
         group = best["group"] if (n // TENSORIZE_BLOCK[0]) % best["group"] == 0 else 1
         s, targs = tc.wgmma_gemm_schedule(n, n, n, block=TENSORIZE_BLOCK,
                                           stages=TENSORIZE_STAGES, group=group,
-                                          epilogue=best["epilogue"])
+                                          epilogue=best["epilogue"],
+                                          tma=best.get("tma", False))
     except ValueError as exc:
         print(f"{title:28s} not built at n={n}: {str(exc).splitlines()[0]}")
         return

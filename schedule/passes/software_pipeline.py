@@ -34,6 +34,11 @@ With ``fragment_prefetch`` (a synchronous compute loading register fragments per
 the steady state also moves the next iteration's barrier and first fragment loads before
 the last step's MMAs: :mod:`.fragment_prefetch`.
 
+With ``tma`` the copies of a tile are TMA boxes issued by one thread that complete on the
+mbarrier of their slot, and ``wait_group(D - 1)`` is each thread's wait on the mbarrier of
+the slot of tile ``k`` (phase parity ``(k - lo) / S % 2``); nothing is committed
+(:mod:`.tma_copy`).
+
 Each ``B`` gets a leading dimension of ``S`` slots. Why it is right: the copy issued at
 iteration ``k`` writes the slot ``C(k - 1)`` read, and every thread has finished
 ``C(k - 1)`` when it passes the barrier of iteration ``k``; ``C(k)`` reads the slot written
@@ -51,7 +56,7 @@ from polytile.te.expr import Binary, Cast, Cmp, Const, Expr, Var
 from polytile.te.visitor import collect, structural_equal
 
 from ..kinds import LoopKind, PipelinePragma, thread_private
-from ..loop_ir import (Buffer, Evaluate, ExternCall, For, IfThenElse, Load, Seq, Stmt,
+from ..loop_ir import (Allocate, Buffer, Evaluate, ExternCall, For, IfThenElse, Load, Seq, Stmt,
                        StmtMutator, Store, Sync, TensorCall, child_stmts, seq, stmt_exprs,
                        walk_stmts)
 from .async_copy import async_copy_refusal, commit_group, is_async_copy, mark_async, wait_group
@@ -59,6 +64,7 @@ from . import fragment_prefetch
 from .fragment_prefetch import prefetch_fragments
 from .loops import substitute_stmt
 from .pipeline_slots import Slots, add, flat_compute, invariant, refuse, sub
+from .tma_copy import mbarrier_buffer, tma_boxes, tma_init, tma_load, tma_wait
 
 
 def _pragma(s: For) -> PipelinePragma | None:
@@ -355,7 +361,8 @@ class _Pipeline(StmtMutator):
                            "which is not a shared copy", "only shared copies there")
                 if isinstance(x, Store):
                     bufs[id(x.buffer)] = x.buffer
-                if isinstance(x, For) and x.kind == LoopKind.VECTORIZED and self.asynchronous:
+                if isinstance(x, For) and x.kind == LoopKind.VECTORIZED and \
+                        self.asynchronous and not p.tma:
                     why = async_copy_refusal(x)
                     if why is not None:
                         st = next(y for y in walk_stmts(x) if isinstance(y, Store))
@@ -365,7 +372,7 @@ class _Pipeline(StmtMutator):
                                "aligned addresses", hint="vectorize the copy into 8 "
                                "float16 (4 float32) lanes; row lengths and storage_align "
                                "padding multiples of the vector")
-        for c in copies if self.asynchronous else ():
+        for c in copies if self.asynchronous and not p.tma else ():
             bare = [x for x in walk_stmts(c) if isinstance(x, Store)
                     and not any(is_async_copy(f) and any(y is x for y in walk_stmts(f))
                                 for f in walk_stmts(c) if isinstance(f, For)
@@ -419,16 +426,22 @@ class _Pipeline(StmtMutator):
                for k, b in bufs.items()}
         self.replaced.update(new)
         k, lo, ext = s.var, s.min, s.extent
+        # tma: one bulk copy per tile, completing on the mbarrier of its slot
+        boxes = tma_boxes(copies, p) if p.tma else None
+        bar = mbarrier_buffer(f"{p.stage}.{p.axis}", n) if p.tma else None
 
         def stage(at: Expr, rel: Expr, slot: Expr | None = None) -> Stmt:
             if slot is None:
                 slot = Binary("int64", "truncmod", rel, Const("int64", n))
+            if boxes is not None:
+                return seq(*[tma_load(b, new[id(b.dst)], slot, bar, {k: at})
+                             for b in boxes])
             body = substitute_stmt(seq(*copies), {k: at})
             return Slots(new, slot).visit(body)
 
         # without asynchronous copies the same slots are right (the copies complete at
         # once), and there is nothing to commit or wait for
-        commit = commit_group() if self.asynchronous else None
+        commit = commit_group() if self.asynchronous and boxes is None else None
         prologue = []
         for j in range(ahead):
             load = stage(add(lo, j), Const("int64", j))
@@ -439,8 +452,29 @@ class _Pipeline(StmtMutator):
         nxt = add(rel, ahead)
         fetch = IfThenElse(Cmp("bool", "lt", nxt, ext), stage(add(k, ahead), nxt))
         slot = Binary("int64", "truncmod", rel, Const("int64", n))
-        wait = wait_group if self.asynchronous else (lambda _: None)
+        wait = wait_group if self.asynchronous and boxes is None else (lambda _: None)
+
+        def tile_wait(rel: Expr, slot: Expr) -> Stmt | None:
+            """Wait for tile ``rel`` (from the first) in slot ``slot``: its copies'
+            group (cp.async), or the phase of its slot's mbarrier (tma: the slot's
+            ``rel // n``-th fill, parity ``rel // n % 2``)."""
+            if boxes is None:
+                return wait(ahead - 1)
+            fill = Binary("int64", "truncdiv", rel, Const("int64", n))
+            return tma_wait(bar, slot, Binary("int64", "truncmod", fill, Const("int64", 2)))
+
+        def finish(*stmts) -> Stmt:
+            if boxes is None:
+                return seq(Sync("shared"), *stmts)
+            # a barrier before the init: a loop entered again (inside another loop) must
+            # not re-initialise mbarriers some thread still waits on
+            return Allocate(bar, seq(Sync("shared"), tma_init(bar, n, len(boxes)),
+                                     Sync("shared"), *stmts))
         work = Slots(new, slot).visit(seq(*compute))
+        # the asynchronous calls read the tiles through the async proxy: a proxy fence makes
+        # the threads' cp.async writes (generic proxy) visible to them; TMA writes through
+        # the async proxy already, completed by the mbarrier the threads waited on
+        proxy_fence = group_call(group.fence) if group is not None and boxes is None else None
         if p.fragment_prefetch:
             return prefetch_fragments(s, p, compute, bufs, new, stage, ahead, prologue,
                                       commit, wait, unroll=self.leading_loads)
@@ -460,32 +494,34 @@ class _Pipeline(StmtMutator):
                 def work(stmts):
                     return here.visit(substitute_stmt(seq(*stmts), {k: it}))
                 if head:
-                    return seq(wait(ahead - 1), Sync("shared"), work(head), fetch, commit,
-                               work(rest))
-                return seq(wait(ahead - 1), Sync("shared"), fetch, commit, work(compute))
+                    return seq(tile_wait(rel, slot_of(0)), Sync("shared"), work(head),
+                               fetch, commit, work(rest))
+                return seq(tile_wait(rel, slot_of(0)), Sync("shared"), fetch, commit,
+                           work(compute))
 
             loop = unroll_slots(s, n, steady, self.leading_loads)
             if loop is not None:
-                return seq(Sync("shared"), *prologue, loop, wait(0))
+                return finish(*prologue, loop, wait(0))
             if head:
-                body = seq(wait(ahead - 1), Sync("shared"), Slots(new, slot).visit(seq(*head)),
-                           fetch, commit, Slots(new, slot).visit(seq(*rest)))
+                body = seq(tile_wait(rel, slot), Sync("shared"),
+                           Slots(new, slot).visit(seq(*head)), fetch, commit,
+                           Slots(new, slot).visit(seq(*rest)))
             else:
-                body = seq(wait(ahead - 1), Sync("shared"), fetch, commit, work)
+                body = seq(tile_wait(rel, slot), Sync("shared"), fetch, commit, work)
             after = wait(0)
         elif p.copy_after_wait:
-            body = seq(wait(ahead - 1), group_call(group.fence), Sync("shared"),
+            body = seq(tile_wait(rel, slot), proxy_fence, Sync("shared"),
                        group_call(group.begin), work, group_call(group.commit),
                        mma_wait_group(group, p.mma_wait), Sync("shared"), fetch, commit)
             after = seq(mma_wait_group(group, 0), wait(0))
         else:
-            body = seq(wait(ahead - 1), group_call(group.fence), Sync("shared"), fetch,
+            body = seq(tile_wait(rel, slot), proxy_fence, Sync("shared"), fetch,
                        commit, group_call(group.begin), work, group_call(group.commit),
                        mma_wait_group(group, p.mma_wait))
             after = seq(mma_wait_group(group, 0), wait(0))
         pragmas = tuple(x for x in s.pragmas if not isinstance(x, PipelinePragma))
         loop = For(k, lo, ext, s.kind, body, s.step, pragmas)
-        return seq(Sync("shared"), *prologue, loop, after)
+        return finish(*prologue, loop, after)
 
 class _MarkAsync(StmtMutator):
     def visit_For(self, s: For):

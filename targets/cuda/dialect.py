@@ -84,6 +84,11 @@ class CUDADialect(GPUDialect):
         """The WMMA and mma.sync helpers of :mod:`.tensor_core` (``C_HELPERS``)."""
         from .tensor_core import C_HELPERS, MMA_TYPES   # tensor_core builds on te/tir
 
+        if name.startswith("tma."):   # TMA copies of pipelines (tma.py)
+            from .tma import MBARRIER_C, PIPELINE_C, TMA_C
+
+            fn, text = PIPELINE_C[name]
+            return fn, text, {"_pt_mbarrier": MBARRIER_C, "_pt_tma": TMA_C}
         if name not in C_HELPERS:
             return None
         fn, text = C_HELPERS[name]

@@ -26,6 +26,7 @@ from polytile.schedule.loop_ir import Buffer, PrimFunc, seq
 from .. import export_meta
 from ..c_printer import CModule, KernelInfo
 from ..gpu.module import _free_all
+from ..gpu.tensor_map import TensorMapParam
 from .runtime import API, CUDAModule
 
 
@@ -51,6 +52,12 @@ def metadata(module: CUDAModule) -> dict:
         meta["workspace"].append({"name": b.name, "dtype": b.dtype,
                                   "shape": export_meta._shape(f.name, b, scalars)})
     kernels = []
+    meta["tensor_maps"] = []
+    for k in module.kernels:
+        for p in k.params:
+            if isinstance(p, TensorMapParam) and id(p) not in refs:
+                refs[id(p)] = ["tensor_map", len(meta["tensor_maps"])]
+                meta["tensor_maps"].append(p.to_json(refs[id(p.source)]))
 
     def sz(what, values):
         return export_meta.sizes_json(f.name, what, values, scalars)
@@ -129,6 +136,10 @@ class CubinModule(CUDAModule):
         workspace = tuple(Buffer(w["name"], export_meta.shape_of(w["shape"], scalars),
                                  w["dtype"], "global") for w in meta["workspace"])
         values = {"param": params, "workspace": workspace}
+        values["tensor_map"] = tuple(
+            TensorMapParam(values[t["source"][0]][t["source"][1]], t["rows"], t["cols"],
+                           t["box_rows"], t["box_cols"], t["swizzle"], t["name"])
+            for t in meta.get("tensor_maps", ()))
         sz = export_meta.size_from_json
         kernels = tuple(
             KernelInfo(k["name"], tuple(values[a][i] for a, i in k["params"]),

@@ -115,6 +115,15 @@ class CUDADeviceAPI(DeviceAPI):
     def unload(self, handle) -> None:
         _unload(handle)
 
+    def tensor_map(self, m, ptr: int, func: str):
+        """The ``CUtensorMap`` of :class:`~..gpu.tensor_map.TensorMapParam` ``m`` for
+        the source at device address ``ptr`` (:func:`.tma.encode_tensor_map`); its 128
+        bytes are at ``.getPtr()``."""
+        from .tma import encode_tensor_map
+
+        return encode_tensor_map(_state["driver"], ptr, m.dtype, m.rows, m.cols, m.box_rows,
+                                 m.box_cols, m.swizzle, func)
+
     def launcher(self, func: str):
         st = _state
         launch, stream = st["driver"].cuLaunchKernel, st["stream"]

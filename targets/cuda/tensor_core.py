@@ -302,16 +302,20 @@ MMA_BEST = dict(isa="mma", block=(128, 256, 32), warp=(64, 64), stages=4, frags=
                 group=8)
 
 #: The fastest wgmma schedule through ``tensorize`` measured (H200, 4096^3 float16, ``C = A
-#: @ B`` with B read MN-major, one run of ``benchmarks/gpu_gemm.py --isa tensorize --tsweep``
-#: beside cuBLAS 766.4 and Triton 689.4 TFLOP/s: 639.1 TFLOP/s, 0.834x cuBLAS; ungrouped
-#: with float2 stores 583.0, grouped 603.1; copies after the MMA wait 571.4, with 16B
-#: stores 617.8): 128x256 blocks of k tiles of 64 (128B-swizzled rows), 4 stages, one MMA
-#: group in flight, blocks in groups of 8 tile rows, the 16-byte epilogue.
+#: @ B`` with B read MN-major, one run of ``benchmarks/gpu_gemm.py --isa tensorize --tma``,
+#: 2026-12-02, beside cuBLAS 761.9 and Triton 685.0 TFLOP/s: 698.3 TFLOP/s, 0.917x cuBLAS,
+#: 1.019x Triton, with the tiles copied by TMA (``tma=True``); the same schedule with
+#: ``cp.async`` copies 635.4 (earlier runs: 639.1 beside cuBLAS 766.4 and Triton 689.4;
+#: ungrouped with float2 stores 583.0, grouped 603.1; copies after the MMA wait 571.4, with
+#: 16B stores 617.8); with TMA, copies after the MMA wait 700.2, ``C = A @ Bt^T`` 700.6, two
+#: MMA groups in flight 535.4, 128x128 blocks in 5 stages 611.9): 128x256 blocks of k tiles
+#: of 64 (128B-swizzled rows), 4 stages, one MMA group in flight, blocks in groups of 8 tile
+#: rows, the 16-byte epilogue, TMA copies.
 #: ``wgmma_gemm_schedule(M, N, K, **WGMMA_TENSORIZE_BEST)`` (``group`` must divide ``M /
 #: 128``); the tutorial's tensorize step and the sm_90a default of the ``cuda`` ``matmul``
 #: template (float16/bfloat16).
 WGMMA_TENSORIZE_BEST = dict(block=(128, 256, 64), stages=4, swizzle="128B", mma_wait=1,
-                            group=8, copy_after_wait=False, epilogue="16B")
+                            group=8, copy_after_wait=False, epilogue="16B", tma=True)
 
 # ------------------------------------------------------------ mma.sync + ldmatrix (sm_80+)
 # The same 16x16 tiles as WMMA, held in registers whose per-lane layout is PTX's (PTX ISA

@@ -49,8 +49,9 @@ The schedule-language path (``tensorize`` with ``wgmma_mma(n, swizzle="128B",
 asynchronous=True)``, ``Stage.swizzle`` and ``pipeline(..., mma_wait=1)``;
 :func:`polytile.targets.cuda.tensor_core.wgmma_gemm_schedule`) is in
 :mod:`polytile.targets.cuda.wgmma_intrin`, built from this module's swizzle function,
-descriptor and instruction helpers; this generated kernel keeps TMA and warp
-specialization.
+descriptor and instruction helpers, and copies tiles by TMA with ``pipeline(...,
+tma=True)`` (the helpers and tensor maps of :mod:`.tma`, shared with this kernel); this
+generated kernel keeps warp specialization and the persistent grid.
 Not yet here: clusters with TMA multicast, a shared-memory-staged (TMA store) epilogue,
 two consumer warpgroups ping-ponging over tiles.
 """
@@ -58,6 +59,8 @@ two consumer warpgroups ping-ponging over tiles.
 from __future__ import annotations
 
 from polytile.errors import BuildError, ScheduleError, format_error
+
+from .tma import MBARRIER_C, TMA_C, encode_tensor_map
 
 #: swizzle-mode field values (bits 62-63)
 SWIZZLE = {"none": 0, "128B": 1, "64B": 2, "32B": 3}
@@ -587,54 +590,13 @@ __device__ __forceinline__ void cp_async_commit_group() {
 template <int N> __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
 }
-// mbarrier (PTX ISA, "Parallel Synchronization and Communication Instructions: mbarrier"):
-// a 64-bit shared object with a pending-arrival count and a phase; try_wait.parity P
-// returns true once the phase of parity P has completed (so on a fresh barrier, parity 1
-// -- the phase "before" phase 0 -- counts as complete)
-__device__ __forceinline__ void mbarrier_init(unsigned long long* bar, unsigned count) {
-  unsigned a = (unsigned)__cvta_generic_to_shared(bar);
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(a), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(unsigned long long* bar) {
-  unsigned a = (unsigned)__cvta_generic_to_shared(bar);
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" :: "r"(a) : "memory");
-}
-__device__ __forceinline__ void mbarrier_wait_parity(unsigned long long* bar, unsigned parity) {
-  unsigned a = (unsigned)__cvta_generic_to_shared(bar);
-  asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
-               "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%0], %1;\n"
-               "@!p bra WAIT_%=;\n}" :: "r"(a), "r"(parity) : "memory");
-}
 // the arrive-on operation fires when all of this thread's prior cp.async have landed;
 // .noinc: the arrival counts against the count given at init (one per producer thread)
 __device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(unsigned long long* bar) {
   unsigned a = (unsigned)__cvta_generic_to_shared(bar);
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(a) : "memory");
 }
-// TMA (PTX ISA "cp.async.bulk.tensor"): the tensor map is a 128-byte, 64-aligned opaque
-// object built on the host (cuTensorMapEncodeTiled), passed as a __grid_constant__
-// parameter and addressed generically; the copy completes on an mbarrier by
-// complete_tx of its bytes, which the issuing thread announced with arrive.expect_tx
-struct alignas(64) PtTensorMap { unsigned long long opaque[16]; };
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned long long* bar,
-                                                          unsigned bytes) {
-  unsigned a = (unsigned)__cvta_generic_to_shared(bar);
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-               :: "r"(a), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void fence_mbarrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void tma_load_2d(void* dst, const PtTensorMap* map, int c0, int c1,
-                                            unsigned long long* bar) {
-  unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-  unsigned b = (unsigned)__cvta_generic_to_shared(bar);
-  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-               " [%0], [%1, {%2, %3}], [%4];"
-               :: "r"(d), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1),
-                  "r"(b) : "memory");
-}
-// PTX ISA "setmaxnreg": every warp of the warpgroup executes it (.sync.aligned)
+""" + MBARRIER_C + "\n" + TMA_C + "\n" + r"""// PTX ISA "setmaxnreg": every warp of the warpgroup executes it (.sync.aligned)
 template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N));
 }
@@ -1056,31 +1018,17 @@ def tensor_map_args(drv, a_ptr: int, b_ptr: int, M: int, N: int, K: int, block: 
     ``A[M, K]`` as dimensions ``(K, M)`` (innermost first), row stride ``2 K`` bytes, boxes
     ``(64, BM)``; ``B[K, N]`` as ``(N, K)``, stride ``2 N``, boxes ``(64, BK)``; 128-byte
     swizzle (a box row is one 128-byte row: the layouts of :func:`a_offset_128b` and
-    :func:`b_offset_128b` for each 64-column atom), no interleave, 256-byte L2 promotion,
-    no out-of-bounds fill (the tiles divide the sizes).
+    :func:`b_offset_128b` for each 64-column atom); :func:`.tma.encode_tensor_map`.
 
     Raises
     ------
     DeviceError
         When the driver refuses an encoding (via ``driver.check``).
     """
-    from .driver import check
-
     BM, BN, BK = block
-    dt = {"float16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-          "bfloat16": drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}[dtype]
-    maps = []
-    for ptr, rows, cols, box_rows in ((a_ptr, M, K, BM), (b_ptr, K, N, BK)):
-        maps.append(check(drv.cuTensorMapEncodeTiled(
-            dt, 2, int(ptr), [drv.cuuint64_t(cols), drv.cuuint64_t(rows)],
-            [drv.cuuint64_t(cols * 2)], [drv.cuuint32_t(64), drv.cuuint32_t(box_rows)],
-            [drv.cuuint32_t(1), drv.cuuint32_t(1)],
-            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
-            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-            "cuTensorMapEncodeTiled", "wgmma_gemm"))
-    return tuple(maps)
+    return tuple(encode_tensor_map(drv, ptr, dtype, rows, cols, box_rows, 64, "128B",
+                                   "wgmma_gemm")
+                 for ptr, rows, cols, box_rows in ((a_ptr, M, K, BM), (b_ptr, K, N, BK)))
 
 
 def ptx_of(ctype: str) -> str:

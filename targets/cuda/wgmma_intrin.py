@@ -1,7 +1,8 @@
 """Hopper ``wgmma.mma_async`` as tensor intrinsics for ``tensorize`` (sm_90a).
 
 The schedule-language path to the warpgroup MMA of :mod:`polytile.targets.cuda.wgmma`
-(whose generated kernel keeps TMA and warp specialization):
+(whose generated kernel keeps warp specialization and a persistent grid; TMA copies come
+from ``pipeline(..., tma=True)``, :mod:`polytile.schedule.passes.tma_copy`):
 
 =================================  ==========================================================
 ``wgmma_mma(n, dtype, swizzle=``   ``c[64, n] += a[64, 16] b[n, 16]^T`` (float32
@@ -510,7 +511,7 @@ def wgmma_gemm_compute(M: int, N: int, K: int, dtype: str = "float16"):
 def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages: int = 4,
                         dtype: str = "float16", swizzle: str = "auto", mma_wait="auto",
                         b_major: str = "k", group: int = 1, epilogue: str = "8B",
-                        copy_after_wait: bool = False):
+                        copy_after_wait: bool = False, tma: bool = False):
     """A hand schedule of ``C = A @ Bt^T`` (``A[M, K]``, ``Bt[N, K]``, float16/bfloat16 in,
     float32 out) through ``tensorize`` with :func:`wgmma_mma` and :func:`wgmma_store`: the
     ``cp.async`` main loop of :func:`~polytile.targets.cuda.wgmma.gemm_source` written in
@@ -542,7 +543,10 @@ def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages:
     float2, ``"16B"`` float4 after a lane-pair shuffle). ``copy_after_wait`` (with
     ``mma_wait``): ``s[CF].pipeline(..., copy_after_wait=True)``, each k tile's copies
     issued after its MMA wait and a second barrier, ``stages - mma_wait`` tiles ahead
-    (instead of ``stages - 1 - mma_wait``).
+    (instead of ``stages - 1 - mma_wait``). ``tma`` (with a swizzle and ``stages > 1``):
+    ``s[CF].pipeline(..., tma=True)``, each operand tile one TMA bulk copy completing on
+    an mbarrier of its slot (``M``, ``N``, ``K`` multiples of the block; the tensor maps
+    built at launch) instead of the threads' ``cp.async``.
 
     Returns
     -------
@@ -592,13 +596,13 @@ def wgmma_gemm_schedule(M: int, N: int, K: int, *, block=(128, 128, 64), stages:
         BR, C = wgmma_nn_compute(A, B, swizzle)
         s = create_schedule(C.op)
         schedule_wgmma_nn(s, C, A, BR, block, stages, swizzle, mma_wait, group=group,
-                          epilogue=epilogue, copy_after_wait=copy_after_wait)
+                          epilogue=epilogue, copy_after_wait=copy_after_wait, tma=tma)
         return s, [A, B, C]
     Bt = te.placeholder((N, K), name="Bt", dtype=dtype)
     C = wgmma_nt_compute(A, Bt)
     s = create_schedule(C.op)
     schedule_wgmma_nt(s, C, A, Bt, block, stages, swizzle, mma_wait, group=group,
-                      epilogue=epilogue, copy_after_wait=copy_after_wait)
+                      epilogue=epilogue, copy_after_wait=copy_after_wait, tma=tma)
     return s, [A, Bt, C]
 
 
@@ -613,16 +617,17 @@ def wgmma_nt_compute(A: te.Tensor, Bt: te.Tensor) -> te.Tensor:
 
 def schedule_wgmma_nt(s, C: te.Tensor, A: te.Tensor, Bt: te.Tensor, block, stages: int,
                       swizzle: str, mma_wait, *, group: int = 1,
-                      epilogue: str = "8B", copy_after_wait: bool = False) -> None:
+                      epilogue: str = "8B", copy_after_wait: bool = False,
+                      tma: bool = False) -> None:
     """Schedule ``C = wgmma_nt_compute(A, Bt)`` in ``s`` as :func:`wgmma_gemm_schedule`
     does with a swizzle (arguments checked there): swizzled ``cache_read`` tiles of both
     operands, ``wgmma_mma`` tensorized, the k loop pipelined, blocks in groups of
     ``group`` tile rows, the stores of :func:`wgmma_store` ``epilogue``, the copies after
-    the MMA wait with ``copy_after_wait``."""
+    the MMA wait with ``copy_after_wait``, by TMA with ``tma``."""
     CF = s.cache_write(C, "wgmma.accumulator")
     BS = s.cache_read(Bt, "shared", [CF])
     _schedule_swizzled(s, C, CF, A, BS, block, stages, swizzle, mma_wait, "k", group,
-                       epilogue, copy_after_wait)
+                       epilogue, copy_after_wait, tma)
 
 
 def wgmma_nn_compute(A: te.Tensor, B: te.Tensor, swizzle: str = "128B") -> tuple:
@@ -656,19 +661,20 @@ def wgmma_nn_compute(A: te.Tensor, B: te.Tensor, swizzle: str = "128B") -> tuple
 
 def schedule_wgmma_nn(s, C: te.Tensor, A: te.Tensor, BR: te.Tensor, block, stages: int,
                       swizzle: str, mma_wait, *, group: int = 1,
-                      epilogue: str = "8B", copy_after_wait: bool = False) -> None:
+                      epilogue: str = "8B", copy_after_wait: bool = False,
+                      tma: bool = False) -> None:
     """Schedule ``(BR, C) = wgmma_nn_compute(A, B, swizzle)`` in ``s`` as
     :func:`schedule_wgmma_nt` does, ``B`` read MN-major: ``BR`` is the shared stage of
     ``B`` (swizzled, copied along B's rows), :func:`wgmma_mma` with ``b_major="mn"``."""
     CF = s.cache_write(C, "wgmma.accumulator")
     s[BR].set_scope("shared")
     _schedule_swizzled(s, C, CF, A, BR, block, stages, swizzle, mma_wait, "mn", group,
-                       epilogue, copy_after_wait)
+                       epilogue, copy_after_wait, tma)
 
 
 def _schedule_swizzled(s, C, CF, A, BS, block, stages: int, swizzle: str, mma_wait,
                        b_major: str, group: int = 1, epilogue: str = "8B",
-                       copy_after_wait: bool = False) -> None:
+                       copy_after_wait: bool = False, tma: bool = False) -> None:
     BM, BN, BK = block
     AS = s.cache_read(A, "shared", [CF])
     wi = _blocks(s, C, BM, BN, group, epilogue)
@@ -682,7 +688,7 @@ def _schedule_swizzled(s, C, CF, A, BS, block, stages: int, swizzle: str, mma_wa
                                   asynchronous=mma_wait is not None, b_major=b_major))
     if stages > 1:
         s[CF].pipeline(ko, stages=stages, mma_wait=mma_wait,
-                       copy_after_wait=copy_after_wait and mma_wait is not None)
+                       copy_after_wait=copy_after_wait and mma_wait is not None, tma=tma)
     for S in (AS, BS):
         s[S].compute_at(s[CF], ko)
         s[S].swizzle(swizzle)

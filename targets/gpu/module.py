@@ -38,6 +38,7 @@ from ..runtime_support import (SCALAR_CTYPES, check_arg_count, check_array, chec
                                eval_size, expected_shape, scalar_arg, size_args)
 from .arrays import device_array
 from .device_api import DeviceAPI
+from .tensor_map import TensorMapParam
 
 
 class GPUModule(Module):
@@ -189,16 +190,31 @@ class GPUModule(Module):
         for fn, k in zip(fns, values["launch"]):
             if k is None:   # a zero-size grid for these sizes: nothing to run
                 continue
-            objs = []
+            objs, addrs = [], []
             for p in k.params:
+                if isinstance(p, TensorMapParam):
+                    # passed by value: the address of the map's 128 bytes
+                    m = self._tensor_map(p, values[id(p.source)])
+                    objs.append(m)
+                    addrs.append(int(m.getPtr()))
+                    continue
                 if isinstance(p, Buffer):
                     objs.append(ctypes.c_uint64(values[id(p)]))
                 else:
                     objs.append(SCALAR_CTYPES[p.dtype](values[id(p)]))
-            ptrs = (ctypes.c_void_p * max(len(objs), 1))(
-                *[ctypes.addressof(o) for o in objs])
+                addrs.append(ctypes.addressof(objs[-1]))
+            ptrs = (ctypes.c_void_p * max(len(objs), 1))(*addrs)
             out.append((fn, k, ctypes.addressof(ptrs), (objs, ptrs)))
         return out
+
+    def _tensor_map(self, p, ptr: int):
+        """The encoded map of :class:`TensorMapParam` ``p`` for the source at ``ptr``,
+        kept for later calls with the same pointer."""
+        cache = self.__dict__.setdefault("_tensor_maps", {})
+        key = (p.key(), int(ptr))
+        if key not in cache:
+            cache[key] = self.api.tensor_map(p, ptr, self.name)
+        return cache[key]
 
     def _launch(self, prepared: list) -> None:
         launch = self.api.launcher(self.name)

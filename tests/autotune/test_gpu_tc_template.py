@@ -250,6 +250,35 @@ def test_a_wgmma_config_compiles_to_warpgroup_mma():
     _assert_tensor_cores(_isa_text(cfg, (128, 64, 192), "float16", "sm_90a"), cfg)
 
 
+def test_the_copy_knob_of_sm_90a_picks_tma_where_b_is_read_mn_major():
+    _, sp = _space((4096, 4096, 4096), target="cuda -arch=sm_90a")
+    d = sp.default().knob_values()
+    assert d["copy"] == ("tma" if WGMMA_TENSORIZE_BEST.get("tma") else "cp.async")
+    assert "copy" not in _space((4096, 4096, 4096))[1].default().knob_values()   # sm_90
+    # records from before the knob load as cp.async
+    assert sp.from_json({k: v for k, v in d.items() if k != "copy"}).knob_values()[
+        "copy"] == "cp.async"
+    lim = gpu_limits.for_arch("sm_90")
+    wg = frozenset({(128, 256, 64, 64, 256), (128, 32, 64, 64, 32)})
+    v = dict(d, copy="tma")
+    assert tct.effective(v, (4096,) * 3, lim, d, wg)["copy"] == "tma"
+    # no pipeline, B read K-major through the transposed copy, not wgmma: cp.async
+    assert tct.effective(dict(v, stages=1), (4096,) * 3, lim, d, wg)["copy"] == "cp.async"
+    assert tct.effective(dict(v, tile=[128, 32, 64, 64, 32]), (4096,) * 3, lim, d,
+                         wg)["copy"] == "cp.async"
+    assert tct.effective(dict(v, isa="mma", tile=[128, 256, 32, 64, 64]), (4096,) * 3, lim,
+                         d, wg)["copy"] == "cp.async"
+
+
+@pytest.mark.slow      # nvcc, ~3-5 s (the TMA source is compiled in tests/targets/test_tma_pipeline.py)
+def test_a_tma_wgmma_config_compiles_to_utmaldg():
+    cfg = {"isa": "wgmma", "tile": [64, 64, 64, 64, 64], "stages": 3, "frags": "prefetch",
+           "group": 1, "pad": 8, "copy": "tma"}
+    got = _isa_text(cfg, (128, 128, 192), "float16", "sm_90a")
+    _assert_tensor_cores(got, cfg)
+    assert ("UTMALDG" if got[0] == "sass" else "cp.async.bulk.tensor.2d") in got[1]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_90", "sm_90a"])
 def test_default_config_compiles_to_tensor_core_instructions(arch):
