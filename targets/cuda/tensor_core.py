@@ -27,6 +27,7 @@ collective WMMA calls together. Source: CUDA C++ Programming Guide, "Warp Matrix
 from __future__ import annotations
 
 from polytile import te, tir
+from polytile.te import dtype as dt
 
 from ..gpu_tiling import cooperative_copy, fragment_tiles, warp_tiles
 
@@ -176,7 +177,7 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
               warp=(64, 64), pad: int | None = None, vector: int | None = None,
               isa: str = "wmma",
               dtype: str = "float16", stages: int = 1, frags: str = "step",
-              group: int = 1):
+              group: int = 1, swizzle: bool = False):
     """A hand-scheduled float16 GEMM on tensor cores through WMMA (TVM's tensor-core
     tutorial structure): ``C[M, N] = A[M, K] @ B[K, N]`` (row-major), ``C`` in ``acc``.
     ``dtype`` may also be ``bfloat16`` (``acc`` float32), ``int8`` (``acc`` int32, WMMA
@@ -193,7 +194,12 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
     loaded before its MMAs; ``"prefetch"``: per step, double-buffered, the first step's
     fragments of the next tile loaded before the last step's MMAs of this one, across the
     barrier: ``pipeline(..., fragment_prefetch=True)``). ``isa="mma"`` runs the same tiles through ``ldmatrix`` and
-    ``mma.sync.aligned.m16n8k16`` (sm_80+) instead of WMMA. Threads: 32 lanes
+    ``mma.sync.aligned.m16n8k16`` (sm_80+) instead of WMMA; with ``swizzle`` (``isa="mma"``
+    only) each shared tile whose rows are 32, 64 or 128 bytes (A's ``BK`` columns: 64 bytes
+    for ``BK = 32`` float16) is stored XOR-swizzled (``s[S].swizzle("64B")``, the layout
+    of the wgmma path) instead of padded: conflict-free for the 16-byte ``cp.async``
+    stores as well as for ``ldmatrix`` (a padded 64-byte row is 80 bytes: two rows of one
+    8-lane phase of a 16-byte store share 4 banks), the other tiles stay padded. Threads: 32 lanes
     (``threadIdx.x``, the shared-memory copies only)
     times ``BM/WM x BN/WN`` warps (``threadIdx.z``, ``threadIdx.y``).
 
@@ -232,6 +238,8 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
         vector = 16 // nbytes           # 16-byte copies (cp.async)
     if pad is None:
         pad = 16 // nbytes              # rows stay multiples of 16 bytes (WMMA's ldm)
+    if swizzle and isa != "mma":
+        raise ValueError(f"wmma_gemm: swizzle needs isa 'mma' (ldmatrix), not {isa!r}")
     if isa == "mma" and (dtype, acc) not in (("float16", "float32"), ("float16", "float16"),
                                              ("bfloat16", "float32")):
         raise ValueError(f"wmma_gemm: isa 'mma' takes float16 (float32 or float16 "
@@ -281,9 +289,11 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
         s[F].unroll(o1)
     if stages > 1:
         s[CF].pipeline(ko, stages=stages, fragment_prefetch=frags == "prefetch")
-    for S in (AS, BS):
+    for S, row in ((AS, BK * nbytes), (BS, BN * nbytes)):
         s[S].compute_at(s[CF], ko)
-        if pad:
+        if swizzle and row in (32, 64, 128):
+            s[S].swizzle(f"{row}B")
+        elif pad:
             width = S.op.axis[1].dom.extent
             s[S].storage_align(S.op.axis[0], width + pad if width % 32 else 32,
                                pad if width % 32 == 0 else 0)
@@ -420,6 +430,56 @@ __device__ __forceinline__ void mma_store(half* dst, const pt_mma_c_f16& c, int 
 }
 C_HELPERS.update(_MMA_HELPERS)
 
+
+#: the shared row (0-15) that lane ``l`` addresses in each ``ldmatrix`` helper above
+_LDMATRIX_ROW = {"mma.ldmatrix_x4": "l % 16",
+                 "mma.ldmatrix_x4_trans": "(l % 8) + 8 * ((l / 8) % 2)"}
+
+
+def _ldmatrix_swizzled(call: str, width: int, first_row: bool) -> tuple[str, str]:
+    """The helper of ``ldmatrix`` call ``call`` (``mma.ldmatrix_x4`` or ``..._trans``) on a
+    buffer swizzled in rows of ``width`` bytes (``Stage.swizzle``): each lane's shared
+    address gets the swizzle's XOR of its 16-byte chunk (bits 4..) with its 128-byte line
+    (bits 7..), where :func:`polytile.targets.cuda.wgmma.swizzle_elements` places the
+    elements (swizzled buffers start on the pattern's period in shared addresses: the C
+    printer aligns them). Any region: the XOR of each lane's whole address, two integer
+    instructions per call. ``first_row``: for a region that starts on the first row of
+    the 8-row pattern (its offset is such a row plus a column), the XOR depends on the
+    lane's row within the tile only: a per-thread constant that nvcc computes once."""
+    name, text = _MMA_HELPERS[call]
+    mask = (width // 16 - 1) << 4
+    suffix = f"_sw{width}" + ("r" if first_row else "")
+    head, sep, tail = text.partition("  asm volatile")
+    if first_row:
+        xor = (f"  // {width}B swizzle (Stage.swizzle), the region on the pattern's first row\n"
+               f"  a ^= (({_LDMATRIX_ROW[call]}) * {width}u >> 3) & 0x{mask:x}u;\n")
+    else:
+        xor = f"  a ^= (a >> 3) & 0x{mask:x}u;   // {width}B swizzle (Stage.swizzle)\n"
+    return f"{name}{suffix}", head.replace(f"void {name}(", f"void {name}{suffix}(") + xor + sep + tail
+
+
+for _call in _LDMATRIX_ROW:
+    for _w in (32, 64, 128):
+        for _first in (False, True):
+            C_HELPERS[f"{_call}_sw{_w}" + ("r" if _first else "")] = \
+                _ldmatrix_swizzled(_call, _w, _first)
+
+
+def _on_first_row(offset, width: int, nbytes: int) -> bool:
+    """Is flat element offset ``offset`` (an expression) provably on the first row of a
+    swizzle pattern of ``width``-byte rows, a multiple of ``8 * width`` bytes plus a
+    column? Every term's coefficient a multiple of the period, the constant's remainder
+    within the first row."""
+    from polytile.schedule.passes.async_copy import linear_terms
+
+    lin = linear_terms(offset)
+    if lin is None:
+        return False
+    terms, const = lin
+    period = 8 * width // nbytes
+    return (all(k % period == 0 for k in terms.values())
+            and const % period + N <= width // nbytes)
+
 # ------------------------------------------------------------------ cp.async (sm_80+)
 # Asynchronous global -> shared copies (PTX ISA 9.7.9.25): the loop IR's meaning is in
 # polytile.schedule.passes.async_copy. Below sm_80 they are ordinary 16-byte copies (and
@@ -492,8 +552,18 @@ def _mma_load(use: str, call: str, dtype: str) -> te.TensorIntrin:
                                 scope="shared")}
 
     def fcompute(ins, outs):
-        return tir.call_intrin("void", call, outs[0].access_ptr("w"), ins[0].access_ptr("r"),
-                               _stride(ins[0]))
+        # a swizzled shared tile (Stage.swizzle) is read by the helper that swizzles each
+        # lane's address; the region's pointer stays logical
+        mode = getattr(getattr(ins[0], "buffer", None), "swizzle", "none")
+        name, _, tag = call.partition(":")
+        if mode != "none":
+            from .wgmma import SWIZZLE_BYTES
+
+            width = SWIZZLE_BYTES[mode]
+            first = _on_first_row(ins[0].elem_offset, width, dt.nbytes(ins[0].dtype))
+            name = f"{name}_sw{width}" + ("r" if first else "")
+        return tir.call_intrin("void", f"{name}:{tag}", outs[0].access_ptr("w"),
+                               ins[0].access_ptr("r"), _stride(ins[0]))
 
     suffix = "" if dtype == "float16" else f"_{dtype}"
     return te.decl_tensor_intrin(c.op, fcompute, binds=binds,
