@@ -68,10 +68,12 @@ def triton_sgemm(n: int, cublas: float | None) -> None:
 
 def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 128, 64), (64, 64)),
               anchors: bool = True, stages=(3,), cublas: float | None = None,
-              frags: str = "step", group: int = 1, min_blocks: int = 0) -> float | None:
+              frags: str = "step", group: int = 1, min_blocks: int = 0,
+              swizzle: bool = False) -> float | None:
     """cuBLAS, Triton (with ``anchors``) and polytile's ``wmma_gemm`` with ``tiles = (block,
     warp)``, ``frags`` and ``group`` (built for ``cuda -min-blocks=<min_blocks>`` when given) at
-    ``n``^3 in ``dtype`` (float16 or bfloat16; one line
+    ``n``^3 in ``dtype`` (float16 or bfloat16; ``swizzle``: XOR-swizzled instead of padded
+    shared tiles where their rows allow, ``isa="mma"``; one line
     each), once per pipeline depth of ``stages`` (1: no software pipeline). A ``cublas``
     figure (TFLOP/s) measured earlier in this run is used as the anchor instead of timing
     cuBLAS again. Returns the cuBLAS figure (None without torch)."""
@@ -124,7 +126,8 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
         t0 = time.perf_counter()
         s, args = tc.wmma_gemm(n, n, n, acc=acc, isa=isa, block=tiles[0], warp=tiles[1],
                                dtype="float32" if dtype == "tf32" else dtype, stages=depth,
-                               frags=frags, group=group)
+                               frags=frags, group=group, **({"swizzle": True} if swizzle
+                                                            else {}))
         f = polytile.build(s, args, target="cuda" + (f" -min-blocks={min_blocks}"
                                                      if min_blocks else ""))
         t_build = time.perf_counter() - t0
@@ -142,7 +145,8 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
         extra = {"tile": ", fragments per k tile", "prefetch": ", fragments prefetched "
                  "across the barrier"}.get(frags, "") + (
             f", blocks grouped by {group} rows" if group > 1 else "") + (
-            f", {min_blocks} blocks per SM" if min_blocks else "")
+            f", {min_blocks} blocks per SM" if min_blocks else "") + (
+            ", swizzled tiles" if swizzle else "")
         print(f"n={n:5d} {f'polytile {label} {dtype}->{acc}':44s} {tflops:7.1f} TFLOP/s  "
               f"{ratio}  (block {tiles[0]}, warp {tiles[1]}{extra}, lower+build "
               f"{t_build:.1f} s, rel. error {err:.1e}, {_sass(f.cubin, isa)})", flush=True)
@@ -227,7 +231,16 @@ MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
                 ((256, 128, 32), (64, 32), 3, "prefetch", 8),
                 # [33] 32 warps per SM: 128x128 blocks of 16 warps of 32x32, two per SM
                 # (-min-blocks=2: 64 registers, no spills; 4 ldmatrix.x4 per 8 mma)
-                ((128, 128, 32), (32, 32), 4, "step", 8, 2))
+                ((128, 128, 32), (32, 32), 4, "step", 8, 2),
+                # [34..37] swizzled shared tiles (wmma_gemm swizzle=True): A's rows of 64
+                # (BK 32) or 128 bytes (BK 64) XOR-swizzled instead of padded to 80 / 144
+                # bytes (padded 80-byte rows: the two rows of each 8-lane phase of a 16-byte
+                # cp.async store share 4 banks, a 2-way conflict); B stays padded. [18],
+                # [14], [20], [19] so
+                ((128, 256, 32), (64, 64), 4, "prefetch", 8, {"swizzle": True}),
+                ((128, 256, 32), (64, 64), 3, "prefetch", 8, {"swizzle": True}),
+                ((128, 256, 64), (64, 64), 4, "prefetch", 8, {"swizzle": True}),
+                ((256, 128, 32), (64, 64), 4, "prefetch", 8, {"swizzle": True}))
 
 #: the mma.sync variant of ``--isa best``: the fastest measured, [18] (before: [14] (H200, 4096^3 float16 at
 #: 0cf242f, one run: [7] 313, [12] 318, [13] 325, [14] 371, [15] 356, [16] 285, [17] 335
@@ -254,18 +267,26 @@ def _check_mma_default() -> None:
         raise SystemExit(f"MMA_DEFAULT {MMA_DEFAULT} differs from tensor_core.MMA_BEST {best}")
 
 
+def _options(more: list) -> dict:
+    """The keywords of :func:`half_gemm` of an ``MMA_VARIANTS`` entry's optional last
+    field: an int (the target's ``-min-blocks``) or a dict (``min_blocks``, ``swizzle``)."""
+    if not more:
+        return {}
+    return dict(more[0]) if isinstance(more[0], dict) else {"min_blocks": more[0]}
+
+
 def mma_variants(n: int, acc: str, dtype: str, variants=MMA_VARIANTS,
                  cublas: float | None = None, triton: bool = True) -> float | None:
     """One line per mma.sync variant (``(block, warp, stages, frags, group)``) at ``n``^3,
     beside cuBLAS and Triton (timed first unless ``cublas`` is given; Triton only with
     ``triton``); a variant that fails to build or run is reported and skipped. Returns the
     cuBLAS figure."""
-    for i, (block, warp, depth, frags, group, *regs) in enumerate(variants):
+    for i, (block, warp, depth, frags, group, *more) in enumerate(variants):
+        opts = _options(more)
         try:
             cublas = half_gemm(n, acc, "mma", dtype, (block, warp), anchors=triton and
                                cublas is None and i == 0, stages=(depth,), cublas=cublas,
-                               frags=frags,
-                               group=group, min_blocks=regs[0] if regs else 0) or cublas
+                               frags=frags, group=group, **opts) or cublas
         except (Exception, SystemExit) as exc:  # past a device limit or wrong: say so, go on
             print(f"n={n:5d} mma block {block}, warp {warp}, {depth} stages, frags {frags}, "
                   f"group {group}: FAILED {type(exc).__name__}: "
