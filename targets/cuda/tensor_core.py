@@ -431,54 +431,71 @@ __device__ __forceinline__ void mma_store(half* dst, const pt_mma_c_f16& c, int 
 C_HELPERS.update(_MMA_HELPERS)
 
 
-#: the shared row (0-15) that lane ``l`` addresses in each ``ldmatrix`` helper above
-_LDMATRIX_ROW = {"mma.ldmatrix_x4": "l % 16",
-                 "mma.ldmatrix_x4_trans": "(l % 8) + 8 * ((l / 8) % 2)"}
+#: the shared row (0-15) and 16-byte column chunk (0, 1) that lane ``l`` addresses in each
+#: ``ldmatrix`` helper above
+_LDMATRIX_LANE = {"mma.ldmatrix_x4": ("l % 16", "l / 16"),
+                  "mma.ldmatrix_x4_trans": ("(l % 8) + 8 * ((l / 8) % 2)", "l / 16")}
 
 
 def _ldmatrix_swizzled(call: str, width: int, first_row: bool) -> tuple[str, str]:
     """The helper of ``ldmatrix`` call ``call`` (``mma.ldmatrix_x4`` or ``..._trans``) on a
-    buffer swizzled in rows of ``width`` bytes (``Stage.swizzle``): each lane's shared
-    address gets the swizzle's XOR of its 16-byte chunk (bits 4..) with its 128-byte line
-    (bits 7..), where :func:`polytile.targets.cuda.wgmma.swizzle_elements` places the
-    elements (swizzled buffers start on the pattern's period in shared addresses: the C
-    printer aligns them). Any region: the XOR of each lane's whole address, two integer
-    instructions per call. ``first_row``: for a region that starts on the first row of
-    the 8-row pattern (its offset is such a row plus a column), the XOR depends on the
-    lane's row within the tile only: a per-thread constant that nvcc computes once."""
+    buffer swizzled in rows of ``width`` bytes (``Stage.swizzle``): each lane addresses
+    where :func:`polytile.targets.cuda.wgmma.swizzle_elements` put its row, the XOR of
+    the 16-byte chunk (address bits 4..) with the 128-byte line (bits 7..); swizzled
+    buffers start on the pattern's period in shared addresses (the C printer aligns them).
+
+    Any region: the XOR of each lane's whole address (two integer instructions per call).
+    ``first_row`` (``_sw<W>r``, one more argument ``c0``): a region that starts on the
+    first row of the 8-row pattern, in 16-byte chunk ``c0`` (a constant) of its row, where
+    the swizzle moves the lane's chunk ``c0 + h`` of row ``r`` to ``(c0 + h) ^ x(r)``: the
+    lane's displacement from the region's start is a per-thread constant for each
+    ``c0``, and the address the region's plus it, as without a swizzle (nvcc folds the
+    tile offsets into the ``LDSM`` immediates)."""
     name, text = _MMA_HELPERS[call]
-    mask = (width // 16 - 1) << 4
-    suffix = f"_sw{width}" + ("r" if first_row else "")
+    mask = width // 16 - 1
+    row, chunk = _LDMATRIX_LANE[call]
     head, sep, tail = text.partition("  asm volatile")
-    if first_row:
-        xor = (f"  // {width}B swizzle (Stage.swizzle), the region on the pattern's first row\n"
-               f"  a ^= (({_LDMATRIX_ROW[call]}) * {width}u >> 3) & 0x{mask:x}u;\n")
-    else:
-        xor = f"  a ^= (a >> 3) & 0x{mask:x}u;   // {width}B swizzle (Stage.swizzle)\n"
-    return f"{name}{suffix}", head.replace(f"void {name}(", f"void {name}{suffix}(") + xor + sep + tail
+    if not first_row:
+        head = head.replace(f"void {name}(", f"void {name}_sw{width}(")
+        return f"{name}_sw{width}", (head + f"  a ^= (a >> 3) & 0x{mask << 4:x}u;   // "
+                                     f"{width}B swizzle (Stage.swizzle)\n" + sep + tail)
+    decl = head.split("{", 1)[0].replace(f"void {name}(", f"void {name}_sw{width}r(")
+    decl = decl.replace("int ldm)", "int ldm, unsigned c0)")
+    body = (f"{{\n  // {width}B swizzle (Stage.swizzle) of a region on the pattern's first "
+            f"row, from chunk c0:\n  // chunk c of row r is stored at chunk c ^ "
+            f"(r * {width} / 128) % {mask + 1}\n"
+            f"  unsigned l = pt_lane(), r = {row}, c = c0 + {chunk};\n"
+            f"  unsigned a = (unsigned)__cvta_generic_to_shared(src) + r * ldm * "
+            f"(unsigned)sizeof(T) +\n"
+            f"               ((c ^ ((r * {width}u >> 7) & {mask}u)) - c0) * 16u;\n")
+    return f"{name}_sw{width}r", decl + body + sep + tail
 
 
-for _call in _LDMATRIX_ROW:
+for _call in _LDMATRIX_LANE:
     for _w in (32, 64, 128):
         for _first in (False, True):
             C_HELPERS[f"{_call}_sw{_w}" + ("r" if _first else "")] = \
                 _ldmatrix_swizzled(_call, _w, _first)
 
 
-def _on_first_row(offset, width: int, nbytes: int) -> bool:
-    """Is flat element offset ``offset`` (an expression) provably on the first row of a
-    swizzle pattern of ``width``-byte rows, a multiple of ``8 * width`` bytes plus a
-    column? Every term's coefficient a multiple of the period, the constant's remainder
-    within the first row."""
+def _first_row_chunk(offset, width: int, nbytes: int) -> int | None:
+    """The 16-byte chunk (of its ``width``-byte row) where a 16x16 region at flat element
+    offset ``offset`` (an expression) starts, when that is provably on the first row of a
+    swizzle pattern (every term's coefficient a multiple of the period, ``8 * width``
+    bytes, the constant's remainder a column of the first row, 16-byte aligned, the
+    region within the row); None otherwise."""
     from polytile.schedule.passes.async_copy import linear_terms
 
     lin = linear_terms(offset)
     if lin is None:
-        return False
+        return None
     terms, const = lin
     period = 8 * width // nbytes
-    return (all(k % period == 0 for k in terms.values())
-            and const % period + N <= width // nbytes)
+    col = const % period
+    if not (all(k % period == 0 for k in terms.values()) and col + N <= width // nbytes
+            and col * nbytes % 16 == 0):
+        return None
+    return col * nbytes // 16
 
 # ------------------------------------------------------------------ cp.async (sm_80+)
 # Asynchronous global -> shared copies (PTX ISA 9.7.9.25): the loop IR's meaning is in
@@ -560,8 +577,12 @@ def _mma_load(use: str, call: str, dtype: str) -> te.TensorIntrin:
             from .wgmma import SWIZZLE_BYTES
 
             width = SWIZZLE_BYTES[mode]
-            first = _on_first_row(ins[0].elem_offset, width, dt.nbytes(ins[0].dtype))
-            name = f"{name}_sw{width}" + ("r" if first else "")
+            c0 = _first_row_chunk(ins[0].elem_offset, width, dt.nbytes(ins[0].dtype))
+            if c0 is not None:
+                return tir.call_intrin("void", f"{name}_sw{width}r:{tag}",
+                                       outs[0].access_ptr("w"), ins[0].access_ptr("r"),
+                                       _stride(ins[0]), te.const(c0, "uint32"))
+            name = f"{name}_sw{width}"
         return tir.call_intrin("void", f"{name}:{tag}", outs[0].access_ptr("w"),
                                ins[0].access_ptr("r"), _stride(ins[0]))
 

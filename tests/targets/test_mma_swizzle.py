@@ -22,46 +22,104 @@ from polytile.targets.cuda.wgmma import swizzle_elements
 from helpers import compile_with_nvcc, nvcc_text
 
 
-def _lane_addresses(text: str, base: int, ldm: int) -> list:
-    """The shared byte address each of the 32 lanes gives ``ldmatrix`` in helper ``text``
-    (float16 elements from byte ``base``, rows ``ldm`` elements apart): its C
-    expressions evaluated in Python (unsigned integer arithmetic)."""
-    lane = re.search(r"__cvta_generic_to_shared\(\s*src \+ (.*?)\);", text, re.S).group(1)
-    xor = re.search(r"\n  a \^= (.*?);", text)
-    out = []
-    for l in range(32):
-        env = {"l": l, "ldm": ldm}
-        a = base + 2 * eval(lane.replace("/", "//"), {}, env)
-        if xor is not None:
-            env["a"] = a
-            a ^= eval(re.sub(r"(\w)u\b", r"\1", xor.group(1)).replace("/", "//"), {}, env)
-        out.append(a)
+_HARNESS = r"""#include <cstdio>
+#include <cstdint>
+#define __device__
+#define __forceinline__ inline
+struct pt_f { unsigned r[4]; };
+typedef unsigned short half;
+static unsigned pt_lane_id, pt_seen;
+alignas(4096) static char pt_smem[65536];
+static unsigned pt_lane() { return pt_lane_id; }
+static unsigned __cvta_generic_to_shared(const void* p) {
+  return (unsigned)((const char*)p - pt_smem);
+}
+// the address a helper hands to its ldmatrix instruction (asm volatile -> PT_ASM)
+#define PT_ASM(...) (pt_seen = a)
+"""
+
+
+def _case(fn: str, width: int, first_row: bool) -> str:
+    ldm = width // 2
+    c0 = ", (unsigned)(col0 * 2 / 16)" if first_row else ""
+    return (f"  for (int row0 = 0; row0 < 24; ++row0)\n"
+            f"    for (int col0 = 0; col0 + 16 <= {ldm}; col0 += 8) {{\n"
+            f"      if ({int(first_row)} && row0 % 8) continue;\n"
+            f"      for (unsigned l = 0; l < 32; ++l) {{\n"
+            f"        pt_f f; pt_lane_id = l;\n"
+            f"        {fn}(f, (const half*)pt_smem + row0 * {ldm} + col0, {ldm}{c0});\n"
+            f"        printf(\"{fn} {width} %d %d %u %u\\n\", row0, col0, l, pt_seen);\n"
+            f"      }}\n    }}\n")
+
+
+@pytest.fixture(scope="module")
+def lane_addresses(tmp_path_factory):
+    """{(helper, width): {(row0, col0, lane): shared byte address}}: every ``ldmatrix``
+    helper (plain, swizzled, swizzled first-row) compiled for the host by g++ with the
+    instruction replaced by a capture of its address operand, over 16x16 regions of a
+    float16 buffer of ``width``-byte rows at rows 0-23 (first-row helpers: 0, 8, 16) and
+    every 8th column."""
+    import shutil
+    import subprocess
+
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("g++ not found")
+    helpers, cases = [], []
+    for call in ("mma.ldmatrix_x4", "mma.ldmatrix_x4_trans"):
+        helpers.append(tc.C_HELPERS[call][1])
+        for w in (32, 64, 128):
+            cases.append(_case(tc.C_HELPERS[call][0], w, False))
+            for first in (False, True):
+                key = f"{call}_sw{w}" + ("r" if first else "")
+                helpers.append(tc.C_HELPERS[key][1])
+                cases.append(_case(tc.C_HELPERS[key][0], w, first))
+    tmp = tmp_path_factory.mktemp("ldmatrix")
+    src = tmp / "h.cpp"
+    text = "\n".join(helpers).replace("asm volatile(", "PT_ASM(")
+    src.write_text(_HARNESS + text + "\nint main() {\n" + "".join(cases)
+                   + "  return 0;\n}\n")
+    subprocess.run([cxx, "-O0", "-o", str(tmp / "h"), str(src)], check=True)
+    out: dict = {}
+    for line in subprocess.run([str(tmp / "h")], check=True, capture_output=True,
+                               text=True).stdout.splitlines():
+        fn, w, row0, col0, lane, addr = line.split()
+        out.setdefault((fn, int(w)), {})[(int(row0), int(col0), int(lane))] = int(addr)
     return out
 
 
-@pytest.mark.parametrize("call", ["mma.ldmatrix_x4", "mma.ldmatrix_x4_trans"])
+@pytest.mark.parametrize("call", ["ldmatrix_x4", "ldmatrix_x4_trans"])
 @pytest.mark.parametrize("width", [32, 64, 128])
-def test_ldmatrix_helpers_address_the_swizzled_elements(call, width):
-    # every lane of every 16x16 region of a buffer of width-byte rows (region rows from 0
-    # to 23, columns at every 8 elements): the general helper reads where the swizzle
-    # put the element; the first-row helper too where the region starts on the pattern's
-    # first row (the only regions tensorize gives it)
-    ldm = width // 2
-    plain = tc.C_HELPERS[call][1]
+def test_ldmatrix_helpers_address_the_swizzled_elements(lane_addresses, call, width):
+    # every lane of every region: the swizzled helpers address where the swizzle put the
+    # element the plain helper addresses in an unswizzled buffer (swizzle_elements of it)
+    plain = lane_addresses[(call, width)]
+    general = lane_addresses[(f"{call}_sw{width}", width)]
+    first = lane_addresses[(f"{call}_sw{width}r", width)]
     mode = f"{width}B"
-    for row0 in range(24):
-        for col0 in range(0, ldm - 16 + 1, 8):
-            base = 2 * (row0 * ldm + col0)
-            logical = _lane_addresses(plain, base, ldm)
-            want = [int(swizzle_elements(a, mode, 1)) for a in logical]
-            assert _lane_addresses(tc.C_HELPERS[f"{call}_sw{width}"][1], base, ldm) == want
-            if row0 % 8 == 0:
-                got = _lane_addresses(tc.C_HELPERS[f"{call}_sw{width}r"][1], base, ldm)
-                assert got == want, (row0, col0)
-    # the swizzle changes some address (a helper that ignored it would pass above only if
-    # the swizzle were the identity)
-    assert _lane_addresses(tc.C_HELPERS[f"{call}_sw{width}"][1], 0, ldm) != \
-        _lane_addresses(plain, 0, ldm)
+    assert len(general) == len(plain) > 32 and len(first) > 32
+    for key, a in plain.items():
+        want = int(swizzle_elements(a, mode, 1))
+        assert general[key] == want, key
+        if key in first:
+            assert first[key] == want, key
+    # the swizzle moves some lanes (a helper ignoring it could not pass)
+    assert any(general[k] != a for k, a in plain.items())
+
+
+def test_first_row_chunk_of_region_offsets():
+    # the first-row helper only where the region provably starts on the pattern's first
+    # row (64B rows of float16: 32 elements, a period of 256): the chunk of its column
+    from polytile import te
+
+    k, t = te.var("k"), te.var("t")
+    chunk = tc._first_row_chunk
+    assert chunk(te.const(16, "int64"), 64, 2) == 2
+    assert chunk(k * 4096 + t * 512 + 8, 64, 2) == 1
+    assert chunk(k * 4096 + t * 32 + 16, 64, 2) is None    # rows t: any pattern row
+    assert chunk(k * 4096 + 32 * 3, 64, 2) is None         # row 3 of the pattern
+    assert chunk(k * 4096 + 4, 64, 2) is None              # not 16-byte aligned
+    assert chunk(k * 4096 + 24, 64, 2) is None             # past the row's end
 
 
 @pytest.mark.parametrize("M, N, K, block, warp, stages, frags", [
@@ -93,7 +151,7 @@ def test_swizzled_mma_gemm_compiles_with_first_row_ldmatrix():
     # MMA_BEST's tiles: A [128, 32] float16 in 64B-swizzled rows (no padding), B padded
     s, args = tc.wmma_gemm(128, 256, 64, **{**tc.MMA_BEST, "swizzle": True})
     src = polytile.build(s, args, target="cuda").get_source("cu")
-    assert "ldmatrix_x4_sw64r(A_shared_wmma_matrix_a" in src
+    assert re.search(r"ldmatrix_x4_sw64r\(A_shared_wmma_matrix_a.*, 32, 2U\);", src)
     assert "ldmatrix_x4_trans(B_shared_wmma_matrix_b" in src
     assert "// 20480 elements" not in src and "// 16384 elements" in src   # A: 4 x 128 x 32
     compile_with_nvcc(src, "sm_90")
