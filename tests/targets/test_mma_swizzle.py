@@ -176,3 +176,26 @@ def test_swizzled_mma_gemm_on_the_gpu(size, block, stages):
     f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
     ref = a.astype("float64") @ b.astype("float64")
     assert np.linalg.norm(c.numpy() - ref) / np.linalg.norm(ref) < 1e-5
+
+
+def test_split_period_keeps_the_swizzled_offsets():
+    # the C printer's swizzled index: the terms that are multiples of the pattern (slots,
+    # tiles) added outside the XOR, which then depends on the rest alone; the same offsets
+    from itertools import product
+
+    from polytile import te
+    from polytile.targets.c_expr import split_period
+    from polytile.te.algebra import _eval
+
+    k, t, u = te.var("k"), te.var("t"), te.var("u")
+    e = k * 4096 + u * 512 + t * 32 + (t % 4) * 8 + 300
+    hi, lo = split_period(e, 256)
+    assert hi is not None and "k" not in str(lo) and "u" not in str(lo)
+    for kv, tv, uv in product(range(3), range(9), range(4)):
+        env = {k: kv, t: tv, u: uv}
+        for mode, nbytes in (("64B", 2), ("128B", 2), ("32B", 4)):
+            period = 8 * int(mode[:-1]) // nbytes
+            h, lo_ = split_period(e, period)
+            got = _eval(h, env) + _eval(swizzle_elements(lo_, mode, nbytes), env)
+            assert got == swizzle_elements(_eval(e, env), mode, nbytes), (mode, env)
+    assert split_period(t * 32 + 8, 256)[0] is None
