@@ -76,10 +76,13 @@ def allocate_intermediates(func: PrimFunc, limits: DeviceLimits) -> PrimFunc:
         if not loops:
             continue
         if (sum(_count_uses(x.body, b) for x in loops) == _count_uses(func.body, b)
-                and all(_writes(x.body, b) for x in loops)):
+                and all(_first_access(x.body, b) == "write" and _reads(x.body, b)
+                        for x in loops)):
             # every use is inside parallel loops (several after unrolling an outer loop)
             # that each write the buffer before reading it (a stage computed inside them):
-            # one private copy per iteration of each
+            # one private copy per iteration of each. Not so where a loop only writes it
+            # or reads it first: values then flow from one parallel loop to another (a
+            # reduction's init loop, then its update loop inside a serial reduce loop)
             private.add(id(b))
         elif all(_writes(x.body, b) and _read_by_other(x.body, b) for x in loops):
             # each parallel loop holds both the stage's statements and its consumer's reads,
@@ -181,6 +184,42 @@ def _writes(s: Stmt, b: Buffer) -> bool:
     return any(isinstance(x, Store) and x.buffer is b or
                isinstance(x, TensorCall) and any(y is b for y in x.output_buffers())
                for x in walk_stmts(s))
+
+
+def _use(x: Stmt, b: Buffer) -> tuple[bool, bool]:
+    """Whether statement ``x`` itself (not its sub-statements) reads and writes ``b``. A
+    tensor call's ``update`` reads its outputs; an ``access_ptr("w")`` only writes."""
+    reads = writes = False
+    if isinstance(x, TensorCall):
+        outs = x.output_buffers()
+        reads = (any(y is b for y in x.buffers[:len(x.buffers) - len(outs)])
+                 or x.part == "update" and any(y is b for y in outs))
+        writes = any(y is b for y in outs)
+    elif isinstance(x, Store):
+        writes = x.buffer is b
+    for e in stmt_exprs(x):
+        for n in collect(e, (Load, AccessPtr)):
+            if n.buffer is b:
+                if isinstance(n, AccessPtr) and n.mode == "w":
+                    writes = True
+                else:
+                    reads = True
+    return reads, writes
+
+
+def _first_access(s: Stmt, b: Buffer) -> str | None:
+    """``"read"`` or ``"write"``: what the first statement of ``s`` in execution order that
+    uses ``b`` does with it (a statement's reads come before its store); ``None`` where no
+    statement uses it."""
+    for x in walk_stmts(s):
+        reads, writes = _use(x, b)
+        if reads or writes:
+            return "read" if reads else "write"
+    return None
+
+
+def _reads(s: Stmt, b: Buffer) -> bool:
+    return any(_use(x, b)[0] for x in walk_stmts(s))
 
 
 def _read_by_other(s: Stmt, b: Buffer) -> bool:

@@ -126,6 +126,9 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
                      "corrupted the heap",
     ("llvm", 60465): "a parallel argmax (tuple reduction) read after its loop: its buffer "
                      "was privatised in the loop, the reader saw an unwritten copy",
+    ("llvm", 75150): "an argmax whose reduce loop was reordered outside its parallel loop: "
+                     "the values' accumulator was privatised in the init loop and again in "
+                     "the update loop (values lost between them): wrong indices",
     ("llvm", 65727): "cache_read for a te.scan reader rebuilt the scan as a plain compute "
                      "(its reads of its own rows lost): wrong values",
     ("llvm", 71419): "the AST check of three fused loops of a non-divisible tile ran out of "

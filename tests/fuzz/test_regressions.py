@@ -469,6 +469,86 @@ def test_parallel_tuple_reduction_read_after_its_loop():
     np.testing.assert_array_equal(e, a[:, 11:].max(axis=1) * np.float16(2))
 
 
+def _reduce_outside_parallel(kind: str, dtype: str, n: int, m: int, split: int):
+    """``R`` (argmax index, or the sum of an intermediate stage read by ``E``) over rows of
+    ``A`` (n x m), its reduce loop ordered outside its parallel row loop(s)."""
+    A = te.placeholder((n, m), dtype, name="A")
+    k = te.reduce_axis((0, m), name="k")
+    if kind == "argmax":
+        R, _ = te.compute((n,), lambda i: _argmax()((k, A[i, k]), axis=k), name="R")
+        out = R
+    else:
+        R = te.compute((n,), lambda i: te.sum(A[i, k].astype("float32"), axis=k), name="R")
+        out = te.compute((n,), lambda i: R[i] * 2.0, name="E")
+    s = te.create_schedule(out.op)
+    i = R.op.axis[0]
+    if split:
+        io, ii = s[R].split(i, factor=split)
+        s[R].reorder(k, io, ii)
+        s[R].parallel(io)
+    else:
+        s[R].reorder(k, i)
+        s[R].parallel(i)
+    if kind != "argmax":
+        s[out].parallel(out.op.axis[0])
+    return s, [A, out]
+
+
+@pytest.mark.parametrize("kind,dtype,n,m,split", [
+    ("argmax", "bfloat16", 2, 2, 0),      # fuzz seed llvm 75150, shrunk
+    ("argmax", "float32", 13, 7, 0),
+    ("argmax", "float16", 13, 7, 4),      # a ragged split: the parallel loop is i.outer
+    ("argmax", "float32", 1, 5, 0),
+    ("sum", "float32", 11, 3, 0),
+    ("sum", "float16", 11, 3, 3),
+])
+def test_reduce_loop_outside_its_parallel_loop(kind, dtype, n, m, split):
+    """Fuzz seed llvm 75150: an argmax whose reduce loop was reordered outside its
+    parallel row loop. Its init runs in one parallel loop, its update in another inside
+    the serial reduce loop, so the values' accumulator (not an argument) lives across
+    them; the storage pass privatised it in each loop, and every update read an unwritten
+    copy (index 2147483647, argmax's identity). A buffer is now private to its parallel
+    loops only where each of them writes it before reading it and reads it."""
+    s, args = _reduce_outside_parallel(kind, dtype, n, m, split)
+    f = polytile.build(s, args)
+    a = np.random.default_rng(n * m).uniform(-1, 1, (n, m)).astype(
+        "float32" if dtype == "bfloat16" else dtype)
+    if dtype == "bfloat16":
+        from polytile.te import dtype as dt
+        bits = dt.bfloat16_bits(a)
+        a, arg = dt.bfloat16_to_float32(bits), bits
+    else:
+        arg = a
+    if kind == "argmax":
+        out = np.full(n, -7, "int32")
+        f(arg, out)
+        np.testing.assert_array_equal(out, a.argmax(axis=1))
+    else:
+        out = np.full(n, np.nan, "float32")
+        f(arg, out)
+        np.testing.assert_allclose(out, a.astype("float64").sum(axis=1) * 2, rtol=1e-5)
+
+
+def test_a_stage_computed_inside_a_parallel_loop_stays_private():
+    """The other side of the rule above: a stage attached inside a parallel loop, written
+    then read in each iteration, keeps one copy per iteration (a shared copy would be
+    a race between the threads)."""
+    A = te.placeholder((37, 16), "float32", name="A")
+    P = te.compute((37, 16), lambda i, j: A[i, j] * 3.0, name="P")
+    C = te.compute((37, 16), lambda i, j: P[i, j] + P[i, 15 - j], name="C")
+    s = te.create_schedule(C.op)
+    s[C].parallel(C.op.axis[0])
+    s[P].compute_at(s[C], C.op.axis[0])
+    text = str(polytile.lower(s, [A, C]))
+    assert text.index("parallel") < text.index("P = alloc"), text
+    f = polytile.build(s, [A, C])
+    a = np.random.default_rng(1).uniform(-1, 1, (37, 16)).astype("float32")
+    c = np.full((37, 16), np.nan, "float32")
+    f(a, c)
+    ref = 3 * a.astype("float64") + 3 * a[:, ::-1].astype("float64")
+    np.testing.assert_allclose(c, ref, rtol=1e-6, atol=1e-6)   # float32 rounding
+
+
 # --------------------------------------------------------------------------- LLVM masked stores
 def test_ragged_bfloat16_tail_writes_only_its_elements():
     """Fuzz seed llvm 60199: a tiled ``te.scan`` of bfloat16 (rounded in float32): LLVM's
