@@ -240,7 +240,10 @@ MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
                 ((128, 256, 32), (64, 64), 4, "prefetch", 8, {"swizzle": True}),
                 ((128, 256, 32), (64, 64), 3, "prefetch", 8, {"swizzle": True}),
                 ((128, 256, 64), (64, 64), 4, "prefetch", 8, {"swizzle": True}),
-                ((256, 128, 32), (64, 64), 4, "prefetch", 8, {"swizzle": True}))
+                ((256, 128, 32), (64, 64), 4, "prefetch", 8, {"swizzle": True}),
+                # [38..39] around [34]: 5 stages, groups of 16 tile rows
+                ((128, 256, 32), (64, 64), 5, "prefetch", 8, {"swizzle": True}),
+                ((128, 256, 32), (64, 64), 4, "prefetch", 16, {"swizzle": True}))
 
 #: the mma.sync variant of ``--isa best``: the fastest measured, [18] (before: [14] (H200, 4096^3 float16 at
 #: 0cf242f, one run: [7] 313, [12] 318, [13] 325, [14] 371, [15] 356, [16] 285, [17] 335
