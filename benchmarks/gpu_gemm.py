@@ -69,7 +69,7 @@ def triton_sgemm(n: int, cublas: float | None) -> None:
 def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 128, 64), (64, 64)),
               anchors: bool = True, stages=(3,), cublas: float | None = None,
               frags: str = "step", group: int = 1, min_blocks: int = 0,
-              swizzle: bool = False) -> float | None:
+              swizzle: bool | str = False) -> float | None:
     """cuBLAS, Triton (with ``anchors``) and polytile's ``wmma_gemm`` with ``tiles = (block,
     warp)``, ``frags`` and ``group`` (built for ``cuda -min-blocks=<min_blocks>`` when given) at
     ``n``^3 in ``dtype`` (float16 or bfloat16; ``swizzle``: XOR-swizzled instead of padded
@@ -126,7 +126,7 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
         t0 = time.perf_counter()
         s, args = tc.wmma_gemm(n, n, n, acc=acc, isa=isa, block=tiles[0], warp=tiles[1],
                                dtype="float32" if dtype == "tf32" else dtype, stages=depth,
-                               frags=frags, group=group, **({"swizzle": True} if swizzle
+                               frags=frags, group=group, **({"swizzle": swizzle} if swizzle
                                                             else {}))
         f = polytile.build(s, args, target="cuda" + (f" -min-blocks={min_blocks}"
                                                      if min_blocks else ""))
@@ -146,7 +146,8 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
                  "across the barrier"}.get(frags, "") + (
             f", blocks grouped by {group} rows" if group > 1 else "") + (
             f", {min_blocks} blocks per SM" if min_blocks else "") + (
-            ", swizzled tiles" if swizzle else "")
+            (", swizzled tiles" if swizzle is True else f", {swizzle} swizzled" if swizzle
+             else ""))
         print(f"n={n:5d} {f'polytile {label} {dtype}->{acc}':44s} {tflops:7.1f} TFLOP/s  "
               f"{ratio}  (block {tiles[0]}, warp {tiles[1]}{extra}, lower+build "
               f"{t_build:.1f} s, rel. error {err:.1e}, {_sass(f.cubin, isa)})", flush=True)
@@ -243,7 +244,13 @@ MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
                 ((256, 128, 32), (64, 64), 4, "prefetch", 8, {"swizzle": True}),
                 # [38..39] around [34]: 5 stages, groups of 16 tile rows
                 ((128, 256, 32), (64, 64), 5, "prefetch", 8, {"swizzle": True}),
-                ((128, 256, 32), (64, 64), 4, "prefetch", 16, {"swizzle": True}))
+                ((128, 256, 32), (64, 64), 4, "prefetch", 16, {"swizzle": True}),
+                # [40], [41]: [34] and [37] with A's tile swizzled only, B padded: [34..39]
+                # measured so (H200, one run of 2026-12-02 08:40, cuBLAS 755-765: [18] 404.0,
+                # [34] 413.8, [35] 405.5, [36] 405.8, [37] 420.7 TFLOP/s) before B's tiles
+                # of 256 and 512-byte rows were swizzled too ("128B/R")
+                ((128, 256, 32), (64, 64), 4, "prefetch", 8, {"swizzle": "A"}),
+                ((256, 128, 32), (64, 64), 4, "prefetch", 8, {"swizzle": "A"}))
 
 #: the mma.sync variant of ``--isa best``: the fastest measured, [18] (before: [14] (H200, 4096^3 float16 at
 #: 0cf242f, one run: [7] 313, [12] 318, [13] 325, [14] 371, [15] 356, [16] 285, [17] 335

@@ -102,10 +102,10 @@ class CExprPrinter:
                 "expected exactly one (flattened) index after storage flattening"))
         if b.swizzle != "none":
             # Stage.swizzle: the logical offset's 16-byte chunk XOR its 128-byte line
-            from polytile.targets.cuda.wgmma import SWIZZLE_BYTES, swizzle_elements
+            from polytile.targets.cuda.wgmma import SWIZZLE_ROW_BYTES, swizzle_elements
 
             nbytes = dt.nbytes(b.dtype)
-            hi, lo = split_period(indices[0], 8 * SWIZZLE_BYTES[b.swizzle] // nbytes)
+            hi, lo = split_period(indices[0], 8 * SWIZZLE_ROW_BYTES[b.swizzle] // nbytes)
             sw = swizzle_elements(lo, b.swizzle, nbytes)
             if hi is not None:
                 sw = Binary(indices[0].dtype, "add", hi, sw)

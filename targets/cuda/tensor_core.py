@@ -177,7 +177,7 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
               warp=(64, 64), pad: int | None = None, vector: int | None = None,
               isa: str = "wmma",
               dtype: str = "float16", stages: int = 1, frags: str = "step",
-              group: int = 1, swizzle: bool = False):
+              group: int = 1, swizzle: bool | str = False):
     """A hand-scheduled float16 GEMM on tensor cores through WMMA (TVM's tensor-core
     tutorial structure): ``C[M, N] = A[M, K] @ B[K, N]`` (row-major), ``C`` in ``acc``.
     ``dtype`` may also be ``bfloat16`` (``acc`` float32), ``int8`` (``acc`` int32, WMMA
@@ -197,9 +197,13 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
     ``mma.sync.aligned.m16n8k16`` (sm_80+) instead of WMMA; with ``swizzle`` (``isa="mma"``
     only) each shared tile whose rows are 32, 64 or 128 bytes (A's ``BK`` columns: 64 bytes
     for ``BK = 32`` float16) is stored XOR-swizzled (``s[S].swizzle("64B")``, the layout
-    of the wgmma path) instead of padded: conflict-free for the 16-byte ``cp.async``
-    stores as well as for ``ldmatrix`` (a padded 64-byte row is 80 bytes: two rows of one
-    8-lane phase of a 16-byte store share 4 banks), the other tiles stay padded. Threads: 32 lanes
+    of the wgmma path), and one of 256, 512 or 1024-byte rows (B's ``BN`` columns) in the
+    128B pattern over its rows (``"128B/512"``), instead of padded: ``ldmatrix`` stays
+    conflict-free and the 16-byte ``cp.async`` of a warp writes whole 128-byte lines (ncu
+    on the H200, 128x256x32 blocks: 14.6 and 11.2 shared wavefronts per ``LDGSTS`` of A's
+    80-byte and B's 528-byte padded rows, 4 ideal; 8 for A's 64-byte swizzled rows, half
+    lines of global memory); other tiles stay padded. ``swizzle="A"`` (or ``"B"``): that
+    tile only. Threads: 32 lanes
     (``threadIdx.x``, the shared-memory copies only)
     times ``BM/WM x BN/WN`` warps (``threadIdx.z``, ``threadIdx.y``).
 
@@ -240,6 +244,8 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
         pad = 16 // nbytes              # rows stay multiples of 16 bytes (WMMA's ldm)
     if swizzle and isa != "mma":
         raise ValueError(f"wmma_gemm: swizzle needs isa 'mma' (ldmatrix), not {isa!r}")
+    if swizzle not in (False, True, "A", "B"):
+        raise ValueError(f"wmma_gemm: swizzle {swizzle!r}; expected a bool, 'A' or 'B'")
     if isa == "mma" and (dtype, acc) not in (("float16", "float32"), ("float16", "float16"),
                                              ("bfloat16", "float32")):
         raise ValueError(f"wmma_gemm: isa 'mma' takes float16 (float32 or float16 "
@@ -289,10 +295,13 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
         s[F].unroll(o1)
     if stages > 1:
         s[CF].pipeline(ko, stages=stages, fragment_prefetch=frags == "prefetch")
-    for S, row in ((AS, BK * nbytes), (BS, BN * nbytes)):
+    for S, row, name in ((AS, BK * nbytes, "A"), (BS, BN * nbytes, "B")):
         s[S].compute_at(s[CF], ko)
-        if swizzle and row in (32, 64, 128):
+        swz = swizzle is True or swizzle == name
+        if swz and row in (32, 64, 128):
             s[S].swizzle(f"{row}B")
+        elif swz and row in (256, 512, 1024):
+            s[S].swizzle(f"128B/{row}")
         elif pad:
             width = S.op.axis[1].dom.extent
             s[S].storage_align(S.op.axis[0], width + pad if width % 32 else 32,
@@ -452,30 +461,64 @@ def _ldmatrix_swizzled(call: str, width: int, first_row: bool) -> tuple[str, str
     ``c0``, and the address the region's plus it, as without a swizzle (nvcc folds the
     tile offsets into the ``LDSM`` immediates)."""
     name, text = _MMA_HELPERS[call]
-    mask = width // 16 - 1
+    mask = min(width, 128) // 16 - 1
+    # the bits of the row within the pattern: address bits 7.. (the 128-byte line) for
+    # rows of 128 bytes or less, the row's (bits log2(width)..) for the wide "128B/R"
+    shift = max(width, 128).bit_length() - 1
     row, chunk = _LDMATRIX_LANE[call]
     head, sep, tail = text.partition("  asm volatile")
     if not first_row:
         head = head.replace(f"void {name}(", f"void {name}_sw{width}(")
-        return f"{name}_sw{width}", (head + f"  a ^= (a >> 3) & 0x{mask << 4:x}u;   // "
-                                     f"{width}B swizzle (Stage.swizzle)\n" + sep + tail)
+        return f"{name}_sw{width}", (head + f"  a ^= (a >> {shift - 4}) & 0x{mask << 4:x}u;"
+                                     f"   // swizzle of {width}-byte rows (Stage.swizzle)\n"
+                                     + sep + tail)
     decl = head.split("{", 1)[0].replace(f"void {name}(", f"void {name}_sw{width}r(")
     decl = decl.replace("int ldm)", "int ldm, unsigned c0)")
-    body = (f"{{\n  // {width}B swizzle (Stage.swizzle) of a region on the pattern's first "
-            f"row, from chunk c0:\n  // chunk c of row r is stored at chunk c ^ "
-            f"(r * {width} / 128) % {mask + 1}\n"
+    x = f"((r * {width}u >> 7) & {mask}u)" if width <= 128 else f"(r & {mask}u)"
+    body = (f"{{\n  // swizzle of {width}-byte rows (Stage.swizzle), a region on the pattern's "
+            f"first row,\n  // from chunk c0: chunk c of row r is stored at chunk c ^ "
+            f"(r * {width} >> {shift}) % {mask + 1}\n"
             f"  unsigned l = pt_lane(), r = {row}, c = c0 + {chunk};\n"
             f"  unsigned a = (unsigned)__cvta_generic_to_shared(src) + r * ldm * "
             f"(unsigned)sizeof(T) +\n"
-            f"               ((c ^ ((r * {width}u >> 7) & {mask}u)) - c0) * 16u;\n")
+            f"               ((c ^ {x}) - c0) * 16u;\n")
     return f"{name}_sw{width}r", decl + body + sep + tail
 
 
 for _call in _LDMATRIX_LANE:
-    for _w in (32, 64, 128):
+    for _w in (32, 64, 128, 256, 512, 1024):
         for _first in (False, True):
             C_HELPERS[f"{_call}_sw{_w}" + ("r" if _first else "")] = \
                 _ldmatrix_swizzled(_call, _w, _first)
+
+
+def _first_row_chunk_wide(indices: tuple, shape: tuple, width: int,
+                          nbytes: int) -> int | None:
+    """:func:`_first_row_chunk` for rows of ``width`` > 128 bytes (``"128B/R"``) from the
+    region's start ``indices`` per dimension of a buffer of ``shape`` (its last dimension
+    the row): the row (the other dimensions flattened) a multiple of 8 and the column's
+    terms whole 128-byte lines, whose 16-byte chunk modulo 8 is then the constant's (all
+    the helper needs: the XOR changes a chunk's three low bits)."""
+    from polytile.schedule.passes.async_copy import linear_terms
+
+    if indices is None or len(indices) != len(shape) or len(shape) < 2:
+        return None
+    col = linear_terms(indices[-1])
+    if col is None or not all(k * nbytes % 128 == 0 for k in col[0].values()) or \
+            col[1] * nbytes % 16:
+        return None
+    inner = 1
+    for ix, extent in zip(reversed(indices[:-1]), reversed(shape[:-1])):
+        lin = linear_terms(ix)
+        if lin is None or not all(k * inner % 8 == 0 for k in lin[0].values()) or \
+                lin[1] * inner % 8:
+            return None
+        if not isinstance(extent, int):
+            extent = getattr(extent, "value", None)
+            if not isinstance(extent, int):
+                return None
+        inner *= extent
+    return col[1] * nbytes // 16 % 8
 
 
 def _first_row_chunk(offset, width: int, nbytes: int) -> int | None:
@@ -574,10 +617,14 @@ def _mma_load(use: str, call: str, dtype: str) -> te.TensorIntrin:
         mode = getattr(getattr(ins[0], "buffer", None), "swizzle", "none")
         name, _, tag = call.partition(":")
         if mode != "none":
-            from .wgmma import SWIZZLE_BYTES
+            from .wgmma import SWIZZLE_ROW_BYTES
 
-            width = SWIZZLE_BYTES[mode]
-            c0 = _first_row_chunk(ins[0].elem_offset, width, dt.nbytes(ins[0].dtype))
+            width = SWIZZLE_ROW_BYTES[mode]
+            nb = dt.nbytes(ins[0].dtype)
+            if width > 128:
+                c0 = _first_row_chunk_wide(ins[0].indices, ins[0].buffer.shape, width, nb)
+            else:
+                c0 = _first_row_chunk(ins[0].elem_offset, width, nb)
             if c0 is not None:
                 return tir.call_intrin("void", f"{name}_sw{width}r:{tag}",
                                        outs[0].access_ptr("w"), ins[0].access_ptr("r"),

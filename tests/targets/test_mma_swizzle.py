@@ -41,15 +41,23 @@ static unsigned __cvta_generic_to_shared(const void* p) {
 
 def _case(fn: str, width: int, first_row: bool) -> str:
     ldm = width // 2
-    c0 = ", (unsigned)(col0 * 2 / 16)" if first_row else ""
+    # (the first-row helpers get the start chunk modulo 8, as wide rows pass it)
+    c0 = ", (unsigned)(col0 * 2 / 16 % 8)" if first_row else ""
+    step = 8 if width <= 128 else 40    # (wide rows: every chunk position modulo 8)
     return (f"  for (int row0 = 0; row0 < 24; ++row0)\n"
-            f"    for (int col0 = 0; col0 + 16 <= {ldm}; col0 += 8) {{\n"
+            f"    for (int col0 = 0; col0 + 16 <= {ldm}; col0 += {step}) {{\n"
             f"      if ({int(first_row)} && row0 % 8) continue;\n"
             f"      for (unsigned l = 0; l < 32; ++l) {{\n"
             f"        pt_f f; pt_lane_id = l;\n"
             f"        {fn}(f, (const half*)pt_smem + row0 * {ldm} + col0, {ldm}{c0});\n"
             f"        printf(\"{fn} {width} %d %d %u %u\\n\", row0, col0, l, pt_seen);\n"
             f"      }}\n    }}\n")
+
+
+#: row bytes of the swizzled ldmatrix helpers -> the Stage.swizzle mode
+MODES = {32: "32B", 64: "64B", 128: "128B", 256: "128B/256", 512: "128B/512",
+         1024: "128B/1024"}
+WIDTHS = tuple(MODES)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +76,7 @@ def lane_addresses(tmp_path_factory):
     helpers, cases = [], []
     for call in ("mma.ldmatrix_x4", "mma.ldmatrix_x4_trans"):
         helpers.append(tc.C_HELPERS[call][1])
-        for w in (32, 64, 128):
+        for w in WIDTHS:
             cases.append(_case(tc.C_HELPERS[call][0], w, False))
             for first in (False, True):
                 key = f"{call}_sw{w}" + ("r" if first else "")
@@ -89,14 +97,14 @@ def lane_addresses(tmp_path_factory):
 
 
 @pytest.mark.parametrize("call", ["ldmatrix_x4", "ldmatrix_x4_trans"])
-@pytest.mark.parametrize("width", [32, 64, 128])
+@pytest.mark.parametrize("width", WIDTHS)
 def test_ldmatrix_helpers_address_the_swizzled_elements(lane_addresses, call, width):
     # every lane of every region: the swizzled helpers address where the swizzle put the
     # element the plain helper addresses in an unswizzled buffer (swizzle_elements of it)
     plain = lane_addresses[(call, width)]
     general = lane_addresses[(f"{call}_sw{width}", width)]
     first = lane_addresses[(f"{call}_sw{width}r", width)]
-    mode = f"{width}B"
+    mode = MODES[width]
     assert len(general) == len(plain) > 32 and len(first) > 32
     for key, a in plain.items():
         want = int(swizzle_elements(a, mode, 1))
@@ -120,19 +128,33 @@ def test_first_row_chunk_of_region_offsets():
     assert chunk(k * 4096 + 32 * 3, 64, 2) is None         # row 3 of the pattern
     assert chunk(k * 4096 + 4, 64, 2) is None              # not 16-byte aligned
     assert chunk(k * 4096 + 24, 64, 2) is None             # past the row's end
+    # wide rows (512 bytes, 256 float16) from the start index per dimension of a
+    # [slots, 32, 256] buffer: rows multiples of 8, column terms whole 128-byte lines
+    wide = tc._first_row_chunk_wide
+    shape = (4, 32, 256)
+    assert wide((k, te.const(16, "int64"), t * 64 + 48), shape, 512, 2) == 6
+    assert wide((k, t * 8, te.const(200, "int64")), shape, 512, 2) == 1   # chunk 25
+    assert wide((k, t * 4, te.const(0, "int64")), shape, 512, 2) is None  # rows t * 4
+    assert wide((k, te.const(0, "int64"), t * 32), shape, 512, 2) is None  # half lines
+    assert wide(None, shape, 512, 2) is None
 
 
 @pytest.mark.parametrize("M, N, K, block, warp, stages, frags", [
     # A rows of 64 bytes (64B swizzle), B rows of 64 bytes too; 3 k tiles in 2 stages with
     # fragment prefetch; A rows of 32 bytes (32B), B padded (rows of 96 bytes), no pipeline
     (32, 32, 96, (32, 32, 32), (16, 16), 2, "prefetch"),
-    (16, 48, 32, (16, 48, 16), (16, 16), 1, "step")])
+    (16, 48, 32, (16, 48, 16), (16, 16), 1, "step"),
+    # B rows of 256 bytes: the 128B pattern over wide rows ("128B/256"), 2 stages
+    (16, 128, 48, (16, 128, 16), (16, 64), 2, "step")])
 def test_swizzled_mma_gemm_on_the_interpreter(M, N, K, block, warp, stages, frags):
     s, args = tc.wmma_gemm(M, N, K, isa="mma", block=block, warp=warp, stages=stages,
                            frags=frags, swizzle=True)
     f = lower(s, args, target="cuda", stop_after=None)
     text = str(f)
     assert f"swizzle='{block[2] * 2}B'" in text.split("A.shared = alloc(")[1].split("\n")[0]
+    b_rows = block[1] * 2
+    if b_rows >= 256:
+        assert f"swizzle='128B/{b_rows}'" in text.split("B.shared = alloc(")[1].split("\n")[0]
     rng = np.random.default_rng(3)
     a = rng.uniform(-1, 1, (M, K)).astype("float16")
     b = rng.uniform(-1, 1, (K, N)).astype("float16")
@@ -152,8 +174,10 @@ def test_swizzled_mma_gemm_compiles_with_first_row_ldmatrix():
     s, args = tc.wmma_gemm(128, 256, 64, **{**tc.MMA_BEST, "swizzle": True})
     src = polytile.build(s, args, target="cuda").get_source("cu")
     assert re.search(r"ldmatrix_x4_sw64r\(A_shared_wmma_matrix_a.*, 32, 2U\);", src)
-    assert "ldmatrix_x4_trans(B_shared_wmma_matrix_b" in src
-    assert "// 20480 elements" not in src and "// 16384 elements" in src   # A: 4 x 128 x 32
+    # B [32, 256] in the 128B pattern over its 512-byte rows, from chunk 0 and 2 of a line
+    assert re.search(r"ldmatrix_x4_trans_sw512r\(B_shared_wmma_matrix_b.*, 256, 2U\);", src)
+    # no padding: A 4 x 128 x 32, B 4 x 32 x 256 elements
+    assert "// 16384 elements" in src and "// 32768 elements" in src
     compile_with_nvcc(src, "sm_90")
     sass = nvcc_text(src, "sass")
     if sass is not None:
