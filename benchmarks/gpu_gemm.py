@@ -235,9 +235,11 @@ MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
                 ((128, 128, 32), (32, 32), 4, "step", 8, 2),
                 # [34..37] swizzled shared tiles (wmma_gemm swizzle=True): A's rows of 64
                 # (BK 32) or 128 bytes (BK 64) XOR-swizzled instead of padded to 80 / 144
-                # bytes (padded 80-byte rows: the two rows of each 8-lane phase of a 16-byte
-                # cp.async store share 4 banks, a 2-way conflict); B stays padded. [18],
-                # [14], [20], [19] so
+                # bytes, B's of 512 or 256 bytes in the 128B pattern over the row
+                # ("128B/512") instead of padded to 528 / 272: ncu of [18] on the H200
+                # counted every excess shared wavefront in LDGSTS (14.6 per instruction
+                # for A's 80-byte rows, 11.2 for B's 528-byte ones, 4 ideal; LDSM ideal).
+                # [18], [14], [20], [19] so
                 ((128, 256, 32), (64, 64), 4, "prefetch", 8, {"swizzle": True}),
                 ((128, 256, 32), (64, 64), 3, "prefetch", 8, {"swizzle": True}),
                 ((128, 256, 64), (64, 64), 4, "prefetch", 8, {"swizzle": True}),
