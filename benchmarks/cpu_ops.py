@@ -5,7 +5,8 @@ For softmax, layernorm and rmsnorm (4096 x 4096 float32), conv2d on ResNet-50 la
 prints one line per figure: the kernel's time (median of interleaved rounds, with the
 fastest round beside it), its rate (GB/s for the row kernels: bytes read + written; GFLOP/s
 for the others) and its ratios. polytile runs the template's default config (the hand
-schedule; ``polytile fast``: softmax's with ``te.fast_exp``); torch (when installed) runs
+schedule; ``polytile fast``: softmax's with ``te.fast_exp``; ``polytile -pf``: the row
+kernels' default without its next-row prefetch); torch (when installed) runs
 through ``out=`` variants where it has them, so that no kernel pays for allocating its
 output; numpy runs single-threaded.
 
@@ -31,6 +32,7 @@ the figures are indicative only. Whole run: under 3 minutes. Run:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import importlib.util
 import os
@@ -293,6 +295,21 @@ def _line(kernel: str, th: int, impl: str, t: tuple, rate: str, extra: str, load
           f"{rate:>14s}  {extra}  [load {load}]", flush=True)
 
 
+@contextlib.contextmanager
+def _without_row_prefetch():
+    """Templates instantiated inside leave out the row kernels' next-row prefetch
+    (:func:`polytile.autotune.templates_nn._prefetch_next_row`), for the ``polytile -pf``
+    line: what the prefetch gains, in the same rounds."""
+    from polytile.autotune import templates_nn
+
+    keep = templates_nn._prefetch_next_row
+    templates_nn._prefetch_next_row = lambda *a: None
+    try:
+        yield
+    finally:
+        templates_nn._prefetch_next_row = keep
+
+
 def bench_rows(name: str, threads, rounds, bnd) -> None:
     """A row kernel beside numpy, torch and ``np.copyto`` of its input, all in the same
     interleaved rounds: the memory-bound time is the kernel's bytes (read + written) over
@@ -305,9 +322,15 @@ def bench_rows(name: str, threads, rounds, bnd) -> None:
     fns = {"polytile": run}
     if name == "softmax":  # the same schedule with te.fast_exp (3 ulp)
         fns["polytile fast"] = build_template(name, ROW_SHAPE, fast_exp=True)[0]
-    fns["numpy"] = _rows_numpy(name, arrays)
+    with _without_row_prefetch():  # what the next-row prefetch gains
+        fns["polytile -pf"] = build_template(name, ROW_SHAPE)[0]
+    # numpy and torch write outputs of their own: stores of theirs into polytile's output
+    # leave its lines dirty in the cache, and polytile's streaming stores to them then ran
+    # up to 1.8x slower (layernorm 16 vs 9 ms), an artifact of the benchmark
+    others = [*arrays[:-1], np.empty_like(arrays[-1])]
+    fns["numpy"] = _rows_numpy(name, others)
     if torch is not None:
-        fns["torch"] = _rows_torch(name, arrays)
+        fns["torch"] = _rows_torch(name, others)
     fns["copy"] = lambda: np.copyto(dst, src)
     kernel = f"{name} {m}x{n}"
     for th in threads:

@@ -56,8 +56,13 @@ def set_prefix(p: StagePlan, gpu: bool) -> None:
         check_storage_scope(p)
     # a shared buffer holds the region of a whole block: relax thread loops (TVM)
     relax = p.scope == "shared"
+    # and a stage computed inside one runs where its code is, outside the loops that stage
+    # relaxed (the local partial of an rfactor computed inside a cross-thread reduction's
+    # shared partials, under a vthread loop: fuzz seed cuda 80008)
+    n = len(tp.prefix)
     p.prefix_dims = [j for j, (q, k) in enumerate(p.prefix)
-                     if not (relax and q.binding(k) is not None and q.binding(k).in_thread)]
+                     if (j >= n or j in tp.prefix_dims)
+                     and not (relax and q.binding(k) is not None and q.binding(k).in_thread)]
 
 
 def check_storage_scope(p: StagePlan) -> None:
@@ -640,12 +645,12 @@ def _extents(footprint: isl.Map, lo: isl.PwMultiAff, stride: tuple) -> list[int]
         # (the largest offset over the prefixes, for the parameters' values)
         if not top.is_infty():
             raise LoweringError(f"compute_at: the region of dimension {q} is unbounded")
-        pa = rel.dim_max(q)
+        pa = _bounded(lambda: rel.dim_max(q), lambda: rel.remove_divs().dim_max(q))
         if s != 1:
             pa = pa.scale_down_val(isl.Val(s)).floor()
         pa = pa.add_constant_val(isl.Val(1))
         # its value where something is read (elsewhere the stage runs no iteration)
-        pa = pa.gist(pa.domain()).coalesce()
+        pa = _bounded(lambda: pa.gist(pa.domain()).coalesce(), lambda: pa)
         ext = iu.pw_aff_upper_expr(pa)
         if iu.num_or_none(ext) is None:
             raise LoweringError(format_error(
@@ -659,6 +664,24 @@ def _extents(footprint: isl.Map, lo: isl.PwMultiAff, stride: tuple) -> list[int]
             ext = binary("max", sym.as_expr(ext), 0)
         out.append(ext)
     return out
+
+
+#: isl operations (about a million a second) an exact symbolic region size may take
+#: before its over-approximation is used instead.
+EXACT_SIZE_OPS = 500_000
+
+
+def _bounded(exact, approx):
+    """``exact()``, or ``approx()`` where ``exact`` needs more than
+    :data:`EXACT_SIZE_OPS` isl operations. The parametric maximum of a region with many
+    quasi-affine pieces (ragged splits, ``i // 2`` and ``i % 3`` reads of a symbolic size)
+    took isl 46 s; without the pieces' existential variables (a superset: a maximum at
+    least as large, so a buffer at least as large) it takes 1 ms (fuzz seed llvm 75004)."""
+    try:
+        with iu.operation_limit(EXACT_SIZE_OPS):
+            return exact()
+    except iu.OperationLimit:
+        return approx()
 
 
 def _access(p: StagePlan, st: PolyStmt, indices: list[str], target: str) -> isl.PwMultiAff:

@@ -339,14 +339,14 @@ class _Interp(StmtFunctor):
 
     def visit_Allocate(self, s: Allocate):
         b: Buffer = s.buffer
+        # symbolic sizes (heap buffers of te.var shapes, dynamic shared memory): evaluated
+        shape = tuple(d if isinstance(d, int) else int(self.expr(
+            d if isinstance(d, Expr) else Const("int64", int(d)))) for d in b.shape)
         if b.scope == "shared" and self.block_mem is not None:
             if id(b) not in self.block_mem:
-                self.block_mem[id(b)] = _fresh(b)
+                self.block_mem[id(b)] = _fresh(b, shape)
             self.mem[id(b)] = self.block_mem[id(b)]
         else:
-            # symbolic sizes (heap buffers of te.var shapes): evaluated here
-            shape = tuple(d if isinstance(d, int) else int(self.expr(
-                d if isinstance(d, Expr) else Const("int64", int(d)))) for d in b.shape)
             self.mem[id(b)] = _fresh(b, shape)
         yield from self.visit(s.body)
 

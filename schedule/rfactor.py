@@ -320,7 +320,7 @@ def lower_cross_thread_reductions(sch: Schedule) -> Schedule:
                 f"(bound to {tag.value!r}) computed inside loop {loop.name!r} of stage "
                 f"{at.name!r}, which is bound to {at_tag.value!r}: each thread there would "
                 f"run the whole block's reduction", "compute it at a loop outside the "
-                f"threadIdx loops (the row loop bound to blockIdx)",
+                "threadIdx loops (the row loop bound to blockIdx)",
                 hint=f"bind {name!r}'s own row loops to thread indices instead (TVM's rows "
                      f"on threadIdx.y)"))
         del st.annotations[iv]
@@ -413,7 +413,8 @@ def _thread_rows(st: Stage, spatial: list, iv, tag) -> list[tuple[int, int, Thre
     tutorial binds the rows of a row sum to ``threadIdx.y``), as ``(root axis position,
     split factor or 0, thread tag)``: each must be innermost among the spatial loops, and
     a root axis or the inner loop of a constant split of one whose outer loop stays
-    outside, so that the shared partial stage can bind the same rows to the same index.
+    outside (maybe split again, e.g. into blocks and ``vthread``, :func:`_outside`), so
+    that the shared partial stage can bind the same rows to the same index.
 
     Raises
     ------
@@ -439,8 +440,7 @@ def _thread_rows(st: Stage, spatial: list, iv, tag) -> list[tuple[int, int, Thre
             rel = next((r for r in st.relations if isinstance(r, Split) and r.inner is v),
                        None)
             if (rel is not None and _index(st.op.axis, rel.parent) >= 0 and rel.factor
-                    and not rel.nparts and _index(spatial, rel.outer) >= 0
-                    and not _on_thread(st.annotations.get(rel.outer))):
+                    and not rel.nparts and _outside(st, rel.outer, spatial)):
                 rows.append((_index(st.op.axis, rel.parent), rel.factor, k))
                 continue
             why = "and that loop is neither an axis nor the inner loop of a split of one"
@@ -451,6 +451,17 @@ def _thread_rows(st: Stage, spatial: list, iv, tag) -> list[tuple[int, int, Thre
             "indices (an axis, or the inner loop of a split), or bind its spatial loops to "
             "blockIdx only"))
     return rows[::-1]
+
+
+def _outside(st: Stage, loop, spatial: list) -> bool:
+    """Whether ``loop`` of ``st`` is one of the ``spatial`` loops, or split (again and
+    again) into such loops only, none of them bound to a thread index: the outer loop of
+    a thread row, whose iterations (blocks, virtual threads, serial steps) the row's
+    threads do not span."""
+    if _index(spatial, loop) >= 0:
+        return not _on_thread(st.annotations.get(loop))
+    rel = next((r for r in st.relations if isinstance(r, Split) and r.parent is loop), None)
+    return rel is not None and all(_outside(st, x, spatial) for x in (rel.outer, rel.inner))
 
 
 def _thread_loop_around(st: Stage):

@@ -81,7 +81,7 @@ class ThreadRole:
             elif t in self.idle:
                 cons.append(f"{c} = 0")
             elif t in self.replicated:
-                cons.append(f"0 <= {c} < {extents[t]}")
+                cons.append(f"0 <= {c} < {iu.num(extents[t])}")   # (maybe symbolic)
             else:
                 cons.append(f"{c} = 0")
         m = iu.Map(f"{{ {st.tuple()} -> [{', '.join(PARAMS[t] for t in TAGS)}] : "
@@ -167,7 +167,10 @@ def _role(st: PolyStmt, anc: list, extents: dict, nested: frozenset = frozenset(
     collective = any(buf is not None and buf.scope in FRAGMENT_SCOPES
                      for buf, _ in st.accesses.values())
     for t, ext in extents.items():
-        if t in bound or t in fixed or t in idle or ext <= 1:
+        # (a symbolic extent, a grid of ceil(N / f) blocks, may exceed 1: fuzz seed cuda
+        # 80148 compared it with 1 in Python and crashed)
+        one = sym.static(ext)
+        if t in bound or t in fixed or t in idle or (one is not None and one <= 1):
             continue
         # a local buffer is one per thread, a shared one per block: each fills its own
         if (thread_private(scope) or (scope == "shared" and t.is_block)

@@ -864,18 +864,36 @@ def _epilogue(N: int, BN: int, mode: str) -> str:
             make_float2(d[4 * j + 2], d[4 * j + 3]);
       }}
 """
-    return head + f"""      const bool odd = lane & 1;
+    return head + """      const bool odd = lane & 1;
       // even lanes: row r, columns c .. c + 3; odd lanes: row r + 8, columns c - 2 .. c + 1
-      float* out = C + (size_t)(row + (odd ? 8 : 0)) * {N} + bn + 2 * (lane % 4) - (odd ? 2 : 0);
-#pragma unroll
-      for (int j = 0; j < {BN // 8}; ++j) {{
-        float s0 = odd ? d[4 * j] : d[4 * j + 2], s1 = odd ? d[4 * j + 1] : d[4 * j + 3];
-        float x0 = __shfl_xor_sync(0xffffffffu, s0, 1), x1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-        float4 v = odd ? make_float4(x0, x1, d[4 * j + 2], d[4 * j + 3])
-                       : make_float4(d[4 * j], d[4 * j + 1], x0, x1);
-        *reinterpret_cast<float4*>(out + 8 * j) = v;
-      }}
-"""
+""" + d_store_16b_c("C", str(N), "bn + 2 * (lane % 4)", "d", str(BN // 8),
+                    ["*reinterpret_cast<float4*>(out + 8 * j) = v;"], "      ", "(size_t)")
+
+
+def d_store_16b_c(base: str, ld: str, col: str, d: str, chunks: str, store: list,
+                  indent: str, cast: str = "") -> str:
+    """C of the 16-byte epilogue (:func:`d_store_16b`), the one text of the generated
+    kernel's (:func:`_epilogue`) and of the schedule language's ``wgmma.store16`` helper
+    (``wgmma_intrin``). With ``row`` (the lane's fragment row r) and ``odd`` (``lane &
+    1``) in scope: ``out``, the lane's first float4 (row r, or r + 8 two columns left, of
+    a row-major ``base`` with ``ld`` elements per row, ``cast`` applied to the row; ``col``
+    the lane's column ``c`` of chunk 0), then the loop over ``chunks`` 8-column chunks
+    that trades halves with the partner lane (``__shfl_xor_sync`` 1) of the registers
+    ``d[4 j + r]`` and runs the ``store`` lines (which store ``float4 v`` at ``out + 8 *
+    j``); ``indent``: the indentation of the first level."""
+    i, b = indent, indent + "  "
+    body = "".join(f"{b}{line}\n" for line in store)
+    return (f"{i}float* out = {base} + {cast}(row + (odd ? 8 : 0)) * {ld} + {col} - "
+            f"(odd ? 2 : 0);\n"
+            f"#pragma unroll\n"
+            f"{i}for (int j = 0; j < {chunks}; ++j) {{\n"
+            f"{b}float s0 = odd ? {d}[4 * j] : {d}[4 * j + 2], "
+            f"s1 = odd ? {d}[4 * j + 1] : {d}[4 * j + 3];\n"
+            f"{b}float x0 = __shfl_xor_sync(0xffffffffu, s0, 1), "
+            f"x1 = __shfl_xor_sync(0xffffffffu, s1, 1);\n"
+            f"{b}float4 v = odd ? make_float4(x0, x1, {d}[4 * j + 2], {d}[4 * j + 3])\n"
+            f"{b}               : make_float4({d}[4 * j], {d}[4 * j + 1], x0, x1);\n"
+            f"{body}{i}}}\n")
 
 
 def block_threads(block: tuple, warp_specialized: bool = False) -> int:

@@ -46,7 +46,8 @@ from polytile import te, tir
 from polytile.errors import BuildError, format_error
 from polytile.te import dtype as dt
 
-from .wgmma import SWIZZLE, SWIZZLE_BYTES, WGMMA_CORE, _mma_helper, mma_helper_name
+from .wgmma import (SWIZZLE, SWIZZLE_BYTES, WGMMA_CORE, _mma_helper, d_store_16b_c,
+                    mma_helper_name)
 
 #: rows of one warpgroup MMA (m64nNk16) and its k step
 WG_M, WG_K = 64, 16
@@ -183,17 +184,9 @@ template <int N, bool STREAM = false> __device__ __forceinline__ void wgmma_stor
   int row = 16 * (t / 32) + l / 4, col = 2 * (l % 4);
   bool odd = l & 1;
   if (ldm % 4 == 0 && reinterpret_cast<unsigned long long>(dst) % 16 == 0) {
-    float* out = dst + (row + (odd ? 8 : 0)) * ldm + col - (odd ? 2 : 0);
-#pragma unroll
-    for (int j = 0; j < N / 8; ++j) {
-      float s0 = odd ? d.r[4 * j] : d.r[4 * j + 2], s1 = odd ? d.r[4 * j + 1] : d.r[4 * j + 3];
-      float x0 = __shfl_xor_sync(0xffffffffu, s0, 1), x1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-      float4 v = odd ? make_float4(x0, x1, d.r[4 * j + 2], d.r[4 * j + 3])
-                     : make_float4(d.r[4 * j], d.r[4 * j + 1], x0, x1);
-      if (STREAM) __stcs(reinterpret_cast<float4*>(out + 8 * j), v);   // st.global.cs
-      else *reinterpret_cast<float4*>(out + 8 * j) = v;
-    }
-    return;
+""" + d_store_16b_c("dst", "ldm", "col", "d.r", "N / 8", [
+    "if (STREAM) __stcs(reinterpret_cast<float4*>(out + 8 * j), v);   // st.global.cs",
+    "else *reinterpret_cast<float4*>(out + 8 * j) = v;"], "    ") + r"""    return;
   }
 #pragma unroll
   for (int j = 0; j < N / 8; ++j)

@@ -89,7 +89,54 @@ def test_default_is_the_fused_vectorized_schedule():
     assert "parallel" in text
     big = t.space((4096, 4096))
     s, tensors = t.instantiate(big.get(big.default_index()), (4096, 4096))
-    assert "!nontemporal" in polytile.build(s, tensors, target="llvm").get_source("ll")
+    ll = polytile.build(s, tensors, target="llvm").get_source("ll")
+    assert "!nontemporal" in ll and "llvm.prefetch" in ll
+
+
+@pytest.mark.parametrize("name,args", [("softmax", (3, 257)), ("softmax", (5, 1000)),
+                                       ("layernorm", (2, 4096)), ("rmsnorm", (3, 257))])
+def test_next_row_prefetch(name, args):
+    """The fused schedule prefetches the next row of A in the first pass after the
+    reductions that reads A (softmax: the exponential; layernorm/rmsnorm: the output), one
+    row of column tiles ahead; the values stay those of numpy, ragged and prime row
+    lengths included. Rows shorter than PREFETCH_ROW_BYTES, and the unfused schedule
+    (fuse_rows=False), get no prefetch."""
+    from polytile.autotune import templates_nn
+
+    t = get_template(name)
+    ins = _inputs(name, *args, np.random.default_rng(args[1]))
+    sp = t.space(args)
+    cfg = sp.get(sp.default_index())
+    s, tensors = t.instantiate(cfg, args)
+    lines = [x for x in str(polytile.lower(s, tensors)).splitlines() if "prefetch" in x]
+    n_jo = -(-args[1] // cfg["tile_j"].size[-1])
+    assert len(lines) == 1 and lines[0].startswith(f"    for j.outer in range(0, {n_jo}):")
+    assert f"# pragma prefetch(A, offset={n_jo})" in lines[0], lines
+    _check(name, _run(t, cfg, args, ins), ins, args)
+    unfused = next(sp.get(k) for k in range(len(sp))
+                   if sp.get(k).knob_values() == dict(cfg.knob_values(), fuse_rows=False))
+    s, tensors = t.instantiate(unfused, args)
+    assert "prefetch" not in str(polytile.lower(s, tensors))
+    short = (3, templates_nn.PREFETCH_ROW_BYTES // 4 - 1)  # rows under PREFETCH_ROW_BYTES
+    sp = t.space(short)
+    s, tensors = t.instantiate(sp.get(sp.default_index()), short)
+    assert "prefetch" not in str(polytile.lower(s, tensors))
+
+
+@pytest.mark.parametrize("n", [64, 1000, 4096])
+def test_row_reductions_combine_their_partials_as_a_tree(n):
+    """The 64 lane-wise partials of each row reduction are combined 4 at a time (64 -> 16
+    -> 4 -> 1: one further rfactor per level), not one after the other: the default
+    config's buffers."""
+    for name in NAMES:
+        sp = get_template(name).space((3, n))
+        cfg = sp.get(sp.default_index())
+        assert cfg["red_lanes"].val == 64
+        s, tensors = get_template(name).instantiate(cfg, (3, n))
+        text = str(polytile.lower(s, tensors))
+        for level, lanes in enumerate((64, 16, 4)):
+            assert f".rf{'_' + str(level) if level else ''} = alloc(float32[{lanes}, 1]" \
+                in text, (name, level)
 
 
 def _special_rows(n):

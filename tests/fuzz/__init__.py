@@ -22,6 +22,13 @@ Pieces, one job each:
   the group's compute_at), rfactor followed by compute_at of the partial stage or
   ``parallel``, double_buffer after attaches; on cuda ``te.scan`` programs twice as often,
   their spatial loops bound (never the time loop);
+* seeds ``>= cases.EXTENDED3_FROM`` (80000): the even ones are ``xreduce`` cases, a
+  reduction over a wide reduce axis (extents around 32/48/64/128) scheduled on cuda as a
+  cross-thread reduction (the reduce axis split and bound to threadIdx.x, 32/64/128, 48,
+  96, 24... threads, with or without rfactor in TVM's idiom) with its rows bound to blocks,
+  ``vthread`` (inside or around the block loop, on a second spatial loop) and threadIdx.y,
+  then producers attached inside it; on llvm rfactor'd then computed at or parallel; the
+  odd seeds draw as ``EXTENDED2_FROM`` seeds do;
 * :mod:`.schedules`: 1-8 random primitives on a live schedule (split, tile, reorder, fuse,
   vectorize, unroll, parallel, compute_at/inline/root, cache_read/write, rfactor; ``bind``
   for CUDA), recorded as plain steps;

@@ -10,8 +10,7 @@ import json
 import sys
 import time
 
-from .cases import generate, kind_of
-from .programs import KINDS
+from .cases import ALL_KINDS, generate, kind_of
 from .runner import CLASSES, FAILURES
 from .script import first_line, reproducer
 from .triage import FAULTS, tag
@@ -30,7 +29,7 @@ def table(rows: dict) -> str:
     for r in rows.values():
         total.update(r)
     out = [f"{'kind':<14}" + "".join(f"{c:>9}" for c in cols) + f"{'total':>9}"]
-    for k in list(KINDS) + ["all"]:
+    for k in list(ALL_KINDS) + ["all"]:
         r = total if k == "all" else rows.get(k)
         if r is None:
             continue
@@ -45,7 +44,7 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=None,
                     help="seconds per case (default 20 for llvm, 60 for cuda)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
-    ap.add_argument("--kind", action="append", choices=KINDS, help="only these kinds")
+    ap.add_argument("--kind", action="append", choices=ALL_KINDS, help="only these kinds")
     ap.add_argument("--shrink", action="store_true", help="shrink every failure")
     ap.add_argument("--json", help="write one JSON line per case (case + outcome) here")
     ap.add_argument("--quiet", action="store_true", help="no reproducers, only the table")

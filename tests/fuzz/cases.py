@@ -21,6 +21,15 @@ EXTENDED_FROM = 60_000
 #: parallel, double_buffer after attaches, the spatial loops of a ``te.scan`` bound on
 #: ``cuda`` (and scans drawn twice as often there); seeds below keep their cases
 EXTENDED2_FROM = 70_000
+#: seeds from here on: every other seed (the even ones) is an ``xreduce`` case, a reduction
+#: over wide reduce axes scheduled as a cross-thread reduction on ``cuda`` (threadIdx.x on
+#: the reduce axis, with or without rfactor, 32/64/128 or 48... threads, with ``vthread``
+#: and threadIdx.y bindings of the spatial loops) and rfactor'd on ``llvm`` (see
+#: :meth:`.schedules.SchedGen.xreduce`); the odd ones draw as ``EXTENDED2_FROM`` seeds do;
+#: seeds below keep their cases
+EXTENDED3_FROM = 80_000
+#: every kind a seed may draw (``KINDS`` stays as it was: older seeds index it)
+ALL_KINDS = KINDS + ("xreduce",)
 
 
 def kind_of(seed: int, target: str = "llvm") -> str:
@@ -28,6 +37,8 @@ def kind_of(seed: int, target: str = "llvm") -> str:
     kinds = KINDS if seed >= EXTENDED_FROM else KINDS[:6]
     if seed >= EXTENDED2_FROM and target == "cuda":
         kinds = KINDS + ("scan",)
+    if seed >= EXTENDED3_FROM:
+        return "xreduce" if seed % 2 == 0 else kinds[seed // 2 % len(kinds)]
     return kinds[seed % len(kinds)]
 
 
@@ -47,7 +58,8 @@ def generate(seed: int, target: str = "llvm") -> dict:
         prog = extend(g, prog)
     try:
         steps = generate_steps(rng_sched, prog, target, extended=ext,
-                               extended2=seed >= EXTENDED2_FROM)
+                               extended2=seed >= EXTENDED2_FROM,
+                               xreduce=kind == "xreduce")
     except Exception:  # noqa: BLE001 - the program itself does not build: the runner says so
         steps = []
     mode = DATA_MODES[int(rng_data.choice(3, p=[0.7, 0.2, 0.1]))]

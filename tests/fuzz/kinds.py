@@ -127,13 +127,19 @@ class _Frame:
         return [g.dims[d] for d in self.rdims]
 
 
-def _frame(g: Gen, los_from: list) -> _Frame:
+#: extents of the first reduce axis of ``xreduce`` programs: around the thread counts a
+#: cross-thread reduction binds (whole warps 32/64/128 and 48), below, at and above them
+XR_EXTENTS = (1, 7, 31, 32, 33, 47, 48, 64, 65, 96, 100, 127, 128, 129, 200, 256, 300)
+
+
+def _frame(g: Gen, los_from: list, wide: bool = False) -> _Frame:
     """Draw the loops of a reduction (0-2 spatial, 1-2 reduce axes, each reduce axis from an
-    offset picked in ``los_from``); reduction and argreduce draw them alike."""
+    offset picked in ``los_from``); reduction and argreduce draw them alike. ``wide``
+    (``xreduce`` programs): the first reduce extent from :data:`XR_EXTENTS`."""
     ns = g.pick([0, 1, 1, 2])
     nr = g.pick([1, 1, 2])
     sdims = [g.dim() for _ in range(ns)]
-    rdims = [g.dim() for _ in range(nr)]
+    rdims = [g.dim(int(g.pick(XR_EXTENTS)) if wide and not k else None) for k in range(nr)]
     _fit(g, sdims + rdims)
     axes = ["i", "j"][:ns] or ["z"]
     raxes = ["k", "q"][:nr]
@@ -156,8 +162,8 @@ def _per_term(g: Gen, x: X, n: int) -> X:
     return X(x.t, x.dtype, x.bound / n if x.bound * n > 0 else 0, x.exact)
 
 
-def reduction(g: Gen) -> dict:
-    f = _frame(g, [0, 0, 0, 1, 2, 3])
+def reduction(g: Gen, wide: bool = False) -> dict:
+    f = _frame(g, [0, 0, 0, 1, 2, 3], wide)
     sdims, rdims, axes, shape, raxes = f.sdims, f.rdims, f.axes, f.shape, f.raxes
     ns, nr = len(sdims), len(rdims)
     # X is indexed by the spatial and reduce axes in a random order
@@ -411,12 +417,12 @@ GENERATORS = {"elementwise": elementwise, "reduction": reduction, "matmul": matm
               "transpose": transpose}
 
 
-def argreduce(g: Gen) -> dict:
+def argreduce(g: Gen, wide: bool = False) -> dict:
     """Reductions written with ``te.comm_reducer`` (:data:`.spec.COMBINERS`): argmax/argmin
     over ``(index, value)`` pairs (a compute with two outputs), an integer product, and
     ``+``/``max`` as user combiners; over one or two reduce axes with offsets and ``where``,
     maybe a producer before and an epilogue after (reading either output)."""
-    f = _frame(g, [0, 0, 1, 2])
+    f = _frame(g, [0, 0, 1, 2], wide)
     rdims, axes, shape = f.rdims, f.axes, f.shape
     nr = len(rdims)
     n = int(np.prod(f.rexts(g)))
@@ -522,5 +528,13 @@ def extend(g: Gen, prog: dict) -> dict:
     return prog
 
 
+def xreduce(g: Gen) -> dict:
+    """A reduction for a cross-thread schedule (:meth:`.schedules.SchedGen.xreduce`): the
+    programs of :func:`reduction` (and a quarter of the time :func:`argreduce`) whose first
+    reduce axis has an extent of :data:`XR_EXTENTS`."""
+    return argreduce(g, wide=True) if g.chance(0.25) else reduction(g, wide=True)
+
+
 GENERATORS["argreduce"] = argreduce
 GENERATORS["scan"] = scan
+GENERATORS["xreduce"] = xreduce

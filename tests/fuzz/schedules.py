@@ -17,6 +17,16 @@ a compute_at of the partial stage at the reduction or a ``parallel`` loop, draw
 bind ``vthread`` loops (around or inside the thread loop, or a second spatial loop), attach
 producers inside bound consumers before binding them, and bind the spatial loops of a
 ``te.scan`` (never its time loop).
+
+``xreduce`` cases (even seeds from :data:`.cases.EXTENDED3_FROM`) schedule their reduction
+``R`` as a cross-thread reduction on ``cuda`` (:meth:`SchedGen.xreduce`): its reduce axis
+(or two fused) split and bound to ``threadIdx.x`` (whole warps 32/64/128 and 48, 96, 24...
+threads), with or without ``rfactor`` (TVM's idiom: the rfactor'd axis bound, the partial
+stage computed at it), its spatial loops bound to blocks, ``vthread`` (inside or around
+the block loop, on a second spatial loop) and ``threadIdx.y`` (several rows per block);
+then producers attached or cached inside it and the other stages bound. On ``llvm`` the
+same reduction is rfactor'd, followed by a compute_at or ``parallel`` and a few random
+steps.
 """
 
 from __future__ import annotations
@@ -73,6 +83,7 @@ class SchedGen:
         self.steps: list = []
         self.stopped = False
         self.threads: dict = {}      # root stage name -> threadIdx.x extent
+        self.xthreads = 0            # the threads of an xreduce case's reduction
         self.ns = namespace(prog, [])
 
     # ------------------------------------------------------------------ helpers
@@ -478,7 +489,108 @@ class SchedGen:
             if self.apply(["split", T, w.name, "nparts", vt]):
                 self.apply(["bind", T, w.name + ".outer", "vthread"])
 
+    # ------------------------------------------------------------------ xreduce
+    #: threads of a cross-thread reduction (whole warps, and sizes that are not: 48, 24, 96)
+    XR_THREADS = (32, 32, 64, 64, 128, 48, 48, 96, 16, 24, 8, 256)
+
+    def leaves(self, T: str, kind: str) -> list:
+        """The unannotated leaf loops of stage ``T`` of iter type ``kind``."""
+        st = self.s[self.ns[ident(T)]]
+        return [v for v in st.leaf_iter_vars if v.iter_type == kind
+                and v not in st.annotations]
+
+    def xreduce(self) -> None:
+        """The schedule of an ``xreduce`` case (see the module docstring): the reduction
+        ``R`` bound as a cross-thread reduction (``cuda``) or rfactor'd (``llvm``); the
+        other stages (and ``R``, where a step was refused) then bound as usual."""
+        T = "R"
+        if self.xreduce_bind(T):
+            self.threads[T] = self.xthreads
+            self.xreduce_rows(T)
+            for _ in range(int(self.pick([0, 0, 1, 2]))):  # producers and caches inside R
+                step = self.step(self.pick(["compute_at", "compute_inline", "cache_read"]))
+                if step is None or step[1] == T + ".rf":   # (TVM's idiom keeps it there)
+                    continue
+                if self.apply(step) and step[0] == "cache_read" and self.chance(0.7):
+                    self.attach_cache(step)
+        if self.target == "cuda" and not self.stopped:
+            self.bind_all()
+
+    def xreduce_bind(self, T: str) -> bool:
+        """Split a reduce axis of ``T`` (or two fused) by (or into) ``self.xthreads``
+        threads and bind it to ``threadIdx.x``, maybe after ``rfactor`` (TVM's idiom: the
+        rfactor'd axis bound, the partial stage computed at it); on ``llvm`` rfactor it
+        and follow with a compute_at or ``parallel`` and a few random steps. True when
+        the reduction is bound (``cuda``)."""
+        red = self.leaves(T, "reduce")
+        self.xthreads = t = int(self.pick(self.XR_THREADS))
+        if not red:
+            return False
+        r = red[0].name
+        if len(red) == 2 and self.chance(0.3) and self.apply(["fuse", T, [r, red[1].name]]):
+            r = f"{r}.{red[1].name}.fused"
+        modes = ["plain", "nparts", "rfactor", "rfactor", "rfactor_outer"]
+        mode = self.pick(modes if self.target == "cuda" else modes[2:])
+        outer = mode in ("nparts", "rfactor_outer")
+        if not self.apply(["split", T, r, "nparts" if outer else "factor", t]):
+            return False
+        tx = r + (".outer" if outer else ".inner")
+        if mode.startswith("rfactor"):
+            nd = len(self.s[self.ns[T]].op.axis)
+            fa = 0 if self.chance(0.6) else int(self.g.integers(0, nd + 1))
+            step = ["rfactor", T, tx, fa]
+            if not self.apply(step):
+                return False
+            tx = tx + ".v"
+            if self.target == "llvm":
+                self.rfactor_follow(step)
+                self.random_steps(int(self.pick([0, 1, 2, 3])))
+                return False
+            if not self.apply(["bind", T, tx, "threadIdx.x"]):
+                return False
+            if self.chance(0.85):
+                self.apply(["compute_at", T + ".rf", T, tx])
+            return True
+        return self.apply(["bind", T, tx, "threadIdx.x"])
+
+    def xreduce_rows(self, T: str) -> None:
+        """Bind the spatial loops of the cross-thread reduction ``T``: one row per block,
+        rows split into blocks and ``vthread`` (either order), rows on ``threadIdx.y``
+        (maybe with ``vthread``), or a second spatial loop on ``vthread``; or none."""
+        spatial = self.leaves(T, "data_par")
+        if not spatial:
+            return
+        n = spatial[0].name
+        vt = int(self.pick([2, 3, 4]))
+        ty = int(self.pick([2, 3, 4, 8]))
+        mode = self.pick(["block", "vt_in", "vt_in", "vt_out", "ty", "ty", "ty_vt",
+                          "vt_other", "vt_other", "none"])
+        if mode == "block" or mode == "vt_other":
+            self.apply(["bind", T, n, "blockIdx.x"])
+            rest = self.leaves(T, "data_par")
+            if mode == "vt_other" and rest and self.apply(["split", T, rest[0].name,
+                                                            "nparts", vt]):
+                self.apply(["bind", T, rest[0].name + ".outer", "vthread"])
+        elif mode in ("vt_in", "vt_out"):
+            inner = mode == "vt_in"
+            if self.apply(["split", T, n, "factor" if inner else "nparts", vt]):
+                self.apply(["bind", T, n + ".outer", "blockIdx.x" if inner else "vthread"])
+                self.apply(["bind", T, n + ".inner", "vthread" if inner else "blockIdx.x"])
+        elif mode in ("ty", "ty_vt"):   # (rows of the innermost spatial loop)
+            n = spatial[-1].name
+            if len(spatial) > 1:
+                self.apply(["bind", T, spatial[0].name, "blockIdx.y"])
+            if self.apply(["split", T, n, "factor", ty]):
+                self.apply(["bind", T, n + ".inner", "threadIdx.y"])
+                if mode == "ty":
+                    self.apply(["bind", T, n + ".outer", "blockIdx.x"])
+                elif self.apply(["split", T, n + ".outer", "factor", vt]):
+                    self.apply(["bind", T, n + ".outer.outer", "blockIdx.x"])
+                    self.apply(["bind", T, n + ".outer.inner", "vthread"])
+
     def bind_attached(self, st) -> None:
+        if self.xthreads and st.op.name == "R.rf":   # (one thread's partial: its loops stay)
+            return
         root = st
         while root.attach_stage is not None:
             root = root.attach_stage
@@ -494,11 +606,16 @@ class SchedGen:
 
 
 def generate_steps(rng: np.random.Generator, prog: dict, target: str,
-                   extended: bool = False, extended2: bool = False) -> list:
+                   extended: bool = False, extended2: bool = False,
+                   xreduce: bool = False) -> list:
     """A random schedule of ``prog`` for ``target`` (``llvm`` or ``cuda``) as steps
     (``extended``, ``extended2``: with the draws of extended seeds, of
-    :data:`.cases.EXTENDED2_FROM` seeds too)."""
+    :data:`.cases.EXTENDED2_FROM` seeds too; ``xreduce``: an ``xreduce`` case,
+    :meth:`SchedGen.xreduce`)."""
     gen = SchedGen(rng, prog, target, extended, extended2)
+    if xreduce:
+        gen.xreduce()
+        return gen.steps
     n = int(rng.choice(8, p=np.array([5, 6, 5, 4, 3, 2, 2, 1], float) / 28)) + 1
     gen.random_steps(n)
     if target == "cuda" and not gen.stopped:

@@ -321,3 +321,30 @@ def test_reference_of_argmax_scan_bfloat16_and_int4():
     q = np.array([7, -8, 3, -1, 5])
     got = _ev(P, Q=dt.pack_int4(q)).value
     assert got.tolist() == [((2 * v + 3 + 8) % 16) - 8 for v in q]
+
+
+def test_extended3_seeds_draw_cross_thread_reductions():
+    """Even seeds from EXTENDED3_FROM are ``xreduce`` cases: on cuda a reduce axis bound to
+    threadIdx.x, with and without rfactor, whole warps (32/64/128) and 48 threads, beside
+    vthread and threadIdx.y bindings of the rows; on llvm rfactor'd. Seeds below draw no
+    xreduce case."""
+    from .cases import EXTENDED3_FROM, kind_of
+
+    seen: set = set()
+    for seed in range(EXTENDED3_FROM, EXTENDED3_FROM + 60, 2):
+        steps = generate(seed, "cuda")["steps"]
+        binds = {st[3] for st in steps if st[0] == "bind" and st[1] == "R"}
+        tx = [st for st in steps if st[0] == "bind" and st[1] == "R" and st[3] == "threadIdx.x"]
+        if not tx:
+            continue
+        rf = any(st[0] == "rfactor" for st in steps)
+        seen.add(("rfactor" if rf else "plain", steps[0 if steps[0][0] == "split" else 1][4]))
+        seen |= {("rows", b) for b in binds}
+    assert {("rfactor", 32), ("plain", 64), ("rows", "vthread"), ("rows", "threadIdx.y")} \
+        <= seen, seen
+    assert {n for _, n in seen if isinstance(n, int)} >= {32, 64, 128, 48}, seen
+    assert any(st[0] == "rfactor" for s in range(EXTENDED3_FROM, EXTENDED3_FROM + 20, 2)
+               for st in generate(s, "llvm")["steps"])
+    assert "xreduce" not in {kind_of(s, t) for s in range(EXTENDED3_FROM - 50, EXTENDED3_FROM)
+                             for t in ("llvm", "cuda")}
+    assert kind_of(EXTENDED3_FROM + 1, "cuda") != "xreduce"

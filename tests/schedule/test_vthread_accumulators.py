@@ -144,3 +144,65 @@ def test_cross_thread_reduction_under_a_vthread_loop(dtype):
     u = 2.0 ** -11 if dtype == "float16" else 2.0 ** -24
     tol = u * (np.abs(ref) + kk * np.abs(a).astype(np.float64).sum(1)) + 1e-7
     assert (np.abs(out - ref) <= tol).all(), (out, ref)
+
+
+@pytest.mark.parametrize("threads,vt_outer", [(48, False), (32, True)])
+def test_rfactor_idiom_cross_thread_reduction_under_a_vthread_loop(threads, vt_outer):
+    """TVM's idiom (``rfactor`` of the split reduce axis, the rfactor'd axis bound to
+    ``threadIdx.x``, the partial stage computed at it) with the rows bound to ``vthread``
+    inside or around the block loop: the local partial sits inside the shared partials of
+    the cross-thread reduction, which run once for all virtual threads, and was refused
+    ("stage 'R.rf' reads 'R.rf' from a shared buffer that does not vary with the loops",
+    fuzz seed cuda 80008). 48 threads: not a whole number of warps (serial combine)."""
+    n, kk = 7, 101
+    A = te.placeholder((n, kk), "float32", name="A")
+    k = te.reduce_axis((0, kk), name="k")
+    R = te.compute((n,), lambda i: te.sum(A[i, k] * 0.5, axis=k), name="R")
+    s = te.create_schedule(R.op)
+    _, ki = s[R].split(k, factor=threads)
+    RF = s.rfactor(R, ki)
+    tx = s[R].op.reduce_axis[0]
+    _bind(s, R, tx, "threadIdx.x")
+    s[RF].compute_at(s[R], tx)
+    io, ii = s[R].split(R.op.axis[0], nparts=2)
+    _bind(s, R, ii if vt_outer else io, "blockIdx.x")
+    _bind(s, R, io if vt_outer else ii, "vthread")
+    a = np.random.default_rng(3).uniform(-1, 1, (n, kk)).astype("float32")
+    out = np.full((n,), np.nan, "float32")
+    run(polytile.lower(s, [A, R]), a, out)
+    ref = a.astype(np.float64).sum(1) * 0.5
+    tol = 2.0 ** -24 * kk * np.abs(a).astype(np.float64).sum(1) + 1e-7
+    assert (np.abs(out - ref) <= tol).all(), (out, ref)
+
+
+@pytest.mark.parametrize("rfactor,threads,split", [(True, 48, "factor"), (False, 32, "nparts")])
+def test_cross_thread_rows_on_thread_y_with_their_outer_loop_on_vthread(rfactor, threads,
+                                                                          split):
+    """Rows of a cross-thread reduction on ``threadIdx.y`` (the inner loop of a split of
+    ``j``) whose outer loop is split again into blocks and ``vthread``: refused ("neither
+    an axis nor the inner loop of a split of one") although the shared partials only need
+    the rows' split factor; 7 rows (not a multiple of 2), with and without rfactor."""
+    n, m, kk = 2, 7, 53
+    A = te.placeholder((n, m, kk), "float32", name="A")
+    k = te.reduce_axis((0, kk), name="k")
+    R = te.compute((n, m), lambda i, j: te.sum(A[i, j, k], axis=k), name="R")
+    s = te.create_schedule(R.op)
+    _, ki = s[R].split(k, factor=threads)
+    if rfactor:
+        RF = s.rfactor(R, ki)
+        ki = s[R].op.reduce_axis[0]
+        s[RF].compute_at(s[R], ki)
+    _bind(s, R, ki, "threadIdx.x")
+    i, j = R.op.axis
+    _bind(s, R, i, "blockIdx.y")
+    jo, ji = s[R].split(j, factor=2)
+    _bind(s, R, ji, "threadIdx.y")
+    blocks, vt = s[R].split(jo, **{split: 2})
+    _bind(s, R, blocks, "blockIdx.x")
+    _bind(s, R, vt, "vthread")
+    a = np.random.default_rng(4).uniform(-1, 1, (n, m, kk)).astype("float32")
+    out = np.full((n, m), np.nan, "float32")
+    run(polytile.lower(s, [A, R]), a, out)
+    ref = a.astype(np.float64).sum(2)
+    tol = 2.0 ** -24 * kk * np.abs(a).astype(np.float64).sum(2) + 1e-7
+    assert (np.abs(out - ref) <= tol).all(), (out, ref)

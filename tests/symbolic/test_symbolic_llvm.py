@@ -466,3 +466,35 @@ def test_scan_over_symbolic_steps():
     with pytest.raises(ValueError, match=r"the steps of scan 'scan' past its 1 init row is "
                        r"\(m - 1\) = -1"):
         f(rand((0, 2)), _poison((0, 2)))
+
+
+def test_region_size_over_approximated_when_isl_runs_out(monkeypatch):
+    """Fuzz seed llvm 75004: the exact parametric size of an attached stage's region read
+    through ``i // 2``, ``i % 3`` and ``N - 1 - i`` under ragged splits took isl 46 s. Past
+    ``attach.EXACT_SIZE_OPS`` isl operations the size of a superset is used (a buffer at
+    least as large). Forced here with a budget of one operation: the other size is taken
+    and the values still match float64 at several sizes."""
+    from polytile.schedule import attach
+
+    def build():
+        N = te.size_var("N")
+        A = te.placeholder((N,), "float32", name="A")
+        P = te.compute((N,), lambda i: A[i] * 2.0, name="P")
+        C = te.compute((N,), lambda i: P[i // 2] * P[i % 3] + P[(N - 1) - i], name="C")
+        s = te.create_schedule(C.op)
+        io, _ = s[C].split(C.op.axis[0], factor=5)
+        s[P].compute_at(s[C], io)
+        return s, [A, C]
+
+    exact = str(polytile.lower(*build()))
+    monkeypatch.setattr(attach, "EXACT_SIZE_OPS", 1)
+    s, args = build()
+    assert str(polytile.lower(s, args)) != exact
+    f = polytile.build(s, args)
+    for n in (3, 4, 7, 13):
+        a = np.random.default_rng(n).uniform(-1, 1, n).astype("float32")
+        c = np.full(n, np.nan, "float32")
+        f(a, c)
+        i = np.arange(n)
+        ref = 4 * a[i // 2].astype("float64") * a[i % 3] + 2 * a[n - 1 - i]
+        np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-6)

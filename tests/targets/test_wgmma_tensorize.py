@@ -221,14 +221,7 @@ def test_tensorized_wgmma_gemm_on_the_gpu(size, block, stages, dtype, swizzle):
     M, N, K = size
     s, args = tc.wgmma_gemm_schedule(M, N, K, block=block, stages=stages, dtype=dtype,
                                      swizzle=swizzle)
-    f = polytile.build(s, args, target="cuda -arch=sm_90a", compiler="nvcc")
-    a, bt = _inputs(M, N, K, dtype, seed=3)
-    da = polytile.nd.array(a, device="cuda")
-    db = polytile.nd.array(bt, device="cuda")
-    dc = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
-    f(da, db, dc)
-    ref = a.astype("float64") @ bt.astype("float64").T
-    err = np.linalg.norm(dc.numpy() - ref) / np.linalg.norm(ref)
+    err = _gpu_relative_error(s, args, M, N, K, dtype, "k", seed=3)
     assert err < 1e-5, f"tensorized wgmma {dtype} {size} block {block}: error {err:.2e}"
 
 
@@ -236,6 +229,23 @@ def test_tensorized_wgmma_gemm_on_the_gpu(size, block, stages, dtype, swizzle):
 def _nn_inputs(M, N, K, dtype, seed=0):
     a, bt = _inputs(M, N, K, dtype, seed)
     return a, np.ascontiguousarray(bt.T)
+
+
+def _gpu_relative_error(s, args, M: int, N: int, K: int, dtype: str, b_major: str,
+                        seed: int) -> float:
+    """Build the wgmma GEMM schedule ``s`` for sm_90a, run it on the GPU on the random
+    ``A[M, K]`` and ``B[K, N]`` of :func:`_nn_inputs` (passed as ``Bt[N, K]``, the data of
+    :func:`_inputs`, for ``b_major="k"``) into a NaN-poisoned ``C``, and return
+    ``||C - A @ B|| / ||A @ B||`` against float64."""
+    f = polytile.build(s, args, target="cuda -arch=sm_90a", compiler="nvcc")
+    a, b = _nn_inputs(M, N, K, dtype, seed=seed)
+    bin_ = b if b_major == "mn" else np.ascontiguousarray(b.T)
+    da = polytile.nd.array(a, device="cuda")
+    db = polytile.nd.array(bin_, device="cuda")
+    dc = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
+    f(da, db, dc)
+    ref = a.astype("float64") @ b.astype("float64")
+    return float(np.linalg.norm(dc.numpy() - ref) / np.linalg.norm(ref))
 
 
 @pytest.mark.parametrize("size, block, stages, dtype", [
@@ -390,15 +400,7 @@ def test_grouped_and_16b_wgmma_gemm_on_the_gpu(size, block, stages, dtype, b_maj
     M, N, K = size
     s, args = tc.wgmma_gemm_schedule(M, N, K, block=block, stages=stages, dtype=dtype,
                                      b_major=b_major, **opts)
-    f = polytile.build(s, args, target="cuda -arch=sm_90a", compiler="nvcc")
-    a, b = _nn_inputs(M, N, K, dtype, seed=5)
-    bin_ = b if b_major == "mn" else np.ascontiguousarray(b.T)
-    da = polytile.nd.array(a, device="cuda")
-    db = polytile.nd.array(bin_, device="cuda")
-    dc = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
-    f(da, db, dc)
-    ref = a.astype("float64") @ b.astype("float64")
-    err = np.linalg.norm(dc.numpy() - ref) / np.linalg.norm(ref)
+    err = _gpu_relative_error(s, args, M, N, K, dtype, b_major, seed=5)
     assert err < 1e-5, f"wgmma {dtype} {size} block {block} {opts}: error {err:.2e}"
 
 
@@ -411,12 +413,5 @@ def test_mn_major_wgmma_gemm_on_the_gpu(size, block, stages, dtype):
     M, N, K = size
     s, args = tc.wgmma_gemm_schedule(M, N, K, block=block, stages=stages, dtype=dtype,
                                      b_major="mn")
-    f = polytile.build(s, args, target="cuda -arch=sm_90a", compiler="nvcc")
-    a, b = _nn_inputs(M, N, K, dtype, seed=3)
-    da = polytile.nd.array(a, device="cuda")
-    db = polytile.nd.array(b, device="cuda")
-    dc = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
-    f(da, db, dc)
-    ref = a.astype("float64") @ b.astype("float64")
-    err = np.linalg.norm(dc.numpy() - ref) / np.linalg.norm(ref)
+    err = _gpu_relative_error(s, args, M, N, K, dtype, "mn", seed=3)
     assert err < 1e-5, f"MN-major wgmma {dtype} {size} block {block}: error {err:.2e}"
