@@ -274,8 +274,9 @@ def _check_mma_default() -> None:
     from polytile.targets.cuda.tensor_core import MMA_BEST
 
     best = (MMA_BEST["block"], MMA_BEST["warp"], MMA_BEST["stages"], MMA_BEST["frags"],
-            MMA_BEST["group"])
-    if MMA_DEFAULT != best:
+            MMA_BEST["group"], {k: MMA_BEST[k] for k in ("swizzle",) if k in MMA_BEST})
+    block, warp, stages, frags, group, *more = MMA_DEFAULT
+    if (block, warp, stages, frags, group, _options(more)) != best:
         raise SystemExit(f"MMA_DEFAULT {MMA_DEFAULT} differs from tensor_core.MMA_BEST {best}")
 
 
