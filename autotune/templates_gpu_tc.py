@@ -17,7 +17,10 @@ B[k, j].astype("float32"))``), scheduled by that same function, the hand schedul
             loaded across the barrier; ``pipeline(..., fragment_prefetch=True)``)
 ``group``   blocks launched ``group`` tile rows at a time (L2 reuse)
 ``pad``     shared rows padded by ``pad`` elements (``storage_align``; 8: 16 bytes, the
-            8 rows an ``ldmatrix`` reads in distinct banks; 0: unpadded)
+            8 rows an ``ldmatrix`` reads in distinct banks; 0: unpadded); ``"swizzle"``
+            (mma.sync): tiles of 32 to 1024-byte rows XOR-swizzled instead, whole
+            128-byte lines per 16-byte ``cp.async`` (``wmma_gemm(..., swizzle=True)``),
+            the others padded by 8
 ==========  =================================================================================
 
 The ``tile`` list holds only tiles that divide the shape (a partial 16x16 tile cannot be
@@ -69,7 +72,7 @@ TC_KTILES = (16, 32, 64)
 TC_STAGES = (1, 2, 3, 4)
 TC_FRAGS = ("step", "tile", "prefetch")
 TC_GROUPS = (1, 4, 8, 16)
-TC_PADS = (8, 0)
+TC_PADS = (8, 0, "swizzle")
 #: wgmma (sm_90a) blocks: ``BM`` rows (one warpgroup per 64) x ``BN`` columns (one
 #: ``m64nBNk16`` per warpgroup and k step), k tiles of 64 (128-byte swizzled rows)
 WG_BLOCKS_M = (64, 128, 256)
@@ -110,10 +113,12 @@ def tc_registers(warp: tuple, bk: int, frags: str) -> int:
     return wm * wn // 32 + operands * times + 40
 
 
-def tc_shared_bytes(tile: list, stages: int, pad: int, itemsize: int = 2) -> int:
+def tc_shared_bytes(tile: list, stages: int, pad, itemsize: int = 2) -> int:
     """Shared memory (bytes) of ``tile = [BM, BN, BK, ...]`` in ``stages`` buffers, rows
-    padded by ``pad`` elements: ``stages * (BM * (BK + pad) + BK * (BN + pad)) * itemsize``."""
+    padded by ``pad`` elements: ``stages * (BM * (BK + pad) + BK * (BN + pad)) * itemsize``
+    (``pad="swizzle"``: at most 8, the bound taken)."""
     bm, bn, bk = tile[:3]
+    pad = 8 if pad == "swizzle" else pad
     return stages * (bm * (bk + pad) + bk * (bn + pad)) * itemsize
 
 
@@ -140,7 +145,7 @@ def tc_fits_shared(tile: list, K: int, limits: gpu_limits.GPULimits) -> bool:
     """Whether the shared tiles of ``tile`` (rows padded by the largest pad) fit in one
     stage within the static shared memory, or (two k tiles or more) in a two-stage pipeline
     within the opt-in shared memory: every config of the tile can then launch."""
-    pad = max(TC_PADS)
+    pad = max(p for p in TC_PADS if isinstance(p, int))
     return (tc_shared_bytes(tile, 1, pad) <= limits.shared_bytes_per_block
             or (K // tile[2] >= 2 and tc_shared_bytes(tile, 2, pad)
                 <= limits.shared_bytes_optin))
@@ -224,6 +229,7 @@ def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
     - ``frags``: ``"step"`` where ``"prefetch"`` lacks a pipeline, two k steps per tile
       or mma.sync (WMMA does not prefetch), and where ``"tile"``/``"prefetch"`` would
       exceed the registers (:func:`tc_registers`);
+    - ``pad``: ``"swizzle"`` is 8 on WMMA (its fragment loads read padded rows);
     - ``group``: the largest divisor of the tile rows at most the knob
       (:func:`~polytile.targets.gpu_tiling.group_rows`), on wgmma too;
     - on wgmma, the knobs it does not read (``frags``, ``pad``) are their ``defaults``."""
@@ -245,6 +251,8 @@ def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
     st = _fitting_stages(v["stages"], K // bk,
                          lambda n: tc_shared_bytes(tile, n, v["pad"]), limits)
     frags = v["frags"]
+    if v["pad"] == "swizzle" and isa != "mma":
+        v = {**v, "pad": 8}     # (WMMA loads fragments through nvcuda::wmma: no swizzle)
     if frags == "prefetch" and (st < 2 or bk < 2 * TC_K_STEP or isa != "mma"):
         frags = "step"
     threads = 32 * (bm // wm) * (bn // wn)
@@ -259,7 +267,7 @@ def tc_preferred(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
     """Whether the tuners search the config of knob values ``v``: only configs that are
     their own :func:`effective` values (no duplicate kernels), and on a large GEMM (``M``
     and ``N`` at least :data:`LARGE`) only the region measured fast on an H200 (4096^3,
-    ``benchmarks/gpu_gemm.py --isa mma --variants``): mma.sync, padded rows, a pipeline,
+    ``benchmarks/gpu_gemm.py --isa mma --variants``): mma.sync, padded or swizzled rows, a pipeline,
     k tiles of 32 or 64, groups of 8 or 16, warp tiles of at least 32 x 32 and blocks of at
     least 128 x 128 (4 warps or more); wgmma blocks of at least 128 x 128 in 3 stages or
     more, grouped by 8 or 16 tile rows."""
@@ -270,7 +278,8 @@ def tc_preferred(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
                 and v["group"] >= 8)
     if shape[0] >= LARGE and shape[1] >= LARGE:
         bm, bn, bk, wm, wn = v["tile"]
-        return (v["isa"] == "mma" and v["pad"] == 8 and v["stages"] >= 2 and bk >= 32
+        return (v["isa"] == "mma" and v["pad"] in (8, "swizzle") and v["stages"] >= 2
+                and bk >= 32
                 and v["group"] >= 8 and wm >= 32 and wn >= 32 and bm * bn >= 128 * 128
                 and (bm // wm) * (bn // wn) >= 4)
     return True
@@ -313,7 +322,7 @@ def define_tc_knobs(cfg, M: int, N: int, K: int) -> dict:
                 "tile": wg_best if on_wgmma else _default_tile(tiles, MMA_BEST),
                 "stages": WGMMA_TENSORIZE_BEST["stages"] if on_wgmma else MMA_BEST["stages"],
                 "frags": MMA_BEST["frags"], "group": WGMMA_TENSORIZE_BEST["group"] if on_wgmma
-                else MMA_BEST["group"], "pad": 8}
+                else MMA_BEST["group"], "pad": "swizzle" if MMA_BEST.get("swizzle") else 8}
     cfg.define_knob("isa", ["mma", "wmma"] + ["wgmma"] * bool(wg), default=defaults["isa"])
     cfg.define_knob("tile", tiles + [t for t in wg if t not in tiles],
                     default=defaults["tile"])
@@ -339,7 +348,9 @@ def matmul_tc(cfg, M: int, N: int, K: int, dtype: str):
         return _wgmma_matmul(M, N, K, dtype, v["tile"][:2], v["stages"], v["group"])
     bm, bn, bk, wm, wn = v["tile"]
     return tc.wmma_gemm(M, N, K, acc="float32", dtype=dtype, isa=v["isa"],
-                        block=(bm, bn, bk), warp=(wm, wn), pad=v["pad"],
+                        block=(bm, bn, bk), warp=(wm, wn),
+                        pad=8 if v["pad"] == "swizzle" else v["pad"],
+                        **({"swizzle": True} if v["pad"] == "swizzle" else {}),
                         stages=v["stages"], frags=v["frags"], group=v["group"])
 
 
