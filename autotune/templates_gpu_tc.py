@@ -31,8 +31,9 @@ the nearest valid ones (:func:`effective`: a pipeline too deep for the shared me
 deepest that fits, a fragment prefetch without a pipeline loads per step, a group that does
 not divide the tile rows the largest that does), and :func:`tc_preferred` keeps the tuners
 to the configs that are their own effective values. The default config is the fastest hand
-schedule measured (:data:`polytile.targets.cuda.tensor_core.MMA_BEST`, 0.535x cuBLAS at
-4096^3 on an H200) where its tiles divide the shape.
+schedule measured (:data:`polytile.targets.cuda.tensor_core.MMA_BEST`, 0.548x cuBLAS at
+4096^3 on an H200 with A's tile swizzled; its tiles padded, the default here, 0.530x in the
+same run) where its tiles divide the shape.
 
 Figures (H200, 4096^3 float16, one run of ``benchmarks/tune_gpu.py --dtypes float16
 --target "cuda -arch=sm_90a" --trials 24 --triton``, 2026-12-02): the best config is the
@@ -322,7 +323,9 @@ def define_tc_knobs(cfg, M: int, N: int, K: int) -> dict:
                 "tile": wg_best if on_wgmma else _default_tile(tiles, MMA_BEST),
                 "stages": WGMMA_TENSORIZE_BEST["stages"] if on_wgmma else MMA_BEST["stages"],
                 "frags": MMA_BEST["frags"], "group": WGMMA_TENSORIZE_BEST["group"] if on_wgmma
-                else MMA_BEST["group"], "pad": "swizzle" if MMA_BEST.get("swizzle") else 8}
+                else MMA_BEST["group"],
+                # (swizzle "A" or "B", one tile only, is no knob value: padded then)
+                "pad": "swizzle" if MMA_BEST.get("swizzle") is True else 8}
     cfg.define_knob("isa", ["mma", "wmma"] + ["wgmma"] * bool(wg), default=defaults["isa"])
     cfg.define_knob("tile", tiles + [t for t in wg if t not in tiles],
                     default=defaults["tile"])

@@ -266,7 +266,10 @@ MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
 #: L2 59%, DRAM 11%. Since then [18] (4 stages): checkpoint run of 2026-12-02 05:37 (cuBLAS
 #: 753-756): [14] 388.7 (0.515x), [18] 403.5 TFLOP/s (0.535x); with
 #: software_pipeline.UNROLL_SLOTS (constant slots) 366.4 and 365.4, slower, so it is off
-MMA_DEFAULT = MMA_VARIANTS[18]
+#: Since 2026-12-02 08:40: [40] (A's tile swizzled), 413.8 TFLOP/s (0.548x cuBLAS 754.6)
+#: beside [18] 404.0 (0.530x, cuBLAS 761.6) in one run (benchmarks/gpu_gemm.py --isa mma
+#: --variants --pick 18 34 35 36 37, [34] then = [40])
+MMA_DEFAULT = MMA_VARIANTS[40]
 
 
 def _check_mma_default() -> None:

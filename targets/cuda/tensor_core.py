@@ -311,14 +311,16 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
 
 
 #: The fastest hand-scheduled mma.sync GEMM measured (H200, 4096^3 float16, float32
-#: accumulation: 403.5 TFLOP/s, 0.535x cuBLAS (754) in one run of 2026-12-02, 3 stages
-#: 388.7 in the same run; ``benchmarks/gpu_gemm.py`` ``MMA_VARIANTS[18]``): 128x256 blocks
-#: of 8 warps of 64x64, k tiles of 32 in 4 stages, fragment prefetch, blocks grouped by 8
-#: tile rows. ``wmma_gemm(M, N, K, **MMA_BEST)``; the tutorial's last mma.sync step, the
-#: benchmark's ``--isa best`` line and the default of the ``cuda`` ``matmul`` template
-#: (float16/bfloat16) are this schedule.
+#: accumulation: 413.8 TFLOP/s, 0.548x cuBLAS (754.6) in one run of 2026-12-02 08:40, the
+#: padded tiles 404.0 (0.530x, cuBLAS 761.6) in the same run; ``benchmarks/gpu_gemm.py``
+#: ``MMA_VARIANTS[40]``): 128x256 blocks of 8 warps of 64x64, k tiles of 32 in 4 stages,
+#: fragment prefetch, blocks grouped by 8 tile rows, A's shared tile in 64B-swizzled rows
+#: (B's padded). ``wmma_gemm(M, N, K, **MMA_BEST)``; the tutorial's last mma.sync step and
+#: the benchmark's ``--isa best`` line are this schedule; the ``cuda`` ``matmul`` template
+#: (float16/bfloat16) defaults to its tiles (with ``pad`` ``"swizzle"`` where
+#: ``MMA_BEST["swizzle"]`` is True: both tiles swizzled).
 MMA_BEST = dict(isa="mma", block=(128, 256, 32), warp=(64, 64), stages=4, frags="prefetch",
-                group=8)
+                group=8, swizzle="A")
 
 #: The fastest wgmma schedule through ``tensorize`` measured (H200, 4096^3 float16, ``C = A
 #: @ B`` with B read MN-major, one run of ``benchmarks/gpu_gemm.py --isa tensorize --tsweep``

@@ -171,7 +171,8 @@ def test_swizzle_needs_the_mma_path():
 
 def test_swizzled_mma_gemm_compiles_with_first_row_ldmatrix():
     # MMA_BEST's tiles: A [128, 32] float16 in 64B-swizzled rows (no padding), B padded
-    s, args = tc.wmma_gemm(128, 256, 64, **{**tc.MMA_BEST, "swizzle": True})
+    s, args = tc.wmma_gemm(128, 256, 64, isa="mma", block=(128, 256, 32), warp=(64, 64),
+                           stages=4, frags="prefetch", group=8, swizzle=True)
     src = polytile.build(s, args, target="cuda").get_source("cu")
     assert re.search(r"ldmatrix_x4_sw64r\(A_shared_wmma_matrix_a.*, 32, 2U\);", src)
     # B [32, 256] in the 128B pattern over its 512-byte rows, from chunk 0 and 2 of a line
