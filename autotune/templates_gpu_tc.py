@@ -31,9 +31,9 @@ the nearest valid ones (:func:`effective`: a pipeline too deep for the shared me
 deepest that fits, a fragment prefetch without a pipeline loads per step, a group that does
 not divide the tile rows the largest that does), and :func:`tc_preferred` keeps the tuners
 to the configs that are their own effective values. The default config is the fastest hand
-schedule measured (:data:`polytile.targets.cuda.tensor_core.MMA_BEST`, 0.548x cuBLAS at
-4096^3 on an H200 with A's tile swizzled; its tiles padded, the default here, 0.530x in the
-same run) where its tiles divide the shape.
+schedule measured (:data:`polytile.targets.cuda.tensor_core.MMA_BEST`, 0.561x cuBLAS at
+4096^3 on an H200: 128x256x64 blocks, 4 stages, both shared tiles swizzled) where its
+tiles divide the shape.
 
 Figures (H200, 4096^3 float16, one run of ``benchmarks/tune_gpu.py --dtypes float16
 --target "cuda -arch=sm_90a" --trials 24 --triton``, 2026-12-02): the best config is the

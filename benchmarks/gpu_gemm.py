@@ -266,10 +266,14 @@ MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
 #: L2 59%, DRAM 11%. Since then [18] (4 stages): checkpoint run of 2026-12-02 05:37 (cuBLAS
 #: 753-756): [14] 388.7 (0.515x), [18] 403.5 TFLOP/s (0.535x); with
 #: software_pipeline.UNROLL_SLOTS (constant slots) 366.4 and 365.4, slower, so it is off
-#: Since 2026-12-02 08:40: [40] (A's tile swizzled), 413.8 TFLOP/s (0.548x cuBLAS 754.6)
-#: beside [18] 404.0 (0.530x, cuBLAS 761.6) in one run (benchmarks/gpu_gemm.py --isa mma
-#: --variants --pick 18 34 35 36 37, [34] then = [40])
-MMA_DEFAULT = MMA_VARIANTS[40]
+#: Since 2026-12-02 09:25: [36] (BK 64, both tiles swizzled), one run of --variants --pick
+#: 18 40 34 41 37 36 (cuBLAS 744-752): [18] 402.5 (0.535x), [40] 409.4, [34] 402.5, [41]
+#: 418.6 (0.557x), [37] 401.1, [36] 419.3 TFLOP/s (0.561x); ncu of [34]: 4 shared
+#: wavefronts per LDGSTS of B (was 11.2), 8 of A (64-byte rows: half lines), L2 throughput
+#: 24% (was 52%), yet no faster: 10% more integer instructions (the per-chunk lane
+#: displacements of B's ldmatrix). An earlier run (08:40, cuBLAS 755-765, B padded then):
+#: [18] 404.0, [34]=[40] 413.8, [35] 405.5, [36] 405.8, [37]=[41] 420.7
+MMA_DEFAULT = MMA_VARIANTS[36]
 
 
 def _check_mma_default() -> None:

@@ -311,16 +311,17 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
 
 
 #: The fastest hand-scheduled mma.sync GEMM measured (H200, 4096^3 float16, float32
-#: accumulation: 413.8 TFLOP/s, 0.548x cuBLAS (754.6) in one run of 2026-12-02 08:40, the
-#: padded tiles 404.0 (0.530x, cuBLAS 761.6) in the same run; ``benchmarks/gpu_gemm.py``
-#: ``MMA_VARIANTS[40]``): 128x256 blocks of 8 warps of 64x64, k tiles of 32 in 4 stages,
-#: fragment prefetch, blocks grouped by 8 tile rows, A's shared tile in 64B-swizzled rows
-#: (B's padded). ``wmma_gemm(M, N, K, **MMA_BEST)``; the tutorial's last mma.sync step and
-#: the benchmark's ``--isa best`` line are this schedule; the ``cuda`` ``matmul`` template
-#: (float16/bfloat16) defaults to its tiles (with ``pad`` ``"swizzle"`` where
-#: ``MMA_BEST["swizzle"]`` is True: both tiles swizzled).
-MMA_BEST = dict(isa="mma", block=(128, 256, 32), warp=(64, 64), stages=4, frags="prefetch",
-                group=8, swizzle="A")
+#: accumulation: 419.3 TFLOP/s, 0.561x cuBLAS (747.6) in one run of 2026-12-02 09:25
+#: (``benchmarks/gpu_gemm.py`` ``MMA_VARIANTS[36]``; same run: padded 128x256x32 [18] 402.5,
+#: 0.535x; its A swizzled [40] 409.4; 256x128x32 with A swizzled [41] 418.6, 0.557x):
+#: 128x256 blocks of 8 warps of 64x64, k tiles of 64 in 4 stages, fragment prefetch,
+#: blocks grouped by 8 tile rows, both shared tiles swizzled (A 128B, B "128B/512"; 4
+#: shared wavefronts per 16-byte cp.async of a warp, ncu). ``wmma_gemm(M, N, K,
+#: **MMA_BEST)``; the tutorial's last mma.sync step, the benchmark's ``--isa best`` line
+#: and the default of the ``cuda`` ``matmul`` template (float16/bfloat16, ``pad``
+#: ``"swizzle"``) are this schedule.
+MMA_BEST = dict(isa="mma", block=(128, 256, 64), warp=(64, 64), stages=4, frags="prefetch",
+                group=8, swizzle=True)
 
 #: The fastest wgmma schedule through ``tensorize`` measured (H200, 4096^3 float16, ``C = A
 #: @ B`` with B read MN-major, one run of ``benchmarks/gpu_gemm.py --isa tensorize --tsweep``

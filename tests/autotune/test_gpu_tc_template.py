@@ -36,7 +36,8 @@ def test_default_is_the_best_hand_schedule_and_the_space_fits_the_device():
     d = sp.default().knob_values()
     assert d == {"isa": "mma", "tile": [*MMA_BEST["block"], *MMA_BEST["warp"]],
                  "stages": MMA_BEST["stages"], "frags": MMA_BEST["frags"],
-                 "group": MMA_BEST["group"], "pad": 8}
+                 "group": MMA_BEST["group"],
+                 "pad": "swizzle" if MMA_BEST.get("swizzle") is True else 8}
     lim = gpu_limits.for_arch("sm_90")
     tiles = sp.knobs["tile"]
     values = [tiles.get(r).to_json() for r in range(len(tiles))]
