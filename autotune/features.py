@@ -35,7 +35,7 @@ import math
 
 from polytile.schedule.kinds import LoopKind
 from polytile.schedule.loop_ir import (Allocate, For, IfThenElse, KernelLaunch, LetStmt, Load,
-                                       PrimFunc, Seq, Store, StmtMutator)
+                                       PrimFunc, Seq, Store, StmtMutator, TensorCall)
 from polytile.te import dtype as dt
 from polytile.te.depth import deep
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Not, Or, Select, Var)
@@ -65,17 +65,36 @@ class _Unknown(Exception):
     pass
 
 
-def _eval(e, env: dict) -> int:
-    """Integer value of an index expression with variables from ``env`` (others 0)."""
+#: A let variable whose value is not computable (memoized so it is not tried again).
+_UNKNOWN = object()
+
+
+def _eval(e, env: dict, lets: dict | None = None) -> int:
+    """Integer value of an index expression with variables from ``env`` (others 0).
+
+    With ``lets`` (``{Var: value}`` of the function's ``LetStmt`` s), a let variable
+    missing from ``env`` is evaluated on first use and memoized in ``env``: one ``env``
+    per valuation of the loop and thread variables serves every index evaluated at it
+    (a GPU GEMM's unrolled body reads 1000+ distinct indices through the same chains of
+    lets: evaluating every let again for each index took 18 s of a 20 s build)."""
     t = type(e)
     if t is Const:
         return int(e.value)
     if t is Var:
-        return env.get(e, 0)
+        v = env.get(e)
+        if v is None:
+            x = lets.get(e) if lets else None
+            if x is None:
+                return 0
+            env[e] = _UNKNOWN   # stays so when its value is not computable
+            v = env[e] = _eval(x, env, lets)
+        if v is _UNKNOWN:
+            raise _Unknown
+        return v
     if t is Cast:
-        return _eval(e.value, env)
+        return _eval(e.value, env, lets)
     if t is Binary:
-        a, b = _eval(e.a, env), _eval(e.b, env)
+        a, b = _eval(e.a, env, lets), _eval(e.b, env, lets)
         op = e.op
         if op == "add":
             return a + b
@@ -97,17 +116,17 @@ def _eval(e, env: dict) -> int:
             return max(a, b)
         raise _Unknown
     if t is Select:
-        return _eval(e.true_value if _eval(e.cond, env) else e.false_value, env)
+        return _eval(e.true_value if _eval(e.cond, env, lets) else e.false_value, env, lets)
     if t is Cmp:
-        a, b = _eval(e.a, env), _eval(e.b, env)
+        a, b = _eval(e.a, env, lets), _eval(e.b, env, lets)
         return int({"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "gt": a > b,
                     "ge": a >= b}[e.op])
     if t is And:
-        return int(bool(_eval(e.a, env)) and bool(_eval(e.b, env)))
+        return int(bool(_eval(e.a, env, lets)) and bool(_eval(e.b, env, lets)))
     if t is Or:
-        return int(bool(_eval(e.a, env)) or bool(_eval(e.b, env)))
+        return int(bool(_eval(e.a, env, lets)) or bool(_eval(e.b, env, lets)))
     if t is Not:
-        return int(not _eval(e.a, env))
+        return int(not _eval(e.a, env, lets))
     raise _Unknown
 
 
@@ -147,10 +166,12 @@ class _Walk:
         self.stack: list = []
         self.lets: dict = {}
         self.stores: list = []   # (store, loop stack tuple)
+        self.calls: list = []    # (TensorCall, loop stack tuple)
         self.allocs: list = []
         self.kernel = None       # the KernelLaunch being walked (GPU functions)
         self.kernel_of: dict = {}   # id(store) -> its KernelLaunch
         self.kernel_allocs: dict = {}   # id(KernelLaunch) -> [Buffer]
+        self.memo: dict = {}     # let values for :func:`_stride`
 
     def visit(self, s) -> None:
         t = type(s)
@@ -170,6 +191,13 @@ class _Walk:
             self.stores.append((s, tuple(self.stack)))
             if self.kernel is not None:
                 self.kernel_of[id(s)] = self.kernel
+        elif t is TensorCall:
+            # a tensor intrinsic (mma.sync, wgmma, WMMA...): the compute of a tensorized
+            # nest, which holds no Store of its own
+            self.calls.append((s, tuple(self.stack)))
+            if self.kernel is not None:
+                self.kernel_of[id(s)] = self.kernel
+            self.visit(s.body)
         elif t is IfThenElse:
             self.visit(s.then_case)
             if s.else_case is not None:
@@ -188,17 +216,17 @@ class _Walk:
                 self.visit(body)
 
 
-def _stride(index, var, lets: dict) -> int | None:
+def _stride(index, var, lets: dict, memo: dict | None = None) -> int | None:
+    """Change of ``index`` when loop variable ``var`` goes from 0 to 1 (every other
+    variable 0), or None when it is not computable (it reads memory). ``memo`` (``{var or
+    None: env}``, one per function) keeps the values of the lets across calls."""
+    memo = {} if memo is None else memo
+    env0 = memo.setdefault(None, {})
+    env1 = memo.get(var)
+    if env1 is None:
+        env1 = memo[var] = {var: 1}
     try:
-        env0 = {}
-        for v, val in lets.items():
-            env0[v] = _eval(val, env0)
-        a = _eval(index, env0)
-        env1 = dict(env0)
-        env1[var] = 1
-        for v, val in lets.items():
-            env1[v] = _eval(val, env1)
-        return _eval(index, env1) - a
+        return _eval(index, env1, lets) - _eval(index, env0, lets)
     except _Unknown:
         return None
 
@@ -225,19 +253,24 @@ def extract_features(func: PrimFunc, sizes: dict | None = None) -> list[float]:
     w = _Walk()
     w.visit(func.body)
     feats = [0.0] * N_FEATURES
-    if not w.stores:
+    if not w.stores and not w.calls:
         return feats
     groups: dict = {}
-    for st, stack in w.stores:
+    for st, stack in w.stores + w.calls:
         key = tuple(id(f.var) for f in stack)  # unrolled copies share their loop vars
         groups.setdefault(key, (stack, []))[1].append(st)
 
     def iters(stack):
         return math.prod(_extent(f, {}) for f in stack)
 
+    def flops(st) -> int:
+        if type(st) is TensorCall:
+            return _intrin_flops(st)
+        return _flops(st.value, w.lets)
+
     def work(g):
         stack, sts = g
-        return iters(stack) * sum(max(1, _flops(s.value, w.lets)) for s in sts)
+        return iters(stack) * sum(max(1, flops(s)) for s in sts)
 
     main_key = max(groups, key=lambda k: work(groups[k]))
     stack, stores = groups[main_key]
@@ -247,6 +280,14 @@ def extract_features(func: PrimFunc, sizes: dict | None = None) -> list[float]:
     accesses = []
     order: list = []
     for s in stores:
+        if type(s) is TensorCall:   # its operands at their start indices: outputs first
+            outs = {id(b) for b in s.output_buffers()}
+            ops = sorted(zip(s.buffers, s.operand_indices()), key=lambda o: id(o[0]) not in outs)
+            for b, idx in ops:
+                if b.name not in order:
+                    order.append(b.name)
+                accesses.append((b, _flat(b, idx), id(b) in outs))
+            continue
         if s.buffer.name not in order:
             order.append(s.buffer.name)
         accesses.append((s.buffer, _flat(s.buffer, s.indices), True))
@@ -255,7 +296,7 @@ def extract_features(func: PrimFunc, sizes: dict | None = None) -> list[float]:
                 order.append(ld.buffer.name)
             accesses.append((ld.buffer, _flat(ld.buffer, ld.indices), False))
     slot_of = {name: k for k, name in enumerate(order[:SLOTS])}
-    flops_body = sum(_flops(s.value, w.lets) for s in stores)
+    flops_body = sum(flops(s) for s in stores)
     # distinct accesses per buffer (by printed index)
     distinct: dict = {}
     counts: dict = {}
@@ -265,7 +306,7 @@ def extract_features(func: PrimFunc, sizes: dict | None = None) -> list[float]:
     strides = {}
     for name, accs in distinct.items():
         for key, (buf, idx) in accs.items():
-            strides[(name, key)] = [_stride(idx, f.var, w.lets) for f in stack]
+            strides[(name, key)] = [_stride(idx, f.var, w.lets, w.memo) for f in stack]
 
     depth = len(stack)
     for lvl in range(min(LEVELS, depth)):
@@ -343,11 +384,30 @@ def extract_features(func: PrimFunc, sizes: dict | None = None) -> list[float]:
     kernel = w.kernel_of.get(id(stores[0]))
     if kernel is not None:
         out = [st for st, _ in w.stores if w.kernel_of.get(id(st)) is kernel
-               and st.buffer.scope not in ("shared", "local")] or list(stores)
+               and st.buffer.scope not in ("shared", "local")] or [
+                   st for st in stores if type(st) is Store] or [
+                   st for st, _ in w.stores if w.kernel_of.get(id(st)) is kernel]
         feats[g + 12:g + 18] = _gpu_features(kernel, w.kernel_allocs.get(id(kernel), ()),
-                                             out, w.lets)
+                                             out, w.lets, w.memo)
         feats[g + 18:g + 24] = _gpu_memory_features(kernel, w)
     return feats
+
+
+def _intrin_flops(tc) -> int:
+    """Floating-point operations of one call of a tensor intrinsic: its compute
+    definition's points (spatial times reduction axes) times the float operations of its
+    body per point (2 for a multiply-add: an mma.sync m16n8k16 does 4096); 0 for a copy
+    (its body has no arithmetic), 1 when the definition's extents are not constant."""
+    op = tc.intrin.op
+    try:
+        pts = math.prod(int(getattr(iv.dom.extent, "value", iv.dom.extent))
+                        for iv in tuple(op.axis) + tuple(op.reduce_axis))
+    except (TypeError, ValueError, AttributeError):
+        return 1
+    per = sum(1 for b in op.body for x in collect(b, (Binary, Call)) if dt.is_float(x.dtype))
+    if op.reduce_axis:
+        per += len(op.body)   # the reduction's add (a Reduce node, not a Binary)
+    return pts * per          # 0 for a copy (ldmatrix, a fragment store)
 
 
 #: Shared memory banks (4-byte words) and bytes per global memory sector.
@@ -374,18 +434,10 @@ def _lane_envs(k) -> list:
 
 def _lane_addresses(index, envs: list, lets: dict) -> list | None:
     """Element offsets of ``index`` for each lane (other loop variables 0), or None when
-    the index is not computable (it reads memory)."""
-    deps = _with_lets(index, lets)[1:]  # let values the index reads, transitively
-    needed = {v for v in lets if any(lets[v] is d for d in deps)}
-    order = [v for v in lets if v in needed]
+    the index is not computable (it reads memory). The lane ``envs`` memoize the lets'
+    values (:func:`_eval`): pass the same ones for every index of a kernel."""
     try:
-        out = []
-        for env in envs:
-            e = dict(env)
-            for v in order:
-                e[v] = _eval(lets[v], e)
-            out.append(_eval(index, e))
-        return out
+        return [_eval(index, env, lets) for env in envs]
     except _Unknown:
         return None
 
@@ -431,7 +483,8 @@ def _gpu_memory_features(k, w) -> list:
             key = (buf.name, str(idx))
             if key not in cache:
                 addrs = _lane_addresses(idx, envs, w.lets)
-                width = vec if vvar is not None and _stride(idx, vvar, w.lets) == 1 else 1
+                width = vec if vvar is not None and _stride(idx, vvar, w.lets,
+                                                             w.memo) == 1 else 1
                 cache[key] = None if addrs is None else _warp_cost(addrs, isz, width, scope)
             ratio = cache[key]
             if ratio is None:
@@ -465,7 +518,7 @@ def _warp_cost(addrs: list, isz: int, width: int, scope: str) -> float:
     return max(1.0, len(sectors) / ideal)
 
 
-def _gpu_features(k, allocs, stores, lets) -> list:
+def _gpu_features(k, allocs, stores, lets, memo=None) -> list:
     """Of the kernel holding the main nest: log2 threads per block and blocks, log2 shared
     and per-thread local bytes, an occupancy estimate (resident warps over the SM's, from
     threads, shared memory and registers: local elements + 24 per thread) and the
@@ -482,7 +535,7 @@ def _gpu_features(k, allocs, stores, lets) -> list:
     tx = next((v for v, tag in k.thread_vars if tag == "threadIdx.x"), None)
     stride = 0.0
     if tx is not None:
-        st = _stride(_flat(stores[0].buffer, stores[0].indices), tx, lets)
+        st = _stride(_flat(stores[0].buffer, stores[0].indices), tx, lets, memo)
         stride = _l2(abs(st)) if st is not None else 1.0
     return [_l2(threads), _l2(blocks), _l2(shared), _l2(local), min(1.0, occupancy), stride]
 

@@ -14,8 +14,10 @@ tuner ranks the whole pool instead of evolving): figures from a replay must say 
 
 Pool file (JSON, one object): ``{"kind": "polytile-replay-pool", "schema": 1,
 "workload": {...}, "target": str, "device": dict or null, "gpu_limits": dict or null,
-"space_size": int, "seed": int, "load_avg": float, "entries": [{"config": knob values,
-"costs": [seconds], "error": code or null, "features": [floats] or null}]}``.
+"space_size": int, "seed": int, "load_avg": float, "candidates": int or null (how many
+configs the pool was drawn from: the space's preferred ones; null: all of them),
+"entries": [{"config": knob values, "costs": [seconds], "error": code or null,
+"features": [floats] or null}]}``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import json
 import math
 import os
 import random
+import threading
 from dataclasses import dataclass, field
 
 from polytile.errors import TuneError, format_error
@@ -47,12 +50,15 @@ class Pool:
     device: dict | None = None
     gpu_limits: dict | None = None
     load_avg: float | None = None
+    #: How many configs the pool was drawn from: the space's preferred configs (None:
+    #: drawn from every config of the space)
+    candidates: int | None = None
 
     def to_json(self) -> dict:
         return {"kind": POOL_KIND, "schema": POOL_SCHEMA, "workload": self.workload,
                 "target": self.target, "device": self.device, "gpu_limits": self.gpu_limits,
                 "space_size": self.space_size, "seed": self.seed, "load_avg": self.load_avg,
-                "entries": self.entries}
+                "candidates": self.candidates, "entries": self.entries}
 
     def save(self, path: str) -> None:
         tmp = path + ".tmp"
@@ -74,7 +80,8 @@ class Pool:
             raise TuneError(format_error("replay", f"{path!r} has pool schema "
                                          f"{d['schema']}", f"at most {POOL_SCHEMA}"))
         return Pool(d["workload"], d["target"], d["entries"], d.get("space_size", 0),
-                    d.get("seed", 0), d.get("device"), d.get("gpu_limits"), d.get("load_avg"))
+                    d.get("seed", 0), d.get("device"), d.get("gpu_limits"), d.get("load_avg"),
+                    d.get("candidates"))
 
     @property
     def wl(self) -> Workload:
@@ -115,37 +122,66 @@ def _cost(e: dict, stat: str = "median") -> float:
     return c[len(c) // 2] if len(c) % 2 else 0.5 * (c[len(c) // 2 - 1] + c[len(c) // 2])
 
 
+#: Seconds between two saves of a pool being measured (a save rewrites the whole file).
+SAVE_EVERY_S = 2.0
+
+
 def measure_pool(template, args, dtype: str = "float32", target: str = "llvm",
                  n: int = 256, seed: int = 0, options: MeasureOptions | None = None,
-                 path: str | None = None, progress=None, batch: int | None = None) -> Pool:
-    """Measure ``n`` configs drawn uniformly (without repetition, ``seed``) from the space
-    of ``template`` at ``args``, with their loop-IR features; saved to ``path`` after each
-    batch (an interrupted run keeps what it measured, and a later call with the same
-    workload, target and seed continues it). ``progress(done, n)`` is called
-    after each batch (default: as many as build workers, at least 16). Costs are full
-    measurements (no cut-off by the best so far).
+                 path: str | None = None, progress=None, batch: int | None = None,
+                 budget_s: float | None = None, full_space: bool = False,
+                 on_entry=None) -> Pool:
+    """Measure ``n`` configs drawn uniformly (without repetition, ``seed``) from the
+    configs of ``template`` at ``args`` that the tuners search (the space's preferred
+    configs where the template prefers a part of it, as :func:`.tune.tune` does: GPU
+    GEMMs leave out duplicate kernels and known slow regions; every config with
+    ``full_space``), with their loop-IR features.
+
+    Saved to ``path`` as candidates finish (at most every :data:`SAVE_EVERY_S` seconds,
+    and when the call ends, also by an exception such as ``KeyboardInterrupt`` or
+    ``SystemExit``): an interrupted run keeps what it measured, and a later call with
+    the same workload, target, seed and ``full_space`` continues it. The draw's order is
+    random, so the first ``k`` entries of a pool cut short are a uniform sample too.
+    ``budget_s``: seconds (from the call) after which no further batch but the first
+    starts (the pool then holds fewer than ``n`` entries; a batch's built candidates are
+    all run: runs take a fraction of a second on a GPU, and a candidate built but not run
+    would be lost).
+    ``batch``: candidates built in parallel before they are run (default: three per
+    build worker, at least 16: a build that runs into its timeout holds one worker while
+    the others go on; the first batch one per worker, and with ``budget_s`` none longer
+    than the time left at the last batch's pace). On a GPU target the next batch builds
+    while one runs (the GPU runner times on the device; the workers are not stopped).
+    ``progress(done, n)`` after each batch; ``on_entry(k, n, entry, result)`` after each
+    candidate (``k`` 1-based). Costs are full measurements (no cut-off by the best so
+    far).
 
     Raises
     ------
     TuneError
         As :func:`.tune.tune` for an unknown template, bad arguments or target.
     """
+    import time
+
     from .data import resolve
     from .tune import open_target, tunable_target
 
+    t0 = time.perf_counter()
     t, wl = resolve(template, args, dtype)
     opt = options or MeasureOptions()
-    batch = batch or max(16, opt.parallel)  # builds of a batch fill the workers
+    batch = batch or max(16, 3 * opt.parallel)
     tgt, runner, device, limits, space = open_target(t, wl, tunable_target(target), opt)
     rng = random.Random(seed)
     size = len(space)
-    picks = rng.sample(range(size), min(n, size))
+    searched = None if full_space else space.preferred()
+    picks = rng.sample(range(size) if searched is None else searched,
+                       min(n, size if searched is None else len(searched)))
     try:
         load = round(os.getloadavg()[0], 2)
     except OSError:
         load = None
     pool = Pool(wl.key(), tgt, [], size, seed, device,
-                limits.to_json() if limits is not None else None, load)
+                limits.to_json() if limits is not None else None, load,
+                None if searched is None else len(searched))
     done = 0
     if path and os.path.exists(path):  # continue a pool an interrupted run left
         try:
@@ -153,7 +189,8 @@ def measure_pool(template, args, dtype: str = "float32", target: str = "llvm",
         except TuneError:
             old = None
         if (old is not None and old.workload == pool.workload and old.target == tgt
-                and old.seed == seed and old.entries):
+                and old.seed == seed and old.candidates == pool.candidates
+                and old.entries):
             mine = [space.get(i).knob_values() for i in picks[:len(old.entries)]]
             if mine == [e["config"] for e in old.entries]:
                 pool.entries = old.entries
@@ -162,21 +199,74 @@ def measure_pool(template, args, dtype: str = "float32", target: str = "llvm",
         if runner is not None:
             runner.close()
         return pool
+    deadline = None if budget_s is None else t0 + budget_s
     measurer = LocalMeasurer(wl, tgt, opt, runner=runner)
+    saved = [time.perf_counter()]
+
+    def save(force: bool = False) -> None:
+        if path and (force or time.perf_counter() - saved[0] >= SAVE_EVERY_S):
+            pool.save(path)
+            saved[0] = time.perf_counter()
+
+    per = None  # seconds per candidate in the last batch (builds and runs)
+    k = done
+
+    def next_items(now: float, first: bool = False) -> list:
+        """The next batch: none past the budget (but the first, whatever the startup
+        took), one build per worker while the pace is not known, then batches that fit
+        the time left at the last batch's pace."""
+        nonlocal k
+        if deadline is not None and now >= deadline and not first:
+            return []
+        m = min(batch, max(1, opt.parallel)) if per is None else batch
+        if deadline is not None and per is not None:
+            m = min(batch, max(opt.parallel or 1, int((deadline - now) / per)))
+        items = [(i, space.get(i).knob_values()) for i in picks[k:k + m]]
+        k += len(items)
+        return items
+
+    def finished(knobs, r) -> None:
+        e = {"config": knobs, "costs": [float(c) for c in r.costs], "error": r.error,
+             "features": r.features}
+        pool.entries.append(e)
+        if on_entry is not None:
+            on_entry(len(pool.entries), len(picks), e, r)
+        save()
+
     try:
         measurer.start()
-        for k in range(done, len(picks), batch):
-            chunk = picks[k:k + batch]
-            items = [(i, space.get(i).knob_values()) for i in chunk]
-            results = measurer.measure(items, None)
-            for (i, knobs), r in zip(items, results):
-                pool.entries.append({"config": knobs, "costs": [float(c) for c in r.costs],
-                                     "error": r.error, "features": r.features})
-            if path:
-                pool.save(path)
+        now = time.perf_counter()
+        items = next_items(now, first=True)
+        built = measurer.build(items) if measurer.gpu else None
+        while items:
+            if not measurer.gpu:  # CPU runs stop the workers: no builds meanwhile
+                measurer.measure(items, None, lambda j, r: finished(items[j][1], r))
+                per = (time.perf_counter() - now) / len(items)
+                now = time.perf_counter()
+                items = next_items(now)
+            else:
+                # GPU: the next batch builds in the workers while this one runs in the
+                # GPU runner (runs do not stop the workers; the runner times on device)
+                nxt = next_items(time.perf_counter())
+                got: dict = {}
+                th = None
+                if nxt:
+                    th = threading.Thread(target=lambda: got.update(measurer.build(nxt)),
+                                          daemon=True)
+                    th.start()
+                for cid, knobs in items:
+                    r = built[cid]
+                    measurer.run_built(cid, knobs, r, None)
+                    finished(knobs, r)
+                if th is not None:
+                    th.join()
+                per = (time.perf_counter() - now) / len(items)
+                now = time.perf_counter()
+                items, built = nxt, got
             if progress is not None:
                 progress(len(pool.entries), len(picks))
     finally:
+        save(force=True)
         measurer.close()
     return pool
 
@@ -186,11 +276,11 @@ class ReplayOracle:
 
     The pool's configs map to indices of ``space`` (the pool's space unless given);
     configs that no longer fit the space are dropped (``dropped`` counts them). With
-    ``refeaturize`` (default), features missing or of another length than this version's
-    (:data:`.features.N_FEATURES`: a pool measured before the features changed) are
-    computed again here (``refeaturized`` counts them); the costs are what a pool keeps.
-    Without it the features are used as they are. ``stat``: ``"median"`` (default) or
-    ``"min"`` of each entry's repeats (see :func:`_cost`).
+    ``refeaturize`` (default), features missing (but of failed entries) or of another
+    length than this version's (:data:`.features.N_FEATURES`: a pool measured before the
+    features changed) are computed again here (``refeaturized`` counts them); the costs
+    are what a pool keeps. Without it the features are used as they are. ``stat``:
+    ``"median"`` (default) or ``"min"`` of each entry's repeats (see :func:`_cost`).
     """
 
     def __init__(self, pool: Pool, space=None, refeaturize: bool = True,
@@ -217,7 +307,11 @@ class ReplayOracle:
             self.cost[i] = _cost(e, stat)
             f = e.get("features")
             self.features[i] = f
-            if refeaturize and (f is None or len(f) != N_FEATURES):
+            # an entry that failed without features (a build error or timeout: lowering
+            # it again could take as long) keeps none: the model tuner never proposes it,
+            # as in a live search whose feature lowering of it fails
+            if refeaturize and (len(f) != N_FEATURES if f is not None
+                                else not e.get("error")):
                 stale.append((i, e["config"]))
         if stale:
             from .transfer import config_features

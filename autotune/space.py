@@ -128,6 +128,13 @@ class SplitSpace(KnobSpace):
             raise TuneError(format_error("define_split", f"unknown policy {policy!r} for "
                                          f"knob {name!r}",
                                          "expected 'factors', 'power2' or 'candidate'"))
+        if length < 1:
+            # a zero-size workload (``--args 0,4,4``) reaches here first; say so rather
+            # than complain about the policy's empty choices
+            raise TuneError(format_error(
+                "define_split", f"knob {name!r} splits an axis of extent {length}",
+                "expected an extent >= 1: the workload arguments must be positive for the "
+                "axes this template tiles"))
         self.name, self.length, self.num_outputs, self.policy = name, length, num_outputs, policy
         limit = length if max_factor is None else min(max_factor, length)
         if policy == "candidate":

@@ -136,9 +136,33 @@ class GridTuner(Tuner):
         return out
 
 
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _list_width(knob) -> int:
+    """How many numbers the values of a plain knob hold when every value is a list of
+    numbers (a GPU GEMM's ``tile``: block, k and thread tile sides; a row template's
+    ``layout``), else 0; the longest such list (shorter ones are padded). Cached on the
+    knob."""
+    w = getattr(knob, "_list_width", None)
+    if w is None:
+        vals = getattr(knob, "values", ())
+        ok = vals and all(isinstance(v, (list, tuple)) and all(_number(x) for x in v)
+                          for v in vals)
+        w = max(len(v) for v in vals) if ok else 0
+        knob._list_width = w
+    return w
+
+
 def knob_features(space: ConfigSpace, index: int) -> list[float]:
     """Numeric encoding of config ``index``'s knob values (for the cheap search model):
-    log2 of split sizes, positions of reordered axes, annotation codes, value indices."""
+    log2 of split sizes, positions of reordered axes, annotation codes, value indices,
+    and ``log2(1 + |x|)`` of numeric values, also of each number of a knob whose values
+    are lists of numbers (the index of a GPU GEMM's ``tile`` among 2208 tiles orders
+    nothing the trees could split on: the knob model ranked the configs of an H200
+    2048^3 SGEMM pool with a Spearman rho of 0.14-0.21 from 8-32 of them, the loop-IR
+    model with 0.56-0.87)."""
     out: list[float] = []
     for (name, knob), r in zip(space.knobs.items(), space.knob_indices(index)):
         e = knob.get(r)
@@ -154,8 +178,12 @@ def knob_features(space: ConfigSpace, index: int) -> list[float]:
         else:
             v = e.val
             out.append(float(r))
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if _number(v):
                 out.append(math.log2(1 + abs(float(v))))
+            else:
+                w = _list_width(knob)
+                if w:
+                    out += [math.log2(1 + abs(float(x))) for x in v] + [0.0] * (w - len(v))
     return out
 
 

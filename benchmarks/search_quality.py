@@ -69,13 +69,54 @@ seed-to-seed noise (about 3 points at 32 seeds) on these pools.
 
 GPU templates (issue 11): ``--templates`` words take a dtype (``matmul:float16``,
 ``layernorm:float16``; float32 without one), pool files name the dtype and the target's
-``-arch``. Measure small pools on the GPU machine (the pools are saved after each batch of
-builds and continued by a later run), then replay them anywhere (no GPU needed)::
+``-arch``. A pool is drawn from the configs the tuners search (the template's preferred
+configs: the GEMMs leave out duplicate kernels and known slow regions, 282 of 39,744 fp32
+configs at 2048^3; ``--full-space`` for all). On the GPU machine, measure pools within a
+budget each (``--pool-budget``: no batch starts after it; one line per candidate on
+stdout; the pool is saved as candidates finish and on SIGTERM, and a later run continues
+it; the next batch builds while one runs), then replay them anywhere (``--no-measure``
+takes pools cut short as they are; no GPU needed)::
 
     timeout -k 5 60 python benchmarks/search_quality.py --target "cuda -arch=sm_90a" \
-        --templates matmul layernorm:float16 --pool 24 --parallel 12 --cache sq_gpu
+        --templates matmul --pool 500 --parallel 12 --pool-budget 40 --build-timeout 10 \
+        --seeds 2 --trials 2 --cache sq_gpu
     python benchmarks/search_quality.py --target "cuda -arch=sm_90a" --templates matmul \
-        layernorm:float16 --pool 24 --seeds 32 --trials 2 4 --cache sq_gpu --plot sq_png
+        --pool 500 --seeds 32 --trials 4 8 16 --no-measure --cache sq_gpu --plot sq_png
+
+H200 pools in ``benchmarks/pools`` (sm_90a, 2026-12-02; measured in two device runs of
+about 75 s each: fp32 GEMM 2048^3 113 of its 282 searched configs, softmax fp16 4096^2
+85 of 127, fp16 tensor-core GEMM 2048^3 93 of 421), replayed with ``--seeds 32 --trials
+2 4 8 16 --no-measure --cache benchmarks/pools`` (fraction of the pool's best, mean over
+seeds; k <= 8 is the model tuner's first batch, half neighbours of the default config,
+half random)::
+
+                 k:   1      2      4      8      16     32     model@16 vs random@64
+    fp32 GEMM model 0.594  0.767  0.909  0.941  0.979  0.996   0.979 vs 0.995
+             random 0.567  0.787  0.880  0.933  0.961  0.974
+    softmax  model  0.874  0.956  0.975  0.991  0.998  1.000   0.998 vs 1.000
+      fp16   random 0.878  0.951  0.984  0.994  0.997  0.999
+    fp16 GEMM model 1.000  1.000  1.000  1.000  1.000  1.000   1.000 vs 0.890
+             random 0.449  0.511  0.568  0.597  0.675  0.772
+
+(fp16 GEMM: the pool's one wgmma config, 0.034 ms against 0.052 ms for the best
+mma.sync one, is a one-knob neighbour of the default, which the first batch tries.)
+
+The model tuner is ahead of random search once it picks (k > 8) on the fp32 GEMM (1-2
+points) and even on softmax; 4x as sample-efficient only on the fp16 GEMM (random@4N
+covers much of an 85-113 config pool). Two GPU feature faults were found and fixed on
+these pools: the knob model saw a GEMM's ``tile`` as its index among 2208 tiles
+(Spearman rho of its ranking 0.14-0.21, now 0.44-0.80 from 8-32 configs), and the
+loop-IR features of a tensor-core GEMM described a shared-memory copy loop (the MMA
+calls hold no Store; rho 0.36-0.69, now 0.39-0.72). The fp32 GEMM's first batch trails
+random at k = 2-3: many of the pool's one-knob neighbours of the (unpooled) default are
+slow or fail to build.
+
+Why an earlier run measured none of 24 fp32 GEMM configs in its time (2026-12-02): a
+pool was saved only after each batch of 16 builds, and a batch took as long as its
+slowest build: the loop-IR features of a 2048^3 SGEMM candidate took 18-31 s for one
+config in four (every let evaluated again for each of 1000+ unrolled indices; now
+0.2-0.5 s), and some configs fail their lowering only after 60-210 s ("could not
+be verified in bounded time": killed at the build timeout).
 
 Two pools of 160 fp32 matmul configs timed on the device, 2048^3 and 2048x2048x1024, then
 the replays (about 4 minutes; run it again if ``timeout`` stops it: cached pools are
@@ -95,6 +136,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import statistics
 import sys
 import time
@@ -118,28 +160,44 @@ def split_spec(spec: str) -> tuple:
     return ALIASES.get(name, name), dtype or "float32"
 
 
-def pool_file(name: str, args, dtype: str, target: str, n: int, seed: int) -> str:
+def pool_file(name: str, args, dtype: str, target: str, n: int, seed: int,
+              full_space: bool = False) -> str:
     """The cache file name of a pool: template, shape, dtype (float32 pools keep the
     names they had before pools had a dtype), target kind, the arch when the target
-    names one (``sm_90a``), size and seed."""
+    names one (``sm_90a``), ``all`` for a pool drawn from every config of the space
+    (``--full-space``), size and seed."""
     words = target.split()
     arch = next((w.split("=", 1)[1] for w in words[1:] if w.startswith("-arch=")), None)
     parts = [name, "x".join(map(str, args))] + ([dtype] if dtype != "float32" else []) \
-        + [words[0]] + ([arch] if arch else []) + [f"n{n}", f"s{seed}"]
+        + [words[0]] + ([arch] if arch else []) + (["all"] if full_space else []) \
+        + [f"n{n}", f"s{seed}"]
     return "_".join(parts) + ".json"
+
+
+def _entry_line(k, n, e, r, t0):
+    """One stdout line per measured pool candidate (a run cut short still shows how far
+    it got and what each candidate cost)."""
+    what = (f"{1e3 * min(e['costs']):.4g} ms" if e["costs"] else
+            f"{e['error']}: {(r.error_msg or '')[:120]}")
+    print(f"    [{k}/{n} {time.perf_counter() - t0:.1f} s] {e['config']} -> {what} "
+          f"(build {r.build_s:.2f} s)", flush=True)
 
 
 def _pool(a, name, args, dtype, measure_pool, Pool, MeasureOptions):
     os.makedirs(a.cache, exist_ok=True)
-    slug = pool_file(name, args, dtype, a.target, a.pool, a.pool_seed)
+    slug = pool_file(name, args, dtype, a.target, a.pool, a.pool_seed, a.full_space)
     path = os.path.join(a.cache, slug)
     if os.path.exists(path):
         if a.remeasure:
             os.remove(path)
         else:
             pool = Pool.load(path)
-            if len(pool.entries) >= a.pool:
-                return pool, "cached"
+            want = min(a.pool, pool.candidates or pool.space_size or a.pool)
+            if len(pool.entries) >= want or a.no_measure:
+                return pool, "cached" + ("" if len(pool.entries) >= want else
+                                         f" ({len(pool.entries)} of {want} measured)")
+    if a.no_measure:
+        sys.exit(f"--no-measure: no pool {path}")
     t0 = time.perf_counter()
 
     def progress(done, n):
@@ -147,9 +205,17 @@ def _pool(a, name, args, dtype, measure_pool, Pool, MeasureOptions):
               f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     short = dict(repeat=7, max_repeats=40, min_repeat_ms=1.0, budget_s=0.15) \
         if a.short_repeats else {}
+    if a.build_timeout:
+        short["build_timeout"] = a.build_timeout
     opt = MeasureOptions(parallel=a.parallel or 0, threads=a.threads or 0, **short)
+    print(f"  measuring pool {path} ({a.pool} configs, budget "
+          f"{a.pool_budget or 'none'} s, {opt.parallel} build workers)", flush=True)
     pool = measure_pool(name, args, dtype, a.target, a.pool, a.pool_seed, opt, path,
-                        progress)
+                        progress, budget_s=a.pool_budget, full_space=a.full_space,
+                        on_entry=lambda k, n, e, r: _entry_line(k, n, e, r, t0))
+    ok = sum(bool(e["costs"]) for e in pool.entries)
+    print(f"  pool {path}: {len(pool.entries)} of {a.pool} measured ({ok} ran) in "
+          f"{time.perf_counter() - t0:.0f} s", flush=True)
     return pool, f"measured in {time.perf_counter() - t0:.0f} s"
 
 
@@ -162,13 +228,15 @@ def _mean_at(curves, k, best):
 def _report(title, curves, best, ns, out_rows):
     """Print the table and headline of one workload; ``curves`` {tuner: [curve per seed]}."""
     print(title)
-    ks = sorted({k for n in ns for k in (max(1, n // 2), n, 2 * n, 4 * n)})
+    nmax = max((len(c) for cs in curves.values() for c in cs), default=0)
+    ks = sorted({k for n in ns for k in (max(1, n // 2), n, 2 * n, 4 * n)}
+                | {2 ** e for e in range(nmax.bit_length()) if 2 ** e <= nmax})
     print(f"  {'trials':>6}  " + "  ".join(f"{t:>7}" for t in curves)
           + "   (best so far / best known, mean over seeds)")
     for k in ks:
         print(f"  {k:>6}  " + "  ".join(f"{_mean_at(c, k, best):7.3f}" for c in curves.values()))
     m, r = curves.get("model"), curves.get("random")
-    if m and r:
+    if m and r and max(map(len, m)) and max(map(len, r)):
         print(f"  {'N':>6}  {'model@N':>8}  {'random@N':>8}  {'random@4N':>9}   model - "
               f"random@4N, per seed: mean +- standard error")
         for n in ns:
@@ -240,9 +308,11 @@ def _replay(a, name, args, dtype, rows):
     nmax = 4 * max(a.trials)
     ok = sum(math.isfinite(c) for c in oracle.cost.values())
     dev = device_class(pool.device)
+    drawn = (f"{pool.space_size:,}" if pool.candidates is None else
+             f"the {pool.candidates:,} the tuners search of {pool.space_size:,}")
     title = (f"{name}{tuple(args)} {dtype} on '{pool.target}'{f' ({dev})' if dev else ''}"
              f"  REPLAY over a pool of "
-             f"{len(oracle.cost)} configs ({ok} ran) of {pool.space_size:,}, {how}, {a.stat} of "
+             f"{len(oracle.cost)} configs ({ok} ran) of {drawn}, {how}, {a.stat} of "
              f"repeats"
              f"{f', {oracle.refeaturized} refeaturized' if oracle.refeaturized else ''}, load "
              f"{pool.load_avg} when measured; best {best * 1e3:.4g} ms")
@@ -340,11 +410,24 @@ def main(argv=None) -> None:
     ap.add_argument("--short-repeats", action="store_true",
                     help="measure pools with 7-40 repeats of at least 1 ms (with --stat "
                     "min: the least disturbed repeat on a loaded machine)")
+    ap.add_argument("--pool-budget", type=float, default=None, metavar="S",
+                    help="seconds of measuring per pool: no candidate starts after them "
+                    "(the pool is saved as measured and continued by a later run)")
+    ap.add_argument("--build-timeout", type=float, default=None, metavar="S",
+                    help="seconds one candidate's build may take (default 20)")
+    ap.add_argument("--no-measure", action="store_true",
+                    help="replay cached pools as they are (also pools cut short); "
+                    "measure nothing")
+    ap.add_argument("--full-space", action="store_true",
+                    help="draw pools from every config of the space, not only the ones "
+                    "the tuners search (the template's preferred configs)")
     ap.add_argument("--transfer", action="store_true")
     ap.add_argument("--parallel", type=int, default=None, help="build workers")
     ap.add_argument("--threads", type=int, default=None, help="threads of CPU candidates")
     ap.add_argument("--plot", default=None, metavar="DIR")
     a = ap.parse_args(argv)
+    # `timeout` sends SIGTERM: end through SystemExit, so a pool being measured is saved
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         print(f"load average {open('/proc/loadavg').read().split()[0]} at start; "
               f"{os.cpu_count()} CPUs")

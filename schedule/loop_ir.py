@@ -176,8 +176,10 @@ class Seq(Stmt):
     stmts: tuple
 
     def __post_init__(self):
-        for x in self.stmts:
-            _require_stmt(self, "stmts", x)
+        # (one check for the thousand statements of an unrolled kernel, rebuilt by each pass)
+        if not all([isinstance(x, Stmt) for x in self.stmts]):
+            for x in self.stmts:
+                _require_stmt(self, "stmts", x)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -418,8 +420,21 @@ class StmtMutator(StmtFunctor):
         # (every pass walks every statement: the element visits are written out inline)
         if self._skips_leaves and type(s) in _LEAF_STMTS:
             return s
-        changes = None
         visit, visit_expr = self.visit, self.visit_expr
+        if s.__class__ is Store and isinstance(s.value, Expr):
+            # the thousand stores of an unrolled kernel: the loop below for a store, fields
+            # in the same order (the value, then the indices)
+            value = visit_expr(s.value)
+            if value is None:
+                value = seq()
+            old = s.indices
+            idx = [visit(x) if isinstance(x, Stmt) else visit_expr(x)
+                   if isinstance(x, Expr) else x for x in old]
+            for a, b in zip(idx, old):
+                if a is not b:
+                    return Store(s.buffer, tuple([x for x in idx if x is not None]), value)
+            return s if value is s.value else Store(s.buffer, old, value)
+        changes = None
         for f in _STMT_CHILDREN[type(s)]:
             v = getattr(s, f)
             if isinstance(v, tuple):

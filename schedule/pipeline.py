@@ -26,9 +26,8 @@ ast                   the isl schedule tree of the program or of each kernel (``
 loop_passes           ``LOOP_PASSES``: bfloat16 arithmetic in float32, int4 in int8, simplify,
                       vector-loop legalisation, unroll, ..., software pipelines
                       (``Stage.pipeline``) and asynchronous 16-byte global -> shared
-                      copies (``cp.async``), the sharing of common subexpressions
-                      through let-bindings, and last the interning of equal
-                      expressions of different statements (``passes/``)
+                      copies (``cp.async``), and last the sharing of common
+                      subexpressions through let-bindings (``passes/``)
 kernel_launch         the bodies assembled: one ``KernelLaunch`` per kernel on GPUs
 allocation            an ``Allocate`` for every intermediate, its scope chosen within the
                       target's stack limits (``passes/storage.py``)
@@ -59,7 +58,7 @@ from dataclasses import dataclass, field
 from polytile.backend import Target, backends
 from polytile.errors import ScheduleError, format_error
 from polytile.te.depth import deep
-from polytile.te.expr import Const, Var
+from polytile.te.expr import Const, Expr, Var
 from polytile.te.visitor import collect_many
 from polytile.te.tensor import ComputeOp
 
@@ -71,7 +70,7 @@ from .gpu import (Kernel, check_shared_memory, check_store_predicate_threads, ch
 from .injective import rewrite_fused_splits
 from .kinds import PARAMS, AutoUnrollPragma, LoopKind, ThreadTag
 from .limits import limit_unrolls
-from .loop_ir import For, KernelLaunch, PrimFunc, seq, stmt_exprs, walk_stmts
+from .loop_ir import For, KernelLaunch, PrimFunc, Store, seq, stmt_exprs, walk_stmts
 from .model import Model, build_model
 from .passes.async_copy import async_copies
 from .passes.bfloat16 import legalize_bfloat16
@@ -81,13 +80,13 @@ from .passes.loops import (auto_unroll, dedup_syncs, legalize_vector_loops,
                            legalize_vector_loops_masked, serialize_nested_parallel,
                            guard_partial_unrolls, specialize_partial_unrolls, unroll)
 from .passes.prefetch import strip_prefetch_pragmas
-from .passes.intern import intern_expressions
 from .passes.share import share_subexpressions
 from .passes.simplify import forget as forget_simplified
-from .passes.simplify import simplify
+from .passes.simplify import Simplifier, simplify
 from .passes.software_pipeline import (software_pipeline, software_pipeline_bounded,
                                        software_pipeline_synchronous)
 from .passes.storage import allocate_intermediates, flatten_storage
+from .passes.storage import forget as forget_buffers
 from .rfactor import lower_cross_thread_reductions
 from .schedule import Schedule
 from .sizes import bind as bind_sizes
@@ -115,7 +114,6 @@ LOOP_PASSES = (
     ("async_copies", async_copies),
     ("simplify", simplify),
     ("share_subexpressions", share_subexpressions),
-    ("intern_expressions", intern_expressions),
 )
 
 #: The phase ``lower`` stops after unless told otherwise.
@@ -423,6 +421,7 @@ def lower(sch: Schedule, args, name: str = "main", target: str | Target | None =
             _run_phases(state, PHASES[:last + 1], show, name, timings)
     finally:
         forget_simplified()
+        forget_buffers()
     log.debug("lowered %s for %s in %.3f s", name, tgt, time.perf_counter() - t_all)
     return state.func
 
@@ -464,9 +463,12 @@ def finalize(func: PrimFunc) -> PrimFunc:
     """The ``storage_flattening`` phase alone: pack int4 buffers two elements per byte,
     flatten storage to 1-D offsets, then fold the constant index arithmetic that
     flattening creates."""
-    flat = flatten_storage(pack_int4(func))
-    # share: past share_subexpressions, sharing no longer changes the code
-    return PrimFunc(flat.name, flat.params, simplify(flat.body, share=True), flat.attrs)
+    # share: past share_subexpressions, sharing no longer changes the code; one walker
+    # builds the flat offsets simplified and then simplifies the rest around them
+    walker = Simplifier(share=True)
+    flat = flatten_storage(pack_int4(func), walker)
+    return PrimFunc(flat.name, flat.params, simplify(flat.body, share=True, walker=walker),
+                    flat.attrs)
 
 
 def only_scalar_stages(sch: Schedule) -> bool:
@@ -537,9 +539,15 @@ def _launch(kernel: Kernel, body, env: dict, name: str, variables: list) -> Kern
     return KernelLaunch(name, kernel.grid, kernel.block, tvars, body)
 
 
-def _all_exprs(body):
+def _all_exprs(body) -> list:
     """Every expression held by a statement of ``body``, statements in pre-order."""
-    return (e for s in walk_stmts(body) for e in stmt_exprs(s))
+    out: list = []
+    for s in walk_stmts(body):
+        if s.__class__ is Store:   # most statements of an unrolled kernel: stmt_exprs inline
+            out += [e for e in (s.value, *s.indices) if isinstance(e, Expr)]
+        else:
+            out += stmt_exprs(s)
+    return out
 
 
 def _check_free_vars(body, params, variables: list | None = None) -> None:

@@ -83,6 +83,11 @@ def size_vars(sch, args) -> list[Var]:
     return found
 
 
+#: Ends the description of a size check ``x - 1 >= 0``: the call-time error then shows
+#: ``x`` and asks for at least 1 (:func:`polytile.targets.runtime_support`).
+AT_LEAST_1 = ", minus 1 (it must be at least 1)"
+
+
 def context(sch, vars_: list[Var]) -> tuple[isl.Set | None, list]:
     """The parameter context (an isl parameter set) and its constraints as
     ``(expression, description)`` pairs: every symbolic tensor dimension and every
@@ -104,7 +109,7 @@ def context(sch, vars_: list[Var]) -> tuple[isl.Set | None, list]:
             what = "nparts" if rel.given is not rel.sym else "factor"
             e = binary("sub", rel.given, 1)
             checks.append((e, f"the {what} of the split of {rel.parent.name!r} in stage "
-                           f"{st.name!r}, minus 1 (it must be at least 1)"))
+                           f"{st.name!r}{AT_LEAST_1}"))
             try:
                 conds.append(f"{iu.num(e)} >= 0")
             except LoweringError:
@@ -120,8 +125,8 @@ def context(sch, vars_: list[Var]) -> tuple[isl.Set | None, list]:
                    (binary("sub", e, v), f"{e}, minus {what}")]
         for d in collect(e, Binary):
             if d.op in ("floordiv", "floormod", "truncdiv", "truncmod"):
-                checks.append((binary("sub", d.b, 1), f"the divisor {d.b} in {what}, "
-                               "minus 1 (it must be at least 1)"))
+                checks.append((binary("sub", d.b, 1), f"the divisor {d.b} in {what}"
+                               f"{AT_LEAST_1}"))
     ctx = isl.Set(f"[{', '.join(names)}] -> {{ : {' and '.join(conds) or '1 = 1'} }}")
     return ctx, checks
 

@@ -116,7 +116,7 @@ class CExprPrinter:
     def expr(self, e: Expr) -> str:
         # the text of a node depends on the names in scope only: remembered by identity
         # until a name is bound (``texts`` is emptied then), so a node shared by several
-        # statements (an unrolled kernel's interned loads) is printed once
+        # statements (the loads the copies of an unrolled body share) is printed once
         texts = self.texts
         hit = texts.get(id(e))
         if hit is not None and hit[0] is e:

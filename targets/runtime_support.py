@@ -23,6 +23,7 @@ import numpy as np
 
 from polytile.errors import format_error
 from polytile.schedule.loop_ir import Buffer
+from polytile.schedule.sizes import AT_LEAST_1
 from polytile.te import dtype as dt
 from polytile.te.expr import Binary, Cast, Const, Var
 
@@ -186,6 +187,11 @@ def size_args(fname: str, func, args: tuple) -> tuple:
         val = eval_size(e, values)
         if val is not None and val < 0:
             shown = ", ".join(f"{v.name}={x}" for v, x in values.items())
+            if who.endswith(AT_LEAST_1) and isinstance(e, Binary) and e.op == "sub":
+                # say "the factor ... is N // 2 = 0", not "... minus 1 ... is -1"
+                raise ValueError(format_error(
+                    fname, f"{who[:-len(AT_LEAST_1)]} is {e.a} = {val + 1} for {shown}",
+                    "expected at least 1"))
             raise ValueError(format_error(fname, f"{who} is {e} = {val} for {shown}",
                                           "sizes >= 0"))
     return tuple(out)

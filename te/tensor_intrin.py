@@ -322,7 +322,20 @@ def _extern_stage(shape: tuple, dtypes: list, inputs: list, fcompute: Callable, 
     intrin = TensorIntrin(name, op, fcompute, tuple(inputs), {}, {})
     from polytile.tir import probe_parts
 
-    object.__setattr__(intrin, "parts", probe_parts(intrin))
+    try:
+        parts = probe_parts(intrin)
+    except DefinitionTypeError as e:
+        # the probe speaks of tensor intrinsics; a te.extern user wrote neither
+        msg = str(e).removeprefix("decl_tensor_intrin: ")
+        raise DefinitionTypeError(f"extern: stage {name!r}: {msg}") from None
+    if parts != ("body",):
+        # None (a forgotten return) used to pass here and fail later at lowering with a
+        # tensorize error about reduce axes the user never declared
+        got = "nothing (None)" if not parts else f"the parts {list(parts)}"
+        raise DefinitionTypeError(format_error(
+            "extern", f"fcompute of stage {name!r} returned {got}",
+            "fcompute(ins, outs) returning one statement (a call_extern, ib.get())"))
+    object.__setattr__(intrin, "parts", parts)
     op.attrs[EXTERN_KEY] = intrin
     return outs
 

@@ -170,7 +170,8 @@ def collect_many(exprs, cls: type | tuple) -> list:
     out: list = []
     done: set[int] = set()
     for e in exprs:
-        collect_into(e, cls, out, done)
+        if id(e) not in done:   # (a node of several statements: no call at all)
+            collect_into(e, cls, out, done)
     return out
 
 

@@ -62,7 +62,9 @@ class _Bounds:
 
     def of(self, e: Expr):
         cls = e.__class__
-        if cls is Const or cls is Var:   # leaves: cheaper to answer than to remember
+        if cls is Const:   # leaves: cheaper to answer than to remember
+            return (int(e.value), int(e.value)) if _is_int(e.dtype) else None
+        if cls is Var:
             return self._of(e)
         hit = self.memo.get(id(e))
         if hit is not None and hit[0] is e:
@@ -127,7 +129,9 @@ class _Bounds:
         """True when ``e`` (of dtype int64) and every int64 value inside it fit in int32
         (a ``Load`` inside is an index of its own and does not count)."""
         cls = e.__class__
-        if cls is Const or cls is Var:
+        if cls is Const:   # (half the nodes of an unrolled kernel's indices)
+            return e.dtype != "int64" or I32[0] <= int(e.value) <= I32[1]
+        if cls is Var:
             return e.dtype != "int64" or _fits(self._of(e))
         hit = self.nmemo.get(id(e))
         if hit is not None and hit[0] is e:

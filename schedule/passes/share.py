@@ -74,11 +74,27 @@ def _uses(roots: list) -> tuple[dict, list]:
     return count, order
 
 
-def _reached_twice(roots: list) -> bool:
+#: The most nodes below a load whose ids ``_reached_twice`` remembers (see ``loads``).
+LOAD_IDS = 64
+
+
+def _load_ids(x: Load):
+    """The ids of ``x`` and of the nodes of its indices other than variables and
+    constants, each reached once; ``None`` if one is reached twice, ``False`` if there are
+    more than :data:`LOAD_IDS`."""
+    seen: set[int] = set()
+    if _reached_twice([x], seen=seen):
+        return None
+    return frozenset(seen) if len(seen) <= LOAD_IDS else False
+
+
+def _reached_twice(roots: list, loads: dict | None = None, seen: set | None = None) -> bool:
     """Whether some node other than a variable or constant is reached twice from
     ``roots`` (a necessary condition for :func:`_uses` to find a node worth sharing);
-    cheaper than counting every edge."""
-    seen: set[int] = set()
+    cheaper than counting every edge. ``loads`` (id -> (load, :func:`_load_ids`)) keeps
+    the nodes of each load for the next statements (the copies of an unrolled body
+    share their loads): a load's nodes are added at once instead of walked."""
+    seen = set() if seen is None else seen
     stack = list(roots)
     pop, push = stack.pop, stack.append
     while stack:
@@ -86,6 +102,18 @@ def _reached_twice(roots: list) -> bool:
         cls = x.__class__
         if cls is Const or cls is Var:
             continue
+        if loads is not None and cls is Load:
+            hit = loads.get(id(x))
+            if hit is None or hit[0] is not x:
+                hit = loads[id(x)] = (x, _load_ids(x))   # (holding x keeps its id)
+            ids = hit[1]
+            if ids is None:
+                return True
+            if ids is not False:
+                if not seen.isdisjoint(ids):
+                    return True
+                seen |= ids
+                continue
         if id(x) in seen:
             return True
         seen.add(id(x))
@@ -140,13 +168,14 @@ class _Replace(ExprMutator):
 class _Share(StmtMutator):
     def __init__(self):
         self.n = 0
+        self.loads: dict = {}   # id -> (load, its nodes' ids), see _reached_twice
 
     def _bind(self, s, fields: tuple):
         roots = []
         for f in fields:
             v = getattr(s, f)
             roots += [x for x in (v if isinstance(v, tuple) else (v,)) if isinstance(x, Expr)]
-        if not _reached_twice(roots):   # most statements: nothing to share
+        if not _reached_twice(roots, self.loads):   # most statements: nothing to share
             return s
         count, order = _uses(roots)
         shared = [x for x in order if count[id(x)] > 1 and not _cheap(x)

@@ -163,6 +163,20 @@ class Simplifier(ExprMutator):
             return e
         return _Memo.visit(self, e)
 
+    def simplified(self, e: Expr) -> Expr:
+        """``visit(e)``, the result also remembered as the simplification of itself: a
+        later visit of a node built around it (the load ``flatten_storage`` builds with
+        it) keeps that node as it is, where a visit of the node built around ``e`` would
+        have built the same node around the same result. (The result is a node of the
+        input that its visit kept, so its own simplification, or a new node that nothing
+        else holds.)"""
+        out = self.visit(e)
+        if out.__class__ is not Var and out.__class__ is not Const:
+            memo = self.__dict__.setdefault("_memo", {})
+            if id(out) not in memo:
+                memo[id(out)] = (out, out)
+        return out
+
     def visit_Binary(self, e: Binary):
         a, b = self.visit(e.a), self.visit(e.b)
         if not _is_int(e.dtype) and (a.__class__ is not Const or b.__class__ is not Const):
@@ -271,11 +285,11 @@ _SIMPLIFIED: dict = {}
 
 
 class _SimplifyStmt(SlotExprMutator):
-    def __init__(self, share: bool = False):
+    def __init__(self, share: bool = False, walker: Simplifier | None = None):
         # shared: one expression walker (and its memo) for the whole statement; else one
         # per expression slot (SlotExprMutator: the copies of an unrolled body share the
         # work on the nodes they share, and each statement keeps its sharing structure)
-        self.ex = Simplifier(share=True) if share else None
+        self.ex = (walker or Simplifier(share=True)) if share else None
 
     def walker(self):
         return Simplifier()
@@ -319,14 +333,16 @@ def forget() -> None:
     _CANON.clear()
 
 
-def simplify(stmt, share: bool = False):
+def simplify(stmt, share: bool = False, walker: Simplifier | None = None):
     """Simplify every expression of a statement; drop branches and loops that never run.
 
     ``share``: one memo for all expressions of ``stmt``, and the sums an earlier walk of
     this lowering rebuilt are kept as they are (:data:`_CANON`), so a sub-expression met in
     several expressions is one shared result. Only where no later pass tells shared nodes
     apart: ``share_subexpressions`` binds a shared node once, so before it, each
-    expression's result must be its own tree."""
-    out = _SimplifyStmt(share).visit(stmt)
+    expression's result must be its own tree. ``walker``: with ``share``, the
+    ``Simplifier(share=True)`` to walk with (one that already simplified parts of
+    ``stmt``, see :func:`~.storage.flatten_storage`)."""
+    out = _SimplifyStmt(share, walker).visit(stmt)
     return out if out is not None else seq()
 

@@ -529,16 +529,23 @@ def software_pipeline(stmt: Stmt, asynchronous: bool = True,
     ordinary copy and no group is committed or waited for. Raises ``ScheduleError``
     (primitive ``pipeline``) naming the stage, the loop and what does not fit."""
     # (a pipelined loop without mma_wait refuses its asynchronous calls itself)
-    managed = {id(x) for f in walk_stmts(stmt) if isinstance(f, For) and _pragma(f)
-               for x in walk_stmts(f.body)}
+    # one walk for the pipelined loops and the asynchronous calls (most kernels have
+    # neither: each walk is a walk of every statement of an unrolled kernel)
+    pipelined, calls = [], []
     for x in walk_stmts(stmt):
-        if is_async_call(x) and id(x) not in managed:
+        if isinstance(x, For) and _pragma(x):
+            pipelined.append(x)
+        if is_async_call(x):
+            calls.append(x)
+    managed = {id(x) for f in pipelined for x in walk_stmts(f.body)} if calls else set()
+    for x in calls:
+        if id(x) not in managed:
             fail("tensorize", f"intrinsic {x.intrin.name!r} only issues its work "
                  "(asynchronous), and no software pipeline groups and waits for its calls",
                  "its calls inside a loop pipelined with mma_wait", hint="s[<stage>]."
                  "pipeline(<k loop>, stages=3, mma_wait=1), or the synchronous intrinsic "
                  "(also where the k loop has one iteration and is no loop)")
-    if not any(isinstance(x, For) and _pragma(x) for x in walk_stmts(stmt)):
+    if not pipelined:
         return stmt
     if asynchronous:
         stmt = _MarkPipelined().visit(stmt)

@@ -14,32 +14,67 @@ from ..loop_ir import (AccessPtr, Allocate, Buffer, For, KernelLaunch, LetStmt, 
 from ..tensorize import lower_tensor_call
 
 
+#: The results of :func:`_buffers_used` by statement id (each entry holds its statement, so
+#: the id is not reused): ``allocate_intermediates`` asks for a kernel's body, which
+#: ``pack_int4`` meets again inside the allocated function. The order of first use is
+#: compositional, so a walk takes a known subtree's list as it is. Emptied by
+#: :func:`forget` when a lowering ends.
+_USED: dict = {}
+
+
+def forget() -> None:
+    """Empty the memo of this module (``lower`` calls it when a lowering ends)."""
+    _USED.clear()
+
+
 def _buffers_used(s: Stmt, launches: dict | None = None) -> list[Buffer]:
     """The buffers ``s`` stores to, calls or loads from, in order of first use. With
     ``launches``, also the list of each ``KernelLaunch`` inside, by ``id`` (one walk for
     the function and its kernels)."""
     out: dict[int, Buffer] = {}
     done: set[int] = set()    # expression nodes walked: shared indices are walked once
+    loads: list = []
     stack = [s]
+    pop = stack.pop
+    known = _USED if launches is None else {}   # (a known kernel's launch is not listed)
     while stack:
-        x = stack.pop()
+        x = pop()
+        hit = known.get(id(x))
+        if hit is not None and hit[0] is x:
+            for b in hit[1]:
+                out.setdefault(id(b), b)
+            continue
+        if x.__class__ is Store:
+            # (most statements of an unrolled kernel: stmt_exprs and child_stmts inline)
+            out.setdefault(id(x.buffer), x.buffer)
+            if isinstance(x.value, Expr):
+                collect_into(x.value, Load, loads, done)
+            for e in x.indices:
+                if isinstance(e, Expr):
+                    collect_into(e, Load, loads, done)
+            if loads:
+                for ld in loads:
+                    out.setdefault(id(ld.buffer), ld.buffer)
+                loads.clear()
+            continue
         if launches is not None and isinstance(x, KernelLaunch):
             inner = launches[id(x)] = _buffers_used(x.body)
             for b in inner:
                 out.setdefault(id(b), b)
             continue
-        if isinstance(x, Store):
-            out.setdefault(id(x.buffer), x.buffer)
         if isinstance(x, TensorCall):
             for b in x.buffers:
                 out.setdefault(id(b), b)
-        loads: list = []
         for e in stmt_exprs(x):
             collect_into(e, Load, loads, done)
-        for ld in loads:
-            out.setdefault(id(ld.buffer), ld.buffer)
+        if loads:
+            for ld in loads:
+                out.setdefault(id(ld.buffer), ld.buffer)
+            loads.clear()
         stack.extend(reversed(child_stmts(x)))
-    return list(out.values())
+    res = list(out.values())
+    _USED[id(s)] = (s, res)
+    return res
 
 
 def allocate_intermediates(func: PrimFunc, limits: DeviceLimits) -> PrimFunc:
@@ -327,29 +362,45 @@ def _i64(e: Expr) -> Expr:
 
 
 class _FlattenExpr(ExprMutator):
+    def __init__(self, simplifier=None):
+        self.simplifier = simplifier
+
     def visit_Load(self, e: Load):
         idx = tuple(self.visit(i) for i in e.indices)
-        return Load(e.dtype, e.buffer, _flat_index(e.buffer, idx))
+        return Load(e.dtype, e.buffer, self.flat(e.buffer, idx))
+
+    def flat(self, buf: Buffer, idx: tuple) -> tuple:
+        """The flat index of ``buf`` at ``idx``; simplified when the pass has a simplifier
+        (see :func:`flatten_storage`)."""
+        flat = _flat_index(buf, idx)
+        if self.simplifier is None:
+            return flat
+        return (self.simplifier.simplified(flat[0]),)
 
 
 class _Flatten(StmtMutator):
-    def __init__(self):
-        self.ex = _FlattenExpr()   # one per pass: its memo lives as long as the pass
+    def __init__(self, simplifier=None):
+        # one per pass: its memo lives as long as the pass
+        self.ex = _FlattenExpr(simplifier)
         # the flat index of each store's (buffer, index nodes), by identity: the stores of
-        # an unrolled kernel (interned indices) share one flat index per element, as their
-        # loads do through ``ex``'s memo (one store per statement: no sharing within one)
+        # an unrolled kernel (index nodes shared by the copies of its body) share one flat
+        # index per element, as their loads do through ``ex``'s memo (one store per
+        # statement: no sharing within one)
         self.stores: dict = {}
 
     def visit_expr(self, e):
         return self.ex.visit(e)
 
     def visit_Store(self, s: Store):
-        s = self.generic_visit(s)
-        key = (id(s.buffer), tuple([id(i) for i in s.indices]))
+        # the value, then the indices (the order of generic_visit), one store built
+        visit = self.ex.visit
+        value = visit(s.value)
+        idx = tuple([visit(i) if isinstance(i, Expr) else i for i in s.indices])
+        key = (id(s.buffer), tuple([id(i) for i in idx]))
         hit = self.stores.get(key)
         if hit is None:   # (the entry holds the buffer and indices: their ids stay theirs)
-            hit = self.stores[key] = (s.buffer, s.indices, _flat_index(s.buffer, s.indices))
-        return Store(s.buffer, hit[2], s.value)
+            hit = self.stores[key] = (s.buffer, idx, self.ex.flat(s.buffer, idx))
+        return Store(s.buffer, hit[2], value)
 
     def visit_TensorCall(self, s: TensorCall):
         s = self.generic_visit(s)
@@ -357,7 +408,12 @@ class _Flatten(StmtMutator):
         return lower_tensor_call(s, flat)
 
 
-def flatten_storage(func: PrimFunc) -> PrimFunc:
+def flatten_storage(func: PrimFunc, simplifier=None) -> PrimFunc:
     """Rewrite every multi-dimensional ``Load``/``Store`` into a row-major ``int64``
-    element offset (``loop_ir`` contract for code generation)."""
-    return PrimFunc(func.name, func.params, _Flatten().visit(func.body), func.attrs)
+    element offset (``loop_ir`` contract for code generation).
+
+    ``simplifier``: a :class:`~.simplify.Simplifier` that the caller runs over the result
+    next (``finalize``); each offset is then built simplified by it, so that walk finds
+    the loads and stores of an unrolled kernel as they are instead of rebuilding each
+    statement a second time."""
+    return PrimFunc(func.name, func.params, _Flatten(simplifier).visit(func.body), func.attrs)

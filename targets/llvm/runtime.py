@@ -250,6 +250,28 @@ def link_imports(mod, imports) -> list:
     return libs
 
 
+def _check_resolved(mod, name: str) -> None:
+    """Refuse a module that calls a function nobody defines. MCJIT links such a call to
+    address 0, so the first call of the built function crashed the process (a tensor
+    intrinsic's ``call_extern`` naming a function its ``import_c`` source lacks).
+
+    Raises
+    ------
+    BuildError
+        Naming the unresolved functions.
+    """
+    missing = sorted(f.name for f in mod.functions
+                     if f.is_declaration and not f.name.startswith("llvm.")
+                     and not llvm.address_of_symbol(f.name))
+    if missing:
+        raise BuildError(format_error(
+            "build", f"function {name!r} calls {missing}, defined nowhere (not in an "
+            "import_c/import_llvm source, nor in a library of this process)",
+            "every call_extern to name a function that an import_c or import_llvm pragma "
+            "defines", hint="check the spelling of the call_extern name and of the C "
+            "function (a C++ source needs extern \"C\")"))
+
+
 class LLVMModule(Module):
     """A function compiled for the CPU, callable with numpy arrays and scalars.
 
@@ -306,6 +328,7 @@ class LLVMModule(Module):
             mod = llvm.parse_assembly(fixed)
             mod.verify()
             self._opt_text = fixed
+        _check_resolved(mod, func.name)
         self._tm = tm
         self._asm = None
         self._engine = llvm.create_mcjit_compiler(mod, _codegen_machine(mod, tm, target,

@@ -31,3 +31,21 @@ def test_template_specs_and_pool_names():
     assert len(names) == 4
     assert "matmul_2048x2048x2048_float16_cuda_sm_90a_n48_s0.json" in names
     assert ("layernorm", "cuda") in sq.SHAPES and ("softmax", "cuda") in sq.SHAPES
+    assert sq.pool_file("matmul", (64, 64, 64), "float32", "cuda", 8, 0, full_space=True) == \
+        "matmul_64x64x64_cuda_all_n8_s0.json"
+
+
+def test_report_rows_at_powers_of_two(capsys):
+    """The table has a row at every power of two up to the longest curve (issue 11's
+    curves: model against random at k = 1, 2, 4, 8, ...), besides N/2, N, 2N, 4N."""
+    sq = _sq()
+    curves = {"model": [[4.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]] * 2,
+              "random": [[4.0, 4.0, 2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0]] * 2}
+    rows: list = []
+    sq._report("t on x", curves, 1.0, [2], rows)
+    out = capsys.readouterr().out
+    ks = [int(line.split()[0]) for line in out.splitlines()[2:]
+          if line.split() and line.split()[0].isdigit() and len(line.split()) == 3]
+    assert ks == [1, 2, 4, 8]
+    assert "model >= random at every k in 1..10: yes" in out
+    assert rows[0][:4] == ("t", 2, 0.5, 1.0)   # model@2, random@8

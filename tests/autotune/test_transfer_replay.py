@@ -279,10 +279,21 @@ def test_gpu_pool_with_a_fake_runner(tmp_path):
     opt = MeasureOptions(parallel=2, runner_command=[sys.executable, fake,
                                                      str(tmp_path / "state"), ""])
     path = str(tmp_path / "gpu.json")
+    seen = []
+    # batches of one: the 2nd and 3rd candidates build while the one before runs
     pool = measure_pool("matmul", (128, 128, 64), target="cuda", n=3, seed=1, options=opt,
-                        path=path)
+                        path=path, on_entry=lambda k, n, e, r: seen.append((k, n, e)),
+                        batch=1)
     assert pool.target == "cuda -arch=sm_90" and pool.device["name"] == "Fake GPU"
     assert pool.gpu_limits is not None
+    # drawn from the configs the tuners search (the GEMM template prefers a part of its
+    # space), each reported as it finished
+    space = pool.space()
+    preferred = space.preferred()
+    assert preferred and pool.candidates == len(preferred) < len(space)
+    assert {space.from_json(e["config"]).index for e in pool.entries} <= set(preferred)
+    assert [(k, n) for k, n, _ in seen] == [(1, 3), (2, 3), (3, 3)]
+    assert [e for _, _, e in seen] == pool.entries
     ok = [e for e in pool.entries if e["costs"]]
     assert ok and all(len(e["features"]) == N_FEATURES for e in ok)
     g = N_FEATURES - N_GLOBAL
@@ -348,3 +359,48 @@ def test_recorded_pool_check_fails_for_a_model_without_information():
     oracle.cost = dict(zip(idx, costs))
     m = _softmax_means(oracle, range(6))
     assert m["model"] < m["random"] + 0.03, m
+
+
+# ------------------------------------------------ search quality on the recorded GPU pools
+_POOLS = _SOFTMAX_POOL.parent
+#: H200 pools (sm_90a) of the configs the tuners search: issue 11's GPU templates
+_GPU_POOLS = ("matmul_2048x2048x2048_cuda_sm_90a_n500_s0.json",
+              "softmax_4096x4096_float16_cuda_sm_90a_n500_s0.json",
+              "matmul_2048x2048x2048_float16_cuda_sm_90a_n500_s0.json")
+
+
+def _after_first_batch(oracle, tuner, seeds=range(8), k0=9, k1=24):
+    """Mean over seeds of the best-so-far fraction of the pool's best, averaged over
+    trials ``k0..k1``: the trials the model picks (the first batch of 8 is its start)."""
+    best = oracle.best_cost()
+    out = []
+    for s in seeds:
+        c = replay_search(oracle, tuner, k1, seed=s, batch=8)
+        out.append(np.mean([best / c[min(k, len(c)) - 1] for k in range(k0, k1 + 1)]))
+    return float(np.mean(out))
+
+
+@pytest.mark.parametrize("name", _GPU_POOLS)
+def test_model_not_behind_random_on_the_gpu_pools(name):
+    """Issue 11: replayed over each recorded H200 pool (costs timed once on the device,
+    loop-IR features stored with them), the model tuner is not behind random search
+    over the trials it picks (9 to 24, the first batch of 8 being its start), on a fixed
+    set of seeds (replays are deterministic). On the fp32 GEMM pool the model was ahead
+    by about 1.6 points, on softmax and the fp16 GEMM by 0.1-0.3: broken GPU features
+    (the fp16 GEMM's MMA loop unseen, the tile knob an index) or a model no better than
+    chance put it behind (the slow test below shuffles the costs)."""
+    oracle = ReplayOracle(Pool.load(str(_POOLS / name)))
+    m, r = _after_first_batch(oracle, "model"), _after_first_batch(oracle, "random")
+    assert m >= r, (m, r)
+
+
+@pytest.mark.slow
+def test_gpu_pool_check_fails_for_a_model_without_information():
+    """The check above can fail: the fp32 GEMM pool's costs shuffled among its configs
+    put the model tuner behind random search."""
+    oracle = ReplayOracle(Pool.load(str(_POOLS / _GPU_POOLS[0])))
+    idx = oracle.indices
+    costs = [oracle.cost[i] for i in idx]
+    random.Random(0).shuffle(costs)
+    oracle.cost = dict(zip(idx, costs))
+    assert _after_first_batch(oracle, "model") < _after_first_batch(oracle, "random")

@@ -99,3 +99,29 @@ def test_unknown_source_format():
     f = build("llvm")
     with pytest.raises(ValueError, match=r"get_source: unknown format 'ptx'; expected 'll'"):
         f.get_source("ptx")
+
+
+@pytest.mark.parametrize("with_source", [True, False], ids=["import_c-lacks-it", "no-source"])
+def test_call_extern_of_an_undefined_function_is_refused(with_source):
+    """A tensor intrinsic calling a function that no import_c source defines was linked to
+    address 0 by the JIT: the build passed and the first call crashed the process
+    (segmentation fault)."""
+    from polytile import tir
+    from polytile.errors import BuildError
+
+    n = 4
+    a = te.placeholder((n,), name="a")
+    c = te.compute((n,), lambda i: a[i] * 2, name="c")
+    intrin = te.decl_tensor_intrin(c.op, lambda ins, outs: tir.call_extern(
+        "int32", "polytile_test_never_defined_fn", outs[0].access_ptr("w"),
+        ins[0].access_ptr("r")), name="twice4")
+    A = te.placeholder((3 * n,), name="A")
+    C = te.compute((3 * n,), lambda i: A[i] * 2, name="C")
+    s = te.create_schedule(C.op)
+    xo, xi = s[C].split(C.op.axis[0], factor=n)
+    s[C].tensorize(xi, intrin)
+    if with_source:
+        s[C].pragma(xo, "import_c", "int polytile_test_other_fn(float *c) { return 0; }")
+    with pytest.raises(BuildError, match=r"build: function 'main' calls "
+                       r"\['polytile_test_never_defined_fn'\], defined nowhere"):
+        polytile.build(s, [A, C], target="llvm")

@@ -43,6 +43,10 @@ CASES = [
     pytest.param(lambda d: ["tune", "matmul", "--args=-1,64,64"], 2,
                  r"argument --args: expected non-negative integers, got '-1,64,64'",
                  id="args-negative"),
+    # a zero size used to fail with "policy 'candidate' for knob 'tile_i' without candidates"
+    pytest.param(lambda d: [*TUNE, "--args", "0,16,16"], 1,
+                 r"polytile: error: define_split: knob 'tile_i' splits an axis of extent 0; "
+                 r"expected an extent >= 1", id="args-zero-size"),
     pytest.param(lambda d: [*TUNE, "--args", "64,64"], 1,
                  r"(?s)polytile: error: template 'matmul': takes 3 arguments \(M, N, K\) but 2 "
                  r"were given: \[64, 64\]; expected one value per argument.*hint: --args "

@@ -189,6 +189,16 @@ def create_schedule_of_a_list_of_lists():
     te.create_schedule([[C.op]])
 
 
+def extern_fcompute_returning_none():
+    A = _A()
+    te.extern((N, N), [A], lambda ins, outs: None, name="E")
+
+
+def extern_fcompute_returning_an_int():
+    A = _A()
+    te.extern((N, N), [A], lambda ins, outs: 42, name="E")
+
+
 CASES = [
     pytest.param(lambda_too_few_args, TypeError,
                  r"(?s)compute 'C': fcompute takes 1 index arguments but the shape has 2 "
@@ -285,6 +295,14 @@ CASES = [
     pytest.param(create_schedule_of_a_list_of_lists, TypeError,
                  r"create_schedule: got list \[ComputeOp.*; expected operations or tensors",
                  id="create-schedule-of-nested-lists"),
+    # a forgotten return used to pass here and fail at build with a tensorize error about
+    # reduce axes 'A_0', 'A_1' that the user never declared
+    pytest.param(extern_fcompute_returning_none, TypeError,
+                 r"extern: fcompute of stage 'E' returned nothing \(None\); fcompute\(ins, "
+                 r"outs\) returning one statement", id="extern-fcompute-returns-none"),
+    pytest.param(extern_fcompute_returning_an_int, TypeError,
+                 r"extern: stage 'E': fcompute of 'E' returned int for its body",
+                 id="extern-fcompute-returns-int"),
 ]
 
 

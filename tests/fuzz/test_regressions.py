@@ -749,9 +749,32 @@ def test_unverifiable_loop_nest_is_refused_not_hung(monkeypatch):
     polytile.build(*tiled())(a, out)   # checked by enumeration: 35 points
     np.testing.assert_array_equal(out, a * 2)
     monkeypatch.setattr(ast_check, "CONCRETE_STEPS", 10)
-    with pytest.raises(polytile.LoweringError, match=r"lower: the loop nest of stages "
-                                                     r"\['B'\] could not be verified"):
+    with pytest.raises(polytile.LoweringError, match=r"lower: the loop nest of stages \['B'\] "
+                                                     r"could not be generated and verified"):
         polytile.lower(*tiled())
+
+
+def test_ast_generation_out_of_operations_is_refused_not_hung(monkeypatch):
+    """Fuzz seed llvm 77700: a symbolic size read through ``i % 3``, ``i // 2`` and
+    ``N - 1 - i`` by a grouped, split and reordered cache stage kept isl's AST generation
+    busy for minutes. It runs under ``astgen.GENERATE_OPERATIONS`` now; past it, the
+    domains' simple hulls are tried (the atomic attempt at the same domains is skipped),
+    then a LoweringError names the stages. Forced here on a small tiled stage."""
+    from polytile.schedule import astgen
+
+    calls = []
+    real = astgen.generate_ast
+    monkeypatch.setattr(astgen, "generate_ast",
+                        lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    monkeypatch.setattr(astgen, "GENERATE_OPERATIONS", 1)
+    A = te.placeholder((5, 7), name="A")
+    B = te.compute((5, 7), lambda i, j: A[i, j] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    s[B].tile(B.op.axis[0], B.op.axis[1], 2, 3)
+    with pytest.raises(polytile.LoweringError, match=r"stages \['B'\] could not be generated "
+                       r"and verified in bounded time \(isl's AST generation took more than 1 "):
+        polytile.lower(s, [A, B])
+    assert len(calls) == 2, calls   # the exact domains, then their hulls
 
 
 @pytest.mark.slow
@@ -762,7 +785,7 @@ def test_twice_tiled_symbolic_reduction_lowers_or_refuses_in_seconds():
 
     s, args = _tiled_symbolic_min()
     t0 = time.perf_counter()
-    with pytest.raises(polytile.LoweringError, match="could not be verified"):
+    with pytest.raises(polytile.LoweringError, match="verified in bounded time"):
         polytile.lower(s, args)
     assert time.perf_counter() - t0 < 60
 

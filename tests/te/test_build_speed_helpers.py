@@ -171,3 +171,48 @@ def test_pipeline_used_outside_counts_only_outside_the_loop():
     copy = For(k, Const("int64", 0), Const("int64", 4), LoopKind.SERIAL, loop.body)
     assert _used_outside(seq(copy), loop, [sh]) is None
     assert _used_outside(seq(before, copy), loop, [sh]) is sh
+
+
+def test_share_remembers_loads_across_statements_only():
+    """``share_subexpressions`` takes a load's nodes from the statement that met it first
+    (``_reached_twice``'s ``loads``): a load reused by the next statement binds nothing,
+    but an index node that two loads of one statement share, or a load read twice by one
+    statement, is still bound once."""
+    from polytile.schedule.loop_ir import LetStmt, Load
+    from polytile.schedule.passes.share import share_subexpressions
+
+    i = Var("int64", "i")
+    a = Buffer("A", (64,), "float32", "global")
+    b = Buffer("B", (64,), "float32", "global")
+    c = Buffer("C", (64,), "float32", "global")
+    idx = Binary("int64", "add", i, Const("int64", 1))
+    la, lb = Load("float32", a, (idx,)), Load("float32", b, (idx,))
+    alone = Load("float32", a, (Binary("int64", "mul", i, Const("int64", 2)),))
+    s0 = Store(c, (i,), Binary("float32", "mul", alone, Const("float32", 2.0)))
+    s1 = Store(c, (i,), Binary("float32", "add", alone, Const("float32", 1.0)))
+    s2 = Store(c, (i,), Binary("float32", "add", la, lb))      # idx reached twice
+    s3 = Store(c, (i,), Binary("float32", "mul", alone, alone))   # a load twice
+    out = share_subexpressions(seq(s0, s1, s2, s3)).stmts
+    assert out[0] is s0 and out[1] is s1
+    assert isinstance(out[2], LetStmt) and out[2].value is not None
+    assert "cse" in str(out[2]) and "cse" in str(out[3])
+
+
+def test_finalize_simplifies_flat_offsets_as_the_two_passes_did():
+    """``finalize`` builds the flat offsets simplified (one walker for flatten and the
+    last simplify): the text is that of flatten, then simplify."""
+    from polytile import te
+    from polytile.schedule.passes.storage import flatten_storage
+    from polytile.schedule.pipeline import finalize, lower
+
+    A = te.placeholder((31, 17), name="A")
+    B = te.compute((31, 17), lambda x, y: A[x, y] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    xo, xi = s[B].split(B.op.axis[0], factor=4)
+    s[B].unroll(xi)
+    func = lower(s, [A, B])
+    flat = flatten_storage(func)
+    sp.forget()
+    want = str(sp.simplify(flat.body, share=True))
+    sp.forget()
+    assert str(finalize(func).body) == want
