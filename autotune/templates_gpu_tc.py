@@ -17,7 +17,10 @@ B[k, j].astype("float32"))``), scheduled by that same function, the hand schedul
             loaded across the barrier; ``pipeline(..., fragment_prefetch=True)``)
 ``group``   blocks launched ``group`` tile rows at a time (L2 reuse)
 ``pad``     shared rows padded by ``pad`` elements (``storage_align``; 8: 16 bytes, the
-            8 rows an ``ldmatrix`` reads in distinct banks; 0: unpadded)
+            8 rows an ``ldmatrix`` reads in distinct banks; 0: unpadded); ``"swizzle"``
+            (mma.sync): tiles of 32 to 1024-byte rows XOR-swizzled instead, whole
+            128-byte lines per 16-byte ``cp.async`` (``wmma_gemm(..., swizzle=True)``),
+            the others padded by 8
 ``copy``    ``cuda -arch=sm_90a`` only, for wgmma: the shared tiles filled by the threads'
             ``cp.async`` or by TMA (``"tma"``: one bulk tensor copy per 64-column box,
             completing on an mbarrier per slot; ``pipeline(..., tma=True)``), where ``B``
@@ -33,8 +36,9 @@ the nearest valid ones (:func:`effective`: a pipeline too deep for the shared me
 deepest that fits, a fragment prefetch without a pipeline loads per step, a group that does
 not divide the tile rows the largest that does), and :func:`tc_preferred` keeps the tuners
 to the configs that are their own effective values. The default config is the fastest hand
-schedule measured (:data:`polytile.targets.cuda.tensor_core.MMA_BEST`, 0.535x cuBLAS at
-4096^3 on an H200) where its tiles divide the shape.
+schedule measured (:data:`polytile.targets.cuda.tensor_core.MMA_BEST`, 0.561x cuBLAS at
+4096^3 on an H200: 128x256x64 blocks, 4 stages, both shared tiles swizzled) where its
+tiles divide the shape.
 
 Figures (H200, 4096^3 float16, one run of ``benchmarks/tune_gpu.py --dtypes float16
 --target "cuda -arch=sm_90a" --trials 24 --triton``, 2026-12-02): the best config is the
@@ -80,7 +84,7 @@ TC_KTILES = (16, 32, 64)
 TC_STAGES = (1, 2, 3, 4)
 TC_FRAGS = ("step", "tile", "prefetch")
 TC_GROUPS = (1, 4, 8, 16)
-TC_PADS = (8, 0)
+TC_PADS = (8, 0, "swizzle")
 #: how the wgmma shared tiles are filled (``pipeline(..., tma=...)``)
 TC_COPIES = ("cp.async", "tma")
 #: wgmma (sm_90a) blocks: ``BM`` rows (one warpgroup per 64) x ``BN`` columns (one
@@ -123,10 +127,12 @@ def tc_registers(warp: tuple, bk: int, frags: str) -> int:
     return wm * wn // 32 + operands * times + 40
 
 
-def tc_shared_bytes(tile: list, stages: int, pad: int, itemsize: int = 2) -> int:
+def tc_shared_bytes(tile: list, stages: int, pad, itemsize: int = 2) -> int:
     """Shared memory (bytes) of ``tile = [BM, BN, BK, ...]`` in ``stages`` buffers, rows
-    padded by ``pad`` elements: ``stages * (BM * (BK + pad) + BK * (BN + pad)) * itemsize``."""
+    padded by ``pad`` elements: ``stages * (BM * (BK + pad) + BK * (BN + pad)) * itemsize``
+    (``pad="swizzle"``: at most 8, the bound taken)."""
     bm, bn, bk = tile[:3]
+    pad = 8 if pad == "swizzle" else pad
     return stages * (bm * (bk + pad) + bk * (bn + pad)) * itemsize
 
 
@@ -153,7 +159,7 @@ def tc_fits_shared(tile: list, K: int, limits: gpu_limits.GPULimits) -> bool:
     """Whether the shared tiles of ``tile`` (rows padded by the largest pad) fit in one
     stage within the static shared memory, or (two k tiles or more) in a two-stage pipeline
     within the opt-in shared memory: every config of the tile can then launch."""
-    pad = max(TC_PADS)
+    pad = max(p for p in TC_PADS if isinstance(p, int))
     return (tc_shared_bytes(tile, 1, pad) <= limits.shared_bytes_per_block
             or (K // tile[2] >= 2 and tc_shared_bytes(tile, 2, pad)
                 <= limits.shared_bytes_optin))
@@ -237,6 +243,7 @@ def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
     - ``frags``: ``"step"`` where ``"prefetch"`` lacks a pipeline, two k steps per tile
       or mma.sync (WMMA does not prefetch), and where ``"tile"``/``"prefetch"`` would
       exceed the registers (:func:`tc_registers`);
+    - ``pad``: ``"swizzle"`` is 8 on WMMA (its fragment loads read padded rows);
     - ``group``: the largest divisor of the tile rows at most the knob
       (:func:`~polytile.targets.gpu_tiling.group_rows`), on wgmma too;
     - on wgmma, the knobs it does not read (``frags``, ``pad``) are their ``defaults``;
@@ -267,6 +274,8 @@ def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
     st = _fitting_stages(v["stages"], K // bk,
                          lambda n: tc_shared_bytes(tile, n, v["pad"]), limits)
     frags = v["frags"]
+    if v["pad"] == "swizzle" and isa != "mma":
+        v = {**v, "pad": 8}     # (WMMA loads fragments through nvcuda::wmma: no swizzle)
     if frags == "prefetch" and (st < 2 or bk < 2 * TC_K_STEP or isa != "mma"):
         frags = "step"
     threads = 32 * (bm // wm) * (bn // wn)
@@ -281,7 +290,7 @@ def tc_preferred(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
     """Whether the tuners search the config of knob values ``v``: only configs that are
     their own :func:`effective` values (no duplicate kernels), and on a large GEMM (``M``
     and ``N`` at least :data:`LARGE`) only the region measured fast on an H200 (4096^3,
-    ``benchmarks/gpu_gemm.py --isa mma --variants``): mma.sync, padded rows, a pipeline,
+    ``benchmarks/gpu_gemm.py --isa mma --variants``): mma.sync, padded or swizzled rows, a pipeline,
     k tiles of 32 or 64, groups of 8 or 16, warp tiles of at least 32 x 32 and blocks of at
     least 128 x 128 (4 warps or more); wgmma blocks of at least 128 x 128 in 3 stages or
     more, grouped by 8 or 16 tile rows."""
@@ -292,7 +301,8 @@ def tc_preferred(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
                 and v["group"] >= 8)
     if shape[0] >= LARGE and shape[1] >= LARGE:
         bm, bn, bk, wm, wn = v["tile"]
-        return (v["isa"] == "mma" and v["pad"] == 8 and v["stages"] >= 2 and bk >= 32
+        return (v["isa"] == "mma" and v["pad"] in (8, "swizzle") and v["stages"] >= 2
+                and bk >= 32
                 and v["group"] >= 8 and wm >= 32 and wn >= 32 and bm * bn >= 128 * 128
                 and (bm // wm) * (bn // wn) >= 4)
     return True
@@ -335,7 +345,9 @@ def define_tc_knobs(cfg, M: int, N: int, K: int) -> dict:
                 "tile": wg_best if on_wgmma else _default_tile(tiles, MMA_BEST),
                 "stages": WGMMA_TENSORIZE_BEST["stages"] if on_wgmma else MMA_BEST["stages"],
                 "frags": MMA_BEST["frags"], "group": WGMMA_TENSORIZE_BEST["group"] if on_wgmma
-                else MMA_BEST["group"], "pad": 8}
+                else MMA_BEST["group"],
+                # (swizzle "A" or "B", one tile only, is no knob value: padded then)
+                "pad": "swizzle" if MMA_BEST.get("swizzle") is True else 8}
     if wg:   # a knob of sm_90a only
         defaults["copy"] = "tma" if on_wgmma and WGMMA_TENSORIZE_BEST.get("tma") else "cp.async"
     cfg.define_knob("isa", ["mma", "wmma"] + ["wgmma"] * bool(wg), default=defaults["isa"])
@@ -366,7 +378,9 @@ def matmul_tc(cfg, M: int, N: int, K: int, dtype: str):
                              tma=v.get("copy") == "tma")
     bm, bn, bk, wm, wn = v["tile"]
     return tc.wmma_gemm(M, N, K, acc="float32", dtype=dtype, isa=v["isa"],
-                        block=(bm, bn, bk), warp=(wm, wn), pad=v["pad"],
+                        block=(bm, bn, bk), warp=(wm, wn),
+                        pad=8 if v["pad"] == "swizzle" else v["pad"],
+                        **({"swizzle": True} if v["pad"] == "swizzle" else {}),
                         stages=v["stages"], frags=v["frags"], group=v["group"])
 
 

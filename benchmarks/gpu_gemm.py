@@ -68,10 +68,12 @@ def triton_sgemm(n: int, cublas: float | None) -> None:
 
 def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 128, 64), (64, 64)),
               anchors: bool = True, stages=(3,), cublas: float | None = None,
-              frags: str = "step", group: int = 1, min_blocks: int = 0) -> float | None:
+              frags: str = "step", group: int = 1, min_blocks: int = 0,
+              swizzle: bool | str = False) -> float | None:
     """cuBLAS, Triton (with ``anchors``) and polytile's ``wmma_gemm`` with ``tiles = (block,
     warp)``, ``frags`` and ``group`` (built for ``cuda -min-blocks=<min_blocks>`` when given) at
-    ``n``^3 in ``dtype`` (float16 or bfloat16; one line
+    ``n``^3 in ``dtype`` (float16 or bfloat16; ``swizzle``: XOR-swizzled instead of padded
+    shared tiles where their rows allow, ``isa="mma"``; one line
     each), once per pipeline depth of ``stages`` (1: no software pipeline). A ``cublas``
     figure (TFLOP/s) measured earlier in this run is used as the anchor instead of timing
     cuBLAS again. Returns the cuBLAS figure (None without torch)."""
@@ -124,7 +126,8 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
         t0 = time.perf_counter()
         s, args = tc.wmma_gemm(n, n, n, acc=acc, isa=isa, block=tiles[0], warp=tiles[1],
                                dtype="float32" if dtype == "tf32" else dtype, stages=depth,
-                               frags=frags, group=group)
+                               frags=frags, group=group, **({"swizzle": swizzle} if swizzle
+                                                            else {}))
         f = polytile.build(s, args, target="cuda" + (f" -min-blocks={min_blocks}"
                                                      if min_blocks else ""))
         t_build = time.perf_counter() - t0
@@ -142,7 +145,9 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
         extra = {"tile": ", fragments per k tile", "prefetch": ", fragments prefetched "
                  "across the barrier"}.get(frags, "") + (
             f", blocks grouped by {group} rows" if group > 1 else "") + (
-            f", {min_blocks} blocks per SM" if min_blocks else "")
+            f", {min_blocks} blocks per SM" if min_blocks else "") + (
+            (", swizzled tiles" if swizzle is True else f", {swizzle} swizzled" if swizzle
+             else ""))
         print(f"n={n:5d} {f'polytile {label} {dtype}->{acc}':44s} {tflops:7.1f} TFLOP/s  "
               f"{ratio}  (block {tiles[0]}, warp {tiles[1]}{extra}, lower+build "
               f"{t_build:.1f} s, rel. error {err:.1e}, {_sass(f.cubin, isa)})", flush=True)
@@ -227,7 +232,27 @@ MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
                 ((256, 128, 32), (64, 32), 3, "prefetch", 8),
                 # [33] 32 warps per SM: 128x128 blocks of 16 warps of 32x32, two per SM
                 # (-min-blocks=2: 64 registers, no spills; 4 ldmatrix.x4 per 8 mma)
-                ((128, 128, 32), (32, 32), 4, "step", 8, 2))
+                ((128, 128, 32), (32, 32), 4, "step", 8, 2),
+                # [34..37] swizzled shared tiles (wmma_gemm swizzle=True): A's rows of 64
+                # (BK 32) or 128 bytes (BK 64) XOR-swizzled instead of padded to 80 / 144
+                # bytes, B's of 512 or 256 bytes in the 128B pattern over the row
+                # ("128B/512") instead of padded to 528 / 272: ncu of [18] on the H200
+                # counted every excess shared wavefront in LDGSTS (14.6 per instruction
+                # for A's 80-byte rows, 11.2 for B's 528-byte ones, 4 ideal; LDSM ideal).
+                # [18], [14], [20], [19] so
+                ((128, 256, 32), (64, 64), 4, "prefetch", 8, {"swizzle": True}),
+                ((128, 256, 32), (64, 64), 3, "prefetch", 8, {"swizzle": True}),
+                ((128, 256, 64), (64, 64), 4, "prefetch", 8, {"swizzle": True}),
+                ((256, 128, 32), (64, 64), 4, "prefetch", 8, {"swizzle": True}),
+                # [38..39] around [34]: 5 stages, groups of 16 tile rows
+                ((128, 256, 32), (64, 64), 5, "prefetch", 8, {"swizzle": True}),
+                ((128, 256, 32), (64, 64), 4, "prefetch", 16, {"swizzle": True}),
+                # [40], [41]: [34] and [37] with A's tile swizzled only, B padded: [34..39]
+                # measured so (H200, one run of 2026-12-02 08:40, cuBLAS 755-765: [18] 404.0,
+                # [34] 413.8, [35] 405.5, [36] 405.8, [37] 420.7 TFLOP/s) before B's tiles
+                # of 256 and 512-byte rows were swizzled too ("128B/R")
+                ((128, 256, 32), (64, 64), 4, "prefetch", 8, {"swizzle": "A"}),
+                ((256, 128, 32), (64, 64), 4, "prefetch", 8, {"swizzle": "A"}))
 
 #: the mma.sync variant of ``--isa best``: the fastest measured, [18] (before: [14] (H200, 4096^3 float16 at
 #: 0cf242f, one run: [7] 313, [12] 318, [13] 325, [14] 371, [15] 356, [16] 285, [17] 335
@@ -241,7 +266,14 @@ MMA_VARIANTS = (((128, 128, 64), (64, 64), 3, "step", 1),
 #: L2 59%, DRAM 11%. Since then [18] (4 stages): checkpoint run of 2026-12-02 05:37 (cuBLAS
 #: 753-756): [14] 388.7 (0.515x), [18] 403.5 TFLOP/s (0.535x); with
 #: software_pipeline.UNROLL_SLOTS (constant slots) 366.4 and 365.4, slower, so it is off
-MMA_DEFAULT = MMA_VARIANTS[18]
+#: Since 2026-12-02 09:25: [36] (BK 64, both tiles swizzled), one run of --variants --pick
+#: 18 40 34 41 37 36 (cuBLAS 744-752): [18] 402.5 (0.535x), [40] 409.4, [34] 402.5, [41]
+#: 418.6 (0.557x), [37] 401.1, [36] 419.3 TFLOP/s (0.561x); ncu of [34]: 4 shared
+#: wavefronts per LDGSTS of B (was 11.2), 8 of A (64-byte rows: half lines), L2 throughput
+#: 24% (was 52%), yet no faster: 10% more integer instructions (the per-chunk lane
+#: displacements of B's ldmatrix). An earlier run (08:40, cuBLAS 755-765, B padded then):
+#: [18] 404.0, [34]=[40] 413.8, [35] 405.5, [36] 405.8, [37]=[41] 420.7
+MMA_DEFAULT = MMA_VARIANTS[36]
 
 
 def _check_mma_default() -> None:
@@ -249,9 +281,18 @@ def _check_mma_default() -> None:
     from polytile.targets.cuda.tensor_core import MMA_BEST
 
     best = (MMA_BEST["block"], MMA_BEST["warp"], MMA_BEST["stages"], MMA_BEST["frags"],
-            MMA_BEST["group"])
-    if MMA_DEFAULT != best:
+            MMA_BEST["group"], {k: MMA_BEST[k] for k in ("swizzle",) if k in MMA_BEST})
+    block, warp, stages, frags, group, *more = MMA_DEFAULT
+    if (block, warp, stages, frags, group, _options(more)) != best:
         raise SystemExit(f"MMA_DEFAULT {MMA_DEFAULT} differs from tensor_core.MMA_BEST {best}")
+
+
+def _options(more: list) -> dict:
+    """The keywords of :func:`half_gemm` of an ``MMA_VARIANTS`` entry's optional last
+    field: an int (the target's ``-min-blocks``) or a dict (``min_blocks``, ``swizzle``)."""
+    if not more:
+        return {}
+    return dict(more[0]) if isinstance(more[0], dict) else {"min_blocks": more[0]}
 
 
 def mma_variants(n: int, acc: str, dtype: str, variants=MMA_VARIANTS,
@@ -260,12 +301,12 @@ def mma_variants(n: int, acc: str, dtype: str, variants=MMA_VARIANTS,
     beside cuBLAS and Triton (timed first unless ``cublas`` is given; Triton only with
     ``triton``); a variant that fails to build or run is reported and skipped. Returns the
     cuBLAS figure."""
-    for i, (block, warp, depth, frags, group, *regs) in enumerate(variants):
+    for i, (block, warp, depth, frags, group, *more) in enumerate(variants):
+        opts = _options(more)
         try:
             cublas = half_gemm(n, acc, "mma", dtype, (block, warp), anchors=triton and
                                cublas is None and i == 0, stages=(depth,), cublas=cublas,
-                               frags=frags,
-                               group=group, min_blocks=regs[0] if regs else 0) or cublas
+                               frags=frags, group=group, **opts) or cublas
         except (Exception, SystemExit) as exc:  # past a device limit or wrong: say so, go on
             print(f"n={n:5d} mma block {block}, warp {warp}, {depth} stages, frags {frags}, "
                   f"group {group}: FAILED {type(exc).__name__}: "

@@ -113,8 +113,10 @@ class BufferView:
     """
 
     def __init__(self, buffer: Buffer, shape: tuple, strides: tuple, elem_offset: Expr,
-                 name: str = ""):
+                 name: str = "", indices: tuple | None = None):
         self.buffer = buffer
+        # the region's start index per dimension of ``buffer`` (None where unknown)
+        self.indices = indices
         self.shape = tuple(shape)
         self.dtype = buffer.dtype
         self.strides = tuple(strides)

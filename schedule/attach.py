@@ -573,7 +573,7 @@ def _swizzle(p: StagePlan, shape: tuple, scope: str) -> str:
     mode = p.stage.swizzled
     if mode == "none":
         return mode
-    from polytile.targets.cuda.wgmma import SWIZZLE_BYTES
+    from polytile.targets.cuda.wgmma import SWIZZLE_ROW_BYTES
 
     if scope != "shared":
         fail("swizzle", f"stage {p.name!r} is in scope {scope!r}", "a shared buffer",
@@ -584,7 +584,7 @@ def _swizzle(p: StagePlan, shape: tuple, scope: str) -> str:
     if not all(sym.is_static(e) for e in shape):
         fail("swizzle", f"the buffer of stage {p.name!r} has the symbolic shape "
              f"{[sym.text(e) for e in shape]}", "a constant shape")
-    width = SWIZZLE_BYTES[mode]
+    width = SWIZZLE_ROW_BYTES[mode]
     shape = [int(e) for e in shape]
     row = shape[-1] * dt.nbytes(p.buffer.dtype) if shape else 0
     rows = 1

@@ -258,6 +258,10 @@ class StorageMixin:
         the elements at their swizzled places, so a layout the code does not honour shows
         up as wrong values.
 
+        ``"128B/256"``, ``"128B/512"``, ``"128B/1024"``: the 128B pattern over rows of 256,
+        512 or 1024 bytes (chunk ``j ^ r % 8`` of row ``r``) for tiles read by ``ldmatrix``
+        (the mma.sync path's wide B tiles); no wgmma descriptor reads them.
+
         Synonyms: CUTLASS ``Swizzle<3, 4, 3>`` (``GMMA::Layout_K_SW128_Atom``), Triton's
         ``NVMMASharedLayout``, TVM TensorIR's ``transform_layout`` with an XOR index map.
 
@@ -267,12 +271,12 @@ class StorageMixin:
             For an unknown mode or a placeholder; when lowering, for a buffer that does
             not fit (see Legality).
         """
-        from polytile.targets.cuda.wgmma import SWIZZLE_BYTES
+        from polytile.targets.cuda.wgmma import SWIZZLE_ROW_BYTES
 
         self._require_compute("swizzle")
-        if mode != "none" and mode not in SWIZZLE_BYTES:
+        if mode != "none" and mode not in SWIZZLE_ROW_BYTES:
             fail("swizzle", f"mode {mode!r} for stage {self.name!r}",
-                 f"one of {', '.join(SWIZZLE_BYTES)} or 'none'")
+                 f"one of {', '.join(SWIZZLE_ROW_BYTES)} or 'none'")
         self.swizzled = mode
         self._record("swizzle", mode)
 

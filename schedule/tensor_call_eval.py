@@ -71,12 +71,12 @@ def _swizzled_region(flat: np.ndarray, buf: Buffer, off: int, shape: tuple, stri
     """A read-only copy of the region of swizzled ``buf`` at logical offset ``off``: what a
     tensor core reads through a descriptor of the buffer's swizzle mode, whose start
     address must lie on a row that begins the swizzle pattern (base offset 0)."""
-    from polytile.targets.cuda.wgmma import SWIZZLE_BYTES, swizzle_elements
+    from polytile.targets.cuda.wgmma import SWIZZLE_ROW_BYTES, swizzle_elements
 
     nbytes = dt.nbytes(buf.dtype)
-    period = 8 * SWIZZLE_BYTES[buf.swizzle]
-    if (off * nbytes) % period >= SWIZZLE_BYTES[buf.swizzle]:
-        row = (off * nbytes) % period // SWIZZLE_BYTES[buf.swizzle]
+    period = 8 * SWIZZLE_ROW_BYTES[buf.swizzle]
+    if (off * nbytes) % period >= SWIZZLE_ROW_BYTES[buf.swizzle]:
+        row = (off * nbytes) % period // SWIZZLE_ROW_BYTES[buf.swizzle]
         raise LoweringError(f"tensorize: a region of {buf.name} (swizzle {buf.swizzle}) "
                             f"starts at element {off}, on row {row} of its 8-row swizzle "
                             "pattern; expected a region starting on the pattern's first "

@@ -529,9 +529,12 @@ def lower_tensor_call(s: TensorCall, flat: tuple) -> TensorCall:
     from polytile.tir import BufferView, code_of   # polytile.tir builds on the loop IR
 
     intrin = s.intrin
-    views = [BufferView(b, shape, strides, off, name=t.name)
-             for b, shape, strides, off, t in zip(s.buffers, s.shapes, s.strides, flat,
-                                                 list(intrin.inputs) + list(intrin.outputs))]
+    starts = s.operand_indices()
+    views = [BufferView(b, shape, strides, off, name=t.name,
+                        indices=ix if len(ix) == len(b.shape) else None)
+             for b, shape, strides, off, t, ix in zip(
+                 s.buffers, s.shapes, s.strides, flat,
+                 list(intrin.inputs) + list(intrin.outputs), starts)]
     n = len(intrin.inputs)
     body = code_of(intrin, views[:n], views[n:], s.part)
     # not on fragments (no scalar address per element) nor on shared memory (a body run

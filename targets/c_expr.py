@@ -45,6 +45,43 @@ def strip_parens(s: str) -> str:
         pos = close + 1
 
 
+def split_period(index: Expr, period: int) -> tuple:
+    """``(hi, lo)`` with ``index == hi + lo``: ``hi`` the terms of ``index`` (a sum of
+    multiples of sub-expressions) whose coefficients are multiples of ``period`` and the
+    constant's multiple of it, ``lo`` the rest; ``hi`` None when there are none. Why: a
+    swizzle of pattern ``period`` (a power of two) moves bits below it only, by bits
+    below it, so ``swizzle(hi + lo) == hi + swizzle(lo)``: the slot and tile offsets of a
+    pipelined copy stay out of the XOR, which then depends on the thread alone (computed
+    once per thread instead of once per copy)."""
+    from polytile.schedule.passes.async_copy import linear_terms
+
+    lin = linear_terms(index)
+    if lin is None:
+        return None, index
+    terms, const = lin
+    q, r = divmod(const, period)
+    out = {id(e) for e, k in terms.items() if k % period == 0 and k}
+    if not out and not q:
+        return None, index
+    t = index.dtype
+
+    def term(e: Expr, k: int) -> Expr:
+        e = e if e.dtype == t else Cast(t, e)
+        return e if k == 1 else Binary(t, "mul", e, Const(t, k))
+
+    def total(parts: list, c: int) -> Expr:
+        acc = None
+        for p in parts:
+            acc = p if acc is None else Binary(t, "add", acc, p)
+        if c or acc is None:
+            acc = Const(t, c) if acc is None else Binary(t, "add", acc, Const(t, c))
+        return acc
+
+    hi = total([term(e, k) for e, k in terms.items() if id(e) in out], q * period)
+    lo = total([term(e, k) for e, k in terms.items() if id(e) not in out and k], r)
+    return hi, lo
+
+
 class CExprPrinter:
     """Prints expressions and memory accesses (a base class of ``CPrinter``)."""
 
@@ -65,10 +102,14 @@ class CExprPrinter:
                 "expected exactly one (flattened) index after storage flattening"))
         if b.swizzle != "none":
             # Stage.swizzle: the logical offset's 16-byte chunk XOR its 128-byte line
-            from polytile.targets.cuda.wgmma import swizzle_elements
+            from polytile.targets.cuda.wgmma import SWIZZLE_ROW_BYTES, swizzle_elements
 
-            return strip_parens(self.expr(swizzle_elements(indices[0], b.swizzle,
-                                                           dt.nbytes(b.dtype))))
+            nbytes = dt.nbytes(b.dtype)
+            hi, lo = split_period(indices[0], 8 * SWIZZLE_ROW_BYTES[b.swizzle] // nbytes)
+            sw = swizzle_elements(lo, b.swizzle, nbytes)
+            if hi is not None:
+                sw = Binary(indices[0].dtype, "add", hi, sw)
+            return strip_parens(self.expr(sw))
         return strip_parens(self.expr(indices[0]))
 
     # ---------------------------------------------------------------- expressions

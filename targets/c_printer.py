@@ -720,9 +720,9 @@ def _swizzle_period(b: Buffer, d: CDialect, who: str) -> int:
         raise BuildError(format_error(who, f"shared buffer {b.name!r} is swizzled "
                                       f"({b.swizzle})", "a CUDA target (the Hopper tensor "
                                       "cores' layouts)"))
-    from polytile.targets.cuda.wgmma import SWIZZLE_BYTES
+    from polytile.targets.cuda.wgmma import SWIZZLE_ROW_BYTES
 
-    return 8 * SWIZZLE_BYTES[b.swizzle]
+    return 8 * SWIZZLE_ROW_BYTES[b.swizzle]
 
 
 @deep("build")

@@ -23,8 +23,11 @@
    and a fuse of the block loops) so that the blocks running together share A and B
    panels in L2, and ``pipeline(ko, 4, fragment_prefetch=True)`` (``frags="prefetch"``):
    the first k step's fragments of tile k + 1 are loaded right after the barrier, before
-   the copies of tile k + 4 and under the last step's MMAs of tile k. The fastest mma.sync
-   variant measured on the H200 (403.5 TFLOP/s, 0.535x cuBLAS;
+   the copies of tile k + 4 and under the last step's MMAs of tile k; k tiles of 64 and
+   both shared tiles XOR-swizzled instead of padded (``swizzle=True``: 4 shared
+   wavefronts per 16-byte ``cp.async`` of a warp instead of 11-15 per ncu). The fastest
+   mma.sync variant measured on the H200 (419.3 TFLOP/s, 0.561x cuBLAS; padded
+   128x256x32 402.5, 0.535x, in the same run;
    ``benchmarks/gpu_gemm.py --isa mma --variants``). ``frags="tile"`` loads
    the fragments of a whole k tile before its MMAs instead.
 
@@ -198,7 +201,7 @@ def main(argv=None) -> None:
               lambda: tc.wmma_gemm(n, n, n, acc="float32", isa="mma"), "float32"),
              ("mma.sync + cp.async, 3 stages",
               lambda: tc.wmma_gemm(n, n, n, acc="float32", isa="mma", stages=3), "float32"),
-             ("mma.sync 128x256x32, 4 stages, fragment prefetch",
+             ("mma.sync 128x256x64, 4 stages, prefetch, swizzled",
               lambda: tc.wmma_gemm(n, n, n, acc="float32", **tc.MMA_BEST),
               "float32")]
     for title, make, out in steps:

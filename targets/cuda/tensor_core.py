@@ -27,6 +27,7 @@ collective WMMA calls together. Source: CUDA C++ Programming Guide, "Warp Matrix
 from __future__ import annotations
 
 from polytile import te, tir
+from polytile.te import dtype as dt
 
 from ..gpu_tiling import cooperative_copy, fragment_tiles, warp_tiles
 
@@ -176,7 +177,7 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
               warp=(64, 64), pad: int | None = None, vector: int | None = None,
               isa: str = "wmma",
               dtype: str = "float16", stages: int = 1, frags: str = "step",
-              group: int = 1):
+              group: int = 1, swizzle: bool | str = False):
     """A hand-scheduled float16 GEMM on tensor cores through WMMA (TVM's tensor-core
     tutorial structure): ``C[M, N] = A[M, K] @ B[K, N]`` (row-major), ``C`` in ``acc``.
     ``dtype`` may also be ``bfloat16`` (``acc`` float32), ``int8`` (``acc`` int32, WMMA
@@ -193,7 +194,16 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
     loaded before its MMAs; ``"prefetch"``: per step, double-buffered, the first step's
     fragments of the next tile loaded before the last step's MMAs of this one, across the
     barrier: ``pipeline(..., fragment_prefetch=True)``). ``isa="mma"`` runs the same tiles through ``ldmatrix`` and
-    ``mma.sync.aligned.m16n8k16`` (sm_80+) instead of WMMA. Threads: 32 lanes
+    ``mma.sync.aligned.m16n8k16`` (sm_80+) instead of WMMA; with ``swizzle`` (``isa="mma"``
+    only) each shared tile whose rows are 32, 64 or 128 bytes (A's ``BK`` columns: 64 bytes
+    for ``BK = 32`` float16) is stored XOR-swizzled (``s[S].swizzle("64B")``, the layout
+    of the wgmma path), and one of 256, 512 or 1024-byte rows (B's ``BN`` columns) in the
+    128B pattern over its rows (``"128B/512"``), instead of padded: ``ldmatrix`` stays
+    conflict-free and the 16-byte ``cp.async`` of a warp writes whole 128-byte lines (ncu
+    on the H200, 128x256x32 blocks: 14.6 and 11.2 shared wavefronts per ``LDGSTS`` of A's
+    80-byte and B's 528-byte padded rows, 4 ideal; 8 for A's 64-byte swizzled rows, half
+    lines of global memory); other tiles stay padded. ``swizzle="A"`` (or ``"B"``): that
+    tile only. Threads: 32 lanes
     (``threadIdx.x``, the shared-memory copies only)
     times ``BM/WM x BN/WN`` warps (``threadIdx.z``, ``threadIdx.y``).
 
@@ -232,6 +242,10 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
         vector = 16 // nbytes           # 16-byte copies (cp.async)
     if pad is None:
         pad = 16 // nbytes              # rows stay multiples of 16 bytes (WMMA's ldm)
+    if swizzle and isa != "mma":
+        raise ValueError(f"wmma_gemm: swizzle needs isa 'mma' (ldmatrix), not {isa!r}")
+    if swizzle not in (False, True, "A", "B"):
+        raise ValueError(f"wmma_gemm: swizzle {swizzle!r}; expected a bool, 'A' or 'B'")
     if isa == "mma" and (dtype, acc) not in (("float16", "float32"), ("float16", "float16"),
                                              ("bfloat16", "float32")):
         raise ValueError(f"wmma_gemm: isa 'mma' takes float16 (float32 or float16 "
@@ -281,9 +295,14 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
         s[F].unroll(o1)
     if stages > 1:
         s[CF].pipeline(ko, stages=stages, fragment_prefetch=frags == "prefetch")
-    for S in (AS, BS):
+    for S, row, name in ((AS, BK * nbytes, "A"), (BS, BN * nbytes, "B")):
         s[S].compute_at(s[CF], ko)
-        if pad:
+        swz = swizzle is True or swizzle == name
+        if swz and row in (32, 64, 128):
+            s[S].swizzle(f"{row}B")
+        elif swz and row in (256, 512, 1024):
+            s[S].swizzle(f"128B/{row}")
+        elif pad:
             width = S.op.axis[1].dom.extent
             s[S].storage_align(S.op.axis[0], width + pad if width % 32 else 32,
                                pad if width % 32 == 0 else 0)
@@ -292,14 +311,17 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
 
 
 #: The fastest hand-scheduled mma.sync GEMM measured (H200, 4096^3 float16, float32
-#: accumulation: 403.5 TFLOP/s, 0.535x cuBLAS (754) in one run of 2026-12-02, 3 stages
-#: 388.7 in the same run; ``benchmarks/gpu_gemm.py`` ``MMA_VARIANTS[18]``): 128x256 blocks
-#: of 8 warps of 64x64, k tiles of 32 in 4 stages, fragment prefetch, blocks grouped by 8
-#: tile rows. ``wmma_gemm(M, N, K, **MMA_BEST)``; the tutorial's last mma.sync step, the
-#: benchmark's ``--isa best`` line and the default of the ``cuda`` ``matmul`` template
-#: (float16/bfloat16) are this schedule.
-MMA_BEST = dict(isa="mma", block=(128, 256, 32), warp=(64, 64), stages=4, frags="prefetch",
-                group=8)
+#: accumulation: 419.3 TFLOP/s, 0.561x cuBLAS (747.6) in one run of 2026-12-02 09:25
+#: (``benchmarks/gpu_gemm.py`` ``MMA_VARIANTS[36]``; same run: padded 128x256x32 [18] 402.5,
+#: 0.535x; its A swizzled [40] 409.4; 256x128x32 with A swizzled [41] 418.6, 0.557x):
+#: 128x256 blocks of 8 warps of 64x64, k tiles of 64 in 4 stages, fragment prefetch,
+#: blocks grouped by 8 tile rows, both shared tiles swizzled (A 128B, B "128B/512"; 4
+#: shared wavefronts per 16-byte cp.async of a warp, ncu). ``wmma_gemm(M, N, K,
+#: **MMA_BEST)``; the tutorial's last mma.sync step, the benchmark's ``--isa best`` line
+#: and the default of the ``cuda`` ``matmul`` template (float16/bfloat16, ``pad``
+#: ``"swizzle"``) are this schedule.
+MMA_BEST = dict(isa="mma", block=(128, 256, 64), warp=(64, 64), stages=4, frags="prefetch",
+                group=8, swizzle=True)
 
 #: The fastest wgmma schedule through ``tensorize`` measured (H200, 4096^3 float16, ``C = A
 #: @ B`` with B read MN-major, one run of ``benchmarks/gpu_gemm.py --isa tensorize --tma``,
@@ -424,6 +446,107 @@ __device__ __forceinline__ void mma_store(half* dst, const pt_mma_c_f16& c, int 
 }
 C_HELPERS.update(_MMA_HELPERS)
 
+
+#: the shared row (0-15) and 16-byte column chunk (0, 1) that lane ``l`` addresses in each
+#: ``ldmatrix`` helper above
+_LDMATRIX_LANE = {"mma.ldmatrix_x4": ("l % 16", "l / 16"),
+                  "mma.ldmatrix_x4_trans": ("(l % 8) + 8 * ((l / 8) % 2)", "l / 16")}
+
+
+def _ldmatrix_swizzled(call: str, width: int, first_row: bool) -> tuple[str, str]:
+    """The helper of ``ldmatrix`` call ``call`` (``mma.ldmatrix_x4`` or ``..._trans``) on a
+    buffer swizzled in rows of ``width`` bytes (``Stage.swizzle``): each lane addresses
+    where :func:`polytile.targets.cuda.wgmma.swizzle_elements` put its row, the XOR of
+    the 16-byte chunk (address bits 4..) with the 128-byte line (bits 7..); swizzled
+    buffers start on the pattern's period in shared addresses (the C printer aligns them).
+
+    Any region: the XOR of each lane's whole address (two integer instructions per call).
+    ``first_row`` (``_sw<W>r``, one more argument ``c0``): a region that starts on the
+    first row of the 8-row pattern, in 16-byte chunk ``c0`` (a constant) of its row, where
+    the swizzle moves the lane's chunk ``c0 + h`` of row ``r`` to ``(c0 + h) ^ x(r)``: the
+    lane's displacement from the region's start is a per-thread constant for each
+    ``c0``, and the address the region's plus it, as without a swizzle (nvcc folds the
+    tile offsets into the ``LDSM`` immediates)."""
+    name, text = _MMA_HELPERS[call]
+    mask = min(width, 128) // 16 - 1
+    # the bits of the row within the pattern: address bits 7.. (the 128-byte line) for
+    # rows of 128 bytes or less, the row's (bits log2(width)..) for the wide "128B/R"
+    shift = max(width, 128).bit_length() - 1
+    row, chunk = _LDMATRIX_LANE[call]
+    head, sep, tail = text.partition("  asm volatile")
+    if not first_row:
+        head = head.replace(f"void {name}(", f"void {name}_sw{width}(")
+        return f"{name}_sw{width}", (head + f"  a ^= (a >> {shift - 4}) & 0x{mask << 4:x}u;"
+                                     f"   // swizzle of {width}-byte rows (Stage.swizzle)\n"
+                                     + sep + tail)
+    decl = head.split("{", 1)[0].replace(f"void {name}(", f"void {name}_sw{width}r(")
+    decl = decl.replace("int ldm)", "int ldm, unsigned c0)")
+    x = f"((r * {width}u >> 7) & {mask}u)" if width <= 128 else f"(r & {mask}u)"
+    body = (f"{{\n  // swizzle of {width}-byte rows (Stage.swizzle), a region on the pattern's "
+            f"first row,\n  // from chunk c0: chunk c of row r is stored at chunk c ^ "
+            f"(r * {width} >> {shift}) % {mask + 1}\n"
+            f"  unsigned l = pt_lane(), r = {row}, c = c0 + {chunk};\n"
+            f"  unsigned a = (unsigned)__cvta_generic_to_shared(src) + r * ldm * "
+            f"(unsigned)sizeof(T) +\n"
+            f"               ((c ^ {x}) - c0) * 16u;\n")
+    return f"{name}_sw{width}r", decl + body + sep + tail
+
+
+for _call in _LDMATRIX_LANE:
+    for _w in (32, 64, 128, 256, 512, 1024):
+        for _first in (False, True):
+            C_HELPERS[f"{_call}_sw{_w}" + ("r" if _first else "")] = \
+                _ldmatrix_swizzled(_call, _w, _first)
+
+
+def _first_row_chunk_wide(indices: tuple, shape: tuple, width: int,
+                          nbytes: int) -> int | None:
+    """:func:`_first_row_chunk` for rows of ``width`` > 128 bytes (``"128B/R"``) from the
+    region's start ``indices`` per dimension of a buffer of ``shape`` (its last dimension
+    the row): the row (the other dimensions flattened) a multiple of 8 and the column's
+    terms whole 128-byte lines, whose 16-byte chunk modulo 8 is then the constant's (all
+    the helper needs: the XOR changes a chunk's three low bits)."""
+    from polytile.schedule.passes.async_copy import linear_terms
+
+    if indices is None or len(indices) != len(shape) or len(shape) < 2:
+        return None
+    col = linear_terms(indices[-1])
+    if col is None or not all(k * nbytes % 128 == 0 for k in col[0].values()) or \
+            col[1] * nbytes % 16:
+        return None
+    inner = 1
+    for ix, extent in zip(reversed(indices[:-1]), reversed(shape[:-1])):
+        lin = linear_terms(ix)
+        if lin is None or not all(k * inner % 8 == 0 for k in lin[0].values()) or \
+                lin[1] * inner % 8:
+            return None
+        if not isinstance(extent, int):
+            extent = getattr(extent, "value", None)
+            if not isinstance(extent, int):
+                return None
+        inner *= extent
+    return col[1] * nbytes // 16 % 8
+
+
+def _first_row_chunk(offset, width: int, nbytes: int) -> int | None:
+    """The 16-byte chunk (of its ``width``-byte row) where a 16x16 region at flat element
+    offset ``offset`` (an expression) starts, when that is provably on the first row of a
+    swizzle pattern (every term's coefficient a multiple of the period, ``8 * width``
+    bytes, the constant's remainder a column of the first row, 16-byte aligned, the
+    region within the row); None otherwise."""
+    from polytile.schedule.passes.async_copy import linear_terms
+
+    lin = linear_terms(offset)
+    if lin is None:
+        return None
+    terms, const = lin
+    period = 8 * width // nbytes
+    col = const % period
+    if not (all(k % period == 0 for k in terms.values()) and col + N <= width // nbytes
+            and col * nbytes % 16 == 0):
+        return None
+    return col * nbytes // 16
+
 # ------------------------------------------------------------------ cp.async (sm_80+)
 # Asynchronous global -> shared copies (PTX ISA 9.7.9.25): the loop IR's meaning is in
 # polytile.schedule.passes.async_copy. Below sm_80 they are ordinary 16-byte copies (and
@@ -496,8 +619,26 @@ def _mma_load(use: str, call: str, dtype: str) -> te.TensorIntrin:
                                 scope="shared")}
 
     def fcompute(ins, outs):
-        return tir.call_intrin("void", call, outs[0].access_ptr("w"), ins[0].access_ptr("r"),
-                               _stride(ins[0]))
+        # a swizzled shared tile (Stage.swizzle) is read by the helper that swizzles each
+        # lane's address; the region's pointer stays logical
+        mode = getattr(getattr(ins[0], "buffer", None), "swizzle", "none")
+        name, _, tag = call.partition(":")
+        if mode != "none":
+            from .wgmma import SWIZZLE_ROW_BYTES
+
+            width = SWIZZLE_ROW_BYTES[mode]
+            nb = dt.nbytes(ins[0].dtype)
+            if width > 128:
+                c0 = _first_row_chunk_wide(ins[0].indices, ins[0].buffer.shape, width, nb)
+            else:
+                c0 = _first_row_chunk(ins[0].elem_offset, width, nb)
+            if c0 is not None:
+                return tir.call_intrin("void", f"{name}_sw{width}r:{tag}",
+                                       outs[0].access_ptr("w"), ins[0].access_ptr("r"),
+                                       _stride(ins[0]), te.const(c0, "uint32"))
+            name = f"{name}_sw{width}"
+        return tir.call_intrin("void", f"{name}:{tag}", outs[0].access_ptr("w"),
+                               ins[0].access_ptr("r"), _stride(ins[0]))
 
     suffix = "" if dtype == "float16" else f"_{dtype}"
     return te.decl_tensor_intrin(c.op, fcompute, binds=binds,

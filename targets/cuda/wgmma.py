@@ -172,17 +172,28 @@ def operand_offsets_128b(BK: int) -> tuple:
 #: row width in bytes of each swizzle mode (PTX ISA, "Shared Memory Matrix Layout")
 SWIZZLE_BYTES = {"128B": 128, "64B": 64, "32B": 32}
 
+#: row width in bytes of every ``Stage.swizzle`` mode: the tensor cores' modes above, and
+#: ``"128B/R"``: the 128B pattern over rows of ``R`` bytes (a power of two above 128), the
+#: 16-byte chunk ``j`` of row ``r`` stored at chunk ``j ^ r % 8`` (``ldmatrix`` tiles
+#: wider than 128 bytes: 16-byte ``cp.async`` stores of whole 128-byte lines, no padding,
+#: and conflict-free columns; no wgmma descriptor mode)
+SWIZZLE_ROW_BYTES = {**SWIZZLE_BYTES, "128B/256": 256, "128B/512": 512, "128B/1024": 1024}
+
 
 def swizzle_elements(offset, mode: str, nbytes: int = 1):
     """The physical position of logical element ``offset`` (elements of ``nbytes`` bytes,
     a power of two up to 16) under swizzle ``mode`` (PTX ISA, "Shared Memory Matrix
     Layout", swizzling modes): byte address bits 4.. (the 16-byte chunk) XOR bits 7..
     (the 128-byte line), 3 bits for 128B, 2 for 64B, 1 for 32B; the pattern repeats
-    every ``8 * SWIZZLE_BYTES[mode]`` bytes (where the buffer must start). Works on ints,
+    every ``8 * SWIZZLE_BYTES[mode]`` bytes (where the buffer must start); the wide
+    modes ``"128B/R"`` (:data:`SWIZZLE_ROW_BYTES`) XOR bits 4-6 with the row's, bits
+    ``log2 R``.., every ``8 * R`` bytes. Works on ints,
     numpy integer arrays and integer expressions (``^ >> & <<``): one definition for the
     CPU models, the interpreter and the C printer."""
-    mask = SWIZZLE_BYTES[mode] // 16 - 1
-    row = (128 // nbytes).bit_length() - 1      # log2 of elements per 128 bytes
+    width = SWIZZLE_ROW_BYTES[mode]
+    mask = min(width, 128) // 16 - 1
+    # log2 of elements per 128 bytes (per row for the wide "128B/R" modes)
+    row = (max(width, 128) // nbytes).bit_length() - 1
     chunk = (16 // nbytes).bit_length() - 1     # log2 of elements per 16 bytes
     return offset ^ (((offset >> row) & mask) << chunk)
 

@@ -36,7 +36,8 @@ def test_default_is_the_best_hand_schedule_and_the_space_fits_the_device():
     d = sp.default().knob_values()
     assert d == {"isa": "mma", "tile": [*MMA_BEST["block"], *MMA_BEST["warp"]],
                  "stages": MMA_BEST["stages"], "frags": MMA_BEST["frags"],
-                 "group": MMA_BEST["group"], "pad": 8}
+                 "group": MMA_BEST["group"],
+                 "pad": "swizzle" if MMA_BEST.get("swizzle") is True else 8}
     lim = gpu_limits.for_arch("sm_90")
     tiles = sp.knobs["tile"]
     values = [tiles.get(r).to_json() for r in range(len(tiles))]
@@ -144,9 +145,13 @@ def _interpret(args, dtype, cfg=None, target="cuda"):
                     "group": 1, "pad": 8}),
     ((32, 32, 32), {"isa": "wmma", "tile": [32, 32, 16, 16, 32], "stages": 2, "frags": "tile",
                     "group": 1, "pad": 0}),
+    # swizzled shared tiles (A: 32-byte rows, B: 64-byte rows) instead of padded ones
+    ((32, 32, 32), {"isa": "mma", "tile": [32, 32, 16, 16, 32], "stages": 2, "frags": "step",
+                    "group": 1, "pad": "swizzle"}),
     pytest.param((64, 32, 64), {"isa": "mma", "tile": [32, 32, 32, 16, 32], "stages": 2,
                                 "frags": "prefetch", "group": 4, "pad": 8},
-                 marks=pytest.mark.slow)], ids=["mma", "wmma", "mma-prefetch-grouped"])
+                 marks=pytest.mark.slow)], ids=["mma", "wmma", "mma-swizzle",
+                                                "mma-prefetch-grouped"])
 def test_tensor_core_configs_compute_the_definition_on_the_interpreter(args, cfg):
     """A small config of each path (2-stage pipelines; the slow one prefetches fragments
     and groups 2 tile rows) on the interpreter, which runs each MMA through its compute
@@ -407,3 +412,16 @@ def test_short_tensor_core_tuning_run(dtype, target, tmp_path):
                            ",".join(map(str, args)), "--dtype", dtype, "--target", target,
                            "--log", str(log)], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0 and "matches numpy" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_swizzle_pad_is_padding_on_wmma_and_a_swizzle_on_mma():
+    t, sp = _space((256, 256, 64))
+    lim = gpu_limits.for_arch("sm_90")
+    base = {"tile": [128, 128, 32, 64, 64], "stages": 2, "frags": "step", "group": 1,
+            "pad": "swizzle"}
+    assert tct.effective({**base, "isa": "wmma"}, (256, 256, 64), lim)["pad"] == 8
+    assert tct.effective({**base, "isa": "mma"}, (256, 256, 64), lim)["pad"] == "swizzle"
+    s, tensors = t.instantiate(sp.from_json({**base, "isa": "mma"}), (256, 256, 64),
+                               "float16", SM90)
+    text = str(polytile.lower(s, tensors, target=SM90))
+    assert "swizzle='64B'" in text and "swizzle='128B/256'" in text
