@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import polytile
-from polytile.errors import ScheduleError
 from polytile.schedule.interpreter import run
 from polytile.schedule.pipeline import lower
 from polytile.targets.cuda import tensor_core as tc
