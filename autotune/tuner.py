@@ -178,13 +178,22 @@ def knob_features(space: ConfigSpace, index: int) -> list[float]:
         else:
             v = e.val
             out.append(float(r))
-            if _number(v):
-                out.append(math.log2(1 + abs(float(v))))
-            else:
-                w = _list_width(knob)
-                if w:
-                    out += [math.log2(1 + abs(float(x))) for x in v] + [0.0] * (w - len(v))
+            w = _list_width(knob)
+            if w:
+                out += [math.log2(1 + abs(float(x))) for x in v] + [0.0] * (w - len(v))
+            elif _any_number(knob):
+                # one slot whatever the value: -1 for a knob's non-numeric values (the
+                # tensor-core ``pad``: 8, 0 or "swizzle"), so every config has as many
+                out.append(math.log2(1 + abs(float(v))) if _number(v) else -1.0)
     return out
+
+
+def _any_number(knob) -> bool:
+    """Whether some value of a plain knob is a number (cached on the knob)."""
+    a = getattr(knob, "_any_number", None)
+    if a is None:
+        a = knob._any_number = any(_number(v) for v in getattr(knob, "values", ()))
+    return a
 
 
 class ModelTuner(Tuner):

@@ -175,3 +175,25 @@ def test_model_tuner_is_at_least_as_sample_efficient_as_random_at_every_budget()
         return next((k for k, v in enumerate(c, 1) if v <= opt * (1 + 1e-9)), 49)
     assert (sum(reach(c) for c in curves["model"])
             < sum(reach(c) for c in curves["random"]))
+
+
+def test_knob_features_have_one_length_over_mixed_value_kinds():
+    """A knob whose values mix numbers and strings (the tensor-core ``pad``: 8, 0 or
+    "swizzle") gave numeric values one more feature than the others; the model tuner's
+    training matrix was then ragged and the H200 fp16 tuning run died in ``fit``
+    (ValueError: inhomogeneous shape)."""
+    from polytile.autotune.tuner import knob_features
+
+    sp = ConfigSpace()
+    sp.define_split("a", 64, num_outputs=2)
+    sp.define_knob("pad", [8, 0, "swizzle"])
+    sp.define_knob("copy", ["cp.async", "tma"])
+    sp.define_knob("tile", [[128, 256, 64], [64, 64]])
+    feats = [knob_features(sp, i) for i in range(len(sp))]
+    assert len({len(f) for f in feats}) == 1, feats
+    pads = {sp.get(i)["pad"].val: f for i, f in enumerate(feats)}
+    assert len({tuple(f) for f in pads.values()}) == 3   # the three pads apart
+    t = ModelTuner(sp, lambda idx: {i: knob_features(sp, i) for i in idx}, seed=0)
+    for i in t.next_batch(6):
+        t.update([i], [MeasureResult(costs=[1e-3 * (1 + i)], error=None)])
+    assert len(set(t.next_batch(4))) == 4
