@@ -162,6 +162,11 @@ class AstTooBig(AstUnchecked):
 #: isl operations (about a million a second) the check of one loop nest may take
 CHECK_OPERATIONS = 4_000_000
 
+#: the same for the first attempt of :func:`lower_nodes` (isl's own loop nest) where every
+#: size is a constant: the check of the conv2d_nchwc template's default config at ResNet's
+#: 7x7x512 3x3 layer needs 8-16 million (3 s), and the loop nest was refused
+CHECK_OPERATIONS_STATIC_FIRST = 24_000_000
+
 #: isl operations the AST generation of one schedule may take before the next, simpler
 #: attempt of :func:`lower_nodes` (a symbolic size read through ``i % 3``, ``i // 2`` and
 #: ``N - 1 - i`` by a grouped, split and reordered cache stage: minutes in isl's AST
@@ -171,14 +176,16 @@ GENERATE_OPERATIONS = 5_000_000
 
 def generate_ast(model: Model, sched: isl.Schedule, context: str = "{ : }",
                  env: dict | None = None, guards: dict | None = None,
-                 nodes: list | None = None, role_of: dict | None = None) -> Stmt:
+                 nodes: list | None = None, role_of: dict | None = None,
+                 check_ops: int | None = None) -> Stmt:
     """Generate the AST of ``sched``, check it (``ast_check.py``) and convert it into a
     loop-IR statement.
 
     ``context`` is the isl set of parameter values (GPU hardware indices and their
     ranges); ``env`` maps parameter names to the loop-IR variables that hold them;
     ``guards`` (statement name -> set) replaces the guards of some statements;
-    ``role_of`` are the thread roles of ``nodes`` when the caller has them.
+    ``role_of`` are the thread roles of ``nodes`` when the caller has them; ``check_ops``
+    the isl operations of the check (default :data:`CHECK_OPERATIONS`).
 
     Raises
     ------
@@ -222,11 +229,12 @@ def generate_ast(model: Model, sched: isl.Schedule, context: str = "{ : }",
         # fused, non-divisibly tiled and bound loops took 15 s of symbolic check to fail)
         bad = concrete_mismatches(ast, stmts, ctx, guard_of)
     if bad is None:
+        ops = check_ops or CHECK_OPERATIONS
         try:
-            bad = check(CHECK_OPERATIONS)
+            bad = check(ops)
         except iu.OperationLimit:
             raise AstUnchecked(f"the check of isl's loop nest of {sorted(names)} took more "
-                               f"than {CHECK_OPERATIONS} isl operations") from None
+                               f"than {ops} isl operations") from None
     if bad:
         raise AstMismatch("isl generated a wrong loop nest: " + "; ".join(bad))
     barriers, idle = set(), {}
@@ -265,7 +273,9 @@ def lower_nodes(model: Model, nodes: list | None = None, context: str = "{ : }",
                 role_of = roles(nodes)
             sched = build_schedule(model, nodes, atomic=atomic, domains=domains,
                                    role_of=role_of)
-            return generate_ast(model, sched, context, env, guards, nodes, role_of)
+            static_first = not atomic and iu.context() is None
+            return generate_ast(model, sched, context, env, guards, nodes, role_of,
+                                CHECK_OPERATIONS_STATIC_FIRST if static_first else None)
         except AstMismatch as exc:
             if first is None or isinstance(first, AstUnchecked) and not isinstance(
                     exc, AstUnchecked):

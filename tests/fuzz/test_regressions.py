@@ -837,3 +837,44 @@ def test_four_fused_loops_of_a_tile_are_checked_by_enumeration(f1, f2):
     operations (4-8 s, then refused as unverifiable); constant sizes are now checked by
     running the loop nest on integers (``ast_check.concrete_mismatches``)."""
     _tiled_and_fused((4, 6, 11), f1, f2, fuse_inner=True)
+
+
+def test_first_check_of_constant_sizes_gets_the_larger_budget(monkeypatch):
+    """The check of isl's own loop nest (the first attempt) gets
+    ``CHECK_OPERATIONS_STATIC_FIRST`` isl operations where every size is constant: the
+    conv2d_nchwc template's default config at ResNet's 7x7x512 layer needs 8-16 million
+    and was refused at 4 million. Symbolic sizes keep the smaller budget (their checks
+    grow exponentially: seed llvm 62729)."""
+    from polytile.schedule import astgen
+
+    seen = []
+    real = astgen.generate_ast
+
+    def spy(*a, **k):
+        seen.append(a[7] if len(a) > 7 else k.get("check_ops"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(astgen, "generate_ast", spy)
+    for n in (13, te.size_var("n")):
+        A = te.placeholder((n,), name="A")
+        B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
+        polytile.lower(te.create_schedule(B.op), [A, B])
+    assert seen == [astgen.CHECK_OPERATIONS_STATIC_FIRST, None], seen
+
+
+@pytest.mark.slow
+def test_conv2d_nchwc_default_at_resnet_7x7x512_builds():
+    """The template default of the slow check above, built and compared with float64."""
+    from polytile.autotune.template import get_template
+    from polytile.autotune.worker import make_inputs
+
+    args = (1, 512, 7, 7, 512, 3, 3, 1, 1)
+    t = get_template("conv2d_nchwc")
+    sp = t.space(args)
+    s, tensors = t.instantiate(sp.get(sp.default_index()), args)
+    f = polytile.build(s, tensors)
+    arrays = make_inputs(tensors, seed=0)
+    arrays[-1][...] = np.nan
+    f(*arrays)
+    want = t.reference(*(a.astype("float64") for a in arrays[:2]), args=args)
+    np.testing.assert_allclose(arrays[-1], want, rtol=1e-4, atol=1e-4)
