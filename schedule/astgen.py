@@ -285,8 +285,9 @@ def lower_nodes(model: Model, nodes: list | None = None, context: str = "{ : }",
                          for st in stmts_below(n)})
         fail("lower", f"the loop nest of stages {stages} could not be generated and "
              f"verified in bounded time ({first})", "symbolic sizes split or tiled at most "
-             "once or twice, or constant sizes", hint="split symbolic loops by one constant factor, tile "
-             "the constant-size loops, or bind the sizes to constants", error=LoweringError)
+             "once or twice, or constant sizes", hint="split symbolic loops by one constant "
+             "factor, tile the constant-size loops, or bind the sizes to constants",
+             error=LoweringError)
     raise InternalError(f"{first}; hint: simplify the quasi-affine indices (mod, floordiv) "
                         f"of reads of attached stages, or compute those stages at root")
 

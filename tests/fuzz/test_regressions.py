@@ -736,6 +736,7 @@ def test_unverifiable_loop_nest_is_refused_not_hung(monkeypatch):
     from polytile.schedule import ast_check, astgen
 
     monkeypatch.setattr(astgen, "CHECK_OPERATIONS", 2000)
+    monkeypatch.setattr(astgen, "CHECK_OPERATIONS_STATIC_FIRST", 2000)
 
     def tiled():
         A = te.placeholder((5, 7), name="A")
