@@ -329,3 +329,22 @@ def nvcc_text(source: str, kind: str, arch: str = "sm_90") -> str | None:
                 return fh.read()
         return subprocess.run([tool, "-sass", out], check=True, capture_output=True,
                               text=True).stdout
+
+
+def cubin_sass(cubin: bytes) -> str | None:
+    """The SASS listing of ``cubin`` by ``cuobjdump -sass`` (shipped with nvcc); None where
+    cuobjdump is missing. Raises ``subprocess.CalledProcessError`` where it fails."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as fh:
+            fh.write(cubin)
+        return subprocess.run([tool, "-sass", path], capture_output=True, text=True,
+                              check=True).stdout

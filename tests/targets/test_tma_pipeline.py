@@ -12,11 +12,6 @@ by TMA) against float64::
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import tempfile
-
 import numpy as np
 import pytest
 
@@ -29,6 +24,7 @@ from polytile.schedule.passes import software_pipeline as sp
 from polytile.schedule.pipeline import lower
 from polytile.targets.cuda import compile as cc
 from polytile.targets.cuda import tensor_core as tc
+from tests.helpers import cubin_sass
 
 TARGET = "cuda -arch=sm_90a"
 
@@ -220,18 +216,6 @@ def test_refuses_tma_with_fragment_prefetch_and_non_bools():
 
 
 # ------------------------------------------------------------------ CUDA source, SASS
-def _sass(cubin: bytes) -> str | None:
-    tool = shutil.which("cuobjdump")
-    if tool is None:
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cubin")
-        with open(path, "wb") as fh:
-            fh.write(cubin)
-        return subprocess.run([tool, "-sass", path], capture_output=True, text=True,
-                              check=True).stdout
-
-
 def test_tma_wgmma_source_compiles_for_sm90a_with_utmaldg():
     if cc.nvcc_path() is None:
         pytest.skip("nvcc not found")
@@ -245,7 +229,7 @@ def test_tma_wgmma_source_compiles_for_sm90a_with_utmaldg():
         assert text in src, text
     assert "cp_async" not in src
     assert [p.name for p in m.kernels[0].params][-2:] == ["A_tmap", "B_tmap"]
-    sass = _sass(m.cubin)
+    sass = cubin_sass(m.cubin)
     if sass is not None:
         assert "UTMALDG.2D" in sass and "SYNCS" in sass and "LDGSTS" not in sass
 

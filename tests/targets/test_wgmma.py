@@ -14,12 +14,10 @@ Every GPU test's id names its main loop, so that these four commands split the G
 
 from __future__ import annotations
 
-import os
 import pathlib
 import shutil
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import pytest
@@ -27,6 +25,7 @@ import pytest
 from polytile.errors import BuildError, ScheduleError
 from polytile.targets.cuda import compile as cc
 from polytile.targets.cuda import wgmma as wg
+from tests.helpers import cubin_sass
 
 
 def test_descriptor_fields_by_hand():
@@ -202,15 +201,10 @@ def test_refuses_sm90_without_a():
 
 
 def _sass(cubin: bytes) -> str:
-    tool = shutil.which("cuobjdump")
-    if tool is None:
+    text = cubin_sass(cubin)
+    if text is None:
         pytest.skip("cuobjdump not found")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cubin")
-        with open(path, "wb") as fh:
-            fh.write(cubin)
-        return subprocess.run([tool, "-sass", path], capture_output=True, text=True,
-                              check=True).stdout
+    return text
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -9,10 +9,7 @@ the SASS where ``cuobjdump`` exists); runs on an sm_90 GPU (marked ``gpu``)::
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import tempfile
 
 import numpy as np
 import pytest
@@ -25,6 +22,7 @@ from polytile.schedule.interpreter import run
 from polytile.schedule.pipeline import lower
 from polytile.targets.cuda import compile as cc
 from polytile.targets.cuda import tensor_core as tc
+from tests.helpers import cubin_sass
 
 
 def _inputs(M, N, K, dtype, seed=0):
@@ -154,12 +152,10 @@ def test_refuses_bad_intrinsic_shapes_and_blocks():
 
 
 def _sass(cubin: bytes) -> str:
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cubin")
-        with open(path, "wb") as fh:
-            fh.write(cubin)
-        return subprocess.run([shutil.which("cuobjdump"), "-sass", path],
-                              capture_output=True, text=True, check=True).stdout
+    text = cubin_sass(cubin)
+    if text is None:
+        pytest.skip("cuobjdump not found")
+    return text
 
 
 @pytest.mark.parametrize("block, stages, dtype", [((128, 128, 64), 3, "float16"),
