@@ -288,8 +288,9 @@ def test_unknown_pragma_raises():
     with pytest.raises(ScheduleError, match=r"pragma: unknown pragma 'auto_unroll' on "
                        r"iter_var 'i' of stage 'C'; expected one of \['parallel', "
                        r"'parallel_launch_point', 'unroll', 'vectorize', 'import_c', 'import_llvm', "
-                       r"'nontemporal', 'auto_unroll_max_step', 'parallel_barrier_when_finish', "
-                       r"'parallel_stride_pattern', 'unroll_explicit'\]"):
+                       r"'nontemporal', 'auto_unroll_max_step', 'min_blocks', "
+                       r"'parallel_barrier_when_finish', 'parallel_stride_pattern', "
+                       r"'unroll_explicit'\]"):
         s[w.C].pragma(w.C.op.axis[0], "auto_unroll", 16)
 
 
