@@ -38,7 +38,7 @@ from polytile.errors import fail
 from polytile.te import symbolic as sym
 
 from . import isl_util as iu
-from .kinds import FRAGMENT_SCOPES, PARAMS, thread_private
+from .kinds import FRAGMENT_SCOPES, PARAM_SPACE, PARAMS, thread_private
 from .polymodel import LoopNode, Model, PolyStmt
 
 #: the hardware indices in the order of the thread tuple ``[bx, by, bz, tx, ty, tz]``
@@ -67,10 +67,9 @@ class ThreadRole:
         """The isl constraint on the hardware parameters for ``fixed`` (``""``: none)."""
         return " and ".join(f"{PARAMS[t]} = {v}" for t, v in self.fixed.items())
 
-    def thread_map(self, extents: dict) -> isl.Map:
-        """``{ S[i] -> [bx, by, bz, tx, ty, tz] }``: the threads that run instance ``i``
-        (within the kernel's launch ``extents``, tag -> extent)."""
-        st = self.stmt
+    def _constraints(self, extents: dict | None) -> str:
+        """The hardware indices of the threads that run an instance, as isl constraints;
+        ``extents`` None: replicated tags at index 0 only."""
         cons = []
         for t in TAGS:
             c = PARAMS[t]
@@ -78,15 +77,26 @@ class ThreadRole:
                 cons += [f"{c} = ({v})" for v in self.bound[t]]
             elif t in self.fixed:
                 cons.append(f"{c} = {self.fixed[t]}")
-            elif t in self.idle:
-                cons.append(f"{c} = 0")
-            elif t in self.replicated:
+            elif t in self.replicated and extents is not None:
                 cons.append(f"0 <= {c} < {iu.num(extents[t])}")   # (maybe symbolic)
-            else:
+            else:   # idle, or one index of a replicated tag
                 cons.append(f"{c} = 0")
+        return " and ".join(cons)
+
+    def thread_map(self, extents: dict) -> isl.Map:
+        """``{ S[i] -> [bx, by, bz, tx, ty, tz] }``: the threads that run instance ``i``
+        (within the kernel's launch ``extents``, tag -> extent)."""
+        st = self.stmt
         m = iu.Map(f"{{ {st.tuple()} -> [{', '.join(PARAMS[t] for t in TAGS)}] : "
-                    f"{' and '.join(cons)} }}")
+                    f"{self._constraints(extents)} }}")
         return m.intersect_domain(st.domain)
+
+    def one_thread(self) -> isl.Set:
+        """``[bx, by, bz, tx, ty, tz] -> { S[i] : ... }``: the instances ``i`` with, as the
+        hardware parameters, one thread that runs each (index 0 of a replicated tag): a
+        function of ``i``, which ``ast_check`` uses to check that a loop nest runs every
+        instance without projecting the hardware indices out."""
+        return iu.Set(f"{PARAM_SPACE} -> {{ {self.stmt.tuple()} : {self._constraints(None)} }}")
 
 
 def launch_extents(nodes: list) -> dict:
@@ -194,8 +204,6 @@ def _role(st: PolyStmt, anc: list, extents: dict, nested: frozenset = frozenset(
 def restriction(role_of: dict) -> isl.UnionSet | None:
     """The instances of each statement that its threads run, as a union set with the
     hardware parameters (``None`` when no statement is restricted)."""
-    from .kinds import PARAM_SPACE
-
     if not any(r.fixed for r in role_of.values()):
         return None
     pieces = [f"{r.stmt.tuple()} : {r.condition()}" if r.fixed else r.stmt.tuple()
