@@ -38,7 +38,7 @@ from polytile.errors import fail
 from polytile.te import symbolic as sym
 
 from . import isl_util as iu
-from .kinds import FRAGMENT_SCOPES, PARAM_SPACE, PARAMS, thread_private
+from .kinds import FRAGMENT_SCOPES, PARAMS, thread_private
 from .polymodel import LoopNode, Model, PolyStmt
 
 #: the hardware indices in the order of the thread tuple ``[bx, by, bz, tx, ty, tz]``
@@ -83,20 +83,23 @@ class ThreadRole:
                 cons.append(f"{c} = 0")
         return " and ".join(cons)
 
+    def _map(self, extents: dict | None) -> isl.Map:
+        return iu.Map(f"{{ {self.stmt.tuple()} -> [{', '.join(PARAMS[t] for t in TAGS)}] : "
+                      f"{self._constraints(extents)} }}")
+
     def thread_map(self, extents: dict) -> isl.Map:
         """``{ S[i] -> [bx, by, bz, tx, ty, tz] }``: the threads that run instance ``i``
         (within the kernel's launch ``extents``, tag -> extent)."""
-        st = self.stmt
-        m = iu.Map(f"{{ {st.tuple()} -> [{', '.join(PARAMS[t] for t in TAGS)}] : "
-                    f"{self._constraints(extents)} }}")
-        return m.intersect_domain(st.domain)
+        return self._map(extents).intersect_domain(self.stmt.domain)
 
     def one_thread(self) -> isl.Set:
         """``[bx, by, bz, tx, ty, tz] -> { S[i] : ... }``: the instances ``i`` with, as the
         hardware parameters, one thread that runs each (index 0 of a replicated tag): a
         function of ``i``, which ``ast_check`` uses to check that a loop nest runs every
-        instance without projecting the hardware indices out."""
-        return iu.Set(f"{PARAM_SPACE} -> {{ {self.stmt.tuple()} : {self._constraints(None)} }}")
+        instance without projecting the hardware indices out. (Without a replicated tag,
+        the text parsed is that of :meth:`thread_map`, parsed once for both.)"""
+        return self._map(None).move_dims(isl.dim_type.param, 0, isl.dim_type.out, 0,
+                                         len(TAGS)).domain()
 
 
 def launch_extents(nodes: list) -> dict:
@@ -204,6 +207,8 @@ def _role(st: PolyStmt, anc: list, extents: dict, nested: frozenset = frozenset(
 def restriction(role_of: dict) -> isl.UnionSet | None:
     """The instances of each statement that its threads run, as a union set with the
     hardware parameters (``None`` when no statement is restricted)."""
+    from .kinds import PARAM_SPACE
+
     if not any(r.fixed for r in role_of.values()):
         return None
     pieces = [f"{r.stmt.tuple()} : {r.condition()}" if r.fixed else r.stmt.tuple()
