@@ -251,7 +251,7 @@ def _covered(want: isl.Set, ranges: list, one: isl.Set) -> bool:
     covered = None
     for r in ranges:
         o = one.align_params(r.get_space())
-        c = _drop_hardware(r.align_params(o.get_space()).intersect(o))
+        c = _drop_hardware(r.align_params(o.get_space()).intersect(o), simplify=False)
         covered = c if covered is None else covered.union(c)
     return covered is not None and want.subtract(covered).is_empty()
 
@@ -290,9 +290,11 @@ def _extra(want: isl.Set, ranges: list) -> isl.Point | None:
     return None
 
 
-def _drop_hardware(s: isl.Set) -> isl.Set:
+def _drop_hardware(s: isl.Set, simplify: bool = True) -> isl.Set:
     """``s`` with the hardware-index parameters projected out (the union over threads);
-    symbolic sizes stay parameters: instances are compared for each of their values."""
+    symbolic sizes stay parameters: instances are compared for each of their values.
+    ``simplify``: recover equalities and coalesce (not needed where the indices are
+    functions of the instance: :func:`_covered`)."""
     # one projection per run of consecutive hardware parameters, from the last run back:
     # projecting them one at a time made a big GPU AST's check 20x slower
     n = s.dim(isl.dim_type.param)
@@ -307,6 +309,8 @@ def _drop_hardware(s: isl.Set) -> isl.Set:
             start -= 1
         s = s.project_out(isl.dim_type.param, start, end - start)
         end = start
+    if not simplify:
+        return s
     # the projection leaves existential variables (a thread index that a fused, split
     # copy loop divides); recovering the equalities among them first makes the later
     # subtractions fast (an MFMA GEMM's LDS copies: 210 s -> 0.1 s); both steps are exact
