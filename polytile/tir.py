@@ -33,18 +33,44 @@ from polytile.schedule.loop_ir import (AccessPtr, Buffer, Evaluate, ExternCall, 
 
 # The expression helpers TVM programs reach through ``tvm.tir`` (the same functions as
 # polytile.te's, re-exported so that ``tir.const(0, "int32")`` ports unchanged).
-from polytile.te.expr import const
+from polytile.te.expr import cast, const
 from polytile.te.expr import logical_and as all  # noqa: A001 (TVM's name)
 from polytile.te.expr import logical_or as any  # noqa: A001
 from polytile.te.expr import select as if_then_else
 from polytile.te.reduction import max_value, min_value
-from polytile.te.scalar_math import floordiv, floormod, truncdiv, truncmod
+# TVM's ``tvm.tir`` also holds the math functions (``tir.exp``...) and the index helpers
+from polytile.te.scalar_math import (abs, acos, asin, atan, atan2, ceil, copysign,  # noqa: A004
+                                     cos, cosh, erf, exp, exp2, expm1, fast_erf, fast_exp,
+                                     fast_tanh, floor, floordiv, floormod, fmod, hypot,
+                                     isfinite, isinf, isnan, log, log1p, log2, log10,
+                                     nearbyint, pow, power, round, rsqrt, sigmoid, sin, sinh,
+                                     sqrt, tan, tanh, trunc, truncdiv, truncmod)
 
-__all__ = ["BufferView", "DeclBuffer", "all", "any", "call_extern", "call_intrin", "call_packed",
-           "vscale",
-           "call_llvm_intrin", "call_llvm_pure_intrin", "call_pure_extern", "const",
-           "decl_buffer", "floordiv", "floormod", "if_then_else", "ir_builder", "max_value",
-           "min_value", "truncdiv", "truncmod"]
+indexdiv = floordiv   # TVM's index arithmetic: floor semantics
+indexmod = floormod
+
+
+def Select(condition, true_value, false_value) -> Expr:  # noqa: N802 (TVM's name)
+    """TVM's ``tir.Select(condition, true_value, false_value)`` (the reduction and tuple
+    inputs tutorials' ``argmax`` combiner): ``te.if_then_else``. TVM evaluates both
+    operands; polytile only the chosen one, which gives the same values."""
+    return if_then_else(condition, true_value, false_value)
+
+
+def Cast(dtype: str, value) -> Expr:  # noqa: N802 (TVM's name)
+    """TVM's ``tir.Cast(dtype, value)``: ``value.astype(dtype)``."""
+    return cast(value, dtype)
+
+
+__all__ = ["BufferView", "Cast", "DeclBuffer", "Select", "abs", "acos", "all", "any", "asin",
+           "atan", "atan2", "call_extern", "call_intrin", "call_llvm_intrin",
+           "call_llvm_pure_intrin", "call_packed", "call_pure_extern", "ceil", "const",
+           "copysign", "cos", "cosh", "decl_buffer", "erf", "exp", "exp2", "expm1", "fast_erf",
+           "fast_exp", "fast_tanh", "floor", "floordiv", "floormod", "fmod", "hypot",
+           "if_then_else", "indexdiv", "indexmod", "ir_builder", "isfinite", "isinf", "isnan",
+           "log", "log1p", "log2", "log10", "max_value", "min_value", "nearbyint", "pow",
+           "power", "round", "rsqrt", "sigmoid", "sin", "sinh", "sqrt", "tan", "tanh", "trunc",
+           "truncdiv", "truncmod", "vscale"]
 
 
 @dataclass(frozen=True, eq=False)
