@@ -88,6 +88,20 @@ def test_getitem_and_entry_name(axpy):
         axpy.get_function("other")
 
 
+def test_imported_modules(axpy, cuda_build):
+    # TVM's reduction tutorial: fcuda.imported_modules[0].get_source() is the CUDA source
+    assert axpy.imported_modules == []
+    A = te.placeholder((70,), name="A")
+    B = te.compute((70,), lambda i: A[i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    bx, tx = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(bx, te.thread_axis("blockIdx.x"))
+    s[B].bind(tx, te.thread_axis("threadIdx.x"))
+    fcuda = cuda_build(s, [A, B])
+    src = fcuda.imported_modules[0].get_source()
+    assert "__global__" in src and src == fcuda.get_source()
+
+
 # ------------------------------------------------------------------ devices on the host
 def test_cpu_device_attributes():
     dev = polytile.cpu(0)
