@@ -68,3 +68,38 @@ def test_tir_index_helpers_and_cast():
     c = np.full(n, np.nan, "float32")
     tvm.build(s, [A, C], "llvm")(a, c)
     np.testing.assert_array_equal(c, ((a // 3) * 10 + a % 3) * 0.5)
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_extern_written_with_ir_builder_buffer_ptr_and_if_scope(symbolic):
+    # TVM's way of writing te.extern bodies (topi's externs): ib.buffer_ptr gives flat
+    # element access, ib.if_scope / ib.else_scope branch, for_range(kind=...) is a hint
+    n = te.var("n") if symbolic else 17
+    A = te.placeholder((n, 3), name="A")
+
+    def gen(ins, outs):
+        ib = tvm.tir.ir_builder.create()
+        a, b = ib.buffer_ptr(ins[0]), ib.buffer_ptr(outs[0])
+        with ib.for_range(0, ins[0].shape[0] * 3, name="i", kind="parallel") as i:
+            with ib.if_scope(a[i] > 0.5):
+                b[i] = a[i] + 1.0
+            with ib.else_scope():
+                b[i] = a[i] - 1.0
+        return ib.get()
+
+    B = te.extern((n, 3), [A], gen, name="B", dtype="float32")
+    C = te.compute((n, 3), lambda i, j: B[i, j] * 2.0, name="C")
+    f = tvm.build(te.create_schedule(C.op), [A, C], "llvm")
+    a = np.random.default_rng(2).uniform(0, 1, (17, 3)).astype("float32")
+    c = np.full((17, 3), np.nan, "float32")
+    f(a, c)
+    x = a.astype("float64")
+    np.testing.assert_allclose(c, np.where(x > 0.5, x + 1, x - 1) * 2, rtol=1e-6)
+
+
+def test_ir_builder_else_scope_without_if_scope_is_refused():
+    ib = tvm.tir.ir_builder.create()
+    with pytest.raises(tvm.errors.DefinitionValueError,
+                       match="ir_builder.else_scope: it does not follow an if_scope"):
+        with ib.else_scope():
+            pass
