@@ -130,6 +130,18 @@ def test_cuda_device_without_driver_says_so(monkeypatch):
         cuda_runtime._state.update(saved)
 
 
+# ------------------------------------------------------------------ copyfrom on the host
+def test_cpu_array_copyfrom():
+    # TVM's NDArray.copyfrom (the GPU NDArray had it, the host array did not)
+    x = polytile.nd.array(np.zeros((3, 5), "float32"))
+    src = rand((3, 5), seed=4).astype("float64")
+    assert x.copyfrom(src) is x
+    np.testing.assert_array_equal(x.numpy(), src.astype("float32"))
+    with pytest.raises(ValueError, match=r"NDArray.copyfrom: source has shape \(5, 3\); "
+                                         r"expected shape \(3, 5\)"):
+        x.copyfrom(np.zeros((5, 3)))
+
+
 # ------------------------------------------------------------------ copyto on the host
 def test_cpu_array_copyto():
     x = polytile.nd.array(rand((3, 5), seed=3))
