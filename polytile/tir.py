@@ -395,9 +395,6 @@ class _Pointer:
     def __setitem__(self, i, value) -> None:
         self._ib.emit(self._view.vstore(self._index(i), value))
 
-    def asobject(self) -> _Pointer:
-        return self
-
 
 class _IRBuilderModule:
     """``polytile.tir.ir_builder`` (TVM's module of that name): ``create()``."""
