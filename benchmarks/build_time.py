@@ -162,10 +162,11 @@ def measure(kind: str, make, repeat: int, compile_cuda=None) -> dict:
 
 
 def tuning_sequence(n: int, kind: str = "cuda", args=(1024, 1024, 1024)) -> tuple:
-    """``(median, total)`` processor seconds of lowering ``n`` distinct candidates of the
-    ``matmul`` float32 template for ``kind`` one after the other in this process, as a
-    tuner's build worker does (what one lowering keeps for the next counts here; the
-    candidates are a fixed random sample, refused ones skipped)."""
+    """``(median, total, refused)``: processor seconds of lowering each of ``n`` candidates
+    of the ``matmul`` float32 template for ``kind`` one after the other in this process,
+    as a tuner's build worker does (what one lowering keeps for the next counts here), a
+    fixed random sample: the median, the total (refused candidates' time included: the
+    tuner spends it too), and how many were refused."""
     import random
 
     from polytile.autotune.template import get_template
@@ -175,18 +176,17 @@ def tuning_sequence(n: int, kind: str = "cuda", args=(1024, 1024, 1024)) -> tupl
     t = get_template("matmul")
     sp = t.space(args, "float32", tgt)
     times: list = []
+    refused = 0
     cold()
-    for i in random.Random(7).sample(range(len(sp)), min(len(sp), 4 * n)):
+    for i in random.Random(7).sample(range(len(sp)), min(len(sp), n)):
+        s, a = t.instantiate(sp.get(i), args, "float32", tgt)
+        t0 = time.process_time()
         try:
-            s, a = t.instantiate(sp.get(i), args, "float32", tgt)
-            t0 = time.process_time()
             lower(s, a, target=tgt, stop_after=None, who="build")
-            times.append(time.process_time() - t0)
-        except Exception:  # noqa: BLE001 - a config the lowering refuses: not a candidate
-            continue
-        if len(times) == n:
-            break
-    return statistics.median(times), sum(times)
+        except Exception:  # noqa: BLE001 - a config the lowering refuses: its time counts
+            refused += 1
+        times.append(time.process_time() - t0)
+    return statistics.median(times), sum(times), refused
 
 
 def profile(make, kind: str, top: int = 30) -> None:
@@ -214,10 +214,11 @@ def main(argv=None) -> None:
                     help="also lower N matmul template candidates for cuda in sequence")
     args = ap.parse_args(argv)
     if args.tune:
-        med, total = tuning_sequence(args.tune)
+        med, total, refused = tuning_sequence(args.tune)
         print(f"matmul template 1024^3 float32 [cuda], {args.tune} candidates lowered in "
-              f"sequence, load {os.getloadavg()[0]:.1f}:\n  tune lower_cpu/candidate "
-              f"{med:7.3f} s   candidates/s (lowering) {args.tune / total:.2f}")
+              f"sequence ({refused} refused), load {os.getloadavg()[0]:.1f}:\n  tune "
+              f"lower_cpu/candidate {med:7.3f} s   total {total:.2f} s   candidates/s "
+              f"(lowering) {args.tune / total:.2f}")
     for name, (kind, title, make) in schedules().items():
         if args.only and name != args.only:
             continue
