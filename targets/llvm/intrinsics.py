@@ -20,8 +20,6 @@ compilers do by default), or ``fast`` when the target asks for ``-fast-math``. F
 
 from __future__ import annotations
 
-import functools
-
 import llvmlite.ir as ir
 
 from polytile.errors import BuildError, InternalError, format_error
@@ -86,16 +84,8 @@ def splat(b: ir.IRBuilder, v: ir.Value, lanes: int) -> ir.Value:
         return ir.Constant(ir.VectorType(v.type, lanes), [v] * lanes)
     vt = ir.VectorType(v.type, lanes)
     one = b.insert_element(ir.Constant(vt, ir.Undefined), v, I32(0))
-    return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined), _zero_mask(lanes))
-
-
-@functools.cache
-def _zero_mask(lanes: int) -> ir.Constant:
-    """The shuffle mask ``<lanes x i32> zeroinitializer`` of :func:`splat`, built once per
-    width (llvmlite wraps every element of a constant vector: a fifth of the LLVM IR
-    emission of a vectorized CPU matmul went to these masks); constants are printed by
-    value, so one object serves every use."""
-    return ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
+    return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined),
+                            ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
 
 
 def _fm(fast: bool) -> tuple[str, ...]:
