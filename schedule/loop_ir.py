@@ -303,7 +303,7 @@ class WarpShuffle(Stmt):
     mask: int = 0xFFFFFFFF
 
 
-# built hundreds of thousands of times per lowering (see polytile.te.fastinit)
+# built tens of thousands of times per lowering (see polytile.te.fastinit)
 for _cls in (Buffer, Load, ExternCall, AccessPtr, Store, For, IfThenElse, Seq, LetStmt,
              Allocate, Assert, Evaluate, TensorCall, KernelLaunch, Sync, WarpShuffle):
     fast_init(_cls)

@@ -648,7 +648,7 @@ def child_fields(node) -> tuple[str, ...]:
     return _CHILDREN[type(node)]
 
 
-# the nodes are built hundreds of thousands of times per lowering (see fastinit.py)
+# the nodes are built tens of thousands of times per lowering (see fastinit.py)
 for _cls in (Var, Const, Cast, Binary, Cmp, And, Or, Not, Select, Call, TensorRead, Reduce):
     fast_init(_cls)
 

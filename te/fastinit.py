@@ -2,7 +2,7 @@
 
 ``@dataclass(frozen=True)`` generates an ``__init__`` that sets each field through
 ``object.__setattr__`` (a global lookup, an attribute lookup and a generic setattr per
-field); the nodes of an unrolled GPU kernel are built hundreds of thousands of times per
+field); the nodes of an unrolled GPU kernel are built tens of thousands of times per
 lowering, and that ``__init__`` was a sixteenth of its time. :func:`fast_init` replaces it
 with one that calls each slot's descriptor directly (about twice as fast), with the same
 signature, defaults and ``__post_init__`` call; nothing else about the class changes (it
