@@ -192,6 +192,34 @@ def test_gpu_stage_attached_inside_a_shared_copy_at_a_thread_loop():
     np.testing.assert_array_equal(_gpu_run(s, [A, C], [a], (n,)), 2 * a + a[::-1])
 
 
+def test_gpu_local_stage_read_by_a_shared_copy_across_its_thread_loop_says_why():
+    """A local stage computed at a loop bound to threadIdx.x, read by a shared copy
+    attached at the same loop: the copy holds the block's region (its thread loop
+    relaxed), which other threads' registers hold, so the schedule is illegal. The
+    refusal said "reads 'R' from a shared buffer that does not vary with the loops"
+    (the reader's scope, no loop named; fuzz seed cuda 80085); it names the loop, the
+    scopes and why now."""
+    n = 13
+    A = te.placeholder((n, 3), name="A")
+    k = te.reduce_axis((0, 3), name="k")
+    R = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="R")
+    E = te.compute((n,), lambda i: R[i] * 2.0, name="E")
+    s = te.create_schedule(E.op)
+    S = s.cache_read(R, "shared", [E])
+    o, i = s[E].split(E.op.axis[0], factor=8)
+    s[E].bind(o, te.thread_axis("blockIdx.x"))
+    s[E].bind(i, te.thread_axis("threadIdx.x"))
+    s[S].compute_at(s[E], i)
+    s[R].compute_at(s[E], i)
+    with pytest.raises(polytile.LoweringError) as exc:
+        polytile.lower(s, [A, E], target="cuda")
+    msg = str(exc.value)
+    assert msg.startswith("compute_at: stage 'R.shared' (shared) reads 'R', a local buffer "
+                          "with a copy per iteration of the loops 'E'.'i.inner' "
+                          "(threadIdx.x)"), msg
+    assert "other threads" in msg and "'shared' buffer" in msg, msg
+
+
 def test_gpu_cross_thread_partials_outside_a_symbolic_grid_dimension():
     """TVM's cross-thread idiom whose rfactor partial is computed at the row loop bound to
     blockIdx.y, outside the blockIdx.x loop of ``ceil(n1 / 3)`` blocks (a symbolic grid
