@@ -612,6 +612,9 @@ def tuplered(g: Gen) -> dict:
             elems.append((x, x.bound, x.exact))
     red = {"op": op, "axes": f.rng, "where": None, "init": None}
     _maybe_where(g, f, red)
+    if index is None and g.chance(0.15):  # an initial value per element
+        red["init"] = [g.lit(x).t for x, _, _ in elems]
+        elems = [(x, b + 8, e and not dt.is_float(x.dtype)) for x, b, e in elems]
     body = elems[1 if index is not None else 0][0]
     if index is not None:
         red["index"] = index

@@ -524,13 +524,18 @@ def _tuple_reduce(ev: _Eval, op: ComputeOp, shape: tuple) -> list:
     body = op.body[0]
     comb = body.combiner
     ns, nr = len(op.axis), len(body.axis)
-    if body.init is not None:
-        raise ReferenceError(f"reference: tuple reduction {comb.name!r} with init")
     full = shape + tuple(iv.dom.extent for iv in body.axis)
     ev.env = {**_grid(op.axis, ns + nr, 0), **_grid(body.axis, ns + nr, ns)}
     cond = ev.visit(body.condition) if body.condition is not None else None
     vals: list = [None] * len(op.body)
     pair = next((b for b in ("argmax", "argmin") if comb.name.startswith(f"tup_{b}")), None)
+    inits = [None] * len(op.body)
+    if body.init is not None:
+        if pair is not None:
+            raise ReferenceError(f"reference: tuple reduction {comb.name!r} with init")
+        ev.env = _grid(op.axis, ns, 0)
+        inits = [ev.visit(b.init) for b in op.body]
+        ev.env = {**_grid(op.axis, ns + nr, 0), **_grid(body.axis, ns + nr, ns)}
     if pair is not None:
         idx, src = ev.visit(op.body[0].source), ev.visit(op.body[1].source)
         vals[0], vals[1] = arg_reduce(body, idx, src, cond, nr, full, pair[3:])
@@ -542,7 +547,7 @@ def _tuple_reduce(ev: _Eval, op: ComputeOp, shape: tuple) -> list:
         if _combiner_op(elem) is None:   # (which also says it reads only its own element)
             raise ReferenceError(f"reference: element {k} of tuple combiner {comb.name!r} "
                                  f"is not a sum/max/min/product of its own element")
-        vals[k] = reduce(elem, ev.visit(b.source), cond, None, nr, full, acc=b.dtype)
+        vals[k] = reduce(elem, ev.visit(b.source), cond, inits[k], nr, full, acc=b.dtype)
     return [_result(op, k, v, shape) for k, v in enumerate(vals)]
 
 

@@ -115,9 +115,10 @@ class SchedGen:
         if self.stopped:
             return False
         keep = self.chance(KEEP_ILLEGAL)  # drawn always: the stream does not depend on it
-        if self.tuple_rf and step[0] == "rfactor" and len(step) == 4:
+        if self.tuple_rf and step[0] in ("rfactor", "cache_write") and len(step) == 4 - (
+                step[0] == "cache_write"):
             n = self.ns[ident(step[1])].op.num_outputs
-            if n > 1:  # a tuple reduction's partials, one name each (spec.step_code)
+            if n > 1:  # each output of a multi-output stage, one name each (spec.step_code)
                 step = step + [n]
         try:
             exec(step_code(step), self.ns)  # noqa: S102
@@ -286,12 +287,14 @@ class SchedGen:
                             self.pick(list(main.leaf_iter_vars)).name])
             if self.target == "llvm" and self.chance(0.5):
                 main = self.s[self.ns[ident(T)]]
-                free = [v for v in main.leaf_iter_vars if v not in main.annotations]
+                free = [v for v in main.leaf_iter_vars if v not in main.annotations
+                        and (v.iter_type == "data_par" or not self.tuple_rf)]
                 if free:
                     self.apply(["parallel", T, free[0].name])
             return
         st, name = (rf, T + ".rf") if r < 0.8 else (main, T)
-        free = [v for v in st.leaf_iter_vars if v not in st.annotations]
+        free = [v for v in st.leaf_iter_vars if v not in st.annotations
+                and (v.iter_type == "data_par" or not self.tuple_rf)]  # (tuplered: legal)
         if free:
             v = free[0] if self.chance(0.5) else self.pick(free)
             self.apply(["parallel", name, v.name])
@@ -600,15 +603,23 @@ class SchedGen:
         """The schedule of a ``tuplered`` case (a tuple reduction ``R``, maybe reading a
         multi-output producer ``P``): half the time (``cuda``: 65 %) an ``xreduce`` schedule
         (cross-thread on ``cuda``, rfactor'd on ``llvm``, tuple rfactor included); else its reduce loops
-        split and reordered (:meth:`reduce_loops`), maybe rfactor'd, a few random steps,
+        split and reordered (:meth:`reduce_loops`; of a ``cache_write`` of all its
+        outputs, maybe computed at ``R``), maybe rfactor'd, a few random steps,
         ``P`` computed at a loop of ``R`` or inlined, then (``cuda``) every stage bound."""
         self.tuple_rf = True
         if self.chance(0.5 if self.target == "llvm" else 0.65):
             self.xreduce()
             return
-        self.reduce_loops("R")
+        T = "R"
+        if self.chance(0.25) and self.apply(["cache_write", "R", "local"]):
+            T = "R.local"   # (the reduction; R copies its outputs, maybe around it)
+            out = self.s[self.ns["R"]]
+            if self.chance(0.6) and out.leaf_iter_vars:
+                self.apply(["compute_at", T, "R", self.pick(list(out.leaf_iter_vars)).name])
+        self.reduce_loops(T)
         self.random_steps(len(self.steps) + int(self.pick([0, 1, 2, 3])))
-        if "P" in self.ns and self.chance(0.6) and not self.stopped:
+        if "P" in self.ns and any(st.op is self.ns["P"].op for st in self.s.stages) \
+                and self.chance(0.6) and not self.stopped:
             st = self.s[self.ns["P"]]
             main = self.s[self.ns["R"]]
             if st.attach_type == "root" and self.chance(0.85) and main.leaf_iter_vars:
@@ -641,7 +652,7 @@ class SchedGen:
         if red and self.chance(0.35):
             red = self.leaves(T, "reduce")
             if red:
-                nd = len(self.s[self.ns[T]].op.axis)
+                nd = len(self.s[self.ns[ident(T)]].op.axis)
                 step = ["rfactor", T, self.pick(red).name, int(self.g.integers(0, nd + 1))]
                 if self.apply(step):
                     self.rfactor_follow(step)
@@ -650,7 +661,7 @@ class SchedGen:
         spatial = self.leaves(T, "data_par")
         if spatial and self.chance(0.5):
             self.apply(["parallel", T, spatial[0].name])
-        st = self.s[self.ns[T]]
+        st = self.s[self.ns[ident(T)]]
         spatial = self.leaves(T, "data_par")
         if spatial and self.chance(0.4):
             v = spatial[-1]

@@ -246,7 +246,11 @@ def tensor_code(t: dict) -> str:
         if red.get("where") is not None:
             extra += f", where={expr_code(red['where'])}"
         if red.get("init") is not None:
-            extra += f", init={expr_code(red['init'])}"
+            ini = red["init"]
+            if isinstance(ini[0], list):  # one initial value per element of a tuple
+                extra += f", init=({', '.join(expr_code(x) for x in ini)},)"
+            else:
+                extra += f", init={expr_code(ini)}"
         axis = axes[0] if len(axes) == 1 else f"[{', '.join(axes)}]"
         fn = f"te.{red['op']}"
         if red["op"] in COMBINERS or red["op"].startswith("tup_"):
@@ -336,8 +340,14 @@ def step_code(step: list) -> str:
     if p == "cache_read":
         return (f"{ident(st + '.' + step[2])} = s.cache_read({T}, {step[2]!r}, "
                 f"[{', '.join(ident(r) for r in step[3])}])")
-    if p == "cache_write":
-        return f"{ident(st + '.' + step[2])} = s.cache_write({T}, {step[2]!r})"
+    if p == "cache_write":  # (a 4th element: every output of a multi-output stage)
+        n = step[3] if len(step) > 3 else 1
+        if n == 1:
+            return f"{ident(st + '.' + step[2])} = s.cache_write({T}, {step[2]!r})"
+        c = ident(st + "." + step[2])
+        outs = ", ".join([T] + [f"{T}_v{k}" for k in range(1, n)])
+        return f"{c}, {', '.join(f'{c}_v{k}' for k in range(1, n))} = s.cache_write([{outs}], " \
+               f"{step[2]!r})"
     if p == "rfactor":  # (a 5th element: the partials of a tuple reduction, named each)
         n = step[4] if len(step) > 4 else 1
         names = ", ".join([ident(st + ".rf")] + [ident(f"{st}.rf.v{k}") for k in range(1, n)])

@@ -371,6 +371,11 @@ def test_reference_of_tuple_reductions_with_independent_combiners():
     assert (np.abs(res["R"].value - want) <= tolerance(res["R"], "float32")).all()
     sq = np.trunc(a[:, 1:] * 4).astype(np.int32)
     assert res["R.v1"].value.tolist() == (sq * sq).sum(1).tolist()
+    I, IV = te.compute((3,), lambda i: ns["tup_sum_sum"]((A[i, k], (A[i, k] * 4.0).astype(
+        "int32")), axis=k, init=(1.5, -7)), name="I")
+    res = evaluate([I, IV], {"A": a})
+    assert (np.abs(res["I"].value - want - 1.5) <= tolerance(res["I"], "float32")).all()
+    assert res["I.v1"].value.tolist() == (sq.sum(1) - 7).tolist()
 
     q = te.reduce_axis((0, 7), name="q")
     M, MV = te.compute((3,), lambda i: ns["tup_min_max"]((A[i, q].astype("float16"), (
