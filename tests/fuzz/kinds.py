@@ -543,8 +543,10 @@ GENERATORS["xreduce"] = xreduce
 #: the elements a ``tuplered`` reduction draws (each its own combiner and dtype):
 #: ``sumsq`` is a sum of ``x * x``, ``count`` a sum of ``1`` (int32)
 TUPLE_PARTS = ("sum", "sumsq", "max", "min", "count")
-#: dtypes of the elements of a ``tuplered`` reduction (and rarely the extended ones)
-TUPLE_DTYPES = ("float32", "float32", "float16", "int32")
+#: dtypes of the elements of a ``tuplered`` reduction (each accumulates in its own dtype:
+#: a bfloat16 or int8 sum too), mostly float32/float16/int32
+TUPLE_DTYPES = ("float32", "float32", "float32", "float16", "float16", "int32", "int32",
+                "bfloat16", "int8", "int16")
 
 
 def _tuple_producer(g: Gen, dims: list, dtype: str) -> list:

@@ -263,7 +263,7 @@ def arg_reduce(red: Reduce, idx: Val, src: Val, cond: Val | None, nred: int,
 def _exact_sum(x, acc: str):
     """True where every partial sum of ``x`` over its last axis is exact in dtype ``acc``:
     all terms are multiples of ``2**-s`` and ``sum|x| * 2**s < 2**p`` for some ``s``."""
-    p = {"float16": 11, "float32": 24, "float64": 53}[acc]
+    p = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}[acc]
     ok = np.zeros(x.shape[:-1], bool)
     total = np.sum(np.abs(x), axis=-1)
     with np.errstate(all="ignore"):
