@@ -637,8 +637,7 @@ def tuplered(g: Gen) -> dict:
                 rd = g.conv(X(["fn", "min", rd.t, ["int", 1 << 20]], "int32", 1 << 20),
                             g.pick(["int32", "float32"]))
             elif not dt.is_float(rd.dtype) and rd.bound > 1 << 20:  # a count, a wrapped sum
-                rd = X(["fn", "min", ["fn", "max", rd.t, ["int", -(1 << 20)]],
-                        ["int", 1 << 20]], rd.dtype, float(1 << 20))
+                rd = g.clip_int(rd, 1 << 20)
             rds.append(rd)
         g.compute("E", shape, axes, g.combine(rds, g.dtype(TUPLE_DTYPES), 1))
         outs = ["E"]
