@@ -158,6 +158,9 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
     ("cuda", 80085): "a misleading refusal (a local stage read across its threadIdx loop by "
                      "a shared copy: illegal, but the message named the reader's scope and "
                      "no loop); now says which loops and why",
+    ("cuda", 90130): "a crash of the race check: the loop-IR interpreter cast a float beyond "
+                     "int8's range (an empty bfloat16 max, rounded) through a Python int "
+                     "numpy could not hold (OverflowError)",
 }
 #: FIXED_FAULTS whose fault was a refusal of a schedule that computes its definition:
 #: they must now build and give the right values

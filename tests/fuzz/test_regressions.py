@@ -907,3 +907,21 @@ def test_conv2d_nchwc_default_at_resnet_7x7x512_builds():
     f(*arrays)
     want = t.reference(*(a.astype("float64") for a in arrays[:2]), args=args)
     np.testing.assert_allclose(arrays[-1], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "int32"])
+def test_interpreter_casts_a_float_beyond_the_integer_range_without_crashing(dtype):
+    """The loop-IR interpreter (the GPU race check of every fuzz case) cast a float beyond
+    the range of an integer dtype through a Python int that numpy could not hold
+    ("OverflowError: Python int too large to convert to C long"; fuzz seed cuda 90130: an
+    empty bfloat16 max, -3.4e38, rounded then cast to int8). Such a cast is unspecified
+    (C's undefined behaviour): any value of the dtype will do; values in range stay exact."""
+    from polytile.schedule import interpreter
+
+    A = te.placeholder((4,), "float32", name="A")
+    C = te.compute((4,), lambda i: te.round(A[i]).astype(dtype), name="C")
+    s = te.create_schedule(C.op)
+    a = np.array([-3.0e38, 3.7, 1.0e30, 2.2], "float32")
+    out = np.zeros(4, dtype)
+    interpreter.run(polytile.lower(s, [A, C]), a, out)
+    assert out[1] == 4 and out[3] == 2, out
