@@ -925,3 +925,40 @@ def test_interpreter_casts_a_float_beyond_the_integer_range_without_crashing(dty
     out = np.zeros(4, dtype)
     interpreter.run(polytile.lower(s, [A, C]), a, out)
     assert out[1] == 4 and out[3] == 2, out
+
+
+@pytest.mark.parametrize("rfactor", [False, True])
+def test_gpu_cross_thread_reduction_with_its_block_loop_inside_a_serial_reduce_loop(rfactor):
+    """A cross-thread reduction whose row loop, bound to blockIdx.x, stands inside a
+    serial reduce loop (``reorder(k.inner, i, k.outer)``): the grid is outside every loop
+    of the kernel wherever its loop stands, and moving a row loop out keeps the order of
+    each row's updates, but it was refused ("spatial loops run inside the reduction
+    loops"; fuzz seed cuda 90204, a tuple reduction). A spatial loop not bound to a block
+    index there is still refused. 5 rows of 43 terms (not a multiple of 5 or 8)."""
+    n, kk = 5, 43
+    A = te.placeholder((n, kk), "float32", name="A")
+    k = te.reduce_axis((0, kk), name="k")
+    R = te.compute((n,), lambda i: te.sum(A[i, k] * 0.5, axis=k), name="R")
+    s = te.create_schedule(R.op)
+    ko, ki = s[R].split(k, nparts=8)
+    s[R].reorder(ki, R.op.axis[0], ko)
+    if rfactor:
+        RF = s.rfactor(R, ko)
+        ko = s[R].op.reduce_axis[0]
+        s[RF].compute_at(s[R], ko)
+    s[R].bind(R.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[R].bind(ko, te.thread_axis("threadIdx.x"))
+    a = np.random.default_rng(7).uniform(-1, 1, (n, kk)).astype("float32")
+    out = _gpu_run(s, [A, R], [a], (n,))
+    ref = a.astype(np.float64).sum(1) * 0.5
+    assert (np.abs(out - ref) <= 2.0 ** -22 * kk).all(), (out, ref)
+
+    B = te.placeholder((n, 2, kk), "float32", name="B")
+    C = te.compute((n, 2), lambda i, j: te.sum(B[i, j, k], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    ko, ki = s[C].split(k, nparts=8)
+    s[C].reorder(C.op.axis[0], ki, C.op.axis[1], ko)
+    s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[C].bind(ko, te.thread_axis("threadIdx.x"))
+    with pytest.raises(polytile.ScheduleError, match="spatial loops run inside the reduction"):
+        polytile.lower(s, [B, C], target="cuda")
