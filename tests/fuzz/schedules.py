@@ -115,16 +115,18 @@ class SchedGen:
         if self.stopped:
             return False
         keep = self.chance(KEEP_ILLEGAL)  # drawn always: the stream does not depend on it
-        if self.tuple_rf and step[0] in ("rfactor", "cache_write") and len(step) == 4 - (
-                step[0] == "cache_write"):
-            n = self.ns[ident(step[1])].op.num_outputs
-            if n > 1:  # each output of a multi-output stage, one name each (spec.step_code)
-                step = step + [n]
+        plain = step
+        step = self.named(step)
         try:
+            if step is not plain and step[0] == "rfactor" and not self.tuple_rf:
+                # seeds before EXTENDED4_FROM draw as when polytile refused every rfactor
+                # of a tuple (their only ones are argmax), so that their cases stay
+                raise ScheduleError("rfactor of a tuple reduction (not drawn by older seeds)")
             exec(step_code(step), self.ns)  # noqa: S102
         except (ScheduleError, LoweringError):
             if keep:
-                self.steps.append(step)
+                self.steps.append(plain if step[0] == "rfactor" and not self.tuple_rf
+                                  else step)
                 self.stopped = True
                 return True
             self.ns = namespace(self.prog, self.steps)  # the step may have half-applied
@@ -135,6 +137,20 @@ class SchedGen:
             return True
         self.steps.append(step)
         return True
+
+    def named(self, step: list) -> list:
+        """``step`` with the number of outputs of its multi-output stage appended, so that
+        each output gets a name (:func:`.spec.step_code`), in ``tuplered`` cases: for the
+        partials of an ``rfactor`` of a tuple reduction and for a ``cache_write`` of every
+        output. (Older seeds kept rfactor's list in one name, and the steps that followed
+        it failed to draw; :meth:`apply` refuses them such an rfactor, as polytile did
+        until argmax combiners were proven, so that their cases stay as they were.)"""
+        if step[0] == "rfactor" and len(step) == 4 or (
+                self.tuple_rf and step[0] == "cache_write" and len(step) == 3):
+            n = self.ns[ident(step[1])].op.num_outputs
+            if n > 1:
+                return step + [n]
+        return step
 
     # ------------------------------------------------------------------ primitives
     @staticmethod
