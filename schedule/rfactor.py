@@ -303,7 +303,7 @@ def lower_cross_thread_reductions(sch: Schedule) -> Schedule:
         first_red = min(k for k, v in enumerate(leaves) if v.iter_type == "reduce")
         # a spatial loop bound to a block index is the grid, outside every loop of the
         # kernel, wherever it stands: moved out of the reduction loops, it keeps the order
-        # of each element's updates (fuzz seed cuda 90010 was refused)
+        # of each element's updates (fuzz seed cuda 90204 was refused)
         late = [v for v in leaves[first_red:] if v.iter_type != "reduce"
                 and isinstance(st.annotations.get(v), ThreadTag)
                 and st.annotations[v].is_block]
