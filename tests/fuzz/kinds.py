@@ -585,8 +585,8 @@ def tuplered(g: Gen) -> dict:
         return g.read(s, [["ax", a] for a in idx])
 
     parts = []
-    # (rarely: polytile proves no argmax combiner, so it refuses rfactor and cross-thread
-    # binds of these, which are most of the schedules drawn)
+    # (rarely: chosen when polytile proved no argmax combiner and refused most schedules
+    # drawn for them; it proves this lexicographic form now, te/algebra.py)
     if g.chance(0.12):
         parts.append(g.pick(["argmax", "argmin"]))
     while len(parts) < 2 or (len(parts) < 3 and g.chance(0.3)):
