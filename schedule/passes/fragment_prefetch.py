@@ -53,6 +53,21 @@ from .pipeline_slots import Slots, add, flat_compute, refuse, sub
 LOADS_BEFORE_COPIES = True
 
 
+#: The k steps of a tile alternate between the two fragment sets (``F'`` for even steps,
+#: ``F`` for odd ones), each step's loads issued before the MMAs of the step before it:
+#: ``L1 M0' L2' M1 L3 M2' ... M(n-2)'`` then the barrier, ``L0'`` of the next tile and
+#: ``M(n-1)``. Why: with one set for the steps after the first, the loads of step ``i + 1``
+#: reuse the registers that the MMAs of step ``i`` read, so ptxas issues them after the
+#: last of those MMAs and the first MMA of step ``i + 1`` waits for an ``ldmatrix``'s
+#: latency (SASS of ``MMA_BEST``: the eight ``LDSM`` of step 2 between the last ``HMMA``
+#: of step 1 and the first of step 2, which reads them). The two sets are the registers
+#: the prefetch already holds. Taken where every step loads the same fragment tiles
+#: (whole tiles at constant offsets, tensor intrinsic calls) and there is an even number
+#: of steps (the last step's set must not be the one the next tile's first loads write);
+#: else the order above. False: the order above always (for experiments).
+ALTERNATE_SETS = True
+
+
 def _reads(s: Stmt, bufs) -> set:
     """Ids of the buffers of ``bufs`` (a set of ids) that ``s`` reads."""
     out = set()
@@ -195,9 +210,115 @@ def _split_steps(p: PipelinePragma, var, compute: list, bufs: dict):
         return TensorCall(c.intrin, c.part, tuple(bufs), c.shapes, c.strides, c.indices,
                           c.body)
 
+    alt = _alternate(mid, tail, head, ids, frags, nxt) if ALTERNATE_SETS else None
+    if alt is not None:
+        return head, alt, tail
     renamed = [visit(c, "mid") for c in mid]
     tail = [visit(c, "tail") for c in tail]
     return head, renamed, tail
+
+
+def _region(call: TensorCall, i: int):
+    """Operand ``i`` of ``call`` as ``(start indices, shape)``, None where an index is not
+    a constant."""
+    ix = call.operand_indices()[i]
+    if not all(isinstance(v, Const) for v in ix):
+        return None
+    return tuple(v.value for v in ix), tuple(call.shapes[i])
+
+
+def _fragment_use(stmts: list, frags: dict, loads: bool) -> set | None:
+    """The ``(buffer id, region)`` of ``frags`` that ``stmts`` write (``loads``) or read
+    (the compute of a step), each access a tensor call at the top of ``stmts`` naming a
+    whole region at constant offsets; None where any access is something else (an element,
+    a call inside a loop or branch, a region not constant, a compute writing a fragment,
+    a load reading one)."""
+    out = set()
+    for c in stmts:
+        for x in walk_stmts(c):
+            if isinstance(x, Store) and id(x.buffer) in frags or any(
+                    id(ld.buffer) in frags for e in stmt_exprs(x)
+                    for ld in collect(e, Load)):
+                return None
+            if not isinstance(x, TensorCall):
+                continue
+            ins = x.buffers[:-1] if x.part != "reset" else ()
+            touched = [i for i, b in enumerate(ins) if id(b) in frags]
+            wrote = id(x.buffers[-1]) in frags
+            if not touched and not wrote:
+                continue
+            if x is not c or (touched if loads else wrote):
+                return None
+            for i in ([len(x.buffers) - 1] if loads else touched):
+                r = _region(x, i)
+                if r is None:
+                    return None
+                out.add((id(x.buffers[i]), r))
+    return out
+
+
+def _accessed(stmts: list) -> tuple[set, set]:
+    """Ids of the buffers ``stmts`` read and write."""
+    reads, writes = set(), set()
+    for c in stmts:
+        for x in walk_stmts(c):
+            if isinstance(x, Store):
+                writes.add(id(x.buffer))
+            elif isinstance(x, TensorCall):
+                writes.add(id(x.buffers[-1]))
+                if x.part != "reset":
+                    reads |= {id(b) for b in x.buffers[:-1]}
+            reads |= {id(ld.buffer) for e in stmt_exprs(x) for ld in collect(e, Load)}
+    return reads, writes
+
+
+def _alternate(mid: list, tail: list, head: list, ids: set, frags: dict,
+               nxt: dict) -> list | None:
+    """``mid`` (``M0 L1 M1 ... L(n-1)``) as ``L1 M0' L2' M1 ... L(n-1) M(n-2)'``: the
+    loads of step ``i + 1`` before the MMAs of step ``i``, even steps in the ``.next``
+    fragments (``nxt``) and odd ones in the others (``ALTERNATE_SETS``); ``head`` (the
+    loads of step 0, already renamed) and ``tail`` (``M(n-1)``, odd) as they are. None
+    where that is not provably the same computation: a step that does not load exactly the
+    fragment tiles of step 0, a compute reading a tile its step did not load, an odd
+    number of steps, or a moved load touching what the compute it passes touches."""
+    groups: list = []
+    for c in mid:
+        is_load = bool(_reads(c, ids))
+        if groups and groups[-1][0] == is_load:
+            groups[-1][1].append(c)
+        else:
+            groups.append((is_load, [c]))
+    if not groups or groups[0][0] or not groups[-1][0]:
+        return None
+    computes = [g for is_load, g in groups if not is_load] + [tail]
+    loads = [None] + [g for is_load, g in groups if is_load]
+    if len(computes) % 2:
+        return None
+    inv = {id(b): k for k, b in nxt.items()}
+    tiles = _fragment_use(head, {id(b): b for b in nxt.values()}, True)
+    if not tiles:
+        return None
+    tiles = {(inv[b], r) for b, r in tiles}
+    for i, (ld, comp) in enumerate(zip(loads, computes)):
+        if ld is not None and _fragment_use(ld, frags, True) != tiles:
+            return None
+        used = _fragment_use(comp, frags, False)
+        if used is None or not used <= tiles:
+            return None
+    rename = _Rename(nxt)
+    out = []
+    for i in range(len(computes) - 1):
+        ld, comp = loads[i + 1], computes[i]
+        if i % 2 == 0:
+            comp = [rename.visit(c) for c in comp]
+        else:
+            ld = [rename.visit(c) for c in ld]
+        lr, lw = _accessed(ld)
+        cr, cw = _accessed(comp)
+        if lw & (cr | cw) or cw & lr:
+            return None
+        out += ld + comp
+    return out
 
 
 def prefetch_fragments(s: For, p: PipelinePragma, compute: list, bufs: dict, new: dict,

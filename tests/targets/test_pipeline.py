@@ -175,8 +175,16 @@ def test_fragment_prefetch_on_the_interpreter(M, N, K, block, warp, stages, grou
         loop = _k_loop(text)
         # in the loop: MMAs from .next first, then the barrier, then the loads into .next
         mma, barrier = loop.index("update(A.shared.wmma.matrix_a.next"), loop.index("sync(")
-        load = loop.index(", A.shared.wmma.matrix_a.next[0]{16x16}):")
+        load = loop.index(", A.shared.wmma.matrix_a.next[0]{16x16}):", barrier)
         assert mma < barrier < load
+        # fragment_prefetch.ALTERNATE_SETS (an even number of k steps): the second step's
+        # loads come before the first step's MMAs, and the third step (of four) loads into
+        # .next before the barrier
+        steps = block[2] // 16
+        if steps % 2 == 0:
+            assert loop.index(", A.shared.wmma.matrix_a[0]{16x16}):") < mma
+            assert (loop.find(", A.shared.wmma.matrix_a.next[0]{16x16}):") < barrier) == \
+                (steps >= 4)
         # the loads into .next before the copies of tile k + S (LOADS_BEFORE_COPIES: ptxas
         # does not move an ldmatrix above a cp.async), the last step's MMAs after both
         loop = loop.split("cp.async.wait_group(0)")[0]
