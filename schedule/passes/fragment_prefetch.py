@@ -23,6 +23,13 @@ barrier of ``k + 1`` writes the slot of tile ``k``, whose loads (``L0`` in ``k -
 others in ``k``) every thread issued before that barrier; the last step's MMAs read only
 registers; the wait counts are the original loop's, one iteration later.
 
+With an even number of steps that each load the same fragment tiles (``ALTERNATE_SETS``)
+the steps alternate between ``F'`` (even) and ``F`` (odd), and each step's loads move
+before the MMAs of the step before: ``L1 M0[F'] L2[F'] M1 L3 M2[F'] ...``. Right because
+``L(i + 1)`` writes the set ``M(i - 1)`` read (issued before it) and ``M(i)`` reads the
+other, written by ``L(i)`` alone since ``M(i - 2)``; the last step ``M(n-1)`` reads ``F``,
+so the next tile's ``L0`` into ``F'`` stays after the barrier as above.
+
 Refused (``ScheduleError``, primitive ``pipeline``): a compute of another form, loads of
 the first step into memory that is not thread-private, fragments accessed element by
 element or inside a loop or branch, reads overlapping a tile a later step loaded only in
