@@ -22,18 +22,22 @@ import multiprocessing
 import sys
 import time
 
-#: name -> (wmma_gemm keywords over tensor_core.MMA_BEST, fragment_prefetch.ALTERNATE_SETS,
-#: target options)
+#: name -> (wmma_gemm keywords over tensor_core.MMA_BEST, switches of
+#: polytile.schedule.passes.fragment_prefetch)
 CANDIDATES = {
-    "best-noalt": ({}, False, ""),
-    "best": ({}, True, ""),
-    "256x128x64": ({"block": (256, 128, 64)}, True, ""),
-    "128x256x32s5": ({"block": (128, 256, 32), "stages": 5}, True, ""),
-    "128x128x64s3": ({"block": (128, 128, 64), "stages": 3}, True, ""),
-    "128x128x32s4": ({"block": (128, 128, 32)}, True, ""),
-    "best-g16": ({"group": 16}, True, ""),
-    "128x256x128s2": ({"block": (128, 256, 128), "stages": 2}, True, ""),
+    "best-noalt": ({}, {"ALTERNATE_SETS": False}),
+    "best": ({}, {}),
+    "best-steps": ({}, {"COPIES_IN_STEPS": True}),
+    "256x128x64": ({"block": (256, 128, 64)}, {}),
+    "128x256x32s5": ({"block": (128, 256, 32), "stages": 5}, {}),
+    "128x128x64s3": ({"block": (128, 128, 64), "stages": 3}, {}),
+    "128x128x32s4": ({"block": (128, 128, 32)}, {}),
+    "best-g16": ({"group": 16}, {}),
+    "128x256x128s2": ({"block": (128, 256, 128), "stages": 2}, {}),
+    "128x256x128s2-steps": ({"block": (128, 256, 128), "stages": 2}, {"COPIES_IN_STEPS": True}),
 }
+
+_DEFAULTS: dict = {}
 
 
 def _build(job: tuple) -> tuple:
@@ -47,12 +51,16 @@ def _build(job: tuple) -> tuple:
         from polytile.targets.cuda import tensor_core as tc
         from polytile.targets.cuda.library import metadata
 
-        over, alternate, opts = CANDIDATES[name]
-        fragment_prefetch.ALTERNATE_SETS = alternate
+        over, switches = CANDIDATES[name]
+        # a worker builds several candidates: each starts from the switches' defaults
+        keys = {k for _, sw in CANDIDATES.values() for k in sw}
+        _DEFAULTS.update({k: getattr(fragment_prefetch, k) for k in keys - set(_DEFAULTS)})
+        for key in keys:
+            setattr(fragment_prefetch, key, switches.get(key, _DEFAULTS[key]))
         cfg = dict(tc.MMA_BEST)
         cfg.update(dtype=dtype, **over)
         s, args = tc.wmma_gemm(n, n, n, **cfg)
-        f = polytile.build(s, args, target="cuda -arch=sm_90" + opts)
+        f = polytile.build(s, args, target="cuda -arch=sm_90")
         return name, dtype, bytes(f.image), metadata(f), time.perf_counter() - t0
     except Exception as exc:   # report it in the table, go on with the others
         return name, dtype, None, f"{type(exc).__name__}: {str(exc)[:200]}", \
@@ -132,18 +140,18 @@ def main(argv=None) -> None:
                 continue
             name, _, image, meta, secs = fut.result()
             if image is None:
-                print(f"n={n} {dtype:8s} {name:14s} FAILED to build ({secs:.0f} s): {meta}",
+                print(f"n={n} {dtype:8s} {name:19s} FAILED to build ({secs:.0f} s): {meta}",
                       flush=True)
                 continue
             mod = CubinModule.from_data(image, meta)
             mod(da, db, dc)
             err = np.linalg.norm(dc.numpy() - ref) / np.linalg.norm(ref)
             if not err < 1e-4:
-                print(f"n={n} {dtype:8s} {name:14s} WRONG (relative error {err:.1e})")
+                print(f"n={n} {dtype:8s} {name:19s} WRONG (relative error {err:.1e})")
                 continue
             mod.synchronize = False    # (a wait per call would sit between the events)
             tf = flops / _time(lambda: mod(da, db, dc), args.reps) / 1e12
-            print(f"n={n} {dtype:8s} {name:14s} {tf:7.1f} TFLOP/s  {tf / cublas:.3f}x cuBLAS  "
+            print(f"n={n} {dtype:8s} {name:19s} {tf:7.1f} TFLOP/s  {tf / cublas:.3f}x cuBLAS  "
                   f"{tf / triton:.3f}x Triton  (build {secs:.0f} s, rel. error {err:.1e}, "
                   f"{wgmma_gemm.sass_counts(image, ('HMMA', 'LDSM', 'LDGSTS', 'BAR'))})",
                   flush=True)
