@@ -155,6 +155,8 @@ def main(argv=None) -> None:
                   f"{tf / triton:.3f}x Triton  (build {secs:.0f} s, rel. error {err:.1e}, "
                   f"{wgmma_gemm.sass_counts(image, ('HMMA', 'LDSM', 'LDGSTS', 'BAR'))})",
                   flush=True)
+        again = flops / _time(lambda: ta @ tb, args.reps) / 1e12
+        print(f"n={n} {dtype:8s} cuBLAS (torch) again {again:7.1f} TFLOP/s", flush=True)
     pool.shutdown()
     print(f"total {time.perf_counter() - t0:.0f} s", file=sys.stderr)
 
