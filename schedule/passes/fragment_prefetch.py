@@ -171,12 +171,6 @@ def _split_steps(p: PipelinePragma, var, compute: list, bufs: dict):
     # only partly, or an element access, is refused
     rewritten: dict = {k: [] for k in frags}
 
-    def region(call: TensorCall, i: int):
-        ix = call.operand_indices()[i]
-        if not all(isinstance(v, Const) for v in ix):
-            return None
-        return tuple(v.value for v in ix), tuple(call.shapes[i])
-
     def fresh(r, rs) -> bool | None:
         """Is region ``r`` one of ``rs`` (True), apart from all (False), else None?"""
         if r in rs:
@@ -205,7 +199,7 @@ def _split_steps(p: PipelinePragma, var, compute: list, bufs: dict):
         for i, b in enumerate(c.buffers[:-1] if c.part != "reset" else ()):
             if id(b) not in frags:
                 continue
-            r = region(c, i)
+            r = _region(c, i)
             f = None if r is None else fresh(r, rewritten[id(b)])
             if f is None:
                 refuse(p, f"fragment_prefetch: a read of fragment {b.name!r} "
@@ -219,7 +213,7 @@ def _split_steps(p: PipelinePragma, var, compute: list, bufs: dict):
                 bufs[i] = nxt[id(b)]
         out = c.buffers[-1]
         if id(out) in frags:
-            r = region(c, len(c.buffers) - 1)
+            r = _region(c, len(c.buffers) - 1)
             if r is None:
                 refuse(p, f"fragment_prefetch: fragment {out.name!r} is loaded at a "
                        "non-constant offset", "whole fragment tiles at constant "
