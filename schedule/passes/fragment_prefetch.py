@@ -70,7 +70,10 @@ LOADS_BEFORE_COPIES = True
 #: Right: the copy in iteration ``k`` writes the slot of tile ``k - 1``, whose loads every
 #: thread issued before the barrier of iteration ``k - 1``; the groups and waits count as
 #: before (one group per iteration, committed before the wait). Taken where the compute is
-#: not one guard (whose statements could not be split), else the order above.
+#: not one guard (whose statements could not be split), else the order above. Off: slower
+#: on the H200 (MMA_BEST fp16 4096^3 376.6 vs 380.6 TFLOP/s in one run; 350.0 vs 385.5 in
+#: another): a ``cp.async`` between two k steps keeps ptxas from hoisting the next step's
+#: ``ldmatrix`` above it.
 COPIES_IN_STEPS = False
 
 #: The k steps of a tile alternate between the two fragment sets (``F'`` for even steps,
@@ -84,7 +87,10 @@ COPIES_IN_STEPS = False
 #: the prefetch already holds. Taken where every step loads the same fragment tiles
 #: (whole tiles at constant offsets, tensor intrinsic calls) and there is an even number
 #: of steps (the last step's set must not be the one the next tile's first loads write);
-#: else the order above. False: the order above always (for experiments).
+#: else the order above. False: the order above always (for experiments). H200, 4096^3,
+#: one run of ``benchmarks/mma_candidates.py`` (2026-12-02 13:00, medians of 7 interleaved
+#: rounds, cuBLAS 727 fp16 / 754 bf16): MMA_BEST fp16 380.6 (off: 383.6), bf16 398.2
+#: (390.2) TFLOP/s; 128x128x64 blocks of 4 warps in 3 stages fp16 396.0 (373.1).
 ALTERNATE_SETS = True
 
 
