@@ -38,9 +38,11 @@ EARLIER = {("layernorm", "float16"): [[128, 4, 1, 0, 0]],
            ("softmax", "float16"): [[128, 4, 4, 0, 0]]}
 
 
-def _layouts(space, name: str, dtype: str, extra: list, only: bool = False) -> list:
+def _layouts(space, name: str, dtype: str, extra: list, only: bool = False,
+             fix: dict | None = None) -> list:
     """``[(label, knob values)]``: the default, the 16-byte register layouts (not with
-    ``only``), ``extra``."""
+    ``only``), ``extra``; each with every value of the other knobs, or only the value
+    ``fix`` gives a knob (``{name: str(value)}``; knobs the template lacks are ignored)."""
     allv = [space.get(k).knob_values() for k in range(len(space))]
     default = space.default().knob_values()
     vec16 = max(v["layout"][1] for v in allv)
@@ -61,6 +63,8 @@ def _layouts(space, name: str, dtype: str, extra: list, only: bool = False) -> l
     seen, uniq = set(), []
     for label, v0 in out:
         for v in [v0] + [w for w in allv if w["layout"] == v0["layout"] and w != v0]:
+            if any(n in v and str(v[n]) != x for n, x in (fix or {}).items()):
+                continue
             key = (tuple(v["layout"]), *sorted((n, str(v[n])) for n in others))
             if key not in seen:
                 seen.add(key)
@@ -80,6 +84,9 @@ def main(argv=None) -> None:
                     help="extra layouts to time, as threads,vec,rows,shared,local")
     ap.add_argument("--only", action="store_true",
                     help="time the default and --layouts only (not every register layout)")
+    ap.add_argument("--fix", nargs="*", default=[], metavar="KNOB=VALUE",
+                    help="time only the configs with these values of the other knobs "
+                    "(e.g. occupancy=0 stats=1; a knob a template lacks is ignored)")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--target", default="cuda",
                     help="target string, e.g. 'cuda -min-blocks=8' (default cuda)")
@@ -98,6 +105,7 @@ def main(argv=None) -> None:
 
     args = tuple(int(x) for x in a.args.split(","))
     extra = [[int(x) for x in s.split(",")] for s in a.layouts]
+    fix = dict(kv.split("=", 1) for kv in a.fix)
     for name in a.workloads:
         for dtype in a.dtypes:
             t, wl = resolve(name, args, dtype)
@@ -105,7 +113,7 @@ def main(argv=None) -> None:
             opt = MeasureOptions(parallel=os.cpu_count() or 1)
             # the runner reads the device: the -arch and the limits that bound the space
             tgt, runner, _, _, space = open_target(t, wl, tunable_target(a.target), opt)
-            items = _layouts(space, name, dtype, extra, a.only)
+            items = _layouts(space, name, dtype, extra, a.only, fix)
             anchors = tuple(available(t, args, "cuda"))
             with LocalMeasurer(wl, tgt, opt, runner=runner) as m:
                 cmp = m.compare(items, anchors, a.rounds)
