@@ -21,9 +21,9 @@ from polytile.autotune.template import get_template
 from polytile.schedule.interpreter import run as interpret
 
 
-def _index(sp, layout, stats, occupancy=0):
+def _index(sp, layout, stats, occupancy=0, prefetch=0):
     return next(k for k in range(len(sp)) if sp.get(k).knob_values() == {
-        "layout": layout, "stats": stats, "occupancy": occupancy})
+        "layout": layout, "stats": stats, "occupancy": occupancy, "prefetch": prefetch})
 
 
 def _arrays(args, dtype, offset=0.0, seed=0):
@@ -122,7 +122,7 @@ def test_one_pass_runs_on_a_gpu(dtype):
         ran = 0
         for k in range(len(sp)):
             kv = sp.get(k).knob_values()
-            if kv["stats"] != 1 or kv["occupancy"] or kv["layout"] not in want:
+            if kv["stats"] != 1 or kv["occupancy"] or kv["prefetch"] or kv["layout"] not in want:
                 continue
             s, tensors = t.instantiate(sp.get(k), args, dtype, "cuda")
             f = polytile.build(s, tensors, target="cuda")
