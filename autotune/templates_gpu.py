@@ -453,14 +453,6 @@ def full_occupancy_blocks(layout) -> int:
     return min(n, 32) if n > 1 else 0
 
 
-def resident_rows(layout) -> int:
-    """Rows of ``layout`` the device's SMs hold at once if each holds
-    ``THREADS_PER_SM`` threads of its blocks (an upper bound: registers may allow
-    fewer): the distance at which layernorm's ``prefetch`` = 2 fetches rows ahead."""
-    sms = gpu_limits.current().sm_count or 132
-    return sms * max(1, THREADS_PER_SM // (layout[0] * layout[2])) * layout[2]
-
-
 def _row_knobs(cfg, M: int, N: int, dtype: str, name: str = "", params: int = 0) -> tuple:
     layouts = row_layouts(gpu_limits.current(), M, N, dtype, params)
     # the default: the widest vectors, one row per block staged in shared memory when it
@@ -714,13 +706,6 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     Knob ``occupancy``: 1 bounds the kernel's registers so that an SM holds
     ``THREADS_PER_SM`` threads of its blocks (:func:`full_occupancy_blocks`, the
     ``min_blocks`` pragma), so more rows are in flight per SM; 0 leaves them to ptxas.
-
-    Knob ``prefetch`` (``Stage.prefetch`` on the block loop, CUDA: PTX ``prefetch``):
-    1: each block first prefetches gamma's and beta's lines into L1, so the first blocks
-    on each SM, whose inputs' gamma and beta are in neither cache, do not wait a DRAM
-    latency for them after the row's reduction; 2: as 1, and the row of the block
-    :func:`resident_rows` ahead into L2 (the block that will take this SM's place); 0:
-    none.
     """
     cfg = get_config()
     layout = _row_knobs(cfg, M, N, dtype, "layernorm", params=2)
@@ -730,7 +715,6 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     cfg.define_knob("occupancy", [0, 1], default=int(dtype in FULL_OCCUPANCY_DTYPES),
                     legacy=0)
     min_blocks = full_occupancy_blocks(layout) if cfg["occupancy"].val else 0
-    cfg.define_knob("prefetch", [0, 1, 2], default=0, legacy=0)
     A = te.placeholder((M, N), name="A", dtype=dtype)
     G = te.placeholder((N,), name="gamma", dtype=dtype)
     Bt = te.placeholder((N,), name="beta", dtype=dtype)
@@ -779,14 +763,8 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     s = te.create_schedule(out.op)
     _fused_rows(s, out, reductions, layout, regs,
                 [r for r in (g_regs, b_regs) if r is not None], pre=pre)
-    block_loop = s[out].leaf_iter_vars[0]
     if min_blocks:
-        s[out].pragma(block_loop, "min_blocks", min_blocks)
-    if cfg["prefetch"].val:
-        s[out].prefetch(G, block_loop, 1)    # the same lines for every block: into L1
-        s[out].prefetch(Bt, block_loop, 1)
-    if cfg["prefetch"].val == 2 and M > resident_rows(layout):
-        s[out].prefetch(A, block_loop, resident_rows(layout) // layout[2])
+        s[out].pragma(s[out].leaf_iter_vars[0], "min_blocks", min_blocks)   # the block loop
     return s, [A, G, Bt, out]
 
 

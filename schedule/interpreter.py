@@ -363,8 +363,6 @@ class _Interp(StmtFunctor):
         if isinstance(s.value, ExternCall) and s.value.kind == "atomic":
             self._nibble_store(s.value)
             return ()
-        if isinstance(s.value, ExternCall) and s.value.name.startswith("prefetch."):
-            return ()   # a hint (CUDA's block prefetches): no effect on values
         self.expr(s.value)
         return ()
 

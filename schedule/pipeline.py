@@ -79,7 +79,7 @@ from .passes.barriers import sink_divergent_guards
 from .passes.loops import (auto_unroll, dedup_syncs, legalize_vector_loops,
                            legalize_vector_loops_masked, serialize_nested_parallel,
                            guard_partial_unrolls, specialize_partial_unrolls, unroll)
-from .passes.prefetch import insert_block_prefetches, strip_prefetch_pragmas
+from .passes.prefetch import strip_prefetch_pragmas
 from .passes.share import share_subexpressions
 from .passes.simplify import forget as forget_simplified
 from .passes.simplify import Simplifier, simplify
@@ -142,7 +142,6 @@ class Lowering:
     func: PrimFunc | None = None
     sizes: list = field(default_factory=list)    # size parameters (te.var in shapes)
     size_checks: list = field(default_factory=list)
-    prefetches: dict = field(default_factory=dict)   # kernel name -> its block prefetches
 
 
 @dataclass(frozen=True)
@@ -280,9 +279,6 @@ def _kernel_launch(s: Lowering) -> None:
                      for i, (k, b, env, vs) in enumerate(zip(s.units, s.bodies, s.envs,
                                                              used))])
         free = [v for vs in used for v in vs]
-        if s.target.kind == "cuda":
-            s.prefetches = {f"{s.name}_kernel{i}": _block_prefetches(k)
-                            for i, k in enumerate(s.units)}
     else:
         (body,) = s.bodies
         free = None
@@ -306,9 +302,9 @@ def _storage_flattening(s: Lowering) -> None:
     """row-major offsets instead of multi-dimensional indices"""
     s.func = finalize(s.func)
     if s.gpu:
-        # a hint the CPU caches take (the llvm backend's insert_prefetches); on CUDA a
-        # kernel's block loop takes it too, other GPU loops go without (see Stage.prefetch)
-        s.func = strip_prefetch_pragmas(insert_block_prefetches(s.func, s.prefetches))
+        # a hint the CPU caches take (the llvm backend's insert_prefetches); GPU kernels go
+        # without (see Stage.prefetch)
+        s.func = strip_prefetch_pragmas(s.func)
 
 
 def _backend_passes(s: Lowering) -> None:
@@ -544,24 +540,6 @@ def _launch(kernel: Kernel, body, env: dict, name: str, variables: list) -> Kern
     blocks = [v for iv in stage.leaf_iter_vars for k, v in stage.pragmas.get(iv, ())
               if k == "min_blocks"]
     return KernelLaunch(name, kernel.grid, kernel.block, tvars, body, max(blocks, default=0))
-
-
-def _block_prefetches(kernel: Kernel) -> tuple:
-    """``(PrefetchPragma, tag, grid extent)`` of each ``Stage.prefetch`` on a loop of the
-    kernel's root stage bound to a ``blockIdx`` of a constant grid size
-    (:func:`~.passes.prefetch.insert_block_prefetches`)."""
-    if kernel is None:
-        return ()
-    stage = kernel.plan.stage
-    out = []
-    for iv, prs in stage.pragmas.items():
-        tag = stage.annotations.get(iv)
-        if not (isinstance(tag, ThreadTag) and tag.is_block) or tag in kernel.offsets:
-            continue
-        extent = kernel.grid["xyz".index(tag.value[-1])]
-        if isinstance(extent, int):
-            out += [(v, tag.value, extent) for k, v in prs if k == "prefetch"]
-    return tuple(out)
 
 
 def _all_exprs(body) -> list:

@@ -37,21 +37,15 @@ class PrefetchMixin:
         still in use when the region is large. Prefetching never faults, so the lines past
         the last iteration are harmless.
 
-        A hint: the ``llvm`` target honours it, and ``cuda`` where ``var`` is a kernel's
-        loop bound to ``blockIdx`` (each block first prefetches the lines of its threads'
-        accesses in block ``var + offset``: into L1 when they are the same for every
-        block, such as a per-column vector all the rows read, else into L2; accesses under
-        a condition left out); other targets and other GPU loops ignore it. Accesses
-        whose index is not affine in the loops inside ``var`` (constant strides, constant
-        extents) are not prefetched. ``tensor`` may be one the stage reads through its
-        producers (a ``cache_read`` copy computed inside ``var``): the accesses prefetched
-        are those in the loop's body.
+        A hint: the ``llvm`` target honours it; other targets ignore it. Accesses whose
+        index is not affine in the loops inside ``var`` (constant strides, constant
+        extents) are not prefetched.
 
         Parameters
         ----------
         tensor : Tensor or str
             A tensor this stage reads or writes (its own output for the accumulator of a
-            reduction) or that its producers read, or its name (as a trace records it).
+            reduction), or its name (as a trace records it).
         var : IterVar
             A current loop of this stage.
         offset : int
@@ -60,9 +54,9 @@ class PrefetchMixin:
         Raises
         ------
         ScheduleError
-            Here, for a tensor neither the stage nor its producers access, a zero or
-            non-int offset, or a loop that is not a current loop of this stage; when
-            building, naming the stage, loop and tensor, for a footprint of more than
+            Here, for a tensor the stage does not access, a zero or non-int offset, or a
+            loop that is not a current loop of this stage; when building, naming the stage,
+            loop and tensor, for a footprint of more than
             :data:`~polytile.schedule.passes.prefetch.MAX_LINES` lines per iteration.
         """
         iv = self._leaf("prefetch", var)
@@ -70,7 +64,7 @@ class PrefetchMixin:
         if not isinstance(name, str):
             fail("prefetch", f"tensor {tensor!r} of stage {self.name!r} is not a tensor",
                  "a Tensor (or its name) that the stage reads or writes")
-        touched = _upstream(self.op) + [self.op.name]
+        touched = [t.op.name for t in self.op.input_tensors] + [self.op.name]
         if name not in touched:
             fail("prefetch", f"stage {self.name!r} does not access tensor {name!r}",
                  f"one of {sorted(set(touched))}",
@@ -83,17 +77,3 @@ class PrefetchMixin:
             return
         self.pragmas[iv] = self.pragmas.get(iv, ()) + (("prefetch", prag),)
         self._record("prefetch", name, iv, offset)
-
-
-def _upstream(op) -> list:
-    """Names of the tensors ``op`` reads, directly or through the operations that produce
-    its inputs (in order of discovery, no repeats)."""
-    out, todo, seen = [], list(op.input_tensors), set()
-    while todo:
-        t = todo.pop(0)
-        if t.op.name in seen:
-            continue
-        seen.add(t.op.name)
-        out.append(t.op.name)
-        todo += list(t.op.input_tensors)
-    return out

@@ -81,17 +81,14 @@ def _check_env_threads(st) -> None:
 
 def _check_prefetch_loops(st, leaves) -> None:
     """Raise ScheduleError when a loop of stage ``st`` given to ``prefetch()`` is no
-    longer a loop of the stage or no longer runs one iteration after another (a loop bound
-    to ``blockIdx``, one block after another on a GPU, may carry one)."""
+    longer a loop of the stage or no longer runs one iteration after another."""
     for iv, prs in st.pragmas.items():
         if not any(k == "prefetch" for k, _ in prs):
             continue
         kind = st.annotations.get(iv)
         if iv not in leaves:
             what = "was split or fused after s[...].prefetch()"
-        elif kind in (LoopKind.VECTORIZED, LoopKind.UNROLLED) or (
-                isinstance(kind, ThreadTag) and not kind.is_block):
-            # a kernel's block loop: CUDA prefetches at the start of each block
+        elif kind in (LoopKind.VECTORIZED, LoopKind.UNROLLED) or isinstance(kind, ThreadTag):
             what = f"is annotated {annotation_name(kind)!r}"
         else:
             continue

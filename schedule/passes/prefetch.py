@@ -17,20 +17,10 @@ loaded later.
 
 Runs on the flattened function, as a pass of the ``llvm`` backend; ``let`` bindings inside
 ``L`` are substituted into the prefetched indices. ``llvm.prefetch`` never faults, so the
-lines past the last iteration cost nothing but the instruction. Which loops may carry one
-(serial or parallel, not split afterwards; on a GPU a kernel's loop bound to
-``blockIdx``) is checked with the schedule (``validate._check_prefetch_loops``).
-
-On CUDA (:func:`insert_block_prefetches`) the loop is a kernel's block loop: at the start
-of each block, every thread prefetches the lines of its own accesses in block ``blockIdx
-+ offset`` (a warp's prefetches of one line are one request, as its loads are), one PTX
-``prefetch`` per :data:`GPU_LINE_BYTES` of each run: ``prefetch.global.L1`` where the
-lines are the same for every block (a per-column vector that this SM reads again: the
-first blocks on each SM find it in L1 rather than wait for DRAM after their reductions),
-``prefetch.global.L2`` where they depend on the block (another block's data, read on any
-SM), only for blocks inside the grid. Accesses under a condition (a ragged row's guarded
-tail) are left out, so no prefetch addresses an element the kernel does not read. Other
-GPU loops and other GPU targets drop the pragmas (:func:`strip_prefetch_pragmas`).
+lines past the last iteration cost nothing but the instruction. GPU targets drop the
+pragmas (:func:`strip_prefetch_pragmas`): a prefetch is a no-op there. Which loops may
+carry one (serial or parallel, not split afterwards) is checked with the schedule
+(``validate._check_prefetch_loops``).
 """
 
 from __future__ import annotations
@@ -41,63 +31,58 @@ import math
 
 from polytile.errors import LoweringError, format_error
 from polytile.te import dtype as dt
-from polytile.te.expr import Binary, Cmp, Const, Var
+from polytile.te.expr import Binary, Const, Var
 from polytile.te.visitor import collect, free_vars, substitute
 
 from ..kinds import LoopKind, PrefetchPragma
-from ..loop_ir import (AccessPtr, Allocate, Evaluate, ExternCall, For, IfThenElse,
-                       KernelLaunch, LetStmt, Load, PrimFunc, Seq, Stmt, StmtMutator, Store,
-                       expr_str, seq, stmt_exprs, walk_stmts)
+from ..loop_ir import (AccessPtr, Allocate, Evaluate, ExternCall, For, IfThenElse, LetStmt,
+                       Load, PrimFunc, Seq, Stmt, StmtMutator, Store, expr_str, seq,
+                       stmt_exprs)
 from .simplify import _linear, _rebuild, simplify_expr
 
 #: Bytes of one cache line: a run of contiguous elements gets one prefetch per line.
 LINE_BYTES = 64
-#: Bytes of one GPU cache line (L1 and L2 lines of NVIDIA GPUs since Fermi: 128 bytes, four
-#: 32-byte sectors): one prefetch per line of a run.
-GPU_LINE_BYTES = 128
 #: The most prefetch instructions one iteration may issue (a larger footprint is a
 #: schedule error: it would evict more than it brings in).
 MAX_LINES = 1024
 
 
 def _sites(body: Stmt, name: str) -> list:
-    """``(buffer, index, is_store, loops, guarded)`` of each access to buffer ``name`` in
-    ``body``, with the ``let`` values bound inside ``body`` substituted into ``index``;
-    ``guarded``: inside a branch of an ``IfThenElse``."""
+    """``(buffer, index, is_store, loops)`` of each access to buffer ``name`` in ``body``,
+    with the ``let`` values bound inside ``body`` substituted into ``index``."""
     out: list = []
 
-    def loads(exprs, lets, loops, guarded):
+    def loads(exprs, lets, loops):
         for e in exprs:
             for ld in collect(e, Load):
                 if ld.buffer.name == name:
-                    out.append((ld.buffer, substitute(ld.indices[0], lets), False, loops,
-                                guarded))
+                    out.append((ld.buffer, substitute(ld.indices[0], lets), False, loops))
 
-    def walk(s: Stmt, lets: dict, loops: tuple, guarded: bool):
+    def walk(s: Stmt, lets: dict, loops: tuple):
         if isinstance(s, Store):
-            loads([s.value, *s.indices], lets, loops, guarded)
+            loads([s.value, *s.indices], lets, loops)
             if s.buffer.name == name:
-                out.append((s.buffer, substitute(s.indices[0], lets), True, loops, guarded))
+                out.append((s.buffer, substitute(s.indices[0], lets), True, loops))
         elif isinstance(s, For):
-            loads([s.min, s.extent], lets, loops, guarded)
-            walk(s.body, lets, loops + (s,), guarded)
+            loads([s.min, s.extent], lets, loops)
+            walk(s.body, lets, loops + (s,))
         elif isinstance(s, LetStmt):
-            loads([s.value], lets, loops, guarded)
-            walk(s.body, {**lets, s.var: substitute(s.value, lets)}, loops, guarded)
+            loads([s.value], lets, loops)
+            walk(s.body, {**lets, s.var: substitute(s.value, lets)}, loops)
         elif isinstance(s, IfThenElse):
-            loads([s.cond], lets, loops, guarded)
-            walk(s.then_case, lets, loops, True)
+            loads([s.cond], lets, loops)
+            walk(s.then_case, lets, loops)
             if s.else_case is not None:
-                walk(s.else_case, lets, loops, True)
+                walk(s.else_case, lets, loops)
         elif isinstance(s, Seq):
             for x in s.stmts:
-                walk(x, lets, loops, guarded)
+                walk(x, lets, loops)
         elif isinstance(s, Allocate):
-            walk(s.body, lets, loops, guarded)
+            walk(s.body, lets, loops)
         else:
-            loads(list(stmt_exprs(s)), lets, loops, guarded)
+            loads(list(stmt_exprs(s)), lets, loops)
 
-    walk(body, {}, (), False)
+    walk(body, {}, ())
     return out
 
 
@@ -143,14 +128,7 @@ def _prefetch(buf, addr, write: bool) -> Stmt:
         ptr, Const(i32, int(write)), Const(i32, 3), Const(i32, 1)), "llvm_intrin"))
 
 
-def _prefetches(loop: For, prag: PrefetchPragma, emit=None, line_bytes: int = LINE_BYTES,
-                unguarded: bool = False, short_run: int = 0) -> list:
-    """The prefetch statements of ``prag`` at the start of ``loop``'s body: ``emit(buf,
-    address, write, base)`` (default :func:`_prefetch`) per line of ``line_bytes`` of each
-    footprint at ``base``, and at the last element of a run of more than ``short_run``
-    bytes; ``unguarded``: of the accesses outside conditions only (none when all are
-    under one)."""
-    emit = emit or (lambda buf, addr, write, base: _prefetch(buf, addr, write))
+def _prefetches(loop: For, prag: PrefetchPragma) -> list:
     sites = _sites(loop.body, prag.tensor)
     if not sites:
         raise LoweringError(format_error(
@@ -161,9 +139,7 @@ def _prefetches(loop: For, prag: PrefetchPragma, emit=None, line_bytes: int = LI
             "reads"))
     ahead = Binary("int64", "add", loop.var, Const("int64", prag.offset * loop.step))
     found: dict = {}
-    for buf, index, store, loops, guarded in sites:
-        if guarded and unguarded:
-            continue
+    for buf, index, store, loops in sites:
         fp = _footprint(substitute(index, {loop.var: ahead}), loops)
         if fp is None:
             continue
@@ -173,11 +149,8 @@ def _prefetches(loop: For, prag: PrefetchPragma, emit=None, line_bytes: int = LI
         found[key] = (buf, base, rows, run, store or (old is not None and old[4]))
     out = []
     for buf, base, rows, run, write in found.values():
-        step = max(1, line_bytes // dt.nbytes(buf.dtype))
-        offs = set(range(0, run, step))
-        if run * dt.nbytes(buf.dtype) > short_run:
-            offs.add(run - 1)   # the run may end in a line its start's prefetches miss
-        offs = sorted(offs)
+        step = max(1, LINE_BYTES // dt.nbytes(buf.dtype))
+        offs = sorted(set(range(0, run, step)) | {run - 1})
         lines = math.prod(c for _, c in rows) * len(offs)
         if lines > MAX_LINES:
             raise LoweringError(format_error(
@@ -188,8 +161,9 @@ def _prefetches(loop: For, prag: PrefetchPragma, emit=None, line_bytes: int = LI
         at = base
         for (stride, _), v in zip(rows, rvars):
             at = Binary("int64", "add", at, Binary("int64", "mul", Const("int64", stride), v))
-        body = seq(*[emit(buf, simplify_expr(Binary("int64", "add", at, Const("int64", o))),
-                          write, base) for o in offs])
+        body = seq(*[_prefetch(buf, simplify_expr(Binary("int64", "add", at,
+                                                         Const("int64", o))), write)
+                     for o in offs])
         for (_, count), v in reversed(list(zip(rows, rvars))):
             body = For(v, Const("int64", 0), Const("int64", count), LoopKind.SERIAL, body)
         out.append(body)
@@ -236,59 +210,4 @@ def strip_prefetch_pragmas(func: PrimFunc) -> PrimFunc:
     """``func`` without prefetch pragmas (GPU targets, CUDA and HIP: ``Stage.prefetch`` is a
     documented no-op there, the hardware caches and ``cp.async`` stages do that work)."""
     body = _Strip().visit(func.body)
-    return func if body is func.body else dataclasses.replace(func, body=body)
-
-
-def _gpu_prefetch(block: Var):
-    """The CUDA prefetch of one line (module docstring): into L1 when the footprint's
-    ``base`` does not depend on ``block``, else into L2."""
-    def emit(buf, addr, write: bool, base) -> Stmt:
-        level = "L2" if block in free_vars(base) else "L1"
-        ptr = AccessPtr("handle", buf, addr, "w" if write else "r")
-        return Evaluate(ExternCall("void", f"prefetch.global.{level}", (ptr,), "intrin"))
-    return emit
-
-
-class _BlockPrefetch(StmtMutator):
-    def __init__(self, requests: dict):
-        self.requests = requests
-
-    def visit_KernelLaunch(self, s: KernelLaunch):
-        reqs = self.requests.get(s.name, ())
-        if not reqs:
-            return s
-        tvars = {tag: v for v, tag in s.thread_vars}
-        pf = []
-        for prag, tag, extent in reqs:
-            # a block index the body does not use: every block reads the same lines
-            var = tvars[tag] if tag in tvars else Var("int64", tag)
-            loop = For(var, Const("int64", 0), Const("int64", extent), LoopKind.SERIAL, s.body)
-            ahead = Binary("int64", "add", var, Const("int64", prag.offset))
-            inside = (Cmp("bool", "lt", ahead, Const("int64", extent)) if prag.offset > 0
-                      else Cmp("bool", "ge", ahead, Const("int64", 0)))
-            # runs of at most 16 bytes are the kernel's own aligned vector accesses (or
-            # narrower), which do not cross a line: no second prefetch at their end
-            for st in _prefetches(loop, prag, _gpu_prefetch(var), GPU_LINE_BYTES,
-                                  unguarded=True, short_run=16):
-                uses = any(var in free_vars(e) for x in walk_stmts(st) for e in stmt_exprs(x))
-                pf.append(IfThenElse(inside, st) if uses else st)
-        return dataclasses.replace(s, body=seq(*pf, s.body))
-
-
-def insert_block_prefetches(func: PrimFunc, requests: dict) -> PrimFunc:
-    """CUDA: the prefetches of ``Stage.prefetch`` on a kernel's block loop at the start of
-    its body (module docstring). ``requests``: kernel name -> ``(PrefetchPragma, tag,
-    extent)`` with ``tag`` the loop's ``blockIdx.*`` and ``extent`` the grid's size in
-    it. Helps when the first blocks on each SM would wait for lines that the blocks will
-    all read (a per-column vector after the row's reduction), or when the next blocks'
-    rows can be brought into L2 early; costs one instruction per line and thread.
-
-    Raises
-    ------
-    LoweringError
-        As :func:`insert_prefetches` (accesses all under conditions prefetch nothing).
-    """
-    if not requests:
-        return func
-    body = _BlockPrefetch(requests).visit(func.body)
     return func if body is func.body else dataclasses.replace(func, body=body)

@@ -1,8 +1,8 @@
 """The CUDA table of the C printer (:mod:`polytile.targets.c_printer`), a
 :class:`~polytile.targets.c_dialect.GPUDialect`.
 
-Only spellings live here: CUDA's headers, its bfloat16 type, its trap and fast math, its
-prefetches, and the tensor-core helpers (:mod:`.tensor_core`); kernels, barriers, thread indices and half
+Only spellings live here: CUDA's headers, its bfloat16 type, its trap and fast math, and
+the tensor-core helpers (:mod:`.tensor_core`); kernels, barriers, thread indices and half
 precision are spelled as in every GPU dialect. The structure of the generated code is the
 printer's.
 
@@ -53,19 +53,6 @@ _FAST_EXP = """__device__ __forceinline__ float pt_fast_exp(float x) {
 }"""
 
 
-#: ``prefetch.global.L1`` / ``.L2`` calls (``Stage.prefetch`` on a kernel's block loop,
-#: :func:`polytile.schedule.passes.prefetch.insert_block_prefetches`): PTX ``prefetch``
-#: ("Data Movement and Conversion Instructions: prefetch, prefetchu"), which brings the line
-#: of the address into that level and returns at once; ``volatile``: ptxas keeps it where
-#: it is, at the start of the block, instead of sinking it towards the loads it serves.
-#: (Host compilers of the same source, such as tests' emulated driver, see an empty body.)
-PREFETCH_C = {f"prefetch.global.{lv}": (
-    f"pt_prefetch_{lv.lower()}",
-    f"__device__ __forceinline__ void pt_prefetch_{lv.lower()}(const void* p) {{\n"
-    f"#ifdef __CUDA_ARCH__\n  asm volatile(\"prefetch.global.{lv} [%0];\" :: \"l\"(p));\n"
-    "#endif\n}") for lv in ("L1", "L2")}
-
-
 class CUDADialect(GPUDialect):
     """CUDA C++ as accepted by NVRTC and nvcc (sm_53 and newer for half arithmetic)."""
 
@@ -94,12 +81,9 @@ class CUDADialect(GPUDialect):
     fragment_headers: ClassVar[tuple] = ("#include <mma.h>",)
 
     def call_helper(self, name: str) -> tuple | None:
-        """The WMMA and mma.sync helpers of :mod:`.tensor_core` (``C_HELPERS``), the TMA
-        copies, the prefetches (:data:`PREFETCH_C`)."""
+        """The WMMA and mma.sync helpers of :mod:`.tensor_core` (``C_HELPERS``)."""
         from .tensor_core import C_HELPERS, MMA_TYPES   # tensor_core builds on te/tir
 
-        if name in PREFETCH_C:
-            return (*PREFETCH_C[name], {})
         if name.startswith("tma."):   # TMA copies of pipelines (tma.py)
             from .tma import MBARRIER_C, PIPELINE_C, TMA_C
 

@@ -21,9 +21,9 @@ from polytile.autotune.template import get_template
 from polytile.schedule.interpreter import run as interpret
 
 
-def _index(sp, layout, stats, occupancy=0, prefetch=0):
+def _index(sp, layout, stats, occupancy=0):
     return next(k for k in range(len(sp)) if sp.get(k).knob_values() == {
-        "layout": layout, "stats": stats, "occupancy": occupancy, "prefetch": prefetch})
+        "layout": layout, "stats": stats, "occupancy": occupancy})
 
 
 def _arrays(args, dtype, offset=0.0, seed=0):
@@ -122,7 +122,7 @@ def test_one_pass_runs_on_a_gpu(dtype):
         ran = 0
         for k in range(len(sp)):
             kv = sp.get(k).knob_values()
-            if kv["stats"] != 1 or kv["occupancy"] or kv["prefetch"] or kv["layout"] not in want:
+            if kv["stats"] != 1 or kv["occupancy"] or kv["layout"] not in want:
                 continue
             s, tensors = t.instantiate(sp.get(k), args, dtype, "cuda")
             f = polytile.build(s, tensors, target="cuda")
@@ -142,48 +142,3 @@ def test_float16_default_is_one_pass_on_long_rows():
              for args in ((4096, 4096), (8, 1024), (7, 45)) for dt in ("float16", "float32")}
     assert [k for k, v in stats.items() if v] == [((4096, 4096), "float16"),
                                                   ((8, 1024), "float16")]
-
-
-def test_prefetch_knob_computes_the_definition():
-    """Knob ``prefetch`` = 1, 2: gamma's and beta's lines prefetched into L1 before the
-    row's loads (CUDA source), the same numbers (interpreter, 3 x 1024 float16: too few
-    rows for the row ``resident_rows`` ahead, which ``tests/schedule/test_prefetch.py``
-    covers)."""
-    t = get_template("layernorm")
-    args = (3, 1024)
-    sp = t.space(args, "float16", "cuda")
-    for pf in (1, 2):
-        s, tensors = t.instantiate(sp.get(_index(sp, [128, 8, 1, 2, 1], 1, prefetch=pf)),
-                                   args, "float16", "cuda")
-        src = polytile.build(s, tensors, target="cuda -arch=sm_90").get_source()
-        body = src[src.index("__global__"):]
-        assert body.index("pt_prefetch_l1(&gamma[") < body.index("&A[")
-        assert body.index("pt_prefetch_l1(&beta[") < body.index("&A[")
-        assert "pt_prefetch_l2(" not in body
-        arrays = _arrays(args, "float16", seed=pf)
-        interpret(polytile.lower(s, tensors, target="cuda"), *arrays)
-        check(arrays[3], _reference(arrays), k=args[1])
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", ["float16", "float32"])
-def test_prefetch_knob_runs_on_a_gpu(dtype):
-    """The default layout with ``prefetch`` 1 and 2 at 3000 x 4096 (rows ahead prefetched
-    into L2, the last blocks' guarded) and 33 x 4093 (ragged: nothing prefetched)."""
-    from polytile.autotune.templates_gpu import resident_rows
-
-    t = get_template("layernorm")
-    for args in ((3000, 4096), (33, 4093)):
-        sp = t.space(args, dtype, "cuda")
-        base = sp.default().knob_values()
-        for pf in (1, 2):
-            k = next(k for k in range(len(sp)) if sp.get(k).knob_values() == {
-                **base, "prefetch": pf})
-            s, tensors = t.instantiate(sp.get(k), args, dtype, "cuda")
-            f = polytile.build(s, tensors, target="cuda")
-            ahead = pf == 2 and args[0] > resident_rows(base["layout"])
-            assert ("pt_prefetch_l2(&A[" in f.get_source()) == ahead, (args, pf)
-            arrays = _arrays(args, dtype, offset=3.0, seed=pf)
-            dev = [polytile.nd.array(x, device="cuda") for x in arrays]
-            f(*dev)
-            check(dev[3].numpy(), _reference(arrays), k=args[1])

@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import check, compile_with_nvcc, poison, rand, run1
+from helpers import check, rand, run1
 
 import polytile
 from polytile import te
@@ -222,88 +222,3 @@ def test_prefetch_of_an_inlined_tensor_is_refused():
     with pytest.raises(LoweringError, match=r"prefetch: loop 'i' of stage 'C' accesses no "
                        r"element of 'T' in memory"):
         polytile.build(s, [A, C])
-
-
-def _scaled_rows(m: int, n: int, threads: int = 32):
-    """``C[i, j] = A[i, j] * v[j]`` on a GPU: a row per block (``blockIdx.x``), its columns
-    over ``threads`` threads (a guarded tail where ``threads`` does not divide ``n``)."""
-    A = te.placeholder((m, n), name="A")
-    v = te.placeholder((n,), name="v")
-    C = te.compute((m, n), lambda i, j: A[i, j] * v[j], name="C")
-    s = te.create_schedule(C.op)
-    i, j = C.op.axis
-    jo, jt = s[C].split(j, factor=threads)
-    s[C].bind(i, te.thread_axis("blockIdx.x"))
-    s[C].bind(jt, te.thread_axis("threadIdx.x"))
-    g = np.random.default_rng(m * 100 + n)
-    a, w = g.uniform(-1, 1, (m, n)).astype("float32"), g.uniform(-1, 1, n).astype("float32")
-    return s, [A, v, C], i, (a, w), a.astype("float64") * w
-
-
-def _kernel_source(s, args) -> str:
-    return polytile.build(s, args, target="cuda -arch=sm_90").get_source()
-
-
-@pytest.mark.parametrize("m, n", [(7, 64), (1, 96), (13, 32)])
-def test_block_prefetch_on_cuda(m, n):
-    """On a kernel's block loop: each block first prefetches the lines its threads read
-    in block ``blockIdx + offset``; the per-column vector (the same lines for every block)
-    into L1, unguarded, the rows of later blocks into L2, only for blocks in the grid;
-    values unchanged (interpreter; nvcc compiles it)."""
-    from polytile.schedule.interpreter import run as interpret
-
-    s, args, bx, ins, ref = _scaled_rows(m, n)
-    s[args[2]].prefetch(args[1], bx, 1)
-    s[args[2]].prefetch(args[0], bx, 3)
-    src = _kernel_source(s, args)
-    body = src[src.index("__global__"):]
-    if n > 32:   # one prefetch of a 32-float line per step of the 32 threads
-        assert f"v_pf0 < {n // 32}" in body and f"A_pf0 < {n // 32}" in body
-    if m == 1:   # one block: its index is not in the kernel, every "block" reads one row
-        assert body.count("pt_prefetch_l1(") == 2 and "blockIdx" not in body
-    else:
-        l1, l2 = body.index("pt_prefetch_l1(&v["), body.index("pt_prefetch_l2(&A[")
-        assert body.count("pt_prefetch_l1(") == body.count("pt_prefetch_l2(") == 1
-        guard = body.index(f"(blockIdx_x + 3) < {m}")
-        assert l1 < guard < l2 < body.index("= A[")
-        assert "prefetch.global.L2" in src
-    assert "prefetch.global.L1" in src
-    f = polytile.lower(s, args, target="cuda")
-    c = poison((m, n), "float32")
-    interpret(f, *ins, c)
-    check(c, ref)
-    compile_with_nvcc(src)
-
-
-def test_block_prefetch_leaves_guarded_accesses_out():
-    """A ragged row (100 columns over 32 threads, every step guarded): guarded accesses
-    are not prefetched (no address past what the kernel reads); values unchanged."""
-    from polytile.schedule.interpreter import run as interpret
-
-    s, args, bx, ins, ref = _scaled_rows(5, 100)
-    s[args[2]].prefetch(args[1], bx, 1)
-    s[args[2]].prefetch(args[0], bx, -1)
-    src = _kernel_source(s, args)
-    assert "<= 99" in src and "pt_prefetch" not in src
-    c = poison((5, 100), "float32")
-    interpret(polytile.lower(s, args, target="cuda"), *ins, c)
-    check(c, ref)
-
-
-def test_block_prefetch_refusals_and_other_gpu_loops():
-    """A loop bound to ``threadIdx`` is refused; a tensor read through a cache stage
-    inside the block is accepted (its accesses are in the block's body); HIP drops it."""
-    s, args, bx, _, _ = _scaled_rows(4, 64)
-    A, v, C = args
-    jt = s[C].leaf_iter_vars[-1]
-    s[C].prefetch(A, jt, 1)
-    with pytest.raises(ScheduleError, match=r"prefetch: loop 'j.inner' of stage 'C' is "
-                                            r"annotated 'bind:threadIdx.x'"):
-        polytile.lower(s, args, target="cuda")
-    s, args, bx, _, _ = _scaled_rows(4, 64)
-    A, v, C = args
-    VL = s.cache_read(v, "local", [C])
-    s[VL].compute_at(s[C], s[C].leaf_iter_vars[-1])
-    s[C].prefetch(v, bx, 1)
-    assert _kernel_source(s, args).count("pt_prefetch_l1(&v[") == 1
-    assert "prefetch" not in polytile.build(s, args, target="hip").get_source()

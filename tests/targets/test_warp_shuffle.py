@@ -68,8 +68,7 @@ def test_rows_on_threadidx_y_and_local_statistics():
         kv = sp.get(k).knob_values()
         lay = kv["layout"]
         # the statistics in two passes or one (a tuple reduction), alternately
-        if lay not in lays or kv["stats"] != lays.index(lay) % 2 or kv["occupancy"] \
-                or kv["prefetch"]:
+        if lay not in lays or kv["stats"] != lays.index(lay) % 2 or kv["occupancy"]:
             continue
         seen += 1
         s, tensors = t.instantiate(sp.get(k), args, "float16", "cuda")
