@@ -427,6 +427,13 @@ def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str,
 #: ceiling of this shape: a plain copy kernel of the same grid (4096 blocks of 256 threads,
 #: 8-byte vectors) takes 0.0193 ms = 0.83x the copy bound (16-byte vectors: 0.0194 with
 #: 256 threads, 0.0197 with 128), so one row a block cannot pass ~0.83x at 4096 x 4096.
+#: Hand-written CUDA in a second run (copy 0.0195 ms): the same layernorm without gamma and
+#: beta reaches it (0.0195 ms, 0.825x), with them loaded into registers before the row
+#: 0.0206; 2 or 4 rows a block (gamma and beta loaded once, the next row loaded before
+#: this one's reduction) 0.0210 / 0.0208 (their copies 0.0197 / 0.0199); grid-stride
+#: blocks (396-792) 0.0218-0.0233. So the ~1 us over the copy is the affine step's work per
+#: element (two half-to-float conversions and an FMA), not gamma's and beta's loads: fewer
+#: instructions there (half2 FMA of gamma and beta, at ~1 ulp) is what is left to try.
 FLOAT16_DEFAULTS = {"softmax": [128, 8, 1, 2, 0], "layernorm": [256, 4, 1, 2, 1]}
 #: float32, the same way: softmax 0.0354 ms = 0.92x the copy bound (the staged default:
 #: 0.0359 ms, 0.91x), layernorm 0.0361 ms = 0.90x (staged: 0.0371 ms, 0.88x)
