@@ -292,13 +292,20 @@ def tc_preferred(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
     and ``N`` at least :data:`LARGE`) only the region measured fast on an H200 (4096^3,
     ``benchmarks/gpu_gemm.py --isa mma --variants``): mma.sync, padded or swizzled rows, a pipeline,
     k tiles of 32 or 64, groups of 8 or 16, warp tiles of at least 32 x 32 and blocks of at
-    least 128 x 128 (4 warps or more); wgmma blocks of at least 128 x 128 in 3 stages or
-    more, grouped by 8 or 16 tile rows."""
+    least 128 x 128 (4 warps or more); where wgmma blocks of at least 128 x 128 exist
+    (``cuda -arch=sm_90a``), only those, in 3 stages or more, grouped by 8 or 16 tile
+    rows, copied by TMA where it can (the mma.sync and ``cp.async`` wgmma configs measured
+    at most 0.56x and 0.83x cuBLAS against 0.92x: a short search spent most of its trials
+    on them)."""
     if effective(v, shape, limits, defaults, wg) != v:
         return False
+    big_wg = any(t[0] >= 128 and t[1] >= 128 for t in wg)
+    if shape[0] >= LARGE and shape[1] >= LARGE and v["isa"] != "wgmma" and big_wg:
+        return False    # wgmma tiles exist: mma.sync/WMMA are no contenders
     if shape[0] >= LARGE and shape[1] >= LARGE and v["isa"] == "wgmma":
+        tma = effective({**v, "copy": "tma"}, shape, limits, defaults, wg).get("copy")
         return (v["stages"] >= 3 and v["tile"][0] >= 128 and v["tile"][1] >= 128
-                and v["group"] >= 8)
+                and v["group"] >= 8 and v.get("copy") == tma)
     if shape[0] >= LARGE and shape[1] >= LARGE:
         bm, bn, bk, wm, wn = v["tile"]
         return (v["isa"] == "mma" and v["pad"] in (8, "swizzle") and v["stages"] >= 2

@@ -70,7 +70,10 @@ def test_sm_90a_adds_wgmma_and_defaults_to_the_tensorize_schedule():
     pref = [sp.get(i).knob_values() for i in sp.preferred()]
     wg = [v for v in pref if v["isa"] == "wgmma"]
     assert d in wg and all(v["tile"][2] == 64 and v["stages"] >= 3 for v in wg)
-    assert any(v["isa"] == "mma" for v in pref)
+    # a large GEMM with wgmma tiles searches those alone, copied by TMA: a 12-trial run
+    # covers them (blocks 128x128, 128x256, 256x128; 3 or 4 stages; groups of 8 or 16)
+    assert wg == pref and all(v["copy"] == "tma" for v in wg) and len(wg) == 12
+    assert {tuple(v["tile"][:2]) for v in wg} == {(128, 128), (128, 256), (256, 128)}
     # sm_90 (no arch-specific features): no wgmma; the mma.sync hand schedule by default
     _, sp90 = _space((4096, 4096, 4096))
     assert "wgmma" not in [sp90.knobs["isa"].get(r).to_json()

@@ -91,3 +91,27 @@ def test_the_remeasure_confirms_a_faster_config_beside_the_default():
     m = _Measurer({0: 1.0, 1: 0.93, 2: 0.92})
     _compare_best(res, m, (), 2, None, top=1)
     assert m.asked == [("top0", 1), ("default", 0)] and res.best.config == {"tile": 1}
+
+
+def test_dispatch_and_records_best_follow_the_remeasure(tmp_path):
+    # the search ranked tile 1 first (0.90 s), the final re-measure picked the default
+    import polytile.autotune.records as records
+    from polytile.autotune.dispatch import load_best
+
+    d = _rec(0, 1.00)
+    res = _result([d, _rec(1, 0.90)], d)
+    log = tmp_path / "r.jsonl"
+    with RecordWriter(log) as w:
+        for r in res.records:
+            w.write(r)
+        _compare_best(res, _Measurer({0: 0.80, 1: 0.85}), (), 2, w, top=3)
+    best = records.best_records(read_records(log, summaries=True))
+    (rec,) = best.values()
+    assert rec.phase == "summary" and rec.config == {"tile": 0}
+    dev = {"arch": "sm_90a"}
+    assert load_best(str(log), WL, "cuda -arch=sm_90a", dev).config == {"tile": 0}
+    # trials after the summary (a resumed run without a comparison): the fastest trial
+    with RecordWriter(log) as w:
+        w.write(_rec(2, 0.95))
+    assert load_best(str(log), WL, "cuda -arch=sm_90a", dev).config == {"tile": 1}
+    assert records.best_records(read_records(log))[next(iter(best))].config == {"tile": 1}
