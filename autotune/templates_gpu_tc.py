@@ -26,6 +26,11 @@ B[k, j].astype("float32"))``), scheduled by that same function, the hand schedul
             completing on an mbarrier per slot; ``pipeline(..., tma=True)``), where ``B``
             is read MN-major and the k loop is pipelined; records from before the knob
             load as ``"cp.async"``
+``store``   ``cuda -arch=sm_90a`` only, for wgmma: the float32 ``C`` stored one float4 per
+            thread and 8 columns (``"16B"``) or the same with streaming stores
+            (``"16B_stream"``, ``st.global.cs``: ``C`` does not displace the operand
+            panels in L2); :func:`~polytile.targets.cuda.wgmma_intrin.wgmma_store`;
+            records from before the knob load as ``"16B"``
 ==========  =================================================================================
 
 The ``tile`` list holds only tiles that divide the shape (a partial 16x16 tile cannot be
@@ -87,6 +92,8 @@ TC_GROUPS = (1, 4, 8, 16)
 TC_PADS = (8, 0, "swizzle")
 #: how the wgmma shared tiles are filled (``pipeline(..., tma=...)``)
 TC_COPIES = ("cp.async", "tma")
+#: the stores of the wgmma accumulators (``wgmma_store(..., epilogue=...)``)
+TC_STORES = ("16B", "16B_stream")
 #: wgmma (sm_90a) blocks: ``BM`` rows (one warpgroup per 64) x ``BN`` columns (one
 #: ``m64nBNk16`` per warpgroup and k step), k tiles of 64 (128-byte swizzled rows)
 WG_BLOCKS_M = (64, 128, 256)
@@ -246,7 +253,8 @@ def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
     - ``pad``: ``"swizzle"`` is 8 on WMMA (its fragment loads read padded rows);
     - ``group``: the largest divisor of the tile rows at most the knob
       (:func:`~polytile.targets.gpu_tiling.group_rows`), on wgmma too;
-    - on wgmma, the knobs it does not read (``frags``, ``pad``) are their ``defaults``;
+    - on wgmma, the knobs it does not read (``frags``, ``pad``) are their ``defaults``,
+      and off wgmma ``store`` is its default;
     - ``copy``: ``"tma"`` only on wgmma with a pipeline (2 stages or more) and ``B`` read
       MN-major (``BN`` and ``N`` multiples of 64: the tensor maps are of the function's
       arguments, not of the transposed copy), else ``"cp.async"``."""
@@ -270,6 +278,8 @@ def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
                 **({"copy": copy} if "copy" in v else {})}
     if "copy" in v:
         v = {**v, "copy": "cp.async"}
+    if "store" in v:
+        v = {**v, "store": defaults.get("store", TC_STORES[0])}
     bm, bn, bk, wm, wn = tile
     st = _fitting_stages(v["stages"], K // bk,
                          lambda n: tc_shared_bytes(tile, n, v["pad"]), limits)
@@ -355,8 +365,9 @@ def define_tc_knobs(cfg, M: int, N: int, K: int) -> dict:
                 else MMA_BEST["group"],
                 # (swizzle "A" or "B", one tile only, is no knob value: padded then)
                 "pad": "swizzle" if MMA_BEST.get("swizzle") is True else 8}
-    if wg:   # a knob of sm_90a only
+    if wg:   # knobs of sm_90a only
         defaults["copy"] = "tma" if on_wgmma and WGMMA_TENSORIZE_BEST.get("tma") else "cp.async"
+        defaults["store"] = WGMMA_TENSORIZE_BEST["epilogue"]
     cfg.define_knob("isa", ["mma", "wmma"] + ["wgmma"] * bool(wg), default=defaults["isa"])
     cfg.define_knob("tile", tiles + [t for t in wg if t not in tiles],
                     default=defaults["tile"])
@@ -366,6 +377,8 @@ def define_tc_knobs(cfg, M: int, N: int, K: int) -> dict:
     cfg.define_knob("pad", list(TC_PADS), default=defaults["pad"])
     if wg:
         cfg.define_knob("copy", list(TC_COPIES), default=defaults["copy"], legacy="cp.async")
+        cfg.define_knob("store", list(TC_STORES), default=defaults["store"],
+                        legacy="16B")
     shape = (M, N, K)
     wgset = frozenset(tuple(t) for t in wg)
     cfg.prefer(lambda v: tc_preferred(v, shape, limits, defaults, wgset))
@@ -382,7 +395,7 @@ def matmul_tc(cfg, M: int, N: int, K: int, dtype: str):
     v = define_tc_knobs(cfg, M, N, K)
     if v["isa"] == "wgmma":
         return _wgmma_matmul(M, N, K, dtype, v["tile"][:2], v["stages"], v["group"],
-                             tma=v.get("copy") == "tma")
+                             tma=v.get("copy") == "tma", epilogue=v.get("store"))
     bm, bn, bk, wm, wn = v["tile"]
     return tc.wmma_gemm(M, N, K, acc="float32", dtype=dtype, isa=v["isa"],
                         block=(bm, bn, bk), warp=(wm, wn),
@@ -403,7 +416,7 @@ def matmul_f32_acc(M: int, N: int, K: int, dtype: str):
 
 
 def _wgmma_matmul(M: int, N: int, K: int, dtype: str, block: list, stages: int,
-                  group: int = 1, tma: bool = False):
+                  group: int = 1, tma: bool = False, epilogue: str | None = None):
     """``C = A @ B`` on wgmma (sm_90a) through ``tensorize``, 128B-swizzled shared tiles and
     asynchronous MMA groups (``mma_wait`` 1 from 3 stages), blocks in groups of ``group``
     tile rows (a divisor of ``M / BM``), the copies and the epilogue of
@@ -415,7 +428,8 @@ def _wgmma_matmul(M: int, N: int, K: int, dtype: str, block: list, stages: int,
     (:func:`schedule_transpose`), then
     :func:`~polytile.targets.cuda.wgmma_intrin.schedule_wgmma_nt` (the schedule of
     ``tc.wgmma_gemm_schedule``). ``tma`` (MN-major ``B`` and ``stages > 1`` only, see
-    :func:`effective`): the tiles copied by TMA (``pipeline(..., tma=True)``)."""
+    :func:`effective`): the tiles copied by TMA (``pipeline(..., tma=True)``).
+    ``epilogue``: the stores of ``C`` (None: the hand schedule's)."""
     from polytile.targets.cuda import wgmma_intrin as wi
     from polytile.targets.cuda.tensor_core import WGMMA_TENSORIZE_BEST as best
 
@@ -423,7 +437,7 @@ def _wgmma_matmul(M: int, N: int, K: int, dtype: str, block: list, stages: int,
     B = te.placeholder((K, N), name="B", dtype=dtype)
     mma_wait = None if stages < 2 else min(stages - 2, 1)
     blk = (block[0], block[1], WG_BK)
-    opts = dict(group=group, epilogue=best["epilogue"],
+    opts = dict(group=group, epilogue=epilogue or best["epilogue"],
                 copy_after_wait=best["copy_after_wait"] and mma_wait is not None)
     if block[1] % WG_MN_ATOM == 0 and N % WG_MN_ATOM == 0:
         BR, C = wi.wgmma_nn_compute(A, B, "128B")
