@@ -303,10 +303,12 @@ def tc_preferred(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
     ``benchmarks/gpu_gemm.py --isa mma --variants``): mma.sync, padded or swizzled rows, a pipeline,
     k tiles of 32 or 64, groups of 8 or 16, warp tiles of at least 32 x 32 and blocks of at
     least 128 x 128 (4 warps or more); where wgmma blocks of at least 128 x 128 exist
-    (``cuda -arch=sm_90a``), only those, in 3 stages or more, grouped by 8 or 16 tile
-    rows, copied by TMA where it can (the mma.sync and ``cp.async`` wgmma configs measured
-    at most 0.56x and 0.83x cuBLAS against 0.92x: a short search spent most of its trials
-    on them)."""
+    (``cuda -arch=sm_90a``), only wgmma blocks of 128 x 256 or 256 x 128 (and 128 x 128
+    where 128 x 256 blocks make less than two waves of the SMs) in 3 stages or more, grouped by 8 or 16 tile rows, copied by TMA where it can, with the default
+    stores: 8 configs (the mma.sync and ``cp.async`` wgmma configs measured at most 0.56x
+    and 0.83x cuBLAS against 0.92x, and a short search spent most of its trials on them;
+    interleaved on an H200, 4096^3 float16 beside the default's 607.3 TFLOP/s: 128 x 128
+    in 3 stages (two blocks per SM) 517.6, streaming stores 601.8, 256 x 128 606.3)."""
     if effective(v, shape, limits, defaults, wg) != v:
         return False
     big_wg = any(t[0] >= 128 and t[1] >= 128 for t in wg)
@@ -314,8 +316,11 @@ def tc_preferred(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
         return False    # wgmma tiles exist: mma.sync/WMMA are no contenders
     if shape[0] >= LARGE and shape[1] >= LARGE and v["isa"] == "wgmma":
         tma = effective({**v, "copy": "tma"}, shape, limits, defaults, wg).get("copy")
+        waves = shape[0] * shape[1] // (128 * 256) / max(1, limits.sm_count)
         return (v["stages"] >= 3 and v["tile"][0] >= 128 and v["tile"][1] >= 128
-                and v["group"] >= 8 and v.get("copy") == tma)
+                and (v["tile"][0] * v["tile"][1] >= 128 * 256 or waves < 2)
+                and v["group"] >= 8 and v.get("copy") == tma
+                and v.get("store") == defaults.get("store"))
     if shape[0] >= LARGE and shape[1] >= LARGE:
         bm, bn, bk, wm, wn = v["tile"]
         return (v["isa"] == "mma" and v["pad"] in (8, "swizzle") and v["stages"] >= 2

@@ -48,6 +48,14 @@ DEFAULT_BUDGET_S = 95.0
 #: of two runs (704.7 timed alone), so one measurement per trial cannot rank configs
 #: 2-4 % apart.
 FINAL_TOP = 3
+#: A finalist replaces the default config only when its re-measured median is faster by
+#: more than this fraction: configs that equal the default within the measurement's
+#: resolution (an H200's 128x256 GEMM in groups of 8 or 16 tile rows: 611.9 and 610.2
+#: TFLOP/s, interleaved) never make the tuned figure a noise sample below it.
+FINAL_MARGIN = 0.01
+#: Seconds of untimed turns before the final comparison on a GPU (its clocks, boosted
+#: while it idled during the builds, settle): :meth:`.measure.LocalMeasurer.compare`.
+FINAL_WARMUP_S = 1.0
 
 
 @dataclass
@@ -209,18 +217,26 @@ def finalists(records: list, default: Record | None, top: int) -> list:
 def _compare_best(res: TuneResult, measurer: LocalMeasurer, anchors, rounds: int,
                   writer: RecordWriter | None, top: int = 1) -> None:
     """Re-measure the :func:`finalists` (``top`` fastest configs of the search and the
-    default) alternately with ``anchors`` and make the fastest of that re-measure
-    ``res.best`` (the search's ranking came from one measurement each, minutes apart:
-    clocks warming up, other work on the machine); ``res.comparison`` names it
+    default) alternately with ``anchors`` (on a GPU after :data:`FINAL_WARMUP_S` of
+    untimed turns) and make the fastest of that re-measure ``res.best``, the default
+    unless one is faster by more than :data:`FINAL_MARGIN` (the search's ranking came
+    from one measurement each, minutes apart: clocks warming up, other work on the
+    machine); ``res.comparison`` names it
     ``"best"`` (and the default config ``"default"``), ``res.finalists`` keeps every
     finalist's re-measured median. Writes the summary record."""
     fin = finalists(res.records, res.default, top)
     is_default = [res.default is not None and r.config == res.default.config for r in fin]
     names = ["default" if d else f"top{k}" for k, (r, d) in enumerate(zip(fin, is_default))]
-    cmp = measurer.compare([(n, r.config) for n, r in zip(names, fin)], anchors, rounds)
+    warm = {"warmup_s": FINAL_WARMUP_S} if getattr(measurer, "gpu", False) else {}
+    cmp = measurer.compare([(n, r.config) for n, r in zip(names, fin)], anchors, rounds,
+                           **warm)
     timed = [(cmp.timing(n).median, k) for k, n in enumerate(names)
              if cmp.timing(n) is not None]
     win = min(timed)[1] if timed else 0
+    dk = next((k for k, d in enumerate(is_default) if d), None)
+    base = cmp.timing(names[dk]) if dk is not None else None
+    if base is not None and timed and min(timed)[0] > base.median * (1 - FINAL_MARGIN):
+        win = dk    # no finalist is clearly faster than the default: keep the default
     res.finalists = [(r, cmp.timing(n)) for n, r in zip(names, fin)]
     res.best = fin[win]
     keep = {"best": names[win]}
@@ -384,7 +400,8 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
     final_top : int
         With ``anchors``: the ``final_top`` fastest configs of the search and the default
         config are timed in that comparison (:func:`finalists`), and the fastest there
-        becomes ``TuneResult.best`` (1: the search's best alone).
+        becomes ``TuneResult.best`` (the default unless one is faster by more than
+        :data:`FINAL_MARGIN`; 1: the search's best and the default alone).
     ray : str, optional
         Build and measure on a Ray cluster (:mod:`.ray_measure`): ``"auto"`` (the cluster
         this machine joined with ``ray start``), ``"local"`` (a Ray instance started

@@ -3,14 +3,15 @@ interleaved with cuBLAS and Triton in one process, the way the tuned figure is r
 
 Every side is timed the same way, turn by turn: CUDA events around ``calls`` launches
 after 2 warm-ups, ``rounds`` rounds whose order is reversed every other round (A B C / C B
-A), so that clock and thermal drift weigh on every side alike; a side's figure is the
-median of its rounds. Two modes per run: *same buffers* (every launch reads the same
-``A``, ``B``, as ``time_evaluator`` and the torch anchor do) and *rotated* (launches rotate
-over copies of the operands whose total exceeds twice the L2 cache, as the GPU runner of
-the tuner times candidates). cuBLAS is ``torch.matmul`` (a float16/bfloat16 ``C``);
-Triton is ``benchmarks/triton_gemm.py`` at the best of its ``CONFIGS`` (chosen first);
-the polytile kernels write a float32 ``C`` (the template's compute), checked against
-``A.float() @ B.float()`` before timing.
+A), so that clock and thermal drift weigh on every side alike, after a second of untimed
+turns; a side's figure is the median of its rounds. Two modes per run: *same buffers*
+(every launch reads the same ``A``, ``B``, as ``time_evaluator`` and the torch anchor
+do) and *rotated* (launches rotate over copies of the operands whose total exceeds twice
+the L2 cache, as the GPU runner of the tuner times candidates). cuBLAS is
+``torch.matmul`` (a float16/bfloat16 ``C``); Triton is ``benchmarks/triton_gemm.py`` at
+the best of its ``CONFIGS`` (chosen first); the polytile kernels write a float32 ``C``
+(the template's compute: twice the bytes), checked against ``A.float() @ B.float()``
+before timing.
 
 Run on the GPU machine::
 
@@ -87,13 +88,24 @@ def _cycle(calls):
     return call
 
 
-def interleaved(sides: dict, rounds: int = 8, calls: int = 30) -> dict:
+def interleaved(sides: dict, rounds: int = 8, calls: int = 30,
+                warmup_s: float = 1.0) -> dict:
     """Seconds per call of each side of ``sides`` (name -> zero-argument launch), timed
-    alternately (module docstring): name -> per-round seconds."""
+    alternately (module docstring) after ``warmup_s`` seconds of untimed turns (a GPU
+    that idled while kernels were built runs its first turns on boosted clocks): name ->
+    per-round seconds."""
+    import time
+
     import torch
 
     out: dict = {n: [] for n in sides}
     names = list(sides)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < warmup_s:
+        for fn in sides.values():
+            for _ in range(calls):
+                fn()
+        torch.cuda.synchronize()
     start = torch.cuda.Event(enable_timing=True)
     stop = torch.cuda.Event(enable_timing=True)
     for r in range(rounds):
@@ -145,7 +157,8 @@ def final_line(args: tuple, dtype: str, configs: dict, rounds: int = 8,
         import triton_gemm
 
         def tflops_of(fn):
-            return flops / statistics.median(interleaved({"t": fn}, 3, 20)["t"]) / 1e12
+            times = interleaved({"t": fn}, 3, 20, warmup_s=0.2)["t"]
+            return flops / statistics.median(times) / 1e12
 
         _, cfg = triton_gemm.best_tflops(*sets[0], tflops_of)
         triton = lambda a, b: triton_gemm.matmul(a, b, cfg)   # noqa: E731

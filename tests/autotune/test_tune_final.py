@@ -26,7 +26,7 @@ class _Measurer:
         self.remeasured = remeasured
         self.asked: list = []
 
-    def compare(self, items, anchors, rounds):
+    def compare(self, items, anchors, rounds, **kw):
         self.asked = [(n, k["tile"]) for n, k in items]
         cmp = Comparison([n for n, _ in items], list(anchors))
         for _ in range(2):
@@ -115,3 +115,14 @@ def test_dispatch_and_records_best_follow_the_remeasure(tmp_path):
         w.write(_rec(2, 0.95))
     assert load_best(str(log), WL, "cuda -arch=sm_90a", dev).config == {"tile": 1}
     assert records.best_records(read_records(log))[next(iter(best))].config == {"tile": 1}
+
+
+def test_a_finalist_within_the_margin_of_the_default_does_not_replace_it():
+    d = _rec(0, 1.00)
+    res = _result([d, _rec(1, 0.90), _rec(2, 0.95)], d)
+    # 0.995 s against the default's 1.0 s: within FINAL_MARGIN (1 %), the default stays
+    _compare_best(res, _Measurer({0: 1.0, 1: 0.995, 2: 0.999}), (), 2, None, top=3)
+    assert res.best is d and res.comparison.names == ["best"]
+    res = _result([d, _rec(1, 0.90)], d)
+    _compare_best(res, _Measurer({0: 1.0, 1: 0.985}), (), 2, None, top=3)
+    assert res.best.config == {"tile": 1}
