@@ -438,6 +438,22 @@ def _run_one(a, args) -> int:
         print(f"  check           {'matches numpy' if ok else 'WRONG: ' + why}")
         if not ok:
             raise _Fail(f"the built kernel disagrees with numpy: {why}")
+    elif rec is not None and not gpu:
+        # a template of the user's has no numpy reference: the default config is one
+        sp = t.space(wl.args, wl.dtype, run_target)
+        s0, tensors0 = t.instantiate(sp.default(), wl.args, wl.dtype, target=run_target)
+        want = make_inputs(tensors0, args=wl.args)   # the same inputs (one seed)
+        polytile.build(s0, tensors0, target=run_target)(*want)
+        ok, why = True, ""
+        for k in outs:
+            ok_k, why_k = outputs_match(arrays[k], want[k], arrays[k].dtype)
+            ok, why = ok and ok_k, why or why_k
+        print(f"  check           {'matches' if ok else 'WRONG: differs from'} the default "
+              f"config (the template has no numpy reference){': ' + why if not ok else ''}")
+        if not ok:
+            raise _Fail(f"the best record's kernel disagrees with the default config: {why}")
+    else:
+        print("  check           none (the template has no numpy reference)")
     _run_timing(t, wl, run_target if gpu else target, rec, log, a.threads)
     return EXIT_OK
 

@@ -213,6 +213,11 @@ def check_scope(p: StagePlan, consumers: list[StagePlan]) -> None:
 
 def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
     op = p.stage.op
+    if p.stage.align and p.buffer.scope == "global":
+        fail("storage_align", f"stage {p.name!r} is an argument of the function, whose array "
+             "the caller passes compact (row-major)", "an intermediate stage",
+             hint=f"align a cache stage instead: s.cache_write({p.name}, ...) or a "
+             "cache_read of its consumer")
     root = {iv: (iv.dom.min, iv.dom.extent) for iv in p.root_axes}
     if p.attach is not None:
         if p.stage.layouts:
@@ -246,6 +251,8 @@ def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
         fail("swizzle", f"stage {p.name!r} is computed at root", "a shared stage attached "
              "with compute_at (a tile of a cache_read in the k loop)",
              hint=f"s[{p.name}].compute_at(s[<consumer>], <k loop>)")
+    elif p.stage.align:
+        _align_root(p)
     p.ranges = iter_ranges(p.stage, root)
     p.leaf_aff = leaf_affines(p.stage, {iv: f"d{k}" for k, iv in enumerate(p.root_axes)},
                               p.ranges)
@@ -625,6 +632,17 @@ def _aligned(p: StagePlan, ext: list[int]) -> tuple:
             fail("storage_align", f"no padding of axis {q + 1} of stage {p.name!r} makes the "
                   f"stride {offset} modulo {factor}", "choose another factor/offset")
     return tuple(shape)
+
+
+def _align_root(p: StagePlan) -> None:
+    """Pad the buffer of intermediate stage ``p`` computed at root for its
+    ``storage_align``, as TVM pads every buffer it allocates."""
+    if p.stage.layouts:
+        fail("storage_align", f"stage {p.name!r} also has a transform_layout",
+             "one of storage_align and transform_layout per stage")
+    shape = _aligned(p, list(p.buffer.shape))
+    p.outs = [Buffer(b.name, shape, b.dtype, b.scope, b.swizzle, b.packs) for b in p.outs]
+    p.buffer = p.outs[0]
 
 
 def _extents(footprint: isl.Map, lo: isl.PwMultiAff, stride: tuple) -> list[int]:

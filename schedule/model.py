@@ -241,7 +241,10 @@ def _params(sch: Schedule, args, stage_of: dict, names: dict) -> tuple[dict, lis
                 fail("lower", f"tensor {_tname(a)!r} appears twice in args")
             if st.attach_type == "inline":
                 fail("lower", f"tensor {a.name!r} in args is inlined (compute_inline)",
-                      "an argument needs storage: do not inline it")
+                      "an argument needs storage: do not inline it",
+                      hint=f"leave {a.name!r} out of args (TVM's schedule primitives "
+                      "tutorial lowers it there and leaves its array unwritten), or "
+                      f"s[{a.name}].compute_at(...) / compute_root() to fill it")
             b = Buffer(_out_name(names[id(st)], a.op, k),
                        physical_shape(st.layouts, a.shape), a.dtype, "global")
             outs[(st, k)] = b
