@@ -66,6 +66,13 @@ tensorize --tma``; a second run: 691.6 beside cuBLAS 748.6 and Triton 669.5, cp.
 624.9), and ``benchmarks/tune_gpu.py --dtypes float16 --target "cuda -arch=sm_90a"
 --trials 12 --budget 40 --triton`` (9 trials in 50 s) kept it as the best: 682.8 TFLOP/s in
 the runner, 1.015x Triton (672.6) and 0.912x cuBLAS (748.9) measured after the run.
+Those runner figures (L2-cold, the default timed first on clocks still rising) and the
+anchors' (timed after, in another process) were no comparison: ``benchmarks/gemm_final.py``
+times the configs, cuBLAS and Triton interleaved in one process. On an H200 whose cuBLAS
+ran at 659.7 TFLOP/s (2026-12-02 12:23, rotated buffers) the default made 607.3 (0.921x
+cuBLAS, 1.031x Triton 589.1), bfloat16 640.9 (0.931x cuBLAS 688.2, 1.038x Triton 617.7);
+streaming stores 601.8, 256x128 blocks 606.3, 128x128 in 3 stages 517.6; the tuning run's
+pick (groups of 16) 610.2 beside the default's 611.9.
 
 Shapes whose sides are not multiples of 16 keep the CUDA-core schedule of
 :mod:`.templates_gpu` (same compute: float32 accumulation and output).
