@@ -72,7 +72,10 @@ times the configs, cuBLAS and Triton interleaved in one process. On an H200 whos
 ran at 659.7 TFLOP/s (2026-12-02 12:23, rotated buffers) the default made 607.3 (0.921x
 cuBLAS, 1.031x Triton 589.1), bfloat16 640.9 (0.931x cuBLAS 688.2, 1.038x Triton 617.7);
 streaming stores 601.8, 256x128 blocks 606.3, 128x128 in 3 stages 517.6; the tuning run's
-pick (groups of 16) 610.2 beside the default's 611.9.
+pick (groups of 16) 610.2 beside the default's 611.9. With the final re-measure warmed up
+and its 1 % margin (2026-12-02 13:00, ``benchmarks/tune_gpu.py --trials 8 --triton``) the
+tuner kept the default: 610.3 TFLOP/s, 0.921x cuBLAS (662.6), 1.030x Triton (592.4);
+bfloat16 637.0, 0.923x cuBLAS (690.4), 1.032x Triton (617.2).
 
 Shapes whose sides are not multiples of 16 keep the CUDA-core schedule of
 :mod:`.templates_gpu` (same compute: float32 accumulation and output).
