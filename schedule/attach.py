@@ -65,6 +65,30 @@ def set_prefix(p: StagePlan, gpu: bool) -> None:
                      and not (relax and q.binding(k) is not None and q.binding(k).in_thread)]
 
 
+def relax_like_readers(p: StagePlan, consumers: list[StagePlan]) -> None:
+    """Relax attached stage ``p`` over the ``vthread`` loops of its prefix that every reader
+    of it relaxed (after :func:`set_prefix` of its readers, before that of the stages
+    attached inside it): a reader computed inside a cross-thread reduction's shared partial
+    under a vthread loop runs once for all the virtual threads, outside that loop, so a
+    local stage it reads (a ``cache_read`` computed at a loop under the vthread) must run
+    there too and hold the region of all of them (fuzz seed cuda 80140). Other loops a
+    reader relaxed stay: :func:`_region` refuses them."""
+    if p.attach is None or p.scope == "shared":
+        return
+    drop = set()
+    for c in consumers:
+        if not _stmt_kinds_reading(c, p):
+            continue
+        for j in p.prefix_dims:
+            q, k = p.prefix[j]
+            if j < len(c.prefix) and c.prefix[j][0] is q and c.prefix[j][1] == k \
+                    and j not in c.prefix_dims:
+                drop.add(j)
+    if drop and all(p.prefix[j][0].binding(p.prefix[j][1]) is ThreadTag.VTHREAD
+                    for j in drop):
+        p.prefix_dims = [j for j in p.prefix_dims if j not in drop]
+
+
 def check_storage_scope(p: StagePlan) -> None:
     """A GPU stage computed at a loop needs a buffer private to what computes it: not
     ``global`` inside loops bound to hardware indices (one buffer for every block and
@@ -466,10 +490,21 @@ def _region(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
                 continue
             vals = [st.sched[j] for j in p.prefix_dims]
             if any(v is None for v in vals):
+                loops = []
+                for j, v in zip(p.prefix_dims, vals):
+                    q, k = p.prefix[j]
+                    tag = q.binding(k)
+                    if v is None:
+                        loops.append(f"{q.name!r}.{q.leaves[k].name!r}"
+                                     + (f" ({tag.value})" if tag is not None else ""))
                 raise LoweringError(format_error(
-                    "compute_at", f"stage {c.name!r} reads {p.name!r} from a {c.scope} "
-                    f"buffer that does not vary with the loops {p.name!r} is computed in",
-                    "attach the reader inside the same thread loops"))
+                    "compute_at", f"stage {c.name!r} ({c.scope}) reads {p.name!r}, a "
+                    f"{p.scope} buffer with a copy per iteration of the loops "
+                    f"{', '.join(loops)} it is computed inside, but {c.name!r} runs across "
+                    "those loops (a shared stage covers the whole block), so it would read "
+                    "copies that other threads or iterations computed",
+                    f"attach {p.name!r} outside those loops, or give it a 'shared' buffer "
+                    f"(or {c.name!r} a 'local' one)"))
             pre = iu.Map(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
             for rd in _reads_of(c, st.kind):
                 if rd.source is not p.stage:

@@ -51,7 +51,7 @@ from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
 from polytile.te.visitor import ExprMutator, ExprVisitor, substitute
 
 from . import isl_util as iu
-from .attach import accesses, check_scope, make_stmts, set_prefix
+from .attach import accesses, check_scope, make_stmts, relax_like_readers, set_prefix
 from .layout import physical_shape
 from .kinds import LoopKind, ThreadTag
 from .loop_ir import Buffer
@@ -319,6 +319,8 @@ def build_model(sch: Schedule, args, *, padded: bool = False) -> Model:
     order = list(reversed(plans))
     for p in order:
         set_prefix(p, padded)
+        if padded:
+            relax_like_readers(p, consumers[id(p)])
     for p in plans:
         check_scope(p, consumers[id(p)])
     for p in order:
