@@ -319,7 +319,8 @@ def _cmd_records(a) -> int:
         print(f"{len(recs)} records")
     elif a.action == "best":
         rows = []
-        for (_, target, dev), r in sorted(best_records(recs).items()):
+        every = read_records(a.file, summaries=True)
+        for (_, target, dev), r in sorted(best_records(every).items()):
             cfg = " ".join(f"{k}={json.dumps(v)}" for k, v in r.config.items())
             rows.append((r.workload_str(), target, dev or "-", _gflops(flops(r.workload),
                                                                       r.cost),
