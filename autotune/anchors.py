@@ -103,6 +103,20 @@ class Comparison:
         sp = [t.spread for t in (self.timing(n) for n in self.names + self.anchors) if t]
         return max(sp, default=0.0)
 
+    def renamed(self, keep: dict) -> Comparison:
+        """This comparison with only the configs of ``keep`` (new name -> name here), under
+        their new names; the anchors as they are."""
+        back = {old: new for new, old in keep.items()}
+        names = set(self.anchors) | set(back)
+
+        def pick(d: dict) -> dict:
+            return {back.get(k, k): v for k, v in d.items() if k in names}
+
+        return Comparison(list(keep), list(self.anchors), [pick(r) for r in self.rounds],
+                          pick(self.errors),
+                          [[back.get(n, n) for n in o if n in names] for o in self.order],
+                          self.extended)
+
     def to_json(self) -> dict:
         out: dict = {"rounds": len(self.rounds), "extended": self.extended,
                      "timings": {}, "ratios": {},

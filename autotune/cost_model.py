@@ -49,13 +49,14 @@ class XGBCostModel:
                        "seed": seed}
         self.booster = None
 
-    def fit(self, xs, ys, groups=None) -> None:
+    def fit(self, xs, ys, groups=None, weights=None) -> None:
         """Train on features ``xs`` (n x F) and normalised throughputs ``ys`` (n,).
 
         ``groups`` (sizes of consecutive runs of rows, summing to n): the pairwise loss
         only compares rows of the same group, so throughputs of different workloads
         (records of another shape, used for transfer) are never ranked against each
-        other. None: one group."""
+        other. None: one group. ``weights``: one per group (XGBoost weighs the ranking
+        loss per query group), default 1."""
         xgb = _xgb()
         x = np.asarray(xs, dtype=np.float32)
         y = np.asarray(ys, dtype=np.float32)
@@ -65,12 +66,16 @@ class XGBCostModel:
         if groups is not None and sum(groups) != len(x):
             raise TuneError(format_error("cost model", f"groups sum to {sum(groups)}, "
                                          f"expected {len(x)} rows"))
+        if weights is not None and (groups is None or len(weights) != len(groups)):
+            raise TuneError(format_error("cost model", "one weight per group expected"))
         # nthread=1: the default (every core) made building the matrix of a few dozen
         # rows cost 10-90 ms on a loaded 2-core machine (OpenMP threads waiting for a
         # core), more than the training itself; 3 ms with one thread
         dtrain = xgb.DMatrix(x, label=y, nthread=1)
         if groups is not None:
             dtrain.set_group([int(g) for g in groups])
+            if weights is not None:
+                dtrain.set_weight(np.asarray(weights, dtype=np.float32))
         rounds = min(self.num_rounds, 20 + len(x) // 2)
         self.booster = xgb.train(self.params, dtrain, num_boost_round=rounds)
 

@@ -2,7 +2,9 @@
 
 ``with autotune.apply_history_best("matmul.jsonl"):`` makes every template call inside
 the block (``s, args = matmul(1024, 1024, 1024)``, then ``polytile.build(s, args)``) use
-the fastest recorded config of its workload for the context's target. Without a record
+the best recorded config of its workload for the context's target: the one the final
+re-measure of the last tuning run picked (its ``"summary"`` record), else the fastest
+trial (:func:`.records.best_records`). Without a record
 the template's default config is used, with a :class:`~.template.FallbackWarning`. On GPU
 targets records are selected by device class (:mod:`.device`): a record tuned on another
 GPU model or compute capability is refused with a ``TuneError`` naming both.
@@ -38,7 +40,8 @@ _log = logging.getLogger("polytile.autotune")
 
 def _as_records(log) -> list[Record]:
     if isinstance(log, (str, os.PathLike)):
-        return read_records(log)
+        # with the runs' summaries: their final re-measure picked the best config
+        return read_records(log, summaries=True)
     recs = list(log)
     if not all(isinstance(r, Record) for r in recs):
         raise TuneError(format_error("apply_history_best", "got records of the wrong type",
@@ -73,7 +76,7 @@ class ApplyHistoryBest:
         return current_class(target)
 
     def best_record(self, workload: Workload, target: str) -> Record | None:
-        """The fastest record of ``workload`` on ``target`` measured on this device class.
+        """The best record of ``workload`` on ``target`` measured on this device class.
 
         Raises
         ------
@@ -189,7 +192,8 @@ def apply_history_best(log, target: str = "llvm", device: dict | None = None
 
 def load_best(log, workload, target: str = "llvm", device: dict | None = None
               ) -> Record | None:
-    """The fastest successful record of ``workload`` on ``target`` in ``log`` (on GPU
+    """The best successful record (:func:`.records.best_records`) of ``workload`` on
+    ``target`` in ``log`` (on GPU
     targets: of this device class, see :func:`apply_history_best`), or None.
 
     ``workload`` is a :class:`Workload`, its key dict, or a template name (its default

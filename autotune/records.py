@@ -349,14 +349,23 @@ def target_matches(rec_target: str, target: str) -> bool:
 
 
 def best_records(records: Iterable[Record]) -> dict:
-    """The fastest successful record per (workload JSON, target, device class)."""
+    """The best successful record per (workload JSON, target, device class): the last
+    ``"summary"`` record of a tuning run (its config the one the run's final re-measure
+    picked, :func:`.tune.finalists`) where no trial of that key follows it in
+    ``records``, else the fastest trial."""
     from .device import device_class
 
     best: dict = {}
+    summary: dict = {}
     for r in records:
         if not r.ok:
             continue
         key = (json.dumps(r.workload, sort_keys=True), r.target, device_class(r.device))
+        if r.phase == "summary":
+            summary[key] = r
+            continue
+        summary.pop(key, None)   # trials after the run's summary: it no longer says
         if key not in best or r.cost < best[key].cost:
             best[key] = r
+    best.update(summary)
     return best

@@ -419,6 +419,21 @@ def row_layouts(limits: gpu_limits.GPULimits, M: int, N: int, dtype: str,
 #: statistics (knob ``stats`` = 1, :data:`ONE_PASS_DTYPES`): 0.0202 ms = 0.80x the copy bound
 #: (3.32 TB/s of 4.17; bound 0.0161 ms; 1.60x torch's 0.0323 ms), the earlier default
 #: ([256, 8, 1, 2, 1], two passes) 0.0206 ms = 0.78x in the same run (H200, 3 rounds)
+#: Tried 2026-12-02 (H200, one run, copy bound 0.0161 ms, torch 0.0330 ms), all slower than
+#: this default's 0.0204 ms: ``__launch_bounds__(256, 8)`` (32 registers, 8 blocks an SM)
+#: 0.0207; A's loads ``ld.global.nc.L1::no_allocate`` 0.0207; PTX ``prefetch.global.L1`` of
+#: gamma and beta at each block's start 0.0270-0.0272 (one line a thread or the thread's own
+#: lines), and with the row of the block 792 or 1584 ahead into L2 0.0279-0.0282. The
+#: ceiling of this shape: a plain copy kernel of the same grid (4096 blocks of 256 threads,
+#: 8-byte vectors) takes 0.0193 ms = 0.83x the copy bound (16-byte vectors: 0.0194 with
+#: 256 threads, 0.0197 with 128), so one row a block cannot pass ~0.83x at 4096 x 4096.
+#: Hand-written CUDA in a second run (copy 0.0195 ms): the same layernorm without gamma and
+#: beta reaches it (0.0195 ms, 0.825x), with them loaded into registers before the row
+#: 0.0206; 2 or 4 rows a block (gamma and beta loaded once, the next row loaded before
+#: this one's reduction) 0.0210 / 0.0208 (their copies 0.0197 / 0.0199); grid-stride
+#: blocks (396-792) 0.0218-0.0233. So the ~1 us over the copy is the affine step's work per
+#: element (two half-to-float conversions and an FMA), not gamma's and beta's loads: fewer
+#: instructions there (half2 FMA of gamma and beta, at ~1 ulp) is what is left to try.
 FLOAT16_DEFAULTS = {"softmax": [128, 8, 1, 2, 0], "layernorm": [256, 4, 1, 2, 1]}
 #: float32, the same way: softmax 0.0354 ms = 0.92x the copy bound (the staged default:
 #: 0.0359 ms, 0.91x), layernorm 0.0361 ms = 0.90x (staged: 0.0371 ms, 0.88x)

@@ -26,6 +26,11 @@ B[k, j].astype("float32"))``), scheduled by that same function, the hand schedul
             completing on an mbarrier per slot; ``pipeline(..., tma=True)``), where ``B``
             is read MN-major and the k loop is pipelined; records from before the knob
             load as ``"cp.async"``
+``store``   ``cuda -arch=sm_90a`` only, for wgmma: the float32 ``C`` stored one float4 per
+            thread and 8 columns (``"16B"``) or the same with streaming stores
+            (``"16B_stream"``, ``st.global.cs``: ``C`` does not displace the operand
+            panels in L2); :func:`~polytile.targets.cuda.wgmma_intrin.wgmma_store`;
+            records from before the knob load as ``"16B"``
 ==========  =================================================================================
 
 The ``tile`` list holds only tiles that divide the shape (a partial 16x16 tile cannot be
@@ -61,6 +66,16 @@ tensorize --tma``; a second run: 691.6 beside cuBLAS 748.6 and Triton 669.5, cp.
 624.9), and ``benchmarks/tune_gpu.py --dtypes float16 --target "cuda -arch=sm_90a"
 --trials 12 --budget 40 --triton`` (9 trials in 50 s) kept it as the best: 682.8 TFLOP/s in
 the runner, 1.015x Triton (672.6) and 0.912x cuBLAS (748.9) measured after the run.
+Those runner figures (L2-cold, the default timed first on clocks still rising) and the
+anchors' (timed after, in another process) were no comparison: ``benchmarks/gemm_final.py``
+times the configs, cuBLAS and Triton interleaved in one process. On an H200 whose cuBLAS
+ran at 659.7 TFLOP/s (2026-12-02 12:23, rotated buffers) the default made 607.3 (0.921x
+cuBLAS, 1.031x Triton 589.1), bfloat16 640.9 (0.931x cuBLAS 688.2, 1.038x Triton 617.7);
+streaming stores 601.8, 256x128 blocks 606.3, 128x128 in 3 stages 517.6; the tuning run's
+pick (groups of 16) 610.2 beside the default's 611.9. With the final re-measure warmed up
+and its 1 % margin (2026-12-02 13:00, ``benchmarks/tune_gpu.py --trials 8 --triton``) the
+tuner kept the default: 610.3 TFLOP/s, 0.921x cuBLAS (662.6), 1.030x Triton (592.4);
+bfloat16 637.0, 0.923x cuBLAS (690.4), 1.032x Triton (617.2).
 
 Shapes whose sides are not multiples of 16 keep the CUDA-core schedule of
 :mod:`.templates_gpu` (same compute: float32 accumulation and output).
@@ -87,6 +102,8 @@ TC_GROUPS = (1, 4, 8, 16)
 TC_PADS = (8, 0, "swizzle")
 #: how the wgmma shared tiles are filled (``pipeline(..., tma=...)``)
 TC_COPIES = ("cp.async", "tma")
+#: the stores of the wgmma accumulators (``wgmma_store(..., epilogue=...)``)
+TC_STORES = ("16B", "16B_stream")
 #: wgmma (sm_90a) blocks: ``BM`` rows (one warpgroup per 64) x ``BN`` columns (one
 #: ``m64nBNk16`` per warpgroup and k step), k tiles of 64 (128-byte swizzled rows)
 WG_BLOCKS_M = (64, 128, 256)
@@ -246,7 +263,8 @@ def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
     - ``pad``: ``"swizzle"`` is 8 on WMMA (its fragment loads read padded rows);
     - ``group``: the largest divisor of the tile rows at most the knob
       (:func:`~polytile.targets.gpu_tiling.group_rows`), on wgmma too;
-    - on wgmma, the knobs it does not read (``frags``, ``pad``) are their ``defaults``;
+    - on wgmma, the knobs it does not read (``frags``, ``pad``) are their ``defaults``,
+      and off wgmma ``store`` is its default;
     - ``copy``: ``"tma"`` only on wgmma with a pipeline (2 stages or more) and ``B`` read
       MN-major (``BN`` and ``N`` multiples of 64: the tensor maps are of the function's
       arguments, not of the transposed copy), else ``"cp.async"``."""
@@ -270,6 +288,8 @@ def effective(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
                 **({"copy": copy} if "copy" in v else {})}
     if "copy" in v:
         v = {**v, "copy": "cp.async"}
+    if "store" in v:
+        v = {**v, "store": defaults.get("store", TC_STORES[0])}
     bm, bn, bk, wm, wn = tile
     st = _fitting_stages(v["stages"], K // bk,
                          lambda n: tc_shared_bytes(tile, n, v["pad"]), limits)
@@ -292,13 +312,25 @@ def tc_preferred(v: dict, shape: tuple, limits: gpu_limits.GPULimits,
     and ``N`` at least :data:`LARGE`) only the region measured fast on an H200 (4096^3,
     ``benchmarks/gpu_gemm.py --isa mma --variants``): mma.sync, padded or swizzled rows, a pipeline,
     k tiles of 32 or 64, groups of 8 or 16, warp tiles of at least 32 x 32 and blocks of at
-    least 128 x 128 (4 warps or more); wgmma blocks of at least 128 x 128 in 3 stages or
-    more, grouped by 8 or 16 tile rows."""
+    least 128 x 128 (4 warps or more); where wgmma blocks of at least 128 x 128 exist
+    (``cuda -arch=sm_90a``), only wgmma blocks of 128 x 256 or 256 x 128 (and 128 x 128
+    where 128 x 256 blocks make less than two waves of the SMs) in 3 stages or more, grouped by 8 or 16 tile rows, copied by TMA where it can, with the default
+    stores: 8 configs (the mma.sync and ``cp.async`` wgmma configs measured at most 0.56x
+    and 0.83x cuBLAS against 0.92x, and a short search spent most of its trials on them;
+    interleaved on an H200, 4096^3 float16 beside the default's 607.3 TFLOP/s: 128 x 128
+    in 3 stages (two blocks per SM) 517.6, streaming stores 601.8, 256 x 128 606.3)."""
     if effective(v, shape, limits, defaults, wg) != v:
         return False
+    big_wg = any(t[0] >= 128 and t[1] >= 128 for t in wg)
+    if shape[0] >= LARGE and shape[1] >= LARGE and v["isa"] != "wgmma" and big_wg:
+        return False    # wgmma tiles exist: mma.sync/WMMA are no contenders
     if shape[0] >= LARGE and shape[1] >= LARGE and v["isa"] == "wgmma":
+        tma = effective({**v, "copy": "tma"}, shape, limits, defaults, wg).get("copy")
+        waves = shape[0] * shape[1] // (128 * 256) / max(1, limits.sm_count)
         return (v["stages"] >= 3 and v["tile"][0] >= 128 and v["tile"][1] >= 128
-                and v["group"] >= 8)
+                and (v["tile"][0] * v["tile"][1] >= 128 * 256 or waves < 2)
+                and v["group"] >= 8 and v.get("copy") == tma
+                and v.get("store") == defaults.get("store"))
     if shape[0] >= LARGE and shape[1] >= LARGE:
         bm, bn, bk, wm, wn = v["tile"]
         return (v["isa"] == "mma" and v["pad"] in (8, "swizzle") and v["stages"] >= 2
@@ -348,8 +380,9 @@ def define_tc_knobs(cfg, M: int, N: int, K: int) -> dict:
                 else MMA_BEST["group"],
                 # (swizzle "A" or "B", one tile only, is no knob value: padded then)
                 "pad": "swizzle" if MMA_BEST.get("swizzle") is True else 8}
-    if wg:   # a knob of sm_90a only
+    if wg:   # knobs of sm_90a only
         defaults["copy"] = "tma" if on_wgmma and WGMMA_TENSORIZE_BEST.get("tma") else "cp.async"
+        defaults["store"] = WGMMA_TENSORIZE_BEST["epilogue"]
     cfg.define_knob("isa", ["mma", "wmma"] + ["wgmma"] * bool(wg), default=defaults["isa"])
     cfg.define_knob("tile", tiles + [t for t in wg if t not in tiles],
                     default=defaults["tile"])
@@ -359,6 +392,8 @@ def define_tc_knobs(cfg, M: int, N: int, K: int) -> dict:
     cfg.define_knob("pad", list(TC_PADS), default=defaults["pad"])
     if wg:
         cfg.define_knob("copy", list(TC_COPIES), default=defaults["copy"], legacy="cp.async")
+        cfg.define_knob("store", list(TC_STORES), default=defaults["store"],
+                        legacy="16B")
     shape = (M, N, K)
     wgset = frozenset(tuple(t) for t in wg)
     cfg.prefer(lambda v: tc_preferred(v, shape, limits, defaults, wgset))
@@ -375,7 +410,7 @@ def matmul_tc(cfg, M: int, N: int, K: int, dtype: str):
     v = define_tc_knobs(cfg, M, N, K)
     if v["isa"] == "wgmma":
         return _wgmma_matmul(M, N, K, dtype, v["tile"][:2], v["stages"], v["group"],
-                             tma=v.get("copy") == "tma")
+                             tma=v.get("copy") == "tma", epilogue=v.get("store"))
     bm, bn, bk, wm, wn = v["tile"]
     return tc.wmma_gemm(M, N, K, acc="float32", dtype=dtype, isa=v["isa"],
                         block=(bm, bn, bk), warp=(wm, wn),
@@ -396,7 +431,7 @@ def matmul_f32_acc(M: int, N: int, K: int, dtype: str):
 
 
 def _wgmma_matmul(M: int, N: int, K: int, dtype: str, block: list, stages: int,
-                  group: int = 1, tma: bool = False):
+                  group: int = 1, tma: bool = False, epilogue: str | None = None):
     """``C = A @ B`` on wgmma (sm_90a) through ``tensorize``, 128B-swizzled shared tiles and
     asynchronous MMA groups (``mma_wait`` 1 from 3 stages), blocks in groups of ``group``
     tile rows (a divisor of ``M / BM``), the copies and the epilogue of
@@ -408,7 +443,8 @@ def _wgmma_matmul(M: int, N: int, K: int, dtype: str, block: list, stages: int,
     (:func:`schedule_transpose`), then
     :func:`~polytile.targets.cuda.wgmma_intrin.schedule_wgmma_nt` (the schedule of
     ``tc.wgmma_gemm_schedule``). ``tma`` (MN-major ``B`` and ``stages > 1`` only, see
-    :func:`effective`): the tiles copied by TMA (``pipeline(..., tma=True)``)."""
+    :func:`effective`): the tiles copied by TMA (``pipeline(..., tma=True)``).
+    ``epilogue``: the stores of ``C`` (None: the hand schedule's)."""
     from polytile.targets.cuda import wgmma_intrin as wi
     from polytile.targets.cuda.tensor_core import WGMMA_TENSORIZE_BEST as best
 
@@ -416,7 +452,7 @@ def _wgmma_matmul(M: int, N: int, K: int, dtype: str, block: list, stages: int,
     B = te.placeholder((K, N), name="B", dtype=dtype)
     mma_wait = None if stages < 2 else min(stages - 2, 1)
     blk = (block[0], block[1], WG_BK)
-    opts = dict(group=group, epilogue=best["epilogue"],
+    opts = dict(group=group, epilogue=epilogue or best["epilogue"],
                 copy_after_wait=best["copy_after_wait"] and mma_wait is not None)
     if block[1] % WG_MN_ATOM == 0 and N % WG_MN_ATOM == 0:
         BR, C = wi.wgmma_nn_compute(A, B, "128B")

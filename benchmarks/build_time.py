@@ -28,8 +28,15 @@ total           everything, beside the goal of issue 11 (lower + NVRTC <= 0.3 s 
                 SGEMM, lower + LLVM build <= 0.1 s for the CPU matmul)
 ==============  ========================================================================
 
+Each timed build starts cold (``cold()``: what lowering keeps from one build to the next,
+the isl texts parsed, is forgotten first), as a new candidate's build would: the figures
+are not those of the same schedule built again. ``--tune N`` prints, first, the median
+processor time of lowering ``N`` distinct candidates of the ``matmul`` template for
+``cuda`` one after the other (what a tuner's build worker does, the memo kept), and the
+candidates lowered per second.
+
 Figures depend on the machine's load: the load average is printed with them.
-Run: ``python benchmarks/build_time.py [--repeat 5] [--only NAME] [--profile]``
+Run: ``python benchmarks/build_time.py [--repeat 5] [--only NAME] [--tune N] [--profile]``
 (``--profile`` prints the cProfile top of the lowering of each kernel, by cumulative time).
 """
 
@@ -42,6 +49,7 @@ import pathlib
 import statistics
 import time
 
+from polytile.schedule import isl_util as iu
 from polytile.schedule.pipeline import lower
 
 GROUPS = {
@@ -90,12 +98,19 @@ def cuda_compiler() -> tuple:
     return name, lambda src: cc.compile_cuda(src, compiler=chosen, use_cache=False)
 
 
+def cold() -> None:
+    """Forget what lowering keeps from one build to the next (isl texts parsed), so that
+    each timed build costs what a new candidate's does."""
+    getattr(iu, "forget", lambda: None)()
+
+
 def build_once(kind: str, make, compile_cuda=None) -> dict:
     """One build of ``make()`` for ``kind``: seconds per group (see the module docstring)."""
     from polytile.backend import Target
 
     tgt = Target.parse(kind)
     s, args = make()
+    cold()
     phases: dict = {}
     func = lower(s, args, target=tgt, stop_after=None, who="build", timings=phases)
     out = {g: sum(phases.get(p, 0.0) for p in names) for g, names in GROUPS.items()}
@@ -130,8 +145,9 @@ def measure(kind: str, make, repeat: int, compile_cuda=None) -> dict:
     build_once(kind, make, compile_cuda)
     runs, cpu = [], []
     for _ in range(repeat):
-        t0 = time.process_time()
         s, args = make()
+        cold()
+        t0 = time.process_time()
         lower(s, args, target=kind, stop_after=None, who="build")
         cpu.append(time.process_time() - t0)
         runs.append(build_once(kind, make, compile_cuda))
@@ -143,6 +159,34 @@ def measure(kind: str, make, repeat: int, compile_cuda=None) -> dict:
     med["total"] = med["lower+codegen"] + med["compiler"]
     med["lower_cpu"] = statistics.median(cpu)
     return med
+
+
+def tuning_sequence(n: int, kind: str = "cuda", args=(1024, 1024, 1024)) -> tuple:
+    """``(median, total, refused)``: processor seconds of lowering each of ``n`` candidates
+    of the ``matmul`` float32 template for ``kind`` one after the other in this process,
+    as a tuner's build worker does (what one lowering keeps for the next counts here), a
+    fixed random sample: the median, the total (refused candidates' time included: the
+    tuner spends it too), and how many were refused."""
+    import random
+
+    from polytile.autotune.template import get_template
+    from polytile.backend import Target
+
+    tgt = Target.parse(kind)
+    t = get_template("matmul")
+    sp = t.space(args, "float32", tgt)
+    times: list = []
+    refused = 0
+    cold()
+    for i in random.Random(7).sample(range(len(sp)), min(len(sp), n)):
+        s, a = t.instantiate(sp.get(i), args, "float32", tgt)
+        t0 = time.process_time()
+        try:
+            lower(s, a, target=tgt, stop_after=None, who="build")
+        except Exception:  # noqa: BLE001 - a config the lowering refuses: its time counts
+            refused += 1
+        times.append(time.process_time() - t0)
+    return statistics.median(times), sum(times), refused
 
 
 def profile(make, kind: str, top: int = 30) -> None:
@@ -166,7 +210,15 @@ def main(argv=None) -> None:
     ap.add_argument("--only", choices=tuple(GOALS), help="one kernel only")
     ap.add_argument("--no-compile", action="store_true", help="skip the CUDA compiler")
     ap.add_argument("--profile", action="store_true", help="cProfile the lowering instead")
+    ap.add_argument("--tune", type=int, default=0, metavar="N",
+                    help="also lower N matmul template candidates for cuda in sequence")
     args = ap.parse_args(argv)
+    if args.tune:
+        med, total, refused = tuning_sequence(args.tune)
+        print(f"matmul template 1024^3 float32 [cuda], {args.tune} candidates lowered in "
+              f"sequence ({refused} refused), load {os.getloadavg()[0]:.1f}:\n  tune "
+              f"lower_cpu/candidate {med:7.3f} s   total {total:.2f} s   candidates/s "
+              f"(lowering) {args.tune / total:.2f}")
     for name, (kind, title, make) in schedules().items():
         if args.only and name != args.only:
             continue

@@ -38,9 +38,12 @@ EARLIER = {("layernorm", "float16"): [[128, 4, 1, 0, 0]],
            ("softmax", "float16"): [[128, 4, 4, 0, 0]]}
 
 
-def _layouts(space, name: str, dtype: str, extra: list, only: bool = False) -> list:
+def _layouts(space, name: str, dtype: str, extra: list, only: bool = False,
+             fix: dict | None = None, alt: bool = True) -> list:
     """``[(label, knob values)]``: the default, the 16-byte register layouts (not with
-    ``only``), ``extra``."""
+    ``only``), ``extra``; each with every value of the other knobs (with ``alt``), or only
+    the value ``fix`` gives a knob (``{name: str(value)}``; knobs the template lacks are
+    ignored)."""
     allv = [space.get(k).knob_values() for k in range(len(space))]
     default = space.default().knob_values()
     vec16 = max(v["layout"][1] for v in allv)
@@ -50,7 +53,8 @@ def _layouts(space, name: str, dtype: str, extra: list, only: bool = False) -> l
         if shared >= 2 and vec == vec16 and (rows == 1 and 64 <= th <= 256
                                              or rows == 4 and th == 64):
             out.append(("registers" if shared == 2 else "regs+params", v))
-    for lay in extra or EARLIER.get((name, dtype), []):
+    # --only: the default and the given layouts, as its help says
+    for lay in extra or ([] if only else EARLIER.get((name, dtype), [])):
         v = next((v for v in allv if v["layout"] == lay), None)
         if v is None:
             print(f"  layout {lay} is not in the space of {name} {dtype}: skipped")
@@ -60,7 +64,9 @@ def _layouts(space, name: str, dtype: str, extra: list, only: bool = False) -> l
     others = {n for v in allv for n in v if n != "layout"}
     seen, uniq = set(), []
     for label, v0 in out:
-        for v in [v0] + [w for w in allv if w["layout"] == v0["layout"] and w != v0]:
+        for v in [v0] + [w for w in allv if alt and w["layout"] == v0["layout"] and w != v0]:
+            if any(n in v and str(v[n]) != x for n, x in (fix or {}).items()):
+                continue
             key = (tuple(v["layout"]), *sorted((n, str(v[n])) for n in others))
             if key not in seen:
                 seen.add(key)
@@ -80,6 +86,12 @@ def main(argv=None) -> None:
                     help="extra layouts to time, as threads,vec,rows,shared,local")
     ap.add_argument("--only", action="store_true",
                     help="time the default and --layouts only (not every register layout)")
+    ap.add_argument("--fix", nargs="*", default=[], metavar="KNOB=VALUE",
+                    help="time only the configs with these values of the other knobs "
+                    "(e.g. occupancy=0 stats=1; a knob a template lacks is ignored)")
+    ap.add_argument("--no-alt", action="store_true",
+                    help="time each layout with its own config only, not with every value "
+                    "of the other knobs")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--target", default="cuda",
                     help="target string, e.g. 'cuda -min-blocks=8' (default cuda)")
@@ -98,6 +110,7 @@ def main(argv=None) -> None:
 
     args = tuple(int(x) for x in a.args.split(","))
     extra = [[int(x) for x in s.split(",")] for s in a.layouts]
+    fix = dict(kv.split("=", 1) for kv in a.fix)
     for name in a.workloads:
         for dtype in a.dtypes:
             t, wl = resolve(name, args, dtype)
@@ -105,7 +118,7 @@ def main(argv=None) -> None:
             opt = MeasureOptions(parallel=os.cpu_count() or 1)
             # the runner reads the device: the -arch and the limits that bound the space
             tgt, runner, _, _, space = open_target(t, wl, tunable_target(a.target), opt)
-            items = _layouts(space, name, dtype, extra, a.only)
+            items = _layouts(space, name, dtype, extra, a.only, fix, not a.no_alt)
             anchors = tuple(available(t, args, "cuda"))
             with LocalMeasurer(wl, tgt, opt, runner=runner) as m:
                 cmp = m.compare(items, anchors, a.rounds)

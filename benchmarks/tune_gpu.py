@@ -1,13 +1,18 @@
 """Benchmark: tuning on the GPU (``polytile tune --target cuda``) against torch in the same run.
 
 For each workload: ``tune(..., target="cuda")`` searches the template's space (candidates
-built in parallel worker processes, timed in the GPU runner process), then the best config,
-the default config (for ``matmul``: the fastest hand schedule of ``tutorials/04_cuda_gemm.py``,
-8x8 vthread register tiles, k tiles of 16 in a 3-stage ``cp.async`` pipeline, groups of 8;
-the search covers the template's preferred configs unless ``--full-space``) and torch on the GPU (cuBLAS fp32 with TF32 off for
-matmul) are timed alternately, 4 rounds, with CUDA events. One line per figure, with the
-ratio to torch, the tuning wall time and trials per second; memory-bound workloads also
-print their bandwidth (bytes read + written over the time) against ``--copy-tbs``.
+built in parallel worker processes, timed in the GPU runner process), then the fastest
+configs of the search and the default config (for ``matmul``: the fastest hand schedule of
+``tutorials/04_cuda_gemm.py``, 8x8 vthread register tiles, k tiles of 16 in a 3-stage
+``cp.async`` pipeline, groups of 8; on tensor cores the template's hand default) are
+re-measured alternately with torch on the GPU (cuBLAS fp32 with TF32 off for matmul), 4
+rounds, with CUDA events, and the fastest of that re-measure is the tuned config (the
+search covers the template's preferred configs unless ``--full-space``). One line per
+figure, with the ratio to torch, the tuning wall time and trials per second; memory-bound
+workloads also print their bandwidth (bytes read + written over the time) against
+``--copy-tbs``. float16/bfloat16 ``matmul`` with ``--triton``: the tuned and default
+configs are then timed in this process interleaved with cuBLAS and Triton
+(``benchmarks/gemm_final.py``); its ``FINAL`` lines are the figures to quote.
 
 Run on the GPU machine (each workload bounded by ``--budget`` seconds of search)::
 
@@ -24,6 +29,7 @@ for the sample-efficiency comparison.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 
@@ -66,9 +72,10 @@ def main(argv=None) -> None:
                     help="target string (default cuda; 'cuda -arch=sm_90a' adds wgmma to "
                     "the float16/bfloat16 matmul space and makes it the default)")
     ap.add_argument("--triton", action="store_true",
-                    help="matmul in float16/bfloat16: time Triton's GEMM too (best of "
-                    "benchmarks/triton_gemm.py CONFIGS, CUDA events) after the tuning run, "
-                    "with cuBLAS again beside it")
+                    help="matmul in float16/bfloat16: after the tuning run, time the tuned "
+                    "and default configs interleaved with cuBLAS and Triton's GEMM (best of "
+                    "benchmarks/triton_gemm.py CONFIGS) in this process "
+                    "(benchmarks/gemm_final.py)")
     a = ap.parse_args(argv)
     if a.measure_copy:
         a.copy_tbs = _copy_bandwidth()
@@ -85,48 +92,40 @@ def main(argv=None) -> None:
         for dtype in dtypes:
             curves = {}
             for tuner in a.tuners:
-                curves[tuner] = _one(a, name, tuner, tune, available, get_template,
-                                     MeasureOptions, dtype)
+                curves[tuner], res = _one(a, name, tuner, tune, available, get_template,
+                                          MeasureOptions, dtype)
                 if name == "matmul" and dtype != "float32" and a.triton:
-                    _triton_line(WORKLOADS[name][0], dtype, curves[tuner])
+                    _final_lines(WORKLOADS[name][0], dtype, res)
             if a.plot and any(c for c in curves.values()):
                 _plot_curves(a.plot, name if dtype == "float32" else f"{name}_{dtype}",
                              curves)
 
 
-def _triton_line(args: tuple, dtype: str, curve) -> None:
-    """cuBLAS (torch) and Triton's GEMM (``benchmarks/triton_gemm.py``, best of its
-    CONFIGS) at ``args`` = ``(M, N, K)`` in ``dtype``, timed here with CUDA events after the
-    tuning run, beside the tuned kernel's best figure (the last point of ``curve``)."""
+def _final_lines(args: tuple, dtype: str, res) -> None:
+    """The tuned config (``res.best``, picked by the tuner's final re-measure) and the
+    default config timed interleaved with cuBLAS and Triton in this process
+    (:func:`gemm_final.final_line`: same buffers, then rotated), after the tuning run."""
     import sys
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    try:
-        import torch
-        import triton_gemm
-        from wgmma_gemm import _time_cuda
-    except ImportError as exc:
-        print(f"  Triton: not measured ({exc})")
+    if res is None or res.best is None:
         return
-    M, N, K = args
-    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
-    g = torch.Generator().manual_seed(0)
-    ta = (torch.rand(M, K, generator=g) * 2 - 1).to(tdt).cuda()
-    tb = (torch.rand(K, N, generator=g) * 2 - 1).to(tdt).cuda()
-    flops = 2.0 * M * N * K
-    cublas = flops / _time_cuda(lambda: ta @ tb) / 1e12
-    tuned = (curve[0][-1] / 1e3) if curve and curve[0] else None
-    print(f"  {'cuBLAS ' + dtype + ' (torch, here)':30s} {cublas:7.2f} TFLOP/s")
-    try:
-        tt, cfg = triton_gemm.best_tflops(ta, tb, lambda fn: flops / _time_cuda(fn) / 1e12)
-    except Exception as exc:  # noqa: BLE001 - report, the tuning figures stand
-        print(f"  Triton: not measured ({type(exc).__name__}: {str(exc)[:100]})")
-        return
-    line = f"  {'Triton ' + dtype + ' (best of ' + str(len(triton_gemm.CONFIGS)) + ')':30s} " \
-        f"{tt:7.2f} TFLOP/s  {tt / cublas:6.3f} x cuBLAS  (tile {cfg[:3]})"
-    if tuned:
-        line += f"; polytile tuned (runner) {tuned:7.2f} TFLOP/s = {tuned / tt:6.3f} x Triton"
-    print(line, flush=True)
+    import gemm_final
+
+    configs = {"polytile tuned": res.best.config}
+    if res.default is not None and res.default.config != res.best.config:
+        configs["polytile hand"] = res.default.config
+    print(f"  tuned config {json.dumps(res.best.config)}")
+    fig = gemm_final.final_line(args, dtype, configs, label="FINAL ")
+    for mode, tf in fig.items():
+        tuned = tf.get("polytile tuned")
+        if tuned is None:
+            continue
+        hand = tf.get("polytile hand", tuned)
+        parts = [f"{tuned / tf[a]:.3f} x {a} ({tf[a]:.1f})" for a in ("cuBLAS", "Triton")
+                 if a in tf]
+        print(f"FINAL {dtype} tuned {tuned:.1f} TFLOP/s [{mode}] = {', '.join(parts)}, "
+              f"{tuned / hand:.3f} x the hand default ({hand:.1f})", flush=True)
 
 
 def _copy_bandwidth(nbytes: int = 1 << 30) -> float:
@@ -204,7 +203,7 @@ def _one(a, name, tuner, tune, available, get_template, MeasureOptions, dtype="f
     cmp = res.comparison
     if res.best is None or cmp is None:
         print(f"{name}: no result ({res.failures()})")
-        return [], None
+        return ([], None), res
     flops = res.flops or 0.0
     ref = cmp.timing("torch-cuda") if anchors else None
     for label, key in (("polytile tuned", "best"), ("polytile hand (default config)", "default"),
@@ -232,7 +231,12 @@ def _one(a, name, tuner, tune, available, get_template, MeasureOptions, dtype="f
         if k <= len(curve):
             print(f"  best after {k:3d} trials  {curve[k - 1]:9.1f} GFLOP/s"
                   if res.flops else f"  best after {k:3d} trials  {curve[k - 1]:.4g} 1/s")
-    return curve, (flops / ref.median / 1e9 if ref is not None and flops else None)
+    for rec, tm in res.finalists:
+        if tm is not None and flops:
+            mark = "  <- best" if rec is res.best else ""
+            print(f"  finalist {flops / rec.cost / 1e12:7.2f} TFLOP/s searched, "
+                  f"{flops / tm.median / 1e12:7.2f} re-measured{mark}  {json.dumps(rec.config)}")
+    return (curve, (flops / ref.median / 1e9 if ref is not None and flops else None)), res
 
 
 if __name__ == "__main__":

@@ -319,7 +319,8 @@ def _cmd_records(a) -> int:
         print(f"{len(recs)} records")
     elif a.action == "best":
         rows = []
-        for (_, target, dev), r in sorted(best_records(recs).items()):
+        every = read_records(a.file, summaries=True)
+        for (_, target, dev), r in sorted(best_records(every).items()):
             cfg = " ".join(f"{k}={json.dumps(v)}" for k, v in r.config.items())
             rows.append((r.workload_str(), target, dev or "-", _gflops(flops(r.workload),
                                                                       r.cost),
@@ -437,6 +438,22 @@ def _run_one(a, args) -> int:
         print(f"  check           {'matches numpy' if ok else 'WRONG: ' + why}")
         if not ok:
             raise _Fail(f"the built kernel disagrees with numpy: {why}")
+    elif rec is not None and not gpu:
+        # a template of the user's has no numpy reference: the default config is one
+        sp = t.space(wl.args, wl.dtype, run_target)
+        s0, tensors0 = t.instantiate(sp.default(), wl.args, wl.dtype, target=run_target)
+        want = make_inputs(tensors0, args=wl.args)   # the same inputs (one seed)
+        polytile.build(s0, tensors0, target=run_target)(*want)
+        ok, why = True, ""
+        for k in outs:
+            ok_k, why_k = outputs_match(arrays[k], want[k], arrays[k].dtype)
+            ok, why = ok and ok_k, why or why_k
+        print(f"  check           {'matches' if ok else 'WRONG: differs from'} the default "
+              f"config (the template has no numpy reference){': ' + why if not ok else ''}")
+        if not ok:
+            raise _Fail(f"the best record's kernel disagrees with the default config: {why}")
+    else:
+        print("  check           none (the template has no numpy reference)")
     _run_timing(t, wl, run_target if gpu else target, rec, log, a.threads)
     return EXIT_OK
 

@@ -94,6 +94,14 @@ def print_summary(res, out) -> None:
         else:
             rows.append(("median time", f"{fmt_time(best.cost)} ± "
                          f"{best.spread_value * 100:.1f} %"))
+        fin = [(r, tm) for r, tm in getattr(res, "finalists", ()) if tm is not None]
+        if len(fin) > 1:
+            def rate(cost):
+                return f"{gflops(flops, cost)} GFLOP/s" if flops else fmt_time(cost)
+            rows.append(("re-measured", f"{len(fin)} configs (the search's fastest and the "
+                         "default) timed alternately, the best by that: " + ", ".join(
+                             f"{rate(tm.median)} (searched {rate(r.cost)})"
+                             + (" <- best" if r is best else "") for r, tm in fin)))
     else:
         rows.append(("best", "none (every trial failed)"))
     if td is not None:

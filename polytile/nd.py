@@ -42,6 +42,22 @@ class CPUArray(np.ndarray):
 
     asnumpy = numpy
 
+    def copyfrom(self, source) -> CPUArray:
+        """Overwrite the contents with ``source`` (array-like of the same shape, converted
+        to this dtype, as the GPU :class:`NDArray`'s); returns ``self``.
+
+        Raises
+        ------
+        ValueError
+            If the shapes differ.
+        """
+        a = np.asarray(source, dtype=self.dtype)
+        if a.shape != self.shape:
+            raise ValueError(format_error("NDArray.copyfrom", f"source has shape {a.shape}",
+                                          f"expected shape {self.shape}"))
+        self[...] = a
+        return self
+
     def copyto(self, target):
         """Copy to ``target``: a device (returns a new array there) or an array of the same
         shape and dtype (overwritten; returned). See :func:`copyto`."""

@@ -11,7 +11,8 @@ with this module:
   "llvm.fma.f32", a, b, c)`` an LLVM intrinsic; ``call_intrin(dtype, name, ...)`` a
   builtin of the target's C dialect (CUDA);
 * ``ir_builder.create()``: ``emit(stmt_or_call)``, ``with ib.for_range(0, n, name="i") as
-  i:``, ``get()``;
+  i:``, ``with ib.if_scope(cond):`` then ``with ib.else_scope():``, ``p = ib.buffer_ptr(view)``
+  (``p[i]`` and ``p[i] = v``: the region's elements in row-major order), ``get()``;
 * ``view.vload(index)`` / ``view.vstore(index, value)``: element ``index`` (a tuple in
   the view's shape) of the region, ``view.access_ptr(mode, offset=0)`` its address.
 
@@ -26,25 +27,52 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from polytile.errors import DefinitionTypeError, LoweringError, format_error
+from polytile.errors import (DefinitionTypeError, DefinitionValueError, LoweringError,
+                             format_error)
 from polytile.te.expr import Binary, Const, Expr, ExprOp, Var, convert
-from polytile.schedule.loop_ir import (AccessPtr, Buffer, Evaluate, ExternCall, For, Load,
-                                       Stmt, Store, seq)
+from polytile.schedule.loop_ir import (AccessPtr, Buffer, Evaluate, ExternCall, For,
+                                       IfThenElse, Load, Stmt, Store, seq)
 
 # The expression helpers TVM programs reach through ``tvm.tir`` (the same functions as
 # polytile.te's, re-exported so that ``tir.const(0, "int32")`` ports unchanged).
-from polytile.te.expr import const
+from polytile.te.expr import cast, const
 from polytile.te.expr import logical_and as all  # noqa: A001 (TVM's name)
 from polytile.te.expr import logical_or as any  # noqa: A001
 from polytile.te.expr import select as if_then_else
 from polytile.te.reduction import max_value, min_value
-from polytile.te.scalar_math import floordiv, floormod, truncdiv, truncmod
+# TVM's ``tvm.tir`` also holds the math functions (``tir.exp``...) and the index helpers
+from polytile.te.scalar_math import (abs, acos, asin, atan, atan2, ceil, copysign,  # noqa: A004
+                                     cos, cosh, erf, exp, exp2, expm1, fast_erf, fast_exp,
+                                     fast_tanh, floor, floordiv, floormod, fmod, hypot,
+                                     isfinite, isinf, isnan, log, log1p, log2, log10,
+                                     nearbyint, pow, power, round, rsqrt, sigmoid, sin, sinh,
+                                     sqrt, tan, tanh, trunc, truncdiv, truncmod)
 
-__all__ = ["BufferView", "DeclBuffer", "all", "any", "call_extern", "call_intrin", "call_packed",
-           "vscale",
-           "call_llvm_intrin", "call_llvm_pure_intrin", "call_pure_extern", "const",
-           "decl_buffer", "floordiv", "floormod", "if_then_else", "ir_builder", "max_value",
-           "min_value", "truncdiv", "truncmod"]
+indexdiv = floordiv   # TVM's index arithmetic: floor semantics
+indexmod = floormod
+
+
+def Select(condition, true_value, false_value) -> Expr:  # noqa: N802 (TVM's name)
+    """TVM's ``tir.Select(condition, true_value, false_value)`` (the reduction and tuple
+    inputs tutorials' ``argmax`` combiner): ``te.if_then_else``. TVM evaluates both
+    operands; polytile only the chosen one, which gives the same values."""
+    return if_then_else(condition, true_value, false_value)
+
+
+def Cast(dtype: str, value) -> Expr:  # noqa: N802 (TVM's name)
+    """TVM's ``tir.Cast(dtype, value)``: ``value.astype(dtype)``."""
+    return cast(value, dtype)
+
+
+__all__ = ["BufferView", "Cast", "DeclBuffer", "Select", "abs", "acos", "all", "any", "asin",
+           "atan", "atan2", "call_extern", "call_intrin", "call_llvm_intrin",
+           "call_llvm_pure_intrin", "call_packed", "call_pure_extern", "ceil", "const",
+           "copysign", "cos", "cosh", "decl_buffer", "erf", "exp", "exp2", "expm1", "fast_erf",
+           "fast_exp", "fast_tanh", "floor", "floordiv", "floormod", "fmod", "hypot",
+           "if_then_else", "indexdiv", "indexmod", "ir_builder", "isfinite", "isinf", "isnan",
+           "log", "log1p", "log2", "log10", "max_value", "min_value", "nearbyint", "pow",
+           "power", "round", "rsqrt", "sigmoid", "sin", "sinh", "sqrt", "tan", "tanh", "trunc",
+           "truncdiv", "truncmod", "vscale"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -268,7 +296,8 @@ class IRBuilder:
     @contextlib.contextmanager
     def for_range(self, begin, end, name: str = "i", dtype: str = "int64", kind="serial"):
         """A serial loop ``name`` from ``begin`` to ``end`` (exclusive); yields its
-        variable."""
+        variable. TVM's ``kind`` (``"parallel"``, ``"vectorize"``, ``"unroll"``) is a hint:
+        the loop runs serially (the same values)."""
         v = Var("int64", name)
         self._stack.append([])
         yield v
@@ -276,9 +305,95 @@ class IRBuilder:
         lo, hi = _i64(begin), _i64(end)
         self._stack[-1].append(For(v, lo, Binary("int64", "sub", hi, lo), "serial", body))
 
+    @contextlib.contextmanager
+    def if_scope(self, cond):
+        """Statements run where ``cond`` (a bool expression) holds (TVM's ``if_scope``);
+        an ``else_scope`` may follow at once."""
+        c = convert(cond, "bool")
+        if c.dtype != "bool":
+            raise DefinitionTypeError(format_error(
+                "ir_builder.if_scope", f"condition {c} has dtype {c.dtype}",
+                "a bool expression (compare it, e.g. x != 0)"))
+        self._stack.append([])
+        yield
+        body = seq(*self._stack.pop())
+        self._stack[-1].append(IfThenElse(c, body))
+
+    @contextlib.contextmanager
+    def else_scope(self):
+        """Statements run where the condition of the ``if_scope`` just before is false.
+
+        Raises
+        ------
+        DefinitionValueError
+            When the last statement is not an ``if_scope`` without an else.
+        """
+        last = self._stack[-1][-1] if self._stack[-1] else None
+        if not isinstance(last, IfThenElse) or last.else_case is not None:
+            raise DefinitionValueError(format_error(
+                "ir_builder.else_scope", "it does not follow an if_scope",
+                "with ib.if_scope(cond): ... then at once with ib.else_scope(): ..."))
+        self._stack.append([])
+        yield
+        body = seq(*self._stack.pop())
+        self._stack[-1][-1] = IfThenElse(last.cond, last.then_case, body)
+
+    @contextlib.contextmanager
+    def new_scope(self):
+        """A block of statements (TVM's ``new_scope``; no attributes here)."""
+        yield
+
+    def buffer_ptr(self, buf, shape=None) -> _Pointer:
+        """Flat access to the elements of ``buf`` (a ``BufferView`` of ``fcompute``), TVM's
+        ``ib.buffer_ptr``: ``p[i]`` loads element ``i`` in row-major order of the region,
+        ``p[i] = value`` emits the store.
+
+        Raises
+        ------
+        DefinitionTypeError
+            For anything but a ``BufferView``.
+        DefinitionValueError
+            For ``shape=`` (TVM's reinterpreting shape): index the flat elements instead.
+        """
+        if shape is not None:
+            raise DefinitionValueError(format_error(
+                "ir_builder.buffer_ptr", f"shape={shape!r} is given", "no shape: index the "
+                "region's elements in row-major order, p[i * n + j]"))
+        if not isinstance(buf, BufferView):
+            raise DefinitionTypeError(format_error(
+                "ir_builder.buffer_ptr", f"got {type(buf).__name__}",
+                "one of the buffers fcompute receives (ins[k] or outs[k])"))
+        return _Pointer(self, buf)
+
     def get(self) -> Stmt:
         """The statement built so far."""
         return seq(*self._stack[0])
+
+
+class _Pointer:
+    """``ib.buffer_ptr(view)``: element ``i`` in row-major order of ``view``'s region."""
+
+    def __init__(self, ib: IRBuilder, view: BufferView):
+        self._ib = ib
+        self._view = view
+        self.dtype = view.dtype
+
+    def _index(self, i) -> tuple:
+        v = self._view
+        if not v.shape:      # a rank-0 region
+            return ()
+        idx = []
+        rest = _i64(i)
+        for ext in reversed(v.shape[1:]):
+            idx.append(Binary("int64", "floormod", rest, _i64(ext)))
+            rest = Binary("int64", "floordiv", rest, _i64(ext))
+        return (rest, *reversed(idx))
+
+    def __getitem__(self, i) -> Load:
+        return self._view.vload(self._index(i))
+
+    def __setitem__(self, i, value) -> None:
+        self._ib.emit(self._view.vstore(self._index(i), value))
 
 
 class _IRBuilderModule:

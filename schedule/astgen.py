@@ -218,9 +218,13 @@ def generate_ast(model: Model, sched: isl.Schedule, context: str = "{ : }",
     def guard_of(node):
         return hook.guard_exprs[int(node.get_annotation().get_name()[1:])]
 
+    # a GPU kernel's statements with the thread that runs each instance (ast_check._covered)
+    one_thread = None if role_of is None else {
+        n: role_of[n].one_thread() for n in names if n in role_of}
+
     def check(ops: int) -> list:
         with iu.operation_limit(ops):
-            return mismatches(ast, stmts, ctx, guard_of)
+            return mismatches(ast, stmts, ctx, guard_of, one_thread)
 
     try:
         bad = check(CHECK_OPERATIONS // 8)

@@ -65,6 +65,30 @@ def set_prefix(p: StagePlan, gpu: bool) -> None:
                      and not (relax and q.binding(k) is not None and q.binding(k).in_thread)]
 
 
+def relax_like_readers(p: StagePlan, consumers: list[StagePlan]) -> None:
+    """Relax attached stage ``p`` over the ``vthread`` loops of its prefix that every reader
+    of it relaxed (after :func:`set_prefix` of its readers, before that of the stages
+    attached inside it): a reader computed inside a cross-thread reduction's shared partial
+    under a vthread loop runs once for all the virtual threads, outside that loop, so a
+    local stage it reads (a ``cache_read`` computed at a loop under the vthread) must run
+    there too and hold the region of all of them (fuzz seed cuda 80140). Other loops a
+    reader relaxed stay: :func:`_region` refuses them."""
+    if p.attach is None or p.scope == "shared":
+        return
+    drop = set()
+    for c in consumers:
+        if not _stmt_kinds_reading(c, p):
+            continue
+        for j in p.prefix_dims:
+            q, k = p.prefix[j]
+            if j < len(c.prefix) and c.prefix[j][0] is q and c.prefix[j][1] == k \
+                    and j not in c.prefix_dims:
+                drop.add(j)
+    if drop and all(p.prefix[j][0].binding(p.prefix[j][1]) is ThreadTag.VTHREAD
+                    for j in drop):
+        p.prefix_dims = [j for j in p.prefix_dims if j not in drop]
+
+
 def check_storage_scope(p: StagePlan) -> None:
     """A GPU stage computed at a loop needs a buffer private to what computes it: not
     ``global`` inside loops bound to hardware indices (one buffer for every block and
@@ -213,6 +237,11 @@ def check_scope(p: StagePlan, consumers: list[StagePlan]) -> None:
 
 def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
     op = p.stage.op
+    if p.stage.align and p.buffer.scope == "global":
+        fail("storage_align", f"stage {p.name!r} is an argument of the function, whose array "
+             "the caller passes compact (row-major)", "an intermediate stage",
+             hint=f"align a cache stage instead: s.cache_write({p.name}, ...) or a "
+             "cache_read of its consumer")
     root = {iv: (iv.dom.min, iv.dom.extent) for iv in p.root_axes}
     if p.attach is not None:
         if p.stage.layouts:
@@ -246,6 +275,8 @@ def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
         fail("swizzle", f"stage {p.name!r} is computed at root", "a shared stage attached "
              "with compute_at (a tile of a cache_read in the k loop)",
              hint=f"s[{p.name}].compute_at(s[<consumer>], <k loop>)")
+    elif p.stage.align:
+        _align_root(p)
     p.ranges = iter_ranges(p.stage, root)
     p.leaf_aff = leaf_affines(p.stage, {iv: f"d{k}" for k, iv in enumerate(p.root_axes)},
                               p.ranges)
@@ -459,10 +490,21 @@ def _region(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
                 continue
             vals = [st.sched[j] for j in p.prefix_dims]
             if any(v is None for v in vals):
+                loops = []
+                for j, v in zip(p.prefix_dims, vals):
+                    q, k = p.prefix[j]
+                    tag = q.binding(k)
+                    if v is None:
+                        loops.append(f"{q.name!r}.{q.leaves[k].name!r}"
+                                     + (f" ({tag.value})" if tag is not None else ""))
                 raise LoweringError(format_error(
-                    "compute_at", f"stage {c.name!r} reads {p.name!r} from a {c.scope} "
-                    f"buffer that does not vary with the loops {p.name!r} is computed in",
-                    "attach the reader inside the same thread loops"))
+                    "compute_at", f"stage {c.name!r} ({c.scope}) reads {p.name!r}, a "
+                    f"{p.scope} buffer with a copy per iteration of the loops "
+                    f"{', '.join(loops)} it is computed inside, but {c.name!r} runs across "
+                    "those loops (a shared stage covers the whole block), so it would read "
+                    "copies that other threads or iterations computed",
+                    f"attach {p.name!r} outside those loops, or give it a 'shared' buffer "
+                    f"(or {c.name!r} a 'local' one)"))
             pre = iu.Map(f"{{ {st.tuple()} -> [{', '.join(f'({v})' for v in vals)}] }}")
             for rd in _reads_of(c, st.kind):
                 if rd.source is not p.stage:
@@ -625,6 +667,17 @@ def _aligned(p: StagePlan, ext: list[int]) -> tuple:
             fail("storage_align", f"no padding of axis {q + 1} of stage {p.name!r} makes the "
                   f"stride {offset} modulo {factor}", "choose another factor/offset")
     return tuple(shape)
+
+
+def _align_root(p: StagePlan) -> None:
+    """Pad the buffer of intermediate stage ``p`` computed at root for its
+    ``storage_align``, as TVM pads every buffer it allocates."""
+    if p.stage.layouts:
+        fail("storage_align", f"stage {p.name!r} also has a transform_layout",
+             "one of storage_align and transform_layout per stage")
+    shape = _aligned(p, list(p.buffer.shape))
+    p.outs = [Buffer(b.name, shape, b.dtype, b.scope, b.swizzle, b.packs) for b in p.outs]
+    p.buffer = p.outs[0]
 
 
 def _extents(footprint: isl.Map, lo: isl.PwMultiAff, stride: tuple) -> list[int]:

@@ -165,12 +165,10 @@ def parameter_context(ctx: isl.Set | None):
     old, old_sizes = _CONTEXT[0], _SIZES[0]
     _CONTEXT[0] = ctx
     _SIZES[0] = set()
-    _PARSED.clear()
     try:
         yield
     finally:
         _CONTEXT[0], _SIZES[0] = old, old_sizes
-        _PARSED.clear()
 
 
 def set_context(ctx: isl.Set | None, sizes=()) -> None:
@@ -397,18 +395,30 @@ def point_coords(p: isl.Point, n: int) -> list[int]:
 
 # isl objects parsed from text with their symbolic-size parameters declared (see ``pfx``).
 # The phases of one lowering parse many texts more than once (the domain of a statement,
-# the same access map of several statements); isl objects are values (every operation
-# returns a new one), so one parse serves them all: ``(class, text) -> object``, emptied
-# by :func:`parameter_context` when a lowering starts and ends.
+# the same access map of several statements), and the candidates of a tuning run share
+# about half of their texts (tensor boxes, domains and accesses of the stages a knob does
+# not change); isl objects are values (every operation returns a new one) and a text
+# names everything it depends on (its parameters are declared in it), so one parse serves
+# them all: ``(class, text) -> object``, kept across lowerings and emptied when it
+# reaches :data:`PARSED_LIMIT` entries or by :func:`forget`.
 _PARSED: dict = {}
+PARSED_LIMIT = 20_000
 
 
 def _parse(cls, text: str):
     text = pfx(text)
     hit = _PARSED.get((cls, text))
     if hit is None:
+        if len(_PARSED) >= PARSED_LIMIT:
+            _PARSED.clear()
         hit = _PARSED[cls, text] = cls(text)
     return hit
+
+
+def forget() -> None:
+    """Empty the memo of parsed texts (a build then costs what a build of a schedule
+    unlike any earlier one does: ``benchmarks/build_time.py`` measures that)."""
+    _PARSED.clear()
 
 
 def Set(text: str) -> isl.Set:  # noqa: N802 - named after the isl class it builds

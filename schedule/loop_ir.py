@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from polytile.errors import InternalError
 from polytile.te.depth import deep
 from polytile.te.expr import Const, Expr, Var, register_node
+from polytile.te.fastinit import fast_init
 from polytile.te.printer import ExprPrinter
 from polytile.te.visitor import replace_node
 
@@ -300,6 +301,12 @@ class WarpShuffle(Stmt):
     value: Expr
     lane_xor: int
     mask: int = 0xFFFFFFFF
+
+
+# built tens of thousands of times per lowering (see polytile.te.fastinit)
+for _cls in (Buffer, Load, ExternCall, AccessPtr, Store, For, IfThenElse, Seq, LetStmt,
+             Allocate, Assert, Evaluate, TensorCall, KernelLaunch, Sync, WarpShuffle):
+    fast_init(_cls)
 
 
 @dataclass(frozen=True, eq=False)

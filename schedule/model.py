@@ -51,7 +51,7 @@ from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
 from polytile.te.visitor import ExprMutator, ExprVisitor, substitute
 
 from . import isl_util as iu
-from .attach import accesses, check_scope, make_stmts, set_prefix
+from .attach import accesses, check_scope, make_stmts, relax_like_readers, set_prefix
 from .layout import physical_shape
 from .kinds import LoopKind, ThreadTag
 from .loop_ir import Buffer
@@ -241,7 +241,10 @@ def _params(sch: Schedule, args, stage_of: dict, names: dict) -> tuple[dict, lis
                 fail("lower", f"tensor {_tname(a)!r} appears twice in args")
             if st.attach_type == "inline":
                 fail("lower", f"tensor {a.name!r} in args is inlined (compute_inline)",
-                      "an argument needs storage: do not inline it")
+                      "an argument needs storage: do not inline it",
+                      hint=f"leave {a.name!r} out of args (TVM's schedule primitives "
+                      "tutorial lowers it there and leaves its array unwritten), or "
+                      f"s[{a.name}].compute_at(...) / compute_root() to fill it")
             b = Buffer(_out_name(names[id(st)], a.op, k),
                        physical_shape(st.layouts, a.shape), a.dtype, "global")
             outs[(st, k)] = b
@@ -316,6 +319,8 @@ def build_model(sch: Schedule, args, *, padded: bool = False) -> Model:
     order = list(reversed(plans))
     for p in order:
         set_prefix(p, padded)
+        if padded:
+            relax_like_readers(p, consumers[id(p)])
     for p in plans:
         check_scope(p, consumers[id(p)])
     for p in order:

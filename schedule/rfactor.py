@@ -301,6 +301,17 @@ def lower_cross_thread_reductions(sch: Schedule) -> Schedule:
                        if _on_thread(k) and iv.iter_type == "reduce")
         leaves = st.leaf_iter_vars
         first_red = min(k for k, v in enumerate(leaves) if v.iter_type == "reduce")
+        # a spatial loop bound to a block index is the grid, outside every loop of the
+        # kernel, wherever it stands: moved out of the reduction loops, it keeps the order
+        # of each element's updates (fuzz seed cuda 90204 was refused)
+        late = [v for v in leaves[first_red:] if v.iter_type != "reduce"
+                and isinstance(st.annotations.get(v), ThreadTag)
+                and st.annotations[v].is_block]
+        if late:
+            st.reorder(*(leaves[:first_red] + late
+                         + [v for v in leaves[first_red:] if all(v is not b for b in late)]))
+            leaves = st.leaf_iter_vars
+            first_red += len(late)
         if any(v.iter_type != "reduce" for v in leaves[first_red:]):
             raise ScheduleError(format_error(
                 "bind", f"the reduction loop {iv.name!r} of stage {name!r} is bound to {tag.value!r} "

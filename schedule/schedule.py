@@ -32,6 +32,21 @@ def _post_order(outputs: list[Operation]) -> list[Operation]:
     return order
 
 
+def _with_scan_states(outputs: list[Operation]) -> list[Operation]:
+    """``outputs`` plus the other states of every ``te.scan`` one of whose states is among
+    them. TVM's states are the outputs of one ``ScanOp``, so its scan tutorial's
+    ``create_schedule(s_scan1.op)`` schedules ``s_scan2`` too; here a state narrower than the
+    scan's loop nest is a compute of its own (``{name}.state{k}``)."""
+    out = list(outputs)
+    for op in _post_order(outputs):
+        if not isinstance(op, ScanOp):
+            continue
+        states = [t.op for t in op.results]
+        if any(o is s for o in out for s in [op, *states]):
+            out += [s for s in states if not any(s is o for o in out)]
+    return out
+
+
 class ScanStep:
     """``s[t]`` of a compute between a ``te.scan``'s update and its state (TVM's
     multi-stage scan cell, ``s_update1`` read by ``s_update2``): it is inlined into the
@@ -74,6 +89,7 @@ class Schedule:
     """
 
     def __init__(self, outputs: list[Operation]):
+        outputs = _with_scan_states(list(outputs))
         self.outputs = list(outputs)
         self._roots = list(outputs)   # before any op swap (cache_write, rfactor): for copy()
         self.stages: list[Stage] = []

@@ -538,12 +538,16 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, Symbolic
 
     def storage_align(self, axis: IterVar, factor: int, offset: int) -> None:
         """Pad the buffer of this stage so that the stride of dimension ``axis`` is
-        ``k * factor + offset`` elements (avoids shared-memory bank conflicts).
+        ``k * factor + offset`` elements (avoids shared-memory bank conflicts). It applies
+        to an intermediate stage, at root or computed at a loop (its buffer must have a
+        constant shape).
 
         Raises
         ------
         ScheduleError
-            If ``axis`` is not a root axis of this stage or factor/offset are invalid.
+            If ``axis`` is not a root axis of this stage or factor/offset are invalid; when
+            lowering, for a stage that is an argument of the function (the caller's array
+            is compact) or whose buffer has a symbolic shape.
         """
         self._require_compute("storage_align")
         pos = next((k for k, a in enumerate(self.op.axis) if a is axis), None)

@@ -97,7 +97,11 @@ class PipelineMixin:
             wait_group(0)
 
         ``F'`` are copies of the fragment buffers ``L0`` writes, named ``<name>.next``
-        (CUTLASS's warp-level fragment double buffering, ``MmaMultistage``). Refused
+        (CUTLASS's warp-level fragment double buffering, ``MmaMultistage``). Where every
+        step loads the same fragment tiles and their number ``n`` is even, the steps
+        alternate between ``F'`` (even) and ``F`` (odd), each step's loads issued before
+        the MMAs of the step before: ``L1 M0[F'] L2[F'] M1 ... L(n-1) M(n-2)[F']``, then
+        the barrier, ``L0(k + 1)[F']`` and ``M(n-1)``. Refused
         (when lowering) for a compute with fewer than two k steps of loads (fragments per
         k tile), with ``mma_wait``, or where the last step still reads ``L0``'s fragments.
 

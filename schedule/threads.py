@@ -67,10 +67,9 @@ class ThreadRole:
         """The isl constraint on the hardware parameters for ``fixed`` (``""``: none)."""
         return " and ".join(f"{PARAMS[t]} = {v}" for t, v in self.fixed.items())
 
-    def thread_map(self, extents: dict) -> isl.Map:
-        """``{ S[i] -> [bx, by, bz, tx, ty, tz] }``: the threads that run instance ``i``
-        (within the kernel's launch ``extents``, tag -> extent)."""
-        st = self.stmt
+    def _constraints(self, extents: dict | None) -> str:
+        """The hardware indices of the threads that run an instance, as isl constraints;
+        ``extents`` None: replicated tags at index 0 only."""
         cons = []
         for t in TAGS:
             c = PARAMS[t]
@@ -78,15 +77,29 @@ class ThreadRole:
                 cons += [f"{c} = ({v})" for v in self.bound[t]]
             elif t in self.fixed:
                 cons.append(f"{c} = {self.fixed[t]}")
-            elif t in self.idle:
-                cons.append(f"{c} = 0")
-            elif t in self.replicated:
+            elif t in self.replicated and extents is not None:
                 cons.append(f"0 <= {c} < {iu.num(extents[t])}")   # (maybe symbolic)
-            else:
+            else:   # idle, or one index of a replicated tag
                 cons.append(f"{c} = 0")
-        m = iu.Map(f"{{ {st.tuple()} -> [{', '.join(PARAMS[t] for t in TAGS)}] : "
-                    f"{' and '.join(cons)} }}")
-        return m.intersect_domain(st.domain)
+        return " and ".join(cons)
+
+    def _map(self, extents: dict | None) -> isl.Map:
+        return iu.Map(f"{{ {self.stmt.tuple()} -> [{', '.join(PARAMS[t] for t in TAGS)}] : "
+                      f"{self._constraints(extents)} }}")
+
+    def thread_map(self, extents: dict) -> isl.Map:
+        """``{ S[i] -> [bx, by, bz, tx, ty, tz] }``: the threads that run instance ``i``
+        (within the kernel's launch ``extents``, tag -> extent)."""
+        return self._map(extents).intersect_domain(self.stmt.domain)
+
+    def one_thread(self) -> isl.Set:
+        """``[bx, by, bz, tx, ty, tz] -> { S[i] : ... }``: the instances ``i`` with, as the
+        hardware parameters, one thread that runs each (index 0 of a replicated tag): a
+        function of ``i``, which ``ast_check`` uses to check that a loop nest runs every
+        instance without projecting the hardware indices out. (Without a replicated tag,
+        the text parsed is that of :meth:`thread_map`, parsed once for both.)"""
+        return self._map(None).move_dims(isl.dim_type.param, 0, isl.dim_type.out, 0,
+                                         len(TAGS)).domain()
 
 
 def launch_extents(nodes: list) -> dict:

@@ -12,8 +12,8 @@ from .module import Module
 
 
 @deep("build")
-def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "main",
-          **options) -> Module:
+def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "main", *,
+          target_host=None, binds=None, **options) -> Module:
     """Compile ``sch_or_func`` into a callable module.
 
     Parameters
@@ -29,6 +29,13 @@ def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "ma
         NVIDIA GPU; see :mod:`polytile.backend`).
     name : str
         Name of the generated function (schedules only; a ``PrimFunc`` keeps its own).
+    target_host : str or Target, optional
+        TVM's host target: an ``llvm`` target or None. The host code of every target runs
+        on this machine's CPU (``llvm`` functions are host code; a GPU module is launched
+        by polytile's runtime), so it selects nothing.
+    binds : dict, optional
+        TVM's tensor-to-buffer bindings: only empty (polytile's arguments are compact
+        row-major arrays; ``tir.decl_buffer`` binds belong to ``decl_tensor_intrin``).
     **options
         Options of the backend's ``build_module`` (its ``build_options``; for ``cuda``:
         ``compiler`` and ``cache_dir``, see :class:`~polytile.targets.cuda.CUDAModule`).
@@ -44,7 +51,8 @@ def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "ma
     Raises
     ------
     TargetError
-        For an unknown target string, or options the backend does not take.
+        For an unknown target string, options the backend does not take, a
+        ``target_host`` of another kind than ``llvm`` or non-empty ``binds``.
     ScheduleError
         For an illegal schedule, or one that does not fit the target (GPU bindings on a
         CPU target, no GPU bindings on a GPU target, device limits exceeded).
@@ -54,6 +62,16 @@ def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "ma
         When code generation or compilation fails.
     """
     tgt = Target.parse(target)
+    if target_host is not None and Target.parse(target_host).kind != "llvm":
+        raise TargetError(format_error(
+            "build", f"target_host={str(target_host)!r}",
+            "expected an 'llvm' target or None (the host code runs on this machine's CPU)"))
+    if binds:
+        raise TargetError(format_error(
+            "build", f"binds of {len(binds)} tensors are given",
+            "expected no binds (arguments are compact row-major arrays)",
+            hint="bind buffers of tensor intrinsics through te.decl_tensor_intrin(..., "
+            "binds=...)"))
     backend = tgt.backend
     unknown = sorted(set(options) - set(backend.build_options))
     if unknown:

@@ -62,6 +62,13 @@ class Module:
 
         return Device("cpu", 0)
 
+    @property
+    def imported_modules(self) -> list:
+        """TVM's ``mod.imported_modules``: the device code modules of a host module (TVM's
+        reduction tutorial prints ``fcuda.imported_modules[0].get_source()``). A CPU module
+        imports none; a GPU module is host and device code in one, so it lists itself."""
+        return []
+
     def __getitem__(self, name: str) -> Module:
         """The function named ``name`` (TVM's ``mod[name]``): this module, whose one
         function is ``entry_name``.

@@ -29,9 +29,13 @@ order -- are read as ``max``/``min``, and casts between float dtypes are dropped
 * ``bool`` combiners, checked on all values.
 
 Combiners over tuples whose elements are independent (a ``(sum, max)`` pair) have the laws
-of their elements; others (argmax over ``(index, value)`` pairs, whose index follows the
-values) are not proven: their reductions keep their sequential order (no cross-thread bind
-or reorder of their reduction loops, no rfactor). Anything
+of their elements; an argmax/argmin pair of elements that both select ``x`` when ``x[v] >
+y[v] or (x[v] == y[v] and x[i] < y[i])`` (the better value, then on ties the better index:
+a lexicographic total order; any strict comparisons, in any operand order) has the laws of
+a maximum in that order, with the least pair as identity; others (TVM's tutorial argmax
+``x[1] >= y[1]``, which keeps the accumulator on ties) are not proven: their reductions
+keep their sequential order (no cross-thread bind or reorder of their reduction loops, no
+rfactor). Anything
 else is refused: first with a counterexample when one is found by evaluating ``f`` exactly
 on sample values (small numbers, every constant of ``f`` and ``c +- 1``, ``-c``, negated
 pairs, large magnitudes), else as "cannot prove", with the forms above as the hint. A
@@ -122,24 +126,118 @@ def _first_violation(comb: CommReducer, laws: tuple) -> Violation | None:
 
 def _tuple_violation(comb: TupleCommReducer, laws: tuple) -> Violation | None:
     """A tuple combiner whose elements are independent (element ``k`` reads only ``x[k]``
-    and ``y[k]``, e.g. a ``(sum, max)`` pair) has the laws of all its elements; any
-    other (argmax's index follows the values) is not proven."""
+    and ``y[k]``, e.g. a ``(sum, max)`` pair) or argmax/argmin pairs in a lexicographic
+    order (:func:`_lexicographic_pairs`) has the laws of all its elements and pairs; any
+    other is not proven."""
+    pairs, why = _lexicographic_pairs(comb, laws)
+    if why is not None:
+        return why
     for k, r in enumerate(comb.result):
         own = {id(comb.lhs[k]), id(comb.rhs[k])}
+        if k in pairs:
+            continue
         if any(id(v) not in own for v in collect(r, Var)):
             # argmax as TVM's tutorial writes it keeps the accumulator on ties: it is not
             # commutative there, and its fold depends on the order of equal values
             return Violation(
                 f"the laws of a combiner over tuples whose elements read each other "
-                f"({comb.size} elements; element {k} is {r}) are not proven (argmax/argmin "
-                f"keep the first of equal values, which depends on the order)", refuted=False)
+                f"({comb.size} elements; element {k} is {r}) are not proven (an argmax/argmin "
+                f"pair is proven when both elements select x where x[v] > y[v] or (x[v] == "
+                f"y[v] and x[i] < y[i]), a total order; one that keeps the accumulator on "
+                f"equal values depends on the order)", refuted=False)
     for k, r in enumerate(comb.result):
+        if k in pairs:
+            continue
         part = CommReducer(f"{comb.name}.v{k}", comb.lhs[k], comb.rhs[k], r,
                            comb.identity[k])
         why = _first_violation(part, laws)
         if why is not None:
             return Violation(f"element {k} of the tuple: {why}", why.refuted)
     return None
+
+
+def _strict(c, x, y) -> str | None:
+    """``"max"`` when condition ``c`` is ``x > y`` (or ``y < x``), ``"min"`` when it is
+    ``x < y`` (or ``y > x``), else None."""
+    if not (isinstance(c, Cmp) and c.op in ("gt", "lt")):
+        return None
+    if c.a is x and c.b is y:
+        return "max" if c.op == "gt" else "min"
+    if c.a is y and c.b is x:
+        return "min" if c.op == "gt" else "max"
+    return None
+
+
+def _equal(c, x, y) -> bool:
+    return isinstance(c, Cmp) and c.op == "eq" and {id(c.a), id(c.b)} == {id(x), id(y)}
+
+
+def _beats(c, comb: TupleCommReducer) -> tuple | None:
+    """``(v, i, vop, iop)`` when condition ``c`` says that ``x`` beats ``y`` in the
+    lexicographic order of elements ``v`` then ``i``: ``x[v] op y[v] or (x[v] == y[v] and
+    x[i] op' y[i])`` with ``op``, ``op'`` strict comparisons (``vop``/``iop``: ``"max"``
+    when the larger wins), in any operand order; else None."""
+    if not isinstance(c, Or):
+        return None
+    for first, second in ((c.a, c.b), (c.b, c.a)):
+        if not isinstance(second, And):
+            continue
+        for same, tie in ((second.a, second.b), (second.b, second.a)):
+            for v in range(comb.size):
+                vop = _strict(first, comb.lhs[v], comb.rhs[v])
+                if vop is None or not _equal(same, comb.lhs[v], comb.rhs[v]):
+                    continue
+                for i in range(comb.size):
+                    iop = _strict(tie, comb.lhs[i], comb.rhs[i])
+                    if i != v and iop is not None:
+                        return v, i, vop, iop
+    return None
+
+
+def _lexicographic_pairs(comb: TupleCommReducer, laws: tuple) -> tuple:
+    """The argmax/argmin pairs of a tuple combiner: elements ``i`` (an index) and ``v`` (a
+    value) that both select ``x`` when ``x`` beats ``y`` in the lexicographic order "the
+    better value, then on equal values the better index" (:func:`_beats`), else ``y``:
+    ``f`` then returns the larger of two pairs in a total order (floats as real numbers,
+    no NaN: the module's caveat), so it is commutative, associative and order-free, and
+    its identity is the least pair: for each element the identity of the ``max``/``min``
+    that its comparison picks (the lowest value for argmax, and the largest index where
+    the smaller wins ties: ``min``'s identity). Returns
+    ``(the elements in pairs, None)``, or ``({}, Violation)`` when a pair's identity is
+    not the least pair. (TVM's tutorial argmax, ``x[1] >= y[1]``, keeps the accumulator
+    on ties and is no such pair.)"""
+    done: dict = {}
+    for k, r in enumerate(comb.result):
+        if k in done or not (isinstance(r, Select) and r.true_value is comb.lhs[k]
+                             and r.false_value is comb.rhs[k]):
+            continue
+        order = _beats(r.cond, comb)
+        if order is None:
+            continue
+        v, i, vop, iop = order
+        if k not in (v, i) or v in done or i in done:
+            continue
+        other = comb.result[i if k == v else v]
+        j = i if k == v else v
+        if not (isinstance(other, Select) and other.true_value is comb.lhs[j]
+                and other.false_value is comb.rhs[j]
+                and structural_equal(other.cond, r.cond)):
+            continue
+        for elem, op in ((v, vop), (i, iop)):
+            if "identity" not in laws:
+                break
+            part = CommReducer(f"{comb.name}.v{elem}", comb.lhs[elem], comb.rhs[elem],
+                               Binary(comb.lhs[elem].dtype, op, comb.lhs[elem],
+                                      comb.rhs[elem]), comb.identity[elem])
+            bad = _first_violation(part, ("identity",))
+            if bad is not None:
+                return {}, Violation(
+                    f"elements {i} (index) and {v} (value) of the tuple select the {vop} "
+                    f"value, then the {'smallest' if iop == 'min' else 'largest'} index "
+                    f"(a total order), but their identity is not the least pair: element "
+                    f"{elem}: {bad}", bad.refuted)
+        done[v] = done[i] = True
+    return done, None
 
 
 @dataclass

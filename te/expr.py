@@ -31,6 +31,7 @@ from polytile.errors import (DefinitionOverflowError, DefinitionTypeError,
                              DefinitionZeroDivisionError, format_error)
 
 from . import dtype as dt
+from .fastinit import fast_init
 
 if TYPE_CHECKING:
     from .tensor import Tensor
@@ -646,6 +647,10 @@ def child_fields(node) -> tuple[str, ...]:
     """Names of the fields of ``node`` that hold sub-expressions (or tuples of them)."""
     return _CHILDREN[type(node)]
 
+
+# the nodes are built tens of thousands of times per lowering (see fastinit.py)
+for _cls in (Var, Const, Cast, Binary, Cmp, And, Or, Not, Select, Call, TensorRead, Reduce):
+    fast_init(_cls)
 
 _CHILDREN: dict[type, tuple[str, ...]] = {
     Var: (), Const: (), Cast: ("value",), Binary: ("a", "b"), Cmp: ("a", "b"),

@@ -257,12 +257,37 @@ def comm_reducer(fcombine, fidentity, name: str = "reduce") -> Reducer:
     return Reducer(fcombine, fidentity, name)
 
 
-sum = comm_reducer(lambda x, y: x + y, lambda t: Const(t, False if t == "bool" else 0),
-                   name="sum")
-max = comm_reducer(lambda x, y: binary("max", x, y),
-                   lambda t: Const(t, dt.min_value(t)), name="max")
-min = comm_reducer(lambda x, y: binary("min", x, y),
-                   lambda t: Const(t, dt.max_value(t)), name="min")
+# the built-in reducers' functions are named (not lambdas) so that schedules, which hold
+# them through their reductions, pickle
+
+
+def _add(x, y):
+    return x + y
+
+
+def _zero(t):
+    return Const(t, False if t == "bool" else 0)
+
+
+def _max2(x, y):
+    return binary("max", x, y)
+
+
+def _min2(x, y):
+    return binary("min", x, y)
+
+
+def _lowest(t):
+    return Const(t, dt.min_value(t))
+
+
+def _highest(t):
+    return Const(t, dt.max_value(t))
+
+
+sum = comm_reducer(_add, _zero, name="sum")
+max = comm_reducer(_max2, _lowest, name="max")
+min = comm_reducer(_min2, _highest, name="min")
 
 
 def max_value(dtype) -> Expr:

@@ -59,6 +59,10 @@ class ScanOp(ComputeOp):
     #: the computes between the updates and the states (they read a state), inlined into
     #: the step; ``s[t]`` of one of them is a :class:`~polytile.schedule.schedule.ScanStep`
     steps: tuple = ()
+    #: what ``te.scan`` returned, one tensor per state: an output of this op, or for a
+    #: state narrower than the loop nest its ``{name}.state{k}`` compute (TVM returns the
+    #: outputs of one op, so ``create_schedule`` of one of them schedules every state)
+    results: tuple = ()
 
     def axis_alias(self) -> dict:
         """``{id(axis k of a later update compute): axis k of the stage}`` (several states
@@ -261,6 +265,7 @@ def scan(init, update, state_placeholder, inputs=None, name: str = "scan", tag: 
         if not sym.same_shape(u.shape, common):   # the state's own extents, out of the pad
             outs[k] = compute(tuple(u.shape), lambda *i, t=outs[k]: t[i],
                               name=f"{name}.state{k}")
+    object.__setattr__(op, "results", tuple(outs))
     return outs[0] if single else outs
 
 

@@ -23,6 +23,13 @@ barrier of ``k + 1`` writes the slot of tile ``k``, whose loads (``L0`` in ``k -
 others in ``k``) every thread issued before that barrier; the last step's MMAs read only
 registers; the wait counts are the original loop's, one iteration later.
 
+With an even number of steps that each load the same fragment tiles (``ALTERNATE_SETS``)
+the steps alternate between ``F'`` (even) and ``F`` (odd), and each step's loads move
+before the MMAs of the step before: ``L1 M0[F'] L2[F'] M1 L3 M2[F'] ...``. Right because
+``L(i + 1)`` writes the set ``M(i - 1)`` read (issued before it) and ``M(i)`` reads the
+other, written by ``L(i)`` alone since ``M(i - 2)``; the last step ``M(n-1)`` reads ``F``,
+so the next tile's ``L0`` into ``F'`` stays after the barrier as above.
+
 Refused (``ScheduleError``, primitive ``pipeline``): a compute of another form, loads of
 the first step into memory that is not thread-private, fragments accessed element by
 element or inside a loop or branch, reads overlapping a tile a later step loaded only in
@@ -35,7 +42,7 @@ from polytile.te.expr import Binary, Cmp, Const, Expr
 from polytile.te.visitor import ExprMutator, collect
 
 from ..kinds import PipelinePragma, thread_private
-from ..loop_ir import (Buffer, For, IfThenElse, Load, Stmt, StmtMutator, Store, Sync,
+from ..loop_ir import (Buffer, For, IfThenElse, Load, Seq, Stmt, StmtMutator, Store, Sync,
                        TensorCall, seq, stmt_exprs, walk_stmts)
 from .loops import substitute_stmt
 from .pipeline_slots import Slots, add, flat_compute, refuse, sub
@@ -51,6 +58,40 @@ from .pipeline_slots import Slots, add, flat_compute, refuse, sub
 #: Both orders are right: the copies write the slot of tile ``k``, the loads read the slot
 #: of tile ``k + 1``, complete after the wait and the barrier.
 LOADS_BEFORE_COPIES = True
+
+
+#: The copies of the steady state: False, tile ``k + S`` after the barrier (before the
+#: last step's MMAs, above); True, tile ``k + S - 1`` one iteration later, each copy
+#: statement (A's tile, B's) after the MMAs of one of the first k steps (CUTLASS's
+#: ``MmaMultistage`` issues its copies in groups between the warp-level k steps). Why: after
+#: the barrier every warp issues the next tile's first fragment loads and all its copies at
+#: once (MMA_BEST: 64 ``LDSM`` and 96 ``LDGSTS`` of a block, 80 KiB through shared memory,
+#: more than the last step's MMAs last); spread, each step moves at most one copy's bytes.
+#: Right: the copy in iteration ``k`` writes the slot of tile ``k - 1``, whose loads every
+#: thread issued before the barrier of iteration ``k - 1``; the groups and waits count as
+#: before (one group per iteration, committed before the wait). Taken where the compute is
+#: not one guard (whose statements could not be split), else the order above. Off: slower
+#: on the H200 (MMA_BEST fp16 4096^3 376.6 vs 380.6 TFLOP/s in one run; 350.0 vs 385.5 in
+#: another): a ``cp.async`` between two k steps keeps ptxas from hoisting the next step's
+#: ``ldmatrix`` above it.
+COPIES_IN_STEPS = False
+
+#: The k steps of a tile alternate between the two fragment sets (``F'`` for even steps,
+#: ``F`` for odd ones), each step's loads issued before the MMAs of the step before it:
+#: ``L1 M0' L2' M1 L3 M2' ... M(n-2)'`` then the barrier, ``L0'`` of the next tile and
+#: ``M(n-1)``. Why: with one set for the steps after the first, the loads of step ``i + 1``
+#: reuse the registers that the MMAs of step ``i`` read, so ptxas issues them after the
+#: last of those MMAs and the first MMA of step ``i + 1`` waits for an ``ldmatrix``'s
+#: latency (SASS of ``MMA_BEST``: the eight ``LDSM`` of step 2 between the last ``HMMA``
+#: of step 1 and the first of step 2, which reads them). The two sets are the registers
+#: the prefetch already holds. Taken where every step loads the same fragment tiles
+#: (whole tiles at constant offsets, tensor intrinsic calls) and there is an even number
+#: of steps (the last step's set must not be the one the next tile's first loads write);
+#: else the order above. False: the order above always (for experiments). H200, 4096^3,
+#: one run of ``benchmarks/mma_candidates.py`` (2026-12-02 13:00, medians of 7 interleaved
+#: rounds, cuBLAS 727 fp16 / 754 bf16): MMA_BEST fp16 380.6 (off: 383.6), bf16 398.2
+#: (390.2) TFLOP/s; 128x128x64 blocks of 4 warps in 3 stages fp16 396.0 (373.1).
+ALTERNATE_SETS = True
 
 
 def _reads(s: Stmt, bufs) -> set:
@@ -136,12 +177,6 @@ def _split_steps(p: PipelinePragma, var, compute: list, bufs: dict):
     # only partly, or an element access, is refused
     rewritten: dict = {k: [] for k in frags}
 
-    def region(call: TensorCall, i: int):
-        ix = call.operand_indices()[i]
-        if not all(isinstance(v, Const) for v in ix):
-            return None
-        return tuple(v.value for v in ix), tuple(call.shapes[i])
-
     def fresh(r, rs) -> bool | None:
         """Is region ``r`` one of ``rs`` (True), apart from all (False), else None?"""
         if r in rs:
@@ -170,7 +205,7 @@ def _split_steps(p: PipelinePragma, var, compute: list, bufs: dict):
         for i, b in enumerate(c.buffers[:-1] if c.part != "reset" else ()):
             if id(b) not in frags:
                 continue
-            r = region(c, i)
+            r = _region(c, i)
             f = None if r is None else fresh(r, rewritten[id(b)])
             if f is None:
                 refuse(p, f"fragment_prefetch: a read of fragment {b.name!r} "
@@ -184,7 +219,7 @@ def _split_steps(p: PipelinePragma, var, compute: list, bufs: dict):
                 bufs[i] = nxt[id(b)]
         out = c.buffers[-1]
         if id(out) in frags:
-            r = region(c, len(c.buffers) - 1)
+            r = _region(c, len(c.buffers) - 1)
             if r is None:
                 refuse(p, f"fragment_prefetch: fragment {out.name!r} is loaded at a "
                        "non-constant offset", "whole fragment tiles at constant "
@@ -195,9 +230,115 @@ def _split_steps(p: PipelinePragma, var, compute: list, bufs: dict):
         return TensorCall(c.intrin, c.part, tuple(bufs), c.shapes, c.strides, c.indices,
                           c.body)
 
+    alt = _alternate(mid, tail, head, ids, frags, nxt) if ALTERNATE_SETS else None
+    if alt is not None:
+        return head, alt, tail
     renamed = [visit(c, "mid") for c in mid]
     tail = [visit(c, "tail") for c in tail]
     return head, renamed, tail
+
+
+def _region(call: TensorCall, i: int):
+    """Operand ``i`` of ``call`` as ``(start indices, shape)``, None where an index is not
+    a constant."""
+    ix = call.operand_indices()[i]
+    if not all(isinstance(v, Const) for v in ix):
+        return None
+    return tuple(v.value for v in ix), tuple(call.shapes[i])
+
+
+def _fragment_use(stmts: list, frags: dict, loads: bool) -> set | None:
+    """The ``(buffer id, region)`` of ``frags`` that ``stmts`` write (``loads``) or read
+    (the compute of a step), each access a tensor call at the top of ``stmts`` naming a
+    whole region at constant offsets; None where any access is something else (an element,
+    a call inside a loop or branch, a region not constant, a compute writing a fragment,
+    a load reading one)."""
+    out = set()
+    for c in stmts:
+        for x in walk_stmts(c):
+            if isinstance(x, Store) and id(x.buffer) in frags or any(
+                    id(ld.buffer) in frags for e in stmt_exprs(x)
+                    for ld in collect(e, Load)):
+                return None
+            if not isinstance(x, TensorCall):
+                continue
+            ins = x.buffers[:-1] if x.part != "reset" else ()
+            touched = [i for i, b in enumerate(ins) if id(b) in frags]
+            wrote = id(x.buffers[-1]) in frags
+            if not touched and not wrote:
+                continue
+            if x is not c or (touched if loads else wrote):
+                return None
+            for i in ([len(x.buffers) - 1] if loads else touched):
+                r = _region(x, i)
+                if r is None:
+                    return None
+                out.add((id(x.buffers[i]), r))
+    return out
+
+
+def _accessed(stmts: list) -> tuple[set, set]:
+    """Ids of the buffers ``stmts`` read and write."""
+    reads, writes = set(), set()
+    for c in stmts:
+        for x in walk_stmts(c):
+            if isinstance(x, Store):
+                writes.add(id(x.buffer))
+            elif isinstance(x, TensorCall):
+                writes.add(id(x.buffers[-1]))
+                if x.part != "reset":
+                    reads |= {id(b) for b in x.buffers[:-1]}
+            reads |= {id(ld.buffer) for e in stmt_exprs(x) for ld in collect(e, Load)}
+    return reads, writes
+
+
+def _alternate(mid: list, tail: list, head: list, ids: set, frags: dict,
+               nxt: dict) -> list | None:
+    """``mid`` (``M0 L1 M1 ... L(n-1)``) as ``L1 M0' L2' M1 ... L(n-1) M(n-2)'``: the
+    loads of step ``i + 1`` before the MMAs of step ``i``, even steps in the ``.next``
+    fragments (``nxt``) and odd ones in the others (``ALTERNATE_SETS``); ``head`` (the
+    loads of step 0, already renamed) and ``tail`` (``M(n-1)``, odd) as they are. None
+    where that is not provably the same computation: a step that does not load exactly the
+    fragment tiles of step 0, a compute reading a tile its step did not load, an odd
+    number of steps, or a moved load touching what the compute it passes touches."""
+    groups: list = []
+    for c in mid:
+        is_load = bool(_reads(c, ids))
+        if groups and groups[-1][0] == is_load:
+            groups[-1][1].append(c)
+        else:
+            groups.append((is_load, [c]))
+    if not groups or groups[0][0] or not groups[-1][0]:
+        return None
+    computes = [g for is_load, g in groups if not is_load] + [tail]
+    loads = [None] + [g for is_load, g in groups if is_load]
+    if len(computes) % 2:
+        return None
+    inv = {id(b): k for k, b in nxt.items()}
+    tiles = _fragment_use(head, {id(b): b for b in nxt.values()}, True)
+    if not tiles:
+        return None
+    tiles = {(inv[b], r) for b, r in tiles}
+    for i, (ld, comp) in enumerate(zip(loads, computes)):
+        if ld is not None and _fragment_use(ld, frags, True) != tiles:
+            return None
+        used = _fragment_use(comp, frags, False)
+        if used is None or not used <= tiles:
+            return None
+    rename = _Rename(nxt)
+    out = []
+    for i in range(len(computes) - 1):
+        ld, comp = loads[i + 1], computes[i]
+        if i % 2 == 0:
+            comp = [rename.visit(c) for c in comp]
+        else:
+            ld = [rename.visit(c) for c in ld]
+        lr, lw = _accessed(ld)
+        cr, cw = _accessed(comp)
+        if lw & (cr | cw) or cw & lr:
+            return None
+        out += ld + comp
+    return out
 
 
 def prefetch_fragments(s: For, p: PipelinePragma, compute: list, bufs: dict, new: dict,
@@ -222,11 +363,38 @@ def prefetch_fragments(s: For, p: PipelinePragma, compute: list, bufs: dict, new
         nxt = add(rel, ahead)
         return IfThenElse(Cmp("bool", "lt", nxt, ext), stage(add(lo, nxt), nxt))
 
+    spread = COPIES_IN_STEPS and _compute_ends(mid, set(bufs))
+
+    def in_steps(body: list, copy: Stmt) -> Stmt:
+        """``body`` (the statements of ``mid``, slotted) with the statements of ``copy``
+        (the copies of one tile under their guard) after its first compute runs, one
+        each, then the commit."""
+        parts = list(copy.then_case.stmts) if isinstance(copy.then_case, Seq) else \
+            [copy.then_case]
+        at_end: dict = {}
+        for j, x in enumerate(parts):
+            at_end.setdefault(spread[min(j, len(spread) - 1)], []).append(
+                IfThenElse(copy.cond, x))
+        last = max(at_end)
+        out = []
+        for i, x in enumerate(body):
+            out.append(x)
+            out += at_end.get(i + 1, []) + ([commit] if i + 1 == last else [])
+        return seq(*out)
+
     def steady(it: Expr, rel: Expr, slot_of) -> Stmt:
         """Iteration ``it`` with the tile ``rel + c`` in slot ``slot_of(c)``."""
         def at_(stmts: list, it_: Expr, c: int) -> Stmt:
             return Slots(new, slot_of(c)).visit(substitute_stmt(seq(*stmts), {k: it_}))
         rel1 = add(rel, 1)
+        if spread:
+            nxt = add(rel, ahead)
+            copy = IfThenElse(Cmp("bool", "lt", nxt, ext),
+                              stage(add(lo, nxt), nxt, slot_of(ahead)))
+            loads_ = IfThenElse(Cmp("bool", "lt", rel1, ext), at_(head, add(it, 1), 1))
+            return seq(in_steps([at_([m], it, 0) for m in mid], copy), wait(ahead - 1),
+                       Sync("shared"),
+                       loads_, at_(tail, it, 0))
         nxt = add(rel1, ahead)
         fetch_ = IfThenElse(Cmp("bool", "lt", nxt, ext),
                             stage(add(lo, nxt), nxt, slot_of(1 + ahead)))
@@ -244,7 +412,10 @@ def prefetch_fragments(s: For, p: PipelinePragma, compute: list, bufs: dict, new
     rel = sub(k, lo)
     rel1 = add(rel, 1)
     loads = IfThenElse(Cmp("bool", "lt", rel1, ext), at(head, add(k, 1), rel1))
-    if LOADS_BEFORE_COPIES:
+    if spread:
+        body = seq(in_steps([at([m], k, rel) for m in mid], fetch(rel)), wait(ahead - 1),
+                   Sync("shared"), loads, at(tail, k, rel))
+    elif LOADS_BEFORE_COPIES:
         body = seq(at(mid, k, rel), wait(ahead - 1), Sync("shared"), loads, fetch(rel1),
                    commit, at(tail, k, rel))
     else:
@@ -256,5 +427,22 @@ def prefetch_fragments(s: For, p: PipelinePragma, compute: list, bufs: dict, new
     loop = unroll_slots(s, n, steady, unroll)
     if loop is None:
         loop = For(k, lo, ext, s.kind, body, s.step, pragmas)
+    if spread:   # (iteration 0 copies tile S - 1)
+        return seq(Sync("shared"), *prologue, wait(ahead - 1), Sync("shared"), first, loop,
+                   wait(0))
     return seq(Sync("shared"), *prologue, wait(ahead - 1), Sync("shared"), fetch(zero),
                commit, first, loop, wait(0))
+
+
+def _compute_ends(mid: list, ids: set) -> list:
+    """The positions in ``mid`` (the statements between the first step's loads and the
+    barrier) right after each run of statements that load nothing from the copied buffers
+    ``ids`` (the MMAs of a step); empty where ``mid`` is one guard (the whole compute's,
+    its statements inside) or has no such run."""
+    if len(mid) == 1 and isinstance(mid[0], IfThenElse):
+        return []
+    out = []
+    for i, c in enumerate(mid):
+        if not _reads(c, ids) and (i + 1 == len(mid) or _reads(mid[i + 1], ids)):
+            out.append(i + 1)
+    return out

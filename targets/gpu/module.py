@@ -272,6 +272,12 @@ class GPUModule(Module):
         del keep
 
     # ------------------------------------------------------------------ sources
+    @property
+    def imported_modules(self) -> list:
+        """``[self]``: TVM's ``fcuda.imported_modules[0].get_source()`` is the kernels'
+        source, which this module's ``get_source()`` gives."""
+        return [self]
+
     def get_source(self, fmt: str | None = None):
         """The generated C source (format ``source_formats[0]``), or the compiled image's
         bytes (``source_formats[1]``).

@@ -91,6 +91,41 @@ def test_run_refuses_a_best_record_outside_the_space(tuned, tmp_path):
     assert "check" not in out and "Traceback" not in err
 
 
+_USER_TEMPLATE = """
+from polytile import autotune, te
+
+def scaled(n: int, dtype: str = "float32"):
+    cfg = autotune.get_config()
+    A = te.placeholder((n,), name="A", dtype=dtype)
+    cfg.define_knob("bias", [0, 1])      # a knob that changes the values (a buggy template)
+    B = te.compute((n,), lambda i: A[i] * 2.0 + float(cfg["bias"].val), name="B")
+    s = te.create_schedule(B.op)
+    cfg.define_split("t", B.op.axis[0], num_outputs=2, max_factor=8)
+    cfg["t"].apply(s, B, B.op.axis[0])
+    return s, [A, B]
+"""
+
+
+def test_run_checks_a_user_template_against_its_default_config(tmp_path):
+    # a template without a numpy reference was run unchecked (no 'check' line)
+    src = tmp_path / "user_tmpl.py"
+    src.write_text(_USER_TEMPLATE)
+    spec, log = f"{src}:scaled", tmp_path / "u.jsonl"
+    rc, _, err = polytile("tune", spec, "--args", "37", "--tuner", "grid", "--trials", "8",
+                          "--no-numpy", "--quiet", "--repeat", "2", "--log", str(log))
+    assert rc == 0, err
+    recs = [json.loads(x) for x in log.read_text().splitlines() if '"config"' in x]
+    for bias, verdict in ((0, "matches the default config"), (1, "WRONG: differs from")):
+        best = next(r for r in recs if r.get("config", {}).get("bias") == bias
+                    and not r.get("error"))
+        one = tmp_path / f"best{bias}.jsonl"
+        one.write_text(json.dumps(dict(best, costs=[1e-9])) + "\n")
+        rc, out, err = polytile("run", spec, "--args", "37", "--log", str(one))
+        assert f"  check           {verdict}" in out, out + err
+        assert rc == (0 if bias == 0 else 1)
+    assert "disagrees with the default config" in err
+
+
 def test_templates_command():
     rc, out, _ = polytile("templates")
     assert rc == 0

@@ -70,7 +70,12 @@ def test_sm_90a_adds_wgmma_and_defaults_to_the_tensorize_schedule():
     pref = [sp.get(i).knob_values() for i in sp.preferred()]
     wg = [v for v in pref if v["isa"] == "wgmma"]
     assert d in wg and all(v["tile"][2] == 64 and v["stages"] >= 3 for v in wg)
-    assert any(v["isa"] == "mma" for v in pref)
+    # a large GEMM with wgmma tiles searches those alone, copied by TMA, with the default
+    # stores: an 8-trial run covers them (blocks 128x256, 256x128; 3 or 4 stages; groups
+    # of 8 or 16)
+    assert wg == pref and all(v["copy"] == "tma" for v in wg) and len(wg) == 8
+    assert {v["store"] for v in wg} == {"16B"} == {d["store"]}
+    assert {tuple(v["tile"][:2]) for v in wg} == {(128, 256), (256, 128)}
     # sm_90 (no arch-specific features): no wgmma; the mma.sync hand schedule by default
     _, sp90 = _space((4096, 4096, 4096))
     assert "wgmma" not in [sp90.knobs["isa"].get(r).to_json()
@@ -273,6 +278,39 @@ def test_the_copy_knob_of_sm_90a_picks_tma_where_b_is_read_mn_major():
                          wg)["copy"] == "cp.async"
     assert tct.effective(dict(v, isa="mma", tile=[128, 256, 32, 64, 64]), (4096,) * 3, lim,
                          d, wg)["copy"] == "cp.async"
+
+
+def test_the_store_knob_of_sm_90a_streams_the_wgmma_epilogue():
+    t, sp = _space((4096, 4096, 4096), target="cuda -arch=sm_90a")
+    d = sp.default().knob_values()
+    assert d["store"] == WGMMA_TENSORIZE_BEST["epilogue"] == "16B"
+    assert "store" not in _space((4096, 4096, 4096))[1].default().knob_values()   # sm_90
+    # records from before the knob load as the 16-byte stores
+    assert sp.from_json({k: v for k, v in d.items() if k != "store"}).knob_values()[
+        "store"] == "16B"
+    lim = gpu_limits.for_arch("sm_90")
+    wg = frozenset({(128, 256, 64, 64, 256)})
+    v = dict(d, store="16B_stream")
+    assert tct.effective(v, (4096,) * 3, lim, d, wg)["store"] == "16B_stream"
+    # mma.sync does not read it: its default (no duplicate kernels)
+    assert tct.effective(dict(v, isa="mma", tile=[128, 256, 32, 64, 64]), (4096,) * 3, lim,
+                         d, wg)["store"] == "16B"
+    for store, call in (("16B", "wgmma_store_d16("), ("16B_stream", "wgmma_store_d16s(")):
+        s, tensors = t.instantiate(sp.from_json(dict(d, store=store)), (4096,) * 3,
+                                   "float16", "cuda -arch=sm_90a")
+        src = polytile.build(s, tensors, target="cuda -arch=sm_90a").get_source()
+        body = src[src.index("__global__"):]
+        assert call in body and ("wgmma_store_d16s(" in body) == (store == "16B_stream")
+
+
+@pytest.mark.slow
+def test_wgmma_tma_streaming_store_config_computes_the_definition_on_the_interpreter():
+    """TMA copies and the streaming 16-byte epilogue at 128 x 128 x 192 (3 k tiles, 2
+    stages, groups of tile rows) on the interpreter (it models the TMA boxes and
+    mbarrier phases)."""
+    cfg = {"isa": "wgmma", "tile": [64, 64, 64, 64, 64], "stages": 2, "frags": "prefetch",
+           "group": 4, "pad": 8, "copy": "tma", "store": "16B_stream"}
+    _interpret((128, 128, 192), "float16", cfg, target="cuda -arch=sm_90a")
 
 
 @pytest.mark.slow      # nvcc, ~3-5 s (the TMA source is compiled in tests/targets/test_tma_pipeline.py)

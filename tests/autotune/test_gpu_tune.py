@@ -288,7 +288,8 @@ def test_tuning_survives_faulting_dying_and_hanging_runners(tmp_path):
     assert "restarted" in res.records[4].error_msg
     assert res.runner_restarts == 3 and res.best is not None and res.n_trials == 6
     runs, starts = _fake_state(tmp_path)
-    assert runs == 6 + 2 * 4 and starts == 4  # then best and default, 4 rounds each
+    # then best and default, 4 rounds each after untimed rounds for a second (warm-up)
+    assert runs >= 6 + 2 * 5 and (runs - 6) % 2 == 0 and starts == 4
     assert res.target == "cuda -arch=sm_90"
     recs = read_records(log)
     assert all(r.device["name"] == "Fake GPU" and r.device["cuda"] == "13.0" for r in recs)

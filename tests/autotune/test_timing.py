@@ -319,3 +319,19 @@ def test_a_noisy_comparison_gets_as_many_rounds_again_once(max_spread, rounds):
     with LocalMeasurer(wl, "llvm", opt) as m:
         cmp = m.compare([("ok", {"mode": "ok", "tile": [-1, 8]})], anchors=(), rounds=2)
     assert len(cmp.rounds) == rounds and cmp.extended == (rounds == 4)
+
+
+def test_warmup_turns_of_a_comparison_are_not_counted():
+    wl = get_template(FAULTY).workload((16,))
+    opt = MeasureOptions(parallel=1, min_repeat_ms=1, budget_s=0.01, max_spread=1e9)
+    ok = {"mode": "ok", "tile": [-1, 8]}
+    with LocalMeasurer(wl, "llvm", opt) as m:
+        calls = []
+        run = m._run
+        m._run = lambda *a, **k: (calls.append(a[0]), run(*a, **k))[1]
+        t0 = time.perf_counter()
+        cmp = m.compare([("a", ok), ("b", ok)], anchors=(), rounds=2, warmup_s=0.3)
+        took = time.perf_counter() - t0
+    assert len(cmp.rounds) == 2 and cmp.order == [["a", "b"], ["b", "a"]]
+    assert took >= 0.3 and len(calls) >= 2 * 2 + 2 and len(calls) % 2 == 0
+    assert all(len(cmp.timing(n).costs) <= 2 * opt.max_repeats for n in "ab")

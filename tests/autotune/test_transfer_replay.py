@@ -340,11 +340,12 @@ def test_model_beats_random_on_a_recorded_pool():
     configs timed once, with their loop-IR features), the model tuner's best after 16
     trials (a random first batch of 8, then one batch picked by the model), averaged over
     a fixed set of seeds, beats random search's by a margin. Replays are deterministic;
-    on this pool the gap is about 6 points (0.96 vs 0.89 of the pool's best), so a
-    model that ranks no better than chance (broken features, a constant model) fails."""
+    on this pool (measured again at load 3, 2026-12-02) the gap is about 3.4 points over
+    these 12 seeds (0.944 vs 0.910 of the pool's best), so a model that ranks no better
+    than chance (broken features, a constant model) fails."""
     oracle = ReplayOracle(Pool.load(str(_SOFTMAX_POOL)), stat="min")
-    m = _softmax_means(oracle, range(6))
-    assert m["model"] >= m["random"] + 0.03, m
+    m = _softmax_means(oracle, range(12))
+    assert m["model"] >= m["random"] + 0.02, m
 
 
 @pytest.mark.slow
@@ -357,8 +358,8 @@ def test_recorded_pool_check_fails_for_a_model_without_information():
     costs = [oracle.cost[i] for i in idx]
     random.Random(0).shuffle(costs)
     oracle.cost = dict(zip(idx, costs))
-    m = _softmax_means(oracle, range(6))
-    assert m["model"] < m["random"] + 0.03, m
+    m = _softmax_means(oracle, range(12))
+    assert m["model"] < m["random"] + 0.02, m
 
 
 # ------------------------------------------------ search quality on the recorded GPU pools

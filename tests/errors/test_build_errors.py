@@ -62,6 +62,11 @@ CASES = [
     pytest.param(lambda: build("llvm", compiler="nvcc"), TargetError,
                  r"build: options \['compiler'\] are not understood by target 'llvm'; expected "
                  r"no extra options", id="cuda-option-on-llvm"),
+    pytest.param(lambda: build("cuda", bind=True, target_host="cuda"), TargetError,
+                 r"build: target_host='cuda'; expected an 'llvm' target or None",
+                 id="target-host-cuda"),
+    pytest.param(lambda: build("llvm", binds={"A": None}), TargetError,
+                 r"build: binds of 1 tensors are given; expected no binds", id="binds"),
     pytest.param(lambda: build("cuda", bind=True, compiler="clang"), TargetError,
                  r"compile_cuda: unknown compiler 'clang'; expected one of auto, nvrtc, nvcc",
                  id="unknown-cuda-compiler"),
@@ -93,6 +98,13 @@ def test_cuda_arch_the_compiler_does_not_know():
                              r"expected") as info:
         build("cuda -arch=sm_999", bind=True, cache_dir=None)
     assert "polytile bug" not in str(info.value)
+
+
+@pytest.mark.parametrize("target", ["llvm", "cuda"])
+def test_tvm_target_host_and_empty_binds_are_accepted(target):
+    # TVM's build(s, args, target="cuda", target_host="llvm") was a TargetError
+    f = build(target, bind=target == "cuda", target_host="llvm", binds={})
+    assert f.target.kind == target
 
 
 def test_unknown_source_format():

@@ -29,6 +29,16 @@ Pieces, one job each:
   ``vthread`` (inside or around the block loop, on a second spatial loop) and threadIdx.y,
   then producers attached inside it; on llvm rfactor'd then computed at or parallel; the
   odd seeds draw as ``EXTENDED2_FROM`` seeds do;
+* seeds ``>= cases.EXTENDED4_FROM`` (90000): the even ones are ``tuplered`` cases, tuple
+  reductions whose ``te.comm_reducer`` combines each element on its own (sum and sum of
+  squares, min and max, sum and max, argmax with a count...) in its own dtype
+  (fp32/fp16/int32, rarely bfloat16/int8/int16; each accumulates in its own dtype),
+  with ``where`` and a tuple ``init``, maybe reading a multi-output producer ``P, P.v1``
+  and read by a multi-output epilogue; scheduled as ``xreduce`` cases are (cross-thread
+  on cuda, rfactor'd on llvm: tuple rfactor) or with the reduce loops split, reordered,
+  rfactor'd, the spatial loops parallel/vectorized (llvm), a ``cache_write`` of all the
+  outputs, the producer computed at the reduction; of the odd ones, half are ``xreduce``
+  cases, the others draw a kind as ``EXTENDED2_FROM`` seeds do;
 * :mod:`.schedules`: 1-8 random primitives on a live schedule (split, tile, reorder, fuse,
   vectorize, unroll, parallel, compute_at/inline/root, cache_read/write, rfactor; ``bind``
   for CUDA), recorded as plain steps;

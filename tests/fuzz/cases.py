@@ -28,8 +28,16 @@ EXTENDED2_FROM = 70_000
 #: :meth:`.schedules.SchedGen.xreduce`); the odd ones draw as ``EXTENDED2_FROM`` seeds do;
 #: seeds below keep their cases
 EXTENDED3_FROM = 80_000
+#: seeds from here on: the even ones are ``tuplered`` cases, tuple reductions with
+#: independent combiners per element (``te.comm_reducer`` over (sum, sum of squares), (min,
+#: max), (argmax, count)... in fp32/fp16/int32, maybe read from a multi-output producer,
+#: maybe read by a multi-output epilogue; :func:`.kinds.tuplered`) scheduled with rfactor,
+#: split/reorder of the reduce loops, parallel/vectorize on ``llvm`` and cross-thread
+#: bindings on ``cuda`` (:meth:`.schedules.SchedGen.tuplered`); the odd ones draw as
+#: ``EXTENDED3_FROM`` seeds do (half of them ``xreduce``); seeds below keep their cases
+EXTENDED4_FROM = 90_000
 #: every kind a seed may draw (``KINDS`` stays as it was: older seeds index it)
-ALL_KINDS = KINDS + ("xreduce",)
+ALL_KINDS = KINDS + ("xreduce", "tuplered")
 
 
 def kind_of(seed: int, target: str = "llvm") -> str:
@@ -37,6 +45,10 @@ def kind_of(seed: int, target: str = "llvm") -> str:
     kinds = KINDS if seed >= EXTENDED_FROM else KINDS[:6]
     if seed >= EXTENDED2_FROM and target == "cuda":
         kinds = KINDS + ("scan",)
+    if seed >= EXTENDED4_FROM:  # (odd seeds: every other one xreduce, as from EXTENDED3_FROM)
+        if seed % 2 == 0:
+            return "tuplered"
+        return "xreduce" if seed // 2 % 2 == 0 else kinds[seed // 4 % len(kinds)]
     if seed >= EXTENDED3_FROM:
         return "xreduce" if seed % 2 == 0 else kinds[seed // 2 % len(kinds)]
     return kinds[seed % len(kinds)]
@@ -59,7 +71,7 @@ def generate(seed: int, target: str = "llvm") -> dict:
     try:
         steps = generate_steps(rng_sched, prog, target, extended=ext,
                                extended2=seed >= EXTENDED2_FROM,
-                               xreduce=kind == "xreduce")
+                               xreduce=kind == "xreduce", tuplered=kind == "tuplered")
     except Exception:  # noqa: BLE001 - the program itself does not build: the runner says so
         steps = []
     mode = DATA_MODES[int(rng_data.choice(3, p=[0.7, 0.2, 0.1]))]

@@ -538,3 +538,115 @@ def xreduce(g: Gen) -> dict:
 GENERATORS["argreduce"] = argreduce
 GENERATORS["scan"] = scan
 GENERATORS["xreduce"] = xreduce
+
+
+#: the elements a ``tuplered`` reduction draws (each its own combiner and dtype):
+#: ``sumsq`` is a sum of ``x * x``, ``count`` a sum of ``1`` (int32)
+TUPLE_PARTS = ("sum", "sumsq", "max", "min", "count")
+#: dtypes of the elements of a ``tuplered`` reduction (each accumulates in its own dtype:
+#: a bfloat16 or int8 sum too), mostly float32/float16/int32
+TUPLE_DTYPES = ("float32", "float32", "float32", "float16", "float16", "int32", "int32",
+                "bfloat16", "int8", "int16")
+
+
+def _tuple_producer(g: Gen, dims: list, dtype: str) -> list:
+    """A multi-output producer ``P, P.v1 = te.compute(dims, lambda ...: (f(A), h(A)))``
+    of placeholder ``A`` (already defined over ``dims``); the names of its outputs."""
+    axes = [f"p{k}" for k in range(len(dims))]
+    rd = g.read("A", [["ax", a] for a in axes])
+    first = g.combine([rd], g.dtype(TUPLE_DTYPES), 1)
+    second = g.combine([rd], g.dtype(TUPLE_DTYPES), g.pick([0, 1]))
+    g.compute("P", dims, axes, first)
+    g.tensors[-1].update({"more": [second.t], "outputs": 2})
+    g.info["P.v1"] = (g.info["P"][0], second.dtype, second.bound, second.exact)
+    return ["P", "P.v1"]
+
+
+def tuplered(g: Gen) -> dict:
+    """Tuple reductions with independent combiners (seeds from
+    :data:`.cases.EXTENDED4_FROM`): ``te.comm_reducer`` over 2-3 elements, each its own
+    combiner and dtype (sum and sum of squares, min and max, sum and max, argmax/argmin
+    with a count or a sum, :func:`.spec.combiner_code`), over one or two reduce axes with
+    offsets and ``where``; the source maybe a multi-output producer (``P, P.v1``); maybe a
+    multi-output epilogue reading the outputs."""
+    f = _frame(g, [0, 0, 0, 1, 2], wide=g.chance(0.5))
+    rdims, axes, shape = f.rdims, f.axes, f.shape
+    n = int(np.prod(f.rexts(g)))
+    A = g.placeholder("A", f.all_dims, g.dtype(TUPLE_DTYPES if g.chance(0.7) else DTYPES))
+    srcs = [A]
+    if g.chance(0.45):
+        srcs = _tuple_producer(g, f.all_dims, g.info[A][1])
+    if g.chance(0.25):
+        srcs.append(g.placeholder("B", f.all_dims[len(f.spatial):], g.dtype(TUPLE_DTYPES)))
+
+    def operand():
+        s = g.pick(srcs)
+        idx = f.all_axes if s != "B" else f.raxes
+        return g.read(s, [["ax", a] for a in idx])
+
+    parts = []
+    # (rarely: chosen when polytile proved no argmax combiner and refused most schedules
+    # drawn for them; it proves this lexicographic form now, te/algebra.py)
+    if g.chance(0.12):
+        parts.append(g.pick(["argmax", "argmin"]))
+    while len(parts) < 2 or (len(parts) < 3 and g.chance(0.3)):
+        parts.append(g.pick(TUPLE_PARTS))
+    op = "tup_" + "_".join({"sumsq": "sum", "count": "sum"}.get(p, p) for p in parts)
+    elems, index = [], None   # (X, output bound, exact) per element
+    for p in parts:
+        if p == "count":
+            elems.append((X(["c", 1, "int32"], "int32", 1.0), float(n) + 1, True))
+            continue
+        d = g.dtype(TUPLE_DTYPES)
+        x = g.combine([operand()], d, g.pick([0, 0, 1]))
+        if p in ("argmax", "argmin"):
+            index = ["ax", "k"] if len(rdims) == 1 or g.chance(0.3) else [
+                "op", "+", ["op", "*", ["ax", "k"], ["int", g.dims[rdims[1]]]], ["ax", "q"]]
+            elems.append((X(index, "int32", 2.0 ** 31), 2.0 ** 31, True))
+            elems.append((x, x.bound + 1, x.exact))
+            continue
+        if p == "sumsq":
+            x = g.binop(x, x, "*")
+        if p in ("sum", "sumsq"):
+            x = _per_term(g, x, n)
+            elems.append((x, x.bound * n + 8, x.exact and not dt.is_float(x.dtype)))
+        else:
+            elems.append((x, x.bound, x.exact))
+    red = {"op": op, "axes": f.rng, "where": None, "init": None}
+    _maybe_where(g, f, red)
+    if index is None and g.chance(0.15):  # an initial value per element
+        red["init"] = [g.lit(x).t for x, _, _ in elems]
+        elems = [(x, b + 8, e and not dt.is_float(x.dtype)) for x, b, e in elems]
+    body = elems[1 if index is not None else 0][0]
+    if index is not None:
+        red["index"] = index
+    red["tuple"] = [x.t for x, _, _ in elems[2 if index is not None else 1:]]
+    g.tensors.append({"name": "R", "shape": list(shape), "axes": list(axes), "body": body.t,
+                      "reduce": red, "outputs": len(elems)})
+    names = spec.tensor_names(g.tensors[-1])
+    for name, (x, bound, exact) in zip(names, elems):
+        g.info[name] = ([g.val(s) for s in shape], x.dtype, bound, exact)
+    outs = [nm for nm in names if g.chance(0.6)] or [g.pick(names)]
+    if g.chance(0.2):
+        outs = outs[::-1]
+    if g.chance(0.45):  # an epilogue reading some outputs: maybe two outputs itself
+        rds = []
+        for o in dict.fromkeys(outs + [g.pick(names)]):
+            rd = g.read(o, [["ax", a] for a in axes])
+            if index is not None and o == "R":  # the index as a value
+                rd = g.conv(X(["fn", "min", rd.t, ["int", 1 << 20]], "int32", 1 << 20),
+                            g.pick(["int32", "float32"]))
+            elif not dt.is_float(rd.dtype) and rd.bound > 1 << 20:  # a count, a wrapped sum
+                rd = g.clip_int(rd, 1 << 20)
+            rds.append(rd)
+        g.compute("E", shape, axes, g.combine(rds, g.dtype(TUPLE_DTYPES), 1))
+        outs = ["E"]
+        if g.chance(0.5):
+            more = g.combine([g.pick(rds)], g.dtype(TUPLE_DTYPES), 1)
+            g.tensors[-1].update({"more": [more.t], "outputs": 2})
+            g.info["E.v1"] = (g.info["E"][0], more.dtype, more.bound, more.exact)
+            outs = g.pick([["E", "E.v1"], ["E.v1"], ["E.v1", "E"]])
+    return g.program(outs)
+
+
+GENERATORS["tuplered"] = tuplered

@@ -44,8 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from polytile.te import dtype as dt
-from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Not, Or, Reduce, Select,
-                              TensorRead, Var)
+from polytile.te.expr import (And, Binary, Call, Cast, Cmp, CommReducer, Const, Not, Or,
+                              Reduce, Select, TensorRead, TupleCommReducer, Var)
 from polytile.te.scan import ScanOp
 from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
 
@@ -213,12 +213,12 @@ def tuple_key(name: str, value_index: int) -> str:
 
 
 def arg_reduce(red: Reduce, idx: Val, src: Val, cond: Val | None, nred: int,
-               shape: tuple) -> tuple:
+               shape: tuple, best: str | None = None) -> tuple:
     """An argmax/argmin tuple reduction (:data:`.spec.COMBINERS`: the best value, the
     smallest index among equal values) over the last ``nred`` axes of the grid ``shape``:
     ``(index Val, value Val)``. Unsure where a NaN is reduced or where values closer than
     their error bounds compete."""
-    best = "max" if red.combiner.name == "argmax" else "min"
+    best = best or ("max" if red.combiner.name == "argmax" else "min")
     lead = shape[:len(shape) - nred]
     flat = lead + (-1,)
     live = (np.ones(shape, bool) if cond is None else
@@ -263,7 +263,7 @@ def arg_reduce(red: Reduce, idx: Val, src: Val, cond: Val | None, nred: int,
 def _exact_sum(x, acc: str):
     """True where every partial sum of ``x`` over its last axis is exact in dtype ``acc``:
     all terms are multiples of ``2**-s`` and ``sum|x| * 2**s < 2**p`` for some ``s``."""
-    p = {"float16": 11, "float32": 24, "float64": 53}[acc]
+    p = {"float16": 11, "bfloat16": 8, "float32": 24, "float64": 53}[acc]
     ok = np.zeros(x.shape[:-1], bool)
     total = np.sum(np.abs(x), axis=-1)
     with np.errstate(all="ignore"):
@@ -275,8 +275,9 @@ def _exact_sum(x, acc: str):
 
 
 def reduce(red: Reduce, src: Val, cond: Val | None, init: Val | None, nred: int,
-           shape: tuple) -> Val:
-    """Reduce ``src`` (over the full grid ``shape``) over its last ``nred`` axes."""
+           shape: tuple, acc: str | None = None) -> Val:
+    """Reduce ``src`` (over the full grid ``shape``) over its last ``nred`` axes (a float
+    sum in ``acc``, by default the project's accumulator of its dtype)."""
     axes = tuple(range(len(shape) - nred, len(shape)))
     op = _combiner_op(red)
     if op is None:
@@ -324,7 +325,7 @@ def reduce(red: Reduce, src: Val, cond: Val | None, init: Val | None, nred: int,
         e = np.broadcast_to(src.e(), shape)
         mag = np.broadcast_to(src.m(), shape)
         if op == "add":
-            acc = ACCUMULATOR[dtype]
+            acc = acc or ACCUMULATOR[dtype]
             x = np.where(live, v, 0.0)
             total = np.sum(x, axis=axes)
             n = np.sum(live, axis=axes)
@@ -480,6 +481,8 @@ def _compute(ev: _Eval, op: ComputeOp) -> list:
         cond = ev.visit(body.condition) if body.condition is not None else None
         return [_result(op, k, val, shape) for k, val in
                 enumerate(arg_reduce(body, idx, src, cond, nr, full))]
+    if isinstance(body, Reduce) and isinstance(body.combiner, TupleCommReducer):
+        return _tuple_reduce(ev, op, shape)
     if len(op.body) > 1:
         if isinstance(body, Reduce):
             raise ReferenceError(f"reference: tuple reduction {body.combiner.name!r}")
@@ -500,6 +503,52 @@ def _compute(ev: _Eval, op: ComputeOp) -> list:
         ev.env = _grid(op.axis, ns, 0)
         val = ev.visit(body)
     return _result(op, 0, val, shape)
+
+
+@dataclass(frozen=True)
+class _Element:
+    """Element ``k`` of a tuple combiner seen as a reduction of its own (what
+    :func:`reduce` reads of a :class:`Reduce`: ``combiner.result/lhs/rhs/identity``,
+    ``dtype``)."""
+
+    combiner: CommReducer
+    dtype: str
+
+
+def _tuple_reduce(ev: _Eval, op: ComputeOp, shape: tuple) -> list:
+    """The outputs of a tuple reduction whose combiner combines each element on its own
+    (``x[k] + y[k]``, ``max``, ``min``, ``*``), except for an argmax/argmin pair of elements
+    0 and 1 in a combiner named ``tup_argmax...``/``tup_argmin...`` (:func:`.spec.
+    combiner_code`); each element in its own dtype (a float sum accumulates in it: te's
+    rule for tuple reductions, :func:`polytile.te.reduction.accumulation_dtype`)."""
+    body = op.body[0]
+    comb = body.combiner
+    ns, nr = len(op.axis), len(body.axis)
+    full = shape + tuple(iv.dom.extent for iv in body.axis)
+    ev.env = {**_grid(op.axis, ns + nr, 0), **_grid(body.axis, ns + nr, ns)}
+    cond = ev.visit(body.condition) if body.condition is not None else None
+    vals: list = [None] * len(op.body)
+    pair = next((b for b in ("argmax", "argmin") if comb.name.startswith(f"tup_{b}")), None)
+    inits = [None] * len(op.body)
+    if body.init is not None:
+        if pair is not None:
+            raise ReferenceError(f"reference: tuple reduction {comb.name!r} with init")
+        ev.env = _grid(op.axis, ns, 0)
+        inits = [ev.visit(b.init) for b in op.body]
+        ev.env = {**_grid(op.axis, ns + nr, 0), **_grid(body.axis, ns + nr, ns)}
+    if pair is not None:
+        idx, src = ev.visit(op.body[0].source), ev.visit(op.body[1].source)
+        vals[0], vals[1] = arg_reduce(body, idx, src, cond, nr, full, pair[3:])
+    for k, b in enumerate(op.body):
+        if vals[k] is not None:
+            continue
+        elem = _Element(CommReducer(comb.name, comb.lhs[k], comb.rhs[k], comb.result[k],
+                                    comb.identity[k]), b.dtype)
+        if _combiner_op(elem) is None:   # (which also says it reads only its own element)
+            raise ReferenceError(f"reference: element {k} of tuple combiner {comb.name!r} "
+                                 f"is not a sum/max/min/product of its own element")
+        vals[k] = reduce(elem, ev.visit(b.source), cond, inits[k], nr, full, acc=b.dtype)
+    return [_result(op, k, v, shape) for k, v in enumerate(vals)]
 
 
 def _result(op: ComputeOp, k: int, val: Val, shape: tuple) -> Result:

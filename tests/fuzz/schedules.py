@@ -84,6 +84,9 @@ class SchedGen:
         self.stopped = False
         self.threads: dict = {}      # root stage name -> threadIdx.x extent
         self.xthreads = 0            # the threads of an xreduce case's reduction
+        #: name each partial of a tuple rfactor (a ``tuplered`` case; older seeds kept
+        #: the list in one name, and the steps that followed it failed to draw)
+        self.tuple_rf = False
         self.ns = namespace(prog, [])
 
     # ------------------------------------------------------------------ helpers
@@ -112,11 +115,18 @@ class SchedGen:
         if self.stopped:
             return False
         keep = self.chance(KEEP_ILLEGAL)  # drawn always: the stream does not depend on it
+        plain = step
+        step = self.named(step)
         try:
+            if step is not plain and step[0] == "rfactor" and not self.tuple_rf:
+                # seeds before EXTENDED4_FROM draw as when polytile refused every rfactor
+                # of a tuple (their only ones are argmax), so that their cases stay
+                raise ScheduleError("rfactor of a tuple reduction (not drawn by older seeds)")
             exec(step_code(step), self.ns)  # noqa: S102
         except (ScheduleError, LoweringError):
             if keep:
-                self.steps.append(step)
+                self.steps.append(plain if step[0] == "rfactor" and not self.tuple_rf
+                                  else step)
                 self.stopped = True
                 return True
             self.ns = namespace(self.prog, self.steps)  # the step may have half-applied
@@ -127,6 +137,20 @@ class SchedGen:
             return True
         self.steps.append(step)
         return True
+
+    def named(self, step: list) -> list:
+        """``step`` with the number of outputs of its multi-output stage appended, so that
+        each output gets a name (:func:`.spec.step_code`), in ``tuplered`` cases: for the
+        partials of an ``rfactor`` of a tuple reduction and for a ``cache_write`` of every
+        output. (Older seeds kept rfactor's list in one name, and the steps that followed
+        it failed to draw; :meth:`apply` refuses them such an rfactor, as polytile did
+        until argmax combiners were proven, so that their cases stay as they were.)"""
+        if step[0] == "rfactor" and len(step) == 4 or (
+                self.tuple_rf and step[0] == "cache_write" and len(step) == 3):
+            n = self.ns[ident(step[1])].op.num_outputs
+            if n > 1:
+                return step + [n]
+        return step
 
     # ------------------------------------------------------------------ primitives
     @staticmethod
@@ -279,12 +303,14 @@ class SchedGen:
                             self.pick(list(main.leaf_iter_vars)).name])
             if self.target == "llvm" and self.chance(0.5):
                 main = self.s[self.ns[ident(T)]]
-                free = [v for v in main.leaf_iter_vars if v not in main.annotations]
+                free = [v for v in main.leaf_iter_vars if v not in main.annotations
+                        and (v.iter_type == "data_par" or not self.tuple_rf)]
                 if free:
                     self.apply(["parallel", T, free[0].name])
             return
         st, name = (rf, T + ".rf") if r < 0.8 else (main, T)
-        free = [v for v in st.leaf_iter_vars if v not in st.annotations]
+        free = [v for v in st.leaf_iter_vars if v not in st.annotations
+                and (v.iter_type == "data_par" or not self.tuple_rf)]  # (tuplered: legal)
         if free:
             v = free[0] if self.chance(0.5) else self.pick(free)
             self.apply(["parallel", name, v.name])
@@ -588,6 +614,82 @@ class SchedGen:
                     self.apply(["bind", T, n + ".outer.outer", "blockIdx.x"])
                     self.apply(["bind", T, n + ".outer.inner", "vthread"])
 
+    # ------------------------------------------------------------------ tuplered
+    def tuplered(self) -> None:
+        """The schedule of a ``tuplered`` case (a tuple reduction ``R``, maybe reading a
+        multi-output producer ``P``): half the time (``cuda``: 65 %) an ``xreduce`` schedule
+        (cross-thread on ``cuda``, rfactor'd on ``llvm``, tuple rfactor included); else its reduce loops
+        split and reordered (:meth:`reduce_loops`; of a ``cache_write`` of all its
+        outputs, maybe computed at ``R``), maybe rfactor'd, a few random steps,
+        ``P`` computed at a loop of ``R`` or inlined, then (``cuda``) every stage bound."""
+        self.tuple_rf = True
+        if self.chance(0.5 if self.target == "llvm" else 0.65):
+            self.xreduce()
+            return
+        T = "R"
+        if self.chance(0.25) and self.apply(["cache_write", "R", "local"]):
+            T = "R.local"   # (the reduction; R copies its outputs, maybe around it)
+            out = self.s[self.ns["R"]]
+            if self.chance(0.6) and out.leaf_iter_vars:
+                self.apply(["compute_at", T, "R", self.pick(list(out.leaf_iter_vars)).name])
+        self.reduce_loops(T)
+        self.random_steps(len(self.steps) + int(self.pick([0, 1, 2, 3])))
+        if "P" in self.ns and any(st.op is self.ns["P"].op for st in self.s.stages) \
+                and self.chance(0.6) and not self.stopped:
+            st = self.s[self.ns["P"]]
+            main = self.s[self.ns["R"]]
+            if st.attach_type == "root" and self.chance(0.85) and main.leaf_iter_vars:
+                self.apply(["compute_at", "P", "R", self.pick(list(main.leaf_iter_vars)).name])
+            elif st.attach_type == "root":
+                self.apply(["compute_inline", "P"])
+        if self.target == "cuda" and not self.stopped:
+            self.bind_all()
+
+    def reduce_loops(self, T: str) -> None:
+        """Split a reduce loop of ``T``, maybe reorder the reduce loops outside the spatial
+        ones, maybe rfactor the inner or outer part (then :meth:`rfactor_follow`); on
+        ``llvm`` maybe parallelize the outer spatial loop, vectorize the innermost spatial
+        loop (after moving it in) and unroll the inner reduce loop."""
+        red = self.leaves(T, "reduce")
+        if red and self.chance(0.8):
+            r = self.pick(red).name
+            f = int(self.pick([2, 3, 4, 5, 7, 8, 16]))
+            if self.apply(["split", T, r, self.pick(["factor", "factor", "nparts"]), f]):
+                red = self.leaves(T, "reduce")
+        spatial = self.leaves(T, "data_par")
+        if red and self.chance(0.6):
+            order = [v.name for v in red]
+            self.g.shuffle(order)
+            k = int(self.g.integers(0, len(spatial) + 1))
+            sp = [v.name for v in spatial]
+            perm = sp[:k] + order[:1] + sp[k:] + order[1:]
+            if len(perm) >= 2:
+                self.apply(["reorder", T, perm])
+        if red and self.chance(0.35):
+            red = self.leaves(T, "reduce")
+            if red:
+                nd = len(self.s[self.ns[ident(T)]].op.axis)
+                step = ["rfactor", T, self.pick(red).name, int(self.g.integers(0, nd + 1))]
+                if self.apply(step):
+                    self.rfactor_follow(step)
+        if self.target != "llvm":
+            return
+        spatial = self.leaves(T, "data_par")
+        if spatial and self.chance(0.5):
+            self.apply(["parallel", T, spatial[0].name])
+        st = self.s[self.ns[ident(T)]]
+        spatial = self.leaves(T, "data_par")
+        if spatial and self.chance(0.4):
+            v = spatial[-1]
+            if st.leaf_iter_vars[-1] is not v:
+                self.apply(["reorder", T, [w.name for w in st.leaf_iter_vars if w is not v]
+                            + [v.name]])
+            if self.extent(v) <= 64:
+                self.apply(["vectorize", T, v.name])
+        red = self.leaves(T, "reduce")
+        if red and self.chance(0.25) and self.extent(red[-1]) <= 16:
+            self.apply(["unroll", T, red[-1].name])
+
     def bind_attached(self, st) -> None:
         if self.xthreads and st.op.name == "R.rf":   # (one thread's partial: its loops stay)
             return
@@ -607,14 +709,17 @@ class SchedGen:
 
 def generate_steps(rng: np.random.Generator, prog: dict, target: str,
                    extended: bool = False, extended2: bool = False,
-                   xreduce: bool = False) -> list:
+                   xreduce: bool = False, tuplered: bool = False) -> list:
     """A random schedule of ``prog`` for ``target`` (``llvm`` or ``cuda``) as steps
     (``extended``, ``extended2``: with the draws of extended seeds, of
     :data:`.cases.EXTENDED2_FROM` seeds too; ``xreduce``: an ``xreduce`` case,
-    :meth:`SchedGen.xreduce`)."""
+    :meth:`SchedGen.xreduce`; ``tuplered``: a ``tuplered`` case, :meth:`SchedGen.tuplered`)."""
     gen = SchedGen(rng, prog, target, extended, extended2)
     if xreduce:
         gen.xreduce()
+        return gen.steps
+    if tuplered:
+        gen.tuplered()
         return gen.steps
     n = int(rng.choice(8, p=np.array([5, 6, 5, 4, 3, 2, 2, 1], float) / 28)) + 1
     gen.random_steps(n)

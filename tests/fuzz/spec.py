@@ -17,7 +17,9 @@ Program tensors (``program["tensors"]``, in definition order):
 * ``{"name", "shape", "axes", "body", "more"?, "outputs"?}``: a compute with one output
   per body (``"more"``: the bodies after the first; ``"outputs"``: their count), its outputs
   named ``name``, ``name.v1``, ... (:func:`tensor_names`); an ``argmax``/``argmin`` reduce
-  (:data:`COMBINERS`) has ``"index"`` and two outputs;
+  (:data:`COMBINERS`) has ``"index"`` and two outputs; a tuple reduce
+  (``"op": "tup_..."``, :func:`combiner_code`) has ``"tuple"``, the sources of its elements
+  after the first (``"index"`` first where it has one), and one output per element;
 * ``{"name", "shape", "axes", "body", "reduce"?}``: ``te.compute(shape, lambda <axes>:
   <body>)``; with ``"reduce": {"op", "axes": [[name, lo, hi]], "where", "init"}`` the body
   is ``te.<op>(<body>, axis=[...], where=..., init=...)``;
@@ -149,6 +151,8 @@ def tensor_reads(t: dict) -> set:
         for part in ("where", "init", "index"):
             if red.get(part) is not None:
                 out |= reads(red[part])
+        for x in red.get("tuple", []):
+            out |= reads(x)
     return out
 
 
@@ -173,6 +177,45 @@ COMBINERS = {
     "cmax": "cmax = te.comm_reducer(lambda x, y: te.max(x, y), lambda t: te.min_value(t), "
             "name='cmax')",
 }
+
+
+#: the identity of each independent element of a tuple combiner (:func:`combiner_code`)
+_IDENTITY = {"sum": "te.const(0, {t})", "prod": "te.const(1, {t})",
+             "max": "te.min_value({t})", "min": "te.max_value({t})"}
+
+
+def combiner_code(op: str) -> str:
+    """Python source defining the reducer ``op`` of a reduce: one of :data:`COMBINERS`, or
+    a tuple combiner ``tup_<part>_<part>...`` (seeds from :data:`.cases.EXTENDED4_FROM`)
+    whose parts are ``sum``/``prod``/``max``/``min`` (one element each, combined on its
+    own: ``x[k] + y[k]``, ``te.max(x[k], y[k])``...) or ``argmax``/``argmin`` (two elements,
+    ``(index, value)``, as in :data:`COMBINERS`); e.g. ``tup_sum_sum`` reduces ``(x,
+    x * x)`` to a sum and a sum of squares, ``tup_argmax_sum`` ``(k, x, 1)`` to the argmax
+    and a count."""
+    if op in COMBINERS:
+        return COMBINERS[op]
+    if not op.startswith("tup_"):
+        raise ValueError(f"unknown reducer {op!r}")
+    elems, ids, pre, k = [], [], [], 0
+    for part in op[4:].split("_"):
+        a, b = f"x[{k}]", f"y[{k}]"
+        if part in _BETTER:
+            v, w = f"x[{k + 1}]", f"y[{k + 1}]"
+            pre.append(f"_{op}_{k} = lambda x, y: te.any({v} {_BETTER[part]} {w}, "
+                       f"te.all({v} == {w}, {a} < {b}))")
+            elems += [f"te.if_then_else(_{op}_{k}(x, y), {a}, {b})",
+                      f"te.if_then_else(_{op}_{k}(x, y), {v}, {w})"]
+            ids += [f"te.const(2147483647, t{k})",
+                    f"te.{'min' if part == 'argmax' else 'max'}_value(t{k + 1})"]
+            k += 2
+            continue
+        elems.append(f"{a} + {b}" if part == "sum" else f"{a} * {b}" if part == "prod"
+                     else f"te.{part}({a}, {b})")
+        ids.append(_IDENTITY[part].format(t=f"t{k}"))
+        k += 1
+    ts = ", ".join(f"t{j}" for j in range(k))
+    return "\n".join(pre + [f"{op} = te.comm_reducer(lambda x, y: ({', '.join(elems)}), "
+                            f"lambda {ts}: ({', '.join(ids)}), name={op!r})"])
 
 
 def tensor_names(t: dict) -> list:
@@ -203,14 +246,20 @@ def tensor_code(t: dict) -> str:
         if red.get("where") is not None:
             extra += f", where={expr_code(red['where'])}"
         if red.get("init") is not None:
-            extra += f", init={expr_code(red['init'])}"
+            ini = red["init"]
+            if isinstance(ini[0], list):  # one initial value per element of a tuple
+                extra += f", init=({', '.join(expr_code(x) for x in ini)},)"
+            else:
+                extra += f", init={expr_code(ini)}"
         axis = axes[0] if len(axes) == 1 else f"[{', '.join(axes)}]"
         fn = f"te.{red['op']}"
-        if red["op"] in COMBINERS:
-            lines.insert(0, COMBINERS[red["op"]])
+        if red["op"] in COMBINERS or red["op"].startswith("tup_"):
+            lines.insert(0, combiner_code(red["op"]))
             fn = red["op"]
-        if red.get("index") is not None:
-            body = f"({expr_code(red['index'])}, {body})"
+        if red.get("index") is not None or red.get("tuple"):
+            parts = [expr_code(red["index"])] if red.get("index") is not None else []
+            parts += [body] + [expr_code(x) for x in red.get("tuple", [])]
+            body = f"({', '.join(parts)})"
         body = f"{fn}({body}, axis={axis}{extra})"
     lines.append(f"{name} = te.compute(({shape}), lambda {', '.join(t['axes'])}: {body}, "
                  f"name={t['name']!r})")
@@ -291,10 +340,18 @@ def step_code(step: list) -> str:
     if p == "cache_read":
         return (f"{ident(st + '.' + step[2])} = s.cache_read({T}, {step[2]!r}, "
                 f"[{', '.join(ident(r) for r in step[3])}])")
-    if p == "cache_write":
-        return f"{ident(st + '.' + step[2])} = s.cache_write({T}, {step[2]!r})"
-    if p == "rfactor":
-        return f"{ident(st + '.rf')} = s.rfactor({T}, {a(step[2])}, factor_axis={step[3]})"
+    if p == "cache_write":  # (a 4th element: every output of a multi-output stage)
+        n = step[3] if len(step) > 3 else 1
+        if n == 1:
+            return f"{ident(st + '.' + step[2])} = s.cache_write({T}, {step[2]!r})"
+        c = ident(st + "." + step[2])
+        outs = ", ".join([T] + [f"{T}_v{k}" for k in range(1, n)])
+        return f"{c}, {', '.join(f'{c}_v{k}' for k in range(1, n))} = s.cache_write([{outs}], " \
+               f"{step[2]!r})"
+    if p == "rfactor":  # (a 5th element: the partials of a tuple reduction, named each)
+        n = step[4] if len(step) > 4 else 1
+        names = ", ".join([ident(st + ".rf")] + [ident(f"{st}.rf.v{k}") for k in range(1, n)])
+        return f"{names} = s.rfactor({T}, {a(step[2])}, factor_axis={step[3]})"
     if p == "storage_align":
         return f"s[{T}].storage_align({a(step[2])}, {step[3]}, {step[4]})"
     if p == "pragma":

@@ -151,10 +151,28 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
                      "loop of a split')",
     ("cuda", 80148): "a crash: the thread roles compared a symbolic grid extent (ceil(n1 / "
                      "3) blocks) with 1 in Python, then printed it into isl text unparsed",
+    ("cuda", 80140): "a local cache_read computed under a vthread loop, read by the partial "
+                     "stage of TVM's cross-thread idiom (which runs once for all virtual "
+                     "threads) refused: 'stage R.rf reads B.local from a local buffer that "
+                     "does not vary with the loops'",
+    ("cuda", 80085): "a misleading refusal (a local stage read across its threadIdx loop by "
+                     "a shared copy: illegal, but the message named the reader's scope and "
+                     "no loop); now says which loops and why",
+    ("cuda", 90130): "a crash of the race check: the loop-IR interpreter cast a float beyond "
+                     "int8's range (an empty bfloat16 max, rounded) through a Python int "
+                     "numpy could not hold (OverflowError)",
+    ("cuda", 90204): "a cross-thread (tuple) reduction whose row loop, bound to blockIdx.x, "
+                     "stood inside a serial reduce loop refused ('spatial loops run inside "
+                     "the reduction loops'): the grid is outside every loop anyway",
+    ("cuda", 90038): "an argmax tuple (argmax, count) bound across threads refused: 'cannot "
+                     "prove that the combiner is commutative, associative' (argmax whose ties "
+                     "go to the smaller index is a lexicographic maximum: now proven)",
+    ("cuda", 90098): "the same with (argmax, max) and threadIdx.y rows",
 }
 #: FIXED_FAULTS whose fault was a refusal of a schedule that computes its definition:
 #: they must now build and give the right values
-WRONGLY_REFUSED = {("cuda", 80008), ("cuda", 80192), ("cuda", 80208)}
+WRONGLY_REFUSED = {("cuda", 80008), ("cuda", 80192), ("cuda", 80208), ("cuda", 80140),
+                   ("cuda", 90204), ("cuda", 90038), ("cuda", 90098)}
 
 
 @pytest.mark.parametrize("target,seed", [pytest.param(t, s, id=f"{t}-{s}")

@@ -348,3 +348,76 @@ def test_extended3_seeds_draw_cross_thread_reductions():
     assert "xreduce" not in {kind_of(s, t) for s in range(EXTENDED3_FROM - 50, EXTENDED3_FROM)
                              for t in ("llvm", "cuda")}
     assert kind_of(EXTENDED3_FROM + 1, "cuda") != "xreduce"
+
+
+def test_reference_of_tuple_reductions_with_independent_combiners():
+    """The reference's tuple reductions whose elements combine each on its own (the
+    ``tup_...`` combiners of :func:`.spec.combiner_code`): (sum, sum of squares) in
+    float32 and int32, (min, max) in float16 and int32 with ``where``, (argmax, count),
+    each element's identity where ``where`` never holds; float sums within their bound
+    (a float16 sum of a tuple accumulates in float16: te's rule); against numpy."""
+    from .spec import combiner_code
+
+    ns = {"te": te}
+    for op in ("tup_sum_sum", "tup_min_max", "tup_argmax_sum"):
+        exec(combiner_code(op), ns)  # noqa: S102 - the fuzzer's own combiners
+    a = np.random.default_rng(2).uniform(-1, 1, (3, 7)).astype(np.float32)
+    A = te.placeholder((3, 7), "float32", name="A")
+    k = te.reduce_axis((1, 7), name="k")
+    R, RV = te.compute((3,), lambda i: ns["tup_sum_sum"]((A[i, k], (A[i, k] * 4.0).astype(
+        "int32") * (A[i, k] * 4.0).astype("int32")), axis=k), name="R")
+    res = evaluate([R, RV], {"A": a})
+    want = a[:, 1:].astype(np.float64).sum(1)
+    assert (np.abs(res["R"].value - want) <= tolerance(res["R"], "float32")).all()
+    sq = np.trunc(a[:, 1:] * 4).astype(np.int32)
+    assert res["R.v1"].value.tolist() == (sq * sq).sum(1).tolist()
+    I, IV = te.compute((3,), lambda i: ns["tup_sum_sum"]((A[i, k], (A[i, k] * 4.0).astype(
+        "int32")), axis=k, init=(1.5, -7)), name="I")
+    res = evaluate([I, IV], {"A": a})
+    assert (np.abs(res["I"].value - want - 1.5) <= tolerance(res["I"], "float32")).all()
+    assert res["I.v1"].value.tolist() == (sq.sum(1) - 7).tolist()
+
+    q = te.reduce_axis((0, 7), name="q")
+    M, MV = te.compute((3,), lambda i: ns["tup_min_max"]((A[i, q].astype("float16"), (
+        A[i, q] * 8.0).astype("int32")), axis=q, where=q < i * 3), name="M")
+    res = evaluate([M, MV], {"A": a})
+    h = a.astype(np.float16)
+    assert res["M"].value.tolist() == [65504.0, h[1, :3].min(), h[2, :6].min()]
+    iv = np.trunc(a * 8).astype(np.int32)
+    assert res["M.v1"].value.tolist() == [-2 ** 31, iv[1, :3].max(), iv[2, :6].max()]
+
+    r = te.reduce_axis((0, 7), name="r")
+    X, XV, XC = te.compute((3,), lambda i: ns["tup_argmax_sum"]((r, A[i, r], te.const(
+        1, "int32")), axis=r, where=r % 2 == 0), name="X")
+    res = evaluate([X, XV, XC], {"A": a})
+    even = a[:, ::2]
+    assert res["X"].value.tolist() == (2 * even.argmax(1)).tolist()
+    assert res["X.v1"].value.tolist() == even.max(1).tolist()
+    assert res["X.v2"].value.tolist() == [4, 4, 4]
+
+
+def test_extended4_seeds_draw_tuple_reductions():
+    """Even seeds from EXTENDED4_FROM are ``tuplered`` cases: a tuple reduction ``R``
+    with 2-3 outputs and a ``tup_...`` combiner, sometimes a multi-output producer or
+    epilogue, tuple rfactor among their steps on both targets, threadIdx.x on cuda; the
+    seeds below keep their kinds."""
+    from .cases import EXTENDED4_FROM, kind_of
+
+    seen = {"rfactor": 0, "threads": 0, "producer": 0, "parts": set()}
+    for seed in range(EXTENDED4_FROM, EXTENDED4_FROM + 80, 2):
+        for target in ("llvm", "cuda"):
+            assert kind_of(seed, target) == "tuplered"
+            case = generate(seed, target)
+            red = next(t for t in case["program"]["tensors"] if t["name"] == "R")
+            assert red["reduce"]["op"].startswith("tup_") and red["outputs"] >= 2
+            seen["parts"].add(red["reduce"]["op"])
+            seen["producer"] += any(t.get("outputs", 1) > 1 and "reduce" not in t
+                                    for t in case["program"]["tensors"])
+            seen["rfactor"] += any(s[0] == "rfactor" and len(s) == 5 for s in case["steps"])
+            seen["threads"] += any(s[0] == "bind" and s[1] == "R" and s[3] == "threadIdx.x"
+                                   for s in case["steps"])
+    assert len(seen["parts"]) >= 8 and min(seen["rfactor"], seen["threads"],
+                                           seen["producer"]) >= 5, seen
+    assert "tuplered" not in {kind_of(s, t) for s in range(EXTENDED4_FROM - 50,
+                                                           EXTENDED4_FROM)
+                              for t in ("llvm", "cuda")}

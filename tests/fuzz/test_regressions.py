@@ -192,6 +192,34 @@ def test_gpu_stage_attached_inside_a_shared_copy_at_a_thread_loop():
     np.testing.assert_array_equal(_gpu_run(s, [A, C], [a], (n,)), 2 * a + a[::-1])
 
 
+def test_gpu_local_stage_read_by_a_shared_copy_across_its_thread_loop_says_why():
+    """A local stage computed at a loop bound to threadIdx.x, read by a shared copy
+    attached at the same loop: the copy holds the block's region (its thread loop
+    relaxed), which other threads' registers hold, so the schedule is illegal. The
+    refusal said "reads 'R' from a shared buffer that does not vary with the loops"
+    (the reader's scope, no loop named; fuzz seed cuda 80085); it names the loop, the
+    scopes and why now."""
+    n = 13
+    A = te.placeholder((n, 3), name="A")
+    k = te.reduce_axis((0, 3), name="k")
+    R = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="R")
+    E = te.compute((n,), lambda i: R[i] * 2.0, name="E")
+    s = te.create_schedule(E.op)
+    S = s.cache_read(R, "shared", [E])
+    o, i = s[E].split(E.op.axis[0], factor=8)
+    s[E].bind(o, te.thread_axis("blockIdx.x"))
+    s[E].bind(i, te.thread_axis("threadIdx.x"))
+    s[S].compute_at(s[E], i)
+    s[R].compute_at(s[E], i)
+    with pytest.raises(polytile.LoweringError) as exc:
+        polytile.lower(s, [A, E], target="cuda")
+    msg = str(exc.value)
+    assert msg.startswith("compute_at: stage 'R.shared' (shared) reads 'R', a local buffer "
+                          "with a copy per iteration of the loops 'E'.'i.inner' "
+                          "(threadIdx.x)"), msg
+    assert "other threads" in msg and "'shared' buffer" in msg, msg
+
+
 def test_gpu_cross_thread_partials_outside_a_symbolic_grid_dimension():
     """TVM's cross-thread idiom whose rfactor partial is computed at the row loop bound to
     blockIdx.y, outside the blockIdx.x loop of ``ceil(n1 / 3)`` blocks (a symbolic grid
@@ -879,3 +907,58 @@ def test_conv2d_nchwc_default_at_resnet_7x7x512_builds():
     f(*arrays)
     want = t.reference(*(a.astype("float64") for a in arrays[:2]), args=args)
     np.testing.assert_allclose(arrays[-1], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "int32"])
+def test_interpreter_casts_a_float_beyond_the_integer_range_without_crashing(dtype):
+    """The loop-IR interpreter (the GPU race check of every fuzz case) cast a float beyond
+    the range of an integer dtype through a Python int that numpy could not hold
+    ("OverflowError: Python int too large to convert to C long"; fuzz seed cuda 90130: an
+    empty bfloat16 max, -3.4e38, rounded then cast to int8). Such a cast is unspecified
+    (C's undefined behaviour): any value of the dtype will do; values in range stay exact."""
+    from polytile.schedule import interpreter
+
+    A = te.placeholder((4,), "float32", name="A")
+    C = te.compute((4,), lambda i: te.round(A[i]).astype(dtype), name="C")
+    s = te.create_schedule(C.op)
+    a = np.array([-3.0e38, 3.7, 1.0e30, 2.2], "float32")
+    out = np.zeros(4, dtype)
+    interpreter.run(polytile.lower(s, [A, C]), a, out)
+    assert out[1] == 4 and out[3] == 2, out
+
+
+@pytest.mark.parametrize("rfactor", [False, True])
+def test_gpu_cross_thread_reduction_with_its_block_loop_inside_a_serial_reduce_loop(rfactor):
+    """A cross-thread reduction whose row loop, bound to blockIdx.x, stands inside a
+    serial reduce loop (``reorder(k.inner, i, k.outer)``): the grid is outside every loop
+    of the kernel wherever its loop stands, and moving a row loop out keeps the order of
+    each row's updates, but it was refused ("spatial loops run inside the reduction
+    loops"; fuzz seed cuda 90204, a tuple reduction). A spatial loop not bound to a block
+    index there is still refused. 5 rows of 43 terms (not a multiple of 5 or 8)."""
+    n, kk = 5, 43
+    A = te.placeholder((n, kk), "float32", name="A")
+    k = te.reduce_axis((0, kk), name="k")
+    R = te.compute((n,), lambda i: te.sum(A[i, k] * 0.5, axis=k), name="R")
+    s = te.create_schedule(R.op)
+    ko, ki = s[R].split(k, nparts=8)
+    s[R].reorder(ki, R.op.axis[0], ko)
+    if rfactor:
+        RF = s.rfactor(R, ko)
+        ko = s[R].op.reduce_axis[0]
+        s[RF].compute_at(s[R], ko)
+    s[R].bind(R.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[R].bind(ko, te.thread_axis("threadIdx.x"))
+    a = np.random.default_rng(7).uniform(-1, 1, (n, kk)).astype("float32")
+    out = _gpu_run(s, [A, R], [a], (n,))
+    ref = a.astype(np.float64).sum(1) * 0.5
+    assert (np.abs(out - ref) <= 2.0 ** -22 * kk).all(), (out, ref)
+
+    B = te.placeholder((n, 2, kk), "float32", name="B")
+    C = te.compute((n, 2), lambda i, j: te.sum(B[i, j, k], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    ko, ki = s[C].split(k, nparts=8)
+    s[C].reorder(C.op.axis[0], ki, C.op.axis[1], ko)
+    s[C].bind(C.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[C].bind(ko, te.thread_axis("threadIdx.x"))
+    with pytest.raises(polytile.ScheduleError, match="spatial loops run inside the reduction"):
+        polytile.lower(s, [B, C], target="cuda")

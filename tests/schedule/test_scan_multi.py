@@ -179,8 +179,9 @@ def test_tvm_multi_stage_scan_cell_schedule(backend):
     check(out, ref, k=m)
 
 
+@pytest.mark.parametrize("roots", ["first", "both"])
 @pytest.mark.parametrize("split", [False, True])
-def test_scan_states_of_different_shapes(split, backend):
+def test_scan_states_of_different_shapes(split, roots, backend):
     # TVM's scan tutorial, "multiple states", with constant state widths: the narrower
     # state is padded to the wider one's loop nest and returned as its own extents
     m, n, w = 6, 7, 4
@@ -192,7 +193,9 @@ def test_scan_states_of_different_shapes(split, backend):
     u2 = te.compute((m, w), lambda t, i: s2[t - 1, i] + s1[t - 1, n - 1 - i], name="u2")
     r1, r2 = te.scan([i1, i2], [u1, u2], [s1, s2])
     assert r1.shape == (m, n) and r2.shape == (m, w)
-    s = te.create_schedule([r1.op, r2.op])
+    # TVM's tutorial schedules one state's op (TVM's states share one ScanOp): every
+    # state of the scan is an output then
+    s = te.create_schedule(r1.op if roots == "first" else [r1.op, r2.op])
     if split:   # the narrow update's axis stands for the wide one's
         s[u2].split(u2.op.axis[1], factor=3)
     x = rand((m, n), seed=5)
@@ -207,8 +210,9 @@ def test_scan_states_of_different_shapes(split, backend):
     check(out2, b, k=m)
 
 
+@pytest.mark.parametrize("roots", ["first", "second", "both"])
 @pytest.mark.parametrize("wide", ["symbolic", "mixed"])
-def test_scan_states_of_symbolic_widths(wide, backend):
+def test_scan_states_of_symbolic_widths(wide, roots, backend):
     # TVM's scan tutorial, "multiple states", as written there: widths n and l both
     # te.var (or one constant): the loop nest runs n + l wide, each state guarded to its
     # own width; one function for every m, n, l
@@ -221,7 +225,8 @@ def test_scan_states_of_symbolic_widths(wide, backend):
     u1 = te.compute((m, n), lambda t, i: s1[t - 1, i] + X[t, i], name="u1")
     u2 = te.compute((m, w), lambda t, i: s2[t - 1, i] + s1[t - 1, 0], name="u2")
     r1, r2 = te.scan([i1, i2], [u1, u2], [s1, s2])
-    s = te.create_schedule([r1.op, r2.op])
+    # the tutorial: s = te.create_schedule(s_scan1.op); lower(s, [X, s_scan1, s_scan2])
+    s = te.create_schedule({"first": r1.op, "second": r2.op, "both": [r1.op, r2.op]}[roots])
     f = compile_schedule(s, [X, r1, r2], backend)
     for M, N, L in ((6, 7, 3), (4, 2, 3), (1, 3, 3)):
         if wide == "symbolic":

@@ -123,6 +123,35 @@ def test_storage_align_on_a_compacted_buffer(backend):
     check(out, a.astype("float64")[0:8:2, 0:30:3] + 1)
 
 
+def test_storage_align_at_root_pads_the_buffer(backend):
+    # an intermediate at root is padded as TVM pads it (it was silently left compact)
+    A = te.placeholder((17, 13), name="A")
+    B = te.compute((17, 13), lambda i, j: A[i, j] + 1.0, name="B")
+    C = te.compute((17, 13), lambda i, j: B[i, j] * 3.0, name="C")
+    s = te.create_schedule(C.op)
+    s[B].storage_align(B.op.axis[0], 16, 3)
+    assert _allocs(lowered(s, [A, C])) == {"B": [17, 19]}   # row stride 19 = 16 + 3
+    a = rand((17, 13), seed=7)
+    check(run1(s, [A, C], [a], backend), (a.astype("float64") + 1) * 3)
+
+
+@pytest.mark.parametrize("attached", [False, True])
+def test_storage_align_of_an_argument_is_refused(attached):
+    # the caller's array is compact: padding it cannot be done (it was silently ignored)
+    A = te.placeholder((17, 13), name="A")
+    B = te.compute((17, 13), lambda i, j: A[i, j] + 1.0, name="B")
+    C = te.compute((17, 13), lambda i, j: B[i, j] * 3.0, name="C")
+    s = te.create_schedule(C.op)
+    if attached:   # B an argument computed at a loop of C
+        s[B].compute_at(s[C], C.op.axis[0])
+        s[B].storage_align(B.op.axis[0], 16, 3)
+    else:
+        s[C].storage_align(C.op.axis[0], 16, 3)
+    with pytest.raises(polytile.ScheduleError, match=r"storage_align: stage '[BC]' is an "
+                       r"argument of the function, whose array the caller passes compact"):
+        polytile.lower(s, [A, B, C])
+
+
 @pytest.mark.parametrize("scope", ("shared", "local"))
 def test_strided_region_on_the_gpu(scope):
     """The padded (GPU) regions compact the same way; run by the reference interpreter,

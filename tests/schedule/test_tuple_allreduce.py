@@ -1,6 +1,8 @@
 """rfactor and cross-thread reductions (TVM's all-reduce) of tuple ``te.comm_reducer``s:
-a ``(sum, sum of squares)`` pair, a ``(sum, max)`` pair of mixed dtypes, and refusals of
-argmax/argmin, whose combiner polytile cannot prove commutative and associative.
+a ``(sum, sum of squares)`` pair, a ``(sum, max)`` pair of mixed dtypes, argmax/argmin whose ties go to the smaller (or
+larger) index (a lexicographic total order, proven), and refusals of TVM's tutorial
+argmax/argmin (ties keep the accumulator), which polytile cannot prove commutative and
+associative.
 
 The cross-thread cases run through the CUDA backend's passes (warp-shuffle combine of
 every element of the tuple at once: ``schedule/passes/warp_reduce.py``) on the reference
@@ -185,6 +187,81 @@ def test_argmax_argmin_across_threads_are_refused_by_name(reducer):
     s = te.create_schedule(idx.op)
     with pytest.raises(ScheduleError, match=f"(?s)rfactor: .*combiner '{name}' of stage 'T'"
                        ".*keep this reduction sequential"):
+        s.rfactor(idx, s[idx].split(k, factor=4)[1])
+
+
+def _lex_argmax(best: str, tie: str, index_dtype: str = "int32"):
+    """argmax (``best="max"``) or argmin with ties going to the smaller (``tie="min"``)
+    or larger index: ``x`` wins when its value is better, or equal with a better index (a
+    lexicographic total order, unlike TVM's tutorial form, which keeps the accumulator
+    on ties); the identity is the worst pair."""
+    better = (lambda a, b: a > b) if best == "max" else (lambda a, b: a < b)
+    first = (lambda a, b: a < b) if tie == "min" else (lambda a, b: b < a)
+
+    def fcombine(x, y):
+        win = te.any(better(x[1], y[1]), te.all(x[1] == y[1], first(x[0], y[0])))
+        return te.if_then_else(win, x[0], y[0]), te.if_then_else(win, x[1], y[1])
+
+    def fidentity(t0, t1):
+        worst_index = te.max_value(t0) if tie == "min" else te.min_value(t0)
+        return worst_index, te.min_value(t1) if best == "max" else te.max_value(t1)
+
+    return te.comm_reducer(fcombine, fidentity, name=f"arg{best}_{tie}")
+
+
+@pytest.mark.parametrize("best, tie, threads, rf", [
+    ("max", "min", 32, False),    # (the combine stays serial: no shuffle of selections)
+    ("min", "min", 48, False),
+    ("max", "max", 64, True),     # TVM's idiom: rfactor, bound, the partial at it
+    ("min", "max", 7, True),
+])
+def test_lexicographic_argmax_argmin_across_threads(best, tie, threads, rf):
+    """argmax/argmin whose ties go to the smaller (or larger) index select the largest
+    pair of a total order: commutative and associative, so bound across threads and
+    rfactor'd; many ties (small integers), rows not a multiple of the threads (53), as
+    numpy's argmax (first) or the last index among equal values. Refused before as
+    "argmax/argmin keep the first of equal values" (fuzz tuple reductions, seeds from
+    90000)."""
+    m, n = 3, 53
+    A = te.placeholder((m, n), name="A")
+    k = te.reduce_axis((0, n), name="k")
+    idx, val = te.compute((m,), lambda i: _lex_argmax(best, tie)((k, A[i, k]), axis=k),
+                          name="T")
+    s = te.create_schedule(idx.op)
+    s[idx].bind(idx.op.axis[0], te.thread_axis("blockIdx.x"))
+    _, ki = s[idx].split(k, factor=threads)
+    if rf:
+        RF = s.rfactor(idx, ki)
+        ki = s[idx].op.reduce_axis[0]
+        s[RF[0]].compute_at(s[idx], ki)
+    s[idx].bind(ki, te.thread_axis("threadIdx.x"))
+    f = _cuda(s, [A, idx, val])
+    a = np.random.default_rng(threads).integers(-3, 4, (m, n)).astype("float32")
+    io, vo = poison((m,), "int32"), poison((m,), "float32")
+    interpret(f, a, io, vo)
+    pick = a.argmax(1) if best == "max" else a.argmin(1)
+    if tie == "max":
+        flip = a[:, ::-1]
+        pick = n - 1 - (flip.argmax(1) if best == "max" else flip.argmin(1))
+    np.testing.assert_array_equal(io, pick)
+    np.testing.assert_array_equal(vo, a.max(1) if best == "max" else a.min(1))
+
+
+def test_lexicographic_argmax_with_a_wrong_identity_is_refused():
+    """The same combiner with index identity 0 where the smaller index wins ties: 0 is
+    not the worst index, so the identity law fails (refuted with an example)."""
+    def fcombine(x, y):
+        win = te.any(x[1] > y[1], te.all(x[1] == y[1], x[0] < y[0]))
+        return te.if_then_else(win, x[0], y[0]), te.if_then_else(win, x[1], y[1])
+
+    red = te.comm_reducer(fcombine, lambda t0, t1: (te.const(0, t0), te.min_value(t1)),
+                          name="argmax0")
+    A = te.placeholder((3, 40), name="A")
+    k = te.reduce_axis((0, 40), name="k")
+    idx, val = te.compute((3,), lambda i: red((k, A[i, k]), axis=k), name="T")
+    s = te.create_schedule(idx.op)
+    with pytest.raises(ScheduleError, match="(?s)rfactor: .*'argmax0'.*identity is not the "
+                       "least pair.*fails at"):
         s.rfactor(idx, s[idx].split(k, factor=4)[1])
 
 

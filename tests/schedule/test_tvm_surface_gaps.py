@@ -34,6 +34,21 @@ def test_tvm_schedule_primitives_tutorial_compute_at_argument():
     check(c, (a.astype("float64") + 1) * 2)
 
 
+def test_tvm_schedule_primitives_tutorial_inlined_argument_is_refused_with_a_hint():
+    # the tutorial's next step inlines B and still lowers [A, B, C]; TVM leaves B unwritten
+    A = te.placeholder((9,), name="A")
+    B = te.compute((9,), lambda i: A[i] + 1.0, name="B")
+    C = te.compute((9,), lambda i: B[i] * 2.0, name="C")
+    s = te.create_schedule(C.op)
+    s[B].compute_inline()
+    with pytest.raises(ScheduleError, match=r"(?s)lower: tensor 'B' in args is inlined "
+                       r"\(compute_inline\).*hint: leave 'B' out of args"):
+        polytile.lower(s, [A, B, C])
+    a = rand((9,), seed=2)
+    (c,) = _run(s, [A, C], [a], [(9,)])
+    check(c, (a.astype("float64") + 1) * 2)
+
+
 @pytest.mark.parametrize("parallel", [False, True])
 def test_argument_reduction_at_a_tile_with_a_halo(parallel):
     # B (a row sum) is an argument, computed per tile of D's rows; D reads a 3-row window

@@ -206,3 +206,37 @@ def test_cross_thread_rows_on_thread_y_with_their_outer_loop_on_vthread(rfactor,
     ref = a.astype(np.float64).sum(2)
     tol = 2.0 ** -24 * kk * np.abs(a).astype(np.float64).sum(2) + 1e-7
     assert (np.abs(out - ref) <= tol).all(), (out, ref)
+
+
+@pytest.mark.parametrize("cached,vt_outer", [("B", True), ("A", True), ("A", False)])
+def test_local_cache_under_a_vthread_read_by_cross_thread_partials(cached, vt_outer):
+    """TVM's cross-thread idiom under a ``vthread`` loop, with a ``local`` cache_read
+    for the partial stage computed at a loop inside the vthread loop: the partials run
+    once for all virtual threads (outside that loop), so the cache must too, holding the
+    region of every virtual thread (the rows of ``A``: their union over the vthread loop).
+    Refused ("stage 'R.rf' reads 'B.local' from a local buffer that does not vary with
+    the loops", fuzz seed cuda 80140)."""
+    n, kk, threads = 7, 45, 16
+    A = te.placeholder((n, kk), "float32", name="A")
+    B = te.placeholder((kk,), "float32", name="B")
+    k = te.reduce_axis((0, kk), name="k")
+    R = te.compute((n,), lambda i: te.sum(A[i, k] * B[k], axis=k), name="R")
+    s = te.create_schedule(R.op)
+    _, ki = s[R].split(k, factor=threads)
+    RF = s.rfactor(R, ki)
+    tx = s[R].op.reduce_axis[0]
+    _bind(s, R, tx, "threadIdx.x")
+    s[RF].compute_at(s[R], tx)
+    io, ii = s[R].split(R.op.axis[0], factor=2)
+    _bind(s, R, ii if vt_outer else io, "blockIdx.x")
+    _bind(s, R, io if vt_outer else ii, "vthread")
+    CL = s.cache_read(A if cached == "A" else B, "local", [RF])
+    s[CL].compute_at(s[R], ii if vt_outer else io)
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1, 1, (n, kk)).astype("float32")
+    b = rng.uniform(-1, 1, (kk,)).astype("float32")
+    out = np.full((n,), np.nan, "float32")
+    run(polytile.lower(s, [A, B, R]), a, b, out)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    tol = 2.0 ** -23 * kk * (np.abs(a) @ np.abs(b)).astype(np.float64) + 1e-7
+    assert (np.abs(out - ref) <= tol).all(), (out, ref)

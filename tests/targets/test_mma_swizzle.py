@@ -202,6 +202,29 @@ def test_swizzled_mma_gemm_on_the_gpu(size, block, stages):
     assert np.linalg.norm(c.numpy() - ref) / np.linalg.norm(ref) < 1e-5
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_mma_best_on_the_gpu(dtype):
+    # tensor_core.MMA_BEST (four k steps per tile, their fragments alternating between the
+    # two register sets: fragment_prefetch.ALTERNATE_SETS) where its 128x256 blocks do not
+    # divide N, three k tiles in a 4-stage pipeline
+    M, N, K = 384, 640, 192
+    s, args = tc.wmma_gemm(M, N, K, **dict(tc.MMA_BEST, dtype=dtype))
+    f = polytile.build(s, args, target="cuda")
+    rng = np.random.default_rng(2)
+    a, b = rng.uniform(-1, 1, (M, K)), rng.uniform(-1, 1, (K, N))
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        a, b = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
+    else:
+        a, b = a.astype(dtype), b.astype(dtype)
+    c = polytile.nd.array(np.full((M, N), np.nan, "float32"), device="cuda")
+    f(polytile.nd.array(a, device="cuda"), polytile.nd.array(b, device="cuda"), c)
+    ref = a.astype("float64") @ b.astype("float64")
+    assert np.linalg.norm(c.numpy() - ref) / np.linalg.norm(ref) < 1e-5
+
+
 def test_split_period_keeps_the_swizzled_offsets():
     # the C printer's swizzled index: the terms that are multiples of the pattern (slots,
     # tiles) added outside the XOR, which then depends on the rest alone; the same offsets

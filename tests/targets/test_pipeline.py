@@ -175,8 +175,16 @@ def test_fragment_prefetch_on_the_interpreter(M, N, K, block, warp, stages, grou
         loop = _k_loop(text)
         # in the loop: MMAs from .next first, then the barrier, then the loads into .next
         mma, barrier = loop.index("update(A.shared.wmma.matrix_a.next"), loop.index("sync(")
-        load = loop.index(", A.shared.wmma.matrix_a.next[0]{16x16}):")
+        load = loop.index(", A.shared.wmma.matrix_a.next[0]{16x16}):", barrier)
         assert mma < barrier < load
+        # fragment_prefetch.ALTERNATE_SETS (an even number of k steps): the second step's
+        # loads come before the first step's MMAs, and the third step (of four) loads into
+        # .next before the barrier
+        steps = block[2] // 16
+        if steps % 2 == 0:
+            assert loop.index(", A.shared.wmma.matrix_a[0]{16x16}):") < mma
+            assert (loop.find(", A.shared.wmma.matrix_a.next[0]{16x16}):") < barrier) == \
+                (steps >= 4)
         # the loads into .next before the copies of tile k + S (LOADS_BEFORE_COPIES: ptxas
         # does not move an ldmatrix above a cp.async), the last step's MMAs after both
         loop = loop.split("cp.async.wait_group(0)")[0]
@@ -184,6 +192,31 @@ def test_fragment_prefetch_on_the_interpreter(M, N, K, block, warp, stages, grou
             assert load < loop.index("pragma cp.async") < loop.index("commit_group") < \
                 loop.rindex("update(A.shared.wmma.matrix_a[")
     a, b = _inputs(M, N, K, dtype)
+    c = np.full((M, N), np.nan, "float32")
+    run(f, a, b, c)
+    assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
+
+
+@pytest.mark.parametrize("M, N, K, block, warp, stages, group",
+                         [_PREFETCH_CASES[i] for i in (0, 2, 4, 5)])
+def test_copies_in_steps_on_the_interpreter(monkeypatch, M, N, K, block, warp, stages, group):
+    # fragment_prefetch.COPIES_IN_STEPS: the copies of tile k + S - 1 between the MMAs of
+    # the first k steps of iteration k (A's after the first step's, B's after the second's
+    # where there are two), committed before the wait and the barrier; a compute under one
+    # guard (the ragged group of tile rows) keeps the copies after the barrier
+    from polytile.schedule.passes import fragment_prefetch as fp
+
+    monkeypatch.setattr(fp, "COPIES_IN_STEPS", True)
+    s, args = tc.wmma_gemm(M, N, K, isa="mma", block=block, warp=warp, stages=stages,
+                           frags="prefetch", group=group)
+    f = lower(s, args, target="cuda", stop_after=None)
+    loop = _k_loop(str(f)).split("cp.async.wait_group(0)")[0]
+    guarded = group > 1 and -(-M // block[0]) % group != 0
+    barrier, copy = loop.index("sync("), loop.index("pragma cp.async")
+    assert (copy < loop.index("commit_group") < barrier) != guarded
+    if not guarded:
+        assert loop.index("update(") < copy
+    a, b = _inputs(M, N, K, "float16")
     c = np.full((M, N), np.nan, "float32")
     run(f, a, b, c)
     assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6

@@ -88,6 +88,20 @@ def test_getitem_and_entry_name(axpy):
         axpy.get_function("other")
 
 
+def test_imported_modules(axpy, cuda_build):
+    # TVM's reduction tutorial: fcuda.imported_modules[0].get_source() is the CUDA source
+    assert axpy.imported_modules == []
+    A = te.placeholder((70,), name="A")
+    B = te.compute((70,), lambda i: A[i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    bx, tx = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(bx, te.thread_axis("blockIdx.x"))
+    s[B].bind(tx, te.thread_axis("threadIdx.x"))
+    fcuda = cuda_build(s, [A, B])
+    src = fcuda.imported_modules[0].get_source()
+    assert "__global__" in src and src == fcuda.get_source()
+
+
 # ------------------------------------------------------------------ devices on the host
 def test_cpu_device_attributes():
     dev = polytile.cpu(0)
@@ -114,6 +128,18 @@ def test_cuda_device_without_driver_says_so(monkeypatch):
     finally:
         cuda_runtime._state.clear()
         cuda_runtime._state.update(saved)
+
+
+# ------------------------------------------------------------------ copyfrom on the host
+def test_cpu_array_copyfrom():
+    # TVM's NDArray.copyfrom (the GPU NDArray had it, the host array did not)
+    x = polytile.nd.array(np.zeros((3, 5), "float32"))
+    src = rand((3, 5), seed=4).astype("float64")
+    assert x.copyfrom(src) is x
+    np.testing.assert_array_equal(x.numpy(), src.astype("float32"))
+    with pytest.raises(ValueError, match=r"NDArray.copyfrom: source has shape \(5, 3\); "
+                                         r"expected shape \(3, 5\)"):
+        x.copyfrom(np.zeros((5, 3)))
 
 
 # ------------------------------------------------------------------ copyto on the host

@@ -153,6 +153,26 @@ def test_schedule_relations_attrs_and_pickle():
     assert tuple(su[U].leaf_iter_vars) == (one,)
 
 
+@pytest.mark.parametrize("reducer", ["sum", "max", "min"])
+def test_schedule_with_a_reduction_pickles(reducer):
+    # te.sum/max/min held lambdas: pickling any schedule with a reduction failed
+    M, N, K = 5, 7, 9
+    A = te.placeholder((M, K), name="A")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: getattr(te, reducer)(A[i, k] * (j + 1), axis=k),
+                   name="C")
+    s = te.create_schedule(C.op)
+    ko, ki = s[C].split(k, factor=4)
+    s[C].parallel(C.op.axis[0])
+    s2, (A2, C2) = pickle.loads(pickle.dumps((s, [A, C])))
+    a = np.random.default_rng(0).standard_normal((M, K)).astype("float32")
+    c = np.full((M, N), np.nan, "float32")
+    polytile.build(s2, [A2, C2])(a, c)
+    ref = getattr(np, reducer)(
+        a.astype(np.float64)[:, None, :] * np.arange(1, N + 1)[None, :, None], axis=2)
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_pragma_and_bind_attrs():
     A = te.placeholder((100,), name="A")
     T = te.compute((100,), lambda i: A[i], name="T")

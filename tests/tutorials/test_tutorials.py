@@ -37,6 +37,14 @@ def test_02_cpu_matmul():
     assert out.count("x numpy") == 10
 
 
+def test_03_autotune_matmul(tmp_path):
+    # it was the one CPU tutorial no test ran
+    out = _run("03_autotune_matmul.py", "--n", "64", "--trials", "3", "--log",
+               str(tmp_path / "matmul.jsonl"))
+    assert "ConfigSpace(" in out and "tuned 3 configs" in out
+    assert "result matches numpy" in out and "ratio" in out
+
+
 def _t04():
     """tutorials/04_cuda_gemm.py as a module."""
     import importlib.util

@@ -1,0 +1,182 @@
+"""Benchmark: mma.sync GEMM candidates beside cuBLAS and Triton, built in parallel.
+
+Why: one device run has a budget of a couple of minutes, and lowering one 4096^3
+mma.sync GEMM takes seconds of Python; building the candidates one after another (as
+``gpu_gemm.py --variants`` does) leaves little time to time them. Here every candidate
+of :data:`CANDIDATES` is lowered and compiled for ``sm_90`` in its own process (spawned
+before this process touches CUDA), then each cubin is loaded
+(:class:`polytile.targets.cuda.library.CubinModule`), checked against cuBLAS in float32
+and timed beside cuBLAS (torch) and Triton's GEMM (``triton_gemm.CONFIGS[0]``, 128x256x64
+tiles) in the same process: CUDA events around ``--calls`` back-to-back calls, every line
+once per round, ``--rounds`` interleaved rounds (clocks drift over a run), the median.
+
+Run on an sm_90 machine: ``python3 benchmarks/mma_candidates.py --dtype float16 bfloat16``
+(``--pick NAME ...``: some candidates only). One line per figure: TFLOP/s, the ratio to
+cuBLAS and to Triton, the SASS counts that show the path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import multiprocessing
+import sys
+import time
+
+#: name -> (wmma_gemm keywords over tensor_core.MMA_BEST (``min_blocks``: the target's
+#: ``-min-blocks``), switches of polytile.schedule.passes.fragment_prefetch)
+CANDIDATES = {
+    "best-noalt": ({}, {"ALTERNATE_SETS": False}),
+    "best": ({}, {}),
+    "best-g16": ({"group": 16}, {}),
+    "best-g16-noalt": ({"group": 16}, {"ALTERNATE_SETS": False}),
+    "best-g32": ({"group": 32}, {}),
+    "best-steps": ({}, {"COPIES_IN_STEPS": True}),
+    "256x128x64": ({"block": (256, 128, 64)}, {}),
+    "128x256x32s5": ({"block": (128, 256, 32), "stages": 5}, {}),
+    "128x128x64s3": ({"block": (128, 128, 64), "stages": 3}, {}),
+    "128x128x64s3-g16": ({"block": (128, 128, 64), "stages": 3, "group": 16}, {}),
+    "128x128x64s3-noalt": ({"block": (128, 128, 64), "stages": 3}, {"ALTERNATE_SETS": False}),
+    "128x128x32s4": ({"block": (128, 128, 32)}, {}),
+    "128x128x32-64x32": ({"block": (128, 128, 32), "warp": (64, 32), "frags": "step",
+                          "min_blocks": 2}, {}),
+    "128x256x128s2": ({"block": (128, 256, 128), "stages": 2}, {}),
+    "128x256x128s2-steps": ({"block": (128, 256, 128), "stages": 2}, {"COPIES_IN_STEPS": True}),
+}
+
+_DEFAULTS: dict = {}
+
+
+def _build(job: tuple) -> tuple:
+    """Lower and compile one candidate (in a worker process): ``(name, dtype, image, meta,
+    seconds)``, or ``(name, dtype, None, error, seconds)``."""
+    name, dtype, n = job
+    t0 = time.perf_counter()
+    try:
+        import polytile
+        from polytile.schedule.passes import fragment_prefetch
+        from polytile.targets.cuda import tensor_core as tc
+        from polytile.targets.cuda.library import metadata
+
+        over, switches = CANDIDATES[name]
+        # a worker builds several candidates: each starts from the switches' defaults
+        keys = {k for _, sw in CANDIDATES.values() for k in sw}
+        _DEFAULTS.update({k: getattr(fragment_prefetch, k) for k in keys - set(_DEFAULTS)})
+        for key in keys:
+            setattr(fragment_prefetch, key, switches.get(key, _DEFAULTS[key]))
+        cfg = dict(tc.MMA_BEST)
+        cfg.update(dtype=dtype, **over)
+        blocks = cfg.pop("min_blocks", 0)
+        s, args = tc.wmma_gemm(n, n, n, **cfg)
+        f = polytile.build(s, args, target="cuda -arch=sm_90" + (
+            f" -min-blocks={blocks}" if blocks else ""))
+        return name, dtype, bytes(f.image), metadata(f), time.perf_counter() - t0
+    except Exception as exc:   # report it in the table, go on with the others
+        return name, dtype, None, f"{type(exc).__name__}: {str(exc)[:200]}", \
+            time.perf_counter() - t0
+
+
+def _batch(fn, calls: int) -> float:
+    """Seconds per call of ``fn`` over ``calls`` calls issued back to back between two
+    CUDA events (the launches queue up, so no host overhead sits between the kernels)."""
+    import torch
+
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(calls):
+        fn()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e) / 1e3 / calls
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--dtype", nargs="+", default=["float16", "bfloat16"],
+                    choices=("float16", "bfloat16"))
+    ap.add_argument("--pick", nargs="+", default=None, choices=tuple(CANDIDATES),
+                    help="candidates to build (default: all), per dtype")
+    ap.add_argument("--bf16-pick", nargs="+", default=None, choices=tuple(CANDIDATES),
+                    help="bfloat16 candidates (default: those of --pick)")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="rounds of timing, each timing every line once (interleaved)")
+    ap.add_argument("--calls", type=int, default=10, help="calls per timed batch")
+    ap.add_argument("--workers", type=int, default=8)
+    args = ap.parse_args(argv)
+    n = args.n
+    jobs = []
+    for dtype in args.dtype:
+        pick = args.bf16_pick if dtype == "bfloat16" and args.bf16_pick else args.pick
+        jobs += [(name, dtype, n) for name in (pick or CANDIDATES)]
+    t0 = time.perf_counter()
+    ctx = multiprocessing.get_context("spawn")   # before this process initialises CUDA
+    pool = cf.ProcessPoolExecutor(max_workers=min(args.workers, len(jobs)), mp_context=ctx)
+    futures = [pool.submit(_build, j) for j in jobs]
+
+    import numpy as np
+    import torch
+    import triton_gemm
+    import wgmma_gemm
+
+    import polytile
+    from polytile.targets.cuda.library import CubinModule
+
+    flops = 2.0 * n ** 3
+    for dtype in args.dtype:
+        tdt = getattr(torch, dtype)
+        g = torch.Generator().manual_seed(0)
+        ta = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt).cuda()
+        tb = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt).cuda()
+        ref = (ta.float() @ tb.float()).cpu().numpy()
+        np_dt = {"float16": np.float16}.get(dtype)
+        if np_dt is None:
+            import ml_dtypes
+
+            np_dt = ml_dtypes.bfloat16
+        da = polytile.nd.array(ta.float().cpu().numpy().astype(np_dt), device="cuda")
+        db = polytile.nd.array(tb.float().cpu().numpy().astype(np_dt), device="cuda")
+        dc = polytile.nd.array(np.full((n, n), np.nan, "float32"), device="cuda")
+        cfg = triton_gemm.CONFIGS[0]
+        lines = {"cuBLAS (torch)": (lambda: ta @ tb, ""),
+                 f"Triton {cfg[:3]}": (lambda: triton_gemm.matmul(ta, tb, cfg), "")}
+        for fut, (name, jdt, _) in zip(futures, jobs):
+            if jdt != dtype:
+                continue
+            name, _, image, meta, secs = fut.result()
+            if image is None:
+                print(f"n={n} {dtype:8s} {name:19s} FAILED to build ({secs:.0f} s): {meta}",
+                      flush=True)
+                continue
+            mod = CubinModule.from_data(image, meta)
+            mod(da, db, dc)
+            err = np.linalg.norm(dc.numpy() - ref) / np.linalg.norm(ref)
+            if not err < 1e-4:
+                print(f"n={n} {dtype:8s} {name:19s} WRONG (relative error {err:.1e})")
+                continue
+            mod.synchronize = False    # (a wait per call would sit between the events)
+            sass = wgmma_gemm.sass_counts(image, ("HMMA", "LDSM", "LDGSTS", "BAR"))
+            lines[name] = (lambda mod=mod: mod(da, db, dc),
+                           f"build {secs:.0f} s, rel. error {err:.1e}, {sass}")
+        times = {k: [] for k in lines}
+        for fn, _ in lines.values():      # warm-up (Triton compiles here)
+            fn()
+            fn()
+        torch.cuda.synchronize()
+        for _ in range(args.rounds):
+            for k, (fn, _) in lines.items():
+                times[k].append(_batch(fn, args.calls))
+        tf = {k: [flops / t / 1e12 for t in v] for k, v in times.items()}
+        med = {k: sorted(v)[len(v) // 2] for k, v in tf.items()}
+        cublas, triton = med["cuBLAS (torch)"], med[f"Triton {cfg[:3]}"]
+        for k, (_, info) in lines.items():
+            print(f"n={n} {dtype:8s} {k:19s} {med[k]:7.1f} TFLOP/s ({min(tf[k]):.1f}-"
+                  f"{max(tf[k]):.1f})  {med[k] / cublas:.3f}x cuBLAS  {med[k] / triton:.3f}x "
+                  f"Triton  {info}", flush=True)
+    pool.shutdown()
+    print(f"total {time.perf_counter() - t0:.0f} s (median and range of {args.rounds} "
+          f"interleaved rounds of {args.calls} back-to-back calls)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
