@@ -168,6 +168,17 @@ def _torch_fn(name: str, args: tuple):
     return None
 
 
+def _to_torch(torch, a, dtype: str):
+    """Tensor of host array ``a``: a bfloat16 workload's arrays (ml_dtypes bfloat16 or the
+    uint16 bit patterns of :func:`polytile.te.dtype.bfloat16_array`) as ``torch.bfloat16``
+    (``torch.from_numpy`` refuses both)."""
+    if str(dtype) == "bfloat16" and a.dtype.itemsize == 2 and a.dtype.kind != "f":
+        import numpy as np
+
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
 def available(template, args: tuple, target: str = "llvm") -> list[str]:
     """Anchor kinds that can time ``template`` at ``args`` here: ``numpy`` when it has a
     numpy reference, ``torch`` when torch is installed and the template is one of the
@@ -217,7 +228,7 @@ class _Anchor:
                 raise TuneError(format_error("anchor", f"no torch version of '{t.name}'"))
             if threads:
                 torch.set_num_threads(int(threads))
-            tins = [torch.from_numpy(a) for a in inputs]
+            tins = [_to_torch(torch, a, wl.dtype) for a in inputs]
 
             def call():
                 with torch.no_grad():
@@ -233,7 +244,7 @@ class _Anchor:
                                              " here", "expected torch with a CUDA device"))
             torch.backends.cuda.matmul.allow_tf32 = False  # fp32 against fp32
             torch.backends.cudnn.allow_tf32 = False
-            tins = [torch.from_numpy(a).cuda() for a in inputs]
+            tins = [_to_torch(torch, a, wl.dtype).cuda() for a in inputs]
             self.call = lambda: fn(torch, *tins)
             self._torch = torch
         else:

@@ -66,6 +66,9 @@ TMA_C = r"""// TMA (PTX ISA "cp.async.bulk.tensor"): the tensor map is a 128-byt
 // complete_tx of its bytes, which the issuing thread announced with arrive.expect_tx
 #ifndef PT_TMA
 #define PT_TMA
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "TMA copies (cp.async.bulk.tensor, mbarrier tx counts; Stage.pipeline(..., tma=True)) need sm_90 or later: build with target='cuda -arch=sm_90'"
+#endif
 struct alignas(64) PtTensorMap { unsigned long long opaque[16]; };
 __device__ __forceinline__ void tma_load_2d(void* dst, const PtTensorMap* map, int c0, int c1,
                                             unsigned long long* bar) {

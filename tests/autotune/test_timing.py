@@ -335,3 +335,33 @@ def test_warmup_turns_of_a_comparison_are_not_counted():
     assert len(cmp.rounds) == 2 and cmp.order == [["a", "b"], ["b", "a"]]
     assert took >= 0.3 and len(calls) >= 2 * 2 + 2 and len(calls) % 2 == 0
     assert all(len(cmp.timing(n).costs) <= 2 * opt.max_repeats for n in "ab")
+
+
+def test_bfloat16_inputs_reach_torch_as_bfloat16():
+    # torch.from_numpy refuses ml_dtypes bfloat16 and uint16 bit patterns: the cuBLAS anchor
+    # of a bfloat16 GEMM tuning died with a TypeError before its inputs were converted
+    from polytile.autotune.anchors import _to_torch
+    from polytile.te.dtype import bfloat16_array
+
+    class FakeTorch:
+        bfloat16 = "torch.bfloat16"
+
+        class Tensor:
+            def __init__(self, a, dtype=None):
+                self.a, self.dtype = a, dtype
+
+            def view(self, dtype):
+                return FakeTorch.Tensor(self.a, dtype)
+
+        @staticmethod
+        def from_numpy(a):
+            if a.dtype.kind not in "fi":
+                raise TypeError(f"can't convert np.ndarray of type {a.dtype}")
+            return FakeTorch.Tensor(a)
+
+    bits = bfloat16_array(np.array([[1.0, -2.5], [3.0, 0.5]]))
+    t = _to_torch(FakeTorch, bits, "bfloat16")
+    assert t.dtype == "torch.bfloat16" and t.a.dtype == np.int16
+    assert (t.a.view(np.uint16) == np.asarray(bits).view(np.uint16)).all()
+    f = np.ones(3, np.float32)
+    assert _to_torch(FakeTorch, f, "float32").a is f

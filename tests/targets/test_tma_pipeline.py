@@ -234,6 +234,17 @@ def test_tma_wgmma_source_compiles_for_sm90a_with_utmaldg():
         assert "UTMALDG.2D" in sass and "SYNCS" in sass and "LDGSTS" not in sass
 
 
+def test_tma_below_sm90_is_a_build_error_naming_the_primitive():
+    # before the #error the build failed in ptxas with a dozen lines about PTX features
+    if cc.nvcc_path() is None:
+        pytest.skip("nvcc not found")
+    from polytile.errors import BuildError
+
+    s, args = _sgemm(64, 64, 64)
+    with pytest.raises(BuildError, match=r"tma=True\)\) need sm_90 or later"):
+        polytile.build(s, args, target="cuda -arch=sm_80", compiler="nvcc")
+
+
 def test_tensor_maps_are_in_the_exported_launch_plan():
     from polytile.targets.cuda import library
 
