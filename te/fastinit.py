@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 
 
-
 def fast_init(cls: type) -> type:
     """Give the frozen, slotted dataclass ``cls`` the faster ``__init__`` (see the module
     docstring) and return it; a class with a field outside the common case (no
