@@ -237,9 +237,11 @@ def check_scope(p: StagePlan, consumers: list[StagePlan]) -> None:
 
 def make_stmts(p: StagePlan, consumers: list[StagePlan], padded: bool) -> None:
     op = p.stage.op
-    if p.stage.align and p.buffer.scope == "global":
-        fail("storage_align", f"stage {p.name!r} is an argument of the function, whose array "
-             "the caller passes compact (row-major)", "an intermediate stage",
+    args = [b.name for b in p.outs if b.scope == "global"]
+    if p.stage.align and args:   # any output: _align_root pads all of them
+        outs = "" if args == [p.name] else f" (its output {', '.join(map(repr, args))})"
+        fail("storage_align", f"stage {p.name!r}{outs} is an argument of the function, "
+             "whose array the caller passes compact (row-major)", "an intermediate stage",
              hint=f"align a cache stage instead: s.cache_write({p.name}, ...) or a "
              "cache_read of its consumer")
     root = {iv: (iv.dom.min, iv.dom.extent) for iv in p.root_axes}

@@ -196,3 +196,16 @@ def test_strided_shared_region_with_a_ragged_thread_split():
     c = np.full((6, 7), np.nan, "float32")
     run(func, a, c)
     check(c, a.astype("float64")[:, 3::5][:, :7] * 0.5)
+
+
+def test_storage_align_of_a_multi_output_stage_with_an_argument_output_is_refused():
+    # fuzz seed llvm 92534: P's first output an intermediate, P.v1 an argument; the padding
+    # of P replaced both buffers, so the argument P.v1 was never written (NaN everywhere)
+    A = te.placeholder((11, 33), name="A")
+    P, P1 = te.compute((11, 33), lambda i, j: (A[i, j] + 1, A[i, j] * 2), name="P")
+    R = te.compute((11,), lambda i: P[i, 0] + P[i, 32], name="R")
+    s = te.create_schedule([P1.op, R.op])
+    s[P].storage_align(P.op.axis[0], 2, 1)
+    with pytest.raises(polytile.ScheduleError,
+                       match=r"stage 'P' \(its output 'P.v1'\) is an argument of the function"):
+        polytile.lower(s, [A, P1, R])
