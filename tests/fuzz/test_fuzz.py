@@ -168,6 +168,9 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
                      "prove that the combiner is commutative, associative' (argmax whose ties "
                      "go to the smaller index is a lexicographic maximum: now proven)",
     ("cuda", 90098): "the same with (argmax, max) and threadIdx.y rows",
+    ("llvm", 92534): "storage_align of a multi-output stage one of whose outputs (P.v1) is "
+                     "a function argument padded every output buffer: the argument was "
+                     "never written (NaN); now refused, naming the stage and the output",
 }
 #: FIXED_FAULTS whose fault was a refusal of a schedule that computes its definition:
 #: they must now build and give the right values
