@@ -171,6 +171,9 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
     ("llvm", 92534): "storage_align of a multi-output stage one of whose outputs (P.v1) is "
                      "a function argument padded every output buffer: the argument was "
                      "never written (NaN); now refused, naming the stage and the output",
+    ("llvm", 83624): "an empty argmin's bfloat16 identity (3.4e38) cast to int4: LLVM's "
+                     "fptosi gave poison, the byte of the element and its neighbour was "
+                     "poison and its store deleted: the neighbour never written",
 }
 #: FIXED_FAULTS whose fault was a refusal of a schedule that computes its definition:
 #: they must now build and give the right values

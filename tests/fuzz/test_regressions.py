@@ -962,3 +962,29 @@ def test_gpu_cross_thread_reduction_with_its_block_loop_inside_a_serial_reduce_l
     s[C].bind(ko, te.thread_axis("threadIdx.x"))
     with pytest.raises(polytile.ScheduleError, match="spatial loops run inside the reduction"):
         polytile.lower(s, [B, C], target="cuda")
+
+
+# --------------------------------------------------------------------------- poison
+@pytest.mark.parametrize("src", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("dst", ["int4", "uint4"])
+@pytest.mark.parametrize("red", ["min", "max"])
+def test_out_of_range_conversion_leaves_its_int4_neighbour_written(src, dst, red):
+    """fuzz llvm 83624: an empty reduction's identity (a float beyond int4's range) cast to
+    int4 is an unspecified element, but LLVM's fptosi gave poison, the byte holding it and
+    its neighbour was poison, and LLVM deleted the store: the neighbour was never
+    written. Now the conversion is frozen; every defined element is right."""
+    from polytile.nd import unpack_int4
+
+    n, m = 5, 7
+    A = te.placeholder((n, m), "float32", name="A")
+    k = te.reduce_axis((0, m), name="k")
+    # row 0 is empty (k < 0): the identity of min/max, beyond any int's range
+    R = te.compute((n,), lambda i: getattr(te, red)(A[i, k].astype(src), axis=k, where=k < i),
+                   name="R")
+    E = te.compute((n,), lambda i: R[i].astype(dst), name="E")
+    f = polytile.build(te.create_schedule(E.op), [A, E], target="llvm")
+    a = (np.random.default_rng(1).integers(0, 28, (n, m)) / 4).astype("float32")  # exact
+    e = np.full(((n + 1) // 2,), 0x55, np.uint8)     # poisoned: 5 in every nibble
+    f(a, e)
+    want = [int(getattr(np, red)(a[i, :i])) for i in range(1, n)]
+    assert unpack_int4(e, n, dst)[1:].tolist() == want
