@@ -174,6 +174,8 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
     ("llvm", 83624): "an empty argmin's bfloat16 identity (3.4e38) cast to int4: LLVM's "
                      "fptosi gave poison, the byte of the element and its neighbour was "
                      "poison and its store deleted: the neighbour never written",
+    ("llvm", 97008): "a tuple argmin's local accumulators read in short-circuit conditions "
+                     "became branches: LLVM 22's loop vectorizer took minutes (a hang)",
 }
 #: FIXED_FAULTS whose fault was a refusal of a schedule that computes its definition:
 #: they must now build and give the right values

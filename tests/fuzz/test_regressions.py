@@ -988,3 +988,41 @@ def test_out_of_range_conversion_leaves_its_int4_neighbour_written(src, dst, red
     f(a, e)
     want = [int(getattr(np, red)(a[i, :i])) for i in range(1, n)]
     assert unpack_int4(e, n, dst)[1:].tolist() == want
+
+
+def test_tuple_argmin_accumulators_in_conditions_build_in_seconds():
+    """fuzz llvm 97008: a (argmin, sum) tuple reduction cached in local memory, its reduce
+    loop split and the inner part unrolled: the accumulators read in the combiner's
+    short-circuit conditions were branches (a load 'may trap'), and LLVM 22's loop
+    vectorizer took minutes over the row loop. Stack reads in bounds cannot trap: selects,
+    and the build takes a second. In a subprocess with a timeout."""
+    res = _in_subprocess("""
+        import numpy as np, polytile
+        from polytile import te
+        N1 = 128
+        N0 = te.size_var("N0")
+        B = te.placeholder((2 + N1,), "bfloat16", name="B")
+        first = lambda x, y: te.any(x[1] < y[1], te.all(x[1] == y[1], x[0] < y[0]))
+        red = te.comm_reducer(
+            lambda x, y: (te.if_then_else(first(x, y), x[0], y[0]),
+                          te.if_then_else(first(x, y), x[1], y[1]), x[2] + y[2]),
+            lambda t0, t1, t2: (te.const(2147483647, t0), te.max_value(t1), te.const(0, t2)))
+        k = te.reduce_axis((2, 2 + N1), name="k")
+        R, R1, R2 = te.compute((N0,), lambda i: red((k, -B[k].astype("float32"),
+                                                     te.const(1, "int32")), axis=k,
+                                                    where=k % 3 == 0), name="R")
+        s = te.create_schedule(R.op)
+        RL, RL1, RL2 = s.cache_write([R, R1, R2], "local")
+        s[RL].compute_at(s[R], R.op.axis[0])
+        ko, ki = s[RL].split(s[RL].op.reduce_axis[0], factor=16)
+        s[RL].reorder(s[RL].op.axis[0], ko, ki)
+        s[RL].unroll(ki)
+        f = polytile.build(s, [B, R])
+        b = np.random.default_rng(0).permutation(2 + N1) / 4 - 16   # exact in bfloat16
+        out = np.full(3, -7, "int32")
+        f(polytile.te.dtype.bfloat16_array(b), out)
+        ks = np.arange(2, 2 + N1)[np.arange(2, 2 + N1) % 3 == 0]
+        assert out.tolist() == [ks[np.argmin(-b[ks])]] * 3, out
+        print("ok")
+    """, timeout=90)
+    assert res.stdout.strip().endswith("ok"), res.stderr[-2000:]
