@@ -206,7 +206,8 @@ def validate_schedule(sch: Schedule) -> None:
     Raises
     ------
     ScheduleError
-        When a vectorized loop is not the innermost loop of its stage, or a loop without iterations is bound to a GPU index (unless
+        When a vectorized loop is not the innermost loop of its stage (a reduction loop
+        with loops inside), or a loop without iterations is bound to a GPU index (unless
         the stage's output has no elements: nothing is launched for it).
     """
     for st in sch.stages:
