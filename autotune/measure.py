@@ -51,7 +51,11 @@ from polytile.errors import TuneError, format_error
 from .anchors import AnchorProcess, Comparison
 from .template import Workload
 from .timing import Timing
-from .worker import LOWERED_KEPT
+
+#: Functions a worker keeps of those it lowered for features, for a later build of the
+#: same config (a model-tuner batch lowers ``lower_factor`` x its size configs; the
+#: oldest are dropped)
+LOWERED_KEPT = 64
 
 
 @dataclass
@@ -267,7 +271,7 @@ class LocalMeasurer:
         self.opt = options or MeasureOptions()
         self._setup = {"template": workload.template, "args": list(workload.args),
                        "dtype": workload.dtype, "target": target, "threads": self.opt.threads,
-                       "seed": self.opt.seed,
+                       "seed": self.opt.seed, "lowered_kept": LOWERED_KEPT,
                        "mem_limit_bytes": self.opt.mem_limit_mb << 20 if self.opt.mem_limit_mb
                        else 0}
         self.gpu = Target.parse(target).backend.is_gpu

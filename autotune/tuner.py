@@ -228,7 +228,7 @@ class ModelTuner(Tuner):
         Candidates lowered (for loop-IR features) per batch slot: the shortlist the knob
         model passes to the loop-IR model. 2: lowering is most of the tuner's own time
         (a 256^3 matmul at load 15 on 2 cores: 1.08 s of lowering per trial at 3,
-        against 0.02 s of training and search and 0.39 s of measurement), and replays
+        against 0.02-0.06 s of training and search and 0.4-0.9 s of measurement), and replays
         of ``benchmarks/pools`` gained nothing from 3 (seeds 2000-2047, not those the
         choice was made on; fraction of the pool's best at 16 / 24 trials with 2
         against 3: matmul 0.906 / 0.945 against 0.903 / 0.948, conv2d 0.812 / 0.906

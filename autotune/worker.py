@@ -12,7 +12,8 @@ it). Protocol (tuples over a ``multiprocessing`` pipe):
   module and runs it), and for a GPU target ``{"image": cubin bytes, "meta": launch
   plan}``, which the tuner sends to the GPU runner (:mod:`.gpu_runner`)
 * ``("features", cid, knobs)`` -> ``("features", cid, code, msg, features)``; the worker
-  keeps the last :data:`LOWERED_KEPT` functions it lowered this way, and a later
+  keeps the last ``setup["lowered_kept"]`` functions it lowered this way (none without
+  it; :data:`.measure.LOWERED_KEPT`), and a later
   ``build`` of the same knobs in it compiles that function instead of lowering again
   (the model tuner lowers its shortlist for features, then builds the picks from it)
 * ``("run", cid, options)`` -> ``("ran", cid, code, msg, costs, timing)`` (``timing``:
@@ -41,10 +42,6 @@ from polytile.targets.llvm.runtime import set_num_threads
 from . import gpu_limits, sizes
 from .data import make_inputs, measure_numpy, output_positions, outputs_match
 from .features import extract_features
-
-#: Functions lowered for ``features`` kept for a later ``build`` of the same config (a
-#: model-tuner batch lowers ``lower_factor`` x its size; older ones are dropped).
-LOWERED_KEPT = 64
 from .template import get_template
 from .timing import Timing, clock_of, time_calls, timing_kwargs
 
@@ -74,6 +71,7 @@ class _Worker:
         self.ref_error = ""
         self._flush_buf = None
         self.lowered: dict = {}  # knobs key -> (func, tensors, trace), oldest first
+        self.lowered_kept = int(setup.get("lowered_kept", 0))
         set_num_threads(int(setup["threads"]))
         self.polytile = polytile
 
@@ -154,7 +152,7 @@ class _Worker:
         if code is None:
             feats = extract_features(func, sizes.sizes_of(self.args))
             self.lowered[_key(knobs)] = (func, tensors, trace)
-            while len(self.lowered) > LOWERED_KEPT:
+            while len(self.lowered) > self.lowered_kept:
                 del self.lowered[next(iter(self.lowered))]
         return ("features", cid, code, msg, feats)
 

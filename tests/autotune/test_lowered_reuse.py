@@ -7,16 +7,16 @@ from __future__ import annotations
 import numpy as np
 
 from polytile.autotune import MeasureOptions, get_template
-from polytile.autotune.measure import LocalMeasurer
+from polytile.autotune.measure import LOWERED_KEPT, LocalMeasurer
 from polytile.autotune.template import Workload
-from polytile.autotune.worker import LOWERED_KEPT, _Worker
+from polytile.autotune.worker import _Worker
 
 ARGS = (31, 48, 17)  # odd sizes: non-divisible splits
 
 
 def _worker():
     return _Worker({"template": "matmul", "args": list(ARGS), "dtype": "float32",
-                    "target": "llvm", "threads": 1, "seed": 0})
+                    "target": "llvm", "threads": 1, "seed": 0, "lowered_kept": LOWERED_KEPT})
 
 
 def test_build_after_features_reuses_the_lowering_and_computes_matmul():
