@@ -108,14 +108,17 @@ measurements were outweighed by the source's rows (192 against 8-24; see
 ``ModelTuner._group_weights``): on the first pair of softmax pools (timed at load 16
 and 21) the warm model found the pool's best in a median 28.5 trials, now 11.
 
-Tuner overhead (``polytile tune``-style run of matmul 256^3, 32 trials, 2 build
-workers, ``/work/scratch`` script timing the tuner's methods; 2-core VM at load 15-19,
-so every figure is inflated several-fold): the model's training and search cost
-0.05-0.06 s per trial in the tuner process, 5-12 % of the measurement (0.5-0.9 s per
-trial: warm-up, repeats, data); lowering the shortlisted configs for their loop-IR
-features cost 1.0 s per trial with 3 per batch slot, 0.64 s with 2 per slot and the
-build reusing the lowering (:data:`.worker.LOWERED_KEPT`); builds are the rest (5.7-7.2
-s of worker time per trial at that load, 0.65 s of LLVM per config at load 12).
+Tuner overhead (:func:`polytile.autotune.tune` of matmul 256^3, 32 trials, model tuner,
+2 build workers, the tuner's methods timed by wrapping them; 2-core VM, 2026-12-02,
+this version (B) against the one before (A: 3 lowerings per batch slot, builds lowering
+again) interleaved A/B/A/B/A/B/A/B; loads 15-19, 10-17, 3-7, 7-8). Per trial, A -> B:
+the model's training and search 0.02-0.06 s in the tuner process, 5-15 % of the
+measurement (0.2-0.9 s per trial: warm-up, data, repeats; the kernel itself takes
+0.15 ms); lowering the shortlist for features 0.66-1.27 s -> 0.16-0.64 s; the loop's
+wall time 224 / 212 / 140 / 192 s -> 189 / 32 / 79 / 93 s (the last two pairs at equal
+load: 0.57x, 0.48x). Builds (lowering and LLVM, 0.65 s per config at load 12) remain
+10-30x the measurement of so small a kernel on 2 cores: the 10 % bar of issue 13 holds
+for the model's own work, not for building.
 
 GPU templates (issue 11): ``--templates`` words take a dtype (``matmul:float16``,
 ``layernorm:float16``; float32 without one), pool files name the dtype and the target's
