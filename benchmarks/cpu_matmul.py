@@ -37,22 +37,6 @@ import os
 SHAPES = ((1024, 1024, 1024), (4096, 4096, 4096), (64, 64, 64), (256, 4096, 64))
 
 
-def numpy_kernel() -> str:
-    """The BLAS numpy uses here and its kernel (threadpoolctl), or why it is unknown."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return "unknown (threadpoolctl is not installed)"
-    import numpy  # noqa: F401  (loads its BLAS)
-
-    infos = [i for i in threadpool_info() if i.get("user_api") == "blas"]
-    if not infos:
-        return "unknown"
-    i = infos[0]
-    return (f"{i.get('internal_api')} {i.get('version')} kernel {i.get('architecture')}, "
-            f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
-
-
 def _gflops(flops: float, t) -> str:
     return f"{flops / t.median / 1e9:7.1f} GFLOP/s (±{t.spread * 100:4.1f}%)"
 
@@ -111,7 +95,12 @@ def main(argv=None) -> None:
     shapes = [tuple(int(x) for x in s.split(",")) for s in a.shapes.split(";") if s]
     work = [("matmul", s) for s in shapes] + ([("batch_matmul", (8, 256, 256, 256))]
                                                if a.batch else [])
-    print(f"numpy: {numpy_kernel()}")
+    from polytile.autotune.blas import anchor_note
+
+    desc, warn = anchor_note()
+    print(f"numpy: {desc}")
+    if warn:
+        print(f"warning: {warn}")
     for template, args in work:
         for threads in (int(x) for x in a.threads.split(",")):
             print(bench(template, args, threads, a.rounds, a.log, a.blis, a.clock),
