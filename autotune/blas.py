@@ -129,12 +129,14 @@ def cpu_isa(cpuinfo: str | None = None) -> str | None:
     return "avx" if "avx" in flags else "sse"
 
 
-def pinned_warning(info: BlasInfo, isa: str | None) -> str | None:
+def pinned_warning(info: BlasInfo, isa: str | None,
+                   command: str = "<command>") -> str | None:
     """A warning, with the fix, when ``OPENBLAS_CORETYPE`` (``info.coretype``) makes
     OpenBLAS run a kernel (``info.kernel``, else the variable's value) of an older vector
     ISA than ``isa``, the CPU's (:func:`cpu_isa`): numpy is then slower than this CPU
     allows and every "x numpy" flatters polytile. None when nothing is pinned, the library
-    is not OpenBLAS, or the CPU's ISA is unknown."""
+    is not OpenBLAS, or the CPU's ISA is unknown. ``command``: the command line to show
+    in the fix."""
     if not info.coretype or isa not in ISA_LEVELS or info.library not in ("openblas",
                                                                           "scipy-openblas"):
         return None
@@ -147,11 +149,17 @@ def pinned_warning(info: BlasInfo, isa: str | None) -> str | None:
             f"(OpenBLAS would choose {NATIVE_CORE[isa]} or later): numpy is slower than "
             "it can be here and the ratios to numpy flatter polytile. To compare with "
             "numpy's own kernel, run without it: env -u OPENBLAS_CORETYPE -u "
-            "OPENBLAS_L2_SIZE <command>")
+            f"OPENBLAS_L2_SIZE {command}")
 
 
-def anchor_note(environ=None, cpuinfo: str | None = None) -> tuple[str, str | None]:
+def anchor_note(environ=None, cpuinfo: str | None = None,
+                command: str | None = None) -> tuple[str, str | None]:
     """``(description, warning or None)`` of numpy's BLAS here: :meth:`BlasInfo.describe`
-    of :func:`numpy_blas` and :func:`pinned_warning` for this CPU (:func:`cpu_isa`)."""
+    of :func:`numpy_blas` and :func:`pinned_warning` for this CPU (:func:`cpu_isa`), the
+    fix shown for ``command`` (default: this process's command line)."""
+    import sys
+
     info = numpy_blas(environ)
-    return info.describe(), pinned_warning(info, cpu_isa(cpuinfo))
+    if command is None:
+        command = " ".join([os.path.basename(sys.executable)] + sys.argv)
+    return info.describe(), pinned_warning(info, cpu_isa(cpuinfo), command)

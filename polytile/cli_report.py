@@ -67,9 +67,11 @@ def blas_rows(anchors) -> list:
     ``anchors``."""
     if "numpy" not in anchors:
         return []
+    import sys
+
     from polytile.autotune.blas import anchor_note
 
-    desc, warn = anchor_note()
+    desc, warn = anchor_note(command=" ".join(["polytile"] + sys.argv[1:]))
     return [("numpy BLAS", desc)] + ([("warning", warn)] if warn else [])
 
 

@@ -25,8 +25,8 @@ def test_cpu_isa_from_flags(text, want):
 
 
 def test_pinned_older_kernel_warns_with_the_fix():
-    w = pinned_warning(info(), "avx512")
-    assert w is not None
+    w = pinned_warning(info(), "avx512", "polytile tune matmul")
+    assert w is not None and w.endswith("OPENBLAS_L2_SIZE polytile tune matmul")
     assert "Haswell" in w and "OPENBLAS_CORETYPE=Haswell" in w and "avx512" in w
     assert "env -u OPENBLAS_CORETYPE" in w and "SkylakeX" in w
 
