@@ -91,8 +91,12 @@ def numpy_blas(environ=None) -> BlasInfo:
         threadpool_info = None
     if threadpool_info is not None:
         infos = [i for i in threadpool_info() if i.get("user_api") == "blas"]
-        if infos:
-            i = infos[0]
+        # scipy (loaded by xgboost) brings an OpenBLAS of its own, often listed first:
+        # numpy's is the one in numpy's wheel (numpy.libs), else the only one
+        own = [i for i in infos if os.path.basename(os.path.dirname(
+            str(i.get("filepath", "")))).startswith("numpy")]
+        if own or infos:
+            i = (own or infos)[0]
             return BlasInfo(str(i.get("internal_api") or "unknown"),
                             str(i.get("version") or ""), str(i.get("architecture") or ""),
                             coretype, "threadpoolctl")

@@ -67,3 +67,18 @@ def test_anchor_note_fake_kernel(monkeypatch):
     assert warn is not None and "flatter" in warn
     fake[0]["architecture"] = "SkylakeX"
     assert anchor_note({}, ZEN5)[1] is None
+
+
+def test_numpy_blas_picks_numpys_openblas_beside_scipys(monkeypatch):
+    # scipy (imported by xgboost) loads an OpenBLAS of its own, listed first
+    import threadpoolctl
+
+    fake = [{"user_api": "blas", "internal_api": "openblas", "version": "0.3.30",
+             "architecture": "Zen", "filepath": "/site/scipy.libs/libscipy_openblas.so"},
+            {"user_api": "openmp", "internal_api": "openmp", "filepath": "/x/libgomp.so"},
+            {"user_api": "blas", "internal_api": "openblas", "version": "0.3.31",
+             "architecture": "SkylakeX",
+             "filepath": "/site/numpy.libs/libscipy_openblas64_.so"}]
+    monkeypatch.setattr(threadpoolctl, "threadpool_info", lambda: fake)
+    got = numpy_blas({})
+    assert (got.version, got.kernel) == ("0.3.31", "SkylakeX")
