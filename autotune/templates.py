@@ -34,7 +34,7 @@ accumulators (the *micro-kernel*, ``MR x NR`` in BLIS's words) stays in vector r
   (one reduction block; the default up to K = 1024, :func:`default_kc`) B's block is
   packed at ``j0`` and each micro-tile accumulates in a local ``mr x nr`` tile, zeroed
   and kept in registers for its whole k loop, then stored to C once
-  (:func:`register_tile`). With several reduction blocks it stays a
+  (:func:`register_tile`). With several reduction blocks C is zeroed in a
   pass of its own, and every block loads the micro-tile of C before its k loop
   (prefetched one tile ahead) and stores it after: the zeroing pass measured 0.14 ms of
   a 12 ms 1024^3 product and 8.6 ms of 780 ms at 4096^3 (about 1 %, one thread), far
@@ -172,8 +172,9 @@ def _k_candidates(k: int) -> list:
 def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None:
     """The knobs of the matmul space (module docstring); the default is the 6 x 64 BLAS
     micro-kernel with both operands packed, in the Goto order, blocks of 96 x kc of A
-    and kc x N/2 of B (``kc``: all of K up to 1024, else 512, :func:`default_kc`) (at most 2048 columns: two column blocks for two threads) or the whole
-    matrix when smaller; for products of at most :data:`SMALL_PRODUCT` multiply-adds the
+    and kc x N/2 of B (``kc``: all of K up to 1024, else 512, :func:`default_kc`; at
+    most 2048 columns: two column blocks for two threads) or the whole matrix when
+    smaller; for products of at most :data:`SMALL_PRODUCT` multiply-adds the
     12 x 32 micro-kernel without packing or threads (``blas_like`` of
     ``tutorials/02_cpu_matmul.py``)."""
     small = M * N * K <= SMALL_PRODUCT

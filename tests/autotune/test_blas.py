@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from polytile.autotune.blas import BlasInfo, anchor_note, cpu_isa, numpy_blas, pinned_warning
+from polytile.autotune.blas import (BlasInfo, anchor_note, cpu_isa, numpy_blas,
+                                     pinned_warning)
 
 ZEN5 = ("processor\t: 0\nflags\t\t: fpu sse sse2 avx fma avx2 avx512f avx512dq avx512bw "
         "avx512vl avx512_bf16\n")
