@@ -123,10 +123,12 @@ def conv2d_nchwc(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
 
     * ``A_nchwc[n, cb, y, x, ci]``: the input zero-padded and blocked by ``ic_block``
       channels (the layout transform, parallel over ``n, cb, y``); with
-      ``in_layout="nchw"`` only zero-padded (``Apad``, none without padding) and read in
-      NCHW;
+      ``in_layout="nchw"`` (the default without padding) only zero-padded (``Apad``,
+      none without padding: the input itself) and read in NCHW;
     * ``W_packed[ob, cb, ky, kx, ci, oi]``: the weights blocked by ``ic_block`` input and
-      ``oc_block`` output channels;
+      ``oc_block`` output channels; from :data:`PACK_IN_TASK_BYTES` of weights on
+      (``pack_weights="ob"``) one block ``ob`` at a time, inside the parallel task that
+      then computes all rows of that block (its packed weights stay in the core's L2);
     * ``C_nchwc[n, ob, y, x, oi]``: the convolution; one output row of one channel block
       per parallel task, a register tile of ``tile_ow`` output columns by ``oc_block``
       output channels (one or two vectors) accumulated over the reduction ``cb, ky, kx, ci``:
