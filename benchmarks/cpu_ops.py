@@ -205,7 +205,7 @@ def bounds(threads: list[int], rounds: int) -> dict:
     """Copy bandwidth (bytes/s, read + written: the median round and the best one) and FMA
     peak (FLOP/s) per thread count, and the FMA kernel's description under ``"fma_kernel"``.
     The 1-thread peak is the best of many short samples (about 0.1 ms) on one core; with
-    more threads, every thread runs the kernel at once for about 5 ms (long against the
+    more threads, every thread runs the kernel at once for about 2 ms (long against the
     start of the Python threads) and the peak is their flop over the best wall time: two
     threads on two cores show twice the 1-thread peak, two hyperthreads of one core or a
     core taken by another job show less."""
@@ -213,7 +213,7 @@ def bounds(threads: list[int], rounds: int) -> dict:
     src = np.random.default_rng(0).uniform(-1, 1, n).astype("float32")
     dst = np.empty_like(src)
     fma, flop_per_iter, desc = fma_kernel()
-    fma(2_000_000)  # about 10 ms at full load: the core's clock settles
+    fma(2_000_000)  # a few ms at full load first: the core's clock settles
     iters = 20_000  # about 0.1 ms: short samples, so that some run undisturbed
     peak = iters * flop_per_iter / _best(lambda: fma(iters), 300)
     out = {"fma_kernel": desc}

@@ -18,8 +18,11 @@ A ``For`` of kind ``parallel`` (not nested in another one) becomes::
 Chunks are taken from a shared counter (OpenMP's ``schedule(dynamic, chunk)``), a few per
 thread, rather than one static chunk per thread: on cores shared with other processes a
 thread that is descheduled for a time slice leaves its chunks to the others, where a static
-split makes the whole loop wait for it (ResNet-50 3x3 convolutions at 2 threads, one core
-busy with another job: no faster than 1 thread with static chunks).
+split makes the whole loop wait for it (on the shared 2-core test machine, ResNet-50's
+convolutions at 2 threads ran no faster than at 1 with static chunks, although the split
+gave both threads equal work: per-thread CPU time 19 / 18 ticks). The counter's atomic
+add is ``monotonic``: chunks need distinct indices only, the team's barrier at the end of
+``GOMP_parallel`` publishes what the bodies wrote.
 
 Captured values are the free variables and buffers of the loop (enclosing loop and let
 variables, scalar parameters, buffer pointers). Passing buffer pointers as ``noalias``
