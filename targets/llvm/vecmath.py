@@ -148,8 +148,8 @@ class _Consts:
         # clamps of the exp family: beyond them the result is 0 / inf (or -1 for expm1)
         self.exp_lo, self.exp_hi = (-746.0, 710.0) if f64 else (-104.0, 89.0)
         self.exp2_lo, self.exp2_hi = (-1076.0, 1025.0) if f64 else (-151.0, 129.0)
-        # exp's one-step range: n = rint(x log2e) in [-bias + 3, bias] and exp(x) normal
-        # and finite (float32: n in [-125, 127]; float64: [-1020, 1023])
+        # exp's one-step range: 2**n normal and exp(x) normal and finite, n = rint(x log2e)
+        # (float32: n in [-125, 127]; float64: n in [-1020, 1023])
         self.exp_fast_range = (-707.0, 709.0) if f64 else (-86.5, 88.0)
         self.expm1_tiny = 2.0**-54 if f64 else 2.0**-25
         sfx = "F64" if f64 else "F32"
