@@ -153,3 +153,23 @@ def test_unpadded_default_reads_the_input_in_place():
     cfg, text = _default_build((1, 48, 7, 5, 32, 1, 1, 1, 0), seed=6)
     assert cfg["in_layout"].val == "nchw"
     assert "A_nchwc" not in text and "Apad" not in text
+
+
+def test_depthwise_nchw_pads_each_channel_inside_its_task():
+    """depthwise_conv2d_nchw's default pads a task's own channel plane inside the task:
+    one parallel loop in all (batch 2, stride 2, prime sizes), against float64 numpy."""
+    t = get_template("depthwise_conv2d_nchw")
+    args = (2, 7, 13, 11, 3, 3, 2, 1)
+    sp = t.space(args)
+    cfg = sp.get(sp.default_index())
+    assert cfg["pad_at"].val == "task"
+    s, tensors = t.instantiate(cfg, args)
+    text = str(polytile.lower(s, tensors))
+    assert text.count("in parallel(") == 1
+    assert text.index("Apad = alloc(float32[1, 1, 15, 13]") > text.index("in parallel(")
+    rng = np.random.default_rng(7)
+    a = rng.uniform(-1, 1, (2, 7, 13, 11)).astype("float32")
+    w = rng.uniform(-1, 1, (7, 3, 3)).astype("float32")
+    out = _run(t, cfg, args, a, w)
+    ref = t.reference(a.astype("float64"), w.astype("float64"), args=args)
+    np.testing.assert_allclose(out, ref, rtol=2e-5, atol=1e-4)
