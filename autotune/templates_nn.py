@@ -123,8 +123,8 @@ def conv2d_nchwc(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
 
     * ``A_nchwc[n, cb, y, x, ci]``: the input zero-padded and blocked by ``ic_block``
       channels (the layout transform, parallel over ``n, cb, y``); with
-      ``in_layout="nchw"`` (the default without padding) only zero-padded (``Apad``,
-      none without padding: the input itself) and read in NCHW;
+      ``in_layout="nchw"`` (the default) only zero-padded (``Apad``, none without
+      padding: the input itself) and read in NCHW;
     * ``W_packed[ob, cb, ky, kx, ci, oi]``: the weights blocked by ``ic_block`` input and
       ``oc_block`` output channels; from :data:`PACK_IN_TASK_BYTES` of weights on
       (``pack_weights="ob"``) one block ``ob`` at a time, inside the parallel task that
@@ -149,11 +149,15 @@ def conv2d_nchwc(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
                      default=[-1, next((f for f in (14, 16, 12, 8, 7) if OW % f == 0), 1)])
     cfg.define_knob("unroll_kw", [True, False], default=True)
     # the input blocked (oneDNN) or left in NCHW, padded: the kernel broadcasts single
-    # input elements, which any layout serves; NCHW saves the transform but its reads
-    # cross a channel plane per step (ResNet-50 3x3 layers, 1 thread: 5-15 % slower).
-    # Without padding NCHW is the input itself, no copy at all: ResNet-50's 1x1 56x56
-    # 256->64, 1 thread, CPU time: 0.71 ms against 1.57 with the blocked copy
-    cfg.define_knob("in_layout", ["nchwc", "nchw"], default="nchw" if pad == 0 else "nchwc")
+    # input elements, which any layout serves; NCHW saves the blocked transform (a gather
+    # across channel planes: the padded copy is contiguous) while its reads cross a channel
+    # plane per step. 2-core Zen 5, 1 thread, CPU time, interleaved, two runs: ResNet-50's
+    # 3x3 layers 56x56x64 / 28x28x128 / 14x14x256 / 7x7x512 1.32-1.36 / 1.18-1.30 /
+    # 1.28-1.33 / 2.15-2.19 ms in NCHW against 1.45-1.55 / 1.36-1.42 / 1.37-1.49 /
+    # 2.11-2.25 blocked (on the Skylake-SP VM of issue 13 NCHW was 5-15 % slower); without
+    # padding NCHW is the input itself, no copy at all (1x1 56x56 256->64: 0.71 against
+    # 1.57 ms)
+    cfg.define_knob("in_layout", ["nchwc", "nchw"], default="nchw")
     bc, bo = cfg["ic_block"].val, cfg["oc_block"].val
     A = te.placeholder((N, CI, H, W), name="A", dtype=dtype)
     Wt = te.placeholder((CO, CI, KH, KW), name="W", dtype=dtype)

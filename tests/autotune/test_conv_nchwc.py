@@ -85,7 +85,7 @@ def test_default_schedule_is_blocked_and_register_tiled():
     assert cfg["ic_block"].val == 16 and cfg["oc_block"].val == 32
     s, tensors = t.instantiate(cfg, args)
     text = str(polytile.lower(s, tensors))
-    assert "A_nchwc = alloc(float32[1, 4, 58, 58, 16]" in text
+    assert "Apad = alloc(float32[1, 64, 58, 58]" in text  # read in NCHW (in_layout)
     assert "W_packed = alloc(float32[2, 4, 3, 3, 16, 32]" in text
     assert "vectorized(0, 32)" in text and "parallel" in text
 
