@@ -46,14 +46,16 @@ def _gflops(flops: float, t, peak: float | None = None) -> str:
 
 
 def fma_peak() -> float:
-    """One core's FMA peak (FLOP/s), measured as ``benchmarks/cpu_ops.py`` measures it
-    (its ``fma_kernel``: independent vector FMA chains in registers)."""
+    """One core's FMA peak (FLOP/s), measured as ``benchmarks/cpu_ops.py``'s ``bounds``
+    measures it (its ``fma_kernel``: independent vector FMA chains in registers, the best
+    of many short samples after a warm-up)."""
     import sys
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from cpu_ops import _best, fma_kernel
 
-    fma, flop_per_iter = fma_kernel()
+    fma, flop_per_iter, *_ = fma_kernel()
+    fma(2_000_000)  # a few ms at full load first: the core's clock settles
     iters = 20_000
     return iters * flop_per_iter / _best(lambda: fma(iters), 300)
 
