@@ -1026,3 +1026,38 @@ def test_tuple_argmin_accumulators_in_conditions_build_in_seconds():
         print("ok")
     """, timeout=90)
     assert res.stdout.strip().endswith("ok"), res.stderr[-2000:]
+
+
+@pytest.mark.xfail(strict=True, reason="open: fuzz cuda 92869, an int4 shared cache_read "
+                   "read by TVM's cross-thread idiom (rfactor'd axis on threadIdx.x, rows on "
+                   "threadIdx.y) sums wrong values")
+def test_int4_shared_copy_read_by_a_cross_thread_reduction():
+    """fuzz cuda 92869, shrunk: R[i, j] = sum over k in [2, 4) of A[i, j, k, 0] (int4,
+    wrapping), A copied into shared memory at R's row loop: every row differs from numpy
+    (seen on the host emulation of CUDA, not yet on a GPU)."""
+    from tests.fuzz.runner import Runtime, check_script
+
+    A = te.placeholder((2, 1, 4, 1), "int4", name="A")
+    P = te.compute((2, 1, 4, 1), lambda a, b, c, d: A[a, b, c, d], name="P")
+    k = te.reduce_axis((2, 4), name="k")
+    q = te.reduce_axis((0, 1), name="q")
+    R = te.compute((2, 1), lambda i, j: te.sum(P[i, j, k, q], axis=[k, q]), name="R")
+    s = te.create_schedule([P.op, R.op])
+    ko, ki = s[R].split(k, factor=24)
+    RF = s.rfactor(R, ki, factor_axis=0)
+    kv = s[R].op.reduce_axis[0]
+    s[R].bind(kv, te.thread_axis("threadIdx.x"))
+    s[RF].compute_at(s[R], kv)
+    jo, ji = s[R].split(R.op.axis[1], factor=2)
+    s[R].bind(ji, te.thread_axis("threadIdx.y"))
+    s[R].bind(jo, te.thread_axis("blockIdx.x"))
+    PS = s.cache_read(P, "shared", [RF])
+    s[PS].compute_at(s[R], R.op.axis[0])
+    f_ = s[P].fuse(P.op.axis[0], P.op.axis[1])
+    po, pi = s[P].split(f_, factor=16)
+    s[P].bind(po, te.thread_axis("blockIdx.x"))
+    args = [A, P, R]
+    rt = Runtime("cuda")   # (the GPU, or the host emulation it sets up before the build)
+    f = polytile.build(s, args, target="cuda")
+    out = check_script(f, args, rt, {"mode": "uniform", "seed": 92869})
+    assert out.startswith("ok"), out
