@@ -1034,7 +1034,10 @@ def test_tuple_argmin_accumulators_in_conditions_build_in_seconds():
 def test_int4_shared_copy_read_by_a_cross_thread_reduction():
     """fuzz cuda 92869, shrunk: R[i, j] = sum over k in [2, 4) of A[i, j, k, 0] (int4,
     wrapping), A copied into shared memory at R's row loop: every row differs from numpy
-    (seen on the host emulation of CUDA, not yet on a GPU)."""
+    (seen on the host emulation of CUDA, not yet on a GPU). The CUDA source has no
+    __syncthreads() between the shared copy of P (by thread (0, 0) alone, under
+    ``if (threadIdx_y == 0 && threadIdx_x == 0)``) and thread 1's read of P_shared[4]:
+    a missing barrier, which the loop-IR interpreter's race check did not report."""
     from tests.fuzz.runner import Runtime, check_script
 
     A = te.placeholder((2, 1, 4, 1), "int4", name="A")
