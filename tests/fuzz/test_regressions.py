@@ -1028,16 +1028,17 @@ def test_tuple_argmin_accumulators_in_conditions_build_in_seconds():
     assert res.stdout.strip().endswith("ok"), res.stderr[-2000:]
 
 
-@pytest.mark.xfail(strict=True, reason="open: fuzz cuda 92869, an int4 shared cache_read "
-                   "read by TVM's cross-thread idiom (rfactor'd axis on threadIdx.x, rows on "
-                   "threadIdx.y) sums wrong values")
+@pytest.mark.xfail(strict=True, reason="open: fuzz cuda 92869, a shared cache_read copied by "
+                   "one thread at a loop outside the thread loops, read by TVM's cross-thread "
+                   "idiom's partial stage with no barrier between: wrong sums")
 def test_int4_shared_copy_read_by_a_cross_thread_reduction():
     """fuzz cuda 92869, shrunk: R[i, j] = sum over k in [2, 4) of A[i, j, k, 0] (int4,
     wrapping), A copied into shared memory at R's row loop: every row differs from numpy
     (seen on the host emulation of CUDA, not yet on a GPU). The CUDA source has no
     __syncthreads() between the shared copy of P (by thread (0, 0) alone, under
     ``if (threadIdx_y == 0 && threadIdx_x == 0)``) and thread 1's read of P_shared[4]:
-    a missing barrier, which the loop-IR interpreter's race check did not report."""
+    a missing barrier (the lowered loop IR has none either; the same with float32), which
+    the loop-IR interpreter's race check did not report."""
     from tests.fuzz.runner import Runtime, check_script
 
     A = te.placeholder((2, 1, 4, 1), "int4", name="A")
