@@ -93,7 +93,7 @@ from .sizes import bind as bind_sizes
 from .sizes import context as size_context
 from .sizes import size_vars
 from .tensorize import apply_tensorize
-from .validate import (check_lower_inputs, check_store_predicates,
+from .validate import (check_lower_inputs, check_store_predicates, hoist_out_of_vector_loops,
                        interchange_outer_vectorized, validate_schedule)
 
 log = logging.getLogger("polytile.lower")
@@ -168,7 +168,8 @@ def _inputs(s: Lowering) -> None:
     iu.set_context(None, s.sizes)
     ctx, s.size_checks = size_context(s.sch, s.sizes)
     iu.set_context(ctx, s.sizes)
-    s.sch = interchange_outer_vectorized(rewrite_fused_splits(s.sch))
+    s.sch = interchange_outer_vectorized(hoist_out_of_vector_loops(rewrite_fused_splits(
+        s.sch)))
     validate_schedule(s.sch)
     s.gpu = uses_gpu(s.sch) or (s.target.is_gpu and only_scalar_stages(s.sch))
     check_store_predicates(s.sch, s.gpu)
