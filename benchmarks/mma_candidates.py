@@ -42,6 +42,10 @@ CANDIDATES = {
                           "min_blocks": 2}, {}),
     "128x256x128s2": ({"block": (128, 256, 128), "stages": 2}, {}),
     "128x256x128s2-steps": ({"block": (128, 256, 128), "stages": 2}, {"COPIES_IN_STEPS": True}),
+    "best-s3": ({"stages": 3}, {}),
+    "128x256x32s4": ({"block": (128, 256, 32)}, {}),
+    "128x128x64s3-mb2": ({"block": (128, 128, 64), "stages": 3, "min_blocks": 2}, {}),
+    "128x128x32s4-mb2": ({"block": (128, 128, 32), "min_blocks": 2}, {}),
 }
 
 _DEFAULTS: dict = {}
