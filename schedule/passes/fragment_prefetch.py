@@ -73,8 +73,13 @@ LOADS_BEFORE_COPIES = True
 #: not one guard (whose statements could not be split), else the order above. Off: slower
 #: on the H200 (MMA_BEST fp16 4096^3 376.6 vs 380.6 TFLOP/s in one run; 350.0 vs 385.5 in
 #: another): a ``cp.async`` between two k steps keeps ptxas from hoisting the next step's
-#: ``ldmatrix`` above it.
-COPIES_IN_STEPS = False
+#: ``ldmatrix`` above it. ``"mma"``: the same iteration and group, finer: the copy loops
+#: expanded into their iterations (one 16-byte ``cp.async`` per thread each in MMA_BEST: 12
+#: per tile) and spread evenly before the MMA calls of the first k steps (MMA_BEST: one
+#: before every fourth of 48 calls, after the loads of the next step that ``ALTERNATE_SETS``
+#: put first), so that no warp meets a burst of copies in the shared-memory queue while its
+#: MMAs wait behind them (in-order issue).
+COPIES_IN_STEPS: bool | str = False
 
 #: The k steps of a tile alternate between the two fragment sets (``F'`` for even steps,
 #: ``F`` for odd ones), each step's loads issued before the MMAs of the step before it:
@@ -368,9 +373,14 @@ def prefetch_fragments(s: For, p: PipelinePragma, compute: list, bufs: dict, new
     def in_steps(body: list, copy: Stmt) -> Stmt:
         """``body`` (the statements of ``mid``, slotted) with the statements of ``copy``
         (the copies of one tile under their guard) after its first compute runs, one
-        each, then the commit."""
+        each, then the commit (``"mma"``: each iteration of the copy loops before one of
+        the MMA calls, evenly spaced)."""
         parts = list(copy.then_case.stmts) if isinstance(copy.then_case, Seq) else \
             [copy.then_case]
+        if COPIES_IN_STEPS == "mma":
+            return _between_mmas(body, [m for m in mid if not _reads(m, set(bufs))],
+                                 [IfThenElse(copy.cond, x) for x in _iterations(parts)],
+                                 commit, mid)
         at_end: dict = {}
         for j, x in enumerate(parts):
             at_end.setdefault(spread[min(j, len(spread) - 1)], []).append(
@@ -432,6 +442,39 @@ def prefetch_fragments(s: For, p: PipelinePragma, compute: list, bufs: dict, new
                    wait(0))
     return seq(Sync("shared"), *prologue, wait(ahead - 1), Sync("shared"), fetch(zero),
                commit, first, loop, wait(0))
+
+
+def _iterations(stmts: list, most: int = 64) -> list:
+    """``stmts`` with each loop of constant bounds expanded into its iterations (at most
+    ``most`` statements in all; the loops beyond stay whole)."""
+    out = []
+    for i, x in enumerate(stmts):
+        n = x.extent.value if isinstance(x, For) and isinstance(x.extent, Const) and \
+            isinstance(x.min, Const) else 0
+        if n and len(out) + n + len(stmts) - i - 1 <= most:
+            out += [substitute_stmt(x.body, {x.var: Const(x.extent.dtype, v)})
+                    for v in range(x.min.value, x.min.value + n * x.step, x.step)]
+        else:
+            out.append(x)
+    return out
+
+
+def _between_mmas(body: list, computes: list, parts: list, commit, mid: list) -> Stmt:
+    """``body`` (``mid`` slotted, position by position) with ``parts`` inserted before
+    the statements whose ``mid`` statement is one of ``computes``, evenly spaced, the
+    first before the first compute, then ``commit`` after the last part."""
+    at = {id(c): i for i, c in enumerate(computes)}
+    slots = {(j * len(computes)) // len(parts) for j in range(len(parts))}
+    per: dict = {}
+    for j in range(len(parts)):
+        per.setdefault((j * len(computes)) // len(parts), []).append(parts[j])
+    out, last = [], max(slots)
+    for m, x in zip(mid, body):
+        i = at.get(id(m))
+        if i in per:
+            out += per[i] + ([commit] if i == last else [])
+        out.append(x)
+    return seq(*out)
 
 
 def _compute_ends(mid: list, ids: set) -> list:

@@ -197,16 +197,19 @@ def test_fragment_prefetch_on_the_interpreter(M, N, K, block, warp, stages, grou
     assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
 
 
+@pytest.mark.parametrize("mode", [True, "mma"])
 @pytest.mark.parametrize("M, N, K, block, warp, stages, group",
                          [_PREFETCH_CASES[i] for i in (0, 2, 4, 5)])
-def test_copies_in_steps_on_the_interpreter(monkeypatch, M, N, K, block, warp, stages, group):
+def test_copies_in_steps_on_the_interpreter(monkeypatch, M, N, K, block, warp, stages, group,
+                                            mode):
     # fragment_prefetch.COPIES_IN_STEPS: the copies of tile k + S - 1 between the MMAs of
     # the first k steps of iteration k (A's after the first step's, B's after the second's
-    # where there are two), committed before the wait and the barrier; a compute under one
-    # guard (the ragged group of tile rows) keeps the copies after the barrier
+    # where there are two; "mma": each iteration of the copy loops before one MMA call,
+    # the first before the first), committed before the wait and the barrier; a compute
+    # under one guard (the ragged group of tile rows) keeps the copies after the barrier
     from polytile.schedule.passes import fragment_prefetch as fp
 
-    monkeypatch.setattr(fp, "COPIES_IN_STEPS", True)
+    monkeypatch.setattr(fp, "COPIES_IN_STEPS", mode)
     s, args = tc.wmma_gemm(M, N, K, isa="mma", block=block, warp=warp, stages=stages,
                            frags="prefetch", group=group)
     f = lower(s, args, target="cuda", stop_after=None)
@@ -214,8 +217,15 @@ def test_copies_in_steps_on_the_interpreter(monkeypatch, M, N, K, block, warp, s
     guarded = group > 1 and -(-M // block[0]) % group != 0
     barrier, copy = loop.index("sync("), loop.index("pragma cp.async")
     assert (copy < loop.index("commit_group") < barrier) != guarded
-    if not guarded:
+    if not guarded and mode is True:
         assert loop.index("update(") < copy
+    if not guarded and mode == "mma":
+        # more copy statements than copy loops, MMAs between them where there are two
+        head = loop[:barrier]
+        assert copy < loop.index("update(")
+        assert head.count("pragma cp.async") > 2
+        assert ("update(" in head[copy:head.rindex("pragma cp.async")]) == \
+            (head.count("update(") > 1)
     a, b = _inputs(M, N, K, "float16")
     c = np.full((M, N), np.nan, "float32")
     run(f, a, b, c)
