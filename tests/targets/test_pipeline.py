@@ -316,6 +316,33 @@ def test_fragment_prefetch_compiles_and_double_buffers_in_sass():
     assert got is not None and got[1] == 0, got   # the second fragment set does not spill
 
 
+def test_copies_between_mmas_interleave_in_sass(monkeypatch):
+    # fragment_prefetch.COPIES_IN_STEPS = "mma" on tensor_core.MMA_BEST: the 12 cp.async
+    # of a thread per tile spread among the HMMAs of the loop, not one burst after the
+    # barrier (in-order issue: a warp whose copy waits for the shared-memory queue issues
+    # no MMA); it compiles for sm_80 and sm_90 without spills
+    from polytile.schedule.passes import fragment_prefetch as fp
+
+    monkeypatch.setattr(fp, "COPIES_IN_STEPS", "mma")
+    # (8 rows of blocks: whole groups of 8, else one guard over the compute keeps the
+    # copies after the barrier)
+    s, args = tc.wmma_gemm(1024, 1024, 512, **tc.MMA_BEST)
+    src = polytile.build(s, args, target="cuda").get_source("cu")
+    compile_with_nvcc(src, "sm_80")
+    sass = nvcc_text(src, "sass", "sm_90")
+    if sass is None:
+        pytest.skip("cuobjdump not found")
+    ops = re.findall(r"\b(HMMA|LDGSTS|BAR\.SYNC)\b", sass)
+    bars = [i for i, o in enumerate(ops) if o == "BAR.SYNC"]
+    loop = ops[bars[-2] + 1:bars[-1]]   # between the loop's barriers (rotated by ptxas)
+    copies = [i for i, o in enumerate(loop) if o == "LDGSTS"]
+    assert len(copies) == 12, loop
+    gaps = [b - a - 1 for a, b in zip(copies, copies[1:])]
+    assert sum(g > 0 for g in gaps) >= 8, gaps      # HMMAs between most of them
+    got = _ptxas_registers(src)
+    assert got is not None and got[1] == 0, got
+
+
 @pytest.mark.parametrize("block, stages, most", [((128, 256, 32), 3, 232), ((128, 256, 32), 4, 236),
                                                   ((128, 256, 64), 4, 244)])
 def test_eight_warp_128x256_prefetch_gemm_fits_one_block_per_sm(block, stages, most):
@@ -719,6 +746,23 @@ def test_fragment_prefetch_gemm_on_the_gpu(size, dtype, block, warp, stages):
     M, N, K = size
     s, args = tc.wmma_gemm(M, N, K, isa="mma", dtype=dtype, block=block, warp=warp,
                            stages=stages, frags="prefetch", group=8)
+    assert _gpu_error(s, args, M, N, K, dtype) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size, dtype", [((1024, 768, 320), "float16"),
+                                         ((1024, 768, 320), "bfloat16"),
+                                         ((384, 640, 320), "float16"),
+                                         ((4096, 4096, 4096), "float16")])
+def test_copies_between_mmas_gemm_on_the_gpu(monkeypatch, size, dtype):
+    # fragment_prefetch.COPIES_IN_STEPS = "mma" on tensor_core.MMA_BEST: 5 k tiles of 64 in
+    # 4 stages, whole groups of 8 block rows (the copies between the MMAs); a ragged group
+    # and N not a multiple of the 256-wide blocks (the copies after the barrier); 4096^3
+    from polytile.schedule.passes import fragment_prefetch as fp
+
+    monkeypatch.setattr(fp, "COPIES_IN_STEPS", "mma")
+    M, N, K = size
+    s, args = tc.wmma_gemm(M, N, K, **dict(tc.MMA_BEST, dtype=dtype))
     assert _gpu_error(s, args, M, N, K, dtype) < 1e-5
 
 
