@@ -32,8 +32,6 @@ CANDIDATES = {
     "best-g16": ({"group": 16}, {}),
     "best-g16-noalt": ({"group": 16}, {"ALTERNATE_SETS": False}),
     "best-g32": ({"group": 32}, {}),
-    "best-steps": ({}, {"COPIES_IN_STEPS": True}),
-    "best-mma": ({}, {"COPIES_IN_STEPS": "mma"}),
     "256x128x64": ({"block": (256, 128, 64)}, {}),
     "128x256x32s5": ({"block": (128, 256, 32), "stages": 5}, {}),
     "128x128x64s3": ({"block": (128, 128, 64), "stages": 3}, {}),
@@ -43,13 +41,10 @@ CANDIDATES = {
     "128x128x32-64x32": ({"block": (128, 128, 32), "warp": (64, 32), "frags": "step",
                           "min_blocks": 2}, {}),
     "128x256x128s2": ({"block": (128, 256, 128), "stages": 2}, {}),
-    "128x256x128s2-steps": ({"block": (128, 256, 128), "stages": 2}, {"COPIES_IN_STEPS": True}),
     "best-s3": ({"stages": 3}, {}),
     "128x256x32s4": ({"block": (128, 256, 32)}, {}),
     "128x128x64s3-mb2": ({"block": (128, 128, 64), "stages": 3, "min_blocks": 2}, {}),
     "128x128x32s4-mb2": ({"block": (128, 128, 32), "min_blocks": 2}, {}),
-    "128x128x64s3-mb2-mma": ({"block": (128, 128, 64), "stages": 3, "min_blocks": 2},
-                             {"COPIES_IN_STEPS": "mma"}),
 }
 
 _DEFAULTS: dict = {}

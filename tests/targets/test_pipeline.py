@@ -197,41 +197,6 @@ def test_fragment_prefetch_on_the_interpreter(M, N, K, block, warp, stages, grou
     assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
 
 
-@pytest.mark.parametrize("mode", [True, "mma"])
-@pytest.mark.parametrize("M, N, K, block, warp, stages, group",
-                         [_PREFETCH_CASES[i] for i in (0, 2, 4, 5)])
-def test_copies_in_steps_on_the_interpreter(monkeypatch, M, N, K, block, warp, stages, group,
-                                            mode):
-    # fragment_prefetch.COPIES_IN_STEPS: the copies of tile k + S - 1 between the MMAs of
-    # the first k steps of iteration k (A's after the first step's, B's after the second's
-    # where there are two; "mma": each iteration of the copy loops before one MMA call,
-    # the first before the first), committed before the wait and the barrier; a compute
-    # under one guard (the ragged group of tile rows) keeps the copies after the barrier
-    from polytile.schedule.passes import fragment_prefetch as fp
-
-    monkeypatch.setattr(fp, "COPIES_IN_STEPS", mode)
-    s, args = tc.wmma_gemm(M, N, K, isa="mma", block=block, warp=warp, stages=stages,
-                           frags="prefetch", group=group)
-    f = lower(s, args, target="cuda", stop_after=None)
-    loop = _k_loop(str(f)).split("cp.async.wait_group(0)")[0]
-    guarded = group > 1 and -(-M // block[0]) % group != 0
-    barrier, copy = loop.index("sync("), loop.index("pragma cp.async")
-    assert (copy < loop.index("commit_group") < barrier) != guarded
-    if not guarded and mode is True:
-        assert loop.index("update(") < copy
-    if not guarded and mode == "mma":
-        # more copy statements than copy loops, MMAs between them where there are two
-        head = loop[:barrier]
-        assert copy < loop.index("update(")
-        assert head.count("pragma cp.async") > 2
-        assert ("update(" in head[copy:head.rindex("pragma cp.async")]) == \
-            (head.count("update(") > 1)
-    a, b = _inputs(M, N, K, "float16")
-    c = np.full((M, N), np.nan, "float32")
-    run(f, a, b, c)
-    assert _rel(c, a.astype("float64") @ b.astype("float64")) < 1e-6
-
-
 def test_fragment_prefetch_with_a_wrong_wait_is_caught(monkeypatch):
     # the interpreter lands copies at their wait_group: waiting one group too few makes the
     # prefetched fragments read a tile still in flight
@@ -314,33 +279,6 @@ def test_fragment_prefetch_compiles_and_double_buffers_in_sass():
     assert counts["HMMA"] >= 64 and counts["LDSM"] >= 16 and counts["LDGSTS"] > 0, counts
     got = _ptxas_registers(src)
     assert got is not None and got[1] == 0, got   # the second fragment set does not spill
-
-
-def test_copies_between_mmas_interleave_in_sass(monkeypatch):
-    # fragment_prefetch.COPIES_IN_STEPS = "mma" on tensor_core.MMA_BEST: the 12 cp.async
-    # of a thread per tile spread among the HMMAs of the loop, not one burst after the
-    # barrier (in-order issue: a warp whose copy waits for the shared-memory queue issues
-    # no MMA); it compiles for sm_80 and sm_90 without spills
-    from polytile.schedule.passes import fragment_prefetch as fp
-
-    monkeypatch.setattr(fp, "COPIES_IN_STEPS", "mma")
-    # (8 rows of blocks: whole groups of 8, else one guard over the compute keeps the
-    # copies after the barrier)
-    s, args = tc.wmma_gemm(1024, 1024, 512, **tc.MMA_BEST)
-    src = polytile.build(s, args, target="cuda").get_source("cu")
-    compile_with_nvcc(src, "sm_80")
-    sass = nvcc_text(src, "sass", "sm_90")
-    if sass is None:
-        pytest.skip("cuobjdump not found")
-    ops = re.findall(r"\b(HMMA|LDGSTS|BAR\.SYNC)\b", sass)
-    bars = [i for i, o in enumerate(ops) if o == "BAR.SYNC"]
-    loop = ops[bars[-2] + 1:bars[-1]]   # between the loop's barriers (rotated by ptxas)
-    copies = [i for i, o in enumerate(loop) if o == "LDGSTS"]
-    assert len(copies) == 12, loop
-    gaps = [b - a - 1 for a, b in zip(copies, copies[1:])]
-    assert sum(g > 0 for g in gaps) >= 8, gaps      # HMMAs between most of them
-    got = _ptxas_registers(src)
-    assert got is not None and got[1] == 0, got
 
 
 @pytest.mark.parametrize("block, stages, most", [((128, 256, 32), 3, 232), ((128, 256, 32), 4, 236),
@@ -746,23 +684,6 @@ def test_fragment_prefetch_gemm_on_the_gpu(size, dtype, block, warp, stages):
     M, N, K = size
     s, args = tc.wmma_gemm(M, N, K, isa="mma", dtype=dtype, block=block, warp=warp,
                            stages=stages, frags="prefetch", group=8)
-    assert _gpu_error(s, args, M, N, K, dtype) < 1e-5
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("size, dtype", [((1024, 768, 320), "float16"),
-                                         ((1024, 768, 320), "bfloat16"),
-                                         ((384, 640, 320), "float16"),
-                                         ((4096, 4096, 4096), "float16")])
-def test_copies_between_mmas_gemm_on_the_gpu(monkeypatch, size, dtype):
-    # fragment_prefetch.COPIES_IN_STEPS = "mma" on tensor_core.MMA_BEST: 5 k tiles of 64 in
-    # 4 stages, whole groups of 8 block rows (the copies between the MMAs); a ragged group
-    # and N not a multiple of the 256-wide blocks (the copies after the barrier); 4096^3
-    from polytile.schedule.passes import fragment_prefetch as fp
-
-    monkeypatch.setattr(fp, "COPIES_IN_STEPS", "mma")
-    M, N, K = size
-    s, args = tc.wmma_gemm(M, N, K, **dict(tc.MMA_BEST, dtype=dtype))
     assert _gpu_error(s, args, M, N, K, dtype) < 1e-5
 
 
