@@ -730,6 +730,10 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     cfg.define_knob("occupancy", [0, 1], default=int(dtype in FULL_OCCUPANCY_DTYPES),
                     legacy=0)
     min_blocks = full_occupancy_blocks(layout) if cfg["occupancy"].val else 0
+    cfg.define_knob("affine", [0, 1] if dtype == "float16" else [0], default=0, legacy=0)
+    half_affine = cfg["affine"].val == 1
+    cfg.define_knob("scalars", [0, 1], default=0, legacy=0)
+    row_scalars = cfg["scalars"].val == 1
     A = te.placeholder((M, N), name="A", dtype=dtype)
     G = te.placeholder((N,), name="gamma", dtype=dtype)
     Bt = te.placeholder((N,), name="beta", dtype=dtype)
@@ -772,9 +776,32 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     # beta and gamma first: the stages of their registers (shared = 3) come before the
     # reductions' at the block's row loop (stages attached at one loop keep the order in
     # which the output's definition reads them), so their loads overlap the reductions
-    out = te.compute((M, N), lambda i, j: (_f32(b(j)) + _f32(g(j)) * (
-        (_f32(X(i, j)) - mean(i)) * te.rsqrt(var(i) + te.const(1e-5, "float32"))))
-        .astype(dtype), name="layernorm")
+    if row_scalars:
+        # the row's mean and 1 / std once per row into registers (shared memory with
+        # several rows a block): inline, nvcc re-evaluates the rsqrt (and the max before
+        # it) for every element, as the NaN-propagating max is an asm statement it does not
+        # hoist out of the output's loop
+        if one_pass:
+            mu_row = te.compute((M,), mean, name="mean_row")
+            pre.append(mu_row)
+        else:
+            mu_row = mu
+        rstd = te.compute((M,), lambda i: te.rsqrt(var(i) + te.const(1e-5, "float32")),
+                          name="rstd")
+        pre.append(rstd)
+
+        def normed(i, j):
+            return (_f32(X(i, j)) - mu_row[i]) * rstd[i]
+    else:
+        def normed(i, j):
+            return (_f32(X(i, j)) - mean(i)) * te.rsqrt(var(i) + te.const(1e-5, "float32"))
+
+    if half_affine:
+        out = te.compute((M, N), lambda i, j: b(j) + g(j) * normed(i, j).astype(dtype),
+                         name="layernorm")
+    else:
+        out = te.compute((M, N), lambda i, j: (_f32(b(j)) + _f32(g(j)) * normed(i, j))
+                         .astype(dtype), name="layernorm")
     s = te.create_schedule(out.op)
     _fused_rows(s, out, reductions, layout, regs,
                 [r for r in (g_regs, b_regs) if r is not None], pre=pre)
