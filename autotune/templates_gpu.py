@@ -530,7 +530,7 @@ def _param_reader(P: te.Tensor, layout: tuple) -> tuple:
 
 
 def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
-                param_regs=(), pre=()) -> None:
+                param_regs=(), pre=(), half2: bool = False) -> None:
     """One kernel for a row-wise normalisation ``out[M, N]``; ``layout`` is ``(threads,
     vec, rows, shared, local)`` (:func:`row_layouts`): ``rows`` rows per block
     (``blockIdx.x``, rows on ``threadIdx.y``), each row's ``reductions`` (``[M]``, in order)
@@ -605,6 +605,8 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
     if vec > 1:
         s[out].vectorize(jv)
         s[OL].vectorize(OL.op.axis[1])
+    if half2 and vec % 2 == 0:
+        s[OL].pragma(OL.op.axis[1], "half2")
     for t in _sources(s, OL, staged):
         c = s.cache_read(t, "local", [OL])
         s[c].compute_at(s[OL], OL.op.axis[0])
@@ -804,7 +806,7 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
                          .astype(dtype), name="layernorm")
     s = te.create_schedule(out.op)
     _fused_rows(s, out, reductions, layout, regs,
-                [r for r in (g_regs, b_regs) if r is not None], pre=pre)
+                [r for r in (g_regs, b_regs) if r is not None], pre=pre, half2=half_affine)
     if min_blocks:
         s[out].pragma(s[out].leaf_iter_vars[0], "min_blocks", min_blocks)   # the block loop
     return s, [A, G, Bt, out]

@@ -39,9 +39,10 @@ PRAGMAS = {"unroll": LoopKind.UNROLLED, "vectorize": LoopKind.VECTORIZED,
 #: compiler and loaded (``llvm`` target).
 IMPORT_PRAGMAS = ("import_llvm", "import_c")
 #: Pragmas that are hints to the code generator and leave the loop's kind alone:
-#: ``nontemporal`` streams the vector stores inside the loop past the caches (see
+#: ``nontemporal`` streams the vector stores inside the loop past the caches, ``half2``
+#: packs a float16 loop's arithmetic two lanes an instruction on CUDA (see
 #: :meth:`Stage.pragma`).
-HINT_PRAGMAS = ("nontemporal",)
+HINT_PRAGMAS = ("nontemporal", "half2")
 #: TVM's pragmas with a value (see :meth:`Stage.pragma`): ``auto_unroll_max_step`` (an int
 #: >= 0: serial loops inside of at most that many statements in all are unrolled) and
 #: ``unroll_explicit`` (a bool: polytile always unrolls in the IR, so a no-op); and
@@ -583,6 +584,18 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, Symbolic
         streaming stores (PTX ``st.global.cs``: evicted first from the caches); scalar
         stores stay ordinary. Other targets ignore the hint. Like Intel's
         ``#pragma vector nontemporal``.
+
+        ``"half2"`` (a hint; CUDA): loop ``iv``, vectorized or unrolled, of a constant even
+        extent and whose body stores one ``float16`` value, is printed by pairs of lanes,
+        its float16 ``+``, ``-`` and ``*`` as one ``half2`` instruction for both lanes
+        (``__hadd2``, ``__hsub2``, ``__hmul2``; ``a * b + c`` as ``__hfma2``: one rounding
+        instead of two, as float32 ``a * b + c`` may contract into an FMA), other float16
+        operands packed from their lanes and float32 values converted two at a time
+        (``__floats2half2_rn``). Each lane's arithmetic is the statement's, in float16 (half
+        the instructions of the scalar half operations, which ``cuda_fp16.h`` writes as
+        inline assembly nvcc neither fuses nor pairs). A loop that is not of that form
+        raises ``BuildError`` when the CUDA source is printed; other targets ignore the
+        hint.
 
         TVM's other loop pragmas:
 
