@@ -606,7 +606,10 @@ class CPrinter(CExprPrinter, StmtFunctor):
         ``half2`` instruction (``__hadd2``, ``__hsub2``, ``__hmul2``; ``a * b + c`` as
         ``__hfma2``, one rounding), every other float16 value packed from its two lanes."""
         n = s.extent.value if isinstance(s.extent, Const) else None
-        body = s.body
+        body, guard = s.body, None
+        if isinstance(body, IfThenElse) and body.else_case is None:
+            # a guarded tail: the pair where both lanes are in bounds, else lane by lane
+            body, guard = body.then_case, body.cond
         if (s.kind not in (LoopKind.VECTORIZED, LoopKind.UNROLLED) or n is None or n % 2
                 or not isinstance(s.min, Const) or s.step != 1 or not isinstance(body, Store)
                 or body.buffer.dtype != "float16" or body.value.dtype != "float16"):
@@ -643,10 +646,22 @@ class CPrinter(CExprPrinter, StmtFunctor):
             return f"__halves2half2({strip_parens(lo)}, {strip_parens(hi)})"
 
         for k in range(0, n, 2):
-            dst = [self.index(b, tuple(lane(i, k + h) for i in body.indices)) for h in (0, 1)]
-            self.emit(depth, f"{{ const half2 pt_h2 = {pair(body.value, k)};")
-            self.emit(depth + 1, f"{self.buffer(b)}[{dst[0]}] = __low2half(pt_h2);")
-            self.emit(depth + 1, f"{self.buffer(b)}[{dst[1]}] = __high2half(pt_h2); }}")
+            dst = [f"{self.buffer(b)}[{self.index(b, tuple(lane(i, k + h) for i in body.indices))}]"
+                   for h in (0, 1)]
+            d = depth
+            if guard is not None:
+                conds = [strip_parens(self.expr(lane(guard, k + h))) for h in (0, 1)]
+                self.emit(depth, f"if (({conds[0]}) && ({conds[1]})) {{")
+                d += 1
+            self.emit(d, f"{{ const half2 pt_h2 = {pair(body.value, k)};")
+            self.emit(d + 1, f"{dst[0]} = __low2half(pt_h2);")
+            self.emit(d + 1, f"{dst[1]} = __high2half(pt_h2); }}")
+            if guard is not None:
+                self.emit(depth, "} else {")
+                for h in (0, 1):
+                    self.emit(depth + 1, f"if ({conds[h]}) {dst[h]} = "
+                                         f"{strip_parens(self.expr(lane(body.value, k + h)))};")
+                self.emit(depth, "}")
 
     def visit_IfThenElse(self, s: IfThenElse, depth: int) -> None:
         self.emit(depth, f"if ({strip_parens(self.expr(s.cond))}) {{")
