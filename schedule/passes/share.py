@@ -240,7 +240,44 @@ class _Share(StmtMutator):
         return self._bind(self.generic_visit(s), ("cond",))
 
     def visit_LetStmt(self, s: LetStmt):
-        return self._bind(self.generic_visit(s), ("value",))
+        return self._bind(self.generic_visit(self._chain(s)), ("value",))
+
+    def _chain(self, s: LetStmt):
+        """A chain of lets (a tuple reduction's update: every new value of the tuple
+        from the old ones, ``astgen``) as one statement: a node two of their values use
+        (argmax's comparison, the shifted value ``d`` of a sum and a sum of squares) is
+        bound once before the chain, unless it reads a variable the chain binds."""
+        lets, x = [], s
+        while isinstance(x, LetStmt):
+            lets.append(x)
+            x = x.body
+        roots = [let.value for let in lets]
+        if len(lets) < 2 or not _reached_twice(roots, self.loads):
+            return s
+        count, order = _uses(roots)
+        bound = {id(let.var) for let in lets}
+        shared = [n for n in order if count[id(n)] > 1 and not _cheap(n)
+                  and n.dtype != "bool" and not any(id(v) in bound for v in free_vars(n))]
+        always = _unconditional(roots)
+        trap = _may_trap(order)
+        shared = [n for n in shared if id(n) in always or id(n) not in trap]
+        if not shared:
+            return s
+        names: dict[int, Var] = {}
+        rep = _Replace(names)
+        pre = []
+        for n in shared:   # children first
+            value = rep.generic_visit(n)
+            var = Var(n.dtype, f"cse{self.n}")
+            self.n += 1
+            names[id(n)] = var
+            pre.append((var, value))
+        out = x
+        for let in reversed(lets):
+            out = LetStmt(let.var, rep.visit(let.value), out)
+        for var, value in reversed(pre):
+            out = LetStmt(var, value, out)
+        return out
 
 
 def share_subexpressions(stmt):
