@@ -639,6 +639,12 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, Symbolic
             if pragma_value is not None:
                 fail("pragma", f"{pragma_type!r} on stage {self.name!r} has value "
                      f"{pragma_value!r}", "expected no value (the hint takes none)")
+            dtypes = {o.dtype for o in self.op.outputs} if isinstance(self.op, ComputeOp) \
+                else set()
+            if pragma_type == "half2" and dtypes != {"float16"}:
+                fail("pragma", f"'half2' on axis {iv.name!r} of stage {self.name!r}, whose "
+                     f"outputs are {sorted(dtypes) or 'not computed'}",
+                     "a stage computing float16 values (its float16 arithmetic is paired)")
             self.pragmas[iv] = self.pragmas.get(iv, ()) + ((pragma_type, None),)
             self._record("pragma", iv, pragma_type, None)
             return
