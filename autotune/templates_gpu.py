@@ -530,7 +530,7 @@ def _param_reader(P: te.Tensor, layout: tuple) -> tuple:
 
 
 def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
-                param_regs=(), pre=(), half2: bool = False) -> None:
+                param_regs=(), pre=(), half2: bool = False, cache: int = 0) -> None:
     """One kernel for a row-wise normalisation ``out[M, N]``; ``layout`` is ``(threads,
     vec, rows, shared, local)`` (:func:`row_layouts`): ``rows`` rows per block
     (``blockIdx.x``, rows on ``threadIdx.y``), each row's ``reductions`` (``[M]``, in order)
@@ -590,6 +590,8 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
         s[regs].unroll(ro)
         if vec > 1:
             s[regs].vectorize(rv)
+            if cache >= 2:
+                s[regs].pragma(rv, "evict_first")
         s[regs].compute_at(s[out], io)
         s[out].unroll(jo)
     for pr in param_regs:
@@ -600,6 +602,8 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
         s[pr].unroll(po)
         if vec > 1:
             s[pr].vectorize(pv)
+            if cache:
+                s[pr].pragma(pv, "evict_last")
         s[pr].compute_at(s[out], io)
     s[OL].compute_at(s[out], jt)
     if vec > 1:
@@ -607,11 +611,19 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
         s[OL].vectorize(OL.op.axis[1])
     if half2 and vec % 2 == 0:
         s[OL].pragma(OL.op.axis[1], "half2")
+    # cache hints (``cache``; vector loads only): 1 per-column vectors (gamma, beta) kept
+    # in L1 (``evict_last``), 2 also the rows' loads evicted first, 3 also the output's
+    # stores streaming (``nontemporal``)
     for t in _sources(s, OL, staged):
         c = s.cache_read(t, "local", [OL])
         s[c].compute_at(s[OL], OL.op.axis[0])
         if vec > 1:
             s[c].vectorize(c.op.axis[-1])
+            hint = _load_hint(t, cache)
+            if hint:
+                s[c].pragma(c.op.axis[-1], hint)
+    if vec > 1 and cache >= 3:
+        s[out].pragma(jv, "nontemporal")
     for p in pre:
         if rows > 1:
             s[p].bind(s[p].split(p.op.axis[0], factor=rows)[1], ty)
@@ -632,6 +644,17 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
         s[red].compute_at(s[out], io)
         if local:
             s[red].set_scope("local")
+
+
+def _load_hint(t: te.Tensor, cache: int):
+    """The load hint pragma of knob ``cache`` (:func:`_fused_rows`) for the vector loads
+    of input ``t``: per-column vectors (1-D) ``evict_last`` from 1, rows (2-D)
+    ``evict_first`` from 2; None otherwise."""
+    if not isinstance(t.op, PlaceholderOp):
+        return None
+    if len(t.shape) == 1:
+        return "evict_last" if cache >= 1 else None
+    return "evict_first" if cache >= 2 else None
 
 
 def _sources(s, t: te.Tensor, staged) -> list:
@@ -736,6 +759,7 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     half_affine = cfg["affine"].val == 1
     cfg.define_knob("scalars", [0, 1], default=0, legacy=0)
     row_scalars = cfg["scalars"].val == 1
+    cfg.define_knob("cache", [0, 1, 2, 3], default=0, legacy=0)
     A = te.placeholder((M, N), name="A", dtype=dtype)
     G = te.placeholder((N,), name="gamma", dtype=dtype)
     Bt = te.placeholder((N,), name="beta", dtype=dtype)
@@ -806,7 +830,8 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
                          .astype(dtype), name="layernorm")
     s = te.create_schedule(out.op)
     _fused_rows(s, out, reductions, layout, regs,
-                [r for r in (g_regs, b_regs) if r is not None], pre=pre, half2=half_affine)
+                [r for r in (g_regs, b_regs) if r is not None], pre=pre, half2=half_affine,
+                cache=cfg["cache"].val)
     if min_blocks:
         s[out].pragma(s[out].leaf_iter_vars[0], "min_blocks", min_blocks)   # the block loop
     return s, [A, G, Bt, out]

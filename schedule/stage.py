@@ -40,9 +40,10 @@ PRAGMAS = {"unroll": LoopKind.UNROLLED, "vectorize": LoopKind.VECTORIZED,
 IMPORT_PRAGMAS = ("import_llvm", "import_c")
 #: Pragmas that are hints to the code generator and leave the loop's kind alone:
 #: ``nontemporal`` streams the vector stores inside the loop past the caches, ``half2``
-#: packs a float16 loop's arithmetic two lanes an instruction on CUDA (see
+#: packs a float16 loop's arithmetic two lanes an instruction on CUDA, ``evict_last`` /
+#: ``evict_first`` set the L1 eviction priority of its global vector loads on CUDA (see
 #: :meth:`Stage.pragma`).
-HINT_PRAGMAS = ("nontemporal", "half2")
+HINT_PRAGMAS = ("nontemporal", "half2", "evict_last", "evict_first")
 #: TVM's pragmas with a value (see :meth:`Stage.pragma`): ``auto_unroll_max_step`` (an int
 #: >= 0: serial loops inside of at most that many statements in all are unrolled) and
 #: ``unroll_explicit`` (a bool: polytile always unrolls in the IR, so a no-op); and
@@ -584,6 +585,15 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, Symbolic
         streaming stores (PTX ``st.global.cs``: evicted first from the caches); scalar
         stores stay ordinary. Other targets ignore the hint. Like Intel's
         ``#pragma vector nontemporal``.
+
+        ``"evict_last"`` / ``"evict_first"`` (hints; CUDA): global vector loads into
+        registers or shared memory nested in loop ``iv`` (a vectorized copy, as a
+        ``cache_read`` to ``local``) are read-only loads with that L1 eviction priority:
+        PTX ``ld.global.nc.L1::evict_last`` (kept in L1 over other lines: data every block
+        of an SM reads again, as layernorm's gamma and beta) or ``ld.global.nc
+        .L1::evict_first`` (evicted first: data read once, as the rows of a row kernel).
+        The data must not be written during the kernel (the read-only path). Scalar loads
+        stay ordinary; other targets ignore the hints.
 
         ``"half2"`` (a hint; CUDA): loop ``iv``, vectorized or unrolled, of a constant even
         extent and whose body stores one ``float16`` value, is printed by pairs of lanes,
