@@ -42,18 +42,18 @@ from polytile.errors import BuildError, LoweringError, format_error
 from polytile.schedule.kinds import ASYNC_COPY, FRAGMENT_SCOPES, LoopKind, fragment_tile
 from polytile.schedule.loop_ir import (FOR_KINDS, AccessPtr, Allocate, Assert, Buffer, Evaluate,
                                        ExternCall, For, TensorCall,
-                                       IfThenElse, KernelLaunch, LetStmt, Load, PrimFunc, Seq,
-                                       Stmt,
+                                       IfThenElse, KernelLaunch, LetStmt, PrimFunc, Seq, Stmt,
                                        StmtFunctor, Store, Sync, WarpShuffle, stmt_str,
                                        walk_stmts)
 from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
 from polytile.te.depth import deep
 from polytile.te.expr import Binary, Cast, Const, Expr, Var
-from polytile.te.visitor import ExprMutator, replace_node, substitute
+from polytile.te.visitor import substitute
 
 from .c_dialect import CXX_KEYWORDS, CDialect
 from .c_expr import CExprPrinter, strip_parens
+from .c_half2 import HALF2, half2_loop
 from .c_vector import vector_copy
 from polytile.schedule.passes.simplify import simplify_expr
 from polytile.schedule.passes.loops import MAX_UNROLL
@@ -110,18 +110,6 @@ STREAM_STORES = {"uint4": _stream_store("uint4", "u32", "r", "xyzw"),
                  "int2": _stream_store("int2", "s32", "r", "xy"),
                  "float4": _stream_store("float4", "f32", "f", "xyzw"),
                  "float2": _stream_store("float2", "f32", "f", "xy")}
-
-
-#: The hint pragma that packs a float16 loop's arithmetic into ``half2`` (CUDA).
-HALF2 = "half2"
-
-
-class _LaneIndices(ExprMutator):
-    """Simplifies the indices of the loads of one lane (the loop variable replaced by a
-    constant), leaving the arithmetic on the values as it is."""
-
-    def visit_Load(self, e: Load):
-        return replace_node(e, {"indices": tuple(simplify_expr(i) for i in e.indices)})
 
 
 def _as_i64(e) -> Expr:
@@ -534,7 +522,7 @@ class CPrinter(CExprPrinter, StmtFunctor):
             if p != ASYNC_COPY:
                 self.emit(depth, f"// pragma {p}")
         if HALF2 in s.pragmas and self.d.name == "cuda":
-            self._half2_loop(s, depth)
+            half2_loop(self, s, depth)
             return
         vec = vector_copy(s) if self.d.vector_copies else None
         if asynchronous and (vec is None or vec[0] not in ("uint4", "float4", "int4")):
@@ -632,70 +620,6 @@ class CPrinter(CExprPrinter, StmtFunctor):
         self.stmt(s.body, depth + 1)
         self.scopes.pop()
         self.emit(depth, "}")
-
-    def _half2_loop(self, s: For, depth: int) -> None:
-        """The ``half2`` pragma (:meth:`polytile.schedule.stage.Stage.pragma`): loop ``s``
-        (a constant even extent, its body one float16 ``Store``) unrolled by pairs of
-        lanes, the float16 additions, subtractions and multiplications of each pair as one
-        ``half2`` instruction (``__hadd2``, ``__hsub2``, ``__hmul2``; ``a * b + c`` as
-        ``__hfma2``, one rounding), every other float16 value packed from its two lanes."""
-        n = s.extent.value if isinstance(s.extent, Const) else None
-        body, guard = s.body, None
-        if isinstance(body, IfThenElse) and body.else_case is None:
-            # a guarded tail: the pair where both lanes are in bounds, else lane by lane
-            body, guard = body.then_case, body.cond
-        if (s.kind not in (LoopKind.VECTORIZED, LoopKind.UNROLLED) or n is None or n % 2
-                or not isinstance(s.min, Const) or s.step != 1 or not isinstance(body, Store)
-                or body.buffer.dtype != "float16" or body.value.dtype != "float16"):
-            raise BuildError(format_error(
-                self.who, f"loop {s.var.name!r} has the pragma {HALF2!r} but is a {s.kind} "
-                f"loop of extent {stmt_str(s.extent) if n is None else n} with body "
-                f"{type(body).__name__}"
-                + (f" of {body.buffer.name!r} ({body.buffer.dtype}, value "
-                   f"{body.value.dtype})" if isinstance(body, Store) else ""),
-                "a vectorized or unrolled loop of constant even extent whose body stores "
-                "one float16 value (a vectorized float16 stage, as layernorm's output)",
-                Kernel=self.kname))
-        b = body.buffer
-        fuse = {"add": "__hadd2", "sub": "__hsub2", "mul": "__hmul2"}
-
-        def lane(e, k: int):
-            v = substitute(e, {s.var: Const(s.var.dtype, s.min.value + k)})
-            return _LaneIndices().visit(v)
-
-        def pair(e, k: int) -> str:
-            if isinstance(e, Binary) and e.dtype == "float16" and e.op in fuse:
-                for m, c in ((e.a, e.b), (e.b, e.a)):
-                    if e.op == "add" and isinstance(m, Binary) and m.op == "mul":
-                        return f"__hfma2({pair(m.a, k)}, {pair(m.b, k)}, {pair(c, k)})"
-                return f"{fuse[e.op]}({pair(e.a, k)}, {pair(e.b, k)})"
-            if isinstance(e, Cast) and e.dtype == "float16" and e.value.dtype == "float32":
-                return (f"__floats2half2_rn({strip_parens(self.expr(lane(e.value, k)))}, "
-                        f"{strip_parens(self.expr(lane(e.value, k + 1)))})")
-            lo, hi = (self.expr(lane(e, k)), self.expr(lane(e, k + 1)))
-            if e.dtype != "float16":
-                lo, hi = (self.cast(x, e.dtype, "float16") for x in (lo, hi))
-            if lo == hi:
-                return f"__half2half2({strip_parens(lo)})"
-            return f"__halves2half2({strip_parens(lo)}, {strip_parens(hi)})"
-
-        for k in range(0, n, 2):
-            dst = [f"{self.buffer(b)}[{self.index(b, tuple(lane(i, k + h) for i in body.indices))}]"
-                   for h in (0, 1)]
-            d = depth
-            if guard is not None:
-                conds = [strip_parens(self.expr(lane(guard, k + h))) for h in (0, 1)]
-                self.emit(depth, f"if (({conds[0]}) && ({conds[1]})) {{")
-                d += 1
-            self.emit(d, f"{{ const half2 pt_h2 = {pair(body.value, k)};")
-            self.emit(d + 1, f"{dst[0]} = __low2half(pt_h2);")
-            self.emit(d + 1, f"{dst[1]} = __high2half(pt_h2); }}")
-            if guard is not None:
-                self.emit(depth, "} else {")
-                for h in (0, 1):
-                    self.emit(depth + 1, f"if ({conds[h]}) {dst[h]} = "
-                                         f"{strip_parens(self.expr(lane(body.value, k + h)))};")
-                self.emit(depth, "}")
 
     def visit_IfThenElse(self, s: IfThenElse, depth: int) -> None:
         self.emit(depth, f"if ({strip_parens(self.expr(s.cond))}) {{")
