@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from polytile.errors import BuildError, format_error
 from polytile.schedule.kinds import LoopKind
-from polytile.schedule.loop_ir import For, IfThenElse, Load, Store, stmt_str
+from polytile.schedule.loop_ir import For, IfThenElse, LetStmt, Load, Store, stmt_str
 from polytile.schedule.passes.simplify import simplify_expr
 from polytile.te.expr import Binary, Cast, Const
 from polytile.te.visitor import ExprMutator, replace_node, substitute
@@ -24,6 +24,27 @@ from .c_expr import strip_parens
 
 #: The hint pragma that packs a float16 loop's arithmetic into ``half2`` (CUDA).
 HALF2 = "half2"
+
+
+def _inline_lets(body):
+    """``body`` without its leading lets (the share pass binds a lane's repeated
+    subexpressions): their values substituted, innermost first (the expressions are
+    pure, so each lane computes the same values)."""
+    lets = []
+    while isinstance(body, LetStmt):
+        lets.append(body)
+        body = body.body
+    for let in reversed(lets):
+        env = {let.var: let.value}
+        if isinstance(body, Store):
+            body = Store(body.buffer, tuple(substitute(i, env) for i in body.indices),
+                         substitute(body.value, env))
+        elif isinstance(body, IfThenElse) and body.else_case is None:
+            body = IfThenElse(substitute(body.cond, env), _inline_lets(
+                LetStmt(let.var, let.value, body.then_case)), None)
+        else:
+            return lets[0]   # not of the pragma's form: the caller says so
+    return body
 
 
 class _LaneIndices(ExprMutator):
@@ -42,10 +63,10 @@ def half2_loop(p, s: For, depth: int) -> None:
     ``half2`` instruction (``__hadd2``, ``__hsub2``, ``__hmul2``; ``a * b + c`` as
     ``__hfma2``, one rounding), every other float16 value packed from its two lanes."""
     n = s.extent.value if isinstance(s.extent, Const) else None
-    body, guard = s.body, None
+    body, guard = _inline_lets(s.body), None
     if isinstance(body, IfThenElse) and body.else_case is None:
         # a guarded tail: the pair where both lanes are in bounds, else lane by lane
-        body, guard = body.then_case, body.cond
+        body, guard = _inline_lets(body.then_case), body.cond
     if (s.kind not in (LoopKind.VECTORIZED, LoopKind.UNROLLED) or n is None or n % 2
             or not isinstance(s.min, Const) or s.step != 1 or not isinstance(body, Store)
             or body.buffer.dtype != "float16" or body.value.dtype != "float16"):

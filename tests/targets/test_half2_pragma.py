@@ -113,3 +113,37 @@ def test_half2_refuses_a_stage_not_in_float16():
         _affine(2, 32, 4, dtype="float32")
     msg = str(e.value)
     assert "'half2'" in msg and "'j.c'" in msg and "'C.local'" in msg and "float32" in msg, msg
+
+
+def test_half2_with_a_repeated_lane_value(cuda_build):
+    """``y * y + B[j]`` with ``y`` used twice: the share pass binds it to a let inside the
+    vector loop, which the pair printing inlines (computed at each use)."""
+    m, n = 3, 40
+    A = te.placeholder((m, n), name="A", dtype="float16")
+    B = te.placeholder((n,), name="B", dtype="float16")
+    y = lambda i, j: (A[i, j].astype("float32") * te.const(1.5, "float32")).astype("float16")
+
+    def body(i, j):
+        v = y(i, j)
+        return v * v + B[j]
+
+    C = te.compute((m, n), body, name="C")
+    s = te.create_schedule(C.op)
+    CL = s.cache_write(C, "local")
+    i, j = C.op.axis
+    jo, ji = s[C].split(j, factor=4)
+    s[C].bind(i, te.thread_axis("blockIdx.x"))
+    s[C].bind(jo, te.thread_axis("threadIdx.x"))
+    s[CL].compute_at(s[C], jo)
+    s[C].vectorize(ji)
+    s[CL].vectorize(CL.op.axis[1])
+    s[CL].pragma(CL.op.axis[1], "half2")
+    f = cuda_build(s, [A, B, C])
+    assert "__hfma2(" in f.get_source()
+    a, _, b = _inputs(m, n, 7)
+    dev = [polytile.nd.array(x, device="cuda") for x in (a, b, poison((m, n), "float16"))]
+    f(*dev)
+    y64 = (a.astype("float32") * np.float32(1.5)).astype("float16").astype("float64")
+    exact = y64 * y64 + b.astype("float64")
+    err = np.abs(dev[2].numpy().astype("float64") - exact)
+    assert (err <= U16 * (2 * y64 * y64 + 2 * np.abs(exact)) * (1 + 1e-6)).all()
