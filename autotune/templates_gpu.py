@@ -438,6 +438,16 @@ FLOAT16_DEFAULTS = {"softmax": [128, 8, 1, 2, 0], "layernorm": [256, 4, 1, 2, 1]
 #: float32, the same way: softmax 0.0354 ms = 0.92x the copy bound (the staged default:
 #: 0.0359 ms, 0.91x), layernorm 0.0361 ms = 0.90x (staged: 0.0371 ms, 0.88x)
 FLOAT32_DEFAULTS = {"softmax": [256, 4, 1, 2, 1], "layernorm": [128, 4, 1, 2, 1]}
+#: layernorm's output-step knobs by dtype where they are the default (rows of at least
+#: 1024, as the default layout of :data:`FLOAT16_DEFAULTS`): ``affine`` 1 (gamma and beta by
+#: ``__hfma2``, the ``half2`` pragma), ``scalars`` 1 (mean and 1/std once a row),
+#: ``hints`` 2 (gamma/beta ``evict_last``, rows ``evict_first``), ``stores`` 1 (streaming
+#: output stores). H200 2026-12-02 (``benchmarks/rows_gpu.py``, 3 rounds, copy 4.20 TB/s,
+#: bound 0.0160 ms, torch 0.0323 ms), float16 4096 x 4096 at [256, 4, 1, 2, 1], one pass:
+#: all four 0.0190 ms = 0.84x the copy bound (1.71x torch) against 0.0202 ms = 0.79x
+#: without them; affine alone 0.0201 (0.80x), scalars alone 0.0204 (no gain: 0.0204
+#: without), hints 1 0.0200, hints 2 without streaming stores 0.0208 (0.77x)
+LAYERNORM_OUTPUT_DEFAULTS = {"float16": {"affine": 1, "scalars": 1, "hints": 2, "stores": 1}}
 #: dtypes whose layernorm default (rows of at least 1024) computes its statistics in one
 #: pass (knob ``stats`` = 1): float16, at its default layout (:data:`FLOAT16_DEFAULTS`:
 #: 0.0202 ms one pass, 0.0208 ms two passes in the same run; [256, 4, 1, 2, 0]: 0.0205 /
@@ -530,7 +540,8 @@ def _param_reader(P: te.Tensor, layout: tuple) -> tuple:
 
 
 def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
-                param_regs=(), pre=(), half2: bool = False, cache: int = 0) -> None:
+                param_regs=(), pre=(), half2: bool = False, hints: int = 0,
+                stream: bool = False) -> None:
     """One kernel for a row-wise normalisation ``out[M, N]``; ``layout`` is ``(threads,
     vec, rows, shared, local)`` (:func:`row_layouts`): ``rows`` rows per block
     (``blockIdx.x``, rows on ``threadIdx.y``), each row's ``reductions`` (``[M]``, in order)
@@ -590,7 +601,7 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
         s[regs].unroll(ro)
         if vec > 1:
             s[regs].vectorize(rv)
-            if cache >= 2:
+            if hints >= 2:
                 s[regs].pragma(rv, "evict_first")
         s[regs].compute_at(s[out], io)
         s[out].unroll(jo)
@@ -602,7 +613,7 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
         s[pr].unroll(po)
         if vec > 1:
             s[pr].vectorize(pv)
-            if cache:
+            if hints:
                 s[pr].pragma(pv, "evict_last")
         s[pr].compute_at(s[out], io)
     s[OL].compute_at(s[out], jt)
@@ -611,18 +622,18 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
         s[OL].vectorize(OL.op.axis[1])
     if half2 and vec % 2 == 0:
         s[OL].pragma(OL.op.axis[1], "half2")
-    # cache hints (``cache``; vector loads only): 1 per-column vectors (gamma, beta) kept
-    # in L1 (``evict_last``), 2 also the rows' loads evicted first, 3 also the output's
-    # stores streaming (``nontemporal``)
+    # cache hints (vector loads only): ``hints`` 1 per-column vectors (gamma, beta) kept
+    # in L1 (``evict_last``), 2 also the rows' loads evicted first; ``stream``: the
+    # output's vector stores streaming (``nontemporal``: st.global.cs)
     for t in _sources(s, OL, staged):
         c = s.cache_read(t, "local", [OL])
         s[c].compute_at(s[OL], OL.op.axis[0])
         if vec > 1:
             s[c].vectorize(c.op.axis[-1])
-            hint = _load_hint(t, cache)
+            hint = _load_hint(t, hints)
             if hint:
                 s[c].pragma(c.op.axis[-1], hint)
-    if vec > 1 and cache >= 3:
+    if vec > 1 and stream:
         s[out].pragma(jv, "nontemporal")
     for p in pre:
         if rows > 1:
@@ -646,15 +657,15 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
             s[red].set_scope("local")
 
 
-def _load_hint(t: te.Tensor, cache: int):
-    """The load hint pragma of knob ``cache`` (:func:`_fused_rows`) for the vector loads
+def _load_hint(t: te.Tensor, hints: int):
+    """The load hint pragma of knob ``hints`` (:func:`_fused_rows`) for the vector loads
     of input ``t``: per-column vectors (1-D) ``evict_last`` from 1, rows (2-D)
     ``evict_first`` from 2; None otherwise."""
     if not isinstance(t.op, PlaceholderOp):
         return None
     if len(t.shape) == 1:
-        return "evict_last" if cache >= 1 else None
-    return "evict_first" if cache >= 2 else None
+        return "evict_last" if hints >= 1 else None
+    return "evict_first" if hints >= 2 else None
 
 
 def _sources(s, t: te.Tensor, staged) -> list:
@@ -683,6 +694,8 @@ def softmax_cuda(M: int, N: int, dtype: str = "float32"):
     (:func:`row_layouts`)."""
     cfg = get_config()
     layout = _row_knobs(cfg, M, N, dtype, "softmax")
+    # 1: the output's vector stores streaming (st.global.cs), as layernorm's ``stores``
+    cfg.define_knob("stores", [0, 1], default=0, legacy=0)
     A = te.placeholder((M, N), name="A", dtype=dtype)
     k1 = te.reduce_axis((0, N), name="k1")
     k2 = te.reduce_axis((0, N), name="k2")
@@ -701,7 +714,7 @@ def softmax_cuda(M: int, N: int, dtype: str = "float32"):
                                            * (te.const(1.0, "float32") / sm[i]))
                      .astype(dtype), name="softmax")
     s = te.create_schedule(out.op)
-    _fused_rows(s, out, (mx, sm), layout, regs)
+    _fused_rows(s, out, (mx, sm), layout, regs, stream=cfg["stores"].val == 1)
     return s, [A, out]
 
 
@@ -755,11 +768,16 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     cfg.define_knob("occupancy", [0, 1], default=int(dtype in FULL_OCCUPANCY_DTYPES),
                     legacy=0)
     min_blocks = full_occupancy_blocks(layout) if cfg["occupancy"].val else 0
-    cfg.define_knob("affine", [0, 1] if dtype == "float16" else [0], default=0, legacy=0)
+    # the output step's knobs: defaults as measured (LAYERNORM_OUTPUT_DEFAULTS), rows of
+    # at least 1024 (as the default layout)
+    out_default = LAYERNORM_OUTPUT_DEFAULTS.get(dtype, {}) if N >= 1024 else {}
+    cfg.define_knob("affine", [0, 1] if dtype == "float16" else [0],
+                    default=out_default.get("affine", 0), legacy=0)
     half_affine = cfg["affine"].val == 1
-    cfg.define_knob("scalars", [0, 1], default=0, legacy=0)
+    cfg.define_knob("scalars", [0, 1], default=out_default.get("scalars", 0), legacy=0)
     row_scalars = cfg["scalars"].val == 1
-    cfg.define_knob("cache", [0, 1, 2, 3], default=0, legacy=0)
+    cfg.define_knob("hints", [0, 1, 2], default=out_default.get("hints", 0), legacy=0)
+    cfg.define_knob("stores", [0, 1], default=out_default.get("stores", 0), legacy=0)
     A = te.placeholder((M, N), name="A", dtype=dtype)
     G = te.placeholder((N,), name="gamma", dtype=dtype)
     Bt = te.placeholder((N,), name="beta", dtype=dtype)
@@ -831,7 +849,7 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     s = te.create_schedule(out.op)
     _fused_rows(s, out, reductions, layout, regs,
                 [r for r in (g_regs, b_regs) if r is not None], pre=pre, half2=half_affine,
-                cache=cfg["cache"].val)
+                hints=cfg["hints"].val, stream=cfg["stores"].val == 1)
     if min_blocks:
         s[out].pragma(s[out].leaf_iter_vars[0], "min_blocks", min_blocks)   # the block loop
     return s, [A, G, Bt, out]

@@ -2,8 +2,8 @@
 (a vectorized ``cache_read`` to ``local``) become read-only loads with that L1 eviction
 priority (PTX ``ld.global.nc.L1::evict_last`` / ``L1::evict_first``, a helper per vector
 type), the values unchanged (emulated driver and GPU, odd sizes with a guarded tail);
-scalar loads and loops without the pragma keep ordinary loads; layernorm's ``cache`` knob
-puts them on gamma and beta, then the rows, then streams the output."""
+scalar loads and loops without the pragma keep ordinary loads; layernorm's ``hints`` knob
+puts them on gamma and beta, then the rows, its ``stores`` knob streams the output."""
 
 from __future__ import annotations
 
@@ -82,10 +82,14 @@ def _layernorm(args, dtype, **want):
     return t.instantiate(cfg, args, dtype, "cuda")
 
 
-def test_layernorm_cache_knob_in_the_source():
+#: (hints, stores) of the cases below: none, gamma/beta, also the rows, also the stores
+LEVELS = ((0, 0), (1, 0), (2, 0), (2, 1))
+
+
+def test_layernorm_hints_and_stores_in_the_source():
     counts = []
-    for cache in range(4):
-        src = polytile.build(*_layernorm((64, 4096), "float16", cache=cache),
+    for hints, stores in LEVELS:
+        src = polytile.build(*_layernorm((64, 4096), "float16", hints=hints, stores=stores),
                              target="cuda").get_source()
         counts.append((src.count("= pt_ld_evict_last_uint2(&gamma[") +
                        src.count("= pt_ld_evict_last_uint2(&beta["),
@@ -98,8 +102,8 @@ def test_layernorm_cache_knob_in_the_source():
 @pytest.mark.parametrize("args,dtype,layout", [((5, 96), "float16", [32, 8, 4, 2, 0]),
                                                ((3, 200), "float16", [32, 4, 1, 3, 1]),
                                                ((3, 128), "float32", [32, 4, 1, 0, 0])])
-def test_layernorm_cache_knob_computes_the_definition(args, dtype, layout):
-    s, tensors = _layernorm(args, dtype, layout=layout, cache=3)
+def test_layernorm_hints_and_stores_compute_the_definition(args, dtype, layout):
+    s, tensors = _layernorm(args, dtype, layout=layout, hints=2, stores=1)
     f = polytile.lower(s, tensors, target="cuda")
     rng = np.random.default_rng(args[1])
     a = rng.uniform(-1, 1, args).astype(dtype)
@@ -113,12 +117,12 @@ def test_layernorm_cache_knob_computes_the_definition(args, dtype, layout):
     check(out, ref, k=args[1])
 
 
-def test_layernorm_cache_knob_runs(cuda_device):
+def test_layernorm_hints_and_stores_run(cuda_device):
     args = (3, 1000) if cuda_device == "emulated" else (1024, 4096)
-    for cache in ((3,) if cuda_device == "emulated" else (1, 2, 3)):
-        s, tensors = _layernorm(args, "float16", cache=cache)
+    for k, (hints, stores) in enumerate(LEVELS[3:] if cuda_device == "emulated" else LEVELS):
+        s, tensors = _layernorm(args, "float16", hints=hints, stores=stores)
         f = polytile.build(s, tensors, target="cuda")
-        rng = np.random.default_rng(cache)
+        rng = np.random.default_rng(k)
         arrays = [rng.uniform(-1, 1, args).astype("float16"),
                   rng.uniform(0.5, 1.5, args[1]).astype("float16"),
                   rng.uniform(-1, 1, args[1]).astype("float16"), poison(args, "float16")]
