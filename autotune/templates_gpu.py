@@ -557,10 +557,15 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
     loads; else every pass reads global memory (the second and third from L1/L2).
     ``param_regs`` (``shared`` = 3, :func:`_param_reader`): per-column vectors each thread
     keeps its part of in registers, loaded at the block's row loop. ``pre``: per-row
-    values (``[M]``, no reduction; layernorm's shift) the reductions read, computed at the
-    block's row loop by every thread into a register (one row per block), or by the
-    row's threads into shared memory (several rows: a ``local`` buffer's loops may not be
-    bound to ``threadIdx.y``)."""
+    values (``[M]``, no reduction; layernorm's shift, which the reductions read, and its
+    mean and 1/std, which read them), computed at the block's row loop by every thread
+    into a register (one row per block), or by the row's threads into shared memory
+    (several rows: a ``local`` buffer's loops may not be bound to ``threadIdx.y``).
+    ``half2``: the output's float16 arithmetic two lanes an instruction (the ``half2``
+    pragma on its vector loop; even ``vec`` only). ``hints`` (vector loads only): 1 the
+    per-column vectors' loads ``evict_last`` (kept in L1: every block reads them), 2 also
+    the rows' loads ``evict_first``; ``stream``: the output's vector stores streaming
+    (``nontemporal``: PTX ``st.global.cs``)."""
     nt, vec, rows, shared, local = layout
     tx, ty = _tx(), _ty()
     OL = s.cache_write(out, "local")
@@ -759,6 +764,18 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     Knob ``occupancy``: 1 bounds the kernel's registers so that an SM holds
     ``THREADS_PER_SM`` threads of its blocks (:func:`full_occupancy_blocks`, the
     ``min_blocks`` pragma), so more rows are in flight per SM; 0 leaves them to ptxas.
+
+    The output step (:data:`LAYERNORM_OUTPUT_DEFAULTS` says which are the default):
+
+    * ``scalars`` 1: the row's mean and ``1 / std`` computed once per row (same values).
+    * ``affine`` 1 (float16 only): ``gamma * y + beta`` in float16, ``y = (x - mean) /
+      std`` rounded to float16 first, two lanes an instruction (``__hfma2``). With ``u`` =
+      2^-11: ``|out - (g y + b)| <= u |g y| (1 + u) + u |g y + b|`` (one rounding of
+      ``g y`` more than the float32 step's single rounding of the output; ``u (2 |g y| +
+      |g y + b|)`` where product and sum round apart, as in the interpreter).
+    * ``hints`` 1: gamma's and beta's loads ``evict_last`` in L1; 2: also the rows' loads
+      ``evict_first`` (PTX ``ld.global.nc.L1::*``).
+    * ``stores`` 1: streaming output stores (``st.global.cs``).
     """
     cfg = get_config()
     layout = _row_knobs(cfg, M, N, dtype, "layernorm", params=2)

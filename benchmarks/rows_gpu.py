@@ -16,6 +16,8 @@ Run on the GPU machine::
         --measure-copy
     python benchmarks/rows_gpu.py --workloads layernorm --dtypes float16 \
         --layouts 128,8,1,2,1 128,4,1,0,0
+    python benchmarks/rows_gpu.py --workloads layernorm --dtypes float16 --only --no-alt \
+        --measure-copy --variants affine=0,scalars=0,hints=0,stores=0 stores=0
 
 One line per config: median time, spread, bandwidth (bytes read + written over the time)
 against the copy bound, the ratio to torch. Each layout is timed with every value of the
