@@ -41,11 +41,14 @@ def lower(sch, args, name: str = "main", target=None, **kwargs):
     return _lower(sch, args, name=name, target=target, **kwargs)
 
 
-def build(sch, args=None, target="llvm", name: str = "main", **kwargs):
-    """Compile a schedule for ``target``; see :func:`polytile.targets.build`."""
+def build(sch, args=None, target="llvm", target_host=None, name: str = "main", binds=None,
+          **kwargs):
+    """Compile a schedule for ``target`` (TVM's positional order: ``inputs, args, target,
+    target_host, name, binds``); see :func:`polytile.targets.build`."""
     from polytile.targets import build as _build
 
-    return _build(sch, args, target=target, name=name, **kwargs)
+    return _build(sch, args, target=target, target_host=target_host, name=name, binds=binds,
+                  **kwargs)
 
 
 def set_num_threads(n: int) -> None:
