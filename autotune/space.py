@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -35,6 +36,8 @@ from polytile.errors import TuneError, format_error
 from . import sizes
 from .entities import (ANNOTATIONS, AnnotateEntity, OtherOptionEntity, ReorderEntity,
                        SplitEntity)
+
+_log = logging.getLogger("polytile.autotune")
 
 __all__ = ["ANNOTATIONS", "AnnotateEntity", "AnnotateSpace", "ConfigEntity", "ConfigSpace",
            "KnobSpace", "OtherOptionEntity", "OtherSpace", "ReorderEntity", "ReorderSpace",
@@ -98,6 +101,23 @@ def _json_key(v) -> str:
     return json.dumps(v, sort_keys=True)
 
 
+def _split_sizes(policy: str, length: int, limit: int, num_outputs: int) -> list:
+    """The ``[-1, f1, ...]`` splits of an axis of ``length`` whose inner factors are at
+    most ``limit``: divisors whose product divides ``length`` (``"factors"``), or powers of
+    two whose product is at most ``length`` (``"power2"``)."""
+    if policy == "factors":
+        base = [d for d in _divisors(length) if d <= limit]
+    else:
+        base = [1 << k for k in range(0, max(1, limit).bit_length()) if 1 << k <= limit]
+    sizes = []
+    for inner in itertools.product(base, repeat=num_outputs - 1):
+        p = math.prod(inner)
+        if p > length or (policy == "factors" and length % p):
+            continue
+        sizes.append([-1] + list(inner))
+    return sizes
+
+
 def _divisors(n: int) -> list[int]:
     small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
@@ -151,23 +171,28 @@ class SplitSpace(KnobSpace):
                         f"expected num_outputs={num_outputs}"))
                 sizes.append([-1] + [int(x) for x in c[1:]])
         else:
-            if policy == "factors":
-                base = [d for d in _divisors(length) if d <= limit]
-            else:
-                base = [1 << k for k in range(0, max(1, limit).bit_length()) if 1 << k <= limit]
-            sizes = []
-            for inner in itertools.product(base, repeat=num_outputs - 1):
-                p = math.prod(inner)
-                if p > length or (policy == "factors" and length % p):
-                    continue
-                sizes.append([-1] + list(inner))
+            sizes = _split_sizes(policy, length, limit, num_outputs)
         ents = [SplitEntity(s) for s in sizes]
         if filter is not None:
             ents = [e for e in ents if filter(e)]
+        if not ents and policy == "factors":
+            # an odd or prime extent whose divisors the filter all refuses (a vector width
+            # of 8, 16 or 32 over 65 columns): non-divisible splits are exact here (partial
+            # tiles), so the power-of-two sizes are legal choices of the same knob
+            ents = [SplitEntity(s) for s in _split_sizes("power2", length, limit,
+                                                         num_outputs)]
+            ents = [e for e in ents if filter is None or filter(e)]
+            if ents:
+                policy = self.policy = "power2"
+                _log.info("define_split: knob %r: no factor of extent %d passes the filter; "
+                          "using power-of-two sizes (non-divisible splits)", name, length)
         if not ents:
-            raise TuneError(format_error("define_split", f"knob {name!r} has no choices "
-                                         f"(length {length}, policy {policy!r})",
-                                         "loosen max_factor or the filter"))
+            raise TuneError(format_error(
+                "define_split", f"knob {name!r} has no choices: no split of its axis of "
+                f"extent {length} into {num_outputs} loops (policy {policy!r}, max_factor "
+                f"{max_factor}) passes the filter",
+                "loosen max_factor or the filter, or pass policy='candidate' with "
+                "candidate=[[-1, f1, ...], ...]"))
         self.entities = ents
         self._index = {tuple(e.size): k for k, e in enumerate(ents)}
         if default is not None:

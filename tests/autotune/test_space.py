@@ -46,6 +46,20 @@ def test_split_errors():
         SplitSpace("t", 8, 2, filter=lambda e: False)
 
 
+def test_split_factors_of_an_odd_extent_refused_by_the_filter_fall_back_to_power2():
+    # tutorials/03 --n 65: a vector width of 8, 16 or 32 over 65 columns (factors 1, 5,
+    # 13, 65) left the knob empty; non-divisible splits are exact, so powers of two serve
+    k = SplitSpace("tile_j", 65, 3, max_factor=64, filter=lambda e: e.size[-1] in (8, 16, 32),
+                   default=[-1, 4, 32])
+    assert k.policy == "power2" and len(k) > 0
+    assert all(e.size[-1] in (8, 16, 32) and e.size[1] * e.size[2] <= 65 for e in k.entities)
+    assert k.get(k.default_index).size == [-1, 2, 32]
+    with pytest.raises(TuneError, match=r"knob 'tile_j' has no choices: no split of its axis "
+                       r"of extent 65 into 2 loops \(policy 'factors', max_factor 64\) passes "
+                       r"the filter; loosen max_factor or the filter"):
+        SplitSpace("tile_j", 65, 2, max_factor=64, filter=lambda e: e.size[-1] == 128)
+
+
 def test_split_apply_nests_loops():
     from polytile import te
 
