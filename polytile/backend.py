@@ -111,14 +111,26 @@ class DeviceLimits:
     tensor_intrinsics: tuple = ()
 
 
+class TargetKind(str):
+    """A target's kind: the string itself (``"llvm"``), with TVM's ``kind.name``."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        """The kind as a plain string (TVM's ``target.kind.name``)."""
+        return str.__str__(self)
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """A parsed target string: a backend kind, its options and the device's limits.
 
     Attributes
     ----------
-    kind : str
-        The backend's kind (``"llvm"``, ``"cuda"``, or a registered one).
+    kind : TargetKind
+        The backend's kind (``"llvm"``, ``"cuda"``, or a registered one): a ``str``, with
+        TVM's ``kind.name``.
     cpu : str
         LLVM CPU name (``"znver4"``); empty where it does not apply.
     features : tuple of str
@@ -149,6 +161,10 @@ class Target:
     options: tuple = field(default=(), compare=False)
     limits: DeviceLimits = field(default=DeviceLimits(), compare=False)
     attrs: tuple = ()
+
+    def __post_init__(self):
+        if type(self.kind) is not TargetKind:
+            object.__setattr__(self, "kind", TargetKind(self.kind))
 
     @property
     def backend(self) -> Backend:

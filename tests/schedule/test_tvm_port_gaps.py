@@ -82,3 +82,28 @@ def test_hardware_thread_index_on_llvm_is_still_refused():
     s[Y].bind(xo, te.thread_axis("blockIdx.x"))
     with pytest.raises(ScheduleError, match="binds loops to GPU indices"):
         polytile.build(s, [X, Y], "llvm")
+
+
+def test_tvm_tensor_expression_tutorial_runtime_surface():
+    # TVM's "Working with Operators Using Tensor Expression": target.kind.name, tvm.nd
+    # arrays on tvm.device(...), repeated calls (nd arrays took the checked slow path on
+    # every call: a time_evaluator of the 1024-element add read about 80 us, not 1)
+    tgt = polytile.target.Target(target="llvm", host="llvm")
+    n = te.var("n")
+    A = te.placeholder((n,), name="A")
+    B = te.placeholder((n,), name="B")
+    C = te.compute(A.shape, lambda i: A[i] + B[i], name="C")
+    fadd = polytile.build(te.create_schedule(C.op), [A, B, C], tgt, name="myadd")
+    dev = polytile.device(tgt.kind.name, 0)
+    assert tgt.kind == "llvm" and tgt.kind.name == "llvm"
+    a = polytile.nd.array(rand((1031,), seed=1), dev)
+    b = polytile.nd.array(rand((1031,), seed=2), dev)
+    c = polytile.nd.array(np.full(1031, np.nan, "float32"), dev)
+    for _ in range(2):
+        c[:] = np.nan   # (a CPUArray is a numpy array; numpy() is a copy)
+        fadd(a, b, c)
+        np.testing.assert_allclose(c.numpy(), a.numpy().astype("float64") + b.numpy(),
+                                   rtol=1e-6)
+    assert fadd._fast is not None   # the checks of these arrays are remembered
+    with pytest.raises(ValueError, match="disagree on the symbolic size 'n'"):
+        fadd(a, b, polytile.nd.array(np.zeros(1030, "float32"), dev))
