@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from polytile.backend import Target
+from polytile.backend import DEFAULT_TARGET, Target, current_target
 from polytile.errors import TargetError, format_error
 from polytile.schedule.loop_ir import PrimFunc
 from polytile.schedule.pipeline import lower, run_backend_passes
@@ -12,7 +12,7 @@ from .module import Module
 
 
 @deep("build")
-def build(sch_or_func, args=None, target: str | Target = "llvm", target_host=None,
+def build(sch_or_func, args=None, target: str | Target = DEFAULT_TARGET, target_host=None,
           name: str = "main", binds=None, **options) -> Module:
     """Compile ``sch_or_func`` into a callable module.
 
@@ -29,7 +29,8 @@ def build(sch_or_func, args=None, target: str | Target = "llvm", target_host=Non
         The tensors that become the function's parameters, in order (schedules only).
     target : str or Target
         A registered kind with options (``"llvm"``, the host CPU, default; ``"cuda"``, an
-        NVIDIA GPU; see :mod:`polytile.backend`).
+        NVIDIA GPU; see :mod:`polytile.backend`). Not given: the target of the innermost
+        ``with polytile.target.Target(...):`` block, else ``"llvm"``.
     target_host : str or Target, optional
         TVM's host target: an ``llvm`` target or None. The host code of every target runs
         on this machine's CPU (``llvm`` functions are host code; a GPU module is launched
@@ -64,6 +65,8 @@ def build(sch_or_func, args=None, target: str | Target = "llvm", target_host=Non
     BuildError
         When code generation or compilation fails.
     """
+    if target is DEFAULT_TARGET and current_target() is not None:
+        target = current_target()
     tgt = Target.parse(target)
     if target_host is not None:
         _check_target_host(target_host)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -101,3 +102,32 @@ def test_dtype_among_the_tuning_arguments_gets_a_hint():
     with pytest.raises(TuneError, match=r"(?s)takes 1 arguments \(n\) but 2 were given.*"
                        r"hint: give the dtype apart: dtype='float64'"):
         autotune.tune("test_script_templates/add", (5, "float64"), n_trial=1)
+
+
+def test_autotvm_nesting_with_target_context(tmp_path):
+    # AutoTVM's tutorials: with apply_history_best(log): with tvm.target.Target("llvm"):
+    #     s, args = template(...); func = tvm.build(s, args)
+    # (Target had no context manager: TypeError)
+    from polytile.target import Target
+
+    log = str(tmp_path / "add.jsonl")
+    opt = autotune.MeasureOptions(parallel=1, number=1, repeat=1, min_repeat_ms=1)
+    res = autotune.tune("test_script_templates/add", (37,), dtype="float64", tuner="random",
+                        n_trial=2, measure_option=opt, log_file=log)
+    assert Target.current() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", autotune.FallbackWarning)   # the record is found
+        with autotune.apply_history_best(log) as ctx:
+            with Target("llvm") as tgt:
+                assert Target.current() is tgt and ctx.target.startswith("llvm")
+                s, args = add(37, "float64")
+                f = polytile.build(s, args)
+    assert Target.current() is None
+    a, b = np.arange(37.0), np.full(37, np.nan)
+    f(a, b)
+    np.testing.assert_array_equal(b, a + 1)
+    with Target("cuda"):    # build without a target: the current one
+        assert autotune.context.default_target().startswith("cuda")
+        with pytest.raises(polytile.ScheduleError, match="needs GPU kernels"):
+            polytile.build(s, args)
+    assert res.best is not None

@@ -107,3 +107,14 @@ def test_tvm_tensor_expression_tutorial_runtime_surface():
     assert fadd._fast is not None   # the checks of these arrays are remembered
     with pytest.raises(ValueError, match="disagree on the symbolic size 'n'"):
         fadd(a, b, polytile.nd.array(np.zeros(1030, "float32"), dev))
+
+
+def test_tvm_lower_signature_with_binds():
+    # TVM's lower(inp, args, name, binds, simple_mode): binds by keyword or in fourth place
+    A = te.placeholder((5,), name="A")
+    B = te.compute((5,), lambda i: A[i] + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    assert "def f(" in str(polytile.lower(s, [A, B], "f", None, True))
+    assert "def f(" in str(polytile.lower(s, [A, B], name="f", binds={}, simple_mode=True))
+    with pytest.raises(polytile.TargetError, match="lower: binds of 1 tensors are given"):
+        polytile.lower(s, [A, B], "f", {A: polytile.tir.decl_buffer(A.shape, A.dtype)})
