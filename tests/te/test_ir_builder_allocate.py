@@ -81,3 +81,29 @@ def test_allocate_refusals(kwargs, match):
     args = {"dtype": "float32", "shape": (4,), "name": "b", **kwargs}
     with pytest.raises(DefinitionValueError, match=match):
         ib.allocate(**args)
+
+
+def test_inlining_the_input_of_an_extern_is_refused_naming_both():
+    # was a tensorize error at lowering comparing "(A[B_0] * 2.0f)" with "B[B_0]"
+    from polytile.errors import ScheduleError
+
+    n = 9
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2, name="B")
+
+    def gen(ins, outs):
+        ib = tir.ir_builder.create()
+        a, c = ib.buffer_ptr(ins[0]), ib.buffer_ptr(outs[0])
+        with ib.for_range(0, n, name="i") as i:
+            c[i] = a[i] + 1.0
+        return ib.get()
+
+    E = te.extern((n,), [B], gen, name="E", dtype="float32")
+    s = te.create_schedule(E.op)
+    with pytest.raises(ScheduleError, match=r"compute_inline: stage 'B' is read by the "
+                       r"te.extern 'E', whose external code reads its array"):
+        s[B].compute_inline()
+    f = polytile.build(s, [A, E])      # the schedule is unchanged and still builds
+    a, e = np.arange(1.0, n + 1, dtype="float32"), np.full(n, np.nan, "float32")
+    f(a, e)
+    np.testing.assert_array_equal(e, a * 2 + 1)
