@@ -107,3 +107,15 @@ def test_inlining_the_input_of_an_extern_is_refused_naming_both():
     a, e = np.arange(1.0, n + 1, dtype="float32"), np.full(n, np.nan, "float32")
     f(a, e)
     np.testing.assert_array_equal(e, a * 2 + 1)
+
+
+def test_compute_at_of_an_extern_names_compute_at():
+    from polytile.errors import ScheduleError
+
+    A, E = reversed_double(12)
+    D = te.compute((12,), lambda i: E[i] * 3.0, name="D")
+    s = te.create_schedule(D.op)
+    xo, _ = s[D].split(D.op.axis[0], factor=4)
+    s[E].compute_at(s[D], xo)
+    with pytest.raises(ScheduleError, match=r"^compute_at: stage 'C' is a te.extern"):
+        polytile.lower(s, [A, D])
