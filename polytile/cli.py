@@ -639,8 +639,26 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _negative_args(argv: list) -> list:
+    """``--args -3,4,4`` as ``--args=-3,4,4``: argparse takes a value starting with ``-``
+    for an option and says only "expected one argument"; joined, the value reaches
+    ``_int_list``, whose message says what is wrong with it."""
+    out: list = []
+    it = iter(range(len(argv)))
+    for k in it:
+        tok = argv[k]
+        nxt = argv[k + 1] if k + 1 < len(argv) else ""
+        if tok == "--args" and nxt[:1] == "-" and nxt[1:2].isdigit():
+            out.append(f"--args={nxt}")
+            next(it, None)
+        else:
+            out.append(tok)
+    return out
+
+
 def main(argv=None) -> int:
     """Run the command line; returns the exit code (``polytile`` exits with it)."""
+    argv = _negative_args(list(sys.argv[1:] if argv is None else argv))
     args = _parser().parse_args(argv)  # exits 2 with argparse's message on usage errors
     from polytile.errors import PolytileError
 
