@@ -104,7 +104,11 @@ def _json_key(v) -> str:
 def _split_sizes(policy: str, length: int, limit: int, num_outputs: int) -> list:
     """The ``[-1, f1, ...]`` splits of an axis of ``length`` whose inner factors are at
     most ``limit``: divisors whose product divides ``length`` (``"factors"``), or powers of
-    two whose product is at most ``length`` (``"power2"``)."""
+    two whose product is at most ``length`` (``"power2"``), or both (``"verbose"``)."""
+    if policy == "verbose":     # AutoTVM's: the factors and the powers of two
+        both = _split_sizes("factors", length, limit, num_outputs) + _split_sizes(
+            "power2", length, limit, num_outputs)
+        return [list(t) for t in sorted({tuple(x) for x in both})]
     if policy == "factors":
         base = [d for d in _divisors(length) if d <= limit]
     else:
@@ -131,6 +135,7 @@ class SplitSpace(KnobSpace):
     * ``"factors"``: each ``fi`` divides ``length`` and so does their product (no tails);
     * ``"power2"``: each ``fi`` a power of two with product at most ``length`` (tails
       allowed);
+    * ``"verbose"``: both of the above (AutoTVM's);
     * ``"candidate"``: exactly the size lists in ``candidate``.
 
     ``max_factor`` bounds each inner size; ``filter(entity) -> bool`` drops entities.
@@ -144,10 +149,10 @@ class SplitSpace(KnobSpace):
         if not 2 <= num_outputs <= 4:
             raise TuneError(format_error("define_split", f"num_outputs={num_outputs} for "
                                          f"knob {name!r}", "expected 2, 3 or 4"))
-        if policy not in ("factors", "power2", "candidate"):
+        if policy not in ("factors", "power2", "verbose", "candidate"):
             raise TuneError(format_error("define_split", f"unknown policy {policy!r} for "
-                                         f"knob {name!r}",
-                                         "expected 'factors', 'power2' or 'candidate'"))
+                                         f"knob {name!r}", "expected 'factors', 'power2', "
+                                         "'verbose' or 'candidate'"))
         if length < 1:
             # a zero-size workload (``--args 0,4,4``) reaches here first; say so rather
             # than complain about the policy's empty choices
@@ -438,8 +443,26 @@ class OtherSpace(KnobSpace):
 class _Definer:
     """The ``define_*`` methods shared by a space (which records) and a config (no-ops)."""
 
+    #: floating-point operations of one run, as the template declared them with
+    #: :meth:`add_flop` (AutoTVM's ``cfg.flop``); 0 when it did not
+    flop = 0.0
+
     def _add(self, knob: KnobSpace) -> None:
         raise NotImplementedError
+
+    def add_flop(self, flop) -> None:
+        """Count ``flop`` floating-point operations of one run (AutoTVM's
+        ``cfg.add_flop``): the tuner reports GFLOP/s from them where the template was
+        registered without ``flops=``."""
+        self.flop = self.flop + float(flop)
+
+    @staticmethod
+    def axis(var):
+        """AutoTVM's ``cfg.axis(var)``: the axis itself (an IterVar or an int extent),
+        which the ``define_*`` methods take as they are."""
+        return var
+
+    reduce_axis = axis
 
     def define_split(self, name: str, axis, policy: str = "factors", num_outputs: int = 2,
                      max_factor: int | None = None, filter: Callable | None = None,

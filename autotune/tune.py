@@ -433,7 +433,8 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
     if n_trial < 1:
         raise TuneError(format_error("tune", f"n_trial={n_trial}", "expected at least 1"))
     tgt, runner, device, limits, space = open_target(t, wl, tgt, opt, gpu_runner=not ray)
-    res = TuneResult(wl, tgt, tuner, len(space), log_file, flops=t.flops(wl.args),
+    res = TuneResult(wl, tgt, tuner, len(space), log_file,
+                     flops=t.flops(wl.args) or space.flop or None,
                      threads=opt.threads, device=device)
     history = []
     everything: list = []

@@ -87,6 +87,26 @@ def add(n, dtype):
     return s, [A, B]
 
 
+@autotune.template("test_script_templates/flop")
+def counted(n, dtype="float32"):
+    A = te.placeholder((n, n), name="A", dtype=dtype)
+    k = te.reduce_axis((0, n), "k")
+    B = te.compute((n,), lambda i: te.sum(A[i, k] * A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    cfg = autotune.get_config()
+    cfg.define_split("t", cfg.axis(B.op.axis[0]), policy="verbose", num_outputs=2)
+    cfg["t"].apply(s, B, B.op.axis[0])
+    cfg.add_flop(2 * n * n)   # AutoTVM's way of giving the work (no flops= above)
+    return s, [A, B]
+
+
+def test_add_flop_gives_the_tuning_its_gflops():
+    opt = autotune.MeasureOptions(parallel=1, number=1, repeat=1, min_repeat_ms=1)
+    res = autotune.tune("test_script_templates/flop", (13,), tuner="random", n_trial=2,
+                        measure_option=opt)
+    assert res.flops == 2 * 13 * 13 and res.gflops() > 0
+
+
 def test_dtype_given_positionally_to_the_template_function():
     with pytest.warns(autotune.FallbackWarning, match=r"polytile.autotune.tune\("
                       r"'test_script_templates/add', \(5,\), dtype='float64'"):

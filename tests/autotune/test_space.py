@@ -60,6 +60,25 @@ def test_split_factors_of_an_odd_extent_refused_by_the_filter_fall_back_to_power
         SplitSpace("tile_j", 65, 2, max_factor=64, filter=lambda e: e.size[-1] == 128)
 
 
+def test_autotvm_config_helpers():
+    # AutoTVM templates call cfg.add_flop, cfg.axis/reduce_axis and policy="verbose"
+    from polytile import te
+
+    sp = ConfigSpace()
+    A = te.placeholder((24,), name="A")
+    k = te.reduce_axis((0, 20), "k")
+    assert sp.axis(A.shape[0]) == 24 and sp.reduce_axis(k) is k
+    sp.define_split("v", sp.reduce_axis(k), policy="verbose", num_outputs=2)
+    sizes = sorted(e.size[1] for e in sp.knobs["v"].entities)
+    assert sizes == [1, 2, 4, 5, 8, 10, 16, 20]   # the factors of 20 and the powers of two
+    sp.add_flop(2 * 24 * 20)
+    sp.add_flop(1)
+    assert sp.flop == 961.0
+    cfg = sp.get(0)
+    cfg.add_flop(5)
+    assert cfg.flop == 5.0 and sp.flop == 961.0
+
+
 def test_split_apply_nests_loops():
     from polytile import te
 
