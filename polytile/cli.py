@@ -643,16 +643,15 @@ def _negative_args(argv: list) -> list:
     """``--args -3,4,4`` as ``--args=-3,4,4``: argparse takes a value starting with ``-``
     for an option and says only "expected one argument"; joined, the value reaches
     ``_int_list``, whose message says what is wrong with it."""
-    out: list = []
-    it = iter(range(len(argv)))
-    for k in it:
-        tok = argv[k]
+    out, k = [], 0
+    while k < len(argv):
         nxt = argv[k + 1] if k + 1 < len(argv) else ""
-        if tok == "--args" and nxt[:1] == "-" and nxt[1:2].isdigit():
+        if argv[k] == "--args" and nxt[:1] == "-" and nxt[1:2].isdigit():
             out.append(f"--args={nxt}")
-            next(it, None)
+            k += 2
         else:
-            out.append(tok)
+            out.append(argv[k])
+            k += 1
     return out
 
 

@@ -168,9 +168,10 @@ def _inputs(s: Lowering) -> None:
     iu.set_context(None, s.sizes)
     ctx, s.size_checks = size_context(s.sch, s.sizes)
     iu.set_context(ctx, s.sizes)
-    s.sch = interchange_outer_vectorized(rewrite_fused_splits(s.sch))
+    s.sch = rewrite_fused_splits(s.sch)
     if not s.target.is_gpu:
         s.sch = vthreads_as_loops(s.sch)
+    s.sch = interchange_outer_vectorized(s.sch)
     validate_schedule(s.sch)
     s.gpu = uses_gpu(s.sch) or (s.target.is_gpu and only_scalar_stages(s.sch))
     check_store_predicates(s.sch, s.gpu)
