@@ -65,15 +65,51 @@ def Cast(dtype: str, value) -> Expr:  # noqa: N802 (TVM's name)
     return cast(value, dtype)
 
 
+def bitwise_and(x, y) -> Expr:
+    """TVM's ``tir.bitwise_and``: ``x & y`` of integers."""
+    return convert(x) & y
+
+
+def bitwise_or(x, y) -> Expr:
+    """TVM's ``tir.bitwise_or``: ``x | y`` of integers."""
+    return convert(x) | y
+
+
+def bitwise_xor(x, y) -> Expr:
+    """TVM's ``tir.bitwise_xor``: ``x ^ y`` of integers."""
+    return convert(x) ^ y
+
+
+def bitwise_not(x) -> Expr:
+    """TVM's ``tir.bitwise_not``: ``~x`` of an integer."""
+    return ~convert(x)
+
+
+def shift_left(x, y) -> Expr:
+    """TVM's ``tir.shift_left``: ``x << y``."""
+    return convert(x) << y
+
+
+def shift_right(x, y) -> Expr:
+    """TVM's ``tir.shift_right``: ``x >> y`` (arithmetic for signed integers)."""
+    return convert(x) >> y
+
+
+def likely(cond) -> Expr:
+    """TVM's ``tir.likely(cond)``, a branch hint: ``cond`` itself."""
+    return convert(cond)
+
+
 __all__ = ["BufferView", "Cast", "DeclBuffer", "Select", "abs", "acos", "all", "any", "asin",
-           "atan", "atan2", "call_extern", "call_intrin", "call_llvm_intrin",
-           "call_llvm_pure_intrin", "call_packed", "call_pure_extern", "ceil", "const",
-           "copysign", "cos", "cosh", "decl_buffer", "erf", "exp", "exp2", "expm1", "fast_erf",
-           "fast_exp", "fast_tanh", "floor", "floordiv", "floormod", "fmod", "hypot",
-           "if_then_else", "indexdiv", "indexmod", "ir_builder", "isfinite", "isinf", "isnan",
-           "log", "log1p", "log2", "log10", "max_value", "min_value", "nearbyint", "pow",
-           "power", "round", "rsqrt", "sigmoid", "sin", "sinh", "sqrt", "tan", "tanh", "trunc",
-           "truncdiv", "truncmod", "vscale"]
+           "atan", "atan2", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor",
+           "call_extern", "call_intrin", "call_llvm_intrin", "call_llvm_pure_intrin",
+           "call_packed", "call_pure_extern", "ceil", "const", "copysign", "cos", "cosh",
+           "decl_buffer", "erf", "exp", "exp2", "expm1", "fast_erf", "fast_exp", "fast_tanh",
+           "floor", "floordiv", "floormod", "fmod", "hypot", "if_then_else", "indexdiv",
+           "indexmod", "ir_builder", "isfinite", "isinf", "isnan", "likely", "log", "log1p",
+           "log2", "log10", "max_value", "min_value", "nearbyint", "pow", "power", "round",
+           "rsqrt", "shift_left", "shift_right", "sigmoid", "sin", "sinh", "sqrt", "tan", "tanh",
+           "trunc", "truncdiv", "truncmod", "vscale"]
 
 
 @dataclass(frozen=True, eq=False)

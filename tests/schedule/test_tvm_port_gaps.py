@@ -118,3 +118,18 @@ def test_tvm_lower_signature_with_binds():
     assert "def f(" in str(polytile.lower(s, [A, B], name="f", binds={}, simple_mode=True))
     with pytest.raises(polytile.TargetError, match="lower: binds of 1 tensors are given"):
         polytile.lower(s, [A, B], "f", {A: polytile.tir.decl_buffer(A.shape, A.dtype)})
+
+
+def test_tir_bitwise_helpers_and_likely():
+    from polytile import tir
+
+    A = te.placeholder((8,), name="A", dtype="int32")
+    B = te.compute((8,), lambda i: tir.bitwise_xor(tir.bitwise_and(A[i], 0x0F0F), tir.bitwise_or(
+        tir.shift_left(A[i], 3), tir.shift_right(A[i], 2))) + tir.bitwise_not(A[i]), name="B")
+    C = te.compute((8,), lambda i: tir.if_then_else(tir.likely(A[i] > 0), A[i], 0), name="C")
+    f = polytile.build(te.create_schedule([B.op, C.op]), [A, B, C])
+    a = np.array([-9, -1, 0, 1, 2, 7, 255, 2 ** 28 - 3], "int32")
+    b, c = np.zeros(8, "int32"), np.zeros(8, "int32")
+    f(a, b, c)
+    np.testing.assert_array_equal(b, ((a & 0x0F0F) ^ ((a << 3) | (a >> 2))) + ~a)
+    np.testing.assert_array_equal(c, np.maximum(a, 0))
