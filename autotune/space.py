@@ -513,6 +513,11 @@ class _Definer:
         load. For duplicates (knob values a schedule maps to the same kernel) and regions
         known to be slow. A no-op on a config."""
 
+    def multi_filter(self, filter: Callable) -> None:
+        """AutoTVM's ``cfg.multi_filter(filter=...)``: like :meth:`prefer`, with
+        ``filter(config)`` given a :class:`ConfigEntity` (``config["tile_x"].size``, as
+        in the template). A no-op on a config."""
+
     def _defined(self, name: str) -> bool:
         raise NotImplementedError
 
@@ -530,24 +535,36 @@ class ConfigSpace(_Definer):
         self.template_name = ""
         self.workload = None
         self._keep: Callable[[dict], bool] | None = None
+        self._keep_config: Callable | None = None
         self._preferred: list[int] | None = None
 
     def prefer(self, keep: Callable[[dict], bool]) -> None:
         self._keep = keep
         self._preferred = None
 
+    def multi_filter(self, filter: Callable) -> None:
+        self._keep_config = filter
+        self._preferred = None
+
     def preferred(self) -> list[int] | None:
-        """Indices of the configs :meth:`prefer` keeps, the default config always among
-        them (ascending), or None when the template set no preference (search all)."""
-        if self._keep is None:
+        """Indices of the configs :meth:`prefer` and :meth:`multi_filter` keep, the
+        default config always among them (ascending), or None when the template set no
+        preference (search all)."""
+        if self._keep is None and self._keep_config is None:
             return None
         if self._preferred is None:
             names = list(self.knobs)
             lists = [[k.get(r) for r in range(len(k))] for k in self.knobs.values()]
             out = []
             for index, ents in enumerate(itertools.product(*lists)):
-                if self._keep({n: e.to_json() for n, e in zip(names, ents)}):
-                    out.append(index)
+                named = dict(zip(names, ents))
+                if self._keep is not None and not self._keep(
+                        {n: e.to_json() for n, e in named.items()}):
+                    continue
+                if self._keep_config is not None and not self._keep_config(
+                        ConfigEntity(self, index, named)):
+                    continue
+                out.append(index)
             d = self.default_index()
             self._preferred = sorted(set(out) | {d})
         return self._preferred

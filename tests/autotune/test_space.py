@@ -207,3 +207,17 @@ def test_define_split_takes_autotvm_argument_order():
     sp = ConfigSpace()
     sp.define_split("t", 16, "power2", num_outputs=2)  # AutoTVM: (name, axis, policy, ...)
     assert sp.knobs["t"].policy == "power2" and len(sp) == 5
+
+
+def test_multi_filter_restricts_the_search_as_autotvm():
+    # AutoTVM's cfg.multi_filter(filter=lambda e: ...) on the entities of a config
+    sp = ConfigSpace()
+    sp.define_split("x", 12, num_outputs=2)
+    sp.define_split("y", 10, num_outputs=2)
+    sp.multi_filter(filter=lambda e: e["x"].size[-1] * e["y"].size[-1] <= 6)
+    keep = sp.preferred()
+    assert keep and len(keep) < len(sp)
+    for i in keep:
+        c = sp.get(i)
+        assert c["x"].size[-1] * c["y"].size[-1] <= 6 or i == sp.default_index()
+    assert sp.get(0).multi_filter(lambda e: False) is None   # a no-op on a config
