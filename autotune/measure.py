@@ -52,6 +52,11 @@ from .anchors import AnchorProcess, Comparison
 from .template import Workload, template_source
 from .timing import Timing
 
+#: Functions a worker keeps of those it lowered for features, for a later build of the
+#: same config (a model-tuner batch lowers ``lower_factor`` x its size configs; the
+#: oldest are dropped)
+LOWERED_KEPT = 64
+
 
 @dataclass
 class MeasureOptions:
@@ -210,6 +215,9 @@ class _Proc:
         self.conn = Connection(parent.detach())
         self.conn.send(setup)
         self.built: set = set()
+        #: cids this worker lowered for features (it keeps the lowered functions, so a
+        #: build of one is sent to it when it is free: :meth:`LocalMeasurer._pool`)
+        self.lowered: dict = {}
         self.ready = False
 
     def is_alive(self) -> bool:
@@ -265,7 +273,7 @@ class LocalMeasurer:
                        "source": template_source(workload.template),
                        "args": list(workload.args),
                        "dtype": workload.dtype, "target": target, "threads": self.opt.threads,
-                       "seed": self.opt.seed,
+                       "seed": self.opt.seed, "lowered_kept": LOWERED_KEPT,
                        "mem_limit_bytes": self.opt.mem_limit_mb << 20 if self.opt.mem_limit_mb
                        else 0}
         self.gpu = Target.parse(target).backend.is_gpu
@@ -363,7 +371,13 @@ class LocalMeasurer:
         while todo or running:
             for p in list(self._procs):
                 if p not in running and todo:
-                    cid, msg = todo.pop(0)
+                    # a build goes to a worker that lowered the config for its features
+                    # (and kept it) when that one is free
+                    mine = next((k for k, (c, m) in enumerate(todo)
+                                 if m[0] == "build" and c in p.lowered), 0)
+                    cid, msg = todo.pop(mine)
+                    if msg[0] == "build":
+                        p.lowered.pop(cid, None)
                     try:
                         self._wait_ready(p)
                         p.conn.send(msg)
@@ -420,12 +434,17 @@ class LocalMeasurer:
         """Loop-IR features of configs ``items`` [(cid, knob values)]: cid -> (features or
         None, error code, message)."""
         jobs = [(cid, ("features", cid, knobs)) for cid, knobs in items]
-        replies, _ = self._pool(jobs, self.opt.build_timeout)
+        replies, who = self._pool(jobs, self.opt.build_timeout)
         out = {}
         for cid, _ in items:
             r = replies[cid]
             if r[0] == "features":
                 out[cid] = (r[4], r[2], r[3])
+                if r[2] is None and who.get(cid) in self._procs:
+                    kept = who[cid].lowered
+                    kept[cid] = None
+                    if len(kept) > LOWERED_KEPT:  # as the worker, the oldest forgotten
+                        del kept[next(iter(kept))]
             elif r[0] == "timeout":
                 out[cid] = (None, "timeout", r[2])
             else:

@@ -31,9 +31,10 @@ accumulators (the *micro-kernel*, ``MR x NR`` in BLIS's words) stays in vector r
   (``compute_at``): each packed block is written where it is read, so it stays in cache
   (B's block in L2/L3 for the whole ``i0`` loop, A's block in L2 for the whole ``j1``
   loop, one ``KC x NR`` B panel in L1 for the whole ``i1`` loop). When ``KC`` covers K
-  (one reduction block) ``k0`` goes right above ``k1`` and B's block is packed at
-  ``j0``: C's zero initialisation then runs per micro-tile, before its k loop, not as a
-  pass of its own over a column block of C. With several reduction blocks it stays a
+  (one reduction block; the default up to K = 1024, :func:`default_kc`) B's block is
+  packed at ``j0`` and each micro-tile accumulates in a local ``mr x nr`` tile, zeroed
+  and kept in registers for its whole k loop, then stored to C once
+  (:func:`register_tile`). With several reduction blocks C is zeroed in a
   pass of its own, and every block loads the micro-tile of C before its k loop
   (prefetched one tile ahead) and stores it after: the zeroing pass measured 0.14 ms of
   a 12 ms 1024^3 product and 8.6 ms of 780 ms at 4096^3 (about 1 %, one thread), far
@@ -85,6 +86,26 @@ SMALL_PRODUCT = 1 << 18
 SERIAL_PRODUCT = SMALL_PRODUCT
 #: Reduction blocks offered even when they do not divide K.
 K_BLOCKS = (32, 64, 128, 192, 256, 384, 512)
+#: Reduction extents up to which the default config takes the whole of K as one block
+#: (:func:`default_kc`).
+WHOLE_K = 1024
+
+
+def default_kc(M: int, N: int, K: int) -> int:
+    """The default reduction block ``kc``: all of ``K`` up to :data:`WHOLE_K`, else 512
+    (256 for products of at most :data:`SMALL_PRODUCT` multiply-adds).
+
+    With one reduction block the micro-tile of ``C`` starts from zero in its k loop and is
+    stored once; with several, ``C`` is zeroed in a pass of its own and every block loads
+    the tile back. On a 2-core Zen 5 (one thread, CPU time, A/B rounds) 1024^3 went from
+    0.94x to 0.98x numpy's SkylakeX kernel with ``kc`` 512 -> 1024: the tile loads of
+    the second block, 24 lines rows 4 KiB apart that the B panel streaming through L1
+    had evicted, took about 6 % of the samples (perf). The 1024 x 64 B panel (256 KiB)
+    and the 96 x 1024 A block (384 KiB) still fit a 1 MiB L2 together.
+    """
+    if M * N * K <= SMALL_PRODUCT:
+        return min(K, 256)
+    return K if K <= WHOLE_K else 512
 
 
 def _lane_ok(n: int):
@@ -142,26 +163,26 @@ def _block_candidates(n: int, inner: list, outer_max: int, ok=lambda f2: True) -
 
 
 def _k_candidates(k: int) -> list:
-    """``[-1, f]`` splits of the reduction extent: divisors up to 512 and the blocks of
-    :data:`K_BLOCKS` below ``k``."""
-    return [[-1, f] for f in _divisors(k, 512)] + [[-1, f] for f in K_BLOCKS
+    """``[-1, f]`` splits of the reduction extent: divisors up to :data:`WHOLE_K` and the
+    blocks of :data:`K_BLOCKS` below ``k``."""
+    return [[-1, f] for f in _divisors(k, WHOLE_K)] + [[-1, f] for f in K_BLOCKS
                                                      if f < k and k % f]
 
 
 def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None:
     """The knobs of the matmul space (module docstring); the default is the 6 x 64 BLAS
-    micro-kernel with both operands packed, in the Goto order,
-    blocks of 96 x 512 of A and
-    512 x N/2 of B (at most 2048 columns: two column blocks for two threads) or the whole
-    matrix when smaller; for products of at most :data:`SMALL_PRODUCT` multiply-adds the
+    micro-kernel with both operands packed, in the Goto order, blocks of 96 x kc of A
+    and kc x N/2 of B (``kc``: all of K up to 1024, else 512, :func:`default_kc`; at
+    most 2048 columns: two column blocks for two threads) or the whole matrix when
+    smaller; for products of at most :data:`SMALL_PRODUCT` multiply-adds the
     12 x 32 micro-kernel without packing or threads (``blas_like`` of
     ``tutorials/02_cpu_matmul.py``)."""
     small = M * N * K <= SMALL_PRODUCT
     mr, nr = default_micro_kernel(M, N, K)
     # 6 x 64: A blocks of 96 x 512, B panels of 512 x 64 (128 KiB, streamed from L2): 3 to
-    # 6 % faster than 192 x 256 at 1024^3 and 4096^3 (CPU time, one thread); 192 rows when
-    # K is shorter (256x4096x64: 10 % faster than 96)
-    kc = min(K, 256 if small else 512)
+    # 6 % faster than 192 x 256 at 4096^3 (CPU time, one thread); 192 rows when K is
+    # shorter (256x4096x64: 10 % faster than 96)
+    kc = default_kc(M, N, K)
     mc = 96 if kc >= 512 else 192
     cfg.define_split("tile_i", M, policy="candidate", num_outputs=3,
                      candidate=_block_candidates(M, list(REG_ROWS), 64,
@@ -206,7 +227,7 @@ def blis_knobs(M: int, N: int, K: int) -> dict:
     threads (``parallel="i0.j0"``)."""
     mr, nr = default_micro_kernel(M, N, K)
     pj = -(-N // nr)
-    kc = min(K, 256 if M * N * K <= SMALL_PRODUCT else 512)
+    kc = default_kc(M, N, K)
     out = dict(order="blis", parallel="i0.j0")
     # (smaller matrices than a register tile keep the default's tiles)
     if M >= mr:
@@ -303,6 +324,23 @@ def _packed_operands(A, B, mr: int, nr: int, pack_a: bool, pack_b: bool, kb: int
     return PA, PB, read_a, read_b
 
 
+def register_tile(cfg, C) -> bool:
+    """Whether the template accumulates each micro-tile of the product stage ``C`` in a
+    local ``mr x nr`` tile (``cache_write(C, "local")`` computed at the innermost
+    cache-block loop; in registers once its rows are unrolled and its lanes vectorized)
+    and stores it to ``C`` once: in the goto order with one reduction block
+    (``tile_k`` covering K).
+
+    Why: accumulating in ``C`` itself, the generated code stores the tile's zeros to
+    memory and loads them back before the k loop (LLVM does not forward them across the
+    promotion of the accumulators to registers). On a 2-core Zen 5 (one thread, CPU time,
+    1024^3, two runs) the local tile ran at 199-202 GFLOP/s against 183-185. With several
+    reduction blocks the tile must be reloaded between blocks, so C stays the
+    accumulator there."""
+    return (cfg["order"].val == "goto"
+            and cfg["tile_k"].size[1] >= C.op.reduce_axis[0].dom.extent)
+
+
 def serial_product(C) -> bool:
     """Whether the product stage ``C`` (``[(batch,) M, N]``, one reduction axis ``K``) has
     at most :data:`SERIAL_PRODUCT` multiply-adds in all (batches included), so that the
@@ -327,10 +365,6 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None, kb: int = 1) -> None:
     """Apply the matmul knobs to the product stage ``C`` (and its packing stages), with
     ``batch`` the batch axis of a batched product (outermost, parallel) and ``kb`` the
     k block of A's packed panels (:func:`_packed_operands`)."""
-    *_, i, j = C.op.axis
-    i0, i1, i2 = cfg["tile_i"].apply(s, C, i)
-    j0, j1, j2 = cfg["tile_j"].apply(s, C, j)
-    k0, k1 = cfg["tile_k"].apply(s, C, C.op.reduce_axis[0])
     order = cfg["order"].val
     par = cfg["parallel"].val
     if serial_product(C):
@@ -338,6 +372,14 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None, kb: int = 1) -> None:
         # (see serial_product)
         par = "none"
     single_k = cfg["tile_k"].size[1] >= C.op.reduce_axis[0].dom.extent
+    # the stage that runs the reduction: C itself, or, with one reduction block in the
+    # goto order, an accumulator tile (register_tile)
+    R = s.cache_write(C, "local") if register_tile(cfg, C) else C
+    *_, i, j = C.op.axis
+    i0, i1, i2 = cfg["tile_i"].apply(s, C, i)
+    j0, j1, j2 = cfg["tile_j"].apply(s, C, j)
+    k0, k1 = cfg["tile_k"].apply(s, R, s[R].op.reduce_axis[0])
+    ri = i2  # the register rows of the reduction stage
     lead = [batch] if batch is not None else []
     # "ij": any order of the cache-block loops k0, i1, j1 below i0, j0; "goto": any order
     # of i0, j1, i1 below j0, k0 (the default, i0 j1 i1, is BLIS's)
@@ -354,6 +396,17 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None, kb: int = 1) -> None:
             s[C].reorder(*lead, i0, *mid, k0, k1, i2, j2)
         else:
             s[C].reorder(*lead, i0, k0, *mid, k1, i2, j2)
+    elif R is not C:
+        # one reduction block: the micro-tile accumulates in a local mr x nr tile (in
+        # registers once unrolled and vectorized), computed at the innermost cache-block
+        # loop, then stored to C once
+        mid = cfg["reorder"].apply(s, C, [i0, j1, i1])
+        s[C].reorder(*lead, j0, *mid, i2, j2)
+        s[C].unroll(i2)
+        s[R].compute_at(s[C], mid[-1])
+        *rb, ri, rj = s[R].op.axis
+        s[R].reorder(*rb, k0, k1, ri, rj)
+        s[R].vectorize(rj)
     else:
         mid = cfg["reorder"].apply(s, C, [i0, j1, i1])
         if single_k:
@@ -363,14 +416,14 @@ def _schedule_gemm(cfg, s, C, PA, PB, batch=None, kb: int = 1) -> None:
             s[C].reorder(*lead, j0, *mid, k0, k1, i2, j2)
         else:
             s[C].reorder(*lead, j0, k0, *mid, k1, i2, j2)
-    cfg.define_annotate("unroll", [k1, i2], policy="try_unroll", default=["none", "unroll"])
+    cfg.define_annotate("unroll", [k1, ri], policy="try_unroll", default=["none", "unroll"])
     if kb > 1:
         # A's packed blocks of kb steps of k: k1's steps within one block, unrolled, read
         # A at constant offsets from the block (no index arithmetic per step)
         # (8 at a time: 16 copies of a 12-row body pass the unroll limit)
-        k1, k1b = s[C].split(k1, factor=kb)
-        s[C].unroll(s[C].split(k1b, factor=min(kb, 8))[1])
-    cfg["unroll"].apply(s, C, [k1, i2], axis_lens=[-(-cfg["tile_k"].size[1] // kb),
+        k1, k1b = s[R].split(k1, factor=kb)
+        s[R].unroll(s[R].split(k1b, factor=min(kb, 8))[1])
+    cfg["unroll"].apply(s, R, [k1, ri], axis_lens=[-(-cfg["tile_k"].size[1] // kb),
                                                    cfg["tile_i"].size[2]], max_unroll=16)
     s[C].vectorize(j2)
     # the loop whose next iteration is the next micro-tile: i1 in the goto and ij orders,

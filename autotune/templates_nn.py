@@ -103,6 +103,12 @@ def conv2d_nchw(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
     return s, [A, Wt, C]
 
 
+#: weights (bytes, unpacked) from which conv2d_nchwc packs them per output-channel block
+#: inside the task that uses them (the ``pack_weights`` knob's default): more than an L2
+#: holds, where the packed copy made apart would go to memory and back
+PACK_IN_TASK_BYTES = 1 << 20
+
+
 def _blocks(n: int, widths=(16, 8, 4, 2, 1)) -> list[int]:
     """Channel block sizes for ``n`` channels: the widths that divide ``n``, widest first."""
     return [w for w in widths if n % w == 0]
@@ -117,10 +123,12 @@ def conv2d_nchwc(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
 
     * ``A_nchwc[n, cb, y, x, ci]``: the input zero-padded and blocked by ``ic_block``
       channels (the layout transform, parallel over ``n, cb, y``); with
-      ``in_layout="nchw"`` only zero-padded (``Apad``, none without padding) and read in
-      NCHW;
+      ``in_layout="nchw"`` (the default) only zero-padded (``Apad``, none without
+      padding: the input itself) and read in NCHW;
     * ``W_packed[ob, cb, ky, kx, ci, oi]``: the weights blocked by ``ic_block`` input and
-      ``oc_block`` output channels;
+      ``oc_block`` output channels; from :data:`PACK_IN_TASK_BYTES` of weights on
+      (``pack_weights="ob"``) one block ``ob`` at a time, inside the parallel task that
+      then computes all rows of that block (its packed weights stay in the core's L2);
     * ``C_nchwc[n, ob, y, x, oi]``: the convolution; one output row of one channel block
       per parallel task, a register tile of ``tile_ow`` output columns by ``oc_block``
       output channels (one or two vectors) accumulated over the reduction ``cb, ky, kx, ci``:
@@ -141,9 +149,15 @@ def conv2d_nchwc(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
                      default=[-1, next((f for f in (14, 16, 12, 8, 7) if OW % f == 0), 1)])
     cfg.define_knob("unroll_kw", [True, False], default=True)
     # the input blocked (oneDNN) or left in NCHW, padded: the kernel broadcasts single
-    # input elements, which any layout serves; NCHW saves the transform but its reads
-    # cross a channel plane per step (ResNet-50 layers, 1 thread: 5-15 % slower)
-    cfg.define_knob("in_layout", ["nchwc", "nchw"], default="nchwc")
+    # input elements, which any layout serves; NCHW saves the blocked transform (a gather
+    # across channel planes: the padded copy is contiguous) while its reads cross a channel
+    # plane per step. 2-core Zen 5, 1 thread, CPU time, interleaved, two runs: ResNet-50's
+    # 3x3 layers 56x56x64 / 28x28x128 / 14x14x256 / 7x7x512 1.32-1.36 / 1.18-1.30 /
+    # 1.28-1.33 / 2.15-2.19 ms in NCHW against 1.45-1.55 / 1.36-1.42 / 1.37-1.49 /
+    # 2.11-2.25 blocked (on the Skylake-SP VM of issue 13 NCHW was 5-15 % slower); without
+    # padding NCHW is the input itself, no copy at all (1x1 56x56 256->64: 0.71 against
+    # 1.57 ms)
+    cfg.define_knob("in_layout", ["nchwc", "nchw"], default="nchw")
     bc, bo = cfg["ic_block"].val, cfg["oc_block"].val
     A = te.placeholder((N, CI, H, W), name="A", dtype=dtype)
     Wt = te.placeholder((CO, CI, KH, KW), name="W", dtype=dtype)
@@ -172,9 +186,20 @@ def conv2d_nchwc(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
     # the output transform: one task per (n, channel block, row); consecutive tasks share
     # the channel block's weights ("ob_y") or the input rows ("y_ob")
     cfg.define_knob("task_order", ["ob_y", "y_ob"], default="y_ob" if KH == KW == 1 else "ob_y")
+    # the weights packed once for all tasks ("root"), or per output-channel block inside
+    # the task that computes all of that block's rows ("ob"): the block's packed weights
+    # then stay in the core's L2 instead of a round trip through memory of the whole
+    # packed copy (ResNet-50 7x7x512: 9.4 MB of weights; packing them apart took about
+    # as long as the convolution itself)
+    big_weights = CO * CI * KH * KW * dt.nbytes(dtype) >= PACK_IN_TASK_BYTES
+    cfg.define_knob("pack_weights", ["root", "ob"], default="ob" if big_weights else "root")
     n, co, y, x = C.op.axis
     ob, oi = s[C].split(co, factor=bo)
-    if cfg["task_order"].val == "ob_y":
+    row = None
+    if cfg["pack_weights"].val == "ob":  # one task per channel block: its rows inside
+        s[C].reorder(ob, n, y, oi, x)
+        task, row = ob, y
+    elif cfg["task_order"].val == "ob_y":
         s[C].reorder(n, ob, y, oi, x)
         task = s[C].fuse(n, ob, y)
     else:
@@ -189,7 +214,7 @@ def conv2d_nchwc(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
         s[Cb].unroll(rx)
     s[Cb].unroll(xi)
     s[Cb].vectorize(coi)
-    s[Cb].compute_at(s[C], task)
+    s[Cb].compute_at(s[C], row if row is not None else task)
     # the layout transforms
     if Ab is not A:
         an, acb, ay = Ab.op.axis[:3]
@@ -198,24 +223,37 @@ def conv2d_nchwc(N, CI, H, W, CO, KH, KW, stride, pad, dtype: str = "float32"):
             s[Ab].vectorize(s[Ab].split(Ab.op.axis[3], factor=16)[1])
         else:  # gathers across the channel planes, contiguous stores
             s[Ab].vectorize(Ab.op.axis[4])
-    s[Wb].parallel(Wb.op.axis[0])
+    if row is not None:
+        s[Wb].compute_at(s[C], task)
+    else:
+        s[Wb].parallel(Wb.op.axis[0])
     return s, [A, Wt, C]
 
 
-def _parallel_and_padding(cfg, s, T, axes, name: str, Ap, pad: int) -> None:
+def _parallel_and_padding(cfg, s, T, axes, name: str, Ap, pad: int,
+                          pad_in_task: bool = False) -> None:
     """Knobs shared by the convolutions: parallelise the fused batch and channel loops
     (``name``), or those and the output-row tiles (``name.oh``); inline the padding stage
-    or compute it in parallel over batch and channels."""
+    or compute it in parallel over batch and channels, or with ``pad_in_task`` (where a
+    task reads only its own channel: depthwise) the knob ``pad_at="task"`` computes the
+    part a task reads inside the task."""
     n, ch, y0 = axes
     cfg.define_knob("parallel", [name, f"{name}.oh"], default=name)
     if cfg["parallel"].val == name:
-        s[T].parallel(s[T].fuse(n, ch))
+        task = s[T].fuse(n, ch)
     else:
-        s[T].parallel(s[T].fuse(n, ch, y0))
+        task = s[T].fuse(n, ch, y0)
+    s[T].parallel(task)
     cfg.define_knob("inline_pad", [False, True], default=False)
+    if pad_in_task:
+        # the task's padded plane made where it is read (in L1/L2), and one parallel
+        # region in all instead of two
+        cfg.define_knob("pad_at", ["task", "root"], default="task")
     if pad:
         if cfg["inline_pad"].val:
             s[Ap].compute_inline()
+        elif pad_in_task and cfg["pad_at"].val == "task":
+            s[Ap].compute_at(s[T], task)
         else:
             pn, pc, _, _ = Ap.op.axis
             s[Ap].parallel(s[Ap].fuse(pn, pc))
@@ -230,7 +268,10 @@ def _dw_flops(N, C, H, W, KH, KW, stride, pad):
           target="llvm")
 def depthwise_conv2d_nchw(N, C, H, W, KH, KW, stride, pad, dtype: str = "float32"):
     """Depthwise 2-D convolution (channel multiplier 1), NCHW: rows register-blocked,
-    columns vectorized, channels in parallel."""
+    columns vectorized, channels in parallel; by default each task zero-pads its own
+    channel plane (``pad_at="task"``: one parallel loop, the padded plane read from the
+    core's cache; 1 thread, CPU time, interleaved: 28x28x256 0.071 -> 0.052 ms, 14x14x512
+    0.044 -> 0.036, 112x112x32 unchanged at 0.09-0.10)."""
     cfg = get_config()
     OH, OW = _out_size(H, KH, stride, pad), _out_size(W, KW, stride, pad)
     A = te.placeholder((N, C, H, W), name="A", dtype=dtype)
@@ -255,7 +296,7 @@ def depthwise_conv2d_nchw(N, C, H, W, KH, KW, stride, pad, dtype: str = "float32
     cfg.define_annotate("unroll", [ry, rx], policy="try_unroll", default=["unroll", "unroll"])
     cfg["unroll"].apply(s, D, [ry, rx])
     s[D].vectorize(x1)
-    _parallel_and_padding(cfg, s, D, (n, c, y0), "n.c", Ap, pad)
+    _parallel_and_padding(cfg, s, D, (n, c, y0), "n.c", Ap, pad, pad_in_task=True)
     return s, [A, Wt, D]
 
 

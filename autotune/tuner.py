@@ -225,7 +225,14 @@ class ModelTuner(Tuner):
     population, children, generations : int
         Size of the evolutionary search on the knob model per batch.
     lower_factor : int
-        Candidates lowered (for loop-IR features) per batch slot.
+        Candidates lowered (for loop-IR features) per batch slot: the shortlist the knob
+        model passes to the loop-IR model. 2: lowering is most of the tuner's own time
+        (a 256^3 matmul at load 15 on 2 cores: 1.08 s of lowering per trial at 3,
+        against 0.02-0.06 s of training and search and 0.4-0.9 s of measurement), and replays
+        of ``benchmarks/pools`` gained nothing from 3 (seeds 2000-2047, not those the
+        choice was made on; fraction of the pool's best at 16 / 24 trials with 2
+        against 3: matmul 0.906 / 0.945 against 0.903 / 0.948, conv2d 0.812 / 0.906
+        against 0.805 / 0.903, softmax 0.983 / 0.997 against 0.985 / 0.993).
     min_train : int
         Successful measurements needed before the models propose (before: a first batch
         of ``2 * min_train`` configs, half neighbours of the default config, half random
@@ -241,7 +248,7 @@ class ModelTuner(Tuner):
 
     def __init__(self, space: ConfigSpace, featurize: Callable, seed: int | None = None,
                  epsilon: float = 0.05, population: int = 64, children: int = 256,
-                 generations: int = 4, lower_factor: int = 3, min_train: int = 4,
+                 generations: int = 4, lower_factor: int = 2, min_train: int = 4,
                  candidates: list[int] | None = None, adaptive: bool = False,
                  max_epsilon: float = 0.5):
         super().__init__(space, seed, candidates)

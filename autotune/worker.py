@@ -11,7 +11,11 @@ it). Protocol (tuples over a ``multiprocessing`` pipe):
   features, trace, payload)``; ``payload`` is None on the CPU (the worker keeps the
   module and runs it), and for a GPU target ``{"image": cubin bytes, "meta": launch
   plan}``, which the tuner sends to the GPU runner (:mod:`.gpu_runner`)
-* ``("features", cid, knobs)`` -> ``("features", cid, code, msg, features)``
+* ``("features", cid, knobs)`` -> ``("features", cid, code, msg, features)``; the worker
+  keeps the last ``setup["lowered_kept"]`` functions it lowered this way (none without
+  it; :data:`.measure.LOWERED_KEPT`), and a later
+  ``build`` of the same knobs in it compiles that function instead of lowering again
+  (the model tuner lowers its shortlist for features, then builds the picks from it)
 * ``("run", cid, options)`` -> ``("ran", cid, code, msg, costs, timing)`` (``timing``:
   :meth:`.timing.Timing.to_json`; measured by :func:`.timing.time_calls`)
 * ``("drop", cid)`` (no reply), ``("exit",)``
@@ -66,6 +70,8 @@ class _Worker:
         self.reference = None
         self.ref_error = ""
         self._flush_buf = None
+        self.lowered: dict = {}  # knobs key -> (func, tensors, trace), oldest first
+        self.lowered_kept = int(setup.get("lowered_kept", 0))
         set_num_threads(int(setup["threads"]))
         self.polytile = polytile
 
@@ -119,7 +125,8 @@ class _Worker:
     # -------------------------------------------------------------------- commands
     def build(self, cid, knobs, want_features):
         t0 = time.perf_counter()
-        code, msg, func, tensors, trace = self._lower(knobs)
+        kept = self.lowered.pop(_key(knobs), None)
+        code, msg, func, tensors, trace = (None, "", *kept) if kept else self._lower(knobs)
         feats = None
         if code is None and want_features:
             feats = extract_features(func, sizes.sizes_of(self.args))
@@ -140,8 +147,13 @@ class _Worker:
         return ("built", cid, code, msg, time.perf_counter() - t0, feats, trace, payload)
 
     def features(self, cid, knobs):
-        code, msg, func, _, _ = self._lower(knobs)
-        feats = extract_features(func, sizes.sizes_of(self.args)) if code is None else None
+        code, msg, func, tensors, trace = self._lower(knobs)
+        feats = None
+        if code is None:
+            feats = extract_features(func, sizes.sizes_of(self.args))
+            self.lowered[_key(knobs)] = (func, tensors, trace)
+            while len(self.lowered) > self.lowered_kept:
+                del self.lowered[next(iter(self.lowered))]
         return ("features", cid, code, msg, feats)
 
     def run(self, cid, opt: dict):
@@ -251,6 +263,10 @@ def worker_main(conn) -> None:
         except BaseException as exc:  # never let one candidate end the worker
             reply = ("crash", msg[1], _short(exc))
         conn.send(reply)
+
+
+def _key(knobs) -> str:
+    return json.dumps(knobs, sort_keys=True)
 
 
 def numpy_main(spec: str) -> None:

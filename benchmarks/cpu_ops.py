@@ -16,9 +16,11 @@ The bounds are measured in the same run:
   the kernel's own interleaved rounds: the memory-bound time of a row kernel is its bytes
   over that bandwidth (``polytile/bound`` 1.0 would be copy speed). The header also gives
   the copy bandwidth with two threads copying halves;
-* ``fma``: a loop of independent vector FMAs held in registers (12 accumulators, LLVM IR
-  compiled for this CPU), the best of many short samples on one core, times the threads:
-  the machine's peak GFLOP/s (``of fma peak``: the fraction a kernel reaches).
+* ``fma``: a loop of independent vector FMAs held in registers (16 zmm accumulators with
+  AVX-512, enough for two FMA pipes of 4-cycle latency; LLVM IR compiled for this CPU),
+  the best of many short samples on one core, and with 2 threads the best of runs of all
+  threads at once: the machine's peak GFLOP/s (``of fma peak``: the fraction a kernel
+  reaches).
 
 Ratios are given for the medians and, in parentheses, for the best rounds.
 
@@ -129,10 +131,17 @@ def in_threads(fn_of_part, n: int):
 
 
 # ----------------------------------------------------------------------------- bounds
-def fma_kernel():
-    """``(f(iterations), flop per iteration)``: a loop of 12 independent ``<L x float>``
-    FMA chains in registers (L = 16 with AVX-512, else 8), compiled through llvmlite for
-    this CPU."""
+#: independent FMA chains of the peak microkernel: an FMA's latency (4 cycles on Zen 4/5
+#: and Skylake-SP) times the FMA pipes (two) must be covered by chains in flight; 16 leave
+#: room over the 8 needed and half of AVX-512's 32 registers free
+FMA_ACCUMULATORS = 16
+
+
+def fma_kernel(acc: int = FMA_ACCUMULATORS):
+    """``(f(iterations, part=0), flop per iteration, description)``: a loop of ``acc``
+    independent ``<L x float>`` FMA chains in registers (L = 16, zmm, with AVX-512, else 8,
+    ymm), compiled through llvmlite for this CPU; ``part`` picks a buffer of its own per
+    thread."""
     import llvmlite.binding as llvm
 
     from polytile.targets.llvm import runtime
@@ -140,7 +149,6 @@ def fma_kernel():
     runtime._ensure_llvm()  # llvmlite initialised for this CPU
     feats = llvm.get_host_cpu_features().flatten()
     lanes = 16 if "+avx512f" in feats else 8
-    acc = 12
     vt = f"<{lanes} x float>"
     lines = [f"declare {vt} @llvm.fma.v{lanes}f32({vt}, {vt}, {vt})",
              "define void @fma_peak(float* noalias %p, i64 %n) {",
@@ -170,14 +178,15 @@ def fma_kernel():
     engine.finalize_object()
     fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)(
         engine.get_function_address("fma_peak"))
-    bufs = [np.full(2 * lanes, 0.5, dtype="float32") for _ in range(2)]
+    bufs = [np.full(2 * lanes, 0.5, dtype="float32") for _ in range(8)]
     for b in bufs:
         b[lanes:] = 1e-3
 
     def run(iters: int, part: int = 0):
         fn(bufs[part].ctypes.data, iters)
     run._keep = (engine, mod)  # the machine code lives as long as the engine
-    return run, 2 * lanes * acc
+    desc = f"{acc} x {'zmm' if lanes == 16 else 'ymm'} ({lanes} x float32) FMA chains"
+    return run, 2 * lanes * acc, desc
 
 
 def _best(fn, samples: int) -> float:
@@ -194,22 +203,33 @@ def _best(fn, samples: int) -> float:
 
 def bounds(threads: list[int], rounds: int) -> dict:
     """Copy bandwidth (bytes/s, read + written: the median round and the best one) and FMA
-    peak (FLOP/s: the best of many short samples on one core, times the threads) per
-    thread count."""
+    peak (FLOP/s) per thread count, and the FMA kernel's description under ``"fma_kernel"``.
+    The 1-thread peak is the best of many short samples (about 0.1 ms) on one core; with
+    more threads, every thread runs the kernel at once for about 2 ms (long against the
+    start of the Python threads) and the peak is their flop over the best wall time: two
+    threads on two cores show twice the 1-thread peak, two hyperthreads of one core or a
+    core taken by another job show less."""
     n = 16 << 20
     src = np.random.default_rng(0).uniform(-1, 1, n).astype("float32")
     dst = np.empty_like(src)
-    fma, flop_per_iter = fma_kernel()
+    fma, flop_per_iter, desc = fma_kernel()
+    fma(2_000_000)  # a few ms at full load first: the core's clock settles
     iters = 20_000  # about 0.1 ms: short samples, so that some run undisturbed
     peak = iters * flop_per_iter / _best(lambda: fma(iters), 300)
-    out = {}
+    out = {"fma_kernel": desc}
     for th in threads:
+        if th == 1:
+            fma_th = peak
+        else:
+            long_iters = 1_000_000
+            fma_th = th * long_iters * flop_per_iter / _best(
+                in_threads(lambda k: fma(long_iters, k), th), 20)
         half = n // th
         copy = in_threads(lambda k: np.copyto(dst[k * half:(k + 1) * half],
                                               src[k * half:(k + 1) * half]), th)
         r = interleaved({"copy": copy}, rounds)
         out[th] = {"copy": 2 * src.nbytes / r["copy"][0],
-                   "copy_best": 2 * src.nbytes / r["copy"][1], "fma": th * peak}
+                   "copy_best": 2 * src.nbytes / r["copy"][1], "fma": fma_th}
     return out
 
 
@@ -445,6 +465,7 @@ def main() -> None:
               f"{bnd[th]['copy'] / 1e9:6.1f} GB/s median, {bnd[th]['copy_best'] / 1e9:.1f} "
               f"best; fma peak {bnd[th]['fma'] / 1e9:7.1f} GFLOP/s  [load {loadavg()}]",
               flush=True)
+    print(f"fma peak kernel: {bnd['fma_kernel']}")
     threads = [int(x) for x in args.threads.split(",")]
     for k in only:
         if k in ("softmax", "layernorm", "rmsnorm"):

@@ -39,6 +39,7 @@ import numpy as np
 import polytile
 from polytile.autotune import MeasureOptions, get_template, tune
 from polytile.autotune.tune import measure_numpy_isolated
+from polytile.autotune.blas import anchor_note
 
 CHECKPOINTS = (8, 16, 32, 48, 64, 96, 128)
 
@@ -103,14 +104,10 @@ def main(argv=None) -> None:
     overhead: dict = {t: [] for t in tuners}
     t_start = time.time()
     polytile.set_num_threads(MeasureOptions().threads)
-    try:
-        from threadpoolctl import threadpool_info
-
-        blas = [f"{i.get('internal_api')} {i.get('version')} ({i.get('architecture')} kernel)"
-                for i in threadpool_info() if i.get("user_api") == "blas"]
-    except ImportError:
-        blas = []
-    print(f"numpy's BLAS: {', '.join(blas) or 'unknown (threadpoolctl not installed)'}")
+    desc, warn = anchor_note()
+    print(f"numpy's BLAS: {desc}")
+    if warn:
+        print(f"warning: {warn}")
     for seed in range(args.seeds):
         for tn in tuners:
             res = tune("matmul", wl, tuner=tn, n_trial=args.trials, seed=seed,

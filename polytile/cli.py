@@ -25,6 +25,7 @@ from polytile import __version__
 from polytile.cli_report import Fail as _Fail
 from polytile.cli_report import fmt_time as _fmt_time
 from polytile.cli_report import gflops as _gflops
+from polytile.cli_report import blas_rows as _blas_rows
 from polytile.cli_report import print_summary as _print_summary
 from polytile.cli_report import run_timing as _run_timing
 
@@ -212,6 +213,9 @@ def _tune_one(a, args) -> int:
         print(f"  {' and '.join(anchors)} timed after the search, alternately with the best "
               f"configs ({'on the GPU' if gpu else f'{opt.threads} threads'}, same inputs)",
               file=out)
+    for k, v in _blas_rows(anchors):
+        # said before the search, so that a pinned anchor can be fixed before minutes pass
+        print(f"  {k}: {v}", file=out)
     out.flush()
     bar = _progress(trials, a.quiet)
     flops = t.flops(wl.args)

@@ -60,6 +60,21 @@ def load_note() -> str:
         return "load average unknown"
 
 
+def blas_rows(anchors) -> list:
+    """Rows naming numpy's BLAS kernel (``numpy BLAS``) and, when ``OPENBLAS_CORETYPE``
+    pins an older kernel than the CPU runs, a ``warning`` with the fix
+    (:func:`polytile.autotune.blas.anchor_note`); none when numpy is not among
+    ``anchors``."""
+    if "numpy" not in anchors:
+        return []
+    import sys
+
+    from polytile.autotune.blas import anchor_note
+
+    desc, warn = anchor_note(command=" ".join(["polytile"] + sys.argv[1:]))
+    return [("numpy BLAS", desc)] + ([("warning", warn)] if warn else [])
+
+
 def print_summary(res, out) -> None:
     """The summary of ``polytile tune``: figures from the final comparison (best and
     default configs timed alternately with numpy, and torch when installed) when there is
@@ -120,6 +135,7 @@ def print_summary(res, out) -> None:
                          "timed alternately)" if flops else f"{pm(ta)} (timed alternately)"))
         elif a in cmp.errors:
             rows.append((a, f"not timed: {cmp.errors[a][1]}"))
+    rows += blas_rows(timed)
     nz = res.noise()
     if nz["trials"]:
         worst = max([nz["median_spread"]] + ([cmp.noise] if cmp is not None else []))
@@ -194,6 +210,8 @@ def run_timing(t, wl, target: str, rec, log: str, threads) -> None:
                   f"alternately); ratio {cmp.ratio(a):.2f}")
         else:
             print(f"  {a:<15} not timed: {cmp.errors.get(a, ('', '?'))[1]}")
+    for k, v in blas_rows([a for a in anchors if cmp.timing(a) is not None]):
+        print(f"  {k:<15} {v}")
     if rec is not None:
         summ = tuned_summary(log, rec)
         if summ is not None:

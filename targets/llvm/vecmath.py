@@ -22,7 +22,9 @@ fit is far below the rounding errors of its evaluation):
   split into a head with trailing zero bits and a tail. ``exp(r) = 1 + expm1(r)`` with
   ``expm1(r) = r + r**2 P(r)``. The result is scaled by ``2**n`` as two powers of two built
   from bits, ``2**(n//2) * 2**(n - n//2)``, so gradual underflow (denormal results) and
-  overflow to ``inf`` round exactly once, as in Tang 1989 (ACM TOMS 15(2)).
+  overflow to ``inf`` round exactly once, as in Tang 1989 (ACM TOMS 15(2)). A vector whose
+  lanes all lie in ``exp_fast_range`` (normal results) skips the clamp and scales in one
+  step, with the same bits.
 * ``exp2``: ``n = rint(x)``, ``r = x - n`` exact, ``exp(r ln2)`` with ``r ln2`` as two products.
 * ``expm1``: the same reduction; ``2**n (1 + p) - 1`` as one FMA ``s p + (s - 1)``, exact for
   ``n = 0``; ``x`` itself below ``2**-25`` (float32) / ``2**-54`` (float64).
@@ -146,6 +148,9 @@ class _Consts:
         # clamps of the exp family: beyond them the result is 0 / inf (or -1 for expm1)
         self.exp_lo, self.exp_hi = (-746.0, 710.0) if f64 else (-104.0, 89.0)
         self.exp2_lo, self.exp2_hi = (-1076.0, 1025.0) if f64 else (-151.0, 129.0)
+        # exp's one-step range: 2**n normal and exp(x) normal and finite, n = rint(x log2e)
+        # (float32: n in [-125, 127]; float64: n in [-1020, 1023])
+        self.exp_fast_range = (-707.0, 709.0) if f64 else (-86.5, 88.0)
         self.expm1_tiny = 2.0**-54 if f64 else 2.0**-25
         sfx = "F64" if f64 else "F32"
         self.expm1 = getattr(C, "EXPM1_" + sfx)
@@ -273,8 +278,53 @@ def _exp(o: _Ops, x, fast: bool):
         nf, n, r = _reduce(o, o.clamp(x, -88.0, 89.0))
         p = o.fma(o.mul(r, r), o.horner(r, C.EXP_FAST_F32), r)
         return o.mul(o.add(p, o.c(1.0)), o.pow2(n))
-    nf, n, r, r_lo = _reduce(o, o.clamp(x, k.exp_lo, k.exp_hi), with_lo=True)
-    return _scale2(o, o.add(r, o.fma(o.mul(r, r), o.horner(r, k.expm1), r_lo)), n)
+    if o.lanes == 1:
+        return _exp_accurate(o, x, clamp=True)
+    # vectors: the lanes are all in the normal range (n = rint(x log2e) within the normal
+    # exponents, the result normal) almost always; then no clamp is needed and 2**n scales
+    # in one step (the same bits as the two steps: one rounding in the FMA, the second
+    # product exact). Else (any lane out of it, or NaN) the full routine, which scalars
+    # always take. The clamp (4 operations) and the second scaling (5) go for two compares
+    # and a mask test; softmax's exponential pass is compute-bound (4096 x 4096, 1 thread,
+    # CPU time, interleaved: 5.67 -> 5.34 ms).
+    lo, hi = k.exp_fast_range
+    inside = o.b.and_(o.cmp(">=", x, o.c(lo)), o.cmp("<=", x, o.c(hi)))  # false on NaN
+    all_in = o.b.call(_reduce_and(o.b.module, inside.type), [inside])
+    b = o.b
+    fast_bb, slow_bb, done_bb = (b.append_basic_block(nm) for nm in ("normal", "edge", "done"))
+    b.cbranch(all_in, fast_bb, slow_bb)
+    b.position_at_end(fast_bb)
+    y_fast = _exp_accurate(o, x, clamp=False)
+    fast_end = b.block
+    b.branch(done_bb)
+    b.position_at_end(slow_bb)
+    y_slow = _exp_accurate(o, x, clamp=True)
+    slow_end = b.block
+    b.branch(done_bb)
+    b.position_at_end(done_bb)
+    y = b.phi(o.ty)
+    y.add_incoming(y_fast, fast_end)
+    y.add_incoming(y_slow, slow_end)
+    return y
+
+
+def _reduce_and(module: ir.Module, ty: ir.VectorType) -> ir.Function:
+    name = f"llvm.vector.reduce.and.v{ty.count}i1"
+    return module.globals.get(name) or ir.Function(
+        module, ir.FunctionType(ir.IntType(1), [ty]), name=name)
+
+
+def _exp_accurate(o: _Ops, x, clamp: bool):
+    """``exp(x)`` to 1 ulp; with ``clamp=False`` only for ``x`` in ``exp_fast_range``
+    (every lane): no clamp, and ``2**n`` in one scaling step."""
+    k = o.k
+    xc = o.clamp(x, k.exp_lo, k.exp_hi) if clamp else x
+    nf, n, r, r_lo = _reduce(o, xc, with_lo=True)
+    p = o.add(r, o.fma(o.mul(r, r), o.horner(r, k.expm1), r_lo))
+    if clamp:
+        return _scale2(o, p, n)
+    s = o.pow2(n)
+    return o.fma(s, p, s)
 
 
 def _exp2(o: _Ops, x, fast: bool):

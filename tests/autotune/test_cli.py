@@ -56,6 +56,8 @@ def test_tune_exit_code_log_and_summary(tuned):
     assert "8 measured" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "tuning" in err  # the progress bar
+    # the anchor's BLAS kernel is named (before the search and in the summary)
+    assert out.count("numpy BLAS") == 2, out
 
 
 def test_records_commands(tuned):
@@ -76,6 +78,7 @@ def test_run_builds_the_best_record(tuned):
     assert f"{log}:" in out
     # timed as the tuning summary was, and set beside it
     assert "timed alternately" in out and f"(summary {log}:9)" in out and "now / then" in out
+    assert "  numpy BLAS" in out and "kernel" in out
 
 
 def test_run_refuses_a_best_record_outside_the_space(tuned, tmp_path):
@@ -132,7 +135,7 @@ def test_templates_command():
     for name in ("matmul", "batch_matmul", "conv2d_nchw", "depthwise_conv2d_nchw", "softmax",
                  "layernorm", "rmsnorm"):
         assert name in out
-    assert "45,895,680" in out  # the space of the default matmul
+    assert "49,720,320" in out  # the space of the default matmul (tile_k up to 1024)
 
 
 @pytest.mark.parametrize("args, code, text", [

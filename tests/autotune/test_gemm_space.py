@@ -142,7 +142,7 @@ def test_batch_matmul_size_one_batch_and_rows():
 
 
 @pytest.mark.parametrize("shape", [(1024, 1024, 1024), (256, 4096, 64), (64, 64, 64),
-                                   (100, 70, 50)])
+                                   (100, 70, 50), (60, 128, 1100)])
 def test_matmul_space_holds_the_tutorial_schedule(shape):
     """``blas_like`` of the tutorial is a point of the matmul space: the same loop nest."""
     M, N, K = shape
@@ -150,9 +150,9 @@ def test_matmul_space_holds_the_tutorial_schedule(shape):
     hand = str(polytile.lower(s, args))
     big = M * N * K > 64**3  # smaller products: no packing, no threads, 12 x 32
     mr, nr = (6, 64) if big else (12, 32)
-    # A blocks of 96 x 512 (192 rows when K < 512; 192 x 256 when small), B blocks of half
-    # the columns (at most 2048)
-    kc = min(512 if big else 256, K)
+    # A blocks of 96 x kc (kc: all of K up to 1024, else 512; 192 rows when K < 512;
+    # 192 x 256 when small), B blocks of half the columns (at most 2048)
+    kc = K if big and K <= 1024 else min(512 if big else 256, K)
     mc0 = 96 if kc >= 512 else 192
     mc, nc = min(mc0, mr * -(-M // mr)), min(2048, nr * -(-N // (2 * nr)))
     order = "goto"   # (blis does not scale with threads yet)
@@ -198,14 +198,52 @@ def test_matmul_single_reduction_block_initialises_per_micro_tile(pack, parallel
         "matmul", (37, 53, 13), tile_i=[-1, 2, 12], tile_j=[-1, 2, 16], tile_k=[-1, 13],
         order="goto", pack_a=pack, pack_b=pack, parallel=parallel), (37, 53, 13))
     lines = str(polytile.lower(s, tensors)).splitlines()
-    init = next(n for n, ln in enumerate(lines) if re.search(r"C\[.*\] = 0f", ln))
-    update = next(n for n, ln in enumerate(lines) if re.search(r"C\[.*\] = \(C\[", ln))
+    # (the accumulator is the local register tile C.local: register_tile)
+    init = next(n for n, ln in enumerate(lines) if re.search(r"C\.local\[.*\] = 0f", ln))
+    update = next(n for n, ln in enumerate(lines)
+                  if re.search(r"C\.local\[.*\] = \(C\.local\[", ln))
     tile = next(n for n, ln in enumerate(lines) if ln.strip().startswith("for i.inner.outer"))
     # the init sits at the depth of the micro-kernel's k loop: between the init and the
     # first update there is only the k loop (and the vector loops of both)
     between = [ln.strip() for ln in lines[init + 1:update] if ln.strip().startswith("for ")]
     assert all(b.startswith(("for j", "for k")) for b in between), lines[init:update + 1]
     assert tile < init, "the init is not inside the micro-tile loop"
+
+
+@pytest.mark.parametrize("reorder,pack,parallel", [
+    ([0, 1, 2], True, "i0.j0"), ([2, 1, 0], True, "i0"), ([1, 2, 0], False, "none"),
+    ([0, 2, 1], True, "j0")])
+def test_matmul_register_tile_with_one_reduction_block(reorder, pack, parallel):
+    """With one reduction block in the goto order each micro-tile accumulates in a local
+    ``mr x nr`` tile (``register_tile``), computed at the innermost cache-block loop
+    whatever the reorder knob puts there, and C is only stored, never read: exact at
+    ragged and prime sizes with 1 and 2 threads, and in a batch."""
+    from polytile.autotune.templates import register_tile
+
+    for args, tiles in (((37, 53, 13), dict(tile_i=[-1, 2, 12], tile_j=[-1, 2, 16])),
+                        ((61, 97, 31), dict(tile_i=[-1, 3, 6], tile_j=[-1, 1, 48])),
+                        ((1, 5, 1), {})):
+        cfg = _config("matmul", args, **tiles, tile_k=[-1, args[2]], order="goto",
+                      reorder=reorder, pack_a=pack, pack_b=pack, parallel=parallel)
+        _check("matmul", args, cfg, seed=args[1], threads=(1, 2))
+    s, tensors = get_template("matmul").instantiate(cfg := _config(
+        "matmul", (61, 97, 31), tile_i=[-1, 3, 6], tile_j=[-1, 1, 48], tile_k=[-1, 31],
+        order="goto", reorder=reorder, pack_a=pack, pack_b=pack, parallel=parallel),
+        (61, 97, 31))
+    ir = str(polytile.lower(s, tensors))
+    assert "C.local = alloc(float32[6, 48]" in ir, ir
+    assert not re.search(r"= \(C\[", ir), "C is still the accumulator"
+    args = (3, 37, 53, 13)
+    cfg = _config("batch_matmul", args, tile_i=[-1, 2, 12], tile_j=[-1, 2, 16],
+                  tile_k=[-1, 13], order="goto", reorder=reorder, pack_a=pack,
+                  pack_b=pack, parallel="b.i0")
+    _check("batch_matmul", args, cfg, seed=4, threads=(1, 2))
+    # several reduction blocks, or another order: C stays the accumulator
+    for knobs in (dict(tile_k=[-1, 32]), dict(order="ij", tile_k=[-1, 70])):
+        cfg = _config("matmul", (37, 53, 70), **dict(RAGGED, **knobs))
+        s, tensors = get_template("matmul").instantiate(cfg, (37, 53, 70))
+        assert not register_tile(cfg, tensors[2]) and "C.local" not in str(
+            polytile.lower(s, tensors))
 
 
 @pytest.mark.parametrize("parallel", ["b.i0", "b.i0.j0"])
@@ -322,7 +360,7 @@ def test_matmul_space_holds_the_tutorial_blis_schedule():
     shape = (1024, 1024, 1024)
     s, args = tut.blas_like(*shape, order="blis", mc=516, nc=384)
     cfg = _config("matmul", shape, tile_i=[-1, 86, 6], tile_j=[-1, 6, 64],
-                  tile_k=[-1, 512], order="blis", parallel="i0.j0", reorder=[0, 1, 2],
+                  tile_k=[-1, 1024], order="blis", parallel="i0.j0", reorder=[0, 1, 2],
                   unroll=["none", "unroll"])
     s2, args2 = get_template("matmul").instantiate(cfg, shape)
     assert str(polytile.lower(s2, args2)) == str(polytile.lower(s, args))

@@ -68,6 +68,36 @@ def test_parallel_extents_and_captured_scalars(n, threads):
     np.testing.assert_array_equal(y, ref)
 
 
+@pytest.mark.parametrize("nthreads", (2, 3, 5))
+@pytest.mark.parametrize("n", (1, 2, 7, 16, 131))
+def test_parallel_chunks_run_each_iteration_once(n, nthreads):
+    # Y[i] += i + 1 from a poisoned-free start: an iteration run twice (two chunks taken
+    # from the shared counter overlapping) or never shows in Y
+    old = get_num_threads()
+    set_num_threads(nthreads)
+    try:
+        Y = buf("Y", 140, "int64")
+        i = var("i")
+        m = build([Y], loop(i, n, st(Y, i, ld(Y, i) + i + 1), "parallel"))
+        y = np.zeros(140, "int64")
+        m(y)
+    finally:
+        set_num_threads(old)
+    ref = np.zeros(140, "int64")
+    ref[:n] = np.arange(n) + 1
+    np.testing.assert_array_equal(y, ref)
+
+
+def test_parallel_loop_takes_chunks_from_a_shared_counter():
+    # dynamic chunks (parallel.py): a descheduled thread leaves its chunks to the others
+    i = var("i")
+    Y = buf("Y", 64, "int32")
+    src = build([Y], loop(i, 64, st(Y, i, Cast("int32", i)), "parallel")).get_source(
+        "ll", optimized=False)
+    assert re.search(r"atomicrmw add i64\*? ?%?[^,]*, i64 %", src), src[-3000:]
+    assert "omp_get_thread_num" not in src
+
+
 def test_parallel_with_min_and_step(threads):
     Y = buf("Y", 64, "int32")
     i = var("i")
