@@ -93,7 +93,7 @@ from .sizes import bind as bind_sizes
 from .sizes import context as size_context
 from .sizes import size_vars
 from .tensorize import apply_tensorize
-from .validate import (check_lower_inputs, check_store_predicates,
+from .validate import (check_lower_inputs, check_store_predicates, hoist_out_of_vector_loops,
                        interchange_outer_vectorized, validate_schedule, vthreads_as_loops)
 
 log = logging.getLogger("polytile.lower")
@@ -171,7 +171,7 @@ def _inputs(s: Lowering) -> None:
     s.sch = rewrite_fused_splits(s.sch)
     if not s.target.is_gpu:
         s.sch = vthreads_as_loops(s.sch)
-    s.sch = interchange_outer_vectorized(s.sch)
+    s.sch = interchange_outer_vectorized(hoist_out_of_vector_loops(s.sch))
     validate_schedule(s.sch)
     s.gpu = uses_gpu(s.sch) or (s.target.is_gpu and only_scalar_stages(s.sch))
     check_store_predicates(s.sch, s.gpu)

@@ -454,7 +454,10 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, Symbolic
         inside it is vectorized as an outer loop (TVM, Halide: the inner loops run once
         over vectors of lanes, e.g. ``j.inner`` of a matmul with ``k`` inside), lowered
         as the loop moved innermost (``validate.interchange_outer_vectorized``); a
-        parallel, bound or vectorized loop or an attached stage inside it is refused.
+        parallel, bound or vectorized loop inside it is refused. A stage computed at the
+        vectorized loop (or inside it) computes the region of all its lanes, at the loop
+        around it (``validate.hoist_out_of_vector_loops``; TVM widens its buffer by the
+        lanes).
 
         Limit: any constant extent is accepted. On CPUs, a loop longer than one SIMD
         register (the target's width over the widest element the loop accesses, e.g. 16

@@ -112,6 +112,37 @@ def _check_stage_marks(st, leaves) -> None:
             "consumer's loop"))
 
 
+def hoist_out_of_vector_loops(sch: Schedule) -> Schedule:
+    """A stage computed at a vectorized loop (``compute_at(s[C], v)``, ``v`` vectorized)
+    computes, per vector iteration, the region all the lanes of ``v`` read: it is
+    computed at the loop around ``v`` (or where its consumer is computed, when ``v`` is
+    the consumer's outermost loop). TVM widens the stage's buffer by the lanes and runs its
+    loops over vectors; the values are the same, a pure stage's region for all lanes being
+    computed before the lanes read it. Returns a copy of ``sch`` (the user's schedule is
+    unchanged), or ``sch`` itself when no stage is computed at a vectorized loop."""
+    def at_vector_loop(x):
+        return [st for st in x.stages if st.attach_type == "scope" and st.attach_stage.
+                annotations.get(st.attach_ivar) is LoopKind.VECTORIZED]
+
+    if not at_vector_loop(sch):
+        return sch
+    sch = sch.copy()
+    while True:   # (a hoist to the consumer's own vectorized attach loop goes on)
+        todo = at_vector_loop(sch)
+        if not todo:
+            return sch
+        st = todo[0]
+        cons = st.attach_stage
+        leaves = cons.leaf_iter_vars
+        pos = leaves.index(st.attach_ivar)
+        if pos:
+            st.compute_at(cons, leaves[pos - 1])
+        elif cons.attach_type == "scope":
+            st.compute_at(cons.attach_stage, cons.attach_ivar)
+        else:
+            st.compute_root()
+
+
 def interchange_outer_vectorized(sch: Schedule) -> Schedule:
     """Outer-loop vectorization (TVM, Halide): a vectorized spatial loop with serial loops
     inside it runs those loops once over vectors of lanes. For a loop that carries no
@@ -126,12 +157,15 @@ def interchange_outer_vectorized(sch: Schedule) -> Schedule:
           for k:                     ->      for j.inner (vectorized):
             C[i, j] += A[i, k] * B[k, j]       C[i, j] += A[i, k] * B[k, j]
 
+    A stage computed at a loop inside the vectorized one stays at that loop, now around
+    the vectorized loop: it computes the region of all the lanes (what TVM's vectorizer
+    does by widening its buffer), the same values.
+
     Raises
     ------
     ScheduleError
         When a loop inside the vectorized one is parallel, vectorized, tensorized or bound
-        to a GPU index, or a stage is computed at one of them (its code would run once per
-        lane group instead of once per inner iteration).
+        to a GPU index.
     """
     moves = []
     for st in sch.stages:
@@ -155,13 +189,6 @@ def interchange_outer_vectorized(sch: Schedule) -> Schedule:
                         "serial or unrolled loops inside a vectorized loop (they run once "
                         "over vectors of lanes)", hint=f"reorder so that {iv.name!r} comes "
                         f"inside {v.name!r}"))
-            for other in sch.stages:
-                if other.attach_stage is st and any(other.attach_ivar is v for v in inner):
-                    raise ScheduleError(format_error(
-                        "vectorize", f"stage {other.name!r} is computed at loop "
-                        f"{other.attach_ivar.name!r}, inside the vectorized loop "
-                        f"{iv.name!r} of stage {st.name!r}", "attach it outside the "
-                        "vectorized loop"))
             moves.append((st.name, pos))
     if not moves:
         return sch
@@ -204,8 +231,8 @@ def validate_schedule(sch: Schedule) -> None:
     Raises
     ------
     ScheduleError
-        When a vectorized loop is not the innermost loop of its stage or has a stage
-        computed inside it, or a loop without iterations is bound to a GPU index (unless
+        When a vectorized loop is not the innermost loop of its stage (a reduction loop
+        with loops inside), or a loop without iterations is bound to a GPU index (unless
         the stage's output has no elements: nothing is launched for it).
     """
     for st in sch.stages:
@@ -226,18 +253,22 @@ def validate_schedule(sch: Schedule) -> None:
                 continue
             pos = leaves.index(iv)
             inner = leaves[pos + 1:]
+            if inner and iv.iter_type == "reduce":
+                # (a spatial loop with loops inside was moved innermost before this)
+                raise ScheduleError(format_error(
+                    "vectorize", f"loop {iv.name!r} of stage {st.name!r} is a reduction "
+                    "loop with loops inside it: as vector lanes its iterations would update "
+                    "the same elements together", "a spatial loop (the loops inside a "
+                    "vectorized spatial loop run once over vectors of lanes)",
+                    Loops_inside=", ".join(v.name for v in inner),
+                    hint=f"vectorize a spatial loop, or rfactor {st.name!r} over "
+                    f"{iv.name!r} and vectorize a spatial loop of the rfactor stage"))
             if inner:
                 raise ScheduleError(format_error(
                     "vectorize", f"loop {iv.name!r} of stage {st.name!r} is not innermost",
                     "only the innermost loop can run as vector lanes",
                     Loops_inside=", ".join(v.name for v in inner),
                     hint=f"reorder so that {iv.name!r} comes last"))
-            for other in sch.stages:
-                if other.attach_stage is st and other.attach_ivar is iv:
-                    raise ScheduleError(format_error(
-                        "vectorize", f"stage {other.name!r} is computed at the vectorized "
-                        f"loop {iv.name!r} of stage {st.name!r}",
-                        "attach it at an outer loop"))
 
 
 

@@ -34,8 +34,21 @@ def _safe_divisor(b: Expr) -> bool:
     return isinstance(b, Const) and b.value not in (0, -1)
 
 
+def _in_stack_bounds(x: Load) -> bool:
+    """Is ``x`` a read of a stack buffer (an ``alloca`` of constant size) at constant
+    indices inside its shape? It cannot trap, so a ``Select`` or ``and``/``or`` reading it
+    need not branch (fuzz llvm 97008: a tuple argmin's accumulators read in short-circuit
+    conditions made branches that LLVM 22's loop vectorizer took minutes over)."""
+    shape = x.buffer.shape
+    return (x.buffer.scope in ("stack", "local") and len(x.indices) == len(shape)
+            and all(isinstance(i, Const) and isinstance(n, (int, Const))
+                    and 0 <= int(i.value) < int(getattr(n, "value", n))
+                    for i, n in zip(x.indices, shape)))
+
+
 def may_trap(e: Expr, done: set[int] = frozenset()) -> bool:
-    """True when evaluating ``e`` may read memory (a ``Load``) or perform an integer
+    """True when evaluating ``e`` may read memory (a ``Load``, except one of a stack buffer
+    inside its bounds: :func:`_in_stack_bounds`) or perform an integer
     division by a divisor that is not a constant other than 0 and -1, counting only nodes
     whose identity is not in ``done`` (nodes already evaluated unconditionally, such as the
     ``Select`` condition that shares them)."""
@@ -46,7 +59,8 @@ def may_trap(e: Expr, done: set[int] = frozenset()) -> bool:
             continue
         seen.add(id(x))
         if isinstance(x, Load):
-            return True
+            if not _in_stack_bounds(x):
+                return True
         if (isinstance(x, Binary) and x.op in _DIVS and not dt.is_float(x.dtype)
                 and not _safe_divisor(x.b)):
             return True

@@ -210,10 +210,24 @@ def compare(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, dtype: str) -> i
     return b.icmp_unsigned(_ICMP[op], x, y)
 
 
+def freeze(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """LLVM's ``freeze v``: ``v``, or where ``v`` is poison (in a lane), some fixed value
+    (llvmlite has no builder method for it)."""
+    instr = ir.instructions.Instruction(b.block, v.type, "freeze", [v])
+    b._insert(instr)
+    return instr
+
+
 def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
     """Convert ``v`` from dtype ``src`` to ``dst`` with C rules: floats truncate toward zero
     into ints, anything to ``bool`` is ``!= 0``, ints narrow by truncation and widen by sign
-    (signed source) or zero (unsigned source, bool) extension."""
+    (signed source) or zero (unsigned source, bool) extension.
+
+    A float beyond the range of the int type (or NaN) converts to an unspecified value of
+    that element (C's undefined behaviour; the interpreter wraps): LLVM's ``fptosi`` gives
+    poison there, which is frozen, since poison spreads beyond the element (an ``int4``
+    byte holding the element and its neighbour stored as poison is a store LLVM deletes:
+    fuzz llvm 83624's neighbour was never written)."""
     if src == dst:
         return v
     if "bfloat16" in (src, dst):
@@ -230,7 +244,7 @@ def cast(b: ir.IRBuilder, v: ir.Value, src: str, dst: str) -> ir.Value:
     if dt.is_float(src):
         if dt.is_float(dst):
             return b.fpext(v, to) if dt.bits(dst) > dt.bits(src) else b.fptrunc(v, to)
-        return b.fptosi(v, to) if dt.is_signed(dst) else b.fptoui(v, to)
+        return freeze(b, b.fptosi(v, to) if dt.is_signed(dst) else b.fptoui(v, to))
     # src is an int or bool
     if dt.is_float(dst):
         return b.sitofp(v, to) if dt.is_signed(src) else b.uitofp(v, to)

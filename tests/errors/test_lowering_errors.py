@@ -156,11 +156,11 @@ def vectorize_not_innermost():
     polytile.lower(s, [A, B, C])
 
 
-def vectorize_with_a_stage_attached_inside():
-    A, B, C, s = chain()
-    s[B].compute_at(s[C], C.op.axis[1])
-    s[C].vectorize(C.op.axis[1])
-    polytile.lower(s, [A, C])
+def vectorize_a_reduction_loop_with_loops_inside():
+    A, B, C, _, s = matmul()
+    s[C].reorder(C.op.reduce_axis[0], *C.op.axis)
+    s[C].vectorize(C.op.reduce_axis[0])
+    polytile.lower(s, [A, B, C])
 
 
 def compute_at_with_an_indirect_read():
@@ -253,9 +253,11 @@ CASES = [
                  r"(?s)vectorize: loop 'i' of stage 'C' has the parallel loop 'j' inside it; "
                  r"serial or unrolled loops inside a vectorized loop.*hint: reorder",
                  id="vectorize-not-innermost"),
-    pytest.param(vectorize_with_a_stage_attached_inside, ScheduleError,
-                 r"vectorize: stage 'B' is computed at the vectorized loop 'j' of stage 'C'; "
-                 r"attach it at an outer loop", id="vectorize-with-an-attached-stage"),
+    pytest.param(vectorize_a_reduction_loop_with_loops_inside, ScheduleError,
+                 r"(?s)vectorize: loop 'k' of stage 'C' is a reduction loop with loops inside "
+                 r"it: as vector lanes its iterations would update the same elements "
+                 r"together; a spatial loop.*Loops inside: i, j.*hint: vectorize a spatial "
+                 r"loop, or rfactor 'C' over 'k'", id="vectorize-a-reduction-loop-outside"),
     pytest.param(compute_at_with_an_indirect_read, ScheduleError,
                  r"compute_at: stage 'C' reads 'B' at a non-affine index B\[Idx\[i\]\]; attach "
                  r"only stages read with affine indices", id="compute-at-with-indirect-read"),

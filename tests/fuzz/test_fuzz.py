@@ -168,6 +168,14 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
                      "prove that the combiner is commutative, associative' (argmax whose ties "
                      "go to the smaller index is a lexicographic maximum: now proven)",
     ("cuda", 90098): "the same with (argmax, max) and threadIdx.y rows",
+    ("llvm", 92534): "storage_align of a multi-output stage one of whose outputs (P.v1) is "
+                     "a function argument padded every output buffer: the argument was "
+                     "never written (NaN); now refused, naming the stage and the output",
+    ("llvm", 83624): "an empty argmin's bfloat16 identity (3.4e38) cast to int4: LLVM's "
+                     "fptosi gave poison, the byte of the element and its neighbour was "
+                     "poison and its store deleted: the neighbour never written",
+    ("llvm", 97008): "a tuple argmin's local accumulators read in short-circuit conditions "
+                     "became branches: LLVM 22's loop vectorizer took minutes (a hang)",
 }
 #: FIXED_FAULTS whose fault was a refusal of a schedule that computes its definition:
 #: they must now build and give the right values

@@ -116,12 +116,94 @@ def test_outer_vectorize_refusals():
                        r"parallel loop 'j' inside it; serial or unrolled loops inside a "
                        r"vectorized loop"):
         polytile.lower(s, [A, B, C])
-    X = te.placeholder((6, 8), name="X")
-    P = te.compute((6, 8), lambda i, j: X[i, j] * 2, name="P")
-    Q = te.compute((6, 8), lambda i, j: P[i, j] + 1, name="Q")
+
+
+# ------------------------------------------------------- stages attached at or inside the lanes
+def _taps(m, n, dtype):
+    """``P = X * 3 - j`` (m + 2, n + 2); ``Q[i, j] = P[i // 2, j] + P[i + 2, (j * 2) % n] *
+    P[m + 1 - i, j + 1]`` (quasi-affine taps: each lane reads several rows and columns);
+    the arguments, the input and the float64 (or exact int) reference."""
+    X = te.placeholder((m + 2, n + 2), dtype, name="X")
+    P = te.compute((m + 2, n + 2), lambda i, j: X[i, j] * 3 - j.astype(dtype), name="P")
+    Q = te.compute((m, n), lambda i, j: P[i // 2, j] + P[i + 2, (j * 2) % n]
+                   * P[m + 1 - i, j + 1], name="Q")
+    g = np.random.default_rng(7)
+    if dtype == "int32":
+        x = g.integers(-50, 50, (m + 2, n + 2)).astype(dtype)
+    else:
+        x = g.uniform(-1, 1, (m + 2, n + 2)).astype(dtype)
+    p = x.astype("float64") * 3 - np.arange(n + 2)
+    i, j = np.meshgrid(np.arange(m), np.arange(n), indexing="ij")
+    want = p[i // 2, j] + p[i + 2, (j * 2) % n] * p[m + 1 - i, j + 1]
+    return X, P, Q, x, want
+
+
+def _schedule_taps(P, Q, how):
     s = te.create_schedule(Q.op)
+    i, j = Q.op.axis
+    if how == "at-vector-loop":                # the lanes are j.inner
+        jo, ji = s[Q].split(j, factor=4)
+        s[P].compute_at(s[Q], ji)
+        s[Q].vectorize(ji)
+    elif how == "at-outermost-vector-loop":    # i vectorized, outermost: P at the root
+        s[P].compute_at(s[Q], i)
+        s[Q].vectorize(i)
+    elif how == "inside-outer-vector-loop":    # j.inner vectorized with i inside
+        jo, ji = s[Q].split(j, factor=8)
+        s[Q].reorder(jo, ji, i)
+        s[P].compute_at(s[Q], i)
+        s[Q].vectorize(ji)
+    elif how == "cache-inside-producer":       # P.local at the lanes of P, P at Q's lanes
+        jo, ji = s[Q].split(j, factor=4)
+        s[P].compute_at(s[Q], ji)
+        s[Q].vectorize(ji)
+        XL = s.cache_read(P.op.input_tensors[0], "local", [P])
+        s[XL].compute_at(s[P], P.op.axis[1])
+        s[P].vectorize(P.op.axis[1])
+    return s
+
+
+@pytest.mark.parametrize("how", ["at-vector-loop", "at-outermost-vector-loop",
+                                 "inside-outer-vector-loop", "cache-inside-producer"])
+@pytest.mark.parametrize("dtype, m, n", [("float32", 7, 13), ("int32", 5, 9), ("float32", 1, 1)])
+def test_stage_computed_at_or_inside_a_vectorized_loop(backend, how, dtype, m, n):
+    """A stage computed at a vectorized loop (or at a loop inside an outer-vectorized one)
+    computes the region of all the lanes, at the loop around them (TVM widens its buffer by
+    the lanes): the values of the definition, the user's schedule unchanged (fuzz llvm
+    93235: a cache_read computed at the vectorized loop was refused)."""
+    X, P, Q, x, want = _taps(m, n, dtype)
+    s = _schedule_taps(P, Q, how)
+    before = [str(t) for t in s.trace]
+    out = run1(s, [X, Q], [x], backend)
+    assert [str(t) for t in s.trace] == before
+    check(out, want, dtype if dtype == "float32" else None, 3)
+
+
+def test_stage_computed_at_a_vectorized_loop_of_an_attached_consumer(backend):
+    """Q's vectorized loop is its outermost and Q is computed at R's loop: P goes there."""
+    m, n = 6, 11
+    X, P, Q, x, want = _taps(m, n, "float32")
+    R = te.compute((m, n), lambda i, j: Q[i, j] * 2, name="R")
+    s = te.create_schedule(R.op)
+    s[Q].compute_at(s[R], R.op.axis[0])
     s[P].compute_at(s[Q], Q.op.axis[1])
-    s[Q].vectorize(Q.op.axis[0])
-    with pytest.raises(ScheduleError, match=r"vectorize: stage 'P' is computed at loop 'j', "
-                       r"inside the vectorized loop 'i' of stage 'Q'; attach it outside"):
-        polytile.lower(s, [X, Q])
+    s[Q].vectorize(Q.op.axis[1])
+    check(run1(s, [X, R], [x], backend), want * 2, "float32", 3)
+
+
+def test_stage_computed_at_a_vectorized_loop_on_the_gpu():
+    """On a GPU (the vectorized loop unrolled per thread): the interpreter's values and
+    CUDA source that nvcc compiles."""
+    m, n = 9, 12
+    X, P, Q, x, want = _taps(m, n, "float32")
+    s = te.create_schedule(Q.op)
+    i, j = Q.op.axis
+    jo, ji = s[Q].split(j, factor=4)
+    s[Q].bind(i, te.thread_axis("blockIdx.x"))
+    s[Q].bind(jo, te.thread_axis("threadIdx.x"))
+    s[P].compute_at(s[Q], ji)
+    s[Q].vectorize(ji)
+    compile_with_nvcc(polytile.build(s, [X, Q], target="cuda").get_source())
+    out = poison((m, n), "float32")
+    interpreter.run(polytile.lower(s, [X, Q]), x, out)
+    check(out, want, "float32", 3)
