@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import threading
 
-from polytile.backend import Target
+from polytile.backend import Target, current_target
 
 _local = threading.local()
 
@@ -44,5 +44,8 @@ def canonical_target(target: str = "llvm") -> str:
 
 
 def default_target() -> str:
-    """The canonical host target, ``llvm -mcpu=<host>``."""
-    return canonical_target("llvm")
+    """The canonical target of the innermost ``with polytile.target.Target(...):`` block
+    (AutoTVM's way of naming the target a template is instantiated for), else the host
+    target, ``llvm -mcpu=<host>``."""
+    t = current_target()
+    return canonical_target(str(t) if t is not None else "llvm")

@@ -56,18 +56,25 @@ class ApplyHistoryBest:
     ----------
     log : str or path or list of Record
         A JSON Lines records file (see :mod:`.records`) or records already read.
-    target : str
-        The target the code will be built for (default ``"llvm"``, the host CPU).
+    target : str, optional
+        The target the code will be built for. Default: the target of the ``with
+        polytile.target.Target(...):`` block the template is called in (AutoTVM's
+        nesting), else ``"llvm"``, the host CPU.
     """
 
-    def __init__(self, log, target: str = "llvm", device: dict | None = None):
-        self.target = canonical_target(target)
+    def __init__(self, log, target: str | None = None, device: dict | None = None):
+        self._target = canonical_target(str(target)) if target is not None else None
         self.records = _as_records(log)
         self.best = best_records(self.records)
         self._device = device
         #: ``{str(workload): record}`` of every call answered by a record of another
         #: symbolic size value (the nearest rule of the module docstring).
         self.chosen: dict = {}
+
+    @property
+    def target(self) -> str:
+        """The canonical target templates are instantiated for in this context."""
+        return self._target if self._target is not None else default_target()
 
     def device_for(self, target: str) -> dict | None:
         """The device class records are selected by on ``target`` (:mod:`.device`)."""
@@ -181,10 +188,11 @@ def nearest_records(records, workload: Workload, target: str) -> list[Record]:
     return [t[3] for t in ranked]
 
 
-def apply_history_best(log, target: str = "llvm", device: dict | None = None
+def apply_history_best(log, target: str | None = None, device: dict | None = None
                        ) -> ApplyHistoryBest:
     """Context manager: inside it, calling a template builds its best recorded config for
-    ``target``; see :class:`ApplyHistoryBest`. On GPU targets only records of this
+    ``target`` (default: the current ``with Target(...)`` one, else the host CPU); see
+    :class:`ApplyHistoryBest`. On GPU targets only records of this
     device class count (``device``: a :mod:`.device` dict to pick another class, e.g.
     ``{"arch": "sm_90"}``), and records of other classes alone raise ``TuneError``."""
     return ApplyHistoryBest(log, target, device)

@@ -165,7 +165,7 @@ class _Runner:
         if self.reference is None:
             from .template import get_template
 
-            t = get_template(self.setup["template"])
+            t = get_template(self.setup["template"], self.setup.get("source"))
             if t.reference is None:
                 self.reference = {}
                 return self.reference

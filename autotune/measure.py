@@ -49,7 +49,7 @@ from polytile.backend import Target
 from polytile.errors import TuneError, format_error
 
 from .anchors import AnchorProcess, Comparison
-from .template import Workload
+from .template import Workload, template_source
 from .timing import Timing
 
 #: Functions a worker keeps of those it lowered for features, for a later build of the
@@ -269,7 +269,9 @@ class LocalMeasurer:
         self.workload = workload
         self.target = target
         self.opt = options or MeasureOptions()
-        self._setup = {"template": workload.template, "args": list(workload.args),
+        self._setup = {"template": workload.template,
+                       "source": template_source(workload.template),
+                       "args": list(workload.args),
                        "dtype": workload.dtype, "target": target, "threads": self.opt.threads,
                        "seed": self.opt.seed, "lowered_kept": LOWERED_KEPT,
                        "mem_limit_bytes": self.opt.mem_limit_mb << 20 if self.opt.mem_limit_mb
@@ -294,7 +296,7 @@ class LocalMeasurer:
 
     def runner_setup(self) -> dict:
         """The setup a GPU runner gets (plain data)."""
-        return {k: self._setup[k] for k in ("template", "args", "dtype", "seed")}
+        return {k: self._setup[k] for k in ("template", "source", "args", "dtype", "seed")}
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:

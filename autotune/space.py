@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -35,6 +36,8 @@ from polytile.errors import TuneError, format_error
 from . import sizes
 from .entities import (ANNOTATIONS, AnnotateEntity, OtherOptionEntity, ReorderEntity,
                        SplitEntity)
+
+_log = logging.getLogger("polytile.autotune")
 
 __all__ = ["ANNOTATIONS", "AnnotateEntity", "AnnotateSpace", "ConfigEntity", "ConfigSpace",
            "KnobSpace", "OtherOptionEntity", "OtherSpace", "ReorderEntity", "ReorderSpace",
@@ -98,6 +101,27 @@ def _json_key(v) -> str:
     return json.dumps(v, sort_keys=True)
 
 
+def _split_sizes(policy: str, length: int, limit: int, num_outputs: int) -> list:
+    """The ``[-1, f1, ...]`` splits of an axis of ``length`` whose inner factors are at
+    most ``limit``: divisors whose product divides ``length`` (``"factors"``), or powers of
+    two whose product is at most ``length`` (``"power2"``), or both (``"verbose"``)."""
+    if policy == "verbose":     # AutoTVM's: the factors and the powers of two
+        both = _split_sizes("factors", length, limit, num_outputs) + _split_sizes(
+            "power2", length, limit, num_outputs)
+        return [list(t) for t in sorted({tuple(x) for x in both})]
+    if policy == "factors":
+        base = [d for d in _divisors(length) if d <= limit]
+    else:
+        base = [1 << k for k in range(0, max(1, limit).bit_length()) if 1 << k <= limit]
+    sizes = []
+    for inner in itertools.product(base, repeat=num_outputs - 1):
+        p = math.prod(inner)
+        if p > length or (policy == "factors" and length % p):
+            continue
+        sizes.append([-1] + list(inner))
+    return sizes
+
+
 def _divisors(n: int) -> list[int]:
     small = [d for d in range(1, int(math.isqrt(n)) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
@@ -111,6 +135,7 @@ class SplitSpace(KnobSpace):
     * ``"factors"``: each ``fi`` divides ``length`` and so does their product (no tails);
     * ``"power2"``: each ``fi`` a power of two with product at most ``length`` (tails
       allowed);
+    * ``"verbose"``: both of the above (AutoTVM's);
     * ``"candidate"``: exactly the size lists in ``candidate``.
 
     ``max_factor`` bounds each inner size; ``filter(entity) -> bool`` drops entities.
@@ -124,10 +149,10 @@ class SplitSpace(KnobSpace):
         if not 2 <= num_outputs <= 4:
             raise TuneError(format_error("define_split", f"num_outputs={num_outputs} for "
                                          f"knob {name!r}", "expected 2, 3 or 4"))
-        if policy not in ("factors", "power2", "candidate"):
+        if policy not in ("factors", "power2", "verbose", "candidate"):
             raise TuneError(format_error("define_split", f"unknown policy {policy!r} for "
-                                         f"knob {name!r}",
-                                         "expected 'factors', 'power2' or 'candidate'"))
+                                         f"knob {name!r}", "expected 'factors', 'power2', "
+                                         "'verbose' or 'candidate'"))
         if length < 1:
             # a zero-size workload (``--args 0,4,4``) reaches here first; say so rather
             # than complain about the policy's empty choices
@@ -151,23 +176,28 @@ class SplitSpace(KnobSpace):
                         f"expected num_outputs={num_outputs}"))
                 sizes.append([-1] + [int(x) for x in c[1:]])
         else:
-            if policy == "factors":
-                base = [d for d in _divisors(length) if d <= limit]
-            else:
-                base = [1 << k for k in range(0, max(1, limit).bit_length()) if 1 << k <= limit]
-            sizes = []
-            for inner in itertools.product(base, repeat=num_outputs - 1):
-                p = math.prod(inner)
-                if p > length or (policy == "factors" and length % p):
-                    continue
-                sizes.append([-1] + list(inner))
+            sizes = _split_sizes(policy, length, limit, num_outputs)
         ents = [SplitEntity(s) for s in sizes]
         if filter is not None:
             ents = [e for e in ents if filter(e)]
+        if not ents and policy == "factors":
+            # an odd or prime extent whose divisors the filter all refuses (a vector width
+            # of 8, 16 or 32 over 65 columns): non-divisible splits are exact here (partial
+            # tiles), so the power-of-two sizes are legal choices of the same knob
+            ents = [SplitEntity(s) for s in _split_sizes("power2", length, limit,
+                                                         num_outputs)]
+            ents = [e for e in ents if filter is None or filter(e)]
+            if ents:
+                policy = self.policy = "power2"
+                _log.info("define_split: knob %r: no factor of extent %d passes the filter; "
+                          "using power-of-two sizes (non-divisible splits)", name, length)
         if not ents:
-            raise TuneError(format_error("define_split", f"knob {name!r} has no choices "
-                                         f"(length {length}, policy {policy!r})",
-                                         "loosen max_factor or the filter"))
+            raise TuneError(format_error(
+                "define_split", f"knob {name!r} has no choices: no split of its axis of "
+                f"extent {length} into {num_outputs} loops (policy {policy!r}, max_factor "
+                f"{max_factor}) passes the filter",
+                "loosen max_factor or the filter, or pass policy='candidate' with "
+                "candidate=[[-1, f1, ...], ...]"))
         self.entities = ents
         self._index = {tuple(e.size): k for k, e in enumerate(ents)}
         if default is not None:
@@ -413,8 +443,26 @@ class OtherSpace(KnobSpace):
 class _Definer:
     """The ``define_*`` methods shared by a space (which records) and a config (no-ops)."""
 
+    #: floating-point operations of one run, as the template declared them with
+    #: :meth:`add_flop` (AutoTVM's ``cfg.flop``); 0 when it did not
+    flop = 0.0
+
     def _add(self, knob: KnobSpace) -> None:
         raise NotImplementedError
+
+    def add_flop(self, flop) -> None:
+        """Count ``flop`` floating-point operations of one run (AutoTVM's
+        ``cfg.add_flop``): the tuner reports GFLOP/s from them where the template was
+        registered without ``flops=``."""
+        self.flop = self.flop + float(flop)
+
+    @staticmethod
+    def axis(var):
+        """AutoTVM's ``cfg.axis(var)``: the axis itself (an IterVar or an int extent),
+        which the ``define_*`` methods take as they are."""
+        return var
+
+    reduce_axis = axis
 
     def define_split(self, name: str, axis, policy: str = "factors", num_outputs: int = 2,
                      max_factor: int | None = None, filter: Callable | None = None,
@@ -465,6 +513,11 @@ class _Definer:
         load. For duplicates (knob values a schedule maps to the same kernel) and regions
         known to be slow. A no-op on a config."""
 
+    def multi_filter(self, filter: Callable) -> None:
+        """AutoTVM's ``cfg.multi_filter(filter=...)``: like :meth:`prefer`, with
+        ``filter(config)`` given a :class:`ConfigEntity` (``config["tile_x"].size``, as
+        in the template). A no-op on a config."""
+
     def _defined(self, name: str) -> bool:
         raise NotImplementedError
 
@@ -482,24 +535,36 @@ class ConfigSpace(_Definer):
         self.template_name = ""
         self.workload = None
         self._keep: Callable[[dict], bool] | None = None
+        self._keep_config: Callable | None = None
         self._preferred: list[int] | None = None
 
     def prefer(self, keep: Callable[[dict], bool]) -> None:
         self._keep = keep
         self._preferred = None
 
+    def multi_filter(self, filter: Callable) -> None:
+        self._keep_config = filter
+        self._preferred = None
+
     def preferred(self) -> list[int] | None:
-        """Indices of the configs :meth:`prefer` keeps, the default config always among
-        them (ascending), or None when the template set no preference (search all)."""
-        if self._keep is None:
+        """Indices of the configs :meth:`prefer` and :meth:`multi_filter` keep, the
+        default config always among them (ascending), or None when the template set no
+        preference (search all)."""
+        if self._keep is None and self._keep_config is None:
             return None
         if self._preferred is None:
             names = list(self.knobs)
             lists = [[k.get(r) for r in range(len(k))] for k in self.knobs.values()]
             out = []
             for index, ents in enumerate(itertools.product(*lists)):
-                if self._keep({n: e.to_json() for n, e in zip(names, ents)}):
-                    out.append(index)
+                named = dict(zip(names, ents))
+                if self._keep is not None and not self._keep(
+                        {n: e.to_json() for n, e in named.items()}):
+                    continue
+                if self._keep_config is not None and not self._keep_config(
+                        ConfigEntity(self, index, named)):
+                    continue
+                out.append(index)
             d = self.default_index()
             self._preferred = sorted(set(out) | {d})
         return self._preferred

@@ -237,10 +237,16 @@ class Template:
         names = ", ".join(p.name for p in pos)
         takes = str(len(pos)) if need == len(pos) else f"{need} to {len(pos)}"
         example = ",".join(map(str, self.default_args)) or "..."
+        hint = f"--args {example}"
+        if len(args) == len(pos) + 1 and isinstance(args[-1], str):
+            # AutoTVM's task.create(name, args=(N, L, M, "float32")) passes it last
+            hint = (f"give the dtype apart: dtype={args[-1]!r} (tune(template, args, "
+                    "dtype=...), --dtype on the command line); the template receives it as "
+                    "its 'dtype' parameter")
         raise TuneError(format_error(
             f"template {self.name!r}", f"takes {takes} arguments ({names}) but {len(args)} "
             f"were given: {list(args)}", "expected one value per argument, in order",
-            hint=f"--args {example}"))
+            hint=hint))
 
     def space(self, args=None, dtype: str = "float32", target=None) -> ConfigSpace:
         """Collect the config space of this template at ``args`` for ``target`` (its kind
@@ -274,6 +280,7 @@ class Template:
     def __call__(self, *args, dtype: str = "float32"):
         """Instantiate with the config chosen by the dispatch context (see the module
         docstring); returns ``(schedule, tensors)``."""
+        args, dtype = self._dtype_apart(args, dtype)
         ctx = current_context()
         target = ctx.target if ctx is not None else default_target()
         sp = self.space(args or None, dtype, target)
@@ -284,6 +291,18 @@ class Template:
             d = sp.default()
             cfg = ConfigEntity(sp, d.index, d._entities, fallback=True)
         return self._run(cfg, wl.args, dtype, target)
+
+    def _dtype_apart(self, args: tuple, dtype: str) -> tuple:
+        """``args`` without a dtype given positionally where the function declares its
+        ``dtype`` parameter (AutoTVM's ``matmul(N, L, M, "float32")``), and the dtype."""
+        try:
+            params = list(inspect.signature(self.func).parameters)
+        except (TypeError, ValueError):
+            return args, dtype
+        k = params.index("dtype") if "dtype" in params else -1
+        if 0 <= k < len(args) and isinstance(args[k], str):
+            return args[:k] + args[k + 1:], args[k]
+        return args, dtype
 
     def __repr__(self) -> str:
         return f"Template({self.name!r}, default_args={self.default_args})"
@@ -318,11 +337,15 @@ def _warn_fallback(wl: Workload, target: str, ctx) -> None:
             more = f" and {len(near) - 3} more" if len(near) > 3 else ""
             where = f"the active records hold only {'; '.join(near[:3])}{more}"
     args = ",".join(map(str, wl.args))
+    how = f"`polytile tune {wl.template} --args {args} --dtype {wl.dtype} --log FILE`"
+    if template_source(wl.template) is not None:
+        # registered by the user's script: the command line would not find it by name
+        how = (f"`polytile.autotune.tune({wl.template!r}, {tuple(wl.args)!r}, "
+               f"dtype={wl.dtype!r}, log_file=FILE)` in the file that registers it")
     warnings.warn(
         f"autotune: no tuning record for {wl} on target '{target}' ({where}); using the "
-        f"template's default config. To tune it: `polytile tune {wl.template} --args {args} "
-        f"--dtype {wl.dtype} --log FILE`, then build inside `with polytile.autotune."
-        f"apply_history_best(FILE):`", FallbackWarning, stacklevel=3)
+        f"template's default config. To tune it: {how}, then build inside `with polytile."
+        f"autotune.apply_history_best(FILE):`", FallbackWarning, stacklevel=3)
 
 
 def _target_binding(target):
@@ -369,8 +392,12 @@ def registered() -> dict[str, Template]:
     return dict(_REGISTRY)
 
 
-def get_template(spec: str) -> Template:
+def get_template(spec: str, source: str | None = None) -> Template:
     """A template by registered name or ``"path/to/file.py:function"``.
+
+    ``source``: the file that registers template ``spec`` with ``@template`` (see
+    :func:`template_source`), imported first when the name is not registered in this
+    process (a worker process tuning a template of the user's script).
 
     Raises
     ------
@@ -381,6 +408,9 @@ def get_template(spec: str) -> Template:
     if isinstance(spec, Template):
         return spec
     reg = registered()
+    if spec not in reg and source and ":" not in spec:
+        _import_file(source)
+        reg = registered()
     if spec in reg:
         return reg[spec]
     if ":" not in spec:
@@ -391,17 +421,7 @@ def get_template(spec: str) -> Template:
     if not os.path.isfile(path):
         raise TuneError(format_error("template", f"file {path!r} of {spec!r} not found",
                                      "expected path/to/file.py:function"))
-    mod_name = "polytile_user_template_" + str(abs(hash(os.path.abspath(path))))
-    loader_spec = importlib.util.spec_from_file_location(mod_name, path)
-    if loader_spec is None or loader_spec.loader is None:
-        raise TuneError(format_error("template", f"cannot import {path!r}",
-                                     "expected a Python source file"))
-    module = importlib.util.module_from_spec(loader_spec)
-    try:
-        loader_spec.loader.exec_module(module)
-    except Exception as exc:
-        raise TuneError(format_error("template", f"importing {path!r} failed: "
-                                     f"{type(exc).__name__}: {exc}")) from exc
+    module = _import_file(path)
     fn = getattr(module, fname, None)
     if fn is None:
         raise TuneError(format_error("template", f"{path!r} has no function {fname!r}",
@@ -415,3 +435,50 @@ def get_template(spec: str) -> Template:
     if not callable(fn):
         raise TuneError(format_error("template", f"{spec!r} is not a function"))
     return Template(spec, fn)
+
+
+#: files being imported for their templates (a script that tunes at import time, without
+#: ``if __name__ == "__main__":``, would start the tuning again in every worker)
+_IMPORTING: list = []
+
+
+def importing_template_file() -> str | None:
+    """The file whose import for its templates is running now, else None."""
+    return _IMPORTING[-1] if _IMPORTING else None
+
+
+def _import_file(path: str):
+    """Import the Python file ``path`` as a module of its own (its ``@template``
+    decorators register in this process)."""
+    mod_name = "polytile_user_template_" + str(abs(hash(os.path.abspath(path))))
+    loader_spec = importlib.util.spec_from_file_location(mod_name, path)
+    if loader_spec is None or loader_spec.loader is None:
+        raise TuneError(format_error("template", f"cannot import {path!r}",
+                                     "expected a Python source file"))
+    module = importlib.util.module_from_spec(loader_spec)
+    _IMPORTING.append(path)
+    try:
+        loader_spec.loader.exec_module(module)
+    except TuneError:
+        raise
+    except Exception as exc:
+        raise TuneError(format_error("template", f"importing {path!r} failed: "
+                                     f"{type(exc).__name__}: {exc}")) from exc
+    finally:
+        _IMPORTING.pop()
+    return module
+
+
+def template_source(name: str) -> str | None:
+    """The file a worker process imports to find template ``name``: the source file of
+    a template registered with ``@template`` by the user's own code (a script run as
+    ``__main__`` included); None for polytile's built-ins and ``path:function`` specs,
+    which a worker finds by themselves."""
+    t = _REGISTRY.get(name)
+    if t is None or ":" in name or t.func.__module__.startswith("polytile."):
+        return None
+    try:
+        path = inspect.getsourcefile(t.func)
+    except TypeError:
+        return None
+    return os.path.abspath(path) if path and os.path.isfile(path) else None

@@ -32,7 +32,7 @@ from .dispatch import canonical_target
 from .gpu_limits import use as gpu_limits_use
 from .measure import LocalMeasurer, MeasureOptions, MeasureResult
 from .records import Record, RecordWriter, read_records, target_matches, workload_matches
-from .template import Workload
+from .template import Workload, importing_template_file
 from .tuner import make_tuner
 
 #: Trials of ``polytile tune`` without ``--trials``: about 25 s for the default matmul on an
@@ -421,13 +421,20 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
         measure ``target``.
     """
     t0 = time.perf_counter()
+    importing = importing_template_file()
+    if importing is not None:
+        raise TuneError(format_error(
+            "tune", f"called while {importing!r} is imported for its templates (a worker "
+            "process, or get_template of a path, runs the file's top-level code)",
+            "start the tuning under `if __name__ == \"__main__\":` in that file"))
     t, wl = resolve(template, args, dtype)
     tgt = tunable_target(target)
     opt = measure_option or MeasureOptions()
     if n_trial < 1:
         raise TuneError(format_error("tune", f"n_trial={n_trial}", "expected at least 1"))
     tgt, runner, device, limits, space = open_target(t, wl, tgt, opt, gpu_runner=not ray)
-    res = TuneResult(wl, tgt, tuner, len(space), log_file, flops=t.flops(wl.args),
+    res = TuneResult(wl, tgt, tuner, len(space), log_file,
+                     flops=t.flops(wl.args) or space.flop or None,
                      threads=opt.threads, device=device)
     history = []
     everything: list = []

@@ -556,5 +556,10 @@ def make_tuner(name: str, space: ConfigSpace, featurize: Callable | None = None,
         if featurize is None:
             raise TuneError(format_error("tuner", "the model tuner needs a featurize function"))
         return ModelTuner(space, featurize, seed, candidates=candidates)
+    autotvm = {"xgb": "model", "xgb_knob": "model", "xgb_itervar": "model",
+               "xgb_curve": "model", "ga": "model", "gridsearch": "grid"}.get(name)
     raise TuneError(format_error("tuner", f"unknown tuner {name!r}",
-                                 "expected 'model', 'random' or 'grid'"))
+                                 "expected 'model', 'random' or 'grid'",
+                                 hint=f"AutoTVM's {name!r} is closest to {autotvm!r} (a cost "
+                                 "model guiding the search)" if autotvm == "model" else
+                                 f"AutoTVM's {name!r} is {autotvm!r}" if autotvm else None))

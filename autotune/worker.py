@@ -56,7 +56,7 @@ def _short(exc: BaseException) -> str:
 class _Worker:
     def __init__(self, setup: dict):
         self.setup = setup
-        self.template = get_template(setup["template"])
+        self.template = get_template(setup["template"], setup.get("source"))
         self.args = tuple(setup["args"])
         self.dtype = setup["dtype"]
         self.target = setup["target"]

@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 from .errors import (BuildError, InternalError, LoweringError, PolytileError, ScheduleError,
                      TargetError, TuneError)
 from . import logconfig as _logconfig
+from .backend import DEFAULT_TARGET
 
 
 def _log_from_env() -> None:
@@ -34,18 +35,37 @@ _log_from_env()
 # stays light (no islpy, llvmlite or cuda-python until something is lowered or built), which
 # keeps the command line and worker processes quick to start.
 
-def lower(sch, args, name: str = "main", target=None, **kwargs):
-    """Lower a schedule to loop IR; see :func:`polytile.schedule.pipeline.lower`."""
+def lower(sch, args, name: str = "main", target=None, simple_mode: bool = False,
+          binds=None, **kwargs):
+    """Lower a schedule to loop IR; see :func:`polytile.schedule.pipeline.lower`.
+
+    TVM's ``lower(inp, args, name, binds, simple_mode)`` runs unchanged: ``binds`` (also
+    a dict in the fourth place, where polytile takes ``target``) must be empty, as in
+    :func:`build`; ``simple_mode`` is accepted."""
     from polytile.schedule.pipeline import lower as _lower
 
-    return _lower(sch, args, name=name, target=target, **kwargs)
+    if isinstance(target, dict):   # TVM's fourth positional argument is binds
+        binds, target = target, None
+    if binds:
+        from polytile.errors import format_error
+
+        raise TargetError(format_error(
+            "lower", f"binds of {len(binds)} tensors are given",
+            "expected no binds (arguments are compact row-major arrays)",
+            hint="bind buffers of tensor intrinsics through te.decl_tensor_intrin(..., "
+            "binds=...)"))
+    return _lower(sch, args, name=name, target=target, simple_mode=simple_mode, **kwargs)
 
 
-def build(sch, args=None, target="llvm", name: str = "main", **kwargs):
-    """Compile a schedule for ``target``; see :func:`polytile.targets.build`."""
+def build(sch, args=None, target=DEFAULT_TARGET, target_host=None, name: str = "main",
+          binds=None, **kwargs):
+    """Compile a schedule for ``target`` (TVM's positional order: ``inputs, args, target,
+    target_host, name, binds``; not given: the current ``with Target(...)`` one, else
+    ``"llvm"``); see :func:`polytile.targets.build`."""
     from polytile.targets import build as _build
 
-    return _build(sch, args, target=target, name=name, **kwargs)
+    return _build(sch, args, target=target, target_host=target_host, name=name, binds=binds,
+                  **kwargs)
 
 
 def set_num_threads(n: int) -> None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -111,14 +112,26 @@ class DeviceLimits:
     tensor_intrinsics: tuple = ()
 
 
+class TargetKind(str):
+    """A target's kind: the string itself (``"llvm"``), with TVM's ``kind.name``."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        """The kind as a plain string (TVM's ``target.kind.name``)."""
+        return str.__str__(self)
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """A parsed target string: a backend kind, its options and the device's limits.
 
     Attributes
     ----------
-    kind : str
-        The backend's kind (``"llvm"``, ``"cuda"``, or a registered one).
+    kind : TargetKind
+        The backend's kind (``"llvm"``, ``"cuda"``, or a registered one): a ``str``, with
+        TVM's ``kind.name``.
     cpu : str
         LLVM CPU name (``"znver4"``); empty where it does not apply.
     features : tuple of str
@@ -149,6 +162,20 @@ class Target:
     options: tuple = field(default=(), compare=False)
     limits: DeviceLimits = field(default=DeviceLimits(), compare=False)
     attrs: tuple = ()
+
+    def __post_init__(self):
+        if type(self.kind) is not TargetKind:
+            object.__setattr__(self, "kind", TargetKind(self.kind))
+
+    def __enter__(self) -> Target:
+        """``with target:`` makes this the current target (TVM's ``with
+        tvm.target.Target("cuda"):``): templates called inside it and ``polytile.build``
+        without a target use it (see :func:`current_target`)."""
+        _current_stack().append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _current_stack().pop()
 
     @property
     def backend(self) -> Backend:
@@ -208,6 +235,31 @@ class Target:
                 "target", f"got {type(spec).__name__} {spec!r}",
                 "expected a target string such as 'llvm' or 'llvm -mcpu=znver4', or a Target"))
         return _parse(spec)
+
+
+_scope = threading.local()
+
+
+def _current_stack() -> list:
+    if not hasattr(_scope, "targets"):
+        _scope.targets = []
+    return _scope.targets
+
+
+class _DefaultTarget(str):
+    """``build``'s default target: ``"llvm"``, unless a ``with Target(...):`` block is
+    active (TVM's ``tvm.build`` without a target builds for the current one)."""
+
+    __slots__ = ()
+
+
+DEFAULT_TARGET = _DefaultTarget("llvm")
+
+
+def current_target() -> Target | None:
+    """The target of the innermost ``with target:`` block of this thread, or None."""
+    st = _current_stack()
+    return st[-1] if st else None
 
 
 @functools.lru_cache(maxsize=256)

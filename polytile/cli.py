@@ -643,8 +643,25 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _negative_args(argv: list) -> list:
+    """``--args -3,4,4`` as ``--args=-3,4,4``: argparse takes a value starting with ``-``
+    for an option and says only "expected one argument"; joined, the value reaches
+    ``_int_list``, whose message says what is wrong with it."""
+    out, k = [], 0
+    while k < len(argv):
+        nxt = argv[k + 1] if k + 1 < len(argv) else ""
+        if argv[k] == "--args" and nxt[:1] == "-" and nxt[1:2].isdigit():
+            out.append(f"--args={nxt}")
+            k += 2
+        else:
+            out.append(argv[k])
+            k += 1
+    return out
+
+
 def main(argv=None) -> int:
     """Run the command line; returns the exit code (``polytile`` exits with it)."""
+    argv = _negative_args(list(sys.argv[1:] if argv is None else argv))
     args = _parser().parse_args(argv)  # exits 2 with argparse's message on usage errors
     from polytile.errors import PolytileError
 

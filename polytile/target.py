@@ -11,7 +11,7 @@ fields, options and device limits are documented there), and
 from __future__ import annotations
 
 from polytile.backend import Target as _Target
-from polytile.backend import registered_kinds
+from polytile.backend import current_target, registered_kinds
 from polytile.errors import TargetError, format_error
 
 
@@ -44,6 +44,17 @@ class Target(metaclass=_TargetMeta):
     TargetError
         For an unknown kind, options its backend refuses, or a non-llvm ``host``.
     """
+
+    @staticmethod
+    def current(allow_none: bool = True) -> _Target | None:
+        """The target of the innermost ``with target:`` block (TVM's
+        ``Target.current``); None outside any (a ``TargetError`` with
+        ``allow_none=False``)."""
+        t = current_target()
+        if t is None and not allow_none:
+            raise TargetError(format_error("Target.current", "no target is active",
+                                           "enter one with `with Target('llvm'):`"))
+        return t
 
     @staticmethod
     def list_kinds() -> list:

@@ -12,7 +12,8 @@ with this module:
   builtin of the target's C dialect (CUDA);
 * ``ir_builder.create()``: ``emit(stmt_or_call)``, ``with ib.for_range(0, n, name="i") as
   i:``, ``with ib.if_scope(cond):`` then ``with ib.else_scope():``, ``p = ib.buffer_ptr(view)``
-  (``p[i]`` and ``p[i] = v``: the region's elements in row-major order), ``get()``;
+  (``p[i]`` and ``p[i] = v``: the region's elements in row-major order), ``t =
+  ib.allocate(dtype, shape, name, scope)`` (scratch, the same flat access), ``get()``;
 * ``view.vload(index)`` / ``view.vstore(index, value)``: element ``index`` (a tuple in
   the view's shape) of the region, ``view.access_ptr(mode, offset=0)`` its address.
 
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from polytile.errors import (DefinitionTypeError, DefinitionValueError, LoweringError,
                              format_error)
 from polytile.te.expr import Binary, Const, Expr, ExprOp, Var, convert
-from polytile.schedule.loop_ir import (AccessPtr, Buffer, Evaluate, ExternCall, For,
+from polytile.schedule.loop_ir import (AccessPtr, Allocate, Buffer, Evaluate, ExternCall, For,
                                        IfThenElse, Load, Stmt, Store, seq)
 
 # The expression helpers TVM programs reach through ``tvm.tir`` (the same functions as
@@ -64,15 +65,51 @@ def Cast(dtype: str, value) -> Expr:  # noqa: N802 (TVM's name)
     return cast(value, dtype)
 
 
+def bitwise_and(x, y) -> Expr:
+    """TVM's ``tir.bitwise_and``: ``x & y`` of integers."""
+    return convert(x) & y
+
+
+def bitwise_or(x, y) -> Expr:
+    """TVM's ``tir.bitwise_or``: ``x | y`` of integers."""
+    return convert(x) | y
+
+
+def bitwise_xor(x, y) -> Expr:
+    """TVM's ``tir.bitwise_xor``: ``x ^ y`` of integers."""
+    return convert(x) ^ y
+
+
+def bitwise_not(x) -> Expr:
+    """TVM's ``tir.bitwise_not``: ``~x`` of an integer."""
+    return ~convert(x)
+
+
+def shift_left(x, y) -> Expr:
+    """TVM's ``tir.shift_left``: ``x << y``."""
+    return convert(x) << y
+
+
+def shift_right(x, y) -> Expr:
+    """TVM's ``tir.shift_right``: ``x >> y`` (arithmetic for signed integers)."""
+    return convert(x) >> y
+
+
+def likely(cond) -> Expr:
+    """TVM's ``tir.likely(cond)``, a branch hint: ``cond`` itself."""
+    return convert(cond)
+
+
 __all__ = ["BufferView", "Cast", "DeclBuffer", "Select", "abs", "acos", "all", "any", "asin",
-           "atan", "atan2", "call_extern", "call_intrin", "call_llvm_intrin",
-           "call_llvm_pure_intrin", "call_packed", "call_pure_extern", "ceil", "const",
-           "copysign", "cos", "cosh", "decl_buffer", "erf", "exp", "exp2", "expm1", "fast_erf",
-           "fast_exp", "fast_tanh", "floor", "floordiv", "floormod", "fmod", "hypot",
-           "if_then_else", "indexdiv", "indexmod", "ir_builder", "isfinite", "isinf", "isnan",
-           "log", "log1p", "log2", "log10", "max_value", "min_value", "nearbyint", "pow",
-           "power", "round", "rsqrt", "sigmoid", "sin", "sinh", "sqrt", "tan", "tanh", "trunc",
-           "truncdiv", "truncmod", "vscale"]
+           "atan", "atan2", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor",
+           "call_extern", "call_intrin", "call_llvm_intrin", "call_llvm_pure_intrin",
+           "call_packed", "call_pure_extern", "ceil", "const", "copysign", "cos", "cosh",
+           "decl_buffer", "erf", "exp", "exp2", "expm1", "fast_erf", "fast_exp", "fast_tanh",
+           "floor", "floordiv", "floormod", "fmod", "hypot", "if_then_else", "indexdiv",
+           "indexmod", "ir_builder", "isfinite", "isinf", "isnan", "likely", "log", "log1p",
+           "log2", "log10", "max_value", "min_value", "nearbyint", "pow", "power", "round",
+           "rsqrt", "shift_left", "shift_right", "sigmoid", "sin", "sinh", "sqrt", "tan", "tanh",
+           "trunc", "truncdiv", "truncmod", "vscale"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -301,7 +338,7 @@ class IRBuilder:
         v = Var("int64", name)
         self._stack.append([])
         yield v
-        body = seq(*self._stack.pop())
+        body = _block(self._stack.pop())
         lo, hi = _i64(begin), _i64(end)
         self._stack[-1].append(For(v, lo, Binary("int64", "sub", hi, lo), "serial", body))
 
@@ -316,7 +353,7 @@ class IRBuilder:
                 "a bool expression (compare it, e.g. x != 0)"))
         self._stack.append([])
         yield
-        body = seq(*self._stack.pop())
+        body = _block(self._stack.pop())
         self._stack[-1].append(IfThenElse(c, body))
 
     @contextlib.contextmanager
@@ -335,7 +372,7 @@ class IRBuilder:
                 "with ib.if_scope(cond): ... then at once with ib.else_scope(): ..."))
         self._stack.append([])
         yield
-        body = seq(*self._stack.pop())
+        body = _block(self._stack.pop())
         self._stack[-1][-1] = IfThenElse(last.cond, last.then_case, body)
 
     @contextlib.contextmanager
@@ -365,9 +402,87 @@ class IRBuilder:
                 "one of the buffers fcompute receives (ins[k] or outs[k])"))
         return _Pointer(self, buf)
 
+    def allocate(self, dtype: str, shape, name: str = "buf", scope: str = "") -> _Pointer:
+        """A scratch array of ``shape`` (ints or size expressions) and ``dtype`` for the
+        statements emitted after this call in the current scope (TVM's ``ib.allocate``);
+        returns a flat pointer to it (``p[i]``, ``p[i] = v``: row-major element ``i``).
+        ``scope`` ``""``, ``"global"`` or ``"local"``: on the stack when its size is a
+        constant of at most :data:`STACK_ALLOCATE_BYTES`, else on the heap (freed at the
+        end of the scope; a heap buffer is refused inside a GPU kernel when building);
+        ``"shared"``: GPU shared memory. Its elements start undefined.
+
+        Raises
+        ------
+        DefinitionValueError
+            For another scope, or an extent that is not positive.
+        DefinitionTypeError
+            For an unknown dtype.
+        """
+        from polytile.te.dtype import nbytes
+
+        shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+        dims = [_i64(d) for d in shape]
+        if scope not in ("", "global", "local", "shared"):
+            raise DefinitionValueError(format_error(
+                "ir_builder.allocate", f"scope {scope!r} of buffer {name!r}",
+                "expected '', 'global', 'local' or 'shared'"))
+        size = 1
+        for d in dims:
+            if isinstance(d, Const):
+                if d.value < 1:
+                    raise DefinitionValueError(format_error(
+                        "ir_builder.allocate", f"buffer {name!r} has extent {d.value} in "
+                        f"shape {list(shape)}", "expected positive extents"))
+                size = size * d.value if size is not None else None
+            else:
+                size = None
+        try:
+            width = nbytes(dtype)
+        except Exception as e:
+            raise DefinitionTypeError(format_error(
+                "ir_builder.allocate", f"buffer {name!r} has dtype {dtype!r}",
+                "expected a scalar dtype such as 'float32'")) from e
+        if scope == "shared":
+            where = "shared"
+        else:
+            small = size is not None and size * width <= STACK_ALLOCATE_BYTES
+            where = "stack" if small else "heap"
+        # one flat dimension: the pointer indexes it row-major, as buffer_ptr does
+        flat = dims[0]
+        for d in dims[1:]:
+            flat = Binary("int64", "mul", flat, d)
+        buf = Buffer(name, (size if size is not None else flat,), dtype, where)
+        self._stack[-1].append(_Alloc(buf))
+        view = BufferView(buf, (size if size is not None else flat,), (1,),
+                          Const("int64", 0), name=name)
+        return _Pointer(self, view)
+
     def get(self) -> Stmt:
         """The statement built so far."""
-        return seq(*self._stack[0])
+        return _block(self._stack[0])
+
+
+# ``ib.allocate`` of a constant size at most this many bytes is a stack array
+STACK_ALLOCATE_BYTES = 64 << 10
+
+
+@dataclass(frozen=True)
+class _Alloc:
+    """Marks where ``ib.allocate`` was called in a scope's statement list."""
+
+    buffer: Buffer
+
+
+def _block(items: list) -> Stmt:
+    """The statements of one scope; each buffer allocated in it lives over the statements
+    after its ``allocate`` call."""
+    out: list = []
+    for x in reversed(items):
+        if isinstance(x, _Alloc):
+            out = [Allocate(x.buffer, seq(*reversed(out)))]
+        else:
+            out.append(x)
+    return seq(*reversed(out))
 
 
 class _Pointer:

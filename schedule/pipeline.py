@@ -94,7 +94,7 @@ from .sizes import context as size_context
 from .sizes import size_vars
 from .tensorize import apply_tensorize
 from .validate import (check_lower_inputs, check_store_predicates, hoist_out_of_vector_loops,
-                       interchange_outer_vectorized, validate_schedule)
+                       interchange_outer_vectorized, validate_schedule, vthreads_as_loops)
 
 log = logging.getLogger("polytile.lower")
 
@@ -168,8 +168,10 @@ def _inputs(s: Lowering) -> None:
     iu.set_context(None, s.sizes)
     ctx, s.size_checks = size_context(s.sch, s.sizes)
     iu.set_context(ctx, s.sizes)
-    s.sch = interchange_outer_vectorized(hoist_out_of_vector_loops(rewrite_fused_splits(
-        s.sch)))
+    s.sch = rewrite_fused_splits(s.sch)
+    if not s.target.is_gpu:
+        s.sch = vthreads_as_loops(s.sch)
+    s.sch = interchange_outer_vectorized(hoist_out_of_vector_loops(s.sch))
     validate_schedule(s.sch)
     s.gpu = uses_gpu(s.sch) or (s.target.is_gpu and only_scalar_stages(s.sch))
     check_store_predicates(s.sch, s.gpu)
@@ -504,7 +506,10 @@ def describe(target: str | Target | None = None) -> str:
 def _default_target(sch) -> Target:
     if not isinstance(sch, Schedule):
         return Target.parse("llvm")  # the input check of the first phase reports it
-    return Target.parse(_gpu_kind() if uses_gpu(sch) else "llvm")
+    # loops bound to vthread alone run on the CPU too (unrolled: vthreads_as_loops)
+    hardware = any(isinstance(kind, ThreadTag) and kind.is_hardware for st in sch.stages
+                   for kind in st.annotations.values())
+    return Target.parse(_gpu_kind() if hardware else "llvm")
 
 
 def _gpu_kind() -> str:

@@ -207,6 +207,12 @@ class Schedule:
         self.groups.append(g)
         return g
 
+    def normalize(self) -> Schedule:
+        """TVM's ``Schedule.normalize()`` (loops rebased to start at 0, inlined stages
+        substituted, before TVM's bound inference): ``lower`` does both itself, so this
+        returns the schedule unchanged."""
+        return self
+
     def copy(self) -> Schedule:
         """A new schedule of the same operations with the trace replayed."""
         return replay(self.trace, create_schedule(self._roots))

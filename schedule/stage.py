@@ -729,6 +729,14 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, Symbolic
         if self.op in self.schedule.outputs:
             fail("compute_inline", f"stage {self.name!r} is an output of the schedule",
                        "inline intermediate stages only")
+        from polytile.te.tensor_intrin import EXTERN_KEY
+
+        for st in self.schedule.stages:
+            if getattr(st.op, "attrs", {}).get(EXTERN_KEY) is not None and any(
+                    t.op is self.op for t in st.op.input_tensors):
+                fail("compute_inline", f"stage {self.name!r} is read by the te.extern "
+                     f"{st.name!r}, whose external code reads its array",
+                     "leave it computed at the root (inline its own inputs into it instead)")
         self.attach_type, self.attach_stage, self.attach_ivar = "inline", None, None
         self._record("compute_inline")
 

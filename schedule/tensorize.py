@@ -103,8 +103,13 @@ def apply_tensorize(model: Model) -> None:
 def _extern_stage(p: StagePlan, intrin) -> tuple:
     """A ``te.extern`` stage is one call of its code over the whole output."""
     st = p.stage
-    if st.relations or st.annotations or p.attach is not None or st.tensorized is not None:
-        fail("tensorize", f"stage {p.name!r} is a te.extern (external code): it has no loops "
+    used = [name for name, done in (
+        ("compute_at", p.attach is not None), ("tensorize", st.tensorized is not None),
+        ("split/fuse", bool(st.relations)),
+        (", ".join(sorted({getattr(k, "primitive", "bind") for k in st.annotations.values()})),
+         bool(st.annotations))) if done]
+    if used:
+        fail(used[0], f"stage {p.name!r} is a te.extern (external code): it has no loops "
              "to split, reorder, annotate, tensorize or compute at another stage",
              "a te.extern stage at root, unscheduled")
     return p.leaves[0], intrin

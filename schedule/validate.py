@@ -200,6 +200,31 @@ def interchange_outer_vectorized(sch: Schedule) -> Schedule:
     return sch
 
 
+def vthreads_as_loops(sch: Schedule) -> Schedule:
+    """For a CPU target: every loop bound to ``vthread`` as an unrolled loop (serial when
+    its extent is symbolic). TVM lowers a virtual thread on any target by copying the body
+    once per virtual thread in order (``InjectVirtualThread``), which on a CPU is what an
+    unrolled loop is; the GPU indices proper (``blockIdx``/``threadIdx``) stay refused by
+    ``lower``. Returns a copy of ``sch`` (the user's schedule is unchanged), or ``sch``
+    itself when nothing is bound to ``vthread``."""
+    marks = [(st.name, st.leaf_iter_vars.index(iv)) for st in sch.stages
+             for iv, kind in st.annotations.items()
+             if kind is ThreadTag.VTHREAD and iv in st.leaf_iter_vars]
+    if not marks:
+        return sch
+    sch = sch.copy()
+    for name, pos in marks:
+        st = next(x for x in sch.stages if x.name == name)
+        iv = st.leaf_iter_vars[pos]
+        for table in (st.bound_vars, st.bound_axes, st.thread_extents):
+            table.pop(iv, None)
+        if sym.is_static(st.extent_of(iv)):
+            st.annotations[iv] = LoopKind.UNROLLED
+        else:
+            del st.annotations[iv]
+    return sch
+
+
 def validate_schedule(sch: Schedule) -> None:
     """Check annotations that constrain the loop structure.
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from polytile.backend import Target
+from polytile.backend import DEFAULT_TARGET, Target, current_target
 from polytile.errors import TargetError, format_error
 from polytile.schedule.loop_ir import PrimFunc
 from polytile.schedule.pipeline import lower, run_backend_passes
@@ -12,9 +12,12 @@ from .module import Module
 
 
 @deep("build")
-def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "main", *,
-          target_host=None, binds=None, **options) -> Module:
+def build(sch_or_func, args=None, target: str | Target = DEFAULT_TARGET, target_host=None,
+          name: str = "main", binds=None, **options) -> Module:
     """Compile ``sch_or_func`` into a callable module.
+
+    The positional order is TVM's ``build(inputs, args, target, target_host, name,
+    binds)``.
 
     Parameters
     ----------
@@ -26,13 +29,14 @@ def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "ma
         The tensors that become the function's parameters, in order (schedules only).
     target : str or Target
         A registered kind with options (``"llvm"``, the host CPU, default; ``"cuda"``, an
-        NVIDIA GPU; see :mod:`polytile.backend`).
-    name : str
-        Name of the generated function (schedules only; a ``PrimFunc`` keeps its own).
+        NVIDIA GPU; see :mod:`polytile.backend`). Not given: the target of the innermost
+        ``with polytile.target.Target(...):`` block, else ``"llvm"``.
     target_host : str or Target, optional
         TVM's host target: an ``llvm`` target or None. The host code of every target runs
         on this machine's CPU (``llvm`` functions are host code; a GPU module is launched
         by polytile's runtime), so it selects nothing.
+    name : str
+        Name of the generated function (schedules only; a ``PrimFunc`` keeps its own).
     binds : dict, optional
         TVM's tensor-to-buffer bindings: only empty (polytile's arguments are compact
         row-major arrays; ``tir.decl_buffer`` binds belong to ``decl_tensor_intrin``).
@@ -61,11 +65,11 @@ def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "ma
     BuildError
         When code generation or compilation fails.
     """
+    if target is DEFAULT_TARGET and current_target() is not None:
+        target = current_target()
     tgt = Target.parse(target)
-    if target_host is not None and Target.parse(target_host).kind != "llvm":
-        raise TargetError(format_error(
-            "build", f"target_host={str(target_host)!r}",
-            "expected an 'llvm' target or None (the host code runs on this machine's CPU)"))
+    if target_host is not None:
+        _check_target_host(target_host)
     if binds:
         raise TargetError(format_error(
             "build", f"binds of {len(binds)} tensors are given",
@@ -84,3 +88,20 @@ def build(sch_or_func, args=None, target: str | Target = "llvm", name: str = "ma
     else:
         func = lower(sch_or_func, args, name=name, target=tgt, stop_after=None, who="build")
     return backend.build_module(func, tgt, **options)
+
+
+def _check_target_host(target_host) -> None:
+    """Refuse a ``target_host`` that is not an ``llvm`` target. A string that is no
+    target at all is most likely a function name passed as the fourth positional argument
+    (polytile's order once was ``name`` there; TVM's is ``target_host``)."""
+    expected = "expected an 'llvm' target or None (the host code runs on this machine's CPU)"
+    try:
+        kind = Target.parse(target_host).kind
+    except TargetError:
+        raise TargetError(format_error(
+            "build", f"target_host={target_host!r} is not a target", expected,
+            hint="the 4th positional argument of build is target_host, as in TVM's "
+            "build(inputs, args, target, target_host, name); pass the function name as "
+            "name=...")) from None
+    if kind != "llvm":
+        raise TargetError(format_error("build", f"target_host={str(target_host)!r}", expected))

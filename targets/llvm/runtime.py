@@ -427,7 +427,10 @@ class LLVMModule(Module):
         :func:`_fast_check`) and run the function; returns its status."""
         cargs = self._convert(args)
         call = functools.partial(self._cfunc, *cargs)
-        if all(type(a) is np.ndarray for a in args):
+        from polytile.nd import CPUArray   # (polytile.nd imports the backends)
+
+        # polytile.nd.array's CPUArray (TVM's tvm.nd.array) is a plain ndarray to the checks
+        if all(type(a) is np.ndarray or type(a) is CPUArray for a in args):
             written = [p in self._stored for p in self.func.params[:len(args)]]
             self._fast = (_fast_check(args, written), call)
         return call()

@@ -142,6 +142,9 @@ def test_templates_command():
     (["tune"], 2, "the following arguments are required"),
     (["tune", "matmul", "--tuner", "magic"], 2, "invalid choice"),
     (["tune", "matmul", "--trials", "0"], 2, "positive integer"),
+    # argparse took -3,4,4 for an option: "expected one argument"
+    (["tune", "matmul", "--args", "-3,4,4"], 2,
+     "argument --args: expected non-negative integers, got '-3,4,4'"),
     (["tune", "nope"], 1, "polytile: error: template: unknown template 'nope'"),
     (["records", "show", "/nonexistent.jsonl"], 1, "not found"),
     (["tune", "depthwise_conv2d_nchw", "--target", "cuda"], 1,

@@ -46,6 +46,39 @@ def test_split_errors():
         SplitSpace("t", 8, 2, filter=lambda e: False)
 
 
+def test_split_factors_of_an_odd_extent_refused_by_the_filter_fall_back_to_power2():
+    # tutorials/03 --n 65: a vector width of 8, 16 or 32 over 65 columns (factors 1, 5,
+    # 13, 65) left the knob empty; non-divisible splits are exact, so powers of two serve
+    k = SplitSpace("tile_j", 65, 3, max_factor=64, filter=lambda e: e.size[-1] in (8, 16, 32),
+                   default=[-1, 4, 32])
+    assert k.policy == "power2" and len(k) > 0
+    assert all(e.size[-1] in (8, 16, 32) and e.size[1] * e.size[2] <= 65 for e in k.entities)
+    assert k.get(k.default_index).size == [-1, 2, 32]
+    with pytest.raises(TuneError, match=r"knob 'tile_j' has no choices: no split of its axis "
+                       r"of extent 65 into 2 loops \(policy 'factors', max_factor 64\) passes "
+                       r"the filter; loosen max_factor or the filter"):
+        SplitSpace("tile_j", 65, 2, max_factor=64, filter=lambda e: e.size[-1] == 128)
+
+
+def test_autotvm_config_helpers():
+    # AutoTVM templates call cfg.add_flop, cfg.axis/reduce_axis and policy="verbose"
+    from polytile import te
+
+    sp = ConfigSpace()
+    A = te.placeholder((24,), name="A")
+    k = te.reduce_axis((0, 20), "k")
+    assert sp.axis(A.shape[0]) == 24 and sp.reduce_axis(k) is k
+    sp.define_split("v", sp.reduce_axis(k), policy="verbose", num_outputs=2)
+    sizes = sorted(e.size[1] for e in sp.knobs["v"].entities)
+    assert sizes == [1, 2, 4, 5, 8, 10, 16, 20]   # the factors of 20 and the powers of two
+    sp.add_flop(2 * 24 * 20)
+    sp.add_flop(1)
+    assert sp.flop == 961.0
+    cfg = sp.get(0)
+    cfg.add_flop(5)
+    assert cfg.flop == 5.0 and sp.flop == 961.0
+
+
 def test_split_apply_nests_loops():
     from polytile import te
 
@@ -174,3 +207,17 @@ def test_define_split_takes_autotvm_argument_order():
     sp = ConfigSpace()
     sp.define_split("t", 16, "power2", num_outputs=2)  # AutoTVM: (name, axis, policy, ...)
     assert sp.knobs["t"].policy == "power2" and len(sp) == 5
+
+
+def test_multi_filter_restricts_the_search_as_autotvm():
+    # AutoTVM's cfg.multi_filter(filter=lambda e: ...) on the entities of a config
+    sp = ConfigSpace()
+    sp.define_split("x", 12, num_outputs=2)
+    sp.define_split("y", 10, num_outputs=2)
+    sp.multi_filter(filter=lambda e: e["x"].size[-1] * e["y"].size[-1] <= 6)
+    keep = sp.preferred()
+    assert keep and len(keep) < len(sp)
+    for i in keep:
+        c = sp.get(i)
+        assert c["x"].size[-1] * c["y"].size[-1] <= 6 or i == sp.default_index()
+    assert sp.get(0).multi_filter(lambda e: False) is None   # a no-op on a config

@@ -91,6 +91,12 @@ def test_model_tuner_history_is_not_proposed_again():
 def test_make_tuner_errors():
     with pytest.raises(TuneError, match="unknown tuner 'annealing'"):
         make_tuner("annealing", _space())
+    # AutoTVM's tuner names point to polytile's
+    with pytest.raises(TuneError, match=r"(?s)unknown tuner 'xgb'.*hint: AutoTVM's 'xgb' is "
+                       r"closest to 'model'"):
+        make_tuner("xgb", _space())
+    with pytest.raises(TuneError, match=r"hint: AutoTVM's 'gridsearch' is 'grid'"):
+        make_tuner("gridsearch", _space())
 
 
 def test_model_tuner_starts_next_to_the_default_within_its_pool():

@@ -107,6 +107,18 @@ def test_tvm_target_host_and_empty_binds_are_accepted(target):
     assert f.target.kind == target
 
 
+def test_tvm_positional_order_target_host_then_name():
+    """TVM's build(inputs, args, target, target_host, name): the fourth positional
+    argument was polytile's name, so TVM's ``build(s, args, "llvm", "llvm", "myadd")``
+    raised a TypeError."""
+    s, args = matmul()
+    f = polytile.build(s, args, "llvm", "llvm", "myadd")
+    assert f.entry_name == "myadd"
+    with pytest.raises(TargetError, match=r"(?s)build: target_host='myadd' is not a target; "
+                       r"expected an 'llvm' target.*hint: the 4th positional argument"):
+        polytile.build(s, args, "llvm", "myadd")
+
+
 def test_unknown_source_format():
     f = build("llvm")
     with pytest.raises(ValueError, match=r"get_source: unknown format 'ptx'; expected 'll'"):
