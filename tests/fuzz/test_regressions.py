@@ -1114,3 +1114,17 @@ def test_shared_copy_read_by_a_cross_thread_reduction_has_a_barrier(dtype, attac
         r = np.full((3, 2), np.nan, "float32")
         interpreter.run(polytile.lower(s, args, target="cuda"), a, np.zeros_like(a), r)
         np.testing.assert_allclose(r, a[:, :, 2:].astype("float64").sum(2), rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int4"])
+def test_cuda_source_of_a_shared_copy_read_by_a_cross_thread_partial(dtype):
+    """The CUDA C of the fuzz cuda 92869 kind has a __syncthreads() between the shared copy
+    (by thread (0, 0)) and the partial's first read of it, and compiles with nvcc."""
+    from tests.helpers import compile_with_nvcc
+
+    s, args = _shared_copy_feeding_a_cross_thread_reduction(dtype, "row", True)
+    src = polytile.build(s, args, target="cuda").get_source()
+    body = src[src.index("main_kernel1("):]
+    copy = body.index("P_shared[", body.index("if ((threadIdx_y == 0) && (threadIdx_x == 0))"))
+    assert "__syncthreads()" in body[copy:body.index("R_rf[0] = 0")], body
+    compile_with_nvcc(src)
