@@ -1128,3 +1128,27 @@ def test_cuda_source_of_a_shared_copy_read_by_a_cross_thread_partial(dtype):
     copy = body.index("P_shared[", body.index("if ((threadIdx_y == 0) && (threadIdx_x == 0))"))
     assert "__syncthreads()" in body[copy:body.index("R_rf[0] = 0")], body
     compile_with_nvcc(src)
+
+
+def test_race_check_reports_the_missing_barrier_of_fuzz_cuda_92869():
+    """The oracle must be able to fail on the kind of fuzz cuda 92869: drop the barrier
+    between the shared copy and the cross-thread partial (the loop IR before the fix),
+    and the interpreter reports thread 1's read of what thread (0, 0) wrote."""
+    from polytile.schedule.interpreter import RaceError, run
+    from polytile.schedule.loop_ir import Seq, StmtMutator, Sync, seq
+
+    class _NoSyncAfterCopy(StmtMutator):
+        def visit_Seq(self, s: Seq):
+            stmts = [self.visit(x) for x in s.stmts]
+            keep = [x for k, x in enumerate(stmts) if not (   # (after the copy's loop)
+                isinstance(x, Sync) and k and "P.shared[" in str(stmts[k - 1])
+                and "R.rf" not in str(stmts[k - 1]))]
+            return seq(*keep)
+
+    s, args = _shared_copy_feeding_a_cross_thread_reduction("float32", "row", True)
+    f = polytile.lower(s, args, target="cuda")
+    cut = type(f)(f.name, f.params, _NoSyncAfterCopy().visit(f.body))
+    assert str(cut).count("sync(") == str(f).count("sync(") - 1
+    a = np.ones((3, 2, 7), "float32")
+    with pytest.raises(RaceError, match=r"a write and a read of P\.shared\[.*no barrier"):
+        run(cut, a, np.zeros_like(a), np.zeros((3, 2), "float32"))
