@@ -1152,3 +1152,46 @@ def test_race_check_reports_the_missing_barrier_of_fuzz_cuda_92869():
     a = np.ones((3, 2, 7), "float32")
     with pytest.raises(RaceError, match=r"a write and a read of P\.shared\[.*no barrier"):
         run(cut, a, np.zeros_like(a), np.zeros((3, 2), "float32"))
+
+
+@pytest.mark.parametrize("variant", ["two_copies", "copy_in_partial", "local_of_copy"])
+def test_shared_copies_of_two_inputs_read_by_a_cross_thread_partial(variant):
+    """The kind of fuzz cuda 92869 with two shared copies, A's and B's, feeding an rfactor
+    partial of R[i, j] = sum_k A[i, j, k] * B[i, j, k]: both at R's row loop
+    ("two_copies"); A's inside the local rfactor stage's loop, B's at the row loop
+    ("copy_in_partial"); B's at the blockIdx.x loop read through a local cache computed
+    inside the rfactor stage, two attachments deep ("local_of_copy": a check of the
+    stages one level inside the partial would miss it). Race-checked by the interpreter
+    and compared with numpy."""
+    from polytile.schedule import interpreter
+    from tests.fuzz.runner import thread_races
+
+    A = te.placeholder((3, 2, 7), "float32", name="A")
+    B = te.placeholder((3, 2, 7), "float32", name="B")
+    k = te.reduce_axis((2, 7), name="k")
+    R = te.compute((3, 2), lambda i, j: te.sum(A[i, j, k] * B[i, j, k], axis=k), name="R")
+    s = te.create_schedule(R.op)
+    ko, ki = s[R].split(k, factor=4)
+    RF = s.rfactor(R, ki, factor_axis=0)
+    kv = s[R].op.reduce_axis[0]
+    s[R].bind(kv, te.thread_axis("threadIdx.x"))
+    s[RF].compute_at(s[R], kv)
+    jo, ji = s[R].split(R.op.axis[1], factor=2)
+    s[R].bind(ji, te.thread_axis("threadIdx.y"))
+    s[R].bind(jo, te.thread_axis("blockIdx.x"))
+    AS = s.cache_read(A, "shared", [RF])
+    BS = s.cache_read(B, "shared", [RF])
+    row, inner = R.op.axis[0], s[RF].leaf_iter_vars[-1]
+    s[AS].compute_at(*((s[RF], inner) if variant == "copy_in_partial" else (s[R], row)))
+    s[BS].compute_at(s[R], jo if variant == "local_of_copy" else row)
+    if variant == "local_of_copy":
+        BL = s.cache_read(BS, "local", [RF])
+        s[BL].compute_at(s[RF], inner)
+    args = [A, B, R]
+    assert thread_races(s, args, {}) == []
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal((3, 2, 7)).astype("float32") for _ in range(2))
+    r = np.full((3, 2), np.nan, "float32")
+    interpreter.run(polytile.lower(s, args, target="cuda"), a, b, r)
+    want = (a.astype("float64") * b)[:, :, 2:].sum(2)
+    np.testing.assert_allclose(r, want, rtol=1e-5, atol=1e-6)
