@@ -374,8 +374,9 @@ class _Converter:
         return out
 
     def convert_block(self, nodes: list, env: dict, pending) -> Stmt:
-        """Statements in order; consecutive copies into shared buffers that do not read
-        each other share one pair of barriers."""
+        """Statements in order; consecutive copies into shared buffers whose code (the
+        stages computed inside it included) does not read each other share one pair of
+        barriers."""
         out: list = []
         group: list = []
         written: set = set()   # the stages whose code the group's code holds
