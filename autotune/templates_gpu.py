@@ -438,6 +438,19 @@ FLOAT16_DEFAULTS = {"softmax": [128, 8, 1, 2, 0], "layernorm": [256, 4, 1, 2, 1]
 #: float32, the same way: softmax 0.0354 ms = 0.92x the copy bound (the staged default:
 #: 0.0359 ms, 0.91x), layernorm 0.0361 ms = 0.90x (staged: 0.0371 ms, 0.88x)
 FLOAT32_DEFAULTS = {"softmax": [256, 4, 1, 2, 1], "layernorm": [128, 4, 1, 2, 1]}
+#: layernorm's output-step knobs by dtype where they are the default (rows of at least
+#: 1024, as the default layout of :data:`FLOAT16_DEFAULTS`), measured: ``affine`` 1 (gamma and beta by
+#: ``__hfma2``, the ``half2`` pragma), ``scalars`` 1 (mean and 1/std once a row),
+#: ``hints`` 2 (gamma/beta ``evict_last``, rows ``evict_first``), ``stores`` 1 (streaming
+#: output stores). H200 2026-12-02 (``benchmarks/rows_gpu.py``, 3 rounds, copy 4.20 TB/s,
+#: bound 0.0160 ms, torch 0.0323 ms), float16 4096 x 4096 at [256, 4, 1, 2, 1], one pass:
+#: all four 0.0190 ms = 0.84x the copy bound (1.71x torch) against 0.0202 ms = 0.79x
+#: without them; affine alone 0.0201 (0.80x), scalars alone 0.0204 (no gain: 0.0204
+#: without), hints 1 0.0200, hints 2 without streaming stores 0.0208 (0.77x)
+#: Not yet the default: one device run so far (a template default changes after a win in
+#: two); the measured combination, to set once confirmed:
+#: ``{"float16": {"affine": 1, "scalars": 1, "hints": 2, "stores": 1}}``
+LAYERNORM_OUTPUT_DEFAULTS: dict = {}
 #: dtypes whose layernorm default (rows of at least 1024) computes its statistics in one
 #: pass (knob ``stats`` = 1): float16, at its default layout (:data:`FLOAT16_DEFAULTS`:
 #: 0.0202 ms one pass, 0.0208 ms two passes in the same run; [256, 4, 1, 2, 0]: 0.0205 /
@@ -530,7 +543,8 @@ def _param_reader(P: te.Tensor, layout: tuple) -> tuple:
 
 
 def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
-                param_regs=(), pre=()) -> None:
+                param_regs=(), pre=(), half2: bool = False, hints: int = 0,
+                stream: bool = False) -> None:
     """One kernel for a row-wise normalisation ``out[M, N]``; ``layout`` is ``(threads,
     vec, rows, shared, local)`` (:func:`row_layouts`): ``rows`` rows per block
     (``blockIdx.x``, rows on ``threadIdx.y``), each row's ``reductions`` (``[M]``, in order)
@@ -546,10 +560,15 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
     loads; else every pass reads global memory (the second and third from L1/L2).
     ``param_regs`` (``shared`` = 3, :func:`_param_reader`): per-column vectors each thread
     keeps its part of in registers, loaded at the block's row loop. ``pre``: per-row
-    values (``[M]``, no reduction; layernorm's shift) the reductions read, computed at the
-    block's row loop by every thread into a register (one row per block), or by the
-    row's threads into shared memory (several rows: a ``local`` buffer's loops may not be
-    bound to ``threadIdx.y``)."""
+    values (``[M]``, no reduction; layernorm's shift, which the reductions read, and its
+    mean and 1/std, which read them), computed at the block's row loop by every thread
+    into a register (one row per block), or by the row's threads into shared memory
+    (several rows: a ``local`` buffer's loops may not be bound to ``threadIdx.y``).
+    ``half2``: the output's float16 arithmetic two lanes an instruction (the ``half2``
+    pragma on its vector loop; even ``vec`` only). ``hints`` (vector loads only): 1 the
+    per-column vectors' loads ``evict_last`` (kept in L1: every block reads them), 2 also
+    the rows' loads ``evict_first``; ``stream``: the output's vector stores streaming
+    (``nontemporal``: PTX ``st.global.cs``)."""
     nt, vec, rows, shared, local = layout
     tx, ty = _tx(), _ty()
     OL = s.cache_write(out, "local")
@@ -590,6 +609,8 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
         s[regs].unroll(ro)
         if vec > 1:
             s[regs].vectorize(rv)
+            if hints >= 2:
+                s[regs].pragma(rv, "evict_first")
         s[regs].compute_at(s[out], io)
         s[out].unroll(jo)
     for pr in param_regs:
@@ -600,16 +621,28 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
         s[pr].unroll(po)
         if vec > 1:
             s[pr].vectorize(pv)
+            if hints:
+                s[pr].pragma(pv, "evict_last")
         s[pr].compute_at(s[out], io)
     s[OL].compute_at(s[out], jt)
     if vec > 1:
         s[out].vectorize(jv)
         s[OL].vectorize(OL.op.axis[1])
+    if half2 and vec % 2 == 0:
+        s[OL].pragma(OL.op.axis[1], "half2")
+    # cache hints (vector loads only): ``hints`` 1 per-column vectors (gamma, beta) kept
+    # in L1 (``evict_last``), 2 also the rows' loads evicted first; ``stream``: the
+    # output's vector stores streaming (``nontemporal``: st.global.cs)
     for t in _sources(s, OL, staged):
         c = s.cache_read(t, "local", [OL])
         s[c].compute_at(s[OL], OL.op.axis[0])
         if vec > 1:
             s[c].vectorize(c.op.axis[-1])
+            hint = _load_hint(t, hints)
+            if hint:
+                s[c].pragma(c.op.axis[-1], hint)
+    if vec > 1 and stream:
+        s[out].pragma(jv, "nontemporal")
     for p in pre:
         if rows > 1:
             s[p].bind(s[p].split(p.op.axis[0], factor=rows)[1], ty)
@@ -630,6 +663,17 @@ def _fused_rows(s, out: te.Tensor, reductions, layout: tuple, regs=None,
         s[red].compute_at(s[out], io)
         if local:
             s[red].set_scope("local")
+
+
+def _load_hint(t: te.Tensor, hints: int):
+    """The load hint pragma of knob ``hints`` (:func:`_fused_rows`) for the vector loads
+    of input ``t``: per-column vectors (1-D) ``evict_last`` from 1, rows (2-D)
+    ``evict_first`` from 2; None otherwise."""
+    if not isinstance(t.op, PlaceholderOp):
+        return None
+    if len(t.shape) == 1:
+        return "evict_last" if hints >= 1 else None
+    return "evict_first" if hints >= 2 else None
 
 
 def _sources(s, t: te.Tensor, staged) -> list:
@@ -658,6 +702,8 @@ def softmax_cuda(M: int, N: int, dtype: str = "float32"):
     (:func:`row_layouts`)."""
     cfg = get_config()
     layout = _row_knobs(cfg, M, N, dtype, "softmax")
+    # 1: the output's vector stores streaming (st.global.cs), as layernorm's ``stores``
+    cfg.define_knob("stores", [0, 1], default=0, legacy=0)
     A = te.placeholder((M, N), name="A", dtype=dtype)
     k1 = te.reduce_axis((0, N), name="k1")
     k2 = te.reduce_axis((0, N), name="k2")
@@ -676,7 +722,7 @@ def softmax_cuda(M: int, N: int, dtype: str = "float32"):
                                            * (te.const(1.0, "float32") / sm[i]))
                      .astype(dtype), name="softmax")
     s = te.create_schedule(out.op)
-    _fused_rows(s, out, (mx, sm), layout, regs)
+    _fused_rows(s, out, (mx, sm), layout, regs, stream=cfg["stores"].val == 1)
     return s, [A, out]
 
 
@@ -721,6 +767,18 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     Knob ``occupancy``: 1 bounds the kernel's registers so that an SM holds
     ``THREADS_PER_SM`` threads of its blocks (:func:`full_occupancy_blocks`, the
     ``min_blocks`` pragma), so more rows are in flight per SM; 0 leaves them to ptxas.
+
+    The output step (:data:`LAYERNORM_OUTPUT_DEFAULTS` says which are the default):
+
+    * ``scalars`` 1: the row's mean and ``1 / std`` computed once per row (same values).
+    * ``affine`` 1 (float16 only): ``gamma * y + beta`` in float16, ``y = (x - mean) /
+      std`` rounded to float16 first, two lanes an instruction (``__hfma2``). With ``u`` =
+      2^-11: ``|out - (g y + b)| <= u |g y| (1 + u) + u |g y + b|`` (one rounding of
+      ``g y`` more than the float32 step's single rounding of the output; ``u (2 |g y| +
+      |g y + b|)`` where product and sum round apart, as in the interpreter).
+    * ``hints`` 1: gamma's and beta's loads ``evict_last`` in L1; 2: also the rows' loads
+      ``evict_first`` (PTX ``ld.global.nc.L1::*``).
+    * ``stores`` 1: streaming output stores (``st.global.cs``).
     """
     cfg = get_config()
     layout = _row_knobs(cfg, M, N, dtype, "layernorm", params=2)
@@ -730,6 +788,16 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     cfg.define_knob("occupancy", [0, 1], default=int(dtype in FULL_OCCUPANCY_DTYPES),
                     legacy=0)
     min_blocks = full_occupancy_blocks(layout) if cfg["occupancy"].val else 0
+    # the output step's knobs: defaults as measured (LAYERNORM_OUTPUT_DEFAULTS), rows of
+    # at least 1024 (as the default layout)
+    out_default = LAYERNORM_OUTPUT_DEFAULTS.get(dtype, {}) if N >= 1024 else {}
+    cfg.define_knob("affine", [0, 1] if dtype == "float16" else [0],
+                    default=out_default.get("affine", 0), legacy=0)
+    half_affine = cfg["affine"].val == 1
+    cfg.define_knob("scalars", [0, 1], default=out_default.get("scalars", 0), legacy=0)
+    row_scalars = cfg["scalars"].val == 1
+    cfg.define_knob("hints", [0, 1, 2], default=out_default.get("hints", 0), legacy=0)
+    cfg.define_knob("stores", [0, 1], default=out_default.get("stores", 0), legacy=0)
     A = te.placeholder((M, N), name="A", dtype=dtype)
     G = te.placeholder((N,), name="gamma", dtype=dtype)
     Bt = te.placeholder((N,), name="beta", dtype=dtype)
@@ -772,12 +840,36 @@ def layernorm_cuda(M: int, N: int, dtype: str = "float32"):
     # beta and gamma first: the stages of their registers (shared = 3) come before the
     # reductions' at the block's row loop (stages attached at one loop keep the order in
     # which the output's definition reads them), so their loads overlap the reductions
-    out = te.compute((M, N), lambda i, j: (_f32(b(j)) + _f32(g(j)) * (
-        (_f32(X(i, j)) - mean(i)) * te.rsqrt(var(i) + te.const(1e-5, "float32"))))
-        .astype(dtype), name="layernorm")
+    if row_scalars:
+        # the row's mean and 1 / std once per row into registers (shared memory with
+        # several rows a block): inline, nvcc re-evaluates the rsqrt (and the max before
+        # it) for every element, as the NaN-propagating max is an asm statement it does not
+        # hoist out of the output's loop
+        if one_pass:
+            mu_row = te.compute((M,), mean, name="mean_row")
+            pre.append(mu_row)
+        else:
+            mu_row = mu
+        rstd = te.compute((M,), lambda i: te.rsqrt(var(i) + te.const(1e-5, "float32")),
+                          name="rstd")
+        pre.append(rstd)
+
+        def normed(i, j):
+            return (_f32(X(i, j)) - mu_row[i]) * rstd[i]
+    else:
+        def normed(i, j):
+            return (_f32(X(i, j)) - mean(i)) * te.rsqrt(var(i) + te.const(1e-5, "float32"))
+
+    if half_affine:
+        out = te.compute((M, N), lambda i, j: b(j) + g(j) * normed(i, j).astype(dtype),
+                         name="layernorm")
+    else:
+        out = te.compute((M, N), lambda i, j: (_f32(b(j)) + _f32(g(j)) * normed(i, j))
+                         .astype(dtype), name="layernorm")
     s = te.create_schedule(out.op)
     _fused_rows(s, out, reductions, layout, regs,
-                [r for r in (g_regs, b_regs) if r is not None], pre=pre)
+                [r for r in (g_regs, b_regs) if r is not None], pre=pre, half2=half_affine,
+                hints=cfg["hints"].val, stream=cfg["stores"].val == 1)
     if min_blocks:
         s[out].pragma(s[out].leaf_iter_vars[0], "min_blocks", min_blocks)   # the block loop
     return s, [A, G, Bt, out]

@@ -7,8 +7,9 @@ of :data:`CANDIDATES` is lowered and compiled for ``sm_90`` in its own process (
 before this process touches CUDA), then each cubin is loaded
 (:class:`polytile.targets.cuda.library.CubinModule`), checked against cuBLAS in float32
 and timed beside cuBLAS (torch) and Triton's GEMM (``triton_gemm.CONFIGS[0]``, 128x256x64
-tiles) in the same process: CUDA events around ``--calls`` back-to-back calls, every line
-once per round, ``--rounds`` interleaved rounds (clocks drift over a run), the median.
+tiles) in the same process by ``gemm_final.interleaved``: after a second of untimed
+turns, CUDA events around ``--calls`` back-to-back calls, every line once per round,
+``--rounds`` rounds in alternating order (clocks drift over a run), the median.
 
 Run on an sm_90 machine: ``python3 benchmarks/mma_candidates.py --dtype float16 bfloat16``
 (``--pick NAME ...``: some candidates only). One line per figure: TFLOP/s, the ratio to
@@ -31,7 +32,6 @@ CANDIDATES = {
     "best-g16": ({"group": 16}, {}),
     "best-g16-noalt": ({"group": 16}, {"ALTERNATE_SETS": False}),
     "best-g32": ({"group": 32}, {}),
-    "best-steps": ({}, {"COPIES_IN_STEPS": True}),
     "256x128x64": ({"block": (256, 128, 64)}, {}),
     "128x256x32s5": ({"block": (128, 256, 32), "stages": 5}, {}),
     "128x128x64s3": ({"block": (128, 128, 64), "stages": 3}, {}),
@@ -41,7 +41,10 @@ CANDIDATES = {
     "128x128x32-64x32": ({"block": (128, 128, 32), "warp": (64, 32), "frags": "step",
                           "min_blocks": 2}, {}),
     "128x256x128s2": ({"block": (128, 256, 128), "stages": 2}, {}),
-    "128x256x128s2-steps": ({"block": (128, 256, 128), "stages": 2}, {"COPIES_IN_STEPS": True}),
+    "best-s3": ({"stages": 3}, {}),
+    "128x256x32s4": ({"block": (128, 256, 32)}, {}),
+    "128x128x64s3-mb2": ({"block": (128, 128, 64), "stages": 3, "min_blocks": 2}, {}),
+    "128x128x32s4-mb2": ({"block": (128, 128, 32), "min_blocks": 2}, {}),
 }
 
 _DEFAULTS: dict = {}
@@ -76,20 +79,6 @@ def _build(job: tuple) -> tuple:
             time.perf_counter() - t0
 
 
-def _batch(fn, calls: int) -> float:
-    """Seconds per call of ``fn`` over ``calls`` calls issued back to back between two
-    CUDA events (the launches queue up, so no host overhead sits between the kernels)."""
-    import torch
-
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(calls):
-        fn()
-    e.record()
-    e.synchronize()
-    return s.elapsed_time(e) / 1e3 / calls
-
-
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=4096)
@@ -114,6 +103,7 @@ def main(argv=None) -> None:
     pool = cf.ProcessPoolExecutor(max_workers=min(args.workers, len(jobs)), mp_context=ctx)
     futures = [pool.submit(_build, j) for j in jobs]
 
+    import gemm_final
     import numpy as np
     import torch
     import triton_gemm
@@ -158,14 +148,10 @@ def main(argv=None) -> None:
             sass = wgmma_gemm.sass_counts(image, ("HMMA", "LDSM", "LDGSTS", "BAR"))
             lines[name] = (lambda mod=mod: mod(da, db, dc),
                            f"build {secs:.0f} s, rel. error {err:.1e}, {sass}")
-        times = {k: [] for k in lines}
-        for fn, _ in lines.values():      # warm-up (Triton compiles here)
+        for fn, _ in lines.values():      # Triton compiles here, before the timing
             fn()
-            fn()
-        torch.cuda.synchronize()
-        for _ in range(args.rounds):
-            for k, (fn, _) in lines.items():
-                times[k].append(_batch(fn, args.calls))
+        times = gemm_final.interleaved({k: fn for k, (fn, _) in lines.items()},
+                                       args.rounds, args.calls)
         tf = {k: [flops / t / 1e12 for t in v] for k, v in times.items()}
         med = {k: sorted(v)[len(v) // 2] for k, v in tf.items()}
         cublas, triton = med["cuBLAS (torch)"], med[f"Triton {cfg[:3]}"]

@@ -16,6 +16,8 @@ Run on the GPU machine::
         --measure-copy
     python benchmarks/rows_gpu.py --workloads layernorm --dtypes float16 \
         --layouts 128,8,1,2,1 128,4,1,0,0
+    python benchmarks/rows_gpu.py --workloads layernorm --dtypes float16 --only --no-alt \
+        --measure-copy --variants affine=0,scalars=0,hints=0,stores=0 stores=0
 
 One line per config: median time, spread, bandwidth (bytes read + written over the time)
 against the copy bound, the ratio to torch. Each layout is timed with every value of the
@@ -39,11 +41,12 @@ EARLIER = {("layernorm", "float16"): [[128, 4, 1, 0, 0]],
 
 
 def _layouts(space, name: str, dtype: str, extra: list, only: bool = False,
-             fix: dict | None = None, alt: bool = True) -> list:
+             fix: dict | None = None, alt: bool = True, variants=None) -> list:
     """``[(label, knob values)]``: the default, the 16-byte register layouts (not with
-    ``only``), ``extra``; each with every value of the other knobs (with ``alt``), or only
-    the value ``fix`` gives a knob (``{name: str(value)}``; knobs the template lacks are
-    ignored)."""
+    ``only``), ``extra``, the default with the knob values of each of ``variants``
+    (``[{knob: value}]``); each with every value of the other knobs (with ``alt``), or
+    only the value ``fix`` gives a knob (``{name: str(value)}``; knobs the template lacks
+    are ignored)."""
     allv = [space.get(k).knob_values() for k in range(len(space))]
     default = space.default().knob_values()
     vec16 = max(v["layout"][1] for v in allv)
@@ -60,6 +63,14 @@ def _layouts(space, name: str, dtype: str, extra: list, only: bool = False,
             print(f"  layout {lay} is not in the space of {name} {dtype}: skipped")
         else:
             out.append(("given", v))
+    # --variants: the default with some knobs changed (a knob the template lacks: skipped)
+    for var in variants or []:
+        want = {**default, **{n: v for n, v in var.items() if n in default}}
+        v = next((v for v in allv if v == want), None)
+        if v is None:
+            print(f"  variant {var} is not in the space of {name} {dtype}: skipped")
+        elif v != default:
+            out.append(("variant", v))
     # every value of the other knobs (layernorm's ``stats``: two passes or one) per layout
     others = {n for v in allv for n in v if n != "layout"}
     seen, uniq = set(), []
@@ -92,6 +103,9 @@ def main(argv=None) -> None:
     ap.add_argument("--no-alt", action="store_true",
                     help="time each layout with its own config only, not with every value "
                     "of the other knobs")
+    ap.add_argument("--variants", nargs="*", default=[], metavar="KNOB=VALUE[,KNOB=VALUE]",
+                    help="also time the default with these knob values (layout as "
+                    "threads/vec/rows/shared/local), e.g. scalars=1 scalars=1,affine=1")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--target", default="cuda",
                     help="target string, e.g. 'cuda -min-blocks=8' (default cuda)")
@@ -111,6 +125,9 @@ def main(argv=None) -> None:
     args = tuple(int(x) for x in a.args.split(","))
     extra = [[int(x) for x in s.split(",")] for s in a.layouts]
     fix = dict(kv.split("=", 1) for kv in a.fix)
+    variants = [{n: [int(x) for x in v.split("/")] if n == "layout" else int(v)
+                 for n, v in (kv.split("=", 1) for kv in var.split(","))}
+                for var in a.variants]
     for name in a.workloads:
         for dtype in a.dtypes:
             t, wl = resolve(name, args, dtype)
@@ -118,7 +135,7 @@ def main(argv=None) -> None:
             opt = MeasureOptions(parallel=os.cpu_count() or 1)
             # the runner reads the device: the -arch and the limits that bound the space
             tgt, runner, _, _, space = open_target(t, wl, tunable_target(a.target), opt)
-            items = _layouts(space, name, dtype, extra, a.only, fix, not a.no_alt)
+            items = _layouts(space, name, dtype, extra, a.only, fix, not a.no_alt, variants)
             anchors = tuple(available(t, args, "cuda"))
             with LocalMeasurer(wl, tgt, opt, runner=runner) as m:
                 cmp = m.compare(items, anchors, a.rounds)

@@ -13,7 +13,7 @@ from polytile.errors import ScheduleError, format_error
 from polytile.te.expr import IterVar, Range, TensorRead, Var
 from polytile.te.scan import ScanOp
 from polytile.te.tensor import ComputeOp, PlaceholderOp, Tensor
-from polytile.te.visitor import ExprMutator, substitute
+from polytile.te.visitor import ExprMutator, substituter
 
 from .stage import Stage
 from .stage_extras import SCOPES
@@ -169,7 +169,8 @@ def cache_write(sch: Schedule, tensor, scope: str):
     # longer has
     raxis = op.reduce_axis
     mapping = {a.var: b.var for a, b in zip(op.axis, axis)}
-    bodies = tuple(substitute(b, mapping) for b in op.body)
+    sub = substituter(mapping)   # one walker: a node the bodies share stays shared
+    bodies = tuple(sub.visit(b) for b in op.body)
     cache = ComputeOp(name=f"{op.name}.{scope}", tag=op.tag, attrs=op.attrs, axis=axis,
                       reduce_axis=raxis, body=bodies)
     copy = ComputeOp(name=op.name, tag=op.tag, attrs=op.attrs, axis=op.axis,

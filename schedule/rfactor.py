@@ -40,7 +40,7 @@ from polytile.te.reduction import accumulation_dtype, widened
 from polytile.te.expr import (CommReducer, IterVar, Range, Reduce, TensorRead,
                               TupleCommReducer, Var, cast, logical_and, select)
 from polytile.te.tensor import ComputeOp, Tensor
-from polytile.te.visitor import substitute
+from polytile.te.visitor import substitute, substituter
 
 from .cache import _replace_op
 from .kinds import ThreadTag, annotation_name
@@ -221,8 +221,9 @@ def rfactor(sch: Schedule, tensor: Tensor, axis: IterVar, factor_axis: int = 0) 
     cond = logical_and(*conds) if conds else None
     ident = part.identity if isinstance(part, TupleCommReducer) else (part.identity,)
     rf_bodies = []
+    sub = substituter(mapping)   # one walker: a node the tuple's sources share stays shared
     for k, (b, pdt) in enumerate(zip(bodies, pdts)):
-        source = cast(substitute(b.source, mapping), pdt)
+        source = cast(sub.visit(b.source), pdt)
         if new_red:   # one condition object shared by a tuple's elements (te's rule)
             rf_bodies.append(Reduce(pdt, part, source, new_red, cond, None, k))
         elif cond is not None:

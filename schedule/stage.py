@@ -39,9 +39,11 @@ PRAGMAS = {"unroll": LoopKind.UNROLLED, "vectorize": LoopKind.VECTORIZED,
 #: compiler and loaded (``llvm`` target).
 IMPORT_PRAGMAS = ("import_llvm", "import_c")
 #: Pragmas that are hints to the code generator and leave the loop's kind alone:
-#: ``nontemporal`` streams the vector stores inside the loop past the caches (see
+#: ``nontemporal`` streams the vector stores inside the loop past the caches, ``half2``
+#: packs a float16 loop's arithmetic two lanes an instruction on CUDA, ``evict_last`` /
+#: ``evict_first`` set the L1 eviction priority of its global vector loads on CUDA (see
 #: :meth:`Stage.pragma`).
-HINT_PRAGMAS = ("nontemporal",)
+HINT_PRAGMAS = ("nontemporal", "half2", "evict_last", "evict_first")
 #: TVM's pragmas with a value (see :meth:`Stage.pragma`): ``auto_unroll_max_step`` (an int
 #: >= 0: serial loops inside of at most that many statements in all are unrolled) and
 #: ``unroll_explicit`` (a bool: polytile always unrolls in the IR, so a no-op); and
@@ -587,6 +589,27 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, Symbolic
         stores stay ordinary. Other targets ignore the hint. Like Intel's
         ``#pragma vector nontemporal``.
 
+        ``"evict_last"`` / ``"evict_first"`` (hints; CUDA): global vector loads into
+        registers or shared memory nested in loop ``iv`` (a vectorized copy, as a
+        ``cache_read`` to ``local``) are read-only loads with that L1 eviction priority:
+        PTX ``ld.global.nc.L1::evict_last`` (kept in L1 over other lines: data every block
+        of an SM reads again, as layernorm's gamma and beta) or ``ld.global.nc
+        .L1::evict_first`` (evicted first: data read once, as the rows of a row kernel).
+        The data must not be written during the kernel (the read-only path). Scalar loads
+        stay ordinary; other targets ignore the hints.
+
+        ``"half2"`` (a hint; CUDA): loop ``iv``, vectorized or unrolled, of a constant even
+        extent and whose body stores one ``float16`` value, is printed by pairs of lanes,
+        its float16 ``+``, ``-`` and ``*`` as one ``half2`` instruction for both lanes
+        (``__hadd2``, ``__hsub2``, ``__hmul2``; ``a * b + c`` as ``__hfma2``: one rounding
+        instead of two, as float32 ``a * b + c`` may contract into an FMA), other float16
+        operands packed from their lanes and float32 values converted two at a time
+        (``__floats2half2_rn``). Each lane's arithmetic is the statement's, in float16 (half
+        the instructions of the scalar half operations, which ``cuda_fp16.h`` writes as
+        inline assembly nvcc neither fuses nor pairs). A loop that is not of that form
+        raises ``BuildError`` when the CUDA source is printed; other targets ignore the
+        hint.
+
         TVM's other loop pragmas:
 
         * ``"auto_unroll_max_step", N`` (TVM's ``UnrollLoop``): every serial loop nested
@@ -629,6 +652,12 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, Symbolic
             if pragma_value is not None:
                 fail("pragma", f"{pragma_type!r} on stage {self.name!r} has value "
                      f"{pragma_value!r}", "expected no value (the hint takes none)")
+            dtypes = {o.dtype for o in self.op.outputs} if isinstance(self.op, ComputeOp) \
+                else set()
+            if pragma_type == "half2" and dtypes != {"float16"}:
+                fail("pragma", f"'half2' on axis {iv.name!r} of stage {self.name!r}, whose "
+                     f"outputs are {sorted(dtypes) or 'not computed'}",
+                     "a stage computing float16 values (its float16 arithmetic is paired)")
             self.pragmas[iv] = self.pragmas.get(iv, ()) + ((pragma_type, None),)
             self._record("pragma", iv, pragma_type, None)
             return

@@ -53,6 +53,7 @@ from polytile.te.visitor import substitute
 
 from .c_dialect import CXX_KEYWORDS, CDialect
 from .c_expr import CExprPrinter, strip_parens
+from .c_half2 import HALF2, half2_loop
 from .c_vector import vector_copy
 from polytile.schedule.passes.simplify import simplify_expr
 from polytile.schedule.passes.loops import MAX_UNROLL
@@ -77,6 +78,28 @@ def _stream_store(vt: str, ptx: str, reg: str, lanes: str) -> tuple:
                   f'"l"(__cvta_generic_to_global(p)), {args} : "memory");\n'
                   f"#else\n  *({vt}*)p = v;\n#endif\n}}")
 
+
+def _hinted_load(vt: str, hint: str, ptx: str, reg: str, lanes: str) -> tuple:
+    name = f"pt_ld_{hint}_{vt}"
+    outs = ", ".join(f"%{k}" for k in range(len(lanes)))
+    args = ", ".join(f'"={reg}"(v.{c})' for c in lanes)
+    level = {"evict_last": "L1::evict_last", "evict_first": "L1::evict_first"}[hint]
+    return name, (f"__device__ __forceinline__ {vt} {name}(const void* p) {{\n  {vt} v;\n"
+                  f"#ifdef __CUDA_ARCH__\n"
+                  f'  asm("ld.global.nc.{level}.v{len(lanes)}.{ptx} {{{outs}}}, '
+                  f'[%{len(lanes)}];" : {args} : "l"(__cvta_generic_to_global(p)));\n'
+                  f"#else\n  v = *(const {vt}*)p;\n#endif\n  return v;\n}}")
+
+
+#: Load hint pragma -> C vector type -> (helper, CUDA source) of a read-only global vector
+#: load with that L1 eviction priority (PTX ``ld.global.nc.L1::evict_last`` /
+#: ``L1::evict_first``), which global vector loads inside a loop with the pragma use (no
+#: ``volatile``: a read-only load nvcc may schedule as any other)
+LOAD_HINTS = {h: {"uint4": _hinted_load("uint4", h, "u32", "r", "xyzw"),
+                  "uint2": _hinted_load("uint2", h, "u32", "r", "xy"),
+                  "float4": _hinted_load("float4", h, "f32", "f", "xyzw"),
+                  "float2": _hinted_load("float2", h, "f32", "f", "xy")}
+              for h in ("evict_last", "evict_first")}
 
 #: C vector type -> (helper, CUDA source) of its streaming store (PTX ``st.global.cs``:
 #: cache streaming, likely accessed once; the line is evicted first), which global vector
@@ -220,6 +243,8 @@ class CPrinter(CExprPrinter, StmtFunctor):
         self.helpers: dict = {}
         #: nesting depth of loops with the ``nontemporal`` pragma at the current position
         self.streaming = 0
+        #: the load hint pragma (``LOAD_HINTS``) of the innermost loop with one, or None
+        self.load_hint = None
         self.dtypes: set = set()
         self.texts: dict = {}   # CExprPrinter.expr's memo: emptied when a name is bound
 
@@ -479,10 +504,13 @@ class CPrinter(CExprPrinter, StmtFunctor):
     def visit_For(self, s: For, depth: int) -> None:
         stream = "nontemporal" in s.pragmas
         self.streaming += stream
+        hint = next((h for h in LOAD_HINTS if h in s.pragmas), None)
+        outer, self.load_hint = self.load_hint, hint or self.load_hint
         try:
             self._for(s, depth)
         finally:
             self.streaming -= stream
+            self.load_hint = outer
 
     def _for(self, s: For, depth: int) -> None:
         if s.kind not in FOR_KINDS:
@@ -493,6 +521,9 @@ class CPrinter(CExprPrinter, StmtFunctor):
         for p in s.pragmas:
             if p != ASYNC_COPY:
                 self.emit(depth, f"// pragma {p}")
+        if HALF2 in s.pragmas and self.d.name == "cuda":
+            half2_loop(self, s, depth)
+            return
         vec = vector_copy(s) if self.d.vector_copies else None
         if asynchronous and (vec is None or vec[0] not in ("uint4", "float4", "int4")):
             raise BuildError(format_error(
@@ -549,6 +580,13 @@ class CPrinter(CExprPrinter, StmtFunctor):
                                                     for i in ld.indices))
                     self.emit(depth, f"{self.buffer(st.buffer)}[{d}] = "
                                      f"{self.buffer(ld.buffer)}[{x}];")
+            elif (self.load_hint and ld.buffer.scope == "global" and st.buffer.scope != "global"
+                  and vt in LOAD_HINTS[self.load_hint] and self.d.name == "cuda"):
+                # a hinted loop's global vector load: its L1 eviction priority
+                name, text = LOAD_HINTS[self.load_hint][vt]
+                self.helpers[name] = text
+                self.emit(depth, f"*({vt}*)(&{self.buffer(st.buffer)}[{dst}]) = "
+                                 f"{name}(&{self.buffer(ld.buffer)}[{src}]);")
             elif self.streaming and st.buffer.scope == "global" and vt in STREAM_STORES \
                     and self.d.name == "cuda":
                 # a nontemporal loop's global vector store: st.global.cs (evict first),

@@ -42,7 +42,7 @@ from polytile.te.expr import Binary, Cmp, Const, Expr
 from polytile.te.visitor import ExprMutator, collect
 
 from ..kinds import PipelinePragma, thread_private
-from ..loop_ir import (Buffer, For, IfThenElse, Load, Seq, Stmt, StmtMutator, Store, Sync,
+from ..loop_ir import (Buffer, For, IfThenElse, Load, Stmt, StmtMutator, Store, Sync,
                        TensorCall, seq, stmt_exprs, walk_stmts)
 from .loops import substitute_stmt
 from .pipeline_slots import Slots, add, flat_compute, refuse, sub
@@ -59,22 +59,13 @@ from .pipeline_slots import Slots, add, flat_compute, refuse, sub
 #: of tile ``k + 1``, complete after the wait and the barrier.
 LOADS_BEFORE_COPIES = True
 
+# The copies stay in one burst after the barrier: spread between the k steps (CUTLASS's
+# MmaMultistage order, tile k + S - 1 one iteration later) they were slower on the H200
+# (MMA_BEST fp16 4096^3, one run of benchmarks/mma_candidates.py, 2026-12-02 15:35, cuBLAS
+# 771.6: after the barrier 397.7 TFLOP/s; A's and B's copy loops after the first and
+# second step's MMAs 383.7; one 16-byte cp.async before every fourth of the 48 MMA calls
+# 335.1), and that option was removed.
 
-#: The copies of the steady state: False, tile ``k + S`` after the barrier (before the
-#: last step's MMAs, above); True, tile ``k + S - 1`` one iteration later, each copy
-#: statement (A's tile, B's) after the MMAs of one of the first k steps (CUTLASS's
-#: ``MmaMultistage`` issues its copies in groups between the warp-level k steps). Why: after
-#: the barrier every warp issues the next tile's first fragment loads and all its copies at
-#: once (MMA_BEST: 64 ``LDSM`` and 96 ``LDGSTS`` of a block, 80 KiB through shared memory,
-#: more than the last step's MMAs last); spread, each step moves at most one copy's bytes.
-#: Right: the copy in iteration ``k`` writes the slot of tile ``k - 1``, whose loads every
-#: thread issued before the barrier of iteration ``k - 1``; the groups and waits count as
-#: before (one group per iteration, committed before the wait). Taken where the compute is
-#: not one guard (whose statements could not be split), else the order above. Off: slower
-#: on the H200 (MMA_BEST fp16 4096^3 376.6 vs 380.6 TFLOP/s in one run; 350.0 vs 385.5 in
-#: another): a ``cp.async`` between two k steps keeps ptxas from hoisting the next step's
-#: ``ldmatrix`` above it.
-COPIES_IN_STEPS = False
 
 #: The k steps of a tile alternate between the two fragment sets (``F'`` for even steps,
 #: ``F`` for odd ones), each step's loads issued before the MMAs of the step before it:
@@ -363,38 +354,11 @@ def prefetch_fragments(s: For, p: PipelinePragma, compute: list, bufs: dict, new
         nxt = add(rel, ahead)
         return IfThenElse(Cmp("bool", "lt", nxt, ext), stage(add(lo, nxt), nxt))
 
-    spread = COPIES_IN_STEPS and _compute_ends(mid, set(bufs))
-
-    def in_steps(body: list, copy: Stmt) -> Stmt:
-        """``body`` (the statements of ``mid``, slotted) with the statements of ``copy``
-        (the copies of one tile under their guard) after its first compute runs, one
-        each, then the commit."""
-        parts = list(copy.then_case.stmts) if isinstance(copy.then_case, Seq) else \
-            [copy.then_case]
-        at_end: dict = {}
-        for j, x in enumerate(parts):
-            at_end.setdefault(spread[min(j, len(spread) - 1)], []).append(
-                IfThenElse(copy.cond, x))
-        last = max(at_end)
-        out = []
-        for i, x in enumerate(body):
-            out.append(x)
-            out += at_end.get(i + 1, []) + ([commit] if i + 1 == last else [])
-        return seq(*out)
-
     def steady(it: Expr, rel: Expr, slot_of) -> Stmt:
         """Iteration ``it`` with the tile ``rel + c`` in slot ``slot_of(c)``."""
         def at_(stmts: list, it_: Expr, c: int) -> Stmt:
             return Slots(new, slot_of(c)).visit(substitute_stmt(seq(*stmts), {k: it_}))
         rel1 = add(rel, 1)
-        if spread:
-            nxt = add(rel, ahead)
-            copy = IfThenElse(Cmp("bool", "lt", nxt, ext),
-                              stage(add(lo, nxt), nxt, slot_of(ahead)))
-            loads_ = IfThenElse(Cmp("bool", "lt", rel1, ext), at_(head, add(it, 1), 1))
-            return seq(in_steps([at_([m], it, 0) for m in mid], copy), wait(ahead - 1),
-                       Sync("shared"),
-                       loads_, at_(tail, it, 0))
         nxt = add(rel1, ahead)
         fetch_ = IfThenElse(Cmp("bool", "lt", nxt, ext),
                             stage(add(lo, nxt), nxt, slot_of(1 + ahead)))
@@ -412,10 +376,7 @@ def prefetch_fragments(s: For, p: PipelinePragma, compute: list, bufs: dict, new
     rel = sub(k, lo)
     rel1 = add(rel, 1)
     loads = IfThenElse(Cmp("bool", "lt", rel1, ext), at(head, add(k, 1), rel1))
-    if spread:
-        body = seq(in_steps([at([m], k, rel) for m in mid], fetch(rel)), wait(ahead - 1),
-                   Sync("shared"), loads, at(tail, k, rel))
-    elif LOADS_BEFORE_COPIES:
+    if LOADS_BEFORE_COPIES:
         body = seq(at(mid, k, rel), wait(ahead - 1), Sync("shared"), loads, fetch(rel1),
                    commit, at(tail, k, rel))
     else:
@@ -427,22 +388,5 @@ def prefetch_fragments(s: For, p: PipelinePragma, compute: list, bufs: dict, new
     loop = unroll_slots(s, n, steady, unroll)
     if loop is None:
         loop = For(k, lo, ext, s.kind, body, s.step, pragmas)
-    if spread:   # (iteration 0 copies tile S - 1)
-        return seq(Sync("shared"), *prologue, wait(ahead - 1), Sync("shared"), first, loop,
-                   wait(0))
     return seq(Sync("shared"), *prologue, wait(ahead - 1), Sync("shared"), fetch(zero),
                commit, first, loop, wait(0))
-
-
-def _compute_ends(mid: list, ids: set) -> list:
-    """The positions in ``mid`` (the statements between the first step's loads and the
-    barrier) right after each run of statements that load nothing from the copied buffers
-    ``ids`` (the MMAs of a step); empty where ``mid`` is one guard (the whole compute's,
-    its statements inside) or has no such run."""
-    if len(mid) == 1 and isinstance(mid[0], IfThenElse):
-        return []
-    out = []
-    for i, c in enumerate(mid):
-        if not _reads(c, ids) and (i + 1 == len(mid) or _reads(mid[i + 1], ids)):
-            out.append(i + 1)
-    return out

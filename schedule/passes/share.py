@@ -17,7 +17,10 @@ statement (not only under a ``Select`` branch or the right operand of ``and``/``
 it cannot trap (it holds no ``Load`` and no integer division). Statements of the same
 nesting keep their order; no node is shared across statements, except that the lets of a
 vectorized loop's statement that do not depend on the lane move before the loop (its
-extent is a positive constant: they were evaluated anyway).
+extent is a positive constant: they were evaluated anyway), and that the values of a
+chain of lets (a tuple reduction's update, every new element from the old ones) are one
+statement: a node two of them use is bound once before the chain, unless it reads a
+variable of the chain.
 
 Helps: compile time and code size of deep inlined chains (a 40-stage chain builds in about
 a second); LLVM and nvcc would find the common subexpressions themselves, but only after
@@ -177,25 +180,9 @@ class _Share(StmtMutator):
             roots += [x for x in (v if isinstance(v, tuple) else (v,)) if isinstance(x, Expr)]
         if not _reached_twice(roots, self.loads):   # most statements: nothing to share
             return s
-        count, order = _uses(roots)
-        shared = [x for x in order if count[id(x)] > 1 and not _cheap(x)
-                  and x.dtype != "bool"]
-        if not shared:
+        rep, lets = self._name(roots)
+        if not lets:
             return s
-        always = _unconditional(roots)
-        trap = _may_trap(order)
-        shared = [x for x in shared if id(x) in always or id(x) not in trap]
-        if not shared:
-            return s
-        names: dict[int, Var] = {}
-        rep = _Replace(names)
-        lets = []
-        for x in shared:   # children first: a value names the shared nodes below it
-            value = rep.generic_visit(x)
-            var = Var(x.dtype, f"cse{self.n}")
-            self.n += 1
-            names[id(x)] = var
-            lets.append((var, value))
         changes = {}
         for f in fields:
             v = getattr(s, f)
@@ -207,6 +194,30 @@ class _Share(StmtMutator):
         for var, value in reversed(lets):
             out = LetStmt(var, value, out)
         return out
+
+    def _name(self, roots: list, keep=None) -> tuple:
+        """``(replacer, [(var, value)])``: a variable for every node ``roots`` reach more
+        than once that is worth naming (not cheap, not bool; ``keep(node)`` if given) and
+        safe to evaluate before them (always evaluated, or cannot trap), children first
+        (a value names the shared nodes below it); the replacer rewrites an expression with
+        those names."""
+        count, order = _uses(roots)
+        shared = [x for x in order if count[id(x)] > 1 and not _cheap(x)
+                  and x.dtype != "bool" and (keep is None or keep(x))]
+        if shared:
+            always = _unconditional(roots)
+            trap = _may_trap(order)
+            shared = [x for x in shared if id(x) in always or id(x) not in trap]
+        names: dict[int, Var] = {}
+        rep = _Replace(names)
+        lets = []
+        for x in shared:
+            value = rep.generic_visit(x)
+            var = Var(x.dtype, f"cse{self.n}")
+            self.n += 1
+            names[id(x)] = var
+            lets.append((var, value))
+        return rep, lets
 
     def visit_Store(self, s: Store):
         return self._bind(s, ("indices", "value"))
@@ -240,7 +251,30 @@ class _Share(StmtMutator):
         return self._bind(self.generic_visit(s), ("cond",))
 
     def visit_LetStmt(self, s: LetStmt):
-        return self._bind(self.generic_visit(s), ("value",))
+        return self._bind(self.generic_visit(self._chain(s)), ("value",))
+
+    def _chain(self, s: LetStmt):
+        """A chain of lets (a tuple reduction's update: every new value of the tuple
+        from the old ones, ``astgen``) as one statement: a node two of their values use
+        (argmax's comparison, the shifted value ``d`` of a sum and a sum of squares) is
+        bound once before the chain, unless it reads a variable the chain binds."""
+        lets, x = [], s
+        while isinstance(x, LetStmt):
+            lets.append(x)
+            x = x.body
+        roots = [let.value for let in lets]
+        if len(lets) < 2 or not _reached_twice(roots, self.loads):
+            return s
+        bound = {id(let.var) for let in lets}
+        rep, pre = self._name(roots, lambda n: not any(id(v) in bound for v in free_vars(n)))
+        if not pre:
+            return s
+        out = x
+        for let in reversed(lets):
+            out = LetStmt(let.var, rep.visit(let.value), out)
+        for var, value in reversed(pre):
+            out = LetStmt(var, value, out)
+        return out
 
 
 def share_subexpressions(stmt):

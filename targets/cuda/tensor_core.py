@@ -410,28 +410,41 @@ __device__ __forceinline__ void mma_fill(pt_mma_c_f16& c, half v) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) c.r[i] = *reinterpret_cast<unsigned*>(&h);
 }"""),
-    "mma.store": ("mma_store", r"""__device__ __forceinline__ void mma_store(float* dst, const pt_mma_c_f32& c, int ldm) {
+    "mma.store": ("mma_store", r"""__device__ __forceinline__ float pt_selp(bool p, float x, float y) {
+  // p ? x : y as one selp (a C conditional on the lane parity becomes a divergent branch)
+  float r;
+  asm("{ .reg .pred q; setp.ne.u32 q, %1, 0; selp.f32 %0, %2, %3, q; }"
+      : "=f"(r) : "r"((unsigned)p), "f"(x), "f"(y));
+  return r;
+}
+__device__ __forceinline__ void mma_store(float* dst, const pt_mma_c_f32& c, int ldm) {
   // m16n8 layout: lane l holds rows g = l/4 and g + 8, columns 2t and 2t + 1 (t = l%4) of
   // each n8 half h. Lanes t and t^1 swap a pair (shfl.sync.bfly) so that the even lane holds
   // columns 2t..2t+3 of row g and the odd one columns 2t-2..2t+1 of row g + 8: one
-  // 16-byte store each (8-byte stores of the own pairs where dst or ldm is not 16-byte
-  // aligned; the shuffles run on every lane either way)
+  // 16-byte store each (4-byte stores of the own values where dst or ldm is not 16-byte
+  // aligned). No branch: the lane parity picks values by selp and the alignment predicates
+  // the stores, so that every shuffle runs on a converged warp (with a branch on the parity
+  // nvcc 13 ran each shuffle through its divergent-collective path: BRA.DIV, WARPSYNC)
   unsigned l = pt_lane();
   int g = l / 4, t = l % 4;
   bool odd = t & 1;
-  bool wide = ldm % 4 == 0 && reinterpret_cast<unsigned long long>(dst) % 16 == 0;
+  unsigned wide = ldm % 4 == 0 && reinterpret_cast<unsigned long long>(dst) % 16 == 0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float a0 = c.r[4 * h], a1 = c.r[4 * h + 1], b0 = c.r[4 * h + 2], b1 = c.r[4 * h + 3];
-    float r0 = __shfl_xor_sync(0xffffffffu, odd ? a0 : b0, 1);
-    float r1 = __shfl_xor_sync(0xffffffffu, odd ? a1 : b1, 1);
-    if (wide) {
-      *reinterpret_cast<float4*>(dst + (odd ? g + 8 : g) * ldm + 8 * h + 2 * (t & ~1)) =
-          odd ? make_float4(r0, r1, b0, b1) : make_float4(a0, a1, r0, r1);
-    } else {
-      *reinterpret_cast<float2*>(dst + g * ldm + 8 * h + 2 * t) = make_float2(a0, a1);
-      *reinterpret_cast<float2*>(dst + (g + 8) * ldm + 8 * h + 2 * t) = make_float2(b0, b1);
-    }
+    float r0 = __shfl_xor_sync(0xffffffffu, pt_selp(odd, a0, b0), 1);
+    float r1 = __shfl_xor_sync(0xffffffffu, pt_selp(odd, a1, b1), 1);
+    float* w = dst + (g + 8 * odd) * ldm + 8 * h + 2 * (t & ~1);
+    float* p = dst + g * ldm + 8 * h + 2 * t;
+    float* q = p + 8 * ldm;
+    asm volatile("{ .reg .pred w; setp.ne.u32 w, %0, 0;\n"
+                 "  @w st.global.v4.f32 [%1], {%4, %5, %6, %7};\n"
+                 "  @!w st.global.f32 [%2], %8;  @!w st.global.f32 [%2+4], %9;\n"
+                 "  @!w st.global.f32 [%3], %10;  @!w st.global.f32 [%3+4], %11; }"
+                 :: "r"(wide), "l"(w), "l"(p), "l"(q), "f"(pt_selp(odd, r0, a0)),
+                    "f"(pt_selp(odd, r1, a1)), "f"(pt_selp(odd, b0, r0)),
+                    "f"(pt_selp(odd, b1, r1)), "f"(a0), "f"(a1), "f"(b0), "f"(b1)
+                 : "memory");
   }
 }
 __device__ __forceinline__ void mma_store(half* dst, const pt_mma_c_f16& c, int ldm) {

@@ -21,9 +21,14 @@ from polytile.autotune.template import get_template
 from polytile.schedule.interpreter import run as interpret
 
 
-def _index(sp, layout, stats, occupancy=0):
-    return next(k for k in range(len(sp)) if sp.get(k).knob_values() == {
-        "layout": layout, "stats": stats, "occupancy": occupancy})
+def _index(sp, layout, stats, occupancy=0, **more):
+    """The config of these knob values, the other knobs (``scalars``, ``affine``) 0."""
+    want = {"layout": layout, "stats": stats, "occupancy": occupancy, **more}
+    for k in range(len(sp)):
+        kv = sp.get(k).knob_values()
+        if kv == {**dict.fromkeys(kv, 0), **want}:
+            return k
+    raise AssertionError(f"no config {want}")
 
 
 def _arrays(args, dtype, offset=0.0, seed=0):

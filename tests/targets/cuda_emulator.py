@@ -86,6 +86,21 @@ PT_HALF1(hlog10, log10f) PT_HALF1(hsqrt, sqrtf) PT_HALF1(hrsqrt, rsqrtf) PT_HALF
 PT_HALF1(hcos, cosf) PT_HALF1(hfloor, floorf) PT_HALF1(hceil, ceilf) PT_HALF1(hrint, rintf)
 PT_HALF1(htrunc, truncf) PT_HALF1(__habs, fabsf)
 static inline bool __hisnan(half x) { return isnan((float)x); }
+// half2 (the printer's ``half2`` pragma): two lanes; an FMA rounds once (the exact product
+// of two halves fits a double, and so does its sum with a third but for huge ranges)
+struct half2 { half x, y; };
+static inline half2 __halves2half2(half a, half b) { return {a, b}; }
+static inline half2 __half2half2(half a) { return {a, a}; }
+static inline half2 __floats2half2_rn(float a, float b) { return {(half)a, (half)b}; }
+static inline half __low2half(half2 v) { return v.x; }
+static inline half __high2half(half2 v) { return v.y; }
+static inline half2 __hadd2(half2 a, half2 b) { return {(half)(a.x + b.x), (half)(a.y + b.y)}; }
+static inline half2 __hsub2(half2 a, half2 b) { return {(half)(a.x - b.x), (half)(a.y - b.y)}; }
+static inline half2 __hmul2(half2 a, half2 b) { return {(half)(a.x * b.x), (half)(a.y * b.y)}; }
+static inline half2 __hfma2(half2 a, half2 b, half2 c) {
+  return {(half)((double)a.x * (double)b.x + (double)c.x),
+          (half)((double)a.y * (double)b.y + (double)c.y)};
+}
 // bfloat16 (cuda_bf16.h): 16-bit storage; the printer converts it to and from float only
 struct __nv_bfloat16 { unsigned short x; };
 static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) { return {x}; }

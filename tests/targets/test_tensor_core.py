@@ -167,6 +167,28 @@ def test_tensor_core_gemm_on_the_gpu(size, acc, bound, isa):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("offset", [0, 1, 2])
+def test_mma_store_of_an_unaligned_output_on_the_gpu(offset):
+    # mma_store's 4-byte stores (predicated off the 16-byte ones) where C starts 4 or 8
+    # bytes past a 16-byte boundary: a contiguous torch view at an element offset; the
+    # floats around C stay untouched
+    torch = pytest.importorskip("torch")
+    M, N, K = 256, 384, 128
+    s, args = tc.wmma_gemm(M, N, K, isa="mma")
+    f = polytile.build(s, args, target="cuda")
+    a, b = _inputs(M, N, K, seed=3)
+    buf = torch.full((M * N + 4,), float("nan"), device="cuda")
+    buf[:offset] = 7.0
+    buf[offset + M * N:] = 7.0
+    c = buf[offset:offset + M * N].view(M, N)
+    f(torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda(), c)
+    torch.cuda.synchronize()
+    assert _rel(c.cpu().numpy(), a.astype("float64") @ b.astype("float64")) < 1e-5
+    rest = torch.cat([buf[:offset], buf[offset + M * N:]]).cpu().numpy()
+    assert (rest == 7.0).all()
+
+
+@pytest.mark.gpu
 def test_wmma_bfloat16_gemm_on_the_gpu():
     ml_dtypes = pytest.importorskip("ml_dtypes")
     M, N, K = 512, 256, 384
