@@ -361,23 +361,42 @@ class _Converter:
         plan = self.model.plans[int(name[1:])]
         return plan if plan.index in self.barriers else None
 
+    def _within(self, plan) -> list:
+        """``plan`` and the plans computed inside its code (attached to it, directly or
+        through other attached plans)."""
+        out = [plan]
+        for q in self.model.plans:
+            p = q
+            while p.attach is not None and p is not plan:
+                p = p.attach[0]
+            if p is plan and q is not plan:
+                out.append(q)
+        return out
+
     def convert_block(self, nodes: list, env: dict, pending) -> Stmt:
-        """Statements in order; consecutive copies into shared buffers that do not read
-        each other share one pair of barriers."""
+        """Statements in order; consecutive copies into shared buffers whose code (the
+        stages computed inside it included) does not read each other share one pair of
+        barriers."""
         out: list = []
         group: list = []
+        written: set = set()   # the stages whose code the group's code holds
         for n in nodes:
             plan = self._shared_copy(n)
-            if group and (plan is None or any(
-                    rd.source is g.stage for g in group for rd in plan.reads)):
+            inner = self._within(plan) if plan is not None else ()
+            # a copy's code holds the stages computed inside it, which read too: the
+            # partial of a cross-thread reduction holds the local rfactor stage reading an
+            # earlier shared copy (fuzz cuda 92869 shared the copy's barrier pair with it)
+            if group and (plan is None or any(rd.source in written for q in inner
+                                              for rd in q.reads)):
                 out.append(Sync("shared"))
-                group = []
+                group, written = [], set()
             if plan is None:
                 out.append(self.convert(n, env, pending))
                 continue
             if not group:
                 out.append(Sync("shared"))
             group.append(plan)
+            written |= {q.stage for q in inner}
             out.append(self.convert(n.mark_get_node(), env, pending))
         if group:
             out.append(Sync("shared"))

@@ -176,6 +176,10 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
                      "poison and its store deleted: the neighbour never written",
     ("llvm", 97008): "a tuple argmin's local accumulators read in short-circuit conditions "
                      "became branches: LLVM 22's loop vectorizer took minutes (a hang)",
+    ("cuda", 92869): "a shared cache_read copied by one thread shared its barrier pair with "
+                     "the next shared stage, a cross-thread reduction's partial whose local "
+                     "rfactor stage reads the copy: no barrier between the write and the "
+                     "other threads' reads (wrong sums, any dtype)",
 }
 #: FIXED_FAULTS whose fault was a refusal of a schedule that computes its definition:
 #: they must now build and give the right values

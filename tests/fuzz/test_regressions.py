@@ -1028,17 +1028,15 @@ def test_tuple_argmin_accumulators_in_conditions_build_in_seconds():
     assert res.stdout.strip().endswith("ok"), res.stderr[-2000:]
 
 
-@pytest.mark.xfail(strict=True, reason="open: fuzz cuda 92869, a shared cache_read copied by "
-                   "one thread at a loop outside the thread loops, read by TVM's cross-thread "
-                   "idiom's partial stage with no barrier between: wrong sums")
 def test_int4_shared_copy_read_by_a_cross_thread_reduction():
     """fuzz cuda 92869, shrunk: R[i, j] = sum over k in [2, 4) of A[i, j, k, 0] (int4,
     wrapping), A copied into shared memory at R's row loop: every row differs from numpy
-    (seen on the host emulation of CUDA, not yet on a GPU). The CUDA source has no
-    __syncthreads() between the shared copy of P (by thread (0, 0) alone, under
-    ``if (threadIdx_y == 0 && threadIdx_x == 0)``) and thread 1's read of P_shared[4]:
-    a missing barrier (the lowered loop IR has none either; the same with float32), which
-    the loop-IR interpreter's race check did not report."""
+    (seen on the host emulation of CUDA). The CUDA source had no __syncthreads() between
+    the shared copy of P (by thread (0, 0) alone) and thread 1's read of P_shared[4]: the
+    copy and the next shared stage, the reduction's partial, shared one pair of barriers,
+    as if the partial did not read the copy; its local rfactor stage, computed inside it,
+    does (``astgen._Converter.convert_block``). The fuzzer ran no race check on a case
+    already wrong, nor on one of more than 4096 threads."""
     from tests.fuzz.runner import Runtime, check_script
 
     A = te.placeholder((2, 1, 4, 1), "int4", name="A")
@@ -1065,3 +1063,135 @@ def test_int4_shared_copy_read_by_a_cross_thread_reduction():
     f = polytile.build(s, args, target="cuda")
     out = check_script(f, args, rt, {"mode": "uniform", "seed": 92869})
     assert out.startswith("ok"), out
+
+
+def _shared_copy_feeding_a_cross_thread_reduction(dtype: str, attach: str, explicit: bool):
+    """R[i, j] = sum over k in [2, 2 + K) of P[i, j, k] (K = 5: odd, ragged on 4 threads),
+    P copied into shared memory (by one thread: the copy is outside the thread loops)
+    at R's loop ``attach`` ("row": the serial row loop; "block": the blockIdx.x loop of
+    the columns), read by the cross-thread reduction's partial stage: TVM's explicit
+    rfactor (``explicit``) or the reduce loop bound to threadIdx.x."""
+    A = te.placeholder((3, 2, 7), dtype, name="A")
+    P = te.compute((3, 2, 7), lambda a, b, c: A[a, b, c], name="P")
+    k = te.reduce_axis((2, 7), name="k")
+    R = te.compute((3, 2), lambda i, j: te.sum(P[i, j, k].astype("float32"), axis=k),
+                   name="R")
+    s = te.create_schedule([P.op, R.op])
+    ko, ki = s[R].split(k, factor=4)
+    if explicit:
+        RF = s.rfactor(R, ki, factor_axis=0)
+        kv = s[R].op.reduce_axis[0]
+        s[R].bind(kv, te.thread_axis("threadIdx.x"))
+        s[RF].compute_at(s[R], kv)
+        reader = RF
+    else:
+        s[R].bind(ki, te.thread_axis("threadIdx.x"))
+        reader = R
+    jo, ji = s[R].split(R.op.axis[1], factor=2)
+    s[R].bind(ji, te.thread_axis("threadIdx.y"))
+    s[R].bind(jo, te.thread_axis("blockIdx.x"))
+    PS = s.cache_read(P, "shared", [reader])
+    s[PS].compute_at(s[R], R.op.axis[0] if attach == "row" else jo)
+    s[P].bind(s[P].fuse(*P.op.axis), te.thread_axis("blockIdx.x"))
+    return s, [A, P, R]
+
+
+@pytest.mark.parametrize("explicit", [True, False], ids=["rfactor", "bound"])
+@pytest.mark.parametrize("attach", ["row", "block"])
+@pytest.mark.parametrize("dtype", ["float32", "int4"])
+def test_shared_copy_read_by_a_cross_thread_reduction_has_a_barrier(dtype, attach, explicit):
+    """The kind of fuzz cuda 92869: a shared copy written by one thread, read by the other
+    threads in a cross-thread reduction (its partial stage, or the local rfactor stage
+    inside it), has a barrier between: the reference interpreter runs the loop IR with its
+    race check, and the sums are numpy's."""
+    from polytile.schedule import interpreter
+    from tests.fuzz.runner import thread_races
+
+    s, args = _shared_copy_feeding_a_cross_thread_reduction(dtype, attach, explicit)
+    assert thread_races(s, args, {}) == []   # the loop IR run with the race check
+    if dtype == "float32":
+        a = np.random.default_rng(7).standard_normal((3, 2, 7)).astype("float32")
+        r = np.full((3, 2), np.nan, "float32")
+        interpreter.run(polytile.lower(s, args, target="cuda"), a, np.zeros_like(a), r)
+        np.testing.assert_allclose(r, a[:, :, 2:].astype("float64").sum(2), rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int4"])
+def test_cuda_source_of_a_shared_copy_read_by_a_cross_thread_partial(dtype):
+    """The CUDA C of the fuzz cuda 92869 kind has a __syncthreads() between the shared copy
+    (by thread (0, 0)) and the partial's first read of it, and compiles with nvcc."""
+    from tests.helpers import compile_with_nvcc
+
+    s, args = _shared_copy_feeding_a_cross_thread_reduction(dtype, "row", True)
+    src = polytile.build(s, args, target="cuda").get_source()
+    body = src[src.index("main_kernel1("):]
+    copy = body.index("P_shared[", body.index("if ((threadIdx_y == 0) && (threadIdx_x == 0))"))
+    assert "__syncthreads()" in body[copy:body.index("R_rf[0] = 0")], body
+    compile_with_nvcc(src)
+
+
+def test_race_check_reports_the_missing_barrier_of_fuzz_cuda_92869():
+    """The oracle must be able to fail on the kind of fuzz cuda 92869: drop the barrier
+    between the shared copy and the cross-thread partial (the loop IR before the fix),
+    and the interpreter reports thread 1's read of what thread (0, 0) wrote."""
+    from polytile.schedule.interpreter import RaceError, run
+    from polytile.schedule.loop_ir import Seq, StmtMutator, Sync, seq
+
+    class _NoSyncAfterCopy(StmtMutator):
+        def visit_Seq(self, s: Seq):
+            stmts = [self.visit(x) for x in s.stmts]
+            keep = [x for k, x in enumerate(stmts) if not (   # (after the copy's loop)
+                isinstance(x, Sync) and k and "P.shared[" in str(stmts[k - 1])
+                and "R.rf" not in str(stmts[k - 1]))]
+            return seq(*keep)
+
+    s, args = _shared_copy_feeding_a_cross_thread_reduction("float32", "row", True)
+    f = polytile.lower(s, args, target="cuda")
+    cut = type(f)(f.name, f.params, _NoSyncAfterCopy().visit(f.body))
+    assert str(cut).count("sync(") == str(f).count("sync(") - 1
+    a = np.ones((3, 2, 7), "float32")
+    with pytest.raises(RaceError, match=r"a write and a read of P\.shared\[.*no barrier"):
+        run(cut, a, np.zeros_like(a), np.zeros((3, 2), "float32"))
+
+
+@pytest.mark.parametrize("variant", ["two_copies", "copy_in_partial", "local_of_copy"])
+def test_shared_copies_of_two_inputs_read_by_a_cross_thread_partial(variant):
+    """The kind of fuzz cuda 92869 with two shared copies, A's and B's, feeding an rfactor
+    partial of R[i, j] = sum_k A[i, j, k] * B[i, j, k]: both at R's row loop
+    ("two_copies"); A's inside the local rfactor stage's loop, B's at the row loop
+    ("copy_in_partial"); B's at the blockIdx.x loop read through a local cache computed
+    inside the rfactor stage, two attachments deep ("local_of_copy": a check of the
+    stages one level inside the partial would miss it). Race-checked by the interpreter
+    and compared with numpy."""
+    from polytile.schedule import interpreter
+    from tests.fuzz.runner import thread_races
+
+    A = te.placeholder((3, 2, 7), "float32", name="A")
+    B = te.placeholder((3, 2, 7), "float32", name="B")
+    k = te.reduce_axis((2, 7), name="k")
+    R = te.compute((3, 2), lambda i, j: te.sum(A[i, j, k] * B[i, j, k], axis=k), name="R")
+    s = te.create_schedule(R.op)
+    ko, ki = s[R].split(k, factor=4)
+    RF = s.rfactor(R, ki, factor_axis=0)
+    kv = s[R].op.reduce_axis[0]
+    s[R].bind(kv, te.thread_axis("threadIdx.x"))
+    s[RF].compute_at(s[R], kv)
+    jo, ji = s[R].split(R.op.axis[1], factor=2)
+    s[R].bind(ji, te.thread_axis("threadIdx.y"))
+    s[R].bind(jo, te.thread_axis("blockIdx.x"))
+    AS = s.cache_read(A, "shared", [RF])
+    BS = s.cache_read(B, "shared", [RF])
+    row, inner = R.op.axis[0], s[RF].leaf_iter_vars[-1]
+    s[AS].compute_at(*((s[RF], inner) if variant == "copy_in_partial" else (s[R], row)))
+    s[BS].compute_at(s[R], jo if variant == "local_of_copy" else row)
+    if variant == "local_of_copy":
+        BL = s.cache_read(BS, "local", [RF])
+        s[BL].compute_at(s[RF], inner)
+    args = [A, B, R]
+    assert thread_races(s, args, {}) == []
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal((3, 2, 7)).astype("float32") for _ in range(2))
+    r = np.full((3, 2), np.nan, "float32")
+    interpreter.run(polytile.lower(s, args, target="cuda"), a, b, r)
+    want = (a.astype("float64") * b)[:, :, 2:].sum(2)
+    np.testing.assert_allclose(r, want, rtol=1e-5, atol=1e-6)
