@@ -190,7 +190,8 @@ def test_gpu_spaces_shrink_with_the_device_limits():
         mm = len(get_template("matmul").space((64, 64, 64), "float32", "cuda"))
     big = t.space((64, 1000), "float32", "cuda")
     layouts = [big.knobs["layout"].get(i).val for i in range(len(big.knobs["layout"]))]
-    assert len(big) == len(layouts) > len(sp) and {lay[1] for lay in layouts} == {2, 4}
+    # the space is the layouts times the output knob ``stores`` (streaming stores 0/1)
+    assert len(big) == 2 * len(layouts) > len(sp) and {lay[1] for lay in layouts} == {2, 4}
     assert max(lay[0] for lay in layouts) == 512 and [256, 4, 1, 1, 0] == big.default().knob_values(
         )["layout"]
     assert mm == len(tiles) * 3 * 2 * 18 < len(get_template("matmul").space((64, 64, 64), "float32",
