@@ -1028,7 +1028,7 @@ def test_tuple_argmin_accumulators_in_conditions_build_in_seconds():
     assert res.stdout.strip().endswith("ok"), res.stderr[-2000:]
 
 
-def test_int4_shared_copy_read_by_a_cross_thread_reduction():
+def test_int4_shared_copy_read_by_a_cross_thread_reduction(cuda_build):
     """fuzz cuda 92869, shrunk: R[i, j] = sum over k in [2, 4) of A[i, j, k, 0] (int4,
     wrapping), A copied into shared memory at R's row loop: every row differs from numpy
     (seen on the host emulation of CUDA). The CUDA source had no __syncthreads() between
@@ -1059,8 +1059,11 @@ def test_int4_shared_copy_read_by_a_cross_thread_reduction():
     po, pi = s[P].split(f_, factor=16)
     s[P].bind(po, te.thread_axis("blockIdx.x"))
     args = [A, P, R]
-    rt = Runtime("cuda")   # (the GPU, or the host emulation it sets up before the build)
-    f = polytile.build(s, args, target="cuda")
+    # the GPU, or the emulated driver installed for this test only (cuda_build): the fuzz
+    # Runtime installs no emulation of its own when it sees a device, which it would
+    # otherwise leave behind for the tests that follow
+    rt = Runtime("cuda")
+    f = cuda_build(s, args)
     out = check_script(f, args, rt, {"mode": "uniform", "seed": 92869})
     assert out.startswith("ok"), out
 

@@ -288,7 +288,7 @@ def test_unknown_pragma_raises():
     s = w.schedule()
     with pytest.raises(ScheduleError, match=r"pragma: unknown pragma 'auto_unroll' on "
                        r"iter_var 'i' of stage 'C'; expected one of \['parallel', "
-                       r"'parallel_launch_point', 'unroll', 'vectorize', 'import_c', 'import_llvm', "
+                       r"'parallel_launch_point', 'unroll', 'vectorize', 'evict_first', 'evict_last', 'half2', 'import_c', 'import_llvm', "
                        r"'nontemporal', 'auto_unroll_max_step', 'min_blocks', "
                        r"'parallel_barrier_when_finish', 'parallel_stride_pattern', "
                        r"'unroll_explicit'\]"):
