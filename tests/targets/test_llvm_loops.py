@@ -142,7 +142,7 @@ def test_parallel_body_allocations_are_thread_private(threads):
     X, Y = buf("X", (M, W)), buf("Y", M)
     tmp_s = buf("tmp_s", W, "float32", "stack")
     tmp_h = buf("tmp_h", W, "float32", "heap")
-    i, j, k, r = var("i"), var("j"), var("k"), var("r")
+    i, j, k = var("i"), var("j"), var("k")
     fill = loop(j, W, seq(st(tmp_s, j, ld(X, i * W + j) * 2.0),
                           st(tmp_h, j, ld(X, i * W + j) + 1.0)))
     red = seq(st(Y, i, Const("float32", 0.0)),
