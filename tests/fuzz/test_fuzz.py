@@ -37,7 +37,12 @@ TIMEOUT = {"llvm": 15.0, "cuda": 45.0}
 # (target, seed) -> the fault it shows today (regression tests of each fault with its right
 # value: tests/fuzz/test_regressions.py; case files: /work/shared/cases). Remove an entry
 # when its test XPASSes.
-KNOWN_FAULTS: dict[tuple[str, int], str] = {}
+KNOWN_FAULTS: dict[tuple[str, int], str] = {
+    ("llvm", 98688): "tuple (sum bfloat16, sum int32) reduction, rfactor of the split reduce "
+                     "loop computed at its inner loop: 2 of 203 elements of "
+                     "E = round(sqrt(|bf16(R.v1) - R|)) are 1 where numpy gives 0 (not yet "
+                     "triaged: the bfloat16 sum's rounding order or the reference's)",
+}
 
 
 def _cuda_available() -> str | None:
