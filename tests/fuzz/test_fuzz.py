@@ -185,6 +185,10 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
                      "the next shared stage, a cross-thread reduction's partial whose local "
                      "rfactor stage reads the copy: no barrier between the write and the "
                      "other threads' reads (wrong sums, any dtype)",
+    ("llvm", 102419): "InternalError 'unexpected isl loop condition 1': with symbolic sizes "
+                      "the last fallback of AST generation gave isl the unbounded simple hull "
+                      "of a producer's domain (three quasi-affine taps under a shared copy); "
+                      "now a LoweringError naming the stages",
 }
 #: FIXED_FAULTS whose fault was a refusal of a schedule that computes its definition:
 #: they must now build and give the right values
