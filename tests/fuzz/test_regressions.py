@@ -362,6 +362,65 @@ def test_cuda_reduction_with_an_empty_where_at_a_bound_consumer():
 
 
 # --------------------------------------------------------------------------- build time
+def _parallel_rows_min(n_rows, n_cols=100, tile=16):
+    """Fuzz seed llvm 111340 (a ``norm`` case): a uint8 row minimum rfactor'd over the
+    outer part of its split reduce loop, the partial computed at the rows, the rows
+    parallel."""
+    A = te.placeholder((n_rows, n_cols), "uint8", name="A")
+    k = te.reduce_axis((0, n_cols), name="k")
+    M = te.compute((n_rows,), lambda i: te.min(A[i, k] * A[i, k], axis=k), name="M")
+    s = te.create_schedule(M.op)
+    ko, _ = s[M].split(k, factor=tile)
+    MF = s.rfactor(M, ko, factor_axis=0)
+    s[MF].compute_at(s[M], M.op.axis[0])
+    s[M].parallel(M.op.axis[0])
+    return s, [A, M]
+
+
+def test_parallel_loop_of_few_rows_is_not_vectorized_across_rows():
+    """Fuzz seed llvm 111340 (a hang at 20 s under load): the chunk loop of a parallel
+    loop ran from an atomic counter to ``min(begin + chunk, n)``, ``n`` loaded from the
+    closure: LLVM saw no bound on its trip count and vectorized the 11 rows by 64 lanes
+    of gathers across the fully unrolled 7 x 16 reduction (25,000 lines of IR, 7 s of
+    build, 0.3 s without ``parallel``). A constant extent is a constant in the body now
+    and a chunk runs ``min(chunk, n - begin)`` iterations: at most ``n``."""
+    s, args = _parallel_rows_min(11)
+    f = polytile.build(s, args)
+    lines = len(f.get_source("ll").splitlines())
+    assert lines < 3000, lines
+    a = np.random.default_rng(3).integers(0, 256, (11, 100)).astype("uint8")
+    out = np.zeros(11, "uint8")
+    f(a, out)
+    np.testing.assert_array_equal(out, (a * a).min(axis=1))
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 11, 37, 130, "sym"])
+def test_parallel_chunks_cover_every_row_once(n):
+    """Every iteration of a parallel loop runs once, whatever the extent (1, fewer rows
+    than threads, primes, symbolic), as the outer loop or as the inner loop of a split
+    moved out (a guarded stage)."""
+    size = te.size_var("n") if n == "sym" else n
+    rows = 23 if n == "sym" else n
+    A = te.placeholder((size, 3), "int32", name="A")
+    B = te.compute((size, 3), lambda i, j: A[i, j] * 3 + i, name="B")
+    s = te.create_schedule(B.op)
+    s[B].parallel(B.op.axis[0])
+    f = polytile.build(s, [A, B])
+    a = np.arange(rows * 3, dtype="int32").reshape(rows, 3)
+    out = np.full((rows, 3), -1, "int32")
+    f(a, out)
+    np.testing.assert_array_equal(out, a * 3 + np.arange(rows)[:, None])
+    C = te.compute((size + 2,), lambda i: te.if_then_else(i >= 2, A[i - 2, 0], 0), name="C")
+    s = te.create_schedule(C.op)
+    io, ii = s[C].split(C.op.axis[0], factor=2)
+    s[C].parallel(ii)
+    s[C].reorder(ii, io)
+    f = polytile.build(s, [A, C])
+    out = np.full(rows + 2, -1, "int32")
+    f(a, out)
+    np.testing.assert_array_equal(out, np.concatenate([[0, 0], a[:, 0]]))
+
+
 def test_nested_unrolls_build_in_seconds():
     try:
         res = _in_subprocess("""
