@@ -189,6 +189,9 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
                       "the last fallback of AST generation gave isl the unbounded simple hull "
                       "of a producer's domain (three quasi-affine taps under a shared copy); "
                       "now a LoweringError naming the stages",
+    ("llvm", 111340): "a hang (7 s of LLVM, 20 s under load): the chunk loop of a parallel "
+                      "loop of 11 rows had no trip-count bound LLVM could see; it vectorized "
+                      "the rows by 64 lanes of gathers across an unrolled 112-step reduction",
 }
 #: FIXED_FAULTS whose fault was a refusal of a schedule that computes its definition:
 #: they must now build and give the right values
