@@ -212,3 +212,43 @@ def test_budget_constants_are_documented():
 
     assert "MAX_UNROLL_STMTS" in Stage.unroll.__doc__ and "MAX_UNROLL" in Stage.unroll.__doc__
     assert MAX_UNROLL_STMTS >= MAX_UNROLL >= 16
+
+
+def _vthread_around_unrolls(vt: int, ni: int = 29, nk: int = 29):
+    """Fuzz seed cuda 100179 (an argmax there): rows on blocks, ``vt`` vthreads and
+    threads, the loops ``i`` and ``k`` inside them unrolled."""
+    A = te.placeholder((ni, 48, nk), name="A")
+    k = te.reduce_axis((0, nk), name="k")
+    R = te.compute((ni, 48), lambda i, j: te.sum(A[i, j, k] * 2.0, axis=k), name="R")
+    s = te.create_schedule(R.op)
+    i, j = R.op.axis
+    s[R].unroll(k)
+    s[R].unroll(i)
+    s[R].reorder(j, i)
+    jo, ji = s[R].split(j, factor=16 * vt)
+    s[R].bind(jo, te.thread_axis("blockIdx.x"))
+    jv, jt = s[R].split(ji, nparts=vt)
+    s[R].bind(jv, te.thread_axis("vthread"))
+    s[R].bind(jt, te.thread_axis("threadIdx.x"))
+    return s, [A, R]
+
+
+def test_vthread_copies_count_against_the_unroll_budget():
+    """Virtual threads are always unrolled, so they multiply what the unrolls inside them
+    emit: 3 vthreads around 29 x (1 + 29) statements emitted 2,610 (the host build of fuzz
+    cuda 100179 took minutes). The budget counts them: 'i' stays a loop, with a warning
+    that says so; 2 vthreads around 17 x 29 fit."""
+    from polytile.schedule.pipeline import lower
+
+    s, args = _vthread_around_unrolls(3)
+    with pytest.warns(PolytileWarning, match=r"unroll: unrolling loop 'i' of stage 'R' would "
+                      r"copy its body of 30 statements 29 times \(870 statements, with the "
+                      r"unrolled loop 'k' \(29 iterations\) inside; 2610 with the 3 copies of "
+                      r"the vthread loops around it\), more than MAX_UNROLL_STMTS = 1024; 'i' "
+                      r"is kept as a loop\n  hint: unroll a split part of it: xo, xi = "
+                      r"s\[R\]\.split\(i, factor=11\); s\[R\]\.unroll\(xi\)"):
+        text = str(lower(s, args, target="cuda"))
+    assert "for i in range(0, 29)" in text
+    s, args = _vthread_around_unrolls(2, ni=17)
+    text = str(_no_warnings(lower, s, args, "cuda"))
+    assert "for i in" not in text
