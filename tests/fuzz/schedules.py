@@ -721,6 +721,9 @@ class SchedGen:
                 ["fuse", "O", ["c", "d"]]):
             cols = "c.d.fused"
         key = "nparts" if cuda and self.chance(0.4) else "factor"
+        #: how O's columns were split (a reduction bound to the same threads inside its
+        #: rows splits its reduce loops alike, so that the thread extents agree)
+        self.norm_split = (key, cols.endswith(".fused"))
         if self.apply(["split", "O", cols, key, t]):
             inner = cols + (".outer" if key == "nparts" else ".inner")
             if cuda:
@@ -762,10 +765,13 @@ class SchedGen:
             if place == "inline":
                 self.apply(["compute_inline", "E"])
             elif place == "row" and self.apply(["compute_at", "E", "O", row]):
+                key, fused = self.norm_split
                 cols = self.leaves("E", "data_par")[-1].name
-                if cuda and "O" in self.threads and self.apply(["split", "E", cols,
-                                                                "factor", t]):
-                    self.apply(["bind", "E", cols + ".inner", "threadIdx.x"])
+                if fused and self.apply(["fuse", "E", ["c", "d"]]):
+                    cols = "c.d.fused"
+                if cuda and "O" in self.threads and self.apply(["split", "E", cols, key, t]):
+                    self.apply(["bind", "E", cols + (".outer" if key == "nparts" else
+                                                     ".inner"), "threadIdx.x"])
                 elif not cuda and self.chance(0.4):
                     self.apply(["vectorize", "E", cols])
             return
@@ -775,18 +781,22 @@ class SchedGen:
             red = self.leaves(T, "reduce")
             if not red:
                 return
-            k = red[0].name
-            if len(red) == 2 and self.chance(0.4) and self.apply(["fuse", T, [k, red[1].name]]):
-                k = f"{k}.{red[1].name}.fused"
+            key, fused = self.norm_split
+            # (the reduce loop of O's bound column: the last, or both fused as O's are)
+            k = red[-1].name
+            if len(red) == 2 and (fused if cuda else self.chance(0.4)) and self.apply(
+                    ["fuse", T, [red[0].name, k]]):
+                k = f"{red[0].name}.{k}.fused"
             if cuda and "O" in self.threads and self.chance(0.8):
-                if not self.apply(["split", T, k, "factor", t]):
+                if not self.apply(["split", T, k, key, t]):
                     return
+                tx = k + (".outer" if key == "nparts" else ".inner")
                 if self.chance(0.4):   # TVM's idiom: the partial at the bound axis
-                    if self.apply(["rfactor", T, k + ".inner", 0]):
-                        if self.apply(["bind", T, k + ".inner.v", "threadIdx.x"]):
-                            self.apply(["compute_at", T + ".rf", T, k + ".inner.v"])
+                    if self.apply(["rfactor", T, tx, 0]):
+                        if self.apply(["bind", T, tx + ".v", "threadIdx.x"]):
+                            self.apply(["compute_at", T + ".rf", T, tx + ".v"])
                     return
-                self.apply(["bind", T, k + ".inner", "threadIdx.x"])
+                self.apply(["bind", T, tx, "threadIdx.x"])
             elif not cuda and self.chance(0.5):
                 if self.apply(["split", T, k, "factor", t]) and self.chance(0.5):
                     self.apply(["unroll", T, k + ".inner"])
