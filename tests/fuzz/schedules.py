@@ -385,9 +385,12 @@ class SchedGen:
             p = self.pick(prods)
             self.apply(["compute_at", p.op.name, name, self.pick(list(st.leaf_iter_vars)).name])
 
-    def bind_all(self) -> None:
+    def bind_all(self, attached: bool = True) -> None:
         """Bind every root stage to GPU indices (CUDA). Extended2 seeds go consumers first
-        and sometimes attach a producer inside an already bound consumer instead."""
+        and sometimes attach a producer inside an already bound consumer instead.
+        ``attached``: then maybe bind loops of attached stages to threads and
+        double-buffer them (``norm`` cases place and bind their attached stages
+        themselves)."""
         order = self.stages()
         if self.extended2:
             order = order[::-1]
@@ -403,6 +406,8 @@ class SchedGen:
                 if self.attach_in_bound(st):
                     continue
             self.bind_root(st)
+        if not attached:
+            return
         for st in self.stages():
             if st.attach_type == "scope" and self.chance(0.3):
                 self.bind_attached(st)
@@ -754,7 +759,7 @@ class SchedGen:
             self.norm_stage(T, row, t, place[T])
         self.random_steps(len(self.steps) + int(self.pick([0, 0, 1, 2])))
         if cuda and not self.stopped:
-            self.bind_all()
+            self.bind_all(attached=False)
 
     def norm_stage(self, T: str, row: str, t: int, place: str) -> None:
         """Place stage ``T`` of a ``norm`` case (see :meth:`norm`) at ``place``
