@@ -147,12 +147,14 @@ def interleaved(fns: dict, rounds: int, waits: dict | None = None) -> dict:
             if quiet and len(samples[k]) >= rounds:
                 continue
             n = reps[k]
-            w0, t0 = runqueue_wait(), clock()
+            w0, wall0, t0 = runqueue_wait(), time.perf_counter(), clock()
             for _ in range(n):
                 f()
             dt = clock() - t0
+            wall = time.perf_counter() - wall0  # the wait's share is of the wall time
             w1 = runqueue_wait()
-            share = (w1 - w0) / dt if w0 is not None and w1 is not None and dt > 0 else 0.0
+            share = (w1 - w0) / wall if w0 is not None and w1 is not None and wall > 0 \
+                else 0.0
             taken[k] += 1
             if not quiet or share < UNDISTURBED_WAIT:
                 samples[k].append((dt / n, share))
