@@ -11,7 +11,6 @@ import sys
 import textwrap
 import warnings
 
-import numpy as np
 import pytest
 from helpers import check, lowered, rand, run1
 
