@@ -8,8 +8,8 @@ loop may expand to:
 * a loop of more than ``MAX_UNROLL`` iterations is not unrolled;
 * a loop whose unrolled code would hold more than ``MAX_UNROLL_STMTS`` statements (its
   iterations times the statements of its body, where the body's own unrolled loops count
-  expanded and other loops count ``LOOP_STMTS`` statements plus their body), times the
-  copies the ``vthread`` loops around it make, is not unrolled.
+  expanded and other loops count ``LOOP_STMTS`` statements plus their body) is not
+  unrolled.
 
 Inner loops are decided first, so the budget goes to the innermost unrolls and the outer
 ones stay loops. Each loop kept rolled gets a :class:`~polytile.errors.PolytileWarning`
@@ -49,21 +49,16 @@ def limit_unrolls(model: Model) -> set[int]:
     return rolled
 
 
-def _size(n, rolled: set[int], copies: int = 1) -> int:
+def _size(n, rolled: set[int]) -> int:
     """Statements emitted for nest node ``n`` once its kept unrolls are expanded; decides
-    the loops inside ``n`` (post-order) and ``n`` itself. ``copies``: the copies of ``n``
-    that the virtual threads around it make (always unrolled, whatever is decided inside:
-    3 vthreads around an unroll of 870 statements emitted 2,610, and the host build of fuzz
-    cuda 100179 ran past a minute)."""
+    the loops inside ``n`` (post-order) and ``n`` itself."""
     if isinstance(n, PolyStmt):
         return 1
     tz = n.plan.stage.tensorized
     if tz is not None and tz[0] is n.iter_var:
         return 1    # the nest under a tensorized loop is one intrinsic call
+    body = sum(_size(c, rolled) for c in n.children)
     kind = n.annotation
-    vt = sym.static(n.plan.extent(n.iter_var)) if kind is ThreadTag.VTHREAD and \
-        sym.is_static(n.plan.extent(n.iter_var)) else 1
-    body = sum(_size(c, rolled, copies * vt) for c in n.children)
     if kind is ThreadTag.VTHREAD:   # virtual threads are always unrolled
         ext = n.plan.extent(n.iter_var)
         if not sym.is_static(ext):
@@ -89,10 +84,10 @@ def _size(n, rolled: set[int], copies: int = 1) -> int:
         rolled.add(n.key)
         return LOOP_STMTS + body
     ext = sym.static(ext)
-    if ext <= MAX_UNROLL and ext * body * copies <= MAX_UNROLL_STMTS:
+    if ext <= MAX_UNROLL and ext * body <= MAX_UNROLL_STMTS:
         return ext * body
     rolled.add(n.key)
-    _warn(n, ext, body, copies)
+    _warn(n, ext, body)
     return LOOP_STMTS + body
 
 
@@ -106,13 +101,13 @@ def _inner_unrolls(n: LoopNode) -> list[str]:
     return out
 
 
-def _warn(n: LoopNode, ext: int, body: int, copies: int = 1) -> None:
+def _warn(n: LoopNode, ext: int, body: int) -> None:
     stage, name = n.plan.name, n.iter_var.name
     if ext > MAX_UNROLL:
         what = (f"loop {name!r} of stage {stage!r} has {ext} iterations, more than "
                 f"MAX_UNROLL = {MAX_UNROLL}")
         factor = MAX_UNROLL
-        while factor > 1 and factor * body * copies > MAX_UNROLL_STMTS:
+        while factor > 1 and factor * body > MAX_UNROLL_STMTS:
             factor //= 2
     else:
         inner = _inner_unrolls(n)
@@ -120,10 +115,8 @@ def _warn(n: LoopNode, ext: int, body: int, copies: int = 1) -> None:
                 f"statements {ext} times ({ext * body} statements"
                 + (f", with the unrolled loop{'s' * (len(inner) > 1)} {', '.join(inner)} "
                    f"inside" if inner else "")
-                + (f"; {ext * body * copies} with the {copies} copies of the vthread loops "
-                   f"around it" if copies > 1 else "")
                 + f"), more than MAX_UNROLL_STMTS = {MAX_UNROLL_STMTS}")
-        factor = max(1, MAX_UNROLL_STMTS // (body * copies))
+        factor = max(1, MAX_UNROLL_STMTS // body)
     hint = (f"unroll a split part of it: xo, xi = s[{stage}].split({name}, factor={factor}); "
             f"s[{stage}].unroll(xi)" if factor > 1 else "unroll fewer nested loops")
     warn(format_error("unroll", what, f"{name!r} is kept as a loop", hint=hint))

@@ -189,9 +189,6 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
     ("llvm", 111340): "a hang (7 s of LLVM, 20 s under load): the chunk loop of a parallel "
                       "loop of 11 rows had no trip-count bound LLVM could see; it vectorized "
                       "the rows by 64 lanes of gathers across an unrolled 112-step reduction",
-    ("cuda", 100179): "a hang (minutes of host build): 3 vthreads around an argmax whose "
-                      "loops i and k (29 x 29) were unrolled within the budget, which did not "
-                      "count the vthread copies (2,610 statements)",
 }
 #: FIXED_FAULTS whose fault was a refusal of a schedule that computes its definition:
 #: they must now build and give the right values
