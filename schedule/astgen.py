@@ -155,6 +155,12 @@ class AstUnchecked(AstMismatch):
     62729: two tiles of symbolic loops, minutes). An unchecked loop nest is never used."""
 
 
+class AstUnbounded(AstUnchecked):
+    """isl's loop nest has a loop without an upper bound (``for (...; 1; ...)``): a domain
+    handed to it was unbounded (:func:`_bounded_hull`). Not usable, like an unchecked loop
+    nest: the next attempt is tried, then a LoweringError names the stages."""
+
+
 class AstTooBig(AstUnchecked):
     """isl's AST generation ran out of :data:`GENERATE_OPERATIONS`."""
 
@@ -257,7 +263,8 @@ def lower_nodes(model: Model, nodes: list | None = None, context: str = "{ : }",
 
     Tried in order until one passes the check: isl's default loop generation; every loop
     ``atomic``; then, in addition, the domains with existentially quantified dimensions
-    replaced by their simple hulls, the exact domains becoming guards.
+    replaced by their simple hulls where these are bounded (:func:`_bounded_hull`), the
+    exact domains becoming guards (skipped where no hull is bounded).
 
     Raises
     ------
@@ -266,12 +273,16 @@ def lower_nodes(model: Model, nodes: list | None = None, context: str = "{ : }",
     """
     first = None
     role_of = None    # the kernel's thread roles: computed once for every attempt
+    ran_atomic = False
     for atomic, hulls in ((False, False), (True, False), (True, True)):
         if atomic and not hulls and isinstance(first, AstTooBig):
             continue   # atomic loops at the same domains are no smaller a problem
         domains = guards = None
         if hulls:
             domains, guards = _hulls(model, nodes)
+            if not domains and ran_atomic:
+                continue   # (the atomic attempt again)
+        ran_atomic = atomic
         try:
             if model.padded and nodes is not None and role_of is None:
                 role_of = roles(nodes)
@@ -306,10 +317,27 @@ def _hulls(model: Model, nodes: list | None) -> tuple[dict, dict]:
             divs: list = []
             st.domain.foreach_basic_set(lambda b: divs.append(b.dim(isl.dim_type.div)))
             if any(divs):
-                hull = isl.Set.from_basic_set(st.domain.remove_divs().simple_hull())
+                hull = _bounded_hull(st.domain)
+                if hull is None:
+                    continue   # (its exact domain, as in the attempts before)
                 domains[st.name] = hull
                 guards[st.name] = st.exact.gist(hull)
     return domains, guards
+
+
+def _bounded_hull(domain: isl.Set) -> isl.Set | None:
+    """The simple hull of ``domain`` (a convex superset without existentially quantified
+    dimensions), or None where it is unbounded.
+
+    The simple hull keeps only translates of the constraints of the pieces: a union of
+    pieces each bounded by a different quasi-affine expression of the symbolic sizes
+    (``y <= 2 - i + 3j`` in one, ``y <= 1`` in another) has none that bounds every piece,
+    and its hull is unbounded: isl writes ``for (...; 1; ...)`` (fuzz seed llvm 102419,
+    three quasi-affine reads of a producer under a cache, symbolic sizes). Bounded convex
+    hulls (``polyhedral_hull``) of such domains took seconds each, and the loop nest over
+    them longer than the attempts before: the statement keeps its exact domain."""
+    hull = isl.Set.from_basic_set(domain.remove_divs().simple_hull())
+    return hull if hull.is_bounded() else None
 
 
 class _Converter:
@@ -427,7 +455,8 @@ class _Converter:
             return LetStmt(v, init, body)
         cond = self.expr(node.for_get_cond(), inner)
         if not (isinstance(cond, Cmp) and cond.a is v and cond.op in ("le", "lt")):
-            raise InternalError(f"unexpected isl loop condition {node.for_get_cond().to_C_str()}")
+            raise AstUnbounded(f"unexpected isl loop condition {node.for_get_cond().to_C_str()}"
+                              f" of loop {name!r}")
         upper = cond.b if cond.op == "lt" else Binary("int64", "add", cond.b, Const("int64", 1))
         extent = Binary("int64", "sub", upper, init)
         step = node.for_get_inc().get_val().to_python()

@@ -191,6 +191,9 @@ class PipelinePragma:
     #: ``tma``: the shared tiles are copied by TMA bulk tensor copies completing on one
     #: mbarrier per slot (:mod:`polytile.schedule.passes.tma_copy`)
     tma: bool = False
+    #: ``via``: the stages whose ``double_buffer()`` asked for this pipeline (refusals
+    #: name them and ``double_buffer``, the primitive the user called)
+    via: tuple = ()
 
     def __str__(self) -> str:
         w = "" if self.mma_wait is None else f", mma_wait={self.mma_wait}"

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from polytile.errors import fail
+import dataclasses
+
+from polytile.errors import ScheduleError, fail
 
 from .kinds import PipelinePragma, ThreadTag
 
@@ -132,6 +134,21 @@ class PipelineMixin:
             body does not fit (see Legality) or a copy cannot be a 16-byte ``cp.async``.
         """
         iv = self._leaf("pipeline", axis)
+        if self._add_pipeline(iv, stages, mma_wait, fragment_prefetch, copy_after_wait, tma):
+            return
+        # only the options given are recorded: traces written before an option existed
+        # replay to the same pragma
+        extra = {k: v for k, v in (("mma_wait", mma_wait), ("fragment_prefetch",
+                                                             fragment_prefetch),
+                                   ("copy_after_wait", copy_after_wait), ("tma", tma))
+                 if v not in (None, False)}
+        self._record("pipeline", iv, stages=stages, **extra)
+
+    def _add_pipeline(self, iv, stages, mma_wait=None, fragment_prefetch=False,
+                      copy_after_wait=False, tma=False, via: tuple = ()) -> bool:
+        """Check the options of :meth:`pipeline` of leaf loop ``iv`` and add its pragma
+        (``via``: the stages whose ``double_buffer`` asks for it); True when the loop was
+        already pipelined so (nothing new)."""
         if isinstance(stages, bool) or not isinstance(stages, int) or stages < 2:
             fail("pipeline", f"stages={stages!r} for loop {iv.name!r} of stage "
                  f"{self.name!r}", "an int >= 2 (2 is double buffering)")
@@ -160,25 +177,24 @@ class PipelineMixin:
             fail("pipeline", f"tma={tma!r} for loop {iv.name!r} of stage {self.name!r} "
                  f"with fragment_prefetch={fragment_prefetch!r}", "a bool, and tma "
                  "without fragment_prefetch (its tiles are waited for by mbarriers)")
-        old = [v for k, v in self.pragmas.get(iv, ()) if k == "software_pipeline"]
+        prs = self.pragmas.get(iv, ())
+        old = [v for k, v in prs if k == "software_pipeline"]
         if old:
             if (old[0].stages, old[0].mma_wait, old[0].fragment_prefetch,
                     old[0].copy_after_wait, old[0].tma) == (stages, mma_wait,
                                                             fragment_prefetch,
                                                             copy_after_wait, tma):
-                return
+                if via and not set(via) <= set(old[0].via):
+                    new = dataclasses.replace(old[0], via=old[0].via + tuple(
+                        v for v in via if v not in old[0].via))
+                    self.pragmas[iv] = tuple((k, new if v is old[0] else v) for k, v in prs)
+                return True
             fail("pipeline", f"loop {iv.name!r} of stage {self.name!r} is already "
                  f"pipelined with stages={old[0].stages}", "one depth per loop")
         prag = PipelinePragma(stages, self.name, iv.name, mma_wait, fragment_prefetch,
-                              copy_after_wait, tma)
-        self.pragmas[iv] = self.pragmas.get(iv, ()) + (("software_pipeline", prag),)
-        # only the options given are recorded: traces written before an option existed
-        # replay to the same pragma
-        extra = {k: v for k, v in (("mma_wait", mma_wait), ("fragment_prefetch",
-                                                             fragment_prefetch),
-                                   ("copy_after_wait", copy_after_wait), ("tma", tma))
-                 if v not in (None, False)}
-        self._record("pipeline", iv, stages=stages, **extra)
+                              copy_after_wait, tma, tuple(via))
+        self.pragmas[iv] = prs + (("software_pipeline", prag),)
+        return False
 
     def double_buffer(self) -> None:
         """TVM's ``Stage.double_buffer``: this shared stage, computed at a loop of its
@@ -189,10 +205,19 @@ class PipelineMixin:
         Raises
         ------
         ScheduleError
-            If the stage is not attached with ``compute_at`` yet, or as ``pipeline``.
+            If the stage is not attached with ``compute_at`` yet, or as ``pipeline``
+            (naming ``double_buffer`` and this stage, here and when lowering).
         """
         if self.attach_type != "scope" or self.attach_stage is None:
             fail("double_buffer", f"stage {self.name!r} is not computed at a loop of "
                  "another stage", "call s[S].compute_at(s[C], loop) first",
                  hint="double buffering pipelines the loop the copy is attached at")
-        self.attach_stage.pipeline(self.attach_ivar, stages=2)
+        host, iv = self.attach_stage, self.attach_ivar
+        try:
+            host._add_pipeline(iv, 2, via=(self.name,))
+        except ScheduleError as exc:
+            what = str(exc).removeprefix("pipeline: ")
+            raise ScheduleError(f"double_buffer: stage {self.name!r}, computed at loop "
+                                f"{iv.name!r} of stage {host.name!r} (double buffering "
+                                f"pipelines that loop): {what}") from None
+        self._record("double_buffer")

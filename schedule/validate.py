@@ -58,13 +58,21 @@ def _writes_nothing(st) -> bool:
 def _check_pipelined_loops(st, leaves) -> None:
     """Raise ScheduleError when a loop of stage ``st`` marked by ``pipeline()`` is no longer
     one of its ``leaves`` (split or fused afterwards)."""
+    from .passes.pipeline_slots import pipeline_subject
+
     for iv, prs in st.pragmas.items():
-        if any(k == "software_pipeline" for k, _ in prs) and iv not in leaves:
+        p = next((v for k, v in prs if k == "software_pipeline"), None)
+        if p is not None and iv not in leaves:
+            if p.via:
+                subject = pipeline_subject(p, "the loop was split or fused after "
+                                              "double_buffer()")
+            else:
+                subject = ("pipeline", f"loop {iv.name!r} of stage {st.name!r} was split or "
+                           "fused after s[...].pipeline()")
             raise ScheduleError(format_error(
-                "pipeline", f"loop {iv.name!r} of stage {st.name!r} was split or fused "
-                "after s[...].pipeline()", "pipeline a current loop of the stage",
-                hint="call pipeline() after the splits, on the loop the copies are "
-                "computed at"))
+                *subject, "pipeline a current loop of the stage",
+                hint=f"call {'double_buffer' if p.via else 'pipeline'}() after the splits, "
+                "on the loop the copies are computed at"))
 
 
 def _check_env_threads(st) -> None:

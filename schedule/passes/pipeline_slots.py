@@ -19,10 +19,22 @@ from ..loop_ir import IfThenElse, Load, Seq, StmtMutator, Store, TensorCall
 
 def refuse(p: PipelinePragma, what: str, expected: str, **ctx):
     """Raise the ``ScheduleError`` of primitive ``pipeline`` for loop ``p.axis`` of stage
-    ``p.stage``: ``what`` is wrong, ``expected`` was; ``hint`` and labelled context
+    ``p.stage`` (of ``double_buffer``, naming its stages, where that asked for the
+    pipeline): ``what`` is wrong, ``expected`` was; ``hint`` and labelled context
     optional."""
-    fail("pipeline", f"loop {p.axis!r} of stage {p.stage!r}: {what}", expected,
-         hint=ctx.pop("hint", None), **ctx)
+    fail(*pipeline_subject(p, what), expected, hint=ctx.pop("hint", None), **ctx)
+
+
+def pipeline_subject(p: PipelinePragma, what: str) -> tuple:
+    """``(primitive, message)`` of a refusal of pipeline ``p`` saying ``what``:
+    ``double_buffer`` and its stages where ``double_buffer()`` asked for the pipeline
+    (the user never called ``pipeline``), else ``pipeline``."""
+    where = f"loop {p.axis!r} of stage {p.stage!r}"
+    if not p.via:
+        return "pipeline", f"{where}: {what}"
+    names = ", ".join(repr(v) for v in p.via)
+    return ("double_buffer", f"stage{'s' if len(p.via) > 1 else ''} {names}, computed at "
+            f"{where} (double buffering pipelines that loop): {what}")
 
 
 class _SlotLoads(ExprMutator):

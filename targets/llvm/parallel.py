@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING
 import llvmlite.ir as ir
 
 from polytile.schedule.loop_ir import Buffer, For
+from polytile.te.expr import Const
 
 from . import intrinsics as llx
 from .analysis import used_symbols
@@ -126,6 +127,12 @@ def _emit_body(cg: CodeGen, s: For, caps: list, cap_types: list) -> ir.Function:
     try:
         b = cg.b
         lo, ext, next_ = fn.args[0], fn.args[1], fn.args[2]
+        # constant bounds as constants: LLVM then knows a chunk runs at most ``n``
+        # iterations (see ``count`` below)
+        if isinstance(s.min, Const) and isinstance(s.min.value, int):
+            lo = I64(s.min.value)
+        if isinstance(s.extent, Const) and isinstance(s.extent.value, int):
+            ext = I64(s.extent.value)
         nth = b.call(llx.declare(cg.module, "omp_get_num_threads", I32, []), [])
         nth = b.mul(b.sext(nth, I64), I64(CHUNKS_PER_THREAD))
         step = I64(s.step)
@@ -133,6 +140,7 @@ def _emit_body(cg: CodeGen, s: For, caps: list, cap_types: list) -> ir.Function:
         n = b.select(pos, b.sdiv(b.add(ext, I64(s.step - 1)), step), I64(0))
         chunk = llx.call_intrinsic(b, "smax", [b.sdiv(b.add(n, b.sub(nth, I64(1))), nth),
                                                 I64(1)])
+        chunk = llx.call_intrinsic(b, "smin", [chunk, n])
         name = s.var.name
         grab = b.append_basic_block(f"{name}.grab")
         work = b.append_basic_block(f"{name}.chunk")
@@ -142,13 +150,18 @@ def _emit_body(cg: CodeGen, s: For, caps: list, cap_types: list) -> ir.Function:
         begin = b.atomic_rmw("add", next_, chunk, "monotonic")
         b.cbranch(b.icmp_signed("<", begin, n), work, done)
         b.position_at_end(work)
-        end = llx.call_intrinsic(b, "smin", [b.add(begin, chunk), n])
+        # the chunk's iterations j in [begin, begin + count), count = min(chunk, n - begin):
+        # at most n, a bound LLVM sees where n is a constant (it vectorized a parallel
+        # loop of 11 rows by 64 lanes of gathers across a fully unrolled 112-step
+        # reduction: 25,000 lines of IR, seconds of build, fuzz llvm 111340)
+        count = llx.call_intrinsic(b, "smin", [chunk, b.sub(n, begin)])
 
         def body(j):
+            j = b.add(begin, j)
             var = b.add(lo, b.mul(j, step)) if s.step != 1 else b.add(lo, j)
             cg.let(s.var, var, lambda: cg.stmt(s.body))
 
-        cg.loop(begin, end, 1, f"{name}.par", body)
+        cg.loop(I64(0), count, 1, f"{name}.par", body)
         cg.b.branch(grab)
         cg.b.position_at_end(done)
         cg.fence_streams()  # before the team's barrier: the caller reads the results

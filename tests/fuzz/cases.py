@@ -36,12 +36,22 @@ EXTENDED3_FROM = 80_000
 #: bindings on ``cuda`` (:meth:`.schedules.SchedGen.tuplered`); the odd ones draw as
 #: ``EXTENDED3_FROM`` seeds do (half of them ``xreduce``); seeds below keep their cases
 EXTENDED4_FROM = 90_000
+#: seeds from here on: every third seed (``seed % 3 == 1``) is a ``norm`` case, two
+#: reductions chained over the same rows as softmax and layer norm are written (``M`` over
+#: the rows, ``E`` of ``A`` and ``M``, ``S`` the sum of ``E``, ``O`` of ``E`` and ``S``;
+#: :func:`.kinds.norm`), scheduled with TVM's softmax idioms (reductions and ``E`` computed
+#: at the rows of ``O`` or inlined, cross-thread reductions per row on ``cuda``, rfactor and
+#: vectorize on ``llvm``; :meth:`.schedules.SchedGen.norm`) then random steps; the other
+#: seeds draw as ``EXTENDED4_FROM`` seeds do
+EXTENDED5_FROM = 110_000
 #: every kind a seed may draw (``KINDS`` stays as it was: older seeds index it)
-ALL_KINDS = KINDS + ("xreduce", "tuplered")
+ALL_KINDS = KINDS + ("xreduce", "tuplered", "norm")
 
 
 def kind_of(seed: int, target: str = "llvm") -> str:
     """The kind of program of ``seed`` for ``target``."""
+    if seed >= EXTENDED5_FROM and seed % 3 == 1:
+        return "norm"
     kinds = KINDS if seed >= EXTENDED_FROM else KINDS[:6]
     if seed >= EXTENDED2_FROM and target == "cuda":
         kinds = KINDS + ("scan",)
@@ -71,7 +81,8 @@ def generate(seed: int, target: str = "llvm") -> dict:
     try:
         steps = generate_steps(rng_sched, prog, target, extended=ext,
                                extended2=seed >= EXTENDED2_FROM,
-                               xreduce=kind == "xreduce", tuplered=kind == "tuplered")
+                               xreduce=kind == "xreduce", tuplered=kind == "tuplered",
+                               norm=kind == "norm")
     except Exception:  # noqa: BLE001 - the program itself does not build: the runner says so
         steps = []
     mode = DATA_MODES[int(rng_data.choice(3, p=[0.7, 0.2, 0.1]))]

@@ -650,3 +650,61 @@ def tuplered(g: Gen) -> dict:
 
 
 GENERATORS["tuplered"] = tuplered
+
+
+def norm(g: Gen) -> dict:
+    """Two reductions in a chain over the same rows, as softmax and layer norm are
+    written (seeds from :data:`.cases.EXTENDED5_FROM`): ``M[rows] = max|min|sum over the
+    reduce axes of f(A[rows, red])``; ``E[rows, cols] = h(A[rows, cols], M[rows])``
+    (``exp(A - M)`` for a float max); ``S[rows] = sum of E[rows, red]`` (maybe with
+    ``where``); ``O[rows, cols] = u(E[rows, cols], S[rows])``; the output ``O``, maybe
+    with ``S`` or ``M`` too. One or two row axes, one or two reduce axes (which the
+    elementwise stages index as data axes ``c``, ``d``); any dtype."""
+    ns = g.pick([1, 1, 2])
+    nr = g.pick([1, 1, 1, 2])
+    sdims = [g.dim() for _ in range(ns)]
+    rdims = [g.dim(int(g.pick(XR_EXTENTS)) if g.chance(0.4) else None) for _ in range(nr)]
+    _fit(g, sdims + rdims, 20_000)
+    axes, raxes, caxes = ["i", "j"][:ns], ["k", "q"][:nr], ["c", "d"][:nr]
+    rexts = [g.dims[d] for d in rdims]
+    n = int(np.prod(rexts))
+    dtype = g.dtype()
+    A = g.placeholder("A", sdims + rdims, dtype)
+
+    def rows():
+        return [["ax", a] for a in axes]
+
+    op1 = g.pick(["max", "max", "sum", "min"])
+    x = g.combine([g.read(A, rows() + [["ax", r] for r in raxes])], dtype, g.pick([0, 0, 1]))
+    if op1 == "sum":
+        x = _per_term(g, x, n)
+    bound = x.bound * (n if op1 == "sum" else 1) + 8
+    exact = x.exact and (op1 != "sum" or not dt.is_float(x.dtype))
+    rng = [[r, "0", d] for r, d in zip(raxes, rdims)]
+    M = g.compute("M", list(sdims), axes, x, {"op": op1, "axes": rng, "where": None,
+                                                "init": None}, bound, exact)
+    a = g.read(A, rows() + [["ax", c] for c in caxes])
+    m = g.read(M, rows())
+    plain = x.t == g.read(A, rows() + [["ax", r] for r in raxes]).t
+    if op1 == "max" and plain and dt.is_float(dtype) and g.chance(0.7):
+        # softmax: A - M <= 0 (M is the max of A itself), so exp(A - M) is in (0, 1]
+        diff = g.binop(a, m, "-")
+        e = X(["fn", "exp", diff.t], diff.dtype, 1.0, False)
+    else:
+        e = g.combine([a, m], g.dtype(), g.pick([0, 1]))
+    E = g.compute("E", list(sdims) + list(rdims), axes + caxes, e)
+    s = _per_term(g, g.read(E, rows() + [["ax", r] for r in raxes]), n)
+    red = {"op": "sum", "axes": [[r, "0", d] for r, d in zip(raxes, rdims)], "where": None,
+           "init": None}
+    if g.chance(0.25):
+        red["where"] = _where(g, raxes, rexts, axes, [g.dims[d] for d in sdims])
+    S = g.compute("S", list(sdims), axes, s, red, s.bound * n + 8,
+                  s.exact and not dt.is_float(s.dtype))
+    o = g.combine([g.read(E, rows() + [["ax", c] for c in caxes]), g.read(S, rows())],
+                  g.dtype(), g.pick([0, 1]))
+    O = g.compute("O", list(sdims) + list(rdims), axes + caxes, o)
+    outs = g.pick([[O], [O], [O], [O, S], [S, O], [O, M]])
+    return g.program(outs)
+
+
+GENERATORS["norm"] = norm

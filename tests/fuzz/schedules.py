@@ -385,9 +385,12 @@ class SchedGen:
             p = self.pick(prods)
             self.apply(["compute_at", p.op.name, name, self.pick(list(st.leaf_iter_vars)).name])
 
-    def bind_all(self) -> None:
+    def bind_all(self, attached: bool = True) -> None:
         """Bind every root stage to GPU indices (CUDA). Extended2 seeds go consumers first
-        and sometimes attach a producer inside an already bound consumer instead."""
+        and sometimes attach a producer inside an already bound consumer instead.
+        ``attached``: then maybe bind loops of attached stages to threads and
+        double-buffer them (``norm`` cases place and bind their attached stages
+        themselves)."""
         order = self.stages()
         if self.extended2:
             order = order[::-1]
@@ -403,6 +406,8 @@ class SchedGen:
                 if self.attach_in_bound(st):
                     continue
             self.bind_root(st)
+        if not attached:
+            return
         for st in self.stages():
             if st.attach_type == "scope" and self.chance(0.3):
                 self.bind_attached(st)
@@ -690,6 +695,148 @@ class SchedGen:
         if red and self.chance(0.25) and self.extent(red[-1]) <= 16:
             self.apply(["unroll", T, red[-1].name])
 
+    # ------------------------------------------------------------------ norm
+    #: threads per row of a ``norm`` case on ``cuda`` (whole warps and not)
+    NORM_THREADS = (32, 32, 64, 128, 48, 16, 7, 256)
+
+    def norm(self) -> None:
+        """The schedule of a ``norm`` case (``M``, ``E``, ``S``, ``O``; :func:`.kinds.norm`),
+        after TVM's softmax schedules: the rows of ``O`` (fused when two) on ``blockIdx.x``
+        and its columns split over ``threadIdx.x`` (``cuda``), or parallel rows and a
+        vectorized column tile (``llvm``); each reduction computed at the row loop of ``O``
+        (its reduce loop then maybe bound to the same threads, a cross-thread reduction in
+        an attached stage, or rfactor'd) or left at the root (bound as a cross-thread
+        reduction of its own, or rfactor'd and parallel); ``E`` inlined, computed at the row
+        loop (its columns on the threads) or left at the root; then a few random steps and
+        (``cuda``) every stage left bound. A fifth of the cases draw random steps only."""
+        cuda = self.target == "cuda"
+        if self.chance(0.2):
+            self.random_steps(int(self.pick([1, 2, 3, 4])))
+            if cuda and not self.stopped:
+                self.bind_all()
+            return
+        nrow = len(self.ns["M"].op.axis)
+        t = int(self.pick(self.NORM_THREADS)) if cuda else int(self.pick([4, 8, 16, 3]))
+        o = self.s[self.ns["O"]]
+        row = o.leaf_iter_vars[0].name
+        if nrow == 2 and self.chance(0.6) and self.apply(["fuse", "O", ["i", "j"]]):
+            row = "i.j.fused"
+        cols = self.leaves("O", "data_par")[-1].name
+        if nrow + 2 == len(self.ns["O"].op.axis) and self.chance(0.4) and self.apply(
+                ["fuse", "O", ["c", "d"]]):
+            cols = "c.d.fused"
+        key = "nparts" if cuda and self.chance(0.4) else "factor"
+        #: how O's columns were split (a reduction bound to the same threads inside its
+        #: rows splits its reduce loops alike, so that the thread extents agree)
+        self.norm_split = (key, cols.endswith(".fused"))
+        if self.apply(["split", "O", cols, key, t]):
+            inner = cols + (".outer" if key == "nparts" else ".inner")
+            if cuda:
+                if self.apply(["bind", "O", row, "blockIdx.x"]) and self.apply(
+                        ["bind", "O", inner, "threadIdx.x"]):
+                    self.threads["O"] = t
+            else:
+                if self.chance(0.5):
+                    self.apply(["vectorize", "O", cols + ".inner"])
+                if self.chance(0.5):
+                    self.apply(["parallel", "O", row])
+        # where each stage goes (consumers first, so that every reader of an attached stage
+        # runs inside the row loop too; a fifth of the time any place, often refused)
+        outs = {o.name for o in self.s.outputs}
+        place = {"E": self.pick(["inline", "inline", "row", "root"]),
+                 "S": self.pick(["row", "row", "root"]), "M": self.pick(["row", "row", "root"])}
+        if self.chance(0.8):
+            for T in ("M", "S"):
+                if T in outs:   # (an output stays at the root)
+                    place[T] = "root"
+            if place["E"] == "row":   # (S reads E)
+                place["E"] = "row" if place["S"] == "row" else "root"
+            if place["E"] == "root" or place["S"] == "root" and place["E"] == "inline":
+                place["M"] = "root"   # (E, or S through the inlined E, reads M)
+        for T in ("S", "E", "M"):
+            if self.stopped:
+                return
+            self.norm_stage(T, row, t, place[T])
+        self.random_steps(len(self.steps) + int(self.pick([0, 0, 1, 2])))
+        if cuda and not self.stopped:
+            self.bind_all(attached=False)
+
+    def norm_stage(self, T: str, row: str, t: int, place: str) -> None:
+        """Place stage ``T`` of a ``norm`` case (see :meth:`norm`) at ``place``
+        (``inline``, ``row`` or ``root``): ``row`` is the row loop of ``O``, ``t`` its
+        threads (``cuda``) or a tile (``llvm``)."""
+        cuda = self.target == "cuda"
+        if T == "E":
+            if place == "inline":
+                self.apply(["compute_inline", "E"])
+            elif place == "row" and self.apply(["compute_at", "E", "O", row]):
+                key, fused = self.norm_split
+                cols = self.leaves("E", "data_par")[-1].name
+                if fused and self.apply(["fuse", "E", ["c", "d"]]):
+                    cols = "c.d.fused"
+                if cuda and "O" in self.threads and self.apply(["split", "E", cols, key, t]):
+                    self.apply(["bind", "E", cols + (".outer" if key == "nparts" else
+                                                     ".inner"), "threadIdx.x"])
+                elif not cuda and self.chance(0.4):
+                    self.apply(["vectorize", "E", cols])
+            return
+        if place == "row":
+            if not self.apply(["compute_at", T, "O", row]):
+                return
+            red = self.leaves(T, "reduce")
+            if not red:
+                return
+            key, fused = self.norm_split
+            # (the reduce loop of O's bound column: the last, or both fused as O's are)
+            k = red[-1].name
+            if len(red) == 2 and (fused if cuda else self.chance(0.4)) and self.apply(
+                    ["fuse", T, [red[0].name, k]]):
+                k = f"{red[0].name}.{k}.fused"
+            if cuda and "O" in self.threads and self.chance(0.8):
+                if not self.apply(["split", T, k, key, t]):
+                    return
+                tx = k + (".outer" if key == "nparts" else ".inner")
+                if self.chance(0.4):   # TVM's idiom: the partial at the bound axis
+                    if self.apply(["rfactor", T, tx, 0]):
+                        if self.apply(["bind", T, tx + ".v", "threadIdx.x"]):
+                            self.apply(["compute_at", T + ".rf", T, tx + ".v"])
+                    return
+                self.apply(["bind", T, tx, "threadIdx.x"])
+            elif not cuda and self.chance(0.5):
+                if self.apply(["split", T, k, "factor", t]) and self.chance(0.5):
+                    self.apply(["unroll", T, k + ".inner"])
+            return
+        # at the root
+        red = self.leaves(T, "reduce")
+        spatial = self.leaves(T, "data_par")
+        if not red:
+            return
+        k = red[0].name
+        if cuda:
+            if self.apply(["split", T, k, "factor", t]):
+                inner = k + ".inner"
+                if self.chance(0.5) and self.apply(["rfactor", T, inner, 0]):
+                    inner += ".v"
+                    if self.apply(["bind", T, inner, "threadIdx.x"]):
+                        self.apply(["compute_at", T + ".rf", T, inner])
+                else:
+                    self.apply(["bind", T, inner, "threadIdx.x"])
+                self.threads[T] = t
+            if spatial:
+                n = spatial[0].name
+                if len(spatial) == 2 and self.apply(["fuse", T, [n, spatial[1].name]]):
+                    n = f"{n}.{spatial[1].name}.fused"
+                self.apply(["bind", T, n, "blockIdx.x"])
+            return
+        if self.chance(0.5):
+            step = ["rfactor", T, k, 0]
+            if self.apply(["split", T, k, "factor", t]):
+                step = ["rfactor", T, k + self.pick([".inner", ".outer"]), 0]
+            if self.apply(step):
+                self.rfactor_follow(step)
+        elif spatial and self.chance(0.6):
+            self.apply(["parallel", T, spatial[0].name])
+
     def bind_attached(self, st) -> None:
         if self.xthreads and st.op.name == "R.rf":   # (one thread's partial: its loops stay)
             return
@@ -709,17 +856,21 @@ class SchedGen:
 
 def generate_steps(rng: np.random.Generator, prog: dict, target: str,
                    extended: bool = False, extended2: bool = False,
-                   xreduce: bool = False, tuplered: bool = False) -> list:
+                   xreduce: bool = False, tuplered: bool = False, norm: bool = False) -> list:
     """A random schedule of ``prog`` for ``target`` (``llvm`` or ``cuda``) as steps
     (``extended``, ``extended2``: with the draws of extended seeds, of
     :data:`.cases.EXTENDED2_FROM` seeds too; ``xreduce``: an ``xreduce`` case,
-    :meth:`SchedGen.xreduce`; ``tuplered``: a ``tuplered`` case, :meth:`SchedGen.tuplered`)."""
+    :meth:`SchedGen.xreduce`; ``tuplered``: a ``tuplered`` case, :meth:`SchedGen.tuplered`;
+    ``norm``: a ``norm`` case, :meth:`SchedGen.norm`)."""
     gen = SchedGen(rng, prog, target, extended, extended2)
     if xreduce:
         gen.xreduce()
         return gen.steps
     if tuplered:
         gen.tuplered()
+        return gen.steps
+    if norm:
+        gen.norm()
         return gen.steps
     n = int(rng.choice(8, p=np.array([5, 6, 5, 4, 3, 2, 2, 1], float) / 28)) + 1
     gen.random_steps(n)

@@ -183,6 +183,12 @@ FIXED_FAULTS: dict[tuple[str, int], str] = {
     ("llvm", 98688): "the reference bounded sqrt(|x|) by its values at the error box's "
                      "corners: a negative corner gave NaN, which zeroed the bound (a function "
                      "not monotonic on the box, or undefined in it)",
+    # (llvm 102419, InternalError 'unexpected isl loop condition 1': an unbounded simple
+    # hull given to isl; now a LoweringError, after about 10 s of isl budgets, too close to
+    # TIMEOUT on a loaded machine: test_regressions.py tests it on a smaller program)
+    ("llvm", 111340): "a hang (7 s of LLVM, 20 s under load): the chunk loop of a parallel "
+                      "loop of 11 rows had no trip-count bound LLVM could see; it vectorized "
+                      "the rows by 64 lanes of gathers across an unrolled 112-step reduction",
 }
 #: FIXED_FAULTS whose fault was a refusal of a schedule that computes its definition:
 #: they must now build and give the right values

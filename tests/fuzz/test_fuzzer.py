@@ -4,6 +4,7 @@ refusal), the shrinker, and reproducer scripts that run."""
 
 from __future__ import annotations
 
+import collections
 import copy
 import hashlib
 import json
@@ -455,3 +456,42 @@ def test_extended4_seeds_draw_tuple_reductions():
     assert "tuplered" not in {kind_of(s, t) for s in range(EXTENDED4_FROM - 50,
                                                            EXTENDED4_FROM)
                               for t in ("llvm", "cuda")}
+
+
+def test_extended5_seeds_draw_chained_reductions():
+    """Seeds ``% 3 == 1`` from EXTENDED5_FROM are ``norm`` cases (softmax / layer norm:
+    ``M`` and ``S`` reductions over the rows, ``E`` between them, ``O`` after): on cuda the
+    rows of ``O`` on blocks and a reduction bound to threadIdx.x inside them (attached at
+    the rows, or rfactor'd with its partial at the bound axis); on llvm reductions
+    computed at the rows, ``E`` inlined, rfactor; every program builds unscheduled; the
+    other seeds keep their kinds."""
+    from .cases import EXTENDED5_FROM, kind_of
+
+    seen: dict = collections.Counter()
+    norm_seeds = [x for x in range(EXTENDED5_FROM, EXTENDED5_FROM + 180) if x % 3 == 1]
+    for seed in norm_seeds:
+        for target in ("llvm", "cuda"):
+            assert kind_of(seed, target) == "norm"
+            case = generate(seed, target)
+            names = [t["name"] for t in case["program"]["tensors"]]
+            assert names == ["A", "M", "E", "S", "O"], names
+            steps = case["steps"]
+            for st in steps:
+                if st[0] == "compute_at" and st[1] in ("M", "S") and st[2] == "O":
+                    seen[f"{st[1]} at O {target}"] += 1
+                if st[0] == "bind" and st[1] in ("M", "S") and st[3] == "threadIdx.x":
+                    seen["reduction on threads"] += 1
+                if st[0] == "rfactor" and st[1] in ("M", "S"):
+                    seen[f"rfactor {target}"] += 1
+                if st[0] == "compute_inline" and st[1] == "E":
+                    seen["E inlined"] += 1
+                if st[0] == "bind" and st[1] == "O" and st[3] == "blockIdx.x":
+                    seen["O rows on blocks"] += 1
+    want = {"M at O llvm", "S at O llvm", "M at O cuda", "S at O cuda", "rfactor llvm",
+            "rfactor cuda", "reduction on threads", "E inlined", "O rows on blocks"}
+    assert all(seen[w] >= 3 for w in want), seen
+    case = generate(norm_seeds[0])
+    out = run_case(dict(case, steps=[]), Runtime("llvm"))
+    assert out["cls"] == "ok", (out, reproducer(case))
+    assert "norm" not in {kind_of(s, t) for s in range(EXTENDED5_FROM - 60, EXTENDED5_FROM)
+                          for t in ("llvm", "cuda")}

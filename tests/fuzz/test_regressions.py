@@ -362,6 +362,65 @@ def test_cuda_reduction_with_an_empty_where_at_a_bound_consumer():
 
 
 # --------------------------------------------------------------------------- build time
+def _parallel_rows_min(n_rows, n_cols=100, tile=16):
+    """Fuzz seed llvm 111340 (a ``norm`` case): a uint8 row minimum rfactor'd over the
+    outer part of its split reduce loop, the partial computed at the rows, the rows
+    parallel."""
+    A = te.placeholder((n_rows, n_cols), "uint8", name="A")
+    k = te.reduce_axis((0, n_cols), name="k")
+    M = te.compute((n_rows,), lambda i: te.min(A[i, k] * A[i, k], axis=k), name="M")
+    s = te.create_schedule(M.op)
+    ko, _ = s[M].split(k, factor=tile)
+    MF = s.rfactor(M, ko, factor_axis=0)
+    s[MF].compute_at(s[M], M.op.axis[0])
+    s[M].parallel(M.op.axis[0])
+    return s, [A, M]
+
+
+def test_parallel_loop_of_few_rows_is_not_vectorized_across_rows():
+    """Fuzz seed llvm 111340 (a hang at 20 s under load): the chunk loop of a parallel
+    loop ran from an atomic counter to ``min(begin + chunk, n)``, ``n`` loaded from the
+    closure: LLVM saw no bound on its trip count and vectorized the 11 rows by 64 lanes
+    of gathers across the fully unrolled 7 x 16 reduction (25,000 lines of IR, 7 s of
+    build, 0.3 s without ``parallel``). A constant extent is a constant in the body now
+    and a chunk runs ``min(chunk, n - begin)`` iterations: at most ``n``."""
+    s, args = _parallel_rows_min(11)
+    f = polytile.build(s, args)
+    lines = len(f.get_source("ll").splitlines())
+    assert lines < 3000, lines
+    a = np.random.default_rng(3).integers(0, 256, (11, 100)).astype("uint8")
+    out = np.zeros(11, "uint8")
+    f(a, out)
+    np.testing.assert_array_equal(out, (a * a).min(axis=1))
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 11, 37, 130, "sym"])
+def test_parallel_chunks_cover_every_row_once(n):
+    """Every iteration of a parallel loop runs once, whatever the extent (1, fewer rows
+    than threads, primes, symbolic), as the outer loop or as the inner loop of a split
+    moved out (a guarded stage)."""
+    size = te.size_var("n") if n == "sym" else n
+    rows = 23 if n == "sym" else n
+    A = te.placeholder((size, 3), "int32", name="A")
+    B = te.compute((size, 3), lambda i, j: A[i, j] * 3 + i, name="B")
+    s = te.create_schedule(B.op)
+    s[B].parallel(B.op.axis[0])
+    f = polytile.build(s, [A, B])
+    a = np.arange(rows * 3, dtype="int32").reshape(rows, 3)
+    out = np.full((rows, 3), -1, "int32")
+    f(a, out)
+    np.testing.assert_array_equal(out, a * 3 + np.arange(rows)[:, None])
+    C = te.compute((size + 2,), lambda i: te.if_then_else(i >= 2, A[i - 2, 0], 0), name="C")
+    s = te.create_schedule(C.op)
+    io, ii = s[C].split(C.op.axis[0], factor=2)
+    s[C].parallel(ii)
+    s[C].reorder(ii, io)
+    f = polytile.build(s, [A, C])
+    out = np.full(rows + 2, -1, "int32")
+    f(a, out)
+    np.testing.assert_array_equal(out, np.concatenate([[0, 0], a[:, 0]]))
+
+
 def test_nested_unrolls_build_in_seconds():
     try:
         res = _in_subprocess("""
@@ -817,6 +876,100 @@ def test_twice_tiled_symbolic_reduction_lowers_or_refuses_in_seconds():
     with pytest.raises(polytile.LoweringError, match="verified in bounded time"):
         polytile.lower(s, args)
     assert time.perf_counter() - t0 < 60
+
+
+def _quasi_taps(taps: str, n0=None, n1=None):
+    """Fuzz seed llvm 102419 (a stencil of the fuzzer): ``P`` computed at ``C.j`` and a
+    shared copy of ``A`` at ``C.i``, ``C`` reading ``P`` at the quasi-affine taps
+    ``taps`` (``m``: ``P[i % 2, 3j + 1 + w]``, ``r``: ``P[N0 - 1 - i, i + w]``, ``d``:
+    ``P[i // 2, 3j + 1 + w]``), symbolic sizes unless given."""
+    N0 = te.size_var("N0") if n0 is None else n0
+    N1 = te.size_var("N1") if n1 is None else n1
+    A = te.placeholder((N0, N0 + 3 * N1 + 2), "int32", name="A")
+    P = te.compute(A.shape, lambda a, c: A[a, c] + a, name="P")
+    w = te.reduce_axis((0, 2), name="w")
+    tap = {"m": lambda i, j: P[i % 2, j * 3 + 1 + w],
+           "r": lambda i, j: P[N0 - 1 - i, i + w],
+           "d": lambda i, j: P[i // 2, j * 3 + 1 + w]}
+    C = te.compute((N0, N1), lambda i, j: te.sum(sum(tap[t](i, j) for t in taps[1:])
+                                                 + tap[taps[0]](i, j), axis=w), name="C")
+    s = te.create_schedule(C.op)
+    s[P].compute_at(s[C], C.op.axis[1])
+    AS = s.cache_read(A, "shared", [P])
+    s[AS].compute_at(s[C], C.op.axis[0])
+    return s, [A, C]
+
+
+def _quasi_taps_numpy(taps: str, a: np.ndarray, n1: int) -> np.ndarray:
+    n0 = a.shape[0]
+    p = a + np.arange(n0)[:, None]
+    out = np.zeros((n0, n1), "int64")
+    for i in range(n0):
+        for j in range(n1):
+            for w in range(2):
+                at = {"m": (i % 2, 3 * j + 1 + w), "r": (n0 - 1 - i, i + w),
+                      "d": (i // 2, 3 * j + 1 + w)}
+                out[i, j] += sum(p[at[t]] for t in taps)
+    return out
+
+
+def test_unbounded_hull_of_quasi_affine_footprints_is_refused_by_name():
+    """Fuzz seed llvm 102419: with symbolic sizes, the domain of ``P`` (three quasi-affine
+    taps, under a shared copy of its input) is a union of pieces bounded by different
+    expressions; its simple hull, the last fallback of AST generation, was unbounded and
+    isl wrote ``for (...; 1; ...)``: InternalError 'unexpected isl loop condition 1'.
+    Unbounded hulls are not used now (the attempt is skipped): a LoweringError names the
+    stages, in seconds."""
+    import time
+
+    t0 = time.perf_counter()
+    with pytest.raises(polytile.LoweringError, match=r"lower: the loop nest of stages "
+                       r"\['A.shared', 'C', 'P'\] could not be generated and verified"):
+        polytile.lower(*_quasi_taps("mrd"))
+    assert time.perf_counter() - t0 < 60
+
+
+def test_an_unbounded_isl_loop_is_a_failed_attempt_not_a_crash(monkeypatch):
+    """Whatever domain reaches isl, a loop without an upper bound (``for (...; 1; ...)``)
+    fails that attempt of AST generation (the next is tried, then a LoweringError), never
+    an InternalError: forced here by handing the last attempt the unbounded simple hulls
+    (as before the fix)."""
+    import islpy as isl
+
+    from polytile.schedule import astgen
+
+    monkeypatch.setattr(astgen, "_bounded_hull", lambda d: isl.Set.from_basic_set(
+        d.remove_divs().simple_hull()))
+    with pytest.raises(polytile.LoweringError, match="could not be generated and verified"):
+        polytile.lower(*_quasi_taps("mrd"))
+
+
+def test_bounded_hull_only_where_the_simple_hull_is_bounded():
+    import islpy as isl
+
+    from polytile.schedule.astgen import _bounded_hull
+
+    # two pieces bounded by different expressions of the size: no translate bounds both
+    two = isl.Set("[n] -> { S[y, x] : 0 <= y < n and (x = y or x = 2 - y + n) }")
+    assert _bounded_hull(two) is None
+    one = isl.Set("[n] -> { S[y, x] : 0 <= y < n and exists (e : x = 2e and 0 <= x < n) }")
+    hull = _bounded_hull(one)
+    assert hull is not None and hull.is_bounded() and one.is_subset(hull)
+
+
+@pytest.mark.parametrize("taps", ["mr", "rd", "md", "mrd"])
+def test_quasi_affine_taps_under_a_nested_cache_compute_the_definition(taps):
+    """The kind of fuzz seed llvm 102419 where it lowers: symbolic sizes with two taps,
+    constant sizes with all three (odd, even, size-1 extents), against numpy."""
+    sizes = [(None, None, 37, 2)] if len(taps) == 2 else []
+    sizes += [(37, 2, 37, 2), (8, 3, 8, 3), (1, 1, 1, 1)]
+    rng = np.random.default_rng(5)
+    for n0, n1, v0, v1 in sizes:
+        f = polytile.build(*_quasi_taps(taps, n0, n1))
+        a = rng.integers(-1000, 1000, (v0, v0 + 3 * v1 + 2)).astype("int32")
+        out = np.full((v0, v1), -7, "int32")
+        f(a, out)
+        np.testing.assert_array_equal(out, _quasi_taps_numpy(taps, a, v1))
 
 
 # --------------------------------------------------------------------------- scans

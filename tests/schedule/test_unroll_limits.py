@@ -11,7 +11,6 @@ import sys
 import textwrap
 import warnings
 
-import numpy as np
 import pytest
 from helpers import check, lowered, rand, run1
 
@@ -212,3 +211,4 @@ def test_budget_constants_are_documented():
 
     assert "MAX_UNROLL_STMTS" in Stage.unroll.__doc__ and "MAX_UNROLL" in Stage.unroll.__doc__
     assert MAX_UNROLL_STMTS >= MAX_UNROLL >= 16
+

@@ -470,6 +470,47 @@ def test_double_buffer_needs_an_attached_stage():
         s[AS].double_buffer()
 
 
+def _double_buffered(variant: str):
+    A = te.placeholder((9, 7), name="A")
+    P = te.compute((9, 7), lambda i, j: A[i, j] * 2.0, name="P")
+    C = te.compute((9, 7), lambda i, j: P[i, j] + 1.0, name="C")
+    s = te.create_schedule(C.op)
+    if variant == "vectorized":
+        s[C].vectorize(C.op.axis[1])
+        s[P].compute_at(s[C], C.op.axis[1])
+    else:
+        s[P].compute_at(s[C], C.op.axis[0])
+    s[P].double_buffer()
+    if variant == "split":
+        s[C].split(C.op.axis[0], 2)
+    return s, [A, C]
+
+
+@pytest.mark.parametrize("variant,msg", [
+    ("cpu", r"its body is not <copies into shared memory>, barrier, <compute> \(it has no "
+            r"barrier"),
+    ("split", r"the loop was split or fused after double_buffer\(\)"),
+])
+def test_double_buffer_refusals_name_double_buffer_and_the_stage(variant, msg):
+    """Refusals of the pipeline that ``double_buffer()`` asks for name ``double_buffer``
+    and its stage (they named ``pipeline``, which the user never called: 1.5 % of the
+    fuzzer's llvm cases), when lowering, also after the schedule is copied (the trace
+    records ``double_buffer``)."""
+    s, args = _double_buffered(variant)
+    head = (r"double_buffer: stage 'P', computed at loop 'i' of stage 'C' \(double "
+            r"buffering pipelines that loop\): ")
+    for sch in (s, s.copy()):
+        with pytest.raises(ScheduleError, match=head + msg):
+            polytile.build(sch, args)
+
+
+def test_double_buffer_at_an_annotated_loop_names_double_buffer():
+    with pytest.raises(ScheduleError, match=r"double_buffer: stage 'P', computed at loop 'j' "
+                       r"of stage 'C' \(double buffering pipelines that loop\): loop 'j' of "
+                       r"stage 'C' is annotated 'vectorized'; a serial loop"):
+        _double_buffered("vectorized")
+
+
 def test_misaligned_copy_in_a_pipeline_is_refused():
     s, args, _ = simt_gemm(37, 24, 30, stages=3)      # rows of 30 floats: 120 bytes
     with pytest.raises(ScheduleError, match=r"pipeline: loop 'k.outer' of stage 'C.local': "
