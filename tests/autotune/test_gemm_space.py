@@ -142,7 +142,7 @@ def test_batch_matmul_size_one_batch_and_rows():
 
 
 @pytest.mark.parametrize("shape", [(1024, 1024, 1024), (256, 4096, 64), (64, 64, 64),
-                                   (100, 70, 50), (60, 128, 1100)])
+                                   (100, 70, 50), (60, 128, 1100), (60, 128, 2048)])
 def test_matmul_space_holds_the_tutorial_schedule(shape):
     """``blas_like`` of the tutorial is a point of the matmul space: the same loop nest."""
     M, N, K = shape
@@ -150,9 +150,12 @@ def test_matmul_space_holds_the_tutorial_schedule(shape):
     hand = str(polytile.lower(s, args))
     big = M * N * K > 64**3  # smaller products: no packing, no threads, 12 x 32
     mr, nr = (6, 64) if big else (12, 32)
-    # A blocks of 96 x kc (kc: all of K up to 1024, else 512; 192 rows when K < 512;
-    # 192 x 256 when small), B blocks of half the columns (at most 2048)
+    # A blocks of 96 x kc (kc: all of K up to 1024, else 1024 where it divides K, else
+    # 512; 192 rows when K < 512; 192 x 256 when small), B blocks of half the columns
+    # (at most 2048)
     kc = K if big and K <= 1024 else min(512 if big else 256, K)
+    if big and K > 1024 and K % 1024 == 0:
+        kc = 1024
     mc0 = 96 if kc >= 512 else 192
     mc, nc = min(mc0, mr * -(-M // mr)), min(2048, nr * -(-N // (2 * nr)))
     order = "goto"   # (blis does not scale with threads yet)
