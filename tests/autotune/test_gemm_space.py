@@ -169,6 +169,20 @@ def test_matmul_space_holds_the_tutorial_schedule(shape):
     assert get_template("matmul").space(shape).default().knob_values() == cfg.knob_values()
 
 
+@pytest.mark.parametrize("args", [(13, 67, 2048), (5, 131, 3072)])
+def test_matmul_default_kc_blocks_of_1024(args):
+    """Past K = 1024 the default takes reduction blocks of 1024 where they divide K
+    (``default_kc``; 512 before): several blocks, A in k blocks of 16, ragged row and
+    column panels, computed right at one and two threads."""
+    from polytile.autotune.templates import default_kc
+
+    assert default_kc(*args) == 1024
+    assert default_kc(13, 67, 1100) == 512 and default_kc(13, 67, 1000) == 1000
+    cfg = get_template("matmul").space(args).default()
+    assert cfg.knob_values()["tile_k"] == [-1, 1024]
+    _check("matmul", args, cfg, seed=args[2], threads=(1, 2))
+
+
 def test_tutorial_schedule_numerics_at_odd_sizes():
     tut = _tutorial()
     rng = np.random.default_rng(3)
