@@ -191,9 +191,14 @@ def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None
     mr, nr = default_micro_kernel(M, N, K)
     # 6 x 64: A blocks of 96 x 512, B panels of 512 x 64 (128 KiB, streamed from L2): 3 to
     # 6 % faster than 192 x 256 at 4096^3 (CPU time, one thread); 192 rows when K is
-    # shorter (256x4096x64: 10 % faster than 96)
+    # shorter (256x4096x64: 10 % faster than 96), and with several reduction blocks of
+    # 1024 (4096^3): each row block streams all of B's kc x nc block from L3 through L2
+    # once, so 192 rows halve that traffic; A's block (768 KiB) may spill to L3, but the
+    # micro-kernel reads A at one float per 16 of B. 4096^3 (2-core Zen 5, CPU time, 6-7
+    # interleaved rounds, load 5-26, unpinned numpy; medians of two runs): 96 -> 192
+    # rows 0.97-1.00x -> 1.02-1.05x numpy at one thread, 1.00-1.03x -> 1.07-1.10x at two
     kc = default_kc(M, N, K)
-    mc = 96 if kc >= 512 else 192
+    mc = 192 if kc < 512 or K > kc >= WHOLE_K else 96
     cfg.define_split("tile_i", M, policy="candidate", num_outputs=3,
                      candidate=_block_candidates(M, list(REG_ROWS), 64,
                                                  ok=lambda f2: f2 <= 32),

@@ -202,7 +202,10 @@ def blas_like(M: int, N: int | None = None, K: int | None = None, *, mr: int | N
     # threads on a 2-core Zen 5)
     if kc is None:
         kc = 256 if small else K if K <= 1024 else 1024 if K % 1024 == 0 else 512
-    mc = (96 if min(kc, K) >= 512 else 192) if mc is None else mc
+    # 192 rows with several blocks of 1024 (4096^3): each row block streams all of B's
+    # block from L3 once, so twice the rows halve that traffic (5 to 7 % faster)
+    if mc is None:
+        mc = 192 if min(kc, K) < 512 or K > kc >= 1024 else 96
     if nc is None:
         nc = min(2048, nr * -(-N // (2 * nr)))
     # blocks no larger than the matrices (whole panels)
