@@ -92,8 +92,9 @@ WHOLE_K = 1024
 
 
 def default_kc(M: int, N: int, K: int) -> int:
-    """The default reduction block ``kc``: all of ``K`` up to :data:`WHOLE_K`, else 512
-    (256 for products of at most :data:`SMALL_PRODUCT` multiply-adds).
+    """The default reduction block ``kc``: all of ``K`` up to :data:`WHOLE_K`, else
+    :data:`WHOLE_K` where it divides ``K``, else 512 (256 for products of at most
+    :data:`SMALL_PRODUCT` multiply-adds).
 
     With one reduction block the micro-tile of ``C`` starts from zero in its k loop and is
     stored once; with several, ``C`` is zeroed in a pass of its own and every block loads
@@ -102,10 +103,19 @@ def default_kc(M: int, N: int, K: int) -> int:
     the second block, 24 lines rows 4 KiB apart that the B panel streaming through L1
     had evicted, took about 6 % of the samples (perf). The 1024 x 64 B panel (256 KiB)
     and the 96 x 1024 A block (384 KiB) still fit a 1 MiB L2 together.
+
+    Past :data:`WHOLE_K` the blocks of 1024 (where they divide ``K``, so that A keeps its
+    panels in k blocks of 16, :func:`a_kblock`) halve the passes over ``C`` that 512 takes:
+    at 4096^3 each block loads and stores all of ``C`` (64 MiB, from memory), 4 times
+    instead of 8. On the same machine (4096^3, 9 interleaved A/B rounds, CPU time, load
+    6-19, unpinned numpy) 512 -> 1024 went from 1.01x to 1.02x numpy at one thread and
+    from 1.03x to 1.05x at two (medians; the minima 1.01 -> 1.03, 1.03 -> 1.06).
     """
     if M * N * K <= SMALL_PRODUCT:
         return min(K, 256)
-    return K if K <= WHOLE_K else 512
+    if K <= WHOLE_K:
+        return K
+    return WHOLE_K if K % WHOLE_K == 0 else 512
 
 
 def _lane_ok(n: int):
@@ -172,7 +182,7 @@ def _k_candidates(k: int) -> list:
 def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None:
     """The knobs of the matmul space (module docstring); the default is the 6 x 64 BLAS
     micro-kernel with both operands packed, in the Goto order, blocks of 96 x kc of A
-    and kc x N/2 of B (``kc``: all of K up to 1024, else 512, :func:`default_kc`; at
+    and kc x N/2 of B (``kc``: all of K up to 1024, else 1024 or 512, :func:`default_kc`; at
     most 2048 columns: two column blocks for two threads) or the whole matrix when
     smaller; for products of at most :data:`SMALL_PRODUCT` multiply-adds the
     12 x 32 micro-kernel without packing or threads (``blas_like`` of
@@ -181,9 +191,14 @@ def _define_gemm_knobs(cfg, M: int, N: int, K: int, batch: bool = False) -> None
     mr, nr = default_micro_kernel(M, N, K)
     # 6 x 64: A blocks of 96 x 512, B panels of 512 x 64 (128 KiB, streamed from L2): 3 to
     # 6 % faster than 192 x 256 at 4096^3 (CPU time, one thread); 192 rows when K is
-    # shorter (256x4096x64: 10 % faster than 96)
+    # shorter (256x4096x64: 10 % faster than 96), and with several reduction blocks of
+    # 1024 (4096^3): each row block streams all of B's kc x nc block from L3 through L2
+    # once, so 192 rows halve that traffic; A's block (768 KiB) may spill to L3, but the
+    # micro-kernel reads A at one float per 16 of B. 4096^3 (2-core Zen 5, CPU time, 6-7
+    # interleaved rounds, load 5-26, unpinned numpy; medians of two runs): 96 -> 192
+    # rows 0.97-1.00x -> 1.02-1.05x numpy at one thread, 1.00-1.03x -> 1.07-1.10x at two
     kc = default_kc(M, N, K)
-    mc = 96 if kc >= 512 else 192
+    mc = 192 if kc < 512 or K > kc >= WHOLE_K else 96
     cfg.define_split("tile_i", M, policy="candidate", num_outputs=3,
                      candidate=_block_candidates(M, list(REG_ROWS), 64,
                                                  ok=lambda f2: f2 <= 32),

@@ -142,7 +142,8 @@ def test_batch_matmul_size_one_batch_and_rows():
 
 
 @pytest.mark.parametrize("shape", [(1024, 1024, 1024), (256, 4096, 64), (64, 64, 64),
-                                   (100, 70, 50), (60, 128, 1100)])
+                                   (100, 70, 50), (60, 128, 1100), (60, 128, 2048),
+                                   (400, 128, 2048)])
 def test_matmul_space_holds_the_tutorial_schedule(shape):
     """``blas_like`` of the tutorial is a point of the matmul space: the same loop nest."""
     M, N, K = shape
@@ -150,10 +151,13 @@ def test_matmul_space_holds_the_tutorial_schedule(shape):
     hand = str(polytile.lower(s, args))
     big = M * N * K > 64**3  # smaller products: no packing, no threads, 12 x 32
     mr, nr = (6, 64) if big else (12, 32)
-    # A blocks of 96 x kc (kc: all of K up to 1024, else 512; 192 rows when K < 512;
-    # 192 x 256 when small), B blocks of half the columns (at most 2048)
+    # A blocks of 96 x kc (kc: all of K up to 1024, else 1024 where it divides K, else
+    # 512; 192 rows when K < 512; 192 x 256 when small), B blocks of half the columns
+    # (at most 2048)
     kc = K if big and K <= 1024 else min(512 if big else 256, K)
-    mc0 = 96 if kc >= 512 else 192
+    if big and K > 1024 and K % 1024 == 0:
+        kc = 1024
+    mc0 = 192 if kc < 512 or K > kc >= 1024 else 96
     mc, nc = min(mc0, mr * -(-M // mr)), min(2048, nr * -(-N // (2 * nr)))
     order = "goto"   # (blis does not scale with threads yet)
     cfg = _config("matmul", shape, tile_i=[-1, mc // mr, mr], tile_j=[-1, nc // nr, nr],
@@ -164,6 +168,27 @@ def test_matmul_space_holds_the_tutorial_schedule(shape):
     assert str(polytile.lower(s2, args2)) == hand
     # and it is the template's default config
     assert get_template("matmul").space(shape).default().knob_values() == cfg.knob_values()
+
+
+@pytest.mark.parametrize("args", [(13, 67, 2048), (5, 131, 3072), (200, 67, 2048)])
+def test_matmul_default_kc_blocks_of_1024(args):
+    """Past K = 1024 the default takes reduction blocks of 1024 where they divide K
+    (``default_kc``; 512 before) and row blocks of 192 (96 before): several blocks, A in
+    k blocks of 16, ragged row and column panels, computed right at one and two
+    threads."""
+    from polytile.autotune.templates import default_kc
+
+    assert default_kc(*args) == 1024
+    assert default_kc(13, 67, 1100) == 512 and default_kc(13, 67, 1000) == 1000
+    # row blocks of 192 with several blocks of 1024, 96 with one or with blocks of 512
+    for shape, tile_i, tile_k in (((4096, 4096, 4096), 32, 1024),
+                                  ((1024, 1024, 1024), 16, 1024),
+                                  ((1024, 1024, 1100), 16, 512)):
+        knobs = get_template("matmul").space(shape).default().knob_values()
+        assert (knobs["tile_i"], knobs["tile_k"]) == ([-1, tile_i, 6], [-1, tile_k])
+    cfg = get_template("matmul").space(args).default()
+    assert cfg.knob_values()["tile_k"] == [-1, 1024]
+    _check("matmul", args, cfg, seed=args[2], threads=(1, 2))
 
 
 def test_tutorial_schedule_numerics_at_odd_sizes():
