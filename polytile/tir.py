@@ -42,11 +42,11 @@ from polytile.te.expr import logical_or as any  # noqa: A001
 from polytile.te.expr import select as if_then_else
 from polytile.te.reduction import max_value, min_value
 # TVM's ``tvm.tir`` also holds the math functions (``tir.exp``...) and the index helpers
-from polytile.te.scalar_math import (abs, acos, asin, atan, atan2, ceil, copysign,  # noqa: A004
+from polytile.te.scalar_math import (abs, acos, asin, atan, atan2, ceil, clz, copysign,  # noqa: A004
                                      cos, cosh, erf, exp, exp2, expm1, fast_erf, fast_exp,
                                      fast_tanh, floor, floordiv, floormod, fmod, hypot,
                                      isfinite, isinf, isnan, log, log1p, log2, log10,
-                                     nearbyint, pow, power, round, rsqrt, sigmoid, sin, sinh,
+                                     nearbyint, popcount, pow, power, round, rsqrt, sigmoid, sin, sinh,
                                      sqrt, tan, tanh, trunc, truncdiv, truncmod)
 
 indexdiv = floordiv   # TVM's index arithmetic: floor semantics
@@ -103,11 +103,11 @@ def likely(cond) -> Expr:
 __all__ = ["BufferView", "Cast", "DeclBuffer", "Select", "abs", "acos", "all", "any", "asin",
            "atan", "atan2", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor",
            "call_extern", "call_intrin", "call_llvm_intrin", "call_llvm_pure_intrin",
-           "call_packed", "call_pure_extern", "ceil", "const", "copysign", "cos", "cosh",
+           "call_packed", "call_pure_extern", "ceil", "clz", "const", "copysign", "cos", "cosh",
            "decl_buffer", "erf", "exp", "exp2", "expm1", "fast_erf", "fast_exp", "fast_tanh",
            "floor", "floordiv", "floormod", "fmod", "hypot", "if_then_else", "indexdiv",
            "indexmod", "ir_builder", "isfinite", "isinf", "isnan", "likely", "log", "log1p",
-           "log2", "log10", "max_value", "min_value", "nearbyint", "pow", "power", "round",
+           "log2", "log10", "max_value", "min_value", "nearbyint", "popcount", "pow", "power", "round",
            "rsqrt", "shift_left", "shift_right", "sigmoid", "sin", "sinh", "sqrt", "tan", "tanh",
            "trunc", "truncdiv", "truncmod", "vscale"]
 

@@ -42,6 +42,18 @@ _MATH = {
 }
 
 
+def _bits(x, dtype: str) -> str:
+    """The two's complement bits of integer ``x`` of ``dtype``, most significant first."""
+    n = dt.bits(dtype)
+    return format(int(x) & ((1 << n) - 1), f"0{n}b")
+
+
+def _int_call(name: str, x, dtype: str) -> int:
+    """``popcount`` / ``clz`` of integer ``x`` of ``dtype`` (``clz(0)`` is the width)."""
+    s = _bits(x, dtype)
+    return s.count("1") if name == "popcount" else len(s) - len(s.lstrip("0"))
+
+
 def _np(dtype: str):
     """The numpy dtype holding values of ``dtype`` here: ``int8``/``uint8`` for
     ``int4``/``uint4`` (one value per element: unpacked)."""
@@ -238,6 +250,8 @@ class _Interp(StmtFunctor):
             args = [self.expr(a) for a in e.args]
             if e.name == "erf":
                 return _cast(math.erf(float(args[0])), e.dtype)
+            if e.name in ("popcount", "clz"):
+                return _cast(_int_call(e.name, args[0], e.args[0].dtype), e.dtype)
             with np.errstate(all="ignore"):
                 return _cast(_MATH[e.name](*args), e.dtype)
         raise TypeError(f"interpreter: unsupported expression {type(e).__name__}")
