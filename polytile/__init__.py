@@ -104,7 +104,7 @@ def cuda(dev_id: int = 0):
 
 
 _SUBMODULES = ("backend", "nd", "te", "schedule", "targets", "autotune", "target", "runtime",
-               "tir", "contrib", "testing")
+               "tir", "contrib", "testing", "autotvm")
 
 
 def __getattr__(name: str):
