@@ -32,7 +32,7 @@ from polytile.errors import (DefinitionTypeError, DefinitionValueError, Lowering
                              format_error)
 from polytile.te.expr import Binary, Const, Expr, ExprOp, Var, convert
 from polytile.schedule.loop_ir import (AccessPtr, Allocate, Buffer, Evaluate, ExternCall, For,
-                                       IfThenElse, Load, Stmt, Store, seq)
+                                       IfThenElse, LetStmt, Load, Stmt, Store, While, seq)
 
 # The expression helpers TVM programs reach through ``tvm.tir`` (the same functions as
 # polytile.te's, re-exported so that ``tir.const(0, "int32")`` ports unchanged).
@@ -376,6 +376,58 @@ class IRBuilder:
         self._stack[-1][-1] = IfThenElse(last.cond, last.then_case, body)
 
     @contextlib.contextmanager
+    def while_loop(self, condition):
+        """Statements repeated while ``condition`` (a bool expression, evaluated before
+        each iteration) holds (TVM's ``ib.while_loop``). The condition reads memory the
+        body writes, typically a one-element scratch array::
+
+            i = ib.allocate("int32", (1,), name="i", scope="local")
+            i[0] = 0
+            with ib.while_loop(i[0] < n):
+                ...
+                i[0] = i[0] + 1
+
+        A loop whose condition never becomes false does not end (as in TVM and C).
+
+        Raises
+        ------
+        DefinitionTypeError
+            For a condition that is not a bool expression.
+        """
+        c = convert(condition, "bool")
+        if c.dtype != "bool":
+            raise DefinitionTypeError(format_error(
+                "ir_builder.while_loop", f"condition {c} has dtype {c.dtype}",
+                "expected a bool expression (compare it, e.g. i[0] < n)"))
+        self._stack.append([])
+        yield
+        body = _block(self._stack.pop())
+        self._stack[-1].append(While(c, body))
+
+    def let(self, var_name, value) -> Var:
+        """Bind ``value`` to a new variable for the statements emitted after this call in
+        the current scope (TVM's ``ib.let``); returns the variable (of ``value``'s dtype).
+        ``var_name`` is a name, or a ``te.var`` (its dtype then; ``value`` is cast to it).
+
+        Raises
+        ------
+        DefinitionTypeError
+            For a ``var_name`` that is neither a string nor a ``te.var``.
+        """
+        e = convert(value)
+        if isinstance(var_name, str) and var_name:
+            v = Var(e.dtype, var_name)
+        elif isinstance(var_name, Var):
+            v = var_name
+        else:
+            raise DefinitionTypeError(format_error(
+                "ir_builder.let", f"variable {var_name!r}", "expected a name or a te.var"))
+        if e.dtype != v.dtype:
+            e = e.astype(v.dtype)
+        self._stack[-1].append(_Let(v, e))
+        return v
+
+    @contextlib.contextmanager
     def new_scope(self):
         """A block of statements (TVM's ``new_scope``; no attributes here)."""
         yield
@@ -473,6 +525,14 @@ class _Alloc:
     buffer: Buffer
 
 
+@dataclass(frozen=True)
+class _Let:
+    """Marks where ``ib.let`` was called in a scope's statement list."""
+
+    var: Var
+    value: Expr
+
+
 def _block(items: list) -> Stmt:
     """The statements of one scope; each buffer allocated in it lives over the statements
     after its ``allocate`` call."""
@@ -480,6 +540,8 @@ def _block(items: list) -> Stmt:
     for x in reversed(items):
         if isinstance(x, _Alloc):
             out = [Allocate(x.buffer, seq(*reversed(out)))]
+        elif isinstance(x, _Let):
+            out = [LetStmt(x.var, x.value, seq(*reversed(out)))]
         else:
             out.append(x)
     return seq(*reversed(out))

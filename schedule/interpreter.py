@@ -27,7 +27,7 @@ from polytile.te.tensor_intrin import ASYNC_GROUP_CALLS
 from .kinds import ASYNC_COPY
 from .loop_ir import (Allocate, Assert, Buffer, Evaluate, ExternCall, For, IfThenElse,
                       KernelLaunch, LetStmt, Load, PrimFunc, Seq, Stmt, StmtFunctor, Store, Sync,
-                      TensorCall, WarpShuffle)
+                      TensorCall, WarpShuffle, While)
 
 _MATH = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log10": np.log10,
@@ -349,6 +349,10 @@ class _Interp(StmtFunctor):
             yield from self.visit(s.then_case)
         elif s.else_case is not None:
             yield from self.visit(s.else_case)
+
+    def visit_While(self, s: While):
+        while bool(self.expr(s.cond)):
+            yield from self.visit(s.body)
 
     def visit_LetStmt(self, s: LetStmt):
         self.env[s.var] = self.expr(s.value)

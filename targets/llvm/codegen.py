@@ -42,7 +42,7 @@ from polytile.schedule.passes.int4 import NIBBLE_STORE
 from polytile.schedule.loop_ir import (FOR_KINDS, AccessPtr, Allocate, ExternCall, TensorCall,
                                        is_empty, Assert, Buffer, Evaluate, For,
                                        IfThenElse, LetStmt, Load, PrimFunc, Seq, Stmt,
-                                       StmtFunctor, Store, asserts, walk_stmts)
+                                       StmtFunctor, Store, While, asserts, walk_stmts)
 from polytile.te import dtype as dt
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select,
                               Var)
@@ -287,6 +287,20 @@ class CodeGen(StmtFunctor):
         body(iv)
         nxt = self.b.add(iv, I64(step), name=f"{name}.next")
         iv.add_incoming(nxt, self.b.block)
+        self.b.branch(header)
+        self.b.position_at_end(exit_)
+
+    def visit_While(self, s: While) -> None:
+        # the condition is evaluated in its own block before every iteration
+        b = self.b
+        header = b.append_basic_block("while.header")
+        blk = b.append_basic_block("while.body")
+        exit_ = b.append_basic_block("while.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        b.cbranch(self.expr(s.cond), blk, exit_)
+        b.position_at_end(blk)
+        self.stmt(s.body)
         self.b.branch(header)
         self.b.position_at_end(exit_)
 
