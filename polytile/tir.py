@@ -277,15 +277,65 @@ def call_intrin(dtype: str, func_name: str, *args, span=None) -> ExternCall:
     return _call("intrin", dtype, func_name, args)
 
 
-def call_packed(*args, **kwargs):
-    """TVM's ``call_packed``: refused (``TypeError``). It calls a function registered in
-    TVM's runtime through TVM's packed-argument convention; polytile has no such runtime
-    registry. Use :func:`call_extern` with a C function (``pragma(axis, "import_c",
-    source)``) or :func:`call_llvm_intrin`."""
-    raise DefinitionTypeError(format_error(
-        "tir.call_packed", "functions registered in TVM's runtime (packed calls) do not "
-        "exist in polytile", "tir.call_extern(dtype, 'name', args...) of a C function",
-        hint="give its C source with s[T].pragma(axis, 'import_c', source)"))
+def call_packed(*args, span=None) -> ExternCall:
+    """TVM's ``tir.call_packed("name", args...)``: call the Python function registered
+    with :func:`polytile.register_func` as ``name`` (looked up when the built code runs;
+    ``llvm`` target only, see :mod:`polytile.registry`). A buffer argument (``ins[k]``,
+    ``outs[k]`` of ``fcompute``) reaches it as a writable numpy array of the region (a
+    ``polytile.nd.CPUArray``), a scalar expression as a Python number (Python ints as
+    ``int64``, floats as ``float64``, bools as ``int32``). An exception it raises is
+    raised again by the built function. The call evaluates to ``int32`` 0.
+
+    Raises
+    ------
+    DefinitionTypeError
+        Without a name, or for an argument that is neither a buffer nor a scalar of a
+        fixed-width dtype (strings, float16, symbolic region strides).
+    """
+    from polytile.registry import _SCALAR_C, site_symbol
+
+    if not args or not isinstance(args[0], str) or not args[0]:
+        raise DefinitionTypeError(format_error(
+            "tir.call_packed", f"first argument {args[0] if args else None!r}",
+            "expected the registered name, then the arguments"))
+    name, descs, exprs = args[0], [], []
+    for a in args[1:]:
+        if isinstance(a, Buffer):
+            raise DefinitionTypeError(format_error(
+                "tir.call_packed", f"argument {a.name!r} of {name!r} is a buffer's data "
+                "handle (ins[k].data)", "expected the buffer itself (ins[k], outs[k]): the "
+                "function receives it as a numpy array"))
+        if isinstance(a, BufferView):
+            if a.dtype not in _SCALAR_C:
+                raise DefinitionTypeError(format_error(
+                    "tir.call_packed", f"buffer {a.name!r} of {name!r} has dtype {a.dtype}",
+                    f"expected one of {', '.join(_SCALAR_C)}"))
+            # the address, then the region's shape and strides (symbolic ones too) as int64
+            descs.append(("buffer", a.dtype, len(a.shape)))
+            exprs.append(a.access_ptr("rw"))
+            exprs.extend(_i64(x) for x in tuple(a.shape) + tuple(a.strides))
+            continue
+        if isinstance(a, bool):
+            e = Const("int32", int(a))
+        elif isinstance(a, int):
+            e = Const("int64", a)
+        elif isinstance(a, float):
+            e = Const("float64", a)
+        elif isinstance(a, (Expr, ExprOp)):
+            e = convert(a)
+            if e.dtype == "bool":
+                e = e.astype("int32")
+        else:
+            e = None
+        if e is None or e.dtype not in _SCALAR_C:
+            raise DefinitionTypeError(format_error(
+                "tir.call_packed", f"argument {a!r} of {name!r} "
+                f"({getattr(e, 'dtype', type(a).__name__)})",
+                "expected a buffer of fcompute, or a scalar of a fixed-width int or float "
+                "dtype"))
+        descs.append(("scalar", e.dtype))
+        exprs.append(e)
+    return ExternCall("int32", site_symbol(name, tuple(descs)), tuple(exprs), "packed")
 
 
 def vscale(*args, **kwargs):

@@ -308,6 +308,14 @@ class CExprPrinter:
     def expr_ExternCall(self, e: ExternCall) -> str:
         if e.kind == "atomic":
             return self._atomic(e)
+        if e.kind == "packed":
+            from polytile.registry import SITES
+
+            raise BuildError(format_error(
+                self.who, f"tir.call_packed of {SITES.get(e.name, (e.name,))[0]!r} (a Python "
+                f"function) on the {self.d.name!r} target",
+                "expected call_packed on the 'llvm' target only (its code calls into Python)",
+                hint="on a GPU, call a device function with tir.call_extern"))
         if e.kind == "llvm_intrin":
             raise BuildError(format_error(
                 self.who, f"LLVM intrinsic {e.name!r} in a GPU kernel",

@@ -482,7 +482,12 @@ class CodeGen(StmtFunctor):
             raise BuildError(format_error(
                 "codegen_llvm", f"call_intrin {e.name!r} is a builtin of a C dialect",
                 "call_extern or call_llvm_intrin on the llvm target"))
-        return self.extern_call(e, [self.expr(a) for a in e.args])
+        v = self.extern_call(e, [self.expr(a) for a in e.args])
+        if e.kind == "packed":
+            # the Python function raised: stop, and let the caller raise it again
+            with self.b.if_then(self.b.icmp_signed("!=", v, I32(0)), likely=False):
+                self.fail(I32(llx.STATUS_PACKED))
+        return v
 
     def atomic_call(self, e: ExternCall) -> ir.Value:
         """An atomic update of memory (kind ``atomic``): ``nibble_store(ptr, shift, v)``

@@ -36,6 +36,8 @@ _FLOAT_TYPES = {"float16": ir.HalfType(), "float32": ir.FloatType(),
 
 STATUS_OK = 0
 STATUS_NO_MEMORY = 1
+#: a ``tir.call_packed`` function raised (the exception waits in :mod:`polytile.registry`)
+STATUS_PACKED = 2
 #: statuses from this value on are failed run-time checks: ``STATUS_ASSERT + k`` is the
 #: ``k``-th ``Assert`` of the function (``loop_ir.asserts``)
 STATUS_ASSERT = 16
