@@ -191,6 +191,10 @@ class PipelinePragma:
     #: ``tma``: the shared tiles are copied by TMA bulk tensor copies completing on one
     #: mbarrier per slot (:mod:`polytile.schedule.passes.tma_copy`)
     tma: bool = False
+    #: ``sync_copies`` (``double_buffer``): copies that are no 16-byte vector loops stay
+    #: ordinary loads and stores (complete when issued; the slots and barriers are the
+    #: same) instead of being refused
+    sync_copies: bool = False
 
     def __str__(self) -> str:
         w = "" if self.mma_wait is None else f", mma_wait={self.mma_wait}"

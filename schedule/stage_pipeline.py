@@ -13,7 +13,7 @@ class PipelineMixin:
 
     def pipeline(self, axis, stages: int = 2, *, mma_wait: int | None = None,
                  fragment_prefetch: bool = False, copy_after_wait: bool = False,
-                 tma: bool = False) -> None:
+                 tma: bool = False, sync_copies: bool = False) -> None:
         """Run loop ``axis`` of this stage as a software pipeline ``stages`` deep: the
         stages computed at ``axis`` in ``shared`` memory (``cache_read`` copies attached
         with ``compute_at(s[C], axis)``) get ``stages`` buffers each, and the copies of
@@ -118,6 +118,12 @@ class PipelineMixin:
         (swizzled ``128B``/``64B``/``32B`` with rows of exactly that width, or unswizzled),
         the operand's row stride a multiple of 16 bytes.
 
+        ``sync_copies=True`` (what :meth:`double_buffer` asks): a copy that cannot be a
+        16-byte ``cp.async`` (not vectorized, misaligned) stays an ordinary copy instead of
+        being refused. It completes when issued, so the slot order and barriers above
+        stay right; the loop keeps TVM's double buffering (one buffer written while the
+        other is read) without the asynchronous overlap.
+
         Synonyms: TVM TensorIR ``software_pipeline_stage``/``software_pipeline_order``
         annotations with ``software_pipeline_async_stages``, Triton ``num_stages``,
         CUTLASS multistage mainloops.
@@ -156,6 +162,9 @@ class PipelineMixin:
                  f"stage {self.name!r} with mma_wait={mma_wait!r}", "a bool, and "
                  "copy_after_wait only with mma_wait (asynchronous MMA groups)",
                  hint="pipeline(..., mma_wait=1, copy_after_wait=True)")
+        if not isinstance(sync_copies, bool):
+            fail("pipeline", f"sync_copies={sync_copies!r} for loop {iv.name!r} of stage "
+                 f"{self.name!r}", "a bool")
         if not isinstance(tma, bool) or (tma and fragment_prefetch):
             fail("pipeline", f"tma={tma!r} for loop {iv.name!r} of stage {self.name!r} "
                  f"with fragment_prefetch={fragment_prefetch!r}", "a bool, and tma "
@@ -166,17 +175,18 @@ class PipelineMixin:
                     old[0].copy_after_wait, old[0].tma) == (stages, mma_wait,
                                                             fragment_prefetch,
                                                             copy_after_wait, tma):
-                return
+                return      # (double_buffer after pipeline keeps the pipeline's options)
             fail("pipeline", f"loop {iv.name!r} of stage {self.name!r} is already "
                  f"pipelined with stages={old[0].stages}", "one depth per loop")
         prag = PipelinePragma(stages, self.name, iv.name, mma_wait, fragment_prefetch,
-                              copy_after_wait, tma)
+                              copy_after_wait, tma, sync_copies)
         self.pragmas[iv] = self.pragmas.get(iv, ()) + (("software_pipeline", prag),)
         # only the options given are recorded: traces written before an option existed
         # replay to the same pragma
         extra = {k: v for k, v in (("mma_wait", mma_wait), ("fragment_prefetch",
                                                              fragment_prefetch),
-                                   ("copy_after_wait", copy_after_wait), ("tma", tma))
+                                   ("copy_after_wait", copy_after_wait), ("tma", tma),
+                                   ("sync_copies", sync_copies))
                  if v not in (None, False)}
         self._record("pipeline", iv, stages=stages, **extra)
 
@@ -195,4 +205,5 @@ class PipelineMixin:
             fail("double_buffer", f"stage {self.name!r} is not computed at a loop of "
                  "another stage", "call s[S].compute_at(s[C], loop) first",
                  hint="double buffering pipelines the loop the copy is attached at")
-        self.attach_stage.pipeline(self.attach_ivar, stages=2)
+        # TVM's double buffer needs no vector copies: those that are none stay ordinary
+        self.attach_stage.pipeline(self.attach_ivar, stages=2, sync_copies=True)
