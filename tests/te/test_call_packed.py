@@ -170,3 +170,36 @@ def test_tvm_extern_multi_out_with_a_symbolic_size(registered):
         f(a, c, d)
         np.testing.assert_allclose(c, a.astype("float64") * 11, rtol=1e-6)
         np.testing.assert_allclose(d, a.astype("float64") * -9, rtol=1e-6)
+
+
+def test_tvm_extern_op_tutorial(registered):
+    # TVM's "External Tensor Functions" tutorial with its cblas call written in numpy and
+    # its my_tvm_addone (tvm.nd.array(x.numpy() + 1).copyto(y)) unchanged; odd sizes
+    def cblas_matmul(a, b, c, transa, transb):
+        np.matmul(a.T if transa else a, b.T if transb else b, out=c)
+
+    def my_tvm_addone(x, y):
+        polytile.nd.array(x.numpy() + 1).copyto(y)
+
+    registered("tvm.contrib.cblas.matmul", cblas_matmul)
+    registered("tvm.contrib.my_tvm_addone", my_tvm_addone)
+    n, l, m = 19, 7, 11
+    bias = te.var("bias", dtype="float32")
+    A = te.placeholder((n, l), name="A")
+    B = te.placeholder((l, m), name="B")
+    C = te.extern((n, m), [A, B], lambda ins, outs: tir.call_packed(
+        "tvm.contrib.cblas.matmul", ins[0], ins[1], outs[0], False, False), name="C")
+    D = te.compute(C.shape, lambda i, j: C[i, j] + bias, name="D")
+    f = polytile.build(te.create_schedule(D.op), [A, B, D, bias], "llvm")
+    rng = np.random.default_rng(3)
+    a, b = rng.uniform(size=(n, l)).astype("float32"), rng.uniform(size=(l, m)).astype("float32")
+    d = polytile.nd.array(np.full((n, m), np.nan, "float32"))
+    f(a, b, d, 10.0)
+    np.testing.assert_allclose(d.numpy(), a.astype("float64") @ b + 10, rtol=1e-5)
+    A = te.placeholder((n,), name="A")
+    B = te.extern(A.shape, [A], lambda ins, outs: tir.call_packed(
+        "tvm.contrib.my_tvm_addone", ins[0], outs[0]), name="C")
+    f = polytile.build(te.create_schedule(B.op), [A, B], "llvm")
+    a, b = rng.uniform(size=n).astype("float32"), np.full(n, np.nan, "float32")
+    f(a, b)
+    np.testing.assert_allclose(b, a + 1, rtol=1e-6)
