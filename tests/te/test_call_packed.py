@@ -203,3 +203,12 @@ def test_tvm_extern_op_tutorial(registered):
     a, b = rng.uniform(size=n).astype("float32"), np.full(n, np.nan, "float32")
     f(a, b)
     np.testing.assert_allclose(b, a + 1, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["register_intrin_rule", "intrin"])
+def test_intrin_rule_registration_says_what_to_write_instead(name):
+    # TVM's intrin_math tutorial: tvm.target.register_intrin_rule /
+    # tvm.target.intrin.register_intrin_lowering were a bare AttributeError
+    with pytest.raises(AttributeError, match=rf"(?s)target.{name}: TVM's registration of "
+                       r"per-target lowering rules .*hint: .*call_pure_extern"):
+        getattr(polytile.target, name)
