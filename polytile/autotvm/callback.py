@@ -5,6 +5,7 @@ trial, with lists of :class:`~.measure.MeasureInput` and :class:`~.measure.Measu
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 
@@ -76,7 +77,8 @@ class ProgressBar:
             self.ct += 1
             if res.error_no == 0:
                 flop = getattr(inp.task, "flop", 0.0) or 1.0
-                cur = flop / (sum(res.costs) / len(res.costs)) / scale
+                # the median, as polytile ranks trials (AutoTVM shows the mean)
+                cur = flop / statistics.median(res.costs) / scale
                 self.best = max(self.best, cur)
         out = self.stream or sys.stdout
         out.write(f"\r{self.prefix} Current/Best: {cur:7.2f}/{self.best:7.2f} "

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from polytile.autotune import ConfigEntity, ConfigSpace, get_config
+# TVM's ``autotvm.task.space`` (SplitEntity, ReorderEntity, ... for ``cfg[name] = ...``)
+from polytile.autotune import space
 from polytile.autotune.template import Template, Workload, get_template, template as _template
 from polytile.errors import TuneError, format_error
 from polytile.te.expr import (And, Binary, Call, Cmp, Const, Expr, Not, Or, Reduce,
@@ -149,4 +151,4 @@ def create(task_name: str, args=(), target="llvm", target_host=None) -> Task:
 
 
 __all__ = ["ConfigEntity", "ConfigSpace", "Task", "compute_flop", "create", "get_config",
-           "template"]
+           "space", "template"]

@@ -168,3 +168,39 @@ def test_task_flop_counts_the_computes_without_add_flop():
     A = te.placeholder((n,), name="A")
     B = te.compute((n,), lambda i: A[i] * 3.0, name="B")
     assert autotvm.task.compute_flop([B]) == 0      # symbolic: unknown
+
+
+@autotvm.template("test_autotvm_compat/fallback")
+def fallback_tiles(n, m, dtype):
+    A = te.placeholder((n, m), name="A", dtype=dtype)
+    B = te.compute((n, m), lambda i, j: A[i, j] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    cfg = autotvm.get_config()
+    cfg.define_split("tile_x", B.op.axis[1], num_outputs=3)
+    cfg.define_split("tile_y", B.op.axis[0], num_outputs=2)
+    if cfg.is_fallback:     # AutoTVM's way of giving a default without a record
+        cfg.fallback_split("tile_x", [-1, 4, 6])
+        cfg["tile_y"] = autotvm.task.space.SplitEntity([-1, 5])
+    cfg["tile_x"].apply(s, B, B.op.axis[1])
+    cfg["tile_y"].apply(s, B, B.op.axis[0])
+    fallback_tiles.seen = (cfg["tile_x"].size, cfg["tile_y"].size)
+    return s, [A, B]
+
+
+def test_fallback_split_and_setitem_on_a_fallback_config():
+    # 60 columns: the innermost loop gets the largest divisor <= 6 (6), the middle one the
+    # largest divisor of 10 <= 4 (2); TVM's FallbackConfigEntity.fallback_split
+    with pytest.warns(polytile.autotune.FallbackWarning):
+        s, args = fallback_tiles(15, 60, "float32")
+    assert fallback_tiles.seen == ([-1, 2, 6], [-1, 5])
+    f = polytile.build(s, args)
+    a, b = np.random.default_rng(0).uniform(-1, 1, (15, 60)).astype("float32"), None
+    b = np.full((15, 60), np.nan, "float32")
+    f(a, b)
+    np.testing.assert_array_equal(b, a * 2)
+    space = autotvm.task.create("test_autotvm_compat/fallback", args=(15, 60, "float32")
+                                ).config_space
+    tuned = space.get(len(space) - 1)
+    with pytest.raises(TuneError, match=r"fallback_split: knob 'tile_x' of a config chosen by "
+                       r"the tuner or a record; expected a fallback config"):
+        tuned.fallback_split("tile_x", [-1, 4, 6])
