@@ -477,6 +477,41 @@ class IRBuilder:
         self._stack[-1].append(_Let(v, e))
         return v
 
+    def likely(self, expr) -> Expr:
+        """TVM's ``ib.likely(expr)``, a branch hint: ``expr`` itself."""
+        return convert(expr)
+
+    def scope_attr(self, node, attr_key: str, value) -> None:
+        """TVM's ``ib.scope_attr``: refused. With ``"thread_extent"`` it launched the code of
+        a GPU ``te.extern`` on a grid of threads; polytile runs an extern's code in one
+        GPU thread (or on the CPU), and its threads come from schedules (``bind``).
+
+        Raises
+        ------
+        DefinitionValueError
+            Always, naming the attribute.
+        """
+        raise DefinitionValueError(format_error(
+            "ir_builder.scope_attr", f"attribute {attr_key!r} of {node}", "expected no "
+            "scope attributes: the code of a te.extern or tensor intrinsic runs in one "
+            "thread",
+            hint="write the computation as te.compute stages and bind their loops with "
+            "s[T].bind(axis, te.thread_axis('threadIdx.x')); keep te.extern for a call"))
+
+    def pointer(self, content_type: str, name: str = "ptr", scope: str = ""):
+        """TVM's ``ib.pointer`` (a raw pointer variable): refused; use :meth:`allocate`
+        (a scratch array with ``p[i]`` access) or :meth:`buffer_ptr`.
+
+        Raises
+        ------
+        DefinitionValueError
+            Always.
+        """
+        raise DefinitionValueError(format_error(
+            "ir_builder.pointer", f"a raw {content_type} pointer {name!r}",
+            "expected ib.allocate(dtype, shape) for scratch memory, or ib.buffer_ptr(view) "
+            "for an operand"))
+
     @contextlib.contextmanager
     def new_scope(self):
         """A block of statements (TVM's ``new_scope``; no attributes here)."""

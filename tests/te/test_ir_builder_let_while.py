@@ -12,7 +12,7 @@ import pytest
 
 import polytile
 from polytile import te, tir
-from polytile.errors import DefinitionTypeError
+from polytile.errors import DefinitionTypeError, DefinitionValueError
 from tests.helpers import compile_with_nvcc
 
 
@@ -93,3 +93,15 @@ def test_let_and_while_loop_refuse_bad_arguments():
     with pytest.raises(DefinitionTypeError, match="ir_builder.let: variable 3; expected a "
                        "name or a te.var"):
         ib.let(3, 1)
+
+
+def test_likely_scope_attr_and_pointer():
+    ib = tir.ir_builder.create()
+    n = te.var("n")
+    assert ib.likely(n > 1) is not None
+    with pytest.raises(DefinitionValueError, match=r"(?s)ir_builder.scope_attr: attribute "
+                       r"'thread_extent' of .*runs in one thread.*hint: .*bind"):
+        ib.scope_attr(te.thread_axis("threadIdx.x"), "thread_extent", 64)
+    with pytest.raises(DefinitionValueError, match="ir_builder.pointer: a raw float32 "
+                       r"pointer 'p'; expected ib.allocate"):
+        ib.pointer("float32", name="p")
