@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 from polytile.errors import (DefinitionTypeError, DefinitionValueError, LoweringError,
                              format_error)
-from polytile.te.expr import Binary, Const, Expr, ExprOp, Var, convert
+from polytile.te.expr import Binary, Const, Expr, ExprOp, convert
+from polytile.te.expr import Var as _IRVar
 from polytile.schedule.loop_ir import (AccessPtr, Allocate, Buffer, Evaluate, ExternCall, For,
                                        IfThenElse, LetStmt, Load, Stmt, Store, While, seq)
 
@@ -95,12 +96,95 @@ def shift_right(x, y) -> Expr:
     return convert(x) >> y
 
 
+class _VarMeta(type):
+    # tir.Var(name, dtype) in TVM's order builds polytile's IR variable (whose dataclass
+    # order is (dtype, name): Var("n", "int32") made a variable of dtype "n");
+    # isinstance(x, tir.Var) asks about that class
+    def __call__(cls, name: str = "v", dtype="int32", span=None):
+        from polytile.te.tensor import size_var, var
+
+        if not isinstance(name, str):
+            raise DefinitionTypeError(format_error(
+                f"tir.{cls.__name__}", f"name {name!r}", "expected a string first: "
+                f"tir.{cls.__name__}(name, dtype), as in TVM"))
+        return (size_var if cls.__name__ == "SizeVar" else var)(name, dtype)
+
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, _IRVar)
+
+
+class Var(metaclass=_VarMeta):
+    """TVM's ``tir.Var(name, dtype)``: ``te.var(name, dtype)`` (a scalar variable).
+
+    Raises
+    ------
+    DefinitionTypeError
+        For a name that is not a string or an unknown dtype.
+    """
+
+
+class SizeVar(metaclass=_VarMeta):
+    """TVM's ``tir.SizeVar(name, dtype)``: ``te.size_var(name, dtype)`` (known >= 0)."""
+
+
+def IntImm(dtype: str, value, span=None) -> Const:  # noqa: N802 (TVM's name)
+    """TVM's ``tir.IntImm(dtype, value)``: the integer constant ``value`` of ``dtype``.
+
+    Raises
+    ------
+    DefinitionTypeError
+        For a dtype that is not an integer or bool.
+    """
+    from polytile.te import dtype as dt
+
+    if not (dt.is_int(str(dtype)) or str(dtype) == "bool"):
+        raise DefinitionTypeError(format_error("tir.IntImm", f"dtype {dtype!r}",
+                                               "expected an integer dtype (tir.FloatImm for "
+                                               "floats)"))
+    return const(int(value), dtype)
+
+
+def FloatImm(dtype: str, value, span=None) -> Const:  # noqa: N802 (TVM's name)
+    """TVM's ``tir.FloatImm(dtype, value)``: the float constant ``value`` of ``dtype``.
+
+    Raises
+    ------
+    DefinitionTypeError
+        For a dtype that is not a float.
+    """
+    from polytile.te import dtype as dt
+
+    if not dt.is_float(str(dtype)):
+        raise DefinitionTypeError(format_error("tir.FloatImm", f"dtype {dtype!r}",
+                                               "expected a float dtype (tir.IntImm for "
+                                               "integers)"))
+    return const(float(value), dtype)
+
+
+def ceildiv(a, b) -> Expr:
+    """TVM's ``tir.ceildiv(a, b)``: ``ceil(a / b)`` of integers, for any signs
+    (``-floordiv(-a, b)``)."""
+    return -floordiv(-convert(a), b)
+
+
+def div(a, b) -> Expr:
+    """TVM's ``tir.div(a, b)``: C's ``a / b``: truncating for integers (``truncdiv``),
+    the quotient for floats."""
+    a = convert(a)
+    from polytile.te import dtype as dt
+
+    if dt.is_float(a.dtype) or dt.is_float(convert(b).dtype):
+        return a / b
+    return truncdiv(a, b)
+
+
 def likely(cond) -> Expr:
     """TVM's ``tir.likely(cond)``, a branch hint: ``cond`` itself."""
     return convert(cond)
 
 
-__all__ = ["BufferView", "Cast", "DeclBuffer", "Select", "abs", "acos", "all", "any", "asin",
+__all__ = ["BufferView", "Cast", "DeclBuffer", "FloatImm", "IntImm", "Select", "SizeVar",
+           "Var", "ceildiv", "div", "abs", "acos", "all", "any", "asin",
            "atan", "atan2", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor",
            "call_extern", "call_intrin", "call_llvm_intrin", "call_llvm_pure_intrin",
            "call_packed", "call_pure_extern", "ceil", "clz", "const", "copysign", "cos", "cosh",
@@ -142,7 +226,7 @@ def decl_buffer(shape, dtype: str = "float32", name: str = "buffer", data=None, 
     if strides is not None:
         strides = tuple(strides)
         for s in strides:
-            if not isinstance(s, (int, Var)):
+            if not isinstance(s, (int, _IRVar)):
                 raise DefinitionTypeError(format_error(
                     "decl_buffer", f"stride {s!r} of {name!r}",
                     "ints or te.var (a stride taken from the bound region)"))
@@ -385,7 +469,7 @@ class IRBuilder:
         """A serial loop ``name`` from ``begin`` to ``end`` (exclusive); yields its
         variable. TVM's ``kind`` (``"parallel"``, ``"vectorize"``, ``"unroll"``) is a hint:
         the loop runs serially (the same values)."""
-        v = Var("int64", name)
+        v = _IRVar("int64", name)
         self._stack.append([])
         yield v
         body = _block(self._stack.pop())
@@ -454,7 +538,7 @@ class IRBuilder:
         body = _block(self._stack.pop())
         self._stack[-1].append(While(c, body))
 
-    def let(self, var_name, value) -> Var:
+    def let(self, var_name, value) -> _IRVar:
         """Bind ``value`` to a new variable for the statements emitted after this call in
         the current scope (TVM's ``ib.let``); returns the variable (of ``value``'s dtype).
         ``var_name`` is a name, or a ``te.var`` (its dtype then; ``value`` is cast to it).
@@ -466,8 +550,8 @@ class IRBuilder:
         """
         e = convert(value)
         if isinstance(var_name, str) and var_name:
-            v = Var(e.dtype, var_name)
-        elif isinstance(var_name, Var):
+            v = _IRVar(e.dtype, var_name)
+        elif isinstance(var_name, _IRVar):
             v = var_name
         else:
             raise DefinitionTypeError(format_error(
@@ -614,7 +698,7 @@ class _Alloc:
 class _Let:
     """Marks where ``ib.let`` was called in a scope's statement list."""
 
-    var: Var
+    var: _IRVar
     value: Expr
 
 
@@ -723,7 +807,8 @@ def probe_statements(intrin) -> dict:
         if d is not None and d.strides is not None:
             strides = tuple(x if isinstance(x, int) else c for x, c in zip(d.strides, strides))
         buf = Buffer(d.name if d is not None else t.name, tuple(t.shape), t.dtype, "global")
-        views.append(BufferView(buf, t.shape, strides, Var("int64", f"{buf.name}_elem_offset")))
+        offset = _IRVar("int64", f"{buf.name}_elem_offset")
+        views.append(BufferView(buf, t.shape, strides, offset))
     n = len(intrin.inputs)
     return _parts(intrin, views[:n], views[n:])
 

@@ -105,3 +105,29 @@ def test_bit_intrinsics_refuse_other_dtypes(fn, dtype, match):
     A = te.placeholder((3,), dtype=dtype, name="A")
     with pytest.raises(TypeError, match=match):
         fn(A[0])
+
+
+def test_tir_var_and_constants_take_tvms_argument_order():
+    # tir.Var("n", "int32") is TVM's order; it built polytile's IR Var(dtype="n", name=...)
+    n = tir.Var("n", "int32")
+    assert isinstance(n, tir.Var) and n.dtype == "int32" and n.name == "n"
+    m = tir.SizeVar("m", "int64")
+    assert isinstance(m, tir.Var) and m.dtype == "int64"
+    assert not isinstance(3, tir.Var)
+    with pytest.raises(TypeError, match=r"tir.Var: name 3; expected a string first"):
+        tir.Var(3, "int32")
+    assert tir.IntImm("int8", 5).dtype == "int8" and tir.FloatImm("float16", 0.5).value == 0.5
+    with pytest.raises(TypeError, match="tir.IntImm: dtype 'float32'; expected an integer"):
+        tir.IntImm("float32", 1)
+    # ceildiv and C division, on every sign, built and run against Python
+    A = te.placeholder((8,), dtype="int32", name="A")
+    B = te.placeholder((8,), dtype="int32", name="B")
+    C = te.compute((8,), lambda i: tir.ceildiv(A[i], B[i]), name="C")
+    D = te.compute((8,), lambda i: tir.div(A[i], B[i]), name="D")
+    f = polytile.build(te.create_schedule([C.op, D.op]), [A, B, C, D])
+    a = np.array([7, -7, 7, -7, 6, -6, 0, 1], "int32")
+    b = np.array([2, 2, -2, -2, 3, 3, 5, -3], "int32")
+    c, d = np.zeros(8, "int32"), np.zeros(8, "int32")
+    f(a, b, c, d)
+    np.testing.assert_array_equal(c, [-((-x) // y) for x, y in zip(a, b)])
+    np.testing.assert_array_equal(d, [int(x / y) for x, y in zip(a, b)])
