@@ -10,7 +10,7 @@ from polytile.autotune import ConfigEntity, ConfigSpace, get_config
 from polytile.autotune import space
 from polytile.autotune.template import Template, Workload, get_template, template as _template
 from polytile.errors import TuneError, format_error
-from polytile.te.expr import (And, Binary, Call, Cmp, Const, Expr, Not, Or, Reduce,
+from polytile.te.expr import (And, Binary, Call, Cmp, Const, Expr, Not, Or, Reduce, Select,
                               TensorRead)
 from polytile.te.tensor import ComputeOp
 from polytile.te.visitor import _children
@@ -29,6 +29,8 @@ def _count(e: Expr) -> int:
             n *= iv.dom.extent
         # one combine per iteration (a sum's add), plus the source's operations
         return n * (1 + _count(e.source))
+    if isinstance(e, Select):      # one branch runs (TVM counts the larger)
+        return _count(e.cond) + max(_count(e.true_value), _count(e.false_value))
     return int(isinstance(e, _OPS)) + sum(_count(c) for c in _children(e))
 
 

@@ -168,6 +168,9 @@ def test_task_flop_counts_the_computes_without_add_flop():
     A = te.placeholder((n,), name="A")
     B = te.compute((n,), lambda i: A[i] * 3.0, name="B")
     assert autotvm.task.compute_flop([B]) == 0      # symbolic: unknown
+    A = te.placeholder((4,), name="A")
+    B = te.compute((4,), lambda i: te.if_then_else(A[i] > 0, A[i] * 2.0 + 1.0, A[i]), name="B")
+    assert autotvm.task.compute_flop([B]) == 4 * (1 + 2)   # the compare, the larger branch
 
 
 @autotvm.template("test_autotvm_compat/fallback")
