@@ -696,6 +696,63 @@ class ConfigEntity(_Definer):
     def _defined(self, name: str) -> bool:
         return True  # define_* on a config is a no-op
 
+    def _fallback_only(self, what: str, name: str) -> None:
+        if not self._fallback:
+            raise TuneError(format_error(
+                what, f"knob {name!r} of a config chosen by the tuner or a record",
+                "expected a fallback config (the default used without a record)",
+                hint="call it under `if cfg.is_fallback:`, as in AutoTVM"))
+        if name not in self._entities:
+            raise TuneError(format_error(what, f"no knob named {name!r}",
+                                         f"expected one of {list(self._entities)}"))
+        self._entities = dict(self._entities)   # (shared with the space's default)
+
+    def fallback_split(self, name: str, constraints) -> None:
+        """Choose the sizes of split knob ``name`` of a fallback config from the largest
+        tile allowed per loop (AutoTVM's ``FallbackConfigEntity.fallback_split``):
+        ``constraints`` has one maximum per output loop, -1 for none; from the innermost
+        loop out, each gets the largest divisor of what is left of the axis that fits its
+        maximum (the outermost takes the rest).
+
+        Raises
+        ------
+        TuneError
+            On a config that is not a fallback, for a knob that is not a split, or a
+            number of constraints other than its outputs, or a maximum below 1.
+        """
+        self._fallback_only("fallback_split", name)
+        knob = self.space.knobs[name]
+        cons = list(constraints)
+        if not isinstance(knob, SplitSpace) or len(cons) != knob.num_outputs or any(
+                not isinstance(c, int) or (c < 1 and c != -1) for c in cons):
+            raise TuneError(format_error(
+                "fallback_split", f"knob {name!r} ({type(knob).__name__}) with constraints "
+                f"{cons}", "expected a split knob and one maximum tile size (an int >= 1, "
+                "or -1 for none) per output loop"))
+        left, sizes = knob.length, [0] * knob.num_outputs
+        for i in reversed(range(1, knob.num_outputs)):
+            limit = cons[i] if cons[i] != -1 else left
+            sizes[i] = max(d for d in _divisors(left) if d <= limit)
+            left //= sizes[i]
+        self._entities[name] = SplitEntity([-1] + sizes[1:])
+
+    def __setitem__(self, name: str, entity) -> None:
+        """Set knob ``name`` of a fallback config (AutoTVM's ``cfg["tile"] =
+        SplitEntity([-1, 8])``).
+
+        Raises
+        ------
+        TuneError
+            On a config that is not a fallback, or for an entity of another kind.
+        """
+        self._fallback_only("config", name)
+        old = self._entities[name]
+        if type(entity) is not type(old):
+            raise TuneError(format_error(
+                "config", f"knob {name!r} is set to a {type(entity).__name__}",
+                f"expected a {type(old).__name__}"))
+        self._entities[name] = entity
+
     def _add(self, knob) -> None:  # pragma: no cover - unreachable
         pass
 

@@ -469,6 +469,29 @@ def _import_file(path: str):
     return module
 
 
+def require_importable(name: str) -> None:
+    """Refuse to tune template ``name`` when worker processes could not find it: it was
+    registered in this process by code that has no source file (a script piped to
+    ``python -``, ``python -c``, a notebook cell), so there is no file to import.
+
+    Raises
+    ------
+    TuneError
+        Naming the template and what to do instead.
+    """
+    t = _REGISTRY.get(name)
+    if t is None or ":" in name or t.func.__module__.startswith("polytile."):
+        return
+    if template_source(name) is None:
+        raise TuneError(format_error(
+            "tune", f"template {name!r} was registered by code without a source file "
+            f"(module {t.func.__module__!r}: a script read from stdin, python -c, or a "
+            "notebook cell), which the worker processes that build candidates cannot import",
+            "expected a template defined in a .py file",
+            hint="move the template into a file (tuning under `if __name__ == "
+            "\"__main__\":`), or tune it as 'path/to/file.py:function'"))
+
+
 def template_source(name: str) -> str | None:
     """The file a worker process imports to find template ``name``: the source file of
     a template registered with ``@template`` by the user's own code (a script run as

@@ -32,7 +32,7 @@ from .dispatch import canonical_target
 from .gpu_limits import use as gpu_limits_use
 from .measure import LocalMeasurer, MeasureOptions, MeasureResult
 from .records import Record, RecordWriter, read_records, target_matches, workload_matches
-from .template import Workload, importing_template_file
+from .template import Workload, importing_template_file, require_importable
 from .tuner import make_tuner
 
 #: Trials of ``polytile tune`` without ``--trials``: about 25 s for the default matmul on an
@@ -428,6 +428,7 @@ def tune(template, args=None, dtype: str = "float32", target: str = "llvm",
             "process, or get_template of a path, runs the file's top-level code)",
             "start the tuning under `if __name__ == \"__main__\":` in that file"))
     t, wl = resolve(template, args, dtype)
+    require_importable(t.name)
     tgt = tunable_target(target)
     opt = measure_option or MeasureOptions()
     if n_trial < 1:

@@ -68,6 +68,22 @@ def build(sch, args=None, target=DEFAULT_TARGET, target_host=None, name: str = "
                   **kwargs)
 
 
+def register_func(func_name, f=None, override: bool = False):
+    """Register a Python function by name (TVM's ``tvm.register_func``), for
+    ``tir.call_packed``; see :func:`polytile.registry.register_func`."""
+    from polytile.registry import register_func as _reg
+
+    return _reg(func_name, f, override)
+
+
+def get_global_func(name: str, allow_missing: bool = False):
+    """The function registered as ``name`` (TVM's ``tvm.get_global_func``); see
+    :func:`polytile.registry.get_global_func`."""
+    from polytile.registry import get_global_func as _get
+
+    return _get(name, allow_missing)
+
+
 def set_num_threads(n: int) -> None:
     """Number of CPU threads (OpenMP) that parallel loops of built functions use."""
     from polytile.targets.llvm.runtime import set_num_threads as _set
@@ -104,7 +120,7 @@ def cuda(dev_id: int = 0):
 
 
 _SUBMODULES = ("backend", "nd", "te", "schedule", "targets", "autotune", "target", "runtime",
-               "tir", "contrib", "testing")
+               "tir", "contrib", "testing", "autotvm", "registry")
 
 
 def __getattr__(name: str):
@@ -119,5 +135,5 @@ def __getattr__(name: str):
 
 __all__ = ["BuildError", "InternalError", "LoweringError", "PolytileError", "ScheduleError",
            "TargetError", "TuneError", "__version__", "autotune", "build", "cpu", "cuda",
-           "get_num_threads", "lower", "nd", "runtime", "schedule", "set_num_threads", "target",
+           "get_global_func", "get_num_threads", "lower", "register_func", "registry", "autotvm", "nd", "runtime", "schedule", "set_num_threads", "target",
            "targets", "te", "tir", "contrib", "testing", "device"]

@@ -112,6 +112,20 @@ def _positive(text: str) -> int:
     return v
 
 
+#: AutoTVM's tuner names a TVM user types, and polytile's tuner that does that job
+_AUTOTVM_TUNERS = {"xgb": "model", "xgb_knob": "model", "xgb_itervar": "model",
+                   "xgb_curve": "model", "xgb-rank": "model", "gridsearch": "grid"}
+
+
+def _tuner(text: str) -> str:
+    if text in ("model", "random", "grid"):
+        return text
+    alt = _AUTOTVM_TUNERS.get(text)
+    hint = f" (AutoTVM's {text!r} is polytile's {alt!r})" if alt else ""
+    raise argparse.ArgumentTypeError(f"expected 'model', 'random' or 'grid', got "
+                                     f"{text!r}{hint}")
+
+
 def _seconds(text: str) -> float:
     try:
         v = float(text)
@@ -556,7 +570,9 @@ def _parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("tune", help="search a template's schedule space (CPU or GPU)")
     workload_opts(q)
-    q.add_argument("--tuner", choices=("model", "random", "grid"), default="model")
+    q.add_argument("--tuner", type=_tuner, default="model",
+                   help="model (a cost model guiding an evolutionary search; AutoTVM's "
+                   "xgb), random or grid")
     q.add_argument("--trials", type=_positive, default=None,
                    help="trials in total, resumed ones included (default 96, within "
                    "95 s of search unless --timeout-total)")

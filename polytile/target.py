@@ -84,3 +84,21 @@ def rocm(mcpu: str | None = None, options: str = "") -> _Target:
 
 
 __all__ = ["Target", "cuda", "llvm", "rocm"]
+
+
+#: TVM names of ``tvm.target`` that rewrite math intrinsics per target: what polytile does
+#: instead (its math functions are lowered by one table per target dialect)
+_INTRIN_RULES = ("register_intrin_rule", "intrin")
+
+
+def __getattr__(name: str):
+    if name in _INTRIN_RULES:
+        raise AttributeError(format_error(
+            f"target.{name}", "TVM's registration of per-target lowering rules for math "
+            "intrinsics (tutorial intrin_math) does not exist in polytile: te.exp and the "
+            "other math functions map to each target's functions through a fixed table "
+            "(expf/__expf on CUDA, vector code on llvm)",
+            "expected a call of the function wanted in the compute itself",
+            hint="te.compute(..., lambda i: tir.call_pure_extern('float32', '__expf', "
+            "A[i])); for fast approximations te.fast_exp or target 'cuda -fast-math'"))
+    raise AttributeError(f"module 'polytile.target' has no attribute {name!r}")

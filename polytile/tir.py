@@ -30,9 +30,10 @@ from dataclasses import dataclass
 
 from polytile.errors import (DefinitionTypeError, DefinitionValueError, LoweringError,
                              format_error)
-from polytile.te.expr import Binary, Const, Expr, ExprOp, Var, convert
+from polytile.te.expr import Binary, Const, Expr, ExprOp, convert
+from polytile.te.expr import Var as _IRVar
 from polytile.schedule.loop_ir import (AccessPtr, Allocate, Buffer, Evaluate, ExternCall, For,
-                                       IfThenElse, Load, Stmt, Store, seq)
+                                       IfThenElse, LetStmt, Load, Stmt, Store, While, seq)
 
 # The expression helpers TVM programs reach through ``tvm.tir`` (the same functions as
 # polytile.te's, re-exported so that ``tir.const(0, "int32")`` ports unchanged).
@@ -42,11 +43,11 @@ from polytile.te.expr import logical_or as any  # noqa: A001
 from polytile.te.expr import select as if_then_else
 from polytile.te.reduction import max_value, min_value
 # TVM's ``tvm.tir`` also holds the math functions (``tir.exp``...) and the index helpers
-from polytile.te.scalar_math import (abs, acos, asin, atan, atan2, ceil, copysign,  # noqa: A004
+from polytile.te.scalar_math import (abs, acos, asin, atan, atan2, ceil, clz, copysign,  # noqa: A004
                                      cos, cosh, erf, exp, exp2, expm1, fast_erf, fast_exp,
                                      fast_tanh, floor, floordiv, floormod, fmod, hypot,
                                      isfinite, isinf, isnan, log, log1p, log2, log10,
-                                     nearbyint, pow, power, round, rsqrt, sigmoid, sin, sinh,
+                                     nearbyint, popcount, pow, power, round, rsqrt, sigmoid, sin, sinh,
                                      sqrt, tan, tanh, trunc, truncdiv, truncmod)
 
 indexdiv = floordiv   # TVM's index arithmetic: floor semantics
@@ -95,19 +96,102 @@ def shift_right(x, y) -> Expr:
     return convert(x) >> y
 
 
+class _VarMeta(type):
+    # tir.Var(name, dtype) in TVM's order builds polytile's IR variable (whose dataclass
+    # order is (dtype, name): Var("n", "int32") made a variable of dtype "n");
+    # isinstance(x, tir.Var) asks about that class
+    def __call__(cls, name: str = "v", dtype="int32", span=None):
+        from polytile.te.tensor import size_var, var
+
+        if not isinstance(name, str):
+            raise DefinitionTypeError(format_error(
+                f"tir.{cls.__name__}", f"name {name!r}", "expected a string first: "
+                f"tir.{cls.__name__}(name, dtype), as in TVM"))
+        return (size_var if cls.__name__ == "SizeVar" else var)(name, dtype)
+
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, _IRVar)
+
+
+class Var(metaclass=_VarMeta):
+    """TVM's ``tir.Var(name, dtype)``: ``te.var(name, dtype)`` (a scalar variable).
+
+    Raises
+    ------
+    DefinitionTypeError
+        For a name that is not a string or an unknown dtype.
+    """
+
+
+class SizeVar(metaclass=_VarMeta):
+    """TVM's ``tir.SizeVar(name, dtype)``: ``te.size_var(name, dtype)`` (known >= 0)."""
+
+
+def IntImm(dtype: str, value, span=None) -> Const:  # noqa: N802 (TVM's name)
+    """TVM's ``tir.IntImm(dtype, value)``: the integer constant ``value`` of ``dtype``.
+
+    Raises
+    ------
+    DefinitionTypeError
+        For a dtype that is not an integer or bool.
+    """
+    from polytile.te import dtype as dt
+
+    if not (dt.is_int(str(dtype)) or str(dtype) == "bool"):
+        raise DefinitionTypeError(format_error("tir.IntImm", f"dtype {dtype!r}",
+                                               "expected an integer dtype (tir.FloatImm for "
+                                               "floats)"))
+    return const(int(value), dtype)
+
+
+def FloatImm(dtype: str, value, span=None) -> Const:  # noqa: N802 (TVM's name)
+    """TVM's ``tir.FloatImm(dtype, value)``: the float constant ``value`` of ``dtype``.
+
+    Raises
+    ------
+    DefinitionTypeError
+        For a dtype that is not a float.
+    """
+    from polytile.te import dtype as dt
+
+    if not dt.is_float(str(dtype)):
+        raise DefinitionTypeError(format_error("tir.FloatImm", f"dtype {dtype!r}",
+                                               "expected a float dtype (tir.IntImm for "
+                                               "integers)"))
+    return const(float(value), dtype)
+
+
+def ceildiv(a, b) -> Expr:
+    """TVM's ``tir.ceildiv(a, b)``: ``ceil(a / b)`` of integers, for any signs
+    (``-floordiv(-a, b)``)."""
+    return -floordiv(-convert(a), b)
+
+
+def div(a, b) -> Expr:
+    """TVM's ``tir.div(a, b)``: C's ``a / b``: truncating for integers (``truncdiv``),
+    the quotient for floats."""
+    a = convert(a)
+    from polytile.te import dtype as dt
+
+    if dt.is_float(a.dtype) or dt.is_float(convert(b).dtype):
+        return a / b
+    return truncdiv(a, b)
+
+
 def likely(cond) -> Expr:
     """TVM's ``tir.likely(cond)``, a branch hint: ``cond`` itself."""
     return convert(cond)
 
 
-__all__ = ["BufferView", "Cast", "DeclBuffer", "Select", "abs", "acos", "all", "any", "asin",
+__all__ = ["BufferView", "Cast", "DeclBuffer", "FloatImm", "IntImm", "Select", "SizeVar",
+           "Var", "ceildiv", "div", "abs", "acos", "all", "any", "asin",
            "atan", "atan2", "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor",
            "call_extern", "call_intrin", "call_llvm_intrin", "call_llvm_pure_intrin",
-           "call_packed", "call_pure_extern", "ceil", "const", "copysign", "cos", "cosh",
+           "call_packed", "call_pure_extern", "ceil", "clz", "const", "copysign", "cos", "cosh",
            "decl_buffer", "erf", "exp", "exp2", "expm1", "fast_erf", "fast_exp", "fast_tanh",
            "floor", "floordiv", "floormod", "fmod", "hypot", "if_then_else", "indexdiv",
            "indexmod", "ir_builder", "isfinite", "isinf", "isnan", "likely", "log", "log1p",
-           "log2", "log10", "max_value", "min_value", "nearbyint", "pow", "power", "round",
+           "log2", "log10", "max_value", "min_value", "nearbyint", "popcount", "pow", "power", "round",
            "rsqrt", "shift_left", "shift_right", "sigmoid", "sin", "sinh", "sqrt", "tan", "tanh",
            "trunc", "truncdiv", "truncmod", "vscale"]
 
@@ -142,7 +226,7 @@ def decl_buffer(shape, dtype: str = "float32", name: str = "buffer", data=None, 
     if strides is not None:
         strides = tuple(strides)
         for s in strides:
-            if not isinstance(s, (int, Var)):
+            if not isinstance(s, (int, _IRVar)):
                 raise DefinitionTypeError(format_error(
                     "decl_buffer", f"stride {s!r} of {name!r}",
                     "ints or te.var (a stride taken from the bound region)"))
@@ -277,15 +361,65 @@ def call_intrin(dtype: str, func_name: str, *args, span=None) -> ExternCall:
     return _call("intrin", dtype, func_name, args)
 
 
-def call_packed(*args, **kwargs):
-    """TVM's ``call_packed``: refused (``TypeError``). It calls a function registered in
-    TVM's runtime through TVM's packed-argument convention; polytile has no such runtime
-    registry. Use :func:`call_extern` with a C function (``pragma(axis, "import_c",
-    source)``) or :func:`call_llvm_intrin`."""
-    raise DefinitionTypeError(format_error(
-        "tir.call_packed", "functions registered in TVM's runtime (packed calls) do not "
-        "exist in polytile", "tir.call_extern(dtype, 'name', args...) of a C function",
-        hint="give its C source with s[T].pragma(axis, 'import_c', source)"))
+def call_packed(*args, span=None) -> ExternCall:
+    """TVM's ``tir.call_packed("name", args...)``: call the Python function registered
+    with :func:`polytile.register_func` as ``name`` (looked up when the built code runs;
+    ``llvm`` target only, see :mod:`polytile.registry`). A buffer argument (``ins[k]``,
+    ``outs[k]`` of ``fcompute``) reaches it as a writable numpy array of the region (a
+    ``polytile.nd.CPUArray``), a scalar expression as a Python number (Python ints as
+    ``int64``, floats as ``float64``, bools as ``int32``). An exception it raises is
+    raised again by the built function. The call evaluates to ``int32`` 0.
+
+    Raises
+    ------
+    DefinitionTypeError
+        Without a name, or for an argument that is neither a buffer nor a scalar of a
+        fixed-width dtype (strings, float16, symbolic region strides).
+    """
+    from polytile.registry import _SCALAR_C, site_symbol
+
+    if not args or not isinstance(args[0], str) or not args[0]:
+        raise DefinitionTypeError(format_error(
+            "tir.call_packed", f"first argument {args[0] if args else None!r}",
+            "expected the registered name, then the arguments"))
+    name, descs, exprs = args[0], [], []
+    for a in args[1:]:
+        if isinstance(a, Buffer):
+            raise DefinitionTypeError(format_error(
+                "tir.call_packed", f"argument {a.name!r} of {name!r} is a buffer's data "
+                "handle (ins[k].data)", "expected the buffer itself (ins[k], outs[k]): the "
+                "function receives it as a numpy array"))
+        if isinstance(a, BufferView):
+            if a.dtype not in _SCALAR_C:
+                raise DefinitionTypeError(format_error(
+                    "tir.call_packed", f"buffer {a.name!r} of {name!r} has dtype {a.dtype}",
+                    f"expected one of {', '.join(_SCALAR_C)}"))
+            # the address, then the region's shape and strides (symbolic ones too) as int64
+            descs.append(("buffer", a.dtype, len(a.shape)))
+            exprs.append(a.access_ptr("rw"))
+            exprs.extend(_i64(x) for x in tuple(a.shape) + tuple(a.strides))
+            continue
+        if isinstance(a, bool):
+            e = Const("int32", int(a))
+        elif isinstance(a, int):
+            e = Const("int64", a)
+        elif isinstance(a, float):
+            e = Const("float64", a)
+        elif isinstance(a, (Expr, ExprOp)):
+            e = convert(a)
+            if e.dtype == "bool":
+                e = e.astype("int32")
+        else:
+            e = None
+        if e is None or e.dtype not in _SCALAR_C:
+            raise DefinitionTypeError(format_error(
+                "tir.call_packed", f"argument {a!r} of {name!r} "
+                f"({getattr(e, 'dtype', type(a).__name__)})",
+                "expected a buffer of fcompute, or a scalar of a fixed-width int or float "
+                "dtype"))
+        descs.append(("scalar", e.dtype))
+        exprs.append(e)
+    return ExternCall("int32", site_symbol(name, tuple(descs)), tuple(exprs), "packed")
 
 
 def vscale(*args, **kwargs):
@@ -335,7 +469,7 @@ class IRBuilder:
         """A serial loop ``name`` from ``begin`` to ``end`` (exclusive); yields its
         variable. TVM's ``kind`` (``"parallel"``, ``"vectorize"``, ``"unroll"``) is a hint:
         the loop runs serially (the same values)."""
-        v = Var("int64", name)
+        v = _IRVar("int64", name)
         self._stack.append([])
         yield v
         body = _block(self._stack.pop())
@@ -374,6 +508,93 @@ class IRBuilder:
         yield
         body = _block(self._stack.pop())
         self._stack[-1][-1] = IfThenElse(last.cond, last.then_case, body)
+
+    @contextlib.contextmanager
+    def while_loop(self, condition):
+        """Statements repeated while ``condition`` (a bool expression, evaluated before
+        each iteration) holds (TVM's ``ib.while_loop``). The condition reads memory the
+        body writes, typically a one-element scratch array::
+
+            i = ib.allocate("int32", (1,), name="i", scope="local")
+            i[0] = 0
+            with ib.while_loop(i[0] < n):
+                ...
+                i[0] = i[0] + 1
+
+        A loop whose condition never becomes false does not end (as in TVM and C).
+
+        Raises
+        ------
+        DefinitionTypeError
+            For a condition that is not a bool expression.
+        """
+        c = convert(condition, "bool")
+        if c.dtype != "bool":
+            raise DefinitionTypeError(format_error(
+                "ir_builder.while_loop", f"condition {c} has dtype {c.dtype}",
+                "expected a bool expression (compare it, e.g. i[0] < n)"))
+        self._stack.append([])
+        yield
+        body = _block(self._stack.pop())
+        self._stack[-1].append(While(c, body))
+
+    def let(self, var_name, value) -> _IRVar:
+        """Bind ``value`` to a new variable for the statements emitted after this call in
+        the current scope (TVM's ``ib.let``); returns the variable (of ``value``'s dtype).
+        ``var_name`` is a name, or a ``te.var`` (its dtype then; ``value`` is cast to it).
+
+        Raises
+        ------
+        DefinitionTypeError
+            For a ``var_name`` that is neither a string nor a ``te.var``.
+        """
+        e = convert(value)
+        if isinstance(var_name, str) and var_name:
+            v = _IRVar(e.dtype, var_name)
+        elif isinstance(var_name, _IRVar):
+            v = var_name
+        else:
+            raise DefinitionTypeError(format_error(
+                "ir_builder.let", f"variable {var_name!r}", "expected a name or a te.var"))
+        if e.dtype != v.dtype:
+            e = e.astype(v.dtype)
+        self._stack[-1].append(_Let(v, e))
+        return v
+
+    def likely(self, expr) -> Expr:
+        """TVM's ``ib.likely(expr)``, a branch hint: ``expr`` itself."""
+        return convert(expr)
+
+    def scope_attr(self, node, attr_key: str, value) -> None:
+        """TVM's ``ib.scope_attr``: refused. With ``"thread_extent"`` it launched the code of
+        a GPU ``te.extern`` on a grid of threads; polytile runs an extern's code in one
+        GPU thread (or on the CPU), and its threads come from schedules (``bind``).
+
+        Raises
+        ------
+        DefinitionValueError
+            Always, naming the attribute.
+        """
+        raise DefinitionValueError(format_error(
+            "ir_builder.scope_attr", f"attribute {attr_key!r} of {node}", "expected no "
+            "scope attributes: the code of a te.extern or tensor intrinsic runs in one "
+            "thread",
+            hint="write the computation as te.compute stages and bind their loops with "
+            "s[T].bind(axis, te.thread_axis('threadIdx.x')); keep te.extern for a call"))
+
+    def pointer(self, content_type: str, name: str = "ptr", scope: str = ""):
+        """TVM's ``ib.pointer`` (a raw pointer variable): refused; use :meth:`allocate`
+        (a scratch array with ``p[i]`` access) or :meth:`buffer_ptr`.
+
+        Raises
+        ------
+        DefinitionValueError
+            Always.
+        """
+        raise DefinitionValueError(format_error(
+            "ir_builder.pointer", f"a raw {content_type} pointer {name!r}",
+            "expected ib.allocate(dtype, shape) for scratch memory, or ib.buffer_ptr(view) "
+            "for an operand"))
 
     @contextlib.contextmanager
     def new_scope(self):
@@ -473,6 +694,14 @@ class _Alloc:
     buffer: Buffer
 
 
+@dataclass(frozen=True)
+class _Let:
+    """Marks where ``ib.let`` was called in a scope's statement list."""
+
+    var: _IRVar
+    value: Expr
+
+
 def _block(items: list) -> Stmt:
     """The statements of one scope; each buffer allocated in it lives over the statements
     after its ``allocate`` call."""
@@ -480,6 +709,8 @@ def _block(items: list) -> Stmt:
     for x in reversed(items):
         if isinstance(x, _Alloc):
             out = [Allocate(x.buffer, seq(*reversed(out)))]
+        elif isinstance(x, _Let):
+            out = [LetStmt(x.var, x.value, seq(*reversed(out)))]
         else:
             out.append(x)
     return seq(*reversed(out))
@@ -576,7 +807,8 @@ def probe_statements(intrin) -> dict:
         if d is not None and d.strides is not None:
             strides = tuple(x if isinstance(x, int) else c for x, c in zip(d.strides, strides))
         buf = Buffer(d.name if d is not None else t.name, tuple(t.shape), t.dtype, "global")
-        views.append(BufferView(buf, t.shape, strides, Var("int64", f"{buf.name}_elem_offset")))
+        offset = _IRVar("int64", f"{buf.name}_elem_offset")
+        views.append(BufferView(buf, t.shape, strides, offset))
     n = len(intrin.inputs)
     return _parts(intrin, views[:n], views[n:])
 

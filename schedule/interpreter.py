@@ -27,7 +27,7 @@ from polytile.te.tensor_intrin import ASYNC_GROUP_CALLS
 from .kinds import ASYNC_COPY
 from .loop_ir import (Allocate, Assert, Buffer, Evaluate, ExternCall, For, IfThenElse,
                       KernelLaunch, LetStmt, Load, PrimFunc, Seq, Stmt, StmtFunctor, Store, Sync,
-                      TensorCall, WarpShuffle)
+                      TensorCall, WarpShuffle, While)
 
 _MATH = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log10": np.log10,
@@ -40,6 +40,18 @@ _MATH = {
     "hypot": np.hypot, "copysign": np.copysign, "isinf": np.isinf, "isfinite": np.isfinite,
     "erf": math.erf, "fast_exp": np.exp, "fast_tanh": np.tanh, "fast_erf": math.erf,
 }
+
+
+def _bits(x, dtype: str) -> str:
+    """The two's complement bits of integer ``x`` of ``dtype``, most significant first."""
+    n = dt.bits(dtype)
+    return format(int(x) & ((1 << n) - 1), f"0{n}b")
+
+
+def _int_call(name: str, x, dtype: str) -> int:
+    """``popcount`` / ``clz`` of integer ``x`` of ``dtype`` (``clz(0)`` is the width)."""
+    s = _bits(x, dtype)
+    return s.count("1") if name == "popcount" else len(s) - len(s.lstrip("0"))
 
 
 def _np(dtype: str):
@@ -238,6 +250,8 @@ class _Interp(StmtFunctor):
             args = [self.expr(a) for a in e.args]
             if e.name == "erf":
                 return _cast(math.erf(float(args[0])), e.dtype)
+            if e.name in ("popcount", "clz"):
+                return _cast(_int_call(e.name, args[0], e.args[0].dtype), e.dtype)
             with np.errstate(all="ignore"):
                 return _cast(_MATH[e.name](*args), e.dtype)
         raise TypeError(f"interpreter: unsupported expression {type(e).__name__}")
@@ -335,6 +349,10 @@ class _Interp(StmtFunctor):
             yield from self.visit(s.then_case)
         elif s.else_case is not None:
             yield from self.visit(s.else_case)
+
+    def visit_While(self, s: While):
+        while bool(self.expr(s.cond)):
+            yield from self.visit(s.body)
 
     def visit_LetStmt(self, s: LetStmt):
         self.env[s.var] = self.expr(s.value)

@@ -191,6 +191,10 @@ class PipelinePragma:
     #: ``tma``: the shared tiles are copied by TMA bulk tensor copies completing on one
     #: mbarrier per slot (:mod:`polytile.schedule.passes.tma_copy`)
     tma: bool = False
+    #: ``sync_copies`` (``double_buffer``): copies that are no 16-byte vector loops stay
+    #: ordinary loads and stores (complete when issued; the slots and barriers are the
+    #: same) instead of being refused
+    sync_copies: bool = False
     #: ``via``: the stages whose ``double_buffer()`` asked for this pipeline (refusals
     #: name them and ``double_buffer``, the primitive the user called)
     via: tuple = ()

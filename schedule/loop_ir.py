@@ -194,6 +194,20 @@ class LetStmt(Stmt):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class While(Stmt):
+    """``while cond: body``, ``cond`` re-evaluated before each iteration (TVM's
+    ``tir.While``). Only the code of ``te.extern`` and tensor intrinsics holds it
+    (``ir_builder.while_loop``): lowering makes no loop of this kind, and no pass reasons
+    about its trip count, which the body's stores to memory decide."""
+
+    cond: Expr
+    body: Stmt
+
+    def __post_init__(self):
+        _require_stmt(self, "body", self.body)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class Allocate(Stmt):
     buffer: Buffer
     body: Stmt
@@ -327,7 +341,7 @@ class PrimFunc:
 _STMT_CHILDREN = {
     Store: ("value", "indices"), For: ("min", "extent", "body"),
     IfThenElse: ("cond", "then_case", "else_case"), Seq: ("stmts",),
-    LetStmt: ("value", "body"), Allocate: ("body",), Evaluate: ("value",),
+    LetStmt: ("value", "body"), While: ("cond", "body"), Allocate: ("body",), Evaluate: ("value",),
     KernelLaunch: ("body",), Sync: (), WarpShuffle: ("value", "indices"), Assert: ("cond",), TensorCall: ("indices", "body"),
 }
 
@@ -616,6 +630,10 @@ class _Printer(StmtFunctor):
     def visit_Store(self, s: Store, ind: str, out: list) -> None:
         out.append(f"{ind}{s.buffer.name}[{', '.join(_P(i) for i in s.indices)}] = "
                    f"{_P(s.value)}")
+
+    def visit_While(self, s: While, ind: str, out: list) -> None:
+        out.append(f"{ind}while {_P(s.cond)}:")
+        self.visit(s.body, ind + "  ", out)
 
     def visit_LetStmt(self, s: LetStmt, ind: str, out: list) -> None:
         out.append(f"{ind}{s.var.name} = {_P(s.value)}")

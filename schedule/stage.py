@@ -445,7 +445,7 @@ class Stage(StorageMixin, TensorizeMixin, PipelineMixin, PrefetchMixin, Symbolic
         if old is not None and old != kind:
             fail(primitive, f"iter_var {iv.name!r} of stage {self.name!r} is already "
                  f"annotated {annotation_name(old)!r}",
-                 "one of vectorize/unroll/parallel per loop")
+                 "expected one annotation per loop (vectorize, unroll, parallel or one bind)")
         self.annotations[iv] = kind
 
     def vectorize(self, iv: IterVar) -> None:

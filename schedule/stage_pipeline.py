@@ -15,7 +15,7 @@ class PipelineMixin:
 
     def pipeline(self, axis, stages: int = 2, *, mma_wait: int | None = None,
                  fragment_prefetch: bool = False, copy_after_wait: bool = False,
-                 tma: bool = False) -> None:
+                 tma: bool = False, sync_copies: bool = False) -> None:
         """Run loop ``axis`` of this stage as a software pipeline ``stages`` deep: the
         stages computed at ``axis`` in ``shared`` memory (``cache_read`` copies attached
         with ``compute_at(s[C], axis)``) get ``stages`` buffers each, and the copies of
@@ -120,6 +120,12 @@ class PipelineMixin:
         (swizzled ``128B``/``64B``/``32B`` with rows of exactly that width, or unswizzled),
         the operand's row stride a multiple of 16 bytes.
 
+        ``sync_copies=True`` (what :meth:`double_buffer` asks): a copy that cannot be a
+        16-byte ``cp.async`` (not vectorized, misaligned) stays an ordinary copy instead of
+        being refused. It completes when issued, so the slot order and barriers above
+        stay right; the loop keeps TVM's double buffering (one buffer written while the
+        other is read) without the asynchronous overlap.
+
         Synonyms: TVM TensorIR ``software_pipeline_stage``/``software_pipeline_order``
         annotations with ``software_pipeline_async_stages``, Triton ``num_stages``,
         CUTLASS multistage mainloops.
@@ -134,18 +140,21 @@ class PipelineMixin:
             body does not fit (see Legality) or a copy cannot be a 16-byte ``cp.async``.
         """
         iv = self._leaf("pipeline", axis)
-        if self._add_pipeline(iv, stages, mma_wait, fragment_prefetch, copy_after_wait, tma):
+        if self._add_pipeline(iv, stages, mma_wait, fragment_prefetch, copy_after_wait, tma,
+                              sync_copies):
             return
         # only the options given are recorded: traces written before an option existed
         # replay to the same pragma
         extra = {k: v for k, v in (("mma_wait", mma_wait), ("fragment_prefetch",
                                                              fragment_prefetch),
-                                   ("copy_after_wait", copy_after_wait), ("tma", tma))
+                                   ("copy_after_wait", copy_after_wait), ("tma", tma),
+                                   ("sync_copies", sync_copies))
                  if v not in (None, False)}
         self._record("pipeline", iv, stages=stages, **extra)
 
     def _add_pipeline(self, iv, stages, mma_wait=None, fragment_prefetch=False,
-                      copy_after_wait=False, tma=False, via: tuple = ()) -> bool:
+                      copy_after_wait=False, tma=False, sync_copies=False,
+                      via: tuple = ()) -> bool:
         """Check the options of :meth:`pipeline` of leaf loop ``iv`` and add its pragma
         (``via``: the stages whose ``double_buffer`` asks for it); True when the loop was
         already pipelined so (nothing new)."""
@@ -173,6 +182,9 @@ class PipelineMixin:
                  f"stage {self.name!r} with mma_wait={mma_wait!r}", "a bool, and "
                  "copy_after_wait only with mma_wait (asynchronous MMA groups)",
                  hint="pipeline(..., mma_wait=1, copy_after_wait=True)")
+        if not isinstance(sync_copies, bool):
+            fail("pipeline", f"sync_copies={sync_copies!r} for loop {iv.name!r} of stage "
+                 f"{self.name!r}", "a bool")
         if not isinstance(tma, bool) or (tma and fragment_prefetch):
             fail("pipeline", f"tma={tma!r} for loop {iv.name!r} of stage {self.name!r} "
                  f"with fragment_prefetch={fragment_prefetch!r}", "a bool, and tma "
@@ -192,7 +204,7 @@ class PipelineMixin:
             fail("pipeline", f"loop {iv.name!r} of stage {self.name!r} is already "
                  f"pipelined with stages={old[0].stages}", "one depth per loop")
         prag = PipelinePragma(stages, self.name, iv.name, mma_wait, fragment_prefetch,
-                              copy_after_wait, tma, tuple(via))
+                              copy_after_wait, tma, sync_copies, tuple(via))
         self.pragmas[iv] = prs + (("software_pipeline", prag),)
         return False
 
@@ -214,7 +226,8 @@ class PipelineMixin:
                  hint="double buffering pipelines the loop the copy is attached at")
         host, iv = self.attach_stage, self.attach_ivar
         try:
-            host._add_pipeline(iv, 2, via=(self.name,))
+            # TVM's double buffer needs no vector copies: those that are none stay ordinary
+            host._add_pipeline(iv, 2, sync_copies=True, via=(self.name,))
         except ScheduleError as exc:
             what = str(exc).removeprefix("pipeline: ")
             raise ScheduleError(f"double_buffer: stage {self.name!r}, computed at loop "

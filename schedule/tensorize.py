@@ -507,7 +507,8 @@ def _explain_domain(p, st, R, C, tz, part, sp, rd, outer, where) -> None:
         at = " at " + ", ".join(f"{n}={v}" for n, v in zip(names, pt))
     fail("tensorize", f"{where}: the tile{at} is not the intrinsic's full box (a partial "
          "tile of a split whose factor does not divide the extent, or a strided loop)",
-         "every tile the intrinsic's box", hint="choose sizes that the split factors divide")
+         "expected every tile to be the intrinsic's full box",
+         hint="choose sizes that the split factors divide")
 
 
 # ------------------------------------------------------------------ code: calls and views

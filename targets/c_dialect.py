@@ -58,6 +58,9 @@ class CDialect:
     #: print contiguous aligned vectorized copies as one float4/int4 load and store
     vector_copies = False
     device_inline = "static inline"
+    #: integer bit counts: (name, 32 or 64) -> builtin on an unsigned (popcount) or signed
+    #: (clz) operand of that width; empty where the dialect has none
+    int_bit_fns: ClassVar[dict] = {}
     #: inline helper name (``pt_fmax``...) -> text appended to its generic definition
     #: (explicit specializations using the target's own instructions)
     helper_specializations: ClassVar[dict] = {}
@@ -189,6 +192,9 @@ class GPUDialect(CDialect):
     barrier = "__syncthreads();"
     vector_copies = True
     device_inline = "__device__ __forceinline__"
+    # CUDA's and HIP's integer intrinsics; __clz(0) is 32, __clzll(0) 64, as LLVM's ctlz
+    int_bit_fns: ClassVar[dict] = {("popcount", 32): "__popc", ("popcount", 64): "__popcll",
+                                   ("clz", 32): "__clz", ("clz", 64): "__clzll"}
     index_names: ClassVar[dict] = {f"{k}.{a}": f"{k}.{a}" for k in ("blockIdx", "threadIdx")
                                    for a in "xyz"}
     type_map: ClassVar[dict] = {**CDialect.type_map, "float16": "half"}

@@ -308,6 +308,14 @@ class CExprPrinter:
     def expr_ExternCall(self, e: ExternCall) -> str:
         if e.kind == "atomic":
             return self._atomic(e)
+        if e.kind == "packed":
+            from polytile.registry import SITES
+
+            raise BuildError(format_error(
+                self.who, f"tir.call_packed of {SITES.get(e.name, (e.name,))[0]!r} (a Python "
+                f"function) on the {self.d.name!r} target",
+                "expected call_packed on the 'llvm' target only (its code calls into Python)",
+                hint="on a GPU, call a device function with tir.call_extern"))
         if e.kind == "llvm_intrin":
             raise BuildError(format_error(
                 self.who, f"LLVM intrinsic {e.name!r} in a GPU kernel",
@@ -366,6 +374,8 @@ class CExprPrinter:
             if dt.is_unsigned(t) or t == "bool":
                 return args[0]
             return f"{self.helper('pt_abs')}<{self.d.ctype(t)}>({args[0]})"
+        if e.name in ("popcount", "clz") and dt.is_int(t):
+            return self._int_bits(e.name, args[0], t, e.dtype)
         if not dt.is_float(t) or e.name not in self.d.math:
             raise BuildError(format_error(
                 self.who, f"unknown intrinsic {e.name!r} for {t} arguments",
@@ -378,6 +388,23 @@ class CExprPrinter:
         f32 = [self.cast(a, t, "float32") for a in args]
         r = self._apply(self.d.math_fn(e.name, "float32", self.fast), f32, "float32")
         return r if e.dtype == "bool" else self.cast(r, "float32", t)
+
+    def _int_bits(self, name: str, arg: str, t: str, out: str) -> str:
+        """``popcount``/``clz`` of ``arg`` (dtype ``t``) through the dialect's builtins:
+        the operand's bits zero-extended to 32 or 64 (popcount of narrower types)."""
+        w = 64 if dt.bits(t) > 32 else 32
+        fn = self.d.int_bit_fns.get((name, w))
+        if fn is None:
+            raise BuildError(format_error(
+                self.who, f"{name} of {t} on the {self.d.name!r} target",
+                "a target with integer bit-count builtins (cuda, hip, llvm)",
+                Kernel=self.kname))
+        if name == "popcount":
+            wide = "unsigned long long" if w == 64 else "unsigned"
+            x = f"({wide})({self.d.ctype('uint' + str(dt.bits(t)))})({arg})"
+        else:
+            x = f"(long long)({arg})" if w == 64 else f"(int)({arg})"
+        return f"(({self.d.ctype(out)}){fn}({x}))"
 
     def _apply(self, fn: str, args: list, t: str) -> str:
         if fn in self.d.math_helpers:

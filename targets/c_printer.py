@@ -44,7 +44,7 @@ from polytile.schedule.loop_ir import (FOR_KINDS, AccessPtr, Allocate, Assert, B
                                        ExternCall, For, TensorCall,
                                        IfThenElse, KernelLaunch, LetStmt, PrimFunc, Seq, Stmt,
                                        StmtFunctor, Store, Sync, WarpShuffle, stmt_str,
-                                       walk_stmts)
+                                       While, walk_stmts)
 from polytile.te import dtype as dt
 from polytile.te import symbolic as sym
 from polytile.te.depth import deep
@@ -619,6 +619,11 @@ class CPrinter(CExprPrinter, StmtFunctor):
         self.scopes.append({name})
         self.stmt(s.body, depth + 1)
         self.scopes.pop()
+        self.emit(depth, "}")
+
+    def visit_While(self, s: While, depth: int) -> None:
+        self.emit(depth, f"while ({strip_parens(self.expr(s.cond))}) {{")
+        self.block(s.body, depth + 1)
         self.emit(depth, "}")
 
     def visit_IfThenElse(self, s: IfThenElse, depth: int) -> None:

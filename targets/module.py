@@ -223,6 +223,22 @@ class Module:
             self._export(path, suffix)
         return path
 
+    def save(self, file_name: str | os.PathLike, fmt: str = "") -> str:
+        """TVM's ``Module.save(file_name, fmt)``: :meth:`export_library` of ``file_name``
+        (``fmt``, when given, must agree with its suffix: ``"ll"``, ``"s"``, ``"o"``...).
+
+        Raises
+        ------
+        ValueError
+            For a suffix this module cannot write, or a ``fmt`` that differs from it.
+        """
+        suffix = os.path.splitext(os.fspath(file_name))[1].lstrip(".")
+        if fmt and fmt.lstrip(".") != suffix:
+            raise ValueError(format_error(
+                "save", f"fmt={fmt!r} for {os.path.basename(os.fspath(file_name))!r}",
+                "expected the format its suffix names (or no fmt)"))
+        return self.export_library(file_name)
+
     def _binary_exports(self) -> tuple:
         """Suffixes ``_export`` writes beyond the source formats."""
         return ()

@@ -12,10 +12,10 @@ from .expr import (Call, Cast, Cmp, CommReducer, Const, Expr, IterVar, Range, Re
 from .expr import logical_and as all
 from .expr import logical_or as any
 from .expr import select as if_then_else
-from .scalar_math import (abs, acos, asin, atan, atan2, ceil, copysign, cos, cosh, erf, exp, exp2,
+from .scalar_math import (abs, acos, asin, atan, atan2, ceil, clz, copysign, cos, cosh, erf, exp, exp2,
                           expm1, fast_erf, fast_exp, fast_tanh, floor, floordiv, floormod, fmod,
                           hypot, isfinite, isinf, isnan, log, log1p, log2, log10, nearbyint, pow,
-                          power, round, rsqrt, sigmoid, sin, sinh, sqrt, tan, tanh, trunc,
+                          popcount, power, round, rsqrt, sigmoid, sin, sinh, sqrt, tan, tanh, trunc,
                           truncdiv, truncmod)
 
 indexdiv = floordiv   # TVM's index arithmetic: floor semantics
@@ -87,7 +87,7 @@ __all__ = [
     "AXIS_SEPARATOR", "Call", "Cast", "Cmp", "CommReducer", "ComputeOp", "Const", "Expr",
     "IterVar", "acos",
     "asin", "atan", "atan2", "copysign", "cosh", "expm1", "hypot", "indexdiv", "indexmod",
-    "isfinite", "isinf", "log1p", "nearbyint", "sinh", "tan",
+    "isfinite", "isinf", "log1p", "nearbyint", "sinh", "tan", "clz", "popcount",
     "Operation", "PlaceholderOp", "Range", "Reduce", "Reducer", "ScanOp", "Select", "Tensor",
     "TensorSlice", "TupleCommReducer", "scan",
     "TensorRead", "Var", "abs", "all", "any", "ceil", "comm_reducer", "compute", "const",

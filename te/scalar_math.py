@@ -96,6 +96,45 @@ def abs(x) -> Expr:
     return Call(e.dtype, "abs", (e,))
 
 
+def _int_arg(x, who: str, widths: tuple) -> Expr:
+    e = convert(x, "int32")
+    if not dt.is_int(e.dtype) or e.dtype == "bool" or dt.bits(e.dtype) not in widths:
+        raise DefinitionTypeError(
+            f"te.{who}: argument {e} has dtype {e.dtype}; expected an integer of "
+            f"{'/'.join(map(str, widths))} bits (use .astype('int32'))")
+    return e
+
+
+def popcount(x) -> Expr:
+    """The number of set bits of an integer expression, of its dtype (TVM's
+    ``tir.popcount``): the bits of the two's complement value, so ``popcount(int8(-1))`` is
+    8. LLVM ``ctpop``; CUDA/HIP ``__popc``/``__popcll``.
+
+    Raises
+    ------
+    DefinitionTypeError
+        For a float, bool or 4-bit argument.
+    """
+    e = _int_arg(x, "popcount", (8, 16, 32, 64))
+    return Call(e.dtype, "popcount", (e,))
+
+
+def clz(x) -> Expr:
+    """The number of leading zero bits of a 32- or 64-bit integer, as ``int32`` (TVM's
+    ``tir.clz``). ``clz(0)`` is the bit width (32 or 64), where TVM leaves it undefined;
+    a negative signed value has none. LLVM ``ctlz``; CUDA/HIP ``__clz``/``__clzll``.
+
+    Raises
+    ------
+    DefinitionTypeError
+        For a float, bool or integer of another width (TVM takes 32 and 64 bits only).
+    """
+    e = _int_arg(x, "clz", (32, 64))
+    # the count has the operand's dtype inside (one intrinsic per width), int32 outside
+    c = Call(e.dtype, "clz", (e,))
+    return c if e.dtype == "int32" else cast(c, "int32")
+
+
 def isnan(x) -> Expr:
     """True where a float expression is NaN."""
     e = _float_arg(x, "isnan")

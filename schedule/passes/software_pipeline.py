@@ -364,7 +364,7 @@ class _Pipeline(StmtMutator):
                 if isinstance(x, For) and x.kind == LoopKind.VECTORIZED and \
                         self.asynchronous and not p.tma:
                     why = async_copy_refusal(x)
-                    if why is not None:
+                    if why is not None and not p.sync_copies:
                         st = next(y for y in walk_stmts(x) if isinstance(y, Store))
                         refuse(p, f"the copy into {st.buffer.name!r} (stage "
                                f"{st.buffer.name!r}, loop {x.var.name!r}) cannot be a "
@@ -372,7 +372,7 @@ class _Pipeline(StmtMutator):
                                "aligned addresses", hint="vectorize the copy into 8 "
                                "float16 (4 float32) lanes; row lengths and storage_align "
                                "padding multiples of the vector")
-        for c in copies if self.asynchronous and not p.tma else ():
+        for c in copies if self.asynchronous and not p.tma and not p.sync_copies else ():
             bare = [x for x in walk_stmts(c) if isinstance(x, Store)
                     and not any(is_async_copy(f) and any(y is x for y in walk_stmts(f))
                                 for f in walk_stmts(c) if isinstance(f, For)

@@ -42,7 +42,7 @@ from polytile.schedule.passes.int4 import NIBBLE_STORE
 from polytile.schedule.loop_ir import (FOR_KINDS, AccessPtr, Allocate, ExternCall, TensorCall,
                                        is_empty, Assert, Buffer, Evaluate, For,
                                        IfThenElse, LetStmt, Load, PrimFunc, Seq, Stmt,
-                                       StmtFunctor, Store, asserts, walk_stmts)
+                                       StmtFunctor, Store, While, asserts, walk_stmts)
 from polytile.te import dtype as dt
 from polytile.te.expr import (And, Binary, Call, Cast, Cmp, Const, Expr, Not, Or, Select,
                               Var)
@@ -290,6 +290,20 @@ class CodeGen(StmtFunctor):
         self.b.branch(header)
         self.b.position_at_end(exit_)
 
+    def visit_While(self, s: While) -> None:
+        # the condition is evaluated in its own block before every iteration
+        b = self.b
+        header = b.append_basic_block("while.header")
+        blk = b.append_basic_block("while.body")
+        exit_ = b.append_basic_block("while.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        b.cbranch(self.expr(s.cond), blk, exit_)
+        b.position_at_end(blk)
+        self.stmt(s.body)
+        self.b.branch(header)
+        self.b.position_at_end(exit_)
+
     def visit_IfThenElse(self, s: IfThenElse) -> None:
         cond = self.expr(s.cond)
         if s.else_case is None:
@@ -468,7 +482,12 @@ class CodeGen(StmtFunctor):
             raise BuildError(format_error(
                 "codegen_llvm", f"call_intrin {e.name!r} is a builtin of a C dialect",
                 "call_extern or call_llvm_intrin on the llvm target"))
-        return self.extern_call(e, [self.expr(a) for a in e.args])
+        v = self.extern_call(e, [self.expr(a) for a in e.args])
+        if e.kind == "packed":
+            # the Python function raised: stop, and let the caller raise it again
+            with self.b.if_then(self.b.icmp_signed("!=", v, I32(0)), likely=False):
+                self.fail(I32(llx.STATUS_PACKED))
+        return v
 
     def atomic_call(self, e: ExternCall) -> ir.Value:
         """An atomic update of memory (kind ``atomic``): ``nibble_store(ptr, shift, v)``

@@ -36,6 +36,8 @@ _FLOAT_TYPES = {"float16": ir.HalfType(), "float32": ir.FloatType(),
 
 STATUS_OK = 0
 STATUS_NO_MEMORY = 1
+#: a ``tir.call_packed`` function raised (the exception waits in :mod:`polytile.registry`)
+STATUS_PACKED = 2
 #: statuses from this value on are failed run-time checks: ``STATUS_ASSERT + k`` is the
 #: ``k``-th ``Assert`` of the function (``loop_ir.asserts``)
 STATUS_ASSERT = 16
@@ -341,10 +343,15 @@ def math_call(b: ir.IRBuilder, name: str, args: list, arg_dtype: str,
         return call_intrinsic(b, "abs", [x], extra=(I1(0),))  # INT_MIN stays INT_MIN
     if name == "isnan" and dt.is_float(arg_dtype):
         return b.fcmp_unordered("uno", x, x)
+    if name in ("popcount", "clz") and dt.is_int(arg_dtype):
+        # ctlz with is_zero_poison false: clz(0) is the bit width, as CUDA's __clz
+        if name == "popcount":
+            return call_intrinsic(b, "ctpop", [x])
+        return call_intrinsic(b, "ctlz", [x], extra=(I1(0),))
     if not dt.is_float(arg_dtype) or name not in CALL_NAMES:
         raise BuildError(format_error(
             "codegen_llvm", f"unknown intrinsic {name!r} for {arg_dtype} arguments",
-            f"expected one of {', '.join(CALL_NAMES)} on float arguments (abs also on ints)"))
+            f"expected one of {', '.join(CALL_NAMES)} on float arguments (abs, popcount, clz on ints)"))
     if name in vecmath.NAMES:
         return vecmath.emit(b, name, x, arg_dtype, fast=fast, fma=fma)
     lanes = lanes_of(x)

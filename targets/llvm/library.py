@@ -74,6 +74,14 @@ def write_library(module: LLVMModule, path: str, suffix: str) -> None:
         ``-z defs`` makes a symbol the library would not resolve a link error here rather
         than a failure to load it later).
     """
+    if getattr(module, "_packed", None):
+        from polytile.registry import SITES
+
+        names = sorted({SITES[s][0] for s in module._packed if s in SITES})
+        raise BuildError(format_error(
+            "export_library", f"function {module.name!r} calls the Python functions "
+            f"{names} (tir.call_packed)", "expected code that runs without Python",
+            hint="call a C function with tir.call_extern and pragma 'import_c' instead"))
     meta = export_meta.dumps(metadata(module))
     tm = _target_machine(module.target, jit=False)
     mod = llvm.parse_assembly(module._opt_text + _ir_string(METADATA_SYMBOL, meta))

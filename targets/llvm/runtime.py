@@ -40,7 +40,7 @@ from ..runtime_support import (SCALAR_CTYPES, check_arg_count, check_array, chec
                                scalar_arg, size_args)
 from .analysis import stored_buffers
 from .codegen import codegen_llvm
-from .intrinsics import STATUS_ASSERT, STATUS_NO_MEMORY
+from .intrinsics import STATUS_ASSERT, STATUS_NO_MEMORY, STATUS_PACKED
 from .workarounds import scalarize_constant_masked_stores
 
 _lock = threading.Lock()
@@ -328,6 +328,11 @@ class LLVMModule(Module):
             mod = llvm.parse_assembly(fixed)
             mod.verify()
             self._opt_text = fixed
+        from polytile.registry import PACKED_PREFIX, bind_symbols
+
+        self._packed = sorted(f.name for f in mod.functions
+                              if f.is_declaration and f.name.startswith(PACKED_PREFIX))
+        bind_symbols(self._packed)
         _check_resolved(mod, func.name)
         self._tm = tm
         self._asm = None
@@ -442,6 +447,12 @@ class LLVMModule(Module):
             a = self._asserts[status - STATUS_ASSERT]
             exc = {"ZeroDivisionError": ZeroDivisionError}.get(a.error, IndexError)
             raise exc(f"{self.name}: {a.message}")
+        if status == STATUS_PACKED:
+            from polytile.registry import take_pending
+
+            exc = take_pending()
+            if exc is not None:
+                raise exc
         if status == STATUS_NO_MEMORY:
             raise MemoryError(format_error(self.name, "a heap allocation failed (malloc "
                                            "returned NULL or the size overflowed)",

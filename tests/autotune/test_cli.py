@@ -140,7 +140,10 @@ def test_templates_command():
 
 @pytest.mark.parametrize("args, code, text", [
     (["tune"], 2, "the following arguments are required"),
-    (["tune", "matmul", "--tuner", "magic"], 2, "invalid choice"),
+    (["tune", "matmul", "--tuner", "magic"], 2,
+     "argument --tuner: expected 'model', 'random' or 'grid', got 'magic'"),
+    # AutoTVM's name: argparse's 'invalid choice' hid the hint make_tuner gives
+    (["tune", "matmul", "--tuner", "xgb"], 2, "(AutoTVM's 'xgb' is polytile's 'model')"),
     (["tune", "matmul", "--trials", "0"], 2, "positive integer"),
     # argparse took -3,4,4 for an option: "expected one argument"
     (["tune", "matmul", "--args", "-3,4,4"], 2,

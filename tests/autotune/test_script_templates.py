@@ -68,6 +68,21 @@ def test_template_of_a_script_tuned_by_its_registered_name(tmp_path):
     assert "tuned by name" in p.stdout
 
 
+def test_template_without_a_source_file_is_refused_before_any_worker(tmp_path):
+    # piped to `python -` (as a notebook cell): the workers failed with "unknown
+    # template 'script/scale'", which did not say why
+    log = tmp_path / "scale.jsonl"
+    code = TEMPLATE + textwrap.dedent(f'''
+        main({str(log)!r})
+        ''')
+    p = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert p.returncode != 0
+    assert ("tune: template 'script/scale' was registered by code without a source file "
+            "(module '__main__'") in p.stderr
+    assert "a worker process failed" not in p.stderr and not log.exists()
+
+
 def test_script_tuning_at_import_time_is_refused_in_the_workers(tmp_path):
     p = _run(tmp_path, f'''
         main({str(tmp_path / "x.jsonl")!r})

@@ -164,6 +164,12 @@ def compute_inline_of_a_placeholder():
     s[A].compute_inline()
 
 
+def bind_twice():
+    _, _, C, _, s = matmul()
+    s[C].bind(C.op.axis[0], te.thread_axis("threadIdx.x"))
+    s[C].bind(C.op.axis[0], te.thread_axis("threadIdx.y"))
+
+
 def unroll_then_parallel_the_same_loop():
     _, _, C, _, s = matmul()
     s[C].unroll(C.op.axis[0])
@@ -324,8 +330,13 @@ CASES = [
                  r"compute_inline: stage 'A' is a placeholder \(an input\) and has no loops",
                  id="compute-inline-of-a-placeholder"),
     pytest.param(unroll_then_parallel_the_same_loop,
-                 r"parallel: iter_var 'i' of stage 'C' is already annotated 'unroll'; one of "
-                 r"vectorize/unroll/parallel per loop", id="two-annotations-on-one-loop"),
+                 r"parallel: iter_var 'i' of stage 'C' is already annotated 'unroll'; expected "
+                 r"one annotation per loop \(vectorize, unroll, parallel or one bind\)",
+                 id="two-annotations-on-one-loop"),
+    pytest.param(bind_twice,
+                 r"bind: iter_var 'i' of stage 'C' is already annotated 'bind:threadIdx.x'; "
+                 r"expected one annotation per loop \(vectorize, unroll, parallel or one bind\)",
+                 id="two-binds-on-one-loop"),
     pytest.param(parallel_after_split_of_the_same_axis,
                  r"parallel: iter_var 'i' of stage 'C' was already split into 'i\.outer' and "
                  r"'i\.inner'; use one of those", id="annotation-after-split-of-the-axis"),

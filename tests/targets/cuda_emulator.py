@@ -112,6 +112,11 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return {(unsigned short)((u >> 16) | 0x40u)};
   return {(unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
 }
+// CUDA's integer intrinsics, with their results at 0 (__clz(0) is 32, __clzll(0) 64)
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+static inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
 #define __expf expf
 #define __logf logf
 #define __log2f log2f

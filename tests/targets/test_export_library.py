@@ -280,3 +280,14 @@ def test_export_link_failure_is_a_build_error(library, tmp_path):
     f, _ = library
     with pytest.raises(BuildError, match="linking"):
         f.export_library(str(tmp_path / "no" / "such" / "dir" / "f.so"))
+
+
+def test_save_is_tvms_name_of_export(library, tmp_path):
+    # TVM's Module.save(file_name, fmt) was an AttributeError
+    f, _ = library
+    assert f.save(str(tmp_path / "rowsum.ll")).endswith("rowsum.ll")
+    assert "define" in (tmp_path / "rowsum.ll").read_text()
+    f.save(str(tmp_path / "rowsum.o"), fmt="o")
+    assert (tmp_path / "rowsum.o").stat().st_size > 0
+    with pytest.raises(ValueError, match="save: fmt='ll' for 'x.o'; expected the format"):
+        f.save(str(tmp_path / "x.o"), fmt="ll")
