@@ -236,9 +236,10 @@ def _entry_line(k, n, e, r, t0):
           f"(build {r.build_s:.2f} s)", flush=True)
 
 
-def _pool(a, name, args, dtype, measure_pool, Pool, MeasureOptions):
+def _pool(a, name, args, dtype, measure_pool, Pool, MeasureOptions, seed=None):
     os.makedirs(a.cache, exist_ok=True)
-    slug = pool_file(name, args, dtype, a.target, a.pool, a.pool_seed, a.full_space)
+    seed = a.pool_seed if seed is None else seed
+    slug = pool_file(name, args, dtype, a.target, a.pool, seed, a.full_space)
     path = os.path.join(a.cache, slug)
     if os.path.exists(path):
         if a.remeasure:
@@ -263,13 +264,20 @@ def _pool(a, name, args, dtype, measure_pool, Pool, MeasureOptions):
     opt = MeasureOptions(parallel=a.parallel or 0, threads=a.threads or 0, **short)
     print(f"  measuring pool {path} ({a.pool} configs, budget "
           f"{a.pool_budget or 'none'} s, {opt.parallel} build workers)", flush=True)
-    pool = measure_pool(name, args, dtype, a.target, a.pool, a.pool_seed, opt, path,
+    pool = measure_pool(name, args, dtype, a.target, a.pool, seed, opt, path,
                         progress, budget_s=a.pool_budget, full_space=a.full_space,
                         on_entry=lambda k, n, e, r: _entry_line(k, n, e, r, t0))
     ok = sum(bool(e["costs"]) for e in pool.entries)
     print(f"  pool {path}: {len(pool.entries)} of {a.pool} measured ({ok} ran) in "
           f"{time.perf_counter() - t0:.0f} s", flush=True)
     return pool, f"measured in {time.perf_counter() - t0:.0f} s"
+
+
+def _src_seed(a) -> int:
+    """Pool seed of the --transfer source: with the target's seed, both pools of a space
+    of the same size hold the same configs (the warm model then knows the source's cost
+    of every config it ranks)."""
+    return a.pool_seed if a.transfer_pool_seed is None else a.transfer_pool_seed
 
 
 def _seeds(a) -> range:
@@ -391,14 +399,15 @@ def _replay(a, name, args, dtype, rows):
     _report(title, curves, best, a.trials, rows)
     src_args = SHAPES.get((name, a.target.split()[0]), (None, None))[1] if a.transfer else None
     if src_args is not None and a.no_measure and not os.path.exists(os.path.join(
-            a.cache, pool_file(name, src_args, dtype, a.target, a.pool, a.pool_seed,
+            a.cache, pool_file(name, src_args, dtype, a.target, a.pool, _src_seed(a),
                                a.full_space))):
         print(f"  (no pool of {name}{tuple(src_args)} to warm-start from: no transfer)")
         src_args = None
     if a.plot and src_args is None:
         _plot(a.plot, _plot_name(name, dtype), curves, best, title)
     if src_args is not None:
-        src, how = _pool(a, name, src_args, dtype, measure_pool, Pool, MeasureOptions)
+        src, how = _pool(a, name, src_args, dtype, measure_pool, Pool, MeasureOptions,
+                         _src_seed(a))
         so = ReplayOracle(src, stat=a.stat)
         warm = [replay_search(oracle, "model", nmax, seed=s, batch=a.batch, transfer=[so])
                 for s in _seeds(a)]
@@ -471,6 +480,9 @@ def main(argv=None) -> None:
                     help="first seed (held-out seeds: others than a change was chosen on)")
     ap.add_argument("--pool", type=int, default=160, help="configs per pool (replay)")
     ap.add_argument("--pool-seed", type=int, default=0)
+    ap.add_argument("--transfer-pool-seed", type=int, default=None,
+                    help="seed of the --transfer source pool (default --pool-seed; another "
+                    "seed draws other configs than the target pool's)")
     ap.add_argument("--batch", type=int, default=8, help="trials per tuner batch")
     ap.add_argument("--cache", default="search_quality_cache")
     ap.add_argument("--remeasure", action="store_true", help="ignore cached pools")
