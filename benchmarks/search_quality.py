@@ -98,6 +98,38 @@ three within 0.7 % of the best, the next at 93.4 %; conv2d: one within 5 %, thre
 with models whose Spearman rho on the unseen configs is 0.2-0.3 (matmul) and 0.25-0.75
 (conv2d) after 8-16 measurements.
 
+Tried on 2026-12-02 (evening) on seeds 1000-1063 (64 seeds; model@24 against the
+default's on the same seeds, paired, mean +- standard error, matmul / conv2d / softmax;
+the default: 0.960 / 0.921 / 0.998, random@96 0.991 / 0.969 / 0.992), none better
+than the noise on conv2d without a loss on matmul: one-hot knob values in the knob
+features (-0.1 / -0.8+-1.2 / 0.0 points; with splits one-hot too -0.1 / -0.1+-1.0 /
+0.0); local proposals, 2 of each batch of 8 taken among the unmeasured configs nearest
+(fewest knobs apart) to the 3 best measured, ranked by the loop-IR model (+0.5 /
++0.3 / 0.0; 4 of 8: +0.7 / -1.6; 8 near the best one: -1.6 / -3.9); choosing each batch
+between the loop-IR and the knob model by 4-fold cross-validated Kendall tau on the
+measured configs (-0.4 / -0.2+-1.0 / 0.0; the knob model always: -0.7 / -0.1 / +0.1,
+although on conv2d it ranks unseen configs better, rho 0.51 / 0.69 against 0.25 / 0.55
+after 8 / 16 random ones); regression objectives on the throughput fraction
+(reg:squarederror -1.0 / -5.5 / -0.8, reg:logistic -1.8 / -9.6 / -2.0; the ranking
+objective is insensitive to a log of its labels); epsilon 0 or 0.1 (0 / 0 / 0, -0.2 /
+-0.8 / 0). A prior on the hand-written default helps conv2d and hurts matmul: the pool's
+configs nearest the default as half the first batch, with the number of knobs differing
+from the default as a knob feature: +3.3+-1.4 / -3.8+-1.1 points (conv2d's pool best is
+4 knobs from the default, the pool's mean quality falls from 0.60 at 2 knobs to 0.05 at
+8; matmul's best three are 8-9 knobs away). Not kept.
+
+Transfer on conv2d (``--transfer --transfer-pool-seed 1``): the 64-output-channel pool
+``conv2d_nchw_1x32x28x28x64x3x3x1x1_llvm_n192_s1`` (192 configs drawn with seed 1: one
+config in common with the 32-channel pool, so the warm model generalises rather than
+looking up costs; znver4 VM, load 3, 2026-12-02) warm-starts the model tuner on the
+32-channel pool, held-out seeds 2000-2047: model@8 / 16 / 24 0.885 / 0.944 / 0.981
+against random@32 / 64 / 96 0.841 / 0.914 / 0.956 (cold 0.643 / 0.812 / 0.906; at least
+random@4N in 28, 32, 42 of 48 seeds); 95 % of the pool's best in a median 16 trials
+(cold 30, random 97). A source pool drawn with the target's seed holds the *same* 192
+configs (spaces of the same size): with it the warm model found the pool's best in its
+first batch in 48 of 48 seeds (model@8 1.000), which says little about transfer; the
+softmax pair above (both seed 0) is such a pair.
+
 N = 8 cannot be reached cold: the first batch (8 configs) is random but for neighbours of
 the default config, rare in a pool of a large space, so model@8 = random@8. Tried in
 earlier sessions, all within the noise or mixed in sign: rank:ndcg or pairs limited to
