@@ -128,7 +128,11 @@ random@4N in 28, 32, 42 of 48 seeds); 95 % of the pool's best in a median 16 tri
 (cold 30, random 97). A source pool drawn with the target's seed holds the *same* 192
 configs (spaces of the same size): with it the warm model found the pool's best in its
 first batch in 48 of 48 seeds (model@8 1.000), which says little about transfer; the
-softmax pair above (both seed 0) is such a pair.
+softmax pair above (both seed 0) is such a pair. Its source drawn with seed 1
+(``softmax_1024x512_llvm_n192_s1``, 35 configs in common with the target's 192 of a
+896-config space; znver4 VM, load 2, 2026-12-02), held-out seeds 2000-2047: warm
+model@8 / 16 / 24 0.971 / 0.995 / 0.998 against random@32 / 64 / 96 0.921 / 0.976 /
+0.993 (cold 0.854 / 0.983 / 0.997); 95 % of the best in a median 1 trial (cold 9.5).
 
 N = 8 cannot be reached cold: the first batch (8 configs) is random but for neighbours of
 the default config, rare in a pool of a large space, so model@8 = random@8. Tried in
