@@ -98,6 +98,42 @@ three within 0.7 % of the best, the next at 93.4 %; conv2d: one within 5 %, thre
 with models whose Spearman rho on the unseen configs is 0.2-0.3 (matmul) and 0.25-0.75
 (conv2d) after 8-16 measurements.
 
+Tried on 2026-12-02 (evening) on seeds 1000-1063 (64 seeds; model@24 against the
+default's on the same seeds, paired, mean +- standard error, matmul / conv2d / softmax;
+the default: 0.960 / 0.921 / 0.998, random@96 0.991 / 0.969 / 0.992), none better
+than the noise on conv2d without a loss on matmul: one-hot knob values in the knob
+features (-0.1 / -0.8+-1.2 / 0.0 points; with splits one-hot too -0.1 / -0.1+-1.0 /
+0.0); local proposals, 2 of each batch of 8 taken among the unmeasured configs nearest
+(fewest knobs apart) to the 3 best measured, ranked by the loop-IR model (+0.5 /
++0.3 / 0.0; 4 of 8: +0.7 / -1.6; 8 near the best one: -1.6 / -3.9); choosing each batch
+between the loop-IR and the knob model by 4-fold cross-validated Kendall tau on the
+measured configs (-0.4 / -0.2+-1.0 / 0.0; the knob model always: -0.7 / -0.1 / +0.1,
+although on conv2d it ranks unseen configs better, rho 0.51 / 0.69 against 0.25 / 0.55
+after 8 / 16 random ones); regression objectives on the throughput fraction
+(reg:squarederror -1.0 / -5.5 / -0.8, reg:logistic -1.8 / -9.6 / -2.0; the ranking
+objective is insensitive to a log of its labels); epsilon 0 or 0.1 (0 / 0 / 0, -0.2 /
+-0.8 / 0). A prior on the hand-written default helps conv2d and hurts matmul: the pool's
+configs nearest the default as half the first batch, with the number of knobs differing
+from the default as a knob feature: +3.3+-1.4 / -3.8+-1.1 points (conv2d's pool best is
+4 knobs from the default, the pool's mean quality falls from 0.60 at 2 knobs to 0.05 at
+8; matmul's best three are 8-9 knobs away). Not kept.
+
+Transfer on conv2d (``--transfer --transfer-pool-seed 1``): the 64-output-channel pool
+``conv2d_nchw_1x32x28x28x64x3x3x1x1_llvm_n192_s1`` (192 configs drawn with seed 1: one
+config in common with the 32-channel pool, so the warm model generalises rather than
+looking up costs; znver4 VM, load 3, 2026-12-02) warm-starts the model tuner on the
+32-channel pool, held-out seeds 2000-2047: model@8 / 16 / 24 0.885 / 0.944 / 0.981
+against random@32 / 64 / 96 0.841 / 0.914 / 0.956 (cold 0.643 / 0.812 / 0.906; at least
+random@4N in 28, 32, 42 of 48 seeds); 95 % of the pool's best in a median 16 trials
+(cold 30, random 97). A source pool drawn with the target's seed holds the *same* 192
+configs (spaces of the same size): with it the warm model found the pool's best in its
+first batch in 48 of 48 seeds (model@8 1.000), which says little about transfer; the
+softmax pair above (both seed 0) is such a pair. Its source drawn with seed 1
+(``softmax_1024x512_llvm_n192_s1``, 35 configs in common with the target's 192 of a
+896-config space; znver4 VM, load 2, 2026-12-02), held-out seeds 2000-2047: warm
+model@8 / 16 / 24 0.971 / 0.995 / 0.998 against random@32 / 64 / 96 0.921 / 0.976 /
+0.993 (cold 0.854 / 0.983 / 0.997); 95 % of the best in a median 1 trial (cold 9.5).
+
 N = 8 cannot be reached cold: the first batch (8 configs) is random but for neighbours of
 the default config, rare in a pool of a large space, so model@8 = random@8. Tried in
 earlier sessions, all within the noise or mixed in sign: rank:ndcg or pairs limited to
@@ -236,9 +272,10 @@ def _entry_line(k, n, e, r, t0):
           f"(build {r.build_s:.2f} s)", flush=True)
 
 
-def _pool(a, name, args, dtype, measure_pool, Pool, MeasureOptions):
+def _pool(a, name, args, dtype, measure_pool, Pool, MeasureOptions, seed=None):
     os.makedirs(a.cache, exist_ok=True)
-    slug = pool_file(name, args, dtype, a.target, a.pool, a.pool_seed, a.full_space)
+    seed = a.pool_seed if seed is None else seed
+    slug = pool_file(name, args, dtype, a.target, a.pool, seed, a.full_space)
     path = os.path.join(a.cache, slug)
     if os.path.exists(path):
         if a.remeasure:
@@ -263,13 +300,20 @@ def _pool(a, name, args, dtype, measure_pool, Pool, MeasureOptions):
     opt = MeasureOptions(parallel=a.parallel or 0, threads=a.threads or 0, **short)
     print(f"  measuring pool {path} ({a.pool} configs, budget "
           f"{a.pool_budget or 'none'} s, {opt.parallel} build workers)", flush=True)
-    pool = measure_pool(name, args, dtype, a.target, a.pool, a.pool_seed, opt, path,
+    pool = measure_pool(name, args, dtype, a.target, a.pool, seed, opt, path,
                         progress, budget_s=a.pool_budget, full_space=a.full_space,
                         on_entry=lambda k, n, e, r: _entry_line(k, n, e, r, t0))
     ok = sum(bool(e["costs"]) for e in pool.entries)
     print(f"  pool {path}: {len(pool.entries)} of {a.pool} measured ({ok} ran) in "
           f"{time.perf_counter() - t0:.0f} s", flush=True)
     return pool, f"measured in {time.perf_counter() - t0:.0f} s"
+
+
+def _src_seed(a) -> int:
+    """Pool seed of the --transfer source: with the target's seed, both pools of a space
+    of the same size hold the same configs (the warm model then knows the source's cost
+    of every config it ranks)."""
+    return a.pool_seed if a.transfer_pool_seed is None else a.transfer_pool_seed
 
 
 def _seeds(a) -> range:
@@ -391,14 +435,15 @@ def _replay(a, name, args, dtype, rows):
     _report(title, curves, best, a.trials, rows)
     src_args = SHAPES.get((name, a.target.split()[0]), (None, None))[1] if a.transfer else None
     if src_args is not None and a.no_measure and not os.path.exists(os.path.join(
-            a.cache, pool_file(name, src_args, dtype, a.target, a.pool, a.pool_seed,
+            a.cache, pool_file(name, src_args, dtype, a.target, a.pool, _src_seed(a),
                                a.full_space))):
         print(f"  (no pool of {name}{tuple(src_args)} to warm-start from: no transfer)")
         src_args = None
     if a.plot and src_args is None:
         _plot(a.plot, _plot_name(name, dtype), curves, best, title)
     if src_args is not None:
-        src, how = _pool(a, name, src_args, dtype, measure_pool, Pool, MeasureOptions)
+        src, how = _pool(a, name, src_args, dtype, measure_pool, Pool, MeasureOptions,
+                         _src_seed(a))
         so = ReplayOracle(src, stat=a.stat)
         warm = [replay_search(oracle, "model", nmax, seed=s, batch=a.batch, transfer=[so])
                 for s in _seeds(a)]
@@ -471,6 +516,9 @@ def main(argv=None) -> None:
                     help="first seed (held-out seeds: others than a change was chosen on)")
     ap.add_argument("--pool", type=int, default=160, help="configs per pool (replay)")
     ap.add_argument("--pool-seed", type=int, default=0)
+    ap.add_argument("--transfer-pool-seed", type=int, default=None,
+                    help="seed of the --transfer source pool (default --pool-seed; another "
+                    "seed draws other configs than the target pool's)")
     ap.add_argument("--batch", type=int, default=8, help="trials per tuner batch")
     ap.add_argument("--cache", default="search_quality_cache")
     ap.add_argument("--remeasure", action="store_true", help="ignore cached pools")
