@@ -25,14 +25,19 @@ import sys
 import time
 
 #: name -> (wmma_gemm keywords over tensor_core.MMA_BEST (``min_blocks``: the target's
-#: ``-min-blocks``), switches of polytile.schedule.passes.fragment_prefetch)
+#: ``-min-blocks``), switches of polytile.schedule.passes.fragment_prefetch and
+#: software_pipeline (:data:`SWITCH_MODULES`))
 CANDIDATES = {
     "best-noalt": ({}, {"ALTERNATE_SETS": False}),
     "best": ({}, {}),
     "best-g16": ({"group": 16}, {}),
     "best-g16-noalt": ({"group": 16}, {"ALTERNATE_SETS": False}),
     "best-g32": ({"group": 32}, {}),
+    "best-g4": ({"group": 4}, {}),
+    "best-swA": ({"swizzle": "A"}, {}),
+    "best-unroll": ({}, {"UNROLL_SLOTS": True}),
     "256x128x64": ({"block": (256, 128, 64)}, {}),
+    "256x128x64-swA": ({"block": (256, 128, 64), "swizzle": "A"}, {}),
     "128x256x32s5": ({"block": (128, 256, 32), "stages": 5}, {}),
     "128x128x64s3": ({"block": (128, 128, 64), "stages": 3}, {}),
     "128x128x64s3-g16": ({"block": (128, 128, 64), "stages": 3, "group": 16}, {}),
@@ -44,8 +49,14 @@ CANDIDATES = {
     "best-s3": ({"stages": 3}, {}),
     "128x256x32s4": ({"block": (128, 256, 32)}, {}),
     "128x128x64s3-mb2": ({"block": (128, 128, 64), "stages": 3, "min_blocks": 2}, {}),
+    "128x128x64s3-mb2-g16": ({"block": (128, 128, 64), "stages": 3, "min_blocks": 2,
+                              "group": 16}, {}),
     "128x128x32s4-mb2": ({"block": (128, 128, 32), "min_blocks": 2}, {}),
+    "128x128x32s6-mb2": ({"block": (128, 128, 32), "stages": 6, "min_blocks": 2}, {}),
 }
+
+#: where each switch of :data:`CANDIDATES` lives (module attribute names)
+SWITCH_MODULES = {"ALTERNATE_SETS": "fragment_prefetch", "UNROLL_SLOTS": "software_pipeline"}
 
 _DEFAULTS: dict = {}
 
@@ -56,17 +67,19 @@ def _build(job: tuple) -> tuple:
     name, dtype, n = job
     t0 = time.perf_counter()
     try:
+        import importlib
+
         import polytile
-        from polytile.schedule.passes import fragment_prefetch
         from polytile.targets.cuda import tensor_core as tc
         from polytile.targets.cuda.library import metadata
 
         over, switches = CANDIDATES[name]
         # a worker builds several candidates: each starts from the switches' defaults
-        keys = {k for _, sw in CANDIDATES.values() for k in sw}
-        _DEFAULTS.update({k: getattr(fragment_prefetch, k) for k in keys - set(_DEFAULTS)})
-        for key in keys:
-            setattr(fragment_prefetch, key, switches.get(key, _DEFAULTS[key]))
+        mods = {k: importlib.import_module(f"polytile.schedule.passes.{m}")
+                for k, m in SWITCH_MODULES.items()}
+        _DEFAULTS.update({k: getattr(mods[k], k) for k in set(mods) - set(_DEFAULTS)})
+        for key, mod in mods.items():
+            setattr(mod, key, switches.get(key, _DEFAULTS[key]))
         cfg = dict(tc.MMA_BEST)
         cfg.update(dtype=dtype, **over)
         blocks = cfg.pop("min_blocks", 0)
@@ -77,6 +90,29 @@ def _build(job: tuple) -> tuple:
     except Exception as exc:   # report it in the table, go on with the others
         return name, dtype, None, f"{type(exc).__name__}: {str(exc)[:200]}", \
             time.perf_counter() - t0
+
+
+def registers(cubin: bytes) -> str:
+    """Registers per thread of the kernel in ``cubin`` (``cuobjdump -res-usage``: ``REG:``),
+    with ``STACK:`` where there is a stack frame (spills), or ``?`` without cuobjdump."""
+    import os
+    import re
+    import shutil
+    import subprocess
+    import tempfile
+
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        return "?"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as fh:
+            fh.write(cubin)
+        out = subprocess.run([tool, "-res-usage", path], capture_output=True, text=True).stdout
+    reg = re.search(r"REG:(\d+)", out)
+    stack = re.search(r"STACK:(\d+)", out)
+    return (reg.group(1) if reg else "?") + (f" STACK {stack.group(1)}" if stack and
+                                              stack.group(1) != "0" else "")
 
 
 def main(argv=None) -> None:
@@ -145,7 +181,8 @@ def main(argv=None) -> None:
                 print(f"n={n} {dtype:8s} {name:19s} WRONG (relative error {err:.1e})")
                 continue
             mod.synchronize = False    # (a wait per call would sit between the events)
-            sass = wgmma_gemm.sass_counts(image, ("HMMA", "LDSM", "LDGSTS", "BAR"))
+            sass = wgmma_gemm.sass_counts(image, ("HMMA", "LDSM", "LDGSTS", "BAR")) + \
+                f" REG {registers(image)}"
             lines[name] = (lambda mod=mod: mod(da, db, dc),
                            f"build {secs:.0f} s, rel. error {err:.1e}, {sass}")
         for fn, _ in lines.values():      # Triton compiles here, before the timing
