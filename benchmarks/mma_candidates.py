@@ -9,7 +9,9 @@ before this process touches CUDA), then each cubin is loaded
 and timed beside cuBLAS (torch) and Triton's GEMM (``triton_gemm.CONFIGS[0]``, 128x256x64
 tiles) in the same process by ``gemm_final.interleaved``: after a second of untimed
 turns, CUDA events around ``--calls`` back-to-back calls, every line once per round,
-``--rounds`` rounds in alternating order (clocks drift over a run), the median.
+``--rounds`` rounds in alternating order (clocks drift over a run), the median; each
+candidate launched from launch records prepared once (``--full-call``: the first one
+through its checking call too).
 
 Run on an sm_90 machine: ``python3 benchmarks/mma_candidates.py --dtype float16 bfloat16``
 (``--pick NAME ...``: some candidates only). One line per figure: TFLOP/s, the ratio to
@@ -128,6 +130,9 @@ def main(argv=None) -> None:
                     help="rounds of timing, each timing every line once (interleaved)")
     ap.add_argument("--calls", type=int, default=10, help="calls per timed batch")
     ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--full-call", action="store_true",
+                    help="time the first candidate through its full call too (argument "
+                    "checks in Python before each launch)")
     args = ap.parse_args(argv)
     n = args.n
     jobs = []
@@ -164,6 +169,7 @@ def main(argv=None) -> None:
         db = polytile.nd.array(tb.float().cpu().numpy().astype(np_dt), device="cuda")
         dc = polytile.nd.array(np.full((n, n), np.nan, "float32"), device="cuda")
         cfg = triton_gemm.CONFIGS[0]
+        keep = []
         lines = {"cuBLAS (torch)": (lambda: ta @ tb, ""),
                  f"Triton {cfg[:3]}": (lambda: triton_gemm.matmul(ta, tb, cfg), "")}
         for fut, (name, jdt, _) in zip(futures, jobs):
@@ -183,8 +189,16 @@ def main(argv=None) -> None:
             mod.synchronize = False    # (a wait per call would sit between the events)
             sass = wgmma_gemm.sass_counts(image, ("HMMA", "LDSM", "LDGSTS", "BAR")) + \
                 f" REG {registers(image)}"
-            lines[name] = (lambda mod=mod: mod(da, db, dc),
+            # launch records prepared once (as gemm_final does): a call checks its
+            # arguments in Python first, which must not be what the events time
+            values, kept = mod._convert((da, db, dc))
+            prepared = mod._prepare(values)
+            keep.append((kept, prepared))
+            lines[name] = (lambda mod=mod, p=prepared: mod._launch(p),
                            f"build {secs:.0f} s, rel. error {err:.1e}, {sass}")
+            if args.full_call and name == next(j[0] for j in jobs if j[1] == dtype):
+                lines[name + " (call)"] = (lambda mod=mod: mod(da, db, dc),
+                                           "the same, each call checking its arguments")
         for fn, _ in lines.values():      # Triton compiles here, before the timing
             fn()
         times = gemm_final.interleaved({k: fn for k, (fn, _) in lines.items()},
