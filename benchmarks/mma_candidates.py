@@ -36,6 +36,7 @@ CANDIDATES = {
     "best-g16-noalt": ({"group": 16}, {"ALTERNATE_SETS": False}),
     "best-g32": ({"group": 32}, {}),
     "best-g4": ({"group": 4}, {}),
+    "best-g1": ({"group": 1}, {}),
     "best-swA": ({"swizzle": "A"}, {}),
     "best-unroll": ({}, {"UNROLL_SLOTS": True}),
     "256x128x64": ({"block": (256, 128, 64)}, {}),
