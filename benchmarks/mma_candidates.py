@@ -43,6 +43,7 @@ CANDIDATES = {
     "256x128x64-swA": ({"block": (256, 128, 64), "swizzle": "A"}, {}),
     "128x256x32s5": ({"block": (128, 256, 32), "stages": 5}, {}),
     "128x128x64s3": ({"block": (128, 128, 64), "stages": 3}, {}),
+    "128x128x64s3-step": ({"block": (128, 128, 64), "stages": 3, "frags": "step"}, {}),
     "128x128x64s3-g16": ({"block": (128, 128, 64), "stages": 3, "group": 16}, {}),
     "128x128x64s3-noalt": ({"block": (128, 128, 64), "stages": 3}, {"ALTERNATE_SETS": False}),
     "128x128x32s4": ({"block": (128, 128, 32)}, {}),
