@@ -316,19 +316,15 @@ def call(name: str, args: list, dtype: str) -> Val:
         err = None
         unsure = None
         if any(a.err is not None for a in args):
-            # the image of the error box: evaluate at its corners
-            lo_hi = [(a.v - a.e(), a.v + a.e()) for a in args]
-            corners = [np.asarray(fn(*c), dtype=np.float64)
-                       for c in _corners(lo_hi)]
+            image, unsure = _image(name, fn, [(a.v - a.e(), a.v + a.e()) for a in args], r)
             if name in _STEP_CALLS:
-                unsure = np.zeros(np.shape(v), bool)
-                for c in corners:
+                for c in image:
                     unsure |= c != r
             else:
                 err = np.zeros(np.shape(r))
-                for c in corners:
+                for c in image:
                     err = np.maximum(err, np.abs(c - r))
-                err = np.where(np.isnan(err), 0.0, err)
+                err = np.where(unsure | np.isnan(err), 0.0, err)
         if name not in _EXACT_CALLS:
             err = err_add(err, LIBM_ULPS * ulp(v, dtype))
         if err is not None:
@@ -336,11 +332,79 @@ def call(name: str, args: list, dtype: str) -> Val:
     return Val(v, dtype, err, np.abs(v), None, unsure)
 
 
-def _corners(lo_hi):
-    if not lo_hi:
+#: functions continuous but not monotonic on their domain: (argument positions, the
+#: critical points where an extreme lies inside an argument's interval); ``"sincos"`` stands
+#: for the extremes of sin/cos, which repeat every pi
+_CRITICAL = {"abs": {0: 0.0}, "cosh": {0: 0.0}, "hypot": {0: 0.0, 1: 0.0},
+             "pow": {0: 0.0}, "copysign": {0: 0.0},
+             "sin": {0: "sincos"}, "cos": {0: "sincos"}}
+
+
+def _points(name: str, pos: int, lo, hi) -> list:
+    """The argument values at which ``name`` may take its extremes over ``[lo, hi]``:
+    the interval's ends, and every critical point inside it (clipped into the interval
+    where it lies outside, which repeats an end)."""
+    crit = _CRITICAL.get(name, {}).get(pos)
+    pts = [lo, hi]
+    if crit == "sincos":
+        # sin has extremes at pi/2 + k*pi, cos at k*pi; the first two at or above `lo`
+        # are a maximum and a minimum, and both are inside the interval when it is pi wide
+        phase = np.pi / 2 if name == "sin" else 0.0
+        first = phase + np.ceil((lo - phase) / np.pi) * np.pi
+        pts += [np.clip(first, lo, hi), np.clip(first + np.pi, lo, hi)]
+    elif crit is not None:
+        pts.append(np.clip(crit, lo, hi))
+    return pts
+
+
+def _discontinuous(name: str, lo_hi) -> np.ndarray | bool:
+    """Where ``name`` jumps (or has a pole) inside the box ``lo_hi`` of its arguments: the
+    image of the box is then not bounded by values at points of it."""
+    (lo, hi) = lo_hi[0]
+    if name == "tan":    # poles at pi/2 + k*pi
+        return np.floor((lo - np.pi / 2) / np.pi) != np.floor((hi - np.pi / 2) / np.pi)
+    if name in ("rsqrt", "log", "log2", "log10"):    # a pole at 0 (and NaN below it)
+        return lo <= 0
+    if name == "log1p":
+        return lo <= -1
+    if name == "copysign":    # the sign of the second argument
+        return (lo_hi[1][0] <= 0) & (lo_hi[1][1] >= 0)
+    if name == "atan2":    # the branch cut along y = 0, x < 0 (and the origin)
+        (ylo, yhi), (xlo, _) = lo_hi
+        return (ylo <= 0) & (yhi >= 0) & (xlo <= 0)
+    if name in ("fmod", "pow"):
+        # fmod jumps where x / y crosses an integer or y crosses 0; pow has poles at x = 0
+        # for negative exponents and NaN for negative bases: both are left to the caller's
+        # test of non-finite values except for fmod's jumps
+        if name == "pow":
+            return False
+        (xlo, xhi), (ylo, yhi) = lo_hi
+        q = [np.trunc(a / b) for a in (xlo, xhi) for b in (ylo, yhi)]
+        return (ylo <= 0) & (yhi >= 0) | (q[0] != q[1]) | (q[0] != q[2]) | (q[0] != q[3])
+    return False
+
+
+def _image(name: str, fn, lo_hi, r):
+    """Bounds of the image of the box ``lo_hi`` (a ``(lo, hi)`` pair per argument) under
+    math function ``name``: its values at the points where the extremes can lie (the
+    corners, and critical points inside), and where no bound holds (``unsure``: a jump, a
+    pole, or a point outside the domain, NaN or infinite where the value ``r`` is finite).
+
+    Values at the corners alone bound only a monotonic function (fuzz seed llvm 98688:
+    ``sqrt(|x|)`` with ``x`` straddling 0 gave NaN corners, which zeroed the bound)."""
+    per_arg = [_points(name, k, lo, hi) for k, (lo, hi) in enumerate(lo_hi)]
+    image = [np.asarray(fn(*p), dtype=np.float64) for p in _product(per_arg)]
+    unsure = np.zeros(np.shape(r), bool) | _discontinuous(name, lo_hi)
+    finite = np.isfinite(r)
+    for c in image:
+        unsure |= finite & ~np.isfinite(c)
+    return image, unsure
+
+
+def _product(per_arg):
+    if not per_arg:
         yield ()
         return
-    (lo, hi), rest = lo_hi[0], lo_hi[1:]
-    for tail in _corners(rest):
-        yield (lo,) + tail
-        yield (hi,) + tail
+    for tail in _product(per_arg[1:]):
+        for p in per_arg[0]:
+            yield (p,) + tail

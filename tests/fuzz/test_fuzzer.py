@@ -95,6 +95,40 @@ def test_reference_marks_unstable_casts_unsure():
     assert r.unsure.tolist() == [True, False] and r.value[1] == 1
 
 
+@pytest.mark.parametrize("name,args,expect", [
+    # an interval reaching below the domain of sqrt, log, rsqrt: no bound at all
+    ("sqrt", [(0.2, 0.3)], "unsure"),
+    ("log", [(0.1, 0.3)], "unsure"),
+    ("rsqrt", [(0.1, 0.3)], "unsure"),
+    # sin over [0, 2 pi]: both ends give 0, the image is [-1, 1]
+    ("sin", [(np.pi, np.pi)], 1.0),
+    ("cos", [(np.pi / 2, np.pi)], 1.0),
+    # a pole of tan, a jump of fmod and of copysign's sign inside the interval
+    ("tan", [(np.pi / 2 - 0.1, 0.2)], "unsure"),
+    ("fmod", [(1.0, 0.1), (1.0, 0.0)], "unsure"),
+    ("copysign", [(1.0, 0.0), (0.0, 0.1)], "unsure"),
+    # away from critical points, poles and jumps the ends bound a monotonic piece
+    ("sqrt", [(30.0, 0.5)], np.sqrt(30) - np.sqrt(29.5)),
+    ("sin", [(0.3, 0.1)], np.sin(0.3) - np.sin(0.2)),
+    ("fmod", [(1.5, 0.1), (1.0, 0.0)], 0.1),
+])
+def test_reference_bounds_functions_at_their_extremes(name, args, expect):
+    """Fuzz seed llvm 98688: the reference bounded a math function over an argument's error
+    interval by its values at the interval's ends, which holds only where the function is
+    monotonic and continuous; a NaN end (sqrt of a negative) even zeroed the bound, so an
+    element a correct compiler may round either way was compared. ``expect``: ``unsure``,
+    or the least error bound (the largest distance from the value to the image)."""
+    from .refvalues import Val, call
+
+    vals = [Val(np.array([v]), "float64", np.array([e]) if e else None) for v, e in args]
+    r = call(name, vals, "float64")
+    if expect == "unsure":
+        assert r.unsure is not None and r.unsure[0]
+    else:
+        assert r.unsure is None or not r.unsure[0]
+        assert expect <= r.err[0] <= expect * 1.1
+
+
 def test_reference_lets_a_product_fuse_through_exact_casts():
     """f16(f32(j * a)) - j: the two casts are exact, so the compiled code may drop them and
     fuse the product into the subtraction (LLVM does: fuzz seed llvm 22074). The bound must
