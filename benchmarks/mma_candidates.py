@@ -59,6 +59,15 @@ CANDIDATES = {
     "128x128x32s6-mb2": ({"block": (128, 128, 32), "stages": 6, "min_blocks": 2}, {}),
 }
 
+# H200, 2026-12-02 20:42, one run (7 rounds; cuBLAS 734.4 fp16 / 754.1 bf16), x cuBLAS fp16 /
+# bf16: best 0.548 / 0.547 (through its checking call 0.543 / 0.547), best-g16 0.543 /
+# 0.538, best-g1 0.536 / 0.540, best-unroll 0.537 / 0.534, 128x128x64s3 0.532 / 0.539
+# (255 registers, 8 bytes of stack), best-s3 0.530 / 0.531, best-swA 0.529 / 0.524,
+# best-noalt 0.526 / 0.525, 128x256x32s5 0.523 / 0.526, 128x128x64s3-mb2 0.521 / 0.527,
+# 128x128x32s4-mb2 0.520 / 0.526, 128x256x128s2 0.518 / 0.524, 256x128x64 0.505 / 0.511,
+# 128x128x32s6-mb2 0.499 / 0.505, 128x128x64s3-step 0.476 / 0.482, 128x128x32-64x32
+# 0.409 / 0.415.
+
 #: where each switch of :data:`CANDIDATES` lives (module attribute names)
 SWITCH_MODULES = {"ALTERNATE_SETS": "fragment_prefetch", "UNROLL_SLOTS": "software_pipeline"}
 
