@@ -122,6 +122,50 @@ def interleaved(sides: dict, rounds: int = 8, calls: int = 30,
     return out
 
 
+def sustained(sides: dict, rounds: int = 3, calls: int = 50, settle_s: float = 0.3) -> dict:
+    """Seconds per call of each side of ``sides`` (name -> zero-argument launch), each
+    timed on its own clocks: per round and side, ``settle_s`` seconds of the side's own
+    untimed calls (the GPU's clock and power state settles on that kernel's load), then
+    CUDA events around ``calls`` back-to-back calls; sides in alternating order per round.
+    Why beside :func:`interleaved`: there a side's batch of a few milliseconds starts on the
+    clocks the previous side left, so a kernel that draws less power than cuBLAS is timed
+    on cuBLAS's clocks; here each side on those of a long run of itself. Returns name ->
+    (per-round seconds, per-round SM clock in MHz after the batch, None where torch cannot
+    read it)."""
+    import time
+
+    import torch
+
+    def clock():
+        try:
+            return torch.cuda.clock_rate()
+        except Exception:  # noqa: BLE001 - no NVML: no clock reading
+            return None
+
+    out: dict = {n: ([], []) for n in sides}
+    names = list(sides)
+    start = torch.cuda.Event(enable_timing=True)
+    stop = torch.cuda.Event(enable_timing=True)
+    for r in range(rounds):
+        for n in (names if r % 2 == 0 else names[::-1]):
+            fn = sides[n]
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < settle_s:
+                for _ in range(10):
+                    fn()
+                torch.cuda.synchronize()
+            for _ in range(4):
+                fn()
+            start.record()
+            for _ in range(calls):
+                fn()
+            stop.record()
+            stop.synchronize()
+            out[n][0].append(start.elapsed_time(stop) / 1e3 / calls)
+            out[n][1].append(clock())
+    return out
+
+
 def final_line(args: tuple, dtype: str, configs: dict, rounds: int = 8,
                label: str = "") -> dict:
     """Time the polytile ``configs`` (name -> knob values or None for the default) beside

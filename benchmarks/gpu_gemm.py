@@ -8,12 +8,15 @@ generated wgmma + TMA warp-specialized kernel, :mod:`polytile.targets.cuda.wgmma
 ``benchmarks/wgmma_gemm.py`` ``BEST``), the wgmma schedules through ``tensorize``
 (``TENSORIZE``: swizzled, overlapped; and the unswizzled synchronous one), then the
 mma.sync and WMMA schedules below (``--isa tensorize``: all but those two).
-``--isa wmma|mma``: polytile's tensor-core GEMM
-(:func:`polytile.targets.cuda.tensor_core.wmma_gemm`, WMMA, float32 accumulation, or
+``--isa wmma``: polytile's WMMA GEMM
+(:func:`polytile.targets.cuda.tensor_core.wmma_gemm`, float32 accumulation, or
 float16 with ``--acc float16``) vs cuBLAS half precision through torch and a plain Triton
-GEMM (``benchmarks/triton_gemm.py``, best of a few tile shapes) when installed (``--isa mma``: ldmatrix + mma.sync.m16n8k16 instead
-of WMMA; ``--stages 1 2 3 4``: software-pipeline depths, cp.async copies, default 3), at
-each ``--n`` (default 4096 and 8192), all measured
+GEMM (``benchmarks/triton_gemm.py``, best of a few tile shapes) when installed
+(``--stages 1 2 3 4``: software-pipeline depths, cp.async copies, default 3).
+``--isa mma``: the best ldmatrix + mma.sync.m16n8k16 + cp.async schedule
+(``tensor_core.MMA_BEST``; ``--stages N``: another depth) timed interleaved with cuBLAS
+and Triton (:func:`mma_best`); with ``--acc float16``, ``--sweep`` or ``--variants``
+the other mma.sync schedules. At each ``--n`` (default 4096 and 8192), all measured
 in this run: one line per figure with TFLOP/s and the ratio to cuBLAS.
 Run on a machine with an NVIDIA GPU: ``python benchmarks/gpu_gemm.py --dtype float16``.
 """
@@ -152,6 +155,89 @@ def half_gemm(n: int, acc: str, isa: str, dtype: str = "float16", tiles=((128, 1
               f"{ratio}  (block {tiles[0]}, warp {tiles[1]}{extra}, lower+build "
               f"{t_build:.1f} s, rel. error {err:.1e}, {_sass(f.cubin, isa)})", flush=True)
     return cublas
+
+
+def mma_best(n: int, dtype: str = "float16", rounds: int = 9, calls: int = 10,
+             triton: bool = True, **over) -> dict:
+    """The ``--isa mma`` line: polytile's best mma.sync + ldmatrix + cp.async schedule
+    (``wmma_gemm(n, n, n, **tensor_core.MMA_BEST)``, keywords ``over`` replacing some, e.g.
+    ``stages``; ``min_blocks``: the target's ``-min-blocks``) at ``n``^3 in ``dtype``
+    (float32 accumulation), checked against torch in float32, then timed beside cuBLAS
+    (torch) and Triton's GEMM (``triton_gemm.CONFIGS[0]``; not with ``triton=False``) the
+    same ways, two lines per side: ``gemm_final.interleaved`` (a second of untimed turns,
+    then ``rounds`` rounds of ``calls`` back-to-back calls per side in alternating order,
+    the median: every side on the clocks the sides leave each other) and
+    ``gemm_final.sustained`` (each side timed after 0.3 s of its own calls: on the clocks of
+    a long run of that kernel alone). Why not ``time_evaluator`` after cuBLAS as
+    :func:`half_gemm` does: 30 calls right after seconds of compiling run on the clocks of
+    an idle GPU. H200, 2026-12-02 (one run, MMA_BEST fp16): time_evaluator 457.9 TFLOP/s
+    = 0.619x cuBLAS 740.2; interleaved (mma_candidates) 402.4 = 0.548x cuBLAS 734.4; ncu
+    of one launch: 1.69 GHz, tensor pipe 76% busy, L2 35%. Returns mode -> ratio to
+    cuBLAS."""
+    import gemm_final
+    import torch
+
+    import polytile
+    from polytile.targets.cuda import tensor_core as tc
+
+    cfg = dict(tc.MMA_BEST, dtype=dtype)
+    cfg.update(over)
+    blocks = cfg.pop("min_blocks", 0)
+    t0 = time.perf_counter()
+    s, args = tc.wmma_gemm(n, n, n, acc="float32", **cfg)
+    f = polytile.build(s, args, target="cuda" + (f" -min-blocks={blocks}" if blocks else ""))
+    t_build = time.perf_counter() - t0
+    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    g = torch.Generator().manual_seed(0)
+    ta = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt).cuda()
+    tb = (torch.rand(n, n, generator=g) * 2 - 1).to(tdt).cuda()
+    ref = ta.float() @ tb.float()
+    tc_out = torch.full((n, n), float("nan"), device="cuda", dtype=torch.float32)
+    f(ta, tb, tc_out)
+    err = ((tc_out - ref).norm() / ref.norm()).item()
+    if not err < 1e-4:
+        raise SystemExit(f"polytile mma.sync {cfg}: wrong result (relative error {err:.2e})")
+    values, keep = f._convert((ta, tb, tc_out))
+    prepared = f._prepare(values)
+    sides = {"cuBLAS": lambda: torch.matmul(ta, tb),
+             "polytile mma.sync": lambda: f._launch(prepared)}
+    if triton:
+        try:
+            import triton_gemm
+
+            tcfg = triton_gemm.CONFIGS[0]
+            triton_gemm.matmul(ta, tb, tcfg)      # compiled before the timing
+            sides["Triton"] = lambda: triton_gemm.matmul(ta, tb, tcfg)
+        except ImportError as exc:
+            print(f"n={n:5d} Triton: not measured ({exc})")
+    how = (f"block {cfg['block']}, warp {cfg['warp']}, {cfg['stages']} stages, frags "
+           f"{cfg['frags']}, group {cfg['group']}, swizzle {cfg.get('swizzle', False)}"
+           + (f", {blocks} blocks per SM" if blocks else ""))
+    print(f"n={n:5d} {dtype:8s} polytile mma.sync: {how}, lower+build {t_build:.1f} s, rel. "
+          f"error {err:.1e}, {_sass(f.cubin, 'mma')}", flush=True)
+    ratios = {}
+    for mode in ("interleaved", "sustained"):
+        if mode == "interleaved":
+            times, clocks = gemm_final.interleaved(sides, rounds, calls), {}
+            what = f"{rounds} interleaved rounds of {calls} back-to-back calls per side"
+        else:
+            both = gemm_final.sustained(sides, max(3, rounds // 3))
+            times = {k: v[0] for k, v in both.items()}
+            clocks = {k: [c for c in v[1] if c] for k, v in both.items()}
+            what = (f"{max(3, rounds // 3)} rounds of 50 calls per side after 0.3 s of its "
+                    "own calls")
+        tf = {k: 2.0 * n**3 / sorted(v)[len(v) // 2] / 1e12 for k, v in times.items()}
+        lo = {k: 2.0 * n**3 / max(v) / 1e12 for k, v in times.items()}
+        hi = {k: 2.0 * n**3 / min(v) / 1e12 for k, v in times.items()}
+        for k in sides:
+            mhz = f"  SM clock {min(clocks[k])}-{max(clocks[k])} MHz" if clocks.get(k) else ""
+            print(f"n={n:5d} {dtype:8s} [{mode:11s}] {k:20s} {tf[k]:7.1f} TFLOP/s "
+                  f"({lo[k]:.1f}-{hi[k]:.1f})  {tf[k] / tf['cuBLAS']:6.3f} x cuBLAS{mhz}",
+                  flush=True)
+        print(f"n={n:5d} [{mode}] median and range of {what}")
+        ratios[mode] = tf["polytile mma.sync"] / tf["cuBLAS"]
+    del keep
+    return ratios
 
 
 def _sass(cubin: bytes, isa: str) -> str:
@@ -493,9 +579,10 @@ def main() -> None:
                     "schedules through tensorize, then the mma.sync+ldmatrix and WMMA "
                     "lines; 'tensorize': 'best' without the mma.sync and WMMA lines; "
                     "'wgmma': every wgmma variant")
-    ap.add_argument("--stages", type=int, nargs="+", default=[3],
+    ap.add_argument("--stages", type=int, nargs="+", default=None,
                     help="software-pipeline depths of the tensor-core GEMM (cp.async into "
-                    "stages x the shared tiles; 1: no pipeline), one line each")
+                    "stages x the shared tiles; 1: no pipeline), one line each (default 3; "
+                    "--isa mma: tensor_core.MMA_BEST's, one depth only)")
     ap.add_argument("--swizzle", nargs="+", choices=("none", "128B"), default=["none", "128B"],
                     help="shared layouts of the wgmma GEMM (--isa wgmma), one line each")
     ap.add_argument("--grid", nargs="+", choices=("tiles", "persistent"),
@@ -529,7 +616,7 @@ def main() -> None:
                     help="--isa tensorize: the lines of TENSORIZE_TMA (cp.async against TMA "
                     "copies of the shared tiles)")
     ap.add_argument("--no-triton", action="store_true",
-                    help="with --isa mma --variants: cuBLAS only as the anchor (Triton's "
+                    help="with --isa mma: cuBLAS only as the anchor (Triton's "
                     "tile search takes a while)")
     args = ap.parse_args()
     if args.dtype == "float32":
@@ -541,7 +628,7 @@ def main() -> None:
         import wgmma_gemm
 
         for n in args.n or [4096, 8192]:
-            wgmma_gemm.run(n, args.dtype, stages=args.stages if args.stages != [3] else (3, 4),
+            wgmma_gemm.run(n, args.dtype, stages=args.stages or (3, 4),
                            swizzles=args.swizzle, mainloops=args.mainloop,
                            epilogues=args.epilogue,
                            grids=[(g == "persistent", 8 if g == "persistent" else 1)
@@ -551,7 +638,7 @@ def main() -> None:
         return
     if args.isa in ("best", "tensorize"):
         for n in args.n or [4096, 8192]:
-            best_gemm(n, args.acc, args.dtype, args.stages, args.isa == "tensorize",
+            best_gemm(n, args.acc, args.dtype, args.stages or [3], args.isa == "tensorize",
                       TENSORIZE_TMA if args.tma else
                       TENSORIZE_SWEEP if args.tsweep else TENSORIZE)
         return
@@ -560,11 +647,16 @@ def main() -> None:
             mma_variants(n, args.acc, args.dtype, [MMA_VARIANTS[i] for i in args.pick]
                          if args.pick else MMA_VARIANTS, triton=not args.no_triton)
             continue
-        half_gemm(n, args.acc, args.isa, args.dtype, stages=args.stages)
+        if args.isa == "mma" and not args.sweep and args.acc == "float32":
+            # the best mma.sync schedule (tensor_core.MMA_BEST), timed as cuBLAS is
+            mma_best(n, args.dtype, triton=not args.no_triton,
+                     **({"stages": args.stages[0]} if args.stages else {}))
+            continue
+        half_gemm(n, args.acc, args.isa, args.dtype, stages=args.stages or [3])
         for tiles in SWEEP if args.sweep else ():
             try:
                 half_gemm(n, args.acc, args.isa, args.dtype, tiles, anchors=False,
-                          stages=args.stages)
+                          stages=args.stages or [3])
             except Exception as exc:  # a tile shape past a device limit: say so, go on
                 print(f"n={n:5d} block {tiles[0]}, warp {tiles[1]}: {type(exc).__name__}: "
                       f"{str(exc).splitlines()[0][:100]}")

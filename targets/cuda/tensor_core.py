@@ -319,7 +319,14 @@ def wmma_gemm(M: int, N: int, K: int, *, acc: str = "float32", block=None,
 #: shared wavefronts per 16-byte cp.async of a warp, ncu). ``wmma_gemm(M, N, K,
 #: **MMA_BEST)``; the tutorial's last mma.sync step, the benchmark's ``--isa best`` line
 #: and the default of the ``cuda`` ``matmul`` template (float16/bfloat16, ``pad``
-#: ``"swizzle"``) are this schedule.
+#: ``"swizzle"``) are this schedule. Still the fastest of 17 candidates in one run of
+#: ``benchmarks/mma_candidates.py`` (H200, 2026-12-02 20:42, 7 interleaved rounds): fp16
+#: 402.4 TFLOP/s = 0.548x cuBLAS 734.4, bf16 412.7 = 0.547x cuBLAS 754.1 (next: groups of
+#: 16 0.543x; 128x128x64 in 3 stages, two blocks per SM, 0.532x / 0.539x; 128x256x128 in
+#: 2 stages 0.518x; 256x128x64 0.505x; constant slots (``UNROLL_SLOTS``) 0.537x; A's tile
+#: swizzled only 0.529x); ncu of one launch: 1.69 GHz, tensor pipe 76% busy, L2 35%
+#: (4.5 TB/s), stalls per issue: math-pipe throttle 2.49, wait 2.46, barrier 0.11, long
+#: scoreboard 0.12; ``mma_peak.py``'s 64x64 warp tile with its ldmatrix alone: 0.875x.
 MMA_BEST = dict(isa="mma", block=(128, 256, 64), warp=(64, 64), stages=4, frags="prefetch",
                 group=8, swizzle=True)
 
