@@ -442,6 +442,16 @@ def call_llvm_intrin(dtype: str, name: str, *args, span=None) -> ExternCall:
 call_llvm_pure_intrin = call_llvm_intrin
 
 
+def _condition(where: str, cond, expected: str):
+    """``cond`` as a bool expression of an ir_builder scope (``DefinitionTypeError``
+    naming ``where`` otherwise)."""
+    c = convert(cond, "bool")
+    if c.dtype != "bool":
+        raise DefinitionTypeError(format_error(where, f"condition {c} has dtype {c.dtype}",
+                                               expected))
+    return c
+
+
 class IRBuilder:
     """TVM's ``tir.ir_builder``: statements appended in order, loops as context managers.
 
@@ -480,11 +490,8 @@ class IRBuilder:
     def if_scope(self, cond):
         """Statements run where ``cond`` (a bool expression) holds (TVM's ``if_scope``);
         an ``else_scope`` may follow at once."""
-        c = convert(cond, "bool")
-        if c.dtype != "bool":
-            raise DefinitionTypeError(format_error(
-                "ir_builder.if_scope", f"condition {c} has dtype {c.dtype}",
-                "a bool expression (compare it, e.g. x != 0)"))
+        c = _condition("ir_builder.if_scope", cond, "a bool expression (compare it, e.g. "
+                       "x != 0)")
         self._stack.append([])
         yield
         body = _block(self._stack.pop())
@@ -528,11 +535,8 @@ class IRBuilder:
         DefinitionTypeError
             For a condition that is not a bool expression.
         """
-        c = convert(condition, "bool")
-        if c.dtype != "bool":
-            raise DefinitionTypeError(format_error(
-                "ir_builder.while_loop", f"condition {c} has dtype {c.dtype}",
-                "expected a bool expression (compare it, e.g. i[0] < n)"))
+        c = _condition("ir_builder.while_loop", condition, "expected a bool expression "
+                       "(compare it, e.g. i[0] < n)")
         self._stack.append([])
         yield
         body = _block(self._stack.pop())
